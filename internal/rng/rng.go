@@ -1,0 +1,21 @@
+package rng
+
+const (
+	golden = 0x9E3779B97F4A7C15
+	mix1   = 0xBF58476D1CE4E5B9
+	mix2   = 0x94D049BB133111EB
+)
+
+// Hash returns 64 well-mixed bits for (seed, counter).
+func Hash(seed, counter uint64) uint64 {
+	z := seed ^ (counter * golden)
+	z = (z ^ (z >> 30)) * mix1
+	z = (z ^ (z >> 27)) * mix2
+	return z ^ (z >> 31)
+}
+
+// Uniform01 returns a float32 in [0, 1): the top 24 bits of Hash divided by
+// 2^24 (exact in float32).
+func Uniform01(seed, counter uint64) float32 {
+	return float32(Hash(seed, counter)>>40) * (1.0 / (1 << 24))
+}
