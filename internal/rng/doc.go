@@ -14,4 +14,9 @@
 //
 // Uniform01 keeps the top 24 bits, so every value is an exact float32 in
 // [0, 1) on a grid of 2^-24.
+//
+// Derive folds several integers (seed, epoch, batch, layer, node) into one
+// key by chaining Hash, and a Stream draws Hash(key, 0), Hash(key, 1), ...
+// from it; Below maps a word to [0, n) by a multiply-high. These are the
+// pieces the CPU samplers use; this is not a cryptographic generator.
 package rng
