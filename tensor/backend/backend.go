@@ -95,7 +95,13 @@ const (
 // Backend is the set of primitives every compute back end implements. All
 // float tensors are row-major matrices stored in flat Buffers; the caller
 // passes the shape. Every method validates lengths against the shape it is
-// given and returns a *ShapeError (never panics) when they disagree.
+// given and returns a *ShapeError (never panics) when they disagree, and
+// an *IndexError when an index argument (idx, rows, labels, sparse indices)
+// is out of range. A device back end may report an index error from the
+// call or, if it checks on the device, from the next synchronizing call.
+//
+// Outputs that a method overwrites are never read: NaN or garbage in them
+// does not leak into the result (Gemm with beta == 0 included).
 //
 // Writes are to the first argument (out or dst). Unless a method says it
 // accumulates, it overwrites. Methods may run asynchronously on devices;
@@ -127,7 +133,8 @@ type Backend interface {
 
 	// Gemm computes C = alpha*op(A)*op(B) + beta*C with C m x n, op(A) m x k,
 	// op(B) k x n, all row-major. op(X) is X^T when the trans flag is set
-	// (then A is stored k x m, B is stored n x k).
+	// (then A is stored k x m, B is stored n x k). With beta == 0, C is
+	// not read (BLAS semantics); with k == 0, C = beta*C.
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer) error
 
 	// --- elementwise (n = Len of the arguments, which must agree) ---
@@ -141,22 +148,29 @@ type Backend interface {
 	// Unary computes dst = op(x) with parameter alpha.
 	Unary(op UnaryOp, alpha float32, dst, x Buffer) error
 	// UnaryBackward computes dx = dy * op'(x); y = op(x) is passed so
-	// back ends may use whichever is cheaper.
+	// back ends may use whichever is cheaper. At x == 0 the derivative of
+	// ReLU, LeakyReLU and ELU is taken from the left (0, alpha, alpha), as
+	// in PyTorch. Exp: op' = y. dx may alias dy.
 	UnaryBackward(op UnaryOp, alpha float32, dx, x, y, dy Buffer) error
 	// Dropout draws a mask with keep probability 1-p from a counter-based
 	// generator keyed by (seed, element index), so the mask depends only on
 	// the seed, never on threads or devices: mask = keep/(1-p) or 0, and
 	// dst = x * mask. mask is written for the backward pass (Mul).
+	// Precisely: element i (flat index) is kept iff
+	// rng.Uniform01(seed, i) >= p (package internal/rng), and then
+	// mask[i] = 1/(1-p) computed in float32. p must be in [0, 1).
 	Dropout(dst, mask, x Buffer, p float32, seed uint64) error
 
 	// --- reductions ---
 
 	// SumRows computes dst[c] = sum_r x[r,c] (bias gradients). Overwrites.
 	SumRows(dst, x Buffer, rows, cols int) error
-	// Sum returns the sum of all elements of x as float64 (synchronizes).
+	// Sum returns the sum of all elements of the float32 buffer x as
+	// float64 (synchronizes).
 	Sum(x Buffer) (float64, error)
 	// ArgmaxRows writes, for each row of x (rows x cols), the column of its
-	// largest element into the int32 buffer dst.
+	// largest element into the int32 buffer dst. Ties go to the lowest
+	// column; cols must be >= 1 unless rows == 0. NaN ordering unspecified.
 	ArgmaxRows(dst, x Buffer, rows, cols int) error
 
 	// --- loss ---
@@ -168,9 +182,12 @@ type Backend interface {
 	// NLLLoss returns -(1/len(rows)) * sum_i logp[rows[i], labels[i]] where
 	// rows and labels are int32 buffers of equal length (rows index logp's
 	// rows; labels are classes in [0, cols)). Synchronizes.
+	// With len(rows) == 0 the loss is 0.
 	NLLLoss(logp, rows, labels Buffer, nrows, cols int) (float64, error)
 	// NLLLossBackward writes dlogp: zero everywhere except
 	// dlogp[rows[i], labels[i]] = -scale/len(rows). Overwrites dlogp.
+	// A (row, label) pair listed twice accumulates (-2*scale/len(rows)),
+	// which is the exact gradient of NLLLoss times scale.
 	NLLLossBackward(dlogp, rows, labels Buffer, nrows, cols int, scale float32) error
 
 	// --- indexing ---
@@ -178,7 +195,9 @@ type Backend interface {
 	// GatherRows: dst[i,:] = x[idx[i],:]; x has xrows rows of width cols,
 	// idx is int32 of any length (each in [0, xrows)).
 	GatherRows(dst, x, idx Buffer, xrows, cols int) error
-	// ScatterAddRows: dst[idx[i],:] += src[i,:] (accumulates).
+	// ScatterAddRows: dst[idx[i],:] += src[i,:] (accumulates). src has
+	// len(idx) rows; duplicate indices accumulate, summed in the order of i
+	// (deterministic, no atomics).
 	ScatterAddRows(dst, src, idx Buffer, dstRows, cols int) error
 
 	// --- sparse (message passing over a Sparse block) ---
@@ -193,15 +212,24 @@ type Backend interface {
 	// (or cols x H*D), and edge weight w[e,h] scales head h of edge e's
 	// message. w may be nil (all ones, H taken as 1 and D = width).
 	// Overwrites out.
+	//
+	// width is the full row width H*D of x and out (not the per-head D);
+	// it must be a multiple of heads. When w is nil, heads must be 1.
+	// With transpose, w is still indexed by the edge ids of a (w is nnz x H
+	// in a's CSR order), so the backward pass of SpMM reuses the same w.
 	SpMM(out Buffer, a Sparse, transpose bool, x Buffer, w Buffer, heads, width int) error
 	// SDDMM computes per-edge values out[e,h] from the destination row
 	// features u (rows x H*D) and source features v (cols x H*D), see SDDMMOp.
+	// dim is the per-head D; out is nnz x H in a's CSR edge order. For
+	// SDDMMAdd dim must be 1.
 	SDDMM(op SDDMMOp, out Buffer, a Sparse, u, v Buffer, heads, dim int) error
 	// EdgeSum reduces per-edge values e (nnz x H) to nodes: out[i,h] = sum of
 	// e over row i's edges, or over column i's edges when transpose.
 	// Overwrites out.
 	EdgeSum(out Buffer, a Sparse, transpose bool, e Buffer, heads int) error
-	// EdgeSoftmax normalizes scores (nnz x H) over each row's edges.
+	// EdgeSoftmax normalizes scores (nnz x H) over each row's edges
+	// (numerically stable: the row maximum is subtracted first). Rows with
+	// no edges produce nothing. out may alias scores.
 	EdgeSoftmax(out Buffer, a Sparse, scores Buffer, heads int) error
 	// EdgeSoftmaxBackward: ds = y * (dy - rowsum(y*dy)) per row and head.
 	EdgeSoftmaxBackward(ds Buffer, a Sparse, y, dy Buffer, heads int) error
@@ -217,7 +245,8 @@ type Backend interface {
 	// AdamStep updates param in place (Adam with L2 weight decay added to the
 	// gradient, as torch.optim.Adam): g = grad + wd*param; m = b1*m+(1-b1)*g;
 	// v = b2*v+(1-b2)*g^2; param -= lr * mhat / (sqrt(vhat)+eps), with bias
-	// corrections for step t (1-based).
+	// corrections for step t (1-based). beta1 and beta2 must be in [0, 1)
+	// and t >= 1.
 	AdamStep(param, grad, m, v Buffer, lr, beta1, beta2, eps, wd float32, t int) error
 
 	// Synchronize waits for all queued work.
@@ -231,6 +260,20 @@ type ShapeError struct {
 }
 
 func (e *ShapeError) Error() string { return "backend: " + e.Op + ": " + e.Msg }
+
+// IndexError reports an index argument out of range: Name[Pos] = Value is
+// not in [0, Limit).
+type IndexError struct {
+	Op    string
+	Name  string
+	Pos   int
+	Value int64
+	Limit int
+}
+
+func (e *IndexError) Error() string {
+	return fmt.Sprintf("backend: %s: %s[%d] = %d out of range [0, %d)", e.Op, e.Name, e.Pos, e.Value, e.Limit)
+}
 
 // CheckLen returns a *ShapeError when b is nil or b.Len() != want or its
 // dtype differs. Back ends use it to validate arguments.
