@@ -19,7 +19,28 @@ type Dataset struct {
 	Train      []int32 // node IDs, ascending
 	Val        []int32
 	Test       []int32
+
+	// release unmaps the arrays of a dataset returned by Open (nil when
+	// the arrays live on the Go heap).
+	release func() error
 }
+
+// Close releases the memory mappings of a dataset returned by Open. After
+// Close the dataset's slices must not be used. It is safe to call Close more
+// than once and on datasets that were not memory-mapped.
+func (d *Dataset) Close() error {
+	if d == nil || d.release == nil {
+		return nil
+	}
+	r := d.release
+	d.release = nil
+	return r()
+}
+
+// Mapped reports whether the dataset's arrays are read-only memory
+// mappings: writing into them would crash the process, so transformations
+// (e.g. RowNormalize) must copy.
+func (d *Dataset) Mapped() bool { return d != nil && d.release != nil }
 
 // NumNodes returns the number of nodes.
 func (d *Dataset) NumNodes() int64 { return d.Graph.NumRows }

@@ -1,0 +1,326 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// On-disk format constants. See docs/dataset-format.md.
+const (
+	Magic         = "STRATA-DS"
+	FormatVersion = 1
+	ManifestFile  = "manifest.json"
+	ChecksumAlgo  = "crc32c"
+
+	// maxManifestBytes bounds the manifest read before parsing.
+	maxManifestBytes = 1 << 20
+	// MaxNodes is the largest node count: node IDs are int32.
+	MaxNodes = math.MaxInt32
+)
+
+// DType names an array element type in the manifest.
+type DType string
+
+// Element types used by the format.
+const (
+	Int32   DType = "int32"
+	Int64   DType = "int64"
+	Float32 DType = "float32"
+)
+
+// Size returns the element size in bytes (0 for an unknown type).
+func (t DType) Size() int64 {
+	switch t {
+	case Int32, Float32:
+		return 4
+	case Int64:
+		return 8
+	}
+	return 0
+}
+
+// Array names, in the order they are listed in the manifest. The file of an
+// array is "<name>.bin".
+const (
+	ArrIndptr   = "indptr"
+	ArrIndices  = "indices"
+	ArrWeights  = "weights"
+	ArrFeatures = "features"
+	ArrLabels   = "labels"
+	ArrTrain    = "train"
+	ArrVal      = "val"
+	ArrTest     = "test"
+)
+
+var arrayOrder = []string{ArrIndptr, ArrIndices, ArrWeights, ArrFeatures, ArrLabels, ArrTrain, ArrVal, ArrTest}
+
+var arrayDType = map[string]DType{
+	ArrIndptr: Int64, ArrIndices: Int32, ArrWeights: Float32, ArrFeatures: Float32,
+	ArrLabels: Int32, ArrTrain: Int32, ArrVal: Int32, ArrTest: Int32,
+}
+
+// ArrayFile returns the file name holding the named array.
+func ArrayFile(name string) string { return name + ".bin" }
+
+// ArrayMeta describes one array file in the manifest.
+type ArrayMeta struct {
+	Name   string  `json:"name"`
+	DType  DType   `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+	Bytes  int64   `json:"bytes"`
+	// BlockBytes is the checksum block size (a power of two); CRC32C holds
+	// the CRC-32C of each consecutive BlockBytes-long block of the file (the
+	// last block may be shorter) as 8 lower-case hex digits, so a damaged
+	// byte can be located to its block and blocks verify in parallel.
+	BlockBytes int64    `json:"block_bytes"`
+	CRC32C     []string `json:"crc32c"`
+}
+
+// Checksum block size bounds. Writers pick the smallest power of two >=
+// minBlock that keeps an array at or under targetBlocks blocks.
+const (
+	minBlock     = 4 << 20
+	targetBlocks = 1024
+	minReadBlock = 4 << 10
+	maxReadBlock = 1 << 40
+)
+
+// blockSizeFor returns the checksum block size a writer uses for n bytes.
+func blockSizeFor(n int64) int64 {
+	b := int64(minBlock)
+	for b*targetBlocks < n {
+		b *= 2
+	}
+	return b
+}
+
+func numBlocks(n, block int64) int64 { return (n + block - 1) / block }
+
+// Manifest is the content of manifest.json.
+type Manifest struct {
+	Magic      string      `json:"magic"`
+	Version    int         `json:"version"`
+	Name       string      `json:"name"`
+	NumNodes   int64       `json:"num_nodes"`
+	NumEdges   int64       `json:"num_edges"`
+	Directed   bool        `json:"directed"`
+	FeatDim    int64       `json:"feat_dim"`
+	NumClasses int64       `json:"num_classes"`
+	Checksum   string      `json:"checksum"`
+	Arrays     []ArrayMeta `json:"arrays"`
+	// ManifestCRC32C is the CRC-32C of the compact JSON encoding of this
+	// manifest with ManifestCRC32C set to "" (guards the counts and flags,
+	// which no array checksum covers).
+	ManifestCRC32C string `json:"manifest_crc32c"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crcHex(c uint32) string { return fmt.Sprintf("%08x", c) }
+
+// manifestCRC computes the self-checksum of m (ignoring m.ManifestCRC32C).
+func manifestCRC(m *Manifest) (string, error) {
+	c := *m
+	c.ManifestCRC32C = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", err
+	}
+	return crcHex(crc32.Checksum(b, castagnoli)), nil
+}
+
+// Array returns the metadata of the named array, or nil.
+func (m *Manifest) Array(name string) *ArrayMeta {
+	for i := range m.Arrays {
+		if m.Arrays[i].Name == name {
+			return &m.Arrays[i]
+		}
+	}
+	return nil
+}
+
+// ReadManifest reads and fully checks dir/manifest.json: magic, version,
+// self-checksum, counts and the declared shape and size of every array. It
+// does not look at the array files.
+func ReadManifest(dir string) (*Manifest, error) {
+	path := filepath.Join(dir, ManifestFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("dataset: reading %s: %w", path, err)
+	}
+	if len(b) > maxManifestBytes {
+		return nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
+	}
+	return ParseManifest(path, b)
+}
+
+// ParseManifest decodes and checks a manifest; path is used in errors.
+func ParseManifest(path string, b []byte) (*Manifest, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		off := int64(-1)
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			off = se.Offset
+		case errors.As(err, &te):
+			off = te.Offset
+		}
+		return nil, &FormatError{Path: path, Off: off, Msg: "bad manifest: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, formatErr(path, dec.InputOffset(), "trailing data after manifest")
+	}
+	if m.Magic != Magic {
+		return nil, formatErr(path, -1, "bad magic %q (want %q)", truncate(m.Magic, 32), Magic)
+	}
+	if m.Version != FormatVersion {
+		return nil, &FormatError{Path: path, Off: -1, Err: ErrUnsupportedVersion,
+			Msg: fmt.Sprintf("unsupported format version %d (this build reads version %d)", m.Version, FormatVersion)}
+	}
+	want, err := manifestCRC(&m)
+	if err != nil {
+		return nil, formatErr(path, -1, "re-encoding manifest: %v", err)
+	}
+	if m.ManifestCRC32C != want {
+		return nil, formatErr(path, -1, "manifest checksum mismatch: stored %q, computed %q", truncate(m.ManifestCRC32C, 16), want)
+	}
+	if err := m.check(path); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// check verifies counts and that every array's declared dtype, shape and
+// byte length agree with the counts.
+func (m *Manifest) check(path string) error {
+	if m.Checksum != ChecksumAlgo {
+		return formatErr(path, -1, "unknown checksum algorithm %q (want %q)", truncate(m.Checksum, 32), ChecksumAlgo)
+	}
+	if m.NumNodes < 0 || m.NumNodes > MaxNodes {
+		return formatErr(path, -1, "num_nodes %d out of range [0, %d]", m.NumNodes, int64(MaxNodes))
+	}
+	if m.NumEdges < 0 || m.NumEdges > math.MaxInt64/8 {
+		return formatErr(path, -1, "num_edges %d out of range", m.NumEdges)
+	}
+	if m.FeatDim < 0 || (m.NumNodes > 0 && m.FeatDim > math.MaxInt64/8/m.NumNodes) {
+		return formatErr(path, -1, "feat_dim %d out of range", m.FeatDim)
+	}
+	if m.NumClasses < 0 || m.NumClasses > math.MaxInt32 {
+		return formatErr(path, -1, "num_classes %d out of range", m.NumClasses)
+	}
+	seen := map[string]bool{}
+	for i := range m.Arrays {
+		a := &m.Arrays[i]
+		dt, ok := arrayDType[a.Name]
+		if !ok {
+			return formatErr(path, -1, "unknown array %q", truncate(a.Name, 32))
+		}
+		if seen[a.Name] {
+			return formatErr(path, -1, "array %q listed twice", a.Name)
+		}
+		seen[a.Name] = true
+		if a.DType != dt {
+			return formatErr(path, -1, "array %q has dtype %q, want %q", a.Name, truncate(string(a.DType), 16), dt)
+		}
+		var want []int64
+		switch a.Name {
+		case ArrIndptr:
+			want = []int64{m.NumNodes + 1}
+		case ArrIndices, ArrWeights:
+			want = []int64{m.NumEdges}
+		case ArrFeatures:
+			want = []int64{m.NumNodes, m.FeatDim}
+		case ArrLabels:
+			want = []int64{m.NumNodes}
+		default: // splits
+			if len(a.Shape) != 1 || a.Shape[0] < 0 || a.Shape[0] > m.NumNodes {
+				return formatErr(path, -1, "array %q has shape %v, want [k] with 0 <= k <= num_nodes", a.Name, a.Shape)
+			}
+			want = []int64{a.Shape[0]}
+		}
+		if !equalShape(a.Shape, want) {
+			return formatErr(path, -1, "array %q has shape %v, want %v", a.Name, a.Shape, want)
+		}
+		n := int64(1)
+		for _, d := range want {
+			n *= d
+		}
+		if a.Bytes != n*dt.Size() {
+			return formatErr(path, -1, "array %q declares %d bytes, shape %v needs %d", a.Name, a.Bytes, want, n*dt.Size())
+		}
+		if a.BlockBytes < minReadBlock || a.BlockBytes > maxReadBlock || a.BlockBytes&(a.BlockBytes-1) != 0 {
+			return formatErr(path, -1, "array %q has block_bytes %d, want a power of two in [%d, %d]", a.Name, a.BlockBytes, minReadBlock, int64(maxReadBlock))
+		}
+		if nb := numBlocks(a.Bytes, a.BlockBytes); int64(len(a.CRC32C)) != nb {
+			return formatErr(path, -1, "array %q lists %d block checksums, want %d", a.Name, len(a.CRC32C), nb)
+		}
+		for _, c := range a.CRC32C {
+			if len(c) != 8 || !isHex(c) {
+				return formatErr(path, -1, "array %q has malformed crc32c %q", a.Name, truncate(c, 16))
+			}
+		}
+	}
+	for _, req := range []string{ArrIndptr, ArrIndices} {
+		if !seen[req] {
+			return formatErr(path, -1, "required array %q missing", req)
+		}
+	}
+	if (m.FeatDim > 0) != seen[ArrFeatures] {
+		return formatErr(path, -1, "feat_dim %d but features array present=%v", m.FeatDim, seen[ArrFeatures])
+	}
+	if (m.NumClasses > 0) != seen[ArrLabels] {
+		return formatErr(path, -1, "num_classes %d but labels array present=%v", m.NumClasses, seen[ArrLabels])
+	}
+	for _, s := range []string{ArrTrain, ArrVal, ArrTest} {
+		if seen[s] && !seen[ArrLabels] {
+			return formatErr(path, -1, "split %q present without labels", s)
+		}
+	}
+	return nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -1,0 +1,183 @@
+package dataset
+
+import (
+	"math"
+
+	"github.com/strata-gnn/strata/graph"
+)
+
+// Validate checks an in-memory dataset: counts consistent, indptr starting
+// at 0, non-decreasing and ending at the edge count, every index in
+// [0, NumNodes), weights and features finite, labels in [-1, NumClasses),
+// split IDs in range and strictly ascending, and for undirected datasets
+// that every node's in-degree equals its out-degree (a cheap necessary
+// condition for symmetry). Errors are *FormatError whose Path is the array
+// name and Off the byte offset of the bad element in that array's file.
+func Validate(d *Dataset) error {
+	return validate(d, func(name string) string { return name })
+}
+
+// validate runs the checks, naming arrays with loc(name).
+func validate(d *Dataset, loc func(string) string) error {
+	if d == nil || d.Graph == nil {
+		return formatErr("dataset", -1, "no graph")
+	}
+	g := d.Graph
+	n := g.NumRows
+	if n < 0 || n > MaxNodes {
+		return formatErr(loc(ArrIndptr), -1, "node count %d out of range [0, %d]", n, int64(MaxNodes))
+	}
+	if g.NumCols != n {
+		return formatErr(loc(ArrIndptr), -1, "graph has %d rows but %d columns; a dataset graph must be square", n, g.NumCols)
+	}
+	if int64(len(g.Indptr)) != n+1 {
+		return formatErr(loc(ArrIndptr), -1, "indptr has %d entries, want num_nodes+1 = %d", len(g.Indptr), n+1)
+	}
+	e := int64(len(g.Indices))
+	if err := checkIndptr(loc(ArrIndptr), g.Indptr, e); err != nil {
+		return err
+	}
+	if err := checkIDs(loc(ArrIndices), g.Indices, n); err != nil {
+		return err
+	}
+	if g.Weights != nil {
+		if int64(len(g.Weights)) != e {
+			return formatErr(loc(ArrWeights), -1, "weights has %d entries, want one per edge (%d)", len(g.Weights), e)
+		}
+		if err := checkFinite(loc(ArrWeights), g.Weights); err != nil {
+			return err
+		}
+	}
+	if d.FeatDim < 0 {
+		return formatErr(loc(ArrFeatures), -1, "negative feat dim %d", d.FeatDim)
+	}
+	if (d.FeatDim > 0) != (d.Features != nil) {
+		return formatErr(loc(ArrFeatures), -1, "feat dim %d but features present=%v", d.FeatDim, d.Features != nil)
+	}
+	if d.Features != nil {
+		if n > 0 && int64(d.FeatDim) > math.MaxInt64/8/n {
+			return formatErr(loc(ArrFeatures), -1, "feat dim %d too large", d.FeatDim)
+		}
+		if int64(len(d.Features)) != n*int64(d.FeatDim) {
+			return formatErr(loc(ArrFeatures), -1, "features has %d values, want %d x %d", len(d.Features), n, d.FeatDim)
+		}
+		if err := checkFinite(loc(ArrFeatures), d.Features); err != nil {
+			return err
+		}
+	}
+	if d.NumClasses < 0 || int64(d.NumClasses) > math.MaxInt32 {
+		return formatErr(loc(ArrLabels), -1, "num classes %d out of range", d.NumClasses)
+	}
+	if (d.NumClasses > 0) != (d.Labels != nil) {
+		return formatErr(loc(ArrLabels), -1, "num classes %d but labels present=%v", d.NumClasses, d.Labels != nil)
+	}
+	if d.Labels != nil {
+		if int64(len(d.Labels)) != n {
+			return formatErr(loc(ArrLabels), -1, "labels has %d entries, want %d", len(d.Labels), n)
+		}
+		for i, l := range d.Labels {
+			if l < -1 || int64(l) >= int64(d.NumClasses) {
+				return formatErr(loc(ArrLabels), int64(i)*4, "label %d of node %d out of range [-1, %d)", l, i, d.NumClasses)
+			}
+		}
+	}
+	for _, s := range []struct {
+		name string
+		ids  []int32
+	}{{ArrTrain, d.Train}, {ArrVal, d.Val}, {ArrTest, d.Test}} {
+		if s.ids == nil {
+			continue
+		}
+		if d.Labels == nil {
+			return formatErr(loc(s.name), -1, "split present without labels")
+		}
+		if err := checkSplit(loc(s.name), s.ids, n); err != nil {
+			return err
+		}
+	}
+	if !d.Directed {
+		if err := checkDegreeSymmetry(loc(ArrIndices), g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkIndptr(path string, p []int64, e int64) error {
+	if len(p) == 0 {
+		return formatErr(path, -1, "empty indptr")
+	}
+	if p[0] != 0 {
+		return formatErr(path, 0, "indptr[0] = %d, want 0", p[0])
+	}
+	for i := 1; i < len(p); i++ {
+		if p[i] < p[i-1] {
+			return formatErr(path, int64(i)*8, "indptr decreases at row %d (%d < %d)", i-1, p[i], p[i-1])
+		}
+	}
+	if last := p[len(p)-1]; last != e {
+		return formatErr(path, int64(len(p)-1)*8, "indptr ends at %d, want the edge count %d", last, e)
+	}
+	return nil
+}
+
+// checkIDs reports the first ID outside [0, n).
+func checkIDs(path string, ids []graph.NodeID, n int64) error {
+	// One pass with an unsigned compare catches negatives too; the slow
+	// path only runs to locate the culprit.
+	un := uint32(min(n, math.MaxUint32))
+	bad := false
+	for _, v := range ids {
+		if uint32(v) >= un {
+			bad = true
+			break
+		}
+	}
+	if !bad {
+		return nil
+	}
+	for i, v := range ids {
+		if v < 0 || int64(v) >= n {
+			return formatErr(path, int64(i)*4, "node ID %d at entry %d out of range [0, %d)", v, i, n)
+		}
+	}
+	return nil
+}
+
+func checkFinite(path string, x []float32) error {
+	for i, v := range x {
+		// NaN fails both compares; ±Inf fails the bound.
+		if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
+			return formatErr(path, int64(i)*4, "non-finite value %v at entry %d", v, i)
+		}
+	}
+	return nil
+}
+
+func checkSplit(path string, ids []int32, n int64) error {
+	for i, v := range ids {
+		if v < 0 || int64(v) >= n {
+			return formatErr(path, int64(i)*4, "node ID %d at entry %d out of range [0, %d)", v, i, n)
+		}
+		if i > 0 && v <= ids[i-1] {
+			return formatErr(path, int64(i)*4, "split not strictly ascending at entry %d (%d after %d)", i, v, ids[i-1])
+		}
+	}
+	return nil
+}
+
+// checkDegreeSymmetry checks in-degree == out-degree for every node, which
+// every symmetric graph satisfies. IDs must already be in range.
+func checkDegreeSymmetry(path string, g *graph.CSR) error {
+	n := g.NumRows
+	in := make([]int64, n)
+	for _, v := range g.Indices {
+		in[v]++
+	}
+	for v := int64(0); v < n; v++ {
+		if out := g.Indptr[v+1] - g.Indptr[v]; out != in[v] {
+			return formatErr(path, -1, "dataset is marked undirected but node %d has out-degree %d and in-degree %d", v, out, in[v])
+		}
+	}
+	return nil
+}
