@@ -71,10 +71,10 @@ func ArrayFile(name string) string { return name + ".bin" }
 
 // ArrayMeta describes one array file in the manifest.
 type ArrayMeta struct {
-	Name   string  `json:"name"`
-	DType  DType   `json:"dtype"`
-	Shape  []int64 `json:"shape"`
-	Bytes  int64   `json:"bytes"`
+	Name  string  `json:"name"`
+	DType DType   `json:"dtype"`
+	Shape []int64 `json:"shape"`
+	Bytes int64   `json:"bytes"`
 	// BlockBytes is the checksum block size (a power of two); CRC32C holds
 	// the CRC-32C of each consecutive BlockBytes-long block of the file (the
 	// last block may be shorter) as 8 lower-case hex digits, so a damaged

@@ -34,7 +34,7 @@ const progressMin = 64 << 20
 type outArray struct {
 	name  string
 	shape []int64
-	data  []byte // raw host bytes
+	data  []byte                       // raw host bytes
 	conv  func(dst []byte, off, n int) // big-endian hosts: encode elements [off, off+n) into dst
 	esize int
 }
