@@ -1,0 +1,24 @@
+// Package autograd is a tape-based reverse-mode automatic differentiation
+// engine over a backend.Backend.
+//
+// Each op (MatMul, AddBias, activations, Dropout, SpMM, SDDMM, EdgeSoftmax,
+// GatherRows, Add, LogSoftmax, NLLLoss, SparseMatMul, ...) computes its
+// forward result with back-end primitives and appends a backward closure to
+// the Tape. Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the
+// closures in reverse order; since ops are recorded in execution order, the
+// reversed tape is a valid topological order, as in micrograd.
+//
+// Gradients accumulate: every backward closure adds its contribution into
+// the input's Grad buffer (allocated lazily, zero on first use, then
+// accumulated with Axpby or a Gemm with beta = 1), so a Var used twice gets
+// the sum of both contributions. Leaf Vars made by Tape.Leaf with a gradient
+// buffer (model parameters) accumulate into that buffer across steps until
+// the optimizer zeroes it.
+//
+// Device memory is not seen by Go's garbage collector, so the tape owns
+// every buffer it allocates (op outputs, gradients, masks, temporaries) and
+// Tape.Release frees them all; call it once per training step after the
+// optimizer step (or after reading an evaluation's outputs).
+//
+// No op panics on bad input: shapes are checked and errors name the op.
+package autograd

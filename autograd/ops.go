@@ -1,0 +1,306 @@
+package autograd
+
+import (
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// MatMul returns a*b for a (m x k) and b (k x n).
+//
+// Backward: da += dy b^T, db += a^T dy (Gemm with beta = 1 accumulates).
+func (t *Tape) MatMul(a, b *Var) (*Var, error) {
+	const op = "MatMul"
+	if err := t.check(op, a, b); err != nil {
+		return nil, err
+	}
+	if a.Cols != b.Rows {
+		return nil, errf(op, "inner dimensions differ: %dx%d * %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	m, k, n := a.Rows, a.Cols, b.Cols
+	out, err := t.newVar(op, m, n, anyGrad(a, b))
+	if err != nil {
+		return nil, err
+	}
+	if m > 0 && n > 0 {
+		if err := t.b.Gemm(false, false, m, n, k, 1, a.Value, b.Value, 0, out.Value); err != nil {
+			return nil, wrap(op, err)
+		}
+	}
+	t.record(op, out, func() error {
+		if err := t.accumulateInto(op, a, func(dst backend.Buffer, add bool) error {
+			if m == 0 || k == 0 {
+				return nil
+			}
+			return t.b.Gemm(false, true, m, k, n, 1, out.Grad, b.Value, beta(add), dst)
+		}); err != nil {
+			return err
+		}
+		return t.accumulateInto(op, b, func(dst backend.Buffer, add bool) error {
+			if k == 0 || n == 0 {
+				return nil
+			}
+			return t.b.Gemm(true, false, k, n, m, 1, a.Value, out.Grad, beta(add), dst)
+		})
+	})
+	return out, nil
+}
+
+func beta(add bool) float32 {
+	if add {
+		return 1
+	}
+	return 0
+}
+
+// AddBias returns x + bias broadcast over rows; bias is 1 x x.Cols.
+//
+// Backward: dx += dy, dbias += column sums of dy.
+func (t *Tape) AddBias(x, bias *Var) (*Var, error) {
+	const op = "AddBias"
+	if err := t.check(op, x, bias); err != nil {
+		return nil, err
+	}
+	if bias.Len() != x.Cols {
+		return nil, errf(op, "bias has %d elements, want %d (x is %dx%d)", bias.Len(), x.Cols, x.Rows, x.Cols)
+	}
+	out, err := t.newVar(op, x.Rows, x.Cols, anyGrad(x, bias))
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.AddRowVector(out.Value, x.Value, bias.Value, x.Rows, x.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		if err := t.addScaled(op, x, 1, out.Grad); err != nil {
+			return err
+		}
+		return t.accumulate(op, bias, func(dst backend.Buffer) error {
+			return t.b.SumRows(dst, out.Grad, x.Rows, x.Cols)
+		})
+	})
+	return out, nil
+}
+
+// Add returns a + b (same shape).
+func (t *Tape) Add(a, b *Var) (*Var, error) {
+	const op = "Add"
+	if err := t.check(op, a, b); err != nil {
+		return nil, err
+	}
+	if a.Rows != b.Rows || a.Cols != b.Cols {
+		return nil, errf(op, "shapes differ: %dx%d + %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	out, err := t.newVar(op, a.Rows, a.Cols, anyGrad(a, b))
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.Axpby(out.Value, 1, a.Value, 1, b.Value); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		if err := t.addScaled(op, a, 1, out.Grad); err != nil {
+			return err
+		}
+		return t.addScaled(op, b, 1, out.Grad)
+	})
+	return out, nil
+}
+
+// Scale returns alpha * x.
+func (t *Tape) Scale(x *Var, alpha float32) (*Var, error) {
+	const op = "Scale"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.Axpby(out.Value, alpha, x.Value, 0, x.Value); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error { return t.addScaled(op, x, alpha, out.Grad) })
+	return out, nil
+}
+
+// Reshape returns x viewed as rows x cols (same number of elements). The
+// value buffer is shared, not copied.
+func (t *Tape) Reshape(x *Var, rows, cols int) (*Var, error) {
+	const op = "Reshape"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	if rows < 0 || cols < 0 || rows*cols != x.Len() {
+		return nil, errf(op, "cannot view %dx%d as %dx%d", x.Rows, x.Cols, rows, cols)
+	}
+	out := t.register(&Var{Value: x.Value, Rows: rows, Cols: cols, RequiresGrad: x.RequiresGrad})
+	t.record(op, out, func() error { return t.addScaled(op, x, 1, out.Grad) })
+	return out, nil
+}
+
+// Activation returns op(x) elementwise with parameter alpha (the negative
+// slope of LeakyReLU, the alpha of ELU).
+//
+// Backward: dx += dy * op'(x) (backend.UnaryBackward).
+func (t *Tape) Activation(fn backend.UnaryOp, alpha float32, x *Var) (*Var, error) {
+	op := "Activation(" + fn.String() + ")"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.Unary(fn, alpha, out.Value, x.Value); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		return t.accumulate(op, x, func(dst backend.Buffer) error {
+			return t.b.UnaryBackward(fn, alpha, dst, x.Value, out.Value, out.Grad)
+		})
+	})
+	return out, nil
+}
+
+// ReLU returns max(x, 0).
+func (t *Tape) ReLU(x *Var) (*Var, error) { return t.Activation(backend.ReLU, 0, x) }
+
+// LeakyReLU returns x for x > 0 and slope*x otherwise.
+func (t *Tape) LeakyReLU(x *Var, slope float32) (*Var, error) {
+	return t.Activation(backend.LeakyReLU, slope, x)
+}
+
+// ELU returns x for x > 0 and alpha*(exp(x)-1) otherwise.
+func (t *Tape) ELU(x *Var, alpha float32) (*Var, error) { return t.Activation(backend.ELU, alpha, x) }
+
+// Dropout zeroes each element with probability p and scales the others by
+// 1/(1-p) (inverted dropout). The mask is a pure function of seed and the
+// element index (backend.Dropout), so it is reproducible on any back end.
+// p == 0 returns x itself; p must be in [0, 1).
+//
+// Backward: dx += dy * mask.
+func (t *Tape) Dropout(x *Var, p float32, seed uint64) (*Var, error) {
+	const op = "Dropout"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	if !(p >= 0 && p < 1) {
+		return nil, errf(op, "p = %v, want 0 <= p < 1", p)
+	}
+	if p == 0 {
+		return x, nil
+	}
+	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := t.alloc(op, x.Len())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.Dropout(out.Value, mask, x.Value, p, seed); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		return t.accumulate(op, x, func(dst backend.Buffer) error {
+			return t.b.Mul(dst, out.Grad, mask)
+		})
+	})
+	return out, nil
+}
+
+// GatherRows returns the rows of x listed in idx (an int32 buffer of any
+// length, entries in [0, x.Rows)): out[i,:] = x[idx[i],:].
+//
+// Backward: dx[idx[i],:] += dy[i,:] (backend.ScatterAddRows).
+func (t *Tape) GatherRows(x *Var, idx backend.Buffer) (*Var, error) {
+	const op = "GatherRows"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	if idx == nil || idx.DType() != backend.Int32 {
+		return nil, errf(op, "idx must be a non-nil int32 buffer")
+	}
+	n := idx.Len()
+	out, err := t.newVar(op, n, x.Cols, x.RequiresGrad)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.GatherRows(out.Value, x.Value, idx, x.Rows, x.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		return t.accumulateInto(op, x, func(dst backend.Buffer, _ bool) error {
+			return t.b.ScatterAddRows(dst, out.Grad, idx, x.Rows, x.Cols)
+		})
+	})
+	return out, nil
+}
+
+// LogSoftmax returns the row-wise log-softmax of x.
+//
+// Backward: dx += dy - exp(y) * rowsum(dy).
+func (t *Tape) LogSoftmax(x *Var) (*Var, error) {
+	const op = "LogSoftmax"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	if x.Cols == 0 {
+		return nil, errf(op, "x has no columns")
+	}
+	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.LogSoftmax(out.Value, x.Value, x.Rows, x.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		return t.accumulate(op, x, func(dst backend.Buffer) error {
+			return t.b.LogSoftmaxBackward(dst, out.Value, out.Grad, x.Rows, x.Cols)
+		})
+	})
+	return out, nil
+}
+
+// NLLLoss returns the mean negative log-likelihood
+// -(1/n) sum_i logp[rows[i], labels[i]] as a 1x1 Var, and its value on the
+// host. rows and labels are int32 buffers of equal, non-zero length n.
+//
+// Backward: dlogp[rows[i], labels[i]] += -g/n where g is the loss gradient.
+func (t *Tape) NLLLoss(logp *Var, rows, labels backend.Buffer) (*Var, float64, error) {
+	const op = "NLLLoss"
+	if err := t.check(op, logp); err != nil {
+		return nil, 0, err
+	}
+	if rows == nil || labels == nil || rows.DType() != backend.Int32 || labels.DType() != backend.Int32 {
+		return nil, 0, errf(op, "rows and labels must be non-nil int32 buffers")
+	}
+	if rows.Len() != labels.Len() || rows.Len() == 0 {
+		return nil, 0, errf(op, "rows (%d) and labels (%d) must have the same non-zero length", rows.Len(), labels.Len())
+	}
+	loss, err := t.b.NLLLoss(logp.Value, rows, labels, logp.Rows, logp.Cols)
+	if err != nil {
+		return nil, 0, wrap(op, err)
+	}
+	out, err := t.newVar(op, 1, 1, logp.RequiresGrad)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := t.b.Fill(out.Value, float32(loss)); err != nil {
+		return nil, 0, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		g := []float32{0}
+		if err := t.b.Download(g, out.Grad); err != nil {
+			return wrap(op, err)
+		}
+		if !logp.RequiresGrad {
+			return nil
+		}
+		// NLLLossBackward overwrites, so it always goes through accumulate.
+		return t.accumulate(op, logp, func(dst backend.Buffer) error {
+			return t.b.NLLLossBackward(dst, rows, labels, logp.Rows, logp.Cols, g[0])
+		})
+	})
+	return out, loss, nil
+}

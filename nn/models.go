@@ -1,0 +1,178 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Dropout seeds are rng.Derive(stepSeed, layer, purpose).
+const (
+	seedFeature   = 0
+	seedAttention = 1
+)
+
+// layerFn runs layer l on a dense or sparse input (exactly one non-nil).
+type layerFn func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, train bool, seed uint64) (*autograd.Var, error)
+
+// stack is the shared body of the three models: per layer, dropout on the
+// input, the graph layer, and the activation between layers.
+type stack struct {
+	cfg    Config
+	params []*Param
+	layer  layerFn
+	act    func(t *autograd.Tape, x *autograd.Var) (*autograd.Var, error)
+}
+
+func (s *stack) Params() []*Param { return s.params }
+func (s *stack) Config() Config   { return s.cfg }
+
+func (s *stack) Forward(t *autograd.Tape, x *autograd.Var, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
+	if x == nil {
+		return nil, layerErr(s.cfg.Kind, "nil input")
+	}
+	return s.run(t, x, nil, blocks, train, seed)
+}
+
+func (s *stack) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
+	if x == nil {
+		return nil, layerErr(s.cfg.Kind, "nil sparse input")
+	}
+	return s.run(t, nil, x, blocks, train, seed)
+}
+
+func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
+	if t == nil {
+		return nil, layerErr(s.cfg.Kind, "nil tape")
+	}
+	if len(blocks) != s.cfg.Layers {
+		return nil, layerErr(s.cfg.Kind, "%d blocks for %d layers", len(blocks), s.cfg.Layers)
+	}
+	for l, blk := range blocks {
+		if err := blk.live(); err != nil {
+			return nil, layerErr(s.cfg.Kind, "block %d: %v", l, err)
+		}
+		if l > 0 && blk.NumSrc != blocks[l-1].NumDst {
+			return nil, layerErr(s.cfg.Kind, "block %d has %d sources but block %d has %d destinations", l, blk.NumSrc, l-1, blocks[l-1].NumDst)
+		}
+	}
+	h := x
+	for l, blk := range blocks {
+		p := s.cfg.Dropout
+		if l == 0 {
+			p = s.cfg.InputDropout
+		}
+		fseed := rng.Derive(seed, uint64(l), seedFeature)
+		aseed := rng.Derive(seed, uint64(l), seedAttention)
+		var err error
+		if l == 0 && xs != nil {
+			in := xs
+			if train && p > 0 {
+				if in, err = t.SparseDropout(xs, p, fseed); err != nil {
+					return nil, err
+				}
+			}
+			h, err = s.layer(t, l, nil, in, blk, train, aseed)
+		} else {
+			if train && p > 0 {
+				if h, err = t.Dropout(h, p, fseed); err != nil {
+					return nil, err
+				}
+			}
+			h, err = s.layer(t, l, h, nil, blk, train, aseed)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if l < len(blocks)-1 {
+			if h, err = s.act(t, h); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return h, nil
+}
+
+func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
+
+// dims returns the input and output width of layer l for single-head models.
+func dims(cfg Config, l int) (in, out int) {
+	in, out = cfg.Hidden, cfg.Hidden
+	if l == 0 {
+		in = cfg.InDim
+	}
+	if l == cfg.Layers-1 {
+		out = cfg.OutDim
+	}
+	return in, out
+}
+
+func relu(t *autograd.Tape, x *autograd.Var) (*autograd.Var, error) { return t.ReLU(x) }
+
+func newGCN(b backend.Backend, cfg Config) (Model, error) {
+	convs := make([]*GCNConv, cfg.Layers)
+	var ps []*Param
+	for l := range convs {
+		in, out := dims(cfg, l)
+		c, err := NewGCNConv(b, layerName(l), in, out, rng.Derive(cfg.Seed, uint64(l)))
+		if err != nil {
+			FreeParams(b, ps)
+			return nil, err
+		}
+		convs[l] = c
+		ps = append(ps, c.Params()...)
+	}
+	return &stack{cfg: cfg, params: ps, act: relu,
+		layer: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, _ bool, _ uint64) (*autograd.Var, error) {
+			return convs[l].forward(t, x, xs, blk)
+		}}, nil
+}
+
+func newSAGE(b backend.Backend, cfg Config) (Model, error) {
+	convs := make([]*SAGEConv, cfg.Layers)
+	var ps []*Param
+	for l := range convs {
+		in, out := dims(cfg, l)
+		c, err := NewSAGEConv(b, layerName(l), in, out, rng.Derive(cfg.Seed, uint64(l)))
+		if err != nil {
+			FreeParams(b, ps)
+			return nil, err
+		}
+		convs[l] = c
+		ps = append(ps, c.Params()...)
+	}
+	return &stack{cfg: cfg, params: ps, act: relu,
+		layer: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, _ bool, _ uint64) (*autograd.Var, error) {
+			return convs[l].forward(t, x, xs, blk)
+		}}, nil
+}
+
+func newGAT(b backend.Backend, cfg Config) (Model, error) {
+	convs := make([]*GATConv, cfg.Layers)
+	var ps []*Param
+	in := cfg.InDim
+	for l := range convs {
+		var c *GATConv
+		var err error
+		seed := rng.Derive(cfg.Seed, uint64(l))
+		if l < cfg.Layers-1 {
+			c, err = NewGATConv(b, layerName(l), in, cfg.Hidden, cfg.Heads, true, cfg.NegativeSlope, cfg.AttnDropout, seed)
+		} else {
+			c, err = NewGATConv(b, layerName(l), in, cfg.OutDim, cfg.OutHeads, false, cfg.NegativeSlope, cfg.AttnDropout, seed)
+		}
+		if err != nil {
+			FreeParams(b, ps)
+			return nil, err
+		}
+		convs[l] = c
+		ps = append(ps, c.Params()...)
+		in = c.OutDim()
+	}
+	elu := func(t *autograd.Tape, x *autograd.Var) (*autograd.Var, error) { return t.ELU(x, 1) }
+	return &stack{cfg: cfg, params: ps, act: elu,
+		layer: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, train bool, seed uint64) (*autograd.Var, error) {
+			return convs[l].forward(t, x, xs, blk, train, seed)
+		}}, nil
+}
