@@ -1,0 +1,252 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Model kinds.
+const (
+	GCN  = "gcn"
+	SAGE = "sage"
+	GAT  = "gat"
+)
+
+// Training and evaluation modes.
+const (
+	// Sampled trains on mini-batches of seed nodes whose neighborhoods a
+	// NeighborSampler samples (one fanout per hop, the first for the seeds).
+	Sampled = "sampled"
+	// Full trains (or evaluates) on the whole graph in one batch.
+	Full = "full"
+)
+
+// Model-selection rules for the headline accuracies of a Report.
+const (
+	// SelectBest reports the epoch with the highest validation accuracy
+	// (ties: lower validation loss, then the earlier epoch), as the GCN and
+	// GAT papers select by validation.
+	SelectBest = "best"
+	// SelectLast reports the last epoch.
+	SelectLast = "last"
+)
+
+// Config describes one training run. Every field is part of the run's
+// identity: a checkpoint records it and a resume must match it (only Epochs
+// may grow). Defaults fills a model's paper settings.
+type Config struct {
+	Model         string  `json:"model"`        // gcn | sage | gat
+	Mode          string  `json:"mode"`         // sampled | full
+	Layers        int     `json:"layers"`       // message-passing layers
+	Hidden        int     `json:"hidden"`       // hidden width (per head for gat)
+	Heads         int     `json:"heads"`        // gat: attention heads of hidden layers
+	OutHeads      int     `json:"out_heads"`    // gat: heads of the output layer (averaged)
+	Dropout       float64 `json:"dropout"`      // feature dropout probability
+	AttnDrop      float64 `json:"attn_dropout"` // gat: attention dropout probability
+	RowNorm       bool    `json:"row_norm"`     // divide each feature row by its sum
+	Optimizer     string  `json:"optimizer"`    // adam | sgd
+	LR            float64 `json:"lr"`
+	WeightDecay   float64 `json:"weight_decay"`
+	Momentum      float64 `json:"momentum"` // sgd only
+	Epochs        int     `json:"epochs"`
+	BatchSize     int     `json:"batch_size"`      // sampled mode: seeds per batch
+	Fanouts       []int   `json:"fanouts"`         // sampled mode: per hop, seeds' hop first; -1 = all
+	Eval          string  `json:"eval"`            // full | sampled
+	EvalFanouts   []int   `json:"eval_fanouts"`    // eval=sampled only
+	EvalBatchSize int     `json:"eval_batch_size"` // eval=sampled only
+	Select        string  `json:"select"`          // best | last
+	Seed          uint64  `json:"seed"`
+}
+
+// Defaults returns the settings used when a flag is not given:
+//
+//   - gcn: Kipf & Welling 2017: 2 layers, 16 hidden, dropout 0.5, Adam lr
+//     0.01, weight decay 5e-4, 200 epochs, full batch, row-normalized
+//     features.
+//   - gat: Velickovic et al. 2018: 2 layers, 8 heads of 8 hidden, 1 output
+//     head, dropout 0.6 on features and attention, Adam lr 0.005, weight
+//     decay 5e-4, row-normalized features; 300 epochs with best-validation
+//     selection stand in for the paper's patience-100 early stopping.
+//   - sage: GraphSAGE-mean, sampled mini-batches: 2 layers, 64 hidden,
+//     fanouts 10,10, batch 32, dropout 0.5, Adam lr 0.01, weight decay
+//     5e-4, 30 epochs, row-normalized features, full-neighbor evaluation.
+func Defaults(model string) Config {
+	c := Config{
+		Model: model, Layers: 2, Optimizer: "adam", WeightDecay: 5e-4,
+		RowNorm: true, Eval: Full, Select: SelectBest, Seed: 1,
+		BatchSize: 32, Fanouts: []int{10, 10}, EvalBatchSize: 1024,
+	}
+	switch model {
+	case GCN:
+		c.Mode, c.Hidden, c.Dropout, c.LR, c.Epochs = Full, 16, 0.5, 0.01, 200
+	case GAT:
+		c.Mode, c.Hidden, c.Heads, c.OutHeads = Full, 8, 8, 1
+		c.Dropout, c.AttnDrop, c.LR, c.Epochs = 0.6, 0.6, 0.005, 300
+	default: // sage, and unknown models (Validate rejects them)
+		c.Mode, c.Hidden, c.Dropout, c.LR, c.Epochs = Sampled, 64, 0.5, 0.01, 30
+	}
+	if c.Model != GAT {
+		c.Heads, c.OutHeads = 1, 1
+	}
+	return c
+}
+
+// ConfigError reports an invalid Config field.
+type ConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return "train: config " + e.Field + ": " + e.Msg }
+
+// Bounds that keep a typo from allocating the machine away.
+const (
+	maxLayers = 16
+	maxWidth  = 1 << 16
+	maxHeads  = 64
+	maxEpochs = 1 << 20
+	maxBatch  = 1 << 24
+	maxFanout = 1 << 16
+)
+
+// Validate checks every field and returns a *ConfigError naming the first
+// bad one.
+func (c *Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	prob := func(field string, p float64) error {
+		if math.IsNaN(p) || p < 0 || p >= 1 {
+			return bad(field, "%v not in [0, 1)", p)
+		}
+		return nil
+	}
+	switch c.Model {
+	case GCN, SAGE, GAT:
+	default:
+		return bad("model", "unknown model %q (want gcn, sage or gat)", c.Model)
+	}
+	switch c.Mode {
+	case Full, Sampled:
+	default:
+		return bad("mode", "unknown mode %q (want sampled or full)", c.Mode)
+	}
+	if c.Layers < 1 || c.Layers > maxLayers {
+		return bad("layers", "%d not in [1, %d]", c.Layers, maxLayers)
+	}
+	if c.Hidden < 1 || c.Hidden > maxWidth {
+		return bad("hidden", "%d not in [1, %d]", c.Hidden, maxWidth)
+	}
+	if c.Heads < 1 || c.Heads > maxHeads {
+		return bad("heads", "%d not in [1, %d]", c.Heads, maxHeads)
+	}
+	if c.OutHeads < 1 || c.OutHeads > maxHeads {
+		return bad("out_heads", "%d not in [1, %d]", c.OutHeads, maxHeads)
+	}
+	if c.Model != GAT && (c.Heads != 1 || c.OutHeads != 1) {
+		return bad("heads", "only gat has attention heads (got heads %d, out_heads %d for %s)", c.Heads, c.OutHeads, c.Model)
+	}
+	if err := prob("dropout", c.Dropout); err != nil {
+		return err
+	}
+	if err := prob("attn_dropout", c.AttnDrop); err != nil {
+		return err
+	}
+	switch c.Optimizer {
+	case "adam", "sgd":
+	default:
+		return bad("optimizer", "unknown optimizer %q (want adam or sgd)", c.Optimizer)
+	}
+	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
+		return bad("lr", "%v must be a positive number", c.LR)
+	}
+	if math.IsNaN(c.WeightDecay) || c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) {
+		return bad("weight_decay", "%v must be >= 0", c.WeightDecay)
+	}
+	if err := prob("momentum", c.Momentum); err != nil {
+		return err
+	}
+	if c.Momentum != 0 && c.Optimizer != "sgd" {
+		return bad("momentum", "only sgd uses momentum")
+	}
+	if c.Epochs < 1 || c.Epochs > maxEpochs {
+		return bad("epochs", "%d not in [1, %d]", c.Epochs, maxEpochs)
+	}
+	if c.BatchSize < 1 || c.BatchSize > maxBatch {
+		return bad("batch_size", "%d not in [1, %d]", c.BatchSize, maxBatch)
+	}
+	if err := checkFanouts("fanouts", c.Fanouts, c.Layers); err != nil && c.Mode == Sampled {
+		return err
+	}
+	switch c.Eval {
+	case Full:
+	case Sampled:
+		if err := checkFanouts("eval_fanouts", c.EvalFanouts, c.Layers); err != nil {
+			return err
+		}
+		if c.EvalBatchSize < 1 || c.EvalBatchSize > maxBatch {
+			return bad("eval_batch_size", "%d not in [1, %d]", c.EvalBatchSize, maxBatch)
+		}
+	default:
+		return bad("eval", "unknown evaluation mode %q (want full or sampled)", c.Eval)
+	}
+	switch c.Select {
+	case SelectBest, SelectLast:
+	default:
+		return bad("select", "unknown selection %q (want best or last)", c.Select)
+	}
+	return nil
+}
+
+func checkFanouts(field string, f []int, layers int) error {
+	if len(f) != layers {
+		return &ConfigError{Field: field, Msg: fmt.Sprintf("%d fanouts for %d layers (one per hop, seeds' hop first)", len(f), layers)}
+	}
+	for i, v := range f {
+		if v == 0 || v < -1 || v > maxFanout {
+			return &ConfigError{Field: field, Msg: fmt.Sprintf("hop %d: fanout %d not in [1, %d] or -1 (all neighbors)", i+1, v, maxFanout)}
+		}
+	}
+	return nil
+}
+
+// diff names the first field in which a resumed run's config differs from
+// the checkpoint's; Epochs may differ (a finished run can be extended).
+func (c *Config) diff(o *Config) string {
+	a, b := *c, *o
+	a.Epochs, b.Epochs = 0, 0
+	fields := []struct {
+		name string
+		x, y any
+	}{
+		{"model", a.Model, b.Model}, {"mode", a.Mode, b.Mode}, {"layers", a.Layers, b.Layers},
+		{"hidden", a.Hidden, b.Hidden}, {"heads", a.Heads, b.Heads}, {"out_heads", a.OutHeads, b.OutHeads},
+		{"dropout", a.Dropout, b.Dropout}, {"attn_dropout", a.AttnDrop, b.AttnDrop},
+		{"row_norm", a.RowNorm, b.RowNorm}, {"optimizer", a.Optimizer, b.Optimizer},
+		{"lr", a.LR, b.LR}, {"weight_decay", a.WeightDecay, b.WeightDecay}, {"momentum", a.Momentum, b.Momentum},
+		{"batch_size", a.BatchSize, b.BatchSize}, {"fanouts", fmt.Sprint(a.Fanouts), fmt.Sprint(b.Fanouts)},
+		{"eval", a.Eval, b.Eval}, {"eval_fanouts", fmt.Sprint(a.EvalFanouts), fmt.Sprint(b.EvalFanouts)},
+		{"eval_batch_size", a.EvalBatchSize, b.EvalBatchSize}, {"select", a.Select, b.Select}, {"seed", a.Seed, b.Seed},
+	}
+	for _, f := range fields {
+		if f.x != f.y {
+			return fmt.Sprintf("%s is %v, the checkpoint has %v", f.name, f.x, f.y)
+		}
+	}
+	return ""
+}
+
+// String is a one-line summary for logs.
+func (c *Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s, %d layers, hidden %d", c.Model, c.Mode, c.Layers, c.Hidden)
+	if c.Model == GAT {
+		fmt.Fprintf(&b, "x%d heads (out %d)", c.Heads, c.OutHeads)
+	}
+	if c.Mode == Sampled {
+		fmt.Fprintf(&b, ", batch %d, fanouts %v", c.BatchSize, c.Fanouts)
+	}
+	fmt.Fprintf(&b, ", %s lr %g wd %g, dropout %g, %d epochs, seed %d", c.Optimizer, c.LR, c.WeightDecay, c.Dropout, c.Epochs, c.Seed)
+	return b.String()
+}

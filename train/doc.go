@@ -1,0 +1,43 @@
+// Package train runs node-classification training: full-batch or sampled
+// mini-batch (NeighborSampler) training of GCN, GraphSAGE and GAT models
+// with Adam or SGD, evaluation of train/validation/test accuracy after
+// every epoch, progress bars, JSON reports, loss/accuracy plots and
+// exactly resumable checkpoints.
+//
+// # Determinism
+//
+// Every random choice is a pure function of the run's seed and a
+// position: the model's initial weights of (seed), the shuffled order of
+// the training nodes of (seed, epoch), a batch's sampled neighborhoods of
+// sample.Key{seed, epoch, batch} and its dropout masks of
+// (seed, epoch, batch). The back ends are deterministic for any number of
+// goroutines. So two runs with the same Config produce bit-identical
+// losses, and a run resumed from a checkpoint taken after any batch
+// continues exactly as if it had never stopped.
+//
+// # Evaluation
+//
+// After each epoch the model is evaluated without dropout. With Eval
+// "full" (the default) every layer aggregates over all neighbors of the
+// whole graph in one pass, also for models trained on sampled
+// neighborhoods (full-neighbor inference, as GraphSAGE's authors do on
+// small graphs); Eval "sampled" evaluates mini-batches with EvalFanouts,
+// for graphs too large for one pass. Accuracy on the training nodes comes
+// from the same pass.
+//
+// # Model selection
+//
+// A Report gives validation and test accuracy of every epoch. Its headline
+// test_accuracy is that of the epoch with the best validation accuracy
+// (Select "best", the default; ties go to the lower validation loss, then
+// the earlier epoch), as the GCN and GAT papers report; last_test_accuracy
+// is that of the final epoch.
+//
+// # Checkpoints
+//
+// With CheckpointDir set, the trainer writes DIR/checkpoint.strata (see
+// package train/checkpoint) every CheckpointEvery batches and at the end:
+// parameters, optimizer moments and step, the seed, the cursor (epoch and
+// next batch), the partial epoch's losses and the history of finished
+// epochs. Resume continues from it.
+package train

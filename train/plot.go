@@ -1,0 +1,112 @@
+package train
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgpdf"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// WritePlot draws the report's curves, training and validation loss on
+// the left and train/validation/test accuracy on the right, to path. The
+// format follows the extension: .png, .svg or .pdf.
+func WritePlot(r *Report, path string) error {
+	if len(r.Epochs) == 0 {
+		return fmt.Errorf("train: plot: the report has no epochs")
+	}
+	const w, h = 12 * vg.Inch, 4.5 * vg.Inch
+	var canvas vg.CanvasWriterTo
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".png":
+		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(96))}
+	case ".svg":
+		canvas = vgsvg.New(w, h)
+	case ".pdf":
+		canvas = vgpdf.New(w, h)
+	default:
+		return fmt.Errorf("train: plot: unknown image format %q (want .png, .svg or .pdf)", ext)
+	}
+
+	title := fmt.Sprintf("%s %s on %s", r.Model, r.Mode, r.Dataset)
+	loss := plot.New()
+	loss.Title.Text = title + ": loss"
+	loss.X.Label.Text = "epoch"
+	loss.Y.Label.Text = "cross-entropy"
+	acc := plot.New()
+	acc.Title.Text = fmt.Sprintf("accuracy (test %.4f at epoch %d, %s)", r.TestAccuracy, r.SelectedEpoch, r.Selection)
+	acc.X.Label.Text = "epoch"
+	acc.Y.Label.Text = "accuracy"
+	acc.Y.Min, acc.Y.Max = 0, 1
+
+	series := func(get func(*EpochRecord) float64) plotter.XYs {
+		xy := make(plotter.XYs, len(r.Epochs))
+		for i := range r.Epochs {
+			xy[i].X = float64(r.Epochs[i].Epoch)
+			xy[i].Y = get(&r.Epochs[i])
+		}
+		return xy
+	}
+	add := func(p *plot.Plot, name string, col color.Color, dashed bool, xy plotter.XYs) error {
+		l, err := plotter.NewLine(xy)
+		if err != nil {
+			return fmt.Errorf("train: plot %s: %w", name, err)
+		}
+		l.Color = col
+		l.Width = vg.Points(1.5)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	blue := color.RGBA{R: 31, G: 119, B: 180, A: 255}
+	orange := color.RGBA{R: 255, G: 127, B: 14, A: 255}
+	green := color.RGBA{R: 44, G: 160, B: 44, A: 255}
+	for _, s := range []struct {
+		p      *plot.Plot
+		name   string
+		col    color.Color
+		dashed bool
+		get    func(*EpochRecord) float64
+	}{
+		{loss, "train loss", blue, false, func(e *EpochRecord) float64 { return e.Loss }},
+		{loss, "val loss", orange, true, func(e *EpochRecord) float64 { return e.ValLoss }},
+		{acc, "train", blue, false, func(e *EpochRecord) float64 { return e.TrainAccuracy }},
+		{acc, "val", orange, true, func(e *EpochRecord) float64 { return e.ValAccuracy }},
+		{acc, "test", green, false, func(e *EpochRecord) float64 { return e.TestAccuracy }},
+	} {
+		if err := add(s.p, s.name, s.col, s.dashed, series(s.get)); err != nil {
+			return err
+		}
+	}
+	loss.Legend.Top = true
+	acc.Legend.Top, acc.Legend.Left = false, false
+	acc.Legend.YOffs = vg.Points(45)
+	acc.Legend.XOffs = -vg.Points(10)
+	loss.Add(plotter.NewGrid())
+	acc.Add(plotter.NewGrid())
+
+	dc := draw.New(canvas)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2}
+	loss.Draw(tiles.At(dc, 0, 0))
+	acc.Draw(tiles.At(dc, 1, 0))
+	data := &bytesWriter{}
+	if _, err := canvas.WriteTo(data); err != nil {
+		return fmt.Errorf("train: plot: %w", err)
+	}
+	return writeFileAtomic(path, data.b)
+}
+
+type bytesWriter struct{ b []byte }
+
+func (w *bytesWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
