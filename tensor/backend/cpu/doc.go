@@ -1,0 +1,27 @@
+// Package cpu is the host back end: every backend.Backend primitive on Go
+// slices, parallel over rows with plain goroutines. It registers the device
+// kind "cpu" (backend.Open("cpu")).
+//
+// # Determinism
+//
+// Results are bit-identical for any GOMAXPROCS. Work is split into chunks
+// whose boundaries depend only on the problem shape; each output element is
+// written by exactly one goroutine, and every sum runs in a fixed order:
+//   - reductions (Sum, SumRows) sum fixed-size chunks in float64 and combine
+//     the partial sums in chunk order;
+//   - ScatterAddRows buckets the indices by destination with a stable
+//     counting sort, then sums each destination in the original order;
+//   - the transposed sparse product (A^T x, used by backward passes) runs on
+//     a transpose of A built once per Sparse (lazily, thread-safe), as a
+//     row-parallel gather-sum in the original edge order.
+//
+// GEMM uses OpenBLAS's cblas_sgemm when internal/openblas finds the library
+// and gonum's pure-Go Sgemm otherwise (both deterministic for a fixed shape;
+// see package openblas for its threading). Options.Gemm forces either.
+//
+// # Host access
+//
+// Buffers are host slices; F32, I32 and I64 return them without copying, and
+// WrapF32 etc. turn a host slice into a Buffer, so host code never needs
+// Upload/Download on this back end.
+package cpu
