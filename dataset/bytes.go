@@ -15,7 +15,7 @@ var hostLE = func() bool {
 
 // element is the set of array element types the format stores.
 type element interface {
-	~int32 | ~int64 | ~float32
+	~int32 | ~int64 | ~float32 | ~uint32
 }
 
 func sizeOf[T element]() int {
