@@ -40,7 +40,10 @@ func New(total int64, desc string) *Bar {
 	if Quiet {
 		return nil
 	}
-	b := &Bar{desc: desc, total: total, start: time.Now()}
+	now := time.Now()
+	// lastOut starts at now so line mode's first line comes after the
+	// throttle interval: short tasks (one epoch) print nothing.
+	b := &Bar{desc: desc, total: total, start: now, lastOut: now}
 	if f, ok := Output.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		b.bar = progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(f),
