@@ -1,0 +1,576 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Tags separating the random streams derived from the run's seed.
+const (
+	tagInit uint64 = iota + 1
+	tagShuffle
+	tagDropout
+	tagEval
+)
+
+// CheckpointFile is the checkpoint's file name inside Options.CheckpointDir.
+const CheckpointFile = "checkpoint.strata"
+
+// Options are the run's environment: where it computes, logs and saves.
+// None of them changes the numbers a run produces.
+type Options struct {
+	// Backend computes; required.
+	Backend backend.Backend
+	// CheckpointDir, when set, receives CheckpointFile every
+	// CheckpointEvery batches (counted from the start of training, so the
+	// positions do not depend on resumes), when the context is cancelled,
+	// and at the end.
+	CheckpointDir   string
+	CheckpointEvery int
+	// Resume continues from CheckpointDir's checkpoint when there is one
+	// (and starts afresh when there is none). Without Resume an existing
+	// checkpoint is an error rather than being overwritten.
+	Resume bool
+	// Log receives one line per epoch (throttled to about 25 lines for
+	// long runs) and notes such as the resume point; nil for none.
+	Log io.Writer
+	// OnBatch, when set, is called after every optimizer step with the
+	// cursor of the batch just run and its loss.
+	OnBatch func(epoch, batch int, loss float64)
+}
+
+// RunError reports a failure of a run with what it was doing.
+type RunError struct {
+	Op  string
+	Err error
+}
+
+func (e *RunError) Error() string { return "train: " + e.Op + ": " + e.Err.Error() }
+func (e *RunError) Unwrap() error { return e.Err }
+
+// ErrInterrupted is wrapped by Run's error when the context was cancelled.
+var ErrInterrupted = errors.New("interrupted")
+
+// Run trains cfg on ds and returns the report. Defaults are not applied:
+// start from Defaults(model). A cancelled ctx stops the run between batches
+// (after saving a checkpoint when CheckpointDir is set) with an error
+// wrapping ErrInterrupted.
+func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
+	start := time.Now()
+	r, err := newRunner(ds, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.free()
+	if err := r.restore(); err != nil {
+		return nil, err
+	}
+	if err := r.loop(ctx); err != nil {
+		return nil, err
+	}
+	rep := r.report()
+	rep.TotalSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// runner holds one run's state.
+type runner struct {
+	cfg  Config
+	opts Options
+	b    backend.Backend
+	ds   *dataset.Dataset
+	ckpt string // checkpoint path, "" for none
+
+	in                     *graph.CSR // in-adjacency
+	feats                  *features
+	model                  nn.Model
+	opt                    optim.Optimizer
+	full                   *nn.Block // whole graph, for full-batch training and evaluation
+	fullX                  *autograd.SparseInput
+	fullXD                 backend.Buffer // dense features when not sparse
+	trainRows, trainLabels backend.Buffer
+
+	sampler     sample.Sampler
+	evalSampler sample.Sampler
+	numBatches  int
+
+	cursor  Cursor
+	partial partialEpoch
+	history []EpochRecord
+	resumed *Cursor
+}
+
+// partialEpoch is the part of the current epoch already run.
+type partialEpoch struct {
+	BatchLosses []float64 `json:"batch_losses"`
+	Seconds     float64   `json:"seconds"`
+}
+
+func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Backend == nil {
+		return nil, &RunError{Op: "setup", Err: errors.New("no back end")}
+	}
+	if err := checkDataset(ds); err != nil {
+		return nil, err
+	}
+	if opts.CheckpointEvery < 0 {
+		return nil, &ConfigError{Field: "checkpoint_every", Msg: fmt.Sprintf("%d is negative", opts.CheckpointEvery)}
+	}
+	if opts.Resume && opts.CheckpointDir == "" {
+		return nil, &ConfigError{Field: "resume", Msg: "resuming needs a checkpoint directory"}
+	}
+	r = &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds}
+	defer func() {
+		if err != nil {
+			r.free()
+		}
+	}()
+	if opts.CheckpointDir != "" {
+		if err := os.MkdirAll(opts.CheckpointDir, 0o755); err != nil {
+			return nil, &RunError{Op: "checkpoint directory", Err: err}
+		}
+		r.ckpt = filepath.Join(opts.CheckpointDir, CheckpointFile)
+	}
+	r.in = ds.InGraph()
+	x := ds.Features
+	if cfg.RowNorm {
+		x = dataset.RowNormalize(x, ds.FeatDim)
+	}
+	r.feats = newFeatures(x, int(ds.NumNodes()), ds.FeatDim)
+
+	mc := nn.Config{
+		Kind: cfg.Model, InDim: ds.FeatDim, Hidden: cfg.Hidden, OutDim: ds.NumClasses, Layers: cfg.Layers,
+		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
+		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
+		NoDropout: cfg.Dropout == 0 && cfg.AttnDrop == 0,
+		Seed:      rng.Derive(cfg.Seed, tagInit),
+	}
+	if cfg.Model != GAT {
+		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
+		mc.NoDropout = cfg.Dropout == 0
+	}
+	if r.model, err = nn.New(r.b, mc); err != nil {
+		return nil, &RunError{Op: "model", Err: err}
+	}
+	// nn reads a zero rate as "default"; make sure what was built is what
+	// was asked for.
+	got := r.model.Config()
+	if got.Dropout != mc.Dropout || got.InputDropout != mc.InputDropout || (cfg.Model == GAT && got.AttnDropout != mc.AttnDropout) {
+		return nil, &ConfigError{Field: "dropout", Msg: fmt.Sprintf("the model cannot use dropout %v with attention dropout %v", cfg.Dropout, cfg.AttnDrop)}
+	}
+	switch cfg.Optimizer {
+	case "adam":
+		r.opt = optim.NewAdam(r.b, r.model.Params(), float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
+	default:
+		r.opt = optim.NewSGD(r.b, r.model.Params(), float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
+	}
+
+	if cfg.Mode == Full || cfg.Eval == Full {
+		if r.full, err = nn.UploadGraph(r.b, r.in); err != nil {
+			return nil, &RunError{Op: "upload graph", Err: err}
+		}
+		if err := r.uploadFullFeatures(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Mode == Full {
+		r.numBatches = 1
+		labels := make([]int32, len(ds.Train))
+		for i, v := range ds.Train {
+			labels[i] = ds.Labels[v]
+		}
+		if r.trainRows, err = upload(r.b, ds.Train); err != nil {
+			return nil, err
+		}
+		if r.trainLabels, err = upload(r.b, labels); err != nil {
+			return nil, err
+		}
+	} else {
+		r.numBatches = (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+		if r.sampler, err = newSampler(r.in, cfg.Fanouts); err != nil {
+			return nil, &RunError{Op: "sampler", Err: err}
+		}
+	}
+	if cfg.Eval == Sampled {
+		if r.evalSampler, err = newSampler(r.in, cfg.EvalFanouts); err != nil {
+			return nil, &RunError{Op: "sampler", Err: err}
+		}
+	}
+	return r, nil
+}
+
+// checkDataset rejects datasets that cannot be trained on, naming why.
+func checkDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error {
+		return &RunError{Op: "dataset", Err: fmt.Errorf(format, args...)}
+	}
+	if ds == nil || ds.Graph == nil {
+		return bad("no graph")
+	}
+	n := ds.NumNodes()
+	name := ds.Name
+	switch {
+	case ds.Graph.NumCols != n:
+		return bad("%s: graph is %d x %d, want square", name, n, ds.Graph.NumCols)
+	case ds.Features == nil || ds.FeatDim <= 0:
+		return bad("%s has no node features: cannot train a node classifier on it", name)
+	case int64(len(ds.Features)) != n*int64(ds.FeatDim):
+		return bad("%s: %d feature values for %d nodes x %d", name, len(ds.Features), n, ds.FeatDim)
+	case ds.Labels == nil || ds.NumClasses <= 0:
+		return bad("%s has no labels: cannot train a node classifier on it", name)
+	case int64(len(ds.Labels)) != n:
+		return bad("%s: %d labels for %d nodes", name, len(ds.Labels), n)
+	case len(ds.Train) == 0:
+		return bad("%s has no training nodes", name)
+	case len(ds.Val) == 0 || len(ds.Test) == 0:
+		return bad("%s needs validation and test nodes (has %d and %d)", name, len(ds.Val), len(ds.Test))
+	}
+	for _, s := range []struct {
+		name string
+		ids  []int32
+	}{{"train", ds.Train}, {"val", ds.Val}, {"test", ds.Test}} {
+		for i, v := range s.ids {
+			if v < 0 || int64(v) >= n {
+				return bad("%s: %s node %d (position %d) out of range [0, %d)", name, s.name, v, i, n)
+			}
+			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
+				return bad("%s: %s node %d has label %d, want [0, %d)", name, s.name, v, l, ds.NumClasses)
+			}
+		}
+	}
+	return nil
+}
+
+func upload(b backend.Backend, v []int32) (backend.Buffer, error) {
+	buf, err := b.Alloc(backend.Int32, len(v))
+	if err != nil {
+		return nil, &RunError{Op: "upload", Err: err}
+	}
+	if err := b.Upload(buf, v); err != nil {
+		b.Free(buf)
+		return nil, &RunError{Op: "upload", Err: err}
+	}
+	return buf, nil
+}
+
+func (r *runner) uploadFullFeatures() error {
+	f := r.feats
+	var err error
+	if f.sparse {
+		r.fullX, err = autograd.NewSparseInput(r.b, f.rows, f.cols, f.indptr, f.indices, f.values)
+	} else {
+		if r.fullXD, err = r.b.Alloc(backend.Float32, len(f.dense)); err == nil {
+			err = r.b.Upload(r.fullXD, f.dense)
+		}
+	}
+	if err != nil {
+		return &RunError{Op: "upload features", Err: err}
+	}
+	return nil
+}
+
+func (r *runner) free() {
+	b := r.b
+	if r.model != nil {
+		nn.FreeParams(b, r.model.Params())
+	}
+	if r.opt != nil {
+		r.opt.Free()
+	}
+	if r.full != nil {
+		r.full.Free()
+	}
+	r.fullX.Free(b)
+	for _, buf := range []backend.Buffer{r.fullXD, r.trainRows, r.trainLabels} {
+		if buf != nil {
+			b.Free(buf)
+		}
+	}
+	r.fullXD, r.trainRows, r.trainLabels, r.full, r.fullX = nil, nil, nil, nil, nil
+}
+
+// logf writes a line to the run's log.
+func (r *runner) logf(format string, args ...any) {
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, format+"\n", args...)
+	}
+}
+
+// loop runs epochs from the cursor to cfg.Epochs.
+func (r *runner) loop(ctx context.Context) error {
+	cfg := r.cfg
+	every := logEvery(cfg.Epochs)
+	var bar *progress.Bar
+	barEnd := -1 // last epoch (0-based) of the current bar's chunk
+	for e := r.cursor.Epoch; e < cfg.Epochs; e++ {
+		if e > barEnd {
+			barEnd = min(cfg.Epochs-1, (e/every+1)*every-1)
+			units := int64(barEnd-e+1) * int64(r.numBatches)
+			bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
+		}
+		epochStart := time.Now()
+		var order []int32
+		if cfg.Mode == Sampled {
+			order = shuffled(r.ds.Train, rng.Derive(cfg.Seed, tagShuffle, uint64(e)))
+		}
+		for bi := r.cursor.Batch; bi < r.numBatches; bi++ {
+			if err := ctx.Err(); err != nil {
+				r.partial.Seconds += time.Since(epochStart).Seconds()
+				bar.Finish()
+				if serr := r.save(); serr != nil {
+					return serr
+				}
+				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
+			}
+			var loss float64
+			var err error
+			if cfg.Mode == Full {
+				loss, err = r.fullStep(e)
+			} else {
+				lo := bi * cfg.BatchSize
+				loss, err = r.sampledStep(e, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
+			}
+			if err != nil {
+				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
+			}
+			r.partial.BatchLosses = append(r.partial.BatchLosses, loss)
+			r.cursor.Batch = bi + 1
+			bar.Add(1)
+			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, cfg.Epochs, loss))
+			if r.opts.OnBatch != nil {
+				r.opts.OnBatch(e, bi, loss)
+			}
+			if n := r.opts.CheckpointEvery; n > 0 && r.ckpt != "" && (e*r.numBatches+bi+1)%n == 0 {
+				elapsed := time.Since(epochStart).Seconds()
+				r.partial.Seconds += elapsed
+				err := r.save()
+				r.partial.Seconds -= elapsed
+				if err != nil {
+					return err
+				}
+			}
+		}
+		rec, err := r.evaluate()
+		if err != nil {
+			return &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
+		}
+		rec.Epoch = e + 1
+		rec.BatchLosses = r.partial.BatchLosses
+		rec.Loss = mean(rec.BatchLosses)
+		rec.Seconds = r.partial.Seconds + time.Since(epochStart).Seconds()
+		r.history = append(r.history, rec)
+		r.cursor = Cursor{Epoch: e + 1}
+		r.partial = partialEpoch{}
+		if e == barEnd {
+			bar.Finish()
+		}
+		if e == barEnd || e == 0 {
+			r.logf("epoch %*d/%d  loss %.4f  train %.4f  val %.4f  test %.4f  (%.2fs)",
+				len(fmt.Sprint(cfg.Epochs)), e+1, cfg.Epochs, rec.Loss, rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.Seconds)
+		}
+	}
+	if r.ckpt != "" {
+		return r.save()
+	}
+	return nil
+}
+
+// logEvery returns how many epochs share one progress bar and log line:
+// every epoch up to 30 epochs, then about 25 lines per run.
+func logEvery(epochs int) int {
+	if epochs <= 30 {
+		return 1
+	}
+	return (epochs + 24) / 25
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// shuffled returns a Fisher-Yates permutation of ids drawn from key.
+func shuffled(ids []int32, key uint64) []int32 {
+	out := append([]int32(nil), ids...)
+	s := rng.NewStream(key)
+	for i := len(out) - 1; i > 0; i-- {
+		j := int(s.Below(uint64(i + 1)))
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// dropoutSeed keys the dropout masks of one batch.
+func (r *runner) dropoutSeed(epoch, batch int) uint64 {
+	return rng.Derive(r.cfg.Seed, tagDropout, uint64(epoch), uint64(batch))
+}
+
+// fullStep runs one full-graph training step.
+func (r *runner) fullStep(epoch int) (float64, error) {
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	blocks := r.fullBlocks()
+	logits, err := r.forwardFull(t, blocks, true, r.dropoutSeed(epoch, 0))
+	if err != nil {
+		return 0, err
+	}
+	return r.optimize(t, logits, r.trainRows, r.trainLabels)
+}
+
+func (r *runner) fullBlocks() []*nn.Block {
+	blocks := make([]*nn.Block, r.cfg.Layers)
+	for i := range blocks {
+		blocks[i] = r.full
+	}
+	return blocks
+}
+
+func (r *runner) forwardFull(t *autograd.Tape, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
+	if r.fullX != nil {
+		return r.model.ForwardSparse(t, r.fullX, blocks, train, seed)
+	}
+	x, err := t.Const(r.fullXD, r.feats.rows, r.feats.cols)
+	if err != nil {
+		return nil, err
+	}
+	return r.model.Forward(t, x, blocks, train, seed)
+}
+
+// optimize computes the loss of logits' rows against labels, back-propagates
+// and steps the optimizer.
+func (r *runner) optimize(t *autograd.Tape, logits *autograd.Var, rows, labels backend.Buffer) (float64, error) {
+	logp, err := t.LogSoftmax(logits)
+	if err != nil {
+		return 0, err
+	}
+	lossVar, loss, err := t.NLLLoss(logp, rows, labels)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
+	}
+	if err := r.opt.ZeroGrad(); err != nil {
+		return 0, err
+	}
+	if err := t.Backward(lossVar); err != nil {
+		return 0, err
+	}
+	if err := r.opt.Step(); err != nil {
+		return 0, err
+	}
+	return loss, nil
+}
+
+// sampledStep samples the neighborhoods of seeds and runs one training
+// step on them.
+func (r *runner) sampledStep(epoch, batch int, seeds []int32) (float64, error) {
+	mb, err := r.sampler.Sample(seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch})
+	if err != nil {
+		return 0, fmt.Errorf("sampling: %w", err)
+	}
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	logits, cleanup, err := r.forwardBatch(t, mb, true, r.dropoutSeed(epoch, batch))
+	defer cleanup()
+	if err != nil {
+		return 0, err
+	}
+	rows := make([]int32, len(seeds))
+	labels := make([]int32, len(seeds))
+	for i, v := range seeds {
+		rows[i], labels[i] = int32(i), r.ds.Labels[v]
+	}
+	rowsBuf, err := upload(r.b, rows)
+	if err != nil {
+		return 0, err
+	}
+	defer r.b.Free(rowsBuf)
+	labelsBuf, err := upload(r.b, labels)
+	if err != nil {
+		return 0, err
+	}
+	defer r.b.Free(labelsBuf)
+	return r.optimize(t, logits, rowsBuf, labelsBuf)
+}
+
+// forwardBatch uploads a mini-batch's blocks and input features and runs
+// the model; the logits' rows are the batch's seeds in order. cleanup
+// frees what was uploaded (call it after the tape is done).
+func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool, seed uint64) (*autograd.Var, func(), error) {
+	var blocks []*nn.Block
+	var xs *autograd.SparseInput
+	var idx backend.Buffer
+	cleanup := func() {
+		for _, b := range blocks {
+			b.Free()
+		}
+		xs.Free(r.b)
+		if idx != nil {
+			r.b.Free(idx)
+		}
+	}
+	if len(mb.Blocks) != r.cfg.Layers {
+		return nil, cleanup, fmt.Errorf("sampler returned %d blocks for %d layers", len(mb.Blocks), r.cfg.Layers)
+	}
+	for i := range mb.Blocks {
+		blk, err := nn.UploadBlock(r.b, &mb.Blocks[i])
+		if err != nil {
+			return nil, cleanup, err
+		}
+		blocks = append(blocks, blk)
+	}
+	inputs := mb.InputNodes()
+	var err error
+	if r.feats.sparse {
+		ip, ix, vals := r.feats.gather(inputs)
+		if xs, err = autograd.NewSparseInput(r.b, len(inputs), r.feats.cols, ip, ix, vals); err != nil {
+			return nil, cleanup, err
+		}
+		out, err := r.model.ForwardSparse(t, xs, blocks, train, seed)
+		return out, cleanup, err
+	}
+	if r.fullXD == nil {
+		if err := r.uploadFullFeatures(); err != nil {
+			return nil, cleanup, err
+		}
+	}
+	if idx, err = upload(r.b, inputs); err != nil {
+		return nil, cleanup, err
+	}
+	all, err := t.Const(r.fullXD, r.feats.rows, r.feats.cols)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	x, err := t.GatherRows(all, idx)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	out, err := r.model.Forward(t, x, blocks, train, seed)
+	return out, cleanup, err
+}

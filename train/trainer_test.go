@@ -1,0 +1,225 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/train/checkpoint"
+)
+
+func cpuBackend(t testing.TB) backend.Backend {
+	t.Helper()
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func quietRun(t testing.TB, cfg Config, opts Options) *Report {
+	t.Helper()
+	if opts.Backend == nil {
+		opts.Backend = cpuBackend(t)
+	}
+	rep, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func losses(r *Report) []float64 {
+	var out []float64
+	for _, e := range r.Epochs {
+		out = append(out, e.BatchLosses...)
+	}
+	return out
+}
+
+func sameLosses(t *testing.T, a, b *Report) {
+	t.Helper()
+	la, lb := losses(a), losses(b)
+	if len(la) != len(lb) {
+		t.Fatalf("%d vs %d batch losses", len(la), len(lb))
+	}
+	for i := range la {
+		if math.Float64bits(la[i]) != math.Float64bits(lb[i]) {
+			t.Fatalf("batch %d: loss %v vs %v", i, la[i], lb[i])
+		}
+	}
+	for i := range a.Epochs {
+		ea, eb := a.Epochs[i], b.Epochs[i]
+		if ea.Loss != eb.Loss || ea.ValAccuracy != eb.ValAccuracy || ea.TestAccuracy != eb.TestAccuracy || ea.ValLoss != eb.ValLoss {
+			t.Fatalf("epoch %d differs: %+v vs %+v", i+1, ea, eb)
+		}
+	}
+}
+
+func TestFullBatchGCNLearns(t *testing.T) {
+	cfg := Defaults(GCN)
+	cfg.Epochs = 60
+	rep := quietRun(t, cfg, Options{})
+	if len(rep.Epochs) != 60 || rep.Epochs[0].Epoch != 1 || len(rep.Epochs[0].BatchLosses) != 1 {
+		t.Fatalf("epochs: %d, first %+v", len(rep.Epochs), rep.Epochs[0])
+	}
+	first, last := rep.Epochs[0].Loss, rep.Epochs[59].Loss
+	if !(last < first*0.7) {
+		t.Fatalf("loss did not fall: %v -> %v", first, last)
+	}
+	if rep.TestAccuracy < 0.8 {
+		t.Fatalf("test accuracy %v < 0.8 on an easy graph", rep.TestAccuracy)
+	}
+	if rep.Device != "cpu" || rep.Dataset != "toy" || rep.Model != GCN || rep.Graph.Nodes != 300 {
+		t.Fatalf("report header %+v", rep)
+	}
+}
+
+func TestSameSeedSameLossesDifferentSeedDifferent(t *testing.T) {
+	for _, model := range []string{GCN, GAT} {
+		cfg := Defaults(model)
+		cfg.Epochs = 5
+		a, b := quietRun(t, cfg, Options{}), quietRun(t, cfg, Options{})
+		sameLosses(t, a, b)
+		cfg.Seed = 2
+		c := quietRun(t, cfg, Options{})
+		if losses(c)[0] == losses(a)[0] {
+			t.Fatalf("%s: seeds 1 and 2 give the same first loss %v", model, losses(a)[0])
+		}
+	}
+}
+
+func TestResumeAfterInterruptMatchesUninterrupted(t *testing.T) {
+	cfg := Defaults(GCN)
+	cfg.Epochs = 12
+	ref := quietRun(t, cfg, Options{})
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := Options{Backend: cpuBackend(t), CheckpointDir: dir, CheckpointEvery: 5,
+		OnBatch: func(epoch, batch int, loss float64) {
+			if epoch == 6 {
+				cancel()
+			}
+		}}
+	_, err := Run(ctx, toyDataset(300, 3), cfg, opts)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	opts.OnBatch, opts.Resume = nil, true
+	got, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResumedFrom == nil || *got.ResumedFrom != (Cursor{Epoch: 7, Batch: 0}) {
+		t.Fatalf("resumed from %+v, want epoch 7 batch 0", got.ResumedFrom)
+	}
+	sameLosses(t, ref, got)
+	if got.TestAccuracy != ref.TestAccuracy || got.SelectedEpoch != ref.SelectedEpoch {
+		t.Fatalf("headline differs: %v@%d vs %v@%d", got.TestAccuracy, got.SelectedEpoch, ref.TestAccuracy, ref.SelectedEpoch)
+	}
+
+	// A finished run resumes to the same report without training.
+	again, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *again.ResumedFrom != (Cursor{Epoch: 12}) {
+		t.Fatalf("resumed finished run from %+v", again.ResumedFrom)
+	}
+	sameLosses(t, ref, again)
+
+	// Extending a finished run continues it.
+	cfg.Epochs = 14
+	longer, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := quietRun(t, cfg, Options{})
+	sameLosses(t, full, longer)
+}
+
+func TestCheckpointMisuse(t *testing.T) {
+	cfg := Defaults(GCN)
+	cfg.Epochs = 2
+	dir := t.TempDir()
+	opts := Options{Backend: cpuBackend(t), CheckpointDir: dir}
+	quietRun(t, cfg, opts)
+
+	// Without --resume an existing checkpoint is not overwritten.
+	_, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	var ce *CheckpointError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("err = %v", err)
+	}
+	// A different configuration is refused, naming the field.
+	opts.Resume = true
+	other := cfg
+	other.Hidden = 32
+	_, err = Run(context.Background(), toyDataset(300, 3), other, opts)
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "hidden is 32") {
+		t.Fatalf("err = %v", err)
+	}
+	// Other data is refused.
+	_, err = Run(context.Background(), toyDataset(303, 3), cfg, opts)
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "fingerprint") {
+		t.Fatalf("err = %v", err)
+	}
+	// A corrupt file is a format error naming the file.
+	path := filepath.Join(dir, CheckpointFile)
+	data, _ := os.ReadFile(path)
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if !errors.Is(err, checkpoint.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRejectsBadInput(t *testing.T) {
+	b := cpuBackend(t)
+	cfg := Defaults(GCN)
+	cases := []struct {
+		name string
+		edit func(c *Config, o *Options)
+		want string
+	}{
+		{"model", func(c *Config, o *Options) { c.Model = "mlp" }, "unknown model"},
+		{"fanouts", func(c *Config, o *Options) { c.Mode = Sampled; c.Fanouts = []int{5} }, "1 fanouts for 2 layers"},
+		{"lr", func(c *Config, o *Options) { c.LR = math.NaN() }, "lr"},
+		{"resume", func(c *Config, o *Options) { o.Resume = true }, "checkpoint directory"},
+		{"backend", func(c *Config, o *Options) { o.Backend = nil }, "no back end"},
+	}
+	for _, tc := range cases {
+		c, o := cfg, Options{Backend: b}
+		tc.edit(&c, &o)
+		_, err := Run(context.Background(), toyDataset(60, 3), c, o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	ds := toyDataset(60, 3)
+	ds.Features = nil
+	if _, err := Run(context.Background(), ds, cfg, Options{Backend: b}); err == nil || !strings.Contains(err.Error(), "no node features") {
+		t.Errorf("featureless dataset: err = %v", err)
+	}
+	ds = toyDataset(60, 3)
+	ds.Labels[ds.Train[0]] = -1
+	if _, err := Run(context.Background(), ds, cfg, Options{Backend: b}); err == nil || !strings.Contains(err.Error(), "label -1") {
+		t.Errorf("unlabeled train node: err = %v", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	progress.Quiet = true
+	os.Exit(m.Run())
+}
