@@ -43,7 +43,7 @@ func values(t *testing.T, b backend.Backend, x backend.Buffer) []float32 {
 }
 
 // grads returns a deterministic gradient for step s.
-func gradAt(s, i int) float32 { return float32(math.Sin(float64(3*s+i))) }
+func gradAt(s, i int) float32 { return float32(math.Sin(float64(3*s + i))) }
 
 func setGrads(t *testing.T, b backend.Backend, ps []*nn.Param, s int) {
 	t.Helper()
