@@ -1,0 +1,178 @@
+package sample
+
+import (
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/strata-gnn/strata/graph"
+)
+
+// Neighbors is one hop's draw before relabeling: the sampled in-neighbors
+// of destination i are Nodes[Indptr[i]:Indptr[i+1]] (global IDs), reached
+// by the graph edges EdgeIDs (same positions).
+type Neighbors struct {
+	Indptr  []int64
+	Nodes   []graph.NodeID
+	EdgeIDs []int64
+}
+
+// HopSampler draws one hop of a node-wise sample. NeighborSampler is one;
+// a distributed sampler can be another (route dst to owners, sample there,
+// gather the answers) and get MiniBatch assembly from NewBlockSampler.
+type HopSampler interface {
+	// NumNodes bounds node IDs: they lie in [0, NumNodes).
+	NumNodes() int64
+	// NumHops is the number of hops (blocks) per batch.
+	NumHops() int
+	// SampleHop draws the in-neighbors of dst at hop (0 = the seeds' hop).
+	// The caller owns the result (the block builder reuses its arrays).
+	SampleHop(dst []graph.NodeID, hop int, key Key) (*Neighbors, error)
+}
+
+// NewBlockSampler turns a HopSampler into a Sampler: hop 0 samples the
+// seeds, each later hop samples all source nodes of the previous one, and
+// every hop is relabeled into a Block (destinations first, then new
+// sources in first-seen order). Safe for concurrent use if h is.
+func NewBlockSampler(h HopSampler) Sampler { return newBlockBuilder(h) }
+
+type blockBuilder struct {
+	h    HopSampler
+	pool sync.Pool // *relabeler, dense maps of NumNodes entries
+}
+
+func newBlockBuilder(h HopSampler) *blockBuilder {
+	b := &blockBuilder{h: h}
+	n := h.NumNodes()
+	b.pool.New = func() any {
+		r := &relabeler{local: make([]int32, n)}
+		for i := range r.local {
+			r.local[i] = -1
+		}
+		return r
+	}
+	return b
+}
+
+func (b *blockBuilder) Sample(seeds []graph.NodeID, key Key) (*MiniBatch, error) {
+	return b.sample("BlockSampler.Sample", seeds, key)
+}
+
+func (b *blockBuilder) sample(op string, seeds []graph.NodeID, key Key) (*MiniBatch, error) {
+	if err := checkNodes(op, "seeds", seeds, b.h.NumNodes()); err != nil {
+		return nil, err
+	}
+	hops := b.h.NumHops()
+	mb := &MiniBatch{Seeds: slices.Clone(seeds), Blocks: make([]Block, hops)}
+	r := b.pool.Get().(*relabeler)
+	defer b.pool.Put(r)
+	dst := mb.Seeds
+	for hop := 0; hop < hops; hop++ {
+		nb, err := b.h.SampleHop(dst, hop, key)
+		if err != nil {
+			return nil, err
+		}
+		blk, err := r.toBlock(op, dst, nb)
+		if err != nil {
+			if e, ok := err.(*Error); ok && hop == 0 && e.Field == "dst" {
+				e.Field = "seeds"
+			}
+			return nil, err
+		}
+		mb.Blocks[hops-1-hop] = blk
+		dst = blk.SrcNodes
+	}
+	return mb, nil
+}
+
+// relabeler maps global IDs to local ones with a dense array (-1 = not
+// seen); only touched entries are reset after each block.
+type relabeler struct{ local []int32 }
+
+// toBlock relabels nb into a Block over dst, reusing nb's arrays.
+func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors) (Block, error) {
+	if err := checkNeighbors(op, dst, nb, int64(len(r.local))); err != nil {
+		return Block{}, err
+	}
+	src := make([]graph.NodeID, len(dst), len(dst)+len(nb.Nodes)/4+16)
+	copy(src, dst)
+	for i, v := range dst {
+		if j := r.local[v]; j >= 0 {
+			for _, u := range dst[:i] {
+				r.local[u] = -1
+			}
+			return Block{}, errorf(op, "dst", i, ErrDuplicate, "node %d already at position %d", v, j)
+		}
+		r.local[v] = int32(i)
+	}
+	idx := nb.Nodes // relabeled in place
+	for e, u := range idx {
+		l := r.local[u]
+		if l < 0 {
+			l = int32(len(src))
+			r.local[u] = l
+			src = append(src, u)
+		}
+		idx[e] = l
+	}
+	for _, u := range src {
+		r.local[u] = -1
+	}
+	return Block{SrcNodes: src, NumDst: len(dst), Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}, nil
+}
+
+// ToBlock relabels one hop's draw into a Block: SrcNodes = dst (distinct)
+// followed by the other sampled nodes in first-seen order, Indices = local
+// positions in SrcNodes. It uses a hash map, so it needs no node count;
+// samplers use a faster dense map with identical output. nb's arrays are
+// reused (Nodes becomes Indices).
+func ToBlock(dst []graph.NodeID, nb *Neighbors) (Block, error) {
+	const op = "ToBlock"
+	if err := checkNeighbors(op, dst, nb, math.MaxInt32); err != nil {
+		return Block{}, err
+	}
+	local := make(map[graph.NodeID]int32, len(dst)+len(nb.Nodes)/4)
+	src := slices.Clone(dst)
+	for i, v := range dst {
+		if j, dup := local[v]; dup {
+			return Block{}, errorf(op, "dst", i, ErrDuplicate, "node %d already at position %d", v, j)
+		}
+		local[v] = int32(i)
+	}
+	idx := nb.Nodes
+	for e, u := range idx {
+		l, ok := local[u]
+		if !ok {
+			l = int32(len(src))
+			local[u] = l
+			src = append(src, u)
+		}
+		idx[e] = l
+	}
+	return Block{SrcNodes: src, NumDst: len(dst), Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}, nil
+}
+
+// checkNeighbors validates nb's shape against dst and its IDs against n.
+func checkNeighbors(op string, dst []graph.NodeID, nb *Neighbors, n int64) error {
+	if nb == nil {
+		return errorf(op, "neighbors", -1, ErrConfig, "nil")
+	}
+	if len(nb.Indptr) != len(dst)+1 || nb.Indptr[0] != 0 || nb.Indptr[len(dst)] != int64(len(nb.Nodes)) {
+		return errorf(op, "neighbors.Indptr", -1, ErrConfig, "length %d for %d destinations and %d nodes", len(nb.Indptr), len(dst), len(nb.Nodes))
+	}
+	for i := range dst {
+		if nb.Indptr[i+1] < nb.Indptr[i] {
+			return errorf(op, "neighbors.Indptr", i+1, ErrConfig, "decreasing")
+		}
+	}
+	if nb.EdgeIDs != nil && len(nb.EdgeIDs) != len(nb.Nodes) {
+		return errorf(op, "neighbors.EdgeIDs", -1, ErrConfig, "length %d, want %d", len(nb.EdgeIDs), len(nb.Nodes))
+	}
+	if int64(len(dst))+int64(len(nb.Nodes)) > math.MaxInt32 {
+		return errorf(op, "neighbors", -1, ErrTooLarge, "%d destinations + %d edges exceed int32 local IDs", len(dst), len(nb.Nodes))
+	}
+	if err := checkNodes(op, "dst", dst, n); err != nil {
+		return err
+	}
+	return checkNodes(op, "neighbors.Nodes", nb.Nodes, n)
+}

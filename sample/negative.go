@@ -1,0 +1,107 @@
+package sample
+
+import (
+	"math"
+	"slices"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+)
+
+// NegativeSampler draws negative examples for link prediction: for each
+// positive edge (src[i], dst[i]) it returns K corrupted destinations,
+// out[i*K:(i+1)*K], each paired with src[i]. Like Sampler, the output
+// depends only on the inputs and the key.
+type NegativeSampler interface {
+	Negatives(src, dst []graph.NodeID, key Key) ([]graph.NodeID, error)
+}
+
+// NegativeConfig configures a UniformNegativeSampler.
+type NegativeConfig struct {
+	K int // negatives per positive edge, > 0
+	// ExcludeEdges redraws a destination d while (src, d) is an edge of the
+	// graph (so also d == dst for a positive edge of the graph), at most
+	// Trials draws per negative; if all are edges the last draw is kept
+	// (GLT's RandomNegativeSampler keeps padding the same way). Needs
+	// sorted rows (graph.SortRows).
+	ExcludeEdges bool
+	Trials       int // draws per negative with ExcludeEdges; 0 means 5
+	Workers      int // 0 = GOMAXPROCS
+}
+
+// UniformNegativeSampler corrupts destinations uniformly over all nodes.
+// Its graph is the out-adjacency: row u lists the destinations of u's edges.
+type UniformNegativeSampler struct {
+	g   *graph.CSR
+	cfg NegativeConfig
+}
+
+// NewUniformNegativeSampler checks g (valid, square; rows sorted when
+// ExcludeEdges) and cfg.
+func NewUniformNegativeSampler(g *graph.CSR, cfg NegativeConfig) (*UniformNegativeSampler, error) {
+	const op = "NewUniformNegativeSampler"
+	if err := g.Validate(); err != nil {
+		return nil, &Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: ErrGraph}
+	}
+	if g.NumRows != g.NumCols || g.NumRows == 0 {
+		return nil, errorf(op, "graph", -1, ErrGraph, "%d x %d: want square and non-empty", g.NumRows, g.NumCols)
+	}
+	if cfg.K <= 0 {
+		return nil, errorf(op, "K", -1, ErrConfig, "%d: want > 0", cfg.K)
+	}
+	if cfg.Trials < 0 || cfg.Workers < 0 {
+		return nil, errorf(op, "Trials", -1, ErrConfig, "Trials %d, Workers %d: want >= 0", cfg.Trials, cfg.Workers)
+	}
+	if cfg.Trials == 0 {
+		cfg.Trials = 5
+	}
+	if cfg.ExcludeEdges {
+		if sorted, _ := graph.RowsSorted(g); !sorted {
+			return nil, errorf(op, "graph", -1, ErrGraph, "ExcludeEdges needs sorted rows (graph.SortRows)")
+		}
+	}
+	return &UniformNegativeSampler{g: g, cfg: cfg}, nil
+}
+
+// Negatives implements NegativeSampler. The draws for positive i use the
+// stream of (key, i).
+func (s *UniformNegativeSampler) Negatives(src, dst []graph.NodeID, key Key) ([]graph.NodeID, error) {
+	const op = "UniformNegativeSampler.Negatives"
+	if len(src) != len(dst) {
+		return nil, errorf(op, "dst", -1, ErrConfig, "length %d, but len(src) = %d", len(dst), len(src))
+	}
+	if int64(len(src))*int64(s.cfg.K) > math.MaxInt32 {
+		return nil, errorf(op, "src", -1, ErrTooLarge, "%d edges x %d negatives", len(src), s.cfg.K)
+	}
+	n := s.g.NumRows
+	if err := checkNodes(op, "src", src, n); err != nil {
+		return nil, err
+	}
+	if err := checkNodes(op, "dst", dst, n); err != nil {
+		return nil, err
+	}
+	k := s.cfg.K
+	out := make([]graph.NodeID, len(src)*k)
+	bk := batchKey(key, tagNegative)
+	parallelFor(len(src), 256, resolveWorkers(s.cfg.Workers), func() func(lo, hi int) {
+		return func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				st := rng.NewStream(rng.Derive(bk, uint64(i)))
+				row := s.g.Indices[s.g.Indptr[src[i]]:s.g.Indptr[src[i]+1]]
+				for j := range k {
+					d := graph.NodeID(st.Below(uint64(n)))
+					if s.cfg.ExcludeEdges {
+						for t := 1; t < s.cfg.Trials; t++ {
+							if _, isEdge := slices.BinarySearch(row, d); !isEdge {
+								break
+							}
+							d = graph.NodeID(st.Below(uint64(n)))
+						}
+					}
+					out[i*k+j] = d
+				}
+			}
+		}
+	})
+	return out, nil
+}
