@@ -1,14 +1,12 @@
 package train
 
 import (
-	"errors"
-
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 )
 
-// newSampler builds the node-wise neighbor sampler over the in-adjacency.
-// TEMPORARY placeholder until package sample's NeighborSampler lands.
+// newSampler builds the node-wise neighbor sampler (uniform, without
+// replacement) over the in-adjacency; fanouts are seeds' hop first.
 func newSampler(in *graph.CSR, fanouts []int) (sample.Sampler, error) {
-	return nil, errors.New("neighbor sampler not available yet")
+	return sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts})
 }

@@ -223,3 +223,47 @@ func TestMain(m *testing.M) {
 	progress.Quiet = true
 	os.Exit(m.Run())
 }
+
+func TestSampledSAGELearnsAndResumesMidEpoch(t *testing.T) {
+	cfg := Defaults(SAGE)
+	cfg.Epochs, cfg.BatchSize, cfg.Hidden = 15, 8, 16
+	ref := quietRun(t, cfg, Options{})
+	nb := (30 + 7) / 8
+	if len(ref.Epochs[0].BatchLosses) != nb {
+		t.Fatalf("%d batches per epoch, want %d", len(ref.Epochs[0].BatchLosses), nb)
+	}
+	if ref.TestAccuracy < 0.75 {
+		t.Fatalf("sampled sage test accuracy %v < 0.75", ref.TestAccuracy)
+	}
+	for _, ev := range []string{Sampled} {
+		c := cfg
+		c.Eval, c.EvalFanouts = ev, []int{-1, -1}
+		r := quietRun(t, c, Options{})
+		// Sampling every neighbor is full-neighbor inference.
+		sameLosses(t, ref, r)
+		if r.TestAccuracy != ref.TestAccuracy {
+			t.Fatalf("eval sampled with fanout -1: test %v, full eval %v", r.TestAccuracy, ref.TestAccuracy)
+		}
+	}
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := Options{Backend: cpuBackend(t), CheckpointDir: dir, CheckpointEvery: 3,
+		OnBatch: func(epoch, batch int, loss float64) {
+			if epoch == 7 && batch == 1 {
+				cancel()
+			}
+		}}
+	if _, err := Run(ctx, toyDataset(300, 3), cfg, opts); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v", err)
+	}
+	opts.OnBatch, opts.Resume = nil, true
+	got, err := Run(context.Background(), toyDataset(300, 3), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got.ResumedFrom != (Cursor{Epoch: 7, Batch: 2}) {
+		t.Fatalf("resumed from %+v, want epoch 7 batch 2", got.ResumedFrom)
+	}
+	sameLosses(t, ref, got)
+}
