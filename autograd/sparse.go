@@ -1,6 +1,10 @@
 package autograd
 
-import "github.com/strata-gnn/strata/tensor/backend"
+import (
+	"math"
+
+	"github.com/strata-gnn/strata/tensor/backend"
+)
 
 // SpMM aggregates messages over the sparse matrix a (rows = destinations,
 // cols = sources): out[i, h*D+d] = sum over edges e=(i,j) of
@@ -197,28 +201,71 @@ func NewSparseInput(b backend.Backend, rows, cols int, indptr []int64, indices [
 // SparseFromDense builds a SparseInput from the non-zeros of a dense
 // row-major rows x cols matrix.
 func SparseFromDense(b backend.Backend, rows, cols int, dense []float32) (*SparseInput, error) {
-	if rows < 0 || cols < 0 || len(dense) != rows*cols {
-		return nil, errf("SparseFromDense", "%d values for a %dx%d matrix", len(dense), rows, cols)
+	h, err := HostSparseFromDense(rows, cols, dense)
+	if err != nil {
+		return nil, err
 	}
-	indptr := make([]int64, rows+1)
+	return NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
+}
+
+// HostSparse is a CSR matrix with values in host memory, e.g. a dataset's
+// bag-of-words features, from which mini-batch inputs are gathered.
+type HostSparse struct {
+	Rows, Cols int
+	Indptr     []int64 // Rows+1
+	Indices    []int32
+	Values     []float32
+}
+
+// HostSparseFromDense keeps the non-zeros of a dense row-major matrix.
+func HostSparseFromDense(rows, cols int, dense []float32) (*HostSparse, error) {
+	if rows < 0 || cols < 0 || cols > math.MaxInt32 || len(dense) != rows*cols {
+		return nil, errf("HostSparseFromDense", "%d values for a %dx%d matrix", len(dense), rows, cols)
+	}
 	nnz := 0
 	for _, x := range dense {
 		if x != 0 {
 			nnz++
 		}
 	}
-	indices := make([]int32, 0, nnz)
-	values := make([]float32, 0, nnz)
+	h := &HostSparse{Rows: rows, Cols: cols, Indptr: make([]int64, rows+1),
+		Indices: make([]int32, 0, nnz), Values: make([]float32, 0, nnz)}
 	for r := 0; r < rows; r++ {
 		for c, x := range dense[r*cols : (r+1)*cols] {
 			if x != 0 {
-				indices = append(indices, int32(c))
-				values = append(values, x)
+				h.Indices = append(h.Indices, int32(c))
+				h.Values = append(h.Values, x)
 			}
 		}
-		indptr[r+1] = int64(len(indices))
+		h.Indptr[r+1] = int64(len(h.Indices))
 	}
-	return NewSparseInput(b, rows, cols, indptr, indices, values)
+	return h, nil
+}
+
+// Gather uploads the listed rows (e.g. a mini-batch's input nodes, in
+// order) as a len(rows) x Cols SparseInput; the caller frees it.
+func (h *HostSparse) Gather(b backend.Backend, rows []int32) (*SparseInput, error) {
+	const op = "HostSparse.Gather"
+	if h == nil || len(h.Indptr) != h.Rows+1 || len(h.Values) != len(h.Indices) {
+		return nil, errf(op, "malformed host sparse matrix")
+	}
+	nnz := int64(0)
+	for i, r := range rows {
+		if r < 0 || int(r) >= h.Rows {
+			return nil, errf(op, "row %d (position %d) out of range [0, %d)", r, i, h.Rows)
+		}
+		nnz += h.Indptr[r+1] - h.Indptr[r]
+	}
+	indptr := make([]int64, len(rows)+1)
+	indices := make([]int32, 0, nnz)
+	values := make([]float32, 0, nnz)
+	for i, r := range rows {
+		lo, hi := h.Indptr[r], h.Indptr[r+1]
+		indices = append(indices, h.Indices[lo:hi]...)
+		values = append(values, h.Values[lo:hi]...)
+		indptr[i+1] = int64(len(indices))
+	}
+	return NewSparseInput(b, len(rows), h.Cols, indptr, indices, values)
 }
 
 // Free releases the matrix and its values (not for tape-made inputs, which

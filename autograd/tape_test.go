@@ -215,3 +215,30 @@ func TestSparseFromDense(t *testing.T) {
 		t.Fatal("short dense accepted")
 	}
 }
+
+func TestHostSparseGather(t *testing.T) {
+	b := setup(t)
+	h, err := autograd.HostSparseFromDense(3, 2, []float32{1, 0, 0, 0, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := h.Gather(b, []int32{2, 0, 2, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xs.Free(b)
+	if xs.Rows != 4 || xs.Cols != 2 || xs.A.NNZ() != 5 {
+		t.Fatalf("gathered %dx%d with %d nnz, want 4x2 with 5", xs.Rows, xs.Cols, xs.A.NNZ())
+	}
+	tape := autograd.NewTape(b)
+	defer tape.Release()
+	w, _ := tape.Upload([]float32{1, 10}, 2, 1)
+	y, err := tape.SparseMatMul(xs, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "gathered X*w", host(t, b, y.Value), []float32{32, 1, 32, 0})
+	if _, err := h.Gather(b, []int32{3}); err == nil {
+		t.Fatal("out-of-range row accepted")
+	}
+}
