@@ -1,10 +1,13 @@
 // Package autograd is a tape-based reverse-mode automatic differentiation
 // engine over a backend.Backend.
 //
-// Each op (MatMul, AddBias, activations, Dropout, SpMM, SDDMM, EdgeSoftmax,
-// GatherRows, Add, LogSoftmax, NLLLoss, SparseMatMul, ...) computes its
-// forward result with back-end primitives and appends a backward closure to
-// the Tape. Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the
+// Each op computes its forward result with back-end primitives and appends
+// a backward closure to the Tape. Dense: MatMul, AddBias, Add, Scale,
+// Reshape, Activation (ReLU, LeakyReLU, ELU), Dropout, GatherRows,
+// LogSoftmax, NLLLoss. Graph: SpMM (sum, constant or learned per-edge
+// weights, multi-head), SDDMM (dot, add), EdgeSoftmax. Sparse input:
+// SparseDropout and SparseMatMul (X*W for a sparse feature matrix X, the
+// cheap first layer for bag-of-words features). Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the
 // closures in reverse order; since ops are recorded in execution order, the
 // reversed tape is a valid topological order, as in micrograd.
 //

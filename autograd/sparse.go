@@ -295,6 +295,9 @@ func (s *SparseInput) validate(op string) error {
 // the tape. p == 0 returns x.
 func (t *Tape) SparseDropout(x *SparseInput, p float32, seed uint64) (*SparseInput, error) {
 	const op = "SparseDropout"
+	if err := t.check(op); err != nil {
+		return nil, err
+	}
 	if err := x.validate(op); err != nil {
 		return nil, err
 	}

@@ -83,6 +83,9 @@ func (t *Tape) Len() int { return len(t.ops) }
 // Buffers passed in by the caller (Leaf values, parameter gradients) are not
 // freed. Vars made before Release must not be used afterwards.
 func (t *Tape) Release() {
+	if t == nil || t.b == nil {
+		return
+	}
 	for i := len(t.owned) - 1; i >= 0; i-- {
 		t.b.Free(t.owned[i])
 	}
@@ -123,6 +126,9 @@ func (t *Tape) register(v *Var) *Var {
 
 // check verifies that v is a live Var of this tape.
 func (t *Tape) check(op string, vs ...*Var) error {
+	if t == nil || t.b == nil {
+		return errf(op, "nil tape")
+	}
 	for _, v := range vs {
 		if v == nil {
 			return errf(op, "nil input")
@@ -161,6 +167,9 @@ func (t *Tape) record(name string, out *Var, backward func() error) {
 // accumulates into it; it is never freed or zeroed by the tape.
 func (t *Tape) Leaf(value, grad backend.Buffer, rows, cols int) (*Var, error) {
 	const op = "Leaf"
+	if err := t.check(op); err != nil {
+		return nil, err
+	}
 	if rows < 0 || cols < 0 {
 		return nil, errf(op, "negative shape %dx%d", rows, cols)
 	}
@@ -289,6 +298,9 @@ func anyGrad(vs ...*Var) bool {
 // tape (freed by Release): per-step inputs such as a batch's features.
 func (t *Tape) Upload(data []float32, rows, cols int) (*Var, error) {
 	const op = "Upload"
+	if err := t.check(op); err != nil {
+		return nil, err
+	}
 	if rows < 0 || cols < 0 || len(data) != rows*cols {
 		return nil, errf(op, "%d values for a %dx%d matrix", len(data), rows, cols)
 	}

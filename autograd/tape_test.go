@@ -163,6 +163,14 @@ func TestErrorsNotPanics(t *testing.T) {
 	if _, err := tape.SpMM(s, a, nil); !errors.As(err, &ae) {
 		t.Fatalf("SpMM of a 2x3 matrix with 2-row x: %v", err)
 	}
+	var nilTape *autograd.Tape
+	if _, err := nilTape.ReLU(a); !errors.As(err, &ae) {
+		t.Fatalf("nil tape: %v", err)
+	}
+	if _, err := nilTape.Upload([]float32{1}, 1, 1); !errors.As(err, &ae) {
+		t.Fatalf("nil tape upload: %v", err)
+	}
+	nilTape.Release()
 	tape.Release()
 	if _, err := tape.ReLU(a); !errors.Is(err, autograd.ErrReleased) {
 		t.Fatalf("use after Release: %v", err)

@@ -127,8 +127,8 @@ func (l *Linear) Params() []*Param {
 
 // Forward computes x W + b.
 func (l *Linear) Forward(t *autograd.Tape, x *autograd.Var) (*autograd.Var, error) {
-	if x == nil || x.Cols != l.In {
-		return nil, layerErr("Linear", "input must have %d columns", l.In)
+	if t == nil || x == nil || x.Cols != l.In {
+		return nil, layerErr("Linear", "nil tape or input without %d columns", l.In)
 	}
 	vs, err := vars(t, l.W, l.B)
 	if err != nil {
@@ -143,8 +143,8 @@ func (l *Linear) Forward(t *autograd.Tape, x *autograd.Var) (*autograd.Var, erro
 
 // ForwardSparse computes X W + b for a sparse X (SpMM with X's values).
 func (l *Linear) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput) (*autograd.Var, error) {
-	if x == nil || x.Cols != l.In {
-		return nil, layerErr("Linear", "sparse input must have %d columns", l.In)
+	if t == nil || x == nil || x.Cols != l.In {
+		return nil, layerErr("Linear", "nil tape or sparse input without %d columns", l.In)
 	}
 	vs, err := vars(t, l.W, l.B)
 	if err != nil {
@@ -175,7 +175,10 @@ func inputRows(x *autograd.Var, xs *autograd.SparseInput) (rows, cols int) {
 	return -1, -1
 }
 
-func checkInput(layer string, x *autograd.Var, xs *autograd.SparseInput, blk *Block, in int) error {
+func checkInput(layer string, t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block, in int) error {
+	if t == nil {
+		return layerErr(layer, "nil tape")
+	}
 	if err := blk.live(); err != nil {
 		return layerErr(layer, "%v", err)
 	}
@@ -227,7 +230,7 @@ func (c *GCNConv) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blk *
 }
 
 func (c *GCNConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
-	if err := checkInput("GCNConv", x, xs, blk, c.In); err != nil {
+	if err := checkInput("GCNConv", t, x, xs, blk, c.In); err != nil {
 		return nil, err
 	}
 	loops, err := blk.WithSelfLoops()
@@ -321,7 +324,7 @@ func dstRows(t *autograd.Tape, h *autograd.Var, blk *Block) (*autograd.Var, erro
 }
 
 func (c *SAGEConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
-	if err := checkInput("SAGEConv", x, xs, blk, c.In); err != nil {
+	if err := checkInput("SAGEConv", t, x, xs, blk, c.In); err != nil {
 		return nil, err
 	}
 	wbuf, err := blk.MeanWeights()
@@ -439,7 +442,7 @@ func (c *GATConv) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blk *
 }
 
 func (c *GATConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block, train bool, seed uint64) (*autograd.Var, error) {
-	if err := checkInput("GATConv", x, xs, blk, c.In); err != nil {
+	if err := checkInput("GATConv", t, x, xs, blk, c.In); err != nil {
 		return nil, err
 	}
 	loops, err := blk.WithSelfLoops()
