@@ -1,0 +1,382 @@
+package importer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/strata-gnn/strata/dataset"
+)
+
+// maxIsolatedTail bounds how many nodes beyond the largest ID seen a
+// declared node count may add when no per-node file vouches for it, so a
+// lying count cannot force a huge allocation.
+const maxIsolatedTail = 1 << 24
+
+// findFile returns dir/base.gz or dir/base, whichever exists ("" if none).
+func findFile(dir, base string) string {
+	for _, p := range []string{filepath.Join(dir, base+".gz"), filepath.Join(dir, base)} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
+
+// LoadOGB reads an OGB node-property dataset in its raw CSV layout:
+//
+//	raw/edge.csv.gz          "src,dst" per line (directed unless Symmetrize)
+//	raw/num-node-list.csv.gz the node count (one line)
+//	raw/node-feat.csv.gz     comma-separated floats, one row per node (optional)
+//	raw/node-label.csv.gz    one label per line; "nan" or empty = unlabeled (optional)
+//	split/<name>/{train,valid,test}.csv.gz  node IDs, one per line (optional)
+//
+// Files may be plain or .gz, and the raw/ level may be absent (files
+// directly in dir).
+func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
+	raw := filepath.Join(dir, "raw")
+	if findFile(raw, "edge.csv") == "" {
+		raw = dir
+	}
+	epath := findFile(raw, "edge.csv")
+	if epath == "" {
+		return nil, fmt.Errorf("importer: %s: no edge.csv(.gz) in %s or its raw/ folder", dir, dir)
+	}
+	n := int64(-1)
+	if p := findFile(raw, "num-node-list.csv"); p != "" {
+		v, err := readNumNodes(p, opts.Quiet)
+		if err != nil {
+			return nil, err
+		}
+		n = v
+	}
+	src, dst, maxID, err := readOGBEdges(epath, n, opts.Quiet)
+	if err != nil {
+		return nil, err
+	}
+	d := &dataset.Dataset{Name: defaultName(dir, opts), Directed: !opts.Symmetrize}
+	vouched := false
+	if p := findFile(raw, "node-feat.csv"); p != "" {
+		feats, dim, rows, err := readOGBFeatures(p, opts.Quiet)
+		if err != nil {
+			return nil, err
+		}
+		if n >= 0 && rows != n {
+			return nil, fileErr(p, "has %d rows, num-node-list says %d nodes", rows, n)
+		}
+		n, vouched = rows, true
+		d.Features, d.FeatDim = feats, dim
+	}
+	if p := findFile(raw, "node-label.csv"); p != "" {
+		labels, classes, err := readOGBLabels(p, opts.Quiet)
+		if err != nil {
+			return nil, err
+		}
+		if n >= 0 && int64(len(labels)) != n {
+			return nil, fileErr(p, "has %d rows, want one per node (%d)", len(labels), n)
+		}
+		n, vouched = int64(len(labels)), true
+		if classes > 0 {
+			d.Labels, d.NumClasses = labels, classes
+		}
+	}
+	if n < 0 {
+		n = maxID + 1
+	}
+	if maxID >= n {
+		i := slices.IndexFunc(src, func(v int32) bool { return int64(v) >= n })
+		if j := slices.IndexFunc(dst, func(v int32) bool { return int64(v) >= n }); i < 0 || (j >= 0 && j < i) {
+			i = j
+		}
+		return nil, lineErr(epath, int64(i)+1, "node ID %d out of range [0, %d)", maxID, n)
+	}
+	if !vouched && n > maxID+1+maxIsolatedTail {
+		return nil, fileErr(epath, "node count %d exceeds the largest node ID %d by more than %d; refusing", n, maxID, maxIsolatedTail)
+	}
+	d.Graph = buildCSR(n, src, dst, opts.Symmetrize)
+	src, dst = nil, nil
+
+	if d.Labels != nil {
+		sdir, err := ogbSplitDir(dir, opts.OGBSplit)
+		if err != nil {
+			return nil, err
+		}
+		if sdir != "" {
+			for _, s := range []struct {
+				file string
+				out  *[]int32
+			}{{"train.csv", &d.Train}, {"valid.csv", &d.Val}, {"test.csv", &d.Test}} {
+				p := findFile(sdir, s.file)
+				if p == "" {
+					return nil, fmt.Errorf("importer: %s: no %s(.gz)", sdir, s.file)
+				}
+				if *s.out, err = readIDList(p, n, opts.Quiet); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := dataset.Validate(d); err != nil {
+		return nil, fmt.Errorf("importer: %s: %w", dir, err)
+	}
+	return d, nil
+}
+
+// ogbSplitDir finds split/<name>; with name empty the only split folder.
+func ogbSplitDir(dir, name string) (string, error) {
+	base := filepath.Join(dir, "split")
+	if name != "" {
+		p := filepath.Join(base, name)
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			return "", fmt.Errorf("importer: split %q not found in %s", name, base)
+		}
+		return p, nil
+	}
+	ents, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("importer: %w", err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	switch len(dirs) {
+	case 0:
+		return "", nil
+	case 1:
+		return filepath.Join(base, dirs[0]), nil
+	}
+	sort.Strings(dirs)
+	return "", fmt.Errorf("importer: %s holds several splits %v; choose one", base, dirs)
+}
+
+func readNumNodes(path string, quiet bool) (int64, error) {
+	in, err := openInput(path, quiet)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	lr := newLineReader(in)
+	var n int64 = -1
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		b = bytes.TrimSpace(b)
+		if len(b) == 0 {
+			continue
+		}
+		if n >= 0 {
+			return 0, lineErr(path, lr.line, "several graphs or node types are not supported")
+		}
+		v, ok := parseInt(b)
+		if !ok || v < 0 || v > dataset.MaxNodes {
+			return 0, lineErr(path, lr.line, "bad node count %s (want 0..%d)", quote(b), int64(dataset.MaxNodes))
+		}
+		n = v
+	}
+	if n < 0 {
+		return 0, fileErr(path, "empty")
+	}
+	return n, nil
+}
+
+// readOGBEdges parses "src,dst" lines. With n >= 0 IDs are checked against
+// it on the spot; otherwise only against MaxNodes.
+func readOGBEdges(path string, n int64, quiet bool) (src, dst []int32, maxID int64, err error) {
+	in, err := openInput(path, quiet)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer in.Close()
+	lr := newLineReader(in)
+	limit := int64(dataset.MaxNodes)
+	if n >= 0 {
+		limit = n
+	}
+	maxID = -1
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		c := bytes.IndexByte(b, ',')
+		if c < 0 {
+			return nil, nil, 0, lineErr(path, lr.line, "want \"src,dst\", got %s", quote(b))
+		}
+		s, ok1 := parseInt(bytes.TrimSpace(b[:c]))
+		t, ok2 := parseInt(bytes.TrimSpace(b[c+1:]))
+		if !ok1 || !ok2 {
+			return nil, nil, 0, lineErr(path, lr.line, "want two integers \"src,dst\", got %s", quote(b))
+		}
+		if s < 0 || s >= limit || t < 0 || t >= limit {
+			return nil, nil, 0, lineErr(path, lr.line, "node ID out of range [0, %d) in %s", limit, quote(b))
+		}
+		src = append(src, int32(s))
+		dst = append(dst, int32(t))
+		maxID = max(maxID, s, t)
+	}
+	return src, dst, maxID, nil
+}
+
+// readOGBFeatures parses comma-separated float rows of equal width.
+func readOGBFeatures(path string, quiet bool) (feats []float32, dim int, rows int64, err error) {
+	in, err := openInput(path, quiet)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer in.Close()
+	lr := newLineReader(in)
+	dim = -1
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		k := 0
+		for len(b) > 0 || k == 0 {
+			c := bytes.IndexByte(b, ',')
+			tok := b
+			if c >= 0 {
+				tok, b = b[:c], b[c+1:]
+			} else {
+				b = nil
+			}
+			v, ok := parseFloat32(bytes.TrimSpace(tok))
+			if !ok {
+				return nil, 0, 0, lineErr(path, lr.line, "field %d: bad number %s", k+1, quote(tok))
+			}
+			feats = append(feats, v)
+			k++
+			if c >= 0 && len(b) == 0 {
+				return nil, 0, 0, lineErr(path, lr.line, "field %d: empty", k+1)
+			}
+		}
+		if dim < 0 {
+			dim = k
+		} else if k != dim {
+			return nil, 0, 0, lineErr(path, lr.line, "has %d fields, earlier rows have %d", k, dim)
+		}
+		rows++
+		if rows > dataset.MaxNodes {
+			return nil, 0, 0, lineErr(path, lr.line, "more than %d rows", int64(dataset.MaxNodes))
+		}
+	}
+	if rows == 0 {
+		return nil, 0, 0, fileErr(path, "no rows")
+	}
+	return feats, dim, rows, nil
+}
+
+// readOGBLabels parses one label per line: an integer, an integral float
+// ("3.0"), or "nan"/empty for unlabeled. classes = max label + 1.
+func readOGBLabels(path string, quiet bool) (labels []int32, classes int, err error) {
+	in, err := openInput(path, quiet)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer in.Close()
+	lr := newLineReader(in)
+	maxL := int64(-1)
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		b = bytes.TrimSpace(b)
+		if bytes.IndexByte(b, ',') >= 0 {
+			return nil, 0, lineErr(path, lr.line, "several label columns (multi-label tasks are not supported)")
+		}
+		l, ok := parseLabel(b)
+		if !ok {
+			return nil, 0, lineErr(path, lr.line, "bad label %s (want an integer >= 0, or nan)", quote(b))
+		}
+		labels = append(labels, int32(l))
+		maxL = max(maxL, l)
+		if int64(len(labels)) > dataset.MaxNodes {
+			return nil, 0, lineErr(path, lr.line, "more than %d rows", int64(dataset.MaxNodes))
+		}
+	}
+	return labels, int(maxL + 1), nil
+}
+
+func parseLabel(b []byte) (int64, bool) {
+	if len(b) == 0 || bytes.EqualFold(b, []byte("nan")) {
+		return -1, true
+	}
+	if v, ok := parseInt(b); ok {
+		return v, v >= 0 && v < math.MaxInt32
+	}
+	f, ok := parseFloat32(b)
+	if !ok || f < 0 || f >= 1<<24 || f != float32(int64(f)) {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// readIDList reads one node ID per line (blank lines ignored), sorts them,
+// and rejects duplicates and IDs outside [0, n).
+func readIDList(path string, n int64, quiet bool) ([]int32, error) {
+	in, err := openInput(path, quiet)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	lr := newLineReader(in)
+	var ids []int32
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		b = bytes.TrimSpace(b)
+		if len(b) == 0 {
+			continue
+		}
+		v, ok := parseInt(b)
+		if !ok || v < 0 || v >= n {
+			return nil, lineErr(path, lr.line, "bad node ID %s (want an integer in [0, %d))", quote(b), n)
+		}
+		ids = append(ids, int32(v))
+		if int64(len(ids)) > n {
+			return nil, lineErr(path, lr.line, "more IDs than nodes (%d)", n)
+		}
+	}
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return nil, fileErr(path, "node ID %d listed twice", ids[i])
+		}
+	}
+	if ids == nil {
+		ids = []int32{}
+	}
+	return ids, nil
+}
