@@ -25,31 +25,16 @@ type picker struct {
 // k and in a bitmap for large k; both make the same decisions, so the drawn
 // set does not depend on which is used.
 func (p *picker) uniformNoReplace(key uint64, n, k uint64) []uint64 {
-	st := rng.NewStream(key)
 	if k > 64 && n/64 <= 16*k {
-		words := (n + 63) / 64
-		if uint64(cap(p.bits)) < words {
-			p.bits = make([]uint64, words)
-		}
-		b := p.bits[:words]
-		clear(b)
-		for j := n - k; j < n; j++ {
-			t := st.Below(j + 1)
-			if b[t/64]&(1<<(t%64)) != 0 {
-				t = j
-			}
-			b[t/64] |= 1 << (t % 64)
-		}
-		sel := p.sel[:0]
-		for w, x := range b {
-			for x != 0 {
-				sel = append(sel, uint64(w)*64+uint64(bits.TrailingZeros64(x)))
-				x &= x - 1
-			}
-		}
-		p.sel = sel
-		return sel
+		return p.floydBitmap(key, n, k)
 	}
+	return p.floydSorted(key, n, k)
+}
+
+// floydSorted keeps the chosen set in a sorted slice: O(k log k) compares
+// and O(k^2) moves, best for small k.
+func (p *picker) floydSorted(key uint64, n, k uint64) []uint64 {
+	st := rng.NewStream(key)
 	sel := p.sel[:0]
 	for j := n - k; j < n; j++ {
 		t := st.Below(j + 1)
@@ -60,6 +45,34 @@ func (p *picker) uniformNoReplace(key uint64, n, k uint64) []uint64 {
 			continue
 		}
 		sel = slices.Insert(sel, i, t)
+	}
+	p.sel = sel
+	return sel
+}
+
+// floydBitmap keeps the chosen set in an n-bit bitmap: O(k + n/64), best
+// for large k when n is not much larger.
+func (p *picker) floydBitmap(key uint64, n, k uint64) []uint64 {
+	st := rng.NewStream(key)
+	words := (n + 63) / 64
+	if uint64(cap(p.bits)) < words {
+		p.bits = make([]uint64, words)
+	}
+	b := p.bits[:words]
+	clear(b)
+	for j := n - k; j < n; j++ {
+		t := st.Below(j + 1)
+		if b[t/64]&(1<<(t%64)) != 0 {
+			t = j
+		}
+		b[t/64] |= 1 << (t % 64)
+	}
+	sel := p.sel[:0]
+	for w, x := range b {
+		for x != 0 {
+			sel = append(sel, uint64(w)*64+uint64(bits.TrailingZeros64(x)))
+			x &= x - 1
+		}
 	}
 	p.sel = sel
 	return sel
