@@ -377,4 +377,8 @@ func TestInGraph(t *testing.T) {
 		!reflect.DeepEqual(in.Weights, []float32{10, 20, 30}) {
 		t.Fatalf("transpose %+v", in)
 	}
+	d.Graph.Indices[0] = 9
+	if g, err := d.InAdjacency(); err == nil || g != nil || d.InGraph() != nil {
+		t.Fatal("invalid graph transposed")
+	}
 }

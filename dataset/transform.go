@@ -43,46 +43,29 @@ func (d *Dataset) WithRowNormalizedFeatures() *Dataset {
 	return &c
 }
 
-// InGraph returns the in-adjacency: row v lists the sources of v's incoming
-// edges, which is what message passing aggregates. For an undirected
-// dataset (both directions stored, so the graph is symmetric) that is Graph
-// itself; for a directed one it is a new transposed CSR (edge weights
-// follow their edges; each row lists sources in ascending order of source
-// row, so the result is deterministic).
-func (d *Dataset) InGraph() *graph.CSR {
-	if !d.Directed {
-		return d.Graph
+// InAdjacency returns the in-adjacency: row v lists the sources of v's
+// incoming edges, which is what message passing aggregates. For an
+// undirected dataset (both directions stored, so the graph is symmetric)
+// that is Graph itself; for a directed one it is graph.Transpose(Graph), a
+// new CSR whose rows are sorted and whose weights follow their edges. It
+// fails only if Graph is invalid.
+func (d *Dataset) InAdjacency() (*graph.CSR, error) {
+	if d == nil || d.Graph == nil {
+		return nil, formatErr("dataset", -1, "no graph")
 	}
-	return transpose(d.Graph)
+	if !d.Directed {
+		return d.Graph, nil
+	}
+	return graph.Transpose(d.Graph)
 }
 
-// transpose is a counting-sort CSR transpose.
-// TODO: switch to graph.Transpose once the graph package provides it.
-func transpose(g *graph.CSR) *graph.CSR {
-	t := &graph.CSR{NumRows: g.NumCols, NumCols: g.NumRows}
-	t.Indptr = make([]int64, g.NumCols+1)
-	for _, v := range g.Indices {
-		t.Indptr[v+1]++
+// InGraph is InAdjacency for datasets known to be valid (every dataset
+// returned by Open, an importer, builtin.Load or passing Validate); it
+// returns nil if the graph is invalid.
+func (d *Dataset) InGraph() *graph.CSR {
+	g, err := d.InAdjacency()
+	if err != nil {
+		return nil
 	}
-	for i := int64(0); i < g.NumCols; i++ {
-		t.Indptr[i+1] += t.Indptr[i]
-	}
-	next := make([]int64, g.NumCols)
-	copy(next, t.Indptr[:g.NumCols])
-	t.Indices = make([]graph.NodeID, len(g.Indices))
-	if g.Weights != nil {
-		t.Weights = make([]float32, len(g.Weights))
-	}
-	for u := int64(0); u < g.NumRows; u++ {
-		for e := g.Indptr[u]; e < g.Indptr[u+1]; e++ {
-			v := g.Indices[e]
-			p := next[v]
-			next[v]++
-			t.Indices[p] = graph.NodeID(u)
-			if g.Weights != nil {
-				t.Weights[p] = g.Weights[e]
-			}
-		}
-	}
-	return t
+	return g
 }
