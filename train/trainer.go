@@ -155,7 +155,9 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 	if cfg.RowNorm {
 		x = dataset.RowNormalize(x, ds.FeatDim)
 	}
-	r.feats = newFeatures(x, int(ds.NumNodes()), ds.FeatDim)
+	if r.feats, err = newFeatures(x, int(ds.NumNodes()), ds.FeatDim); err != nil {
+		return nil, &RunError{Op: "features", Err: err}
+	}
 
 	mc := nn.Config{
 		Kind: cfg.Model, InDim: ds.FeatDim, Hidden: cfg.Hidden, OutDim: ds.NumClasses, Layers: cfg.Layers,
@@ -275,8 +277,8 @@ func upload(b backend.Backend, v []int32) (backend.Buffer, error) {
 func (r *runner) uploadFullFeatures() error {
 	f := r.feats
 	var err error
-	if f.sparse {
-		r.fullX, err = autograd.NewSparseInput(r.b, f.rows, f.cols, f.indptr, f.indices, f.values)
+	if h := f.sparse; h != nil {
+		r.fullX, err = autograd.NewSparseInput(r.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
 	} else {
 		if r.fullXD, err = r.b.Alloc(backend.Float32, len(f.dense)); err == nil {
 			err = r.b.Upload(r.fullXD, f.dense)
@@ -547,9 +549,8 @@ func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool
 	}
 	inputs := mb.InputNodes()
 	var err error
-	if r.feats.sparse {
-		ip, ix, vals := r.feats.gather(inputs)
-		if xs, err = autograd.NewSparseInput(r.b, len(inputs), r.feats.cols, ip, ix, vals); err != nil {
+	if r.feats.sparse != nil {
+		if xs, err = r.feats.sparse.Gather(r.b, inputs); err != nil {
 			return nil, cleanup, err
 		}
 		out, err := r.model.ForwardSparse(t, xs, blocks, train, seed)

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/strata-gnn/strata/tensor/backend"
+	// Back ends register themselves with package backend when linked in.
+	_ "github.com/strata-gnn/strata/tensor/backend/cpu"
+)
+
+// openDevice opens the compute back end named by spec. "auto" (or "")
+// picks the first registered kind other than cpu that opens, else cpu; a
+// kind named explicitly must open or it is an error.
+func openDevice(spec string) (backend.Backend, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" || spec == "auto" {
+		for _, kind := range backend.Kinds() {
+			if kind == "cpu" {
+				continue
+			}
+			if b, err := backend.Open(kind); err == nil {
+				return b, nil
+			}
+		}
+		spec = "cpu"
+	}
+	kind, _, err := backend.ParseDevice(spec)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--device: %w", err)}
+	}
+	registered := false
+	for _, k := range backend.Kinds() {
+		registered = registered || k == kind
+	}
+	if !registered {
+		return nil, usageError{fmt.Errorf("--device %s: no %q back end in this build (available: %s)", spec, kind, strings.Join(backend.Kinds(), ", "))}
+	}
+	b, err := backend.Open(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--device %s: %w", spec, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/train"
+)
+
+// cli is the command line. Every subcommand's flags can also come from a
+// YAML file named by --config (keys are flag names); flags given on the
+// command line win over the file.
+type cli struct {
+	Quiet   bool             `help:"No progress bars or per-epoch lines; print only results and errors."`
+	Config  configFile       `help:"YAML file of flag values for the subcommand (keys are flag names, e.g. 'batch-size: 64'); command-line flags override it; unknown keys are errors." placeholder:"FILE"`
+	Version kong.VersionFlag `help:"Print the version and exit."`
+
+	Train  trainCmd  `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
+	Import importCmd `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
+	Gen    genCmd    `cmd:"" help:"Generate a synthetic dataset."`
+	Info   infoCmd   `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
+}
+
+// env is what subcommands write to; tests substitute buffers.
+type env struct {
+	stdout, stderr io.Writer
+	quiet          bool
+}
+
+// exitCode is panicked by kong's exit hook so run can return it.
+type exitCode int
+
+// run parses args and runs the selected subcommand, returning the process
+// exit status.
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("strata"),
+		kong.Description("Strata trains graph neural networks. Run 'strata train' to train GraphSAGE on the built-in Cora."),
+		kong.Vars{"version": "strata " + train.Version, "builtins": strings.Join(builtinNames, ", ")},
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(exitCode(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata:", err)
+		return 2
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			ec, ok := r.(exitCode)
+			if !ok {
+				panic(r)
+			}
+			code = int(ec)
+		}
+	}()
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata:", err)
+		return 2
+	}
+	e := &env{stdout: stdout, stderr: stderr, quiet: c.Quiet}
+	savedQuiet, savedOut := progress.Quiet, progress.Output
+	progress.Quiet = progress.Quiet || c.Quiet
+	progress.Output = stderr
+	defer func() { progress.Quiet, progress.Output = savedQuiet, savedOut }()
+	if err := ctx.Run(e); err != nil {
+		fmt.Fprintln(stderr, "strata:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks errors in the flags' values (exit status 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}

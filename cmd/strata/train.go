@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/train"
+)
+
+// trainCmd is 'strata train'. Flags left unset take the chosen model's
+// defaults (train.Defaults): pointers tell "unset" from zero.
+type trainCmd struct {
+	Dataset string `help:"Built-in dataset name (${builtins}), a Strata dataset directory, or a directory 'strata import' understands (default cora)." default:"cora" placeholder:"NAME|DIR"`
+	Model   string `help:"Model: gcn, sage (GraphSAGE-mean) or gat." enum:"gcn,sage,gat" default:"sage"`
+	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods) or full (whole graph). Default: sampled for sage, full for gcn and gat." default:""`
+
+	Layers    *int     `help:"Message-passing layers (default 2)."`
+	Hidden    *int     `help:"Hidden width, per head for gat (default: gcn 16, sage 64, gat 8)."`
+	Heads     *int     `help:"gat: attention heads of hidden layers (default 8)."`
+	OutHeads  *int     `help:"gat: heads of the output layer, averaged (default 1)."`
+	Dropout   *float64 `help:"Dropout on layer inputs (default: gcn/sage 0.5, gat 0.6)."`
+	AttnDrop  *float64 `name:"attn-dropout" help:"gat: dropout on attention coefficients (default 0.6)."`
+	RowNorm   *bool    `help:"Divide every feature row by its sum (default on; --no-row-norm turns it off)." negatable:""`
+	Optimizer string   `help:"Optimizer: adam or sgd." enum:"adam,sgd" default:"adam"`
+	LR        *float64 `name:"lr" help:"Learning rate (default: gcn/sage 0.01, gat 0.005)."`
+	WeightDec *float64 `name:"weight-decay" help:"L2 weight decay added to the gradient (default 5e-4)."`
+	Momentum  float64  `help:"sgd: momentum." default:"0"`
+	Epochs    *int     `help:"Epochs (default: gcn 200, gat 300, sage 30)."`
+	BatchSize *int     `help:"Sampled mode: seed nodes per batch (default 32)."`
+	Fanouts   []int    `help:"Sampled mode: neighbors sampled per node at each hop, the seeds' hop first; -1 takes all (default 10,10)." sep:","`
+	Eval      string   `help:"Evaluation: full (all neighbors, whole graph in one pass) or sampled (mini-batches with --eval-fanouts)." enum:"full,sampled" default:"full"`
+	EvalFan   []int    `name:"eval-fanouts" help:"Sampled evaluation: fanouts per hop (default: the training fanouts)." sep:","`
+	EvalBatch int      `name:"eval-batch-size" help:"Sampled evaluation: seeds per batch." default:"1024"`
+	Select    string   `help:"Which epoch's accuracies are the headline: best (highest validation accuracy) or last." enum:"best,last" default:"best"`
+	Seed      uint64   `help:"Seed of every random choice (weights, batch order, sampling, dropout)." default:"1"`
+
+	Device          string `help:"Compute device: auto (a registered accelerator that opens, else cpu), cpu, cuda, cuda:N." default:"auto"`
+	Report          string `help:"Write a JSON report (accuracies, per-epoch losses, config) to FILE." placeholder:"FILE" type:"path"`
+	Plot            string `help:"Draw loss and accuracy curves to FILE (.png, .svg or .pdf)." placeholder:"FILE" type:"path"`
+	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
+	CheckpointEvery int    `help:"Save a checkpoint every N batches (0: only at the end or on interrupt)." default:"0" placeholder:"N"`
+	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
+}
+
+// config turns the flags into a train.Config on top of the model's
+// defaults.
+func (c *trainCmd) config() (train.Config, error) {
+	cfg := train.Defaults(c.Model)
+	if c.Mode != "" {
+		cfg.Mode = c.Mode
+	}
+	setInt := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setFloat := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setInt(&cfg.Layers, c.Layers)
+	setInt(&cfg.Hidden, c.Hidden)
+	setInt(&cfg.Heads, c.Heads)
+	setInt(&cfg.OutHeads, c.OutHeads)
+	setInt(&cfg.Epochs, c.Epochs)
+	setInt(&cfg.BatchSize, c.BatchSize)
+	setFloat(&cfg.Dropout, c.Dropout)
+	setFloat(&cfg.AttnDrop, c.AttnDrop)
+	setFloat(&cfg.LR, c.LR)
+	setFloat(&cfg.WeightDecay, c.WeightDec)
+	if c.RowNorm != nil {
+		cfg.RowNorm = *c.RowNorm
+	}
+	if c.Model != train.GAT && (c.Heads != nil || c.OutHeads != nil || c.AttnDrop != nil) {
+		return cfg, usageError{fmt.Errorf("--heads, --out-heads and --attn-dropout apply to --model gat only")}
+	}
+	cfg.Optimizer, cfg.Momentum = c.Optimizer, c.Momentum
+	if c.Fanouts != nil {
+		cfg.Fanouts = c.Fanouts
+	} else if c.Layers != nil && len(cfg.Fanouts) != cfg.Layers {
+		// Default fanouts follow the layer count: 10 per hop.
+		cfg.Fanouts = make([]int, cfg.Layers)
+		for i := range cfg.Fanouts {
+			cfg.Fanouts[i] = 10
+		}
+	}
+	cfg.Eval, cfg.EvalBatchSize, cfg.Select, cfg.Seed = c.Eval, c.EvalBatch, c.Select, c.Seed
+	cfg.EvalFanouts = c.EvalFan
+	if cfg.EvalFanouts == nil && cfg.Eval == train.Sampled {
+		cfg.EvalFanouts = cfg.Fanouts
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func (c *trainCmd) Run(e *env) error {
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
+	if c.Resume && c.Checkpoint == "" {
+		return usageError{fmt.Errorf("--resume needs --checkpoint DIR")}
+	}
+	if c.CheckpointEvery < 0 {
+		return usageError{fmt.Errorf("--checkpoint-every %d is negative", c.CheckpointEvery)}
+	}
+	if c.CheckpointEvery > 0 && c.Checkpoint == "" {
+		return usageError{fmt.Errorf("--checkpoint-every needs --checkpoint DIR")}
+	}
+	b, err := openDevice(c.Device)
+	if err != nil {
+		return err
+	}
+	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+
+	var log io.Writer = e.stderr
+	if e.quiet {
+		log = nil
+	}
+	if log != nil {
+		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %s\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, b.Name())
+		fmt.Fprintf(log, "config: %s\n", cfg.String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := train.Run(ctx, ds, cfg, train.Options{
+		Backend: b, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	if c.Report != "" {
+		if err := rep.WriteJSON(c.Report); err != nil {
+			return err
+		}
+	}
+	if c.Plot != "" {
+		if err := train.WritePlot(rep, c.Plot); err != nil {
+			return err
+		}
+	}
+	sel := "best validation"
+	if rep.Selection == train.SelectLast {
+		sel = "last"
+	}
+	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
+		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return nil
+}
