@@ -1,0 +1,17 @@
+package main
+
+import (
+	"io"
+
+	// Linking the CUDA back end registers the device kind "cuda" (cuda:N);
+	// it loads libcuda, NVRTC and cuBLAS at run time, so the binary still
+	// builds with CGO_ENABLED=0 and runs on machines without a GPU.
+	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// writeCUDAInfo prints what `strata info` should show about CUDA: the
+// libraries found (paths and versions), each device (name, compute
+// capability, SMs, memory), peer-to-peer access between device pairs and
+// the kernel cache folder. It never fails on a machine without CUDA; it
+// says what is missing and where it looked.
+func writeCUDAInfo(w io.Writer) error { return cudabk.Probe().WriteText(w) }

@@ -1,0 +1,132 @@
+package cuda
+
+import (
+	"fmt"
+	"math/bits"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+)
+
+// AllocStats counts the caching allocator's work. Mallocs and Frees count
+// driver calls (cuMemAlloc, cuMemFree); in a steady training loop they
+// stay constant while Hits grows.
+type AllocStats struct {
+	Mallocs     int64 // cuMemAlloc calls that succeeded
+	Frees       int64 // cuMemFree calls
+	Hits        int64 // allocations served from the cache
+	Misses      int64 // allocations that needed cuMemAlloc
+	Retries     int64 // cache flushes after an out-of-memory error
+	InUseBytes  int64 // bytes handed out and not yet freed (rounded sizes)
+	CachedBytes int64 // bytes held in free lists
+	PeakBytes   int64 // high-water mark of InUseBytes + CachedBytes
+}
+
+// OOMError is returned when device memory runs out even after the cache
+// was released.
+type OOMError struct {
+	Device      string
+	Requested   uint64
+	Free, Total uint64
+	Err         error
+}
+
+func (e *OOMError) Error() string {
+	return fmt.Sprintf("cuda: %s: out of device memory allocating %d bytes (%.2f GiB free of %.2f GiB after releasing the allocator cache); "+
+		"lower the batch size or fan-outs, the hidden size, or the GPU feature/graph cache budget: %v",
+		e.Device, e.Requested, float64(e.Free)/(1<<30), float64(e.Total)/(1<<30), e.Err)
+}
+
+func (e *OOMError) Unwrap() error { return e.Err }
+
+// minBlock is the smallest block handed out; it also keeps every
+// allocation 512-byte aligned for vector loads.
+const minBlock = 512
+
+// classSize rounds n up to its size class: 512 bytes, then four classes
+// per power of two (x1, x1.25, x1.5, x1.75), so a block wastes at most 20%.
+func classSize(n uint64) uint64 {
+	if n <= minBlock {
+		return minBlock
+	}
+	p := uint64(1) << (63 - bits.LeadingZeros64(n)) // largest power of two <= n
+	if p == n {
+		return n
+	}
+	step := p / 4
+	c := (n + step - 1) / step * step
+	return (c + minBlock - 1) / minBlock * minBlock
+}
+
+// allocator is a caching device allocator: freed blocks go to a free list
+// per size class and are reused without driver calls. All work of a Device
+// runs on one stream, so a block freed by the host can be handed out again
+// at once: later kernels that reuse it are queued behind earlier ones that
+// used it. Callers hold the Device lock.
+type allocator struct {
+	free  map[uint64][]cu.DevPtr
+	stats AllocStats
+	sync  func() error // synchronizes the stream before blocks are released to the driver
+	name  string
+}
+
+func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
+	size := classSize(bytes)
+	if l := a.free[size]; len(l) > 0 {
+		p := l[len(l)-1]
+		a.free[size] = l[:len(l)-1]
+		a.stats.Hits++
+		a.stats.CachedBytes -= int64(size)
+		a.stats.InUseBytes += int64(size)
+		return p, size, nil
+	}
+	a.stats.Misses++
+	p, err := cu.MemAlloc(size)
+	if cu.IsCode(err, cu.ErrOutOfMemory) {
+		a.stats.Retries++
+		if rerr := a.release(); rerr != nil {
+			return 0, 0, rerr
+		}
+		p, err = cu.MemAlloc(size)
+	}
+	if err != nil {
+		if cu.IsCode(err, cu.ErrOutOfMemory) {
+			free, total, _ := cu.MemGetInfo()
+			return 0, 0, &OOMError{Device: a.name, Requested: size, Free: free, Total: total, Err: err}
+		}
+		return 0, 0, err
+	}
+	a.stats.Mallocs++
+	a.stats.InUseBytes += int64(size)
+	a.stats.PeakBytes = max(a.stats.PeakBytes, a.stats.InUseBytes+a.stats.CachedBytes)
+	return p, size, nil
+}
+
+func (a *allocator) put(p cu.DevPtr, size uint64) {
+	if a.free == nil {
+		a.free = map[uint64][]cu.DevPtr{}
+	}
+	a.free[size] = append(a.free[size], p)
+	a.stats.InUseBytes -= int64(size)
+	a.stats.CachedBytes += int64(size)
+}
+
+// release returns every cached block to the driver.
+func (a *allocator) release() error {
+	if a.sync != nil {
+		if err := a.sync(); err != nil {
+			return err
+		}
+	}
+	var first error
+	for size, l := range a.free {
+		for _, p := range l {
+			if err := cu.MemFree(p); err != nil && first == nil {
+				first = err
+			}
+			a.stats.Frees++
+			a.stats.CachedBytes -= int64(size)
+		}
+		delete(a.free, size)
+	}
+	return first
+}

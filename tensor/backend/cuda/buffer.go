@@ -1,0 +1,286 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Buffer is device memory holding Len() elements of one dtype. A freed
+// buffer has length 0, so later use fails validation instead of touching
+// memory that was handed out again.
+type Buffer struct {
+	dev  *Device
+	ptr  cu.DevPtr
+	n    int
+	dt   backend.DType
+	size uint64 // allocator block size (0 for views and empty buffers)
+}
+
+// Len returns the number of elements (0 for nil or freed buffers).
+func (b *Buffer) Len() int {
+	if b == nil {
+		return 0
+	}
+	return b.n
+}
+
+// DType returns the element type.
+func (b *Buffer) DType() backend.DType {
+	if b == nil {
+		return 0
+	}
+	return b.dt
+}
+
+// Ptr returns the device address of the first element (0 when empty).
+func (b *Buffer) Ptr() cu.DevPtr {
+	if b == nil {
+		return 0
+	}
+	return b.ptr
+}
+
+// Device returns the device the buffer lives on.
+func (b *Buffer) Device() *Device { return b.dev }
+
+// maxElems bounds element counts so byte sizes never overflow.
+const maxElems = 1 << 50
+
+// Alloc returns a zero-filled buffer of n elements.
+func (d *Device) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
+	if dt.Size() == 0 {
+		return nil, &backend.ShapeError{Op: "Alloc", Msg: fmt.Sprintf("unknown dtype %v", dt)}
+	}
+	if n < 0 || n > maxElems || uint64(n)*uint64(dt.Size()) > d.total {
+		return nil, &backend.ShapeError{Op: "Alloc", Msg: fmt.Sprintf("%d elements of %v: out of range (device has %d bytes)", n, dt, d.total)}
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	b, err := d.allocLocked(dt, n)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		if err := cu.MemsetD8Async(b.ptr, 0, uint64(n*dt.Size()), d.stream); err != nil {
+			d.freeLocked(b)
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// allocLocked returns an uninitialized buffer.
+func (d *Device) allocLocked(dt backend.DType, n int) (*Buffer, error) {
+	b := &Buffer{dev: d, n: n, dt: dt}
+	if n == 0 {
+		return b, nil
+	}
+	p, size, err := d.alloc.get(uint64(n) * uint64(dt.Size()))
+	if err != nil {
+		return nil, err
+	}
+	b.ptr, b.size = p, size
+	return b, nil
+}
+
+func (d *Device) freeLocked(b *Buffer) {
+	if b == nil || b.dev != d {
+		return
+	}
+	if b.size > 0 {
+		d.alloc.put(b.ptr, b.size)
+	}
+	b.ptr, b.n, b.size = 0, 0, 0
+}
+
+// Free returns the buffer to the allocator cache. Freeing nil, a foreign
+// or an already freed buffer is a no-op.
+func (d *Device) Free(buf backend.Buffer) {
+	b, ok := buf.(*Buffer)
+	if !ok || b == nil || b.dev != d || b.size == 0 {
+		if ok && b != nil && b.dev == d {
+			b.ptr, b.n = 0, 0
+		}
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.freeLocked(b)
+}
+
+// asBuf checks that b is a live buffer of this device with dtype dt and n
+// elements.
+func (d *Device) asBuf(op, name string, b backend.Buffer, dt backend.DType, n int) (*Buffer, error) {
+	if err := backend.CheckLen(op, name, b, dt, n); err != nil {
+		return nil, err
+	}
+	cb, ok := b.(*Buffer)
+	if !ok {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%s is a %T, not a cuda buffer", name, b)}
+	}
+	if cb.dev != d {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%s lives on %s, not %s", name, cb.dev.name, d.name)}
+	}
+	return cb, nil
+}
+
+func (d *Device) f32(op, name string, b backend.Buffer, n int) (*Buffer, error) {
+	return d.asBuf(op, name, b, backend.Float32, n)
+}
+
+func (d *Device) i32(op, name string, b backend.Buffer, n int) (*Buffer, error) {
+	return d.asBuf(op, name, b, backend.Int32, n)
+}
+
+func (d *Device) f32Any(op, name string, b backend.Buffer) (*Buffer, error) {
+	if b == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: name + " is nil"}
+	}
+	return d.f32(op, name, b, b.Len())
+}
+
+func (d *Device) i32Any(op, name string, b backend.Buffer) (*Buffer, error) {
+	if b == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: name + " is nil"}
+	}
+	return d.i32(op, name, b, b.Len())
+}
+
+// dims checks that a and b are non-negative and a*b is bounded.
+func dims(op string, a, b int) (int, error) {
+	if a < 0 || b < 0 {
+		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("negative shape %d x %d", a, b)}
+	}
+	if b != 0 && a > maxElems/b {
+		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d too large", a, b)}
+	}
+	return a * b, nil
+}
+
+// hostSlice returns the element count, dtype and address of a host slice.
+func hostSlice(op string, host any) (int, backend.DType, unsafe.Pointer, error) {
+	switch h := host.(type) {
+	case []float32:
+		if len(h) == 0 {
+			return 0, backend.Float32, nil, nil
+		}
+		return len(h), backend.Float32, unsafe.Pointer(&h[0]), nil
+	case []int32:
+		if len(h) == 0 {
+			return 0, backend.Int32, nil, nil
+		}
+		return len(h), backend.Int32, unsafe.Pointer(&h[0]), nil
+	case []int64:
+		if len(h) == 0 {
+			return 0, backend.Int64, nil, nil
+		}
+		return len(h), backend.Int64, unsafe.Pointer(&h[0]), nil
+	}
+	return 0, 0, nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("host slice is %T, want []float32, []int32 or []int64", host)}
+}
+
+// Upload copies host data into dst.
+func (d *Device) Upload(dst backend.Buffer, src any) error {
+	const op = "Upload"
+	if dst == nil {
+		return &backend.ShapeError{Op: op, Msg: "buffer is nil"}
+	}
+	n, dt, p, err := hostSlice(op, src)
+	if err != nil {
+		return err
+	}
+	b, err := d.asBuf(op, "buffer", dst, dt, n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	// From pageable memory the driver stages the data before returning.
+	return cu.MemcpyHtoDAsync(b.ptr, p, uint64(n*dt.Size()), d.stream)
+}
+
+// Download copies src into host memory dst (waits for queued work).
+func (d *Device) Download(dst any, src backend.Buffer) error {
+	const op = "Download"
+	if src == nil {
+		return &backend.ShapeError{Op: op, Msg: "buffer is nil"}
+	}
+	n, dt, p, err := hostSlice(op, dst)
+	if err != nil {
+		return err
+	}
+	b, err := d.asBuf(op, "buffer", src, dt, n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := cu.MemcpyDtoHAsync(p, b.ptr, uint64(n*dt.Size()), d.stream); err != nil {
+		return err
+	}
+	return d.stream.Synchronize()
+}
+
+// Copy copies src into dst (same dtype and length).
+func (d *Device) Copy(dst, src backend.Buffer) error {
+	const op = "Copy"
+	if src == nil {
+		return &backend.ShapeError{Op: op, Msg: "src is nil"}
+	}
+	s, err := d.asBuf(op, "src", src, src.DType(), src.Len())
+	if err != nil {
+		return err
+	}
+	t, err := d.asBuf(op, "dst", dst, s.dt, s.n)
+	if err != nil {
+		return err
+	}
+	if s.n == 0 || s.ptr == t.ptr {
+		return nil
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return cu.MemcpyDtoDAsync(t.ptr, s.ptr, uint64(s.n*s.dt.Size()), d.stream)
+}
+
+// Fill sets every element of the float32 buffer dst to v.
+func (d *Device) Fill(dst backend.Buffer, v float32) error {
+	b, err := d.f32Any("Fill", "dst", dst)
+	if err != nil {
+		return err
+	}
+	if b.n == 0 {
+		return nil
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return cu.MemsetD32Async(b.ptr, math.Float32bits(v), uint64(b.n), d.stream)
+}

@@ -1,0 +1,64 @@
+// Package cuda is the GPU back end: every backend.Backend primitive on an
+// NVIDIA GPU, through the driver API, NVRTC and cuBLAS loaded at run time
+// (package internal/cuda and friends; no cgo, CGO_ENABLED=0 builds). It
+// registers the device kind "cuda" with package backend, so
+// backend.Open("cuda:1") opens GPU 1. Without the libraries, Open returns
+// one *OpenError naming the missing library and every folder searched
+// (see internal/cudalib; $STRATA_CUDA_PATH adds folders).
+//
+// # Execution model
+//
+// A Device uses the GPU's primary context and one non-blocking stream.
+// Methods validate their arguments on the host first (the same checks and
+// *backend.ShapeError values as the CPU back end), then queue kernels and
+// return; Download, Sum, NLLLoss and Synchronize wait. Index arguments
+// (gather/scatter indices, NLL rows and labels) are checked by the
+// kernels themselves: a bad index is never dereferenced, and the next
+// Synchronize (or NLLLoss) returns a *backend.IndexError for the first bad
+// position. Methods are safe for concurrent use (they serialize).
+//
+// # Kernels
+//
+// CUDA C sources are embedded (kernels/*.cu), compiled by NVRTC on first
+// use to a CUBIN for the device's sm_XY (PTX when NVRTC cannot target it),
+// and cached under os.UserCacheDir()/strata/kernels or
+// $STRATA_KERNEL_CACHE, keyed by source hash, architecture, NVRTC and
+// driver versions (package internal/nvrtc).
+//
+// # Memory
+//
+// Buffers come from a caching allocator with size classes (four per power
+// of two): after warm-up a training loop makes no cuMemAlloc/cuMemFree
+// calls (Device.Stats counts them). On out-of-memory the cache is released
+// and the allocation retried once; then an *OOMError gives the bytes asked
+// and free/total, and names the knobs that lower memory use. Pinned and
+// mapped host memory (HostBuffer) serve zero-copy (UVA) reads from kernels.
+//
+// # Precision and TF32
+//
+// Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH),
+// which is what the conformance suite checks. Options.TF32, or
+// STRATA_CUDA_TF32=1, switches to TF32 tensor cores: several times faster,
+// about 1e-3 relative error. Reductions accumulate in double.
+//
+// # Determinism
+//
+// Every result is a pure function of the inputs: no floating-point
+// atomics with varying order.
+//   - Sum and NLLLoss use a fixed reduction tree whose shape depends only
+//     on the length; SumRows sums fixed row chunks, then chunks in order.
+//   - SpMM, EdgeSum, EdgeSoftmax and their transposes give each output
+//     row to one warp or thread that walks its edges in order; the
+//     transpose (CSC) is built once per Sparse on the device by a stable
+//     radix sort, so it lists edges in increasing edge order, like the CPU.
+//   - ScatterAddRows buckets the indices with the same stable sort and
+//     sums each destination in increasing source order.
+//   - NLLLossBackward adds identical values with atomics, which gives the
+//     same sum in any order.
+//   - Dropout re-implements internal/rng.Hash and Uniform01 bit for bit,
+//     so CPU and GPU masks are identical.
+//
+// Results are not bit-identical to the CPU back end (the GPU contracts
+// a*b+c into fused multiply-adds and uses its own exp/log), but agree to
+// the conformance suite's tolerance.
+package cuda

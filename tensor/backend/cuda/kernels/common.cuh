@@ -1,0 +1,68 @@
+// Common definitions for Strata's CUDA kernels. NVRTC compiles these
+// sources without system headers, so only built-in types are used.
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+#define GRID_STRIDE(i, n) \
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(n); i += (i64)blockDim.x * gridDim.x)
+
+// rng_hash is internal/rng.Hash: the splitmix64 finalizer of
+// seed ^ counter*golden, bit for bit.
+__device__ __forceinline__ u64 rng_hash(u64 seed, u64 counter) {
+  u64 z = seed ^ (counter * 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// rng_uniform01 is internal/rng.Uniform01: the top 24 bits over 2^24.
+__device__ __forceinline__ float rng_uniform01(u64 seed, u64 counter) {
+  return (float)(rng_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+// rng_below is internal/rng.Below: floor(h*n / 2^64).
+__device__ __forceinline__ u64 rng_below(u64 h, u64 n) { return __umul64hi(h, n); }
+
+// index_error records that position pos of a checked index argument was
+// out of range. The slot keeps the smallest such position, encoded as
+// 2^62 - pos so that zero means "no error" and atomicMax finds the minimum.
+__device__ __forceinline__ void index_error(u64* slot, i64 pos) {
+  if (slot) atomicMax(slot, (u64)((1LL << 62) - pos));
+}
+
+// Row of edge e in a CSR with row pointers ptr[0..rows]: the last r with
+// ptr[r] <= e (rows with no edges are skipped naturally).
+__device__ __forceinline__ i64 edge_row(const i64* ptr, i64 rows, i64 e) {
+  i64 lo = 0, hi = rows;  // invariant: ptr[lo] <= e < ptr[hi]
+  while (hi - lo > 1) {
+    i64 mid = (lo + hi) >> 1;
+    if (ptr[mid] <= e) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// Deterministic block reduction of doubles over blockDim.x threads (a
+// power of two <= 1024): a fixed tree in shared memory.
+__device__ __forceinline__ double block_sum_double(double v, double* sh) {
+  unsigned t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
+    if (t < s) sh[t] += sh[t + s];
+    __syncthreads();
+  }
+  double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ double warp_sum_double(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max_float(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}

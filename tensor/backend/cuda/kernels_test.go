@@ -1,0 +1,64 @@
+package cuda
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/strata-gnn/strata/internal/nvrtc"
+)
+
+// TestKernelsCompile compiles the back end's CUDA C with NVRTC when the
+// library can be found (no GPU is needed), so syntax errors show up on
+// machines without a GPU too. Skipped without libnvrtc.
+func TestKernelsCompile(t *testing.T) {
+	if err := nvrtc.Load(); err != nil {
+		t.Skipf("no libnvrtc (set STRATA_CUDA_PATH to compile kernels here): %v", err)
+	}
+	kind, arch, err := nvrtc.Target(90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := nvrtc.Compile(backendSource(), "backend.cu", kind, arch, nvrtcOptions...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptx, err := nvrtc.Compile(backendSource(), "backend.cu", nvrtc.PTX, arch, nvrtcOptions...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kernelNames(backendSource()) {
+		if !strings.Contains(string(ptx), ".entry "+k+"(") {
+			t.Errorf("kernel %s missing from PTX", k)
+		}
+	}
+	t.Logf("%s for sm_%d: %d bytes, %d kernels", kind, arch, len(img), len(kernelNames(backendSource())))
+}
+
+func TestKernelNamesUnique(t *testing.T) {
+	names := kernelNames(backendSource())
+	if len(names) < 30 {
+		t.Fatalf("found %d kernels: %v", len(names), names)
+	}
+	sort.Strings(names)
+	for i := 1; i < len(names); i++ {
+		if names[i] == names[i-1] {
+			t.Fatalf("kernel %s defined twice", names[i])
+		}
+	}
+}
+
+func TestClassSize(t *testing.T) {
+	cases := map[uint64]uint64{1: 512, 512: 512, 513: 1024, 4096: 4096, 4097: 5120, 5121: 6144, 7169: 8192, 1 << 30: 1 << 30, 1<<30 + 1: 1<<30 + 1<<28}
+	for n, want := range cases {
+		if got := classSize(n); got != want {
+			t.Errorf("classSize(%d) = %d, want %d", n, got, want)
+		}
+	}
+	for n := uint64(1); n < 1<<22; n = n*3/2 + 7 {
+		c := classSize(n)
+		if c < n || c%512 != 0 || (n > 4096 && float64(c) > 1.25*float64(n)+512) {
+			t.Fatalf("classSize(%d) = %d", n, c)
+		}
+	}
+}

@@ -1,0 +1,462 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Sparse is a CSR matrix in device memory. Its transpose (CSC) is built on
+// the device the first time a transposed product needs it, by a stable
+// sort of the edges by column, and cached: per column it lists rows in
+// increasing edge order, so transposed products are deterministic and
+// sum in the same order as the CPU back end.
+type Sparse struct {
+	dev              *Device
+	rows, cols, nnz  int
+	ptr, col         *Buffer // int64 rows+1, int32 nnz
+	tptr, trow, teid *Buffer // transpose: int64 cols+2 (first cols+1 used), int32 nnz, int64 nnz
+}
+
+var _ backend.Sparse = (*Sparse)(nil)
+
+// NumRows returns the number of rows.
+func (s *Sparse) NumRows() int { return s.rows }
+
+// NumCols returns the number of columns.
+func (s *Sparse) NumCols() int { return s.cols }
+
+// NNZ returns the number of stored entries.
+func (s *Sparse) NNZ() int { return s.nnz }
+
+// Indptr returns the device buffer of row pointers (int64, rows+1).
+func (s *Sparse) Indptr() *Buffer { return s.ptr }
+
+// Indices returns the device buffer of column indices (int32, nnz).
+func (s *Sparse) Indices() *Buffer { return s.col }
+
+// NewSparse validates a host CSR matrix and uploads it.
+func (d *Device) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
+	const op = "NewSparse"
+	if rows < 0 || cols < 0 || rows > math.MaxInt32 || cols > math.MaxInt32 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d out of range [0, 2^31)", rows, cols)}
+	}
+	if len(indptr) != rows+1 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr has %d entries, want rows+1 = %d", len(indptr), rows+1)}
+	}
+	if indptr[0] != 0 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[0] = %d, want 0", indptr[0])}
+	}
+	for i := 0; i < rows; i++ {
+		if indptr[i+1] < indptr[i] {
+			return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr decreases at %d (%d > %d)", i+1, indptr[i], indptr[i+1])}
+		}
+	}
+	if indptr[rows] != int64(len(indices)) {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[rows] = %d, but %d indices", indptr[rows], len(indices))}
+	}
+	for i, v := range indices {
+		if v < 0 || int(v) >= cols {
+			return nil, &backend.IndexError{Op: op, Name: "indices", Pos: i, Value: int64(v), Limit: cols}
+		}
+	}
+	if len(indices) >= 1<<31-1 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%d entries: the cuda back end supports fewer than 2^31-1", len(indices))}
+	}
+	ptr, err := d.Alloc(backend.Int64, rows+1)
+	if err != nil {
+		return nil, err
+	}
+	col, err := d.Alloc(backend.Int32, len(indices))
+	if err != nil {
+		d.Free(ptr)
+		return nil, err
+	}
+	if err := d.Upload(ptr, indptr); err != nil {
+		d.Free(ptr)
+		d.Free(col)
+		return nil, err
+	}
+	if err := d.Upload(col, indices); err != nil {
+		d.Free(ptr)
+		d.Free(col)
+		return nil, err
+	}
+	return &Sparse{dev: d, rows: rows, cols: cols, nnz: len(indices), ptr: ptr.(*Buffer), col: col.(*Buffer)}, nil
+}
+
+// NewSparseFromDevice wraps device-built CSR buffers (int64 ptr of rows+1,
+// int32 col of nnz) as a Sparse without a host round trip; the Sparse
+// takes ownership. The contents are trusted (built by Strata's own
+// kernels), only the lengths are checked.
+func (d *Device) NewSparseFromDevice(rows, cols int, ptr, col *Buffer) (*Sparse, error) {
+	const op = "NewSparseFromDevice"
+	if rows < 0 || cols < 0 || rows > math.MaxInt32 || cols > math.MaxInt32 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d out of range", rows, cols)}
+	}
+	if _, err := d.asBuf(op, "ptr", ptr, backend.Int64, rows+1); err != nil {
+		return nil, err
+	}
+	if col == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: "col is nil"}
+	}
+	if _, err := d.asBuf(op, "col", col, backend.Int32, col.n); err != nil {
+		return nil, err
+	}
+	return &Sparse{dev: d, rows: rows, cols: cols, nnz: col.n, ptr: ptr, col: col}, nil
+}
+
+// FreeSparse releases a's device memory.
+func (d *Device) FreeSparse(a backend.Sparse) {
+	s, ok := a.(*Sparse)
+	if !ok || s == nil || s.dev != d {
+		return
+	}
+	for _, b := range []*Buffer{s.ptr, s.col, s.tptr, s.trow, s.teid} {
+		if b != nil {
+			d.Free(b)
+		}
+	}
+	s.rows, s.cols, s.nnz = 0, 0, 0
+	s.ptr, s.col, s.tptr, s.trow, s.teid = nil, nil, nil, nil, nil
+}
+
+func (d *Device) asSparse(op string, a backend.Sparse) (*Sparse, error) {
+	s, ok := a.(*Sparse)
+	if !ok || s == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("a is %T, not a cuda Sparse", a)}
+	}
+	if s.dev != d {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("a lives on %s, not %s", s.dev.name, d.name)}
+	}
+	if s.ptr == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: "a was freed"}
+	}
+	return s, nil
+}
+
+// view is one orientation of a sparse matrix.
+type view struct {
+	ptr, col, eid cu.DevPtr // eid 0: edge id is the position
+	rows, cols    int
+}
+
+// viewLocked returns the CSR or, building it on first use, the CSC.
+func (d *Device) viewLocked(s *Sparse, transpose bool) (view, error) {
+	if !transpose {
+		return view{ptr: s.ptr.ptr, col: s.col.ptr, rows: s.rows, cols: s.cols}, nil
+	}
+	if s.tptr == nil {
+		if err := d.transposeLocked(s); err != nil {
+			return view{}, err
+		}
+	}
+	return view{ptr: s.tptr.ptr, col: s.trow.ptr, eid: s.teid.ptr, rows: s.cols, cols: s.rows}, nil
+}
+
+// transposeLocked builds the CSC of s on the device.
+func (d *Device) transposeLocked(s *Sparse) error {
+	ptr, order, err := d.bucket(s.col, s.cols, 0)
+	if err != nil {
+		return err
+	}
+	sc := &scratch{d: d}
+	rowsOf := sc.alloc(backend.Int32, s.nnz)
+	trow := sc.alloc(backend.Int32, s.nnz)
+	teid := sc.alloc(backend.Int64, s.nnz)
+	if sc.err != nil {
+		sc.release()
+		d.freeLocked(ptr)
+		d.freeLocked(order)
+		return sc.err
+	}
+	err = d.launchN("csr_edge_rows", int64(s.nnz), uint64(rowsOf.ptr), uint64(s.ptr.ptr), cu.I64(int64(s.rows)), cu.I64(int64(s.nnz)))
+	if err == nil {
+		err = d.launchN("csr_transpose_fill", int64(s.nnz), uint64(trow.ptr), uint64(teid.ptr), uint64(order.ptr), uint64(rowsOf.ptr), cu.I64(int64(s.nnz)))
+	}
+	d.freeLocked(order)
+	if err != nil {
+		sc.release()
+		d.freeLocked(ptr)
+		return err
+	}
+	sc.release(trow, teid)
+	s.tptr, s.trow, s.teid = ptr, trow, teid
+	return nil
+}
+
+// SpMM computes out = A x (or A^T x) with optional per-edge, per-head
+// weights: one warp per output row, edges summed in order.
+func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x backend.Buffer, w backend.Buffer, heads, width int) error {
+	const op = "SpMM"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	if heads < 1 || width < 0 || width%heads != 0 {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, width %d: want heads >= 1 dividing width", heads, width)}
+	}
+	if w == nil && heads != 1 {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("w is nil but heads = %d, want 1", heads)}
+	}
+	orows, ocols := s.rows, s.cols
+	if transpose {
+		orows, ocols = s.cols, s.rows
+	}
+	on, err := dims(op, orows, width)
+	if err != nil {
+		return err
+	}
+	xn, err := dims(op, ocols, width)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, on)
+	if err != nil {
+		return err
+	}
+	xv, err := d.f32(op, "x", x, xn)
+	if err != nil {
+		return err
+	}
+	var wp cu.DevPtr
+	if w != nil {
+		wn, err := dims(op, s.nnz, heads)
+		if err != nil {
+			return err
+		}
+		wv, err := d.f32(op, "w", w, wn)
+		if err != nil {
+			return err
+		}
+		wp = wv.ptr
+	}
+	if on == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		v, err := d.viewLocked(s, transpose)
+		if err != nil {
+			return err
+		}
+		return d.launchWarps("spmm", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
+			cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(int64(heads)))
+	})
+}
+
+// SDDMM computes per-edge values from destination features u and source
+// features v: one thread per (edge, head).
+func (d *Device) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Sparse, u, v backend.Buffer, heads, dim int) error {
+	const op = "SDDMM"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	switch sop {
+	case backend.SDDMMDot:
+	case backend.SDDMMAdd:
+		if dim != 1 {
+			return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("SDDMMAdd needs dim 1, got %d", dim)}
+		}
+	default:
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("unknown SDDMM op %d", sop)}
+	}
+	if heads < 1 || dim < 0 {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, dim %d: want heads >= 1, dim >= 0", heads, dim)}
+	}
+	width, err := dims(op, heads, dim)
+	if err != nil {
+		return err
+	}
+	un, err := dims(op, s.rows, width)
+	if err != nil {
+		return err
+	}
+	vn, err := dims(op, s.cols, width)
+	if err != nil {
+		return err
+	}
+	en, err := dims(op, s.nnz, heads)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, en)
+	if err != nil {
+		return err
+	}
+	uv, err := d.f32(op, "u", u, un)
+	if err != nil {
+		return err
+	}
+	vv, err := d.f32(op, "v", v, vn)
+	if err != nil {
+		return err
+	}
+	if en == 0 {
+		return nil
+	}
+	code := int32(1)
+	if sop == backend.SDDMMAdd {
+		code = 2
+	}
+	return d.run(func() error {
+		return d.launchN("sddmm", int64(en), uint64(ov.ptr), uint64(s.ptr.ptr), uint64(s.col.ptr), uint64(uv.ptr), uint64(vv.ptr),
+			cu.I64(int64(s.rows)), cu.I64(int64(s.nnz)), cu.I64(int64(heads)), cu.I64(int64(dim)), cu.I32(code))
+	})
+}
+
+// EdgeSum reduces per-edge values to rows (or columns when transpose).
+func (d *Device) EdgeSum(out backend.Buffer, a backend.Sparse, transpose bool, e backend.Buffer, heads int) error {
+	const op = "EdgeSum"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	if heads < 1 {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
+	}
+	orows := s.rows
+	if transpose {
+		orows = s.cols
+	}
+	on, err := dims(op, orows, heads)
+	if err != nil {
+		return err
+	}
+	en, err := dims(op, s.nnz, heads)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, on)
+	if err != nil {
+		return err
+	}
+	ev, err := d.f32(op, "e", e, en)
+	if err != nil {
+		return err
+	}
+	if on == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		v, err := d.viewLocked(s, transpose)
+		if err != nil {
+			return err
+		}
+		return d.launchN("edge_sum", int64(on), uint64(ov.ptr), uint64(v.ptr), uint64(v.eid), uint64(ev.ptr), cu.I64(int64(v.rows)), cu.I64(int64(heads)))
+	})
+}
+
+func (d *Device) edgeArgs(op string, a backend.Sparse, heads int) (*Sparse, int, error) {
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return nil, 0, err
+	}
+	if heads < 1 {
+		return nil, 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
+	}
+	n, err := dims(op, s.nnz, heads)
+	return s, n, err
+}
+
+// EdgeSoftmax normalizes scores over each row's edges, per head.
+func (d *Device) EdgeSoftmax(out backend.Buffer, a backend.Sparse, scores backend.Buffer, heads int) error {
+	const op = "EdgeSoftmax"
+	s, n, err := d.edgeArgs(op, a, heads)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, n)
+	if err != nil {
+		return err
+	}
+	sv, err := d.f32(op, "scores", scores, n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		return d.launchN("edge_softmax", int64(s.rows)*int64(heads), uint64(ov.ptr), uint64(s.ptr.ptr), uint64(sv.ptr), cu.I64(int64(s.rows)), cu.I64(int64(heads)))
+	})
+}
+
+// EdgeSoftmaxBackward computes ds = y * (dy - rowsum(y*dy)) per row, head.
+func (d *Device) EdgeSoftmaxBackward(ds backend.Buffer, a backend.Sparse, y, dy backend.Buffer, heads int) error {
+	const op = "EdgeSoftmaxBackward"
+	s, n, err := d.edgeArgs(op, a, heads)
+	if err != nil {
+		return err
+	}
+	dv, err := d.f32(op, "ds", ds, n)
+	if err != nil {
+		return err
+	}
+	yv, err := d.f32(op, "y", y, n)
+	if err != nil {
+		return err
+	}
+	gv, err := d.f32(op, "dy", dy, n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		return d.launchN("edge_softmax_backward", int64(s.rows)*int64(heads), uint64(dv.ptr), uint64(s.ptr.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(int64(s.rows)), cu.I64(int64(heads)))
+	})
+}
+
+// RowDegreeInv writes 1/max(deg, 1) per row (or column when transpose).
+func (d *Device) RowDegreeInv(out backend.Buffer, a backend.Sparse, transpose bool) error {
+	const op = "RowDegreeInv"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	orows := s.rows
+	if transpose {
+		orows = s.cols
+	}
+	ov, err := d.f32(op, "out", out, orows)
+	if err != nil {
+		return err
+	}
+	if orows == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		v, err := d.viewLocked(s, transpose)
+		if err != nil {
+			return err
+		}
+		return d.launchN("row_degree_inv", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), cu.I64(int64(v.rows)))
+	})
+}
+
+// ExpandRowsToEdges writes out[e] = v[row(e)].
+func (d *Device) ExpandRowsToEdges(out backend.Buffer, a backend.Sparse, v backend.Buffer) error {
+	const op = "ExpandRowsToEdges"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, s.nnz)
+	if err != nil {
+		return err
+	}
+	vv, err := d.f32(op, "v", v, s.rows)
+	if err != nil {
+		return err
+	}
+	if s.nnz == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		return d.launchN("expand_rows_to_edges", int64(s.nnz), uint64(ov.ptr), uint64(s.ptr.ptr), uint64(vv.ptr), cu.I64(int64(s.rows)), cu.I64(int64(s.nnz)))
+	})
+}
