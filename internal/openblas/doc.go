@@ -14,9 +14,13 @@
 // Only the 32-bit-integer interface (blasint = int32, Debian's libopenblas0)
 // is supported; dimensions above 2^31-1 are rejected.
 //
-// Determinism: OpenBLAS splits sgemm over its threads by blocks of C's rows
-// and columns, never along k, so every element of C is summed in the same
-// order for a fixed problem shape and library build; results do not depend
-// on Go's GOMAXPROCS. The thread count is left at OpenBLAS's default
-// (OPENBLAS_NUM_THREADS or the number of cores); Threads reports it.
+// Determinism: for a fixed problem shape, library build and thread count,
+// cblas_sgemm returns identical bits on every call (OpenBLAS partitions C
+// among its threads and every thread sums its elements in a fixed order).
+// Results do not depend on Go's GOMAXPROCS. They may differ in the last bit
+// between thread counts, since OpenBLAS adapts its blocking to the number of
+// threads: for bit-identical runs across machines set OPENBLAS_NUM_THREADS
+// (or call SetThreads), or use the pure-Go GEMM. The thread count is left at
+// OpenBLAS's default (OPENBLAS_NUM_THREADS or the number of cores); Threads
+// reports it.
 package openblas

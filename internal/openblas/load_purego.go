@@ -64,6 +64,9 @@ func open() (*library, error) {
 		if t, err := purego.Dlsym(h, "openblas_get_num_threads"); err == nil {
 			purego.RegisterFunc(&l.getThreads, t)
 		}
+		if t, err := purego.Dlsym(h, "openblas_set_num_threads"); err == nil {
+			purego.RegisterFunc(&l.setThreads, t)
+		}
 		return l, nil
 	}
 	return nil, fmt.Errorf("openblas: no library loaded (tried %s)", strings.Join(errs, ", "))

@@ -25,6 +25,7 @@ type library struct {
 	path       string
 	sgemm      func(order, transA, transB, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
 	getThreads func() int32 // nil when the library lacks openblas_get_num_threads
+	setThreads func(int32)  // nil when the library lacks openblas_set_num_threads
 }
 
 func load() {
@@ -60,6 +61,17 @@ func Threads() int {
 		return 0
 	}
 	return int(lib.getThreads())
+}
+
+// SetThreads sets OpenBLAS's thread count for later calls (process-wide).
+// It reports false when the library is unavailable or cannot set it.
+func SetThreads(n int) bool {
+	load()
+	if lib == nil || lib.setThreads == nil || n < 1 || n > 1<<16 {
+		return false
+	}
+	lib.setThreads(int32(n))
+	return true
 }
 
 // ErrUnavailable is returned by Sgemm when no library is loaded.

@@ -93,3 +93,52 @@ func TestCheckArgsWithoutLibrary(t *testing.T) {
 		t.Fatal("negative m accepted")
 	}
 }
+
+// TestSgemmRepeatable backs the package's determinism claim: for a fixed
+// thread count, repeated products give identical bits. (Different thread
+// counts may not: OpenBLAS adapts its blocking to the thread count, and a
+// 517x263x1031 product differs in the last bit between 1 and 2 threads.)
+func TestSgemmRepeatable(t *testing.T) {
+	if !Available() {
+		t.Skipf("OpenBLAS not installed (%v)", Err())
+	}
+	old := Threads()
+	if old < 1 || !SetThreads(old) {
+		t.Skip("library cannot report or set its thread count")
+	}
+	defer SetThreads(old)
+	r := rand.New(rand.NewPCG(3, 4))
+	const m, n, k = 517, 263, 1031
+	a, b := make([]float32, m*k), make([]float32, k*n)
+	for i := range a {
+		a[i] = float32(r.NormFloat64())
+	}
+	for i := range b {
+		b[i] = float32(r.NormFloat64())
+	}
+	first := map[int][]float32{}
+	for rep := 0; rep < 3; rep++ {
+		for _, th := range []int{1, 2, 4} {
+			SetThreads(th)
+			c := make([]float32, m*n)
+			if err := Sgemm(false, true, m, n, k, 1, a, k, b[:n*k], k, 0, c, n); err != nil {
+				t.Fatal(err)
+			}
+			ref, ok := first[th]
+			if !ok {
+				first[th] = c
+				continue
+			}
+			for i := range c {
+				if math.Float32bits(c[i]) != math.Float32bits(ref[i]) {
+					t.Fatalf("%d threads, run %d: c[%d] = %v, first run gave %v", th, rep+1, i, c[i], ref[i])
+				}
+			}
+		}
+	}
+	same := true
+	for i := range first[1] {
+		same = same && first[1][i] == first[2][i]
+	}
+	t.Logf("1 and 2 threads give identical bits: %v", same)
+}

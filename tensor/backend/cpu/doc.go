@@ -16,8 +16,17 @@
 //     row-parallel gather-sum in the original edge order.
 //
 // GEMM uses OpenBLAS's cblas_sgemm when internal/openblas finds the library
-// and gonum's pure-Go Sgemm otherwise (both deterministic for a fixed shape;
-// see package openblas for its threading). Options.Gemm forces either.
+// and gonum's pure-Go Sgemm otherwise; Options.Gemm forces either. gonum is
+// deterministic for a fixed shape. OpenBLAS is deterministic for a fixed
+// shape and OpenBLAS thread count (OPENBLAS_NUM_THREADS, default the number
+// of cores), independent of GOMAXPROCS; the two implementations differ from
+// each other in the last bits, so a machine with OpenBLAS and one without
+// do not produce identical runs. Use GemmGo (or pin OPENBLAS_NUM_THREADS)
+// where bit-identical results across machines matter.
+//
+// All methods are safe for concurrent use; a Sparse may be shared by
+// concurrent calls. Free and FreeSparse must not race with calls using the
+// same buffer.
 //
 // # Host access
 //

@@ -109,11 +109,3 @@ func bucket(keys []int32, n int) (ptr []int, order []int32) {
 	}
 	return ptr, order
 }
-
-// addTo computes d += s.
-func addTo(d, s []float32) {
-	s = s[:len(d)]
-	for c, v := range s {
-		d[c] += v
-	}
-}

@@ -213,13 +213,6 @@ func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x b
 	return nil
 }
 
-// axpy computes d += a*s.
-func axpy(d []float32, a float32, s []float32) {
-	s = s[:len(d)]
-	for i, v := range s {
-		d[i] += a * v
-	}
-}
 
 // SDDMM computes per-edge values from destination features u and source
 // features v.
@@ -284,12 +277,7 @@ func (b *Backend) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Spars
 					continue
 				}
 				for h := range oe {
-					uh, vh := ur[h*dim:(h+1)*dim], vr[h*dim:(h+1)*dim]
-					var acc float32
-					for d, x := range uh {
-						acc += x * vh[d]
-					}
-					oe[h] = acc
+					oe[h] = dot(ur[h*dim:(h+1)*dim], vr[h*dim:(h+1)*dim])
 				}
 			}
 		}
