@@ -37,21 +37,35 @@ type HopSampler interface {
 func NewBlockSampler(h HopSampler) Sampler { return newBlockBuilder(h) }
 
 type blockBuilder struct {
-	h    HopSampler
-	pool sync.Pool // *relabeler, dense maps of NumNodes entries
+	h HopSampler
+	// free holds idle relabelers (dense maps of NumNodes entries). A plain
+	// free list, not a sync.Pool: a pool is emptied by every GC, and
+	// rebuilding a map costs O(NumNodes), more than a batch.
+	mu   sync.Mutex
+	free []*relabeler
 }
 
-func newBlockBuilder(h HopSampler) *blockBuilder {
-	b := &blockBuilder{h: h}
-	n := h.NumNodes()
-	b.pool.New = func() any {
-		r := &relabeler{local: make([]int32, n)}
-		for i := range r.local {
-			r.local[i] = -1
-		}
+func newBlockBuilder(h HopSampler) *blockBuilder { return &blockBuilder{h: h} }
+
+func (b *blockBuilder) get() *relabeler {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k := len(b.free); k > 0 {
+		r := b.free[k-1]
+		b.free = b.free[:k-1]
 		return r
 	}
-	return b
+	r := &relabeler{local: make([]int32, b.h.NumNodes())}
+	for i := range r.local {
+		r.local[i] = -1
+	}
+	return r
+}
+
+func (b *blockBuilder) put(r *relabeler) {
+	b.mu.Lock()
+	b.free = append(b.free, r)
+	b.mu.Unlock()
 }
 
 func (b *blockBuilder) Sample(seeds []graph.NodeID, key Key) (*MiniBatch, error) {
@@ -64,8 +78,8 @@ func (b *blockBuilder) sample(op string, seeds []graph.NodeID, key Key) (*MiniBa
 	}
 	hops := b.h.NumHops()
 	mb := &MiniBatch{Seeds: slices.Clone(seeds), Blocks: make([]Block, hops)}
-	r := b.pool.Get().(*relabeler)
-	defer b.pool.Put(r)
+	r := b.get()
+	defer b.put(r)
 	dst := mb.Seeds
 	for hop := 0; hop < hops; hop++ {
 		nb, err := b.h.SampleHop(dst, hop, key)

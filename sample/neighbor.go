@@ -42,16 +42,19 @@ type Config struct {
 //   - uniform with replacement: k independent draws, in draw order;
 //   - weighted with replacement: k draws from a per-row alias table built
 //     once in NewNeighborSampler (8 bytes per edge), in draw order;
-//   - weighted without replacement: exponential keys -log(U)/w, the k
-//     smallest win (A-ES), O(n log k), edges in row order.
+//   - weighted without replacement: successive sampling proportional to
+//     weight, by alias draws that reject repeats (about k draws), finished
+//     by exponential-key reservoir sampling (A-ES with jumps, A-ExpJ) when
+//     a few heavy edges make rejections frequent; edges in row order.
 //
 // Block.EdgeIDs are positions in the graph's Indices. A NeighborSampler is
-// safe for concurrent use.
+// safe for concurrent use; each concurrent Sample call holds a relabeling
+// map of 4 bytes per node, kept for reuse.
 type NeighborSampler struct {
 	g      *graph.CSR
 	cfg    Config
 	posDeg []int32   // weighted: positive-weight entries per row
-	prob   []float32 // weighted with replacement: alias tables, per edge
+	prob   []float32 // weighted: alias tables, per edge
 	alias  []int32
 	build  *blockBuilder
 }
@@ -113,10 +116,8 @@ func (s *NeighborSampler) prepareWeights(op string) error {
 	}
 	n := int(g.NumRows)
 	s.posDeg = make([]int32, n)
-	if s.cfg.Replace {
-		s.prob = make([]float32, len(g.Weights))
-		s.alias = make([]int32, len(g.Weights))
-	}
+	s.prob = make([]float32, len(g.Weights))
+	s.alias = make([]int32, len(g.Weights))
 	parallelFor(n, 1024, resolveWorkers(s.cfg.Workers), func() func(lo, hi int) {
 		var a aliasScratch
 		return func(lo, hi int) {
@@ -129,9 +130,7 @@ func (s *NeighborSampler) prepareWeights(op string) error {
 					}
 				}
 				s.posDeg[v] = c
-				if s.cfg.Replace {
-					a.buildAlias(g.Weights[a0:a1], s.prob[a0:a1], s.alias[a0:a1])
-				}
+				a.buildAlias(g.Weights[a0:a1], s.prob[a0:a1], s.alias[a0:a1])
 			}
 		}
 	})
@@ -200,7 +199,7 @@ func (s *NeighborSampler) pick(p *picker, v graph.NodeID, k int, key uint64, out
 			}
 			return
 		}
-		sel = p.weightedNoReplace(key, g.Weights[base:base+n], len(out))
+		sel = p.weightedNoReplace(key, g.Weights[base:base+n], s.prob[base:base+n], s.alias[base:base+n], len(out))
 	case s.cfg.Replace:
 		sel = p.uniformReplace(key, uint64(n), uint64(len(out)))
 	default:

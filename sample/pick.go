@@ -31,20 +31,27 @@ func (p *picker) uniformNoReplace(key uint64, n, k uint64) []uint64 {
 	return p.floydSorted(key, n, k)
 }
 
-// floydSorted keeps the chosen set in a sorted slice: O(k log k) compares
-// and O(k^2) moves, best for small k.
+// floydSorted keeps the chosen set in a sorted slice, inserting by a
+// linear scan from the end: O(k^2) in the worst case but branch-light and
+// fastest for small fanouts (<= 64); uniformNoReplace also uses it when n
+// is so much larger than k that a bitmap would cost more.
 func (p *picker) floydSorted(key uint64, n, k uint64) []uint64 {
 	st := rng.NewStream(key)
 	sel := p.sel[:0]
 	for j := n - k; j < n; j++ {
 		t := st.Below(j + 1)
-		i, found := slices.BinarySearch(sel, t)
-		if found {
+		i := len(sel)
+		for i > 0 && sel[i-1] > t {
+			i--
+		}
+		if i > 0 && sel[i-1] == t {
 			// Every position chosen so far is < j, so j goes last.
 			sel = append(sel, j)
 			continue
 		}
-		sel = slices.Insert(sel, i, t)
+		sel = append(sel, 0)
+		copy(sel[i+1:], sel[i:])
+		sel[i] = t
 	}
 	p.sel = sel
 	return sel
@@ -114,46 +121,108 @@ type keyed struct {
 	pos uint64
 }
 
-// less orders by key, then position, so ties (practically impossible) are
-// still deterministic.
-func (a keyed) less(b keyed) bool { return a.key < b.key || (a.key == b.key && a.pos < b.pos) }
+// weaker orders reservoir entries: smaller key first, ties (practically
+// impossible) broken by position so the result stays deterministic.
+func (a keyed) weaker(b keyed) bool { return a.key < b.key || (a.key == b.key && a.pos > b.pos) }
 
 // weightedNoReplace draws k distinct positions with positive weight,
-// 0 < k < (number of positive weights), by exponential keys (Efraimidis &
-// Spirakis A-ES, in log form): position j gets key E_j / w_j with E_j =
-// -log U_j, U_j from draw j of the stream, and the k smallest keys win. This
-// is exactly successive sampling proportional to weight without
-// replacement. O(n log k); positions come out sorted.
-func (p *picker) weightedNoReplace(key uint64, w []float32, k int) []uint64 {
-	h := p.heap[:0] // max-heap on key: the root is the worst of the best k
-	for j, wj := range w {
-		if wj <= 0 {
-			continue
+// 0 < k < (number of positive weights), with the law of successive
+// sampling proportional to weight without replacement: the first is drawn
+// with probability w_i/W, the next proportional to weight among the rest,
+// and so on.
+//
+// Each step draws from the row's alias table and rejects positions already
+// chosen, which is exactly a draw proportional to weight among the rest:
+// O(1) per draw, about k draws when no few entries dominate the weight.
+// After 4k+16 draws in all it finishes with expJ over the positions not yet
+// chosen. That switch keeps the law exact: which position a run of i.i.d.
+// draws first accepts is independent of how many draws were rejected
+// before it. Positions come out sorted.
+func (p *picker) weightedNoReplace(key uint64, w, prob []float32, alias []int32, k int) []uint64 {
+	st := rng.NewStream(key)
+	n := uint64(len(w))
+	sel := p.sel[:0]
+	for budget := 4*k + 16; len(sel) < k && budget > 0; budget-- {
+		col, frac := bits.Mul64(st.Uint64(), n)
+		if float32(frac>>40)*(1.0/(1<<24)) >= prob[col] {
+			col = uint64(alias[col])
 		}
-		u := float64(rng.Hash(key, uint64(j))>>11+1) * (1.0 / (1 << 53))
-		c := keyed{-math.Log(u) / float64(wj), uint64(j)}
-		if len(h) < k {
-			h = append(h, c)
+		i := len(sel)
+		for i > 0 && sel[i-1] > col {
+			i--
+		}
+		if i > 0 && sel[i-1] == col {
+			continue // already chosen: reject
+		}
+		sel = append(sel, 0)
+		copy(sel[i+1:], sel[i:])
+		sel[i] = col
+	}
+	if len(sel) < k {
+		sel = p.expJ(&st, w, sel, k-len(sel))
+	}
+	p.sel = sel
+	return sel
+}
+
+// expJ adds m positions to the sorted set sel, drawn by successive
+// sampling proportional to weight among the positive-weight positions not
+// in sel (at least m of them must exist). It is Efraimidis & Spirakis'
+// A-ExpJ in log form: position j has key log(U_j)/w_j and the m largest keys
+// win (A-ES); instead of a key per position, the reservoir's weakest key T
+// fixes how much weight X = log(U)/T to skip before the next entry, whose
+// key is then drawn conditioned on beating T. O(n) additions but only
+// O(m log(n/m)) random draws and logarithms. Returns sel, still sorted.
+func (p *picker) expJ(st *rng.Stream, w []float32, sel []uint64, m int) []uint64 {
+	h := p.heap[:0] // min-heap: the root is the weakest of the best m
+	s := 0          // next element of sel not yet passed
+	excluded := func(j int) bool {
+		if w[j] <= 0 {
+			return true
+		}
+		for s < len(sel) && sel[s] < uint64(j) {
+			s++
+		}
+		return s < len(sel) && sel[s] == uint64(j)
+	}
+	j := 0
+	for ; j < len(w) && len(h) < m; j++ {
+		if !excluded(j) {
+			h = append(h, keyed{math.Log(st.OpenFloat64()) / float64(w[j]), uint64(j)})
 			siftUp(h, len(h)-1)
-		} else if c.less(h[0]) {
-			h[0] = c
-			siftDown(h, 0)
 		}
 	}
+	t := h[0].key
+	skip := math.Log(st.OpenFloat64()) / t
+	for ; j < len(w) && t < 0; j++ {
+		if excluded(j) {
+			continue
+		}
+		wj := float64(w[j])
+		if skip -= wj; skip > 0 {
+			continue
+		}
+		// Position j enters with a key drawn from U^(1/wj) given > T:
+		// log(U) uniform on (T*wj, 0] in U-space, i.e.
+		// log(exp(a) + V*(1-exp(a))) with a = T*wj, written with
+		// expm1/log1p so that keys near 0 keep their precision.
+		h[0] = keyed{math.Log1p(math.Expm1(t*wj)*st.OpenFloat64()) / wj, uint64(j)}
+		siftDown(h, 0)
+		t = h[0].key
+		skip = math.Log(st.OpenFloat64()) / t
+	}
 	p.heap = h
-	sel := p.sel[:0]
 	for _, c := range h {
 		sel = append(sel, c.pos)
 	}
 	slices.Sort(sel)
-	p.sel = sel
 	return sel
 }
 
 func siftUp(h []keyed, i int) {
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !h[parent].less(h[i]) {
+		if !h[i].weaker(h[parent]) {
 			return
 		}
 		h[parent], h[i] = h[i], h[parent]
@@ -167,15 +236,15 @@ func siftDown(h []keyed, i int) {
 		if l >= len(h) {
 			return
 		}
-		big := l
-		if r := l + 1; r < len(h) && h[l].less(h[r]) {
-			big = r
+		m := l
+		if r := l + 1; r < len(h) && h[r].weaker(h[l]) {
+			m = r
 		}
-		if !h[i].less(h[big]) {
+		if !h[m].weaker(h[i]) {
 			return
 		}
-		h[i], h[big] = h[big], h[i]
-		i = big
+		h[i], h[m] = h[m], h[i]
+		i = m
 	}
 }
 

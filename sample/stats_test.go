@@ -3,6 +3,7 @@ package sample
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
@@ -223,5 +224,148 @@ func TestAliasTableExact(t *testing.T) {
 				t.Fatalf("case %d: zero weight %d can be drawn", i, c)
 			}
 		}
+	}
+}
+
+// With many neighbors most of A-ExpJ's work is in the skip phase; check the
+// inclusion probability of every neighbor against the exact value for
+// k = 2: pi_i = p_i + sum_{j != i} p_j * w_i / (W - w_j), p_i = w_i / W.
+func TestWeightedNoReplaceInclusion(t *testing.T) {
+	const n, trials = 40, 20000
+	w := make([]float32, n)
+	W := 0.0
+	for i := range w {
+		w[i] = float32(1 + (i*7)%13)
+		if i%9 == 4 {
+			w[i] = 0
+		}
+		W += float64(w[i])
+	}
+	counts := drawCounts(t, star(n, w), Config{Fanouts: []int{2}, Weighted: true}, trials)
+	chi, df := 0.0, -1
+	for i := range w {
+		if w[i] == 0 {
+			if counts[i] != 0 {
+				t.Fatalf("zero-weight neighbor %d drawn", i)
+			}
+			continue
+		}
+		wi := float64(w[i])
+		pi := wi / W
+		for j := range w {
+			if j != i {
+				wj := float64(w[j])
+				pi += wj / W * wi / (W - wj)
+			}
+		}
+		// Binomial(trials, pi) counts, standardized.
+		d := float64(counts[i]) - trials*pi
+		chi += d * d / (trials * pi * (1 - pi))
+		df++
+	}
+	crit := chiCritical(df)
+	t.Logf("inclusion chi-square %.2f (0.999 critical %.2f)", chi, crit)
+	if chi > crit {
+		t.Fatalf("inclusion frequencies off: %v", counts)
+	}
+}
+
+// setProbs returns the exact probability of every k-subset (as a sorted
+// key string) under successive sampling proportional to w.
+func setProbs(w []float64, k int) map[string]float64 {
+	out := map[string]float64{}
+	var rec func(chosen []int, p, left float64)
+	rec = func(chosen []int, p, left float64) {
+		if len(chosen) == k {
+			s := slices.Clone(chosen)
+			slices.Sort(s)
+			out[fmt.Sprint(s)] += p
+			return
+		}
+		for i, x := range w {
+			if x > 0 && !slices.Contains(chosen, i) {
+				rec(append(slices.Clone(chosen), i), p*x/left, left-x)
+			}
+		}
+	}
+	total := 0.0
+	for _, x := range w {
+		total += x
+	}
+	rec(nil, 1, total)
+	return out
+}
+
+func checkSets(t *testing.T, name string, w []float64, k int, counts map[string]int, trials int) {
+	t.Helper()
+	probs := setProbs(w, k)
+	var obs []int
+	var exp []float64
+	for set, p := range probs {
+		obs = append(obs, counts[set])
+		exp = append(exp, p*float64(trials))
+		delete(counts, set)
+	}
+	if len(counts) != 0 {
+		t.Fatalf("%s: impossible sets drawn: %v", name, counts)
+	}
+	chi, crit := chiSquare(obs, exp), chiCritical(len(obs)-1)
+	t.Logf("%s: set chi-square %.2f over %d sets (0.999 critical %.2f)", name, chi, len(obs), crit)
+	if chi > crit {
+		t.Fatalf("%s: set frequencies off", name)
+	}
+}
+
+// A few heavy edges make alias rejection give up and expJ finish the
+// draw: the mixture must still have the exact successive-sampling law.
+func TestWeightedNoReplaceSkewed(t *testing.T) {
+	w := []float32{50, 1, 0, 50, 2, 0.5, 1}
+	wf := make([]float64, len(w))
+	for i, x := range w {
+		wf[i] = float64(x)
+	}
+	const trials = 40000
+	s := mustSampler(t, star(len(w), w), Config{Fanouts: []int{3}, Weighted: true})
+	counts := map[string]int{}
+	for b := range trials {
+		nb, _ := s.SampleHop([]graph.NodeID{0}, 0, Key{Seed: 5, Batch: b})
+		counts[fmt.Sprint(nb.EdgeIDs)]++
+	}
+	checkSets(t, "sampler", wf, 3, counts, trials)
+}
+
+// expJ alone (the fallback path), with and without positions excluded.
+func TestExpJ(t *testing.T) {
+	w := []float32{3, 0, 1, 4, 2, 2, 5}
+	const trials = 20000
+	var p picker
+	for _, pre := range [][]uint64{nil, {3}, {0, 6}} {
+		counts := map[string]int{}
+		for i := range trials {
+			st := rng.NewStream(rng.Hash(17, uint64(i)))
+			sel := p.expJ(&st, w, slices.Clone(pre), 2)
+			if !slices.IsSorted(sel) || len(sel) != len(pre)+2 {
+				t.Fatalf("expJ returned %v", sel)
+			}
+			for _, x := range pre {
+				if !slices.Contains(sel, x) {
+					t.Fatalf("expJ dropped pre-chosen %d: %v", x, sel)
+				}
+			}
+			var rest []uint64
+			for _, x := range sel {
+				if !slices.Contains(pre, x) {
+					rest = append(rest, x)
+				}
+			}
+			counts[fmt.Sprint(rest)]++
+		}
+		wf := make([]float64, len(w))
+		for i, x := range w {
+			if !slices.Contains(pre, uint64(i)) {
+				wf[i] = float64(x)
+			}
+		}
+		checkSets(t, fmt.Sprintf("excluding %v", pre), wf, 2, counts, trials)
 	}
 }

@@ -1,0 +1,88 @@
+package graph_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/graph/graphtest"
+)
+
+// Structural operations on real and products-sized graphs:
+//
+//	go test -run XXX -bench . -benchtime 3x ./graph
+//
+// The products-shaped graph (2.45M nodes, ~124M edges) is skipped with -short.
+
+var (
+	prodOnce sync.Once
+	prod     *graph.CSR
+)
+
+func products(b *testing.B) *graph.CSR {
+	if testing.Short() {
+		b.Skip("products-shaped graph skipped with -short")
+	}
+	prodOnce.Do(func() { prod = graphtest.PowerLaw(2_449_029, 50.5, 1) })
+	return prod
+}
+
+func reportEdges(b *testing.B, edges int64) {
+	b.ReportMetric(float64(edges)*float64(b.N)/b.Elapsed().Seconds(), "edges/s")
+}
+
+func BenchmarkTranspose(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		g    func(*testing.B) *graph.CSR
+	}{{"cnr-2000", func(b *testing.B) *graph.CSR { return graphtest.CNR2000(b) }}, {"products", products}} {
+		b.Run(c.name, func(b *testing.B) {
+			g := c.g(b)
+			for b.Loop() {
+				if _, err := graph.Transpose(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportEdges(b, g.NumEdges())
+		})
+	}
+}
+
+func BenchmarkFromEdges(b *testing.B) {
+	g := graphtest.CNR2000(b)
+	src := make([]graph.NodeID, 0, g.NumEdges())
+	dst := make([]graph.NodeID, 0, g.NumEdges())
+	// Feed the edges in transposed (dst-major) order so the sort has work.
+	t, _ := graph.Transpose(g)
+	for v := int64(0); v < t.NumRows; v++ {
+		for _, u := range t.Neighbors(graph.NodeID(v)) {
+			src, dst = append(src, u), append(dst, graph.NodeID(v))
+		}
+	}
+	for b.Loop() {
+		if _, err := graph.FromEdges(g.NumRows, src, dst, graph.WithDedup(graph.ReduceFirst)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportEdges(b, g.NumEdges())
+}
+
+func BenchmarkSymmetrize(b *testing.B) {
+	g := graphtest.CNR2000(b)
+	for b.Loop() {
+		if _, err := graph.Symmetrize(g, graph.ReduceFirst); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportEdges(b, g.NumEdges())
+}
+
+func BenchmarkValidate(b *testing.B) {
+	g := products(b)
+	for b.Loop() {
+		if err := g.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportEdges(b, g.NumEdges())
+}
