@@ -10,7 +10,7 @@ import (
 // ProgressUnits is the total Generate adds to its progress bar: one unit
 // per node for each pass over the nodes. Create the bar with it.
 func (c *Config) ProgressUnits() int64 {
-	passes := int64(6)
+	passes := int64(7)
 	if c.FeatDim > 0 {
 		passes++
 	}

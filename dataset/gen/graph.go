@@ -204,61 +204,104 @@ func stubCount(w float32, h uint64) int64 {
 	return int64(fl)
 }
 
-// buildCSR stores every drawn edge (u, v) both ways, sorts each row and
-// drops duplicates. Row lengths are counted with integer atomics and edges
-// scattered through per-row atomic cursors, so the order inside a row
-// depends on the schedule until the sort, after which the result does not.
+// maxScanParts bounds the number of destination ranges in buildCSR's
+// scans: each part reads every drawn edge, so more parts cost more reads.
+const maxScanParts = 8
+
+// forRanges splits [0, n) into parts ranges at bounds(i) (bounds(0) = 0,
+// bounds(parts) = n) and runs fn on each concurrently.
+func forRanges(parts int, bounds func(i int) int64, fn func(lo, hi int64)) {
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo, hi := bounds(i), bounds(i+1)
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
+}
+
+// buildCSR stores every drawn edge (u, v) both ways, sorted and without
+// duplicates. Row x is the merge of x's own drawn targets (sorted per node
+// first) with the sources that drew x. Those reverse entries are counted
+// and scattered by workers that each own a range of destination rows and
+// scan all drawn edges in node order, so there are no atomics, and every
+// row receives its sources in ascending order whatever the number of
+// workers; the merge then needs no sort.
 func buildCSR(n int64, off []int64, tgt []int32, bar *progress.Bar) (*graph.CSR, error) {
-	indptr := make([]int64, n+1)
+	// Sort each node's targets; self-loop marks (-1) come first.
+	valid := func(u int64) []int32 {
+		t := tgt[off[u]:off[u+1]]
+		i, _ := slices.BinarySearch(t, 0)
+		return t[i:]
+	}
 	forChunks(n, bar, func(lo, hi int64) {
 		for u := lo; u < hi; u++ {
-			var own int64
-			for _, v := range tgt[off[u]:off[u+1]] {
-				if v >= 0 {
-					own++
-					atomic.AddInt64(&indptr[v+1], 1)
-				}
-			}
-			atomic.AddInt64(&indptr[u+1], own)
+			slices.Sort(tgt[off[u]:off[u+1]])
 		}
 	})
+
+	parts := max(1, min(runtime.GOMAXPROCS(0), maxScanParts, int(n)))
+	byNodes := func(i int) int64 { return n * int64(i) / int64(parts) }
+
+	// Row lengths: own targets plus the number of times x was drawn.
+	indptr := make([]int64, n+1)
+	forRanges(parts, byNodes, func(lo, hi int64) {
+		for _, v := range tgt {
+			if int64(v) >= lo && int64(v) < hi {
+				indptr[v+1]++
+			}
+		}
+	})
+	bar.Add(n)
 	for u := range n {
-		indptr[u+1] += indptr[u]
+		indptr[u+1] += indptr[u] + int64(len(valid(u)))
 	}
 	if indptr[n] > math.MaxInt64/4 {
 		return nil, fmt.Errorf("gen: %d stored edges, too many", indptr[n])
 	}
 	indices := make([]int32, indptr[n])
+
+	// Scatter reverse entries to the front of each row; cursor[x] ends as
+	// the count of them. Parts are balanced by stored entries.
 	cursor := slices.Clone(indptr[:n])
-	forChunks(n, bar, func(lo, hi int64) {
-		for u := lo; u < hi; u++ {
-			row := tgt[off[u]:off[u+1]]
-			var own int64
-			for _, v := range row {
-				if v >= 0 {
-					own++
-				}
-			}
-			pos := atomic.AddInt64(&cursor[u], own) - own
-			for _, v := range row {
-				if v >= 0 {
-					indices[pos] = v
-					pos++
-					q := atomic.AddInt64(&cursor[v], 1) - 1
-					indices[q] = int32(u)
+	byEdges := func(i int) int64 {
+		if i == parts {
+			return n
+		}
+		x, _ := slices.BinarySearch(indptr, indptr[n]*int64(i)/int64(parts))
+		return min(int64(x), n)
+	}
+	forRanges(parts, byEdges, func(lo, hi int64) {
+		for u := range n {
+			for _, v := range tgt[off[u]:off[u+1]] {
+				if int64(v) >= lo && int64(v) < hi {
+					indices[cursor[v]] = int32(u)
+					cursor[v]++
 				}
 			}
 		}
 	})
-	// Sort and deduplicate each row in place; cursor[u] becomes the new
-	// row length.
+	bar.Add(n)
+
+	// Merge own targets into each row from the back, then drop
+	// duplicates; cursor[x] becomes the final row length.
 	forChunks(n, bar, func(lo, hi int64) {
-		for u := lo; u < hi; u++ {
-			row := indices[indptr[u]:indptr[u+1]]
-			slices.Sort(row)
-			cursor[u] = int64(len(slices.Compact(row)))
+		for x := lo; x < hi; x++ {
+			row := indices[indptr[x]:indptr[x+1]]
+			own := valid(x)
+			i, j := cursor[x]-indptr[x]-1, int64(len(own))-1
+			for k := int64(len(row)) - 1; j >= 0; k-- {
+				if i >= 0 && row[i] > own[j] {
+					row[k] = row[i]
+					i--
+				} else {
+					row[k] = own[j]
+					j--
+				}
+			}
+			cursor[x] = int64(len(slices.Compact(row)))
 		}
 	})
+
 	// Close the gaps left by duplicates. Rows only move left, so one
 	// forward pass is safe; indptr[u+1] is read before it is rewritten.
 	var w int64
