@@ -20,7 +20,8 @@ type Options struct {
 	// TF32 tensor cores needs about 2e-3.
 	GemmTol float64
 	// VaryGOMAXPROCS also checks that results are bit-identical under
-	// GOMAXPROCS = 1, 2, 3 and 8 (for host back ends that use goroutines).
+	// GOMAXPROCS = 1, 2, 3 and 8 (1 and 3 with -short), for host back
+	// ends that use goroutines.
 	VaryGOMAXPROCS bool
 }
 
@@ -277,7 +278,11 @@ func (s *suite) withProcs(fn func(procs int)) {
 	}
 	old := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(old)
-	for _, p := range []int{1, 2, 3, 8} {
+	procs := []int{1, 2, 3, 8}
+	if testing.Short() {
+		procs = []int{1, 3}
+	}
+	for _, p := range procs {
 		runtime.GOMAXPROCS(p)
 		fn(p)
 	}

@@ -213,7 +213,6 @@ func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x b
 	return nil
 }
 
-
 // SDDMM computes per-edge values from destination features u and source
 // features v.
 func (b *Backend) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Sparse, u, v backend.Buffer, heads, dim int) error {
