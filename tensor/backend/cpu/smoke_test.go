@@ -121,3 +121,86 @@ func TestOpenRegistered(t *testing.T) {
 		t.Fatal("cpu:1 accepted")
 	}
 }
+
+// The cached transpose is built once even when first requested by several
+// goroutines at the same time (run with -race).
+func TestConcurrentTranspose(t *testing.T) {
+	b := mustNew(t, GemmGo)
+	const rows, cols, deg = 500, 300, 7
+	ptr := make([]int64, rows+1)
+	idx := make([]int32, 0, rows*deg)
+	for i := 0; i < rows; i++ {
+		for d := 0; d < deg; d++ {
+			idx = append(idx, int32((i*31+d*17)%cols))
+		}
+		ptr[i+1] = int64(len(idx))
+	}
+	s, err := b.NewSparse(rows, cols, ptr, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, rows*4)
+	for i := range x {
+		x[i] = float32(i%13) - 6
+	}
+	outs := make([][]float32, 8)
+	done := make(chan error, len(outs))
+	for g := range outs {
+		outs[g] = make([]float32, cols*4)
+		go func() { done <- b.SpMM(WrapF32(outs[g]), s, true, WrapF32(x), nil, 1, 4) }()
+	}
+	for range outs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for g := 1; g < len(outs); g++ {
+		eq(t, "concurrent A^T x", outs[g], outs[0])
+	}
+}
+
+// FuzzNewSparse feeds arbitrary CSR arrays: NewSparse must either reject
+// them with an error or accept a valid matrix that SpMM (both ways) and
+// EdgeSoftmax handle, never panicking.
+func FuzzNewSparse(f *testing.F) {
+	f.Add(3, 2, []byte{0, 2, 2, 4}, []byte{0, 1, 1, 1})
+	f.Add(2, 2, []byte{0, 1, 2}, []byte{0, 2})
+	f.Add(0, 0, []byte{0}, []byte{})
+	f.Add(-1, 3, []byte{}, []byte{1})
+	f.Add(2, 5, []byte{1, 1, 2}, []byte{4, 4})
+	b, err := New(Options{Gemm: GemmGo})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, rows, cols int, ptrB, idxB []byte) {
+		if rows > 1000 || cols > 1000 {
+			return
+		}
+		ptr := make([]int64, len(ptrB))
+		for i, v := range ptrB {
+			ptr[i] = int64(int8(v))
+		}
+		idx := make([]int32, len(idxB))
+		for i, v := range idxB {
+			idx[i] = int32(int8(v))
+		}
+		s, err := b.NewSparse(rows, cols, ptr, idx)
+		if err != nil {
+			return
+		}
+		for _, tr := range []bool{false, true} {
+			in, out := cols, rows
+			if tr {
+				in, out = rows, cols
+			}
+			if err := b.SpMM(WrapF32(make([]float32, out*2)), s, tr, WrapF32(make([]float32, in*2)), nil, 1, 2); err != nil {
+				t.Fatalf("SpMM transpose=%v on accepted matrix: %v", tr, err)
+			}
+		}
+		sc := WrapF32(make([]float32, s.NNZ()))
+		if err := b.EdgeSoftmax(sc, s, sc, 1); err != nil {
+			t.Fatal(err)
+		}
+		b.FreeSparse(s)
+	})
+}
