@@ -44,8 +44,33 @@ func (b *Buffer) Ptr() cu.DevPtr {
 	return b.ptr
 }
 
+// Truncate shortens the buffer to its first n elements (n <= Len()); the
+// memory stays allocated until Free. Samplers allocate for an upper bound
+// and truncate once the device reports the real size.
+func (b *Buffer) Truncate(n int) error {
+	if b == nil || n < 0 || n > b.n {
+		return fmt.Errorf("cuda: Truncate to %d elements of a %d-element buffer", n, b.Len())
+	}
+	b.n = n
+	return nil
+}
+
+// View returns a buffer aliasing elements [off, off+n) of b. It does not
+// own memory: freeing it does nothing, and it must not outlive b.
+func (b *Buffer) View(off, n int) *Buffer {
+	if b == nil || off < 0 || n < 0 || off+n > b.n {
+		return &Buffer{dev: b.Device(), dt: b.DType()}
+	}
+	return &Buffer{dev: b.dev, ptr: b.ptr + cu.DevPtr(off*b.dt.Size()), n: n, dt: b.dt}
+}
+
 // Device returns the device the buffer lives on.
-func (b *Buffer) Device() *Device { return b.dev }
+func (b *Buffer) Device() *Device {
+	if b == nil {
+		return nil
+	}
+	return b.dev
+}
 
 // maxElems bounds element counts so byte sizes never overflow.
 const maxElems = 1 << 50

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"unsafe"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -86,4 +87,57 @@ func (l *Locked) ScanI64(out, in *Buffer, n int) error { return l.d.scanI64(out.
 // collects out-of-range keys) and order (int32, n) are new buffers.
 func (l *Locked) Bucket(keys *Buffer, nkeys int, errSlot uint64) (ptr, order *Buffer, err error) {
 	return l.d.bucket(keys, nkeys, errSlot)
+}
+
+// Memset sets every byte of b to v.
+func (l *Locked) Memset(b *Buffer, v byte) error {
+	if b == nil || b.n == 0 {
+		return nil
+	}
+	return cu.MemsetD8Async(b.ptr, v, uint64(b.n*b.dt.Size()), l.d.stream)
+}
+
+// UploadFrom queues a copy of len(src) elements into dst from a host
+// slice ([]float32, []int32 or []int64 of dst's dtype, at most dst.Len()
+// elements). Pageable memory is staged by the driver before it returns.
+func (l *Locked) UploadFrom(dst *Buffer, src any) error {
+	n, dt, p, err := hostSlice("UploadFrom", src)
+	if err != nil {
+		return err
+	}
+	if dst == nil || dt != dst.dt || n > dst.n {
+		return fmt.Errorf("cuda: UploadFrom: %d elements of %v into a buffer of %d %v", n, dt, dst.Len(), dst.DType())
+	}
+	if n == 0 {
+		return nil
+	}
+	return cu.MemcpyHtoDAsync(dst.ptr, p, uint64(n*dt.Size()), l.d.stream)
+}
+
+// CopyToHost queues a copy of src's first bytes into pinned host memory
+// at byte offset off; read it after Sync.
+func (l *Locked) CopyToHost(dst *HostBuffer, off uint64, src *Buffer, bytes uint64) error {
+	if dst == nil || src == nil || off > dst.bytes || bytes > dst.bytes-off || bytes > uint64(src.n*src.dt.Size()) {
+		return fmt.Errorf("cuda: CopyToHost: %d bytes do not fit", bytes)
+	}
+	if bytes == 0 {
+		return nil
+	}
+	return cu.MemcpyDtoHAsync(unsafe.Add(dst.p, off), src.ptr, bytes, l.d.stream)
+}
+
+// IndexSlot reserves a device index-check slot (see the package doc) for
+// argument name of op, checking the int32 buffer idx against [0, limit):
+// kernels call index_error(slot, pos) from kernels/common.cuh, and the
+// next Synchronize reports the first bad position as a *backend.IndexError.
+func (l *Locked) IndexSlot(op, name string, idx *Buffer, limit int) (uint64, error) {
+	return l.d.checks.slot(l.d, op, name, idx, limit)
+}
+
+// Gather queues dst[i,:] = x[idx[i],:] for n indices, where x is a device
+// or mapped host address of xrows rows of cols floats (zero-copy through
+// UVA when x is mapped host memory). Bad indices zero their row and are
+// reported through slot.
+func (l *Locked) Gather(dst cu.DevPtr, x cu.DevPtr, idx cu.DevPtr, n, xrows, cols int64, slot uint64) error {
+	return l.d.gatherLocked(dst, x, idx, n, xrows, cols, slot)
 }

@@ -1,0 +1,13 @@
+// Package feature serves node feature rows to the GPU for mini-batch
+// training: a Store keeps the hottest rows in device memory, within a
+// byte budget, and the whole table in pinned host memory mapped into the
+// GPU's address space; one kernel gathers a batch's rows, hot ones from
+// device memory and cold ones straight from host memory over the bus
+// (zero-copy through UVA), with no staging copy.
+//
+// Which rows are hot is an ordering of nodes, hottest first; the default,
+// HotByInDegree, ranks by in-degree (the nodes neighbor sampling reaches
+// most often), as DSP, GLT and Quiver do. A budget of 0 serves everything
+// from host memory; a budget of rows*cols*4 plus the 4-byte-per-node slot
+// table puts everything on the device.
+package feature

@@ -1,0 +1,179 @@
+package feature
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+var (
+	devOnce sync.Once
+	dev     *cuda.Device
+	devErr  error
+)
+
+func gpu(t testing.TB) *cuda.Device {
+	t.Helper()
+	devOnce.Do(func() { dev, devErr = cuda.Open(0, cuda.Options{}) })
+	if devErr != nil {
+		t.Skipf("no usable GPU: %.120s", devErr.Error())
+	}
+	return dev
+}
+
+func TestHotByInDegree(t *testing.T) {
+	g := &graph.CSR{NumRows: 5, NumCols: 5, Indptr: []int64{0, 1, 4, 4, 7, 8}, Indices: []int32{0, 1, 2, 3, 0, 1, 2, 4}}
+	got := HotByInDegree(g)
+	want := []graph.NodeID{1, 3, 0, 4, 2} // degrees 1,3,0,3,1; ties by id
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("HotByInDegree = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestKernelsCompile(t *testing.T) {
+	if err := nvrtc.Load(); err != nil {
+		t.Skipf("no libnvrtc: %.100s", err.Error())
+	}
+	kind, arch, err := nvrtc.Target(90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nvrtc.Compile(cuda.CommonSource()+kernelSrc, "feature.cu", kind, arch, "--std=c++17"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGatherSplits gathers random rows with the whole table cold, part
+// hot and all hot, widths with and without the 16-byte path, and
+// compares with the host table exactly.
+func TestGatherSplits(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, cols := range []int{1, 3, 100, 128} {
+		rows := 5000
+		feats := make([]float32, rows*cols)
+		for i := range feats {
+			feats[i] = float32(r.NormFloat64())
+		}
+		hot := make([]graph.NodeID, rows)
+		for i, v := range r.Perm(rows) {
+			hot[i] = graph.NodeID(v)
+		}
+		for _, budget := range []int64{0, int64(4*rows + 4*cols*1000), 1 << 40} {
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("cols=%d budget=%d hot=%d", cols, budget, s.HotRows())
+			nodes := make([]int32, 7777)
+			for i := range nodes {
+				nodes[i] = int32(r.IntN(rows))
+			}
+			nb, _ := d.Alloc(backend.Int32, len(nodes))
+			d.Upload(nb, nodes)
+			out, _ := d.Alloc(backend.Float32, len(nodes)*cols)
+			if err := s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer)); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, len(nodes)*cols)
+			if err := d.Download(got, out); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range nodes {
+				for c := 0; c < cols; c++ {
+					if got[i*cols+c] != feats[int(v)*cols+c] {
+						t.Fatalf("%s: row %d (node %d) col %d = %v, want %v", name, i, v, c, got[i*cols+c], feats[int(v)*cols+c])
+					}
+				}
+			}
+			if budget == 0 && s.HotRows() != 0 || budget == 1<<40 && s.HotRows() != rows || budget > 0 && budget < 1<<40 && s.HotRows() != 1000 {
+				t.Fatalf("%s: unexpected hot rows", name)
+			}
+			// A bad node id is reported at the next Synchronize.
+			bad, _ := d.Alloc(backend.Int32, 3)
+			d.Upload(bad, []int32{0, int32(rows), 1})
+			out3, _ := d.Alloc(backend.Float32, 3*cols)
+			if err := s.Gather(out3.(*cuda.Buffer), bad.(*cuda.Buffer)); err != nil {
+				t.Fatal(err)
+			}
+			var ie *backend.IndexError
+			if err := d.Synchronize(); !errors.As(err, &ie) || ie.Pos != 1 || ie.Value != int64(rows) {
+				t.Fatalf("%s: bad node: %v", name, err)
+			}
+			for _, b := range []backend.Buffer{nb, out, bad, out3} {
+				d.Free(b)
+			}
+			s.Close()
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	d := gpu(t)
+	if _, err := New(d, make([]float32, 10), 3, 3, Options{}); err == nil {
+		t.Fatal("wrong table size accepted")
+	}
+	if _, err := New(d, make([]float32, 9), 3, 3, Options{BudgetBytes: 1 << 20, Hot: []graph.NodeID{0, 5}}); err == nil {
+		t.Fatal("hot node out of range accepted")
+	}
+	if _, err := New(d, make([]float32, 9), 3, 3, Options{BudgetBytes: 1 << 20, Hot: []graph.NodeID{1, 1}}); err == nil {
+		t.Fatal("repeated hot node accepted")
+	}
+}
+
+// BenchmarkGather gathers 600k random rows of a 2.45M x 100 table
+// (ogbn-products' shape) with everything hot, 20% hot by budget, and
+// everything read from mapped host memory; reports TB/s of rows read
+// plus written.
+func BenchmarkGather(b *testing.B) {
+	d := gpu(b)
+	const rows, cols, n = 2_449_029, 100, 600_000
+	feats := make([]float32, rows*cols)
+	for i := range feats {
+		feats[i] = float32(i % 1000)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	nodes := make([]int32, n)
+	for i := range nodes {
+		nodes[i] = int32(r.IntN(rows))
+	}
+	nb, _ := d.Alloc(backend.Int32, n)
+	d.Upload(nb, nodes)
+	out, _ := d.Alloc(backend.Float32, n*cols)
+	defer d.Free(nb)
+	defer d.Free(out)
+	for _, tc := range []struct {
+		name   string
+		budget int64
+	}{{"allhot", 1 << 40}, {"hot20pct", 4*rows + rows/5*cols*4}, {"allcold", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: tc.budget})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer))
+			d.Synchronize()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := d.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(2*4*float64(n*cols)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TB/s")
+		})
+	}
+}

@@ -1,0 +1,35 @@
+// Package gpusample is node-wise neighbor sampling on the GPU: it draws a
+// MiniBatch's blocks, removes duplicate nodes and relabels them entirely
+// on the device (no host round trip), over a graph held in device memory
+// or in mapped pinned host memory read through UVA (for graphs larger
+// than the GPU).
+//
+// Sampler implements sample.Sampler: Sample downloads the blocks into a
+// sample.MiniBatch. SampleDevice keeps them on the GPU as a Batch whose
+// blocks are cuda.Sparse matrices and device buffers, usable by the
+// model without re-upload.
+//
+// # Draws
+//
+// The rules and random streams are those of sample.NeighborSampler:
+// destination v at hop h of batch key uses rng.Derive(hopKey, v) with the
+// same hop key. Uniform sampling with and without replacement (Floyd's
+// algorithm, positions in row order) makes the same draws as the CPU, so
+// those batches are identical to the CPU sampler's, byte for byte.
+// Weighted sampling follows the same law with its own draws: with
+// replacement by inverse CDF over per-row running weight sums (8 bytes
+// per edge), without replacement by A-Res (keys log(U)/w, the k largest
+// win), positions in row order.
+//
+// # Block building
+//
+// Per hop: counts per destination, an exclusive scan for offsets, one
+// thread per destination for its draws, then deduplication with an
+// open-addressing hash table that keeps each node's first position
+// (atomicMin), a scan of first-occurrence flags for local ids, and a
+// relabel pass. Destinations keep ids 0..NumDst-1 and new sources follow
+// in first-seen order, exactly as sample.ToBlock. Buffers are sized by
+// upper bounds (fanout times frontier), so sizes known only on the device
+// need no synchronization until the batch is complete; fanout -1 reads
+// the edge count once per hop.
+package gpusample

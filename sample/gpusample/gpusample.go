@@ -1,0 +1,557 @@
+package gpusample
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"unsafe"
+
+	"github.com/strata-gnn/strata/graph"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+//go:embed sample.cu
+var kernelSrc string
+
+// Placement says where the graph structure lives.
+type Placement uint8
+
+const (
+	// OnDevice copies indptr and indices into GPU memory.
+	OnDevice Placement = iota
+	// Mapped pins them in host memory mapped into the GPU's address space;
+	// kernels read them over the bus (zero-copy, UVA).
+	Mapped
+)
+
+// Config configures a Sampler; the fields mean what they mean in
+// sample.Config.
+type Config struct {
+	Fanouts   []int
+	Replace   bool
+	Weighted  bool
+	Placement Placement
+}
+
+// Sampler draws mini-batches on one GPU. It is safe for concurrent use
+// (calls serialize on the device).
+type Sampler struct {
+	dev    *cuda.Device
+	n      int64
+	cfg    Config
+	mod    *cuda.Module
+	fns    map[string]cu.Function
+	indptr cu.DevPtr // int64 n+1
+	index  cu.DevPtr // int32 nnz
+	cum    cu.DevPtr // float64 nnz (weighted with replacement)
+	w      cu.DevPtr // float32 nnz (weighted)
+	posDeg cu.DevPtr // int32 n (weighted)
+	owned  []*cuda.Buffer
+	hosts  []*cuda.HostBuffer
+	sizes  *cuda.HostBuffer // pinned: per hop {nd, E, numSrc}
+}
+
+var _ sample.Sampler = (*Sampler)(nil)
+
+// tagNeighbor and hopKey repeat package sample's stream naming so that
+// draws match the CPU sampler (a CPU test compares them).
+const tagNeighbor = 0x4e42520000
+
+func hopKey(k sample.Key, hop int) uint64 {
+	return rng.Derive(k.Seed, tagNeighbor, uint64(k.Epoch), uint64(k.Batch), uint64(hop))
+}
+
+// New checks g (an in-adjacency CSR, square) and cfg, and places the graph
+// on dev.
+func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
+	const op = "gpusample.New"
+	if dev == nil {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: "nil device", Err: sample.ErrConfig}
+	}
+	if g == nil {
+		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: "nil graph", Err: sample.ErrGraph}
+	}
+	if err := g.Validate(); err != nil {
+		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: sample.ErrGraph}
+	}
+	if g.NumRows != g.NumCols {
+		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: fmt.Sprintf("%d x %d is not square", g.NumRows, g.NumCols), Err: sample.ErrGraph}
+	}
+	if g.NumRows >= math.MaxInt32 || g.NumEdges() >= math.MaxInt32 {
+		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: "more than 2^31-1 nodes or edges", Err: sample.ErrTooLarge}
+	}
+	if len(cfg.Fanouts) == 0 {
+		return nil, &sample.Error{Op: op, Field: "Fanouts", Pos: -1, Detail: "empty: need one fanout per hop", Err: sample.ErrConfig}
+	}
+	for i, f := range cfg.Fanouts {
+		if f != -1 && f <= 0 {
+			return nil, &sample.Error{Op: op, Field: "Fanouts", Pos: i, Detail: fmt.Sprintf("%d: want -1 (all) or > 0", f), Err: sample.ErrConfig}
+		}
+	}
+	if cfg.Placement != OnDevice && cfg.Placement != Mapped {
+		return nil, &sample.Error{Op: op, Field: "Placement", Pos: -1, Detail: fmt.Sprintf("unknown placement %d", cfg.Placement), Err: sample.ErrConfig}
+	}
+	cfg.Fanouts = slices.Clone(cfg.Fanouts)
+	s := &Sampler{dev: dev, n: g.NumRows, cfg: cfg}
+	var cum []float64
+	var posDeg []int32
+	if cfg.Weighted {
+		if g.Weights == nil {
+			return nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: -1, Detail: "nil, but Weighted sampling needs edge weights", Err: sample.ErrGraph}
+		}
+		posDeg = make([]int32, g.NumRows)
+		if cfg.Replace {
+			cum = make([]float64, len(g.Weights))
+		}
+		for v := int64(0); v < g.NumRows; v++ {
+			var sum float64
+			for e := g.Indptr[v]; e < g.Indptr[v+1]; e++ {
+				w := g.Weights[e]
+				if !(w >= 0) || math.IsInf(float64(w), 1) {
+					return nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: int(e), Detail: fmt.Sprintf("%v: weights must be finite and >= 0", w), Err: sample.ErrGraph}
+				}
+				if w > 0 {
+					posDeg[v]++
+				}
+				sum += float64(w)
+				if cum != nil {
+					cum[e] = sum
+				}
+			}
+		}
+	}
+	mod, err := dev.LoadModule("gpusample", cuda.CommonSource()+kernelSrc)
+	if err != nil {
+		return nil, err
+	}
+	s.mod = mod
+	s.fns = map[string]cu.Function{}
+	for _, name := range []string{"gs_count", "gs_sample", "gs_insert", "gs_flags", "gs_relabel"} {
+		if s.fns[name], err = mod.Func(name); err != nil {
+			return nil, err
+		}
+	}
+	fail := func(err error) (*Sampler, error) { s.Close(); return nil, err }
+	if s.sizes, err = dev.AllocHost(uint64(24*len(cfg.Fanouts)+64), false); err != nil {
+		return fail(err)
+	}
+	if s.indptr, err = s.place(g.Indptr); err != nil {
+		return fail(err)
+	}
+	if s.index, err = s.place(g.Indices); err != nil {
+		return fail(err)
+	}
+	if cfg.Weighted {
+		if s.w, err = s.place(g.Weights); err != nil {
+			return fail(err)
+		}
+		if s.posDeg, err = s.place(posDeg); err != nil {
+			return fail(err)
+		}
+		if cum != nil {
+			if s.cum, err = s.place(cum); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// place copies a host array to the device or into mapped pinned memory.
+func (s *Sampler) place(data any) (cu.DevPtr, error) {
+	var n, size int
+	var p unsafe.Pointer
+	var dt backend.DType
+	switch v := data.(type) {
+	case []int64:
+		n, size, dt = len(v), 8, backend.Int64
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	case []int32:
+		n, size, dt = len(v), 4, backend.Int32
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	case []float32:
+		n, size, dt = len(v), 4, backend.Float32
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	case []float64:
+		n, size, dt = len(v), 8, backend.Int64 // 8-byte elements
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	default:
+		return 0, fmt.Errorf("gpusample: place %T", data)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	bytes := unsafe.Slice((*byte)(p), n*size)
+	if s.cfg.Placement == Mapped {
+		h, err := s.dev.AllocHost(uint64(len(bytes)), true)
+		if err != nil {
+			return 0, err
+		}
+		copy(h.Bytes(), bytes)
+		s.hosts = append(s.hosts, h)
+		return h.DevPtr(), nil
+	}
+	buf, err := s.dev.Alloc(dt, n)
+	if err != nil {
+		return 0, err
+	}
+	b := buf.(*cuda.Buffer)
+	s.owned = append(s.owned, b)
+	var uerr error
+	switch v := data.(type) {
+	case []float64:
+		uerr = s.dev.Upload(b, unsafe.Slice((*int64)(unsafe.Pointer(&v[0])), n))
+	default:
+		uerr = s.dev.Upload(b, data)
+	}
+	return b.Ptr(), uerr
+}
+
+// Close releases the graph copy. The Sampler must not be used afterwards.
+func (s *Sampler) Close() error {
+	var first error
+	for _, b := range s.owned {
+		s.dev.Free(b)
+	}
+	for _, h := range append(s.hosts, s.sizes) {
+		if h != nil {
+			if err := h.Free(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	s.owned, s.hosts, s.sizes = nil, nil, nil
+	return first
+}
+
+// NumHops is the number of blocks per batch.
+func (s *Sampler) NumHops() int { return len(s.cfg.Fanouts) }
+
+// Block is one hop's message-flow graph in device memory. A (rows =
+// destinations, columns = sources, local ids) is a cuda.Sparse ready for
+// SpMM; SrcNodes holds the sources' global ids (destinations first).
+type Block struct {
+	NumDst, NumSrc, NumEdges int
+	A                        *cuda.Sparse // NumDst x NumSrc
+	SrcNodes                 *cuda.Buffer // int32, NumSrc
+	EdgeIDs                  *cuda.Buffer // int64, NumEdges: positions in the graph's indices
+}
+
+// Batch is a MiniBatch whose blocks stay on the GPU. Blocks[0] consumes
+// the input features of Blocks[0].SrcNodes; the last block's destinations
+// are the seeds.
+type Batch struct {
+	dev    *cuda.Device
+	Seeds  []graph.NodeID
+	Blocks []Block
+}
+
+// Free releases the batch's device memory.
+func (b *Batch) Free() {
+	if b == nil {
+		return
+	}
+	for i := range b.Blocks {
+		k := &b.Blocks[i]
+		if k.A != nil {
+			b.dev.FreeSparse(k.A)
+		}
+		b.dev.Free(k.SrcNodes)
+		b.dev.Free(k.EdgeIDs)
+	}
+	b.Blocks = nil
+}
+
+// InputNodes returns the device buffer of nodes whose features the first
+// layer reads.
+func (b *Batch) InputNodes() *cuda.Buffer { return b.Blocks[0].SrcNodes }
+
+// Download copies the batch into a host sample.MiniBatch.
+func (b *Batch) Download() (*sample.MiniBatch, error) {
+	mb := &sample.MiniBatch{Seeds: slices.Clone(b.Seeds), Blocks: make([]sample.Block, len(b.Blocks))}
+	for i, k := range b.Blocks {
+		hb := sample.Block{
+			SrcNodes: make([]graph.NodeID, k.NumSrc),
+			NumDst:   k.NumDst,
+			Indptr:   make([]int64, k.NumDst+1),
+			Indices:  make([]int32, k.NumEdges),
+			EdgeIDs:  make([]int64, k.NumEdges),
+		}
+		for _, c := range []struct {
+			dst any
+			src backend.Buffer
+		}{{hb.SrcNodes, k.SrcNodes}, {hb.Indptr, k.A.Indptr()}, {hb.Indices, k.A.Indices()}, {hb.EdgeIDs, k.EdgeIDs}} {
+			if err := b.dev.Download(c.dst, c.src); err != nil {
+				return nil, err
+			}
+		}
+		mb.Blocks[i] = hb
+	}
+	return mb, nil
+}
+
+// Sample draws the batch and downloads it (sample.Sampler).
+func (s *Sampler) Sample(seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
+	b, err := s.SampleDevice(seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free()
+	return b.Download()
+}
+
+// checkSeeds requires distinct seeds in [0, n).
+func checkSeeds(op string, seeds []graph.NodeID, n int64) error {
+	for i, v := range seeds {
+		if v < 0 || int64(v) >= n {
+			return &sample.Error{Op: op, Field: "seeds", Pos: i, Detail: fmt.Sprintf("node %d not in [0, %d)", v, n), Err: sample.ErrNode}
+		}
+	}
+	sorted := slices.Clone(seeds)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			pos := slices.Index(seeds, sorted[i])
+			pos2 := pos + 1 + slices.Index(seeds[pos+1:], sorted[i])
+			return &sample.Error{Op: op, Field: "seeds", Pos: pos2, Detail: fmt.Sprintf("node %d already at position %d", sorted[i], pos), Err: sample.ErrDuplicate}
+		}
+	}
+	return nil
+}
+
+// hop holds one hop's device buffers (allocated for upper bounds).
+type hop struct {
+	ptr, eid, src, local, srcNodes *cuda.Buffer
+	ndmax, emax, pmax              int64
+}
+
+// SampleDevice draws the batch for seeds (distinct, in range) and key,
+// keeping it on the GPU. The only synchronization is one copy of the
+// final sizes (plus one per hop with fanout -1).
+func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, error) {
+	const op = "gpusample.Sample"
+	if s.sizes == nil {
+		return nil, &sample.Error{Op: op, Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
+	}
+	if err := checkSeeds(op, seeds, s.n); err != nil {
+		return nil, err
+	}
+	L := len(s.cfg.Fanouts)
+	hops := make([]hop, L)
+	var keep []*cuda.Buffer // buffers that end up in the Batch
+	var tmp []*cuda.Buffer
+	batch := &Batch{dev: s.dev, Seeds: slices.Clone(seeds)}
+	err := s.dev.Do(func(l *cuda.Locked) error {
+		alloc := func(dt backend.DType, n int64, kept bool) (*cuda.Buffer, error) {
+			if n >= math.MaxInt32 {
+				return nil, &sample.Error{Op: op, Field: "seeds", Pos: -1, Detail: fmt.Sprintf("a hop would hold up to %d entries", n), Err: sample.ErrTooLarge}
+			}
+			b, err := l.Alloc(dt, int(n))
+			if err != nil {
+				return nil, err
+			}
+			if kept {
+				keep = append(keep, b)
+			} else {
+				tmp = append(tmp, b)
+			}
+			return b, nil
+		}
+		// Hop 0's frontier: the seeds, and its length as a device scalar.
+		nd0, err := alloc(backend.Int64, 1, false)
+		if err != nil {
+			return err
+		}
+		if err := l.UploadFrom(nd0, []int64{int64(len(seeds))}); err != nil {
+			return err
+		}
+		dst, err := alloc(backend.Int32, int64(max(len(seeds), 1)), false)
+		if err != nil {
+			return err
+		}
+		if err := l.UploadFrom(dst, seeds); err != nil {
+			return err
+		}
+		ndP := nd0.Ptr()
+		ndmax := int64(len(seeds))
+		for h := 0; h < L; h++ {
+			k := s.cfg.Fanouts[h]
+			H := &hops[h]
+			H.ndmax = ndmax
+			counts, err := alloc(backend.Int64, ndmax+1, false)
+			if err != nil {
+				return err
+			}
+			if H.ptr, err = alloc(backend.Int64, ndmax+1, true); err != nil {
+				return err
+			}
+			rep, wt := b2i(s.cfg.Replace), b2i(s.cfg.Weighted)
+			if err := l.Launch1D(s.fns["gs_count"], ndmax+1, uint64(counts.Ptr()), uint64(dst.Ptr()), uint64(ndP), cu.I64(ndmax),
+				uint64(s.indptr), uint64(s.posDeg), cu.I32(int32(k)), cu.I32(rep), cu.I32(wt)); err != nil {
+				return err
+			}
+			if err := l.ScanI64(H.ptr, counts, int(ndmax+1)); err != nil {
+				return err
+			}
+			if k >= 0 {
+				H.emax = ndmax * int64(k)
+			} else {
+				// All neighbors: read the exact edge count (one sync).
+				if err := l.CopyToHost(s.sizes, 0, viewAt(H.ptr, ndmax), 8); err != nil {
+					return err
+				}
+				if err := l.Sync(); err != nil {
+					return err
+				}
+				H.emax = s.sizes.Int64s()[0]
+			}
+			if H.eid, err = alloc(backend.Int64, max(H.emax, 1), true); err != nil {
+				return err
+			}
+			if H.src, err = alloc(backend.Int32, max(H.emax, 1), false); err != nil {
+				return err
+			}
+			var kscr *cuda.Buffer
+			if s.cfg.Weighted && !s.cfg.Replace {
+				if kscr, err = alloc(backend.Int64, max(H.emax, 1), false); err != nil {
+					return err
+				}
+			}
+			if err := l.Launch1D(s.fns["gs_sample"], ndmax, uint64(H.eid.Ptr()), uint64(H.src.Ptr()), uint64(kscr.Ptr()), uint64(H.ptr.Ptr()),
+				uint64(dst.Ptr()), uint64(ndP), uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
+				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), hopKey(key, h)); err != nil {
+				return err
+			}
+			// Deduplicate and relabel [dst, src].
+			H.pmax = ndmax + H.emax
+			capacity := int64(1) << bits.Len64(uint64(2*H.pmax+1))
+			tkeys, err := alloc(backend.Int32, capacity, false)
+			if err != nil {
+				return err
+			}
+			tpos, err := alloc(backend.Int32, capacity, false)
+			if err != nil {
+				return err
+			}
+			if err := l.Memset(tkeys, 0xff); err != nil { // -1: empty
+				return err
+			}
+			if err := l.Memset(tpos, 0x7f); err != nil { // large position
+				return err
+			}
+			mask := uint64(capacity - 1)
+			if err := l.Launch1D(s.fns["gs_insert"], H.pmax, uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndP),
+				uint64(H.src.Ptr()), uint64(H.ptr.Ptr())); err != nil {
+				return err
+			}
+			flags, err := alloc(backend.Int64, H.pmax+1, false)
+			if err != nil {
+				return err
+			}
+			if err := l.Launch1D(s.fns["gs_flags"], H.pmax+1, uint64(flags.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask,
+				uint64(dst.Ptr()), uint64(ndP), uint64(H.src.Ptr()), uint64(H.ptr.Ptr()), cu.I64(H.pmax)); err != nil {
+				return err
+			}
+			newid, err := alloc(backend.Int64, H.pmax+1, false)
+			if err != nil {
+				return err
+			}
+			if err := l.ScanI64(newid, flags, int(H.pmax+1)); err != nil {
+				return err
+			}
+			if H.srcNodes, err = alloc(backend.Int32, max(H.pmax, 1), true); err != nil {
+				return err
+			}
+			if H.local, err = alloc(backend.Int32, max(H.emax, 1), true); err != nil {
+				return err
+			}
+			sizes, err := alloc(backend.Int64, 3, false)
+			if err != nil {
+				return err
+			}
+			if err := l.Launch1D(s.fns["gs_relabel"], max(H.pmax, 1), uint64(H.srcNodes.Ptr()), uint64(H.local.Ptr()), uint64(sizes.Ptr()),
+				uint64(newid.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndP),
+				uint64(H.src.Ptr()), uint64(H.ptr.Ptr()), cu.I64(H.pmax)); err != nil {
+				return err
+			}
+			if err := l.CopyToHost(s.sizes, uint64(24*h), sizes, 24); err != nil {
+				return err
+			}
+			// The next hop's frontier is this block's sources.
+			dst, ndP, ndmax = H.srcNodes, sizes.Ptr()+16, H.pmax
+		}
+		if err := l.Sync(); err != nil {
+			return err
+		}
+		sz := s.sizes.Int64s()
+		batch.Blocks = make([]Block, L)
+		for h := 0; h < L; h++ {
+			H := &hops[h]
+			nd, e, ns := sz[3*h], sz[3*h+1], sz[3*h+2]
+			if nd > H.ndmax || e > H.emax || ns > H.pmax || nd < 0 || e < 0 || ns < nd {
+				return fmt.Errorf("gpusample: hop %d: device sizes nd=%d E=%d src=%d exceed bounds %d/%d/%d", h, nd, e, ns, H.ndmax, H.emax, H.pmax)
+			}
+			for _, t := range []struct {
+				b *cuda.Buffer
+				n int64
+			}{{H.ptr, nd + 1}, {H.eid, e}, {H.local, e}, {H.srcNodes, ns}} {
+				if err := t.b.Truncate(int(t.n)); err != nil {
+					return err
+				}
+			}
+			batch.Blocks[L-1-h] = Block{NumDst: int(nd), NumSrc: int(ns), NumEdges: int(e), SrcNodes: H.srcNodes, EdgeIDs: H.eid}
+		}
+		return nil
+	})
+	for _, b := range tmp {
+		s.dev.Free(b)
+	}
+	if err != nil {
+		for _, b := range keep {
+			s.dev.Free(b)
+		}
+		return nil, err
+	}
+	var werr error
+	for h := 0; h < L; h++ {
+		H := &hops[h]
+		blk := &batch.Blocks[L-1-h]
+		if werr == nil {
+			blk.A, werr = s.dev.NewSparseFromDevice(blk.NumDst, blk.NumSrc, H.ptr, H.local)
+		}
+		if blk.A == nil {
+			s.dev.Free(H.ptr)
+			s.dev.Free(H.local)
+		}
+	}
+	if werr != nil {
+		batch.Free()
+		return nil, werr
+	}
+	return batch, nil
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// viewAt is a one-element view of b at element i (int64 buffers), for
+// copying a single scalar.
+func viewAt(b *cuda.Buffer, i int64) *cuda.Buffer { return b.View(int(i), 1) }
