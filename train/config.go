@@ -22,6 +22,17 @@ const (
 	Full = "full"
 )
 
+// Row normalization of the features (each row divided by its sum, as the
+// GCN and GAT papers preprocess bag-of-words features).
+const (
+	// RowNormAuto normalizes when every feature value is >= 0 (counts,
+	// bag-of-words) and leaves signed features (embeddings, Gaussian
+	// features of generated graphs) alone, where a row sum means nothing.
+	RowNormAuto = "auto"
+	RowNormOn   = "on"
+	RowNormOff  = "off"
+)
+
 // Model-selection rules for the headline accuracies of a Report.
 const (
 	// SelectBest reports the epoch with the highest validation accuracy
@@ -44,7 +55,7 @@ type Config struct {
 	OutHeads      int     `json:"out_heads"`    // gat: heads of the output layer (averaged)
 	Dropout       float64 `json:"dropout"`      // feature dropout probability
 	AttnDrop      float64 `json:"attn_dropout"` // gat: attention dropout probability
-	RowNorm       bool    `json:"row_norm"`     // divide each feature row by its sum
+	RowNorm       string  `json:"row_norm"`     // auto | on | off: divide each feature row by its sum
 	Optimizer     string  `json:"optimizer"`    // adam | sgd
 	LR            float64 `json:"lr"`
 	WeightDecay   float64 `json:"weight_decay"`
@@ -62,19 +73,21 @@ type Config struct {
 // Defaults returns the settings used when a flag is not given:
 //
 //   - gcn: Kipf & Welling 2017: 2 layers, 16 hidden, dropout 0.5, Adam lr
-//     0.01, weight decay 5e-4, 200 epochs, full batch, row-normalized
-//     features.
+//     0.01, weight decay 5e-4, 200 epochs, full batch.
 //   - gat: Velickovic et al. 2018: 2 layers, 8 heads of 8 hidden, 1 output
 //     head, dropout 0.6 on features and attention, Adam lr 0.005, weight
-//     decay 5e-4, row-normalized features; 300 epochs with best-validation
+//     decay 5e-4; 300 epochs with best-validation
 //     selection stand in for the paper's patience-100 early stopping.
 //   - sage: GraphSAGE-mean, sampled mini-batches: 2 layers, 64 hidden,
 //     fanouts 10,10, batch 32, dropout 0.5, Adam lr 0.01, weight decay
-//     5e-4, 30 epochs, row-normalized features, full-neighbor evaluation.
+//     5e-4, 30 epochs, full-neighbor evaluation.
+//
+// All models use RowNormAuto: non-negative features are row-normalized, as
+// in the papers.
 func Defaults(model string) Config {
 	c := Config{
 		Model: model, Layers: 2, Optimizer: "adam", WeightDecay: 5e-4,
-		RowNorm: true, Eval: Full, Select: SelectBest, Seed: 1,
+		RowNorm: RowNormAuto, Eval: Full, Select: SelectBest, Seed: 1,
 		BatchSize: 32, Fanouts: []int{10, 10}, EvalBatchSize: 1024,
 	}
 	switch model {
@@ -152,6 +165,11 @@ func (c *Config) Validate() error {
 	}
 	if err := prob("attn_dropout", c.AttnDrop); err != nil {
 		return err
+	}
+	switch c.RowNorm {
+	case RowNormAuto, RowNormOn, RowNormOff:
+	default:
+		return bad("row_norm", "unknown value %q (want auto, on or off)", c.RowNorm)
 	}
 	switch c.Optimizer {
 	case "adam", "sgd":

@@ -40,6 +40,9 @@ type Report struct {
 	LastValAcc    float64 `json:"last_val_accuracy"`
 	LastTestAcc   float64 `json:"last_test_accuracy"`
 	TotalSeconds  float64 `json:"total_seconds"`
+	// RowNormalized says whether the features were row-normalized
+	// (Config.RowNorm "auto" decides by their sign).
+	RowNormalized bool `json:"row_normalized"`
 	// ResumedFrom is the cursor a resumed run started at, nil otherwise.
 	ResumedFrom *Cursor       `json:"resumed_from,omitempty"`
 	Graph       GraphStats    `json:"graph"`

@@ -9,6 +9,8 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -143,6 +145,11 @@ func (r *runner) restore() error {
 	if r.ckpt == "" {
 		return nil
 	}
+	// A run killed while writing leaves its temporary file behind.
+	stale, _ := filepath.Glob(filepath.Join(r.opts.CheckpointDir, "."+CheckpointFile+".tmp-*"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
 	f, err := checkpoint.ReadFile(r.ckpt)
 	if errors.Is(err, fs.ErrNotExist) {
 		if r.opts.Resume {
@@ -249,7 +256,7 @@ func (r *runner) report() *Report {
 	ds := r.ds
 	rep := &Report{
 		Schema: ReportVersion, StrataVersion: Version, Dataset: ds.Name, Model: r.cfg.Model, Mode: r.cfg.Mode,
-		Device: r.b.Name(), Seed: r.cfg.Seed, ResumedFrom: r.resumed, Config: r.cfg, Epochs: r.history,
+		Device: r.b.Name(), Seed: r.cfg.Seed, RowNormalized: r.rowNorm, ResumedFrom: r.resumed, Config: r.cfg, Epochs: r.history,
 		Graph: GraphStats{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
 			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
 	}

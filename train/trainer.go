@@ -98,6 +98,7 @@ type runner struct {
 	ckpt string // checkpoint path, "" for none
 
 	in                     *graph.CSR // in-adjacency
+	rowNorm                bool       // features were row-normalized
 	feats                  *features
 	model                  nn.Model
 	opt                    optim.Optimizer
@@ -152,7 +153,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 	}
 	r.in = ds.InGraph()
 	x := ds.Features
-	if cfg.RowNorm {
+	if r.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); r.rowNorm {
 		x = dataset.RowNormalize(x, ds.FeatDim)
 	}
 	if r.feats, err = newFeatures(x, int(ds.NumNodes()), ds.FeatDim); err != nil {
@@ -394,6 +395,15 @@ func (r *runner) loop(ctx context.Context) error {
 		return r.save()
 	}
 	return nil
+}
+
+func nonNegative(x []float32) bool {
+	for _, v := range x {
+		if !(v >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // logEvery returns how many epochs share one progress bar and log line:
