@@ -1,0 +1,289 @@
+package commtest
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Case is one checked collective. Every rank runs the same Case; inputs
+// are derived from (Seed, rank, element index), so each rank can compute
+// the expected output alone.
+type Case struct {
+	Op    comm.Op
+	DType backend.DType
+	Red   comm.ReduceOp // AllReduce, ReduceScatter
+	// Len is the per-rank length: the buffer of AllReduce and Broadcast,
+	// the block of AllGather, AllToAll and ReduceScatter, and the upper
+	// bound of the variable counts of AllGatherV and AllToAllV.
+	Len  int
+	Seed uint64
+}
+
+func (c Case) String() string {
+	s := fmt.Sprintf("%v/%v", c.Op, c.DType)
+	if c.Op == comm.OpAllReduce || c.Op == comm.OpReduceScatter {
+		s += "/" + c.Red.String()
+	}
+	return fmt.Sprintf("%s/len=%d/seed=%d", s, c.Len, c.Seed)
+}
+
+// vcount is the variable count of AllGatherV (s = sender, d = -1) and
+// AllToAllV (s -> d). Some counts are zero.
+func vcount(seed uint64, max, s, d int) int {
+	h := rng.Hash(rng.Derive(seed, 0x5eed, uint64(s)), uint64(d+1))
+	if h%5 == 0 {
+		return 0
+	}
+	return int(rng.Below(h>>3, uint64(max)+1))
+}
+
+// RunCase runs c on this rank and checks the result. All ranks must call
+// it with the same Case. The returned error describes the first wrong
+// element, or is the collective's own error.
+func RunCase(ctx context.Context, cm comm.Comm, c Case) error {
+	n, r := cm.Size(), cm.Rank()
+	var (
+		err   error
+		check func() error
+		out   host // compared across ranks for reductions
+	)
+	switch c.Op {
+	case comm.OpAllReduce:
+		buf := newHost(c.DType, c.Len)
+		fill(buf, c.Seed, r, 0)
+		err = cm.AllReduce(ctx, buf.buf(), c.Red)
+		check = func() error { return checkReduced(cm, c, buf, 0) }
+		out = buf
+	case comm.OpReduceScatter:
+		src := newHost(c.DType, n*c.Len)
+		fill(src, c.Seed, r, 0)
+		dst := newHost(c.DType, c.Len)
+		dst.poison()
+		err = cm.ReduceScatter(ctx, dst.buf(), src.buf(), c.Red)
+		check = func() error {
+			if e := checkReduced(cm, c, dst, r*c.Len); e != nil {
+				return e
+			}
+			return checkUnchanged(c, src, r)
+		}
+	case comm.OpBroadcast:
+		root := int(c.Seed % uint64(n))
+		buf := newHost(c.DType, c.Len)
+		if r == root {
+			fill(buf, c.Seed, root, 0)
+		} else {
+			buf.poison()
+		}
+		err = cm.Broadcast(ctx, buf.buf(), root)
+		check = func() error { return checkCopy(c, "buf", buf, 0, c.Len, root, 0) }
+	case comm.OpAllGather, comm.OpAllGatherV:
+		counts := make([]int, n)
+		for s := range counts {
+			counts[s] = c.Len
+			if c.Op == comm.OpAllGatherV {
+				counts[s] = vcount(c.Seed, c.Len, s, -1)
+			}
+		}
+		total := 0
+		for _, k := range counts {
+			total += k
+		}
+		src := newHost(c.DType, counts[r])
+		fill(src, c.Seed, r, 0)
+		dst := newHost(c.DType, total)
+		dst.poison()
+		if c.Op == comm.OpAllGather {
+			err = cm.AllGather(ctx, dst.buf(), src.buf())
+		} else {
+			err = cm.AllGatherV(ctx, dst.buf(), src.buf(), counts)
+		}
+		check = func() error {
+			off := 0
+			for s, k := range counts {
+				if e := checkCopy(c, "dst", dst, off, k, s, 0); e != nil {
+					return e
+				}
+				off += k
+			}
+			return checkUnchanged(c, src, r)
+		}
+	case comm.OpAllToAll, comm.OpAllToAllV:
+		send, recv := make([]int, n), make([]int, n)
+		for d := range send {
+			send[d], recv[d] = c.Len, c.Len
+			if c.Op == comm.OpAllToAllV {
+				send[d], recv[d] = vcount(c.Seed, c.Len, r, d), vcount(c.Seed, c.Len, d, r)
+			}
+		}
+		// Rank s's input is one logical vector; its block for rank d starts
+		// at the sum of its earlier counts.
+		offsetIn := func(s, d int) int {
+			o := 0
+			for k := 0; k < d; k++ {
+				if c.Op == comm.OpAllToAllV {
+					o += vcount(c.Seed, c.Len, s, k)
+				} else {
+					o += c.Len
+				}
+			}
+			return o
+		}
+		st, rt := 0, 0
+		for d := range send {
+			st += send[d]
+			rt += recv[d]
+		}
+		src := newHost(c.DType, st)
+		fill(src, c.Seed, r, 0)
+		dst := newHost(c.DType, rt)
+		dst.poison()
+		if c.Op == comm.OpAllToAll {
+			err = cm.AllToAll(ctx, dst.buf(), src.buf())
+		} else {
+			err = cm.AllToAllV(ctx, dst.buf(), recv, src.buf(), send)
+		}
+		check = func() error {
+			off := 0
+			for s, k := range recv {
+				if e := checkCopy(c, "dst", dst, off, k, s, offsetIn(s, r)); e != nil {
+					return e
+				}
+				off += k
+			}
+			return checkUnchanged(c, src, r)
+		}
+	case comm.OpBarrier:
+		err = cm.Barrier(ctx)
+		check = func() error { return nil }
+	default:
+		return fmt.Errorf("commtest: unknown op %v", c.Op)
+	}
+	if err != nil {
+		return fmt.Errorf("%v: %w", c, err)
+	}
+	bad := check()
+	if out.dt != 0 {
+		// Every rank must hold bit-identical all-reduce results.
+		if e := sameEverywhere(ctx, cm, out); e != nil && bad == nil {
+			bad = e
+		}
+	}
+	if bad != nil {
+		return fmt.Errorf("rank %d: %v: %w", r, c, bad)
+	}
+	return nil
+}
+
+// checkCopy checks got[off:off+k] == rank s's input elements [from, from+k).
+func checkCopy(c Case, name string, got host, off, k, s, from int) error {
+	want := newHost(c.DType, k)
+	fill(want, c.Seed, s, from)
+	for i := 0; i < k; i++ {
+		if !equalAt(got, want, off+i, i) {
+			return fmt.Errorf("%s[%d] = %s, want %s (element %d from rank %d)", name, off+i, got.at(off+i), want.at(i), from+i, s)
+		}
+	}
+	return nil
+}
+
+// checkUnchanged checks that the source buffer was not modified.
+func checkUnchanged(c Case, src host, r int) error {
+	want := newHost(c.DType, src.len())
+	fill(want, c.Seed, r, 0)
+	for i := 0; i < src.len(); i++ {
+		if !equalAt(src, want, i, i) {
+			return fmt.Errorf("src[%d] was modified: %s, was %s", i, src.at(i), want.at(i))
+		}
+	}
+	return nil
+}
+
+// checkReduced checks got[i] against the reduction over all ranks of
+// input element base+i.
+func checkReduced(cm comm.Comm, c Case, got host, base int) error {
+	n := cm.Size()
+	exact := cm.Caps().RankOrderSum || c.Red == comm.Max || c.DType != backend.Float32
+	for i := 0; i < got.len(); i++ {
+		switch c.DType {
+		case backend.Float32:
+			var acc float32
+			var sum, abs float64
+			for s := 0; s < n; s++ {
+				v, _ := value(c.DType, c.Seed, s, base+i)
+				switch {
+				case s == 0:
+					acc = v
+				case c.Red == comm.Max:
+					acc = max(acc, v)
+				default:
+					acc += v
+				}
+				sum += float64(v)
+				abs += math.Abs(float64(v))
+			}
+			if c.Red == comm.Mean {
+				acc /= float32(n)
+				sum /= float64(n)
+				abs /= float64(n)
+			}
+			g := got.f32[i]
+			if exact {
+				if math.Float32bits(g) != math.Float32bits(acc) {
+					return fmt.Errorf("element %d = %v, want %v exactly", base+i, g, acc)
+				}
+			} else if tol := float64(n+1)*abs*0x1p-23 + 1e-30; math.Abs(float64(g)-sum) > tol || g != g {
+				return fmt.Errorf("element %d = %v, want %v within %g", base+i, g, sum, tol)
+			}
+		default:
+			var acc int64
+			for s := 0; s < n; s++ {
+				_, v := value(c.DType, c.Seed, s, base+i)
+				switch {
+				case s == 0:
+					acc = v
+				case c.Red == comm.Max:
+					acc = max(acc, v)
+				default:
+					acc += v
+					if c.DType == backend.Int32 {
+						acc = int64(int32(acc))
+					}
+				}
+			}
+			if c.Red == comm.Mean {
+				acc /= int64(n)
+			}
+			var g int64
+			if c.DType == backend.Int32 {
+				g = int64(got.i32[i])
+			} else {
+				g = got.i64[i]
+			}
+			if g != acc {
+				return fmt.Errorf("element %d = %d, want %d", base+i, g, acc)
+			}
+		}
+	}
+	return nil
+}
+
+// sameEverywhere all-gathers a hash of h and checks all ranks agree.
+func sameEverywhere(ctx context.Context, cm comm.Comm, h host) error {
+	n := cm.Size()
+	mine := []int64{h.hash()}
+	all := make([]int64, n)
+	if err := cm.AllGather(ctx, comm.I64(all), comm.I64(mine)); err != nil {
+		return fmt.Errorf("exchanging result hashes: %w", err)
+	}
+	for s, x := range all {
+		if x != all[0] {
+			return fmt.Errorf("rank %d's result differs from rank 0's (hash %x vs %x)", s, x, all[0])
+		}
+	}
+	return nil
+}

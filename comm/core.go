@@ -1,0 +1,404 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// DefaultTimeout bounds an operation whose context has no deadline.
+const DefaultTimeout = 5 * time.Minute
+
+// missingBudget bounds the extra time spent asking peers who is missing
+// after a timeout.
+const missingBudget = 250 * time.Millisecond
+
+// Options configure the front end that New puts on a Transport.
+type Options struct {
+	// Timeout bounds each operation whose context has no deadline
+	// (DefaultTimeout if zero).
+	Timeout time.Duration
+	// Debug: before each operation the ranks exchange what they are about
+	// to do (operation, dtype, sizes, root, reduction) and fail with an
+	// ErrMismatch *OpError on every rank if they disagree. Costs one small
+	// all-gather per operation.
+	Debug bool
+	// HistorySize is how many Records History keeps (64 if zero).
+	HistorySize int
+}
+
+func (o Options) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return DefaultTimeout
+}
+
+// New wraps a transport in the standard front end.
+func New(t Transport, o Options) Comm {
+	h := o.HistorySize
+	if h <= 0 {
+		h = 64
+	}
+	c := &front{t: t, o: o, rank: t.Rank(), size: t.Size(), sem: make(chan struct{}, 1)}
+	c.hist = make([]Record, 0, h)
+	return c
+}
+
+type front struct {
+	t          Transport
+	o          Options
+	rank, size int
+
+	sem    chan struct{} // serializes operations; select-able with ctx
+	seq    atomic.Uint64 // written under sem
+	broken error         // guarded by sem
+
+	mu     sync.Mutex // guards hist, closed
+	hist   []Record
+	histAt int
+	closed bool
+}
+
+func (c *front) Rank() int    { return c.rank }
+func (c *front) Size() int    { return c.size }
+func (c *front) Kind() string { return c.t.Kind() }
+func (c *front) Caps() Caps   { return c.t.Caps() }
+
+func (c *front) argErr(op Op, format string, a ...any) error {
+	return &ArgError{Op: op, Rank: c.rank, Msg: fmt.Sprintf(format, a...)}
+}
+
+func checkDType(b Buf) bool {
+	switch b.dt {
+	case backend.Float32, backend.Int32, backend.Int64:
+		return true
+	}
+	return false
+}
+
+func (c *front) checkBuf(op Op, name string, b Buf) error {
+	if !checkDType(b) {
+		return c.argErr(op, "%s: unsupported or missing dtype %v (use comm.F32, comm.I32 or comm.I64)", name, b.dt)
+	}
+	return nil
+}
+
+func overlap(a, b Buf) bool {
+	if a.n == 0 || b.n == 0 {
+		return false
+	}
+	pa, pb := uintptr(a.ptr), uintptr(b.ptr)
+	ea, eb := pa+uintptr(a.n*a.dt.Size()), pb+uintptr(b.n*b.dt.Size())
+	return pa < eb && pb < ea
+}
+
+// counts validates a per-rank count vector and returns its prefix sums.
+func (c *front) counts(op Op, name string, cs []int) ([]int, int, error) {
+	if len(cs) != c.size {
+		return nil, 0, c.argErr(op, "%s has %d entries, want one per rank (%d)", name, len(cs), c.size)
+	}
+	displs := make([]int, c.size)
+	total := 0
+	for r, n := range cs {
+		if n < 0 {
+			return nil, 0, c.argErr(op, "%s[%d] = %d is negative", name, r, n)
+		}
+		if total > int(^uint(0)>>2)-n {
+			return nil, 0, c.argErr(op, "%s overflows", name)
+		}
+		displs[r] = total
+		total += n
+	}
+	return displs, total, nil
+}
+
+func equalCounts(n, each int) ([]int, []int) {
+	cs, ds := make([]int, n), make([]int, n)
+	for r := range cs {
+		cs[r], ds[r] = each, r*each
+	}
+	return cs, ds
+}
+
+func (c *front) AllReduce(ctx context.Context, buf Buf, op ReduceOp) error {
+	if err := c.checkBuf(OpAllReduce, "buf", buf); err != nil {
+		return err
+	}
+	if !op.Valid() {
+		return c.argErr(OpAllReduce, "invalid reduction %v", op)
+	}
+	b := buf.Bytes()
+	return c.do(ctx, &Call{Op: OpAllReduce, DType: buf.dt, Red: op, Send: b, Recv: b}, buf.n)
+}
+
+func (c *front) Broadcast(ctx context.Context, buf Buf, root int) error {
+	if err := c.checkBuf(OpBroadcast, "buf", buf); err != nil {
+		return err
+	}
+	if root < 0 || root >= c.size {
+		return c.argErr(OpBroadcast, "root %d out of range [0, %d)", root, c.size)
+	}
+	b := buf.Bytes()
+	return c.do(ctx, &Call{Op: OpBroadcast, DType: buf.dt, Root: root, Send: b, Recv: b}, buf.n)
+}
+
+func (c *front) pair(op Op, dst, src Buf) error {
+	if err := c.checkBuf(op, "dst", dst); err != nil {
+		return err
+	}
+	if err := c.checkBuf(op, "src", src); err != nil {
+		return err
+	}
+	if dst.dt != src.dt {
+		return c.argErr(op, "dst is %v but src is %v", dst.dt, src.dt)
+	}
+	if overlap(dst, src) {
+		return c.argErr(op, "dst and src overlap")
+	}
+	return nil
+}
+
+func (c *front) AllGather(ctx context.Context, dst, src Buf) error {
+	if err := c.pair(OpAllGather, dst, src); err != nil {
+		return err
+	}
+	if dst.n/c.size != src.n || dst.n%c.size != 0 {
+		return c.argErr(OpAllGather, "dst has %d elements, want %d (size %d x src %d)", dst.n, c.size*src.n, c.size, src.n)
+	}
+	cs, ds := equalCounts(c.size, src.n)
+	return c.do(ctx, &Call{Op: OpAllGather, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(), RecvCounts: cs, RecvDispls: ds}, src.n)
+}
+
+func (c *front) AllGatherV(ctx context.Context, dst, src Buf, counts []int) error {
+	if err := c.pair(OpAllGatherV, dst, src); err != nil {
+		return err
+	}
+	ds, total, err := c.counts(OpAllGatherV, "counts", counts)
+	if err != nil {
+		return err
+	}
+	if counts[c.rank] != src.n {
+		return c.argErr(OpAllGatherV, "counts[%d] = %d but src has %d elements", c.rank, counts[c.rank], src.n)
+	}
+	if total != dst.n {
+		return c.argErr(OpAllGatherV, "counts sum to %d but dst has %d elements", total, dst.n)
+	}
+	cs := append([]int(nil), counts...)
+	return c.do(ctx, &Call{Op: OpAllGatherV, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(), RecvCounts: cs, RecvDispls: ds}, src.n)
+}
+
+func (c *front) AllToAll(ctx context.Context, dst, src Buf) error {
+	if err := c.pair(OpAllToAll, dst, src); err != nil {
+		return err
+	}
+	if src.n%c.size != 0 {
+		return c.argErr(OpAllToAll, "src has %d elements, not a multiple of the size %d", src.n, c.size)
+	}
+	if dst.n != src.n {
+		return c.argErr(OpAllToAll, "dst has %d elements but src has %d", dst.n, src.n)
+	}
+	cs, ds := equalCounts(c.size, src.n/c.size)
+	rc, rd := equalCounts(c.size, src.n/c.size)
+	return c.do(ctx, &Call{Op: OpAllToAll, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(),
+		SendCounts: cs, SendDispls: ds, RecvCounts: rc, RecvDispls: rd}, src.n)
+}
+
+func (c *front) AllToAllV(ctx context.Context, dst Buf, recvCounts []int, src Buf, sendCounts []int) error {
+	if err := c.pair(OpAllToAllV, dst, src); err != nil {
+		return err
+	}
+	sd, stotal, err := c.counts(OpAllToAllV, "sendCounts", sendCounts)
+	if err != nil {
+		return err
+	}
+	rd, rtotal, err := c.counts(OpAllToAllV, "recvCounts", recvCounts)
+	if err != nil {
+		return err
+	}
+	if stotal != src.n {
+		return c.argErr(OpAllToAllV, "sendCounts sum to %d but src has %d elements", stotal, src.n)
+	}
+	if rtotal != dst.n {
+		return c.argErr(OpAllToAllV, "recvCounts sum to %d but dst has %d elements", rtotal, dst.n)
+	}
+	if sendCounts[c.rank] != recvCounts[c.rank] {
+		return c.argErr(OpAllToAllV, "sendCounts[%d] = %d but recvCounts[%d] = %d (the block to itself)", c.rank, sendCounts[c.rank], c.rank, recvCounts[c.rank])
+	}
+	return c.do(ctx, &Call{Op: OpAllToAllV, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(),
+		SendCounts: append([]int(nil), sendCounts...), SendDispls: sd,
+		RecvCounts: append([]int(nil), recvCounts...), RecvDispls: rd}, src.n)
+}
+
+func (c *front) ReduceScatter(ctx context.Context, dst, src Buf, op ReduceOp) error {
+	if err := c.pair(OpReduceScatter, dst, src); err != nil {
+		return err
+	}
+	if !op.Valid() {
+		return c.argErr(OpReduceScatter, "invalid reduction %v", op)
+	}
+	if src.n/c.size != dst.n || src.n%c.size != 0 {
+		return c.argErr(OpReduceScatter, "src has %d elements, want %d (size %d x dst %d)", src.n, c.size*dst.n, c.size, dst.n)
+	}
+	cs, ds := equalCounts(c.size, dst.n)
+	return c.do(ctx, &Call{Op: OpReduceScatter, DType: src.dt, Red: op, Send: src.Bytes(), Recv: dst.Bytes(), SendCounts: cs, SendDispls: ds}, src.n)
+}
+
+func (c *front) Barrier(ctx context.Context) error {
+	return c.do(ctx, &Call{Op: OpBarrier}, 0)
+}
+
+// do runs one validated call: serialize, number, apply the deadline, run
+// the debug check, run the transport, and turn failures into *OpError.
+func (c *front) do(ctx context.Context, call *Call, count int) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.o.timeout()) // the earlier of ctx's deadline and the timeout
+	defer cancel()
+	start := time.Now()
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: c.seq.Load() + 1, Err: wrapCtx(ctx.Err(), "waiting for this rank's previous operation to finish")}
+	}
+	defer func() { <-c.sem }()
+
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	call.Seq = c.seq.Add(1)
+	if closed {
+		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: ErrClosed}
+	}
+	if c.broken != nil {
+		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: fmt.Errorf("%w: %v", ErrBroken, c.broken)}
+	}
+	dl, _ := ctx.Deadline()
+	call.Deadline = dl
+
+	var err error
+	if c.size == 1 {
+		err = local(call)
+	} else {
+		if c.o.Debug {
+			err = c.debugCheck(ctx, call)
+			var mm *MismatchError
+			if errors.As(err, &mm) {
+				// The exchange itself completed, and nothing of the
+				// operation was sent: the communicator stays usable.
+				oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Elapsed: time.Since(start), Err: err}
+				c.record(call, count, start, oe)
+				return oe
+			}
+		}
+		if err == nil {
+			err = c.t.Run(ctx, call)
+		}
+	}
+	if err != nil {
+		err = c.fail(ctx, call, err, start)
+	}
+	c.record(call, count, start, err)
+	return err
+}
+
+// fail turns a transport error into an *OpError, finds the missing ranks,
+// breaks the communicator and aborts the peers.
+func (c *front) fail(ctx context.Context, call *Call, err error, start time.Time) error {
+	oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Elapsed: time.Since(start)}
+	oe.Err = err
+	if isTimeout(err) {
+		oe.Err = fmt.Errorf("%w (deadline %v after the call): %w", ErrTimeout, dur(call.Deadline.Sub(start)), err)
+	}
+	if m, ok := missingOf(err); ok {
+		oe.Missing = m
+	} else if isTimeout(err) || errors.Is(err, context.Canceled) {
+		mctx, cancel := context.WithTimeout(context.Background(), missingBudget)
+		oe.Missing, _ = missingOf(&PeerError{Ranks: c.t.Missing(mctx, call.Seq)})
+		cancel()
+	}
+	oe.Elapsed = time.Since(start)
+	c.broken = oe
+	c.t.Abort(oe)
+	return oe
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func dur(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d.Round(time.Millisecond)
+}
+
+func wrapCtx(err error, what string) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s", ErrTimeout, what)
+	}
+	return fmt.Errorf("%w: %s", err, what)
+}
+
+func (c *front) record(call *Call, count int, start time.Time, err error) {
+	r := Record{Seq: call.Seq, Op: call.Op, DType: call.DType, Count: count, Start: start, Elapsed: time.Since(start)}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.hist) < cap(c.hist) {
+		c.hist = append(c.hist, r)
+		return
+	}
+	c.hist[c.histAt] = r
+	c.histAt = (c.histAt + 1) % len(c.hist)
+}
+
+func (c *front) History() []Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Record, 0, len(c.hist))
+	out = append(out, c.hist[c.histAt:]...)
+	return append(out, c.hist[:c.histAt]...)
+}
+
+func (c *front) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	return c.t.Close()
+}
+
+// local performs a collective for a group of one.
+func local(c *Call) error {
+	switch c.Op {
+	case OpAllGather, OpAllGatherV, OpAllToAll, OpAllToAllV, OpReduceScatter:
+		copy(c.Recv, c.Send)
+	}
+	// AllReduce: sum, mean (divide by 1) and max of one rank are the
+	// identity; Broadcast and Barrier have nothing to do.
+	return nil
+}
+
+// bytesOf views a typed slice as bytes.
+func bytesOf[T any](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}

@@ -1,0 +1,232 @@
+package inproc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/reduce"
+)
+
+// New returns the n communicators of one group, index = rank.
+func New(n int, o comm.Options) ([]comm.Comm, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("inproc: group size %d, want >= 1", n)
+	}
+	g := &group{n: n, calls: make([]*comm.Call, n), entered: make([]uint64, n), closed: make([]bool, n),
+		gate: make(chan struct{}), abortCh: make(chan struct{})}
+	cs := make([]comm.Comm, n)
+	for r := range cs {
+		cs[r] = comm.New(&rank{g: g, r: r}, o)
+	}
+	return cs, nil
+}
+
+type group struct {
+	n int
+
+	mu      sync.Mutex
+	calls   []*comm.Call
+	entered []uint64 // last sequence number each rank entered
+	closed  []bool
+	count   int           // arrivals at the current barrier
+	gate    chan struct{} // closed when the current barrier completes
+	abortCh chan struct{} // closed on abort
+	abort   error
+}
+
+type rank struct {
+	g *group
+	r int
+}
+
+func (t *rank) Kind() string { return "inproc" }
+func (t *rank) Rank() int    { return t.r }
+func (t *rank) Size() int    { return t.g.n }
+func (t *rank) Caps() comm.Caps {
+	return comm.Caps{Overlap: true, RankOrderSum: true}
+}
+
+// barrier waits until all ranks arrive, the group is aborted, or ctx ends.
+func (g *group) barrier(ctx context.Context) error {
+	g.mu.Lock()
+	if g.abort != nil {
+		err := g.abort
+		g.mu.Unlock()
+		return err
+	}
+	ch := g.gate
+	g.count++
+	if g.count == g.n {
+		g.count = 0
+		close(g.gate)
+		g.gate = make(chan struct{})
+		g.mu.Unlock()
+		return nil
+	}
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-g.abortCh:
+	case <-ctx.Done():
+	}
+	// Completion wins over an abort or deadline that raced with it (a peer
+	// may close right after the last barrier of its final operation).
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.abort
+}
+
+func (g *group) setAbort(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abort == nil {
+		g.abort = err
+		close(g.abortCh)
+	}
+}
+
+func (t *rank) Run(ctx context.Context, c *comm.Call) error {
+	g := t.g
+	g.mu.Lock()
+	g.calls[t.r] = c
+	g.entered[t.r] = c.Seq
+	g.mu.Unlock()
+	if err := g.barrier(ctx); err != nil {
+		return err
+	}
+	// Everyone has posted: check they agree (cheap here), then work.
+	calls := make([]*comm.Call, g.n)
+	g.mu.Lock()
+	copy(calls, g.calls)
+	g.mu.Unlock()
+	if err := agree(calls); err != nil {
+		return err
+	}
+	work(t.r, calls)
+	return g.barrier(ctx)
+}
+
+// agree checks that all ranks posted the same operation and sizes.
+func agree(calls []*comm.Call) error {
+	a := calls[0]
+	for r, b := range calls[1:] {
+		r++
+		if b.Seq != a.Seq || b.Op != a.Op || b.Phase != a.Phase || b.DType != a.DType || b.Red != a.Red || b.Root != a.Root {
+			return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 issued %v #%d (%v), rank %d issued %v #%d (%v)", a.Op, a.Seq, a.DType, r, b.Op, b.Seq, b.DType)}
+		}
+		switch a.Op {
+		case comm.OpAllReduce, comm.OpBroadcast:
+			if len(b.Send) != len(a.Send) {
+				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 has %d bytes, rank %d has %d", len(a.Send), r, len(b.Send))}
+			}
+		case comm.OpReduceScatter:
+			if len(b.Recv) != len(a.Recv) {
+				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 receives %d bytes, rank %d receives %d", len(a.Recv), r, len(b.Recv))}
+			}
+		}
+	}
+	for s, cs := range calls {
+		for d, cd := range calls {
+			switch a.Op {
+			case comm.OpAllGather, comm.OpAllGatherV:
+				if cd.RecvCounts[s]*a.ElemSize() != len(cs.Send) {
+					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d bytes, rank %d expects %d", s, len(cs.Send), d, cd.RecvCounts[s]*a.ElemSize())}
+				}
+			case comm.OpAllToAll, comm.OpAllToAllV:
+				if cs.SendCounts[d] != cd.RecvCounts[s] {
+					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d elements to rank %d, which expects %d", s, cs.SendCounts[d], d, cd.RecvCounts[s])}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// work does rank r's share of the collective on everyone's buffers.
+func work(r int, calls []*comm.Call) {
+	n := len(calls)
+	c := calls[r]
+	es := c.ElemSize()
+	switch c.Op {
+	case comm.OpAllReduce:
+		// Rank r owns elements [lo, hi): it reduces them in rank order into
+		// rank 0's buffer and copies the result to every other rank.
+		count := len(c.Send) / es
+		lo, hi := r*count/n*es, (r+1)*count/n*es
+		if lo == hi {
+			return
+		}
+		acc := calls[0].Recv[lo:hi]
+		for j := 1; j < n; j++ {
+			reduce.Into(c.DType, c.Red, acc, calls[j].Send[lo:hi])
+		}
+		reduce.Finish(c.DType, c.Red, acc, n)
+		for j := 1; j < n; j++ {
+			copy(calls[j].Recv[lo:hi], acc)
+		}
+	case comm.OpBroadcast:
+		if r != c.Root {
+			copy(c.Recv, calls[c.Root].Send)
+		}
+	case comm.OpAllGather, comm.OpAllGatherV:
+		for j := 0; j < n; j++ {
+			copy(c.Recv[c.RecvDispls[j]*es:], calls[j].Send)
+		}
+	case comm.OpAllToAll, comm.OpAllToAllV:
+		for j := 0; j < n; j++ {
+			cj := calls[j]
+			src := cj.Send[cj.SendDispls[r]*es : (cj.SendDispls[r]+cj.SendCounts[r])*es]
+			copy(c.Recv[c.RecvDispls[j]*es:], src)
+		}
+	case comm.OpReduceScatter:
+		lo, hi := c.SendDispls[r]*es, (c.SendDispls[r]+c.SendCounts[r])*es
+		reduce.Into3(c.DType, c.Red, c.Recv, calls[0].Send[lo:hi], calls[1].Send[lo:hi])
+		for j := 2; j < n; j++ {
+			reduce.Into(c.DType, c.Red, c.Recv, calls[j].Send[lo:hi])
+		}
+		reduce.Finish(c.DType, c.Red, c.Recv, n)
+	case comm.OpBarrier:
+	}
+}
+
+func (t *rank) Missing(ctx context.Context, seq uint64) []int {
+	g := t.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var m []int
+	for r := 0; r < g.n; r++ {
+		if g.entered[r] < seq || g.closed[r] {
+			m = append(m, r)
+		}
+	}
+	return m
+}
+
+func (t *rank) Abort(err *comm.OpError) {
+	t.g.setAbort(&comm.AbortError{By: t.r, Seq: err.Seq, Missing: err.Missing, Reason: err.Error()})
+}
+
+func (t *rank) Close() error {
+	g := t.g
+	g.mu.Lock()
+	if g.closed[t.r] {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed[t.r] = true
+	g.mu.Unlock()
+	// Peers waiting on this rank would otherwise wait for their deadline.
+	g.setAbort(&comm.PeerError{Ranks: []int{t.r}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d closed its communicator", t.r)})
+	return nil
+}
