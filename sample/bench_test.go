@@ -2,6 +2,7 @@ package sample_test
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
@@ -63,6 +64,7 @@ func benchSample(b *testing.B, g *graph.CSR, cfg sample.Config) {
 	}
 	var edges, inputs int64
 	i := 0
+	cpu0 := cpuTime()
 	for b.Loop() {
 		mb, err := s.Sample(batches[i%len(batches)], sample.Key{Seed: 1, Batch: i})
 		if err != nil {
@@ -74,9 +76,55 @@ func benchSample(b *testing.B, g *graph.CSR, cfg sample.Config) {
 		inputs += int64(len(mb.InputNodes()))
 		i++
 	}
+	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(edges)/b.Elapsed().Seconds(), "edges/s")
+	if cpu > 0 {
+		// Throughput per CPU-second: comparable on a shared machine.
+		b.ReportMetric(float64(edges)/cpu.Seconds(), "edges/cpu-s")
+	}
 	b.ReportMetric(float64(edges)/float64(i), "edges/batch")
 	b.ReportMetric(float64(inputs)/float64(i), "inputs/batch")
+}
+
+// benchConcurrent samples whole batches on GOMAXPROCS goroutines at once,
+// each call single-threaded (Workers 1): the throughput a loader gets when
+// it prefetches several batches, as data loaders with several workers do.
+func benchConcurrent(b *testing.B, g *graph.CSR, cfg sample.Config) {
+	cfg.Workers = 1
+	s, err := sample.NewNeighborSampler(g, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := make([]graph.NodeID, g.NumRows)
+	for i := range nodes {
+		nodes[i] = graph.NodeID(i)
+	}
+	batches, err := sample.SeedBatches(nodes, 1024, sample.Key{Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var edges, next atomic.Int64
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1) - 1)
+			mb, err := s.Sample(batches[i%len(batches)], sample.Key{Seed: 1, Batch: i})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for _, blk := range mb.Blocks {
+				edges.Add(int64(blk.NumEdges()))
+			}
+		}
+	})
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	b.ReportMetric(float64(edges.Load())/b.Elapsed().Seconds(), "edges/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(edges.Load())/cpu.Seconds(), "edges/cpu-s")
+	}
 }
 
 var benchModes = []struct {
@@ -104,4 +152,10 @@ func BenchmarkNeighborSampler(b *testing.B) {
 			benchSample(b, productsGraph(b), cfg)
 		})
 	}
+}
+
+func BenchmarkNeighborSamplerConcurrent(b *testing.B) {
+	cfg := sample.Config{Fanouts: []int{15, 10, 5}}
+	b.Run("cnr-2000/uniform", func(b *testing.B) { benchConcurrent(b, cnrInGraph(b), cfg) })
+	b.Run("products/uniform", func(b *testing.B) { benchConcurrent(b, productsGraph(b), cfg) })
 }

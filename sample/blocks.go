@@ -100,16 +100,22 @@ func (b *blockBuilder) sample(op string, seeds []graph.NodeID, key Key) (*MiniBa
 }
 
 // relabeler maps global IDs to local ones with a dense array (-1 = not
-// seen); only touched entries are reset after each block.
-type relabeler struct{ local []int32 }
+// seen); only touched entries are reset after each block. src is scratch
+// for the source list, copied out at its final size.
+type relabeler struct {
+	local []int32
+	src   []graph.NodeID
+}
 
 // toBlock relabels nb into a Block over dst, reusing nb's arrays.
 func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors) (Block, error) {
 	if err := checkNeighbors(op, dst, nb, int64(len(r.local))); err != nil {
 		return Block{}, err
 	}
-	src := make([]graph.NodeID, len(dst), len(dst)+len(nb.Nodes)/4+16)
-	copy(src, dst)
+	if need := len(dst) + len(nb.Nodes); cap(r.src) < need {
+		r.src = make([]graph.NodeID, 0, need)
+	}
+	src := append(r.src[:0], dst...)
 	for i, v := range dst {
 		if j := r.local[v]; j >= 0 {
 			for _, u := range dst[:i] {
@@ -132,7 +138,8 @@ func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors) (Block
 	for _, u := range src {
 		r.local[u] = -1
 	}
-	return Block{SrcNodes: src, NumDst: len(dst), Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}, nil
+	r.src = src[:0]
+	return Block{SrcNodes: slices.Clone(src), NumDst: len(dst), Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}, nil
 }
 
 // ToBlock relabels one hop's draw into a Block: SrcNodes = dst (distinct)

@@ -152,9 +152,8 @@ func (s *NeighborSampler) Sample(seeds []graph.NodeID, key Key) (*MiniBatch, err
 	return s.build.sample("NeighborSampler.Sample", seeds, key)
 }
 
-// count is how many edges node v yields at fanout k.
-func (s *NeighborSampler) count(v graph.NodeID, k int) int64 {
-	n := s.g.Indptr[v+1] - s.g.Indptr[v]
+// count is how many edges node v, of degree n, yields at fanout k.
+func (s *NeighborSampler) count(v graph.NodeID, n int64, k int) int64 {
 	if k < 0 {
 		return n
 	}
@@ -171,11 +170,10 @@ func (s *NeighborSampler) count(v graph.NodeID, k int) int64 {
 	return min(int64(k), avail)
 }
 
-// pick writes v's len(out) sampled edge IDs into out.
-func (s *NeighborSampler) pick(p *picker, v graph.NodeID, k int, key uint64, out []int64) {
+// pick writes the len(out) sampled edge IDs of node v, whose row is
+// Indices[base:base+n], into out.
+func (s *NeighborSampler) pick(p *picker, v graph.NodeID, base, n int64, k int, key uint64, out []int64) {
 	g := s.g
-	base := g.Indptr[v]
-	n := g.Indptr[v+1] - base
 	if int64(len(out)) == n && (k < 0 || !s.cfg.Replace) {
 		// All edges (fanout -1, or the fanout covers the row).
 		for j := range out {
@@ -225,11 +223,18 @@ func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neig
 	k := s.cfg.Fanouts[hop]
 	workers := resolveWorkers(s.cfg.Workers)
 	nd := len(dst)
+	// Three passes, each a simple loop over independent loads so the CPU
+	// can overlap cache misses: row bounds and counts, then edge picks
+	// (no graph reads for uniform draws), then the gather of neighbor IDs.
 	indptr := make([]int64, nd+1)
+	rows := make([]rowSpan, nd)
 	parallelFor(nd, 8192, workers, func() func(lo, hi int) {
 		return func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				indptr[i+1] = s.count(dst[i], k)
+				v := dst[i]
+				a, b := s.g.Indptr[v], s.g.Indptr[v+1]
+				rows[i] = rowSpan{a, b - a}
+				indptr[i+1] = s.count(v, b-a, k)
 			}
 		}
 	})
@@ -242,26 +247,32 @@ func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neig
 	}
 	nb := &Neighbors{Indptr: indptr, Nodes: make([]graph.NodeID, ne), EdgeIDs: make([]int64, ne)}
 	hk := hopKey(key, hop)
-	parallelFor(nd, 64, workers, func() func(lo, hi int) {
+	parallelFor(nd, 256, workers, func() func(lo, hi int) {
 		var p picker
 		return func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				v := dst[i]
 				a, b := indptr[i], indptr[i+1]
 				if a == b {
 					continue
 				}
-				out := nb.EdgeIDs[a:b]
-				s.pick(&p, v, k, rng.Derive(hk, uint64(v)), out)
-				nodes := nb.Nodes[a:b]
-				for j, e := range out {
-					nodes[j] = s.g.Indices[e]
-				}
+				v := dst[i]
+				s.pick(&p, v, rows[i].start, rows[i].n, k, rng.Derive(hk, uint64(v)), nb.EdgeIDs[a:b])
+			}
+		}
+	})
+	parallelFor(int(ne), 16384, workers, func() func(lo, hi int) {
+		return func(lo, hi int) {
+			nodes, eids := nb.Nodes[lo:hi], nb.EdgeIDs[lo:hi]
+			for j, e := range eids {
+				nodes[j] = s.g.Indices[e]
 			}
 		}
 	})
 	return nb, nil
 }
+
+// rowSpan is a row's position and length in the graph's Indices.
+type rowSpan struct{ start, n int64 }
 
 func checkNodes(op, field string, ids []graph.NodeID, n int64) error {
 	for i, v := range ids {
