@@ -196,19 +196,19 @@ var presets = map[string]Config{
 	"tiny": {
 		Name: "tiny", Seed: 1, NumNodes: 2_000, AvgDegree: 10, MaxDegree: 150, Exponent: 2.5,
 		NumClasses: 5, ClassSkew: 0, Homophily: 0.75,
-		FeatDim: 16, Noise: 1.5, TrainFrac: 0.3, ValFrac: 0.2, TestFrac: 0.5,
+		FeatDim: 16, Noise: 3, TrainFrac: 0.3, ValFrac: 0.2, TestFrac: 0.5,
 	},
 	"small": {
 		Name: "small", Seed: 1, NumNodes: 10_000, AvgDegree: 20, MaxDegree: 600, Exponent: 2.3,
 		NumClasses: 10, ClassSkew: 0.5, Homophily: 0.75,
-		FeatDim: 32, Noise: 2.5, TrainFrac: 0.2, ValFrac: 0.1, TestFrac: 0.7,
+		FeatDim: 32, Noise: 3.5, TrainFrac: 0.2, ValFrac: 0.1, TestFrac: 0.7,
 	},
 	// ogbn-products: 2,449,029 nodes, 61,859,140 undirected edges stored
 	// both ways (123,718,280), 100-d features, 47 classes, 8% / 1.6% /
 	// rest split. AvgDegree is calibrated so the deduplicated count lands
 	// near 123.7M.
 	"products": {
-		Name: "products", Seed: 1, NumNodes: productsNodes, AvgDegree: 50.52, MaxDegree: 12_000, Exponent: 2.3,
+		Name: "products", Seed: 1, NumNodes: productsNodes, AvgDegree: 52.54, MaxDegree: 12_000, Exponent: 2.3,
 		NumClasses: 47, ClassSkew: 1, Homophily: 0.8,
 		FeatDim: 100, Noise: 4.5, TrainFrac: 0.08, ValFrac: 0.016, TestFrac: 0.904,
 	},
@@ -217,9 +217,9 @@ var presets = map[string]Config{
 	// the nodes are in a split (1.1% train, 0.1% val, 0.2% test). About
 	// 85 GB in memory at full size: one large host.
 	"papers": {
-		Name: "papers", Seed: 1, NumNodes: papersNodes, AvgDegree: 29.1, MaxDegree: 40_000, Exponent: 2.3,
+		Name: "papers", Seed: 1, NumNodes: papersNodes, AvgDegree: 30.76, MaxDegree: 40_000, Exponent: 2.3,
 		NumClasses: 172, ClassSkew: 1, Homophily: 0.7,
-		FeatDim: 128, Noise: 5, TrainFrac: 0.0109, ValFrac: 0.0011, TestFrac: 0.0019,
+		FeatDim: 128, Noise: 4.2, TrainFrac: 0.0109, ValFrac: 0.0011, TestFrac: 0.0019,
 	},
 }
 
