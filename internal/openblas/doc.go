@@ -11,6 +11,12 @@
 //     openblas-openmp,openblas-serial,}/ and /usr/lib, /usr/lib64,
 //     /usr/local/lib, /opt/OpenBLAS/lib.
 //
+// Kernel choice: OpenBLAS picks its kernels from the CPU's vendor and model
+// number, and under hypervisors that hide the model it falls back to slow
+// generic ones. Unless OPENBLAS_CORETYPE is already set, the loader sets it
+// for the duration of the load from the CPU's feature flags (SkylakeX for
+// AVX-512, Haswell for AVX2+FMA, on amd64); CoreName reports the choice.
+//
 // Only the 32-bit-integer interface (blasint = int32, Debian's libopenblas0)
 // is supported; dimensions above 2^31-1 are rejected.
 //

@@ -46,6 +46,14 @@ func open() (*library, error) {
 	if disabled {
 		return nil, errors.New("openblas: disabled by STRATA_OPENBLAS")
 	}
+	// Guide OpenBLAS's kernel choice (it reads OPENBLAS_CORETYPE once, when
+	// loaded) unless the user chose; then restore the environment so child
+	// processes inherit the user's.
+	if _, set := os.LookupEnv("OPENBLAS_CORETYPE"); !set {
+		if hint := coreTypeHint(); hint != "" && os.Setenv("OPENBLAS_CORETYPE", hint) == nil {
+			defer os.Unsetenv("OPENBLAS_CORETYPE")
+		}
+	}
 	var errs []string
 	for _, p := range paths {
 		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
@@ -63,6 +71,9 @@ func open() (*library, error) {
 		purego.RegisterFunc(&l.sgemm, sym)
 		if t, err := purego.Dlsym(h, "openblas_get_num_threads"); err == nil {
 			purego.RegisterFunc(&l.getThreads, t)
+		}
+		if t, err := purego.Dlsym(h, "openblas_get_corename"); err == nil {
+			purego.RegisterFunc(&l.coreName, t)
 		}
 		if t, err := purego.Dlsym(h, "openblas_set_num_threads"); err == nil {
 			purego.RegisterFunc(&l.setThreads, t)

@@ -24,8 +24,9 @@ var (
 type library struct {
 	path       string
 	sgemm      func(order, transA, transB, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
-	getThreads func() int32 // nil when the library lacks openblas_get_num_threads
-	setThreads func(int32)  // nil when the library lacks openblas_set_num_threads
+	getThreads func() int32  // nil when the library lacks openblas_get_num_threads
+	setThreads func(int32)   // nil when the library lacks openblas_set_num_threads
+	coreName   func() string // nil when the library lacks openblas_get_corename
 }
 
 func load() {
@@ -61,6 +62,16 @@ func Threads() int {
 		return 0
 	}
 	return int(lib.getThreads())
+}
+
+// CoreName returns the CPU kernel family OpenBLAS chose (e.g. "Haswell",
+// "SkylakeX"; "Prescott" means generic SSE3 kernels), or "" when unknown.
+func CoreName() string {
+	load()
+	if lib == nil || lib.coreName == nil {
+		return ""
+	}
+	return lib.coreName()
 }
 
 // SetThreads sets OpenBLAS's thread count for later calls (process-wide).

@@ -3,6 +3,8 @@ package openblas
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -33,7 +35,7 @@ func TestSgemm(t *testing.T) {
 	if !Available() {
 		t.Skipf("OpenBLAS not installed (%v); install libopenblas0 to run this test", Err())
 	}
-	t.Logf("OpenBLAS from %s, %d threads", Path(), Threads())
+	t.Logf("OpenBLAS from %s, %d threads, core %q", Path(), Threads(), CoreName())
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ m, n, k int }{{1, 1, 1}, {3, 5, 7}, {64, 33, 17}, {0, 4, 4}, {4, 0, 4}, {4, 4, 0}} {
 		for _, ta := range []bool{false, true} {
@@ -141,4 +143,29 @@ func TestSgemmRepeatable(t *testing.T) {
 		same = same && first[1][i] == first[2][i]
 	}
 	t.Logf("1 and 2 threads give identical bits: %v", same)
+}
+
+// coreTypePreset records whether the runner set OPENBLAS_CORETYPE before
+// any test could load the library.
+var coreTypePreset bool
+
+func TestMain(m *testing.M) {
+	_, coreTypePreset = os.LookupEnv("OPENBLAS_CORETYPE")
+	os.Exit(m.Run())
+}
+
+// The loader's OPENBLAS_CORETYPE hint must not leak into the environment.
+func TestCoreTypeHintRestored(t *testing.T) {
+	if !Available() {
+		t.Skipf("OpenBLAS not installed (%v)", Err())
+	}
+	if coreTypePreset {
+		t.Skip("OPENBLAS_CORETYPE set by the runner")
+	}
+	if v, ok := os.LookupEnv("OPENBLAS_CORETYPE"); ok {
+		t.Fatalf("OPENBLAS_CORETYPE=%q left in the environment after loading", v)
+	}
+	if hint := coreTypeHint(); hint != "" && !strings.EqualFold(CoreName(), hint) {
+		t.Errorf("hinted core %q, OpenBLAS chose %q", hint, CoreName())
+	}
 }
