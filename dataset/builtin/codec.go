@@ -242,6 +242,16 @@ func (d *decoder) count(what string, per, limit uint64) int64 {
 	return int64(c)
 }
 
+// limit reads a value that must not exceed max.
+func (d *decoder) limit(what string, max uint64) int64 {
+	v := d.uv()
+	if d.err == nil && v > max {
+		d.fail("%s %d out of range (max %d)", what, v, max)
+		return 0
+	}
+	return int64(v)
+}
+
 // list reads count gap-coded IDs in [0, n), strictly ascending if strict.
 func (d *decoder) list(dst []int32, n int64, strict bool) {
 	prev := int64(0)
@@ -288,8 +298,10 @@ func decodePayload(p []byte) (*dataset.Dataset, error) {
 	}
 	n := d.count("node count", 1, dataset.MaxNodes)
 	e := d.count("edge count", 1, math.MaxInt32)
-	f := d.count("feature dim", 1, maxFloats) // checked against n below
-	c := d.count("class count", 1, math.MaxInt32)
+	// F and C are ranges, not list lengths: bound them by value only (the
+	// dense matrix n*F is bounded below before allocation).
+	f := d.limit("feature dim", maxFloats)
+	c := d.limit("class count", math.MaxInt32)
 	if d.err != nil {
 		return nil, d.err
 	}

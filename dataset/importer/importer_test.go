@@ -96,6 +96,15 @@ func TestSharedCorrupt(t *testing.T) {
 		_, err := LoadShared(dir, Options{Quiet: true})
 		wantErr(t, err, "edges.bin.gz", "declares 48 bytes")
 	})
+	t.Run("declared bytes beyond the file", func(t *testing.T) {
+		dir := sharedFixture(t)
+		p := filepath.Join(dir, "meta.json")
+		b, _ := os.ReadFile(p)
+		s := strings.Replace(string(b), `"num_nodes":4`, `"num_nodes":400000000`, 1)
+		os.WriteFile(p, []byte(s), 0o644)
+		_, err := LoadShared(dir, Options{Quiet: true})
+		wantErr(t, err, "labels.bin.gz", "num_nodes 400000000 needs 1600000000 bytes")
+	})
 	t.Run("not gzip", func(t *testing.T) {
 		dir := sharedFixture(t)
 		os.WriteFile(filepath.Join(dir, "val.idx.gz"), []byte("plain"), 0o644)
@@ -240,6 +249,9 @@ func TestSNAP(t *testing.T) {
 	if _, err := LoadSNAP(writeFile(t, t.TempDir(), "n.txt", []byte("0 1\n")), Options{Quiet: true, NumNodes: 5}); err != nil {
 		t.Fatal(err)
 	}
+	// A few bytes must not imply a 16 GB indptr.
+	_, err = LoadSNAP(writeFile(t, t.TempDir(), "big.txt", []byte("0 2000000000\n")), Options{Quiet: true})
+	wantErr(t, err, "big.txt", "too sparse")
 	for _, c := range []struct{ text, want string }{
 		{"0 1\n1\n", "e.txt:2"},
 		{"0 1\n# c\n1 x\n", "e.txt:3"},
@@ -307,6 +319,9 @@ func TestNPYErrors(t *testing.T) {
 		{"big endian", map[string][]byte{
 			"edge_index.npy": npyBytes(">i4", []int64{2, 2}, le([]int32{0, 1, 1, 0})),
 		}, []string{"unsupported dtype \">i4\""}},
+		{"too sparse", map[string][]byte{
+			"edge_index.npy": npyBytes("<i4", []int64{2, 1}, le([]int32{0, 2000000000})),
+		}, []string{"edge_index.npy", "too sparse"}},
 		{"bad magic", map[string][]byte{
 			"edge_index.npy": []byte("PK\x03\x04 this is a zip"),
 		}, []string{"edge_index.npy: at byte 0", "bad magic"}},

@@ -482,6 +482,9 @@ func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
 		for i := range src {
 			n = max(n, int64(src[i])+1, int64(dst[i])+1)
 		}
+		if err := boundNodes(epath, n, int64(len(src))); err != nil {
+			return nil, err
+		}
 	}
 	d.Graph = buildCSR(n, src, dst, opts.Symmetrize)
 	src, dst = nil, nil

@@ -19,6 +19,17 @@ import (
 // lying count cannot force a huge allocation.
 const maxIsolatedTail = 1 << 24
 
+// boundNodes refuses a node count that no per-node file vouches for when
+// it is far larger than the edges can touch: a few bytes such as "0 2000000000"
+// must not make the importer allocate gigabytes. Sparse ID spaces should be
+// remapped (SNAP) or the count given explicitly.
+func boundNodes(path string, n, numEdges int64) error {
+	if n > 2*numEdges+maxIsolatedTail {
+		return fileErr(path, "%d nodes implied by %d edges: node IDs too sparse (remap IDs, or give the node count explicitly)", n, numEdges)
+	}
+	return nil
+}
+
 // findFile returns dir/base.gz or dir/base, whichever exists ("" if none).
 func findFile(dir, base string) string {
 	for _, p := range []string{filepath.Join(dir, base+".gz"), filepath.Join(dir, base)} {
@@ -96,8 +107,13 @@ func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
 		}
 		return nil, lineErr(epath, int64(i)+1, "node ID %d out of range [0, %d)", maxID, n)
 	}
-	if !vouched && n > maxID+1+maxIsolatedTail {
-		return nil, fileErr(epath, "node count %d exceeds the largest node ID %d by more than %d; refusing", n, maxID, maxIsolatedTail)
+	if !vouched {
+		if n > maxID+1+maxIsolatedTail {
+			return nil, fileErr(epath, "node count %d exceeds the largest node ID %d by more than %d; refusing", n, maxID, maxIsolatedTail)
+		}
+		if err := boundNodes(epath, n, int64(len(src))); err != nil {
+			return nil, err
+		}
 	}
 	d.Graph = buildCSR(n, src, dst, opts.Symmetrize)
 	src, dst = nil, nil

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -91,6 +92,9 @@ func LoadShared(dir string, opts Options) (*dataset.Dataset, error) {
 	n := m.NumNodes
 	name := defaultName(dir, opts)
 	d := &dataset.Dataset{Name: name, Directed: m.Directed}
+	if err := boundSharedNodes(dir, m); err != nil {
+		return nil, err
+	}
 
 	// Edges: int32 (src, dst) pairs.
 	edges, err := readSharedArray[int32](dir, "edges.bin", m, 2*m.NumEdges, false, opts.Quiet)
@@ -182,6 +186,11 @@ func readSharedArray[T int32 | float32](dir, name string, m *sharedMeta, want in
 	if err != nil || len(sum) != sha256.Size {
 		return nil, fileErr(filepath.Join(dir, "meta.json"), "bad sha256 for %s", name)
 	}
+	// Bound the declared size by the compressed size (deflate expands at
+	// most ~1032:1) before allocating.
+	if fi, err := os.Stat(path); err == nil && fm.Bytes > maxInflate(path, fi.Size()) {
+		return nil, fileErr(path, "meta.json declares %d bytes, more than a %d-byte file can hold", fm.Bytes, fi.Size())
+	}
 	in, err := openInput(path, quiet)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -211,4 +220,39 @@ func readSharedArray[T int32 | float32](dir, name string, m *sharedMeta, want in
 		swap4(buf)
 	}
 	return out, nil
+}
+
+// maxInflate bounds the decompressed size of a file of size bytes.
+func maxInflate(path string, size int64) int64 {
+	if strings.HasSuffix(path, ".gz") {
+		return size*1032 + 1<<10
+	}
+	return size
+}
+
+// boundSharedNodes checks num_nodes against the files before anything of
+// that size is allocated: a per-node file (labels, features) must be able
+// to hold it, otherwise the edges must (see boundNodes).
+func boundSharedNodes(dir string, m *sharedMeta) error {
+	for _, pf := range []struct {
+		name  string
+		bytes int64
+	}{{"labels.bin", 4 * m.NumNodes}, {"features.bin", 4 * m.NumNodes * max(m.FeatDim, 1)}} {
+		if _, ok := m.Files[pf.name]; !ok {
+			continue
+		}
+		p := findFile(dir, pf.name)
+		if p == "" {
+			return fmt.Errorf("importer: %s listed in meta.json but missing in %s", pf.name, dir)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("importer: %w", err)
+		}
+		if pf.bytes > maxInflate(p, fi.Size()) {
+			return fileErr(p, "num_nodes %d needs %d bytes, more than a %d-byte file can hold", m.NumNodes, pf.bytes, fi.Size())
+		}
+		return nil
+	}
+	return boundNodes(filepath.Join(dir, "meta.json"), m.NumNodes, m.NumEdges)
 }

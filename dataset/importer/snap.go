@@ -116,7 +116,11 @@ func LoadSNAP(path string, opts Options) (*dataset.Dataset, error) {
 		s32, d32 = remap(src), remap(dst)
 		src, dst = nil, nil
 	}
-	if opts.NumNodes > 0 {
+	if opts.NumNodes == 0 {
+		if err := boundNodes(path, n, int64(len(s32))); err != nil {
+			return nil, err
+		}
+	} else {
 		if opts.NumNodes < n {
 			return nil, fileErr(path, "has %d nodes, more than the %d requested", n, opts.NumNodes)
 		}
