@@ -76,7 +76,7 @@ type Config struct {
 //     0.01, weight decay 5e-4, 200 epochs, full batch.
 //   - gat: Velickovic et al. 2018: 2 layers, 8 heads of 8 hidden, 1 output
 //     head, dropout 0.6 on features and attention, Adam lr 0.005, weight
-//     decay 5e-4; 300 epochs with best-validation
+//     decay 5e-4; 200 epochs with best-validation
 //     selection stand in for the paper's patience-100 early stopping.
 //   - sage: GraphSAGE-mean, sampled mini-batches: 2 layers, 64 hidden,
 //     fanouts 10,10, batch 32, dropout 0.5, Adam lr 0.01, weight decay
@@ -95,7 +95,7 @@ func Defaults(model string) Config {
 		c.Mode, c.Hidden, c.Dropout, c.LR, c.Epochs = Full, 16, 0.5, 0.01, 200
 	case GAT:
 		c.Mode, c.Hidden, c.Heads, c.OutHeads = Full, 8, 8, 1
-		c.Dropout, c.AttnDrop, c.LR, c.Epochs = 0.6, 0.6, 0.005, 300
+		c.Dropout, c.AttnDrop, c.LR, c.Epochs = 0.6, 0.6, 0.005, 200
 	default: // sage, and unknown models (Validate rejects them)
 		c.Mode, c.Hidden, c.Dropout, c.LR, c.Epochs = Sampled, 64, 0.5, 0.01, 30
 	}

@@ -30,7 +30,7 @@ type trainCmd struct {
 	LR        *float64 `name:"lr" help:"Learning rate (default: gcn/sage 0.01, gat 0.005)."`
 	WeightDec *float64 `name:"weight-decay" help:"L2 weight decay added to the gradient (default 5e-4)."`
 	Momentum  float64  `help:"sgd: momentum." default:"0"`
-	Epochs    *int     `help:"Epochs (default: gcn 200, gat 300, sage 30)."`
+	Epochs    *int     `help:"Epochs (default: gcn and gat 200, sage 30)."`
 	BatchSize *int     `help:"Sampled mode: seed nodes per batch (default 32)."`
 	Fanouts   []int    `help:"Sampled mode: neighbors sampled per node at each hop, the seeds' hop first; -1 takes all (default 10,10)." sep:","`
 	Eval      string   `help:"Evaluation: full (all neighbors, whole graph in one pass) or sampled (mini-batches with --eval-fanouts)." enum:"full,sampled" default:"full"`
