@@ -33,6 +33,9 @@ func (c *infoCmd) Run(e *env) error {
 	if b, err := openDevice("auto"); err == nil {
 		fmt.Fprintf(w, "auto device: %s\n", b.Name())
 	}
+	if err := writeCUDAInfo(w); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "built-in datasets: %s\n", strings.Join(builtinNames, ", "))
 	if c.Dataset == "" {
 		return nil
@@ -79,3 +82,4 @@ func summarize(ds *dataset.Dataset) string {
 	fmt.Fprintf(&b, "split       train %d / val %d / test %d\n", len(ds.Train), len(ds.Val), len(ds.Test))
 	return b.String()
 }
+
