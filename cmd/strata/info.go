@@ -82,4 +82,3 @@ func summarize(ds *dataset.Dataset) string {
 	fmt.Fprintf(&b, "split       train %d / val %d / test %d\n", len(ds.Train), len(ds.Val), len(ds.Test))
 	return b.String()
 }
-
