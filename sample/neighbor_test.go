@@ -200,8 +200,12 @@ func TestSampleInvariantsRandom(t *testing.T) {
 }
 
 func TestSampleDeterministicAcrossWorkersAndProcs(t *testing.T) {
-	g := randomGraph(t, 2, 20000, 20)
-	seeds, err := SeedBatches(allNodes(20000), 512, Key{Seed: 5})
+	n, procs, workerCounts, nb := 20000, []int{1, 2, 8}, []int{0, 1, 3}, 3
+	if testing.Short() {
+		n, procs, workerCounts, nb = 8000, []int{1, 8}, []int{0, 3}, 1
+	}
+	g := randomGraph(t, 2, int64(n), 20)
+	seeds, err := SeedBatches(allNodes(n), 512, Key{Seed: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,12 +213,12 @@ func TestSampleDeterministicAcrossWorkersAndProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(old)
 	for _, m := range modes {
 		var want [][32]byte
-		for _, procs := range []int{1, 2, 8} {
-			runtime.GOMAXPROCS(procs)
-			for _, workers := range []int{0, 1, 3} {
+		for _, p := range procs {
+			runtime.GOMAXPROCS(p)
+			for _, workers := range workerCounts {
 				s := mustSampler(t, g, Config{Fanouts: []int{10, 5, 3}, Replace: m.replace, Weighted: m.weighted, Workers: workers})
 				var got [][32]byte
-				for b := range 3 {
+				for b := range nb {
 					mb, err := s.Sample(seeds[b], Key{Seed: 5, Batch: b})
 					if err != nil {
 						t.Fatal(err)
@@ -224,7 +228,7 @@ func TestSampleDeterministicAcrossWorkersAndProcs(t *testing.T) {
 				if want == nil {
 					want = got
 				} else if !slices.Equal(got, want) {
-					t.Fatalf("%s: GOMAXPROCS=%d Workers=%d gives different batches", m.name, procs, workers)
+					t.Fatalf("%s: GOMAXPROCS=%d Workers=%d gives different batches", m.name, p, workers)
 				}
 			}
 		}

@@ -102,7 +102,11 @@ func TestUniformNoReplacePairs(t *testing.T) {
 
 func TestFloydPathsAgree(t *testing.T) {
 	var p, q picker
-	for i := range 2000 {
+	cases := 2000
+	if testing.Short() {
+		cases = 300
+	}
+	for i := range cases {
 		key := rng.Hash(77, uint64(i))
 		n := uint64(65 + i%500)
 		k := uint64(1 + i%int(n-1))

@@ -5,6 +5,9 @@ import (
 )
 
 func TestCNR2000(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loading 3.2M edges is slow under -race; skipped with -short")
+	}
 	g := CNR2000(t)
 	if g.NumRows != 325557 || g.NumEdges() != 3216152 {
 		t.Fatalf("cnr-2000: %d nodes, %d edges", g.NumRows, g.NumEdges())
