@@ -27,7 +27,8 @@ type Error struct {
 	Field  string // e.g. "seeds", "Fanouts"
 	Pos    int
 	Detail string
-	Err    error
+	Err    error // the sentinel
+	Cause  error // the underlying error (e.g. a *graph.Error), or nil
 }
 
 func (e *Error) Error() string {
@@ -38,7 +39,18 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("sample: %s: %s: %s: %v", e.Op, where, e.Detail, e.Err)
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap lets errors.Is match both the sentinel and the cause.
+func (e *Error) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{e.Err, e.Cause}
+	}
+	return []error{e.Err}
+}
+
+// graphError wraps an invalid-graph error from the graph package.
+func graphError(op string, err error) *Error {
+	return &Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: ErrGraph, Cause: err}
+}
 
 func errorf(op, field string, pos int, kind error, format string, args ...any) *Error {
 	return &Error{Op: op, Field: field, Pos: pos, Detail: fmt.Sprintf(format, args...), Err: kind}

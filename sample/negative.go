@@ -41,7 +41,7 @@ type UniformNegativeSampler struct {
 func NewUniformNegativeSampler(g *graph.CSR, cfg NegativeConfig) (*UniformNegativeSampler, error) {
 	const op = "NewUniformNegativeSampler"
 	if err := g.Validate(); err != nil {
-		return nil, &Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: ErrGraph}
+		return nil, graphError(op, err)
 	}
 	if g.NumRows != g.NumCols || g.NumRows == 0 {
 		return nil, errorf(op, "graph", -1, ErrGraph, "%d x %d: want square and non-empty", g.NumRows, g.NumCols)

@@ -65,7 +65,7 @@ type NeighborSampler struct {
 func NewNeighborSampler(g *graph.CSR, cfg Config) (*NeighborSampler, error) {
 	const op = "NewNeighborSampler"
 	if err := g.Validate(); err != nil {
-		return nil, &Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: ErrGraph}
+		return nil, graphError(op, err)
 	}
 	if g.NumRows != g.NumCols {
 		return nil, errorf(op, "graph", -1, ErrGraph, "%d x %d is not square", g.NumRows, g.NumCols)

@@ -318,8 +318,8 @@ func TestSampleErrors(t *testing.T) {
 	bad.Indices[0] = 9
 	_, err = NewNeighborSampler(bad, Config{Fanouts: []int{1}})
 	check("invalid graph", err, ErrGraph, "graph", -1)
-	if !errors.Is(err, ErrGraph) {
-		t.Errorf("invalid graph error %v", err)
+	if !errors.Is(err, graph.ErrIndex) {
+		t.Errorf("invalid graph error %v does not carry graph.ErrIndex", err)
 	}
 	nw := smallGraph()
 	nw.Weights = nil

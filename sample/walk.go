@@ -52,7 +52,7 @@ func RandomWalk(g *graph.CSR, starts []graph.NodeID, length int, key Key) (*Walk
 func randomWalk(g *graph.CSR, starts []graph.NodeID, length int, key Key, workers int) (*Walks, error) {
 	const op = "RandomWalk"
 	if err := g.Validate(); err != nil {
-		return nil, &Error{Op: op, Field: "graph", Pos: -1, Detail: err.Error(), Err: ErrGraph}
+		return nil, graphError(op, err)
 	}
 	if g.NumRows != g.NumCols {
 		return nil, errorf(op, "graph", -1, ErrGraph, "%d x %d is not square", g.NumRows, g.NumCols)
