@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -82,6 +84,9 @@ func (c *genCmd) config() (gen.Config, error) {
 func (c *genCmd) Run(e *env) error {
 	cfg, err := c.config()
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(c.Dst), 0o755); err != nil {
 		return err
 	}
 	start := time.Now()

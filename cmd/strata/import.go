@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,6 +37,9 @@ func (c *importCmd) Run(e *env) error {
 			return err
 		}
 		kind = k
+	}
+	if err := os.MkdirAll(filepath.Dir(c.Dst), 0o755); err != nil {
+		return err
 	}
 	start := time.Now()
 	opts := importer.Options{

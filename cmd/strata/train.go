@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -112,6 +113,13 @@ func (c *trainCmd) Run(e *env) error {
 	}
 	if c.CheckpointEvery > 0 && c.Checkpoint == "" {
 		return usageError{fmt.Errorf("--checkpoint-every needs --checkpoint DIR")}
+	}
+	for _, out := range []string{c.Report, c.Plot} {
+		if out != "" {
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
+		}
 	}
 	b, err := openDevice(c.Device)
 	if err != nil {
