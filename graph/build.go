@@ -49,13 +49,17 @@ func (r Reduce) apply(acc, w float32) float32 {
 type Option func(*buildOptions)
 
 type buildOptions struct {
-	weights []float32
-	dedup   bool
-	reduce  Reduce
+	weights  []float32
+	weighted bool
+	dedup    bool
+	reduce   Reduce
 }
 
-// WithWeights attaches one weight per edge (aligned with src and dst).
-func WithWeights(w []float32) Option { return func(o *buildOptions) { o.weights = w } }
+// WithWeights attaches one weight per edge (aligned with src and dst). The
+// result has non-nil Weights even when there are no edges.
+func WithWeights(w []float32) Option {
+	return func(o *buildOptions) { o.weights, o.weighted = w, true }
+}
 
 // WithDedup merges repeated (src, dst) pairs into one edge, combining their
 // weights with r.
@@ -83,7 +87,10 @@ func FromEdges(numNodes int64, src, dst []NodeID, opts ...Option) (*CSR, error) 
 	if len(src) != len(dst) {
 		return nil, errorf(op, "dst", -1, ErrShape, "length %d, but len(src) = %d", len(dst), len(src))
 	}
-	if o.weights != nil && len(o.weights) != len(src) {
+	if o.weighted && o.weights == nil {
+		o.weights = []float32{}
+	}
+	if o.weighted && len(o.weights) != len(src) {
 		return nil, errorf(op, "weights", -1, ErrWeights, "length %d, want one per edge = %d", len(o.weights), len(src))
 	}
 	if !o.reduce.valid() {

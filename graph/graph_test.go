@@ -222,6 +222,8 @@ func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	}
 }
 
+// refFromEdges is FromEdges(..., WithWeights(w), [WithDedup(r)]) done the
+// slow way.
 func refFromEdges(n int64, src, dst []NodeID, w []float32, dedup bool, r Reduce) *CSR {
 	es := make([]edge, len(src))
 	for i := range src {
@@ -251,7 +253,7 @@ func refFromEdges(n int64, src, dst []NodeID, w []float32, dedup bool, r Reduce)
 		}
 		es = out
 	}
-	return fromSortedEdges(n, n, es, w != nil)
+	return fromSortedEdges(n, n, es, true)
 }
 
 func TestFromEdgesSmall(t *testing.T) {
@@ -284,6 +286,10 @@ func TestFromEdgesSmall(t *testing.T) {
 	g, err = FromEdges(5, nil, nil)
 	if err != nil || g.NumEdges() != 0 || len(g.Indptr) != 6 || g.Weights != nil {
 		t.Fatalf("empty: %+v %v", g, err)
+	}
+	g, err = FromEdges(5, nil, nil, WithWeights(nil))
+	if err != nil || g.Weights == nil || len(g.Weights) != 0 {
+		t.Fatalf("empty weighted: %+v %v", g, err)
 	}
 }
 

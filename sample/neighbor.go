@@ -41,7 +41,8 @@ type Config struct {
 //     edges in row order;
 //   - uniform with replacement: k independent draws, in draw order;
 //   - weighted with replacement: k draws from a per-row alias table built
-//     once in NewNeighborSampler (8 bytes per edge), in draw order;
+//     once in NewNeighborSampler (8 bytes per edge, both weighted modes),
+//     in draw order;
 //   - weighted without replacement: successive sampling proportional to
 //     weight, by alias draws that reject repeats (about k draws), finished
 //     by exponential-key reservoir sampling (A-ES with jumps, A-ExpJ) when

@@ -411,13 +411,14 @@ func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, er
 				H.emax = ndmax * int64(k)
 			} else {
 				// All neighbors: read the exact edge count (one sync).
-				if err := l.CopyToHost(s.sizes, 0, viewAt(H.ptr, ndmax), 8); err != nil {
+				// (past the per-hop sizes, which earlier hops already queued)
+				if err := l.CopyToHost(s.sizes, uint64(24*L), viewAt(H.ptr, ndmax), 8); err != nil {
 					return err
 				}
 				if err := l.Sync(); err != nil {
 					return err
 				}
-				H.emax = s.sizes.Int64s()[0]
+				H.emax = s.sizes.Int64s()[3*L]
 			}
 			if H.eid, err = alloc(backend.Int64, max(H.emax, 1), true); err != nil {
 				return err
