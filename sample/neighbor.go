@@ -37,8 +37,8 @@ type Config struct {
 // Key.Epoch, Key.Batch, hop). Rules per node (n = degree, k = fanout):
 //
 //   - k == -1 or (k >= n without replacement): all n edges, in row order;
-//   - uniform without replacement: Floyd's algorithm, O(k) time and memory,
-//     edges in row order;
+//   - uniform without replacement: Floyd's algorithm, k random draws and
+//     O(k) memory however large n is, edges in row order;
 //   - uniform with replacement: k independent draws, in draw order;
 //   - weighted with replacement: k draws from a per-row alias table built
 //     once in NewNeighborSampler (8 bytes per edge, both weighted modes),
