@@ -1,0 +1,186 @@
+// Package wire holds what the TCP transport and the rendezvous store share:
+// peer authentication (a shared secret with an HMAC challenge-response in
+// both directions, or mutual TLS) and the rule that one of them is
+// required unless every address is on loopback.
+package wire
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+)
+
+// ErrAuth is wrapped by every authentication failure.
+var ErrAuth = errors.New("authentication failed")
+
+// Security is how connections are authenticated. With TLS set, every
+// connection is mutual TLS (both sides present certificates signed by the
+// configured CA); with Secret set, both sides prove knowledge of it; both
+// may be set. Neither is allowed only when every peer is on loopback.
+type Security struct {
+	Secret []byte
+	TLS    *tls.Config
+}
+
+// Enabled reports whether a secret or TLS is configured.
+func (s Security) Enabled() bool { return len(s.Secret) > 0 || s.TLS != nil }
+
+// IsLoopback reports whether addr ("host:port" or a host) names a loopback
+// address ("localhost" counts).
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// Require returns an error unless security is enabled or every address is
+// on loopback. what names the component for the message.
+func (s Security) Require(what string, addrs ...string) error {
+	if s.Enabled() {
+		return nil
+	}
+	for _, a := range addrs {
+		if !IsLoopback(a) {
+			return fmt.Errorf("%s: %s is not a loopback address, so a shared secret (STRATA_COMM_SECRET) or mutual TLS is required", what, a)
+		}
+	}
+	return nil
+}
+
+const (
+	preambleLen = 4 + 1 + 1 + 16
+	macLen      = sha256.Size
+	version     = 1
+)
+
+var magic = [4]byte{'S', 'T', 'R', 'A'}
+
+// Wrap runs the TLS handshake when configured (server side verifies the
+// client's certificate) and returns the connection to use.
+func (s Security) Wrap(c net.Conn, server bool) (net.Conn, error) {
+	if s.TLS == nil {
+		return c, nil
+	}
+	cfg := s.TLS.Clone()
+	if server {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if cfg.ClientCAs == nil {
+			cfg.ClientCAs = cfg.RootCAs
+		}
+		tc := tls.Server(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+		}
+		return tc, nil
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+	}
+	return tc, nil
+}
+
+// Authenticate runs the secret challenge-response on rw (after Wrap). Both
+// sides send a preamble (magic, version, whether they use a secret, a
+// fresh nonce); with a secret, each then sends HMAC-SHA256(secret, role,
+// client nonce, server nonce, context) and checks the other's. context
+// binds the exchange to its purpose (e.g. a job id and the two ranks).
+// Without a secret on both sides only the preamble is checked.
+func (s Security) Authenticate(rw io.ReadWriter, server bool, context []byte) error {
+	var mine [preambleLen]byte
+	copy(mine[:4], magic[:])
+	mine[4] = version
+	if len(s.Secret) > 0 {
+		mine[5] = 1
+	}
+	if _, err := rand.Read(mine[6:]); err != nil {
+		return err
+	}
+	if _, err := rw.Write(mine[:]); err != nil {
+		return err
+	}
+	var theirs [preambleLen]byte
+	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
+		return err
+	}
+	if [4]byte(theirs[:4]) != magic {
+		return fmt.Errorf("%w: peer is not a Strata endpoint (bad magic %q)", ErrAuth, theirs[:4])
+	}
+	if theirs[4] != version {
+		return fmt.Errorf("%w: peer speaks version %d, want %d", ErrAuth, theirs[4], version)
+	}
+	if theirs[5] != mine[5] {
+		if mine[5] == 1 {
+			return fmt.Errorf("%w: this side uses a shared secret but the peer has none", ErrAuth)
+		}
+		return fmt.Errorf("%w: the peer uses a shared secret but this side has none (set STRATA_COMM_SECRET)", ErrAuth)
+	}
+	if len(s.Secret) == 0 {
+		return nil
+	}
+	cn, sn := mine[6:], theirs[6:] // client's and server's nonces
+	if server {
+		cn, sn = sn, cn
+	}
+	mac := func(role string) []byte {
+		h := hmac.New(sha256.New, s.Secret)
+		h.Write([]byte(role))
+		h.Write(cn)
+		h.Write(sn)
+		h.Write(context)
+		return h.Sum(nil)
+	}
+	myRole, peerRole := "strata-client", "strata-server"
+	if server {
+		myRole, peerRole = peerRole, myRole
+	}
+	if _, err := rw.Write(mac(myRole)); err != nil {
+		return err
+	}
+	got := make([]byte, macLen)
+	if _, err := io.ReadFull(rw, got); err != nil {
+		return err
+	}
+	if !hmac.Equal(got, mac(peerRole)) {
+		return fmt.Errorf("%w: the peer does not know the shared secret", ErrAuth)
+	}
+	return nil
+}
+
+// MutualTLS builds a configuration usable on both sides of a connection:
+// this endpoint's certificate and key, the CA that signed every peer's
+// certificate, and the name peers' certificates carry (their SAN).
+func MutualTLS(certPEM, keyPEM, caPEM []byte, serverName string) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("TLS key pair: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("TLS CA: no certificates found in PEM data")
+	}
+	if serverName == "" {
+		serverName = "strata"
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ServerName:   serverName,
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}
