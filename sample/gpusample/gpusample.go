@@ -304,6 +304,23 @@ func (b *Batch) Download() (*sample.MiniBatch, error) {
 	return mb, nil
 }
 
+// Structure downloads block i's CSR (row pointers and local column
+// indices), what nn.NewBlock needs, without the node and edge ids.
+func (b *Batch) Structure(i int) (indptr []int64, indices []int32, err error) {
+	if i < 0 || i >= len(b.Blocks) {
+		return nil, nil, fmt.Errorf("gpusample: block %d of %d", i, len(b.Blocks))
+	}
+	k := b.Blocks[i]
+	indptr, indices = make([]int64, k.NumDst+1), make([]int32, k.NumEdges)
+	if err := b.dev.Download(indptr, k.A.Indptr()); err != nil {
+		return nil, nil, err
+	}
+	if err := b.dev.Download(indices, k.A.Indices()); err != nil {
+		return nil, nil, err
+	}
+	return indptr, indices, nil
+}
+
 // Sample draws the batch and downloads it (sample.Sampler).
 func (s *Sampler) Sample(seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
 	b, err := s.SampleDevice(seeds, key)

@@ -236,8 +236,17 @@ func (d *Device) Upload(dst backend.Buffer, src any) error {
 		return err
 	}
 	defer leave()
-	// From pageable memory the driver stages the data before returning.
-	return cu.MemcpyHtoDAsync(b.ptr, p, uint64(n*dt.Size()), d.stream)
+	return d.uploadLocked(b.ptr, p, uint64(n*dt.Size()))
+}
+
+// uploadLocked copies host memory to the device: small copies through the
+// pinned ring (asynchronous), large ones directly from pageable memory
+// (the driver stages them and synchronizes the stream first).
+func (d *Device) uploadLocked(dst cu.DevPtr, src unsafe.Pointer, n uint64) error {
+	if n <= stageMax && d.stage.host != nil {
+		return d.stage.upload(d, dst, src, n)
+	}
+	return cu.MemcpyHtoDAsync(dst, src, n, d.stream)
 }
 
 // Download copies src into host memory dst (waits for queued work).

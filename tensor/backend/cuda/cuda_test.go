@@ -397,3 +397,47 @@ func firstLine(s string) string {
 	}
 	return s
 }
+
+// TestUploadRing uploads many buffers of mixed sizes (wrapping the pinned
+// staging ring many times, with the host reusing its source slice at
+// once) and checks every one.
+func TestUploadRing(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	src := make([]float32, stageMax/4+100)
+	var bufs []backend.Buffer
+	var want [][]float32
+	for i := 0; i < 150; i++ {
+		n := 1 + r.IntN(100_000)
+		switch i % 5 {
+		case 0:
+			n = 1 + r.IntN(len(src))
+		case 1:
+			n = 1 + r.IntN(64)
+		}
+		for j := 0; j < n; j++ {
+			src[j] = float32(r.NormFloat64())
+		}
+		b, err := d.Alloc(backend.Float32, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A kernel between uploads keeps the stream busy.
+		must(t, d.Upload(b, src[:n]))
+		must(t, d.Axpby(b, 1, b, 0, b))
+		bufs = append(bufs, b)
+		want = append(want, append([]float32(nil), src[:n]...))
+		for j := 0; j < n; j++ {
+			src[j] = float32(math.NaN()) // the upload must not see this
+		}
+	}
+	for i, b := range bufs {
+		got := download[float32](t, d, b)
+		for j := range got {
+			if got[j] != want[i][j] {
+				t.Fatalf("upload %d element %d = %v, want %v", i, j, got[j], want[i][j])
+			}
+		}
+		d.Free(b)
+	}
+}

@@ -88,6 +88,7 @@ type Device struct {
 	fns     map[string]cu.Function
 	alloc   allocator
 	checks  checker
+	stage   stager
 	sms     int
 	cc      [2]int
 	total   uint64
@@ -186,6 +187,9 @@ func (d *Device) init() error {
 	if err = d.checks.init(d); err != nil {
 		return err
 	}
+	if err = d.stage.init(); err != nil {
+		return err
+	}
 	m, info, err := d.loadModuleLocked("backend", backendSource())
 	if err != nil {
 		return err
@@ -219,6 +223,7 @@ func (d *Device) Close() error {
 		keep(d.stream.Synchronize())
 	}
 	keep(d.alloc.release())
+	keep(d.stage.release())
 	if d.checks.slots != 0 {
 		keep(cu.MemFree(d.checks.slots))
 	}

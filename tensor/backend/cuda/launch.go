@@ -99,7 +99,8 @@ func (l *Locked) Memset(b *Buffer, v byte) error {
 
 // UploadFrom queues a copy of len(src) elements into dst from a host
 // slice ([]float32, []int32 or []int64 of dst's dtype, at most dst.Len()
-// elements). Pageable memory is staged by the driver before it returns.
+// elements). Small copies go through the device's pinned ring, so src may
+// be reused as soon as UploadFrom returns.
 func (l *Locked) UploadFrom(dst *Buffer, src any) error {
 	n, dt, p, err := hostSlice("UploadFrom", src)
 	if err != nil {
@@ -111,7 +112,7 @@ func (l *Locked) UploadFrom(dst *Buffer, src any) error {
 	if n == 0 {
 		return nil
 	}
-	return cu.MemcpyHtoDAsync(dst.ptr, p, uint64(n*dt.Size()), l.d.stream)
+	return l.d.uploadLocked(dst.ptr, p, uint64(n*dt.Size()))
 }
 
 // CopyToHost queues a copy of src's first bytes into pinned host memory
