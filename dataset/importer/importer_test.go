@@ -262,6 +262,20 @@ func TestSNAP(t *testing.T) {
 	}
 }
 
+func TestTruncatedGzip(t *testing.T) {
+	var text strings.Builder
+	for i := 0; i < 200000; i++ {
+		text.WriteString("1 2\n3 4\n")
+	}
+	p := writeFile(t, t.TempDir(), "g.txt.gz", []byte(text.String()))
+	b, _ := os.ReadFile(p)
+	os.WriteFile(p, b[:len(b)/2], 0o644)
+	_, err := LoadSNAP(p, Options{Quiet: true})
+	if err == nil || !strings.Contains(err.Error(), "g.txt.gz:") || !strings.Contains(err.Error(), "unexpected EOF") {
+		t.Fatalf("truncated gzip: %v", err)
+	}
+}
+
 func TestNPY(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "np")
 	// [2, E] int64 edges, float64 features, int64 labels [N,1], id splits

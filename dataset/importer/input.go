@@ -29,6 +29,7 @@ type input struct {
 	path string
 	f    *os.File
 	zr   *gzip.Reader
+	ra   *readahead
 	bar  *progress.Bar
 	r    io.Reader // decompressed stream
 }
@@ -63,13 +64,17 @@ func openInput(path string, quiet bool) (*input, error) {
 			return nil, offErr(path, 0, "not a gzip file: %v", err)
 		}
 		in.zr = zr
-		in.r = zr
+		in.ra = newReadahead(zr)
+		in.r = in.ra
 	}
 	return in, nil
 }
 
 func (in *input) Close() error {
 	in.bar.Finish()
+	if in.ra != nil {
+		in.ra.Close()
+	}
 	if in.zr != nil {
 		in.zr.Close()
 	}
