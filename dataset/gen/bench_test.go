@@ -34,7 +34,17 @@ func benchGenerateWrite(b *testing.B, name string) {
 	b.ReportMetric(float64(edges), "edges")
 }
 
+func BenchmarkGenerateTiny(b *testing.B)  { benchGenerateWrite(b, "tiny") }
 func BenchmarkGenerateSmall(b *testing.B) { benchGenerateWrite(b, "small") }
+
+// BenchmarkGeneratePapersS is the CI-sized papers shape (1.1M nodes, 32M
+// stored edges, ~0.8 GB).
+func BenchmarkGeneratePapersS(b *testing.B) {
+	if testing.Short() {
+		b.Skip("papers-s preset: ~0.8 GB of memory; skipped with -short")
+	}
+	benchGenerateWrite(b, "papers-s")
+}
 
 // BenchmarkGenerateProducts is the 2-minute target: the full
 // ogbn-products shape (~124M stored edges, ~1.5 GB) generated and written.
