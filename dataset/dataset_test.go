@@ -3,6 +3,7 @@ package dataset
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -380,5 +381,21 @@ func TestInGraph(t *testing.T) {
 	d.Graph.Indices[0] = 9
 	if g, err := d.InAdjacency(); err == nil || g != nil || d.InGraph() != nil {
 		t.Fatal("invalid graph transposed")
+	}
+}
+
+func TestFirstBadParallel(t *testing.T) {
+	// Large inputs take the parallel path; the first bad entry must win.
+	ids := make([]int32, 3*parallelMin)
+	ids[2*parallelMin+5] = 99
+	ids[parallelMin+7] = -3
+	err := checkIDs("ix", ids, 10)
+	if err == nil || !strings.Contains(err.Error(), "node ID -3 at entry 1048583") {
+		t.Fatalf("got %v", err)
+	}
+	x := make([]float32, 3*parallelMin)
+	x[len(x)-1] = float32(math.Inf(1))
+	if err := checkFinite("x", x); err == nil || !strings.Contains(err.Error(), "at byte 12582908") {
+		t.Fatalf("got %v", err)
 	}
 }

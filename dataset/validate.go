@@ -2,6 +2,8 @@ package dataset
 
 import (
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/strata-gnn/strata/graph"
 )
@@ -123,25 +125,46 @@ func checkIndptr(path string, p []int64, e int64) error {
 
 // checkIDs reports the first ID outside [0, n).
 func checkIDs(path string, ids []graph.NodeID, n int64) error {
-	// One pass with an unsigned compare catches negatives too; the slow
-	// path only runs to locate the culprit.
+	// An unsigned compare catches negatives too.
 	un := uint32(min(n, math.MaxUint32))
-	bad := false
-	for _, v := range ids {
-		if uint32(v) >= un {
-			bad = true
-			break
+	i := firstBad(len(ids), func(lo, hi int) int {
+		for i, v := range ids[lo:hi] {
+			if uint32(v) >= un {
+				return lo + i
+			}
 		}
-	}
-	if !bad {
-		return nil
-	}
-	for i, v := range ids {
-		if v < 0 || int64(v) >= n {
-			return formatErr(path, int64(i)*4, "node ID %d at entry %d out of range [0, %d)", v, i, n)
-		}
+		return -1
+	})
+	if i >= 0 {
+		return formatErr(path, int64(i)*4, "node ID %d at entry %d out of range [0, %d)", ids[i], i, n)
 	}
 	return nil
+}
+
+// parallelMin is the slice length from which firstBad splits the work.
+const parallelMin = 1 << 20
+
+// firstBad runs scan over [0, n) split into one part per CPU and returns
+// the smallest index any part reports (-1 if none), so the answer is the
+// same as a sequential scan's whatever the scheduling.
+func firstBad(n int, scan func(lo, hi int) int) int {
+	parts := runtime.GOMAXPROCS(0)
+	if n < parallelMin || parts < 2 {
+		return scan(0, n)
+	}
+	res := make([]int, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Go(func() { res[p] = scan(lo, hi) })
+	}
+	wg.Wait()
+	for _, r := range res {
+		if r >= 0 {
+			return r
+		}
+	}
+	return -1
 }
 
 func checkFinite(path string, x []float32) error {
@@ -150,20 +173,26 @@ func checkFinite(path string, x []float32) error {
 	// that over a block is branch-free and far faster than float compares.
 	const exp = 0x7f800000
 	bits := fromBytes[uint32](asBytes(x))
-	for lo := 0; lo < len(bits); lo += 4096 {
-		blk := bits[lo:min(lo+4096, len(bits))]
-		var flag uint32
-		for _, b := range blk {
-			flag |= b&exp + 1<<23
-		}
-		if flag>>31 == 0 {
-			continue
-		}
-		for i, b := range blk {
-			if b&exp == exp {
-				return formatErr(path, int64(lo+i)*4, "non-finite value %v at entry %d", x[lo+i], lo+i)
+	i := firstBad(len(bits), func(lo, hi int) int {
+		for b0 := lo; b0 < hi; b0 += 4096 {
+			blk := bits[b0:min(b0+4096, hi)]
+			var flag uint32
+			for _, b := range blk {
+				flag |= b&exp + 1<<23
+			}
+			if flag>>31 == 0 {
+				continue
+			}
+			for i, b := range blk {
+				if b&exp == exp {
+					return b0 + i
+				}
 			}
 		}
+		return -1
+	})
+	if i >= 0 {
+		return formatErr(path, int64(i)*4, "non-finite value %v at entry %d", x[i], i)
 	}
 	return nil
 }
