@@ -1,0 +1,155 @@
+package tcp_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/internal/wire"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/comm/tcp"
+)
+
+// Small segments so the conformance lengths span many of them.
+func newGroup(t testing.TB, n int, o comm.Options) []comm.Comm {
+	cs, err := tcp.NewLocal(n, tcp.Options{Options: o, SegmentBytes: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
+
+func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
+
+// openAll opens a group through local stores with per-rank options.
+func openAll(n int, opts func(r int) tcp.Options, timeout time.Duration) ([]comm.Comm, []error) {
+	stores := rendezvous.NewLocal(n)
+	cs, errs := make([]comm.Comm, n), make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs[r], errs[r] = tcp.New(ctx, stores[r], opts(r))
+		}()
+	}
+	wg.Wait()
+	return cs, errs
+}
+
+func closeAll(cs []comm.Comm) {
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func allReduceWorks(t *testing.T, cs []comm.Comm) {
+	t.Helper()
+	for _, err := range commtest.OnAll(cs, func(c comm.Comm) error {
+		return commtest.RunCase(context.Background(), c, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 1000, Seed: 1})
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSecurity(t *testing.T) {
+	// Advertising a non-loopback address without a secret is refused.
+	cs, errs := openAll(2, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0"} }, 5*time.Second)
+	closeAll(cs)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "secret") {
+			t.Errorf("rank %d without a secret on 0.0.0.0: %v", r, err)
+		}
+	}
+	// With a secret it works.
+	secret := wire.Security{Secret: []byte("job secret")}
+	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: secret} }, 5*time.Second)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	allReduceWorks(t, cs)
+	closeAll(cs)
+	// A rank with the wrong secret is not let in: setup fails by the deadline.
+	cs, errs = openAll(2, func(r int) tcp.Options {
+		if r == 1 {
+			return tcp.Options{Security: wire.Security{Secret: []byte("wrong")}}
+		}
+		return tcp.Options{Security: secret}
+	}, 500*time.Millisecond)
+	closeAll(cs)
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("wrong secret accepted: %v", errs)
+	}
+	// Mutual TLS.
+	ca, cert, key, err := wire.NewTestPKI("strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := wire.MutualTLS(cert, key, ca, "strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: wire.Security{TLS: cfg}} }, 5*time.Second)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	allReduceWorks(t, cs)
+	closeAll(cs)
+	// A certificate from another CA is refused.
+	ca2, cert2, key2, err := wire.NewTestPKI("strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := wire.MutualTLS(cert2, key2, ca2, "strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, errs = openAll(2, func(r int) tcp.Options {
+		if r == 1 {
+			return tcp.Options{Security: wire.Security{TLS: other}}
+		}
+		return tcp.Options{Security: wire.Security{TLS: cfg}}
+	}, 500*time.Millisecond)
+	closeAll(cs)
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("foreign certificate accepted: %v", errs)
+	}
+}
+
+func TestSetupNamesMissingRank(t *testing.T) {
+	stores := rendezvous.NewLocal(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tcp.New(ctx, stores[r], tcp.Options{})
+			if c != nil {
+				c.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 2") {
+			t.Errorf("rank %d: %v, want an error naming rank 2", r, err)
+		}
+	}
+}
