@@ -7,15 +7,15 @@ type Result int
 
 // Result codes used by callers.
 const (
-	Success                 Result = 0
-	ErrInvalidValue         Result = 1
-	ErrOutOfMemory          Result = 2
-	ErrNotInitialized       Result = 3
-	ErrNoDevice             Result = 100
-	ErrInvalidDevice        Result = 101
-	ErrNotReady             Result = 600
-	ErrPeerAlreadyEnabled   Result = 704
-	ErrHostAlreadyRegisterd Result = 712
+	Success                  Result = 0
+	ErrInvalidValue          Result = 1
+	ErrOutOfMemory           Result = 2
+	ErrNotInitialized        Result = 3
+	ErrNoDevice              Result = 100
+	ErrInvalidDevice         Result = 101
+	ErrNotReady              Result = 600
+	ErrPeerAlreadyEnabled    Result = 704
+	ErrHostAlreadyRegistered Result = 712
 )
 
 // Error is a failed driver call.

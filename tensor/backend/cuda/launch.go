@@ -10,11 +10,6 @@ import (
 
 const threads = 256
 
-// fn returns a back-end kernel by name.
-func (d *Device) fn(name string) cu.Function {
-	return d.fns[name]
-}
-
 // launchN runs kernel name over n items with grid-stride loops: 256
 // threads a block, at most 32 blocks per SM.
 func (d *Device) launchN(name string, n int64, args ...uint64) error {
@@ -133,12 +128,4 @@ func (l *Locked) CopyToHost(dst *HostBuffer, off uint64, src *Buffer, bytes uint
 // next Synchronize reports the first bad position as a *backend.IndexError.
 func (l *Locked) IndexSlot(op, name string, idx *Buffer, limit int) (uint64, error) {
 	return l.d.checks.slot(l.d, op, name, idx, limit)
-}
-
-// Gather queues dst[i,:] = x[idx[i],:] for n indices, where x is a device
-// or mapped host address of xrows rows of cols floats (zero-copy through
-// UVA when x is mapped host memory). Bad indices zero their row and are
-// reported through slot.
-func (l *Locked) Gather(dst cu.DevPtr, x cu.DevPtr, idx cu.DevPtr, n, xrows, cols int64, slot uint64) error {
-	return l.d.gatherLocked(dst, x, idx, n, xrows, cols, slot)
 }
