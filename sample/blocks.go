@@ -34,10 +34,13 @@ type HopSampler interface {
 // seeds, each later hop samples all source nodes of the previous one, and
 // every hop is relabeled into a Block (destinations first, then new
 // sources in first-seen order). Safe for concurrent use if h is.
-func NewBlockSampler(h HopSampler) Sampler { return newBlockBuilder(h) }
+func NewBlockSampler(h HopSampler) Sampler { return newBlockBuilder(h, false) }
 
 type blockBuilder struct {
 	h HopSampler
+	// trusted: h is our own NeighborSampler, whose neighbor IDs come from a
+	// validated graph, so the per-edge range check can be skipped.
+	trusted bool
 	// free holds idle relabelers (dense maps of NumNodes entries). A plain
 	// free list, not a sync.Pool: a pool is emptied by every GC, and
 	// rebuilding a map costs O(NumNodes), more than a batch.
@@ -45,7 +48,9 @@ type blockBuilder struct {
 	free []*relabeler
 }
 
-func newBlockBuilder(h HopSampler) *blockBuilder { return &blockBuilder{h: h} }
+func newBlockBuilder(h HopSampler, trusted bool) *blockBuilder {
+	return &blockBuilder{h: h, trusted: trusted}
+}
 
 func (b *blockBuilder) get() *relabeler {
 	b.mu.Lock()
@@ -86,7 +91,7 @@ func (b *blockBuilder) sample(op string, seeds []graph.NodeID, key Key) (*MiniBa
 		if err != nil {
 			return nil, err
 		}
-		blk, err := r.toBlock(op, dst, nb)
+		blk, err := r.toBlock(op, dst, nb, b.trusted)
 		if err != nil {
 			if e, ok := err.(*Error); ok && hop == 0 && e.Field == "dst" {
 				e.Field = "seeds"
@@ -108,8 +113,8 @@ type relabeler struct {
 }
 
 // toBlock relabels nb into a Block over dst, reusing nb's arrays.
-func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors) (Block, error) {
-	if err := checkNeighbors(op, dst, nb, int64(len(r.local))); err != nil {
+func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors, trusted bool) (Block, error) {
+	if err := checkNeighbors(op, dst, nb, int64(len(r.local)), !trusted); err != nil {
 		return Block{}, err
 	}
 	if need := len(dst) + len(nb.Nodes); cap(r.src) < need {
@@ -149,7 +154,7 @@ func (r *relabeler) toBlock(op string, dst []graph.NodeID, nb *Neighbors) (Block
 // reused (Nodes becomes Indices).
 func ToBlock(dst []graph.NodeID, nb *Neighbors) (Block, error) {
 	const op = "ToBlock"
-	if err := checkNeighbors(op, dst, nb, math.MaxInt32); err != nil {
+	if err := checkNeighbors(op, dst, nb, math.MaxInt32, true); err != nil {
 		return Block{}, err
 	}
 	local := make(map[graph.NodeID]int32, len(dst)+len(nb.Nodes)/4)
@@ -173,8 +178,9 @@ func ToBlock(dst []graph.NodeID, nb *Neighbors) (Block, error) {
 	return Block{SrcNodes: src, NumDst: len(dst), Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}, nil
 }
 
-// checkNeighbors validates nb's shape against dst and its IDs against n.
-func checkNeighbors(op string, dst []graph.NodeID, nb *Neighbors, n int64) error {
+// checkNeighbors validates nb's shape against dst and, when checkIDs is
+// set, every neighbor ID against n (dst IDs are always checked).
+func checkNeighbors(op string, dst []graph.NodeID, nb *Neighbors, n int64, checkIDs bool) error {
 	if nb == nil {
 		return errorf(op, "neighbors", -1, ErrConfig, "nil")
 	}
@@ -194,6 +200,9 @@ func checkNeighbors(op string, dst []graph.NodeID, nb *Neighbors, n int64) error
 	}
 	if err := checkNodes(op, "dst", dst, n); err != nil {
 		return err
+	}
+	if !checkIDs {
+		return nil
 	}
 	return checkNodes(op, "neighbors.Nodes", nb.Nodes, n)
 }

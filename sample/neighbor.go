@@ -89,7 +89,7 @@ func NewNeighborSampler(g *graph.CSR, cfg Config) (*NeighborSampler, error) {
 			return nil, err
 		}
 	}
-	s.build = newBlockBuilder(s)
+	s.build = newBlockBuilder(s, true)
 	return s, nil
 }
 

@@ -389,3 +389,38 @@ func allNodes(n int) []graph.NodeID {
 	}
 	return s
 }
+
+// badHop is a HopSampler returning whatever it is told to.
+type badHop struct{ nb Neighbors }
+
+func (h *badHop) NumNodes() int64 { return 10 }
+func (h *badHop) NumHops() int    { return 1 }
+func (h *badHop) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neighbors, error) {
+	c := h.nb
+	c.Nodes = slices.Clone(c.Nodes)
+	return &c, nil
+}
+
+func TestBlockSamplerRejectsBadHops(t *testing.T) {
+	cases := []struct {
+		name string
+		nb   Neighbors
+		kind error
+	}{
+		{"id out of range", Neighbors{Indptr: []int64{0, 1}, Nodes: []graph.NodeID{10}, EdgeIDs: []int64{0}}, ErrNode},
+		{"negative id", Neighbors{Indptr: []int64{0, 1}, Nodes: []graph.NodeID{-1}}, ErrNode},
+		{"short indptr", Neighbors{Indptr: []int64{0}, Nodes: []graph.NodeID{}}, ErrConfig},
+		{"indptr end", Neighbors{Indptr: []int64{0, 2}, Nodes: []graph.NodeID{1}}, ErrConfig},
+		{"edge ids", Neighbors{Indptr: []int64{0, 1}, Nodes: []graph.NodeID{1}, EdgeIDs: []int64{}}, ErrConfig},
+	}
+	for _, c := range cases {
+		_, err := NewBlockSampler(&badHop{c.nb}).Sample([]graph.NodeID{3}, Key{})
+		if !errors.Is(err, c.kind) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.kind)
+		}
+	}
+	mb, err := NewBlockSampler(&badHop{Neighbors{Indptr: []int64{0, 2}, Nodes: []graph.NodeID{7, 3}}}).Sample([]graph.NodeID{3}, Key{})
+	if err != nil || !slices.Equal(mb.Blocks[0].SrcNodes, []graph.NodeID{3, 7}) || !slices.Equal(mb.Blocks[0].Indices, []int32{1, 0}) {
+		t.Fatalf("good hop: %+v %v", mb, err)
+	}
+}
