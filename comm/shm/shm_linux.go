@@ -1,0 +1,844 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/reduce"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+)
+
+// Defaults.
+const (
+	DefaultSlotBytes = 1 << 20
+	minChunk         = 16 << 10
+)
+
+// Options configure a shared-memory communicator.
+type Options struct {
+	comm.Options
+	// SlotBytes is the largest chunk (DefaultSlotBytes if zero; a multiple
+	// of 4096).
+	SlotBytes int
+	// Slots is K, the chunks in flight (2 per rank, at least 4, if zero).
+	Slots int
+	// Inline makes the rank reduce its own chunks on the calling goroutine
+	// (in windows of K chunks) instead of on the persistent reducer
+	// goroutine.
+	Inline bool
+	// Dir holds named segments (/dev/shm if empty).
+	Dir string
+	// Prefix namespaces the store keys ("shm" if empty).
+	Prefix string
+}
+
+func (o Options) layout(n int) (layout, error) {
+	slot := o.SlotBytes
+	if slot == 0 {
+		slot = DefaultSlotBytes
+	}
+	k := o.Slots
+	if k == 0 {
+		k = max(4, 2*n)
+	}
+	return newLayout(n, k, slot)
+}
+
+// CreateFile makes an initialized anonymous segment (memfd) for n ranks.
+// Hand it to child processes (exec.Cmd.ExtraFiles) and call Attach in
+// each; the creator may close its copy once the children have started.
+func CreateFile(n int, o Options) (*os.File, error) {
+	l, err := o.layout(n)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.MemfdCreate("strata-shm", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("shm: memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "strata-shm")
+	if err := initSegment(f, l); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Attach opens rank's communicator on a segment made by CreateFile (or
+// New) for n ranks, and waits (bounded by ctx, else o.Timeout) until every
+// rank has attached, naming those that never did.
+func Attach(ctx context.Context, f *os.File, rank, n int, o Options) (comm.Comm, error) {
+	t, err := attachT(ctx, f, rank, n, o)
+	if err != nil {
+		return nil, err
+	}
+	return comm.New(t, o.Options), nil
+}
+
+func withTimeout(ctx context.Context, o Options) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	to := o.Timeout
+	if to <= 0 {
+		to = comm.DefaultTimeout
+	}
+	return context.WithTimeout(ctx, to)
+}
+
+func attachT(ctx context.Context, f *os.File, rank, n int, o Options) (*transport, error) {
+	ctx, cancel := withTimeout(ctx, o)
+	defer cancel()
+	seg, err := attach(f, rank, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := seg.waitAttached(ctx); err != nil {
+		seg.unmap()
+		return nil, err
+	}
+	t := &transport{seg: seg, rank: rank, n: n, k: seg.l.k, slot: seg.l.slot, inline: o.Inline,
+		pids: make([]int, n)}
+	for r := range t.pids {
+		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.mem[seg.ctl(r)+cPid]))))
+	}
+	if !t.inline {
+		t.jobs = make(chan reduceJob)
+		t.done = make(chan error)
+		go t.reducer()
+	}
+	return t, nil
+}
+
+// NewLocal opens a group of n communicators in this process on one memfd
+// segment (goroutine ranks, each with its own mapping; for tests).
+func NewLocal(n int, o Options) ([]comm.Comm, error) {
+	f, err := CreateFile(n, o)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cs := make([]comm.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs[r], errs[r] = Attach(context.Background(), f, r, n, o)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	return cs, nil
+}
+
+// New opens this rank's communicator through the store: rank 0 creates a
+// named segment in o.Dir and publishes its name, the others open it, and
+// rank 0 removes the name once every rank has mapped it (so nothing is
+// left behind if the job dies later). All ranks must be on one host.
+func New(ctx context.Context, store rendezvous.Store, o Options) (comm.Comm, error) {
+	ctx, cancel := withTimeout(ctx, o)
+	defer cancel()
+	rank, n := store.Rank(), store.Size()
+	dir := o.Dir
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = "shm"
+	}
+	var f *os.File
+	var path string
+	if rank == 0 {
+		l, err := o.layout(n)
+		if err != nil {
+			return nil, err
+		}
+		id := make([]byte, 8)
+		rand.Read(id)
+		path = filepath.Join(dir, fmt.Sprintf("strata-%d-%s", os.Getpid(), hex.EncodeToString(id)))
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("shm: creating the segment: %w", err)
+		}
+		defer os.Remove(path) // also on success: every rank has it mapped by then
+		if err := initSegment(f, l); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := store.Set(ctx, prefix+"/segment", []byte(path)); err != nil {
+			f.Close()
+			return nil, err
+		}
+	} else {
+		v, err := store.Get(ctx, prefix+"/segment")
+		if err != nil {
+			return nil, fmt.Errorf("shm rank %d: waiting for rank 0's segment: %w", rank, err)
+		}
+		path = string(v)
+		if filepath.Dir(path) != filepath.Clean(dir) || !strings.HasPrefix(filepath.Base(path), "strata-") {
+			return nil, fmt.Errorf("shm rank %d: rank 0 published an unexpected segment path %q", rank, path)
+		}
+		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+			return nil, fmt.Errorf("shm rank %d: opening %s (are all ranks on one host?): %w", rank, path, err)
+		}
+	}
+	defer f.Close() // the mapping keeps the segment alive
+	t, err := attachT(ctx, f, rank, n, o)
+	if err != nil {
+		return nil, err
+	}
+	return comm.New(t, o.Options), nil
+}
+
+type transport struct {
+	seg        *segment
+	rank, n, k int
+	slot       int
+	inline     bool
+	pids       []int
+
+	q    uint64 // chunks streamed so far; identical on every rank
+	exch uint64 // exchanges so far
+
+	runMu   sync.Mutex
+	closing atomic.Bool
+	failed  atomic.Bool // the reducer goroutine failed
+
+	jobs chan reduceJob
+	done chan error
+}
+
+func (t *transport) Kind() string { return "shm" }
+func (t *transport) Rank() int    { return t.rank }
+func (t *transport) Size() int    { return t.n }
+func (t *transport) Caps() comm.Caps {
+	return comm.Caps{Overlap: true, RankOrderSum: true}
+}
+
+// waiter carries what every wait checks besides its counter.
+type waiter struct {
+	t   *transport
+	ctx context.Context
+	dl  time.Time
+	seq uint64
+}
+
+// wait returns once *f has reached want (a value the rank `who` sets).
+func (w *waiter) wait(f *uint32, want uint32, who int, what string) error {
+	for i := 0; i < 200; i++ {
+		if reached(atomic.LoadUint32(f), want) {
+			return nil
+		}
+	}
+	t := w.t
+	lastLive := time.Now()
+	for {
+		atomic.AddUint32(waiters(f), 1)
+		v := atomic.LoadUint32(f)
+		if reached(v, want) {
+			atomic.AddUint32(waiters(f), ^uint32(0))
+			return nil
+		}
+		left := time.Until(w.dl)
+		if left > 0 {
+			wait32(f, v, min(left, 50*time.Millisecond))
+		}
+		atomic.AddUint32(waiters(f), ^uint32(0))
+		if reached(atomic.LoadUint32(f), want) {
+			return nil
+		}
+		if err := t.checkAbort(); err != nil {
+			return err
+		}
+		if t.closing.Load() {
+			return comm.ErrClosed
+		}
+		if t.failed.Load() {
+			return errReducer
+		}
+		if err := w.ctx.Err(); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("waiting for rank %d (%s): %w", who, what, err)
+			}
+			return fmt.Errorf("%w: waiting for rank %d (%s)", err, who, what)
+		}
+		if time.Until(w.dl) <= 0 {
+			return fmt.Errorf("waiting for rank %d (%s): %w", who, what, context.DeadlineExceeded)
+		}
+		if who != t.rank {
+			if atomic.LoadUint32(t.seg.u32(t.seg.ctl(who)+cState)) == stateClosed {
+				return &comm.PeerError{Ranks: []int{who}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d closed its communicator (while this rank waited for %s)", who, what)}
+			}
+			if time.Since(lastLive) > 100*time.Millisecond {
+				lastLive = time.Now()
+				if pid := t.pids[who]; pid != os.Getpid() && !alive(pid) {
+					return &comm.PeerError{Ranks: []int{who}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d (pid %d) exited (while this rank waited for %s)", who, pid, what)}
+				}
+			}
+		}
+	}
+}
+
+var errReducer = errors.New("shm: this rank's reducer failed")
+
+// slotFree waits until every rank is done with the chunk that last used
+// slot s (use u-1).
+func (w *waiter) slotFree(s int, u uint32) error {
+	if u == 0 {
+		return nil
+	}
+	for j := 0; j < w.t.n; j++ {
+		if err := w.wait(w.t.seg.outFlag(j, s), u, j, "a shared slot to be free"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *transport) checkAbort() error {
+	a := t.seg.u32(hAbort)
+	st := atomic.LoadUint32(a)
+	if st == 0 {
+		return nil
+	}
+	for st == 1 {
+		time.Sleep(time.Millisecond)
+		st = atomic.LoadUint32(a)
+	}
+	m := t.seg.mem
+	ae := &comm.AbortError{By: int(atomic.LoadInt32((*int32)(unsafe.Pointer(&m[hAbortBy])))), Seq: atomic.LoadUint64(t.seg.u64(hAbortSeq))}
+	for r := 0; r < t.n; r++ {
+		if m[hMissing+r/8]&(1<<(r%8)) != 0 {
+			ae.Missing = append(ae.Missing, r)
+		}
+	}
+	l := min(int(atomic.LoadUint32(t.seg.u32(hAbortLen))), maxReason)
+	ae.Reason = string(m[hReason : hReason+l])
+	return ae
+}
+
+// wakeAll wakes every sleeper in the segment.
+func (t *transport) wakeAll() {
+	for i := 0; i < t.seg.l.nflags; i++ {
+		f := t.seg.flag(i)
+		if atomic.LoadUint32(waiters(f)) != 0 {
+			wake32(f)
+		}
+	}
+	wake32(t.seg.u32(hAttached))
+}
+
+func (t *transport) Abort(oe *comm.OpError) {
+	a := t.seg.u32(hAbort)
+	if !atomic.CompareAndSwapUint32(a, 0, 1) {
+		return // someone else aborted first
+	}
+	m := t.seg.mem
+	atomic.StoreInt32((*int32)(unsafe.Pointer(&m[hAbortBy])), int32(t.rank))
+	atomic.StoreUint64(t.seg.u64(hAbortSeq), oe.Seq)
+	for _, r := range oe.Missing {
+		if r >= 0 && r < t.n {
+			m[hMissing+r/8] |= 1 << (r % 8)
+		}
+	}
+	reason := oe.Error()
+	l := copy(m[hReason:hReason+maxReason], reason)
+	atomic.StoreUint32(t.seg.u32(hAbortLen), uint32(l))
+	atomic.StoreUint32(a, 2)
+	t.wakeAll()
+}
+
+func (t *transport) Missing(ctx context.Context, seq uint64) []int {
+	var m []int
+	for r := 0; r < t.n; r++ {
+		c := t.seg.ctl(r)
+		if atomic.LoadUint64(t.seg.u64(c+cEntered)) < seq || atomic.LoadUint32(t.seg.u32(c+cState)) == stateClosed ||
+			(t.pids[r] != os.Getpid() && !alive(t.pids[r])) {
+			m = append(m, r)
+		}
+	}
+	return m
+}
+
+func (t *transport) Close() error {
+	if t.closing.Swap(true) {
+		return nil
+	}
+	atomic.StoreUint32(t.seg.u32(t.seg.ctl(t.rank)+cState), stateClosed)
+	t.wakeAll() // this rank's own waits end; peers waiting on it notice
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.jobs != nil {
+		close(t.jobs)
+		<-t.done
+	}
+	t.seg.unmap()
+	return nil
+}
+
+func (t *transport) Run(ctx context.Context, c *comm.Call) error {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.closing.Load() {
+		return comm.ErrClosed
+	}
+	if err := t.checkAbort(); err != nil {
+		return err
+	}
+	atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cEntered), c.Seq)
+	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq}
+	var err error
+	switch c.Op {
+	case comm.OpAllReduce:
+		err = t.allReduce(w, c)
+	case comm.OpBroadcast:
+		err = t.broadcast(w, c)
+	case comm.OpAllGather, comm.OpAllGatherV:
+		err = t.allGather(w, c)
+	case comm.OpAllToAll, comm.OpAllToAllV:
+		err = t.allToAll(w, c)
+	case comm.OpReduceScatter:
+		err = t.reduceScatter(w, c)
+	case comm.OpBarrier:
+		_, err = t.exchange(w, 0)
+	default:
+		err = fmt.Errorf("shm: unsupported op %v", c.Op)
+	}
+	if err != nil && !errors.Is(err, comm.ErrClosed) {
+		if ae := t.checkAbort(); ae != nil {
+			return ae
+		}
+	}
+	return err
+}
+
+// exchange publishes v and returns every rank's value.
+func (t *transport) exchange(w *waiter, v int64) ([]int64, error) {
+	t.exch++
+	cnt := t.exch
+	par := int(cnt % 2)
+	c := t.seg.ctl(t.rank) + cExch + 8*par
+	atomic.StoreInt64((*int64)(unsafe.Pointer(&t.seg.mem[c])), v)
+	set(t.seg.barFlag(t.rank), uint32(cnt))
+	out := make([]int64, t.n)
+	for j := 0; j < t.n; j++ {
+		if err := w.wait(t.seg.barFlag(j), uint32(cnt), j, "the other ranks to arrive"); err != nil {
+			return nil, err
+		}
+		out[j] = atomic.LoadInt64((*int64)(unsafe.Pointer(&t.seg.mem[t.seg.ctl(j)+cExch+8*par])))
+	}
+	return out, nil
+}
+
+// chunkBytes picks the chunk size for b bytes: about 2 chunks per rank,
+// at least minChunk, at most a slot, a multiple of 64.
+func (t *transport) chunkBytes(b int) int {
+	c := (b + 2*t.n - 1) / (2 * t.n)
+	c = alignUp(max(c, minChunk), 64)
+	return min(c, t.slot)
+}
+
+// slotOf returns the slot and use count of chunk i of the current op.
+func (t *transport) slotOf(i int) (int, uint32) {
+	q := t.q + uint64(i)
+	return int(q % uint64(t.k)), uint32(q / uint64(t.k))
+}
+
+// --- all-reduce ---
+
+type reduceJob struct {
+	w      *waiter
+	c      *comm.Call
+	cb, nq int // chunk bytes, chunk count
+}
+
+func (t *transport) allReduce(w *waiter, c *comm.Call) error {
+	b := len(c.Recv)
+	if b == 0 {
+		return nil
+	}
+	cb := t.chunkBytes(b)
+	nq := (b + cb - 1) / cb
+	defer func() { t.q += uint64(nq) }()
+	job := reduceJob{w: w, c: c, cb: cb, nq: nq}
+	if t.inline || nq <= t.n {
+		// Windows of K chunks: copy in, reduce own, copy out. No slot is
+		// reused within a window, so no rank can wait on a later phase.
+		for w0 := 0; w0 < nq; w0 += t.k {
+			w1 := min(w0+t.k, nq)
+			for i := w0; i < w1; i++ {
+				if i%t.n != t.rank {
+					if err := t.copyIn(job, i); err != nil {
+						return err
+					}
+				}
+			}
+			for i := w0 + mod(t.rank-w0, t.n); i < w1; i += t.n {
+				if err := t.reduceChunk(job, i); err != nil {
+					return err
+				}
+			}
+			for i := w0; i < w1; i++ {
+				if i%t.n != t.rank {
+					if err := t.copyOut(job, i); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	// The persistent reducer reduces this rank's chunks while this
+	// goroutine copies the others' in and out, copy-outs trailing copy-ins
+	// by at most K chunks (a copy-in of chunk i needs slot i mod K, freed
+	// once every rank is done with chunk i-K).
+	t.jobs <- job
+	err := func() error {
+		next := t.nextForeign(0)
+		for i := t.nextForeign(0); i < nq; i = t.nextForeign(i + 1) {
+			for next <= i-t.k {
+				if err := t.copyOut(job, next); err != nil {
+					return err
+				}
+				next = t.nextForeign(next + 1)
+			}
+			if err := t.copyIn(job, i); err != nil {
+				return err
+			}
+			for next < i && t.resultReady(next) {
+				if err := t.copyOut(job, next); err != nil {
+					return err
+				}
+				next = t.nextForeign(next + 1)
+			}
+		}
+		for ; next < nq; next = t.nextForeign(next + 1) {
+			if err := t.copyOut(job, next); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		t.failed.Store(true) // stop the reducer if it waits on this rank
+		t.wakeAll()
+	}
+	rerr := <-t.done
+	t.failed.Store(false)
+	if err == nil || (errors.Is(err, errReducer) && rerr != nil) {
+		err = rerr
+	}
+	return err
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// nextForeign is the first chunk >= i that another rank owns.
+func (t *transport) nextForeign(i int) int {
+	if i%t.n == t.rank {
+		i++
+	}
+	return i
+}
+
+func (t *transport) resultReady(i int) bool {
+	s, u := t.slotOf(i)
+	return reached(atomic.LoadUint32(t.seg.resFlag(s)), u+1)
+}
+
+func (j reduceJob) chunk(i int) (lo, hi int) {
+	lo = i * j.cb
+	return lo, min(lo+j.cb, len(j.c.Recv))
+}
+
+func (t *transport) copyIn(j reduceJob, i int) error {
+	s, u := t.slotOf(i)
+	if err := j.w.slotFree(s, u); err != nil {
+		return err
+	}
+	lo, hi := j.chunk(i)
+	copy(t.seg.inSlot(t.rank, s), j.c.Recv[lo:hi])
+	set(t.seg.inFlag(t.rank, s), u+1)
+	return nil
+}
+
+func (t *transport) copyOut(j reduceJob, i int) error {
+	s, u := t.slotOf(i)
+	owner := i % t.n
+	if err := j.w.wait(t.seg.resFlag(s), u+1, owner, "a reduced chunk"); err != nil {
+		return err
+	}
+	lo, hi := j.chunk(i)
+	copy(j.c.Recv[lo:hi], t.seg.resSlot(s))
+	set(t.seg.outFlag(t.rank, s), u+1)
+	return nil
+}
+
+// subBlock keeps a reduction's working set in cache.
+const subBlock = 32 << 10
+
+// reduceChunk adds chunk i of every rank in rank order into the result
+// slot and this rank's buffer.
+func (t *transport) reduceChunk(j reduceJob, i int) error {
+	s, u := t.slotOf(i)
+	w := j.w
+	for r := 0; r < t.n; r++ {
+		if r != t.rank {
+			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "its share of a chunk"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.slotFree(s, u); err != nil {
+		return err
+	}
+	lo, hi := j.chunk(i)
+	mine := j.c.Recv[lo:hi]
+	res := t.seg.resSlot(s)[:hi-lo]
+	t.reduceInto(j.c, res, mine, func(r int) []byte { return t.seg.inSlot(r, s) }, mine)
+	set(t.seg.resFlag(s), u+1)
+	set(t.seg.outFlag(t.rank, s), u+1)
+	return nil
+}
+
+// reduceInto computes out = x_0 op x_1 op ... op x_{n-1} (rank order),
+// where x_r is own for this rank and other(r)[:len] otherwise, finishes
+// Mean, and copies the result to also (if not nil), block by block.
+func (t *transport) reduceInto(c *comm.Call, out, own []byte, other func(r int) []byte, also []byte) {
+	es := c.ElemSize()
+	blk := subBlock / es * es
+	for a := 0; a < len(out); a += blk {
+		b := min(a+blk, len(out))
+		x := func(r int) []byte {
+			if r == t.rank {
+				return own[a:b]
+			}
+			return other(r)[a:b]
+		}
+		reduce.Into3(c.DType, c.Red, out[a:b], x(0), x(1))
+		for r := 2; r < t.n; r++ {
+			reduce.Into(c.DType, c.Red, out[a:b], x(r))
+		}
+		reduce.Finish(c.DType, c.Red, out[a:b], t.n)
+		if also != nil {
+			copy(also[a:b], out[a:b])
+		}
+	}
+}
+
+// reducer is the persistent goroutine that reduces this rank's chunks.
+func (t *transport) reducer() {
+	for j := range t.jobs {
+		var err error
+		for i := t.rank; i < j.nq; i += t.n {
+			if err = t.reduceChunk(j, i); err != nil {
+				t.failed.Store(true)
+				t.wakeAll()
+				break
+			}
+		}
+		t.done <- err
+	}
+	close(t.done)
+}
+
+// --- broadcast ---
+
+func (t *transport) broadcast(w *waiter, c *comm.Call) error {
+	b := len(c.Recv)
+	if b == 0 {
+		return nil
+	}
+	cb := t.chunkBytes(b)
+	nq := (b + cb - 1) / cb
+	defer func() { t.q += uint64(nq) }()
+	root := c.Root
+	for i := 0; i < nq; i++ {
+		s, u := t.slotOf(i)
+		lo, hi := i*cb, min((i+1)*cb, b)
+		if t.rank == root {
+			if err := w.slotFree(s, u); err != nil {
+				return err
+			}
+			copy(t.seg.inSlot(root, s), c.Recv[lo:hi])
+			set(t.seg.inFlag(root, s), u+1)
+		} else {
+			if err := w.wait(t.seg.inFlag(root, s), u+1, root, "broadcast data"); err != nil {
+				return err
+			}
+			copy(c.Recv[lo:hi], t.seg.inSlot(root, s))
+		}
+		set(t.seg.outFlag(t.rank, s), u+1)
+	}
+	return nil
+}
+
+// piece returns bytes [i*p, (i+1)*p) of b clipped to len(b).
+func piece(b []byte, i, p int) []byte {
+	lo := min(i*p, len(b))
+	return b[lo:min(lo+p, len(b))]
+}
+
+// --- all-gather ---
+
+func (t *transport) allGather(w *waiter, c *comm.Call) error {
+	es := c.ElemSize()
+	block := func(r int) []byte {
+		return c.Recv[c.RecvDispls[r]*es : (c.RecvDispls[r]+c.RecvCounts[r])*es]
+	}
+	copy(block(t.rank), c.Send)
+	maxb := 0
+	for _, k := range c.RecvCounts {
+		maxb = max(maxb, k*es)
+	}
+	if maxb == 0 {
+		return nil
+	}
+	cb := t.chunkBytes(maxb)
+	nq := (maxb + cb - 1) / cb
+	defer func() { t.q += uint64(nq) }()
+	for i := 0; i < nq; i++ {
+		s, u := t.slotOf(i)
+		if err := w.slotFree(s, u); err != nil {
+			return err
+		}
+		copy(t.seg.inSlot(t.rank, s), piece(c.Send, i, cb))
+		set(t.seg.inFlag(t.rank, s), u+1)
+		for r := 0; r < t.n; r++ {
+			if r == t.rank {
+				continue
+			}
+			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-gather data"); err != nil {
+				return err
+			}
+			copy(piece(block(r), i, cb), t.seg.inSlot(r, s))
+		}
+		set(t.seg.outFlag(t.rank, s), u+1)
+	}
+	return nil
+}
+
+// subPiece is the share of a slot for one destination rank.
+func (t *transport) subPiece() int { return max(64, t.slot/t.n/64*64) }
+
+// --- all-to-all ---
+
+func (t *transport) allToAll(w *waiter, c *comm.Call) error {
+	es := c.ElemSize()
+	sendB := func(d int) []byte {
+		return c.Send[c.SendDispls[d]*es : (c.SendDispls[d]+c.SendCounts[d])*es]
+	}
+	recvB := func(s int) []byte {
+		return c.Recv[c.RecvDispls[s]*es : (c.RecvDispls[s]+c.RecvCounts[s])*es]
+	}
+	copy(recvB(t.rank), sendB(t.rank))
+	maxb := 0
+	for r := 0; r < t.n; r++ {
+		if r != t.rank {
+			maxb = max(maxb, c.SendCounts[r]*es, c.RecvCounts[r]*es)
+		}
+	}
+	if c.Op == comm.OpAllToAllV {
+		// Every rank must stream the same number of chunks: agree on the
+		// largest block anywhere.
+		all, err := t.exchange(w, int64(maxb))
+		if err != nil {
+			return err
+		}
+		maxb = int(slices.Max(all))
+	}
+	if maxb == 0 {
+		return nil
+	}
+	p := t.subPiece()
+	nq := (maxb + p - 1) / p
+	defer func() { t.q += uint64(nq) }()
+	for i := 0; i < nq; i++ {
+		s, u := t.slotOf(i)
+		if err := w.slotFree(s, u); err != nil {
+			return err
+		}
+		in := t.seg.inSlot(t.rank, s)
+		for d := 0; d < t.n; d++ {
+			if d != t.rank {
+				copy(in[d*p:], piece(sendB(d), i, p))
+			}
+		}
+		set(t.seg.inFlag(t.rank, s), u+1)
+		for r := 0; r < t.n; r++ {
+			if r == t.rank {
+				continue
+			}
+			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-to-all data"); err != nil {
+				return err
+			}
+			copy(piece(recvB(r), i, p), t.seg.inSlot(r, s)[t.rank*p:])
+		}
+		set(t.seg.outFlag(t.rank, s), u+1)
+	}
+	return nil
+}
+
+// --- reduce-scatter ---
+
+func (t *transport) reduceScatter(w *waiter, c *comm.Call) error {
+	blk := len(c.Recv)
+	if blk == 0 {
+		return nil
+	}
+	src := func(b int) []byte { return c.Send[b*blk : (b+1)*blk] }
+	p := t.subPiece()
+	nq := (blk + p - 1) / p
+	defer func() { t.q += uint64(nq) }()
+	for i := 0; i < nq; i++ {
+		s, u := t.slotOf(i)
+		if err := w.slotFree(s, u); err != nil {
+			return err
+		}
+		in := t.seg.inSlot(t.rank, s)
+		for b := 0; b < t.n; b++ {
+			if b != t.rank {
+				copy(in[b*p:], piece(src(b), i, p))
+			}
+		}
+		set(t.seg.inFlag(t.rank, s), u+1)
+		for r := 0; r < t.n; r++ {
+			if r != t.rank {
+				if err := w.wait(t.seg.inFlag(r, s), u+1, r, "reduce-scatter data"); err != nil {
+					return err
+				}
+			}
+		}
+		out := piece(c.Recv, i, p)
+		own := piece(src(t.rank), i, p)
+		t.reduceInto(c, out, own, func(r int) []byte { return t.seg.inSlot(r, s)[t.rank*p:] }, nil)
+		set(t.seg.outFlag(t.rank, s), u+1)
+	}
+	return nil
+}
