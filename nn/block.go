@@ -26,7 +26,8 @@ type Block struct {
 	NumDst, NumSrc int
 
 	b       backend.Backend
-	indptr  []int64 // host copy of the structure, for host-side weights
+	nnz     int
+	indptr  []int64 // host copy of the structure, for host-side weights (nil for device-built blocks)
 	indices []int32
 
 	mean    backend.Buffer // nnz: 1/in-degree of the edge's destination
@@ -81,7 +82,61 @@ func NewBlock(b backend.Backend, numDst, numSrc int, indptr []int64, indices []i
 	if err != nil {
 		return nil, fmt.Errorf("nn: block: %w", err)
 	}
-	return &Block{A: a, NumDst: numDst, NumSrc: numSrc, b: b, indptr: ip, indices: ix}, nil
+	return &Block{A: a, NumDst: numDst, NumSrc: numSrc, b: b, nnz: len(ix), indptr: ip, indices: ix}, nil
+}
+
+// hostCSR is implemented by Sparse matrices whose structure lives in host
+// memory (the CPU back end's).
+type hostCSR interface {
+	Indptr() []int64
+	Indices() []int32
+}
+
+// SparseDeriver is implemented by back ends that derive a block's
+// self-loop variant and GCN weights on the device, so that blocks made by
+// NewBlockFromSparse never need a host copy (the CUDA back end does).
+type SparseDeriver interface {
+	// AddSelfLoops returns a new Sparse: a with the entry (i, i) appended
+	// to the end of every row i that lacks one (a must have at least as
+	// many columns as rows).
+	AddSelfLoops(a backend.Sparse) (backend.Sparse, error)
+	// GCNNorm writes, for every edge e = (i, j) of a, out[e] =
+	// 1/sqrt(max(indeg(i),1) * max(outdeg(j),1)) computed in float64
+	// (indeg: entries in row i, outdeg: entries in column j).
+	GCNNorm(out backend.Buffer, a backend.Sparse) error
+}
+
+// NewBlockFromSparse makes a Block of a back-end resident CSR matrix: a
+// has NumDst rows and NumSrc >= NumDst columns. Nothing is copied to the
+// host: mean weights come from RowDegreeInv and ExpandRowsToEdges on the
+// back end, the self-loop block and GCN weights from the back end's
+// SparseDeriver methods (or, for a Sparse that exposes host arrays, as
+// the CPU back end's does, from those). The structure is trusted as a
+// back end built it (the GPU sampler's blocks); only the shape is
+// checked. The Block takes ownership of a (Free releases it); on error
+// the caller keeps it.
+func NewBlockFromSparse(b backend.Backend, a backend.Sparse) (*Block, error) {
+	if b == nil {
+		return nil, blockErr("nil backend")
+	}
+	if a == nil {
+		return nil, blockErr("nil sparse matrix")
+	}
+	numDst, numSrc, nnz := a.NumRows(), a.NumCols(), a.NNZ()
+	if numDst < 0 || numSrc < 0 || numDst > maxNodes || numSrc > maxNodes || nnz < 0 {
+		return nil, blockErr("bad dimensions %d x %d (%d entries)", numDst, numSrc, nnz)
+	}
+	if numDst > numSrc {
+		return nil, blockErr("%d destinations but only %d sources: destinations must be the first sources", numDst, numSrc)
+	}
+	k := &Block{A: a, NumDst: numDst, NumSrc: numSrc, b: b, nnz: nnz}
+	if h, ok := a.(hostCSR); ok {
+		k.indptr, k.indices = h.Indptr(), h.Indices()
+		if len(k.indptr) != numDst+1 || len(k.indices) != nnz {
+			return nil, blockErr("host arrays of %d and %d entries for %d rows and %d entries", len(k.indptr), len(k.indices), numDst, nnz)
+		}
+	}
+	return k, nil
 }
 
 // UploadBlock uploads a sampled block: rows are its NumDst destinations,
@@ -149,7 +204,10 @@ func InAdjacency(g *graph.CSR) (*graph.CSR, error) {
 }
 
 // NNZ returns the number of edges.
-func (k *Block) NNZ() int { return len(k.indices) }
+func (k *Block) NNZ() int { return k.nnz }
+
+// onDevice reports whether the block has no host copy of its structure.
+func (k *Block) onDevice() bool { return k.indptr == nil }
 
 // Free releases the block and everything cached on it. Free on nil is a
 // no-op; a freed block must not be used.
@@ -197,6 +255,13 @@ func (k *Block) MeanWeights() (backend.Buffer, error) {
 	if err := k.live(); err != nil {
 		return nil, err
 	}
+	if k.mean == nil && k.onDevice() {
+		buf, err := k.deviceMean()
+		if err != nil {
+			return nil, err
+		}
+		k.mean = buf
+	}
 	if k.mean == nil {
 		w := make([]float32, len(k.indices))
 		for i := 0; i < k.NumDst; i++ {
@@ -215,6 +280,38 @@ func (k *Block) MeanWeights() (backend.Buffer, error) {
 	return k.mean, nil
 }
 
+// deviceMean computes the mean weights on the back end: 1/max(deg,1) per
+// row, expanded to the row's edges.
+func (k *Block) deviceMean() (backend.Buffer, error) {
+	inv, err := k.b.Alloc(backend.Float32, k.NumDst)
+	if err != nil {
+		return nil, fmt.Errorf("nn: block mean weights: %w", err)
+	}
+	defer k.b.Free(inv)
+	w, err := k.b.Alloc(backend.Float32, k.nnz)
+	if err != nil {
+		return nil, fmt.Errorf("nn: block mean weights: %w", err)
+	}
+	if err := k.b.RowDegreeInv(inv, k.A, false); err != nil {
+		k.b.Free(w)
+		return nil, fmt.Errorf("nn: block mean weights: %w", err)
+	}
+	if err := k.b.ExpandRowsToEdges(w, k.A, inv); err != nil {
+		k.b.Free(w)
+		return nil, fmt.Errorf("nn: block mean weights: %w", err)
+	}
+	return w, nil
+}
+
+// deriver returns the back end's SparseDeriver for a device-built block.
+func (k *Block) deriver(what string) (SparseDeriver, error) {
+	d, ok := k.b.(SparseDeriver)
+	if !ok {
+		return nil, blockErr("%s of a device-built block: back end %s cannot derive it on the device (no SparseDeriver)", what, k.b.Name())
+	}
+	return d, nil
+}
+
 // WithSelfLoops returns the block with an edge i -> i added to every
 // destination i that lacks one (as PyG's add_remaining_self_loops), appended
 // at the end of the row. Valid because destination i is source i. The
@@ -226,6 +323,23 @@ func (k *Block) WithSelfLoops() (*Block, error) {
 	}
 	if k.isLoops {
 		return k, nil
+	}
+	if k.loops == nil && k.onDevice() {
+		d, err := k.deriver("self-loops")
+		if err != nil {
+			return nil, err
+		}
+		a, err := d.AddSelfLoops(k.A)
+		if err != nil {
+			return nil, fmt.Errorf("nn: block self-loops: %w", err)
+		}
+		l, err := NewBlockFromSparse(k.b, a)
+		if err != nil {
+			k.b.FreeSparse(a)
+			return nil, err
+		}
+		l.isLoops = true
+		k.loops = l
 	}
 	if k.loops == nil {
 		ip := make([]int64, k.NumDst+1)
@@ -264,6 +378,21 @@ func (k *Block) GCNWeights() (backend.Buffer, error) {
 	l, err := k.WithSelfLoops()
 	if err != nil {
 		return nil, err
+	}
+	if l.gcn == nil && l.onDevice() {
+		d, err := l.deriver("GCN weights")
+		if err != nil {
+			return nil, err
+		}
+		w, err := l.b.Alloc(backend.Float32, l.nnz)
+		if err != nil {
+			return nil, fmt.Errorf("nn: block gcn weights: %w", err)
+		}
+		if err := d.GCNNorm(w, l.A); err != nil {
+			l.b.Free(w)
+			return nil, fmt.Errorf("nn: block gcn weights: %w", err)
+		}
+		l.gcn = w
 	}
 	if l.gcn == nil {
 		out := make([]int64, l.NumSrc)

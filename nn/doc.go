@@ -12,9 +12,15 @@
 // destination nodes and columns source nodes, with the destination nodes
 // first among the sources (DGL's message-flow graphs). A full graph is one
 // square Block used by every layer. Per-edge weights (mean aggregation,
-// GCN normalization) and the self-loop variant of a block are computed on
-// the host from the CSR the first time a layer asks for them and cached on
-// the Block.
+// GCN normalization) and the self-loop variant of a block are computed the
+// first time a layer asks for them and cached on the Block: on the host
+// for blocks made from host arrays (NewBlock, UploadBlock, UploadGraph),
+// on the back end for blocks wrapping a back-end resident Sparse
+// (NewBlockFromSparse, e.g. the GPU sampler's blocks), which never leave
+// the device.
+//
+// NLLLoss is the mean negative log-likelihood computed without a host
+// round trip, for training loops that keep a device busy.
 //
 // Initialization is deterministic: Glorot/Xavier-uniform weights drawn from
 // internal/rng streams keyed by (Config.Seed, parameter index), zero biases.
