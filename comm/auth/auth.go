@@ -1,8 +1,8 @@
-// Package wire holds what the TCP transport and the rendezvous store share:
+// Package auth holds what the TCP transport and the rendezvous store share:
 // peer authentication (a shared secret with an HMAC challenge-response in
 // both directions, or mutual TLS) and the rule that one of them is
 // required unless every address is on loopback.
-package wire
+package auth
 
 import (
 	"crypto/hmac"

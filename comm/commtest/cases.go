@@ -287,3 +287,17 @@ func sameEverywhere(ctx context.Context, cm comm.Comm, h host) error {
 	}
 	return nil
 }
+
+// RunProgram runs every case of Cases for each length, with seeds derived
+// from seed, on this rank (every rank of the group must call it with the
+// same arguments). For multi-process tests.
+func RunProgram(ctx context.Context, cm comm.Comm, lens []int, seed uint64) error {
+	for i, l := range lens {
+		for _, c := range Cases(l, seed+uint64(i)) {
+			if err := RunCase(ctx, cm, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

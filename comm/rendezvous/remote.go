@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strata-gnn/strata/comm/internal/wire"
+	"github.com/strata-gnn/strata/comm/auth"
 )
 
 // DefaultTimeout bounds Join and store calls whose context has no
@@ -27,7 +27,7 @@ type Options struct {
 	Timeout time.Duration
 	// Security authenticates store connections; required unless
 	// MASTER_ADDR is a loopback address.
-	Security wire.Security
+	Security auth.Security
 }
 
 func (o Options) timeout() time.Duration {
@@ -88,7 +88,7 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 type Server struct {
 	ln  net.Listener
 	s   *state
-	sec wire.Security
+	sec auth.Security
 	wg  sync.WaitGroup
 
 	mu     sync.Mutex
@@ -97,7 +97,7 @@ type Server struct {
 }
 
 // Serve starts a store for a job of world ranks on ln. Close stops it.
-func Serve(ln net.Listener, world int, sec wire.Security) *Server {
+func Serve(ln net.Listener, world int, sec auth.Security) *Server {
 	srv := &Server{ln: ln, s: newState(world), sec: sec, conns: map[net.Conn]bool{}, joined: make([]bool, world)}
 	srv.wg.Add(1)
 	go srv.accept()
@@ -354,7 +354,7 @@ func dial(ctx context.Context, e Env, o Options) (*client, error) {
 			}
 			c.Close()
 			var re *remoteError
-			if errors.As(err, &re) || errors.Is(err, wire.ErrAuth) {
+			if errors.As(err, &re) || errors.Is(err, auth.ErrAuth) {
 				return nil, err // refused: retrying will not help
 			}
 			lastErr = err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/comm/internal/wire"
+	"github.com/strata-gnn/strata/comm/auth"
 )
 
 func TestFromLookup(t *testing.T) {
@@ -192,7 +192,7 @@ func TestJoin(t *testing.T) {
 
 func TestJoinSecret(t *testing.T) {
 	es := testEnv(t, 2)
-	o := Options{Timeout: 10 * time.Second, Security: wire.Security{Secret: []byte("k")}}
+	o := Options{Timeout: 10 * time.Second, Security: auth.Security{Secret: []byte("k")}}
 	stores, errs := joinAll(t, es, []int{0, 1}, o)
 	closeStores(stores)
 	if errs[0] != nil || errs[1] != nil {
@@ -202,7 +202,7 @@ func TestJoinSecret(t *testing.T) {
 	es = testEnv(t, 2)
 	done := make(chan error, 1)
 	go func() {
-		s, err := Join(context.Background(), es[0], Options{Timeout: 2 * time.Second, Security: wire.Security{Secret: []byte("k")}})
+		s, err := Join(context.Background(), es[0], Options{Timeout: 2 * time.Second, Security: auth.Security{Secret: []byte("k")}})
 		if err == nil {
 			s.Close()
 		}
@@ -210,8 +210,8 @@ func TestJoinSecret(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
-	_, err := Join(context.Background(), es[1], Options{Timeout: 2 * time.Second, Security: wire.Security{Secret: []byte("wrong")}})
-	if !errors.Is(err, wire.ErrAuth) {
+	_, err := Join(context.Background(), es[1], Options{Timeout: 2 * time.Second, Security: auth.Security{Secret: []byte("wrong")}})
+	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong secret: %v", err)
 	}
 	if time.Since(start) > time.Second {
@@ -260,7 +260,7 @@ func TestServerRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := Serve(ln, 2, wire.Security{})
+	srv := Serve(ln, 2, auth.Security{})
 	defer srv.Close()
 	addr := srv.Addr()
 	host, port, _ := net.SplitHostPort(addr)
@@ -289,7 +289,7 @@ func TestServerRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := (wire.Security{}).Authenticate(raw, false, []byte("strata-store")); err != nil {
+	if err := (auth.Security{}).Authenticate(raw, false, []byte("strata-store")); err != nil {
 		t.Fatal(err)
 	}
 	raw.Write(binary.BigEndian.AppendUint32(nil, 1<<30))

@@ -3,10 +3,18 @@
 package shm_test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/launch"
+	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/shm"
 )
 
@@ -25,3 +33,82 @@ func group(inline bool) commtest.NewGroup {
 func TestConformance(t *testing.T)       { commtest.Conformance(t, group(false)) }
 func TestConformanceInline(t *testing.T) { commtest.Conformance(t, group(true)) }
 func TestFaults(t *testing.T)            { commtest.Faults(t, group(false)) }
+
+func TestMain(m *testing.M) {
+	commtest.Main(m, map[string]func() error{
+		// A child attached to the memfd its parent passed as fd 3.
+		"memfd": func() error {
+			e, err := rendezvous.FromEnv()
+			if err != nil {
+				return err
+			}
+			c, err := shm.Attach(context.Background(), os.NewFile(3, "segment"), e.Rank, e.WorldSize,
+				shm.Options{Options: comm.Options{Timeout: 20 * time.Second}, SlotBytes: 8192})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := commtest.RunProgram(context.Background(), c, []int{0, 5, 3001}, 7); err != nil {
+				return err
+			}
+			fmt.Println("ok")
+			return nil
+		},
+	})
+}
+
+// TestMemfdProcesses: the parent creates the segment and hands it to three
+// processes through ExtraFiles; they run the conformance program.
+func TestMemfdProcesses(t *testing.T) {
+	f, err := shm.CreateFile(3, shm.Options{SlotBytes: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	_, err = launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: []string{commtest.RoleEnv + "=memfd"},
+		ExtraFiles: []*os.File{f}, Stdout: &out, Stderr: &out})
+	if err != nil || strings.Count(out.String(), "ok") != 3 {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+}
+
+func TestAttachErrors(t *testing.T) {
+	f, err := shm.CreateFile(2, shm.Options{SlotBytes: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// Wrong world size, bad rank.
+	if _, err := shm.Attach(ctx, f, 0, 3, shm.Options{}); err == nil || !strings.Contains(err.Error(), "2 ranks") {
+		t.Errorf("wrong world size: %v", err)
+	}
+	if _, err := shm.Attach(ctx, f, 2, 2, shm.Options{}); err == nil {
+		t.Error("rank out of range accepted")
+	}
+	// Rank 1 never attaches: rank 0 fails at the deadline naming it.
+	if _, err := shm.Attach(ctx, f, 0, 2, shm.Options{}); err == nil || !strings.Contains(err.Error(), "[1]") {
+		t.Errorf("missing rank: %v", err)
+	}
+	// A rank cannot attach twice.
+	if _, err := shm.Attach(ctx, f, 0, 2, shm.Options{}); err == nil || !strings.Contains(err.Error(), "already attached") {
+		t.Errorf("duplicate rank: %v", err)
+	}
+	// Not a segment.
+	g, err := os.CreateTemp(t.TempDir(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write(make([]byte, 8192))
+	if _, err := shm.Attach(ctx, g, 0, 2, shm.Options{}); err == nil || !strings.Contains(err.Error(), "not a Strata segment") {
+		t.Errorf("plain file: %v", err)
+	}
+	// Bad layouts.
+	for _, o := range []shm.Options{{SlotBytes: 1000}, {SlotBytes: 1 << 30}, {Slots: 1}} {
+		if _, err := shm.CreateFile(2, o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}

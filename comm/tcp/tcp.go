@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/internal/wire"
+	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 )
 
@@ -29,7 +29,7 @@ type Options struct {
 	comm.Options
 	// Security authenticates connections; required unless every rank's
 	// address is on loopback.
-	Security wire.Security
+	Security auth.Security
 	// Host is the address to listen on and advertise to peers
 	// ("127.0.0.1" if empty; comm/dist picks the interface that reaches
 	// MASTER_ADDR).
@@ -265,7 +265,7 @@ func tune(c net.Conn) {
 
 // connect dials every lower rank (a data and a control connection each)
 // and accepts both connections from every higher rank.
-func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, addrs []string, sec wire.Security) error {
+func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, addrs []string, sec auth.Security) error {
 	dl, _ := ctx.Deadline()
 	type result struct {
 		from, kind int
@@ -408,7 +408,7 @@ func (t *transport) setConn(p, kind int, c net.Conn) {
 
 // dialPeer connects (retrying while the peer is not listening yet),
 // authenticates and sends the hello.
-func dialPeer(ctx context.Context, addr string, h []byte, sec wire.Security) (net.Conn, error) {
+func dialPeer(ctx context.Context, addr string, h []byte, sec auth.Security) (net.Conn, error) {
 	dl, _ := ctx.Deadline()
 	backoff := 10 * time.Millisecond
 	for {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/commtest"
-	"github.com/strata-gnn/strata/comm/internal/wire"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/tcp"
 )
@@ -75,7 +75,7 @@ func TestSecurity(t *testing.T) {
 		}
 	}
 	// With a secret it works.
-	secret := wire.Security{Secret: []byte("job secret")}
+	secret := auth.Security{Secret: []byte("job secret")}
 	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: secret} }, 5*time.Second)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestSecurity(t *testing.T) {
 	// A rank with the wrong secret is not let in: setup fails by the deadline.
 	cs, errs = openAll(2, func(r int) tcp.Options {
 		if r == 1 {
-			return tcp.Options{Security: wire.Security{Secret: []byte("wrong")}}
+			return tcp.Options{Security: auth.Security{Secret: []byte("wrong")}}
 		}
 		return tcp.Options{Security: secret}
 	}, 500*time.Millisecond)
@@ -94,34 +94,34 @@ func TestSecurity(t *testing.T) {
 		t.Fatalf("wrong secret accepted: %v", errs)
 	}
 	// Mutual TLS.
-	ca, cert, key, err := wire.NewTestPKI("strata")
+	ca, cert, key, err := auth.NewTestPKI("strata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := wire.MutualTLS(cert, key, ca, "strata")
+	cfg, err := auth.MutualTLS(cert, key, ca, "strata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: wire.Security{TLS: cfg}} }, 5*time.Second)
+	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: auth.Security{TLS: cfg}} }, 5*time.Second)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	allReduceWorks(t, cs)
 	closeAll(cs)
 	// A certificate from another CA is refused.
-	ca2, cert2, key2, err := wire.NewTestPKI("strata")
+	ca2, cert2, key2, err := auth.NewTestPKI("strata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := wire.MutualTLS(cert2, key2, ca2, "strata")
+	other, err := auth.MutualTLS(cert2, key2, ca2, "strata")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs, errs = openAll(2, func(r int) tcp.Options {
 		if r == 1 {
-			return tcp.Options{Security: wire.Security{TLS: other}}
+			return tcp.Options{Security: auth.Security{TLS: other}}
 		}
-		return tcp.Options{Security: wire.Security{TLS: cfg}}
+		return tcp.Options{Security: auth.Security{TLS: cfg}}
 	}, 500*time.Millisecond)
 	closeAll(cs)
 	if errs[0] == nil || errs[1] == nil {

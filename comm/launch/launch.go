@@ -1,0 +1,264 @@
+// Package launch starts the N local processes of a job with the
+// torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and supervises them: when one
+// fails, the others are stopped (SIGTERM, then SIGKILL after a grace
+// period) and the failure is reported naming the rank. This is what
+// 'strata launch -n N -- <cmd>' runs.
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/comm/rendezvous"
+)
+
+// MaxProcs bounds N.
+const MaxProcs = 1024
+
+// Config describes a launch.
+type Config struct {
+	N       int      // processes
+	Command []string // argv of each process
+	// Env is added to this process's environment (after it, so it wins),
+	// before the rendezvous variables.
+	Env []string
+	// PerRank, if set, returns more environment entries for one rank.
+	PerRank func(rank int) []string
+	// Stdout and Stderr receive the processes' output (os.Stdout and
+	// os.Stderr if nil), each line prefixed with "[rank r] " when Prefix
+	// is set.
+	Stdout, Stderr io.Writer
+	Prefix         bool
+	// MasterAddr and MasterPort locate rank 0's store (127.0.0.1 and a
+	// free port if empty).
+	MasterAddr string
+	MasterPort int
+	// Grace is how long stopped processes get between SIGTERM and SIGKILL
+	// (5 s if zero).
+	Grace time.Duration
+	// ExtraFiles are passed to every process (as fd 3, 4, ...).
+	ExtraFiles []*os.File
+	// KeepGoing leaves the other processes running when one fails (for
+	// testing how the survivors notice). Run still reports the failure.
+	KeepGoing bool
+}
+
+// ExitError reports the first process that failed.
+type ExitError struct {
+	Rank    int
+	Err     error // *exec.ExitError, or why it could not start
+	Stopped []int // ranks that were still running and were stopped
+}
+
+func (e *ExitError) Error() string {
+	s := fmt.Sprintf("launch: rank %d failed: %v", e.Rank, e.Err)
+	if len(e.Stopped) > 0 {
+		s += fmt.Sprintf("; stopped ranks %v", e.Stopped)
+	}
+	return s
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Result is one process's outcome.
+type Result struct {
+	Rank    int
+	Err     error // nil when it exited with status 0
+	Stopped bool  // it was stopped because another rank failed (or ctx ended)
+	Elapsed time.Duration
+}
+
+// Run starts the processes and waits for all of them. It returns nil when
+// every process exits with status 0, an *ExitError naming the first
+// failure otherwise, or ctx's error if ctx ended first (after stopping
+// them all). The per-process results come back either way.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.N < 1 || cfg.N > MaxProcs {
+		return nil, fmt.Errorf("launch: -n %d, want 1..%d", cfg.N, MaxProcs)
+	}
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("launch: no command given")
+	}
+	addr := cfg.MasterAddr
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	port := cfg.MasterPort
+	if port == 0 {
+		var err error
+		if port, err = rendezvous.FreePort(addr); err != nil {
+			return nil, fmt.Errorf("launch: finding a free port on %s: %w", addr, err)
+		}
+	}
+	grace := cfg.Grace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	var outMu sync.Mutex // whole lines from different ranks never interleave
+
+	type proc struct {
+		cmd       *exec.Cmd
+		out, errw *prefixWriter
+		start     time.Time
+		done      chan struct{}
+		err       error
+		stopped   bool
+	}
+	procs := make([]*proc, cfg.N)
+	results := make([]Result, cfg.N)
+	events := make(chan int, cfg.N)
+	var mu sync.Mutex // guards proc.stopped
+	stopAll := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		var stopped []int
+		for r, p := range procs {
+			if p == nil || p.cmd.Process == nil {
+				continue
+			}
+			select {
+			case <-p.done:
+				continue
+			default:
+			}
+			p.stopped = true
+			stopped = append(stopped, r)
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			go func() {
+				select {
+				case <-p.done:
+				case <-time.After(grace):
+					p.cmd.Process.Kill()
+				}
+			}()
+		}
+		return stopped
+	}
+
+	for r := 0; r < cfg.N; r++ {
+		env := rendezvous.Env{Rank: r, WorldSize: cfg.N, LocalRank: r, LocalWorldSize: cfg.N, MasterAddr: addr, MasterPort: port}
+		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+		cmd.Env = append(append(os.Environ(), cfg.Env...), env.Vars()...)
+		if cfg.PerRank != nil {
+			cmd.Env = append(cmd.Env, cfg.PerRank(r)...)
+		}
+		p := &proc{cmd: cmd, done: make(chan struct{})}
+		p.out = &prefixWriter{w: stdout, mu: &outMu}
+		p.errw = &prefixWriter{w: stderr, mu: &outMu}
+		if cfg.Prefix {
+			p.out.prefix = []byte(fmt.Sprintf("[rank %d] ", r))
+			p.errw.prefix = p.out.prefix
+		}
+		cmd.Stdout, cmd.Stderr = p.out, p.errw
+		cmd.ExtraFiles = cfg.ExtraFiles
+		cmd.WaitDelay = grace // a grandchild holding the output open cannot hang Wait
+		p.start = time.Now()
+		if err := cmd.Start(); err != nil {
+			stopped := stopAll()
+			for _, q := range procs[:r] {
+				<-q.done
+			}
+			return nil, &ExitError{Rank: r, Err: err, Stopped: stopped}
+		}
+		procs[r] = p
+		go func() {
+			p.err = cmd.Wait()
+			p.out.flush()
+			p.errw.flush()
+			close(p.done)
+			events <- r
+		}()
+	}
+
+	var first *ExitError
+	var ctxErr error
+	ctxDone := ctx.Done()
+	for left := cfg.N; left > 0; {
+		select {
+		case r := <-events:
+			left--
+			p := procs[r]
+			mu.Lock()
+			stopped := p.stopped
+			mu.Unlock()
+			results[r] = Result{Rank: r, Err: p.err, Stopped: stopped, Elapsed: time.Since(p.start)}
+			if p.err != nil && !stopped && first == nil && ctxErr == nil {
+				first = &ExitError{Rank: r, Err: p.err}
+				if !cfg.KeepGoing {
+					first.Stopped = stopAll()
+				}
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			ctxErr = ctx.Err()
+			stopAll()
+		}
+	}
+	if first != nil {
+		sort.Ints(first.Stopped)
+		return results, first
+	}
+	if ctxErr != nil {
+		return results, fmt.Errorf("launch: %w", ctxErr)
+	}
+	return results, nil
+}
+
+// prefixWriter forwards whole lines, each with a prefix.
+type prefixWriter struct {
+	w      io.Writer
+	mu     *sync.Mutex
+	prefix []byte
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		p.emit(p.buf[:i+1])
+		p.buf = p.buf[i+1:]
+	}
+	if len(p.buf) > 64<<10 { // a very long line: pass it on in pieces
+		p.emit(p.buf)
+		p.buf = nil
+	}
+	return len(b), nil
+}
+
+func (p *prefixWriter) emit(line []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.prefix) > 0 {
+		p.w.Write(append(append([]byte(nil), p.prefix...), line...))
+		return
+	}
+	p.w.Write(line)
+}
+
+func (p *prefixWriter) flush() {
+	if len(p.buf) > 0 {
+		p.emit(append(p.buf, '\n'))
+		p.buf = nil
+	}
+}

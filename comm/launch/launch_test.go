@@ -1,0 +1,135 @@
+package launch_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/launch"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+)
+
+func TestMain(m *testing.M) {
+	commtest.Main(m, map[string]func() error{
+		"env": func() error {
+			e, err := rendezvous.FromEnv()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("rank=%d world=%d local=%d/%d master=%s\n", e.Rank, e.WorldSize, e.LocalRank, e.LocalWorldSize, e.Addr())
+			fmt.Print("partial line without newline")
+			return nil
+		},
+		"fail": func() error {
+			e, _ := rendezvous.FromEnv()
+			if e.Rank == 1 {
+				time.Sleep(100 * time.Millisecond)
+				os.Exit(3)
+			}
+			time.Sleep(30 * time.Second) // must be stopped
+			return nil
+		},
+		"stubborn": func() error {
+			// Ignores SIGTERM: must be killed after the grace period.
+			signal.Ignore(syscall.SIGTERM)
+			e, _ := rendezvous.FromEnv()
+			if e.Rank == 0 {
+				time.Sleep(100 * time.Millisecond)
+				return errors.New("rank 0 gives up")
+			}
+			time.Sleep(30 * time.Second)
+			return nil
+		},
+	})
+}
+
+func role(r string) []string { return []string{commtest.RoleEnv + "=" + r} }
+
+func TestEnv(t *testing.T) {
+	var out bytes.Buffer
+	res, err := launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: role("env"), Stdout: &out, Prefix: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 {
+		t.Fatalf("%d results", len(res))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for r := 0; r < 3; r++ {
+		want := fmt.Sprintf("[rank %d] rank=%d world=3 local=%d/3 master=127.0.0.1:", r, r, r)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+		if !strings.Contains(out.String(), fmt.Sprintf("[rank %d] partial line without newline", r)) {
+			t.Errorf("rank %d's unterminated line lost:\n%s", r, out.String())
+		}
+	}
+}
+
+func TestFailureStopsOthers(t *testing.T) {
+	start := time.Now()
+	res, err := launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: role("fail"), Stderr: &bytes.Buffer{}})
+	var ee *launch.ExitError
+	if !errors.As(err, &ee) || ee.Rank != 1 || fmt.Sprint(ee.Stopped) != "[0 2]" {
+		t.Fatalf("got %v, want rank 1 failed, ranks [0 2] stopped", err)
+	}
+	if !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("error %q should give the exit status", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("took %v", el)
+	}
+	if !res[0].Stopped || res[1].Stopped || !res[2].Stopped {
+		t.Errorf("results %+v", res)
+	}
+}
+
+func TestStubbornIsKilled(t *testing.T) {
+	start := time.Now()
+	_, err := launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: role("stubborn"), Stderr: &bytes.Buffer{}, Grace: 300 * time.Millisecond})
+	var ee *launch.ExitError
+	if !errors.As(err, &ee) || ee.Rank != 0 {
+		t.Fatalf("got %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("took %v: SIGKILL after the grace period did not happen", el)
+	}
+}
+
+func TestContextStopsAll(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := launch.Run(ctx, launch.Config{N: 2, Command: commtest.Command(), Env: role("fail"), Stderr: &bytes.Buffer{}, KeepGoing: true})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("took %v", el)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	if _, err := launch.Run(context.Background(), launch.Config{N: 0, Command: []string{"true"}}); err == nil {
+		t.Error("N=0 accepted")
+	}
+	if _, err := launch.Run(context.Background(), launch.Config{N: 1}); err == nil {
+		t.Error("empty command accepted")
+	}
+	_, err := launch.Run(context.Background(), launch.Config{N: 2, Command: []string{"/nonexistent/strata-test-binary"}})
+	var ee *launch.ExitError
+	if !errors.As(err, &ee) || ee.Rank != 0 {
+		t.Errorf("missing binary: %v", err)
+	}
+}
