@@ -1,0 +1,191 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/partition/book"
+)
+
+// Place says where a row of the topology lives.
+type Place uint8
+
+const (
+	// Device memory of the device owning the row.
+	Device Place = iota
+	// Host memory (pinned, read through UVA on GPUs).
+	Host
+)
+
+func (p Place) String() string {
+	if p == Device {
+		return "device"
+	}
+	return "host"
+}
+
+// NoLimit as Options.DeviceBytes keeps every row in device memory.
+const NoLimit = -1
+
+// Options configure a Patch.
+type Options struct {
+	// DeviceBytes bounds the topology bytes placed in device memory: a row
+	// of degree d costs 8 + 4d bytes (offset and neighbor IDs), plus 4d
+	// for edge weights when the graph has them. Rows that do not fit stay
+	// in host memory. NoLimit (or any negative value) places every row on
+	// the device; 0 places none.
+	DeviceBytes int64
+}
+
+// ErrInput is wrapped by every error about bad arguments.
+var ErrInput = errors.New("layout: invalid input")
+
+func inputErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInput, fmt.Sprintf(format, args...))
+}
+
+// Patch is the topology held by one device: the in-adjacency rows of the
+// global IDs [Lo, Hi), adjacency in global IDs. It is immutable and safe
+// for concurrent use.
+type Patch struct {
+	Rank   int
+	Lo, Hi graph.NodeID
+	// Graph is a NumNodes x NumNodes CSR whose rows outside [Lo, Hi) are
+	// empty and whose rows inside are those of the input graph (shared).
+	Graph *graph.CSR
+	// EdgeBase is the global edge ID of the patch's first edge: edge e of
+	// Graph is edge EdgeBase+e of the input graph.
+	EdgeBase int64
+
+	place       []Place // per row of the patch (v - Lo)
+	deviceBytes int64
+	hostBytes   int64
+	deviceRows  int
+}
+
+// Build cuts device rank's patch out of the in-adjacency in (row v lists
+// the sources of v's incoming edges, global IDs): the rows that b assigns
+// to rank. in must be valid and square with b.NumNodes() nodes.
+func Build(in *graph.CSR, b *book.Book, rank int, opt Options) (*Patch, error) {
+	if in == nil || b == nil {
+		return nil, inputErr("nil graph or book")
+	}
+	if err := in.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	if in.NumRows != in.NumCols {
+		return nil, inputErr("graph is %d x %d, not square", in.NumRows, in.NumCols)
+	}
+	if b.NumNodes() != in.NumRows {
+		return nil, inputErr("book covers %d nodes, graph has %d", b.NumNodes(), in.NumRows)
+	}
+	if rank < 0 || rank >= b.K() {
+		return nil, inputErr("rank %d not in [0, %d)", rank, b.K())
+	}
+	lo, hi := b.Range(rank)
+	n := in.NumRows
+	base := in.Indptr[lo]
+	indptr := make([]int64, n+1)
+	for v := lo; v < hi; v++ {
+		indptr[v+1] = in.Indptr[v+1] - base
+	}
+	end := in.Indptr[hi] - base
+	for v := hi; v < n; v++ {
+		indptr[v+1] = end
+	}
+	g := &graph.CSR{NumRows: n, NumCols: n, Indptr: indptr, Indices: in.Indices[base:in.Indptr[hi]:in.Indptr[hi]]}
+	if in.Weights != nil {
+		g.Weights = in.Weights[base:in.Indptr[hi]:in.Indptr[hi]]
+	}
+	p := &Patch{Rank: rank, Lo: graph.NodeID(lo), Hi: graph.NodeID(hi), Graph: g, EdgeBase: base}
+	p.placeRows(opt.DeviceBytes)
+	return p, nil
+}
+
+// rowBytes is the memory a row of degree d takes.
+func (p *Patch) rowBytes(d int64) int64 {
+	c := 8 + 4*d
+	if p.Graph.Weights != nil {
+		c += 4 * d
+	}
+	return c
+}
+
+// placeRows puts the longest rows on the device until the budget is spent
+// (ties by ID), the rest in host memory.
+func (p *Patch) placeRows(budget int64) {
+	rows := int(p.Hi - p.Lo)
+	p.place = make([]Place, rows)
+	g := p.Graph
+	deg := func(i int) int64 { v := int(p.Lo) + i; return g.Indptr[v+1] - g.Indptr[v] }
+	if budget < 0 {
+		for i := range rows {
+			p.deviceBytes += p.rowBytes(deg(i))
+		}
+		p.deviceRows = rows
+		return
+	}
+	order := make([]int32, rows)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int {
+		da, db := deg(int(a)), deg(int(b))
+		switch {
+		case da > db:
+			return -1
+		case da < db:
+			return 1
+		}
+		return 0
+	})
+	left := budget
+	for _, i := range order {
+		c := p.rowBytes(deg(int(i)))
+		if c <= left {
+			left -= c
+			p.deviceBytes += c
+			p.deviceRows++
+			continue
+		}
+		p.place[i] = Host
+		p.hostBytes += c
+	}
+}
+
+// Owns reports whether v is one of the patch's rows.
+func (p *Patch) Owns(v graph.NodeID) bool { return v >= p.Lo && v < p.Hi }
+
+// Place returns where row v lives; v must be owned by the patch.
+func (p *Patch) Place(v graph.NodeID) Place { return p.place[v-p.Lo] }
+
+// Degree returns the length of row v (0 for rows the patch does not own).
+func (p *Patch) Degree(v graph.NodeID) int64 { return p.Graph.Indptr[v+1] - p.Graph.Indptr[v] }
+
+// NumRows is the number of rows the patch owns.
+func (p *Patch) NumRows() int { return int(p.Hi - p.Lo) }
+
+// NumEdges is the number of entries in the patch's rows.
+func (p *Patch) NumEdges() int64 { return int64(len(p.Graph.Indices)) }
+
+// DeviceRows, DeviceBytes and HostBytes describe the placement.
+func (p *Patch) DeviceRows() int { return p.deviceRows }
+
+// DeviceBytes is the topology held in device memory.
+func (p *Patch) DeviceBytes() int64 { return p.deviceBytes }
+
+// HostBytes is the topology left in host memory.
+func (p *Patch) HostBytes() int64 { return p.hostBytes }
+
+// ReadBytes is what sampling k entries of row v reads: its offsets and the
+// entries (and their weights when weighted), the cost of one UVA access
+// pattern. Used for link accounting.
+func (p *Patch) ReadBytes(k int64, weighted bool) int64 {
+	c := 16 + 4*k
+	if weighted {
+		c += 4 * k
+	}
+	return c
+}

@@ -1,0 +1,285 @@
+package metrics
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Link is the kind of path bytes take.
+type Link uint8
+
+const (
+	// Local: within the device's own memory (a device sending to itself,
+	// rows of its own cache or topology).
+	Local Link = iota
+	// Peer: between devices of one host (NVLink or PCIe peer-to-peer on
+	// GPUs; goroutine ranks on the CPU).
+	Peer
+	// Host: host memory read by a device (pinned memory through UVA on
+	// GPUs): cold features, topology beyond the device budget.
+	Host
+	// Network: between hosts (a communicator spanning machines).
+	Network
+	numLinks
+)
+
+var linkNames = [numLinks]string{"local", "peer", "host", "network"}
+
+func (l Link) String() string {
+	if l < numLinks {
+		return linkNames[l]
+	}
+	return fmt.Sprintf("link(%d)", uint8(l))
+}
+
+// Purpose says what bytes were moved for.
+type Purpose uint8
+
+const (
+	Sample   Purpose = iota // collective sampling (frontiers, neighbors, walkers)
+	Feature                 // feature rows and their requests
+	Gradient                // gradient all-reduce
+	numPurposes
+)
+
+var purposeNames = [numPurposes]string{"sample", "feature", "gradient"}
+
+func (p Purpose) String() string {
+	if p < numPurposes {
+		return purposeNames[p]
+	}
+	return fmt.Sprintf("purpose(%d)", uint8(p))
+}
+
+// Stage names a pipeline stage.
+type Stage uint8
+
+const (
+	Sampler Stage = iota
+	Loader
+	Trainer
+	NumStages
+)
+
+var stageNames = [NumStages]string{"sampler", "loader", "trainer"}
+
+func (s Stage) String() string {
+	if s < NumStages {
+		return stageNames[s]
+	}
+	return fmt.Sprintf("stage(%d)", uint8(s))
+}
+
+// Counters are one device's counters. The zero value is ready; all
+// methods are safe for concurrent use and a nil *Counters ignores updates.
+type Counters struct {
+	bytes [numPurposes][numLinks]atomic.Int64
+
+	requests, localHits, peerHits atomic.Int64 // feature rows
+
+	stages [NumStages]stageCounters
+}
+
+type stageCounters struct {
+	items         atomic.Int64
+	busy, in, out atomic.Int64 // nanoseconds
+}
+
+// AddBytes counts n bytes moved over link for purpose.
+func (c *Counters) AddBytes(p Purpose, l Link, n int64) {
+	if c == nil || p >= numPurposes || l >= numLinks || n == 0 {
+		return
+	}
+	c.bytes[p][l].Add(n)
+}
+
+// Bytes returns the bytes counted so far for (p, l).
+func (c *Counters) Bytes(p Purpose, l Link) int64 {
+	if c == nil || p >= numPurposes || l >= numLinks {
+		return 0
+	}
+	return c.bytes[p][l].Load()
+}
+
+// AddCache counts a feature load of requests distinct rows of which
+// localHits came from this device's cache and peerHits from peers'
+// caches; the rest were misses served from host memory.
+func (c *Counters) AddCache(requests, localHits, peerHits int64) {
+	if c == nil {
+		return
+	}
+	c.requests.Add(requests)
+	c.localHits.Add(localHits)
+	c.peerHits.Add(peerHits)
+}
+
+// StageBusy adds one processed item and the time spent on it.
+func (c *Counters) StageBusy(s Stage, d time.Duration) {
+	if c == nil || s >= NumStages {
+		return
+	}
+	c.stages[s].items.Add(1)
+	c.stages[s].busy.Add(int64(d))
+}
+
+// StageWaitIn adds time a stage spent waiting for its input.
+func (c *Counters) StageWaitIn(s Stage, d time.Duration) {
+	if c == nil || s >= NumStages {
+		return
+	}
+	c.stages[s].in.Add(int64(d))
+}
+
+// StageWaitOut adds time a stage spent blocked handing its output on.
+func (c *Counters) StageWaitOut(s Stage, d time.Duration) {
+	if c == nil || s >= NumStages {
+		return
+	}
+	c.stages[s].out.Add(int64(d))
+}
+
+// StageSnapshot is a stage's totals.
+type StageSnapshot struct {
+	Name           string  `json:"name"`
+	Items          int64   `json:"items"`
+	BusySeconds    float64 `json:"busy_seconds"`
+	WaitInSeconds  float64 `json:"wait_in_seconds"`
+	WaitOutSeconds float64 `json:"wait_out_seconds"`
+}
+
+// QueueSnapshot describes a bounded queue between two stages.
+type QueueSnapshot struct {
+	Name     string `json:"name"`
+	Capacity int    `json:"capacity"`
+	Pushes   int64  `json:"pushes"`
+	// MeanOccupancy is the time-weighted mean number of queued items;
+	// MaxOccupancy the largest seen.
+	MeanOccupancy float64 `json:"mean_occupancy"`
+	MaxOccupancy  int     `json:"max_occupancy"`
+}
+
+// CacheSnapshot is the feature cache's hit count. Requests counts distinct
+// rows per batch; HitRate = (LocalHits + PeerHits) / Requests.
+type CacheSnapshot struct {
+	Requests  int64   `json:"requests"`
+	LocalHits int64   `json:"local_hits"`
+	PeerHits  int64   `json:"peer_hits"`
+	Misses    int64   `json:"misses"`
+	HitRate   float64 `json:"hit_rate"`
+}
+
+// RankSnapshot is one device's metrics. Bytes[purpose][link] counts bytes
+// this device sent (or, for host and local reads, read).
+type RankSnapshot struct {
+	Rank   int                         `json:"rank"`
+	Stages []StageSnapshot             `json:"stages"`
+	Queues []QueueSnapshot             `json:"queues,omitempty"`
+	Bytes  map[string]map[string]int64 `json:"bytes"`
+	Cache  CacheSnapshot               `json:"cache"`
+}
+
+// Snapshot copies the counters.
+func (c *Counters) Snapshot(rank int) RankSnapshot {
+	s := RankSnapshot{Rank: rank, Bytes: map[string]map[string]int64{}}
+	if c == nil {
+		return s
+	}
+	for p := Purpose(0); p < numPurposes; p++ {
+		m := map[string]int64{}
+		for l := Link(0); l < numLinks; l++ {
+			m[l.String()] = c.bytes[p][l].Load()
+		}
+		s.Bytes[p.String()] = m
+	}
+	for st := Stage(0); st < NumStages; st++ {
+		sc := &c.stages[st]
+		s.Stages = append(s.Stages, StageSnapshot{
+			Name: st.String(), Items: sc.items.Load(),
+			BusySeconds:    time.Duration(sc.busy.Load()).Seconds(),
+			WaitInSeconds:  time.Duration(sc.in.Load()).Seconds(),
+			WaitOutSeconds: time.Duration(sc.out.Load()).Seconds(),
+		})
+	}
+	req, lh, ph := c.requests.Load(), c.localHits.Load(), c.peerHits.Load()
+	s.Cache = CacheSnapshot{Requests: req, LocalHits: lh, PeerHits: ph, Misses: req - lh - ph}
+	if req > 0 {
+		s.Cache.HitRate = float64(lh+ph) / float64(req)
+	}
+	return s
+}
+
+// Summary totals the ranks' snapshots: bytes and cache counts add up, stage
+// times are the maximum over ranks (the slowest device sets the pace).
+type Summary struct {
+	Devices int                         `json:"devices"`
+	Bytes   map[string]map[string]int64 `json:"bytes"`
+	Cache   CacheSnapshot               `json:"cache"`
+	Stages  []StageSnapshot             `json:"stages"`
+}
+
+// Summarize totals rank snapshots.
+func Summarize(ranks []RankSnapshot) Summary {
+	s := Summary{Devices: len(ranks), Bytes: map[string]map[string]int64{}}
+	for _, r := range ranks {
+		for p, m := range r.Bytes {
+			if s.Bytes[p] == nil {
+				s.Bytes[p] = map[string]int64{}
+			}
+			for l, n := range m {
+				s.Bytes[p][l] += n
+			}
+		}
+		s.Cache.Requests += r.Cache.Requests
+		s.Cache.LocalHits += r.Cache.LocalHits
+		s.Cache.PeerHits += r.Cache.PeerHits
+		s.Cache.Misses += r.Cache.Misses
+		for i, st := range r.Stages {
+			if i >= len(s.Stages) {
+				s.Stages = append(s.Stages, StageSnapshot{Name: st.Name})
+			}
+			m := &s.Stages[i]
+			m.Items = max(m.Items, st.Items)
+			m.BusySeconds = max(m.BusySeconds, st.BusySeconds)
+			m.WaitInSeconds = max(m.WaitInSeconds, st.WaitInSeconds)
+			m.WaitOutSeconds = max(m.WaitOutSeconds, st.WaitOutSeconds)
+		}
+	}
+	if s.Cache.Requests > 0 {
+		s.Cache.HitRate = float64(s.Cache.LocalHits+s.Cache.PeerHits) / float64(s.Cache.Requests)
+	}
+	return s
+}
+
+// String is a one-line summary for training logs.
+func (s Summary) String() string {
+	var b strings.Builder
+	for i, st := range s.Stages {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s %.2fs", st.Name, st.BusySeconds)
+	}
+	fmt.Fprintf(&b, " | cache hit %.1f%%", 100*s.Cache.HitRate)
+	var peer, host int64
+	for _, m := range s.Bytes {
+		peer += m[Peer.String()]
+		host += m[Host.String()]
+	}
+	fmt.Fprintf(&b, " | peer %s host %s", human(peer), human(host))
+	return b.String()
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
