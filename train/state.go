@@ -94,6 +94,16 @@ func identify(ds *dataset.Dataset) datasetID {
 	}
 }
 
+// datasetID identifies the run's dataset, computed once (hashing the
+// features of a large graph takes a moment).
+func (r *runner) datasetID() datasetID {
+	if r.id == nil {
+		id := identify(r.ds)
+		r.id = &id
+	}
+	return *r.id
+}
+
 // save writes the run's state at the cursor to the checkpoint file.
 func (r *runner) save() error {
 	params, err := nn.SaveParams(r.b, r.model.Params())
@@ -105,7 +115,7 @@ func (r *runner) save() error {
 		return &RunError{Op: "checkpoint", Err: err}
 	}
 	meta := ckptMeta{
-		Format: checkpointFormat, StrataVersion: Version, Config: r.cfg, Dataset: identify(r.ds),
+		Format: checkpointFormat, StrataVersion: Version, Config: r.cfg, Dataset: r.datasetID(),
 		RNG:    rngState{Seed: r.cfg.Seed, Epoch: r.cursor.Epoch, Batch: r.cursor.Batch},
 		Cursor: r.cursor, NumBatches: r.numBatches,
 		Optimizer: st.Kind, OptimizerStep: st.Step, Shapes: map[string][2]int{},
@@ -178,7 +188,7 @@ func (r *runner) restore() error {
 	if d := r.cfg.diff(&m.Config); d != "" {
 		return bad("written by a different configuration: %s", d)
 	}
-	if id := identify(r.ds); id != m.Dataset {
+	if id := r.datasetID(); id != m.Dataset {
 		return bad("written for dataset %s (%d nodes, %d edges, fingerprint %s), not %s (%d nodes, %d edges, fingerprint %s)",
 			m.Dataset.Name, m.Dataset.Nodes, m.Dataset.Edges, m.Dataset.Fingerprint, id.Name, id.Nodes, id.Edges, id.Fingerprint)
 	}

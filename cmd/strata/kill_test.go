@@ -67,7 +67,7 @@ func TestSIGKILLThenResumeIsExact(t *testing.T) {
 	if testing.Short() {
 		epochs = "4" // the kill lands in epoch 2; -race makes each epoch slow
 	}
-	common := []string{"--quiet", "train", "--model", "sage", "--hidden", "16", "--batch-size", "8",
+	common := []string{"--quiet", "train", "--device", "cpu", "--model", "sage", "--hidden", "16", "--batch-size", "8",
 		"--fanouts", "5,5", "--epochs", epochs, "--seed", "11"}
 	ref := filepath.Join(dir, "ref.json")
 	runStrata(t, append(common, "--report", ref)...)

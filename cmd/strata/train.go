@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -146,6 +147,9 @@ func (c *trainCmd) Run(e *env) error {
 	rep, err := train.Run(ctx, ds, cfg, train.Options{
 		Backend: b, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Log: log,
 	})
+	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" {
+		return fmt.Errorf("%w\ncheckpoint saved in %s: run the same command with --resume to continue", err, c.Checkpoint)
+	}
 	if err != nil {
 		return err
 	}
