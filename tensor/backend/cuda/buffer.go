@@ -93,7 +93,7 @@ func (d *Device) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
 		return nil, err
 	}
 	if n > 0 {
-		if err := cu.MemsetD8Async(b.ptr, 0, uint64(n*dt.Size()), d.stream); err != nil {
+		if err := d.timed("memset", func() error { return cu.MemsetD8Async(b.ptr, 0, uint64(n*dt.Size()), d.stream) }); err != nil {
 			d.freeLocked(b)
 			return nil, err
 		}
@@ -244,9 +244,9 @@ func (d *Device) Upload(dst backend.Buffer, src any) error {
 // (the driver stages them and synchronizes the stream first).
 func (d *Device) uploadLocked(dst cu.DevPtr, src unsafe.Pointer, n uint64) error {
 	if n <= stageMax && d.stage.host != nil {
-		return d.stage.upload(d, dst, src, n)
+		return d.timed("memcpy HtoD", func() error { return d.stage.upload(d, dst, src, n) })
 	}
-	return cu.MemcpyHtoDAsync(dst, src, n, d.stream)
+	return d.timed("memcpy HtoD", func() error { return cu.MemcpyHtoDAsync(dst, src, n, d.stream) })
 }
 
 // Download copies src into host memory dst (waits for queued work).
@@ -299,7 +299,7 @@ func (d *Device) Copy(dst, src backend.Buffer) error {
 		return err
 	}
 	defer leave()
-	return cu.MemcpyDtoDAsync(t.ptr, s.ptr, uint64(s.n*s.dt.Size()), d.stream)
+	return d.timed("memcpy DtoD", func() error { return cu.MemcpyDtoDAsync(t.ptr, s.ptr, uint64(s.n*s.dt.Size()), d.stream) })
 }
 
 // Fill sets every element of the float32 buffer dst to v.
@@ -316,5 +316,5 @@ func (d *Device) Fill(dst backend.Buffer, v float32) error {
 		return err
 	}
 	defer leave()
-	return cu.MemsetD32Async(b.ptr, math.Float32bits(v), uint64(b.n), d.stream)
+	return d.timed("memset", func() error { return cu.MemsetD32Async(b.ptr, math.Float32bits(v), uint64(b.n), d.stream) })
 }

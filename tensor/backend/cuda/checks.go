@@ -8,8 +8,9 @@ import (
 )
 
 // maxChecks is the number of index checks that may be pending between two
-// synchronizations; one more forces a synchronization first.
-const maxChecks = 64
+// synchronizations; one more forces a synchronization first. A training
+// step queues about ten, and a pipelined loop synchronizes rarely.
+const maxChecks = 1024
 
 // checker validates index arguments on the device without a round trip:
 // each checked argument gets a slot that its kernel sets (atomicMax of
@@ -95,3 +96,6 @@ func (c *checker) flush(d *Device) error {
 	}
 	return found
 }
+
+// The slots' staging area must fit in the pinned scratch.
+var _ = [hostScratchBytes - offSlots - 8*maxChecks]struct{}{}

@@ -51,7 +51,9 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 		// BLAS semantics: beta == 0 sets C to zero without reading it.
 		return d.launchN("scale_f32", int64(mn), uint64(cv.ptr), cu.F32(beta), cu.I64(int64(mn)))
 	}
-	return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
+	return d.timed("sgemm", func() error {
+		return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
+	})
 }
 
 // Axpby computes dst = alpha*x + beta*y.
@@ -507,7 +509,7 @@ func (d *Device) NLLLossBackward(dlogp, rows, labels backend.Buffer, nrows, cols
 	}
 	defer leave()
 	if dv.n > 0 {
-		if err := cu.MemsetD8Async(dv.ptr, 0, uint64(4*dv.n), d.stream); err != nil {
+		if err := d.timed("memset", func() error { return cu.MemsetD8Async(dv.ptr, 0, uint64(4*dv.n), d.stream) }); err != nil {
 			return err
 		}
 	}

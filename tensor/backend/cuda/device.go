@@ -64,8 +64,8 @@ const hostScratchBytes = 64 << 10
 // Offsets into the pinned scratch area.
 const (
 	offScalars = 0    // 2 float32: Gemm alpha, beta
-	offSlots   = 256  // maxChecks uint64: index-error slots
-	offResult  = 1024 // small results: Sum's float64, one index value
+	offResult  = 256  // small results: Sum's float64, one index value
+	offSlots   = 1024 // maxChecks uint64: index-error slots
 )
 
 // Device is one GPU: it implements backend.Backend, and exposes its
@@ -89,6 +89,7 @@ type Device struct {
 	alloc   allocator
 	checks  checker
 	stage   stager
+	prof    profiler
 	sms     int
 	cc      [2]int
 	total   uint64
@@ -224,6 +225,7 @@ func (d *Device) Close() error {
 	}
 	keep(d.alloc.release())
 	keep(d.stage.release())
+	keep(d.prof.release())
 	if d.checks.slots != 0 {
 		keep(cu.MemFree(d.checks.slots))
 	}
@@ -414,6 +416,9 @@ func (d *Device) loadModuleLocked(name, src string) (*Module, KernelInfo, error)
 		return nil, info, err
 	}
 	m := &Module{m: mod, fns: map[string]cu.Function{}}
+	if d.prof.fnNames == nil {
+		d.prof.fnNames = map[cu.Function]string{}
+	}
 	for _, fn := range kernelNames(src) {
 		f, err := mod.Function(fn)
 		if err != nil {
@@ -421,6 +426,7 @@ func (d *Device) loadModuleLocked(name, src string) (*Module, KernelInfo, error)
 			return nil, info, err
 		}
 		m.fns[fn] = f
+		d.prof.fnNames[f] = fn
 	}
 	d.mods[name] = m
 	return m, info, nil

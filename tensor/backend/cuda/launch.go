@@ -21,6 +21,9 @@ func (d *Device) launchN(name string, n int64, args ...uint64) error {
 		return fmt.Errorf("cuda: kernel %q not loaded", name)
 	}
 	blocks := min((n+threads-1)/threads, int64(d.sms*32))
+	if d.prof.on {
+		return d.prof.time(d, name, func() error { return cu.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, d.stream, args...) })
+	}
 	return cu.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, d.stream, args...)
 }
 
@@ -34,6 +37,9 @@ func (d *Device) launchGrid(name string, grid, block cu.Dim3, args ...uint64) er
 	f, ok := d.fns[name]
 	if !ok {
 		return fmt.Errorf("cuda: kernel %q not loaded", name)
+	}
+	if d.prof.on {
+		return d.prof.time(d, name, func() error { return cu.Launch(f, grid, block, 0, d.stream, args...) })
 	}
 	return cu.Launch(f, grid, block, 0, d.stream, args...)
 }
@@ -60,11 +66,14 @@ func (l *Locked) Launch1D(f cu.Function, n int64, args ...uint64) error {
 		return nil
 	}
 	blocks := min((n+threads-1)/threads, int64(l.d.sms*32))
-	return cu.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, l.d.stream, args...)
+	return l.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, args...)
 }
 
 // Launch runs f with an explicit shape on the device's stream.
 func (l *Locked) Launch(f cu.Function, grid, block cu.Dim3, sharedBytes uint32, args ...uint64) error {
+	if l.d.prof.on {
+		return l.d.prof.time(l.d, l.d.fnName(f), func() error { return cu.Launch(f, grid, block, sharedBytes, l.d.stream, args...) })
+	}
 	return cu.Launch(f, grid, block, sharedBytes, l.d.stream, args...)
 }
 
@@ -89,7 +98,7 @@ func (l *Locked) Memset(b *Buffer, v byte) error {
 	if b == nil || b.n == 0 {
 		return nil
 	}
-	return cu.MemsetD8Async(b.ptr, v, uint64(b.n*b.dt.Size()), l.d.stream)
+	return l.d.timed("memset", func() error { return cu.MemsetD8Async(b.ptr, v, uint64(b.n*b.dt.Size()), l.d.stream) })
 }
 
 // UploadFrom queues a copy of len(src) elements into dst from a host

@@ -100,7 +100,7 @@ func (d *Device) bucket(keys *Buffer, nkeys int, errSlot uint64) (ptr, order *Bu
 		s.release()
 		return nil, nil, s.err
 	}
-	err = cu.MemsetD8Async(counts.ptr, 0, uint64(8*(nkeys+2)), d.stream)
+	err = d.timed("memset", func() error { return cu.MemsetD8Async(counts.ptr, 0, uint64(8*(nkeys+2)), d.stream) })
 	if err == nil {
 		err = d.launchN("bucket_count", int64(n), uint64(counts.ptr), uint64(keys.ptr), cu.I64(int64(n)), cu.I64(int64(nkeys)), errSlot)
 	}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -241,6 +242,11 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 		if err != nil {
 			return err
 		}
+		if heads == 1 && width%4 == 0 && ov.ptr%16 == 0 && xv.ptr%16 == 0 {
+			// 16-byte loads, and no per-element head index.
+			return d.launchWarps("spmm_v4", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
+				cu.I64(int64(v.rows)), cu.I64(int64(width/4)))
+		}
 		return d.launchWarps("spmm", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
 			cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(int64(heads)))
 	})
@@ -458,5 +464,90 @@ func (d *Device) ExpandRowsToEdges(out backend.Buffer, a backend.Sparse, v backe
 	}
 	return d.run(func() error {
 		return d.launchN("expand_rows_to_edges", int64(s.nnz), uint64(ov.ptr), uint64(s.ptr.ptr), uint64(vv.ptr), cu.I64(int64(s.rows)), cu.I64(int64(s.nnz)))
+	})
+}
+
+// AddSelfLoops returns a new Sparse: a with the entry (i, i) appended to
+// every row i that lacks one (nn.SparseDeriver). Built on the device; the
+// new entry count is read back, which waits for queued work once.
+func (d *Device) AddSelfLoops(a backend.Sparse) (backend.Sparse, error) {
+	const op = "AddSelfLoops"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return nil, err
+	}
+	if s.rows > s.cols {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%d rows but %d columns: row i needs column i", s.rows, s.cols)}
+	}
+	if int64(s.nnz)+int64(s.rows) >= 1<<31-1 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%d entries and %d rows: the cuda back end supports fewer than 2^31-1 entries", s.nnz, s.rows)}
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	cnt, err := d.allocLocked(backend.Int64, s.rows+1)
+	if err != nil {
+		return nil, err
+	}
+	defer d.freeLocked(cnt)
+	ptr, err := d.allocLocked(backend.Int64, s.rows+1)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (backend.Sparse, error) { d.freeLocked(ptr); return nil, err }
+	if err := d.launchN("self_loop_count", int64(s.rows)+1, uint64(cnt.ptr), uint64(s.ptr.ptr), uint64(s.col.ptr), cu.I64(int64(s.rows))); err != nil {
+		return fail(err)
+	}
+	if err := d.scanI64(ptr.ptr, cnt.ptr, int64(s.rows)+1); err != nil {
+		return fail(err)
+	}
+	res := unsafe.Add(d.host, offResult)
+	if err := cu.MemcpyDtoHAsync(res, ptr.ptr+cu.DevPtr(8*s.rows), 8, d.stream); err != nil {
+		return fail(err)
+	}
+	if err := d.stream.Synchronize(); err != nil {
+		return fail(err)
+	}
+	nnz := *(*int64)(res)
+	if nnz < int64(s.nnz) || nnz > int64(s.nnz)+int64(s.rows) {
+		return fail(fmt.Errorf("cuda: %s: device counted %d entries for %d entries and %d rows", op, nnz, s.nnz, s.rows))
+	}
+	col, err := d.allocLocked(backend.Int32, int(nnz))
+	if err != nil {
+		return fail(err)
+	}
+	if err := d.launchN("self_loop_fill", int64(s.rows), uint64(col.ptr), uint64(ptr.ptr), uint64(s.ptr.ptr), uint64(s.col.ptr), cu.I64(int64(s.rows))); err != nil {
+		d.freeLocked(col)
+		return fail(err)
+	}
+	return &Sparse{dev: d, rows: s.rows, cols: s.cols, nnz: int(nnz), ptr: ptr, col: col}, nil
+}
+
+// GCNNorm writes out[e] = 1/sqrt(max(indeg(i),1) * max(outdeg(j),1)) for
+// every edge e = (i, j) of a, in float64 like the host computation
+// (nn.SparseDeriver). The column degrees come from a's transpose, built
+// here if needed and kept for the transposed products of the backward
+// pass.
+func (d *Device) GCNNorm(out backend.Buffer, a backend.Sparse) error {
+	const op = "GCNNorm"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	ov, err := d.f32(op, "out", out, s.nnz)
+	if err != nil {
+		return err
+	}
+	if s.nnz == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		t, err := d.viewLocked(s, true)
+		if err != nil {
+			return err
+		}
+		return d.launchN("gcn_norm", int64(s.rows), uint64(ov.ptr), uint64(s.ptr.ptr), uint64(s.col.ptr), uint64(t.ptr), cu.I64(int64(s.rows)))
 	})
 }
