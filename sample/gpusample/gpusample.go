@@ -6,11 +6,13 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -54,7 +56,11 @@ type Sampler struct {
 	posDeg cu.DevPtr // int32 n (weighted)
 	owned  []*cuda.Buffer
 	hosts  []*cuda.HostBuffer
-	sizes  *cuda.HostBuffer // pinned: per hop {nd, E, numSrc}
+
+	mu     sync.Mutex         // guards the pools and closed
+	sizes  []*cuda.HostBuffer // idle pinned areas for per-hop {nd, E, numSrc}
+	events []cu.Event         // idle events marking the end of a batch's work
+	closed bool
 }
 
 var _ sample.Sampler = (*Sampler)(nil)
@@ -138,9 +144,6 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 		}
 	}
 	fail := func(err error) (*Sampler, error) { s.Close(); return nil, err }
-	if s.sizes, err = dev.AllocHost(uint64(24*len(cfg.Fanouts)+64), false); err != nil {
-		return fail(err)
-	}
 	if s.indptr, err = s.place(g.Indptr); err != nil {
 		return fail(err)
 	}
@@ -221,21 +224,75 @@ func (s *Sampler) place(data any) (cu.DevPtr, error) {
 	return b.Ptr(), uerr
 }
 
-// Close releases the graph copy. The Sampler must not be used afterwards.
+// Close releases the graph copy. The Sampler must not be used afterwards
+// (pending batches must have been waited for).
 func (s *Sampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if len(s.events) > 0 {
+		keep(s.dev.Do(func(l *cuda.Locked) error {
+			for _, e := range s.events {
+				keep(e.Destroy())
+			}
+			return nil
+		}))
+	}
 	for _, b := range s.owned {
 		s.dev.Free(b)
 	}
-	for _, h := range append(s.hosts, s.sizes) {
+	for _, h := range append(s.hosts, s.sizes...) {
 		if h != nil {
-			if err := h.Free(); err != nil && first == nil {
-				first = err
-			}
+			keep(h.Free())
 		}
 	}
-	s.owned, s.hosts, s.sizes = nil, nil, nil
+	s.owned, s.hosts, s.sizes, s.events, s.closed = nil, nil, nil, nil, true
 	return first
+}
+
+// take returns a pinned sizes area and an event from the pools, making
+// a sizes area when the pool is empty; ev is 0 when the event pool is
+// empty (events are made inside Do, where the context is current).
+func (s *Sampler) take() (*cuda.HostBuffer, cu.Event, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, 0, &sample.Error{Op: "gpusample.Sample", Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
+	}
+	var h *cuda.HostBuffer
+	if k := len(s.sizes); k > 0 {
+		h, s.sizes = s.sizes[k-1], s.sizes[:k-1]
+	}
+	var ev cu.Event
+	if k := len(s.events); k > 0 {
+		ev, s.events = s.events[k-1], s.events[:k-1]
+	}
+	s.mu.Unlock()
+	if h == nil {
+		var err error
+		if h, err = s.dev.AllocHost(uint64(24*len(s.cfg.Fanouts)+64), false); err != nil {
+			s.give(nil, ev)
+			return nil, 0, err
+		}
+	}
+	return h, ev, nil
+}
+
+// give returns a sizes area and an event to the pools.
+func (s *Sampler) give(h *cuda.HostBuffer, ev cu.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h != nil {
+		s.sizes = append(s.sizes, h)
+	}
+	if ev != 0 {
+		s.events = append(s.events, ev)
+	}
 }
 
 // NumHops is the number of blocks per batch.
@@ -280,10 +337,43 @@ func (b *Batch) Free() {
 // layer reads.
 func (b *Batch) InputNodes() *cuda.Buffer { return b.Blocks[0].SrcNodes }
 
+// NNBlocks hands the batch's blocks to package nn without a host copy
+// (nn.NewBlockFromSparse), first layer first: the last block's
+// destinations are the seeds in order. The nn Blocks own the matrices
+// from then on (free them with Block.Free); the Batch keeps its node and
+// edge ids, so Free it as well.
+func (b *Batch) NNBlocks() ([]*nn.Block, error) {
+	out := make([]*nn.Block, 0, len(b.Blocks))
+	for i := range b.Blocks {
+		k := &b.Blocks[i]
+		if k.A == nil {
+			for _, o := range out {
+				o.Free()
+			}
+			return nil, fmt.Errorf("gpusample: block %d has no matrix (handed out already?)", i)
+		}
+		blk, err := nn.NewBlockFromSparse(b.dev, k.A)
+		if err != nil {
+			for _, o := range out {
+				o.Free()
+			}
+			return nil, err
+		}
+		out = append(out, blk)
+	}
+	for i := range b.Blocks {
+		b.Blocks[i].A = nil
+	}
+	return out, nil
+}
+
 // Download copies the batch into a host sample.MiniBatch.
 func (b *Batch) Download() (*sample.MiniBatch, error) {
 	mb := &sample.MiniBatch{Seeds: slices.Clone(b.Seeds), Blocks: make([]sample.Block, len(b.Blocks))}
 	for i, k := range b.Blocks {
+		if k.A == nil {
+			return nil, fmt.Errorf("gpusample: block %d was handed to nn (NNBlocks)", i)
+		}
 		hb := sample.Block{
 			SrcNodes: make([]graph.NodeID, k.NumSrc),
 			NumDst:   k.NumDst,
@@ -311,6 +401,9 @@ func (b *Batch) Structure(i int) (indptr []int64, indices []int32, err error) {
 		return nil, nil, fmt.Errorf("gpusample: block %d of %d", i, len(b.Blocks))
 	}
 	k := b.Blocks[i]
+	if k.A == nil {
+		return nil, nil, fmt.Errorf("gpusample: block %d was handed to nn (NNBlocks)", i)
+	}
 	indptr, indices = make([]int64, k.NumDst+1), make([]int32, k.NumEdges)
 	if err := b.dev.Download(indptr, k.A.Indptr()); err != nil {
 		return nil, nil, err
@@ -358,21 +451,54 @@ type hop struct {
 
 // SampleDevice draws the batch for seeds (distinct, in range) and key,
 // keeping it on the GPU. The only synchronization is one copy of the
-// final sizes (plus one per hop with fanout -1).
+// final sizes (plus one per hop with fanout -1). It is SampleAsync
+// followed by Wait.
 func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, error) {
-	const op = "gpusample.Sample"
-	if s.sizes == nil {
-		return nil, &sample.Error{Op: op, Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
+	p, err := s.SampleAsync(seeds, key)
+	if err != nil {
+		return nil, err
 	}
+	return p.Wait()
+}
+
+// Pending is a batch whose sampling is queued on the device's stream.
+type Pending struct {
+	s     *Sampler
+	batch *Batch
+	hops  []hop
+	keep  []*cuda.Buffer
+	sizes *cuda.HostBuffer
+	ev    cu.Event
+	done  bool
+}
+
+// SampleAsync queues the sampling of seeds (distinct, in range) for key
+// on the device's stream and returns without waiting (except for hops
+// with fanout -1, which read their exact edge count). Wait returns the
+// batch. Because the device runs its work in queue order, a loop that
+// queues the next batch's sampling before this batch's training step,
+// and waits for it after, keeps the GPU busy while the host prepares the
+// next step. Every Pending must be waited for.
+func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, error) {
+	const op = "gpusample.Sample"
 	if err := checkSeeds(op, seeds, s.n); err != nil {
 		return nil, err
 	}
 	L := len(s.cfg.Fanouts)
-	hops := make([]hop, L)
-	var keep []*cuda.Buffer // buffers that end up in the Batch
+	p := &Pending{s: s, hops: make([]hop, L), batch: &Batch{dev: s.dev, Seeds: slices.Clone(seeds)}}
+	hops := p.hops
 	var tmp []*cuda.Buffer
-	batch := &Batch{dev: s.dev, Seeds: slices.Clone(seeds)}
-	err := s.dev.Do(func(l *cuda.Locked) error {
+	var err error
+	if p.sizes, p.ev, err = s.take(); err != nil {
+		return nil, err
+	}
+	err = s.dev.Do(func(l *cuda.Locked) error {
+		if p.ev == 0 {
+			var err error
+			if p.ev, err = cu.EventCreate(cu.EventDisableTiming); err != nil {
+				return err
+			}
+		}
 		alloc := func(dt backend.DType, n int64, kept bool) (*cuda.Buffer, error) {
 			if n >= math.MaxInt32 {
 				return nil, &sample.Error{Op: op, Field: "seeds", Pos: -1, Detail: fmt.Sprintf("a hop would hold up to %d entries", n), Err: sample.ErrTooLarge}
@@ -382,7 +508,7 @@ func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, er
 				return nil, err
 			}
 			if kept {
-				keep = append(keep, b)
+				p.keep = append(p.keep, b)
 			} else {
 				tmp = append(tmp, b)
 			}
@@ -429,13 +555,13 @@ func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, er
 			} else {
 				// All neighbors: read the exact edge count (one sync).
 				// (past the per-hop sizes, which earlier hops already queued)
-				if err := l.CopyToHost(s.sizes, uint64(24*L), viewAt(H.ptr, ndmax), 8); err != nil {
+				if err := l.CopyToHost(p.sizes, uint64(24*L), viewAt(H.ptr, ndmax), 8); err != nil {
 					return err
 				}
 				if err := l.Sync(); err != nil {
 					return err
 				}
-				H.emax = s.sizes.Int64s()[3*L]
+				H.emax = p.sizes.Int64s()[3*L]
 			}
 			if H.eid, err = alloc(backend.Int64, max(H.emax, 1), true); err != nil {
 				return err
@@ -506,16 +632,46 @@ func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, er
 				uint64(H.src.Ptr()), uint64(H.ptr.Ptr()), cu.I64(H.pmax)); err != nil {
 				return err
 			}
-			if err := l.CopyToHost(s.sizes, uint64(24*h), sizes, 24); err != nil {
+			if err := l.CopyToHost(p.sizes, uint64(24*h), sizes, 24); err != nil {
 				return err
 			}
 			// The next hop's frontier is this block's sources.
 			dst, ndP, ndmax = H.srcNodes, sizes.Ptr()+16, H.pmax
 		}
-		if err := l.Sync(); err != nil {
+		return p.ev.Record(l.Stream())
+	})
+	for _, b := range tmp {
+		s.dev.Free(b)
+	}
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	return p, nil
+}
+
+// release frees what a failed or abandoned Pending holds.
+func (p *Pending) release() {
+	for _, b := range p.keep {
+		p.s.dev.Free(b)
+	}
+	p.keep = nil
+	p.s.give(p.sizes, p.ev)
+	p.sizes, p.ev, p.done = nil, 0, true
+}
+
+// Wait blocks until the batch's sampling has run on the device and
+// returns it.
+func (p *Pending) Wait() (*Batch, error) {
+	if p == nil || p.done {
+		return nil, fmt.Errorf("gpusample: Wait on a nil or finished Pending")
+	}
+	s, L, hops, batch := p.s, len(p.hops), p.hops, p.batch
+	err := s.dev.Do(func(l *cuda.Locked) error {
+		if err := p.ev.Synchronize(); err != nil {
 			return err
 		}
-		sz := s.sizes.Int64s()
+		sz := p.sizes.Int64s()
 		batch.Blocks = make([]Block, L)
 		for h := 0; h < L; h++ {
 			H := &hops[h]
@@ -535,9 +691,10 @@ func (s *Sampler) SampleDevice(seeds []graph.NodeID, key sample.Key) (*Batch, er
 		}
 		return nil
 	})
-	for _, b := range tmp {
-		s.dev.Free(b)
-	}
+	keep := p.keep
+	p.keep = nil
+	s.give(p.sizes, p.ev)
+	p.sizes, p.ev, p.done = nil, 0, true
 	if err != nil {
 		for _, b := range keep {
 			s.dev.Free(b)
