@@ -53,6 +53,11 @@ type Options struct {
 	// OnBatch, when set, is called after every optimizer step with the
 	// cursor of the batch just run and its loss.
 	OnBatch func(epoch, batch int, loss float64)
+	// Batches, when set, makes sampled training with dense features draw
+	// its batches from the source it returns (GPU sampling and feature
+	// gathering: package train/gputrain) instead of sampling on the host.
+	// It draws the same batches, so only device rounding differs.
+	Batches NewBatchSource
 }
 
 // RunError reports a failure of a run with what it was doing.
@@ -109,6 +114,8 @@ type runner struct {
 	trainRows, trainLabels backend.Buffer
 
 	sampler     sample.Sampler
+	source      BatchSource // Options.Batches' source, or nil
+	upcoming    []int32     // seeds after the current batch, for prefetching
 	evalSampler sample.Sampler
 	numBatches  int
 
@@ -210,6 +217,9 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 		}
 	} else {
 		r.numBatches = (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+		if err := r.openSource(); err != nil {
+			return nil, err
+		}
 		if r.sampler, err = newSampler(r.in, cfg.Fanouts); err != nil {
 			return nil, &RunError{Op: "sampler", Err: err}
 		}
@@ -300,6 +310,10 @@ func (r *runner) free() {
 	if r.opt != nil {
 		r.opt.Free()
 	}
+	if r.source != nil {
+		r.source.Close()
+		r.source = nil
+	}
 	if r.full != nil {
 		r.full.Free()
 	}
@@ -351,6 +365,7 @@ func (r *runner) loop(ctx context.Context) error {
 				loss, err = r.fullStep(e)
 			} else {
 				lo := bi * cfg.BatchSize
+				r.upcoming = order[min(lo+cfg.BatchSize, len(order)):]
 				loss, err = r.sampledStep(e, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
 			}
 			if err != nil {
@@ -503,6 +518,9 @@ func (r *runner) optimize(t *autograd.Tape, logits *autograd.Var, rows, labels b
 // sampledStep samples the neighborhoods of seeds and runs one training
 // step on them.
 func (r *runner) sampledStep(epoch, batch int, seeds []int32) (float64, error) {
+	if r.source != nil {
+		return r.sourceStep(epoch, batch, seeds)
+	}
 	mb, err := r.sampler.Sample(seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch})
 	if err != nil {
 		return 0, fmt.Errorf("sampling: %w", err)
