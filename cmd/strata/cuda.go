@@ -3,10 +3,13 @@ package main
 import (
 	"io"
 
+	"github.com/strata-gnn/strata/tensor/backend"
 	// Linking the CUDA back end registers the device kind "cuda" (cuda:N);
 	// it loads libcuda, NVRTC and cuBLAS at run time, so the binary still
 	// builds with CGO_ENABLED=0 and runs on machines without a GPU.
 	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/train"
+	"github.com/strata-gnn/strata/train/gputrain"
 )
 
 // writeCUDAInfo prints what `strata info` should show about CUDA: the
@@ -15,3 +18,13 @@ import (
 // the kernel cache folder. It never fails on a machine without CUDA; it
 // says what is missing and where it looked.
 func writeCUDAInfo(w io.Writer) error { return cudabk.Probe().WriteText(w) }
+
+// batchSource returns, for a CUDA back end, the source that samples
+// training batches and gathers their features on the GPU; nil (host
+// sampling) otherwise.
+func batchSource(b backend.Backend) train.NewBatchSource {
+	if _, ok := b.(*cudabk.Device); ok {
+		return gputrain.New(gputrain.Options{})
+	}
+	return nil
+}

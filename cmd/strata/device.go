@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -12,16 +13,28 @@ import (
 // openDevice opens the compute back end named by spec. "auto" (or "")
 // picks the first registered kind other than cpu that opens, else cpu; a
 // kind named explicitly must open or it is an error.
-func openDevice(spec string) (backend.Backend, error) {
+func openDevice(spec string) (backend.Backend, error) { return openDeviceNote(spec, nil) }
+
+// openDeviceNote is openDevice that, when "auto" falls back to the CPU,
+// writes one line to note (if not nil) saying why each other kind did not
+// open, e.g. "device auto: cuda: cannot open cuda:0: cudalib: libcuda not
+// found (...); using cpu".
+func openDeviceNote(spec string, note io.Writer) (backend.Backend, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "auto" {
+		var why []string
 		for _, kind := range backend.Kinds() {
 			if kind == "cpu" {
 				continue
 			}
-			if b, err := backend.Open(kind); err == nil {
+			b, err := backend.Open(kind)
+			if err == nil {
 				return b, nil
 			}
+			why = append(why, strings.Join(strings.Fields(err.Error()), " "))
+		}
+		if note != nil && len(why) > 0 {
+			fmt.Fprintf(note, "device auto: %s; using cpu\n", strings.Join(why, "; "))
 		}
 		spec = "cpu"
 	}

@@ -122,7 +122,11 @@ func (c *trainCmd) Run(e *env) error {
 			}
 		}
 	}
-	b, err := openDevice(c.Device)
+	var note io.Writer = e.stderr
+	if e.quiet {
+		note = nil
+	}
+	b, err := openDeviceNote(c.Device, note)
 	if err != nil {
 		return err
 	}
@@ -146,6 +150,7 @@ func (c *trainCmd) Run(e *env) error {
 	start := time.Now()
 	rep, err := train.Run(ctx, ds, cfg, train.Options{
 		Backend: b, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Log: log,
+		Batches: batchSource(b),
 	})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" {
 		return fmt.Errorf("%w\ncheckpoint saved in %s: run the same command with --resume to continue", err, c.Checkpoint)

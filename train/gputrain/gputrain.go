@@ -1,0 +1,163 @@
+package gputrain
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/strata-gnn/strata/feature"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Options configure the source.
+type Options struct {
+	// FeatureBudget is the device memory, in bytes, for the feature
+	// store (slot table and hot rows). 0: half of the device's free
+	// memory. Rows that do not fit are read from pinned host memory,
+	// hottest (highest in-degree) rows first on the device.
+	FeatureBudget int64
+	// Mapped keeps the graph structure in pinned host memory instead of
+	// device memory (slower sampling, for graphs too large for the GPU).
+	Mapped bool
+}
+
+// New returns a train.NewBatchSource for a *cuda.Device back end.
+func New(opt Options) train.NewBatchSource {
+	return func(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, fanouts []int) (train.BatchSource, error) {
+		dev, ok := b.(*cuda.Device)
+		if !ok || dev == nil {
+			return nil, fmt.Errorf("gputrain: needs a cuda back end, got %T", b)
+		}
+		if opt.FeatureBudget < 0 {
+			return nil, fmt.Errorf("gputrain: negative feature budget %d", opt.FeatureBudget)
+		}
+		place := gpusample.OnDevice
+		if opt.Mapped {
+			place = gpusample.Mapped
+		}
+		s, err := gpusample.New(dev, in, gpusample.Config{Fanouts: fanouts, Placement: place})
+		if err != nil {
+			return nil, err
+		}
+		budget := opt.FeatureBudget
+		if budget == 0 {
+			free, _, err := dev.MemInfo()
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			budget = int64(free / 2)
+		}
+		var hot []graph.NodeID
+		if budget < 4*int64(rows)+4*int64(rows)*int64(cols) {
+			hot = feature.HotByInDegree(in) // only part fits: keep the hottest
+		}
+		fs, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		return &Source{dev: dev, s: s, fs: fs, cols: cols}, nil
+	}
+}
+
+// Source is the train.BatchSource New makes. Not safe for concurrent use.
+type Source struct {
+	dev  *cuda.Device
+	s    *gpusample.Sampler
+	fs   *feature.Store
+	cols int
+	next *queued
+}
+
+type queued struct {
+	seeds []int32
+	key   sample.Key
+	p     *gpusample.Pending
+}
+
+var _ train.BatchSource = (*Source)(nil)
+
+// Features returns the feature store (hot rows, device bytes).
+func (s *Source) Features() *feature.Store { return s.fs }
+
+// drop waits for and discards a queued batch that will not be used.
+func (s *Source) drop() {
+	if s.next == nil {
+		return
+	}
+	if b, err := s.next.p.Wait(); err == nil {
+		b.Free()
+	}
+	s.next = nil
+}
+
+// Prefetch queues the sampling of a batch for a later Batch call.
+func (s *Source) Prefetch(seeds []int32, key sample.Key) error {
+	s.drop()
+	p, err := s.s.SampleAsync(seeds, key)
+	if err != nil {
+		return err
+	}
+	s.next = &queued{seeds: slices.Clone(seeds), key: key, p: p}
+	return nil
+}
+
+// Batch returns the blocks and gathered input features of seeds' batch.
+func (s *Source) Batch(seeds []int32, key sample.Key) ([]*nn.Block, backend.Buffer, func(), error) {
+	var bt *gpusample.Batch
+	var err error
+	if q := s.next; q != nil && q.key == key && slices.Equal(q.seeds, seeds) {
+		s.next = nil
+		bt, err = q.p.Wait()
+	} else {
+		s.drop()
+		bt, err = s.s.SampleDevice(seeds, key)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer bt.Free() // node and edge ids; later work on the stream is ordered after the gather
+	nin := bt.Blocks[0].NumSrc
+	var x *cuda.Buffer
+	if err := s.dev.Do(func(l *cuda.Locked) error {
+		// Uninitialized: the gather writes every element.
+		var err error
+		x, err = l.Alloc(backend.Float32, nin*s.cols)
+		return err
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.fs.Gather(x, bt.InputNodes()); err != nil {
+		s.dev.Free(x)
+		return nil, nil, nil, err
+	}
+	blocks, err := bt.NNBlocks()
+	if err != nil {
+		s.dev.Free(x)
+		return nil, nil, nil, err
+	}
+	release := func() {
+		for _, k := range blocks {
+			k.Free()
+		}
+		s.dev.Free(x)
+	}
+	return blocks, x, release, nil
+}
+
+// Close waits for a queued batch and releases the sampler's graph and
+// the feature store.
+func (s *Source) Close() error {
+	s.drop()
+	err := s.s.Close()
+	if ferr := s.fs.Close(); err == nil {
+		err = ferr
+	}
+	return err
+}
