@@ -15,6 +15,11 @@ import (
 // (e.g. one written by `strata gen DIR --preset products`).
 const EnvBenchDataset = "STRATA_BENCH_DATASET"
 
+// EnvBenchProfile names the BenchmarkTrainEpochGPU variants to profile.
+const EnvBenchProfile = "STRATA_BENCH_PROFILE"
+
+func benchProfile() string { return os.Getenv(EnvBenchProfile) }
+
 var (
 	benchOnce sync.Once
 	benchDS   *dataset.Dataset
