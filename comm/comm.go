@@ -109,6 +109,15 @@ func (b Buf) DType() backend.DType { return b.dt }
 // Len is the number of elements.
 func (b Buf) Len() int { return b.n }
 
+// BufOf views b (whose length must be a multiple of dt's size and whose
+// start must be aligned to it) as a Buf of dt.
+func BufOf(dt backend.DType, b []byte) Buf {
+	if len(b) == 0 {
+		return Buf{dt: dt}
+	}
+	return Buf{dt: dt, n: len(b) / dt.Size(), ptr: unsafe.Pointer(unsafe.SliceData(b))}
+}
+
 // Bytes views the elements as bytes (no copy).
 func (b Buf) Bytes() []byte {
 	if b.n == 0 || b.ptr == nil {
@@ -185,6 +194,16 @@ type Comm interface {
 	ReduceScatter(ctx context.Context, dst, src Buf, op ReduceOp) error
 	// Barrier returns once every rank has entered it.
 	Barrier(ctx context.Context) error
+
+	// Alloc returns a zeroed buffer of n elements in the memory the back
+	// end handles best: on shm, this rank's part of the shared segment, so
+	// collectives whose buffers all come from Alloc read and write the
+	// peers' buffers directly instead of staging through shared slots;
+	// elsewhere (or when that memory is used up) the Go heap. Release it
+	// with Free; it must not be used after Free or Close.
+	Alloc(dt backend.DType, n int) (Buf, error)
+	// Free releases a buffer from Alloc (heap buffers are left to the GC).
+	Free(b Buf) error
 
 	// History returns the most recent operations, oldest first, for
 	// diagnosing a failure.

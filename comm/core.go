@@ -372,6 +372,57 @@ func (c *front) History() []Record {
 	return append(out, c.hist[:c.histAt]...)
 }
 
+// maxAlloc bounds Alloc (elements).
+const maxAlloc = 1 << 40
+
+func (c *front) Alloc(dt backend.DType, n int) (Buf, error) {
+	if dt != backend.Float32 && dt != backend.Int32 && dt != backend.Int64 {
+		return Buf{}, fmt.Errorf("comm: Alloc of unsupported dtype %v", dt)
+	}
+	if n < 0 || n > maxAlloc {
+		return Buf{}, fmt.Errorf("comm: Alloc of %d elements", n)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return Buf{}, ErrClosed
+	}
+	if a, ok := c.t.(Allocator); ok && n > 0 {
+		if b, err := a.Alloc(n * dt.Size()); err == nil {
+			return BufOf(dt, b[:n*dt.Size()]), nil
+		}
+	}
+	switch dt {
+	case backend.Float32:
+		return F32(make([]float32, n)), nil
+	case backend.Int32:
+		return I32(make([]int32, n)), nil
+	}
+	return I64(make([]int64, n)), nil
+}
+
+func (c *front) Free(b Buf) error {
+	if a, ok := c.t.(Allocator); ok && b.n > 0 {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil // the memory went with the transport
+		}
+		err := a.Free(b.Bytes())
+		if errors.Is(err, ErrNotAllocated) {
+			return nil // a heap fallback buffer
+		}
+		return err
+	}
+	return nil
+}
+
+// ErrNotAllocated is returned by Allocator.Free for memory it did not
+// hand out.
+var ErrNotAllocated = errors.New("comm: buffer was not allocated by this communicator")
+
 func (c *front) Close() error {
 	c.mu.Lock()
 	if c.closed {

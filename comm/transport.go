@@ -74,3 +74,13 @@ type Call struct {
 
 // ElemSize is the element size in bytes.
 func (c *Call) ElemSize() int { return c.DType.Size() }
+
+// Allocator is implemented by transports that have memory of their own
+// for collective buffers (the shm back end's shared segment). Alloc
+// returns zeroed bytes aligned to 64, or an error when it has no room
+// (Comm.Alloc then falls back to the Go heap); Free takes back exactly a
+// slice Alloc returned.
+type Allocator interface {
+	Alloc(bytes int) ([]byte, error)
+	Free(b []byte) error
+}

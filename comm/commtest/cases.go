@@ -22,6 +22,8 @@ type Case struct {
 	// bound of the variable counts of AllGatherV and AllToAllV.
 	Len  int
 	Seed uint64
+	// Alloc takes the buffers from Comm.Alloc instead of the Go heap.
+	Alloc bool
 }
 
 func (c Case) String() string {
@@ -45,13 +47,23 @@ func vcount(seed uint64, max, s, d int) int {
 // RunCase runs c on this rank and checks the result. All ranks must call
 // it with the same Case. The returned error describes the first wrong
 // element, or is the collective's own error.
-func RunCase(ctx context.Context, cm comm.Comm, c Case) error {
+func RunCase(ctx context.Context, cm comm.Comm, c Case) (rerr error) {
 	n, r := cm.Size(), cm.Rank()
 	var (
 		err   error
 		check func() error
 		out   host // compared across ranks for reductions
+		al    *allocator
 	)
+	if c.Alloc {
+		al = &allocator{cm: cm}
+		defer func() {
+			if e := al.free(); e != nil && rerr == nil {
+				rerr = fmt.Errorf("%v: Free: %w", c, e)
+			}
+		}()
+	}
+	newHost := al.host
 	switch c.Op {
 	case comm.OpAllReduce:
 		buf := newHost(c.DType, c.Len)

@@ -109,7 +109,58 @@ func OnAll(comms []comm.Comm, f func(c comm.Comm) error) []error {
 // Conformance runs every case on groups of each of WorldSizes(), each rank
 // driven by its own goroutine, then checks barrier ordering and the
 // sequence numbers in History.
-func Conformance(t *testing.T, newGroup NewGroup) {
+func Conformance(t *testing.T, newGroup NewGroup) { conformance(t, newGroup, false, Lens()) }
+
+// AllocLens are the lengths ConformanceAlloc tries: some below and some
+// above the sizes from which back ends use their own memory directly.
+func AllocLens() []int {
+	if testing.Short() {
+		return []int{0, 3, 20011}
+	}
+	return []int{0, 5, 4099, 20011, 65537}
+}
+
+// ConformanceAlloc runs the cases with buffers from Comm.Alloc (and Free
+// after each), which back ends with memory of their own (shm) serve from
+// it, and checks Alloc and Free themselves.
+func ConformanceAlloc(t *testing.T, newGroup NewGroup) {
+	conformance(t, newGroup, true, AllocLens())
+	t.Run("alloc-free", func(t *testing.T) {
+		comms := newGroup(t, 2, comm.Options{Timeout: 10 * time.Second})
+		defer closeAll(comms)
+		c := comms[0]
+		for _, dt := range DTypes {
+			b, err := c.Alloc(dt, 1001)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.DType() != dt || b.Len() != 1001 || len(b.Bytes()) != 1001*dt.Size() {
+				t.Fatalf("Alloc(%v, 1001) = %v x %d", dt, b.DType(), b.Len())
+			}
+			for i, x := range b.Bytes() {
+				if x != 0 {
+					t.Fatalf("byte %d of a fresh buffer is %d", i, x)
+				}
+				b.Bytes()[i] = 0xff // dirty it: the next Alloc must zero it again
+			}
+			if err := c.Free(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Alloc(backend.DType(0), 3); err == nil {
+			t.Error("Alloc of an invalid dtype succeeded")
+		}
+		if _, err := c.Alloc(backend.Float32, -1); err == nil {
+			t.Error("Alloc of -1 elements succeeded")
+		}
+		// Freeing memory that did not come from Alloc is harmless.
+		if err := c.Free(comm.F32(make([]float32, 8))); err != nil {
+			t.Errorf("Free of a heap slice: %v", err)
+		}
+	})
+}
+
+func conformance(t *testing.T, newGroup NewGroup, alloc bool, lens []int) {
 	o := comm.Options{Timeout: 60 * time.Second}
 	for _, n := range WorldSizes() {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
@@ -119,9 +170,9 @@ func Conformance(t *testing.T, newGroup NewGroup) {
 				name := c0.String()
 				name = name[:len(name)-len(fmt.Sprintf("/len=%d/seed=%d", 0, 0))]
 				t.Run(name, func(t *testing.T) {
-					for i, l := range Lens() {
+					for i, l := range lens {
 						c := c0
-						c.Len, c.Seed = l, uint64(1000*n+i)
+						c.Len, c.Seed, c.Alloc = l, uint64(1000*n+i), alloc
 						comms := g.get(t)
 						errs := OnAll(comms, func(cm comm.Comm) error { return RunCase(context.Background(), cm, c) })
 						failed := false
@@ -138,8 +189,10 @@ func Conformance(t *testing.T, newGroup NewGroup) {
 					}
 				})
 			}
-			t.Run("barrier-orders", func(t *testing.T) { barrierOrders(t, g.get(t)) })
-			t.Run("history", func(t *testing.T) { history(t, g.get(t)) })
+			if !alloc {
+				t.Run("barrier-orders", func(t *testing.T) { barrierOrders(t, g.get(t)) })
+				t.Run("history", func(t *testing.T) { history(t, g.get(t)) })
+			}
 		})
 	}
 }

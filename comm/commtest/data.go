@@ -17,6 +17,41 @@ type host struct {
 	i64 []int64
 }
 
+// alloc makes a host slice with cm.Alloc (when cm is not nil) and
+// records how to free it.
+type allocator struct {
+	cm    comm.Comm
+	bufs  []comm.Buf
+	fails int
+}
+
+func (a *allocator) host(dt backend.DType, n int) host {
+	if a == nil || a.cm == nil {
+		return newHost(dt, n)
+	}
+	b, err := a.cm.Alloc(dt, n)
+	if err != nil {
+		a.fails++
+		return newHost(dt, n)
+	}
+	a.bufs = append(a.bufs, b)
+	return host{dt: dt, f32: b.Float32s(), i32: b.Int32s(), i64: b.Int64s()}
+}
+
+func (a *allocator) free() error {
+	if a == nil || a.cm == nil {
+		return nil
+	}
+	var err error
+	for _, b := range a.bufs {
+		if e := a.cm.Free(b); e != nil && err == nil {
+			err = e
+		}
+	}
+	a.bufs = nil
+	return err
+}
+
 func newHost(dt backend.DType, n int) host {
 	h := host{dt: dt}
 	switch dt {

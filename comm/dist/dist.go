@@ -43,8 +43,14 @@ type Options struct {
 	GPU func() (peerAccess, nccl bool)
 	// ShmSlotBytes and TCPSegmentBytes tune the back ends (0: default).
 	ShmSlotBytes    int
+	ShmHeapBytes    int // per rank, for Comm.Alloc (DefaultShmHeap if 0, none if < 0)
+	ShmReducer      string
 	TCPSegmentBytes int
 }
+
+// DefaultShmHeap is each rank's share of the shm segment for Comm.Alloc
+// (gradient buckets and other collective buffers).
+const DefaultShmHeap = 64 << 20
 
 // Info says what Init chose.
 type Info struct {
@@ -128,7 +134,7 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, o Opt
 		}
 		return cs[0], nil
 	case comm.KindShm:
-		return shm.New(ctx, store, shm.Options{Options: o.Comm, SlotBytes: o.ShmSlotBytes})
+		return shm.New(ctx, store, shm.Options{Options: o.Comm, SlotBytes: o.ShmSlotBytes, HeapBytes: heapBytes(o.ShmHeapBytes), Reducer: o.ShmReducer})
 	case comm.KindTCP:
 		host := o.Host
 		if host == "" {
@@ -142,6 +148,16 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, o Opt
 		return nil, errors.New("the NCCL back end is not built yet")
 	}
 	return nil, fmt.Errorf("unknown back end %q", kind)
+}
+
+func heapBytes(b int) int {
+	switch {
+	case b == 0:
+		return DefaultShmHeap
+	case b < 0:
+		return 0
+	}
+	return b
 }
 
 // sameHost compares every rank's boot id and host name.

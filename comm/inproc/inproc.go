@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/internal/reduce"
+	"github.com/strata-gnn/strata/comm/internal/direct"
 )
 
 // New returns the n communicators of one group, index = rank.
@@ -110,94 +110,11 @@ func (t *rank) Run(ctx context.Context, c *comm.Call) error {
 	g.mu.Lock()
 	copy(calls, g.calls)
 	g.mu.Unlock()
-	if err := agree(calls); err != nil {
+	if err := direct.Agree(calls); err != nil {
 		return err
 	}
-	work(t.r, calls)
+	direct.Work(t.r, calls)
 	return g.barrier(ctx)
-}
-
-// agree checks that all ranks posted the same operation and sizes.
-func agree(calls []*comm.Call) error {
-	a := calls[0]
-	for r, b := range calls[1:] {
-		r++
-		if b.Seq != a.Seq || b.Op != a.Op || b.Phase != a.Phase || b.DType != a.DType || b.Red != a.Red || b.Root != a.Root {
-			return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 issued %v #%d (%v), rank %d issued %v #%d (%v)", a.Op, a.Seq, a.DType, r, b.Op, b.Seq, b.DType)}
-		}
-		switch a.Op {
-		case comm.OpAllReduce, comm.OpBroadcast:
-			if len(b.Send) != len(a.Send) {
-				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 has %d bytes, rank %d has %d", len(a.Send), r, len(b.Send))}
-			}
-		case comm.OpReduceScatter:
-			if len(b.Recv) != len(a.Recv) {
-				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 receives %d bytes, rank %d receives %d", len(a.Recv), r, len(b.Recv))}
-			}
-		}
-	}
-	for s, cs := range calls {
-		for d, cd := range calls {
-			switch a.Op {
-			case comm.OpAllGather, comm.OpAllGatherV:
-				if cd.RecvCounts[s]*a.ElemSize() != len(cs.Send) {
-					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d bytes, rank %d expects %d", s, len(cs.Send), d, cd.RecvCounts[s]*a.ElemSize())}
-				}
-			case comm.OpAllToAll, comm.OpAllToAllV:
-				if cs.SendCounts[d] != cd.RecvCounts[s] {
-					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d elements to rank %d, which expects %d", s, cs.SendCounts[d], d, cd.RecvCounts[s])}
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// work does rank r's share of the collective on everyone's buffers.
-func work(r int, calls []*comm.Call) {
-	n := len(calls)
-	c := calls[r]
-	es := c.ElemSize()
-	switch c.Op {
-	case comm.OpAllReduce:
-		// Rank r owns elements [lo, hi): it reduces them in rank order into
-		// rank 0's buffer and copies the result to every other rank.
-		count := len(c.Send) / es
-		lo, hi := r*count/n*es, (r+1)*count/n*es
-		if lo == hi {
-			return
-		}
-		acc := calls[0].Recv[lo:hi]
-		for j := 1; j < n; j++ {
-			reduce.Into(c.DType, c.Red, acc, calls[j].Send[lo:hi])
-		}
-		reduce.Finish(c.DType, c.Red, acc, n)
-		for j := 1; j < n; j++ {
-			copy(calls[j].Recv[lo:hi], acc)
-		}
-	case comm.OpBroadcast:
-		if r != c.Root {
-			copy(c.Recv, calls[c.Root].Send)
-		}
-	case comm.OpAllGather, comm.OpAllGatherV:
-		for j := 0; j < n; j++ {
-			copy(c.Recv[c.RecvDispls[j]*es:], calls[j].Send)
-		}
-	case comm.OpAllToAll, comm.OpAllToAllV:
-		for j := 0; j < n; j++ {
-			cj := calls[j]
-			src := cj.Send[cj.SendDispls[r]*es : (cj.SendDispls[r]+cj.SendCounts[r])*es]
-			copy(c.Recv[c.RecvDispls[j]*es:], src)
-		}
-	case comm.OpReduceScatter:
-		lo, hi := c.SendDispls[r]*es, (c.SendDispls[r]+c.SendCounts[r])*es
-		reduce.Into3(c.DType, c.Red, c.Recv, calls[0].Send[lo:hi], calls[1].Send[lo:hi])
-		for j := 2; j < n; j++ {
-			reduce.Into(c.DType, c.Red, c.Recv, calls[j].Send[lo:hi])
-		}
-		reduce.Finish(c.DType, c.Red, c.Recv, n)
-	case comm.OpBarrier:
-	}
 }
 
 func (t *rank) Missing(ctx context.Context, seq uint64) []int {

@@ -19,3 +19,5 @@ func newGroup(t testing.TB, n int, o comm.Options) []comm.Comm {
 func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
 
 func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
+
+func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, newGroup) }

@@ -22,7 +22,9 @@ const (
 	minSlotBytes = 4096
 
 	segMagic   = 0x4853415441525453 // "STRATASH"
-	segVersion = 1
+	segVersion = 2
+	// MaxHeapBytes bounds each rank's heap.
+	MaxHeapBytes = 1 << 40
 
 	page     = 4096
 	ctlBytes = 256 // per rank
@@ -43,6 +45,7 @@ const (
 	hAbortSeq  = 48
 	hAbortLen  = 56 // reason length
 	hMissing   = 64 // bitmap of missing ranks, MaxRanks bits
+	hHeapBytes = 192
 	hReason    = 256
 	maxReason  = page - hReason
 )
@@ -52,8 +55,10 @@ const (
 	cPid     = 0  // int32
 	cState   = 4  // uint32: 0 free, 1 attached, 2 closed
 	cEntered = 8  // uint64: last sequence number entered
-	cExch    = 64 // two int64 exchange values
+	cExch    = 64 // two sets (by parity) of exchWords int64 values
 )
+
+const exchWords = 4
 
 const (
 	stateFree     = 0
@@ -64,16 +69,21 @@ const (
 // layout locates the regions of a segment.
 type layout struct {
 	n, k, slot int
+	heap       int // bytes per rank
 	ctlOff     int
 	flagOff    int
 	nflags     int
 	dataOff    int
+	heapOff    int
 	size       int
 }
 
 func alignUp(x, a int) int { return (x + a - 1) / a * a }
 
-func newLayout(n, k, slot int) (layout, error) {
+func newLayout(n, k, slot, heap int) (layout, error) {
+	if heap < 0 || heap > MaxHeapBytes || heap%page != 0 {
+		return layout{}, fmt.Errorf("shm: heap of %d bytes per rank, want a multiple of %d up to %d", heap, page, MaxHeapBytes)
+	}
 	if n < 1 || n > MaxRanks {
 		return layout{}, fmt.Errorf("shm: %d ranks, want 1..%d", n, MaxRanks)
 	}
@@ -86,16 +96,18 @@ func newLayout(n, k, slot int) (layout, error) {
 	if slot < 64*n {
 		return layout{}, fmt.Errorf("shm: slot of %d bytes is too small for %d ranks (at least %d)", slot, n, 64*n)
 	}
-	l := layout{n: n, k: k, slot: slot}
+	l := layout{n: n, k: k, slot: slot, heap: heap}
 	l.ctlOff = page
 	l.flagOff = alignUp(l.ctlOff+n*ctlBytes, page)
 	l.nflags = 2*n*k + k + n
 	l.dataOff = alignUp(l.flagOff+l.nflags*flagSize, page)
 	data := int64(n+1) * int64(k) * int64(slot)
-	if data > 1<<40 {
-		return layout{}, fmt.Errorf("shm: segment of %d bytes is too large", data)
+	heaps := int64(n) * int64(heap)
+	if data+heaps > 1<<42 {
+		return layout{}, fmt.Errorf("shm: segment of %d bytes is too large", data+heaps)
 	}
-	l.size = l.dataOff + int(data)
+	l.heapOff = l.dataOff + int(data)
+	l.size = l.heapOff + int(heaps)
 	return l, nil
 }
 
@@ -121,6 +133,12 @@ func (s *segment) barFlag(r int) *uint32       { return s.flag(2*s.l.n*s.l.k + s
 func (s *segment) inSlot(r, slot int) []byte {
 	off := s.l.dataOff + (r*s.l.k+slot)*s.l.slot
 	return s.mem[off : off+s.l.slot : off+s.l.slot]
+}
+
+// heap returns rank r's heap.
+func (s *segment) heap(r int) []byte {
+	off := s.l.heapOff + r*s.l.heap
+	return s.mem[off : off+s.l.heap : off+s.l.heap]
 }
 
 func (s *segment) resSlot(slot int) []byte {
@@ -151,6 +169,11 @@ func initSegment(f *os.File, l layout) error {
 	if err := f.Truncate(int64(l.size)); err != nil {
 		return fmt.Errorf("shm: sizing the segment to %d bytes: %w", l.size, err)
 	}
+	// Reserve the memory now: on a full tmpfs (a small /dev/shm) this
+	// fails here with ENOSPC instead of killing a rank with SIGBUS later.
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(l.size)); err != nil && err != unix.EOPNOTSUPP {
+		return fmt.Errorf("shm: reserving %d bytes for the segment (is /dev/shm large enough?): %w", l.size, err)
+	}
 	mem, err := mapFile(f, page)
 	if err != nil {
 		return fmt.Errorf("shm: mapping the segment: %w", err)
@@ -161,6 +184,7 @@ func initSegment(f *os.File, l layout) error {
 	binary.LittleEndian.PutUint32(mem[hSlots:], uint32(l.k))
 	binary.LittleEndian.PutUint32(mem[hSlotBytes:], uint32(l.slot))
 	binary.LittleEndian.PutUint64(mem[hSegBytes:], uint64(l.size))
+	binary.LittleEndian.PutUint64(mem[hHeapBytes:], uint64(l.heap))
 	// The magic last: a segment without it is not initialized.
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[hMagic])), segMagic)
 	return nil
@@ -183,6 +207,7 @@ func attach(f *os.File, rank, n int) (*segment, error) {
 	ver := binary.LittleEndian.Uint32(hdr[hVersion:])
 	hn, hk := int(binary.LittleEndian.Uint32(hdr[hRanks:])), int(binary.LittleEndian.Uint32(hdr[hSlots:]))
 	hs, size := int(binary.LittleEndian.Uint32(hdr[hSlotBytes:])), binary.LittleEndian.Uint64(hdr[hSegBytes:])
+	hh := binary.LittleEndian.Uint64(hdr[hHeapBytes:])
 	unix.Munmap(hdr)
 	if magic != segMagic {
 		return nil, fmt.Errorf("shm: not a Strata segment (magic %#x)", magic)
@@ -196,7 +221,10 @@ func attach(f *os.File, rank, n int) (*segment, error) {
 	if rank < 0 || rank >= n {
 		return nil, fmt.Errorf("shm: rank %d out of range [0, %d)", rank, n)
 	}
-	l, err := newLayout(hn, hk, hs)
+	if hh > MaxHeapBytes {
+		return nil, fmt.Errorf("shm: heap of %d bytes in the header", hh)
+	}
+	l, err := newLayout(hn, hk, hs, int(hh))
 	if err != nil {
 		return nil, err
 	}

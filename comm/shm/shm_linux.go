@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/direct"
 	"github.com/strata-gnn/strata/comm/internal/reduce"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 )
@@ -38,10 +39,15 @@ type Options struct {
 	SlotBytes int
 	// Slots is K, the chunks in flight (2 per rank, at least 4, if zero).
 	Slots int
-	// Inline makes the rank reduce its own chunks on the calling goroutine
-	// (in windows of K chunks) instead of on the persistent reducer
-	// goroutine.
-	Inline bool
+	// HeapBytes is each rank's share of the segment for Comm.Alloc
+	// (rounded up to 4096; 0: none, Alloc uses the Go heap). Collectives
+	// whose buffers all come from it run without staging copies.
+	HeapBytes int
+	// Reducer picks who reduces this rank's chunks of an all-reduce:
+	// "goroutine" (the persistent reducer, overlapping with this rank's
+	// copies), "inline" (the calling goroutine, in windows of K chunks),
+	// or "" / "auto": goroutine when there are at least two CPUs per rank.
+	Reducer string
 	// Dir holds named segments (/dev/shm if empty).
 	Dir string
 	// Prefix namespaces the store keys ("shm" if empty).
@@ -57,7 +63,7 @@ func (o Options) layout(n int) (layout, error) {
 	if k == 0 {
 		k = max(4, 2*n)
 	}
-	return newLayout(n, k, slot)
+	return newLayout(n, k, slot, alignUp(o.HeapBytes, page))
 }
 
 // CreateFile makes an initialized anonymous segment (memfd) for n ranks.
@@ -113,8 +119,19 @@ func attachT(ctx context.Context, f *os.File, rank, n int, o Options) (*transpor
 		seg.unmap()
 		return nil, err
 	}
-	t := &transport{seg: seg, rank: rank, n: n, k: seg.l.k, slot: seg.l.slot, inline: o.Inline,
-		pids: make([]int, n)}
+	var inline bool
+	switch o.Reducer {
+	case "", "auto":
+		inline = runtime.NumCPU() < 2*n
+	case "inline":
+		inline = true
+	case "goroutine":
+	default:
+		seg.unmap()
+		return nil, fmt.Errorf("shm: Reducer %q, want auto, goroutine or inline", o.Reducer)
+	}
+	t := &transport{seg: seg, rank: rank, n: n, k: seg.l.k, slot: seg.l.slot, inline: inline,
+		pids: make([]int, n), heap: newHeap(seg.heap(rank))}
 	for r := range t.pids {
 		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.mem[seg.ctl(r)+cPid]))))
 	}
@@ -222,6 +239,7 @@ type transport struct {
 	slot       int
 	inline     bool
 	pids       []int
+	heap       *heapAlloc
 
 	q    uint64 // chunks streamed so far; identical on every rank
 	exch uint64 // exchanges so far
@@ -413,7 +431,15 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 	}
 	atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cEntered), c.Seq)
 	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq}
-	var err error
+	done, err := t.tryDirect(w, c)
+	if done || err != nil {
+		if err != nil && !errors.Is(err, comm.ErrClosed) {
+			if ae := t.checkAbort(); ae != nil {
+				return ae
+			}
+		}
+		return err
+	}
 	switch c.Op {
 	case comm.OpAllReduce:
 		err = t.allReduce(w, c)
@@ -426,7 +452,7 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 	case comm.OpReduceScatter:
 		err = t.reduceScatter(w, c)
 	case comm.OpBarrier:
-		_, err = t.exchange(w, 0)
+		_, err = t.exchange(w, [exchWords]int64{})
 	default:
 		err = fmt.Errorf("shm: unsupported op %v", c.Op)
 	}
@@ -438,23 +464,109 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 	return err
 }
 
-// exchange publishes v and returns every rank's value.
-func (t *transport) exchange(w *waiter, v int64) ([]int64, error) {
+// exchange publishes v and returns every rank's values. It is also the
+// barrier: it returns once every rank has entered it.
+func (t *transport) exchange(w *waiter, v [exchWords]int64) ([][exchWords]int64, error) {
 	t.exch++
 	cnt := t.exch
-	par := int(cnt % 2)
-	c := t.seg.ctl(t.rank) + cExch + 8*par
-	atomic.StoreInt64((*int64)(unsafe.Pointer(&t.seg.mem[c])), v)
+	word := func(r, i int) *int64 {
+		off := t.seg.ctl(r) + cExch + 8*(int(cnt%2)*exchWords+i)
+		return (*int64)(unsafe.Pointer(&t.seg.mem[off]))
+	}
+	for i, x := range v {
+		atomic.StoreInt64(word(t.rank, i), x)
+	}
 	set(t.seg.barFlag(t.rank), uint32(cnt))
-	out := make([]int64, t.n)
+	out := make([][exchWords]int64, t.n)
 	for j := 0; j < t.n; j++ {
 		if err := w.wait(t.seg.barFlag(j), uint32(cnt), j, "the other ranks to arrive"); err != nil {
 			return nil, err
 		}
-		out[j] = atomic.LoadInt64((*int64)(unsafe.Pointer(&t.seg.mem[t.seg.ctl(j)+cExch+8*par])))
+		for i := range out[j] {
+			out[j][i] = atomic.LoadInt64(word(j, i))
+		}
 	}
 	return out, nil
 }
+
+// directMin is the size from which collectives check whether every
+// rank's buffers are in the shared heap (costs one exchange).
+const directMin = 64 << 10
+
+// offsetIn returns b's offset in the segment if it lies in this rank's
+// heap (0 for an empty slice), else -1.
+func (t *transport) offsetIn(b []byte) int64 {
+	if len(b) == 0 {
+		return 0
+	}
+	h := t.seg.heap(t.rank)
+	if len(h) == 0 {
+		return -1
+	}
+	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(h)))
+	if p < lo || p+uintptr(len(b)) > lo+uintptr(len(h)) {
+		return -1
+	}
+	return int64(t.seg.l.heapOff+t.rank*t.seg.l.heap) + int64(p-lo)
+}
+
+// view returns rank r's published buffer, or false if it is not inside
+// r's heap.
+func (t *transport) view(r int, off, n int64) ([]byte, bool) {
+	if n == 0 {
+		return nil, off == 0
+	}
+	lo := int64(t.seg.l.heapOff + r*t.seg.l.heap)
+	if off < lo || n < 0 || off+n > lo+int64(t.seg.l.heap) {
+		return nil, false
+	}
+	return t.seg.mem[off : off+n : off+n], true
+}
+
+// tryDirect runs c without staging copies when every rank's buffers are
+// in the shared heap: after an exchange of buffer offsets each rank does
+// its share reading and writing the others' buffers (package direct),
+// then a barrier keeps everyone until all writes are done. It reports
+// whether it handled c.
+func (t *transport) tryDirect(w *waiter, c *comm.Call) (bool, error) {
+	switch c.Op {
+	case comm.OpAllReduce, comm.OpBroadcast, comm.OpAllGather, comm.OpAllGatherV, comm.OpAllToAll, comm.OpReduceScatter:
+	default:
+		return false, nil
+	}
+	// Every rank decides alike: the heap size is in the shared header and
+	// len(Recv) is the same on every rank for these operations.
+	if t.seg.l.heap == 0 || len(c.Recv) < directMin {
+		return false, nil
+	}
+	so, ro := t.offsetIn(c.Send), t.offsetIn(c.Recv)
+	all, err := t.exchange(w, [exchWords]int64{so, int64(len(c.Send)), ro, int64(len(c.Recv))})
+	if err != nil {
+		return true, err
+	}
+	calls := make([]*comm.Call, t.n)
+	for j, v := range all {
+		send, ok1 := t.view(j, v[0], v[1])
+		recv, ok2 := t.view(j, v[2], v[3])
+		if !ok1 || !ok2 {
+			return false, nil // some rank's buffers are not shared: stage through slots
+		}
+		cj := *c
+		cj.Send, cj.Recv = send, recv
+		calls[j] = &cj
+	}
+	calls[t.rank] = c
+	if err := direct.Agree(calls); err != nil {
+		return true, err
+	}
+	direct.Work(t.rank, calls)
+	_, err = t.exchange(w, [exchWords]int64{})
+	return true, err
+}
+
+// Alloc and Free implement comm.Allocator on this rank's heap.
+func (t *transport) Alloc(n int) ([]byte, error) { return t.heap.alloc(n) }
+func (t *transport) Free(b []byte) error         { return t.heap.release(b) }
 
 // chunkBytes picks the chunk size for b bytes: about 2 chunks per rank,
 // at least minChunk, at most a slot, a multiple of 64.
@@ -767,11 +879,13 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 	if c.Op == comm.OpAllToAllV {
 		// Every rank must stream the same number of chunks: agree on the
 		// largest block anywhere.
-		all, err := t.exchange(w, int64(maxb))
+		all, err := t.exchange(w, [exchWords]int64{int64(maxb)})
 		if err != nil {
 			return err
 		}
-		maxb = int(slices.Max(all))
+		for _, a := range all {
+			maxb = max(maxb, int(a[0]))
+		}
 	}
 	if maxb == 0 {
 		return nil

@@ -19,7 +19,8 @@ type Options struct {
 	comm.Options
 	SlotBytes int
 	Slots     int
-	Inline    bool
+	HeapBytes int
+	Reducer   string
 	Dir       string
 	Prefix    string
 }

@@ -20,9 +20,9 @@ import (
 
 // Small slots so the conformance lengths stream through many chunks and
 // reuse every slot.
-func group(inline bool) commtest.NewGroup {
+func group(reducer string) commtest.NewGroup {
 	return func(t testing.TB, n int, o comm.Options) []comm.Comm {
-		cs, err := shm.NewLocal(n, shm.Options{Options: o, SlotBytes: 4096, Inline: inline})
+		cs, err := shm.NewLocal(n, shm.Options{Options: o, SlotBytes: 4096, Reducer: reducer, HeapBytes: 4 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,9 +30,10 @@ func group(inline bool) commtest.NewGroup {
 	}
 }
 
-func TestConformance(t *testing.T)       { commtest.Conformance(t, group(false)) }
-func TestConformanceInline(t *testing.T) { commtest.Conformance(t, group(true)) }
-func TestFaults(t *testing.T)            { commtest.Faults(t, group(false)) }
+func TestConformance(t *testing.T)       { commtest.Conformance(t, group("goroutine")) }
+func TestConformanceInline(t *testing.T) { commtest.Conformance(t, group("inline")) }
+func TestConformanceAlloc(t *testing.T)  { commtest.ConformanceAlloc(t, group("")) }
+func TestFaults(t *testing.T)            { commtest.Faults(t, group("")) }
 
 func TestMain(m *testing.M) {
 	commtest.Main(m, map[string]func() error{

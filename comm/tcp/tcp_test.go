@@ -28,6 +28,8 @@ func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
 
 func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
 
+func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, newGroup) }
+
 // openAll opens a group through local stores with per-rank options.
 func openAll(n int, opts func(r int) tcp.Options, timeout time.Duration) ([]comm.Comm, []error) {
 	stores := rendezvous.NewLocal(n)

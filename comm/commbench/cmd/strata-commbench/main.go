@@ -1,0 +1,60 @@
+// Command strata-commbench runs comm/commbench standalone (the same
+// measurement 'strata bench comm' prints), for measuring the
+// communication back ends without the full CLI.
+//
+//	strata-commbench [-procs 2] [-backends inproc,shm,tcp] [-op all_reduce] [-min 4096] [-max 268435456] [-json out.json]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/strata-gnn/strata/comm/commbench"
+)
+
+func main() {
+	if commbench.IsChild() {
+		if err := commbench.ChildMain(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "strata-commbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var cfg commbench.Config
+	backends := flag.String("backends", "inproc,shm,shm:plain,tcp", "back ends to measure (\":plain\": Go-heap buffers instead of Comm.Alloc)")
+	flag.IntVar(&cfg.Procs, "procs", 2, "ranks")
+	flag.StringVar(&cfg.Op, "op", "all_reduce", "all_reduce, broadcast, all_gather, all_to_all or reduce_scatter")
+	flag.Int64Var(&cfg.MinBytes, "min", 4<<10, "smallest message in bytes")
+	flag.Int64Var(&cfg.MaxBytes, "max", 256<<20, "largest message in bytes")
+	flag.Int64Var(&cfg.Factor, "factor", 4, "size step factor")
+	flag.Int64Var(&cfg.Budget, "budget", 512<<20, "bytes timed per size")
+	flag.IntVar(&cfg.ShmSlotBytes, "shm-slot", 0, "shm slot bytes (0: default)")
+	flag.IntVar(&cfg.TCPSegmentBytes, "tcp-segment", 0, "tcp segment bytes (0: default)")
+	flag.StringVar(&cfg.ShmReducer, "shm-reducer", "", "shm: auto, goroutine or inline")
+	jsonOut := flag.String("json", "", "write the report as JSON to this file")
+	flag.Parse()
+	cfg.Backends = strings.Split(*backends, ",")
+	cfg.Log = os.Stderr
+	rep, err := commbench.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "strata-commbench:", err)
+		os.Exit(1)
+	}
+	rep.WriteTable(os.Stdout)
+	if *jsonOut != "" {
+		f, err := os.Create(*jsonOut)
+		if err == nil {
+			err = rep.WriteJSON(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "strata-commbench:", err)
+			os.Exit(1)
+		}
+	}
+}
