@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
@@ -264,6 +265,51 @@ func TestSampledSAGELearnsAndResumesMidEpoch(t *testing.T) {
 	}
 	if *got.ResumedFrom != (Cursor{Epoch: 7, Batch: 2}) {
 		t.Fatalf("resumed from %+v, want epoch 7 batch 2", got.ResumedFrom)
+	}
+	sameLosses(t, ref, got)
+}
+
+func TestSGDMomentumResumeAndDirectedGraph(t *testing.T) {
+	cfg := Defaults(GCN)
+	cfg.Optimizer, cfg.LR, cfg.Momentum, cfg.Epochs = "sgd", 0.2, 0.9, 10
+	ds := func() *dataset.Dataset {
+		d := toyDataset(300, 3)
+		d.Directed = true // message passing then reads the transpose
+		return d
+	}
+	ref, err := Run(context.Background(), ds(), cfg, Options{Backend: cpuBackend(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(ref.Epochs[9].Loss < ref.Epochs[0].Loss) {
+		t.Fatalf("sgd loss did not fall: %v -> %v", ref.Epochs[0].Loss, ref.Epochs[9].Loss)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := Options{Backend: cpuBackend(t), CheckpointDir: dir,
+		OnBatch: func(epoch, batch int, loss float64) {
+			if epoch == 3 {
+				cancel()
+			}
+		}}
+	if _, err := Run(ctx, ds(), cfg, opts); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v", err)
+	}
+	f, err := checkpoint.ReadFile(filepath.Join(dir, CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Tensor("optim/momentum/layer0.weight") == nil {
+		var names []string
+		for _, t := range f.Tensors {
+			names = append(names, t.Name)
+		}
+		t.Fatalf("no momentum buffer in the checkpoint: %v", names)
+	}
+	opts.OnBatch, opts.Resume = nil, true
+	got, err := Run(context.Background(), ds(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	sameLosses(t, ref, got)
 }
