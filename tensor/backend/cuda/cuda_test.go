@@ -139,7 +139,7 @@ func TestScanAndBucketLarge(t *testing.T) {
 		d.Free(bi)
 		d.Free(bo)
 	}
-	for _, tc := range []struct{ n, nkeys int }{{0, 5}, {10, 1}, {5000, 3}, {200_000, 2_449_029}, {1_500_000, 1000}} {
+	for _, tc := range []struct{ n, nkeys int }{{0, 5}, {10, 1}, {5000, 3}, {4097, 256}, {100_000, 300}, {70_000, 1 << 24}, {200_000, 2_449_029}, {1_500_000, 1000}} {
 		r := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.nkeys)))
 		keys := make([]int32, tc.n)
 		for i := range keys {

@@ -344,7 +344,7 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	if err := d.launchGrid("sum_rows_partial", grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(xv.ptr), cu.I64(int64(rows)), cu.I64(int64(cols)), cu.I64(int64(chunk)), uint64(part.ptr)); err != nil {
 		return err
 	}
-	return d.launchN("sum_rows_final", int64(cols), uint64(part.ptr), cu.I64(int64(nchunks)), cu.I64(int64(cols)), uint64(dv.ptr))
+	return d.launchWarps("sum_rows_final", int64(cols), uint64(part.ptr), cu.I64(int64(nchunks)), cu.I64(int64(cols)), uint64(dv.ptr))
 }
 
 // ArgmaxRows writes each row's first largest column into dst (int32).

@@ -77,12 +77,16 @@ func (s *scratch) release(keep ...*Buffer) {
 	s.bufs = nil
 }
 
+// radixTile is the number of elements one block of the 8-bit radix
+// passes handles (RADIX_TILE in kernels/sort.cu).
+const radixTile = 2048
+
 // bucket is a stable counting sort of positions 0..n-1 by the int32 keys:
 // positions with key k are order[ptr[k]:ptr[k+1]] in increasing order.
 // Keys outside [0, nkeys) land in the extra bucket nkeys and are reported
 // through errSlot (0: not reported). ptr has nkeys+2 int64 entries and
-// order n int32 entries; the caller frees both. The sort is
-// ceil(log2(nkeys+1)) stable 1-bit radix passes, so the result is
+// order n int32 entries; the caller frees both. The order comes from
+// ceil(log2(nkeys+1)/8) stable 8-bit radix passes, so the result is
 // deterministic.
 func (d *Device) bucket(keys *Buffer, nkeys int, errSlot uint64) (ptr, order *Buffer, err error) {
 	n := keys.n
@@ -94,8 +98,8 @@ func (d *Device) bucket(keys *Buffer, nkeys int, errSlot uint64) (ptr, order *Bu
 	ptr = s.alloc(backend.Int64, nkeys+2)
 	k0, k1 := s.alloc(backend.Int32, n), s.alloc(backend.Int32, n)
 	v0, v1 := s.alloc(backend.Int32, n), s.alloc(backend.Int32, n)
-	ntiles := (n + scanTile - 1) / scanTile
-	zeros, zb := s.alloc(backend.Int64, ntiles), s.alloc(backend.Int64, ntiles)
+	ntiles := (n + radixTile - 1) / radixTile
+	hist := s.alloc(backend.Int64, 256*ntiles)
 	if s.err != nil {
 		s.release()
 		return nil, nil, s.err
@@ -111,14 +115,14 @@ func (d *Device) bucket(keys *Buffer, nkeys int, errSlot uint64) (ptr, order *Bu
 		err = d.launchN("radix_init", int64(n), uint64(k0.ptr), uint64(v0.ptr), uint64(keys.ptr), cu.I64(int64(n)), cu.I64(int64(nkeys)))
 	}
 	nbits := bits.Len(uint(nkeys)) // keys are in [0, nkeys]
-	for bit := 0; bit < nbits && n > 0 && err == nil; bit++ {
-		err = d.launchGrid("radix_count", cu.D1(ntiles), cu.D1(256), uint64(k0.ptr), cu.I64(int64(n)), cu.I32(int32(bit)), uint64(zeros.ptr))
+	for shift := 0; shift < nbits && n > 0 && err == nil; shift += 8 {
+		err = d.launchGrid("radix_hist8", cu.D1(ntiles), cu.D1(256), uint64(k0.ptr), cu.I64(int64(n)), cu.I32(int32(shift)), cu.I64(int64(ntiles)), uint64(hist.ptr))
 		if err == nil {
-			err = d.scanI64(zb.ptr, zeros.ptr, int64(ntiles))
+			err = d.scanI64(hist.ptr, hist.ptr, int64(256*ntiles))
 		}
 		if err == nil {
-			err = d.launchGrid("radix_scatter", cu.D1(ntiles), cu.D1(256), uint64(k0.ptr), uint64(v0.ptr), uint64(k1.ptr), uint64(v1.ptr),
-				cu.I64(int64(n)), cu.I32(int32(bit)), uint64(zb.ptr), uint64(zeros.ptr), cu.I64(int64(ntiles)))
+			err = d.launchGrid("radix_scatter8", cu.D1(ntiles), cu.D1(256), uint64(k0.ptr), uint64(v0.ptr), uint64(k1.ptr), uint64(v1.ptr),
+				cu.I64(int64(n)), cu.I32(int32(shift)), cu.I64(int64(ntiles)), uint64(hist.ptr))
 		}
 		k0, k1 = k1, k0
 		v0, v1 = v1, v0

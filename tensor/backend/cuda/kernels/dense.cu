@@ -113,12 +113,17 @@ extern "C" __global__ void sum_rows_partial(const float* x, i64 rows, i64 cols, 
   }
 }
 
-// SumRows, pass 2: column c adds its chunk sums in chunk order.
+// SumRows, pass 2: one warp per column; lane l adds chunks l, l+32, ...
+// in order, then the lanes combine in a fixed tree (deterministic).
 extern "C" __global__ void sum_rows_final(const double* partial, i64 nchunks, i64 cols, float* d) {
-  GRID_STRIDE(c, cols) {
+  i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  i64 nwarps = ((i64)gridDim.x * blockDim.x) >> 5;
+  for (i64 c = warp; c < cols; c += nwarps) {
     double s = 0.0;
-    for (i64 k = 0; k < nchunks; k++) s += partial[k * cols + c];
-    d[c] = (float)s;
+    for (i64 k = lane; k < nchunks; k += 32) s += partial[k * cols + c];
+    s = warp_sum_double(s);
+    if (lane == 0) d[c] = (float)s;
   }
 }
 

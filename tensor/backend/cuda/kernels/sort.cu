@@ -1,5 +1,5 @@
 // Device-wide exclusive scan and a stable bucketing (counting sort by key
-// with ties kept in input order) built from 1-bit LSD radix passes. All
+// with ties kept in input order) built from 8-bit LSD radix passes. All
 // steps are deterministic.
 
 #define SCAN_THREADS 256
@@ -73,57 +73,68 @@ extern "C" __global__ void radix_init(u32* keys, int* vals, const int* in, i64 n
   }
 }
 
-// 1-bit split, pass 1: zeros[t] = number of keys in tile t whose bit is 0.
-extern "C" __global__ void radix_count(const u32* keys, i64 n, int bit, i64* zeros) {
-  __shared__ i64 sh[SCAN_THREADS];
-  i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)threadIdx.x * SCAN_ITEMS;
-  i64 c = 0;
-#pragma unroll
-  for (int k = 0; k < SCAN_ITEMS; k++)
-    if (base + k < n && ((keys[base + k] >> bit) & 1u) == 0) c++;
-  i64 total;
-  block_exclusive_scan(c, sh, &total);
-  if (threadIdx.x == 0) zeros[blockIdx.x] = total;
+// 8-bit LSD radix passes (a stable sort of 32-bit keys with int values in
+// ceil(bits/8) passes). Each block owns a tile of RADIX_TILE consecutive
+// elements. radix_hist8 counts the tile's digits into hist[digit *
+// ntiles + tile]; an exclusive scan of hist gives every (digit, tile) its
+// first output position; radix_scatter8 walks its tile in order, 256
+// elements a round, ranking equal digits by lane within a warp
+// (__match_any_sync), by warp within a round and by round within the
+// tile, so equal keys keep their input order: the sort is stable and
+// deterministic.
+#define RADIX_TILE 2048
+
+extern "C" __global__ void radix_hist8(const u32* keys, i64 n, int shift, i64 ntiles, i64* hist) {
+  __shared__ int cnt[256];
+  int t = threadIdx.x;  // blockDim.x == 256
+  cnt[t] = 0;
+  __syncthreads();
+  i64 start = (i64)blockIdx.x * RADIX_TILE;
+  for (int k = t; k < RADIX_TILE; k += 256) {
+    i64 i = start + k;
+    if (i < n) atomicAdd(&cnt[(keys[i] >> shift) & 255u], 1);
+  }
+  __syncthreads();
+  hist[(i64)t * ntiles + blockIdx.x] = cnt[t];
 }
 
-// 1-bit split, pass 2: stable scatter. zeros_before is the exclusive scan
-// of the tile counts; total_zeros = zeros_before[last] + zeros[last].
-extern "C" __global__ void radix_scatter(const u32* kin, const int* vin, u32* kout, int* vout, i64 n, int bit,
-                                         const i64* zeros_before, const i64* zeros, i64 ntiles) {
-  __shared__ i64 sh[SCAN_THREADS];
+extern "C" __global__ void radix_scatter8(const u32* kin, const int* vin, u32* kout, int* vout, i64 n, int shift, i64 ntiles,
+                                          const i64* offs) {
+  __shared__ i64 base[256];
+  __shared__ int wc[8][256];
+  int t = threadIdx.x, w = t >> 5, lane = t & 31;
   i64 tile = blockIdx.x;
-  i64 tile_start = tile * SCAN_TILE;
-  i64 base = tile_start + (i64)threadIdx.x * SCAN_ITEMS;
-  i64 total_zeros = zeros_before[ntiles - 1] + zeros[ntiles - 1];
-  u32 kk[SCAN_ITEMS];
-  int vv[SCAN_ITEMS];
-  i64 c = 0;
+  base[t] = offs[(i64)t * ntiles + tile];
+  i64 start = tile * RADIX_TILE;
+  for (int round = 0; round < RADIX_TILE / 256; round++) {
+    i64 first = start + (i64)round * 256;
+    if (first >= n) break;  // uniform across the block
 #pragma unroll
-  for (int k = 0; k < SCAN_ITEMS; k++) {
-    if (base + k < n) {
-      kk[k] = kin[base + k];
-      vv[k] = vin[base + k];
-      if (((kk[k] >> bit) & 1u) == 0) c++;
-    }
-  }
-  i64 total;
-  i64 zrank = block_exclusive_scan(c, sh, &total);  // zeros before this thread in the tile
-  i64 zb = zeros_before[tile];
-  i64 orank = (base - tile_start) - zrank;          // ones before this thread in the tile
-  i64 ones_before_tile = tile_start - zb;
+    for (int k = 0; k < 8; k++) wc[k][t] = 0;
+    __syncthreads();
+    i64 i = first + t;
+    bool ok = i < n;
+    u32 key = ok ? kin[i] : 0u;
+    int val = ok ? vin[i] : 0;
+    int dig = ok ? (int)((key >> shift) & 255u) : 256;
+    unsigned peers = __match_any_sync(0xffffffffu, dig);
+    int rank = __popc(peers & ((1u << lane) - 1u));
+    if (ok && rank == 0) wc[w][dig] = __popc(peers);
+    __syncthreads();
+    int run = 0;  // thread t owns digit t: exclusive prefix over warps
 #pragma unroll
-  for (int k = 0; k < SCAN_ITEMS; k++) {
-    if (base + k < n) {
-      i64 pos;
-      if (((kk[k] >> bit) & 1u) == 0) {
-        pos = zb + zrank;
-        zrank++;
-      } else {
-        pos = total_zeros + ones_before_tile + orank;
-        orank++;
-      }
-      kout[pos] = kk[k];
-      vout[pos] = vv[k];
+    for (int k = 0; k < 8; k++) {
+      int c = wc[k][t];
+      wc[k][t] = run;
+      run += c;
     }
+    __syncthreads();
+    if (ok) {
+      i64 pos = base[dig] + wc[w][dig] + rank;
+      kout[pos] = key;
+      vout[pos] = val;
+    }
+    __syncthreads();
+    base[t] += run;
   }
 }
