@@ -193,7 +193,7 @@ func (t *Tape) Dropout(x *Var, p float32, seed uint64) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	mask, err := t.alloc(op, x.Len())
+	mask, err := t.allocOut(op, x.Len()) // Dropout writes every mask element
 	if err != nil {
 		return nil, err
 	}

@@ -108,10 +108,41 @@ func (t *Tape) alloc(op string, n int) (backend.Buffer, error) {
 	return buf, nil
 }
 
+// rawAllocator is implemented by back ends that can hand out a buffer
+// without zero-filling it (the CUDA back end, where the fill is a device
+// memset per buffer). The tape uses it for buffers that the op filling
+// them overwrites completely: op outputs, dropout masks, gradients and
+// temporaries computed by overwriting primitives.
+type rawAllocator interface {
+	AllocRaw(dt backend.DType, n int) (backend.Buffer, error)
+}
+
+func (t *Tape) allocFloats(n int) (backend.Buffer, error) {
+	if ra, ok := t.b.(rawAllocator); ok {
+		return ra.AllocRaw(backend.Float32, n)
+	}
+	return t.b.Alloc(backend.Float32, n)
+}
+
+// allocOut is alloc for a buffer that is overwritten completely before
+// it is read (contents undefined until then).
+func (t *Tape) allocOut(op string, n int) (backend.Buffer, error) {
+	if n < 0 {
+		return nil, errf(op, "negative size %d", n)
+	}
+	buf, err := t.allocFloats(n)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	t.owned = append(t.owned, buf)
+	return buf, nil
+}
+
 // temp returns a buffer the caller frees itself with t.b.Free (temporaries
-// of a backward step, released at once to keep peak memory low).
+// of a backward step, released at once to keep peak memory low); its
+// contents are undefined: callers overwrite it.
 func (t *Tape) temp(op string, n int) (backend.Buffer, error) {
-	buf, err := t.b.Alloc(backend.Float32, n)
+	buf, err := t.allocFloats(n)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -148,7 +179,7 @@ func (t *Tape) newVar(op string, rows, cols int, requiresGrad bool) (*Var, error
 	if rows < 0 || cols < 0 {
 		return nil, errf(op, "negative shape %dx%d", rows, cols)
 	}
-	buf, err := t.alloc(op, rows*cols)
+	buf, err := t.allocOut(op, rows*cols) // every op overwrites its output
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +267,7 @@ func (t *Tape) accumulate(op string, v *Var, compute func(dst backend.Buffer) er
 		return nil
 	}
 	if v.Grad == nil {
-		g, err := t.alloc(op, v.Len())
+		g, err := t.allocOut(op, v.Len()) // compute overwrites
 		if err != nil {
 			return err
 		}

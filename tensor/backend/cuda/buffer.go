@@ -101,6 +101,39 @@ func (d *Device) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
 	return b, nil
 }
 
+// EnvPoison, set to 1, makes AllocRaw fill new buffers with NaN bytes
+// (0xff), so that code wrongly relying on zeros fails in tests.
+const EnvPoison = "STRATA_CUDA_POISON"
+
+// AllocRaw returns a buffer of n elements whose contents are undefined,
+// for outputs that the next operation overwrites completely: it saves
+// Alloc's zero fill, a device memset per buffer (package autograd uses it
+// for op outputs and fresh gradients when the back end has it).
+func (d *Device) AllocRaw(dt backend.DType, n int) (backend.Buffer, error) {
+	if dt.Size() == 0 {
+		return nil, &backend.ShapeError{Op: "AllocRaw", Msg: fmt.Sprintf("unknown dtype %v", dt)}
+	}
+	if n < 0 || n > maxElems || uint64(n)*uint64(dt.Size()) > d.total {
+		return nil, &backend.ShapeError{Op: "AllocRaw", Msg: fmt.Sprintf("%d elements of %v: out of range (device has %d bytes)", n, dt, d.total)}
+	}
+	leave, err := d.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	b, err := d.allocLocked(dt, n)
+	if err != nil {
+		return nil, err
+	}
+	if d.poison && n > 0 {
+		if err := d.timed("memset", func() error { return cu.MemsetD8Async(b.ptr, 0xff, uint64(n*dt.Size()), d.stream) }); err != nil {
+			d.freeLocked(b)
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
 // allocLocked returns an uninitialized buffer.
 func (d *Device) allocLocked(dt backend.DType, n int) (*Buffer, error) {
 	b := &Buffer{dev: d, n: n, dt: dt}

@@ -94,6 +94,7 @@ type Device struct {
 	cc      [2]int
 	total   uint64
 	tf32    bool
+	poison  bool // AllocRaw fills with NaN (EnvPoison)
 	closed  bool
 	kinfo   KernelInfo
 }
@@ -138,6 +139,7 @@ func Open(ordinal int, opt Options) (*Device, error) {
 	}
 	d := &Device{ordinal: ordinal, name: spec, dev: dev, mods: map[string]*Module{}, fns: map[string]cu.Function{}}
 	d.tf32 = opt.TF32 || envBool(EnvTF32)
+	d.poison = envBool(EnvPoison)
 	if err := d.init(); err != nil {
 		d.Close()
 		return fail(err)
