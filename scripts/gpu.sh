@@ -95,7 +95,9 @@ run() {
 # bench: the products-shape measurements of BENCHMARKS.md. Generates the
 # dataset into DIR (default /tmp/products) when absent, then runs the
 # sampling, epoch and gather benchmarks and `strata train` for 2 epochs
-# (GPU sampler and feature store), logging to $OUT or .gpu/logs.
+# (GPU sampler and feature store), logging to $LOGS, $OUT or .gpu/logs.
+# BENCH_EPOCH and BENCH_TIME pick the epoch benchmarks and their count;
+# BENCH_NO_GATHER and BENCH_NO_TRAIN skip those parts.
 bench() {
   env_setup
   local dir=${1:-/tmp/products}
@@ -111,7 +113,9 @@ bench() {
   fi
   (cd sample/gpusample && "$root/$gpu/bin/sample_gpusample.test" -test.run '^$' -test.v \
     -test.bench "${BENCH_EPOCH:-SampleEpochDevice|TrainEpochGPU}" -test.benchtime "${BENCH_TIME:-3x}" -test.timeout 9m) >"$logs/epoch.log" 2>&1
-  (cd feature && "$root/$gpu/bin/feature.test" -test.run '^$' -test.bench Gather -test.benchtime 20x -test.timeout 5m) >"$logs/gather.log" 2>&1
+  if [ -z "${BENCH_NO_GATHER:-}" ]; then
+    (cd feature && "$root/$gpu/bin/feature.test" -test.run '^$' -test.bench Gather -test.benchtime 20x -test.timeout 5m) >"$logs/gather.log" 2>&1
+  fi
   if [ -z "${BENCH_NO_TRAIN:-}" ]; then
     local t0=$(date +%s%N)
     "$gpu/bin/strata" train --dataset "$dir" --model sage --layers 3 --hidden 256 --batch-size 1024 --fanouts 15,10,5 \
@@ -121,7 +125,7 @@ bench() {
     grep -o '"seconds": [0-9.]*' "$logs/train-report.json" | head -4
   fi
   grep -E -- '^\s+\S+_test.go:[0-9]+:|^\s+(op|profile|[a-z_0-9 ]+ +[0-9]+ +[0-9.]+ +[0-9.]+%)' "$logs/epoch.log" | head -80
-  grep -hE '^Benchmark|--- FAIL|panic:' "$logs/epoch.log" "$logs/gather.log"
+  grep -hE '^Benchmark|--- FAIL|panic:' "$logs/epoch.log" "$logs/gather.log" 2>/dev/null
 }
 
 case "${1:-}" in
