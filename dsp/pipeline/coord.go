@@ -156,58 +156,75 @@ func (c *Coordinator) Launched(rank int) int {
 // Comm wraps one stage's communicator: every collective first calls the
 // hook, then waits for its turn in the coordinator's launch order (when
 // the coordinator is not nil), runs, and releases the turn.
+//
+// Track, when set, is told what the stage is blocked on: "waiting for
+// its turn to launch <op>", "in <op>", and "" once the collective has
+// returned successfully (for diagnosing stalls; after a failure the last
+// state stays).
 type Comm struct {
 	comm.Comm
 	Coord *Coordinator
 	Stage int
 	Name  string
 	Hook  Hook
+	Track func(blocked string)
 }
 
 var _ comm.Comm = (*Comm)(nil)
 
-func (c *Comm) run(ctx context.Context, fn func() error) error {
+func (c *Comm) track(s string) {
+	if c.Track != nil {
+		c.Track(s)
+	}
+}
+
+func (c *Comm) run(ctx context.Context, op comm.Op, fn func() error) error {
 	if c.Hook != nil {
 		c.Hook(ctx, c.Rank(), "comm/"+c.Name)
 	}
-	if c.Coord == nil {
-		return fn()
+	if c.Coord != nil {
+		c.track("waiting for its turn to launch " + op.String())
+		if err := c.Coord.Acquire(ctx, c.Rank(), c.Stage); err != nil {
+			return err // still blocked as far as a diagnosis is concerned
+		}
+		defer c.Coord.Release(c.Rank())
 	}
-	if err := c.Coord.Acquire(ctx, c.Rank(), c.Stage); err != nil {
+	c.track("in " + op.String())
+	if err := fn(); err != nil {
 		return err
 	}
-	defer c.Coord.Release(c.Rank())
-	return fn()
+	c.track("")
+	return nil
 }
 
 func (c *Comm) AllReduce(ctx context.Context, buf comm.Buf, op comm.ReduceOp) error {
-	return c.run(ctx, func() error { return c.Comm.AllReduce(ctx, buf, op) })
+	return c.run(ctx, comm.OpAllReduce, func() error { return c.Comm.AllReduce(ctx, buf, op) })
 }
 
 func (c *Comm) Broadcast(ctx context.Context, buf comm.Buf, root int) error {
-	return c.run(ctx, func() error { return c.Comm.Broadcast(ctx, buf, root) })
+	return c.run(ctx, comm.OpBroadcast, func() error { return c.Comm.Broadcast(ctx, buf, root) })
 }
 
 func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buf) error {
-	return c.run(ctx, func() error { return c.Comm.AllGather(ctx, dst, src) })
+	return c.run(ctx, comm.OpAllGather, func() error { return c.Comm.AllGather(ctx, dst, src) })
 }
 
 func (c *Comm) AllGatherV(ctx context.Context, dst, src comm.Buf, counts []int) error {
-	return c.run(ctx, func() error { return c.Comm.AllGatherV(ctx, dst, src, counts) })
+	return c.run(ctx, comm.OpAllGatherV, func() error { return c.Comm.AllGatherV(ctx, dst, src, counts) })
 }
 
 func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buf) error {
-	return c.run(ctx, func() error { return c.Comm.AllToAll(ctx, dst, src) })
+	return c.run(ctx, comm.OpAllToAll, func() error { return c.Comm.AllToAll(ctx, dst, src) })
 }
 
 func (c *Comm) AllToAllV(ctx context.Context, dst comm.Buf, recvCounts []int, src comm.Buf, sendCounts []int) error {
-	return c.run(ctx, func() error { return c.Comm.AllToAllV(ctx, dst, recvCounts, src, sendCounts) })
+	return c.run(ctx, comm.OpAllToAllV, func() error { return c.Comm.AllToAllV(ctx, dst, recvCounts, src, sendCounts) })
 }
 
 func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buf, op comm.ReduceOp) error {
-	return c.run(ctx, func() error { return c.Comm.ReduceScatter(ctx, dst, src, op) })
+	return c.run(ctx, comm.OpReduceScatter, func() error { return c.Comm.ReduceScatter(ctx, dst, src, op) })
 }
 
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.run(ctx, func() error { return c.Comm.Barrier(ctx) })
+	return c.run(ctx, comm.OpBarrier, func() error { return c.Comm.Barrier(ctx) })
 }

@@ -9,6 +9,11 @@ import (
 // Group runs goroutines and cancels them all when one fails, like
 // errgroup: Wait returns the first error.
 type Group struct {
+	// OnFail, when set before the first Go, is called once with the first
+	// error, before the other goroutines are cancelled (to record their
+	// state while they are still where they were).
+	OnFail func(err error)
+
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -42,6 +47,9 @@ func (g *Group) Go(what string, fn func() error) {
 func (g *Group) Fail(err error) {
 	g.once.Do(func() {
 		g.err = err
+		if g.OnFail != nil {
+			g.OnFail(err)
+		}
 		g.cancel(err)
 	})
 }

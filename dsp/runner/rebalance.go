@@ -1,0 +1,113 @@
+package runner
+
+import (
+	"fmt"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/partition/book"
+)
+
+// The single-device trainer's tags (package train), so that one device
+// shuffles, initializes and drops out exactly as it does.
+const (
+	tagInit uint64 = iota + 1
+	tagShuffle
+	tagDropout
+)
+
+// tagPresample keys the pre-sampling pass that ranks nodes by use.
+const tagPresample uint64 = 0x505245 // "PRE"
+
+// shuffled is the trainer's Fisher-Yates permutation of ids drawn from key.
+func shuffled(ids []int32, key uint64) []int32 {
+	out := append([]int32(nil), ids...)
+	s := rng.NewStream(key)
+	for i := len(out) - 1; i > 0; i-- {
+		j := int(s.Below(uint64(i + 1)))
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// epochPlan is one epoch's batches: batches[r][i] is device r's batch i;
+// every device has the same number of batches.
+type epochPlan struct {
+	batches [][][]graph.NodeID
+	dropped int // training nodes left out (trim)
+}
+
+// assign deals one epoch's training nodes to the devices: shuffle with the
+// epoch's key, give every node to the device owning it, move the excess of
+// devices above their share to devices below it (in rank order), and cut
+// each device's nodes into batches.
+func assign(train []graph.NodeID, b *book.Book, batchSize int, mode string, seed uint64, epoch int) (*epochPlan, error) {
+	k := b.K()
+	t := len(train)
+	if t == 0 {
+		return nil, fmt.Errorf("no training nodes")
+	}
+	order := shuffled(train, trainShuffleKey(seed, epoch))
+	own := make([][]graph.NodeID, k)
+	for _, v := range order {
+		o := b.Owner(int64(v))
+		own[o] = append(own[o], v)
+	}
+	share := make([]int, k)
+	switch mode {
+	case Trim:
+		per := t / (k * batchSize) * batchSize
+		if per == 0 {
+			return nil, fmt.Errorf("trim: %d training nodes do not fill one batch of %d on each of %d devices (use pad)", t, batchSize, k)
+		}
+		for r := range share {
+			share[r] = per
+		}
+	default:
+		for r := range share {
+			share[r] = t / k
+			if r < t%k {
+				share[r]++
+			}
+		}
+	}
+	var spare []graph.NodeID
+	for r := range own {
+		if len(own[r]) > share[r] {
+			spare = append(spare, own[r][share[r]:]...)
+			own[r] = own[r][:share[r]:share[r]]
+		}
+	}
+	for r := range own {
+		if need := share[r] - len(own[r]); need > 0 {
+			take := min(need, len(spare))
+			own[r] = append(own[r], spare[:take]...)
+			spare = spare[take:]
+		}
+	}
+	p := &epochPlan{batches: make([][][]graph.NodeID, k), dropped: len(spare)}
+	nb := (share[0] + batchSize - 1) / batchSize // share[0] is the largest
+	for r, nodes := range own {
+		for i := range nb {
+			lo := min(i*batchSize, len(nodes))
+			hi := min(lo+batchSize, len(nodes))
+			bt := nodes[lo:hi:hi]
+			if len(bt) == 0 {
+				// Only the last batch of a device one node short of the
+				// largest share: repeat a node so every device steps.
+				if len(nodes) > 0 {
+					bt = nodes[:1:1]
+				} else {
+					bt = order[r%t : r%t+1 : r%t+1]
+				}
+			}
+			p.batches[r] = append(p.batches[r], bt)
+		}
+	}
+	return p, nil
+}
+
+// trainShuffleKey is the key of epoch's shuffle of the training nodes.
+func trainShuffleKey(seed uint64, epoch int) uint64 {
+	return rng.Derive(seed, tagShuffle, uint64(epoch))
+}

@@ -1,0 +1,326 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Report is a multi-device run's result: the single-device trainer's
+// report (accuracies, per-epoch losses, config) plus the DSP settings and
+// the pipeline metrics.
+type Report struct {
+	train.Report
+	DSP     Info    `json:"dsp"`
+	Metrics Metrics `json:"metrics"`
+}
+
+// Info describes the multi-device setup.
+type Info struct {
+	Devices   int    `json:"devices"`
+	Comm      string `json:"comm"`
+	Scheme    string `json:"scheme"`
+	Partition string `json:"partition"`
+	// EdgeCut is the partitioner's count of undirected edges between
+	// patches (-1 when not partitioned); CrossEdges counts in-adjacency
+	// entries whose source another device owns.
+	EdgeCut          int64        `json:"edge_cut"`
+	CrossEdges       int64        `json:"cross_edges"`
+	Book             []int64      `json:"book"`
+	CachePolicy      string       `json:"cache_policy"`
+	CacheGroup       int          `json:"cache_group"`
+	Hotness          string       `json:"hotness"`
+	QueueCapacity    int          `json:"queue_capacity"`
+	Rebalance        string       `json:"rebalance"`
+	BatchesPerDevice int          `json:"batches_per_device"`
+	DroppedSeeds     int          `json:"dropped_seeds"`
+	Coordinated      bool         `json:"coordinated"`
+	BucketBytes      int          `json:"bucket_bytes"`
+	RowNormalized    bool         `json:"row_normalized"`
+	SparseFeatures   bool         `json:"sparse_features"`
+	PerDevice        []DeviceInfo `json:"per_device"`
+}
+
+// DeviceInfo describes one device's share.
+type DeviceInfo struct {
+	Rank                int    `json:"rank"`
+	Backend             string `json:"backend"`
+	Nodes               int    `json:"nodes"`
+	Edges               int64  `json:"edges"`
+	TopologyDeviceBytes int64  `json:"topology_device_bytes"`
+	TopologyHostBytes   int64  `json:"topology_host_bytes"`
+	CachedRows          int    `json:"cached_rows"`
+	CacheBytes          int64  `json:"cache_bytes"`
+	LocationTableBytes  int64  `json:"location_table_bytes"`
+}
+
+// Metrics are the pipeline's counters: the total and every device's.
+type Metrics struct {
+	Summary metrics.Summary        `json:"summary"`
+	Ranks   []metrics.RankSnapshot `json:"ranks"`
+}
+
+// WriteJSON writes the report to path (indented JSON), atomically.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("dsp: report: %w", err)
+	}
+	data = append(data, '\n')
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("dsp: report: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("dsp: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// snapshot collects every device's metrics.
+func (s *shared) snapshot() Metrics {
+	var m Metrics
+	for r := range s.ctrs {
+		rs := s.ctrs[r].Snapshot(r)
+		s.mu.Lock()
+		for _, q := range s.queues[r] {
+			rs.Queues = append(rs.Queues, q())
+		}
+		s.mu.Unlock()
+		m.Ranks = append(m.Ranks, rs)
+	}
+	m.Summary = metrics.Summarize(m.Ranks)
+	return m
+}
+
+// report assembles the run's report.
+func (s *shared) report(orig *dataset.Dataset, device string) *Report {
+	cfg := s.cfg
+	ds := s.pd.ds
+	rep := &Report{DSP: s.info, Metrics: s.snapshot()}
+	rep.DSP.CrossEdges = crossEdges(s)
+	rep.Report = train.Report{
+		Schema: train.ReportVersion, StrataVersion: train.Version, Dataset: ds.Name, Model: cfg.Train.Model, Mode: cfg.Train.Mode,
+		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: s.info.RowNormalized,
+		Config: cfg.Train, Epochs: s.history,
+		Graph: train.GraphStats{Nodes: orig.NumNodes(), Edges: orig.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
+			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
+	}
+	summarize(&rep.Report)
+	return rep
+}
+
+func crossEdges(s *shared) int64 {
+	var n int64
+	b := s.pd.book
+	for r := range b.K() {
+		lo, hi := b.Range(r)
+		for _, u := range s.in.Indices[s.in.Indptr[lo]:s.in.Indptr[hi]] {
+			if int64(u) < lo || int64(u) >= hi {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// summarize fills the headline fields as the single-device trainer does:
+// the selected epoch is the best by validation accuracy (ties: lower
+// validation loss, then earlier), or the last.
+func summarize(r *train.Report) {
+	if len(r.Epochs) == 0 {
+		return
+	}
+	best := &r.Epochs[0]
+	for i := range r.Epochs[1:] {
+		e := &r.Epochs[i+1]
+		if e.ValAccuracy > best.ValAccuracy || (e.ValAccuracy == best.ValAccuracy && e.ValLoss < best.ValLoss) {
+			best = e
+		}
+	}
+	last := &r.Epochs[len(r.Epochs)-1]
+	r.BestValEpoch, r.BestValAcc, r.TestAtBestVal = best.Epoch, best.ValAccuracy, best.TestAccuracy
+	r.LastValAcc, r.LastTestAcc = last.ValAccuracy, last.TestAccuracy
+	sel := best
+	r.Selection = train.SelectBest
+	if r.Config.Select == train.SelectLast {
+		sel, r.Selection = last, train.SelectLast
+	}
+	r.SelectedEpoch, r.ValAccuracy, r.TestAccuracy = sel.Epoch, sel.ValAccuracy, sel.TestAccuracy
+}
+
+// endEpoch (device 0) evaluates, records the epoch and logs it.
+func (d *device) endEpoch(epoch int) error {
+	s := d.s
+	if d.eval == nil {
+		ev, err := newEvaluator(d.b, s)
+		if err != nil {
+			return err
+		}
+		d.eval = ev
+	}
+	rec, err := d.eval.run(d.model)
+	if err != nil {
+		return err
+	}
+	rec.Epoch = epoch + 1
+	rec.BatchLosses = d.losses
+	rec.Loss = meanOf(d.losses)
+	rec.Seconds = time.Since(d.epochT).Seconds()
+	d.losses, d.epochT = nil, time.Time{}
+	s.mu.Lock()
+	s.history = append(s.history, rec)
+	s.mu.Unlock()
+	epochs := s.cfg.Train.Epochs
+	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%logEvery(epochs) == 0 || epoch == epochs-1) {
+		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train %.4f  val %.4f  test %.4f  (%.2fs)  %s\n",
+			len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.Seconds,
+			s.snapshot().Summary)
+	}
+	return nil
+}
+
+func logEvery(epochs int) int {
+	if epochs <= 30 {
+		return 1
+	}
+	return (epochs + 24) / 25
+}
+
+func meanOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// evaluator runs full-graph inference on one device (device 0), as the
+// single-device trainer's "full" evaluation.
+type evaluator struct {
+	b      backend.Backend
+	s      *shared
+	full   *nn.Block
+	xs     *autograd.SparseInput
+	xd     backend.Buffer
+	layers int
+}
+
+func newEvaluator(b backend.Backend, s *shared) (*evaluator, error) {
+	ev := &evaluator{b: b, s: s, layers: s.cfg.Train.Layers}
+	var err error
+	if ev.full, err = nn.UploadGraph(b, s.in); err != nil {
+		return nil, err
+	}
+	n := int(s.in.NumRows)
+	if s.sparse {
+		h, err := autograd.HostSparseFromDense(n, s.dim, s.x)
+		if err == nil {
+			ev.xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
+		}
+		if err != nil {
+			ev.free()
+			return nil, err
+		}
+		return ev, nil
+	}
+	if ev.xd, err = upload(b, s.x); err != nil {
+		ev.free()
+		return nil, err
+	}
+	return ev, nil
+}
+
+func (ev *evaluator) free() {
+	if ev == nil {
+		return
+	}
+	if ev.full != nil {
+		ev.full.Free()
+	}
+	ev.xs.Free(ev.b)
+	if ev.xd != nil {
+		ev.b.Free(ev.xd)
+	}
+	ev.full, ev.xs, ev.xd = nil, nil, nil
+}
+
+// run evaluates model on the train, validation and test nodes.
+func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
+	t := autograd.NewTape(ev.b)
+	defer t.Release()
+	blocks := make([]*nn.Block, ev.layers)
+	for i := range blocks {
+		blocks[i] = ev.full
+	}
+	var out *autograd.Var
+	var err error
+	if ev.xs != nil {
+		out, err = model.ForwardSparse(t, ev.xs, blocks, false, 0)
+	} else {
+		var x *autograd.Var
+		if x, err = t.Const(ev.xd, int(ev.s.in.NumRows), ev.s.dim); err == nil {
+			out, err = model.Forward(t, x, blocks, false, 0)
+		}
+	}
+	if err != nil {
+		return train.EpochRecord{}, err
+	}
+	ds := ev.s.pd.ds
+	c := ds.NumClasses
+	if out.Rows != int(ds.NumNodes()) || out.Cols != c {
+		return train.EpochRecord{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, ds.NumNodes(), c)
+	}
+	logits := make([]float32, out.Len())
+	if err := ev.b.Download(logits, out.Value); err != nil {
+		return train.EpochRecord{}, err
+	}
+	score := func(nodes []int32) (acc, loss float64) {
+		correct := 0
+		for _, v := range nodes {
+			row := logits[int(v)*c : int(v+1)*c]
+			best, mx := 0, math.Inf(-1)
+			for j, x := range row {
+				if float64(x) > mx {
+					best, mx = j, float64(x)
+				}
+			}
+			var z float64
+			for _, x := range row {
+				z += math.Exp(float64(x) - mx)
+			}
+			label := ds.Labels[v]
+			loss += mx + math.Log(z) - float64(row[label])
+			if int32(best) == label {
+				correct++
+			}
+		}
+		return float64(correct) / float64(len(nodes)), loss / float64(len(nodes))
+	}
+	var rec train.EpochRecord
+	rec.TrainAccuracy, _ = score(ds.Train)
+	rec.ValAccuracy, rec.ValLoss = score(ds.Val)
+	rec.TestAccuracy, _ = score(ds.Test)
+	return rec, nil
+}

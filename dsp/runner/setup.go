@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/partition"
+	"github.com/strata-gnn/strata/partition/book"
+)
+
+// RunError reports a failure with what the run was doing. When a training
+// run fails, Stalled lists the stages that had been working (not waiting)
+// for half the wait timeout or more at the first failure: the likely
+// culprits; States lists what every unfinished stage was doing.
+type RunError struct {
+	Op      string
+	Err     error
+	Stalled []string
+	States  []string
+}
+
+func (e *RunError) Error() string {
+	msg := "dsp: " + e.Op + ": " + e.Err.Error()
+	if len(e.Stalled) > 0 {
+		msg += "; stalled: " + strings.Join(e.Stalled, "; ")
+	}
+	return msg
+}
+func (e *RunError) Unwrap() error { return e.Err }
+
+// checkDataset rejects datasets that cannot be trained on.
+func checkDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error {
+		return &RunError{Op: "dataset", Err: fmt.Errorf(format, args...)}
+	}
+	if ds == nil || ds.Graph == nil {
+		return bad("no graph")
+	}
+	if err := ds.Graph.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	n := ds.NumNodes()
+	switch {
+	case ds.Graph.NumCols != n:
+		return bad("graph is %d x %d, want square", n, ds.Graph.NumCols)
+	case ds.Features == nil || ds.FeatDim <= 0 || int64(len(ds.Features)) != n*int64(ds.FeatDim):
+		return bad("features: %d values for %d nodes x %d", len(ds.Features), n, ds.FeatDim)
+	case ds.Labels == nil || ds.NumClasses <= 0 || int64(len(ds.Labels)) != n:
+		return bad("labels: %d for %d nodes (%d classes)", len(ds.Labels), n, ds.NumClasses)
+	case len(ds.Train) == 0 || len(ds.Val) == 0 || len(ds.Test) == 0:
+		return bad("need train, validation and test nodes (have %d, %d, %d)", len(ds.Train), len(ds.Val), len(ds.Test))
+	}
+	for _, s := range [][]int32{ds.Train, ds.Val, ds.Test} {
+		for _, v := range s {
+			if v < 0 || int64(v) >= n {
+				return bad("split node %d out of range [0, %d)", v, n)
+			}
+			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
+				return bad("node %d has label %d, want [0, %d)", v, l, ds.NumClasses)
+			}
+		}
+	}
+	return nil
+}
+
+// partitioned is the dataset as the devices see it: renumbered so that
+// device p owns the IDs of book range p.
+type partitioned struct {
+	ds      *dataset.Dataset
+	book    *book.Book
+	method  string
+	edgeCut int64 // undirected edges between patches (multilevel), -1 if not computed
+}
+
+// partitionData splits ds into cfg.Devices patches.
+func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*partitioned, error) {
+	k := cfg.Devices
+	n := ds.NumNodes()
+	if k == 1 || cfg.Partition == Range {
+		counts := make([]int64, k)
+		for p := range counts {
+			counts[p] = n / int64(k)
+			if int64(p) < n%int64(k) {
+				counts[p]++
+			}
+		}
+		b, err := book.FromCounts(counts)
+		if err != nil {
+			return nil, &RunError{Op: "partition", Err: err}
+		}
+		m := Range
+		if k == 1 {
+			m = "none"
+		}
+		return &partitioned{ds: ds, book: b, method: m, edgeCut: -1}, nil
+	}
+	s, err := partition.Symmetrize(ds.Graph)
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	// DSP balances edges and training nodes (balance_edges, balance_train).
+	w, err := partition.NodeWeights(s, ds.Train, partition.ConstraintEdges, partition.ConstraintTrain)
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	method := partition.Multilevel
+	if cfg.Partition == METIS {
+		method = partition.METIS
+	}
+	res, err := partition.PartitionSymmetric(ctx, s, partition.Options{K: k, Seed: cfg.Train.Seed, Method: method, Weights: w})
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	ren, err := partition.Renumber(res.Parts, k)
+	if err != nil {
+		return nil, &RunError{Op: "renumber", Err: err}
+	}
+	pds, err := ren.Apply(ds)
+	if err != nil {
+		return nil, &RunError{Op: "renumber", Err: err}
+	}
+	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut}, nil
+}
