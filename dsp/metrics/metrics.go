@@ -212,11 +212,14 @@ func (c *Counters) Snapshot(rank int) RankSnapshot {
 
 // Summary totals the ranks' snapshots: bytes and cache counts add up, stage
 // times are the maximum over ranks (the slowest device sets the pace).
+// Queues of the same name are merged: pushes add up, the mean occupancy
+// is averaged over ranks and the maximum is the largest.
 type Summary struct {
 	Devices int                         `json:"devices"`
 	Bytes   map[string]map[string]int64 `json:"bytes"`
 	Cache   CacheSnapshot               `json:"cache"`
 	Stages  []StageSnapshot             `json:"stages"`
+	Queues  []QueueSnapshot             `json:"queues,omitempty"`
 }
 
 // Summarize totals rank snapshots.
@@ -235,6 +238,15 @@ func Summarize(ranks []RankSnapshot) Summary {
 		s.Cache.LocalHits += r.Cache.LocalHits
 		s.Cache.PeerHits += r.Cache.PeerHits
 		s.Cache.Misses += r.Cache.Misses
+		for i, q := range r.Queues {
+			if i >= len(s.Queues) {
+				s.Queues = append(s.Queues, QueueSnapshot{Name: q.Name, Capacity: q.Capacity})
+			}
+			m := &s.Queues[i]
+			m.Pushes += q.Pushes
+			m.MeanOccupancy += q.MeanOccupancy / float64(len(ranks))
+			m.MaxOccupancy = max(m.MaxOccupancy, q.MaxOccupancy)
+		}
 		for i, st := range r.Stages {
 			if i >= len(s.Stages) {
 				s.Stages = append(s.Stages, StageSnapshot{Name: st.Name})
@@ -252,14 +264,20 @@ func Summarize(ranks []RankSnapshot) Summary {
 	return s
 }
 
-// String is a one-line summary for training logs.
+// String is a one-line summary for training logs: cumulative busy time
+// per stage (slowest device), mean queue occupancy, cache hit rate and the
+// bytes sent between devices and read from host memory.
 func (s Summary) String() string {
 	var b strings.Builder
-	for i, st := range s.Stages {
-		if i > 0 {
-			b.WriteString(" ")
+	b.WriteString("busy")
+	for _, st := range s.Stages {
+		fmt.Fprintf(&b, " %s %.2fs", st.Name, st.BusySeconds)
+	}
+	if len(s.Queues) > 0 {
+		b.WriteString(" | queued")
+		for _, q := range s.Queues {
+			fmt.Fprintf(&b, " %.1f/%d", q.MeanOccupancy, q.Capacity)
 		}
-		fmt.Fprintf(&b, "%s %.2fs", st.Name, st.BusySeconds)
 	}
 	fmt.Fprintf(&b, " | cache hit %.1f%%", 100*s.Cache.HitRate)
 	var peer, host int64

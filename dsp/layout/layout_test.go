@@ -1,0 +1,90 @@
+package layout
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/partition/book"
+)
+
+// in-adjacency of 6 nodes: row lengths 2, 0, 3, 1, 4, 1.
+func testGraph() *graph.CSR {
+	return &graph.CSR{NumRows: 6, NumCols: 6,
+		Indptr:  []int64{0, 2, 2, 5, 6, 10, 11},
+		Indices: []graph.NodeID{1, 2, 0, 3, 4, 5, 0, 1, 2, 3, 4}}
+}
+
+func TestBuildRowsAndEdges(t *testing.T) {
+	g := testGraph()
+	b, _ := book.New([]int64{0, 2, 5, 6})
+	p, err := Build(g, b, 1, Options{DeviceBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Lo != 2 || p.Hi != 5 || p.NumRows() != 3 || p.NumEdges() != 8 || p.EdgeBase != 2 {
+		t.Fatalf("patch [%d, %d), %d rows, %d edges, base %d", p.Lo, p.Hi, p.NumRows(), p.NumEdges(), p.EdgeBase)
+	}
+	if err := p.Graph.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for v := graph.NodeID(0); v < 6; v++ {
+		got := p.Graph.Neighbors(v)
+		if p.Owns(v) {
+			want := g.Neighbors(v)
+			if len(got) != len(want) {
+				t.Fatalf("row %d: %v, want %v", v, got, want)
+			}
+			for i := range got {
+				if got[i] != want[i] || p.Graph.Indices[p.Graph.Indptr[v]+int64(i)] != g.Indices[p.EdgeBase+p.Graph.Indptr[v]+int64(i)] {
+					t.Fatalf("row %d entry %d differs or edge IDs are not offset by EdgeBase", v, i)
+				}
+			}
+		} else if len(got) != 0 {
+			t.Fatalf("row %d not owned but has %v", v, got)
+		}
+	}
+	if p.DeviceRows() != 3 || p.HostBytes() != 0 || p.DeviceBytes() != 3*8+8*4 {
+		t.Fatalf("unlimited budget: %d rows, %d device bytes, %d host bytes", p.DeviceRows(), p.DeviceBytes(), p.HostBytes())
+	}
+}
+
+func TestPlacementByBudget(t *testing.T) {
+	g := testGraph()
+	b, _ := book.New([]int64{0, 6})
+	// Rows by length: 4 (4), 2 (3), 0 (2), 3 (1), 5 (1), 1 (0). Costs 8+4d:
+	// 24, 20, 16, 12, 12, 8. A budget of 50 fits rows 4 and 2 (44).
+	p, err := Build(g, b, 0, Options{DeviceBytes: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, want := range []Place{Host, Host, Device, Host, Device, Host} {
+		if got := p.Place(graph.NodeID(v)); got != want {
+			t.Fatalf("row %d in %v, want %v", v, got, want)
+		}
+	}
+	if p.DeviceBytes() != 44 || p.DeviceBytes()+p.HostBytes() != 6*8+11*4 {
+		t.Fatalf("device %d, host %d bytes", p.DeviceBytes(), p.HostBytes())
+	}
+	p0, _ := Build(g, b, 0, Options{DeviceBytes: 0})
+	if p0.DeviceRows() != 0 {
+		t.Fatalf("budget 0 placed %d rows on the device", p0.DeviceRows())
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	g := testGraph()
+	b, _ := book.New([]int64{0, 3, 6})
+	short, _ := book.New([]int64{0, 5})
+	bad := &graph.CSR{NumRows: 2, NumCols: 2, Indptr: []int64{0, 1, 1}, Indices: []graph.NodeID{7}}
+	for name, f := range map[string]func() error{
+		"rank":     func() error { _, err := Build(g, b, 2, Options{}); return err },
+		"book":     func() error { _, err := Build(g, short, 0, Options{}); return err },
+		"invalid":  func() error { _, err := Build(bad, b, 0, Options{}); return err },
+		"nil book": func() error { _, err := Build(g, nil, 0, Options{}); return err },
+	} {
+		if err := f(); !errors.Is(err, ErrInput) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
