@@ -3,6 +3,7 @@ package csp
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/strata-gnn/strata/comm"
@@ -87,7 +88,7 @@ func (s *base) header(ctx context.Context, hop int, status int64, counts []int, 
 			failed = append(failed, p)
 			continue
 		}
-		if row[1] < 0 || row[1] > 1<<40 {
+		if row[1] < 0 || row[1] > math.MaxInt32 {
 			return nil, nil, s.errf(hop, ErrProtocol, "rank %d announced %d items", p, row[1])
 		}
 		rc[p] = int(row[1])

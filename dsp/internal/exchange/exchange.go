@@ -6,6 +6,7 @@ package exchange
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/metrics"
@@ -74,16 +75,37 @@ func (x *Exchanger) Counts(ctx context.Context, sendCounts []int) ([]int, error)
 	return ToInts(recv)
 }
 
-// ToInts converts received counts, rejecting negative ones.
+// MaxElems bounds what one exchange may receive in all (elements), so a
+// corrupt count fails before anything is allocated.
+const MaxElems = 1 << 32
+
+// ToInts converts received counts, rejecting negative ones and totals
+// above MaxElems.
 func ToInts(v []int64) ([]int, error) {
 	out := make([]int, len(v))
+	var total int64
 	for i, c := range v {
-		if c < 0 || c > 1<<40 {
-			return nil, fmt.Errorf("exchange: peer announced %d elements", c)
+		if c < 0 || c > math.MaxInt32 {
+			return nil, fmt.Errorf("exchange: rank %d announced %d elements", i, c)
+		}
+		if total += c; total > MaxElems {
+			return nil, fmt.Errorf("exchange: peers announced more than %d elements", int64(MaxElems))
 		}
 		out[i] = int(c)
 	}
 	return out, nil
+}
+
+// alloc checks the total of recvCounts before allocating it.
+func alloc[T any](recvCounts []int) ([]T, error) {
+	total := 0
+	for _, c := range recvCounts {
+		if c < 0 || total > MaxElems-c {
+			return nil, fmt.Errorf("exchange: receive counts %v exceed %d elements", recvCounts, int64(MaxElems))
+		}
+		total += c
+	}
+	return make([]T, total), nil
 }
 
 // Sum adds counts.
@@ -98,7 +120,10 @@ func Sum(c []int) int {
 // I32 sends sendCounts[p] int32 elements (packed in rank order) to every
 // rank p and receives recvCounts[p] from each.
 func (x *Exchanger) I32(ctx context.Context, send []int32, sendCounts, recvCounts []int) ([]int32, error) {
-	recv := make([]int32, Sum(recvCounts))
+	recv, err := alloc[int32](recvCounts)
+	if err != nil {
+		return nil, err
+	}
 	x.count(sendCounts, 4)
 	if err := x.C.AllToAllV(ctx, comm.I32(recv), recvCounts, comm.I32(send), sendCounts); err != nil {
 		return nil, err
@@ -108,7 +133,10 @@ func (x *Exchanger) I32(ctx context.Context, send []int32, sendCounts, recvCount
 
 // I64 is I32 for int64 elements.
 func (x *Exchanger) I64(ctx context.Context, send []int64, sendCounts, recvCounts []int) ([]int64, error) {
-	recv := make([]int64, Sum(recvCounts))
+	recv, err := alloc[int64](recvCounts)
+	if err != nil {
+		return nil, err
+	}
 	x.count(sendCounts, 8)
 	if err := x.C.AllToAllV(ctx, comm.I64(recv), recvCounts, comm.I64(send), sendCounts); err != nil {
 		return nil, err
@@ -118,7 +146,10 @@ func (x *Exchanger) I64(ctx context.Context, send []int64, sendCounts, recvCount
 
 // F32 is I32 for float32 elements.
 func (x *Exchanger) F32(ctx context.Context, send []float32, sendCounts, recvCounts []int) ([]float32, error) {
-	recv := make([]float32, Sum(recvCounts))
+	recv, err := alloc[float32](recvCounts)
+	if err != nil {
+		return nil, err
+	}
 	x.count(sendCounts, 4)
 	if err := x.C.AllToAllV(ctx, comm.F32(recv), recvCounts, comm.F32(send), sendCounts); err != nil {
 		return nil, err
