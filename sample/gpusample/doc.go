@@ -7,7 +7,10 @@
 // Sampler implements sample.Sampler: Sample downloads the blocks into a
 // sample.MiniBatch. SampleDevice keeps them on the GPU as a Batch whose
 // blocks are cuda.Sparse matrices and device buffers, usable by the
-// model without re-upload.
+// model without re-upload: Batch.NNBlocks hands them to package nn
+// (nn.NewBlockFromSparse) with no host copy. SampleAsync queues a batch
+// and Pending.Wait collects it, so a training loop can queue the next
+// batch ahead of the current step and keep the GPU busy.
 //
 // # Draws
 //
