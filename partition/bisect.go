@@ -2,6 +2,7 @@ package partition
 
 import (
 	"math"
+	"sync"
 
 	"github.com/strata-gnn/strata/internal/rng"
 )
@@ -79,28 +80,55 @@ func newBisection(g *wgraph, where []int32, frac0, ub float64) *bisection {
 	return b
 }
 
-// compute sets id, ed, the boundary, pw and cut from where.
+// compute sets id, ed, the boundary, pw and cut from where. Gains are
+// computed in parallel (one scan of its own edges per vertex); the rest is
+// a sequential pass in vertex order.
 func (b *bisection) compute() {
 	g := b.g
-	b.bnd = newBset(g.n)
+	where := b.where
+	parallelFor(g.n, 1<<12, func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			s := where[v]
+			var id, ed int32
+			elo, ehi := g.xadj[v], g.xadj[v+1]
+			if g.ew == nil {
+				for _, u := range g.adj[elo:ehi] {
+					if where[u] == s {
+						id++
+					} else {
+						ed++
+					}
+				}
+			} else {
+				ws := g.ew[elo:ehi]
+				for i, u := range g.adj[elo:ehi] {
+					if where[u] == s {
+						id += ws[i]
+					} else {
+						ed += ws[i]
+					}
+				}
+			}
+			b.id[v], b.ed[v] = id, ed
+		}
+	})
+	if b.bnd == nil {
+		b.bnd = newBset(g.n)
+	} else {
+		for _, v := range b.bnd.list {
+			b.bnd.pos[v] = -1
+		}
+		b.bnd.list = b.bnd.list[:0]
+	}
 	clear(b.pw)
 	var cut int64
 	for v := 0; v < g.n; v++ {
-		s := b.where[v]
+		s := int(where[v])
 		for c := 0; c < b.ncon; c++ {
-			b.pw[int(s)*b.ncon+c] += int64(g.vw[v*b.ncon+c])
+			b.pw[s*b.ncon+c] += int64(g.vw[v*b.ncon+c])
 		}
-		var id, ed int32
-		for e := g.xadj[v]; e < g.xadj[v+1]; e++ {
-			if b.where[g.adj[e]] == s {
-				id += g.ewt(e)
-			} else {
-				ed += g.ewt(e)
-			}
-		}
-		b.id[v], b.ed[v] = id, ed
-		cut += int64(ed)
-		if ed > 0 || g.xadj[v] == g.xadj[v+1] {
+		cut += int64(b.ed[v])
+		if b.ed[v] > 0 || g.xadj[v] == g.xadj[v+1] {
 			b.bnd.insert(int32(v))
 		}
 	}
@@ -454,17 +482,23 @@ func growBisection(g *wgraph, frac0, ub float64, ntries int, s *rng.Stream) []in
 }
 
 // mlBisect bisects g into sides of weight fractions frac0 and 1-frac0
-// (within ub), multilevel, keeping the best of ncuts runs.
+// (within ub), multilevel, keeping the best of ncuts runs. The runs are
+// independent (each has its own random stream) and run in parallel; the
+// best is chosen by scanning them in order, so the result does not depend
+// on scheduling.
 func mlBisect(g *wgraph, frac0, ub float64, ncuts int, key uint64) []int32 {
-	var best []int32
-	bestCut := int64(-1)
-	bestBal := math.Inf(1)
 	maxvw := make([]int64, g.ncon)
 	for c := range maxvw {
 		maxvw[c] = max(int64(1.5*float64(g.tvw[c])/bisectCoarsenTo), 1)
 	}
-	for cut := 0; cut < ncuts; cut++ {
-		k := rng.Derive(key, uint64(cut))
+	type run struct {
+		where []int32
+		cut   int64
+		bal   float64
+	}
+	runs := make([]run, ncuts)
+	one := func(i int) {
+		k := rng.Derive(key, uint64(i))
 		levels := coarsen(g, bisectCoarsenTo, maxvw, rng.Derive(k, 1), g.ew == nil, nil)
 		s := rng.NewStream(rng.Derive(k, 2))
 		cg := levels[len(levels)-1].g
@@ -482,17 +516,28 @@ func mlBisect(g *wgraph, frac0, ub float64, ncuts int, key uint64) []int32 {
 				break
 			}
 			where = project(levels[l-1].cmap, b.where)
+			levels[l] = level{}
 		}
-		bal := b.imbalance()
-		if best == nil || (bal <= 0.0005 && b.cut < bestCut) || (bestBal > 0.0005 && bal < bestBal) {
-			best = append(best[:0], b.where...)
-			bestCut, bestBal = b.cut, bal
-		}
-		if bestCut == 0 {
-			break
+		runs[i] = run{b.where, b.cut, b.imbalance()}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, workers())
+	for i := range runs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			one(i)
+		})
+	}
+	wg.Wait()
+	best := 0
+	for i := 1; i < ncuts && runs[best].cut > 0; i++ {
+		r, b := runs[i], runs[best]
+		if (r.bal <= 0.0005 && r.cut < b.cut) || (b.bal > 0.0005 && r.bal < b.bal) {
+			best = i
 		}
 	}
-	return best
+	return runs[best].where
 }
 
 // project maps a coarse partition to the finer level through cmap.
@@ -572,16 +617,21 @@ func recursiveBisect(g *wgraph, tpw []float64, ub float64, ncuts int, out []int3
 		}
 		return
 	}
+	// The two halves are independent: partition them in parallel.
+	var wg sync.WaitGroup
 	for s := int32(0); s < 2; s++ {
 		h, orig := subgraph(g, side, s)
-		sub := make([]int32, h.n)
 		lo, hi, f := 0, k0, first
 		if s == 1 {
 			lo, hi, f = k0, k, first+int32(k0)
 		}
-		recursiveBisect(h, tpw[lo:hi], ub, ncuts, sub, f, rng.Derive(key, uint64(s)+1))
-		for i, v := range orig {
-			out[v] = sub[i]
-		}
+		wg.Go(func() {
+			sub := make([]int32, h.n)
+			recursiveBisect(h, tpw[lo:hi], ub, ncuts, sub, f, rng.Derive(key, uint64(s)+1))
+			for i, v := range orig {
+				out[v] = sub[i]
+			}
+		})
 	}
+	wg.Wait()
 }

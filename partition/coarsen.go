@@ -432,22 +432,38 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 					start := len(bufA)
 					u := rep[ci]
 					v := match[u]
+					self := int32(ci)
 					for _, x := range [2]int32{u, v} {
-						for e := g.xadj[x]; e < g.xadj[x+1]; e++ {
-							cc := cmap[g.adj[e]]
-							if int(cc) == ci {
-								continue
+						elo, ehi := g.xadj[x], g.xadj[x+1]
+						nbrs := g.adj[elo:ehi]
+						if g.ew == nil {
+							for _, y := range nbrs {
+								cc := cmap[y]
+								if cc == self {
+									continue
+								}
+								if p := ht[cc]; p >= 0 {
+									bufW[p]++
+								} else {
+									ht[cc] = int32(len(bufA))
+									bufA = append(bufA, cc)
+									bufW = append(bufW, 1)
+								}
 							}
-							w := int32(1)
-							if g.ew != nil {
-								w = g.ew[e]
-							}
-							if p := ht[cc]; p >= 0 {
-								bufW[p] += w
-							} else {
-								ht[cc] = int32(len(bufA))
-								bufA = append(bufA, cc)
-								bufW = append(bufW, w)
+						} else {
+							ws := g.ew[elo:ehi]
+							for i, y := range nbrs {
+								cc := cmap[y]
+								if cc == self {
+									continue
+								}
+								if p := ht[cc]; p >= 0 {
+									bufW[p] += ws[i]
+								} else {
+									ht[cc] = int32(len(bufA))
+									bufA = append(bufA, cc)
+									bufW = append(bufW, ws[i])
+								}
 							}
 						}
 						if v == u {

@@ -27,14 +27,16 @@ type kway struct {
 	tpw     []float64 // target fraction of every part
 	ub      []float64 // tolerance of every constraint
 
-	g      *wgraph
-	where  []int32
-	id, ed []int32
-	pw     []int64   // k*ncon part weights
-	tgt    []float64 // k*ncon target weights
-	maxpw  []float64 // k*ncon limits of the current pass
-	minpw  []float64
-	cut    int64
+	g       *wgraph
+	where   []int32
+	id, ed  []int32
+	pw      []int64   // k*ncon part weights
+	tgt     []float64 // k*ncon target weights
+	maxpw   []float64 // k*ncon limits of the current pass
+	minpw   []float64
+	cut     int64
+	nnb     []int32   // number of other parts each vertex connects to
+	invSqrt []float64 // 1/sqrt(i)
 
 	conn    []int32 // k, scratch
 	touched []int32
@@ -58,26 +60,39 @@ func newKway(k int, tpw, ub []float64, nmax, ncon int, key uint64) *kway {
 func (r *kway) setLevel(g *wgraph, where []int32) {
 	r.g, r.where = g, where
 	if cap(r.id) >= g.n {
-		r.id, r.ed = r.id[:g.n], r.ed[:g.n]
+		r.id, r.ed, r.nnb = r.id[:g.n], r.ed[:g.n], r.nnb[:g.n]
 	} else {
-		r.id, r.ed = make([]int32, g.n), make([]int32, g.n)
+		r.id, r.ed, r.nnb = make([]int32, g.n), make([]int32, g.n), make([]int32, g.n)
+	}
+	if r.invSqrt == nil {
+		r.invSqrt = make([]float64, r.k+1)
+		for i := 1; i <= r.k; i++ {
+			r.invSqrt[i] = 1 / math.Sqrt(float64(i))
+		}
 	}
 	parallelFor(g.n, 1<<13, func(lo, hi int) {
+		mark := make([]int32, r.k)
 		for v := lo; v < hi; v++ {
 			p := where[v]
-			var id, ed int32
+			var id, ed, nn int32
+			stamp := int32(v - lo + 1)
 			for e := g.xadj[v]; e < g.xadj[v+1]; e++ {
 				w := int32(1)
 				if g.ew != nil {
 					w = g.ew[e]
 				}
-				if where[g.adj[e]] == p {
+				q := where[g.adj[e]]
+				if q == p {
 					id += w
 				} else {
 					ed += w
+					if mark[q] != stamp {
+						mark[q] = stamp
+						nn++
+					}
 				}
 			}
-			r.id[v], r.ed[v] = id, ed
+			r.id[v], r.ed[v], r.nnb[v] = id, ed, nn
 		}
 	})
 	clear(r.pw)
@@ -131,20 +146,13 @@ func (r *kway) imbalance() float64 {
 	return d
 }
 
-// setLimits sets the per-part weight windows: target*u .. target/u where
-// u is ub, or (refinement) the current imbalance if that is larger, so
-// refinement never makes balance worse than it found it.
-func (r *kway) setLimits(mode int) {
+// setLimits sets the per-part weight windows target*ub .. target/ub. They
+// stay fixed whatever the current imbalance: refinement may overfill a
+// part only by its gain-proportional slack, so passes cannot ratchet the
+// imbalance up level after level.
+func (r *kway) setLimits() {
 	for c := 0; c < r.ncon; c++ {
 		u := r.ub[c]
-		if mode == modeRefine {
-			for p := 0; p < r.k; p++ {
-				i := p*r.ncon + c
-				if x := r.ratio(i, r.pw[i]); !math.IsInf(x, 1) {
-					u = max(u, x)
-				}
-			}
-		}
 		for p := 0; p < r.k; p++ {
 			i := p*r.ncon + c
 			r.maxpw[i] = r.tgt[i] * u
@@ -197,18 +205,31 @@ func (r *kway) underweight(p int32) bool {
 // and lists those parts in touched; clearConn undoes it.
 func (r *kway) gatherConn(v int32) {
 	g := r.g
-	from := r.where[v]
-	r.touched = r.touched[:0]
-	for e := g.xadj[v]; e < g.xadj[v+1]; e++ {
-		p := r.where[g.adj[e]]
-		if p == from {
-			continue
+	where, conn := r.where, r.conn
+	from := where[v]
+	touched := r.touched[:0]
+	lo, hi := g.xadj[v], g.xadj[v+1]
+	if g.ew == nil {
+		for _, u := range g.adj[lo:hi] {
+			if p := where[u]; p != from {
+				if conn[p] == 0 {
+					touched = append(touched, p)
+				}
+				conn[p]++
+			}
 		}
-		if r.conn[p] == 0 {
-			r.touched = append(r.touched, p)
+	} else {
+		ew := g.ew[lo:hi]
+		for i, u := range g.adj[lo:hi] {
+			if p := where[u]; p != from {
+				if conn[p] == 0 {
+					touched = append(touched, p)
+				}
+				conn[p] += ew[i]
+			}
 		}
-		r.conn[p] += g.ewt(e)
 	}
+	r.touched = touched
 }
 
 func (r *kway) clearConn() {
@@ -301,7 +322,16 @@ func (r *kway) qualifies(v int32, mode int) bool {
 	return r.ed[v] > 0
 }
 
-func (r *kway) key(v int32) int64 { return int64(r.ed[v]) - int64(r.id[v]) }
+// key is the queue priority of v: its external weight discounted by the
+// square root of the number of parts it connects to (a vertex whose
+// outside edges all go to one part is the better move), minus its
+// internal weight; fixed point with 10 fractional bits. nnb may be stale
+// for vertices whose neighbors moved since it was computed: it only
+// orders the queue.
+func (r *kway) key(v int32) int64 {
+	nn := min(max(r.nnb[v], 1), int32(r.k))
+	return int64((float64(r.ed[v])*r.invSqrt[nn] - float64(r.id[v])) * 1024)
+}
 
 // move moves v to part to, whose connection weight is connTo, updating
 // gains, weights, the cut and the queue entries of v's neighbors.
@@ -314,6 +344,16 @@ func (r *kway) move(v, to int32, connTo int32, mode int) {
 		r.pw[int(from)*r.ncon+c] -= w
 		r.pw[int(to)*r.ncon+c] += w
 	}
+	// v now connects to the parts it touched except to, plus from if it
+	// had edges there.
+	nn := int32(len(r.touched))
+	if connTo > 0 {
+		nn--
+	}
+	if r.id[v] > 0 {
+		nn++
+	}
+	r.nnb[v] = nn
 	r.where[v] = to
 	r.ed[v] += r.id[v] - connTo
 	r.id[v] = connTo
@@ -352,7 +392,7 @@ func (r *kway) move(v, to int32, connTo int32, mode int) {
 // moves.
 func (r *kway) pass(mode int, ffactor float64) int {
 	g := r.g
-	r.setLimits(mode)
+	r.setLimits()
 	r.cand = r.cand[:0]
 	for v := int32(0); int(v) < g.n; v++ {
 		if r.qualifies(v, mode) {
@@ -378,15 +418,12 @@ func (r *kway) pass(mode int, ffactor float64) int {
 		r.status[v] = statExtracted
 		r.gatherConn(v)
 		to := r.choose(v, mode, ffactor, iter%2 == 1)
-		var connTo int32
-		if to >= 0 {
-			connTo = r.conn[to]
-		}
-		r.clearConn()
 		if to < 0 {
+			r.clearConn()
 			continue
 		}
-		r.move(v, to, connTo, mode)
+		r.move(v, to, r.conn[to], mode)
+		r.clearConn()
 		nmoved++
 	}
 	for _, u := range r.upd {
@@ -428,7 +465,7 @@ func (r *kway) balance(niter int) {
 // the best gain go first.
 func (r *kway) forceBalance() int {
 	g := r.g
-	r.setLimits(modeBalance)
+	r.setLimits()
 	r.cand = r.cand[:0]
 	for v := int32(0); int(v) < g.n; v++ {
 		if r.overweight(r.where[v]) {
@@ -476,15 +513,12 @@ func (r *kway) forceBalance() int {
 				}
 			}
 		}
-		var connTo int32
-		if best >= 0 {
-			connTo = r.conn[best]
-		}
-		r.clearConn()
 		if best < 0 {
+			r.clearConn()
 			continue
 		}
-		r.move(v, best, connTo, modeBalance)
+		r.move(v, best, r.conn[best], modeBalance)
+		r.clearConn()
 		moved++
 	}
 	return moved

@@ -159,7 +159,11 @@ func TestMultiConstraint(t *testing.T) {
 
 func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	// Large enough that contraction and gain computation run in parallel.
-	s := plantedGraph(40000, 16, 10, 0.8, 5)
+	n := int32(40000)
+	if testing.Short() {
+		n = 15000
+	}
+	s := plantedGraph(n, 16, 10, 0.8, 5)
 	var ref []int32
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, procs := range []int{1, 2, 5} {

@@ -49,14 +49,16 @@ func open() (*library, error) {
 			continue
 		}
 		kway, err1 := purego.Dlsym(h, "METIS_PartGraphKway")
-		defs, err2 := purego.Dlsym(h, "METIS_SetDefaultOptions")
-		if err1 != nil || err2 != nil {
+		rec, err2 := purego.Dlsym(h, "METIS_PartGraphRecursive")
+		defs, err3 := purego.Dlsym(h, "METIS_SetDefaultOptions")
+		if err1 != nil || err2 != nil || err3 != nil {
 			purego.Dlclose(h)
-			tried = append(tried, p+" (missing METIS_PartGraphKway or METIS_SetDefaultOptions)")
+			tried = append(tried, p+" (missing METIS_PartGraphKway, METIS_PartGraphRecursive or METIS_SetDefaultOptions)")
 			continue
 		}
 		l := &library{path: p}
 		purego.RegisterFunc(&l.partKway, kway)
+		purego.RegisterFunc(&l.partRecursive, rec)
 		purego.RegisterFunc(&l.setDefaults, defs)
 		return l, nil
 	}

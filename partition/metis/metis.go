@@ -45,6 +45,8 @@ type library struct {
 	setDefaults func(options *int32) int32
 	partKway    func(nvtxs, ncon, xadj, adjncy, vwgt, vsize, adjwgt, nparts *int32,
 		tpwgts, ubvec *float32, options, objval, part *int32) int32
+	partRecursive func(nvtxs, ncon, xadj, adjncy, vwgt, vsize, adjwgt, nparts *int32,
+		tpwgts, ubvec *float32, options, objval, part *int32) int32
 }
 
 var (
@@ -200,6 +202,16 @@ func Check(g *Graph, opts Options) error {
 // (Check) and returns an error wrapping ErrUnavailable when libmetis cannot
 // be loaded. Calls are serialized.
 func PartGraphKway(g *Graph, opts Options) (*Result, error) {
+	return part(g, opts, false)
+}
+
+// PartGraphRecursive is PartGraphKway with METIS's multilevel recursive
+// bisection (METIS_PartGraphRecursive).
+func PartGraphRecursive(g *Graph, opts Options) (*Result, error) {
+	return part(g, opts, true)
+}
+
+func part(g *Graph, opts Options, recursive bool) (*Result, error) {
 	if err := Check(g, opts); err != nil {
 		return nil, err
 	}
@@ -237,7 +249,11 @@ func PartGraphKway(g *Graph, opts Options) (*Result, error) {
 	if len(adjncy) == 0 {
 		adjncy = []int32{0} // METIS reads no entry, but wants a valid pointer
 	}
-	rc := lib.partKway(&nvtxs, &ncon32, &g.Xadj[0], &adjncy[0], ptrOr(g.VWgt), nil, ptrOr(g.AdjWgt), &nparts,
+	fn := lib.partKway
+	if recursive {
+		fn = lib.partRecursive
+	}
+	rc := fn(&nvtxs, &ncon32, &g.Xadj[0], &adjncy[0], ptrOr(g.VWgt), nil, ptrOr(g.AdjWgt), &nparts,
 		nil, &ub[0], &options[0], &objval, &parts[0])
 	runtime.KeepAlive(g)
 	runtime.KeepAlive(adjncy)
@@ -245,11 +261,11 @@ func PartGraphKway(g *Graph, opts Options) (*Result, error) {
 	switch rc {
 	case rcOK:
 	case rcErrorInput:
-		return nil, fmt.Errorf("%w: METIS_PartGraphKway rejected the input (METIS_ERROR_INPUT)", ErrInput)
+		return nil, fmt.Errorf("%w: METIS rejected the input (METIS_ERROR_INPUT)", ErrInput)
 	case rcErrorMemory:
-		return nil, errors.New("metis: METIS_PartGraphKway ran out of memory (METIS_ERROR_MEMORY)")
+		return nil, errors.New("metis: METIS ran out of memory (METIS_ERROR_MEMORY)")
 	default:
-		return nil, fmt.Errorf("metis: METIS_PartGraphKway failed with code %d", rc)
+		return nil, fmt.Errorf("metis: METIS failed with code %d", rc)
 	}
 	parts = parts[:n]
 	for v, p := range parts {
