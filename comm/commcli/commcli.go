@@ -1,0 +1,122 @@
+// Package commcli holds the kong command structs for 'strata launch' and
+// 'strata bench comm', so the CLI wires them with two fields:
+//
+//	Launch commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set."`
+//	Bench  struct {
+//		Comm commcli.BenchCommCmd `cmd:"" help:"Bus bandwidth of the communication back ends against message size."`
+//	} `cmd:"" help:"Benchmarks."`
+//
+// BenchCommCmd re-executes the same command line for its ranks (with an
+// environment variable set) and recognizes that case itself, so nothing
+// else is needed in main.
+package commcli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/comm/commbench"
+	"github.com/strata-gnn/strata/comm/launch"
+)
+
+// LaunchCmd is 'strata launch -n N [flags] -- <cmd> [args...]'.
+type LaunchCmd struct {
+	N          int           `short:"n" required:"" help:"Number of processes (ranks)."`
+	MasterAddr string        `default:"127.0.0.1" help:"Address of rank 0's rendezvous store (MASTER_ADDR)."`
+	MasterPort int           `help:"Port of the store (MASTER_PORT); 0 picks a free one."`
+	Grace      time.Duration `default:"5s" help:"After a rank fails, how long the others get between SIGTERM and SIGKILL."`
+	NoPrefix   bool          `help:"Do not prefix output lines with [rank r]."`
+	Command    []string      `arg:"" passthrough:"" help:"The command every rank runs (after --)."`
+
+	Stdout, Stderr io.Writer `kong:"-"` // os.Stdout, os.Stderr if nil
+}
+
+// Run starts the processes and waits; a failing rank stops the others and
+// is reported (non-zero exit).
+func (c *LaunchCmd) Run() error {
+	cmd := c.Command
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	if len(cmd) == 0 {
+		return fmt.Errorf("launch: give the command after --, e.g. strata launch -n 2 -- strata train ...")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err := launch.Run(ctx, launch.Config{N: c.N, Command: cmd, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort,
+		Grace: c.Grace, Prefix: !c.NoPrefix, Stdout: c.Stdout, Stderr: c.Stderr})
+	return err
+}
+
+// BenchCommCmd is 'strata bench comm'.
+type BenchCommCmd struct {
+	Comm     []string      `default:"inproc,shm,shm:plain,tcp" help:"Back ends to measure (inproc, shm, tcp, auto; ':plain' uses Go-heap buffers instead of Comm.Alloc)."`
+	Procs    int           `short:"n" default:"2" help:"Ranks (goroutines for inproc, processes otherwise)."`
+	Op       string        `default:"all_reduce" enum:"all_reduce,broadcast,all_gather,all_to_all,reduce_scatter" help:"Collective to time."`
+	MinBytes int64         `default:"4096" help:"Smallest message in bytes."`
+	MaxBytes int64         `default:"268435456" help:"Largest message in bytes."`
+	Factor   int64         `default:"4" help:"Size step factor."`
+	Repeats  int           `default:"3" help:"Timed runs per size (the median is reported)."`
+	Timeout  time.Duration `default:"1m" help:"Deadline of each collective."`
+	JSON     string        `default:"comm-bench.json" help:"Write the report as JSON to this file ('' for none)."`
+
+	Stdout, Stderr io.Writer `kong:"-"`
+}
+
+// Run measures and prints the table (bus bandwidth against size per back
+// end), writing the JSON report too. In a rank started by the benchmark
+// it runs that rank instead.
+func (c *BenchCommCmd) Run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if commbench.IsChild() {
+		return commbench.ChildMain(ctx)
+	}
+	out, errw := c.Stdout, c.Stderr
+	if out == nil {
+		out = os.Stdout
+	}
+	if errw == nil {
+		errw = os.Stderr
+	}
+	var backends []string
+	for _, b := range c.Comm {
+		for _, s := range strings.Split(b, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				backends = append(backends, s)
+			}
+		}
+	}
+	rep, err := commbench.Run(ctx, commbench.Config{Backends: backends, Procs: c.Procs, Op: c.Op, MinBytes: c.MinBytes,
+		MaxBytes: c.MaxBytes, Factor: c.Factor, Repeats: c.Repeats, Timeout: c.Timeout, Log: errw})
+	if err != nil {
+		return err
+	}
+	rep.WriteTable(out)
+	if c.JSON != "" {
+		f, err := os.Create(c.JSON)
+		if err != nil {
+			return err
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", c.JSON)
+	}
+	for _, s := range rep.Series {
+		if s.Error != "" {
+			return fmt.Errorf("bench comm: %s failed", s.Backend)
+		}
+	}
+	return nil
+}
