@@ -35,7 +35,8 @@ const (
 // Config describes a multi-device run.
 type Config struct {
 	// Train is the model, optimizer and schedule, as for the single-device
-	// trainer. Mode must be "sampled" and Eval "full".
+	// trainer. Mode must be "sampled". Device 0 evaluates after every epoch,
+	// over the whole graph (Eval "full") or on sampled batches.
 	Train train.Config `json:"train"`
 	// Devices is the number of devices (ranks).
 	Devices int `json:"devices"`
@@ -102,9 +103,6 @@ func (c *Config) normalize() error {
 	}
 	if c.Train.Mode != train.Sampled {
 		return bad("mode", "multi-device training is sampled mini-batch training, not %q", c.Train.Mode)
-	}
-	if c.Train.Eval != train.Full {
-		return bad("eval", "only full-graph evaluation is supported (got %q)", c.Train.Eval)
 	}
 	if c.Devices < 1 || c.Devices > maxDevices {
 		return bad("devices", "%d not in [1, %d]", c.Devices, maxDevices)

@@ -27,9 +27,9 @@
 // uses the sampling key and dropout seed of global batch i*K+r, so on one
 // device a run is the single-device trainer's run, loss for loss.
 //
-// After every epoch device 0 evaluates the model on the whole graph
-// (full-neighbor inference, as the single-device trainer's "full"
-// evaluation) and the run logs the losses, accuracies and the pipeline
-// metrics. The Report extends train.Report with the DSP settings and the
+// After every epoch device 0 evaluates the model as the single-device
+// trainer does (Eval "full": the whole graph with all neighbors; "sampled":
+// mini-batches of the evaluation nodes drawn on the host) and the run logs
+// the losses, accuracies and the pipeline metrics. The Report extends train.Report with the DSP settings and the
 // metrics (stage times, queue occupancy, bytes per link, cache hit rate).
 package runner

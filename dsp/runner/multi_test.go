@@ -248,12 +248,37 @@ func TestConfigErrors(t *testing.T) {
 		"queue":       func(c *Config) { c.QueueCapacity = -1 },
 		"rebalance":   func(c *Config) { c.Rebalance = "drop" },
 		"layer w/o r": func(c *Config) { c.Scheme = LayerWise; c.Weighted = true },
-		"eval":        func(c *Config) { c.Train.Eval = train.Sampled; c.Train.EvalFanouts = []int{5, 5} },
+		"eval fanout": func(c *Config) { c.Train.Eval = train.Sampled; c.Train.EvalFanouts = []int{5} },
 	} {
 		cfg := small(2, 1)
 		f(&cfg)
 		if _, err := Run(context.Background(), cora(t), cfg, Options{}); err == nil {
 			t.Fatalf("%s: accepted", name)
 		}
+	}
+}
+
+// TestDenseFeaturesSeveralDevices: dense features (a generated graph) on 3
+// devices with a partial cache, sampled evaluation, and a model that
+// learns.
+func TestDenseFeaturesSeveralDevices(t *testing.T) {
+	cfg := small(3, 3)
+	cfg.Train.Hidden = 16
+	cfg.Train.Eval, cfg.Train.EvalFanouts = train.Sampled, []int{10, 10}
+	cfg.CacheBytes = 200 * 16 * 4
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, tiny(t), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.DSP.SparseFeatures || rep.DSP.RowNormalized {
+		t.Fatalf("tiny's Gaussian features treated as sparse (%v) or row-normalized (%v)", rep.DSP.SparseFeatures, rep.DSP.RowNormalized)
+	}
+	if rep.TestAccuracy < 0.5 { // 5 classes: chance is 0.2
+		t.Fatalf("test accuracy %.4f", rep.TestAccuracy)
+	}
+	if h := rep.Metrics.Summary.Cache.HitRate; h <= 0 || h >= 1 {
+		t.Fatalf("hit rate %v", h)
 	}
 }

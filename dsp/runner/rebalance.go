@@ -14,6 +14,7 @@ const (
 	tagInit uint64 = iota + 1
 	tagShuffle
 	tagDropout
+	tagEval
 )
 
 // tagPresample keys the pre-sampling pass that ranks nodes by use.

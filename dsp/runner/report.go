@@ -6,12 +6,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -216,8 +219,11 @@ func meanOf(v []float64) float64 {
 	return s / float64(len(v))
 }
 
-// evaluator runs full-graph inference on one device (device 0), as the
-// single-device trainer's "full" evaluation.
+// evaluator runs inference on one device (device 0) as the single-device
+// trainer does: over the whole graph with all neighbors ("full"), or on
+// sampled mini-batches of the train, validation and test nodes with
+// EvalFanouts ("sampled", for graphs too large for one pass; the batches
+// are drawn on the host from the whole graph).
 type evaluator struct {
 	b      backend.Backend
 	s      *shared
@@ -225,11 +231,31 @@ type evaluator struct {
 	xs     *autograd.SparseInput
 	xd     backend.Buffer
 	layers int
+
+	sampler *sample.NeighborSampler // sampled evaluation
+	nodes   []int32                 // sorted union of the splits
 }
 
 func newEvaluator(b backend.Backend, s *shared) (*evaluator, error) {
 	ev := &evaluator{b: b, s: s, layers: s.cfg.Train.Layers}
 	var err error
+	if s.cfg.Train.Eval == train.Sampled {
+		if ev.sampler, err = sample.NewNeighborSampler(s.in, sample.Config{Fanouts: s.cfg.Train.EvalFanouts}); err != nil {
+			return nil, err
+		}
+		ds := s.pd.ds
+		seen := make([]bool, ds.NumNodes())
+		for _, split := range [][]int32{ds.Train, ds.Val, ds.Test} {
+			for _, v := range split {
+				if !seen[v] {
+					seen[v] = true
+					ev.nodes = append(ev.nodes, v)
+				}
+			}
+		}
+		slices.Sort(ev.nodes)
+		return ev, nil
+	}
 	if ev.full, err = nn.UploadGraph(b, s.in); err != nil {
 		return nil, err
 	}
@@ -268,6 +294,9 @@ func (ev *evaluator) free() {
 
 // run evaluates model on the train, validation and test nodes.
 func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
+	if ev.sampler != nil {
+		return ev.runSampled(model)
+	}
 	t := autograd.NewTape(ev.b)
 	defer t.Release()
 	blocks := make([]*nn.Block, ev.layers)
@@ -296,10 +325,60 @@ func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
 	if err := ev.b.Download(logits, out.Value); err != nil {
 		return train.EpochRecord{}, err
 	}
+	return ev.score(func(v int32) []float32 { return logits[int(v)*c : int(v+1)*c] }), nil
+}
+
+// runSampled evaluates batches of EvalBatchSize nodes; the sampling key
+// does not depend on the epoch, so every epoch sees the same
+// neighborhoods.
+func (ev *evaluator) runSampled(model nn.Model) (train.EpochRecord, error) {
+	cfg := &ev.s.cfg.Train
+	c := ev.s.pd.ds.NumClasses
+	out := make(map[int32][]float32, len(ev.nodes))
+	key := rng.Derive(cfg.Seed, tagEval)
+	bs := cfg.EvalBatchSize
+	for b := 0; b*bs < len(ev.nodes); b++ {
+		seeds := ev.nodes[b*bs : min((b+1)*bs, len(ev.nodes))]
+		mb, err := ev.sampler.Sample(seeds, sample.Key{Seed: key, Batch: b})
+		if err != nil {
+			return train.EpochRecord{}, err
+		}
+		inputs := mb.InputNodes()
+		dim := ev.s.dim
+		feats := make([]float32, len(inputs)*dim)
+		for i, v := range inputs {
+			copy(feats[i*dim:(i+1)*dim], ev.s.x[int(v)*dim:(int(v)+1)*dim])
+		}
+		t := autograd.NewTape(ev.b)
+		logits, cleanup, err := forward(ev.b, t, model, mb, feats, ev.s.sparse, dim, false, 0)
+		if err == nil && (logits.Rows != len(seeds) || logits.Cols != c) {
+			err = fmt.Errorf("model produced %dx%d logits for %d seeds", logits.Rows, logits.Cols, len(seeds))
+		}
+		var host []float32
+		if err == nil {
+			host = make([]float32, logits.Len())
+			err = ev.b.Download(host, logits.Value)
+		}
+		t.Release()
+		cleanup()
+		if err != nil {
+			return train.EpochRecord{}, err
+		}
+		for i, v := range seeds {
+			out[v] = host[i*c : (i+1)*c]
+		}
+	}
+	return ev.score(func(v int32) []float32 { return out[v] }), nil
+}
+
+// score computes the accuracies and the validation loss from each node's
+// logits. Ties in the argmax go to the lower class.
+func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
+	ds := ev.s.pd.ds
 	score := func(nodes []int32) (acc, loss float64) {
 		correct := 0
 		for _, v := range nodes {
-			row := logits[int(v)*c : int(v+1)*c]
+			row := logitsOf(v)
 			best, mx := 0, math.Inf(-1)
 			for j, x := range row {
 				if float64(x) > mx {
@@ -322,5 +401,5 @@ func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
 	rec.TrainAccuracy, _ = score(ds.Train)
 	rec.ValAccuracy, rec.ValLoss = score(ds.Val)
 	rec.TestAccuracy, _ = score(ds.Test)
-	return rec, nil
+	return rec
 }

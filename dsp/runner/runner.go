@@ -489,44 +489,11 @@ func (d *device) step(ctx context.Context, c comm.Comm, it *item) (float64, erro
 	b, s := d.b, d.s
 	t := autograd.NewTape(b)
 	defer t.Release()
-	var blocks []*nn.Block
-	defer func() {
-		for _, blk := range blocks {
-			blk.Free()
-		}
-	}()
-	for i := range it.mb.Blocks {
-		blk, err := nn.UploadBlock(b, &it.mb.Blocks[i])
-		if err != nil {
-			return 0, err
-		}
-		blocks = append(blocks, blk)
-	}
-	rows := len(it.mb.InputNodes())
 	seed := rng.Derive(s.cfg.Train.Seed, tagDropout, uint64(it.epoch), uint64(it.global))
-	var logits *autograd.Var
-	if s.sparse {
-		xs, err := autograd.SparseFromDense(b, rows, s.dim, it.feats)
-		if err != nil {
-			return 0, err
-		}
-		defer xs.Free(b)
-		if logits, err = d.model.ForwardSparse(t, xs, blocks, true, seed); err != nil {
-			return 0, err
-		}
-	} else {
-		xb, err := upload(b, it.feats)
-		if err != nil {
-			return 0, err
-		}
-		defer b.Free(xb)
-		x, err := t.Const(xb, rows, s.dim)
-		if err != nil {
-			return 0, err
-		}
-		if logits, err = d.model.Forward(t, x, blocks, true, seed); err != nil {
-			return 0, err
-		}
+	logits, cleanup, err := forward(b, t, d.model, it.mb, it.feats, s.sparse, s.dim, true, seed)
+	defer cleanup()
+	if err != nil {
+		return 0, err
 	}
 	idx := make([]int32, len(it.seeds))
 	labels := make([]int32, len(it.seeds))
@@ -657,4 +624,48 @@ func upload[T int32 | float32](b backend.Backend, v []T) (backend.Buffer, error)
 		return nil, err
 	}
 	return buf, nil
+}
+
+// forward uploads a batch's blocks and input features (dense rows,
+// turned into a sparse matrix when the features are sparse, exactly as
+// the single-device trainer gathers them) and runs the model. cleanup
+// frees the uploads; call it after the tape is released.
+func forward(b backend.Backend, t *autograd.Tape, model nn.Model, mb *sample.MiniBatch, feats []float32, sparse bool, dim int, training bool, seed uint64) (*autograd.Var, func(), error) {
+	var blocks []*nn.Block
+	var xs *autograd.SparseInput
+	var xb backend.Buffer
+	cleanup := func() {
+		for _, blk := range blocks {
+			blk.Free()
+		}
+		xs.Free(b)
+		if xb != nil {
+			b.Free(xb)
+		}
+	}
+	for i := range mb.Blocks {
+		blk, err := nn.UploadBlock(b, &mb.Blocks[i])
+		if err != nil {
+			return nil, cleanup, err
+		}
+		blocks = append(blocks, blk)
+	}
+	rows := len(mb.InputNodes())
+	var err error
+	if sparse {
+		if xs, err = autograd.SparseFromDense(b, rows, dim, feats); err != nil {
+			return nil, cleanup, err
+		}
+		out, err := model.ForwardSparse(t, xs, blocks, training, seed)
+		return out, cleanup, err
+	}
+	if xb, err = upload(b, feats); err != nil {
+		return nil, cleanup, err
+	}
+	x, err := t.Const(xb, rows, dim)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	out, err := model.Forward(t, x, blocks, training, seed)
+	return out, cleanup, err
 }

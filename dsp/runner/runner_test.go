@@ -7,6 +7,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
+	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
@@ -32,12 +33,39 @@ func cora(t testing.TB) *dataset.Dataset {
 // every batch loss and every accuracy equals the single-device trainer's,
 // bit for bit.
 func TestOneDeviceEqualsTrainer(t *testing.T) {
-	ds := cora(t)
 	tc := train.Defaults(train.SAGE)
 	tc.Epochs = 4
 	if testing.Short() {
 		tc.Epochs = 1
 	}
+	oneDeviceEqualsTrainer(t, cora(t), tc)
+}
+
+// TestOneDeviceEqualsTrainerDense: the same with dense (signed, not
+// row-normalized) features of a generated graph and sampled evaluation.
+func TestOneDeviceEqualsTrainerDense(t *testing.T) {
+	tc := train.Defaults(train.SAGE)
+	tc.Epochs = 2
+	tc.Hidden = 8
+	tc.Eval, tc.EvalFanouts, tc.EvalBatchSize = train.Sampled, []int{5, 5}, 500
+	oneDeviceEqualsTrainer(t, tiny(t), tc)
+}
+
+func tiny(t testing.TB) *dataset.Dataset {
+	t.Helper()
+	cfg, err := gen.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := gen.Generate(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func oneDeviceEqualsTrainer(t *testing.T, ds *dataset.Dataset, tc train.Config) {
+	t.Helper()
 	b, err := cpu.New(cpu.Options{})
 	if err != nil {
 		t.Fatal(err)
