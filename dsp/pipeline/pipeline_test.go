@@ -87,30 +87,39 @@ func TestGroupFirstError(t *testing.T) {
 	}
 }
 
-// TestCoordinatorOrdersStages: three stages per device issue all-reduces of
+// TestCommOrdersStages: three stages per device issue all-reduces of
 // different lengths concurrently on ONE communicator per device, with
-// random delays. Without coordination the devices would pair different
+// random delays, through Comm wrappers sharing the device's
+// comm.Coordinator. Without coordination the devices would pair different
 // stages' collectives; with it every all-reduce gets its own stage's sum.
-func TestCoordinatorOrdersStages(t *testing.T) {
+func TestCommOrdersStages(t *testing.T) {
 	const k, stages, rounds = 3, 3, 25
-	cs, err := inproc.New(k, comm.Options{Timeout: 10 * time.Second})
+	o := comm.Options{Timeout: 10 * time.Second}
+	cs, err := inproc.New(k, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	ctrl, err := inproc.New(k, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coords := make([]*comm.Coordinator, k)
+	for r := range coords {
+		coords[r] = comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: 10 * time.Second})
 	}
 	defer func() {
-		for _, c := range cs {
-			c.Close()
+		for r := range k {
+			coords[r].Close()
+			cs[r].Close()
 		}
 	}()
-	coord, err := NewCoordinator(k, []string{"sampler", "loader", "trainer"}, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	hook := RandomDelays(7, 2*time.Millisecond, 0.5)
+	var tracked sync.Map
 	g, ctx := NewGroup(context.Background())
 	for r := range k {
 		for s := range stages {
-			c := &Comm{Comm: cs[r], Coord: coord, Stage: s, Name: fmt.Sprint(s), Hook: hook}
+			c := &Comm{Comm: cs[r], Launch: coords[r], Stage: s, Name: fmt.Sprint(s), Hook: hook,
+				Track: func(b string) { tracked.Store(b, true) }}
 			g.Go(fmt.Sprintf("rank %d stage %d", r, s), func() error {
 				for i := range rounds {
 					buf := make([]float32, s+1)
@@ -135,24 +144,13 @@ func TestCoordinatorOrdersStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for r := range k {
-		if n := coord.Launched(r); n != stages*rounds {
+		if n := len(coords[r].Launched()); n != stages*rounds {
 			t.Fatalf("rank %d launched %d collectives, want %d", r, n, stages*rounds)
 		}
 	}
-}
-
-func TestCoordinatorTimeoutAndAbort(t *testing.T) {
-	coord, _ := NewCoordinator(2, []string{"sampler", "loader"}, 50*time.Millisecond)
-	// Rank 1's loader waits for a leader registration that never comes.
-	err := coord.Acquire(context.Background(), 1, 1)
-	var ce *CoordError
-	if !errors.As(err, &ce) || ce.Rank != 1 || ce.Stage != "loader" {
-		t.Fatalf("Acquire without the leader: %v", err)
-	}
-	done := make(chan error)
-	go func() { done <- coord.Acquire(context.Background(), 1, 0) }()
-	coord.Abort(errors.New("stop"))
-	if err := <-done; !errors.Is(err, ErrCoordinatorAborted) {
-		t.Fatalf("Acquire after Abort: %v", err)
+	for _, want := range []string{"waiting for its turn to launch all_reduce", "in all_reduce", ""} {
+		if _, ok := tracked.Load(want); !ok {
+			t.Fatalf("Track never got %q", want)
+		}
 	}
 }

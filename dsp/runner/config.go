@@ -63,15 +63,16 @@ type Config struct {
 	// Rebalance is Pad (default) or Trim.
 	Rebalance string `json:"rebalance"`
 	// NoCoordinator lets the stages issue collectives without the
-	// launch-order coordinator (safe with separate in-process
-	// communicators; GPUs need it).
+	// launch-order coordinator (comm.Coordinator). That is safe with
+	// separate in-process communicators; GPUs need the coordinator.
 	NoCoordinator bool `json:"no_coordinator"`
 	// BucketBytes is the size of the gradient buckets all-reduced at once
 	// (default 10 MiB, as MegEngine's ParamPack).
 	BucketBytes int `json:"bucket_bytes"`
 	// WaitTimeout bounds every wait of a stage: for a queue, for its turn
-	// to launch a collective (default 2 minutes). CommTimeout bounds each
-	// collective (default 5 minutes).
+	// to launch a collective (default 10 minutes: it must exceed the
+	// longest legitimate wait, device 0's evaluation after an epoch).
+	// CommTimeout bounds each collective (default 5 minutes).
 	WaitTimeout time.Duration `json:"wait_timeout"`
 	CommTimeout time.Duration `json:"comm_timeout"`
 }
@@ -164,7 +165,7 @@ func (c *Config) normalize() error {
 		return bad("bucket_bytes", "%d < 4", c.BucketBytes)
 	}
 	if c.WaitTimeout == 0 {
-		c.WaitTimeout = 2 * time.Minute
+		c.WaitTimeout = 10 * time.Minute
 	}
 	if c.CommTimeout == 0 {
 		c.CommTimeout = 5 * time.Minute

@@ -65,17 +65,18 @@ type shared struct {
 	x      []float32 // (row-normalized) features, the host tier
 	dim    int
 	sparse bool
-	hot    []graph.NodeID // hotness order (nil for presample)
-	coord  *pipeline.Coordinator
+	hot    []graph.NodeID      // hotness order (nil for presample)
+	coords []*comm.Coordinator // per device; nil without coordination
 	comms  [3][]comm.Comm
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
 	trk    []tracker
 	queues [][]func() metrics.QueueSnapshot
 
-	mu      sync.Mutex
-	history []train.EpochRecord
-	info    Info
+	closeOnce sync.Once
+	mu        sync.Mutex
+	history   []train.EpochRecord
+	info      Info
 }
 
 // Run trains cfg on ds with cfg.Devices devices and returns the report.
@@ -123,9 +124,15 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, &RunError{Op: "hotness", Err: err}
 	}
 	if !cfg.NoCoordinator {
-		if s.coord, err = pipeline.NewCoordinator(k, stageNames, cfg.WaitTimeout); err != nil {
-			return nil, err
+		ctrl, err := inproc.New(k, comm.Options{Timeout: cfg.CommTimeout})
+		if err != nil {
+			return nil, &RunError{Op: "communicators", Err: err}
 		}
+		s.coords = make([]*comm.Coordinator, k)
+		for r := range k {
+			s.coords[r] = comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: cfg.WaitTimeout})
+		}
+		defer s.closeCoordinators()
 	}
 	for i := range s.comms {
 		if s.comms[i], err = inproc.New(k, comm.Options{Timeout: cfg.CommTimeout}); err != nil {
@@ -146,10 +153,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 
 	g, gctx := pipeline.NewGroup(ctx)
 	s.group = g
-	if s.coord != nil {
-		stop := context.AfterFunc(gctx, func() { s.coord.Abort(context.Cause(gctx)) })
-		defer stop()
-	}
+	// A failure releases stages waiting for their turn.
+	stop := context.AfterFunc(gctx, s.closeCoordinators)
+	defer stop()
 	// At the first failure, note what every stage was doing.
 	var stalled, states []string
 	g.OnFail = func(error) { stalled, states = s.diagnose(cfg.WaitTimeout / 2) }
@@ -171,6 +177,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	rep := s.report(ds, devs[0].b.Name())
 	rep.TotalSeconds = time.Since(start).Seconds()
 	return rep, nil
+}
+
+func (s *shared) closeCoordinators() {
+	s.closeOnce.Do(func() {
+		for _, c := range s.coords {
+			c.Close()
+		}
+	})
 }
 
 func nonNegative(x []float32) bool {
@@ -213,8 +227,12 @@ type item struct {
 }
 
 func (d *device) comm(stage int) comm.Comm {
-	return &pipeline.Comm{Comm: d.s.comms[stage][d.rank], Coord: d.s.coord, Stage: stage, Name: stageNames[stage], Hook: d.s.opts.Hook,
+	c := &pipeline.Comm{Comm: d.s.comms[stage][d.rank], Stage: stage, Name: stageNames[stage], Hook: d.s.opts.Hook,
 		Track: func(blocked string) { d.trk.block(stage, blocked) }}
+	if d.s.coords != nil {
+		c.Launch = d.s.coords[d.rank]
+	}
+	return c
 }
 
 func (d *device) hook(ctx context.Context, point string) {
