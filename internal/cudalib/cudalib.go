@@ -40,6 +40,7 @@ var (
 		Sonames:  []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"},
 		Siblings: []string{"libcublasLt.so.{major}"},
 	}
+	NCCL = Lib{Name: "libnccl", Sonames: []string{"libnccl.so.2", "libnccl.so"}}
 )
 
 // Found is a library that was opened.
@@ -151,7 +152,7 @@ func FixedDirs(root string, getenv func(string) string) []string {
 		sites = append(sites, m...)
 	}
 	for _, s := range sites {
-		for _, sub := range []string{"nvidia/cu13/lib", "nvidia/cu12/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cublas/lib"} {
+		for _, sub := range []string{"nvidia/cu13/lib", "nvidia/cu12/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cublas/lib", "nvidia/nccl/lib"} {
 			dirs = append(dirs, filepath.Join(s, sub))
 		}
 	}

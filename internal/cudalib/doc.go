@@ -1,5 +1,5 @@
 // Package cudalib finds and opens NVIDIA's shared libraries (libcuda,
-// libnvrtc, libcublas) at run time, without cgo.
+// libnvrtc, libcublas, libnccl) at run time, without cgo.
 //
 // # Search order
 //
@@ -14,7 +14,7 @@
 //  4. driver folders: /usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu;
 //  5. NVIDIA Python-wheel folders under every python3*/site-packages (or
 //     dist-packages) found: nvidia/cu13/lib, nvidia/cu12/lib,
-//     nvidia/cuda_nvrtc/lib, nvidia/cublas/lib.
+//     nvidia/cuda_nvrtc/lib, nvidia/cublas/lib, nvidia/nccl/lib.
 //
 // Some libraries need a sibling loaded first from the folder they came
 // from: libnvrtc dlopens libnvrtc-builtins by bare name, which fails when
