@@ -49,6 +49,7 @@ type Info struct {
 	DroppedSeeds     int          `json:"dropped_seeds"`
 	Coordinated      bool         `json:"coordinated"`
 	BucketBytes      int          `json:"bucket_bytes"`
+	GradientBuckets  int          `json:"gradient_buckets"`
 	RowNormalized    bool         `json:"row_normalized"`
 	SparseFeatures   bool         `json:"sparse_features"`
 	PerDevice        []DeviceInfo `json:"per_device"`

@@ -207,11 +207,12 @@ type device struct {
 	sampler interface {
 		SampleContext(context.Context, []graph.NodeID, sample.Key) (*sample.MiniBatch, error)
 	}
-	loader  *cache.Loader
-	model   nn.Model
-	opt     optim.Optimizer
-	buckets [][2]int // parameter index ranges reduced together
-	eval    *evaluator
+	loader *cache.Loader
+	model  nn.Model
+	opt    optim.Optimizer
+	grads  *comm.Bucketer // parameters' gradients, then the loss
+	host   [][]float32    // host copies of the gradients (and the loss)
+	eval   *evaluator
 
 	losses []float64 // this epoch's step losses (device 0)
 	epochT time.Time
@@ -356,16 +357,22 @@ func (d *device) buildModel() error {
 	default:
 		d.opt = optim.NewSGD(d.b, d.model.Params(), float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
 	}
-	// Buckets of consecutive parameters up to BucketBytes (at least one).
-	ps := d.model.Params()
-	for i := 0; i < len(ps); {
-		j, bytes := i, 0
-		for j < len(ps) && (j == i || bytes+4*ps[j].Len() <= d.s.cfg.BucketBytes) {
-			bytes += 4 * ps[j].Len()
-			j++
-		}
-		d.buckets = append(d.buckets, [2]int{i, j})
-		i = j
+	// Gradients are averaged in buckets of BucketBytes; the step's loss
+	// rides along as one more "gradient" of one element.
+	sizes := make([]int, 0, len(d.model.Params())+1)
+	for _, p := range d.model.Params() {
+		sizes = append(sizes, p.Len())
+		d.host = append(d.host, make([]float32, p.Len()))
+	}
+	sizes = append(sizes, 1)
+	d.host = append(d.host, make([]float32, 1))
+	if d.grads, err = comm.NewBucketer(d.comm(stTrainer), sizes, comm.BucketOptions{BucketBytes: d.s.cfg.BucketBytes, Op: comm.Mean}); err != nil {
+		return d.errf("gradient buckets", err)
+	}
+	if d.rank == 0 {
+		d.s.mu.Lock()
+		d.s.info.GradientBuckets = len(d.grads.Buckets())
+		d.s.mu.Unlock()
 	}
 	return nil
 }
@@ -373,6 +380,9 @@ func (d *device) buildModel() error {
 func (d *device) free() {
 	if d.loader != nil {
 		d.loader.Close()
+	}
+	if d.grads != nil {
+		d.grads.Close()
 	}
 	if d.opt != nil {
 		d.opt.Free()
@@ -476,7 +486,7 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 		if it.batch == 0 && d.epochT.IsZero() {
 			d.epochT = t1
 		}
-		loss, err := d.step(ctx, c, it)
+		loss, err := d.step(ctx, it)
 		if err != nil {
 			return d.errf(fmt.Sprintf("trainer epoch %d batch %d", it.epoch+1, it.batch), err)
 		}
@@ -503,7 +513,7 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 }
 
 // step trains on one batch and returns its loss averaged over devices.
-func (d *device) step(ctx context.Context, c comm.Comm, it *item) (float64, error) {
+func (d *device) step(ctx context.Context, it *item) (float64, error) {
 	b, s := d.b, d.s
 	t := autograd.NewTape(b)
 	defer t.Release()
@@ -545,7 +555,7 @@ func (d *device) step(ctx context.Context, c comm.Comm, it *item) (float64, erro
 	if err := t.Backward(lossVar); err != nil {
 		return 0, err
 	}
-	mean, err := d.allReduce(ctx, c, loss)
+	mean, err := d.allReduce(ctx, loss)
 	if err != nil {
 		return 0, err
 	}
@@ -555,50 +565,43 @@ func (d *device) step(ctx context.Context, c comm.Comm, it *item) (float64, erro
 	return mean, nil
 }
 
-// allReduce averages the gradients over the devices, bucket by bucket;
-// the loss rides along in the last bucket. One device keeps its exact
-// float64 loss.
-func (d *device) allReduce(ctx context.Context, c comm.Comm, loss float64) (float64, error) {
+// allReduce averages the gradients over the devices with the Bucketer
+// (each bucket is reduced as soon as its gradients are on the host, while
+// the next ones are downloaded) and returns the loss averaged likewise.
+// One device keeps its exact float64 loss.
+func (d *device) allReduce(ctx context.Context, loss float64) (float64, error) {
 	ps := d.model.Params()
 	k := d.s.cfg.Devices
-	mean := loss
-	for bi, bk := range d.buckets {
-		n := 0
-		for _, p := range ps[bk[0]:bk[1]] {
-			n += p.Len()
-		}
-		lastB := bi == len(d.buckets)-1
-		if lastB {
-			n++
-		}
-		host := make([]float32, n)
-		off := 0
-		for _, p := range ps[bk[0]:bk[1]] {
-			if err := d.b.Download(host[off:off+p.Len()], p.Grad); err != nil {
-				return 0, err
-			}
-			off += p.Len()
-		}
-		if lastB {
-			host[off] = float32(loss)
-		}
-		if err := c.AllReduce(ctx, comm.F32(host), comm.Mean); err != nil {
+	// Backward produces the last layers first; hand them over first.
+	last := len(ps)
+	d.host[last][0] = float32(loss)
+	if err := d.grads.Ready(ctx, last, d.host[last]); err != nil {
+		return 0, err
+	}
+	for i := len(ps) - 1; i >= 0; i-- {
+		if err := d.b.Download(d.host[i], ps[i].Grad); err != nil {
 			return 0, err
 		}
-		// A ring all-reduce sends 2(k-1)/k of the buffer from each device.
-		d.m.AddBytes(metrics.Gradient, metrics.Peer, int64(2*(k-1)*4*n/k))
-		off = 0
-		for _, p := range ps[bk[0]:bk[1]] {
-			if err := d.b.Upload(p.Grad, host[off:off+p.Len()]); err != nil {
-				return 0, err
-			}
-			off += p.Len()
-		}
-		if lastB && k > 1 {
-			mean = float64(host[off])
+		if err := d.grads.Ready(ctx, i, d.host[i]); err != nil {
+			return 0, err
 		}
 	}
-	return mean, nil
+	if err := d.grads.Wait(ctx); err != nil {
+		return 0, err
+	}
+	n := 1
+	for i, p := range ps {
+		n += p.Len()
+		if err := d.b.Upload(p.Grad, d.host[i]); err != nil {
+			return 0, err
+		}
+	}
+	// A ring all-reduce sends 2(k-1)/k of the buffer from each device.
+	d.m.AddBytes(metrics.Gradient, metrics.Peer, int64(2*(k-1)*4*n/k))
+	if k == 1 {
+		return loss, nil
+	}
+	return float64(d.host[last][0]), nil
 }
 
 // checkReplicas verifies that every device ends with the same parameters,
