@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -19,7 +20,7 @@ import (
 type trainCmd struct {
 	Dataset string `help:"Built-in dataset name (${builtins}), a Strata dataset directory, or a directory 'strata import' understands (default cora)." default:"cora" placeholder:"NAME|DIR"`
 	Model   string `help:"Model: gcn, sage (GraphSAGE-mean) or gat." enum:"gcn,sage,gat" default:"sage"`
-	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods) or full (whole graph). Default: sampled for sage, full for gcn and gat." default:""`
+	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods), full (whole graph) or fullgraph (whole graph on one or more devices, see --devices). Default: sampled for sage, full for gcn and gat." default:""`
 
 	Layers    *int     `help:"Message-passing layers (default 2)."`
 	Hidden    *int     `help:"Hidden width, per head for gat (default: gcn 16, sage 64, gat 8)."`
@@ -47,6 +48,8 @@ type trainCmd struct {
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
 	CheckpointEvery int    `help:"Save a checkpoint every N batches (0: only at the end or on interrupt)." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
+
+	FullGraph fullGraphFlags `embed:""`
 }
 
 // config turns the flags into a train.Config on top of the model's
@@ -102,6 +105,9 @@ func (c *trainCmd) config() (train.Config, error) {
 }
 
 func (c *trainCmd) Run(e *env) error {
+	if c.Mode == fullgraph.Mode {
+		return c.runFullGraph(e)
+	}
 	cfg, err := c.config()
 	if err != nil {
 		return err

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/fullgraph"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// fullGraphFlags are the flags of 'strata train --mode fullgraph'
+// (package fullgraph: full-graph training on one or more devices with
+// Sancus's bounded-staleness skip-broadcast). They are embedded in
+// trainCmd.
+type fullGraphFlags struct {
+	Devices    string   `help:"fullgraph mode: the devices, one rank each: cpu:N for N CPU virtual devices, or a comma list such as cuda:0,cuda:1 (default: --device)." placeholder:"LIST"`
+	Staleness  bool     `help:"fullgraph mode: reuse cached embedding blocks and skip broadcasts within the staleness bounds (Sancus)."`
+	StaleEp    *int     `name:"staleness-epochs" help:"fullgraph mode: epoch bound, the most epochs a cached block may age (default 3)." placeholder:"N"`
+	StaleEps   *float64 `name:"staleness-eps" help:"fullgraph mode: variation bound, the largest relative change of a block since its cached copy that still skips (default 0.5)." placeholder:"EPS"`
+	StaleAdapt bool     `name:"staleness-adaptive" help:"fullgraph mode: scale the variation bound by the training loss relative to the first epoch's."`
+	StaleGrad  bool     `name:"staleness-gradients" help:"fullgraph mode: apply the bounds to gradient messages too."`
+	Partition  string   `help:"fullgraph mode: how nodes are split into the devices' row blocks: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
+	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
+	EvalEvery  int      `name:"eval-every" help:"fullgraph mode: evaluate every N epochs (and after the last)." default:"1" placeholder:"N"`
+}
+
+// fullGraphConfig turns the flags into a fullgraph.Config on top of the
+// model's defaults, refusing flags that mean nothing without mini-batches
+// or that fullgraph does not support.
+func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
+	cfg := fullgraph.Defaults(c.Model)
+	f := &c.FullGraph
+	refuse := func(flag string) error {
+		return usageError{fmt.Errorf("--%s does not apply to --mode fullgraph", flag)}
+	}
+	switch {
+	case c.BatchSize != nil:
+		return cfg, refuse("batch-size")
+	case c.Fanouts != nil:
+		return cfg, refuse("fanouts")
+	case c.Eval != train.Full:
+		return cfg, refuse("eval sampled")
+	case c.EvalFan != nil:
+		return cfg, refuse("eval-fanouts")
+	case c.Optimizer != "adam" || c.Momentum != 0:
+		return cfg, usageError{fmt.Errorf("--mode fullgraph trains with adam")}
+	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
+		return cfg, usageError{fmt.Errorf("--mode fullgraph does not write checkpoints")}
+	}
+	set := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setF := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&cfg.Layers, c.Layers)
+	set(&cfg.Hidden, c.Hidden)
+	set(&cfg.Heads, c.Heads)
+	set(&cfg.OutHeads, c.OutHeads)
+	set(&cfg.Epochs, c.Epochs)
+	setF(&cfg.Dropout, c.Dropout)
+	setF(&cfg.AttnDrop, c.AttnDrop)
+	setF(&cfg.LR, c.LR)
+	setF(&cfg.WeightDecay, c.WeightDec)
+	cfg.RowNorm, cfg.Select, cfg.Seed = c.RowNorm, c.Select, c.Seed
+	cfg.Partition, cfg.EvalEvery = f.Partition, f.EvalEvery
+	if f.Masks != "auto" {
+		cfg.Masks = f.Masks
+	}
+	if f.Staleness {
+		cfg.Staleness = fullgraph.DefaultStaleness()
+		set(&cfg.Staleness.EpochBound, f.StaleEp)
+		setF(&cfg.Staleness.Epsilon, f.StaleEps)
+		cfg.Staleness.Adaptive, cfg.Staleness.Gradients = f.StaleAdapt, f.StaleGrad
+	} else if f.StaleEp != nil || f.StaleEps != nil || f.StaleAdapt || f.StaleGrad {
+		return cfg, usageError{fmt.Errorf("--staleness-* flags need --staleness")}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// openDevices opens --devices: "cpu:N" is N CPU virtual devices sharing
+// one CPU back end; otherwise a comma list of device specs, one rank each.
+// Empty means the single device of --device.
+func openDevices(list, device string, note io.Writer) ([]backend.Backend, error) {
+	list = strings.TrimSpace(list)
+	if list == "" {
+		b, err := openDeviceNote(device, note)
+		if err != nil {
+			return nil, err
+		}
+		return []backend.Backend{b}, nil
+	}
+	if rest, ok := strings.CutPrefix(list, "cpu:"); ok && !strings.Contains(rest, ",") {
+		n, err := strconv.Atoi(rest)
+		if err != nil || n < 1 || n > 1024 {
+			return nil, usageError{fmt.Errorf("--devices %s: want cpu:N with N in 1..1024", list)}
+		}
+		b, err := openDevice("cpu")
+		if err != nil {
+			return nil, err
+		}
+		bs := make([]backend.Backend, n)
+		for i := range bs {
+			bs[i] = b
+		}
+		return bs, nil
+	}
+	var bs []backend.Backend
+	seen := map[string]bool{}
+	for _, spec := range strings.Split(list, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" || spec == "auto" || seen[spec] {
+			return nil, usageError{fmt.Errorf("--devices %s: empty, auto or repeated entry %q (list distinct devices, or cpu:N)", list, spec)}
+		}
+		seen[spec] = true
+		b, err := openDevice(spec)
+		if err != nil {
+			return nil, err
+		}
+		bs = append(bs, b)
+	}
+	return bs, nil
+}
+
+// runFullGraph is 'strata train --mode fullgraph'.
+func (c *trainCmd) runFullGraph(e *env) error {
+	cfg, err := c.fullGraphConfig()
+	if err != nil {
+		return err
+	}
+	for _, out := range []string{c.Report, c.Plot} {
+		if out != "" {
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	var log io.Writer = e.stderr
+	if e.quiet {
+		log = nil
+	}
+	bs, err := openDevices(c.FullGraph.Devices, c.Device, log)
+	if err != nil {
+		return err
+	}
+	if c.FullGraph.Masks == "auto" {
+		cfg.Masks = fullgraph.MasksGlobal
+		for _, b := range bs {
+			if b.Name() != "cpu" {
+				cfg.Masks = fullgraph.MasksLocal
+			}
+		}
+	}
+	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+	if log != nil {
+		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d device(s): %s\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name())
+		fmt.Fprintf(log, "config: %s\n", cfg.String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := fullgraph.Run(ctx, ds, cfg, fullgraph.Options{Backends: bs, Log: log})
+	if err != nil {
+		return err
+	}
+	if c.Report != "" {
+		if err := rep.WriteJSON(c.Report); err != nil {
+			return err
+		}
+	}
+	if c.Plot != "" {
+		if err := train.WritePlot(plotReport(rep), c.Plot); err != nil {
+			return err
+		}
+	}
+	sel := "best validation"
+	if rep.Selection == fullgraph.SelectLast {
+		sel = "last"
+	}
+	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
+		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
+	if len(bs) > 1 {
+		fmt.Fprintf(e.stdout, "broadcasts          %d of %d skipped, %.1f%% of broadcast bytes avoided\n",
+			rep.Comm.BroadcastsSkipped, rep.Comm.Broadcasts, 100*rep.Comm.AvoidedFraction)
+	}
+	fmt.Fprintf(e.stdout, "time                %.1fs on %d device(s) (%.4fs per training epoch)\n", time.Since(start).Seconds(), len(bs), rep.EpochSeconds)
+	return nil
+}
+
+// plotReport carries the curves of a fullgraph report into the report
+// type train.WritePlot draws.
+func plotReport(r *fullgraph.Report) *train.Report {
+	out := &train.Report{Dataset: r.Dataset, Model: r.Model, Mode: r.Mode}
+	for _, e := range r.Epochs {
+		if !e.Evaluated {
+			continue
+		}
+		out.Epochs = append(out.Epochs, train.EpochRecord{Epoch: e.Epoch, Loss: e.Loss, TrainAccuracy: e.TrainAccuracy,
+			ValAccuracy: e.ValAccuracy, TestAccuracy: e.TestAccuracy, ValLoss: e.ValLoss, Seconds: e.Seconds + e.EvalSeconds})
+	}
+	return out
+}

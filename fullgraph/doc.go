@@ -1,0 +1,105 @@
+// Package fullgraph trains GCN, GraphSAGE (mean) and GAT on the whole
+// graph every epoch (no sampling), on one device or decentralized over
+// several, with Sancus's staleness-aware communication avoidance
+// (historical embeddings, skip-broadcast under bounded staleness).
+// 'strata train --mode fullgraph --devices cpu:4' runs it.
+//
+// # One device
+//
+// Aggregation is the back end's SpMM over a CSR matrix with per-entry
+// weights: a fused gather-multiply-add per destination row, no per-edge
+// message tensor (GAT keeps its nnz x heads attention coefficients, not
+// nnz x width messages). The report gives, per layer, the bytes its
+// forward pass keeps for the backward pass, and the peak bytes of the
+// device, measured by counting every buffer the run allocates.
+//
+// GCN and GraphSAGE run on the distributed engine below (with one device
+// it does no communication and is bit-identical to the nn models); GAT,
+// and Config.Engine "tape", run the nn layers on an autograd tape.
+//
+// # Decentralized layout (Layout)
+//
+// For P devices the nodes are partitioned (package partition's multilevel
+// partitioner by default) and renumbered so device d owns the contiguous
+// IDs [Offsets[d], Offsets[d+1]). Device d holds its rows of the
+// normalized in-adjacency, split by source block into P sub-blocks A_ds
+// whose columns are local to block s, and a replica of the model. Per
+// layer every device computes its payload block H_d (the input projected
+// by the layer's weight when that is narrower, as nn orders the product,
+// else the input itself), then
+//
+//	out_d = sum over s of A_ds * H_s
+//
+// where H_d is its own fresh block and H_s for s != d the block device s
+// broadcast, or the cached copy when s skipped the broadcast. The
+// broadcasts of one layer are one all-gather-v (a skipping device
+// contributes nothing). A_ds for s != d is stored with its columns
+// compacted to the rows of block s it reads (Layout.Used), gathered from
+// H_s before the SpMM.
+//
+// # Backward
+//
+// The gradient of a payload block H_s is sum over d of A_ds^T G_d, where
+// G_d is device d's gradient of its aggregation output. Each device
+// computes its contributions and sends each to the block's owner: a
+// reduce to every owner at once, as one all-to-all-v per layer. Only the
+// rows of block s that d reads can be non-zero, so only those are sent,
+// and the owner scatter-adds them (own contribution first, then the
+// others in rank order, so sums are deterministic). Parameter gradients
+// are then all-reduced (summed in rank order) and every replica takes the
+// same Adam step. Without staleness the run therefore equals
+// single-device training up to float rounding (the tests check losses to
+// 1e-5 and identical accuracies for P = 1, 2, 4; dropout masks are drawn
+// from each element's global position, Config.Masks "global").
+//
+// # Staleness (Sancus)
+//
+// With Config.Staleness each device caches the blocks it received
+// (historical embeddings). Before broadcasting, the owner of a block
+// checks two bounds against the copy everyone holds: the epoch bound (the
+// copy would be at most EpochBound epochs old when used) and the
+// variation bound (||B - V||_F <= eps ||V||_F). The drift is measured on
+// the dropout-free version of the block: two dropout draws of the same
+// embedding differ by about 100%, and an older draw is not an
+// approximation error but another draw; what ages is the model that
+// produced it. With Adaptive the bound is Epsilon scaled by the training
+// loss relative to the first epoch's (clamped below by AdaptiveFloor), so
+// the tolerated error shrinks as training converges. Each owner decides
+// for its own block and all devices learn the decisions, with the drifts,
+// from one all-gather of two int32 per device and layer, so they agree on
+// who sends and everyone tracks every block's age.
+//
+// Sancus applies skip-broadcast to the forward embedding broadcasts; its
+// bounded gradient error follows from bounded embedding staleness (the
+// gradients are computed with the stale embeddings), and the available
+// description of it does not skip gradient communication. Here gradients
+// are therefore reduced exactly by default. Staleness.Gradients extends
+// the same machinery to the gradient contributions sent to owners (sender
+// keeps the last sent contribution, owner the last received; the P x P
+// flag matrix is all-gathered) as an option.
+//
+// # Metrics
+//
+// CommStats counts broadcasts sent and skipped, bytes sent and avoided,
+// gradient messages and bytes, flag and all-reduce bytes, and per layer
+// and block the ages and drifts (mean, maximum, largest skipped drift);
+// every EpochRecord has the epoch's share. The progress line shows the
+// share of broadcast bytes skipped.
+//
+// # Devices
+//
+// The engine uses only the backend.Backend interface, so it runs on CPU
+// virtual devices (one goroutine per rank over comm/inproc, sharing one
+// CPU back end) and on GPUs (one CUDA back end per device); communication
+// is staged through host memory. With Masks "global" and P > 1 the
+// dropout masks of blocks other than the first are drawn on the host;
+// Masks "local" draws them on each device instead (equal in distribution,
+// but the run then depends on P).
+//
+// # Determinism
+//
+// The same configuration and device count give bit-identical runs:
+// initial weights and dropout masks come from the seed, the partitioner
+// is seeded, every sum across devices is taken in a fixed order, and the
+// staleness decisions depend only on these values.
+package fullgraph

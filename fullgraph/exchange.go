@@ -1,0 +1,431 @@
+package fullgraph
+
+import (
+	"math"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// layerState is one layer's historical data on one device.
+//
+// Forward: cache[s] is the latest copy of source block s's payload this
+// device received (for s == rank: the copy it last broadcast, which is
+// what every other device holds); age[s] how many epochs old that copy
+// is. Every device tracks every block's age from the flag exchange, so
+// the ages agree everywhere.
+//
+// Backward, with Staleness.Gradients: gsent[s] is the contribution last
+// sent to owner s and gage[s] its age (sender side); grecv[r] the
+// contribution last received from device r (receiver side).
+type layerState struct {
+	cache  []backend.Buffer
+	age    []int
+	valid  bool
+	clean  backend.Buffer // dropout-free version of cache[rank]
+	normSq float64        // ||clean||^2
+
+	gsent     []backend.Buffer
+	gsentNorm []float64
+	gage      []int
+	grecv     []backend.Buffer
+	gvalid    bool
+}
+
+func newLayerState(p int) *layerState {
+	return &layerState{cache: make([]backend.Buffer, p), age: make([]int, p),
+		gsent: make([]backend.Buffer, p), gsentNorm: make([]float64, p), gage: make([]int, p),
+		grecv: make([]backend.Buffer, p)}
+}
+
+func (st *layerState) free(b backend.Backend) {
+	if st == nil {
+		return
+	}
+	for _, bufs := range [][]backend.Buffer{st.cache, st.gsent, st.grecv} {
+		for i, x := range bufs {
+			b.Free(x)
+			bufs[i] = nil
+		}
+	}
+	b.Free(st.clean)
+	st.clean = nil
+}
+
+// cacheBytes returns the bytes of the layer's historical copies.
+func (st *layerState) cacheBytes() int64 {
+	var n int64
+	for _, bufs := range [][]backend.Buffer{st.cache, st.gsent, st.grecv, {st.clean}} {
+		for _, x := range bufs {
+			if x != nil {
+				n += 4 * int64(x.Len())
+			}
+		}
+	}
+	return n
+}
+
+// persistent returns *slot, allocating it (n floats, kept across steps)
+// on first use.
+func (w *worker) persistent(s *step, slot *backend.Buffer, n int) backend.Buffer {
+	if *slot == nil && s.ok() {
+		buf, err := w.b.AllocRaw(backend.Float32, n) // written before it is read
+		s.do(err)
+		*slot = buf
+	}
+	return *slot
+}
+
+// relDiff returns ||fresh - cached||_F / ||cached||_F, given
+// ||cached||_F^2 (MaxFloat32 when cached is zero and fresh is not).
+func (w *worker) relDiff(s *step, fresh, cached backend.Buffer, cachedNormSq float64) float64 {
+	tmp := s.f32(fresh.Len())
+	if !s.ok() {
+		return 0
+	}
+	s.do(w.b.Axpby(tmp, 1, fresh, -1, cached))
+	sum := w.sumSq(s, tmp, tmp)
+	if !s.ok() {
+		return 0
+	}
+	if cachedNormSq == 0 {
+		if sum == 0 {
+			return 0
+		}
+		return math.MaxFloat32
+	}
+	return math.Sqrt(sum / cachedNormSq)
+}
+
+// sumSq returns the sum of squares of x, using tmp (same length, may be
+// x itself) as scratch.
+func (w *worker) sumSq(s *step, tmp, x backend.Buffer) float64 {
+	if !s.ok() {
+		return 0
+	}
+	s.do(w.b.Mul(tmp, x, x))
+	if !s.ok() {
+		return 0
+	}
+	v, err := w.b.Sum(tmp)
+	s.do(err)
+	return v
+}
+
+// exchange makes every source block's payload of layer l available on
+// this device and returns them by block (this device's own entry is its
+// fresh payload). clean is the dropout-free payload the staleness policy
+// measures drift on (payload itself without dropout). In training mode the
+// owner of each block applies the staleness policy and all devices learn the decisions from one
+// all-gather of (flag, drift) pairs; then one all-gather-v carries the
+// blocks that are sent (a skipped block contributes nothing), and every
+// device updates its cache. In evaluation mode all blocks are exchanged
+// into temporary buffers and the caches are left alone.
+func (w *worker) exchange(s *step, l int, payload, clean backend.Buffer, train bool, epsScale float64) []backend.Buffer {
+	views := make([]backend.Buffer, w.p)
+	views[w.rank] = payload
+	if w.p == 1 || !s.ok() {
+		return views
+	}
+	width := w.specs[l].width
+	d := w.rank
+	if !train {
+		counts := make([]int, w.p)
+		for r := range counts {
+			counts[r] = w.lay.Size(r) * width
+		}
+		recv := w.allGatherV(s, payload, counts)
+		off := 0
+		for r := range views {
+			if r != d && s.ok() {
+				views[r] = s.f32(counts[r])
+				if s.ok() {
+					s.do(w.b.Upload(views[r], recv[off:off+counts[r]]))
+				}
+				w.stats.EvalBytes += 4 * int64(counts[r]) * int64(w.p-1)
+			}
+			off += counts[r]
+		}
+		return views
+	}
+
+	st := w.st[l]
+	pol := w.cfg.Staleness
+	send := true
+	drift := -1.0
+	bound := pol.Epsilon * epsScale
+	if pol.Enabled && st.valid {
+		drift = w.relDiff(s, clean, st.clean, st.normSq)
+		send = !(st.age[d]+1 <= pol.EpochBound && drift <= bound)
+	}
+	if !s.ok() {
+		return views
+	}
+	flags := make([]int32, 2*w.p)
+	for r := 0; r < w.p; r++ {
+		flags[2*r], flags[2*r+1] = 1, int32(math.Float32bits(float32(drift)))
+	}
+	if pol.Enabled {
+		mine := []int32{0, int32(math.Float32bits(float32(drift)))}
+		if send {
+			mine[0] = 1
+		}
+		s.do(w.c.AllGather(w.ctx, comm.I32(flags), comm.I32(mine)))
+		w.stats.FlagBytes += 8 * int64(w.p-1)
+		if !s.ok() {
+			return views
+		}
+	}
+	counts := make([]int, w.p)
+	for r := range counts {
+		if flags[2*r] == 1 {
+			counts[r] = w.lay.Size(r) * width
+		}
+	}
+	var src backend.Buffer
+	if send {
+		src = payload
+	}
+	recv := w.allGatherV(s, src, counts)
+	off := 0
+	for r := 0; r < w.p; r++ {
+		size := w.lay.Size(r) * width
+		slot := w.persistent(s, &st.cache[r], size)
+		if !s.ok() {
+			return views
+		}
+		if counts[r] > 0 {
+			if r == d {
+				s.do(w.b.Copy(slot, payload))
+				if pol.Enabled {
+					cs := w.persistent(s, &st.clean, size)
+					if s.ok() {
+						s.do(w.b.Copy(cs, clean))
+					}
+					st.normSq = w.sumSq(s, s.f32(size), clean)
+				}
+			} else {
+				s.do(w.b.Upload(slot, recv[off:off+size]))
+			}
+			st.age[r] = 0
+		} else {
+			st.age[r]++
+		}
+		off += counts[r]
+		if r != d {
+			views[r] = slot
+		}
+		rd := float64(math.Float32frombits(uint32(flags[2*r+1])))
+		w.recordBlock(l, r, blockEvent{sent: counts[r] > 0, age: st.age[r], drift: rd, bound: bound,
+			rows: w.lay.Size(r), width: width, receives: w.p - 1})
+	}
+	st.valid = true
+	return views
+}
+
+// allGatherV stages src (nil for nothing) through host memory and
+// gathers counts[r] floats from every rank r, in rank order.
+func (w *worker) allGatherV(s *step, src backend.Buffer, counts []int) []float32 {
+	if !s.ok() {
+		return nil
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	send := grow(&w.hostA, counts[w.rank])
+	if src != nil {
+		s.do(w.b.Download(send, src))
+	}
+	recv := grow(&w.hostB, total)
+	if s.ok() {
+		s.do(w.c.AllGatherV(w.ctx, comm.F32(recv), comm.F32(send), counts))
+	}
+	return recv
+}
+
+// recordBlock adds one forward decision to the statistics.
+func (w *worker) recordBlock(l, r int, ev blockEvent) {
+	bs := &w.stats.Blocks[l*w.p+r]
+	bs.record(ev)
+	bytes := 4 * int64(ev.rows) * int64(ev.width) * int64(ev.receives)
+	w.stats.Broadcasts++
+	w.ep.Broadcasts++
+	if ev.sent {
+		w.stats.BytesSent += bytes
+		w.ep.BytesSent += bytes
+	} else {
+		w.stats.BroadcastsSkipped++
+		w.ep.Skipped++
+		w.stats.BytesAvoided += bytes
+		w.ep.BytesAvoided += bytes
+	}
+	w.ep.MaxAge = max(w.ep.MaxAge, ev.age)
+	if ev.drift >= 0 {
+		w.ep.driftSum += finite(ev.drift)
+		w.ep.driftN++
+	}
+}
+
+// reduce computes dst = sum over devices r of A_rd^T g_r: the gradient
+// of this device's payload, from every device whose rows aggregate it.
+// Device r computes its contribution A_rd^T g_r to each owner d it reads
+// from; only the rows of block d that r reads (Layout.Used[r][d]) can be
+// non-zero, so r sends just those rows, packed, and d scatter-adds them
+// (one all-to-all-v per layer: a reduce to every owner at once). The sum
+// is taken in a fixed order: d's own contribution, then the others in
+// rank order.
+//
+// With Staleness.Gradients a sender may skip a contribution that is within
+// the bounds of the one it sent last (the flag matrix is all-gathered, so
+// the owner knows); the owner then reuses its copy.
+func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
+	if !s.ok() {
+		return
+	}
+	width := w.specs[l].width
+	d, p := w.rank, w.p
+	if bm := w.blocks[d]; bm.a != nil {
+		s.do(w.b.SpMM(dst, bm.a, true, g, bm.w, 1, width))
+	} else {
+		s.do(w.b.Fill(dst, 0))
+	}
+	if p == 1 || !s.ok() {
+		return
+	}
+	st := w.st[l]
+	pol := w.cfg.Staleness
+	gstale := pol.Enabled && pol.Gradients
+	// Packed contributions to every other owner this device reads from.
+	contrib := make([]backend.Buffer, p)
+	sendFlags := make([]int32, p) // 1: this device sends to owner t
+	for t, bm := range w.blocks {
+		if t == d || bm.a == nil || !s.ok() {
+			continue
+		}
+		contrib[t] = s.f32(bm.k * width)
+		if !s.ok() {
+			return
+		}
+		s.do(w.b.SpMM(contrib[t], bm.a, true, g, bm.w, 1, width))
+		sendFlags[t] = 1
+		if gstale && st.gvalid {
+			drift := w.relDiff(s, contrib[t], st.gsent[t], st.gsentNorm[t])
+			if st.gage[t]+1 <= pol.EpochBound && drift <= pol.Epsilon*w.epsScale {
+				sendFlags[t] = 0
+			}
+		}
+	}
+	if !s.ok() {
+		return
+	}
+	// Who sends to whom: flags[r*p+t].
+	flags := make([]int32, p*p)
+	if gstale {
+		s.do(w.c.AllGather(w.ctx, comm.I32(flags), comm.I32(sendFlags)))
+		w.stats.FlagBytes += 4 * int64(p) * int64(p-1)
+		if !s.ok() {
+			return
+		}
+	} else {
+		for r := 0; r < p; r++ {
+			for t := 0; t < p; t++ {
+				if r != t && w.lay.NNZ(r, t) > 0 {
+					flags[r*p+t] = 1
+				}
+			}
+		}
+	}
+	used := func(r, t int) int { return len(w.lay.Used[r][t]) * width }
+	sendCounts, recvCounts := make([]int, p), make([]int, p)
+	sendTotal, recvTotal := 0, 0
+	for t := 0; t < p; t++ {
+		if t == d {
+			continue
+		}
+		if flags[d*p+t] == 1 {
+			sendCounts[t] = used(d, t)
+			sendTotal += sendCounts[t]
+		}
+		if flags[t*p+d] == 1 {
+			recvCounts[t] = used(t, d)
+			recvTotal += recvCounts[t]
+		}
+	}
+	send, recv := grow(&w.hostA, sendTotal), grow(&w.hostB, recvTotal)
+	off := 0
+	for t := 0; t < p && s.ok(); t++ {
+		if sendCounts[t] > 0 {
+			s.do(w.b.Download(send[off:off+sendCounts[t]], contrib[t]))
+			off += sendCounts[t]
+		}
+	}
+	if s.ok() {
+		s.do(w.c.AllToAllV(w.ctx, comm.F32(recv), recvCounts, comm.F32(send), sendCounts))
+	}
+	if !s.ok() {
+		return
+	}
+	// Statistics, from the global flag matrix (identical everywhere).
+	for r := 0; r < p; r++ {
+		for t := 0; t < p; t++ {
+			if r == t || w.lay.NNZ(r, t) == 0 {
+				continue
+			}
+			bytes := 4 * int64(used(r, t))
+			w.stats.GradMessages++
+			if flags[r*p+t] == 1 {
+				w.stats.GradBytesSent += bytes
+				w.ep.GradBytesSent += bytes
+			} else {
+				w.stats.GradSkipped++
+				w.stats.GradBytesAvoided += bytes
+				w.ep.GradBytesAvoided += bytes
+			}
+		}
+	}
+	// Sender side: remember what was sent.
+	if gstale {
+		for t := 0; t < p; t++ {
+			if contrib[t] == nil {
+				continue
+			}
+			if flags[d*p+t] == 1 {
+				slot := w.persistent(s, &st.gsent[t], contrib[t].Len())
+				if s.ok() {
+					s.do(w.b.Copy(slot, contrib[t]))
+					st.gsentNorm[t] = w.sumSq(s, s.f32(slot.Len()), slot)
+				}
+				st.gage[t] = 0
+			} else {
+				st.gage[t]++
+			}
+		}
+		st.gvalid = true
+	}
+	// Owner side: add the contributions in rank order.
+	off = 0
+	for r := 0; r < p && s.ok(); r++ {
+		if r == d || w.lay.NNZ(r, d) == 0 {
+			continue
+		}
+		var c backend.Buffer
+		if n := recvCounts[r]; n > 0 {
+			part := recv[off : off+n]
+			off += n
+			if gstale {
+				c = w.persistent(s, &st.grecv[r], n)
+			} else {
+				c = s.f32(n)
+			}
+			if s.ok() {
+				s.do(w.b.Upload(c, part))
+			}
+		} else { // skipped: reuse the last contribution received from r
+			c = st.grecv[r]
+		}
+		if s.ok() {
+			s.do(w.b.ScatterAddRows(dst, c, w.recvIdx[r], w.n, width))
+		}
+	}
+}

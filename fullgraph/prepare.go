@@ -1,0 +1,194 @@
+package fullgraph
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/partition"
+)
+
+// sparseThreshold is the density below which features are kept sparse,
+// so the first layer's X*W is an SpMM (as package train decides).
+const sparseThreshold = 0.25
+
+// features is the host copy of the (possibly row-normalized) features.
+type features struct {
+	rows, cols int
+	dense      []float32
+	sparse     *autograd.HostSparse
+}
+
+func newFeatures(x []float32, rows, cols int) (*features, error) {
+	f := &features{rows: rows, cols: cols}
+	nnz := 0
+	for _, v := range x {
+		if v != 0 {
+			nnz++
+		}
+	}
+	if float64(nnz) >= sparseThreshold*float64(len(x)) {
+		f.dense = x
+		return f, nil
+	}
+	var err error
+	f.sparse, err = autograd.HostSparseFromDense(rows, cols, x)
+	return f, err
+}
+
+// PartitionStats describes the row blocks of a run.
+type PartitionStats struct {
+	Method string  `json:"method"`
+	Parts  int     `json:"parts"`
+	Sizes  []int64 `json:"sizes"`
+	// Edges counts the entries of the aggregation matrix (self-loops
+	// included for GCN); RemoteEdges those whose source lies in another
+	// block, RemoteFraction their share.
+	Edges          int64   `json:"edges"`
+	RemoteEdges    int64   `json:"remote_edges"`
+	RemoteFraction float64 `json:"remote_fraction"`
+	Seconds        float64 `json:"seconds"`
+}
+
+// prepared is a dataset ready for the devices: renumbered so that every
+// block is a contiguous ID range, features normalized.
+type prepared struct {
+	ds      *dataset.Dataset
+	in      *graph.CSR
+	feats   *features
+	rowNorm bool
+	offsets []int64
+	part    PartitionStats
+}
+
+// DataError reports a dataset that cannot be trained on.
+type DataError struct{ Msg string }
+
+func (e *DataError) Error() string { return "fullgraph: dataset: " + e.Msg }
+
+func checkDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error { return &DataError{Msg: fmt.Sprintf(format, args...)} }
+	if ds == nil || ds.Graph == nil {
+		return bad("no graph")
+	}
+	n := ds.NumNodes()
+	name := ds.Name
+	switch {
+	case ds.Graph.NumCols != n || n < 1:
+		return bad("%s: graph is %d x %d, want square and non-empty", name, n, ds.Graph.NumCols)
+	case n > math.MaxInt32:
+		return bad("%s: %d nodes exceed int32 IDs", name, n)
+	case ds.Features == nil || ds.FeatDim <= 0:
+		return bad("%s has no node features: cannot train a node classifier on it", name)
+	case int64(len(ds.Features)) != n*int64(ds.FeatDim):
+		return bad("%s: %d feature values for %d nodes x %d", name, len(ds.Features), n, ds.FeatDim)
+	case ds.Labels == nil || ds.NumClasses <= 0:
+		return bad("%s has no labels: cannot train a node classifier on it", name)
+	case int64(len(ds.Labels)) != n:
+		return bad("%s: %d labels for %d nodes", name, len(ds.Labels), n)
+	case len(ds.Train) == 0:
+		return bad("%s has no training nodes", name)
+	case len(ds.Val) == 0 || len(ds.Test) == 0:
+		return bad("%s needs validation and test nodes (has %d and %d)", name, len(ds.Val), len(ds.Test))
+	}
+	for _, s := range []struct {
+		name string
+		ids  []int32
+	}{{"train", ds.Train}, {"val", ds.Val}, {"test", ds.Test}} {
+		for i, v := range s.ids {
+			if v < 0 || int64(v) >= n {
+				return bad("%s: %s node %d (position %d) out of range [0, %d)", name, s.name, v, i, n)
+			}
+			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
+				return bad("%s: %s node %d has label %d, want [0, %d)", name, s.name, v, l, ds.NumClasses)
+			}
+		}
+	}
+	if err := ds.Graph.Validate(); err != nil {
+		return bad("%s: %v", name, err)
+	}
+	return nil
+}
+
+// PartitionDataset splits ds into p row blocks with the given method
+// (PartitionMultilevel, PartitionMETIS or PartitionRange) and returns the
+// dataset renumbered so that block b is the ID range [offsets[b],
+// offsets[b+1]), and the offsets. With p == 1 or PartitionRange ds itself
+// is returned. A run of the engine on p devices does exactly this, so a
+// single-device run on the returned dataset is its exact reference.
+func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method string, seed uint64) (*dataset.Dataset, []int64, error) {
+	if ds == nil || ds.Graph == nil {
+		return nil, nil, &DataError{Msg: "no graph"}
+	}
+	n := int(ds.NumNodes())
+	if p < 1 || p > maxDevices || p > n {
+		return nil, nil, cfgErr("devices", "%d devices for %d nodes (want 1..%d, at most one per node)", p, n, maxDevices)
+	}
+	if p == 1 || method == PartitionRange {
+		off, err := RangeOffsets(n, p)
+		return ds, off, err
+	}
+	var m partition.Method
+	switch method {
+	case PartitionMultilevel:
+		m = partition.Multilevel
+	case PartitionMETIS:
+		m = partition.METIS
+	default:
+		return nil, nil, cfgErr("partition", "unknown method %q", method)
+	}
+	res, err := partition.Partition(ctx, ds.Graph, partition.Options{K: p, Seed: seed, Method: m})
+	if err != nil {
+		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+	}
+	ren, err := partition.Renumber(res.Parts, p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+	}
+	pds, err := partition.PermuteDataset(ds, ren.OldToNew)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+	}
+	return pds, ren.Book.Offsets(), nil
+}
+
+// prepare partitions and renumbers ds for p devices and normalizes its
+// features.
+func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int) (*prepared, error) {
+	pr := &prepared{}
+	method := cfg.Partition
+	if p == 1 {
+		method = PartitionRange
+	}
+	var err error
+	if pr.ds, pr.offsets, err = PartitionDataset(ctx, ds, p, method, cfg.PartitionSeed); err != nil {
+		return nil, err
+	}
+	if pr.in, err = pr.ds.InAdjacency(); err != nil {
+		return nil, &DataError{Msg: err.Error()}
+	}
+	x := pr.ds.Features
+	if pr.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); pr.rowNorm {
+		x = dataset.RowNormalize(x, pr.ds.FeatDim)
+	}
+	if pr.feats, err = newFeatures(x, int(pr.ds.NumNodes()), pr.ds.FeatDim); err != nil {
+		return nil, &DataError{Msg: err.Error()}
+	}
+	pr.part = PartitionStats{Method: method, Parts: p}
+	for b := 0; b < p; b++ {
+		pr.part.Sizes = append(pr.part.Sizes, pr.offsets[b+1]-pr.offsets[b])
+	}
+	return pr, nil
+}
+
+func nonNegative(x []float32) bool {
+	for _, v := range x {
+		if !(v >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,201 @@
+package fullgraph
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+func TestConfigErrors(t *testing.T) {
+	ds := cora(t)
+	bad := map[string]func(*Config){
+		"model":                    func(c *Config) { c.Model = "mlp" },
+		"layers":                   func(c *Config) { c.Layers = 0 },
+		"hidden":                   func(c *Config) { c.Hidden = -1 },
+		"heads":                    func(c *Config) { c.Heads = 2 },
+		"dropout":                  func(c *Config) { c.Dropout = 1 },
+		"attn_dropout":             func(c *Config) { *c = Defaults(GAT); c.AttnDrop = -0.1 },
+		"row_norm":                 func(c *Config) { c.RowNorm = "maybe" },
+		"lr":                       func(c *Config) { c.LR = 0 },
+		"weight_decay":             func(c *Config) { c.WeightDecay = -1 },
+		"epochs":                   func(c *Config) { c.Epochs = 0 },
+		"eval_every":               func(c *Config) { c.EvalEvery = 0 },
+		"select":                   func(c *Config) { c.Select = "first" },
+		"partition":                func(c *Config) { c.Partition = "random" },
+		"masks":                    func(c *Config) { c.Masks = "none" },
+		"engine":                   func(c *Config) { c.Engine = "fast" },
+		"staleness":                func(c *Config) { c.Staleness.Gradients = true },
+		"staleness.epoch_bound":    func(c *Config) { c.Staleness = Staleness{Enabled: true, Epsilon: 1} },
+		"staleness.epsilon":        func(c *Config) { c.Staleness = Staleness{Enabled: true, EpochBound: 1, Epsilon: -1} },
+		"staleness.adaptive_floor": func(c *Config) { c.Staleness = Staleness{Enabled: true, EpochBound: 1, Adaptive: true} },
+	}
+	for field, mod := range bad {
+		cfg := Defaults(GCN)
+		mod(&cfg)
+		_, err := Run(context.Background(), ds, cfg, Options{Backends: devices(t, 1)})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: got %v, want a *ConfigError for %q", field, err, field)
+		}
+	}
+	// Options and device counts.
+	b := cpuBackend(t)
+	gat := Defaults(GAT)
+	gat.Epochs = 1
+	comms, _ := inproc.New(2, comm.Options{})
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	for name, tc := range map[string]struct {
+		cfg  Config
+		opts Options
+	}{
+		"no devices":        {Defaults(GCN), Options{}},
+		"nil device":        {Defaults(GCN), Options{Backends: []backend.Backend{b, nil}}},
+		"gat on 2 devices":  {gat, Options{Backends: []backend.Backend{b, b}}},
+		"comms for 2 of 3":  {Defaults(GCN), Options{Backends: []backend.Backend{b, b, b}, Comms: comms}},
+		"comms out of rank": {Defaults(GCN), Options{Backends: []backend.Backend{b, b}, Comms: []comm.Comm{comms[1], comms[0]}}},
+	} {
+		_, err := Run(context.Background(), ds, tc.cfg, tc.opts)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want a *ConfigError", name, err)
+		}
+	}
+	// Datasets that cannot be trained on.
+	noFeat := *ds
+	noFeat.Features, noFeat.FeatDim = nil, 0
+	noTrain := *ds
+	noTrain.Train = nil
+	badLabel := *ds
+	badLabel.Labels = append([]int32(nil), ds.Labels...)
+	badLabel.Labels[ds.Test[0]] = 99
+	for name, d := range map[string]*dataset.Dataset{"nil": nil, "no features": &noFeat, "no train": &noTrain, "bad label": &badLabel} {
+		_, err := Run(context.Background(), d, Defaults(GCN), Options{Backends: devices(t, 2)})
+		var de *DataError
+		if !errors.As(err, &de) {
+			t.Errorf("%s: got %v, want a *DataError", name, err)
+		}
+	}
+}
+
+func TestGATAndMemoryReport(t *testing.T) {
+	ds := cora(t)
+	for _, kind := range []string{GCN, SAGE, GAT} {
+		cfg := Defaults(kind)
+		cfg.Epochs = 2
+		rep := run(t, ds, cfg, 1)
+		m := rep.Memory
+		if len(m.ActivationBytes) != cfg.Layers || len(m.PeakBytes) != 1 {
+			t.Fatalf("%s: memory %+v", kind, m)
+		}
+		var act int64
+		for l, a := range m.ActivationBytes {
+			if a <= 0 {
+				t.Errorf("%s: layer %d activation bytes %d", kind, l, a)
+			}
+			act += a
+		}
+		if m.PeakBytes[0] < act {
+			t.Errorf("%s: peak %d below the activations %d", kind, m.PeakBytes[0], act)
+		}
+		// The first layer keeps at least its dropout output and its
+		// N x hidden output.
+		if min := int64(4 * ds.NumNodes() * int64(cfg.Hidden)); m.ActivationBytes[0] < min {
+			t.Errorf("%s: layer 0 keeps %d bytes, less than one %d-wide output (%d)", kind, m.ActivationBytes[0], cfg.Hidden, min)
+		}
+		if !rep.Epochs[1].Evaluated || rep.Epochs[1].TestAccuracy <= 0 {
+			t.Errorf("%s: epoch record %+v", kind, rep.Epochs[1])
+		}
+		t.Logf("%s (%s engine): activations per layer %v bytes, peak %d bytes", kind, rep.Engine, m.ActivationBytes, m.PeakBytes[0])
+	}
+}
+
+func TestEvalEveryAndReportJSON(t *testing.T) {
+	cfg := Defaults(SAGE)
+	cfg.Epochs, cfg.EvalEvery = 5, 2
+	cfg.Staleness = DefaultStaleness()
+	rep := run(t, cora(t), cfg, 2)
+	for _, e := range rep.Epochs {
+		if want := e.Epoch%2 == 0 || e.Epoch == 5; e.Evaluated != want {
+			t.Errorf("epoch %d evaluated %v", e.Epoch, e.Evaluated)
+		}
+	}
+	if rep.SelectedEpoch%2 != 0 && rep.SelectedEpoch != 5 {
+		t.Errorf("selected epoch %d was not evaluated", rep.SelectedEpoch)
+	}
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := rep.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.TestAccuracy != rep.TestAccuracy || len(back.Comm.Blocks) != len(rep.Comm.Blocks) || back.Comm.BytesSent != rep.Comm.BytesSent ||
+		back.Config.Staleness != rep.Config.Staleness || len(back.Memory.PeakBytes) != 2 {
+		t.Errorf("report did not round-trip")
+	}
+}
+
+// failing fails every Gemm after the first n on one device.
+type failing struct {
+	backend.Backend
+	left atomic.Int64
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *failing) Gemm(ta, tb bool, m, n, k int, alpha float32, a, b backend.Buffer, beta float32, c backend.Buffer) error {
+	if f.left.Add(-1) < 0 {
+		return errInjected
+	}
+	return f.Backend.Gemm(ta, tb, m, n, k, alpha, a, b, beta, c)
+}
+
+// TestDeviceFailureStopsAll: a device that fails mid-run makes Run return
+// its error promptly, without the others waiting for their deadline.
+func TestDeviceFailureStopsAll(t *testing.T) {
+	ds := cora(t)
+	bs := devices(t, 4)
+	f := &failing{Backend: bs[2]}
+	f.left.Store(7)
+	bs[2] = f
+	cfg := Defaults(GCN)
+	cfg.Epochs = 50
+	start := time.Now()
+	_, err := Run(context.Background(), ds, cfg, Options{Backends: bs, CommTimeout: time.Minute})
+	var re *RunError
+	if !errors.Is(err, errInjected) || !errors.As(err, &re) || re.Rank != 2 {
+		t.Fatalf("got %v, want device 2's injected failure", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	ds := cora(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := Defaults(GCN)
+	cfg.Epochs = 1000
+	n := 0
+	_, err := Run(ctx, ds, cfg, Options{Backends: devices(t, 3), OnEpoch: func(EpochRecord) {
+		if n++; n == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("got %v, want ErrInterrupted", err)
+	}
+}

@@ -1,0 +1,189 @@
+package fullgraph
+
+import (
+	"math"
+	"reflect"
+	"testing"
+)
+
+// checkBounds verifies the staleness invariants of a report: no cached
+// block was used older than the epoch bound, no skipped block had drifted
+// more than the variation bound, and the per-epoch and per-block counts
+// add up to the totals.
+func checkBounds(t *testing.T, rep *Report, pol Staleness) {
+	t.Helper()
+	c := rep.Comm
+	var sent, skipped, bytesSent, bytesAvoided int64
+	for _, b := range c.Blocks {
+		if b.MaxAge > pol.EpochBound {
+			t.Errorf("layer %d block %d used at age %d > epoch bound %d", b.Layer, b.Block, b.MaxAge, pol.EpochBound)
+		}
+		if b.MaxSkippedDrift > pol.Epsilon*(1+1e-6) {
+			t.Errorf("layer %d block %d skipped at drift %v > epsilon %v", b.Layer, b.Block, b.MaxSkippedDrift, pol.Epsilon)
+		}
+		if b.Sent+b.Skipped != int64(len(rep.Epochs)) {
+			t.Errorf("layer %d block %d: %d sent + %d skipped for %d epochs", b.Layer, b.Block, b.Sent, b.Skipped, len(rep.Epochs))
+		}
+		if b.Sent < 1 {
+			t.Errorf("layer %d block %d never sent", b.Layer, b.Block)
+		}
+		sent += b.Sent
+		skipped += b.Skipped
+	}
+	for _, e := range rep.Epochs {
+		bytesSent += e.BytesSent
+		bytesAvoided += e.BytesAvoided
+		if e.MaxAge > pol.EpochBound {
+			t.Errorf("epoch %d: max age %d", e.Epoch, e.MaxAge)
+		}
+	}
+	if sent+skipped != c.Broadcasts || skipped != c.BroadcastsSkipped {
+		t.Errorf("blocks say %d sent and %d skipped, totals %d and %d", sent, skipped, c.Broadcasts, c.BroadcastsSkipped)
+	}
+	if bytesSent != c.BytesSent || bytesAvoided != c.BytesAvoided {
+		t.Errorf("epochs say %d bytes sent and %d avoided, totals %d and %d", bytesSent, bytesAvoided, c.BytesSent, c.BytesAvoided)
+	}
+	if all := c.BytesSent + c.BytesAvoided; all > 0 && math.Abs(c.AvoidedFraction-float64(c.BytesAvoided)/float64(all)) > 1e-12 {
+		t.Errorf("avoided fraction %v for %d of %d bytes", c.AvoidedFraction, c.BytesAvoided, all)
+	}
+}
+
+// TestEpochBound: with a variation bound that always holds, the epoch
+// bound alone decides: bound 1 alternates send and skip, bound 3 sends
+// every fourth epoch; a zero variation bound never skips.
+func TestEpochBound(t *testing.T) {
+	ds := cora(t)
+	epochs := 17
+	if testing.Short() {
+		epochs = 9
+	}
+	for _, tc := range []struct {
+		bound   int
+		eps     float64
+		skipped int64 // per block
+	}{{1, 1e9, int64(epochs / 2)}, {3, 1e9, int64(epochs - (epochs+3)/4)}, {2, 0, 0}} {
+		cfg := Defaults(GCN)
+		cfg.Epochs = epochs
+		cfg.Staleness = Staleness{Enabled: true, EpochBound: tc.bound, Epsilon: tc.eps}
+		rep := run(t, ds, cfg, 3)
+		checkBounds(t, rep, cfg.Staleness)
+		for _, b := range rep.Comm.Blocks {
+			if b.Skipped != tc.skipped {
+				t.Errorf("bound %d eps %g: layer %d block %d skipped %d times, want %d", tc.bound, tc.eps, b.Layer, b.Block, b.Skipped, tc.skipped)
+			}
+			if tc.skipped > 0 && b.MaxAge != tc.bound {
+				t.Errorf("bound %d: max age %d", tc.bound, b.MaxAge)
+			}
+		}
+	}
+}
+
+// TestStalenessBounds runs the default policy and its variants (adaptive
+// bound, gradient skipping) and checks the invariants.
+func TestStalenessBounds(t *testing.T) {
+	ds := cora(t)
+	epochs := 60
+	if testing.Short() {
+		epochs = 12
+	}
+	for _, mod := range []func(*Staleness){
+		func(*Staleness) {},
+		func(s *Staleness) { s.Adaptive = true },
+		func(s *Staleness) { s.Gradients = true },
+	} {
+		cfg := Defaults(GCN)
+		cfg.Epochs = epochs
+		cfg.Staleness = DefaultStaleness()
+		mod(&cfg.Staleness)
+		rep := run(t, ds, cfg, 4)
+		checkBounds(t, rep, cfg.Staleness)
+		c := rep.Comm
+		t.Logf("%+v: %d/%d broadcasts skipped, %.1f%% bytes avoided; gradients %.1f%% avoided; test %.4f",
+			cfg.Staleness, c.BroadcastsSkipped, c.Broadcasts, 100*c.AvoidedFraction, 100*c.GradAvoidedFraction, rep.TestAccuracy)
+		if c.AvoidedFraction < 0.3 {
+			t.Errorf("only %.1f%% of broadcast bytes avoided", 100*c.AvoidedFraction)
+		}
+		if cfg.Staleness.Gradients != (c.GradSkipped > 0) {
+			t.Errorf("gradients %v but %d gradient messages skipped", cfg.Staleness.Gradients, c.GradSkipped)
+		}
+		if cfg.Staleness.Adaptive {
+			if last := rep.Epochs[len(rep.Epochs)-1]; !(last.EpsScale < 1 && last.EpsScale >= cfg.Staleness.AdaptiveFloor) {
+				t.Errorf("adaptive scale at the end %v", last.EpsScale)
+			}
+		}
+		if floor := map[bool]float64{false: 0.7, true: 0.3}[testing.Short()]; rep.TestAccuracy < floor {
+			t.Errorf("test accuracy %.4f < %.2f after %d epochs", rep.TestAccuracy, floor, epochs)
+		}
+	}
+}
+
+// TestDeterministic: the same seed gives the same run, staleness
+// decisions included.
+func TestDeterministic(t *testing.T) {
+	ds := cora(t)
+	cfg := Defaults(SAGE)
+	cfg.Epochs = 8
+	if testing.Short() {
+		cfg.Epochs = 3
+	}
+	cfg.Staleness = DefaultStaleness()
+	cfg.Staleness.Gradients = true
+	a, b := run(t, ds, cfg, 4), run(t, ds, cfg, 4)
+	for i := range a.Epochs {
+		x, y := a.Epochs[i], b.Epochs[i]
+		x.Seconds, y.Seconds, x.EvalSeconds, y.EvalSeconds = 0, 0, 0, 0
+		if x != y {
+			t.Fatalf("epoch %d differs:\n%+v\n%+v", i+1, x, y)
+		}
+	}
+	if !reflect.DeepEqual(a.Comm, b.Comm) {
+		t.Fatalf("comm stats differ")
+	}
+	cfg.Seed++
+	c := run(t, ds, cfg, 4)
+	if c.Epochs[0].Loss == a.Epochs[0].Loss {
+		t.Fatalf("another seed gave the same first loss")
+	}
+}
+
+// TestSkipBroadcastAcceptance is the Sancus acceptance check: 4 CPU
+// virtual devices, GCN with the paper's settings (2 layers, hidden 16,
+// dropout 0.5, lr 0.01, weight decay 5e-4, 200 epochs, row-normalized
+// features), 5 seeds on cora and citeseer: with the default staleness
+// bounds at least half of the broadcast bytes are avoided and the mean
+// test accuracy stays within 0.5 points of the exact run.
+func TestSkipBroadcastAcceptance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5 seeds x 200 epochs x 2 datasets x 2 modes: skipped in -short mode")
+	}
+	for _, name := range []string{"cora", "citeseer"} {
+		ds := cora(t)
+		if name == "citeseer" {
+			ds = citeseer(t)
+		}
+		var exact, stale, avoided float64
+		const seeds = 5
+		for s := 1; s <= seeds; s++ {
+			cfg := Defaults(GCN)
+			cfg.Seed = uint64(s)
+			e := run(t, ds, cfg, 4)
+			cfg.Staleness = DefaultStaleness()
+			st := run(t, ds, cfg, 4)
+			checkBounds(t, st, cfg.Staleness)
+			exact += e.TestAccuracy / seeds
+			stale += st.TestAccuracy / seeds
+			avoided += st.Comm.AvoidedFraction / seeds
+			if e.Comm.BytesAvoided != 0 {
+				t.Errorf("%s seed %d: the exact run avoided %d bytes", name, s, e.Comm.BytesAvoided)
+			}
+		}
+		t.Logf("%s, 4 devices, 5 seeds: exact %.4f, stale %.4f (%+.2f points), %.1f%% of broadcast bytes avoided",
+			name, exact, stale, 100*(stale-exact), 100*avoided)
+		if avoided < 0.5 {
+			t.Errorf("%s: %.1f%% of broadcast bytes avoided, want >= 50%%", name, 100*avoided)
+		}
+		if math.Abs(stale-exact) > 0.005 {
+			t.Errorf("%s: mean test accuracy %.4f with staleness, %.4f exact: more than 0.5 points apart", name, stale, exact)
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package fullgraph
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Tags separating the random streams derived from Config.Seed.
+const (
+	tagInit uint64 = iota + 1
+	tagDropout
+	tagLocalMask
+)
+
+// Dropout seeds are rng.Derive(stepSeed, layer, purpose), as in package nn.
+const (
+	seedFeature   = 0
+	seedAttention = 1
+)
+
+// layerSpec is one GCN or GraphSAGE layer of the distributed engine.
+//
+// Payload is what the layer exchanges between devices: the projected
+// input X W (GCN) or X W_neigh (SAGE) when project is set (sparse input
+// features, or In > Out, as package nn orders the product), else the
+// (dropped-out) input X itself; width is its number of columns.
+type layerSpec struct {
+	in, out, width int
+	project, last  bool
+	p              float32 // dropout on the layer's input
+	w, wn, bias    *nn.Param
+}
+
+// blockMat is A_ds on the device: structure and per-entry weights (a is
+// nil when the block has no entries). For a remote block (s != d) the
+// columns are compacted to the k rows of block s that d reads, listed in
+// cols: the forward pass gathers those rows of the payload, and the
+// backward pass yields d's gradient contribution to s as k packed rows.
+type blockMat struct {
+	a    backend.Sparse
+	w    backend.Buffer
+	nnz  int
+	cols backend.Buffer // int32, k entries; nil for the diagonal block
+	k    int
+}
+
+// evalSet is the part of a node set (train, val, test) this device owns.
+type evalSet struct {
+	local  []int32 // row within the block
+	labels []int32
+	total  int // size of the whole set
+}
+
+// worker is one device's share of a run of the distributed engine.
+type worker struct {
+	rank, p int
+	cfg     *Config
+	b       *meter
+	c       comm.Comm // nil with one device
+	ctx     context.Context
+	lay     *Layout
+	lo, n   int
+	classes int
+
+	specs  []layerSpec
+	params []*nn.Param
+	opt    optim.Optimizer
+
+	blocks  []blockMat            // A_ds for every source block s
+	recvIdx []backend.Buffer      // Used[r][rank] for every device r reading this block
+	xs      *autograd.SparseInput // this block's input features when sparse
+	xsOff   int64                 // global position of xs's first non-zero
+	xd      backend.Buffer        // dense input features
+
+	trainRows, trainLabels backend.Buffer
+	nTrain, nTrainAll      int
+	sets                   [3]evalSet // train, val, test
+
+	st    []*layerState
+	stats CommStats // this device's view; the flag exchanges make it global
+	ep    epochComm
+	act   []int64 // activation bytes kept by each layer (first step)
+
+	epsScale float64 // adaptive scale of the variation bound this epoch
+
+	hostA, hostB []float32 // staging for communication
+	maskHost     []float32
+}
+
+func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
+
+// buildParams creates the layers' parameters exactly as nn.New does for
+// the same nn.Config (same names, shapes, order and seeds).
+func buildParams(b backend.Backend, kind string, inDim, hidden, outDim, layers int, seed uint64) ([]layerSpec, []*nn.Param, error) {
+	specs := make([]layerSpec, layers)
+	var ps []*nn.Param
+	for l := range specs {
+		in, out := hidden, hidden
+		if l == 0 {
+			in = inDim
+		}
+		if l == layers-1 {
+			out = outDim
+		}
+		sp := &specs[l]
+		sp.in, sp.out, sp.last = in, out, l == layers-1
+		s := rng.Derive(seed, uint64(l))
+		switch kind {
+		case GCN:
+			c, err := nn.NewGCNConv(b, layerName(l), in, out, s)
+			if err != nil {
+				nn.FreeParams(b, ps)
+				return nil, nil, err
+			}
+			sp.w, sp.bias = c.W, c.B
+			ps = append(ps, c.Params()...)
+		case SAGE:
+			c, err := nn.NewSAGEConv(b, layerName(l), in, out, s)
+			if err != nil {
+				nn.FreeParams(b, ps)
+				return nil, nil, err
+			}
+			sp.w, sp.wn, sp.bias = c.WSelf, c.WNeigh, c.B
+			ps = append(ps, c.Params()...)
+		default:
+			return nil, nil, cfgErr("model", "the distributed engine runs gcn and sage, not %q", kind)
+		}
+	}
+	return specs, ps, nil
+}
+
+// newWorker sets up device rank: its rows of the adjacency, its features,
+// labels and a replica of the model (every device initializes the same
+// weights from the same seed).
+func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, cfg *Config, pr *prepared, lay *Layout) (w *worker, err error) {
+	p := lay.P()
+	lo, hi := lay.Range(rank)
+	w = &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
+		classes: pr.ds.NumClasses}
+	defer func() {
+		if err != nil {
+			w.free()
+			w = nil
+		}
+	}()
+	mb := w.b
+	w.specs, w.params, err = buildParams(mb, cfg.Model, pr.ds.FeatDim, cfg.Hidden, pr.ds.NumClasses, cfg.Layers, rng.Derive(cfg.Seed, tagInit))
+	if err != nil {
+		return nil, err
+	}
+	sparse := pr.feats.sparse != nil
+	for l := range w.specs {
+		sp := &w.specs[l]
+		sp.project = (l == 0 && sparse) || sp.in > sp.out
+		sp.width = sp.in
+		if sp.project {
+			sp.width = sp.out
+		}
+		sp.p = float32(cfg.Dropout)
+	}
+	w.opt = optim.NewAdam(mb, w.params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
+
+	w.blocks = make([]blockMat, p)
+	for s := 0; s < p; s++ {
+		sb := &lay.Blocks[rank][s]
+		if sb.NNZ() == 0 {
+			continue
+		}
+		bm := &w.blocks[s]
+		bm.nnz = sb.NNZ()
+		cols, ix := sb.Cols, sb.Indices
+		if s != rank {
+			used := lay.Used[rank][s]
+			cols, ix, bm.k = len(used), compact(sb, used), len(used)
+			if bm.cols, err = uploadI32(mb, used); err != nil {
+				return nil, err
+			}
+		}
+		if bm.a, err = mb.NewSparse(sb.Rows, cols, sb.Indptr, ix); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: block %d: %w", rank, s, err)
+		}
+		if bm.w, err = upload(mb, sb.Weights); err != nil {
+			return nil, err
+		}
+	}
+	// The rows of this block that every other device reads: where their
+	// gradient contributions land.
+	w.recvIdx = make([]backend.Buffer, p)
+	for r := 0; r < p; r++ {
+		if r != rank && lay.NNZ(r, rank) > 0 {
+			if w.recvIdx[r], err = uploadI32(mb, lay.Used[r][rank]); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	f := pr.feats
+	if h := f.sparse; h != nil {
+		base := h.Indptr[lo]
+		ip := make([]int64, w.n+1)
+		for i := range ip {
+			ip[i] = h.Indptr[lo+i] - base
+		}
+		end := h.Indptr[hi]
+		if w.xs, err = autograd.NewSparseInput(mb, w.n, h.Cols, ip, h.Indices[base:end], h.Values[base:end]); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: features: %w", rank, err)
+		}
+		w.xsOff = base
+	} else if w.xd, err = upload(mb, f.dense[lo*f.cols:hi*f.cols]); err != nil {
+		return nil, err
+	}
+
+	ds := pr.ds
+	for i, set := range [][]int32{ds.Train, ds.Val, ds.Test} {
+		es := &w.sets[i]
+		es.total = len(set)
+		for _, v := range set {
+			if int(v) >= lo && int(v) < hi {
+				es.local = append(es.local, v-int32(lo))
+				es.labels = append(es.labels, ds.Labels[v])
+			}
+		}
+	}
+	w.nTrain, w.nTrainAll = len(w.sets[0].local), len(ds.Train)
+	if w.nTrain > 0 {
+		if w.trainRows, err = uploadI32(mb, w.sets[0].local); err != nil {
+			return nil, err
+		}
+		if w.trainLabels, err = uploadI32(mb, w.sets[0].labels); err != nil {
+			return nil, err
+		}
+	}
+	w.st = make([]*layerState, len(w.specs))
+	for l, sp := range w.specs {
+		w.st[l] = newLayerState(p)
+		for s := 0; s < p; s++ {
+			w.stats.Blocks = append(w.stats.Blocks, BlockStats{Layer: l, Block: s, Rows: lay.Size(s), Width: sp.width})
+		}
+	}
+	return w, nil
+}
+
+func upload(b backend.Backend, v []float32) (backend.Buffer, error) {
+	buf, err := b.Alloc(backend.Float32, len(v))
+	if err != nil {
+		return nil, fmt.Errorf("fullgraph: upload: %w", err)
+	}
+	if err := b.Upload(buf, v); err != nil {
+		b.Free(buf)
+		return nil, fmt.Errorf("fullgraph: upload: %w", err)
+	}
+	return buf, nil
+}
+
+func uploadI32(b backend.Backend, v []int32) (backend.Buffer, error) {
+	buf, err := b.Alloc(backend.Int32, len(v))
+	if err != nil {
+		return nil, fmt.Errorf("fullgraph: upload: %w", err)
+	}
+	if err := b.Upload(buf, v); err != nil {
+		b.Free(buf)
+		return nil, fmt.Errorf("fullgraph: upload: %w", err)
+	}
+	return buf, nil
+}
+
+// free returns everything the worker holds to the back end.
+func (w *worker) free() {
+	if w == nil {
+		return
+	}
+	b := w.b
+	if w.opt != nil {
+		w.opt.Free()
+	}
+	nn.FreeParams(b, w.params)
+	for _, bm := range w.blocks {
+		if bm.a != nil {
+			b.FreeSparse(bm.a)
+		}
+		b.Free(bm.w)
+		b.Free(bm.cols)
+	}
+	for _, x := range w.recvIdx {
+		b.Free(x)
+	}
+	w.xs.Free(b)
+	for _, buf := range []backend.Buffer{w.xd, w.trainRows, w.trainLabels} {
+		b.Free(buf)
+	}
+	for _, st := range w.st {
+		st.free(b)
+	}
+	*w = worker{b: b}
+}
+
+// dropout writes dst = x * mask with the mask of elements
+// [off, off+len) of the layer's whole input: what one device would draw
+// for these rows. Offset 0 (one device, or the first block) is the back
+// end's own Dropout; other blocks draw their masks on the host, unless
+// Masks is local.
+func (w *worker) dropout(s *step, dst, mask, x backend.Buffer, p float32, seed uint64, off int64) {
+	if !s.ok() {
+		return
+	}
+	if off == 0 {
+		s.do(w.b.Dropout(dst, mask, x, p, seed))
+		return
+	}
+	if w.cfg.Masks == MasksLocal {
+		s.do(w.b.Dropout(dst, mask, x, p, rng.Derive(seed, tagLocalMask, uint64(w.rank))))
+		return
+	}
+	n := mask.Len()
+	if cap(w.maskHost) < n {
+		w.maskHost = make([]float32, n)
+	}
+	m := w.maskHost[:n]
+	keep := 1 / (1 - p)
+	parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := float32(0)
+			if rng.Uniform01(seed, uint64(off)+uint64(i)) >= p {
+				v = keep
+			}
+			m[i] = v
+		}
+	})
+	s.do(w.b.Upload(mask, m))
+	if s.ok() {
+		s.do(w.b.Mul(dst, x, mask))
+	}
+}
+
+// parallel runs fn over [0, n) in chunks on all cores; every element is
+// computed by exactly one call, so results do not depend on scheduling.
+func parallel(n int, fn func(lo, hi int)) {
+	const grain = 1 << 15
+	workers := runtime.GOMAXPROCS(0)
+	if n < 2*grain || workers == 1 {
+		fn(0, n)
+		return
+	}
+	chunks := min(workers, (n+grain-1)/grain)
+	size := (n + chunks - 1) / chunks
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += size {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, min(lo+size, n))
+		}()
+	}
+	wg.Wait()
+}
