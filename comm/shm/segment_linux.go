@@ -55,6 +55,7 @@ const (
 	cPid     = 0  // int32
 	cState   = 4  // uint32: 0 free, 1 attached, 2 closed
 	cEntered = 8  // uint64: last sequence number entered
+	cDone    = 16 // uint64: last sequence number finished (or failed)
 	cExch    = 64 // two sets (by parity) of exchWords int64 values
 )
 

@@ -393,11 +393,14 @@ func (t *transport) Abort(oe *comm.OpError) {
 }
 
 func (t *transport) Missing(ctx context.Context, seq uint64) []int {
+	// Missing: never entered seq, or left (closed, exited) without
+	// finishing it.
 	var m []int
 	for r := 0; r < t.n; r++ {
 		c := t.seg.ctl(r)
-		if atomic.LoadUint64(t.seg.u64(c+cEntered)) < seq || atomic.LoadUint32(t.seg.u32(c+cState)) == stateClosed ||
-			(t.pids[r] != os.Getpid() && !alive(t.pids[r])) {
+		entered, done := atomic.LoadUint64(t.seg.u64(c+cEntered)), atomic.LoadUint64(t.seg.u64(c+cDone))
+		left := atomic.LoadUint32(t.seg.u32(c+cState)) == stateClosed || (t.pids[r] != os.Getpid() && !alive(t.pids[r]))
+		if entered < seq || (left && done < seq) {
 			m = append(m, r)
 		}
 	}
@@ -430,6 +433,7 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 		return err
 	}
 	atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cEntered), c.Seq)
+	defer atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cDone), c.Seq)
 	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq}
 	done, err := t.tryDirect(w, c)
 	if done || err != nil {

@@ -330,6 +330,7 @@ func (t *transport) receive(c *comm.Call, recvs []recvU, pr *progress) error {
 		if _, err := io.ReadFull(p.br, h); err != nil {
 			return t.ioErr(p, "receiving from", err)
 		}
+		p.saw(binary.BigEndian.Uint64(h[8:]))
 		if err := checkHeader(h, c, idx[u.peer], len(u.dst), u.peer); err != nil {
 			return err
 		}

@@ -75,6 +75,20 @@ type peer struct {
 
 	mu   sync.Mutex
 	gone string // why the peer is gone ("" while connected)
+
+	// seen is the highest sequence number this peer is known to have
+	// entered (from its data frames and aborts): it took part in those,
+	// even if it has left since.
+	seen atomic.Uint64
+}
+
+func (p *peer) saw(seq uint64) {
+	for {
+		v := p.seen.Load()
+		if seq <= v || p.seen.CompareAndSwap(v, seq) {
+			return
+		}
+	}
 }
 
 func (p *peer) goneReason() string {
@@ -521,6 +535,7 @@ func (t *transport) readCtrl(p *peer) {
 				}
 			}
 		case ctAbort:
+			p.saw(a)
 			t.remoteAbort(p.rank, a, payload)
 		case ctClose:
 			p.setGone(fmt.Sprintf("rank %d closed its communicator", p.rank))
@@ -594,18 +609,26 @@ func (t *transport) Missing(ctx context.Context, seq uint64) []int {
 		delete(t.status, id)
 		t.smu.Unlock()
 	}()
+	// A peer that answers is missing if it has not entered seq; one that
+	// cannot answer (gone, or too busy) is missing unless it is known to
+	// have entered seq already.
 	var missing []int
+	silent := func(p *peer) {
+		if p.seen.Load() < seq {
+			missing = append(missing, p.rank)
+		}
+	}
 	asked := map[int]bool{}
 	for _, p := range t.peers {
 		if p == nil {
 			continue
 		}
 		if p.goneReason() != "" {
-			missing = append(missing, p.rank)
+			silent(p)
 			continue
 		}
 		if err := t.sendCtrl(p, ctrlFrame(ctStatusReq, id, 0, nil), 100*time.Millisecond); err != nil {
-			missing = append(missing, p.rank)
+			silent(p)
 			continue
 		}
 		asked[p.rank] = true
@@ -619,7 +642,7 @@ func (t *transport) Missing(ctx context.Context, seq uint64) []int {
 			}
 		case <-ctx.Done():
 			for r := range asked {
-				missing = append(missing, r) // no answer: stalled or gone
+				silent(t.peers[r])
 			}
 			asked = nil
 		}

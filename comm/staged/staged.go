@@ -1,0 +1,244 @@
+package staged
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// Transport implements comm.DeviceTransport over a host communicator.
+type Transport struct {
+	host comm.Comm
+	be   backend.Backend
+	kind string
+}
+
+// New returns a transport that stages be's buffers through host. kind
+// names it in errors and Kind() ("" means "staged-" + host.Kind()). The
+// transport owns host: Close and Abort close it.
+func New(host comm.Comm, be backend.Backend, kind string) *Transport {
+	if kind == "" {
+		kind = "staged-" + host.Kind()
+	}
+	return &Transport{host: host, be: be, kind: kind}
+}
+
+// Open returns the device communicator over host with front-end options o.
+func Open(host comm.Comm, be backend.Backend, o comm.Options) comm.DeviceComm {
+	return comm.NewDevice(New(host, be, ""), o)
+}
+
+func (t *Transport) Kind() string { return t.kind }
+func (t *Transport) Rank() int    { return t.host.Rank() }
+func (t *Transport) Size() int    { return t.host.Size() }
+
+// Host returns the host communicator.
+func (t *Transport) Host() comm.Comm { return t.host }
+
+// Check accepts buffers of the transport's back end (CUDA: of its device).
+func (t *Transport) Check(b backend.Buffer) error { return CheckBuffer(t.be, b) }
+
+// Overlap reports whether a and b share memory.
+func (t *Transport) Overlap(a, b backend.Buffer) bool { return Overlap(a, b) }
+
+// CheckBuffer returns an error when b is not a buffer of be (the CUDA and
+// CPU back ends are recognized; other back ends accept any buffer).
+func CheckBuffer(be backend.Backend, b backend.Buffer) error {
+	switch d := be.(type) {
+	case *cuda.Device:
+		cb, ok := b.(*cuda.Buffer)
+		if !ok {
+			return fmt.Errorf("a %T, not a CUDA buffer", b)
+		}
+		if cb.Device() != d {
+			return fmt.Errorf("a buffer of %s, not of %s", cb.Device().Name(), d.Name())
+		}
+	case *cpu.Backend:
+		if _, ok := b.(*cpu.Buffer); !ok {
+			return fmt.Errorf("a %T, not a CPU back-end buffer", b)
+		}
+	}
+	return nil
+}
+
+// span returns the address range of a CUDA or CPU buffer (0, 0 if
+// unknown or empty).
+func span(b backend.Buffer) (lo, hi uintptr) {
+	n := uintptr(b.Len() * b.DType().Size())
+	switch x := b.(type) {
+	case *cuda.Buffer:
+		lo = uintptr(x.Ptr())
+	case *cpu.Buffer:
+		switch x.DType() {
+		case backend.Float32:
+			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.F32(x))))
+		case backend.Int32:
+			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.I32(x))))
+		case backend.Int64:
+			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.I64(x))))
+		}
+	}
+	if lo == 0 || n == 0 {
+		return 0, 0
+	}
+	return lo, lo + n
+}
+
+// Overlap reports whether two CUDA or CPU buffers share memory (false for
+// other kinds, whose addresses are unknown, unless they are the same
+// buffer).
+func Overlap(a, b backend.Buffer) bool {
+	if a == b {
+		return true
+	}
+	la, ha := span(a)
+	lb, hb := span(b)
+	return la != 0 && lb != 0 && la < hb && lb < ha
+}
+
+// hostSlice returns the typed slice behind a host Buf, for Download and
+// Upload.
+func hostSlice(b comm.Buf) any {
+	switch b.DType() {
+	case backend.Float32:
+		return b.Float32s()
+	case backend.Int32:
+		return b.Int32s()
+	}
+	return b.Int64s()
+}
+
+// stage holds the host buffers of one call.
+type stage struct {
+	t    *Transport
+	bufs []comm.Buf
+}
+
+func (s *stage) alloc(dt backend.DType, n int) (comm.Buf, error) {
+	b, err := s.t.host.Alloc(dt, n)
+	if err != nil {
+		return comm.Buf{}, fmt.Errorf("staging %d elements of %v in host memory: %w", n, dt, err)
+	}
+	s.bufs = append(s.bufs, b)
+	return b, nil
+}
+
+// down allocates host memory for b and downloads b into it.
+func (s *stage) down(b backend.Buffer) (comm.Buf, error) {
+	h, err := s.alloc(b.DType(), b.Len())
+	if err != nil {
+		return h, err
+	}
+	if b.Len() > 0 {
+		if err := s.t.be.Download(hostSlice(h), b); err != nil {
+			return h, fmt.Errorf("copying to the host: %w", err)
+		}
+	}
+	return h, nil
+}
+
+func (s *stage) up(dst backend.Buffer, h comm.Buf) error {
+	if dst.Len() == 0 {
+		return nil
+	}
+	if err := s.t.be.Upload(dst, hostSlice(h)); err != nil {
+		return fmt.Errorf("copying to the device: %w", err)
+	}
+	return nil
+}
+
+func (s *stage) free() {
+	for _, b := range s.bufs {
+		s.t.host.Free(b)
+	}
+}
+
+// Run stages c through the host communicator.
+func (t *Transport) Run(ctx context.Context, c *comm.DeviceCall) error {
+	s := &stage{t: t}
+	defer s.free()
+	switch c.Op {
+	case comm.OpBarrier:
+		return t.host.Barrier(ctx)
+	case comm.OpAllReduce, comm.OpBroadcast:
+		var h comm.Buf
+		var err error
+		if c.Op == comm.OpBroadcast && t.Rank() != c.Root {
+			h, err = s.alloc(c.DType, c.Recv.Len())
+		} else {
+			h, err = s.down(c.Send)
+		}
+		if err != nil {
+			return err
+		}
+		if c.Op == comm.OpAllReduce {
+			err = t.host.AllReduce(ctx, h, c.Red)
+		} else {
+			err = t.host.Broadcast(ctx, h, c.Root)
+		}
+		if err != nil {
+			return err
+		}
+		return s.up(c.Recv, h)
+	}
+	src, err := s.down(c.Send)
+	if err != nil {
+		return err
+	}
+	dst, err := s.alloc(c.DType, c.Recv.Len())
+	if err != nil {
+		return err
+	}
+	switch c.Op {
+	case comm.OpAllGather:
+		err = t.host.AllGather(ctx, dst, src)
+	case comm.OpAllGatherV:
+		err = t.host.AllGatherV(ctx, dst, src, c.RecvCounts)
+	case comm.OpAllToAll:
+		err = t.host.AllToAll(ctx, dst, src)
+	case comm.OpAllToAllV:
+		err = t.host.AllToAllV(ctx, dst, c.RecvCounts, src, c.SendCounts)
+	case comm.OpReduceScatter:
+		err = t.host.ReduceScatter(ctx, dst, src, c.Red)
+	default:
+		err = fmt.Errorf("staged: unsupported op %v", c.Op)
+	}
+	if err != nil {
+		return err
+	}
+	return s.up(c.Recv, dst)
+}
+
+// Gather all-gathers words through the host communicator.
+func (t *Transport) Gather(ctx context.Context, seq uint64, words []int64) ([]int64, error) {
+	all := make([]int64, len(words)*t.Size())
+	if err := t.host.AllGather(ctx, comm.I64(all), comm.I64(words)); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// Sync waits for the device's queued work (uploads may still be in
+// flight when an operation returns).
+func (t *Transport) Sync(ctx context.Context) error {
+	if s, ok := t.be.(interface{ Synchronize() error }); ok {
+		return s.Synchronize()
+	}
+	return nil
+}
+
+// Missing is not known beyond what the host communicator's errors carry.
+func (t *Transport) Missing(ctx context.Context, seq uint64) []int { return nil }
+
+// Abort closes the host communicator, so peers waiting in it fail at once
+// naming this rank (when the host collective itself failed, the host
+// communicator has already told them).
+func (t *Transport) Abort(err *comm.OpError) { t.host.Close() }
+
+// Close closes the host communicator.
+func (t *Transport) Close() error { return t.host.Close() }
