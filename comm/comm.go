@@ -243,8 +243,9 @@ type Record struct {
 // reporting as Comm. Operations are enqueued on the back end's stream in
 // call order and may complete asynchronously; Sync waits (within the
 // context's deadline) for every enqueued operation and reports the first
-// failure. No implementation exists yet; it is declared so code can be
-// written against it.
+// failure. NewDevice puts this front end on a DeviceTransport; comm/nccl,
+// comm/gpushm and comm/staged implement it (comm/devdist opens one from
+// the environment).
 type DeviceComm interface {
 	Rank() int
 	Size() int
