@@ -50,6 +50,7 @@ type trainCmd struct {
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
 
 	FullGraph fullGraphFlags `embed:""`
+	DSP       dspFlags       `embed:""` // sampled mode with --devices (dsp.go)
 }
 
 // config turns the flags into a train.Config on top of the model's
@@ -107,6 +108,9 @@ func (c *trainCmd) config() (train.Config, error) {
 func (c *trainCmd) Run(e *env) error {
 	if c.Mode == fullgraph.Mode {
 		return c.runFullGraph(e)
+	}
+	if c.FullGraph.Devices != "" {
+		return c.runDSP(e)
 	}
 	cfg, err := c.config()
 	if err != nil {

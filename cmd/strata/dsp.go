@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// dspFlags are the flags of sampled training on several devices ('strata
+// train --devices cpu:4', package dsp/runner: DSP's collective sampling,
+// partitioned feature cache and pipeline). They are embedded in trainCmd;
+// --devices and --partition are shared with --mode fullgraph.
+type dspFlags struct {
+	Scheme        string `help:"sampled mode with --devices: collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
+	Replace       bool   `help:"sampled mode with --devices: sample with replacement."`
+	Weighted      bool   `help:"sampled mode with --devices: sample proportionally to edge weights."`
+	Cache         string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
+	CachePolicy   string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch) or replicate (each --cache-group of devices holds one copy)." enum:"partition,replicate" default:"partition"`
+	CacheGroup    int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
+	Hotness       string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
+	TopologyCache string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
+	QueueCapacity int    `help:"sampled mode with --devices: batches queued between the sampler, loader and trainer of each device." default:"2" placeholder:"N"`
+	Rebalance     string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
+	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
+}
+
+// parseBytes reads a byte count such as 0, 4096, 64MiB, 1.5GB or "all"
+// (returned as -1).
+func parseBytes(flag, s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "all") {
+		return -1, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || v*mult > 1<<50 {
+		return 0, usageError{fmt.Errorf("--%s %q: want a byte count such as 0, 65536, 512MiB or 2GB, or all", flag, s)}
+	}
+	return int64(v * mult), nil
+}
+
+// openDSPDevices opens one back end per device: "cpu:N" is N CPU virtual
+// devices (a CPU back end each); otherwise a comma list of device specs,
+// where a bare number repeats the previous kind ("cuda:0,1,2,3").
+func openDSPDevices(list string) ([]backend.Backend, error) {
+	list = strings.TrimSpace(list)
+	var specs []string
+	if rest, ok := strings.CutPrefix(list, "cpu:"); ok && !strings.Contains(rest, ",") {
+		n, err := strconv.Atoi(rest)
+		if err != nil || n < 1 || n > 1024 {
+			return nil, usageError{fmt.Errorf("--devices %s: want cpu:N with N in 1..1024", list)}
+		}
+		for range n {
+			specs = append(specs, "cpu")
+		}
+	} else {
+		kind := ""
+		seen := map[string]bool{}
+		for _, s := range strings.Split(list, ",") {
+			s = strings.TrimSpace(s)
+			if _, err := strconv.Atoi(s); err == nil && kind != "" {
+				s = kind + ":" + s
+			}
+			k, _, err := backend.ParseDevice(s)
+			if err != nil || s == "auto" || seen[s] {
+				return nil, usageError{fmt.Errorf("--devices %s: bad or repeated entry %q (want cpu:N or a list such as cuda:0,1,2,3)", list, s)}
+			}
+			seen[s], kind = true, k
+			specs = append(specs, s)
+		}
+	}
+	bs := make([]backend.Backend, len(specs))
+	for i, s := range specs {
+		b, err := openDevice(s)
+		if err != nil {
+			return nil, err
+		}
+		bs[i] = b
+	}
+	return bs, nil
+}
+
+// dspConfig builds the runner's configuration from the flags.
+func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
+	tc, err := c.config()
+	if err != nil {
+		return runner.Config{}, err
+	}
+	if tc.Mode != train.Sampled {
+		return runner.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
+	}
+	if tc.Eval != train.Full {
+		return runner.Config{}, usageError{fmt.Errorf("--devices: only --eval full is supported")}
+	}
+	if c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0 {
+		return runner.Config{}, usageError{fmt.Errorf("--devices: multi-device runs do not write checkpoints")}
+	}
+	f := &c.DSP
+	cfg := runner.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
+		Partition: c.FullGraph.Partition, CachePolicy: cache.Policy(f.CachePolicy), Hotness: cache.Hotness(f.Hotness),
+		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator}
+	if cfg.CachePolicy == cache.Replicate {
+		cfg.CacheGroup = f.CacheGroup
+	}
+	if cfg.CacheBytes, err = parseBytes("cache", f.Cache); err != nil {
+		return cfg, err
+	}
+	if cfg.TopologyBytes, err = parseBytes("topology-cache", f.TopologyCache); err != nil {
+		return cfg, err
+	}
+	if cfg.TopologyBytes == 0 {
+		cfg.TopologyBytes = 1 // 0 means no limit to the runner; here it means none on the device
+	}
+	return cfg, nil
+}
+
+// runDSP is 'strata train --devices LIST' in sampled mode.
+func (c *trainCmd) runDSP(e *env) error {
+	bs, err := openDSPDevices(c.FullGraph.Devices)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.dspConfig(len(bs))
+	if err != nil {
+		return err
+	}
+	for _, out := range []string{c.Report, c.Plot} {
+		if out != "" {
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+	var log io.Writer = e.stderr
+	if e.quiet {
+		log = nil
+	}
+	if log != nil {
+		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d devices (%s), DSP %s-wise sampling\n",
+			cfg.Train.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name(), cfg.Scheme)
+		fmt.Fprintf(log, "config: %s\n", cfg.Train.String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := runner.Run(ctx, ds, cfg, runner.Options{Log: log, NewBackend: func(r int) (backend.Backend, error) { return bs[r], nil }})
+	if err != nil {
+		return err
+	}
+	if c.Report != "" {
+		if err := rep.WriteJSON(c.Report); err != nil {
+			return err
+		}
+	}
+	if c.Plot != "" {
+		if err := train.WritePlot(&rep.Report, c.Plot); err != nil {
+			return err
+		}
+	}
+	sel := "best validation"
+	if rep.Selection == train.SelectLast {
+		sel = "last"
+	}
+	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
+		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
+	fmt.Fprintf(e.stdout, "pipeline            %s\n", rep.Metrics.Summary)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return nil
+}
