@@ -123,6 +123,19 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 	views := w.exchange(s, l, payload, clean, train, epsScale)
 	f.agg = s.f32(n * sp.width)
 	w.aggregate(s, f.agg, views, sp.width)
+	if clean != payload && clean != hin {
+		s.drop(clean)
+	}
+	if payload != f.x {
+		s.drop(payload) // a projection: the backward pass does not read it
+	}
+	if !train {
+		for r, v := range views { // temporary copies of the other blocks
+			if r != w.rank {
+				s.drop(v)
+			}
+		}
+	}
 
 	f.pre = s.f32(n * sp.out)
 	switch w.cfg.Model {
@@ -136,6 +149,9 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 		}
 		if s.ok() {
 			s.do(w.b.AddRowVector(f.pre, src, sp.bias.Value, n, sp.out))
+		}
+		if src != f.agg {
+			s.drop(src)
 		}
 	case SAGE:
 		neigh := f.agg
@@ -152,6 +168,10 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 		if s.ok() {
 			s.do(w.b.AddRowVector(f.pre, sum, sp.bias.Value, n, sp.out))
 		}
+		if neigh != f.agg {
+			s.drop(neigh)
+		}
+		s.drop(self, sum)
 	}
 	if !sp.last {
 		f.h = s.f32(n * sp.out)
@@ -321,7 +341,11 @@ func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
 		return 0, err
 	}
 	local := 0.0
-	if w.nTrain > 0 {
+	if w.nTrain == 0 { // no training nodes here: no gradient from the loss
+		if err := w.b.Fill(dlogp, 0); err != nil {
+			return 0, err
+		}
+	} else {
 		var err error
 		if local, err = w.b.NLLLoss(logp, w.trainRows, w.trainLabels, w.n, c); err != nil {
 			return 0, err
@@ -428,20 +452,24 @@ type evalResult struct {
 // evaluate runs the model without dropout, every block exchanged exactly,
 // and scores the nodes of every device.
 func (w *worker) evaluate() (evalResult, error) {
-	s := newStep(w.b)
-	defer s.release()
+	// One step per layer: only the layer's output outlives it.
 	var h backend.Buffer
-	var f *fwd
+	defer func() { w.b.Free(h) }()
 	for l := range w.specs {
-		f = w.forward(s, l, h, false, 0, 1)
+		s := newStep(w.b)
+		f := w.forward(s, l, h, false, 0, 1)
 		if s.err != nil {
+			s.release()
 			return evalResult{}, fmt.Errorf("evaluation layer %d: %w", l, s.err)
 		}
+		s.keep(f.out())
+		s.release()
+		w.b.Free(h)
 		h = f.out()
 	}
 	c := w.classes
 	logits := make([]float32, w.n*c)
-	if err := w.b.Download(logits, f.pre); err != nil {
+	if err := w.b.Download(logits, h); err != nil {
 		return evalResult{}, err
 	}
 	// correct[0..2], then the validation loss sum as float64 bits.

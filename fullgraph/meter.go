@@ -153,6 +153,35 @@ func (s *step) do(err error) {
 // ok reports whether no error has occurred.
 func (s *step) ok() bool { return s.err == nil }
 
+// drop frees buffers of the step that are no longer needed (nil entries
+// are ignored), so the memory they held is not kept until release.
+func (s *step) drop(bufs ...backend.Buffer) {
+	for _, b := range bufs {
+		if b == nil {
+			continue
+		}
+		for i := len(s.bufs) - 1; i >= 0; i-- {
+			if s.bufs[i] == b {
+				s.bytes -= 4 * int64(b.Len())
+				s.b.Free(b)
+				s.bufs = append(s.bufs[:i], s.bufs[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// keep removes b from the step without freeing it: the caller owns it.
+func (s *step) keep(b backend.Buffer) {
+	for i := len(s.bufs) - 1; i >= 0; i-- {
+		if s.bufs[i] == b {
+			s.bufs = append(s.bufs[:i], s.bufs[i+1:]...)
+			s.bytes -= 4 * int64(b.Len())
+			return
+		}
+	}
+}
+
 // release frees the step's buffers, newest first.
 func (s *step) release() {
 	for i := len(s.bufs) - 1; i >= 0; i-- {

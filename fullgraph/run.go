@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,6 +104,18 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, err
 	}
 	rep.TotalSeconds = time.Since(start).Seconds()
+	if opts.Log != nil {
+		m := rep.Memory
+		act := make([]string, len(m.ActivationBytes))
+		for i, a := range m.ActivationBytes {
+			act[i] = humanBytes(a)
+		}
+		peak := make([]string, len(m.PeakBytes))
+		for i, p := range m.PeakBytes {
+			peak[i] = humanBytes(p)
+		}
+		fmt.Fprintf(opts.Log, "memory: activations per layer %s; peak per device %s\n", strings.Join(act, ", "), strings.Join(peak, ", "))
+	}
 	return rep, nil
 }
 

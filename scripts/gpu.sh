@@ -26,6 +26,7 @@ pkgs=(
 for p in sample/gpusample feature train/gputrain; do
   [ -d "$p" ] && ls "$p"/*_test.go >/dev/null 2>&1 && pkgs+=("$p")
 done
+[ -d fullgraph ] && pkgs+=(fullgraph) # BenchmarkProductsSAGE: full-graph SAGE on 1/2/4 GPUs (needs STRATA_BENCH_DATASET)
 
 build() {
   mkdir -p "$gpu/bin"
