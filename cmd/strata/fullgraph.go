@@ -22,13 +22,13 @@ import (
 // Sancus's bounded-staleness skip-broadcast). They are embedded in
 // trainCmd.
 type fullGraphFlags struct {
-	Devices    string   `help:"fullgraph mode: the devices, one rank each: cpu:N for N CPU virtual devices, or a comma list such as cuda:0,cuda:1 (default: --device)." placeholder:"LIST"`
+	Devices    string   `help:"fullgraph mode, and sampled mode on several devices (DSP, see --scheme): the devices, one rank each: cpu:N for N CPU virtual devices, or a comma list such as cuda:0,cuda:1 (default: --device)." placeholder:"LIST"`
 	Staleness  bool     `help:"fullgraph mode: reuse cached embedding blocks and skip broadcasts within the staleness bounds (Sancus)."`
 	StaleEp    *int     `name:"staleness-epochs" help:"fullgraph mode: epoch bound, the most epochs a cached block may age (default 3)." placeholder:"N"`
 	StaleEps   *float64 `name:"staleness-eps" help:"fullgraph mode: variation bound, the largest relative change of a block since its cached copy that still skips (default 0.5)." placeholder:"EPS"`
 	StaleAdapt bool     `name:"staleness-adaptive" help:"fullgraph mode: scale the variation bound by the training loss relative to the first epoch's."`
 	StaleGrad  bool     `name:"staleness-gradients" help:"fullgraph mode: apply the bounds to gradient messages too."`
-	Partition  string   `help:"fullgraph mode: how nodes are split into the devices' row blocks: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
+	Partition  string   `help:"fullgraph mode and sampled mode with --devices: how nodes are split into the devices' blocks or patches: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"fullgraph mode: evaluate every N epochs (and after the last)." default:"1" placeholder:"N"`
 }
