@@ -275,7 +275,7 @@ func (t *transport) exec(ctx context.Context, c *comm.Call, s sched) error {
 			p.data.SetDeadline(c.Deadline)
 		}
 	}
-	stop := context.AfterFunc(ctx, t.unblockOnce(c))
+	stop := context.AfterFunc(ctx, t.unblock)
 	defer stop()
 
 	pr := &progress{}
@@ -315,10 +315,6 @@ func (t *transport) exec(ctx context.Context, c *comm.Call, s sched) error {
 		return t.failure(ctx, err)
 	}
 	return nil
-}
-
-func (t *transport) unblockOnce(c *comm.Call) func() {
-	return func() { t.unblock() }
 }
 
 func (t *transport) receive(c *comm.Call, recvs []recvU, pr *progress) error {

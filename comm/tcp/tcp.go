@@ -380,7 +380,7 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 	}
 	wg.Wait()
 	if derr != nil {
-		return &comm.PeerError{Ranks: failedPeers(derr, t), Err: comm.ErrPeerLost, Msg: fmt.Sprintf("tcp rank %d: %v", t.rank, derr)}
+		return &comm.PeerError{Ranks: t.unconnectedLower(), Err: comm.ErrPeerLost, Msg: fmt.Sprintf("tcp rank %d: %v", t.rank, derr)}
 	}
 	if aerr != nil {
 		var missing []int
@@ -402,7 +402,8 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 	return nil
 }
 
-func failedPeers(err error, t *transport) []int {
+// unconnectedLower lists the lower ranks this rank could not connect to.
+func (t *transport) unconnectedLower() []int {
 	var r []int
 	for _, p := range t.peers {
 		if p != nil && (p.data == nil || p.ctrl == nil) && p.rank < t.rank {

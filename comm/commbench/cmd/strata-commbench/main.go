@@ -31,6 +31,7 @@ func main() {
 	flag.Int64Var(&cfg.MaxBytes, "max", 256<<20, "largest message in bytes")
 	flag.Int64Var(&cfg.Factor, "factor", 4, "size step factor")
 	flag.Int64Var(&cfg.Budget, "budget", 512<<20, "bytes timed per size")
+	flag.IntVar(&cfg.Repeats, "repeats", 3, "timed runs per size (median reported)")
 	flag.IntVar(&cfg.ShmSlotBytes, "shm-slot", 0, "shm slot bytes (0: default)")
 	flag.IntVar(&cfg.TCPSegmentBytes, "tcp-segment", 0, "tcp segment bytes (0: default)")
 	flag.StringVar(&cfg.ShmReducer, "shm-reducer", "", "shm: auto, goroutine or inline")
