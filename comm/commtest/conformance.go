@@ -3,6 +3,7 @@ package commtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,7 +171,14 @@ func conformance(t *testing.T, newGroup NewGroup, alloc bool, lens []int) {
 				name := c0.String()
 				name = name[:len(name)-len(fmt.Sprintf("/len=%d/seed=%d", 0, 0))]
 				t.Run(name, func(t *testing.T) {
-					for i, l := range lens {
+					// The fixed lengths, then a few random ones (seeded, so
+					// a failure reproduces; odd ones are likely).
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(len(name))))
+					ls := append([]int(nil), lens...)
+					for k := 0; k < 3; k++ {
+						ls = append(ls, rng.IntN(3000))
+					}
+					for i, l := range ls {
 						c := c0
 						c.Len, c.Seed, c.Alloc = l, uint64(1000*n+i), alloc
 						comms := g.get(t)
