@@ -21,3 +21,7 @@ func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
 func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
 
 func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, newGroup) }
+
+func BenchmarkAllReduce(b *testing.B) {
+	commtest.BenchmarkAllReduce(b, newGroup, 2, 64<<10, 1<<20, 16<<20)
+}

@@ -113,3 +113,14 @@ func TestAttachErrors(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkAllReduce(b *testing.B) {
+	heap := func(t testing.TB, n int, o comm.Options) []comm.Comm {
+		cs, err := shm.NewLocal(n, shm.Options{Options: o, HeapBytes: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	commtest.BenchmarkAllReduce(b, heap, 2, 64<<10, 1<<20, 16<<20)
+}

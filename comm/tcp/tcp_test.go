@@ -155,3 +155,14 @@ func TestSetupNamesMissingRank(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkAllReduce(b *testing.B) {
+	def := func(t testing.TB, n int, o comm.Options) []comm.Comm {
+		cs, err := tcp.NewLocal(n, tcp.Options{Options: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	commtest.BenchmarkAllReduce(b, def, 2, 64<<10, 1<<20, 16<<20)
+}
