@@ -327,7 +327,9 @@ func (c *front) fail(ctx context.Context, call *Call, err error, start time.Time
 	}
 	oe.Elapsed = time.Since(start)
 	c.broken = oe
-	c.t.Abort(oe)
+	if !errors.Is(err, ErrClosed) { // a local Close already told the peers
+		c.t.Abort(oe)
+	}
 	return oe
 }
 

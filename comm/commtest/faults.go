@@ -296,6 +296,32 @@ func Faults(t *testing.T, newGroup NewGroup) {
 		}
 	})
 
+	t.Run("close-during-op", func(t *testing.T) {
+		// Closing a rank while its own operation waits ends that operation
+		// at once with ErrClosed (and nothing touches released memory).
+		comms := newGroup(t, 2, comm.Options{Timeout: 10 * time.Second})
+		defer closeAll(comms)
+		warmUp(t, comms)
+		time.AfterFunc(50*time.Millisecond, func() { comms[0].Close() })
+		start := time.Now()
+		err := comms[0].AllReduce(context.Background(), comm.F32(make([]float32, 1<<12)), comm.Sum)
+		if e := CheckOpError(err, comm.OpAllReduce, 2, nil, comm.ErrClosed); e != nil {
+			t.Error(e)
+		}
+		if el := time.Since(start); el > Slack {
+			t.Errorf("returned after %v", el)
+		}
+		// The peer notices the closed rank promptly.
+		start = time.Now()
+		err = comms[1].AllReduce(context.Background(), comm.F32(make([]float32, 1<<12)), comm.Sum)
+		if e := CheckOpError(err, comm.OpAllReduce, 2, []int{0}, nil); e != nil {
+			t.Error(e)
+		}
+		if el := time.Since(start); el > Slack {
+			t.Errorf("peer returned after %v", el)
+		}
+	})
+
 	t.Run("closed", func(t *testing.T) {
 		comms := newGroup(t, 2, comm.Options{Timeout: 10 * time.Second})
 		closeAll(comms)

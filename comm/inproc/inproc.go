@@ -97,6 +97,19 @@ func (g *group) setAbort(err error) {
 }
 
 func (t *rank) Run(ctx context.Context, c *comm.Call) error {
+	err := t.run(ctx, c)
+	if err != nil {
+		t.g.mu.Lock()
+		closed := t.g.closed[t.r]
+		t.g.mu.Unlock()
+		if closed {
+			return comm.ErrClosed
+		}
+	}
+	return err
+}
+
+func (t *rank) run(ctx context.Context, c *comm.Call) error {
 	g := t.g
 	g.mu.Lock()
 	g.calls[t.r] = c

@@ -244,8 +244,9 @@ type transport struct {
 	q    uint64 // chunks streamed so far; identical on every rank
 	exch uint64 // exchanges so far
 
-	runMu   sync.Mutex
-	closing atomic.Bool
+	runMu    sync.Mutex // held by Run, and by Close while unmapping
+	closing  atomic.Bool
+	unmapped bool // guarded by runMu
 	failed  atomic.Bool // the reducer goroutine failed
 
 	jobs chan reduceJob
@@ -373,6 +374,11 @@ func (t *transport) wakeAll() {
 }
 
 func (t *transport) Abort(oe *comm.OpError) {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.unmapped {
+		return
+	}
 	a := t.seg.u32(hAbort)
 	if !atomic.CompareAndSwapUint32(a, 0, 1) {
 		return // someone else aborted first
@@ -393,6 +399,11 @@ func (t *transport) Abort(oe *comm.OpError) {
 }
 
 func (t *transport) Missing(ctx context.Context, seq uint64) []int {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.unmapped {
+		return nil
+	}
 	// Missing: never entered seq, or left (closed, exited) without
 	// finishing it.
 	var m []int
@@ -419,6 +430,7 @@ func (t *transport) Close() error {
 		close(t.jobs)
 		<-t.done
 	}
+	t.unmapped = true
 	t.seg.unmap()
 	return nil
 }

@@ -1,0 +1,83 @@
+package gpushm
+
+import (
+	"runtime"
+
+	"github.com/strata-gnn/strata/comm"
+)
+
+// Defaults.
+const (
+	// DefaultChunkBytes is the largest pipeline chunk.
+	DefaultChunkBytes = 4 << 20
+	// DefaultSlots is the number of chunks in flight per rank.
+	DefaultSlots = 8
+	// DefaultHostHeapBytes is each rank's share of the host shm segment
+	// that stages the operations other than all-reduce.
+	DefaultHostHeapBytes = 64 << 20
+	// minPipeChunk is the smallest chunk a large message is cut into.
+	minPipeChunk = 256 << 10
+)
+
+// Options configure a GPU shared-memory communicator.
+type Options struct {
+	comm.Options
+	// ChunkBytes is the largest chunk (DefaultChunkBytes if zero; a
+	// multiple of 4096 from 64 KiB to 64 MiB). Messages are cut into about
+	// 16 chunks of at least 256 KiB, at most this size.
+	ChunkBytes int
+	// Slots is the number of chunks in flight (DefaultSlots if zero).
+	Slots int
+	// Workers is the number of reducer goroutines per rank (0: up to 8,
+	// about NumCPU/ranks - 1).
+	Workers int
+	// HostHeapBytes sizes the host shm communicator that stages the other
+	// operations (DefaultHostHeapBytes if zero, none if negative).
+	HostHeapBytes int
+	// Dir holds the named segments (/dev/shm if empty).
+	Dir string
+	// Prefix namespaces the store keys ("gpushm" if empty); use a
+	// distinct prefix for each communicator of a job.
+	Prefix string
+	// asyncHostCopies makes the CPU back end's copies complete on other
+	// goroutines (tests).
+	asyncHostCopies bool
+}
+
+func (o Options) chunk() int {
+	if o.ChunkBytes == 0 {
+		return DefaultChunkBytes
+	}
+	return o.ChunkBytes
+}
+
+func (o Options) slots() int {
+	if o.Slots == 0 {
+		return DefaultSlots
+	}
+	return o.Slots
+}
+
+func (o Options) workers(n int) int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return max(1, min(8, runtime.NumCPU()/max(n, 1)-1))
+}
+
+func (o Options) hostHeap() int {
+	switch {
+	case o.HostHeapBytes == 0:
+		return DefaultHostHeapBytes
+	case o.HostHeapBytes < 0:
+		return 0
+	}
+	return o.HostHeapBytes
+}
+
+func (o Options) prefix() string {
+	if o.Prefix == "" {
+		return "gpushm"
+	}
+	return o.Prefix
+}

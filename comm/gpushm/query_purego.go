@@ -1,0 +1,48 @@
+//go:build linux && (amd64 || arm64)
+
+package gpushm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ebitengine/purego"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/cudalib"
+)
+
+// cuEventQuery is not among internal/cuda's bindings; it is resolved here
+// from the same libcuda handle.
+var (
+	queryOnce sync.Once
+	queryFn   uintptr
+	queryErr  error
+)
+
+func loadEventQuery() error {
+	queryOnce.Do(func() {
+		f, err := cudalib.Open(cudalib.Driver)
+		if err != nil {
+			queryErr = err
+			return
+		}
+		if queryFn, err = cudalib.Sym(f.Handle, "cuEventQuery"); err != nil || queryFn == 0 {
+			queryErr = fmt.Errorf("gpushm: %s lacks cuEventQuery", f.Path)
+		}
+	})
+	return queryErr
+}
+
+// eventDone reports whether the work before e's record has completed.
+func eventDone(e cu.Event) (bool, error) {
+	r, _, _ := purego.SyscallN(queryFn, uintptr(e))
+	switch code := cu.Result(int32(uint32(r))); code {
+	case cu.Success:
+		return true, nil
+	case cu.ErrNotReady:
+		return false, nil
+	default:
+		return false, fmt.Errorf("gpushm: cuEventQuery: CUresult %d (a copy to or from the GPU failed)", int(code))
+	}
+}
