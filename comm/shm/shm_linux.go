@@ -246,8 +246,8 @@ type transport struct {
 
 	runMu    sync.Mutex // held by Run, and by Close while unmapping
 	closing  atomic.Bool
-	unmapped bool // guarded by runMu
-	failed  atomic.Bool // the reducer goroutine failed
+	unmapped bool        // guarded by runMu
+	failed   atomic.Bool // the reducer goroutine failed
 
 	jobs chan reduceJob
 	done chan error

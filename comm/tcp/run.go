@@ -275,6 +275,12 @@ func (t *transport) exec(ctx context.Context, c *comm.Call, s sched) error {
 			p.data.SetDeadline(c.Deadline)
 		}
 	}
+	// An abort that arrived before the deadlines were set would have its
+	// unblocking overwritten: check again now (setAbort records the abort
+	// before unblocking, so a later one still unblocks us).
+	if err := t.abortErr(); err != nil {
+		return t.failure(ctx, err)
+	}
 	stop := context.AfterFunc(ctx, t.unblock)
 	defer stop()
 
