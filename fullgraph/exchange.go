@@ -216,7 +216,7 @@ func (w *worker) exchange(s *step, l int, payload, clean backend.Buffer, train b
 			views[r] = slot
 		}
 		rd := float64(math.Float32frombits(uint32(flags[2*r+1])))
-		w.recordBlock(l, r, blockEvent{sent: counts[r] > 0, age: st.age[r], drift: rd, bound: bound,
+		w.recordBlock(l, r, blockEvent{sent: counts[r] > 0, age: st.age[r], drift: rd,
 			rows: w.lay.Size(r), width: width, receives: w.p - 1})
 	}
 	st.valid = true

@@ -67,6 +67,7 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 			nnz := w.xs.Values.Len()
 			vals, mask := s.f32(nnz), s.f32(nnz)
 			w.dropout(s, vals, mask, w.xs.Values, sp.p, fseed, w.xsOff)
+			s.drop(mask) // the features get no gradient
 			f.xs = &autograd.SparseInput{A: w.xs.A, Values: vals, Rows: w.xs.Rows, Cols: w.xs.Cols}
 		}
 	} else {
@@ -77,6 +78,10 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 		if drop {
 			f.x, f.mask = s.f32(n*sp.in), s.f32(n*sp.in)
 			w.dropout(s, f.x, f.mask, hin, sp.p, fseed, int64(w.lo)*int64(sp.in))
+			if l == 0 { // the features get no gradient
+				s.drop(f.mask)
+				f.mask = nil
+			}
 		}
 	}
 

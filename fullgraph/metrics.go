@@ -52,7 +52,7 @@ type BlockStats struct {
 	FinalAge int `json:"final_age"`
 	// Drift statistics over every decision that had a cached copy to
 	// compare with; MaxSkippedDrift is the largest drift of a skipped
-	// broadcast and MaxSkippedBound the variation bound in force then.
+	// broadcast (at most Epsilon: the adaptive bound only shrinks it).
 	Measured        int64   `json:"measured"`
 	MeanDrift       float64 `json:"mean_drift"`
 	MaxDrift        float64 `json:"max_drift"`
@@ -67,7 +67,6 @@ type blockEvent struct {
 	sent     bool
 	age      int     // age of the copy in use after the decision
 	drift    float64 // < 0: not measured
-	bound    float64 // variation bound in force
 	rows     int
 	width    int
 	receives int // devices that receive a broadcast (P-1)
