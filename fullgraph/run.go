@@ -157,7 +157,11 @@ func (l *epochLog) start(e int) {
 
 func (l *epochLog) done(e int, rec *EpochRecord, skip float64) {
 	l.bar.Add(1)
-	l.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f skip %.0f%%", e+1, l.epochs, rec.Loss, 100*skip))
+	desc := fmt.Sprintf("epoch %d/%d loss %.4f", e+1, l.epochs, rec.Loss)
+	if rec.Broadcasts > 0 {
+		desc += fmt.Sprintf(" skip %.0f%% age<=%d drift %.2f", 100*skip, rec.MaxAge, rec.MeanDrift)
+	}
+	l.bar.Describe(desc)
 	if e == l.barEnd {
 		l.bar.Finish()
 	}
@@ -168,7 +172,8 @@ func (l *epochLog) done(e int, rec *EpochRecord, skip float64) {
 			line += fmt.Sprintf("  train %.4f  val %.4f  test %.4f", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy)
 		}
 		if rec.Broadcasts > 0 {
-			line += fmt.Sprintf("  skipped %d/%d broadcasts (%.0f%% of bytes), max age %d", rec.Skipped, rec.Broadcasts, 100*skip, rec.MaxAge)
+			line += fmt.Sprintf("  skipped %d/%d broadcasts (%.0f%% of bytes), max age %d, mean drift %.3f",
+				rec.Skipped, rec.Broadcasts, 100*skip, rec.MaxAge, rec.MeanDrift)
 		}
 		fmt.Fprintf(l.log, "%s  (%.3fs)\n", line, rec.Seconds+rec.EvalSeconds)
 	}

@@ -3,6 +3,7 @@ package fullgraph
 import (
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -138,6 +139,16 @@ func TestDeterministic(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a.Comm, b.Comm) {
 		t.Fatalf("comm stats differ")
+	}
+	// Bit-identical with one thread too.
+	procs := runtime.GOMAXPROCS(1)
+	one := run(t, ds, cfg, 4)
+	runtime.GOMAXPROCS(procs)
+	for i := range a.Epochs {
+		if one.Epochs[i].Loss != a.Epochs[i].Loss || one.Epochs[i].TestAccuracy != a.Epochs[i].TestAccuracy {
+			t.Fatalf("epoch %d with GOMAXPROCS=1: loss %v acc %v, default %v %v", i+1,
+				one.Epochs[i].Loss, one.Epochs[i].TestAccuracy, a.Epochs[i].Loss, a.Epochs[i].TestAccuracy)
+		}
 	}
 	cfg.Seed++
 	c := run(t, ds, cfg, 4)
