@@ -63,6 +63,7 @@ type BenchCommCmd struct {
 	MaxBytes int64         `default:"268435456" help:"Largest message in bytes."`
 	Factor   int64         `default:"4" help:"Size step factor."`
 	Repeats  int           `default:"3" help:"Timed runs per size (the median is reported)."`
+	Budget   int64         `default:"536870912" help:"Bytes moved per timed run (iterations = budget / size, at least 3)."`
 	Timeout  time.Duration `default:"1m" help:"Deadline of each collective."`
 	JSON     string        `default:"comm-bench.json" help:"Write the report as JSON to this file ('' for none)."`
 
@@ -94,7 +95,7 @@ func (c *BenchCommCmd) Run() error {
 		}
 	}
 	rep, err := commbench.Run(ctx, commbench.Config{Backends: backends, Procs: c.Procs, Op: c.Op, MinBytes: c.MinBytes,
-		MaxBytes: c.MaxBytes, Factor: c.Factor, Repeats: c.Repeats, Timeout: c.Timeout, Log: errw})
+		MaxBytes: c.MaxBytes, Factor: c.Factor, Repeats: c.Repeats, Budget: c.Budget, Timeout: c.Timeout, Log: errw})
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func TestBenchComm(t *testing.T) {
 	// The ranks re-execute os.Args: make that this test binary followed by
 	// the bench command line.
 	args := []string{"bench", "comm", "--comm", "inproc,shm,tcp", "--min-bytes", "4096", "--max-bytes", "65536",
-		"--repeats", "1", "--json", js}
+		"--repeats", "1", "--budget", "262144", "--json", js}
 	saved := os.Args
 	os.Args = append([]string{saved[0], "-test.run=^$", "--"}, args...)
 	defer func() { os.Args = saved }()

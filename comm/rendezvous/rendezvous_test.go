@@ -202,7 +202,7 @@ func TestJoinSecret(t *testing.T) {
 	es = testEnv(t, 2)
 	done := make(chan error, 1)
 	go func() {
-		s, err := Join(context.Background(), es[0], Options{Timeout: 2 * time.Second, Security: auth.Security{Secret: []byte("k")}})
+		s, err := Join(context.Background(), es[0], Options{Timeout: 500 * time.Millisecond, Security: auth.Security{Secret: []byte("k")}})
 		if err == nil {
 			s.Close()
 		}
