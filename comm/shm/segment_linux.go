@@ -170,6 +170,14 @@ func initSegment(f *os.File, l layout) error {
 	if err := f.Truncate(int64(l.size)); err != nil {
 		return fmt.Errorf("shm: sizing the segment to %d bytes: %w", l.size, err)
 	}
+	// Never try to reserve more than the machine has (a memfd has no size
+	// limit of its own: the reservation would run into the OOM killer).
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		if total := uint64(si.Totalram) * uint64(si.Unit); total > 0 && uint64(l.size) > total/2 {
+			return fmt.Errorf("shm: a segment of %d bytes is more than half of this machine's %d bytes of memory: %w", l.size, total, unix.ENOSPC)
+		}
+	}
 	// Reserve the memory now: on a full tmpfs (a small /dev/shm) this
 	// fails here with ENOSPC instead of killing a rank with SIGBUS later.
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(l.size)); err != nil && err != unix.EOPNOTSUPP {

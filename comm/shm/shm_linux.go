@@ -205,8 +205,20 @@ func New(ctx context.Context, store rendezvous.Store, o Options) (comm.Comm, err
 		}
 		defer os.Remove(path) // also on success: every rank has it mapped by then
 		if err := initSegment(f, l); err != nil {
-			f.Close()
-			return nil, err
+			// No room for the heap (a small /dev/shm, e.g. Docker's 64 MiB):
+			// go without it; Alloc then uses the Go heap and collectives
+			// stage through the slots.
+			if l.heap == 0 || !errors.Is(err, unix.ENOSPC) {
+				f.Close()
+				return nil, err
+			}
+			if l, err = newLayout(l.n, l.k, l.slot, 0); err == nil {
+				err = initSegment(f, l)
+			}
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
 		}
 		if err := store.Set(ctx, prefix+"/segment", []byte(path)); err != nil {
 			f.Close()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +124,48 @@ func BenchmarkAllReduce(b *testing.B) {
 		return cs
 	}
 	commtest.BenchmarkAllReduce(b, heap, 2, 64<<10, 1<<20, 16<<20)
+}
+
+// TestNoRoomForHeap: when the heap does not fit, New falls back to a
+// segment without one (Alloc then uses the Go heap), and the group works.
+func TestNoRoomForHeap(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	stores := rendezvous.NewLocal(2)
+	cs := make([]comm.Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// 1 TiB per rank: more than any test machine's memory.
+			cs[r], errs[r] = shm.New(ctx, stores[r], shm.Options{HeapBytes: 1 << 40})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	for _, err := range commtest.OnAll(cs, func(c comm.Comm) error {
+		return commtest.RunCase(context.Background(), c, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 40000, Seed: 3, Alloc: true})
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// CreateFile has no fallback: it reports the problem.
+	if _, err := shm.CreateFile(2, shm.Options{HeapBytes: 1 << 40}); err == nil || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("CreateFile with a 1 TiB heap: %v", err)
+	}
 }
