@@ -80,15 +80,21 @@ func benchPartition(b *testing.B, s *graph.CSR, m Method, k int) {
 			b.Skipf("libmetis not available: %v", err)
 		}
 	}
-	var r *Result
-	var err error
-	for i := 0; b.Loop(); i++ {
-		if r, err = PartitionSymmetric(bg, s, Options{K: k, Method: m, Seed: uint64(i + 1)}); err != nil {
+	// Seeds 1..N: the reported cut is the mean over them (the cut of one
+	// seed varies by tens of percent on cnr-2000), the balance the worst.
+	var sum, worst float64
+	n := 0
+	for b.Loop() {
+		n++
+		r, err := PartitionSymmetric(bg, s, Options{K: k, Method: m, Seed: uint64(n)})
+		if err != nil {
 			b.Fatal(err)
 		}
+		sum += float64(r.EdgeCut)
+		worst = max(worst, r.Balance[0])
 	}
-	b.ReportMetric(float64(r.EdgeCut), "cut")
-	b.ReportMetric(r.Balance[0], "balance")
+	b.ReportMetric(sum/float64(n), "cut")
+	b.ReportMetric(worst, "balance")
 }
 
 func BenchmarkCNR2000(b *testing.B) {
@@ -114,4 +120,3 @@ func BenchmarkProducts(b *testing.B) {
 		}
 	}
 }
-

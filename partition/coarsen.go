@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -42,13 +41,14 @@ type level struct {
 func coarsen(g *wgraph, coarsenTo int, maxvw []int64, key uint64, unitFirst bool, stop func() bool) []level {
 	levels := []level{{g: g}}
 	cur := g
+	var ht [][]int32 // contraction scratch, reused across levels
 	for lvl := 0; cur.n > coarsenTo; lvl++ {
 		if stop != nil && stop() {
 			break
 		}
 		rm := unitFirst && lvl == 0
 		match, cmap, cn := matchGraph(cur, maxvw, rm, rng.Derive(key, uint64(lvl)))
-		next := contract(cur, match, cmap, cn)
+		next := contract(cur, match, cmap, cn, &ht)
 		levels[len(levels)-1].cmap = cmap
 		levels[len(levels)-1].match = match
 		levels = append(levels, level{g: next})
@@ -97,20 +97,19 @@ func visitOrder(g *wgraph, s *rng.Stream) []int32 {
 	if n > 0 {
 		capKey = max(1, 4*int(g.nedges()/int64(n)))
 	}
-	keyOf := func(v int32) int {
-		d := g.xadj[v+1] - g.xadj[v]
-		return min(int(math.Sqrt(float64(1+d))), capKey)
-	}
+	keys := make([]int32, n)
 	cnt := make([]int32, capKey+2)
-	for _, v := range tperm {
-		cnt[keyOf(v)+1]++
+	for v := 0; v < n; v++ {
+		k := min(int(math.Sqrt(float64(1+g.xadj[v+1]-g.xadj[v]))), capKey)
+		keys[v] = int32(k)
+		cnt[k+1]++
 	}
 	for i := 1; i < len(cnt); i++ {
 		cnt[i] += cnt[i-1]
 	}
 	perm := make([]int32, n)
 	for _, v := range tperm {
-		k := keyOf(v)
+		k := keys[v]
 		perm[cnt[k]] = v
 		cnt[k]++
 	}
@@ -121,88 +120,23 @@ func visitOrder(g *wgraph, s *rng.Stream) []int32 {
 // the coarse numbering cmap (pairs get one coarse ID, in increasing order
 // of their smaller vertex, which keeps coarse graphs memory-friendly).
 // rm selects random matching (first eligible neighbor), for unit edge
-// weights; otherwise the heaviest eligible edge wins.
+// weights; otherwise the heaviest eligible edge wins. A vertex heavier
+// than maxvw stays alone; an isolated vertex pairs with the next unmatched
+// vertex in visit order; one that finds no partner but is light is left
+// for 2-hop matching.
 func matchGraph(g *wgraph, maxvw []int64, rm bool, key uint64) (match, cmap []int32, cn int) {
-	n, ncon := g.n, g.ncon
+	n := g.n
 	s := rng.NewStream(key)
 	perm := visitOrder(g, &s)
 	match = make([]int32, n)
 	for i := range match {
 		match[i] = unmatched
 	}
-	vw := g.vw
-	// light reports whether v may be matched at all; fits whether v and u
-	// together stay within maxvw; canDouble whether v is light enough that
-	// a partner found by 2-hop matching would fit.
-	light := func(v int32) bool {
-		if ncon == 1 {
-			return int64(vw[v]) < maxvw[0]
-		}
-		for c := 0; c < ncon; c++ {
-			if int64(vw[int(v)*ncon+c]) > maxvw[c] {
-				return false
-			}
-		}
-		return true
-	}
-	fits := func(v, u int32) bool {
-		if ncon == 1 {
-			return int64(vw[v])+int64(vw[u]) <= maxvw[0]
-		}
-		for c := 0; c < ncon; c++ {
-			if int64(vw[int(v)*ncon+c])+int64(vw[int(u)*ncon+c]) > maxvw[c] {
-				return false
-			}
-		}
-		return true
-	}
-	canDouble := func(v int32) bool { return fits(v, v) }
-
 	var nunmatched int
-	lastUnmatched := 0
-	xadj, adj, ew := g.xadj, g.adj, g.ew
-	for pi := 0; pi < n; pi++ {
-		i := perm[pi]
-		if match[i] != unmatched {
-			continue
-		}
-		best := i
-		if light(i) {
-			if xadj[i] == xadj[i+1] {
-				// An isolated vertex pairs with any unmatched vertex.
-				lastUnmatched = max(pi, lastUnmatched) + 1
-				for ; lastUnmatched < n; lastUnmatched++ {
-					if j := perm[lastUnmatched]; match[j] == unmatched {
-						best = j
-						break
-					}
-				}
-			} else {
-				if rm || ew == nil {
-					for e := xadj[i]; e < xadj[i+1]; e++ {
-						if k := adj[e]; match[k] == unmatched && fits(i, k) {
-							best = k
-							break
-						}
-					}
-				} else {
-					maxw := int32(-1)
-					for e := xadj[i]; e < xadj[i+1]; e++ {
-						if k := adj[e]; match[k] == unmatched && ew[e] > maxw && fits(i, k) {
-							best, maxw = k, ew[e]
-						}
-					}
-				}
-				if best == i && canDouble(i) {
-					nunmatched++
-					best = unmatched // left for 2-hop matching
-				}
-			}
-		}
-		if best != unmatched {
-			match[i] = best
-			match[best] = i
-		}
+	if g.ncon == 1 {
+		nunmatched = matchSingle(g, perm, match, maxvw[0], rm || g.ew == nil)
+	} else {
+		nunmatched = matchMulti(g, perm, match, maxvw, rm || g.ew == nil)
 	}
 	if float64(nunmatched) > unmatchedFor2Hop*float64(n) {
 		nunmatched = match2HopAny(g, perm, match, nunmatched, 2)
@@ -228,6 +162,118 @@ func matchGraph(g *wgraph, maxvw []int64, rm bool, key uint64) (match, cmap []in
 		}
 	}
 	return match, cmap, cn
+}
+
+// matchSingle is the matching pass for one constraint; it returns the
+// number of vertices left for 2-hop matching.
+func matchSingle(g *wgraph, perm, match []int32, mx int64, first bool) int {
+	n := g.n
+	xadj, adj, ew, vw := g.xadj, g.adj, g.ew, g.vw
+	nunmatched, lastUnmatched := 0, 0
+	for pi, i := range perm {
+		if match[i] != unmatched {
+			continue
+		}
+		wi := int64(vw[i])
+		best := i
+		if wi < mx {
+			lo, hi := xadj[i], xadj[i+1]
+			switch {
+			case lo == hi:
+				// An isolated vertex pairs with any unmatched vertex.
+				lastUnmatched = max(pi, lastUnmatched) + 1
+				for ; lastUnmatched < n; lastUnmatched++ {
+					if j := perm[lastUnmatched]; match[j] == unmatched {
+						best = j
+						break
+					}
+				}
+			case first:
+				for _, k := range adj[lo:hi] {
+					if match[k] == unmatched && wi+int64(vw[k]) <= mx {
+						best = k
+						break
+					}
+				}
+			default:
+				maxw := int32(-1)
+				ws := ew[lo:hi]
+				for j, k := range adj[lo:hi] {
+					if ws[j] > maxw && match[k] == unmatched && wi+int64(vw[k]) <= mx {
+						best, maxw = k, ws[j]
+					}
+				}
+			}
+			if best == i && 2*wi < mx {
+				nunmatched++
+				best = unmatched // left for 2-hop matching
+			}
+		}
+		if best != unmatched {
+			match[i] = best
+			match[best] = i
+		}
+	}
+	return nunmatched
+}
+
+// matchMulti is matchSingle for several constraints: a pair must fit
+// under maxvw in every one.
+func matchMulti(g *wgraph, perm, match []int32, maxvw []int64, first bool) int {
+	n, ncon := g.n, g.ncon
+	xadj, adj, ew, vw := g.xadj, g.adj, g.ew, g.vw
+	fits := func(v, u int32, fu int64) bool {
+		for c := 0; c < ncon; c++ {
+			if int64(vw[int(v)*ncon+c])+fu*int64(vw[int(u)*ncon+c]) > maxvw[c] {
+				return false
+			}
+		}
+		return true
+	}
+	nunmatched, lastUnmatched := 0, 0
+	for pi, i := range perm {
+		if match[i] != unmatched {
+			continue
+		}
+		best := i
+		if fits(i, i, 0) {
+			lo, hi := xadj[i], xadj[i+1]
+			switch {
+			case lo == hi:
+				lastUnmatched = max(pi, lastUnmatched) + 1
+				for ; lastUnmatched < n; lastUnmatched++ {
+					if j := perm[lastUnmatched]; match[j] == unmatched {
+						best = j
+						break
+					}
+				}
+			case first:
+				for _, k := range adj[lo:hi] {
+					if match[k] == unmatched && fits(i, k, 1) {
+						best = k
+						break
+					}
+				}
+			default:
+				maxw := int32(-1)
+				ws := ew[lo:hi]
+				for j, k := range adj[lo:hi] {
+					if ws[j] > maxw && match[k] == unmatched && fits(i, k, 1) {
+						best, maxw = k, ws[j]
+					}
+				}
+			}
+			if best == i && fits(i, i, 1) {
+				nunmatched++
+				best = unmatched
+			}
+		}
+		if best != unmatched {
+			match[i] = best
+			match[best] = i
+		}
+	}
+	return nunmatched
 }
 
 // match2HopAny pairs unmatched vertices of degree < maxdeg that share a
@@ -286,42 +332,37 @@ func match2HopAny(g *wgraph, perm, match []int32, nunmatched, maxdeg int) int {
 }
 
 // match2HopAll pairs unmatched vertices of degree in (1, maxdeg) whose
-// neighborhoods are identical (found through a hash of the neighbor set).
+// neighborhoods are identical: candidates are sorted by a 32-bit,
+// order-independent hash of their neighbor set (packed above the vertex
+// ID, so one integer sort groups them) and equal hashes are compared
+// exactly.
 func match2HopAll(g *wgraph, perm, match []int32, nunmatched, maxdeg int) int {
 	xadj, adj := g.xadj, g.adj
-	type cand struct {
-		key uint64
-		v   int32
-	}
-	var cands []cand
-	for _, i := range perm {
+	var cands []uint64
+	for i := int32(0); int(i) < g.n; i++ {
 		d := xadj[i+1] - xadj[i]
 		if match[i] != unmatched || d <= 1 || d >= int64(maxdeg) {
 			continue
 		}
-		// An order-independent hash of the neighbor set.
-		var h uint64
+		var h uint32
 		for _, k := range adj[xadj[i]:xadj[i+1]] {
-			h += rng.Hash(0x2b0b, uint64(k))
+			h += uint32((uint64(k) + 1) * rng.Golden >> 32)
 		}
-		cands = append(cands, cand{h, i})
+		cands = append(cands, uint64(h)<<32|uint64(i))
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if c := cmp.Compare(a.key, b.key); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.v, b.v)
-	})
-	// mark[k] == stamp marks k as a neighbor of the vertex being compared.
+	if len(cands) < 2 {
+		return nunmatched
+	}
+	slices.Sort(cands)
 	mark := make([]int32, g.n)
 	stamp := int32(0)
 	for lo := 0; lo < len(cands); {
 		hi := lo + 1
-		for hi < len(cands) && cands[hi].key == cands[lo].key {
+		for hi < len(cands) && cands[hi]>>32 == cands[lo]>>32 {
 			hi++
 		}
-		for a := lo; a < hi; a++ {
-			i := cands[a].v
+		for a := lo; a < hi-1; a++ {
+			i := int32(cands[a])
 			if match[i] != unmatched {
 				continue
 			}
@@ -330,7 +371,7 @@ func match2HopAll(g *wgraph, perm, match []int32, nunmatched, maxdeg int) int {
 				mark[k] = stamp
 			}
 			for b := a + 1; b < hi; b++ {
-				j := cands[b].v
+				j := int32(cands[b])
 				if match[j] != unmatched || xadj[j+1]-xadj[j] != xadj[i+1]-xadj[i] {
 					continue
 				}
@@ -358,8 +399,12 @@ func match2HopAll(g *wgraph, perm, match []int32, nunmatched, maxdeg int) int {
 // with summed weights and edges inside a pair disappear. Rows are built in
 // parallel by chunks of coarse vertices, each row by one deterministic
 // scan (the pair's smaller vertex's edges first), so the result does not
-// depend on the number of goroutines.
-func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
+// depend on the number of goroutines. Every chunk writes its rows at an
+// upper bound of their offset (the fine degrees before it) in the output
+// arrays; a final in-order pass slides them together. ht holds one
+// position table per worker, all -1, reused across levels (grown as
+// needed).
+func contract(g *wgraph, match, cmap []int32, cn int, ht *[][]int32) *wgraph {
 	ncon := g.ncon
 	rep := make([]int32, cn)
 	for v := 0; v < g.n; v++ {
@@ -383,7 +428,8 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 	})
 	c.tvw = append([]int64(nil), g.tvw...)
 
-	// Chunks of coarse vertices of about equal fine-edge cost.
+	// Chunks of coarse vertices of about equal fine-edge cost; cum is
+	// also each row's upper-bound offset.
 	cum := make([]int64, cn+1)
 	for ci := 0; ci < cn; ci++ {
 		u := rep[ci]
@@ -399,37 +445,47 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 	if w := workers(); w > 1 && total > 1<<16 {
 		nchunks = 8 * w
 	}
-	nchunks = max(nchunks, int(total>>30)+1)
+	nchunks = max(nchunks, int(total>>30)+1) // chunk-relative positions fit int32
 	bounds := make([]int, nchunks+1)
 	for j := 1; j < nchunks; j++ {
 		target := total / int64(nchunks) * int64(j)
 		bounds[j] = max(bounds[j-1], sort.Search(cn, func(x int) bool { return cum[x] >= target }))
 	}
 	bounds[nchunks] = cn
-	type chunkOut struct {
-		adj []int32
-		ew  []int32
+	nw := min(workers(), nchunks)
+	for len(*ht) < nw {
+		*ht = append(*ht, nil)
 	}
-	outs := make([]chunkOut, nchunks)
+	for w := 0; w < nw; w++ {
+		if len((*ht)[w]) < cn {
+			t := make([]int32, cn)
+			for i := range t {
+				t[i] = -1
+			}
+			(*ht)[w] = t
+		}
+	}
+	adj := make([]int32, total)
+	ew := make([]int32, total)
+	used := make([]int64, nchunks)
 	cxadj := make([]int64, cn+1)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(workers(), nchunks) {
+	for w := range nw {
+		ht := (*ht)[w]
 		wg.Go(func() {
-			ht := make([]int32, cn)
-			for i := range ht {
-				ht[i] = -1
-			}
 			for {
 				j := int(next.Add(1)) - 1
 				if j >= nchunks {
 					return
 				}
 				lo, hi := bounds[j], bounds[j+1]
-				bufA := make([]int32, 0, cum[hi]-cum[lo])
-				bufW := make([]int32, 0, cum[hi]-cum[lo])
+				base := cum[lo]
+				bufA := adj[base:cum[hi]]
+				bufW := ew[base:cum[hi]]
+				pos := int32(0)
 				for ci := lo; ci < hi; ci++ {
-					start := len(bufA)
+					start := pos
 					u := rep[ci]
 					v := match[u]
 					self := int32(ci)
@@ -445,9 +501,10 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 								if p := ht[cc]; p >= 0 {
 									bufW[p]++
 								} else {
-									ht[cc] = int32(len(bufA))
-									bufA = append(bufA, cc)
-									bufW = append(bufW, 1)
+									ht[cc] = pos
+									bufA[pos] = cc
+									bufW[pos] = 1
+									pos++
 								}
 							}
 						} else {
@@ -460,9 +517,10 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 								if p := ht[cc]; p >= 0 {
 									bufW[p] += ws[i]
 								} else {
-									ht[cc] = int32(len(bufA))
-									bufA = append(bufA, cc)
-									bufW = append(bufW, ws[i])
+									ht[cc] = pos
+									bufA[pos] = cc
+									bufW[pos] = ws[i]
+									pos++
 								}
 							}
 						}
@@ -470,12 +528,12 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 							break
 						}
 					}
-					for _, cc := range bufA[start:] {
+					for _, cc := range bufA[start:pos] {
 						ht[cc] = -1
 					}
-					cxadj[ci+1] = int64(len(bufA) - start)
+					cxadj[ci+1] = int64(pos - start)
 				}
-				outs[j] = chunkOut{bufA, bufW}
+				used[j] = int64(pos)
 			}
 		})
 	}
@@ -483,16 +541,17 @@ func contract(g *wgraph, match, cmap []int32, cn int) *wgraph {
 	for ci := 0; ci < cn; ci++ {
 		cxadj[ci+1] += cxadj[ci]
 	}
-	c.xadj = cxadj
-	c.adj = make([]int32, cxadj[cn])
-	c.ew = make([]int32, cxadj[cn])
-	parallelFor(nchunks, 1, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			off := cxadj[bounds[j]]
-			copy(c.adj[off:], outs[j].adj)
-			copy(c.ew[off:], outs[j].ew)
-			outs[j] = chunkOut{}
+	// Slide the chunks left into place, in order (a chunk's destination
+	// never reaches past its own source, nor into a later chunk's).
+	for j := 0; j < nchunks; j++ {
+		dst, src := cxadj[bounds[j]], cum[bounds[j]]
+		if dst != src {
+			copy(adj[dst:dst+used[j]], adj[src:src+used[j]])
+			copy(ew[dst:dst+used[j]], ew[src:src+used[j]])
 		}
-	})
+	}
+	c.xadj = cxadj
+	c.adj = adj[:cxadj[cn]:cxadj[cn]]
+	c.ew = ew[:cxadj[cn]:cxadj[cn]]
 	return c
 }
