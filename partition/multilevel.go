@@ -2,10 +2,8 @@ package partition
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"time"
 
 	"github.com/strata-gnn/strata/internal/rng"
@@ -32,18 +30,14 @@ func multilevel(ctx context.Context, g *wgraph, tpw []float64, ub []float64, see
 	stop := func() bool { return ctx.Err() != nil }
 	tc := time.Now()
 	levels := coarsen(g, coarsenTo, maxvw, rng.Derive(seed, 1), g.ew == nil, stop)
-	if debugTrace {
-		fmt.Printf("coarsen %v\n", time.Since(tc))
-		tc = time.Now()
-	}
+	st.Coarsen = time.Since(tc)
+	tc = time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	cg := levels[len(levels)-1].g
-	if st != nil {
-		st.Levels = len(levels)
-		st.CoarsestNodes = cg.n
-	}
+	st.Levels = len(levels)
+	st.CoarsestNodes = cg.n
 	nIparts := 5
 	if coarsenTo == 30*k {
 		nIparts = 4
@@ -55,10 +49,8 @@ func multilevel(ctx context.Context, g *wgraph, tpw []float64, ub []float64, see
 	ubInit := math.Pow(minUB, 1/math.Log(float64(k)))
 	where := make([]int32, cg.n)
 	recursiveBisect(cg, tpw, ubInit, nIparts, where, 0, rng.Derive(seed, 2))
-	if debugTrace {
-		fmt.Printf("initpart %v\n", time.Since(tc))
-		tc = time.Now()
-	}
+	st.Initial = time.Since(tc)
+	tc = time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -66,15 +58,10 @@ func multilevel(ctx context.Context, g *wgraph, tpw []float64, ub []float64, see
 	nl := len(levels) - 1
 	for i, l := 0, nl; ; i, l = i+1, l-1 {
 		r.setLevel(levels[l].g, where)
-		c0, b0 := r.cut, r.imbalance()
 		if 2*i >= nl && r.imbalance() > balanceSlack {
 			r.balance(1)
 		}
-		c1, b1 := r.cut, r.imbalance()
 		r.refine(kwayIters, coarseSlack)
-		if debugTrace {
-			fmt.Printf("level %d n=%d cut %d (imb %.3f) -> bal %d (%.3f) -> ref %d (%.3f)\n", l, levels[l].g.n, c0, b0, c1, b1, r.cut, r.imbalance())
-		}
 		if l == 0 {
 			break
 		}
@@ -88,10 +75,6 @@ func multilevel(ctx context.Context, g *wgraph, tpw []float64, ub []float64, see
 		r.balance(kwayIters)
 		r.refine(kwayIters, 0)
 	}
-	if debugTrace {
-		fmt.Printf("uncoarsen %v\n", time.Since(tc))
-	}
+	st.Uncoarsen = time.Since(tc)
 	return r.where, nil
 }
-
-var debugTrace = os.Getenv("STRATA_PARTITION_TRACE") != ""

@@ -57,6 +57,8 @@ type Stats struct {
 	CoarsestNodes int           // nodes of the coarsest graph
 	Prepare       time.Duration // symmetrizing and checking the input
 	Partition     time.Duration // the partitioning itself
+	// Phases of Partition for the multilevel method.
+	Coarsen, Initial, Uncoarsen time.Duration
 }
 
 // Result is a partition and its quality.

@@ -150,9 +150,13 @@ func (r *Report) String() string {
 		sizes = append(sizes, fmt.Sprint(r.Book[p+1]-r.Book[p]))
 	}
 	fmt.Fprintf(&b, "parts:     %s nodes\n", strings.Join(sizes, " "))
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(&b, "time:      load %v, prepare %v, partition %v, write %v, total %v\n",
-		r.Load.Round(time.Millisecond), res.Stats.Prepare.Round(time.Millisecond), res.Stats.Partition.Round(time.Millisecond),
-		r.Write.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+		ms(r.Load), ms(res.Stats.Prepare), ms(res.Stats.Partition), ms(r.Write), ms(r.Elapsed))
+	if res.Method == Multilevel {
+		fmt.Fprintf(&b, "           partition = coarsen %v (%d levels to %d nodes) + initial %v + refine %v\n",
+			ms(res.Stats.Coarsen), res.Stats.Levels, res.Stats.CoarsestNodes, ms(res.Stats.Initial), ms(res.Stats.Uncoarsen))
+	}
 	fmt.Fprintf(&b, "output:    %s\n", r.OutDir)
 	return b.String()
 }

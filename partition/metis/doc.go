@@ -8,5 +8,7 @@
 // before calling the library.
 //
 // Set STRATA_METIS to a library file or a folder holding libmetis.so.5 to
-// pick a specific build, or to "off" to disable METIS.
+// pick a specific build, or to "off" to disable METIS. For debugging,
+// STRATA_METIS_DBGLVL sets METIS's dbglvl option (e.g. 2 prints its
+// timers, 8 its refinement passes) on METIS's own stdout.
 package metis
