@@ -9,6 +9,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/strata-gnn/strata/comm/commcli"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/train"
@@ -22,10 +23,17 @@ type cli struct {
 	Config  configFile       `help:"YAML file of flag values for the subcommand (keys are flag names, e.g. 'batch-size: 64'); command-line flags override it; unknown keys are errors." placeholder:"FILE"`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 
-	Train  trainCmd  `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
-	Import importCmd `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
-	Gen    genCmd    `cmd:"" help:"Generate a synthetic dataset."`
-	Info   infoCmd   `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
+	Train  trainCmd          `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
+	Import importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
+	Gen    genCmd            `cmd:"" help:"Generate a synthetic dataset."`
+	Info   infoCmd           `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
+	Launch commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; stop all of them if one fails."`
+	Bench  benchCmd          `cmd:"" help:"Benchmarks."`
+}
+
+// benchCmd groups the benchmark subcommands.
+type benchCmd struct {
+	Comm commcli.BenchCommCmd `cmd:"" help:"Bus bandwidth per communication back end against message size (table and JSON)."`
 }
 
 // env is what subcommands write to; tests substitute buffers.
