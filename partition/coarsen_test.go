@@ -2,8 +2,8 @@ package partition
 
 import (
 	"reflect"
-	"slices"
 	"runtime"
+	"slices"
 	"testing"
 )
 
