@@ -595,6 +595,15 @@ func subgraph(g *wgraph, side []int32, s int32) (*wgraph, []int32) {
 // tpw (summing to about 1), writing part first+i into out for g's
 // vertices; ub is the tolerance of each bisection.
 func recursiveBisect(g *wgraph, tpw []float64, ub float64, ncuts int, out []int32, first int32, key uint64) {
+	recursiveBisectDepth(g, tpw, ub, ncuts, out, first, key, 0)
+}
+
+// parallelRBDepth is how many levels of the recursion run their two halves
+// concurrently: enough to keep a few cores busy, few enough that only a
+// few subgraphs of each size are alive at once.
+const parallelRBDepth = 2
+
+func recursiveBisectDepth(g *wgraph, tpw []float64, ub float64, ncuts int, out []int32, first int32, key uint64, depth int) {
 	k := len(tpw)
 	if k == 1 || g.n == 0 {
 		for i := range out {
@@ -617,21 +626,27 @@ func recursiveBisect(g *wgraph, tpw []float64, ub float64, ncuts int, out []int3
 		}
 		return
 	}
-	// The two halves are independent: partition them in parallel.
+	// The two halves are independent: near the top, partition them in
+	// parallel.
 	var wg sync.WaitGroup
 	for s := int32(0); s < 2; s++ {
-		h, orig := subgraph(g, side, s)
 		lo, hi, f := 0, k0, first
 		if s == 1 {
 			lo, hi, f = k0, k, first+int32(k0)
 		}
-		wg.Go(func() {
+		half := func() {
+			h, orig := subgraph(g, side, s)
 			sub := make([]int32, h.n)
-			recursiveBisect(h, tpw[lo:hi], ub, ncuts, sub, f, rng.Derive(key, uint64(s)+1))
+			recursiveBisectDepth(h, tpw[lo:hi], ub, ncuts, sub, f, rng.Derive(key, uint64(s)+1), depth+1)
 			for i, v := range orig {
 				out[v] = sub[i]
 			}
-		})
+		}
+		if depth < parallelRBDepth {
+			wg.Go(half)
+		} else {
+			half()
+		}
 	}
 	wg.Wait()
 }

@@ -208,6 +208,16 @@ func TestEdgeCases(t *testing.T) {
 	if r.EdgeCut != 0 || r.Balance[0] > DefaultImbalance {
 		t.Fatalf("isolated nodes: cut %d balance %v", r.EdgeCut, r.Balance[0])
 	}
+	// Many parts of a few nodes each (1.03 x 6.25 nodes cannot be met
+	// exactly; the result must still be a valid partition, close to it).
+	r = mustPartition(t, grid(20, 20), Options{K: 64, Seed: 1})
+	sizes := make([]int, 64)
+	for _, p := range r.Parts {
+		sizes[p]++
+	}
+	if slices.Max(sizes) > 8 {
+		t.Fatalf("k=64: largest part has %d nodes", slices.Max(sizes))
+	}
 	// k = n.
 	r = mustPartition(t, grid(3, 3), Options{K: 9, Seed: 1})
 	if r.Balance[0] != 1 {
