@@ -300,6 +300,10 @@ func (b *bisection) balance(s *rng.Stream) {
 	if b.imbalance() <= 0 || g.n == 0 {
 		return
 	}
+	if b.ncon > 1 {
+		b.balanceMulti(s)
+		return
+	}
 	from := int32(0)
 	if b.over(1) > b.over(0) {
 		from = 1
@@ -341,13 +345,107 @@ func (b *bisection) balance(s *rng.Stream) {
 			} else if b.wouldOverload(v, to) {
 				continue
 			}
-			qs := from
-			if round == 1 {
-				qs = -2 // the queue already holds every vertex of from: only update
-			}
-			b.move(v, &q, nil, qs)
+			b.move(v, &q, nil, from)
 			if b.over(from) <= b.over(to) || b.imbalance() <= 0 {
 				return
+			}
+		}
+	}
+}
+
+// excess is the total amount, over sides and constraints, by which the
+// side weights exceed ub times their targets (each normalized by the
+// constraint's total); 0 when balanced.
+func (b *bisection) excess() float64 {
+	var e float64
+	for i, p := range b.pw {
+		if d := float64(p) - b.ub*b.tp[i]; d > 0 {
+			e += d * b.invtw[i%b.ncon]
+		}
+	}
+	return e
+}
+
+// excessDelta is how much moving v to the other side changes excess().
+func (b *bisection) excessDelta(v int32) float64 {
+	from := b.where[v]
+	to := 1 - from
+	var d float64
+	for c := 0; c < b.ncon; c++ {
+		w := float64(b.g.vw[int(v)*b.ncon+c])
+		if w == 0 {
+			continue
+		}
+		i, j := int(from)*b.ncon+c, int(to)*b.ncon+c
+		f0, t0 := float64(b.pw[i])-b.ub*b.tp[i], float64(b.pw[j])-b.ub*b.tp[j]
+		d += (max(f0-w, 0) - max(f0, 0) + max(t0+w, 0) - max(t0, 0)) * b.invtw[c]
+	}
+	return d
+}
+
+// balanceMulti balances several constraints, which may pull in opposite
+// directions (one side heavy in training nodes, the other in nodes): the
+// most overweight (side, constraint) picks the next move, a vertex of that
+// side carrying that constraint, best gain first, made only if it lowers
+// the total excess (so the loop ends). One queue per side and constraint.
+func (b *bisection) balanceMulti(s *rng.Stream) {
+	g := b.g
+	nc := b.ncon
+	qs := make([]*pqueue, 2*nc)
+	for i := range qs {
+		qs[i] = newPQueue(g.n)
+	}
+	order := make([]int32, g.n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	shuffle(order, s)
+	for _, v := range order {
+		for c := 0; c < nc; c++ {
+			if g.vw[int(v)*nc+c] > 0 {
+				qs[int(b.where[v])*nc+c].insert(v, int64(b.ed[v]-b.id[v]))
+			}
+		}
+	}
+	for moves := 0; moves < g.n; moves++ {
+		worst, wi := 0.0, -1
+		for i, p := range b.pw {
+			if d := (float64(p) - b.ub*b.tp[i]) * b.invtw[i%nc]; d > worst {
+				worst, wi = d, i
+			}
+		}
+		if wi < 0 {
+			return
+		}
+		q := qs[wi]
+		v := int32(-1)
+		for q.len() > 0 {
+			u := q.pop()
+			if b.excessDelta(u) < 0 {
+				v = u
+				break
+			}
+		}
+		if v < 0 {
+			return
+		}
+		from := b.where[v]
+		for c := 0; c < nc; c++ {
+			if i := int(from)*nc + c; qs[i].contains(v) {
+				qs[i].remove(v)
+			}
+		}
+		b.move(v, nil, nil, -1)
+		for c := 0; c < nc; c++ {
+			if g.vw[int(v)*nc+c] > 0 {
+				qs[int(1-from)*nc+c].insert(v, int64(b.ed[v]-b.id[v]))
+			}
+		}
+		for _, u := range g.adj[g.xadj[v]:g.xadj[v+1]] {
+			for c := 0; c < nc; c++ {
+				if i := int(b.where[u])*nc + c; qs[i].contains(u) {
+					qs[i].update(u, int64(b.ed[u]-b.id[u]))
+				}
 			}
 		}
 	}

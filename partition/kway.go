@@ -191,6 +191,40 @@ func (r *kway) overweight(p int32) bool {
 	return false
 }
 
+// excessDelta is the change, from moving v from part a to part b, of the
+// total amount by which part weights exceed their limits (each normalized
+// by its target).
+func (r *kway) excessDelta(v, a, b int32) float64 {
+	var d float64
+	for c := 0; c < r.ncon; c++ {
+		w := float64(r.g.vw[int(v)*r.ncon+c])
+		if w == 0 {
+			continue
+		}
+		i, j := int(a)*r.ncon+c, int(b)*r.ncon+c
+		fa, fb := float64(r.pw[i])-r.maxpw[i], float64(r.pw[j])-r.maxpw[j]
+		if r.tgt[i] > 0 {
+			d += (max(fa-w, 0) - max(fa, 0)) / r.tgt[i]
+		}
+		if r.tgt[j] > 0 {
+			d += (max(fb+w, 0) - max(fb, 0)) / r.tgt[j]
+		}
+	}
+	return d
+}
+
+// relieves reports whether moving v out of p lowers a constraint on which
+// p is overweight.
+func (r *kway) relieves(p, v int32) bool {
+	for c := 0; c < r.ncon; c++ {
+		i := int(p)*r.ncon + c
+		if float64(r.pw[i]) > r.maxpw[i] && r.g.vw[int(v)*r.ncon+c] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *kway) underweight(p int32) bool {
 	for c := 0; c < r.ncon; c++ {
 		i := int(p)*r.ncon + c
@@ -493,7 +527,7 @@ func (r *kway) forceBalance() int {
 		}
 		r.status[v] = statExtracted
 		from := r.where[v]
-		if !r.overweight(from) {
+		if !r.relieves(from, v) {
 			continue
 		}
 		r.gatherConn(v)
@@ -509,6 +543,19 @@ func (r *kway) forceBalance() int {
 				if p != from && r.fits(p, v) {
 					if l := r.load(p, 0, 0); best < 0 || l < bl {
 						best, bl = p, l
+					}
+				}
+			}
+		}
+		if best < 0 && r.ncon > 1 {
+			// Constraints pulling in opposite directions: no part takes v
+			// within every limit, so accept the move that lowers the total
+			// excess the most (a strict decrease, so this ends).
+			bd := 0.0
+			for p := int32(0); int(p) < r.k; p++ {
+				if p != from {
+					if d := r.excessDelta(v, from, p); d < bd {
+						best, bd = p, d
 					}
 				}
 			}

@@ -121,9 +121,10 @@ func TestBalanceRandomGraphs(t *testing.T) {
 }
 
 func TestMultiConstraint(t *testing.T) {
-	// Training nodes all in the top sixth of a grid: balancing nodes
-	// alone would leave most parts without any.
-	const w, h = 60, 60
+	// Training nodes all in the top tenth of a grid: balancing nodes
+	// alone would leave most parts without any, and a bisection that
+	// balances one constraint unbalances the other.
+	const w, h = 100, 100
 	s := grid(w, h)
 	var train []int32
 	for v := int32(0); v < w*10; v++ {
@@ -133,15 +134,15 @@ func TestMultiConstraint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []int{2, 4, 6} {
-		o := Options{K: k, Seed: 3, Weights: wts, Imbalance: 1.05}
+	for _, k := range []int{2, 3, 8, 16} {
+		o := Options{K: k, Seed: 3, Weights: wts}
 		r := mustPartition(t, s, o)
 		if !slices.Equal(r.Constraints, []string{"nodes", "train", "edges"}) {
 			t.Fatalf("constraints %v", r.Constraints)
 		}
 		for c, b := range r.Balance {
-			if b > 1.05 {
-				t.Errorf("k=%d: constraint %s balance %.4f > 1.05", k, r.Constraints[c], b)
+			if b > DefaultImbalance {
+				t.Errorf("k=%d: constraint %s balance %.4f > %v", k, r.Constraints[c], b, DefaultImbalance)
 			}
 		}
 		// Recount the training nodes per part.
@@ -153,6 +154,11 @@ func TestMultiConstraint(t *testing.T) {
 			if cnt[p] != r.PartWeights[p*3+1] {
 				t.Errorf("part %d: %d training nodes, reported %d", p, cnt[p], r.PartWeights[p*3+1])
 			}
+		}
+		// Balancing three constraints costs some cut, but stays far from
+		// a random split (which cuts about (k-1)/k of the 19800 edges).
+		if limit := int64(100 * k); r.EdgeCut > limit {
+			t.Errorf("k=%d: cut %d > %d", k, r.EdgeCut, limit)
 		}
 	}
 }
