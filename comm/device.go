@@ -392,7 +392,9 @@ func (c *dfront) fail(call *DeviceCall, err error, start time.Time) error {
 	}
 	oe.Elapsed = time.Since(start)
 	c.broken = oe
-	c.t.Abort(oe)
+	if !errors.Is(err, ErrClosed) { // a local Close already told the peers
+		c.t.Abort(oe)
+	}
 	return oe
 }
 

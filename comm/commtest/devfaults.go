@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
@@ -20,6 +21,7 @@ func DeviceFaults(ctx context.Context, e DeviceEnv) error {
 	if e.Size < 2 {
 		return fmt.Errorf("commtest: DeviceFaults needs two or more ranks, have %d", e.Size)
 	}
+	var errs []error
 	for _, s := range []struct {
 		name string
 		f    func(context.Context, DeviceEnv) error
@@ -28,17 +30,20 @@ func DeviceFaults(ctx context.Context, e DeviceEnv) error {
 		{"mismatch-debug", devMismatch}, {"args", devArgs}, {"cancel", devCancel},
 		{"ctx-deadline", devCtxDeadline}, {"closed", devClosed},
 	} {
+		// Every rank runs every scenario, also after a failure, so that no
+		// rank waits at a barrier for one that gave up.
 		t0 := time.Now()
 		err := s.f(ctx, e)
 		if berr := e.Barrier("faults/" + s.name); err == nil {
 			err = berr
 		}
 		if err != nil {
-			return fmt.Errorf("faults/%s: rank %d: %w", s.name, e.Rank, err)
+			errs = append(errs, fmt.Errorf("faults/%s: rank %d: %w", s.name, e.Rank, err))
+			continue
 		}
 		e.logf("rank %d: faults/%s ok (%v)", e.Rank, s.name, time.Since(t0).Round(time.Millisecond))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // devBuf uploads n zeros of dt.
@@ -54,40 +59,44 @@ func devWarm(ctx context.Context, dc comm.DeviceComm) error {
 }
 
 func devStall(ctx context.Context, e DeviceEnv) error {
-	d := FaultTimeout()
+	d := deviceFaultTimeout()
 	dc, err := e.Open(comm.Options{Timeout: d})
 	if err != nil {
 		return err
 	}
 	defer dc.Close()
-	if err := devWarm(ctx, dc); err != nil {
-		return err
-	}
 	bufs := &devBufs{be: e.Backend}
 	defer bufs.free()
-	x, err := devBuf(bufs, backend.Float32, 1000)
-	if err != nil {
-		return err
-	}
 	victim := e.Size - 1
+	// Every rank passes the barrier "stall/reported" once, whatever
+	// happens before it.
+	var x backend.Buffer
+	err = devWarm(ctx, dc)
+	if err == nil {
+		x, err = devBuf(bufs, backend.Float32, 1000)
+	}
 	if e.Rank != victim {
-		start := time.Now()
-		err := dc.AllReduce(ctx, x, comm.Sum)
-		if el := time.Since(start); el > d+Slack {
-			return fmt.Errorf("returned after %v, deadline %v", el, d)
+		if err == nil {
+			start := time.Now()
+			err = dc.AllReduce(ctx, x, comm.Sum)
+			el := time.Since(start)
+			var target error
+			if e.Size == 2 {
+				target = comm.ErrTimeout
+			}
+			err = checkMissing(err, comm.OpAllReduce, 2, victim, e.Size, target)
+			if err == nil && el > d+Slack {
+				err = fmt.Errorf("returned after %v, deadline %v", el, d)
+			}
 		}
-		var target error
-		if e.Size == 2 {
-			target = comm.ErrTimeout
-		}
-		if cerr := CheckOpError(err, comm.OpAllReduce, 2, []int{victim}, target); cerr != nil {
-			return cerr
-		}
-		return e.Barrier("stall/reported")
+		return errors.Join(err, e.Barrier("stall/reported"))
 	}
 	// The victim joins only after the others have given up; its late call
 	// must fail quickly (they aborted the communicator).
-	if err := e.Barrier("stall/reported"); err != nil {
+	if berr := e.Barrier("stall/reported"); err == nil {
+		err = berr
+	}
+	if err != nil {
 		return err
 	}
 	late := time.Now()
@@ -97,6 +106,21 @@ func devStall(ctx context.Context, e DeviceEnv) error {
 	}
 	if el := time.Since(late); el > d/2+Slack/4 {
 		return fmt.Errorf("stalled rank's late call took %v; it should fail promptly (the others aborted): %v", el, err)
+	}
+	return nil
+}
+
+// checkMissing checks that err is an *OpError for op #seq wrapping
+// target whose missing ranks include victim: exactly [victim] with two
+// ranks; with more, a rank that gave up first may be listed too.
+func checkMissing(err error, op comm.Op, seq uint64, victim, n int, target error) error {
+	if e := CheckOpError(err, op, seq, nil, target); e != nil {
+		return e
+	}
+	var oe *comm.OpError
+	errors.As(err, &oe)
+	if !slices.Contains(oe.Missing, victim) || (n == 2 && len(oe.Missing) != 1) {
+		return fmt.Errorf("error names missing ranks %v, want %d among them: %v", oe.Missing, victim, err)
 	}
 	return nil
 }
@@ -266,73 +290,71 @@ func devCancel(ctx context.Context, e DeviceEnv) error {
 		return err
 	}
 	defer dc.Close()
-	if err := devWarm(ctx, dc); err != nil {
-		return err
+	err = devWarm(ctx, dc)
+	if e.Rank != 0 || err != nil {
+		return errors.Join(err, e.Barrier("cancel/done")) // ranks > 0 never join #2
 	}
-	if e.Rank != 0 {
-		return e.Barrier("cancel/done") // never joins #2
-	}
-	bufs := &devBufs{be: e.Backend}
-	defer bufs.free()
-	x, err := devBuf(bufs, backend.Float32, 8)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	err = dc.AllReduce(cctx, x, comm.Sum)
-	missing := make([]int, 0, e.Size-1)
-	for r := 1; r < e.Size; r++ {
-		missing = append(missing, r)
-	}
-	if cerr := CheckOpError(err, comm.OpAllReduce, 2, missing, context.Canceled); cerr != nil {
-		return cerr
-	}
-	if el := time.Since(start); el > Slack {
-		return fmt.Errorf("cancelled call returned after %v", el)
-	}
-	return e.Barrier("cancel/done")
+	err = func() error {
+		bufs := &devBufs{be: e.Backend}
+		defer bufs.free()
+		x, err := devBuf(bufs, backend.Float32, 8)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		err = dc.AllReduce(cctx, x, comm.Sum)
+		missing := make([]int, 0, e.Size-1)
+		for r := 1; r < e.Size; r++ {
+			missing = append(missing, r)
+		}
+		if cerr := CheckOpError(err, comm.OpAllReduce, 2, missing, context.Canceled); cerr != nil {
+			return cerr
+		}
+		if el := time.Since(start); el > Slack {
+			return fmt.Errorf("cancelled call returned after %v", el)
+		}
+		return nil
+	}()
+	return errors.Join(err, e.Barrier("cancel/done"))
 }
 
 func devCtxDeadline(ctx context.Context, e DeviceEnv) error {
-	d := FaultTimeout()
+	d := deviceFaultTimeout()
 	dc, err := e.Open(comm.Options{Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
 	defer dc.Close()
-	if err := devWarm(ctx, dc); err != nil {
-		return err
+	err = devWarm(ctx, dc)
+	if e.Rank != 1 || err != nil {
+		return errors.Join(err, e.Barrier("ctx-deadline/done")) // rank 0, the root, never joins #2
 	}
-	if e.Rank != 1 {
-		return e.Barrier("ctx-deadline/done") // rank 0, the root, never joins #2
-	}
-	bufs := &devBufs{be: e.Backend}
-	defer bufs.free()
-	x, err := devBuf(bufs, backend.Int32, 8)
-	if err != nil {
-		return err
-	}
-	dctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	start := time.Now()
-	err = dc.Broadcast(dctx, x, 0)
-	el := time.Since(start)
-	missing := []int{0}
-	for r := 2; r < e.Size; r++ {
-		missing = append(missing, r)
-	}
-	if cerr := CheckOpError(err, comm.OpBroadcast, 2, missing, comm.ErrTimeout); cerr != nil {
-		return cerr
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%v does not wrap context.DeadlineExceeded", err)
-	}
-	if el < d-10*time.Millisecond || el > d+Slack {
-		return fmt.Errorf("returned after %v, deadline %v", el, d)
-	}
-	return e.Barrier("ctx-deadline/done")
+	err = func() error {
+		bufs := &devBufs{be: e.Backend}
+		defer bufs.free()
+		x, err := devBuf(bufs, backend.Int32, 8)
+		if err != nil {
+			return err
+		}
+		dctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		start := time.Now()
+		err = dc.Broadcast(dctx, x, 0)
+		el := time.Since(start)
+		if cerr := checkMissing(err, comm.OpBroadcast, 2, 0, e.Size, comm.ErrTimeout); cerr != nil {
+			return cerr
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%v does not wrap context.DeadlineExceeded", err)
+		}
+		if el < d-10*time.Millisecond || el > d+Slack {
+			return fmt.Errorf("returned after %v, deadline %v", el, d)
+		}
+		return nil
+	}()
+	return errors.Join(err, e.Barrier("ctx-deadline/done"))
 }
 
 func devClosed(ctx context.Context, e DeviceEnv) error {

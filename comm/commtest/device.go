@@ -3,6 +3,7 @@ package commtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"time"
@@ -333,7 +334,19 @@ func RunDeviceProgram(ctx context.Context, dc comm.DeviceComm, be backend.Backen
 // the host suite's, plus lengths that span many chunks of the GPU
 // shared-memory pipeline.
 func DeviceLens() []int {
+	if !flag.Parsed() { // a child process of a multi-process test
+		return []int{0, 1, 2, 3, 7, 8, 13, 31, 64, 100, 257, 1000, 4097, 20011, 65537, 1<<20 + 3}
+	}
 	return append(Lens(), 1<<20+3)
+}
+
+// deviceFaultTimeout is FaultTimeout, also in child processes (whose
+// test flags are not parsed).
+func deviceFaultTimeout() time.Duration {
+	if !flag.Parsed() {
+		return time.Second
+	}
+	return FaultTimeout()
 }
 
 // DeviceConformance runs the conformance suite on this rank: every case
@@ -463,24 +476,37 @@ func LocalOpeners(n int, open func(o comm.Options) ([]comm.DeviceComm, error)) [
 	return ops
 }
 
-// LocalBarrier returns a reusable barrier for n goroutine ranks.
+// LocalBarrier returns a reusable barrier for n goroutine ranks. All
+// ranks must use the same name; a rank that waits more than two minutes
+// gives up with an error.
 func LocalBarrier(n int) func(name string) error {
 	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
 	count, gen := 0, 0
-	return func(string) error {
+	genName := ""
+	release := make(chan struct{})
+	return func(name string) error {
 		mu.Lock()
-		defer mu.Unlock()
-		g := gen
+		if count == 0 {
+			genName = name
+		} else if name != genName {
+			mu.Unlock()
+			return fmt.Errorf("barrier %q: another rank waits at barrier %q", name, genName)
+		}
 		count++
 		if count == n {
 			count, gen = 0, gen+1
-			cond.Broadcast()
+			close(release)
+			release = make(chan struct{})
+			mu.Unlock()
 			return nil
 		}
-		for g == gen {
-			cond.Wait()
+		ch := release
+		mu.Unlock()
+		select {
+		case <-ch:
+			return nil
+		case <-time.After(2 * time.Minute):
+			return fmt.Errorf("barrier %q: the other ranks did not arrive within 2 minutes", name)
 		}
-		return nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/strata-gnn/strata/comm/internal/cuquery"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -28,7 +29,7 @@ func newCudaMover(dev *cuda.Device, region []byte, slots int) (m *cudaMover, err
 	if len(region) == 0 {
 		return nil, errors.New("gpushm: empty segment")
 	}
-	if err := loadEventQuery(); err != nil {
+	if err := cuquery.Load(); err != nil {
 		return nil, err
 	}
 	m = &cudaMover{dev: dev}
@@ -167,5 +168,5 @@ func (m *cudaMover) toDevice(s int, buf backend.Buffer, off int, src []byte) err
 	return m.out[s].Record(m.sOut)
 }
 
-func (m *cudaMover) inDone(s int) (bool, error)  { return eventDone(m.in[s]) }
-func (m *cudaMover) outDone(s int) (bool, error) { return eventDone(m.out[s]) }
+func (m *cudaMover) inDone(s int) (bool, error)  { return cuquery.Done(m.in[s]) }
+func (m *cudaMover) outDone(s int) (bool, error) { return cuquery.Done(m.out[s]) }

@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package gpushm
+package cuquery
 
 import (
 	"fmt"
@@ -20,7 +20,8 @@ var (
 	queryErr  error
 )
 
-func loadEventQuery() error {
+// Load resolves cuEventQuery once (libcuda must be loadable).
+func Load() error {
 	queryOnce.Do(func() {
 		f, err := cudalib.Open(cudalib.Driver)
 		if err != nil {
@@ -28,14 +29,15 @@ func loadEventQuery() error {
 			return
 		}
 		if queryFn, err = cudalib.Sym(f.Handle, "cuEventQuery"); err != nil || queryFn == 0 {
-			queryErr = fmt.Errorf("gpushm: %s lacks cuEventQuery", f.Path)
+			queryErr = fmt.Errorf("cuda: %s lacks cuEventQuery", f.Path)
 		}
 	})
 	return queryErr
 }
 
-// eventDone reports whether the work before e's record has completed.
-func eventDone(e cu.Event) (bool, error) {
+// Done reports whether the work before e's record has completed (Load
+// first).
+func Done(e cu.Event) (bool, error) {
 	r, _, _ := purego.SyscallN(queryFn, uintptr(e))
 	switch code := cu.Result(int32(uint32(r))); code {
 	case cu.Success:
@@ -43,6 +45,6 @@ func eventDone(e cu.Event) (bool, error) {
 	case cu.ErrNotReady:
 		return false, nil
 	default:
-		return false, fmt.Errorf("gpushm: cuEventQuery: CUresult %d (a copy to or from the GPU failed)", int(code))
+		return false, fmt.Errorf("cuda: cuEventQuery: CUresult %d (a copy to or from the GPU failed)", int(code))
 	}
 }

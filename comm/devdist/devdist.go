@@ -1,0 +1,293 @@
+// Package devdist opens a device communicator (comm.DeviceComm) for this
+// process from the torchrun-style environment (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT), the way comm/dist opens a host one: it joins
+// the rank-0 store, finds out whether all ranks share a host, probes the
+// GPUs (peer-to-peer access between every pair, NCCL loadable on every
+// rank), resolves --comm with comm.SelectDevice and opens NCCL
+// (comm/nccl), GPU shared memory (comm/gpushm), or device buffers staged
+// through TCP (comm/staged over comm/tcp).
+package devdist
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/auth"
+	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/comm/tcp"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// Options configure Init.
+type Options struct {
+	// Backend is --comm: auto (default), nccl, gpushm (or shm), tcp.
+	Backend string
+	// Comm configures every operation (timeout, debug checks).
+	Comm comm.Options
+	// SetupTimeout bounds joining the store and opening the back end
+	// (rendezvous.DefaultTimeout if zero and ctx has no deadline).
+	SetupTimeout time.Duration
+	// Security for the store and TCP; nil reads the environment.
+	Security *auth.Security
+	// Host is the address TCP advertises (STRATA_COMM_HOST, else the
+	// local address that reaches MASTER_ADDR).
+	Host string
+	// GPUShm tunes the GPU shared-memory back end (its Options field is
+	// replaced by Comm).
+	GPUShm gpushm.Options
+}
+
+// Info says what Init found and chose.
+type Info struct {
+	Env        rendezvous.Env
+	Kind       string // back end opened
+	Reason     string // why (from comm.SelectDevice)
+	Topology   comm.Topology
+	NCCLError  string // why NCCL is not available, on this rank
+	PeerDetail string // how peer access was decided
+}
+
+// Init opens this rank's device communicator on be (normally the CUDA
+// device of LOCAL_RANK). Closing it also leaves the store.
+func Init(ctx context.Context, be backend.Backend, o Options) (comm.DeviceComm, Info, error) {
+	env, err := rendezvous.FromEnv()
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return InitEnv(ctx, env, be, o)
+}
+
+// InitEnv is Init with an explicit environment.
+func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Options) (comm.DeviceComm, Info, error) {
+	info := Info{Env: env}
+	if _, ok := ctx.Deadline(); !ok {
+		to := o.SetupTimeout
+		if to <= 0 {
+			to = rendezvous.DefaultTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, to)
+		defer cancel()
+	}
+	sec := auth.Security{}
+	if o.Security != nil {
+		sec = *o.Security
+	} else {
+		var err error
+		if sec, err = auth.FromEnv(); err != nil {
+			return nil, info, err
+		}
+	}
+	store, err := rendezvous.Join(ctx, env, rendezvous.Options{Security: sec})
+	if err != nil {
+		return nil, info, err
+	}
+	c, err := open(ctx, store, env, be, o, sec, &info)
+	if err == nil {
+		if err = store.Barrier(ctx, "devdist/ready"); err != nil {
+			c.Close()
+		}
+	}
+	if err != nil {
+		store.Close()
+		return nil, info, fmt.Errorf("devdist rank %d: %w", env.Rank, err)
+	}
+	return &withStore{DeviceComm: c, store: store}, info, nil
+}
+
+// Probe publishes this rank's view of the GPUs and NCCL through the store
+// and returns the job's topology (the same on every rank).
+func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info *Info) (comm.Topology, error) {
+	var top comm.Topology
+	same, err := sameHost(ctx, store)
+	if err != nil {
+		return top, err
+	}
+	top.SameHost, top.Virtual = same, false
+	dev, isGPU := be.(*cuda.Device)
+	top.GPUs = allTrue(ctx, store, "devdist/gpu", isGPU)
+	ncclErr := nccl.Available()
+	if ncclErr != nil {
+		info.NCCLError = ncclErr.Error()
+	}
+	top.NCCL = allTrue(ctx, store, "devdist/nccl", isGPU && ncclErr == nil)
+	// Peer access: every rank checks its GPU against every other rank's,
+	// found by PCI bus id among the GPUs this process can see.
+	peer, detail := false, "ranks are on several hosts"
+	if isGPU && same {
+		peer, detail = peerAccess(ctx, store, dev)
+	}
+	if v := os.Getenv("NCCL_P2P_DISABLE"); v != "" && v != "0" {
+		peer, detail = false, "NCCL_P2P_DISABLE="+v
+	}
+	top.PeerAccess = allTrue(ctx, store, "devdist/peer", peer)
+	info.PeerDetail = detail
+	info.Topology = top
+	return top, nil
+}
+
+func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be backend.Backend, o Options, sec auth.Security, info *Info) (comm.DeviceComm, error) {
+	top, err := Probe(ctx, store, be, info)
+	if err != nil {
+		return nil, err
+	}
+	kind, why, err := comm.SelectDevice(o.Backend, top)
+	if err != nil {
+		return nil, err
+	}
+	info.Kind, info.Reason = kind, why
+	switch kind {
+	case comm.KindNCCL:
+		dev, ok := be.(*cuda.Device)
+		if !ok {
+			return nil, fmt.Errorf("--comm nccl needs a CUDA device, have %s", be.Name())
+		}
+		if top.SameHost && os.Getenv("NCCL_SOCKET_IFNAME") == "" {
+			// One host: bootstrap over loopback (other interfaces may be
+			// down in containers).
+			os.Setenv("NCCL_SOCKET_IFNAME", "lo")
+		}
+		return nccl.Open(ctx, store, dev, nccl.Options{Options: o.Comm})
+	case comm.KindGPUShm:
+		g := o.GPUShm
+		g.Options = o.Comm
+		return gpushm.Open(ctx, store, be, g)
+	case comm.KindTCP:
+		host := o.Host
+		if host == "" {
+			host = os.Getenv("STRATA_COMM_HOST")
+		}
+		if host == "" {
+			host = advertise(env)
+		}
+		h, err := tcp.New(ctx, store, tcp.Options{Options: comm.Options{Timeout: o.Comm.Timeout}, Security: sec, Host: host})
+		if err != nil {
+			return nil, err
+		}
+		return staged.Open(h, be, o.Comm), nil
+	}
+	return nil, fmt.Errorf("unknown back end %q", kind)
+}
+
+// allTrue publishes v for this rank and reports whether every rank
+// published true (false if some rank never did).
+func allTrue(ctx context.Context, store rendezvous.Store, key string, v bool) bool {
+	s := "0"
+	if v {
+		s = "1"
+	}
+	if store.Set(ctx, key+"/"+strconv.Itoa(store.Rank()), []byte(s)) != nil {
+		return false
+	}
+	for r := 0; r < store.Size(); r++ {
+		b, err := store.Get(ctx, key+"/"+strconv.Itoa(r))
+		if err != nil || string(b) != "1" {
+			return false
+		}
+	}
+	return true
+}
+
+// peerAccess reports whether dev can access every other rank's GPU.
+func peerAccess(ctx context.Context, store rendezvous.Store, dev *cuda.Device) (bool, string) {
+	me, err := cu.GetDevice(dev.Ordinal())
+	if err != nil {
+		return false, err.Error()
+	}
+	bus, err := me.PCIBusID()
+	if err != nil {
+		return false, err.Error()
+	}
+	if store.Set(ctx, "devdist/bus/"+strconv.Itoa(store.Rank()), []byte(bus)) != nil {
+		return false, "store"
+	}
+	visible := map[string]cu.Device{}
+	if n, err := cu.DeviceCount(); err == nil {
+		for i := 0; i < n; i++ {
+			if d, err := cu.GetDevice(i); err == nil {
+				if b, err := d.PCIBusID(); err == nil {
+					visible[strings.ToLower(b)] = d
+				}
+			}
+		}
+	}
+	for r := 0; r < store.Size(); r++ {
+		if r == store.Rank() {
+			continue
+		}
+		b, err := store.Get(ctx, "devdist/bus/"+strconv.Itoa(r))
+		if err != nil {
+			return false, fmt.Sprintf("rank %d did not publish its GPU", r)
+		}
+		peer := string(b)
+		if strings.EqualFold(peer, bus) {
+			return false, fmt.Sprintf("rank %d uses the same GPU (%s)", r, bus)
+		}
+		d, ok := visible[strings.ToLower(peer)]
+		if !ok {
+			return false, fmt.Sprintf("rank %d's GPU %s is not visible to this process", r, peer)
+		}
+		can, err := cu.CanAccessPeer(me, d)
+		if err != nil || !can {
+			return false, fmt.Sprintf("%s cannot access %s (rank %d) directly", bus, peer, r)
+		}
+	}
+	return true, "every GPU pair has peer-to-peer access"
+}
+
+// sameHost compares every rank's boot id and host name.
+func sameHost(ctx context.Context, store rendezvous.Store) (bool, error) {
+	name, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := strings.TrimSpace(string(boot)) + "/" + name
+	if err := store.Set(ctx, "devdist/host/"+strconv.Itoa(store.Rank()), []byte(id)); err != nil {
+		return false, err
+	}
+	ids := make([]string, store.Size())
+	for r := range ids {
+		v, err := store.Get(ctx, "devdist/host/"+strconv.Itoa(r))
+		if err != nil {
+			return false, fmt.Errorf("rank %d never said which host it is on: %w", r, err)
+		}
+		ids[r] = string(v)
+	}
+	return !slices.ContainsFunc(ids, func(s string) bool { return s != id }), nil
+}
+
+// advertise picks the local address peers can reach.
+func advertise(env rendezvous.Env) string {
+	if auth.IsLoopback(env.MasterAddr) {
+		return "127.0.0.1"
+	}
+	c, err := net.Dial("udp", env.Addr())
+	if err != nil {
+		return "0.0.0.0"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+type withStore struct {
+	comm.DeviceComm
+	store rendezvous.Store
+}
+
+func (w *withStore) History() []comm.Record { return comm.HistoryOf(w.DeviceComm) }
+
+func (w *withStore) Close() error {
+	err := w.DeviceComm.Close()
+	w.store.Close()
+	return err
+}

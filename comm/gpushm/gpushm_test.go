@@ -1,0 +1,219 @@
+//go:build linux
+
+package gpushm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// Small chunks and few slots so the test lengths stream through many
+// chunks and reuse every slot.
+func testOptions(async bool) Options {
+	return Options{ChunkBytes: 64 << 10, Slots: 3, Workers: 2, HostHeapBytes: 4 << 20, asyncHostCopies: async}
+}
+
+// cpuLens adds lengths spanning many 64 KiB chunks to the short lengths.
+func cpuLens() []int { return append(commtest.Lens(), 70001) }
+
+func localEnvs(t *testing.T, n int, o Options) []commtest.DeviceEnv {
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bes := make([]backend.Backend, n)
+	for r := range bes {
+		bes[r] = be
+	}
+	opens := commtest.LocalOpeners(n, func(fo comm.Options) ([]comm.DeviceComm, error) {
+		oo := o
+		oo.Options = fo
+		return NewLocal(bes, oo)
+	})
+	bar := commtest.LocalBarrier(n)
+	es := make([]commtest.DeviceEnv, n)
+	for r := range es {
+		es[r] = commtest.DeviceEnv{Rank: r, Size: n, Backend: be, Open: opens[r], Barrier: bar, Exact: true, Logf: t.Logf}
+	}
+	return es
+}
+
+func TestLocalConformance(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		for _, n := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("async=%v/n=%d", async, n), func(t *testing.T) {
+				es := localEnvs(t, n, testOptions(async))
+				if err := commtest.RunLocalRanks(n, func(r int) error {
+					return commtest.DeviceConformance(context.Background(), es[r], cpuLens())
+				}); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+func TestLocalFaults(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			es := localEnvs(t, n, testOptions(true))
+			if err := commtest.RunLocalRanks(n, func(r int) error { return commtest.DeviceFaults(context.Background(), es[r]) }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestPipelineSumOrder checks a float sum over three ranks against the
+// sequential float32 sum in rank order, bit for bit, on a length that
+// spans many chunks, with repeated operations reusing the slots.
+func TestPipelineSumOrder(t *testing.T) {
+	const n, length = 3, 200003
+	be, _ := cpu.New(cpu.Options{})
+	cs, err := NewLocal([]backend.Backend{be, be, be}, testOptions(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	in := func(r, i int) float32 { return float32((i*7919+r*104729)%1000003)/3.3 - 150000 }
+	bufs := make([][]float32, n)
+	for rep := 0; rep < 3; rep++ {
+		err := commtest.RunLocalRanks(n, func(r int) error {
+			x := make([]float32, length)
+			for i := range x {
+				x[i] = in(r, i) * float32(rep+1)
+			}
+			b := cpu.WrapF32(x)
+			if err := cs[r].AllReduce(context.Background(), b, comm.Sum); err != nil {
+				return err
+			}
+			bufs[r] = x
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < length; i++ {
+			want := in(0, i) * float32(rep+1)
+			want += in(1, i) * float32(rep+1)
+			want += in(2, i) * float32(rep+1)
+			for r := 0; r < n; r++ {
+				if bufs[r][i] != want {
+					t.Fatalf("rep %d rank %d element %d = %v, want %v", rep, r, i, bufs[r][i], want)
+				}
+			}
+		}
+	}
+}
+
+func TestLayoutAndAttachErrors(t *testing.T) {
+	for _, c := range []struct{ n, slots, chunk int }{{0, 4, 1 << 20}, {2, 1, 1 << 20}, {2, 4, 1000}, {2, 4, 1 << 30}, {MaxRanks + 1, 4, 1 << 20}} {
+		if _, err := newLayout(c.n, c.slots, c.chunk); err == nil {
+			t.Errorf("layout %+v accepted", c)
+		}
+	}
+	be, _ := cpu.New(cpu.Options{})
+	if _, err := NewLocal([]backend.Backend{be, be}, Options{ChunkBytes: 5000}); err == nil {
+		t.Error("bad chunk size accepted")
+	}
+	g, err := os.CreateTemp(t.TempDir(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write(make([]byte, 8192))
+	if _, err := attach(g, 0, 2); err == nil || !strings.Contains(err.Error(), "not a Strata GPU segment") {
+		t.Errorf("plain file: %v", err)
+	}
+}
+
+// --- processes ---
+
+func TestMain(m *testing.M) {
+	commtest.Main(m, map[string]func() error{
+		// CPU back end through the store and a /dev/shm segment.
+		"cpu": func() error {
+			be, err := cpu.New(cpu.Options{})
+			if err != nil {
+				return err
+			}
+			o := testOptions(false)
+			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+					oo := o
+					oo.Options, oo.Prefix = fo, prefix
+					return Open(ctx, store, be, oo)
+				},
+				Backend: be, Exact: true, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
+			})
+		},
+		// One process per GPU (LOCAL_RANK picks it).
+		"gpu": func() error {
+			lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
+			dev, err := cuda.Open(lr, cuda.Options{})
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+					return Open(ctx, store, dev, Options{Options: fo, Prefix: prefix})
+				},
+				Backend: dev, Exact: true, Conformance: true, Faults: true,
+			})
+		},
+	})
+}
+
+func TestProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	out, err := commtest.LaunchDevice(context.Background(), 2, "cpu", nil, "conformance", "faults")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// gpuCount returns the number of CUDA devices (0 without CUDA).
+func gpuCount() int {
+	d, err := cuda.Open(0, cuda.Options{})
+	if err != nil {
+		return 0
+	}
+	d.Close()
+	n, _ := strconv.Atoi(os.Getenv("STRATA_TEST_GPUS"))
+	if n == 0 {
+		n = cudaDeviceCount()
+	}
+	return n
+}
+
+// TestTwoGPUs runs the device conformance and fault suites with one
+// process per GPU (needs two GPUs).
+func TestTwoGPUs(t *testing.T) {
+	if n := gpuCount(); n < 2 {
+		t.Skipf("needs 2 GPUs, found %d", n)
+	}
+	start := time.Now()
+	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", nil, "conformance", "faults")
+	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+}

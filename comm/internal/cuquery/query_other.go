@@ -1,0 +1,17 @@
+//go:build !(linux && (amd64 || arm64))
+
+package cuquery
+
+import (
+	"errors"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+)
+
+// Load fails on this platform.
+func Load() error {
+	return errors.New("cuda: CUDA needs linux/amd64 or linux/arm64")
+}
+
+// Done fails on this platform.
+func Done(cu.Event) (bool, error) { return false, Load() }

@@ -1,0 +1,600 @@
+package nccl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/cuquery"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/comm/staged"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	lib "github.com/strata-gnn/strata/internal/nccl"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// Options configure an NCCL communicator.
+type Options struct {
+	comm.Options
+	// Prefix namespaces the store keys ("nccl" if empty); every
+	// communicator of a job needs its own.
+	Prefix string
+}
+
+// Timing of the slow path (store checks while a call waits).
+const (
+	slowAfter = 50 * time.Millisecond
+	slowEvery = 50 * time.Millisecond
+	storeWait = time.Second // bound on each store request of the slow path
+	cleanWait = 10 * time.Second
+)
+
+// Available loads NCCL and reports why it cannot be used (nil if it can).
+func Available() error { return lib.Load() }
+
+// Open joins this rank's NCCL communicator over dev through the store:
+// rank 0 makes the unique id and publishes it; every rank then calls
+// ncclCommInitRank, bounded by ctx's deadline (else o.Timeout). When
+// NCCL_NVLS_ENABLE is unset it is set to 0 (NVLink multicast off).
+func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Options) (comm.DeviceComm, error) {
+	if err := lib.Load(); err != nil {
+		return nil, err
+	}
+	if err := cuquery.Load(); err != nil {
+		return nil, err
+	}
+	if _, ok := os.LookupEnv("NCCL_NVLS_ENABLE"); !ok {
+		os.Setenv("NCCL_NVLS_ENABLE", "0")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		to := o.Timeout
+		if to <= 0 {
+			to = comm.DefaultTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, to)
+		defer cancel()
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = "nccl"
+	}
+	rank, n := store.Rank(), store.Size()
+	t := &transport{dev: dev, store: store, prefix: prefix, rank: rank, n: n}
+	var err error
+	if t.cudev, err = cu.GetDevice(dev.Ordinal()); err != nil {
+		return nil, err
+	}
+	if t.ctx, err = t.cudev.PrimaryCtxRetain(); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (comm.DeviceComm, error) {
+		t.release()
+		return nil, fmt.Errorf("nccl rank %d: %w", rank, err)
+	}
+	var id lib.UniqueID
+	if rank == 0 {
+		if err := t.bound(func() error { var e error; id, e = lib.GetUniqueID(); return e }); err != nil {
+			return fail(err)
+		}
+		if err := store.Set(ctx, prefix+"/id", id[:]); err != nil {
+			return fail(err)
+		}
+	} else {
+		v, err := store.Get(ctx, prefix+"/id")
+		if err != nil {
+			return fail(fmt.Errorf("waiting for rank 0's NCCL unique id: %w", err))
+		}
+		if len(v) != lib.UniqueIDBytes {
+			return fail(fmt.Errorf("rank 0 published a %d-byte unique id, want %d", len(v), lib.UniqueIDBytes))
+		}
+		copy(id[:], v)
+	}
+	if err := t.bound(func() error {
+		var e error
+		if t.ev, e = cu.EventCreate(cu.EventDisableTiming); e != nil {
+			return e
+		}
+		return nil
+	}); err != nil {
+		return fail(err)
+	}
+	// ncclCommInitRank blocks until every rank has joined: run it aside
+	// and give up at the deadline (the call is then left behind).
+	type res struct {
+		c   lib.Comm
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		var r res
+		r.err = t.bound(func() error { var e error; r.c, e = lib.CommInitRank(n, id, rank); return e })
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return fail(r.err)
+		}
+		t.comm = r.c
+	case <-ctx.Done():
+		return fail(fmt.Errorf("ncclCommInitRank: not every rank joined: %w", ctx.Err()))
+	}
+	scratch, err := dev.Alloc(backend.Int32, 1)
+	if err != nil {
+		t.bound(t.comm.Abort)
+		t.comm = 0
+		return fail(err)
+	}
+	t.scratch = scratch.(*cuda.Buffer)
+	return comm.NewDevice(t, o.Options), nil
+}
+
+// transport implements comm.DeviceTransport on an NCCL communicator.
+type transport struct {
+	dev     *cuda.Device
+	cudev   cu.Device
+	ctx     cu.Context
+	comm    lib.Comm
+	ev      cu.Event
+	scratch *cuda.Buffer
+	store   rendezvous.Store
+	prefix  string
+	rank, n int
+
+	runMu    sync.Mutex // held by Run, Gather; Close waits for it
+	lastDone uint64
+	posted   uint64
+
+	dirty   atomic.Bool // an operation failed or was interrupted: its kernels may still run
+	closing atomic.Bool
+	aborted atomic.Bool
+	freed   atomic.Bool // communicator destroyed or aborted
+	commMu  sync.Mutex  // serializes ncclCommAbort and ncclCommDestroy
+}
+
+func (t *transport) Kind() string { return comm.KindNCCL }
+func (t *transport) Rank() int    { return t.rank }
+func (t *transport) Size() int    { return t.n }
+
+func (t *transport) Check(b backend.Buffer) error     { return staged.CheckBuffer(t.dev, b) }
+func (t *transport) Overlap(a, b backend.Buffer) bool { return staged.Overlap(a, b) }
+
+// bound runs f on this goroutine's thread with the device's primary
+// context current.
+func (t *transport) bound(f func() error) error {
+	unbind, err := t.ctx.Bind()
+	defer unbind()
+	if err != nil {
+		return err
+	}
+	return f()
+}
+
+func (t *transport) key(parts ...any) string {
+	k := t.prefix
+	for _, p := range parts {
+		k += "/" + fmt.Sprint(p)
+	}
+	return k
+}
+
+func ptr(b backend.Buffer, elems int) lib.DevPtr {
+	cb := b.(*cuda.Buffer)
+	return lib.DevPtr(uint64(cb.Ptr()) + uint64(elems*cb.DType().Size()))
+}
+
+func dtype(dt backend.DType) lib.DataType {
+	switch dt {
+	case backend.Int32:
+		return lib.Int32
+	case backend.Int64:
+		return lib.Int64
+	}
+	return lib.Float32
+}
+
+func redop(r comm.ReduceOp) lib.RedOp {
+	switch r {
+	case comm.Mean:
+		return lib.Avg
+	case comm.Max:
+		return lib.Max
+	}
+	return lib.Sum
+}
+
+// plan returns what to queue for c (nil: nothing to do).
+func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
+	dt, cm := dtype(c.DType), t.comm
+	es := c.DType.Size()
+	switch c.Op {
+	case comm.OpBarrier:
+		return func(s lib.Stream) error {
+			p := lib.DevPtr(t.scratch.Ptr())
+			return lib.AllReduce(p, p, 1, lib.Int32, lib.Sum, cm, s)
+		}
+	case comm.OpAllReduce:
+		if c.Recv.Len() == 0 {
+			return nil
+		}
+		return func(s lib.Stream) error {
+			p := ptr(c.Recv, 0)
+			return lib.AllReduce(p, p, c.Recv.Len(), dt, redop(c.Red), cm, s)
+		}
+	case comm.OpBroadcast:
+		if c.Recv.Len() == 0 {
+			return nil
+		}
+		return func(s lib.Stream) error {
+			p := ptr(c.Recv, 0)
+			return lib.Broadcast(p, p, c.Recv.Len(), dt, c.Root, cm, s)
+		}
+	case comm.OpAllGather:
+		if c.Send.Len() == 0 {
+			return nil
+		}
+		return func(s lib.Stream) error {
+			return lib.AllGather(ptr(c.Send, 0), ptr(c.Recv, 0), c.Send.Len(), dt, cm, s)
+		}
+	case comm.OpReduceScatter:
+		if c.Recv.Len() == 0 {
+			return nil
+		}
+		return func(s lib.Stream) error {
+			return lib.ReduceScatter(ptr(c.Send, 0), ptr(c.Recv, 0), c.Recv.Len(), dt, redop(c.Red), cm, s)
+		}
+	case comm.OpAllGatherV, comm.OpAllToAll, comm.OpAllToAllV:
+		// Blocks: to rank p we send send(p) elements at sendAt(p) of Send,
+		// from rank p we receive recv(p) at recvAt(p) of Recv.
+		send := func(p int) (int, int) { return c.SendCounts[p], c.SendDispls[p] }
+		if c.Op == comm.OpAllGatherV {
+			send = func(int) (int, int) { return c.Send.Len(), 0 }
+		}
+		recv := func(p int) (int, int) { return c.RecvCounts[p], c.RecvDispls[p] }
+		return func(s lib.Stream) error {
+			if k, at := send(t.rank); k > 0 {
+				_, to := recv(t.rank)
+				if err := cu.MemcpyDtoDAsync(cu.DevPtr(ptr(c.Recv, to)), cu.DevPtr(ptr(c.Send, at)), uint64(k*es), cu.Stream(s)); err != nil {
+					return err
+				}
+			}
+			if err := lib.GroupStart(); err != nil {
+				return err
+			}
+			var first error
+			for p := 0; p < t.n && first == nil; p++ {
+				if p == t.rank {
+					continue
+				}
+				if k, at := send(p); k > 0 {
+					first = lib.Send(ptr(c.Send, at), k, dt, p, cm, s)
+				}
+				if k, at := recv(p); k > 0 && first == nil {
+					first = lib.Recv(ptr(c.Recv, at), k, dt, p, cm, s)
+				}
+			}
+			if err := lib.GroupEnd(); first == nil {
+				first = err
+			}
+			return first
+		}
+	}
+	return func(lib.Stream) error { return fmt.Errorf("nccl: unsupported op %v", c.Op) }
+}
+
+// Run queues c on the device's stream and waits for it.
+func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.closing.Load() || t.freed.Load() {
+		return comm.ErrClosed
+	}
+	if err := t.launch(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
+		return err
+	}
+	t.lastDone = c.Seq
+	return nil
+}
+
+// launch queues f (plus the completion event) and waits for it.
+func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f func(lib.Stream) error) error {
+	// Queueing may block in NCCL (connection setup waits for the peers):
+	// do it aside, bounded by the deadline; an abort releases it.
+	done := make(chan error, 1)
+	go func() {
+		done <- t.dev.Do(func(l *cuda.Locked) error {
+			s := lib.Stream(l.Stream())
+			if f != nil {
+				if err := f(s); err != nil {
+					return err
+				}
+			}
+			return t.ev.Record(l.Stream())
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.dirty.Store(true)
+			return err
+		}
+	case <-ctx.Done():
+		t.dirty.Store(true)
+		return t.waitErr(ctx, op, seq, "queueing it (NCCL waits for the peers to connect)")
+	}
+	if err := t.wait(ctx, op, seq); err != nil {
+		t.dirty.Store(true)
+		return err
+	}
+	return nil
+}
+
+func (t *transport) waitErr(ctx context.Context, op comm.Op, seq uint64, what string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%v #%d: %s: %w", op, seq, what, ctx.Err())
+	}
+	return fmt.Errorf("%w: %v #%d: %s", ctx.Err(), op, seq, what)
+}
+
+// wait polls the completion event and NCCL's asynchronous error until the
+// deadline, checking the store for aborts and departed ranks once the
+// call is slow.
+func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
+	unbind, err := t.ctx.Bind()
+	defer unbind()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var lastStore time.Time
+	for {
+		done, err := cuquery.Done(t.ev)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := t.comm.AsyncError(); err != nil {
+			return err
+		}
+		since := time.Since(start)
+		switch {
+		case since < 50*time.Microsecond:
+			runtime.Gosched()
+			continue
+		case since < 20*time.Millisecond:
+			time.Sleep(20 * time.Microsecond)
+		default:
+			time.Sleep(200 * time.Microsecond)
+		}
+		if ctx.Err() != nil {
+			return t.waitErr(ctx, op, seq, "waiting for NCCL to complete it")
+		}
+		if t.closing.Load() {
+			return comm.ErrClosed
+		}
+		if since > slowAfter && time.Since(lastStore) > slowEvery {
+			lastStore = time.Now()
+			if err := t.slow(seq); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// abortInfo is what a failing rank publishes in the store.
+type abortInfo struct {
+	By      int    `json:"by"`
+	Seq     uint64 `json:"seq"`
+	Missing []int  `json:"missing"`
+	Reason  string `json:"reason"`
+}
+
+func shortCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), storeWait)
+}
+
+// slow posts this rank's sequence number and checks the store for an
+// abort and for ranks that left before operation seq. Store failures are
+// ignored (the deadline still bounds the wait).
+func (t *transport) slow(seq uint64) error {
+	ctx, cancel := shortCtx()
+	defer cancel()
+	if t.posted < seq {
+		if _, err := t.store.Add(ctx, t.key("at", t.rank), int64(seq-t.posted)); err == nil {
+			t.posted = seq
+		}
+	}
+	if v, err := t.store.Add(ctx, t.key("abort"), 0); err == nil && v > 0 {
+		ae := &comm.AbortError{By: -1, Reason: "another rank aborted the NCCL communicator"}
+		if b, err := t.store.Get(ctx, t.key("abort", "info")); err == nil {
+			var ai abortInfo
+			if json.Unmarshal(b, &ai) == nil {
+				ae = &comm.AbortError{By: ai.By, Seq: ai.Seq, Missing: ai.Missing, Reason: ai.Reason}
+			}
+		}
+		return ae
+	}
+	if v, err := t.store.Add(ctx, t.key("closed"), 0); err == nil && v > 0 {
+		for r := 0; r < t.n; r++ {
+			if r == t.rank {
+				continue
+			}
+			if left, err := t.store.Add(ctx, t.key("left", r), 0); err == nil && left > 0 && uint64(left-1) < seq {
+				return &comm.PeerError{Ranks: []int{r}, Err: comm.ErrPeerLost,
+					Msg: fmt.Sprintf("rank %d closed its communicator after #%d", r, left-1)}
+			}
+		}
+	}
+	return nil
+}
+
+// Missing returns the ranks that have not posted operation seq to the
+// store (a rank waiting on it posts within slowAfter) or left before it.
+func (t *transport) Missing(ctx context.Context, seq uint64) []int {
+	var m []int
+	for r := 0; r < t.n; r++ {
+		if r == t.rank {
+			continue
+		}
+		at, err := t.store.Add(ctx, t.key("at", r), 0)
+		if err != nil {
+			continue
+		}
+		left, _ := t.store.Add(ctx, t.key("left", r), 0)
+		if uint64(at) < seq || (left > 0 && uint64(left-1) < seq) {
+			m = append(m, r)
+		}
+	}
+	slices.Sort(m)
+	return m
+}
+
+// Abort publishes the failure in the store and aborts the NCCL
+// communicator, ending its kernels in flight.
+func (t *transport) Abort(oe *comm.OpError) {
+	if t.aborted.Swap(true) {
+		return
+	}
+	ctx, cancel := shortCtx()
+	defer cancel()
+	var ae *comm.AbortError
+	if !errors.As(oe, &ae) { // not already an abort by a peer: publish it
+		info, _ := json.Marshal(abortInfo{By: t.rank, Seq: oe.Seq, Missing: oe.Missing, Reason: oe.Error()})
+		if t.store.Set(ctx, t.key("abort", "info"), info) == nil {
+			t.store.Add(ctx, t.key("abort"), 1)
+		}
+	}
+	t.finish(true)
+}
+
+// finish aborts or destroys the communicator, once.
+func (t *transport) finish(abort bool) error {
+	t.commMu.Lock()
+	defer t.commMu.Unlock()
+	if t.comm == 0 || t.freed.Swap(true) {
+		return nil
+	}
+	if abort {
+		t.abortComm()
+		return nil
+	}
+	return t.destroy()
+}
+
+// abortComm calls ncclCommAbort (bounded: a stuck call is left behind).
+func (t *transport) abortComm() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.bound(t.comm.Abort)
+	}()
+	select {
+	case <-done:
+	case <-time.After(cleanWait):
+		fmt.Fprintf(os.Stderr, "nccl rank %d: ncclCommAbort did not return within %v\n", t.rank, cleanWait)
+	}
+}
+
+// Gather all-gathers words through NCCL (for the debug check).
+func (t *transport) Gather(ctx context.Context, seq uint64, words []int64) ([]int64, error) {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.closing.Load() || t.freed.Load() {
+		return nil, comm.ErrClosed
+	}
+	all := make([]int64, len(words)*t.n)
+	src, err := t.dev.Alloc(backend.Int64, len(words))
+	if err != nil {
+		return nil, err
+	}
+	defer t.dev.Free(src)
+	dst, err := t.dev.Alloc(backend.Int64, len(all))
+	if err != nil {
+		return nil, err
+	}
+	defer t.dev.Free(dst)
+	if err := t.dev.Upload(src, words); err != nil {
+		return nil, err
+	}
+	err = t.launch(ctx, comm.OpAllGather, seq, func(s lib.Stream) error {
+		return lib.AllGather(ptr(src, 0), ptr(dst, 0), len(words), lib.Int64, t.comm, s)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.dev.Download(all, dst); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// Sync waits for the device (every operation has completed when its call
+// returned; later uploads may not have).
+func (t *transport) Sync(ctx context.Context) error { return t.dev.Synchronize() }
+
+// Close tells the peers (through the store) that this rank has left after
+// its last completed operation, then destroys the communicator (aborts
+// it when an operation was interrupted).
+func (t *transport) Close() error {
+	if t.closing.Swap(true) {
+		return nil
+	}
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	ctx, cancel := shortCtx()
+	defer cancel()
+	if _, err := t.store.Add(ctx, t.key("left", t.rank), int64(t.lastDone)+1); err == nil {
+		t.store.Add(ctx, t.key("closed"), 1)
+	}
+	err := t.finish(t.aborted.Load() || t.dirty.Load())
+	if t.scratch != nil {
+		t.dev.Free(t.scratch)
+	}
+	if e := t.release(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// destroy calls ncclCommDestroy, bounded; a stuck call is aborted.
+func (t *transport) destroy() error {
+	done := make(chan error, 1)
+	go func() { done <- t.bound(t.comm.Destroy) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(cleanWait):
+		t.abortComm()
+		return fmt.Errorf("nccl rank %d: ncclCommDestroy did not return within %v (aborted)", t.rank, cleanWait)
+	}
+}
+
+// release frees the event and the context reference.
+func (t *transport) release() error {
+	return t.bound(func() error {
+		var err error
+		if t.ev != 0 {
+			err = t.ev.Destroy()
+			t.ev = 0
+		}
+		if t.ctx != 0 {
+			if e := t.cudev.PrimaryCtxRelease(); err == nil {
+				err = e
+			}
+			t.ctx = 0
+		}
+		return err
+	})
+}

@@ -1,0 +1,116 @@
+package nccl
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/cudalib"
+	lib "github.com/strata-gnn/strata/internal/nccl"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+func TestMain(m *testing.M) {
+	commtest.Main(m, map[string]func() error{
+		// One process per GPU (LOCAL_RANK picks it).
+		"gpu": func() error {
+			lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
+			dev, err := cuda.Open(lr, cuda.Options{})
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, o comm.Options) (comm.DeviceComm, error) {
+					return Open(ctx, store, dev, Options{Options: o, Prefix: prefix})
+				},
+				Backend: dev, Conformance: true, Faults: true,
+			})
+		},
+	})
+}
+
+// TestWithoutNCCL: where libnccl is missing, Available says which library
+// and where it was looked for.
+func TestWithoutNCCL(t *testing.T) {
+	err := Available()
+	if err == nil {
+		t.Skipf("NCCL %s is available", lib.VersionString(lib.Version()))
+	}
+	if lib.Supported && !strings.Contains(err.Error(), "libnccl") {
+		t.Fatalf("Available: %v, want a message naming libnccl", err)
+	}
+	if lib.Supported && !strings.Contains(err.Error(), cudalib.EnvPath) {
+		t.Errorf("Available: %v does not say how to point at the library", err)
+	}
+}
+
+func TestMappings(t *testing.T) {
+	if dtype(backend.Float32) != lib.Float32 || dtype(backend.Int32) != lib.Int32 || dtype(backend.Int64) != lib.Int64 {
+		t.Error("dtype")
+	}
+	if redop(comm.Sum) != lib.Sum || redop(comm.Mean) != lib.Avg || redop(comm.Max) != lib.Max {
+		t.Error("redop")
+	}
+}
+
+func gpus(t *testing.T) int {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	if err := cu.Load(); err != nil {
+		t.Skip(err)
+	}
+	n, err := cu.DeviceCount()
+	if err != nil {
+		t.Skip(err)
+	}
+	return n
+}
+
+// TestOneRank runs the device conformance suite on a communicator of one
+// rank (needs a GPU and NCCL).
+func TestOneRank(t *testing.T) {
+	if gpus(t) < 1 {
+		t.Skip("no GPU")
+	}
+	dev, err := cuda.Open(0, cuda.Options{})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer dev.Close()
+	store := rendezvous.NewLocal(1)[0]
+	k := 0
+	e := commtest.DeviceEnv{Rank: 0, Size: 1, Backend: dev, Logf: t.Logf,
+		Open: func(o comm.Options) (comm.DeviceComm, error) {
+			k++
+			return Open(context.Background(), store, dev, Options{Options: o, Prefix: "one/" + strconv.Itoa(k)})
+		},
+		Barrier: func(string) error { return nil },
+	}
+	if err := commtest.DeviceConformance(context.Background(), e, commtest.Lens()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTwoGPUs runs the device conformance and fault suites with one
+// process per GPU (needs two GPUs and NCCL).
+func TestTwoGPUs(t *testing.T) {
+	if n := gpus(t); n < 2 {
+		t.Skipf("needs 2 GPUs, found %d", n)
+	}
+	start := time.Now()
+	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", nil, "conformance", "faults")
+	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
