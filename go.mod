@@ -2,10 +2,7 @@ module github.com/strata-gnn/strata
 
 go 1.26.8
 
-require (
-	github.com/schollz/progressbar/v3 v3.19.1
-	golang.org/x/term v0.44.0
-)
+require golang.org/x/term v0.44.0
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect

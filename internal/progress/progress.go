@@ -1,31 +1,39 @@
 // Package progress shows progress bars with rate and ETA on long work
-// (imports, generation, epochs). On a terminal it draws a bar; on a pipe or
-// file it prints at most one line every few seconds so logs stay readable.
-// A nil *Bar is valid and does nothing, so library code can take an optional
-// bar.
+// (imports, generation, epochs). On a terminal it redraws one line in place
+// at most ten times a second; on a pipe or file it prints at most one line
+// every five seconds (the first only after five seconds, so short tasks
+// print nothing) so logs stay readable. A nil *Bar is valid and does
+// nothing, so library code can take an optional bar.
+//
+// It draws the bar itself rather than using a terminal-bar library: the one
+// we used pulled net/http into the binary, adding seconds to every cold
+// build of `go run ./cmd/strata`.
 package progress
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
 
 // Bar reports progress of a counted task.
 type Bar struct {
-	mu      sync.Mutex
-	bar     *progressbar.ProgressBar // terminal mode
-	w       io.Writer                // line mode
-	desc    string
-	total   int64
-	done    int64
-	start   time.Time
-	lastOut time.Time
+	mu       sync.Mutex
+	w        io.Writer
+	tty      bool
+	width    int // terminal width, tty mode only
+	desc     string
+	total    int64
+	done     int64
+	start    time.Time
+	lastOut  time.Time
+	interval time.Duration
+	drawn    bool
 }
 
 // Quiet disables all bars (tests and --quiet set it).
@@ -41,21 +49,16 @@ func New(total int64, desc string) *Bar {
 		return nil
 	}
 	now := time.Now()
-	// lastOut starts at now so line mode's first line comes after the
-	// throttle interval: short tasks (one epoch) print nothing.
-	b := &Bar{desc: desc, total: total, start: now, lastOut: now}
+	b := &Bar{w: Output, desc: desc, total: total, start: now, lastOut: now, interval: 5 * time.Second}
 	if f, ok := Output.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		b.bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(f),
-			progressbar.OptionSetDescription(desc),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
-	} else {
-		b.w = Output
+		b.tty = true
+		b.interval = 100 * time.Millisecond
+		b.lastOut = time.Time{}
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 20 {
+			b.width = w
+		} else {
+			b.width = 80
+		}
 	}
 	return b
 }
@@ -68,13 +71,9 @@ func (b *Bar) Add(n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.done += n
-	if b.bar != nil {
-		_ = b.bar.Add64(n)
-		return
-	}
-	if now := time.Now(); now.Sub(b.lastOut) >= 5*time.Second {
+	if now := time.Now(); now.Sub(b.lastOut) >= b.interval {
 		b.lastOut = now
-		fmt.Fprintln(b.w, b.line(now))
+		b.draw(now)
 	}
 }
 
@@ -86,25 +85,45 @@ func (b *Bar) Describe(desc string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.desc = desc
-	if b.bar != nil {
-		b.bar.Describe(desc)
-	}
 }
 
-// Finish completes the bar.
+// Finish completes the bar: a terminal line is cleared; in line mode a
+// final line is printed when the task was long enough to have shown one.
 func (b *Bar) Finish() {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.bar != nil {
-		_ = b.bar.Finish()
+	if b.tty {
+		if b.drawn {
+			fmt.Fprint(b.w, "\r\033[K")
+		}
 		return
 	}
-	if time.Since(b.start) >= 5*time.Second {
+	if time.Since(b.start) >= b.interval {
 		fmt.Fprintln(b.w, b.line(time.Now()))
 	}
+}
+
+func (b *Bar) draw(now time.Time) {
+	s := b.line(now)
+	if !b.tty {
+		fmt.Fprintln(b.w, s)
+		return
+	}
+	if b.total > 0 {
+		// Fill what is left of the terminal line with a bar.
+		if room := b.width - len(s) - 4; room >= 10 {
+			fill := int(float64(room) * float64(min(b.done, b.total)) / float64(b.total))
+			s = "[" + strings.Repeat("=", fill) + strings.Repeat(" ", room-fill) + "] " + s
+		}
+	}
+	if len(s) > b.width-1 {
+		s = s[:b.width-1]
+	}
+	fmt.Fprint(b.w, "\r\033[K"+s)
+	b.drawn = true
 }
 
 func (b *Bar) line(now time.Time) string {
