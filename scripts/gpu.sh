@@ -5,6 +5,11 @@
 #   scripts/gpu.sh run [FLAGS...]     # on the GPU host: run them all, print a table last
 #   scripts/gpu.sh bench [DIR]        # on the GPU host: products-shape benchmarks and
 #                                     # an end-to-end `strata train` (generates DIR first)
+#   scripts/gpu.sh build-comm         # here: the communication test binaries and
+#                                     # strata-commbench into .gpu/comm/
+#   scripts/gpu.sh comm               # on a host with 2+ GPUs: NCCL and GPU shared-memory
+#                                     # conformance/fault tests on 2 GPUs, then bus-bandwidth
+#                                     # sweeps with NCCL_P2P_DISABLE=1 and with P2P on
 #
 # run passes FLAGS to every test binary (e.g. -test.run 'Conformance'
 # -test.bench . -test.benchtime 20x). Logs go to $LOGS, else $OUT (when
@@ -129,9 +134,89 @@ bench() {
   grep -hE '^Benchmark|--- FAIL|panic:' "$logs/epoch.log" "$logs/gather.log" 2>/dev/null
 }
 
+# --- communication back ends on GPUs (carry .gpu/comm only) ---
+commdir=$gpu/comm
+comm_pkgs=(internal/nccl comm/nccl comm/gpushm)
+
+build_comm() {
+  mkdir -p "$commdir"
+  local ok=1
+  for p in "${comm_pkgs[@]}"; do
+    echo "build $p"
+    CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$commdir/${p//\//_}.test" "./$p" || ok=0
+  done
+  echo "build strata-commbench"
+  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$commdir/strata-commbench" ./comm/commbench/cmd/strata-commbench || ok=0
+  du -sh "$commdir" | sed 's/^/size /'
+  [ $ok = 1 ]
+}
+
+# comm: tests on 2 GPUs (one process per GPU), then all-reduce bus
+# bandwidth 4 KiB..256 MiB: NCCL and gpushm with NCCL_P2P_DISABLE=1,
+# NCCL and auto with P2P on; NVLink multicast always off. Logs and JSON
+# go to $LOGS, $OUT or .gpu/logs; a table comes last.
+comm_run() {
+  env_setup
+  export NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
+  mkdir -p "$logs"
+  local bin=$root/$commdir
+  nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>/dev/null
+  nvidia-smi topo -m 2>/dev/null | head -8
+  local table=()
+  # Worst case (every step at its limit) stays under 9 minutes.
+  local limits=(60 150 120)
+  local i=0
+  for p in "${comm_pkgs[@]}"; do
+    local name=${p//\//_} log=$logs/${p//\//_}.log t0=$(date +%s) lim=${limits[$i]}
+    i=$((i + 1))
+    (cd "$root/$p" && timeout "$lim" "$bin/$name.test" -test.v -test.timeout "$((lim - 5))s" -test.run 'GPU|OneRank|TwoGPUs') >"$log" 2>&1
+    local rc=$?
+    grep -E -- '--- (FAIL|SKIP)|panic:|conformance ok|faults ok|FAIL|NCCL [0-9]' "$log" | head -20
+    table+=("$(printf '%-16s rc=%-3s pass=%-3s fail=%-3s skip=%-3s %4ss' "$p" "$rc" "$(grep -c -- '--- PASS' "$log")" \
+      "$(grep -c -- '--- FAIL' "$log")" "$(grep -c -- '--- SKIP' "$log")" "$(( $(date +%s) - t0 ))")")
+  done
+  local sweep=(-procs 2 -min 4096 -max ${COMM_MAX_BYTES:-268435456} -factor 4)
+  NCCL_P2P_DISABLE=1 timeout 120 "$bin/strata-commbench" "${sweep[@]}" -backends gpushm,nccl,gpu-auto \
+    -json "$logs/bw-p2p-off.json" >"$logs/bw-p2p-off.txt" 2>&1; echo "sweep P2P off rc=$?"
+  timeout 90 "$bin/strata-commbench" "${sweep[@]}" -backends nccl,gpu-auto \
+    -json "$logs/bw-p2p-on.json" >"$logs/bw-p2p-on.txt" 2>&1; echo "sweep P2P on rc=$?"
+  tail -n 3 "$logs/bw-p2p-off.txt" "$logs/bw-p2p-on.txt" | grep -i -E "fail|error" | head -5
+  echo
+  echo "== comm summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) x$(nvidia-smi -L 2>/dev/null | wc -l))"
+  printf '%s\n' "${table[@]}"
+  python3 - "$logs/bw-p2p-off.json" "$logs/bw-p2p-on.json" <<'PY' || cat "$logs/bw-p2p-off.txt" "$logs/bw-p2p-on.txt"
+import json, sys
+def load(p):
+    try:
+        return {s["backend"]: s for s in json.load(open(p))["series"]}
+    except Exception as e:
+        print("cannot read", p, e); return {}
+off, on = load(sys.argv[1]), load(sys.argv[2])
+def bw(ss, b, i):
+    p = ss.get(b, {}).get("points") or []
+    return p[i]["bus_gb_per_s"] if i < len(p) else float("nan")
+pts = (off.get("gpushm") or off.get("nccl") or on.get("nccl") or {}).get("points") or []
+print("all_reduce bus bandwidth, GB/s (2 ranks, float32)")
+print("%9s %12s %12s %8s %12s" % ("size", "gpushm off", "nccl off", "ratio", "nccl P2P on"))
+for i, p in enumerate(pts):
+    b = p["bytes"]; g, n, o = bw(off, "gpushm", i), bw(off, "nccl", i), bw(on, "nccl", i)
+    size = "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10)
+    print("%9s %12.2f %12.2f %7.0f%% %12.2f" % (size, g, n, 100 * g / n if n == n and n > 0 else float("nan"), o))
+for name, ss in (("P2P off", off), ("P2P on", on)):
+    a = ss.get("gpu-auto", {})
+    print("auto with %s: %s (%s)" % (name, a.get("chosen", "?"), a.get("reason", a.get("error", "?"))[:160]))
+    for b, s in ss.items():
+        if s.get("error"):
+            print("%s %s failed: %s" % (name, b, s["error"].splitlines()[0][:200]))
+PY
+}
+
 case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
   bench) shift; bench "$@" ;;
-  *) echo "usage: $0 build | run [test flags] | bench [DIR]" >&2; exit 2 ;;
+  build-comm) build_comm ;;
+  comm) comm_run ;;
+  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm" >&2; exit 2 ;;
 esac

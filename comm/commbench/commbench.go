@@ -120,8 +120,9 @@ func (c *Config) defaults() error {
 	for _, b := range c.Backends {
 		switch strings.TrimSuffix(b, plainSuffix) {
 		case comm.KindInproc, comm.KindShm, comm.KindTCP, comm.KindAuto:
+		case comm.KindNCCL, comm.KindGPUShm, KindGPUAuto, KindGPUTCP: // device buffers (device.go)
 		default:
-			return fmt.Errorf("commbench: cannot benchmark back end %q (inproc, shm, tcp, auto)", b)
+			return fmt.Errorf("commbench: cannot benchmark back end %q (inproc, shm, tcp, auto; on GPUs nccl, gpushm, gpu-auto, gpu-tcp)", b)
 		}
 	}
 	return nil
@@ -162,6 +163,7 @@ type Point struct {
 type Series struct {
 	Backend string  `json:"backend"`
 	Chosen  string  `json:"chosen,omitempty"` // the back end opened (what auto picked)
+	Reason  string  `json:"reason,omitempty"` // why (device back ends)
 	Points  []Point `json:"points"`
 	Error   string  `json:"error,omitempty"`
 }
@@ -304,6 +306,9 @@ func ChildMain(ctx context.Context) error {
 		return err
 	}
 	op, _ := parseOp(cfg.Op)
+	if isDevice(job.Kind) {
+		return deviceChildMain(ctx, job, cfg, op)
+	}
 	heap := -1
 	if !job.Plain {
 		heap = int(2*cfg.MaxBytes) + 1<<20 // room for a send and a receive buffer of the largest size

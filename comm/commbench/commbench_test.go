@@ -76,8 +76,8 @@ func TestOps(t *testing.T) {
 	if _, err := Run(context.Background(), Config{Op: "gather"}); err == nil {
 		t.Error("unknown op accepted")
 	}
-	if _, err := Run(context.Background(), Config{Backends: []string{"nccl"}}); err == nil {
-		t.Error("nccl accepted")
+	if _, err := Run(context.Background(), Config{Backends: []string{"mpi"}}); err == nil {
+		t.Error("unknown back end mpi accepted")
 	}
 	if _, err := Run(context.Background(), Config{MinBytes: 1 << 20, MaxBytes: 1 << 10}); err == nil {
 		t.Error("min > max accepted")

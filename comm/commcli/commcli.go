@@ -56,7 +56,7 @@ func (c *LaunchCmd) Run() error {
 
 // BenchCommCmd is 'strata bench comm'.
 type BenchCommCmd struct {
-	Comm     []string      `default:"inproc,shm,shm:plain,tcp" help:"Back ends to measure (inproc, shm, tcp, auto; ':plain' uses Go-heap buffers instead of Comm.Alloc)."`
+	Comm     []string      `default:"inproc,shm,shm:plain,tcp" help:"Back ends to measure (inproc, shm, tcp, auto; ':plain' uses Go-heap buffers instead of Comm.Alloc; device buffers on GPUs: nccl, gpushm, gpu-auto, gpu-tcp)."`
 	Procs    int           `short:"n" default:"2" help:"Ranks (goroutines for inproc, processes otherwise)."`
 	Op       string        `default:"all_reduce" enum:"all_reduce,broadcast,all_gather,all_to_all,reduce_scatter" help:"Collective to time."`
 	MinBytes int64         `default:"4096" help:"Smallest message in bytes."`

@@ -126,6 +126,9 @@ func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info
 	// Peer access: every rank checks its GPU against every other rank's,
 	// found by PCI bus id among the GPUs this process can see.
 	peer, detail := false, "ranks are on several hosts"
+	if !isGPU {
+		detail = "the ranks have no GPUs"
+	}
 	if isGPU && same {
 		peer, detail = peerAccess(ctx, store, dev)
 	}

@@ -582,10 +582,20 @@ type idler struct {
 
 func (w *idler) progress() { w.last = time.Now() }
 
+// spinFor is how long an idle pipeline spins (yielding) before it
+// sleeps: long where cores are plentiful (a sleep delays the next copy by
+// tens of microseconds), short on small machines.
+var spinFor = func() time.Duration {
+	if runtime.NumCPU() >= 8 {
+		return 500 * time.Microsecond
+	}
+	return 50 * time.Microsecond
+}()
+
 func (w *idler) idle() error {
 	since := time.Since(w.last)
 	switch {
-	case since < 50*time.Microsecond:
+	case since < spinFor:
 		runtime.Gosched()
 		return nil
 	case since < 20*time.Millisecond:

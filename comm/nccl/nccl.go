@@ -370,7 +370,7 @@ func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
 		}
 		since := time.Since(start)
 		switch {
-		case since < 50*time.Microsecond:
+		case since < spinFor:
 			runtime.Gosched()
 			continue
 		case since < 20*time.Millisecond:
@@ -392,6 +392,15 @@ func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
 		}
 	}
 }
+
+// spinFor is how long a wait spins (yielding) before it sleeps: long
+// where cores are plentiful, short on small machines.
+var spinFor = func() time.Duration {
+	if runtime.NumCPU() >= 8 {
+		return 500 * time.Microsecond
+	}
+	return 50 * time.Microsecond
+}()
 
 // abortInfo is what a failing rank publishes in the store.
 type abortInfo struct {

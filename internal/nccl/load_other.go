@@ -2,7 +2,11 @@
 
 package nccl
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/strata-gnn/strata/internal/cudalib"
+)
 
 // Supported reports whether run-time loading works on this platform.
 const Supported = false
@@ -33,3 +37,5 @@ func (l *library) initRank(comm *uintptr, nranks int32, id uniqueID, rank int32)
 }
 
 func call(fn uintptr, args ...uintptr) uintptr { return uintptr(InternalError) }
+
+func open(f *cudalib.Found) (*library, error) { return nil, loadErr }

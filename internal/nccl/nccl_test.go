@@ -3,9 +3,11 @@ package nccl
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/strata-gnn/strata/internal/cudalib"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -219,5 +221,64 @@ func TestSingleRankOnGPU(t *testing.T) {
 	}
 	if err := dev.Do(func(*cuda.Locked) error { return c.Destroy() }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFakeLibrary builds a stand-in libnccl.so.2 (testdata/fake_nccl.c)
+// with the system C compiler and checks the calls against it, above all
+// that ncclCommInitRank receives the 128-byte unique id by value intact
+// (a corrupted byte must be refused) and its integer arguments in the
+// right registers. Skipped without a C compiler.
+func TestFakeLibrary(t *testing.T) {
+	if !Supported {
+		t.Skip("no run-time loading on this platform")
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if cc, err = exec.LookPath("gcc"); err != nil {
+			t.Skip("no C compiler")
+		}
+	}
+	dir := t.TempDir()
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libnccl.so.2"), "testdata/fake_nccl.c").CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot build the stand-in library: %v\n%s", err, out)
+	}
+	s := cudalib.Default()
+	s.EnvDirs, s.UseLoader, s.Dirs = []string{dir}, false, nil
+	f, err := s.Find(cudalib.NCCL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.version != 22803 {
+		t.Fatalf("version %d", l.version)
+	}
+	var id UniqueID
+	if r := call(l.getUniqueID, uintptr(unsafe.Pointer(&id[0]))); r != 0 {
+		t.Fatalf("ncclGetUniqueId = %d", r)
+	}
+	var c uintptr
+	if r := l.initRank(&c, 5, uniqueID{Internal: id}, 3); r != 0 {
+		t.Fatalf("ncclCommInitRank = %d (%s)", r, l.lastError(Comm(c)))
+	}
+	var n, rank int32
+	call(l.commCount, c, uintptr(unsafe.Pointer(&n)))
+	call(l.commUserRank, c, uintptr(unsafe.Pointer(&rank)))
+	if n != 5 || rank != 3 {
+		t.Fatalf("communicator says %d ranks, rank %d; want 5, 3", n, rank)
+	}
+	id[77]++
+	if r := l.initRank(&c, 5, uniqueID{Internal: id}, 3); Result(r) != InvalidArgument {
+		t.Fatalf("a corrupted id was accepted (%d)", r)
+	}
+	if got := l.errorString(InvalidArgument); got != "invalid argument (fake)" {
+		t.Errorf("ncclGetErrorString = %q", got)
+	}
+	if got := l.lastError(Comm(c)); got != "bad id byte" {
+		t.Errorf("ncclGetLastError = %q", got)
 	}
 }

@@ -3,6 +3,12 @@
 // communication back ends without the full CLI.
 //
 //	strata-commbench [-procs 2] [-backends inproc,shm,tcp] [-op all_reduce] [-min 4096] [-max 268435456] [-json out.json]
+//
+// On GPUs (one process per GPU, rank r on cuda:r) the back ends nccl,
+// gpushm, gpu-auto (what --comm auto picks for device buffers) and
+// gpu-tcp measure device buffers, e.g.
+//
+//	NCCL_P2P_DISABLE=1 strata-commbench -backends gpushm,nccl,gpu-auto -json bw.json
 package main
 
 import (
@@ -24,7 +30,7 @@ func main() {
 		return
 	}
 	var cfg commbench.Config
-	backends := flag.String("backends", "inproc,shm,shm:plain,tcp", "back ends to measure (\":plain\": Go-heap buffers instead of Comm.Alloc)")
+	backends := flag.String("backends", "inproc,shm,shm:plain,tcp", "back ends to measure (\":plain\": Go-heap buffers instead of Comm.Alloc; on GPUs: nccl, gpushm, gpu-auto, gpu-tcp)")
 	flag.IntVar(&cfg.Procs, "procs", 2, "ranks")
 	flag.StringVar(&cfg.Op, "op", "all_reduce", "all_reduce, broadcast, all_gather, all_to_all or reduce_scatter")
 	flag.Int64Var(&cfg.MinBytes, "min", 4<<10, "smallest message in bytes")
