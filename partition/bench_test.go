@@ -29,14 +29,16 @@ import (
 //
 // Measured 2026-11-21 on 2 pinned cores of an idle 16-core Xeon
 // (taskset -c 2,3, GOMAXPROCS=2), libmetis 5.1.0 (Debian), default
-// imbalance 1.03; cnr-2000 cuts are means over seeds 1..10:
+// imbalance 1.03; cnr-2000 cuts are means over seeds 1..10, products is
+// the generated preset (seed 1); both methods partition the same
+// symmetrized graph in the same process:
 //
 //	graph     k  ours: cut      time   METIS: cut     time
-//	cnr-2000  2        548.1   0.278s          771.1  0.258s
-//	cnr-2000  4       3303     0.272s         3220    0.276s
-//	cnr-2000  8       5733     0.293s         5906    0.296s
-//	products  4   11,311,075  41.4s     12,391,874   56.5s
-//	products  8   15,857,022  51.4s     15,908,018   70.2s
+//	cnr-2000  2        548.1   0.292s          771.1  0.276s
+//	cnr-2000  4       3303     0.280s         3220    0.284s
+//	cnr-2000  8       5733     0.290s         5906    0.310s
+//	products  4   11,311,075  46.9s     12,391,874   65.3s
+//	products  8   15,857,022  55.8s     15,908,018   84.2s
 
 var (
 	cnrOnce sync.Once
