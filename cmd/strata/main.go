@@ -23,12 +23,13 @@ type cli struct {
 	Config  configFile       `help:"YAML file of flag values for the subcommand (keys are flag names, e.g. 'batch-size: 64'); command-line flags override it; unknown keys are errors." placeholder:"FILE"`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 
-	Train  trainCmd          `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
-	Import importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
-	Gen    genCmd            `cmd:"" help:"Generate a synthetic dataset."`
-	Info   infoCmd           `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
-	Launch commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; stop all of them if one fails."`
-	Bench  benchCmd          `cmd:"" help:"Benchmarks."`
+	Train     trainCmd          `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
+	Import    importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
+	Gen       genCmd            `cmd:"" help:"Generate a synthetic dataset."`
+	Info      infoCmd           `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
+	Partition partitionCmd      `cmd:"" help:"Partition a dataset into K parts for multi-device training; renumbers it so each part owns a contiguous ID range."`
+	Launch    commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; stop all of them if one fails."`
+	Bench     benchCmd          `cmd:"" help:"Benchmarks."`
 }
 
 // benchCmd groups the benchmark subcommands.

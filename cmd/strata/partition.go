@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/partition"
+)
+
+// partitionCmd is 'strata partition DATASET OUT'.
+type partitionCmd struct {
+	Dataset   string  `arg:"" help:"A Strata dataset directory." placeholder:"DIR"`
+	Out       string  `arg:"" help:"Output directory: partition.bin and the renumbered dataset." placeholder:"OUT"`
+	Parts     int     `short:"k" default:"2" help:"Number of parts."`
+	Imbalance float64 `default:"1.03" help:"Largest part weight over the average, per constraint."`
+	Balance   string  `default:"nodes" help:"Constraints to balance, comma-separated: nodes, edges, train."`
+	Method    string  `default:"multilevel" enum:"multilevel,metis" help:"multilevel (Strata's own) or metis (libmetis loaded at run time)."`
+	Seed      uint64  `default:"1" help:"Random seed."`
+	Overwrite bool    `help:"Replace an existing partition in OUT."`
+}
+
+func (c *partitionCmd) Run(e *env) error {
+	cons, err := partition.ParseConstraints(c.Balance)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := partition.RunOptions{
+		Options: partition.Options{
+			K: c.Parts, Imbalance: c.Imbalance, Seed: c.Seed, Method: partition.Method(c.Method),
+		},
+		Constraints: cons,
+		Overwrite:   c.Overwrite,
+		Out:         e.stdout,
+	}
+	var bar *progress.Bar
+	if !e.quiet {
+		bar = progress.New(5, "partition")
+	}
+	_, err = partition.Run(ctx, c.Dataset, c.Out, opts, bar)
+	return err
+}
