@@ -1,0 +1,42 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-gnn/strata/partition"
+)
+
+func TestPartitionCommand(t *testing.T) {
+	dir := t.TempDir()
+	g := filepath.Join(dir, "g")
+	if code, _, errOut := strata(t, "--quiet", "gen", g, "--preset", "tiny", "--seed", "2"); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, errOut)
+	}
+	out := filepath.Join(dir, "p")
+	code, stdout, errOut := strata(t, "--quiet", "partition", g, out, "-k", "4", "--balance", "nodes,train")
+	if code != 0 {
+		t.Fatalf("partition: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(stdout, "edge cut:") || !strings.Contains(stdout, "4 parts") {
+		t.Errorf("report lacks the cut or part count:\n%s", stdout)
+	}
+	p, err := partition.ReadFile(filepath.Join(out, "partition.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(p.Book.Offsets()) - 1; got != 4 {
+		t.Errorf("book has %d parts, want 4", got)
+	}
+	if len(p.NewToOld) != 2000 {
+		t.Errorf("renumbering covers %d nodes, want 2000", len(p.NewToOld))
+	}
+	// Bad input: k out of range and an unknown constraint are usage errors, not panics.
+	if code, _, errOut := strata(t, "--quiet", "partition", g, filepath.Join(dir, "q"), "-k", "0"); code == 0 || !strings.Contains(errOut, "k = 0") {
+		t.Errorf("k=0: exit %d, %q", code, errOut)
+	}
+	if code, _, _ := strata(t, "--quiet", "partition", g, filepath.Join(dir, "r"), "--balance", "colour"); code != 2 {
+		t.Errorf("unknown constraint: exit %d, want 2", code)
+	}
+}
