@@ -1,7 +1,9 @@
 package gpushm
 
 import (
+	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/strata-gnn/strata/comm"
 )
@@ -29,7 +31,8 @@ type Options struct {
 	// Slots is the number of chunks in flight (DefaultSlots if zero).
 	Slots int
 	// Workers is the number of reducer goroutines per rank (0: up to 8,
-	// about NumCPU/ranks - 1).
+	// about NumCPU/ranks - 1). Zero ChunkBytes, Slots and Workers are
+	// read from $STRATA_GPUSHM_CHUNK_BYTES, _SLOTS and _WORKERS when set.
 	Workers int
 	// HostHeapBytes sizes the host shm communicator that stages the other
 	// operations (DefaultHostHeapBytes if zero, none if negative).
@@ -44,16 +47,32 @@ type Options struct {
 	asyncHostCopies bool
 }
 
+// Environment variables that set ChunkBytes, Slots and Workers when the
+// Options leave them zero (for tuning without rebuilding).
+const (
+	EnvChunkBytes = "STRATA_GPUSHM_CHUNK_BYTES"
+	EnvSlots      = "STRATA_GPUSHM_SLOTS"
+	EnvWorkers    = "STRATA_GPUSHM_WORKERS"
+)
+
+// fromEnv returns the positive integer in $name, else def.
+func fromEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 func (o Options) chunk() int {
 	if o.ChunkBytes == 0 {
-		return DefaultChunkBytes
+		return fromEnv(EnvChunkBytes, DefaultChunkBytes)
 	}
 	return o.ChunkBytes
 }
 
 func (o Options) slots() int {
 	if o.Slots == 0 {
-		return DefaultSlots
+		return fromEnv(EnvSlots, DefaultSlots)
 	}
 	return o.Slots
 }
@@ -62,7 +81,7 @@ func (o Options) workers(n int) int {
 	if o.Workers > 0 {
 		return o.Workers
 	}
-	return max(1, min(8, runtime.NumCPU()/max(n, 1)-1))
+	return fromEnv(EnvWorkers, max(1, min(8, runtime.NumCPU()/max(n, 1)-1)))
 }
 
 func (o Options) hostHeap() int {
