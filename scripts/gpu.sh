@@ -165,7 +165,7 @@ comm_run() {
   nvidia-smi topo -m 2>/dev/null | head -8
   local table=()
   # Worst case (every step at its limit) stays under 7 minutes.
-  local limits=(30 110 90)
+  local limits=(45 110 90)
   local i=0
   for p in "${comm_pkgs[@]}"; do
     local name=${p//\//_} log=$logs/${p//\//_}.log t0=$(date +%s) lim=${limits[$i]}
