@@ -164,8 +164,8 @@ comm_run() {
   nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>/dev/null
   nvidia-smi topo -m 2>/dev/null | head -8
   local table=()
-  # Worst case (every step at its limit) stays under 7 minutes.
-  local limits=(45 110 90)
+  # Worst case (every step at its limit) stays under 5 minutes; a normal run takes about one.
+  local limits=(30 60 45)
   local i=0
   for p in "${comm_pkgs[@]}"; do
     local name=${p//\//_} log=$logs/${p//\//_}.log t0=$(date +%s) lim=${limits[$i]}
@@ -176,18 +176,19 @@ comm_run() {
     table+=("$(printf '%-16s rc=%-3s pass=%-3s fail=%-3s skip=%-3s %4ss' "$p" "$rc" "$(grep -c -- '--- PASS' "$log")" \
       "$(grep -c -- '--- FAIL' "$log")" "$(grep -c -- '--- SKIP' "$log")" "$(( $(date +%s) - t0 ))")")
   done
-  local sweep=(-procs 2 -min 4096 -max ${COMM_MAX_BYTES:-268435456} -factor 4)
-  NCCL_P2P_DISABLE=1 timeout 80 "$bin/strata-commbench" "${sweep[@]}" -backends gpushm,nccl,gpu-auto \
+  local sweep=(-procs 2 -min 4096 -max ${COMM_MAX_BYTES:-268435456} -factor 4 -budget 2147483648)
+  NCCL_P2P_DISABLE=1 timeout 60 "$bin/strata-commbench" "${sweep[@]}" -backends gpushm,nccl,gpu-auto \
     -json "$logs/bw-p2p-off.json" >"$logs/bw-p2p-off.txt" 2>&1; echo "sweep P2P off rc=$?"
-  timeout 55 "$bin/strata-commbench" "${sweep[@]}" -backends nccl,gpu-auto \
+  timeout 40 "$bin/strata-commbench" "${sweep[@]}" -backends nccl,gpu-auto \
     -json "$logs/bw-p2p-on.json" >"$logs/bw-p2p-on.txt" 2>&1; echo "sweep P2P on rc=$?"
-  # gpushm tuning variants (chunk bytes:workers), 16 MiB and up, P2P off.
-  local v
-  for v in ${COMM_VARIANTS-8388608:12}; do
-    NCCL_P2P_DISABLE=1 STRATA_GPUSHM_CHUNK_BYTES=${v%%:*} STRATA_GPUSHM_WORKERS=${v##*:} timeout 30 "$bin/strata-commbench" \
-      -procs 2 -min 16777216 -max ${COMM_MAX_BYTES:-268435456} -factor 4 -backends gpushm -json "$logs/bw-var-${v/:/-}.json" \
-      >"$logs/bw-var-${v/:/-}.txt" 2>&1
-    echo "gpushm chunk ${v%%:*} workers ${v##*:}: $(grep -E 'MiB' "$logs/bw-var-${v/:/-}.txt" | tr -s ' ' | tr '\n' ';')"
+  # gpushm tuning variants (comma-separated environment settings each),
+  # 16 MiB and up, P2P off.
+  local v k=0
+  for v in ${COMM_VARIANTS-STRATA_GPUSHM_CHUNK_BYTES=8388608,STRATA_GPUSHM_WORKERS=12 STRATA_GPUSHM_CHUNKS=8}; do
+    k=$((k + 1))
+    env NCCL_P2P_DISABLE=1 ${v//,/ } timeout 25 "$bin/strata-commbench" -procs 2 -min 16777216 -max ${COMM_MAX_BYTES:-268435456} \
+      -factor 4 -budget 2147483648 -backends gpushm -json "$logs/bw-var-$k.json" >"$logs/bw-var-$k.txt" 2>&1
+    echo "gpushm $v: $(grep -E 'MiB' "$logs/bw-var-$k.txt" | tr -s ' ' | tr '\n' ';')"
   done
   tail -n 3 "$logs/bw-p2p-off.txt" "$logs/bw-p2p-on.txt" | grep -i -E "fail|error" | head -5
   echo

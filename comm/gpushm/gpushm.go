@@ -19,6 +19,12 @@ const (
 	DefaultHostHeapBytes = 64 << 20
 	// minPipeChunk is the smallest chunk a large message is cut into.
 	minPipeChunk = 256 << 10
+	// DefaultChunks is the number of chunks a message is cut into (within
+	// minPipeChunk..ChunkBytes).
+	DefaultChunks = 16
+	// inlineShare is the largest share of a chunk this rank reduces on
+	// the pipeline's own goroutine (waking reducers costs more).
+	inlineShare = 64 << 10
 )
 
 // Options configure a GPU shared-memory communicator.
@@ -45,6 +51,19 @@ type Options struct {
 	// asyncHostCopies makes the CPU back end's copies complete on other
 	// goroutines (tests).
 	asyncHostCopies bool
+	// inline is the largest share reduced on the pipeline's goroutine
+	// (inlineShare if zero, none if negative; tests).
+	inline int
+}
+
+func (o Options) inlineMax() int {
+	switch {
+	case o.inline == 0:
+		return inlineShare
+	case o.inline < 0:
+		return 0
+	}
+	return o.inline
 }
 
 // Environment variables that set ChunkBytes, Slots and Workers when the
@@ -53,6 +72,7 @@ const (
 	EnvChunkBytes = "STRATA_GPUSHM_CHUNK_BYTES"
 	EnvSlots      = "STRATA_GPUSHM_SLOTS"
 	EnvWorkers    = "STRATA_GPUSHM_WORKERS"
+	EnvChunks     = "STRATA_GPUSHM_CHUNKS" // target chunks per message (DefaultChunks)
 )
 
 // fromEnv returns the positive integer in $name, else def.

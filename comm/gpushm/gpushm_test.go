@@ -21,8 +21,14 @@ import (
 
 // Small chunks and few slots so the test lengths stream through many
 // chunks and reuse every slot.
+// With async copies the reducers take every share (inline off), without
+// them the pipeline reduces small shares itself.
 func testOptions(async bool) Options {
-	return Options{ChunkBytes: 64 << 10, Slots: 3, Workers: 2, HostHeapBytes: 4 << 20, asyncHostCopies: async}
+	o := Options{ChunkBytes: 64 << 10, Slots: 3, Workers: 2, HostHeapBytes: 4 << 20, asyncHostCopies: async, inline: 8 << 10}
+	if async {
+		o.inline = -1
+	}
+	return o
 }
 
 // cpuLens adds lengths spanning many 64 KiB chunks to the short lengths.

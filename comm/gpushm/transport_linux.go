@@ -178,7 +178,7 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		return nil, err
 	}
 	t := &transport{Transport: staged.New(host, be, comm.KindGPUShm), seg: seg, rank: rank, n: n, be: be, mv: mv,
-		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n))}
+		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: fromEnv(EnvChunks, DefaultChunks), inline: o.inlineMax()}
 	for r := range t.pids {
 		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.mem[seg.ctl(r)+cPid]))))
 	}
@@ -207,6 +207,8 @@ type transport struct {
 
 	pieces  chan piece
 	workers sync.WaitGroup
+	chunks  int // target chunks per message
+	inline  int // largest share reduced on the pipeline's goroutine
 }
 
 func (t *transport) Kind() string { return comm.KindGPUShm }
@@ -363,10 +365,10 @@ type piece struct {
 	left   *atomic.Int32
 }
 
-// chunkBytes cuts b bytes into about 16 chunks of minPipeChunk to the
-// segment's chunk size, multiples of 4096.
+// chunkBytes cuts b bytes into about t.chunks chunks of minPipeChunk to
+// the segment's chunk size, multiples of 4096.
 func (t *transport) chunkBytes(b int) int {
-	c := alignUp((b+15)/16, page)
+	c := alignUp((b+t.chunks-1)/t.chunks, page)
 	return min(max(c, minPipeChunk), t.seg.l.chunk)
 }
 
@@ -504,8 +506,14 @@ func (t *transport) dispatch(j *job, i, s int, u uint32) {
 		j.redDone.Add(1)
 		return
 	}
-	k := min(cap(t.pieces)/4, max(1, share/(64<<10)))
 	left := new(atomic.Int32)
+	if share <= t.inline {
+		// Small: reduce here, sparing the reducers' wake-up.
+		left.Store(1)
+		t.reduce(piece{j: j, slot: s, u: u, lo: a, hi: z, left: left})
+		return
+	}
+	k := min(cap(t.pieces)/4, max(1, share/(64<<10)))
 	left.Store(int32(k))
 	for p := 0; p < k; p++ {
 		pa := a + p*(share/j.es)/k*j.es
@@ -522,25 +530,31 @@ const subBlock = 32 << 10
 func (t *transport) worker() {
 	defer t.workers.Done()
 	for p := range t.pieces {
-		c := p.j.c
-		out := t.seg.resSlot(p.slot)
-		blk := subBlock / p.j.es * p.j.es
-		for a := p.lo; a < p.hi; a += blk {
-			b := min(a+blk, p.hi)
-			if t.n == 1 {
-				copy(out[a:b], t.seg.inSlot(0, p.slot)[a:b])
-			} else {
-				reduce.Into3(c.DType, c.Red, out[a:b], t.seg.inSlot(0, p.slot)[a:b], t.seg.inSlot(1, p.slot)[a:b])
-				for r := 2; r < t.n; r++ {
-					reduce.Into(c.DType, c.Red, out[a:b], t.seg.inSlot(r, p.slot)[a:b])
-				}
+		t.reduce(p)
+	}
+}
+
+// reduce computes piece p; the last piece of a chunk raises this rank's
+// red flag.
+func (t *transport) reduce(p piece) {
+	c := p.j.c
+	out := t.seg.resSlot(p.slot)
+	blk := subBlock / p.j.es * p.j.es
+	for a := p.lo; a < p.hi; a += blk {
+		b := min(a+blk, p.hi)
+		if t.n == 1 {
+			copy(out[a:b], t.seg.inSlot(0, p.slot)[a:b])
+		} else {
+			reduce.Into3(c.DType, c.Red, out[a:b], t.seg.inSlot(0, p.slot)[a:b], t.seg.inSlot(1, p.slot)[a:b])
+			for r := 2; r < t.n; r++ {
+				reduce.Into(c.DType, c.Red, out[a:b], t.seg.inSlot(r, p.slot)[a:b])
 			}
-			reduce.Finish(c.DType, c.Red, out[a:b], t.n)
 		}
-		if p.left.Add(-1) == 0 {
-			set(t.seg.redFlag(t.rank, p.slot), p.u+1)
-			p.j.redDone.Add(1)
-		}
+		reduce.Finish(c.DType, c.Red, out[a:b], t.n)
+	}
+	if p.left.Add(-1) == 0 {
+		set(t.seg.redFlag(t.rank, p.slot), p.u+1)
+		p.j.redDone.Add(1)
 	}
 }
 

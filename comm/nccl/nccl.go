@@ -154,6 +154,7 @@ type transport struct {
 	runMu    sync.Mutex // held by Run, Gather; Close waits for it
 	lastDone uint64
 	posted   uint64
+	checked  time.Time // last look at the store
 
 	dirty   atomic.Bool // an operation failed or was interrupted: its kernels may still run
 	closing atomic.Bool
@@ -213,8 +214,27 @@ func redop(r comm.ReduceOp) lib.RedOp {
 	return lib.Sum
 }
 
+// planLocal is plan for a group of one: every operation is the identity
+// or a copy of the send buffer into the receive buffer, done with a device
+// copy (NCCL's one-rank mean left the last element of an odd-length
+// reduce-scatter unwritten in 2.28.3).
+func planLocal(c *comm.DeviceCall) func(s lib.Stream) error {
+	switch c.Op {
+	case comm.OpAllGather, comm.OpAllGatherV, comm.OpAllToAll, comm.OpAllToAllV, comm.OpReduceScatter:
+		if n := c.Recv.Len(); n > 0 {
+			return func(s lib.Stream) error {
+				return cu.MemcpyDtoDAsync(cu.DevPtr(ptr(c.Recv, 0)), cu.DevPtr(ptr(c.Send, 0)), uint64(n*c.DType.Size()), cu.Stream(s))
+			}
+		}
+	}
+	return nil
+}
+
 // plan returns what to queue for c (nil: nothing to do).
 func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
+	if t.n == 1 {
+		return planLocal(c)
+	}
 	dt, cm := dtype(c.DType), t.comm
 	es := c.DType.Size()
 	switch c.Op {
@@ -298,6 +318,9 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	defer t.runMu.Unlock()
 	if t.closing.Load() || t.freed.Load() {
 		return comm.ErrClosed
+	}
+	if err := t.fresh(c.Seq); err != nil {
+		return err
 	}
 	if err := t.launch(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
 		return err
@@ -414,6 +437,20 @@ func shortCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), storeWait)
 }
 
+// fresh checks the store for an abort or departed ranks before operation
+// seq when the last check is older than slowEvery: a peer that gave up
+// may have left this rank's NCCL operation able to complete on stale
+// data, so the abort must be seen before the operation runs. At most one
+// store round trip per slowEvery.
+func (t *transport) fresh(seq uint64) error {
+	if time.Since(t.checked) < slowEvery {
+		return nil
+	}
+	ctx, cancel := shortCtx()
+	defer cancel()
+	return t.check(ctx, seq)
+}
+
 // slow posts this rank's sequence number and checks the store for an
 // abort and for ranks that left before operation seq. Store failures are
 // ignored (the deadline still bounds the wait).
@@ -425,6 +462,13 @@ func (t *transport) slow(seq uint64) error {
 			t.posted = seq
 		}
 	}
+	return t.check(ctx, seq)
+}
+
+// check looks in the store for an abort and for ranks that left before
+// operation seq.
+func (t *transport) check(ctx context.Context, seq uint64) error {
+	t.checked = time.Now()
 	if v, err := t.store.Add(ctx, t.key("abort"), 0); err == nil && v > 0 {
 		ae := &comm.AbortError{By: -1, Reason: "another rank aborted the NCCL communicator"}
 		if b, err := t.store.Get(ctx, t.key("abort", "info")); err == nil {
