@@ -20,8 +20,9 @@ const (
 	// minPipeChunk is the smallest chunk a large message is cut into.
 	minPipeChunk = 256 << 10
 	// DefaultChunks is the number of chunks a message is cut into (within
-	// minPipeChunk..ChunkBytes).
-	DefaultChunks = 16
+	// minPipeChunk..ChunkBytes). 8 measured faster than 16 on 2 H200s
+	// (16 MiB: 13.6 vs 11.2 GB/s bus bandwidth; 256 MiB: 33.6 vs 30.5).
+	DefaultChunks = 8
 	// inlineShare is the largest share of a chunk this rank reduces on
 	// the pipeline's own goroutine (waking reducers costs more).
 	inlineShare = 64 << 10
@@ -32,7 +33,7 @@ type Options struct {
 	comm.Options
 	// ChunkBytes is the largest chunk (DefaultChunkBytes if zero; a
 	// multiple of 4096 from 64 KiB to 64 MiB). Messages are cut into about
-	// 16 chunks of at least 256 KiB, at most this size.
+	// DefaultChunks chunks of at least 256 KiB, at most this size.
 	ChunkBytes int
 	// Slots is the number of chunks in flight (DefaultSlots if zero).
 	Slots int
