@@ -21,6 +21,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/internal/reduce"
+	sg "github.com/strata-gnn/strata/comm/internal/segment"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/shm"
 	"github.com/strata-gnn/strata/comm/staged"
@@ -160,27 +161,27 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 	if err != nil {
 		return nil, err
 	}
-	if err := seg.waitAttached(ctx); err != nil {
-		seg.unmap()
+	if err := seg.WaitAttached(ctx); err != nil {
+		seg.Unmap()
 		return nil, err
 	}
 	var mv mover
 	switch d := be.(type) {
 	case *cuda.Device:
-		mv, err = newCudaMover(d, seg.data(), seg.l.slots)
+		mv, err = newCudaMover(d, seg.Data(), seg.L.Slots)
 	case *cpu.Backend:
-		mv = newHostMover(seg.l.slots, o.asyncHostCopies)
+		mv = newHostMover(seg.L.Slots, o.asyncHostCopies)
 	default:
 		err = fmt.Errorf("gpushm: back end %s is neither CUDA nor CPU", be.Name())
 	}
 	if err != nil {
-		seg.unmap()
+		seg.Unmap()
 		return nil, err
 	}
 	t := &transport{Transport: staged.New(host, be, comm.KindGPUShm), seg: seg, rank: rank, n: n, be: be, mv: mv,
 		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: fromEnv(EnvChunks, DefaultChunks), inline: o.inlineMax()}
 	for r := range t.pids {
-		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.mem[seg.ctl(r)+cPid]))))
+		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.Mem[seg.Ctl(r)+sg.CPid]))))
 	}
 	for i := 0; i < o.workers(n); i++ {
 		t.workers.Add(1)
@@ -193,7 +194,7 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 // operations through the host communicator (the embedded Transport).
 type transport struct {
 	*staged.Transport
-	seg     *segment
+	seg     segment
 	rank, n int
 	be      backend.Backend
 	mv      mover
@@ -222,7 +223,7 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if err := t.checkAbort(); err != nil {
 		return err
 	}
-	atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cEntered), c.Seq)
+	atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+sg.CEntered), c.Seq)
 	var err error
 	if c.Op == comm.OpAllReduce {
 		err = t.allReduce(ctx, c)
@@ -239,56 +240,14 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	return err
 }
 
-func (t *transport) checkAbort() error {
-	a := t.seg.u32(hAbort)
-	st := atomic.LoadUint32(a)
-	if st == 0 {
-		return nil
-	}
-	for st == 1 {
-		time.Sleep(time.Millisecond)
-		st = atomic.LoadUint32(a)
-	}
-	m := t.seg.mem
-	ae := &comm.AbortError{By: int(atomic.LoadInt32((*int32)(unsafe.Pointer(&m[hAbortBy])))), Seq: atomic.LoadUint64(t.seg.u64(hAbortSeq))}
-	for r := 0; r < t.n; r++ {
-		if m[hMissing+r/8]&(1<<(r%8)) != 0 {
-			ae.Missing = append(ae.Missing, r)
-		}
-	}
-	l := min(int(atomic.LoadUint32(t.seg.u32(hAbortLen))), maxReason)
-	ae.Reason = string(m[hReason : hReason+l])
-	return ae
-}
+func (t *transport) checkAbort() error { return t.seg.CheckAbort() }
 
-func (t *transport) wakeAll() {
-	for i := 0; i < t.seg.l.nflags; i++ {
-		f := t.seg.flag(i)
-		if atomic.LoadUint32(waiters(f)) != 0 {
-			wake32(f)
-		}
-	}
-	wake32(t.seg.u32(hAttached))
-}
+func (t *transport) wakeAll() { t.seg.WakeAll() }
 
 // Abort publishes the failure in the segment (peers waiting in an
 // all-reduce fail with an *AbortError) and closes the host communicator.
 func (t *transport) Abort(oe *comm.OpError) {
-	a := t.seg.u32(hAbort)
-	if atomic.CompareAndSwapUint32(a, 0, 1) {
-		m := t.seg.mem
-		atomic.StoreInt32((*int32)(unsafe.Pointer(&m[hAbortBy])), int32(t.rank))
-		atomic.StoreUint64(t.seg.u64(hAbortSeq), oe.Seq)
-		for _, r := range oe.Missing {
-			if r >= 0 && r < t.n {
-				m[hMissing+r/8] |= 1 << (r % 8)
-			}
-		}
-		l := copy(m[hReason:hReason+maxReason], oe.Error())
-		atomic.StoreUint32(t.seg.u32(hAbortLen), uint32(l))
-		atomic.StoreUint32(a, 2)
-		t.wakeAll()
-	}
+	t.seg.PublishAbort(t.rank, oe)
 	t.Transport.Abort(oe)
 }
 
@@ -297,8 +256,8 @@ func (t *transport) Abort(oe *comm.OpError) {
 func (t *transport) Missing(ctx context.Context, seq uint64) []int {
 	var m []int
 	for r := 0; r < t.n; r++ {
-		c := t.seg.ctl(r)
-		if atomic.LoadUint64(t.seg.u64(c+cEntered)) < seq || t.gone(r, seq) {
+		c := t.seg.Ctl(r)
+		if atomic.LoadUint64(t.seg.U64(c+sg.CEntered)) < seq || t.gone(r, seq) {
 			m = append(m, r)
 		}
 	}
@@ -312,11 +271,11 @@ func (t *transport) gone(r int, seq uint64) bool {
 	if r == t.rank {
 		return false
 	}
-	c := t.seg.ctl(r)
-	if atomic.LoadUint32(t.seg.u32(c+cState)) == stateClosed {
-		return atomic.LoadUint64(t.seg.u64(c+cLeft)) < seq
+	c := t.seg.Ctl(r)
+	if atomic.LoadUint32(t.seg.U32(c+sg.CState)) == sg.StateClosed {
+		return atomic.LoadUint64(t.seg.U64(c+cLeft)) < seq
 	}
-	return t.pids[r] != os.Getpid() && !alive(t.pids[r])
+	return t.pids[r] != os.Getpid() && !sg.Alive(t.pids[r])
 }
 
 func (t *transport) Close() error {
@@ -325,14 +284,14 @@ func (t *transport) Close() error {
 	}
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
-	c := t.seg.ctl(t.rank)
-	atomic.StoreUint64(t.seg.u64(c+cLeft), t.lastDone)
-	atomic.StoreUint32(t.seg.u32(c+cState), stateClosed)
+	c := t.seg.Ctl(t.rank)
+	atomic.StoreUint64(t.seg.U64(c+cLeft), t.lastDone)
+	atomic.StoreUint32(t.seg.U32(c+sg.CState), sg.StateClosed)
 	t.wakeAll()
 	close(t.pieces)
 	t.workers.Wait()
 	err := t.mv.close()
-	t.seg.unmap()
+	t.seg.Unmap()
 	if e := t.Transport.Close(); err == nil {
 		err = e
 	}
@@ -368,19 +327,19 @@ type piece struct {
 // chunkBytes cuts b bytes into about t.chunks chunks of minPipeChunk to
 // the segment's chunk size, multiples of 4096.
 func (t *transport) chunkBytes(b int) int {
-	c := alignUp((b+t.chunks-1)/t.chunks, page)
-	return min(max(c, minPipeChunk), t.seg.l.chunk)
+	c := sg.AlignUp((b+t.chunks-1)/t.chunks, page)
+	return min(max(c, minPipeChunk), t.seg.L.SlotBytes)
 }
 
 func (t *transport) slotOf(q uint64) (int, uint32) {
-	return int(q % uint64(t.seg.l.slots)), uint32(q / uint64(t.seg.l.slots))
+	return int(q % uint64(t.seg.L.Slots)), uint32(q / uint64(t.seg.L.Slots))
 }
 
 // allAt reports whether flag(r, s) has reached want for every rank r, and
 // otherwise the first rank that has not.
 func (t *transport) allAt(flag func(r, s int) *uint32, s int, want uint32) (bool, int) {
 	for r := 0; r < t.n; r++ {
-		if !reached(atomic.LoadUint32(flag(r, s)), want) {
+		if !sg.Reached(atomic.LoadUint32(flag(r, s)), want) {
 			return false, r
 		}
 	}
@@ -404,7 +363,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 	if err := t.mv.begin(c.Recv); err != nil {
 		return err
 	}
-	seg, me, slots := t.seg, t.rank, t.seg.l.slots
+	seg, me, slots := t.seg, t.rank, t.seg.L.Slots
 	var issued, inDone, redIssued, outIssued, outDone int
 	w := &idler{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq, last: time.Now()}
 	fail := func(err error) error {
@@ -422,7 +381,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 				break
 			}
 			lo, hi := j.chunk(issued)
-			if err := t.mv.toHost(s, seg.inSlot(me, s)[:hi-lo], c.Recv, lo); err != nil {
+			if err := t.mv.toHost(s, seg.InSlot(me, s)[:hi-lo], c.Recv, lo); err != nil {
 				return fail(err)
 			}
 			issued++
@@ -438,7 +397,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 			if !ok {
 				break
 			}
-			set(seg.inFlag(me, s), u+1)
+			sg.Set(seg.inFlag(me, s), u+1)
 			inDone++
 			progress = true
 		}
@@ -462,7 +421,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 				break
 			}
 			lo, hi := j.chunk(outIssued)
-			if err := t.mv.toDevice(s, c.Recv, lo, seg.resSlot(s)[:hi-lo]); err != nil {
+			if err := t.mv.toDevice(s, c.Recv, lo, seg.ResSlot(s)[:hi-lo]); err != nil {
 				return fail(err)
 			}
 			outIssued++
@@ -478,7 +437,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 			if !ok {
 				break
 			}
-			set(seg.doneFlag(me, s), u+1)
+			sg.Set(seg.doneFlag(me, s), u+1)
 			outDone++
 			progress = true
 		}
@@ -502,7 +461,7 @@ func (t *transport) dispatch(j *job, i, s int, u uint32) {
 	a, z = a-lo, z-lo // within the chunk
 	share := z - a
 	if share == 0 {
-		set(t.seg.redFlag(t.rank, s), u+1)
+		sg.Set(t.seg.redFlag(t.rank, s), u+1)
 		j.redDone.Add(1)
 		return
 	}
@@ -538,22 +497,22 @@ func (t *transport) worker() {
 // red flag.
 func (t *transport) reduce(p piece) {
 	c := p.j.c
-	out := t.seg.resSlot(p.slot)
+	out := t.seg.ResSlot(p.slot)
 	blk := subBlock / p.j.es * p.j.es
 	for a := p.lo; a < p.hi; a += blk {
 		b := min(a+blk, p.hi)
 		if t.n == 1 {
-			copy(out[a:b], t.seg.inSlot(0, p.slot)[a:b])
+			copy(out[a:b], t.seg.InSlot(0, p.slot)[a:b])
 		} else {
-			reduce.Into3(c.DType, c.Red, out[a:b], t.seg.inSlot(0, p.slot)[a:b], t.seg.inSlot(1, p.slot)[a:b])
+			reduce.Into3(c.DType, c.Red, out[a:b], t.seg.InSlot(0, p.slot)[a:b], t.seg.InSlot(1, p.slot)[a:b])
 			for r := 2; r < t.n; r++ {
-				reduce.Into(c.DType, c.Red, out[a:b], t.seg.inSlot(r, p.slot)[a:b])
+				reduce.Into(c.DType, c.Red, out[a:b], t.seg.InSlot(r, p.slot)[a:b])
 			}
 		}
 		reduce.Finish(c.DType, c.Red, out[a:b], t.n)
 	}
 	if p.left.Add(-1) == 0 {
-		set(t.seg.redFlag(t.rank, p.slot), p.u+1)
+		sg.Set(t.seg.redFlag(t.rank, p.slot), p.u+1)
 		p.j.redDone.Add(1)
 	}
 }

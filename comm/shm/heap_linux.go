@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/comm"
+	sg "github.com/strata-gnn/strata/comm/internal/segment"
 )
 
 // heapAlloc hands out pieces of this rank's heap (first fit, coalescing
@@ -36,7 +37,7 @@ func (h *heapAlloc) alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("shm: Alloc of %d bytes", n)
 	}
-	size := alignUp(n, heapAlign)
+	size := sg.AlignUp(n, heapAlign)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, f := range h.free {

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/internal/direct"
 	"github.com/strata-gnn/strata/comm/internal/reduce"
+	sg "github.com/strata-gnn/strata/comm/internal/segment"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 )
 
@@ -63,7 +64,7 @@ func (o Options) layout(n int) (layout, error) {
 	if k == 0 {
 		k = max(4, 2*n)
 	}
-	return newLayout(n, k, slot, alignUp(o.HeapBytes, page))
+	return newLayout(n, k, slot, sg.AlignUp(o.HeapBytes, page))
 }
 
 // CreateFile makes an initialized anonymous segment (memfd) for n ranks.
@@ -115,8 +116,8 @@ func attachT(ctx context.Context, f *os.File, rank, n int, o Options) (*transpor
 	if err != nil {
 		return nil, err
 	}
-	if err := seg.waitAttached(ctx); err != nil {
-		seg.unmap()
+	if err := seg.WaitAttached(ctx); err != nil {
+		seg.Unmap()
 		return nil, err
 	}
 	var inline bool
@@ -127,13 +128,13 @@ func attachT(ctx context.Context, f *os.File, rank, n int, o Options) (*transpor
 		inline = true
 	case "goroutine":
 	default:
-		seg.unmap()
+		seg.Unmap()
 		return nil, fmt.Errorf("shm: Reducer %q, want auto, goroutine or inline", o.Reducer)
 	}
-	t := &transport{seg: seg, rank: rank, n: n, k: seg.l.k, slot: seg.l.slot, inline: inline,
-		pids: make([]int, n), heap: newHeap(seg.heap(rank))}
+	t := &transport{seg: seg, rank: rank, n: n, k: seg.L.Slots, slot: seg.L.SlotBytes, inline: inline,
+		pids: make([]int, n), heap: newHeap(seg.Heap(rank))}
 	for r := range t.pids {
-		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.mem[seg.ctl(r)+cPid]))))
+		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.Mem[seg.Ctl(r)+sg.CPid]))))
 	}
 	if !t.inline {
 		t.jobs = make(chan reduceJob)
@@ -208,11 +209,11 @@ func New(ctx context.Context, store rendezvous.Store, o Options) (comm.Comm, err
 			// No room for the heap (a small /dev/shm, e.g. Docker's 64 MiB):
 			// go without it; Alloc then uses the Go heap and collectives
 			// stage through the slots.
-			if l.heap == 0 || !errors.Is(err, unix.ENOSPC) {
+			if l.Heap == 0 || !errors.Is(err, unix.ENOSPC) {
 				f.Close()
 				return nil, err
 			}
-			if l, err = newLayout(l.n, l.k, l.slot, 0); err == nil {
+			if l, err = newLayout(l.N, l.Slots, l.SlotBytes, 0); err == nil {
 				err = initSegment(f, l)
 			}
 			if err != nil {
@@ -246,7 +247,7 @@ func New(ctx context.Context, store rendezvous.Store, o Options) (comm.Comm, err
 }
 
 type transport struct {
-	seg        *segment
+	seg        segment
 	rank, n, k int
 	slot       int
 	inline     bool
@@ -283,25 +284,25 @@ type waiter struct {
 // wait returns once *f has reached want (a value the rank `who` sets).
 func (w *waiter) wait(f *uint32, want uint32, who int, what string) error {
 	for i := 0; i < 200; i++ {
-		if reached(atomic.LoadUint32(f), want) {
+		if sg.Reached(atomic.LoadUint32(f), want) {
 			return nil
 		}
 	}
 	t := w.t
 	lastLive := time.Now()
 	for {
-		atomic.AddUint32(waiters(f), 1)
+		atomic.AddUint32(sg.Waiters(f), 1)
 		v := atomic.LoadUint32(f)
-		if reached(v, want) {
-			atomic.AddUint32(waiters(f), ^uint32(0))
+		if sg.Reached(v, want) {
+			atomic.AddUint32(sg.Waiters(f), ^uint32(0))
 			return nil
 		}
 		left := time.Until(w.dl)
 		if left > 0 {
-			wait32(f, v, min(left, 50*time.Millisecond))
+			sg.Wait32(f, v, min(left, 50*time.Millisecond))
 		}
-		atomic.AddUint32(waiters(f), ^uint32(0))
-		if reached(atomic.LoadUint32(f), want) {
+		atomic.AddUint32(sg.Waiters(f), ^uint32(0))
+		if sg.Reached(atomic.LoadUint32(f), want) {
 			return nil
 		}
 		if err := t.checkAbort(); err != nil {
@@ -323,12 +324,12 @@ func (w *waiter) wait(f *uint32, want uint32, who int, what string) error {
 			return fmt.Errorf("waiting for rank %d (%s): %w", who, what, context.DeadlineExceeded)
 		}
 		if who != t.rank {
-			if atomic.LoadUint32(t.seg.u32(t.seg.ctl(who)+cState)) == stateClosed {
+			if atomic.LoadUint32(t.seg.U32(t.seg.Ctl(who)+sg.CState)) == sg.StateClosed {
 				return &comm.PeerError{Ranks: []int{who}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d closed its communicator (while this rank waited for %s)", who, what)}
 			}
 			if time.Since(lastLive) > 100*time.Millisecond {
 				lastLive = time.Now()
-				if pid := t.pids[who]; pid != os.Getpid() && !alive(pid) {
+				if pid := t.pids[who]; pid != os.Getpid() && !sg.Alive(pid) {
 					return &comm.PeerError{Ranks: []int{who}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d (pid %d) exited (while this rank waited for %s)", who, pid, what)}
 				}
 			}
@@ -352,38 +353,10 @@ func (w *waiter) slotFree(s int, u uint32) error {
 	return nil
 }
 
-func (t *transport) checkAbort() error {
-	a := t.seg.u32(hAbort)
-	st := atomic.LoadUint32(a)
-	if st == 0 {
-		return nil
-	}
-	for st == 1 {
-		time.Sleep(time.Millisecond)
-		st = atomic.LoadUint32(a)
-	}
-	m := t.seg.mem
-	ae := &comm.AbortError{By: int(atomic.LoadInt32((*int32)(unsafe.Pointer(&m[hAbortBy])))), Seq: atomic.LoadUint64(t.seg.u64(hAbortSeq))}
-	for r := 0; r < t.n; r++ {
-		if m[hMissing+r/8]&(1<<(r%8)) != 0 {
-			ae.Missing = append(ae.Missing, r)
-		}
-	}
-	l := min(int(atomic.LoadUint32(t.seg.u32(hAbortLen))), maxReason)
-	ae.Reason = string(m[hReason : hReason+l])
-	return ae
-}
+func (t *transport) checkAbort() error { return t.seg.CheckAbort() }
 
 // wakeAll wakes every sleeper in the segment.
-func (t *transport) wakeAll() {
-	for i := 0; i < t.seg.l.nflags; i++ {
-		f := t.seg.flag(i)
-		if atomic.LoadUint32(waiters(f)) != 0 {
-			wake32(f)
-		}
-	}
-	wake32(t.seg.u32(hAttached))
-}
+func (t *transport) wakeAll() { t.seg.WakeAll() }
 
 func (t *transport) Abort(oe *comm.OpError) {
 	t.runMu.Lock()
@@ -391,23 +364,7 @@ func (t *transport) Abort(oe *comm.OpError) {
 	if t.unmapped {
 		return
 	}
-	a := t.seg.u32(hAbort)
-	if !atomic.CompareAndSwapUint32(a, 0, 1) {
-		return // someone else aborted first
-	}
-	m := t.seg.mem
-	atomic.StoreInt32((*int32)(unsafe.Pointer(&m[hAbortBy])), int32(t.rank))
-	atomic.StoreUint64(t.seg.u64(hAbortSeq), oe.Seq)
-	for _, r := range oe.Missing {
-		if r >= 0 && r < t.n {
-			m[hMissing+r/8] |= 1 << (r % 8)
-		}
-	}
-	reason := oe.Error()
-	l := copy(m[hReason:hReason+maxReason], reason)
-	atomic.StoreUint32(t.seg.u32(hAbortLen), uint32(l))
-	atomic.StoreUint32(a, 2)
-	t.wakeAll()
+	t.seg.PublishAbort(t.rank, oe)
 }
 
 func (t *transport) Missing(ctx context.Context, seq uint64) []int {
@@ -420,9 +377,9 @@ func (t *transport) Missing(ctx context.Context, seq uint64) []int {
 	// finishing it.
 	var m []int
 	for r := 0; r < t.n; r++ {
-		c := t.seg.ctl(r)
-		entered, done := atomic.LoadUint64(t.seg.u64(c+cEntered)), atomic.LoadUint64(t.seg.u64(c+cDone))
-		left := atomic.LoadUint32(t.seg.u32(c+cState)) == stateClosed || (t.pids[r] != os.Getpid() && !alive(t.pids[r]))
+		c := t.seg.Ctl(r)
+		entered, done := atomic.LoadUint64(t.seg.U64(c+sg.CEntered)), atomic.LoadUint64(t.seg.U64(c+cDone))
+		left := atomic.LoadUint32(t.seg.U32(c+sg.CState)) == sg.StateClosed || (t.pids[r] != os.Getpid() && !sg.Alive(t.pids[r]))
 		if entered < seq || (left && done < seq) {
 			m = append(m, r)
 		}
@@ -434,7 +391,7 @@ func (t *transport) Close() error {
 	if t.closing.Swap(true) {
 		return nil
 	}
-	atomic.StoreUint32(t.seg.u32(t.seg.ctl(t.rank)+cState), stateClosed)
+	atomic.StoreUint32(t.seg.U32(t.seg.Ctl(t.rank)+sg.CState), sg.StateClosed)
 	t.wakeAll() // this rank's own waits end; peers waiting on it notice
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
@@ -443,7 +400,7 @@ func (t *transport) Close() error {
 		<-t.done
 	}
 	t.unmapped = true
-	t.seg.unmap()
+	t.seg.Unmap()
 	return nil
 }
 
@@ -456,8 +413,8 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 	if err := t.checkAbort(); err != nil {
 		return err
 	}
-	atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cEntered), c.Seq)
-	defer atomic.StoreUint64(t.seg.u64(t.seg.ctl(t.rank)+cDone), c.Seq)
+	atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+sg.CEntered), c.Seq)
+	defer atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+cDone), c.Seq)
 	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq}
 	done, err := t.tryDirect(w, c)
 	if done || err != nil {
@@ -498,13 +455,13 @@ func (t *transport) exchange(w *waiter, v [exchWords]int64) ([][exchWords]int64,
 	t.exch++
 	cnt := t.exch
 	word := func(r, i int) *int64 {
-		off := t.seg.ctl(r) + cExch + 8*(int(cnt%2)*exchWords+i)
-		return (*int64)(unsafe.Pointer(&t.seg.mem[off]))
+		off := t.seg.Ctl(r) + cExch + 8*(int(cnt%2)*exchWords+i)
+		return (*int64)(unsafe.Pointer(&t.seg.Mem[off]))
 	}
 	for i, x := range v {
 		atomic.StoreInt64(word(t.rank, i), x)
 	}
-	set(t.seg.barFlag(t.rank), uint32(cnt))
+	sg.Set(t.seg.barFlag(t.rank), uint32(cnt))
 	out := make([][exchWords]int64, t.n)
 	for j := 0; j < t.n; j++ {
 		if err := w.wait(t.seg.barFlag(j), uint32(cnt), j, "the other ranks to arrive"); err != nil {
@@ -527,7 +484,7 @@ func (t *transport) offsetIn(b []byte) int64 {
 	if len(b) == 0 {
 		return 0
 	}
-	h := t.seg.heap(t.rank)
+	h := t.seg.Heap(t.rank)
 	if len(h) == 0 {
 		return -1
 	}
@@ -535,7 +492,7 @@ func (t *transport) offsetIn(b []byte) int64 {
 	if p < lo || p+uintptr(len(b)) > lo+uintptr(len(h)) {
 		return -1
 	}
-	return int64(t.seg.l.heapOff+t.rank*t.seg.l.heap) + int64(p-lo)
+	return int64(t.seg.L.HeapOff+t.rank*t.seg.L.Heap) + int64(p-lo)
 }
 
 // view returns rank r's published buffer, or false if it is not inside
@@ -544,11 +501,11 @@ func (t *transport) view(r int, off, n int64) ([]byte, bool) {
 	if n == 0 {
 		return nil, off == 0
 	}
-	lo := int64(t.seg.l.heapOff + r*t.seg.l.heap)
-	if off < lo || n < 0 || off+n > lo+int64(t.seg.l.heap) {
+	lo := int64(t.seg.L.HeapOff + r*t.seg.L.Heap)
+	if off < lo || n < 0 || off+n > lo+int64(t.seg.L.Heap) {
 		return nil, false
 	}
-	return t.seg.mem[off : off+n : off+n], true
+	return t.seg.Mem[off : off+n : off+n], true
 }
 
 // tryDirect runs c without staging copies when every rank's buffers are
@@ -564,7 +521,7 @@ func (t *transport) tryDirect(w *waiter, c *comm.Call) (bool, error) {
 	}
 	// Every rank decides alike: the heap size is in the shared header and
 	// len(Recv) is the same on every rank for these operations.
-	if t.seg.l.heap == 0 || len(c.Recv) < directMin {
+	if t.seg.L.Heap == 0 || len(c.Recv) < directMin {
 		return false, nil
 	}
 	so, ro := t.offsetIn(c.Send), t.offsetIn(c.Recv)
@@ -600,7 +557,7 @@ func (t *transport) Free(b []byte) error         { return t.heap.release(b) }
 // at least minChunk, at most a slot, a multiple of 64.
 func (t *transport) chunkBytes(b int) int {
 	c := (b + 2*t.n - 1) / (2 * t.n)
-	c = alignUp(max(c, minChunk), 64)
+	c = sg.AlignUp(max(c, minChunk), 64)
 	return min(c, t.slot)
 }
 
@@ -709,7 +666,7 @@ func (t *transport) nextForeign(i int) int {
 
 func (t *transport) resultReady(i int) bool {
 	s, u := t.slotOf(i)
-	return reached(atomic.LoadUint32(t.seg.resFlag(s)), u+1)
+	return sg.Reached(atomic.LoadUint32(t.seg.resFlag(s)), u+1)
 }
 
 func (j reduceJob) chunk(i int) (lo, hi int) {
@@ -723,8 +680,8 @@ func (t *transport) copyIn(j reduceJob, i int) error {
 		return err
 	}
 	lo, hi := j.chunk(i)
-	copy(t.seg.inSlot(t.rank, s), j.c.Recv[lo:hi])
-	set(t.seg.inFlag(t.rank, s), u+1)
+	copy(t.seg.InSlot(t.rank, s), j.c.Recv[lo:hi])
+	sg.Set(t.seg.inFlag(t.rank, s), u+1)
 	return nil
 }
 
@@ -735,8 +692,8 @@ func (t *transport) copyOut(j reduceJob, i int) error {
 		return err
 	}
 	lo, hi := j.chunk(i)
-	copy(j.c.Recv[lo:hi], t.seg.resSlot(s))
-	set(t.seg.outFlag(t.rank, s), u+1)
+	copy(j.c.Recv[lo:hi], t.seg.ResSlot(s))
+	sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	return nil
 }
 
@@ -760,10 +717,10 @@ func (t *transport) reduceChunk(j reduceJob, i int) error {
 	}
 	lo, hi := j.chunk(i)
 	mine := j.c.Recv[lo:hi]
-	res := t.seg.resSlot(s)[:hi-lo]
-	t.reduceInto(j.c, res, mine, func(r int) []byte { return t.seg.inSlot(r, s) }, mine)
-	set(t.seg.resFlag(s), u+1)
-	set(t.seg.outFlag(t.rank, s), u+1)
+	res := t.seg.ResSlot(s)[:hi-lo]
+	t.reduceInto(j.c, res, mine, func(r int) []byte { return t.seg.InSlot(r, s) }, mine)
+	sg.Set(t.seg.resFlag(s), u+1)
+	sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	return nil
 }
 
@@ -826,15 +783,15 @@ func (t *transport) broadcast(w *waiter, c *comm.Call) error {
 			if err := w.slotFree(s, u); err != nil {
 				return err
 			}
-			copy(t.seg.inSlot(root, s), c.Recv[lo:hi])
-			set(t.seg.inFlag(root, s), u+1)
+			copy(t.seg.InSlot(root, s), c.Recv[lo:hi])
+			sg.Set(t.seg.inFlag(root, s), u+1)
 		} else {
 			if err := w.wait(t.seg.inFlag(root, s), u+1, root, "broadcast data"); err != nil {
 				return err
 			}
-			copy(c.Recv[lo:hi], t.seg.inSlot(root, s))
+			copy(c.Recv[lo:hi], t.seg.InSlot(root, s))
 		}
-		set(t.seg.outFlag(t.rank, s), u+1)
+		sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	}
 	return nil
 }
@@ -868,8 +825,8 @@ func (t *transport) allGather(w *waiter, c *comm.Call) error {
 		if err := w.slotFree(s, u); err != nil {
 			return err
 		}
-		copy(t.seg.inSlot(t.rank, s), piece(c.Send, i, cb))
-		set(t.seg.inFlag(t.rank, s), u+1)
+		copy(t.seg.InSlot(t.rank, s), piece(c.Send, i, cb))
+		sg.Set(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r == t.rank {
 				continue
@@ -877,9 +834,9 @@ func (t *transport) allGather(w *waiter, c *comm.Call) error {
 			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-gather data"); err != nil {
 				return err
 			}
-			copy(piece(block(r), i, cb), t.seg.inSlot(r, s))
+			copy(piece(block(r), i, cb), t.seg.InSlot(r, s))
 		}
-		set(t.seg.outFlag(t.rank, s), u+1)
+		sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	}
 	return nil
 }
@@ -926,13 +883,13 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 		if err := w.slotFree(s, u); err != nil {
 			return err
 		}
-		in := t.seg.inSlot(t.rank, s)
+		in := t.seg.InSlot(t.rank, s)
 		for d := 0; d < t.n; d++ {
 			if d != t.rank {
 				copy(in[d*p:], piece(sendB(d), i, p))
 			}
 		}
-		set(t.seg.inFlag(t.rank, s), u+1)
+		sg.Set(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r == t.rank {
 				continue
@@ -940,9 +897,9 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-to-all data"); err != nil {
 				return err
 			}
-			copy(piece(recvB(r), i, p), t.seg.inSlot(r, s)[t.rank*p:])
+			copy(piece(recvB(r), i, p), t.seg.InSlot(r, s)[t.rank*p:])
 		}
-		set(t.seg.outFlag(t.rank, s), u+1)
+		sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	}
 	return nil
 }
@@ -963,13 +920,13 @@ func (t *transport) reduceScatter(w *waiter, c *comm.Call) error {
 		if err := w.slotFree(s, u); err != nil {
 			return err
 		}
-		in := t.seg.inSlot(t.rank, s)
+		in := t.seg.InSlot(t.rank, s)
 		for b := 0; b < t.n; b++ {
 			if b != t.rank {
 				copy(in[b*p:], piece(src(b), i, p))
 			}
 		}
-		set(t.seg.inFlag(t.rank, s), u+1)
+		sg.Set(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r != t.rank {
 				if err := w.wait(t.seg.inFlag(r, s), u+1, r, "reduce-scatter data"); err != nil {
@@ -979,8 +936,8 @@ func (t *transport) reduceScatter(w *waiter, c *comm.Call) error {
 		}
 		out := piece(c.Recv, i, p)
 		own := piece(src(t.rank), i, p)
-		t.reduceInto(c, out, own, func(r int) []byte { return t.seg.inSlot(r, s)[t.rank*p:] }, nil)
-		set(t.seg.outFlag(t.rank, s), u+1)
+		t.reduceInto(c, out, own, func(r int) []byte { return t.seg.InSlot(r, s)[t.rank*p:] }, nil)
+		sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	}
 	return nil
 }
