@@ -10,6 +10,11 @@
 #   scripts/gpu.sh comm               # on a host with 2+ GPUs: NCCL and GPU shared-memory
 #                                     # conformance/fault tests on 2 GPUs, then bus-bandwidth
 #                                     # sweeps with NCCL_P2P_DISABLE=1 and with P2P on
+#   scripts/gpu.sh build-dp           # here: the data-parallel step benchmark and strata
+#                                     # into .gpu/dp/ (carry .gpu/dp only)
+#   scripts/gpu.sh dpstep [DIR]       # on a host with 2+ GPUs: generate the products shape
+#                                     # into DIR, time a data-parallel SAGE step with NCCL
+#                                     # and gpushm (NCCL_P2P_DISABLE=1) and NCCL with P2P on
 #
 # run passes FLAGS to every test binary (e.g. -test.run 'Conformance'
 # -test.bench . -test.benchtime 20x). Logs go to $LOGS, else $OUT (when
@@ -221,11 +226,48 @@ for name, ss in (("P2P off", off), ("P2P on", on)):
 PY
 }
 
+# --- data-parallel training step on 2 GPUs (carry .gpu/dp only) ---
+dpdir=$gpu/dp
+
+build_dp() {
+  mkdir -p "$dpdir"
+  local ok=1
+  echo "build train/dpbench"
+  CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$dpdir/dpbench.test" ./train/dpbench || ok=0
+  echo "build cmd/strata"
+  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$dpdir/strata" ./cmd/strata || ok=0
+  du -sh "$dpdir" | sed 's/^/size /'
+  [ $ok = 1 ]
+}
+
+# dpstep: BenchmarkDataParallelStep (3-layer SAGE, hidden 256, batch 1024
+# per GPU, fanouts 15,10,5, Adam; $STRATA_DP_STEPS timed steps) on the
+# products shape in DIR (default /tmp/products, generated when absent).
+dpstep() {
+  env_setup
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+  local dir=${1:-/tmp/products}
+  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
+  mkdir -p "$logs"
+  nvidia-smi --query-gpu=index,name --format=csv,noheader 2>/dev/null
+  if [ ! -f "$dir/manifest.json" ]; then
+    local t0=$(date +%s)
+    "$root/$dpdir/strata" gen "$dir" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
+    echo "gen products: $(( $(date +%s) - t0 ))s"
+  fi
+  (cd train/dpbench && STRATA_BENCH_DATASET=$dir timeout "${DP_TIMEOUT:-200}" "$root/$dpdir/dpbench.test" -test.run '^$' \
+    -test.bench DataParallelStep -test.benchtime 1x -test.v -test.timeout 5m) >"$logs/dpstep.log" 2>&1
+  echo "dpstep rc=$?"
+  grep -E -- '^Benchmark|^verdict|_test.go:[0-9]+:|--- FAIL|panic:|^FAIL' "$logs/dpstep.log" | head -40
+}
+
 case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
   bench) shift; bench "$@" ;;
   build-comm) build_comm ;;
   comm) comm_run ;;
-  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm" >&2; exit 2 ;;
+  build-dp) build_dp ;;
+  dpstep) shift; dpstep "$@" ;;
+  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR]" >&2; exit 2 ;;
 esac
