@@ -185,3 +185,92 @@ func (s *base) checkHops(hop int, words [][]int64) error {
 	}
 	return nil
 }
+
+// hopSampler is what the node-wise and layer-wise samplers share: the
+// sample.Sampler side (the block builder calls the outer sampler's
+// SampleHop) and the first step of every hop, which validates the frontier
+// and shuffles it to its owners. The outer samplers keep only their
+// per-hop sampling rule.
+type hopSampler struct {
+	base
+	cfg      Config
+	sampleOp string          // Op of the errors of Sample and SampleHop
+	blocks   sample.Sampler  // set by the outer sampler, over itself
+	ctx      context.Context // of the Sample call in progress
+}
+
+// NumNodes is the number of nodes of the whole graph.
+func (s *hopSampler) NumNodes() int64 { return s.n }
+
+// NumHops is the number of hops (blocks) per batch.
+func (s *hopSampler) NumHops() int { return len(s.cfg.Fanouts) }
+
+// Sample is SampleContext without a context (the communicator's default
+// deadline applies to each collective).
+func (s *hopSampler) Sample(seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
+	return s.SampleContext(context.Background(), seeds, key)
+}
+
+// SampleContext draws the MiniBatch of seeds (distinct, in [0, NumNodes))
+// for key, together with the other devices. The result depends only on
+// the graph, the seeds, the key and the config, not on the partition.
+func (s *hopSampler) SampleContext(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
+	s.op = s.sampleOp
+	if msg, ok := checkSeeds(seeds, s.n); !ok {
+		// Take part in the first exchange so the peers learn of it.
+		if _, _, err := s.header(ctx, 0, 1, nil, keyWords(key, 0)); err != nil {
+			return nil, err
+		}
+		return nil, s.errf(-1, ErrInput, "%s", msg)
+	}
+	s.ctx = ctx
+	defer func() { s.ctx = nil }()
+	return s.blocks.Sample(seeds, key)
+}
+
+// frontier is one hop after the shuffle: the requester's routing of its
+// frontier and, as owner, the nodes the peers asked of it.
+type frontier struct {
+	ctx        context.Context
+	pos        []int     // packed position of each frontier node
+	sendCounts []int     // frontier nodes sent to each owner
+	recv       []int32   // nodes received, grouped by peer
+	recvCounts []int     // nodes received from each peer
+	words      [][]int64 // each peer's header words (hop and key)
+}
+
+// shuffle validates hop and dst (global IDs, any order, repeats allowed)
+// and sends every frontier node to its owner; a local input error still
+// takes part in the header exchange so the peers learn of it.
+func (s *hopSampler) shuffle(dst []graph.NodeID, hop int, key sample.Key) (*frontier, error) {
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if hop < 0 || hop >= len(s.cfg.Fanouts) {
+		s.header(ctx, hop, 1, nil, keyWords(key, hop))
+		return nil, s.errf(hop, ErrInput, "hop %d not in [0, %d)", hop, len(s.cfg.Fanouts))
+	}
+	for i, v := range dst {
+		if v < 0 || int64(v) >= s.n {
+			s.header(ctx, hop, 1, nil, keyWords(key, hop))
+			return nil, s.errf(hop, ErrInput, "dst[%d] = %d not in [0, %d)", i, v, s.n)
+		}
+	}
+	packed, sendCounts, pos := s.route(dst)
+	recvCounts, words, err := s.header(ctx, hop, 0, sendCounts, keyWords(key, hop))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkHops(hop, words); err != nil {
+		return nil, err
+	}
+	recv, err := s.x.I32(ctx, packed, sendCounts, recvCounts)
+	if err != nil {
+		return nil, s.commErr(hop, "shuffle", err)
+	}
+	if err := s.checkOwned(hop, recv, recvCounts); err != nil {
+		return nil, err
+	}
+	return &frontier{ctx: ctx, pos: pos, sendCounts: sendCounts, recv: recv, recvCounts: recvCounts, words: words}, nil
+}

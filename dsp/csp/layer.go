@@ -1,7 +1,6 @@
 package csp
 
 import (
-	"context"
 	"math"
 	"slices"
 	"sort"
@@ -35,10 +34,7 @@ const maxLayerFanout = 1 << 24
 // the number of draws allotted to each node, and the drawn neighbors and
 // edge IDs (reshuffle).
 type LayerSampler struct {
-	base
-	cfg    Config
-	blocks sample.Sampler
-	ctx    context.Context
+	hopSampler
 }
 
 // NewLayerSampler builds rank c.Rank()'s layer-wise sampler. Fanouts[hop]
@@ -72,70 +68,19 @@ func NewLayerSampler(c comm.Comm, b *book.Book, p *layout.Patch, cfg Config, m *
 		}
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &LayerSampler{base: bs, cfg: cfg}
+	s := &LayerSampler{hopSampler{base: bs, cfg: cfg, sampleOp: "LayerSampler.Sample"}}
 	s.blocks = sample.NewBlockSampler(s)
 	return s, nil
 }
 
-// NumNodes is the number of nodes of the whole graph.
-func (s *LayerSampler) NumNodes() int64 { return s.n }
-
-// NumHops is the number of hops (blocks) per batch.
-func (s *LayerSampler) NumHops() int { return len(s.cfg.Fanouts) }
-
-// Sample is SampleContext without a context.
-func (s *LayerSampler) Sample(seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
-	return s.SampleContext(context.Background(), seeds, key)
-}
-
-// SampleContext draws the layer-wise MiniBatch of seeds for key, together
-// with the other devices. The result depends only on the graph, the seeds,
-// the key and the config.
-func (s *LayerSampler) SampleContext(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
-	s.op = "LayerSampler.Sample"
-	if msg, ok := checkSeeds(seeds, s.n); !ok {
-		if _, _, err := s.header(ctx, 0, 1, nil, keyWords(key, 0)); err != nil {
-			return nil, err
-		}
-		return nil, s.errf(-1, ErrInput, "%s", msg)
-	}
-	s.ctx = ctx
-	defer func() { s.ctx = nil }()
-	return s.blocks.Sample(seeds, key)
-}
-
 // SampleHop runs one collective layer-wise hop over the frontier dst.
 func (s *LayerSampler) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*sample.Neighbors, error) {
-	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if hop < 0 || hop >= len(s.cfg.Fanouts) {
-		s.header(ctx, hop, 1, nil, keyWords(key, hop))
-		return nil, s.errf(hop, ErrInput, "hop %d not in [0, %d)", hop, len(s.cfg.Fanouts))
-	}
-	for i, v := range dst {
-		if v < 0 || int64(v) >= s.n {
-			s.header(ctx, hop, 1, nil, keyWords(key, hop))
-			return nil, s.errf(hop, ErrInput, "dst[%d] = %d not in [0, %d)", i, v, s.n)
-		}
-	}
 	// 1. Shuffle the frontier to the owners.
-	packed, sendCounts, pos := s.route(dst)
-	recvCounts, words, err := s.header(ctx, hop, 0, sendCounts, keyWords(key, hop))
+	f, err := s.shuffle(dst, hop, key)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkHops(hop, words); err != nil {
-		return nil, err
-	}
-	recv, err := s.x.I32(ctx, packed, sendCounts, recvCounts)
-	if err != nil {
-		return nil, s.commErr(hop, "shuffle", err)
-	}
-	if err := s.checkOwned(hop, recv, recvCounts); err != nil {
-		return nil, err
-	}
+	ctx, pos, sendCounts, recv, recvCounts, words := f.ctx, f.pos, f.sendCounts, f.recv, f.recvCounts, f.words
 
 	// 2. Owners answer each node's degree and weight (float64 bits).
 	g := s.patch.Graph

@@ -1,7 +1,6 @@
 package csp
 
 import (
-	"context"
 	"slices"
 
 	"github.com/strata-gnn/strata/comm"
@@ -29,13 +28,11 @@ type Config struct {
 
 // NodeSampler is one device's node-wise collective sampler. It implements
 // sample.Sampler and sample.HopSampler, but every call is a collective:
-// all devices must call Sample (or SampleContext) together.
+// all devices must call Sample (or SampleContext) together. Its batches
+// equal sample.NeighborSampler's on the whole graph, byte for byte.
 type NodeSampler struct {
-	base
-	local  *sample.NeighborSampler
-	blocks sample.Sampler
-	cfg    Config
-	ctx    context.Context // of the Sample call in progress
+	hopSampler
+	local *sample.NeighborSampler
 }
 
 // NewNodeSampler builds rank c.Rank()'s sampler over its patch. b is the
@@ -52,38 +49,9 @@ func NewNodeSampler(c comm.Comm, b *book.Book, p *layout.Patch, cfg Config, m *m
 		return nil, &Error{Rank: bs.rank, Op: op, Hop: -1, Msg: "local sampler", Err: err}
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &NodeSampler{base: bs, local: local, cfg: cfg}
+	s := &NodeSampler{hopSampler: hopSampler{base: bs, cfg: cfg, sampleOp: "NodeSampler.Sample"}, local: local}
 	s.blocks = sample.NewBlockSampler(s)
 	return s, nil
-}
-
-// NumNodes is the number of nodes of the whole graph.
-func (s *NodeSampler) NumNodes() int64 { return s.n }
-
-// NumHops is the number of hops (blocks) per batch.
-func (s *NodeSampler) NumHops() int { return len(s.cfg.Fanouts) }
-
-// Sample is SampleContext without a context (the communicator's default
-// deadline applies to each collective).
-func (s *NodeSampler) Sample(seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
-	return s.SampleContext(context.Background(), seeds, key)
-}
-
-// SampleContext draws the MiniBatch of seeds (distinct, in [0, NumNodes))
-// for key, together with the other devices. The result equals
-// sample.NeighborSampler's on the whole graph, byte for byte.
-func (s *NodeSampler) SampleContext(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*sample.MiniBatch, error) {
-	s.op = "NodeSampler.Sample"
-	if msg, ok := checkSeeds(seeds, s.n); !ok {
-		// Take part in the first exchange so the peers learn of it.
-		if _, _, err := s.header(ctx, 0, 1, nil, keyWords(key, 0)); err != nil {
-			return nil, err
-		}
-		return nil, s.errf(-1, ErrInput, "%s", msg)
-	}
-	s.ctx = ctx
-	defer func() { s.ctx = nil }()
-	return s.blocks.Sample(seeds, key)
 }
 
 // SampleHop runs one collective hop: the in-neighbors of dst (global IDs,
@@ -91,36 +59,12 @@ func (s *NodeSampler) SampleContext(ctx context.Context, seeds []graph.NodeID, k
 // by the block builder of SampleContext; calling it directly is also a
 // collective.
 func (s *NodeSampler) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*sample.Neighbors, error) {
-	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if hop < 0 || hop >= len(s.cfg.Fanouts) {
-		s.header(ctx, hop, 1, nil, keyWords(key, hop))
-		return nil, s.errf(hop, ErrInput, "hop %d not in [0, %d)", hop, len(s.cfg.Fanouts))
-	}
-	for i, v := range dst {
-		if v < 0 || int64(v) >= s.n {
-			s.header(ctx, hop, 1, nil, keyWords(key, hop))
-			return nil, s.errf(hop, ErrInput, "dst[%d] = %d not in [0, %d)", i, v, s.n)
-		}
-	}
 	// Shuffle: frontier nodes to their owners.
-	packed, sendCounts, pos := s.route(dst)
-	recvCounts, words, err := s.header(ctx, hop, 0, sendCounts, keyWords(key, hop))
+	f, err := s.shuffle(dst, hop, key)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkHops(hop, words); err != nil {
-		return nil, err
-	}
-	recv, err := s.x.I32(ctx, packed, sendCounts, recvCounts)
-	if err != nil {
-		return nil, s.commErr(hop, "shuffle", err)
-	}
-	if err := s.checkOwned(hop, recv, recvCounts); err != nil {
-		return nil, err
-	}
+	ctx, recv, recvCounts, words := f.ctx, f.recv, f.recvCounts, f.words
 
 	// Sample: every requester's nodes under its own key.
 	replySend := make([]int64, 0)
@@ -160,7 +104,7 @@ func (s *NodeSampler) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*s
 	if err != nil {
 		return nil, s.commErr(hop, "reshuffle", err)
 	}
-	return s.assemble(hop, dst, pos, sendCounts, back, backCounts)
+	return s.assemble(hop, dst, f.pos, f.sendCounts, back, backCounts)
 }
 
 // assemble puts the owners' answers back in dst's order. Owner o's answer
