@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/strata-gnn/strata/internal/atomicfile"
 )
 
 // ReportVersion is the schema version of Report's JSON.
@@ -141,20 +142,7 @@ func (r *Report) WriteJSON(path string) error {
 		return fmt.Errorf("fullgraph: report: %w", err)
 	}
 	data = append(data, '\n')
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("fullgraph: report: %w", err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(path, data); err != nil {
 		return fmt.Errorf("fullgraph: writing %s: %w", path, err)
 	}
 	return nil

@@ -10,8 +10,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/partition/book"
 )
 
@@ -177,58 +177,20 @@ func fileSize(k, ncon, n, metaLen int64) int64 {
 	return headerSize + 4 + metaLen + 4 + (k+1)*8 + 4 + k*ncon*8 + 4 + n*4 + 4
 }
 
-// WriteFile stores s at path atomically: it writes a temporary file in the
-// same directory, fsyncs it (unless noSync), and renames it over path.
+// WriteFile stores s at path atomically (internal/atomicfile): it writes a
+// temporary file in the same directory, fsyncs it (unless noSync), and
+// renames it over path.
 func WriteFile(path string, s *Saved, noSync bool) error {
 	b, err := s.Encode()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}, atomicfile.Options{NoSync: noSync})
 	if err != nil {
 		return fmt.Errorf("partition: %w", err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return fmt.Errorf("partition: writing %s: %w", tmp, err)
-	}
-	if !noSync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("partition: fsync %s: %w", tmp, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("partition: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return fmt.Errorf("partition: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("partition: %w", err)
-	}
-	ok = true
-	if !noSync {
-		return syncDir(dir)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("partition: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("partition: fsync %s: %w", dir, err)
 	}
 	return nil
 }

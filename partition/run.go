@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/progress"
 )
 
@@ -217,7 +218,7 @@ func writeOutput(outDir string, pds *dataset.Dataset, saved *Saved, opts RunOpti
 		return err
 	}
 	if !opts.NoSync {
-		if err := syncDir(tmp); err != nil {
+		if err := atomicfile.SyncDir(tmp); err != nil {
 			return err
 		}
 	}
@@ -236,7 +237,7 @@ func writeOutput(outDir string, pds *dataset.Dataset, saved *Saved, opts RunOpti
 	}
 	ok = true
 	if !opts.NoSync {
-		return syncDir(parent)
+		return atomicfile.SyncDir(parent)
 	}
 	return nil
 }

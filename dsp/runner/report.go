@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
@@ -81,19 +80,7 @@ func (r *Report) WriteJSON(path string) error {
 		return fmt.Errorf("dsp: report: %w", err)
 	}
 	data = append(data, '\n')
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("dsp: report: %w", err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(path, data); err != nil {
 		return fmt.Errorf("dsp: writing %s: %w", path, err)
 	}
 	return nil
