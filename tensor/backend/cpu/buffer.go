@@ -119,21 +119,6 @@ func f32Any(op, name string, b backend.Buffer) ([]float32, error) {
 	return f32(op, name, b, b.Len())
 }
 
-// dims checks that a and b are non-negative and a*b fits an int.
-func dims(op string, a, b int) (int, error) {
-	if a < 0 || b < 0 {
-		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("negative shape %d x %d", a, b)}
-	}
-	if b != 0 && a > maxElems/b {
-		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d too large", a, b)}
-	}
-	return a * b, nil
-}
-
-// maxElems bounds every element count so products of two dimensions and
-// byte sizes never overflow.
-const maxElems = 1 << 50
-
 // checkIdx returns an IndexError for the first idx[i] outside [0, limit).
 func checkIdx(op, name string, idx []int32, limit int) error {
 	for i, v := range idx {

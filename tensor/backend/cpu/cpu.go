@@ -202,15 +202,7 @@ func (b *Backend) Fill(dst backend.Buffer, v float32) error {
 // Gemm computes C = alpha*op(A)*op(B) + beta*C (row-major).
 func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, a, bb backend.Buffer, beta float32, c backend.Buffer) error {
 	const op = "Gemm"
-	mk, err := dims(op, m, k)
-	if err != nil {
-		return err
-	}
-	kn, err := dims(op, k, n)
-	if err != nil {
-		return err
-	}
-	mn, err := dims(op, m, n)
+	mk, kn, mn, err := backend.GemmShape(op, m, n, k)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func (b *Backend) Mul(dst, x, y backend.Buffer) error {
 // AddRowVector computes dst[r,c] = x[r,c] + v[c].
 func (b *Backend) AddRowVector(dst, x, v backend.Buffer, rows, cols int) error {
 	const op = "AddRowVector"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 // GatherRows copies dst[i,:] = x[idx[i],:].
 func (b *Backend) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	const op = "GatherRows"
-	xn, err := dims(op, xrows, cols)
+	xn, err := backend.Dims(op, xrows, cols)
 	if err != nil {
 		return err
 	}
@@ -17,7 +17,7 @@ func (b *Backend) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error 
 	if err != nil {
 		return err
 	}
-	dn, err := dims(op, len(iv), cols)
+	dn, err := backend.Dims(op, len(iv), cols)
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (b *Backend) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error 
 // row is summed by one goroutine in the original order of i.
 func (b *Backend) ScatterAddRows(dst, src, idx backend.Buffer, dstRows, cols int) error {
 	const op = "ScatterAddRows"
-	dn, err := dims(op, dstRows, cols)
+	dn, err := backend.Dims(op, dstRows, cols)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (b *Backend) ScatterAddRows(dst, src, idx backend.Buffer, dstRows, cols int
 	if err != nil {
 		return err
 	}
-	sn, err := dims(op, len(iv), cols)
+	sn, err := backend.Dims(op, len(iv), cols)
 	if err != nil {
 		return err
 	}

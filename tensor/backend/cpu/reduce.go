@@ -13,7 +13,7 @@ const sumChunk = 1 << 14
 // (in float64), and block sums are combined in block order.
 func (b *Backend) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	const op = "SumRows"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -77,15 +77,9 @@ func (b *Backend) Sum(x backend.Buffer) (float64, error) {
 // ArgmaxRows writes each row's first largest column into dst (int32).
 func (b *Backend) ArgmaxRows(dst, x backend.Buffer, rows, cols int) error {
 	const op = "ArgmaxRows"
-	n, err := dims(op, rows, cols)
+	n, err := backend.ArgmaxShape(op, rows, cols)
 	if err != nil {
 		return err
-	}
-	if rows > 0 && cols < 1 {
-		return &backend.ShapeError{Op: op, Msg: "cols must be >= 1"}
-	}
-	if cols > math.MaxInt32 {
-		return &backend.ShapeError{Op: op, Msg: "cols does not fit int32"}
 	}
 	d, err := i32(op, "dst", dst, rows)
 	if err != nil {
@@ -113,7 +107,7 @@ func (b *Backend) ArgmaxRows(dst, x backend.Buffer, rows, cols int) error {
 // LogSoftmax computes dst = x - max - log(sum exp(x - max)) per row.
 func (b *Backend) LogSoftmax(dst, x backend.Buffer, rows, cols int) error {
 	const op = "LogSoftmax"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -151,7 +145,7 @@ func (b *Backend) LogSoftmax(dst, x backend.Buffer, rows, cols int) error {
 // LogSoftmaxBackward computes dx = dy - exp(y) * rowsum(dy).
 func (b *Backend) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) error {
 	const op = "LogSoftmaxBackward"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -184,7 +178,7 @@ func (b *Backend) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) e
 
 // nllArgs validates the NLL arguments and returns rows and labels.
 func nllArgs(op string, rows, labels backend.Buffer, nrows, cols int) ([]int32, []int32, error) {
-	if _, err := dims(op, nrows, cols); err != nil {
+	if _, err := backend.Dims(op, nrows, cols); err != nil {
 		return nil, nil, err
 	}
 	rv, err := i32Any(op, "rows", rows)

@@ -70,25 +70,7 @@ func (s *Sparse) transpose() {
 
 // NewSparse copies and validates a CSR matrix.
 func (b *Backend) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
-	const op = "NewSparse"
-	if rows < 0 || cols < 0 || rows > math.MaxInt32 || cols > math.MaxInt32 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d out of range [0, 2^31)", rows, cols)}
-	}
-	if len(indptr) != rows+1 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr has %d entries, want rows+1 = %d", len(indptr), rows+1)}
-	}
-	if indptr[0] != 0 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[0] = %d, want 0", indptr[0])}
-	}
-	for i := 0; i < rows; i++ {
-		if indptr[i+1] < indptr[i] {
-			return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr decreases at %d (%d > %d)", i+1, indptr[i], indptr[i+1])}
-		}
-	}
-	if indptr[rows] != int64(len(indices)) {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[rows] = %d, but %d indices", indptr[rows], len(indices))}
-	}
-	if err := checkIdx(op, "indices", indices, cols); err != nil {
+	if err := backend.CheckCSR("NewSparse", rows, cols, indptr, indices); err != nil {
 		return nil, err
 	}
 	return &Sparse{
@@ -158,18 +140,11 @@ func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x b
 	if err != nil {
 		return err
 	}
-	if heads < 1 || width < 0 || width%heads != 0 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, width %d: want heads >= 1 dividing width", heads, width)}
+	rows, cols := s.rows, s.cols
+	if transpose {
+		rows, cols = cols, rows
 	}
-	if w == nil && heads != 1 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("w is nil but heads = %d, want 1", heads)}
-	}
-	c := s.view(transpose)
-	on, err := dims(op, c.rows, width)
-	if err != nil {
-		return err
-	}
-	xn, err := dims(op, c.cols, width)
+	on, xn, err := backend.SpMMShape(op, rows, cols, heads, width, w != nil)
 	if err != nil {
 		return err
 	}
@@ -183,7 +158,7 @@ func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x b
 	}
 	var wv []float32
 	if w != nil {
-		wn, err := dims(op, s.NNZ(), heads)
+		wn, err := backend.Dims(op, s.NNZ(), heads)
 		if err != nil {
 			return err
 		}
@@ -192,6 +167,7 @@ func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x b
 		}
 	}
 	dim := width / heads
+	c := s.view(transpose)
 	parRows(c, width, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			or := ov[r*width : (r+1)*width]
@@ -221,31 +197,7 @@ func (b *Backend) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Spars
 	if err != nil {
 		return err
 	}
-	switch sop {
-	case backend.SDDMMDot:
-	case backend.SDDMMAdd:
-		if dim != 1 {
-			return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("SDDMMAdd needs dim 1, got %d", dim)}
-		}
-	default:
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("unknown SDDMM op %d", sop)}
-	}
-	if heads < 1 || dim < 0 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, dim %d: want heads >= 1, dim >= 0", heads, dim)}
-	}
-	width, err := dims(op, heads, dim)
-	if err != nil {
-		return err
-	}
-	un, err := dims(op, s.rows, width)
-	if err != nil {
-		return err
-	}
-	vn, err := dims(op, s.cols, width)
-	if err != nil {
-		return err
-	}
-	en, err := dims(op, s.NNZ(), heads)
+	un, vn, en, err := backend.SDDMMShape(op, sop, s.rows, s.cols, s.NNZ(), heads, dim)
 	if err != nil {
 		return err
 	}
@@ -261,6 +213,7 @@ func (b *Backend) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Spars
 	if err != nil {
 		return err
 	}
+	width := heads * dim // bounded by SDDMMShape
 	c := s.view(false)
 	parRows(c, width, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -291,15 +244,11 @@ func (b *Backend) EdgeSum(out backend.Buffer, a backend.Sparse, transpose bool, 
 	if err != nil {
 		return err
 	}
-	if heads < 1 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
+	rows := s.rows
+	if transpose {
+		rows = s.cols
 	}
-	c := s.view(transpose)
-	on, err := dims(op, c.rows, heads)
-	if err != nil {
-		return err
-	}
-	en, err := dims(op, s.NNZ(), heads)
+	on, en, err := backend.EdgeSumShape(op, rows, s.NNZ(), heads)
 	if err != nil {
 		return err
 	}
@@ -311,6 +260,7 @@ func (b *Backend) EdgeSum(out backend.Buffer, a backend.Sparse, transpose bool, 
 	if err != nil {
 		return err
 	}
+	c := s.view(transpose)
 	parRows(c, heads, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			or := ov[r*heads : (r+1)*heads]
@@ -330,10 +280,7 @@ func edgeArgs(op string, a backend.Sparse, heads int) (*Sparse, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if heads < 1 {
-		return nil, 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
-	}
-	n, err := dims(op, s.NNZ(), heads)
+	n, err := backend.EdgeShape(op, s.NNZ(), heads)
 	return s, n, err
 }
 

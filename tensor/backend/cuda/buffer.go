@@ -73,7 +73,7 @@ func (b *Buffer) Device() *Device {
 }
 
 // maxElems bounds element counts so byte sizes never overflow.
-const maxElems = 1 << 50
+const maxElems = backend.MaxElems
 
 // Alloc returns a zero-filled buffer of n elements.
 func (d *Device) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
@@ -212,17 +212,6 @@ func (d *Device) i32Any(op, name string, b backend.Buffer) (*Buffer, error) {
 		return nil, &backend.ShapeError{Op: op, Msg: name + " is nil"}
 	}
 	return d.i32(op, name, b, b.Len())
-}
-
-// dims checks that a and b are non-negative and a*b is bounded.
-func dims(op string, a, b int) (int, error) {
-	if a < 0 || b < 0 {
-		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("negative shape %d x %d", a, b)}
-	}
-	if b != 0 && a > maxElems/b {
-		return 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d too large", a, b)}
-	}
-	return a * b, nil
 }
 
 // hostSlice returns the element count, dtype and address of a host slice.

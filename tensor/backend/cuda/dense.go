@@ -12,15 +12,7 @@ import (
 // Gemm computes C = alpha*op(A)*op(B) + beta*C (row-major) with cuBLAS.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b backend.Buffer, beta float32, c backend.Buffer) error {
 	const op = "Gemm"
-	mk, err := dims(op, m, k)
-	if err != nil {
-		return err
-	}
-	kn, err := dims(op, k, n)
-	if err != nil {
-		return err
-	}
-	mn, err := dims(op, m, n)
+	mk, kn, mn, err := backend.GemmShape(op, m, n, k)
 	if err != nil {
 		return err
 	}
@@ -109,7 +101,7 @@ func (d *Device) Mul(dst, x, y backend.Buffer) error {
 // AddRowVector computes dst[r,c] = x[r,c] + v[c].
 func (d *Device) AddRowVector(dst, x, v backend.Buffer, rows, cols int) error {
 	const op = "AddRowVector"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -307,7 +299,7 @@ func (d *Device) Sum(x backend.Buffer) (float64, error) {
 // in double, and chunk sums combined in chunk order.
 func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	const op = "SumRows"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -350,15 +342,9 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 // ArgmaxRows writes each row's first largest column into dst (int32).
 func (d *Device) ArgmaxRows(dst, x backend.Buffer, rows, cols int) error {
 	const op = "ArgmaxRows"
-	n, err := dims(op, rows, cols)
+	n, err := backend.ArgmaxShape(op, rows, cols)
 	if err != nil {
 		return err
-	}
-	if rows > 0 && cols < 1 {
-		return &backend.ShapeError{Op: op, Msg: "cols must be >= 1"}
-	}
-	if cols > math.MaxInt32 {
-		return &backend.ShapeError{Op: op, Msg: "cols does not fit int32"}
 	}
 	dv, err := d.i32(op, "dst", dst, rows)
 	if err != nil {
@@ -376,7 +362,7 @@ func (d *Device) ArgmaxRows(dst, x backend.Buffer, rows, cols int) error {
 // LogSoftmax computes dst = x - max - log(sum exp(x - max)) per row.
 func (d *Device) LogSoftmax(dst, x backend.Buffer, rows, cols int) error {
 	const op = "LogSoftmax"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -399,7 +385,7 @@ func (d *Device) LogSoftmax(dst, x backend.Buffer, rows, cols int) error {
 // LogSoftmaxBackward computes dx = dy - exp(y) * rowsum(dy).
 func (d *Device) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) error {
 	const op = "LogSoftmaxBackward"
-	n, err := dims(op, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -425,7 +411,7 @@ func (d *Device) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) er
 
 // nllArgs validates the NLL arguments.
 func (d *Device) nllArgs(op string, rows, labels backend.Buffer, nrows, cols int) (*Buffer, *Buffer, error) {
-	if _, err := dims(op, nrows, cols); err != nil {
+	if _, err := backend.Dims(op, nrows, cols); err != nil {
 		return nil, nil, err
 	}
 	rv, err := d.i32Any(op, "rows", rows)
@@ -533,7 +519,7 @@ func (d *Device) NLLLossBackward(dlogp, rows, labels backend.Buffer, nrows, cols
 // device; a bad one is reported by the next Synchronize.
 func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	const op = "GatherRows"
-	xn, err := dims(op, xrows, cols)
+	xn, err := backend.Dims(op, xrows, cols)
 	if err != nil {
 		return err
 	}
@@ -541,7 +527,7 @@ func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	if err != nil {
 		return err
 	}
-	dn, err := dims(op, iv.n, cols)
+	dn, err := backend.Dims(op, iv.n, cols)
 	if err != nil {
 		return err
 	}
@@ -582,7 +568,7 @@ func (d *Device) gatherLocked(dst, x, idx cu.DevPtr, n, xrows, cols int64, slot 
 // floating-point atomics, deterministic.
 func (d *Device) ScatterAddRows(dst, src, idx backend.Buffer, dstRows, cols int) error {
 	const op = "ScatterAddRows"
-	dn, err := dims(op, dstRows, cols)
+	dn, err := backend.Dims(op, dstRows, cols)
 	if err != nil {
 		return err
 	}
@@ -590,7 +576,7 @@ func (d *Device) ScatterAddRows(dst, src, idx backend.Buffer, dstRows, cols int)
 	if err != nil {
 		return err
 	}
-	sn, err := dims(op, iv.n, cols)
+	sn, err := backend.Dims(op, iv.n, cols)
 	if err != nil {
 		return err
 	}

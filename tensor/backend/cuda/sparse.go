@@ -41,27 +41,8 @@ func (s *Sparse) Indices() *Buffer { return s.col }
 // NewSparse validates a host CSR matrix and uploads it.
 func (d *Device) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
 	const op = "NewSparse"
-	if rows < 0 || cols < 0 || rows > math.MaxInt32 || cols > math.MaxInt32 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("shape %d x %d out of range [0, 2^31)", rows, cols)}
-	}
-	if len(indptr) != rows+1 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr has %d entries, want rows+1 = %d", len(indptr), rows+1)}
-	}
-	if indptr[0] != 0 {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[0] = %d, want 0", indptr[0])}
-	}
-	for i := 0; i < rows; i++ {
-		if indptr[i+1] < indptr[i] {
-			return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr decreases at %d (%d > %d)", i+1, indptr[i], indptr[i+1])}
-		}
-	}
-	if indptr[rows] != int64(len(indices)) {
-		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("indptr[rows] = %d, but %d indices", indptr[rows], len(indices))}
-	}
-	for i, v := range indices {
-		if v < 0 || int(v) >= cols {
-			return nil, &backend.IndexError{Op: op, Name: "indices", Pos: i, Value: int64(v), Limit: cols}
-		}
+	if err := backend.CheckCSR(op, rows, cols, indptr, indices); err != nil {
+		return nil, err
 	}
 	if len(indices) >= 1<<31-1 {
 		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%d entries: the cuda back end supports fewer than 2^31-1", len(indices))}
@@ -196,21 +177,11 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 	if err != nil {
 		return err
 	}
-	if heads < 1 || width < 0 || width%heads != 0 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, width %d: want heads >= 1 dividing width", heads, width)}
-	}
-	if w == nil && heads != 1 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("w is nil but heads = %d, want 1", heads)}
-	}
 	orows, ocols := s.rows, s.cols
 	if transpose {
 		orows, ocols = s.cols, s.rows
 	}
-	on, err := dims(op, orows, width)
-	if err != nil {
-		return err
-	}
-	xn, err := dims(op, ocols, width)
+	on, xn, err := backend.SpMMShape(op, orows, ocols, heads, width, w != nil)
 	if err != nil {
 		return err
 	}
@@ -224,7 +195,7 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 	}
 	var wp cu.DevPtr
 	if w != nil {
-		wn, err := dims(op, s.nnz, heads)
+		wn, err := backend.Dims(op, s.nnz, heads)
 		if err != nil {
 			return err
 		}
@@ -260,31 +231,7 @@ func (d *Device) SDDMM(sop backend.SDDMMOp, out backend.Buffer, a backend.Sparse
 	if err != nil {
 		return err
 	}
-	switch sop {
-	case backend.SDDMMDot:
-	case backend.SDDMMAdd:
-		if dim != 1 {
-			return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("SDDMMAdd needs dim 1, got %d", dim)}
-		}
-	default:
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("unknown SDDMM op %d", sop)}
-	}
-	if heads < 1 || dim < 0 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, dim %d: want heads >= 1, dim >= 0", heads, dim)}
-	}
-	width, err := dims(op, heads, dim)
-	if err != nil {
-		return err
-	}
-	un, err := dims(op, s.rows, width)
-	if err != nil {
-		return err
-	}
-	vn, err := dims(op, s.cols, width)
-	if err != nil {
-		return err
-	}
-	en, err := dims(op, s.nnz, heads)
+	un, vn, en, err := backend.SDDMMShape(op, sop, s.rows, s.cols, s.nnz, heads, dim)
 	if err != nil {
 		return err
 	}
@@ -320,18 +267,11 @@ func (d *Device) EdgeSum(out backend.Buffer, a backend.Sparse, transpose bool, e
 	if err != nil {
 		return err
 	}
-	if heads < 1 {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
-	}
 	orows := s.rows
 	if transpose {
 		orows = s.cols
 	}
-	on, err := dims(op, orows, heads)
-	if err != nil {
-		return err
-	}
-	en, err := dims(op, s.nnz, heads)
+	on, en, err := backend.EdgeSumShape(op, orows, s.nnz, heads)
 	if err != nil {
 		return err
 	}
@@ -360,10 +300,7 @@ func (d *Device) edgeArgs(op string, a backend.Sparse, heads int) (*Sparse, int,
 	if err != nil {
 		return nil, 0, err
 	}
-	if heads < 1 {
-		return nil, 0, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("heads %d, want >= 1", heads)}
-	}
-	n, err := dims(op, s.nnz, heads)
+	n, err := backend.EdgeShape(op, s.nnz, heads)
 	return s, n, err
 }
 
