@@ -651,3 +651,36 @@ func (t *transport) release() error {
 		return err
 	})
 }
+
+// OpenLocal opens one communicator per device in this process (goroutine
+// ranks, rank r on devs[r]) through an in-memory store: what a
+// single-process multi-GPU trainer uses. The ranks initialize
+// concurrently, as ncclCommInitRank requires; if any fails, the others
+// are closed and the first error is returned.
+func OpenLocal(ctx context.Context, devs []*cuda.Device, o Options) ([]comm.DeviceComm, error) {
+	n := len(devs)
+	if n == 0 {
+		return nil, fmt.Errorf("nccl: OpenLocal needs at least one device")
+	}
+	stores := rendezvous.NewLocal(n)
+	out := make([]comm.DeviceComm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[r], errs[r] = Open(ctx, stores[r], devs[r], o)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range out {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	return out, nil
+}
