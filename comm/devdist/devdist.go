@@ -11,9 +11,7 @@ package devdist
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,16 +79,7 @@ func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Opti
 		ctx, cancel = context.WithTimeout(ctx, to)
 		defer cancel()
 	}
-	sec := auth.Security{}
-	if o.Security != nil {
-		sec = *o.Security
-	} else {
-		var err error
-		if sec, err = auth.FromEnv(); err != nil {
-			return nil, info, err
-		}
-	}
-	store, err := rendezvous.Join(ctx, env, rendezvous.Options{Security: sec})
+	store, sec, err := rendezvous.JoinEnv(ctx, env, o.Security)
 	if err != nil {
 		return nil, info, err
 	}
@@ -111,7 +100,7 @@ func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Opti
 // and returns the job's topology (the same on every rank).
 func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info *Info) (comm.Topology, error) {
 	var top comm.Topology
-	same, err := sameHost(ctx, store)
+	same, err := rendezvous.SameHost(ctx, store, "devdist")
 	if err != nil {
 		return top, err
 	}
@@ -168,13 +157,7 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be ba
 		g.Options = o.Comm
 		return gpushm.Open(ctx, store, be, g)
 	case comm.KindTCP:
-		host := o.Host
-		if host == "" {
-			host = os.Getenv("STRATA_COMM_HOST")
-		}
-		if host == "" {
-			host = advertise(env)
-		}
+		host := rendezvous.AdvertiseHost(o.Host, env)
 		h, err := tcp.New(ctx, store, tcp.Options{Options: comm.Options{Timeout: o.Comm.Timeout}, Security: sec, Host: host})
 		if err != nil {
 			return nil, err
@@ -248,38 +231,6 @@ func peerAccess(ctx context.Context, store rendezvous.Store, dev *cuda.Device) (
 		}
 	}
 	return true, "every GPU pair has peer-to-peer access"
-}
-
-// sameHost compares every rank's boot id and host name.
-func sameHost(ctx context.Context, store rendezvous.Store) (bool, error) {
-	name, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	id := strings.TrimSpace(string(boot)) + "/" + name
-	if err := store.Set(ctx, "devdist/host/"+strconv.Itoa(store.Rank()), []byte(id)); err != nil {
-		return false, err
-	}
-	ids := make([]string, store.Size())
-	for r := range ids {
-		v, err := store.Get(ctx, "devdist/host/"+strconv.Itoa(r))
-		if err != nil {
-			return false, fmt.Errorf("rank %d never said which host it is on: %w", r, err)
-		}
-		ids[r] = string(v)
-	}
-	return !slices.ContainsFunc(ids, func(s string) bool { return s != id }), nil
-}
-
-// advertise picks the local address peers can reach.
-func advertise(env rendezvous.Env) string {
-	if auth.IsLoopback(env.MasterAddr) {
-		return "127.0.0.1"
-	}
-	c, err := net.Dial("udp", env.Addr())
-	if err != nil {
-		return "0.0.0.0"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
 type withStore struct {

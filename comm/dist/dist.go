@@ -9,11 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
@@ -82,16 +77,7 @@ func InitEnv(ctx context.Context, env rendezvous.Env, o Options) (comm.Comm, Inf
 		ctx, cancel = context.WithTimeout(ctx, to)
 		defer cancel()
 	}
-	sec := auth.Security{}
-	if o.Security != nil {
-		sec = *o.Security
-	} else {
-		var err error
-		if sec, err = auth.FromEnv(); err != nil {
-			return nil, info, err
-		}
-	}
-	store, err := rendezvous.Join(ctx, env, rendezvous.Options{Security: sec})
+	store, sec, err := rendezvous.JoinEnv(ctx, env, o.Security)
 	if err != nil {
 		return nil, info, err
 	}
@@ -111,7 +97,7 @@ func InitEnv(ctx context.Context, env rendezvous.Env, o Options) (comm.Comm, Inf
 }
 
 func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, o Options, sec auth.Security, info *Info) (comm.Comm, error) {
-	same, err := sameHost(ctx, store)
+	same, err := rendezvous.SameHost(ctx, store, "dist")
 	if err != nil {
 		return nil, err
 	}
@@ -136,13 +122,7 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, o Opt
 	case comm.KindShm:
 		return shm.New(ctx, store, shm.Options{Options: o.Comm, SlotBytes: o.ShmSlotBytes, HeapBytes: heapBytes(o.ShmHeapBytes), Reducer: o.ShmReducer})
 	case comm.KindTCP:
-		host := o.Host
-		if host == "" {
-			host = os.Getenv("STRATA_COMM_HOST")
-		}
-		if host == "" {
-			host = advertise(env)
-		}
+		host := rendezvous.AdvertiseHost(o.Host, env)
 		return tcp.New(ctx, store, tcp.Options{Options: o.Comm, Security: sec, Host: host, SegmentBytes: o.TCPSegmentBytes})
 	case comm.KindNCCL:
 		return nil, errors.New("the NCCL back end is not built yet")
@@ -158,43 +138,6 @@ func heapBytes(b int) int {
 		return 0
 	}
 	return b
-}
-
-// sameHost compares every rank's boot id and host name.
-func sameHost(ctx context.Context, store rendezvous.Store) (bool, error) {
-	id := hostID()
-	if err := store.Set(ctx, "dist/host/"+strconv.Itoa(store.Rank()), []byte(id)); err != nil {
-		return false, err
-	}
-	ids := make([]string, store.Size())
-	for r := range ids {
-		v, err := store.Get(ctx, "dist/host/"+strconv.Itoa(r))
-		if err != nil {
-			return false, fmt.Errorf("rank %d never said which host it is on: %w", r, err)
-		}
-		ids[r] = string(v)
-	}
-	return !slices.ContainsFunc(ids, func(s string) bool { return s != id }), nil
-}
-
-func hostID() string {
-	name, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return strings.TrimSpace(string(boot)) + "/" + name
-}
-
-// advertise picks the local address peers can reach: loopback when the
-// master is on loopback, else the interface that routes to the master.
-func advertise(env rendezvous.Env) string {
-	if auth.IsLoopback(env.MasterAddr) {
-		return "127.0.0.1"
-	}
-	c, err := net.Dial("udp", env.Addr()) // no packet is sent
-	if err != nil {
-		return "0.0.0.0"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
 type withStore struct {
