@@ -119,19 +119,7 @@ func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	return rep
 }
 
-func crossEdges(s *shared) int64 {
-	var n int64
-	b := s.pd.book
-	for r := range b.K() {
-		lo, hi := b.Range(r)
-		for _, u := range s.in.Indices[s.in.Indptr[lo]:s.in.Indptr[hi]] {
-			if int64(u) < lo || int64(u) >= hi {
-				n++
-			}
-		}
-	}
-	return n
-}
+func crossEdges(s *shared) int64 { return CrossEdges(s.in, s.pd.book) }
 
 // summarize fills the headline fields as the single-device trainer does:
 // the selected epoch is the best by validation accuracy (ties: lower

@@ -100,18 +100,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if s.in = pd.ds.InGraph(); s.in == nil {
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
-	s.x = pd.ds.Features
-	rowNorm := cfg.Train.RowNorm == train.RowNormOn || (cfg.Train.RowNorm == train.RowNormAuto && nonNegative(s.x))
-	if rowNorm {
-		s.x = dataset.RowNormalize(s.x, s.dim)
-	}
-	nnz := 0
-	for _, v := range s.x {
-		if v != 0 {
-			nnz++
-		}
-	}
-	s.sparse = float64(nnz) < sparseThreshold*float64(len(s.x))
+	var rowNorm bool
+	s.x, rowNorm, s.sparse = Features(pd.ds, cfg.Train.RowNorm)
 	switch cfg.Hotness {
 	case cache.ByInDegree:
 		s.hot, err = cache.InDegree(s.in)
@@ -336,27 +326,12 @@ func (d *device) presample(ctx context.Context, c comm.Comm) ([]graph.NodeID, er
 
 func (d *device) buildModel() error {
 	s, cfg := d.s, &d.s.cfg.Train
-	mc := nn.Config{
-		Kind: cfg.Model, InDim: s.dim, Hidden: cfg.Hidden, OutDim: s.pd.ds.NumClasses, Layers: cfg.Layers,
-		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
-		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
-		NoDropout: cfg.Dropout == 0 && cfg.AttnDrop == 0,
-		Seed:      rng.Derive(cfg.Seed, tagInit),
-	}
-	if cfg.Model != train.GAT {
-		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
-		mc.NoDropout = cfg.Dropout == 0
-	}
+	mc := ModelConfig(*cfg, s.dim, s.pd.ds.NumClasses)
 	var err error
 	if d.model, err = nn.New(d.b, mc); err != nil {
 		return d.errf("model", err)
 	}
-	switch cfg.Optimizer {
-	case "adam":
-		d.opt = optim.NewAdam(d.b, d.model.Params(), float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
-	default:
-		d.opt = optim.NewSGD(d.b, d.model.Params(), float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
-	}
+	d.opt = NewOptimizer(d.b, d.model.Params(), *cfg)
 	// Gradients are averaged in buckets of BucketBytes; the step's loss
 	// rides along as one more "gradient" of one element.
 	sizes := make([]int, 0, len(d.model.Params())+1)

@@ -1,0 +1,50 @@
+package devbuf
+
+import (
+	"testing"
+
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+)
+
+func TestViewAndUpload(t *testing.T) {
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := Upload(b, []float32{1, 2, 3, 4, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := View(buf, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Fill(v, 9); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 5)
+	if err := b.Download(got, buf); err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{1, 9, 9, 9, 5}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("after filling the view: %v, want %v", got, want)
+		}
+	}
+	ib, err := Upload(b, []int32{7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := View(ib, 2, 0); err != nil || e.Len() != 0 {
+		t.Fatalf("empty view at the end: %v, %v", e, err)
+	}
+	for _, c := range [][2]int{{-1, 1}, {0, 3}, {3, 0}, {1, -1}} {
+		if _, err := View(ib, c[0], c[1]); err == nil {
+			t.Fatalf("View(%d, %d) of 2 elements: no error", c[0], c[1])
+		}
+	}
+	if _, err := View(nil, 0, 0); err == nil {
+		t.Fatal("View of nil: no error")
+	}
+}

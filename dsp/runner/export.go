@@ -1,0 +1,183 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/partition/book"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// This file exports the pieces of the host runner that package dsp/gpurun
+// (the same DSP training with sampling, feature exchange and gradient
+// all-reduce on the devices) reuses, so that both make the same batches,
+// initial weights, dropout masks, reports and evaluations.
+
+// Normalize fills the defaults and validates the configuration, as Run
+// does.
+func (c *Config) Normalize() error { return c.normalize() }
+
+// CheckDataset rejects datasets that cannot be trained on, as Run does.
+func CheckDataset(ds *dataset.Dataset) error { return checkDataset(ds) }
+
+// Partitioned is a dataset split into cfg.Devices patches: renumbered so
+// that device p owns the node IDs of Book range p.
+type Partitioned struct {
+	Dataset *dataset.Dataset
+	Book    *book.Book
+	Method  string // "none", "range", "multilevel" or "metis"
+	EdgeCut int64  // undirected edges between patches; -1 if not computed
+}
+
+// Partition splits ds as Run does (cfg must be normalized).
+func Partition(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*Partitioned, error) {
+	pd, err := partitionData(ctx, ds, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Partitioned{Dataset: pd.ds, Book: pd.book, Method: pd.method, EdgeCut: pd.edgeCut}, nil
+}
+
+// AssignBatches deals one epoch's training nodes to the devices of b as
+// Run does (mode Pad or Trim): batches[r][i] is device r's batch i, every
+// device has the same number of batches, and dropped counts the training
+// nodes left out (Trim). Device r's batch i is global batch i*K+r.
+func AssignBatches(trainNodes []graph.NodeID, b *book.Book, batchSize int, mode string, seed uint64, epoch int) (batches [][][]graph.NodeID, dropped int, err error) {
+	if b == nil || batchSize < 1 {
+		return nil, 0, fmt.Errorf("dsp: assign: nil book or batch size %d", batchSize)
+	}
+	p, err := assign(trainNodes, b, batchSize, mode, seed, epoch)
+	if err != nil {
+		return nil, 0, err
+	}
+	return p.batches, p.dropped, nil
+}
+
+// DropoutSeed keys the dropout masks of global batch global of epoch, as
+// the single-device trainer does.
+func DropoutSeed(seed uint64, epoch, global int) uint64 {
+	return rng.Derive(seed, tagDropout, uint64(epoch), uint64(global))
+}
+
+// ModelConfig is the model Run builds for cfg on features of inDim
+// columns and classes classes (the single-device trainer's initial
+// weights).
+func ModelConfig(cfg train.Config, inDim, classes int) nn.Config {
+	mc := nn.Config{
+		Kind: cfg.Model, InDim: inDim, Hidden: cfg.Hidden, OutDim: classes, Layers: cfg.Layers,
+		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
+		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
+		NoDropout: cfg.Dropout == 0 && cfg.AttnDrop == 0,
+		Seed:      rng.Derive(cfg.Seed, tagInit),
+	}
+	if cfg.Model != train.GAT {
+		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
+		mc.NoDropout = cfg.Dropout == 0
+	}
+	return mc
+}
+
+// NewOptimizer is the optimizer Run steps for cfg.
+func NewOptimizer(b backend.Backend, params []*nn.Param, cfg train.Config) optim.Optimizer {
+	if cfg.Optimizer == "adam" {
+		return optim.NewAdam(b, params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
+	}
+	return optim.NewSGD(b, params, float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
+}
+
+// Features returns ds's feature table as Run trains on it: row-normalized
+// when rowNorm is on, or auto and every value is >= 0 (normalized reports
+// which), and whether it counts as sparse (under a quarter nonzero).
+func Features(ds *dataset.Dataset, rowNorm string) (x []float32, normalized, sparse bool) {
+	x = ds.Features
+	normalized = rowNorm == train.RowNormOn || (rowNorm == train.RowNormAuto && nonNegative(x))
+	if normalized {
+		x = dataset.RowNormalize(x, ds.FeatDim)
+	}
+	nnz := 0
+	for _, v := range x {
+		if v != 0 {
+			nnz++
+		}
+	}
+	return x, normalized, float64(nnz) < sparseThreshold*float64(len(x))
+}
+
+// HotOrder ranks the nodes of the in-adjacency in for the feature cache
+// (hottest first) by in-degree, PageRank or reverse PageRank. Pre-sampling
+// needs a sampling pass and is not available here.
+func HotOrder(in *graph.CSR, h cache.Hotness) ([]graph.NodeID, error) {
+	switch h {
+	case cache.ByInDegree, "":
+		return cache.InDegree(in)
+	case cache.ByPageRank:
+		return cache.PageRank(in)
+	case cache.ByReversePageRank:
+		return cache.ReversePageRank(in)
+	}
+	return nil, fmt.Errorf("dsp: hotness %q needs a pre-sampling pass (use in-degree, pagerank or reverse-pagerank)", h)
+}
+
+// CrossEdges counts the in-adjacency entries of in whose source another
+// device of b owns.
+func CrossEdges(in *graph.CSR, b *book.Book) int64 {
+	var n int64
+	for r := range b.K() {
+		lo, hi := b.Range(r)
+		for _, u := range in.Indices[in.Indptr[lo]:in.Indptr[hi]] {
+			if int64(u) < lo || int64(u) >= hi {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Summarize fills a report's headline fields from its epochs as Run does
+// (the best epoch by validation accuracy, or the last).
+func Summarize(r *train.Report) { summarize(r) }
+
+// LogEvery is how many epochs apart Run logs (every epoch up to 30).
+func LogEvery(epochs int) int { return logEvery(epochs) }
+
+// Evaluator is Run's evaluation on one device: the whole graph with all
+// neighbors (Eval "full") or sampled mini-batches of the evaluation nodes.
+type Evaluator struct{ ev *evaluator }
+
+// NewEvaluator evaluates on b the dataset ds with its feature table x
+// (as Features returns it; sparse selects the sparse first-layer
+// product) under cfg's Eval settings. Full evaluation uploads the graph
+// and the features now.
+func NewEvaluator(b backend.Backend, ds *dataset.Dataset, x []float32, sparse bool, cfg train.Config) (*Evaluator, error) {
+	in := ds.InGraph()
+	if in == nil {
+		return nil, fmt.Errorf("dsp: evaluator: invalid graph")
+	}
+	if int64(len(x)) != ds.NumNodes()*int64(ds.FeatDim) {
+		return nil, fmt.Errorf("dsp: evaluator: %d feature values for %d nodes x %d", len(x), ds.NumNodes(), ds.FeatDim)
+	}
+	s := &shared{cfg: Config{Train: cfg}, pd: &partitioned{ds: ds}, in: in, x: x, dim: ds.FeatDim, sparse: sparse}
+	ev, err := newEvaluator(b, s)
+	if err != nil {
+		return nil, err
+	}
+	return &Evaluator{ev: ev}, nil
+}
+
+// Run evaluates model: accuracies on the train, validation and test nodes
+// and the validation loss.
+func (e *Evaluator) Run(model nn.Model) (train.EpochRecord, error) { return e.ev.run(model) }
+
+// Free releases the device memory the evaluator holds.
+func (e *Evaluator) Free() {
+	if e != nil {
+		e.ev.free()
+	}
+}
