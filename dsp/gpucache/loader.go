@@ -106,10 +106,14 @@ type Error struct {
 	Err  error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("gpucache: rank %d: load: %s: %v", e.Rank, e.Msg, e.Err) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("gpucache: rank %d: load: %s: %v", e.Rank, e.Msg, e.Err)
+}
 func (e *Error) Unwrap() error { return e.Err }
 
-func (l *Loader) fail(msg string, err error) error { return &Error{Rank: l.cfg.Rank, Msg: msg, Err: err} }
+func (l *Loader) fail(msg string, err error) error {
+	return &Error{Rank: l.cfg.Rank, Msg: msg, Err: err}
+}
 
 // Load returns a new float32 device buffer with the rows of nodes (an
 // int32 device buffer of n = nodes.Len() IDs), nodes.Len() x Cols, in
