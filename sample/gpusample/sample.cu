@@ -29,18 +29,18 @@ extern "C" __global__ void gs_count(i64* counts, const int* dst, const i64* nd_p
   }
 }
 
-// One thread per destination: write its sampled edge ids (positions in the
-// graph's indices) and source nodes. kscr is per-edge scratch for the
-// weighted reservoir.
-extern "C" __global__ void gs_sample(i64* eid, int* src, double* kscr, const i64* ptr, const int* dst, const i64* nd_p,
-                                     const i64* indptr, const int* indices, const double* cum, const float* w,
-                                     const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
-  i64 nd = *nd_p;
-  GRID_STRIDE(i, nd) {
+// Destination i's draws: write its sampled edge ids (positions in the
+// graph's indices) and source nodes at ptr[i]. kscr is per-edge scratch
+// for the weighted reservoir. (gs_sample and the collective sampler's
+// gs_sample_seg, hop.cu, share it.)
+__device__ __forceinline__ void gs_draw(i64 i, i64* eid, int* src, double* kscr, const i64* ptr, const int* dst,
+                                        const i64* indptr, const int* indices, const double* cum, const float* w,
+                                        const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+  {
     int v = dst[i];
     i64 base = indptr[v], n = indptr[v + 1] - base;
     i64 p0 = ptr[i], m = ptr[i + 1] - p0;
-    if (m == 0) continue;
+    if (m == 0) return;
     i64* out = eid + p0;
     u64 key = rng_hash(hopkey + GS_GOLDEN, (u64)v);  // rng.Derive(hopkey, v)
     if (m == n && (k < 0 || !replace)) {
@@ -108,6 +108,16 @@ extern "C" __global__ void gs_sample(i64* eid, int* src, double* kscr, const i64
       }
     }
     for (i64 j = 0; j < m; j++) src[p0 + j] = indices[out[j]];
+  }
+}
+
+// One thread per destination: its draws (gs_draw).
+extern "C" __global__ void gs_sample(i64* eid, int* src, double* kscr, const i64* ptr, const int* dst, const i64* nd_p,
+                                     const i64* indptr, const int* indices, const double* cum, const float* w,
+                                     const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+  i64 nd = *nd_p;
+  GRID_STRIDE(i, nd) {
+    gs_draw(i, eid, src, kscr, ptr, dst, indptr, indices, cum, w, posdeg, k, replace, weighted, hopkey);
   }
 }
 

@@ -1,0 +1,302 @@
+package gpusample
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/strata-gnn/strata/graph"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// The hop API: the steps of one hop as separate calls, for collective
+// samplers (package dsp/gpucsp) that move frontier nodes to the device
+// owning their rows, draw there and bring the neighbors back. Every call
+// queues work on the device's stream inside Device.Do (the caller passes
+// its *cuda.Locked) and returns without waiting; sizes that the caller
+// passes are exact host-known counts. The draws are those of SampleDevice,
+// so a batch assembled from these steps equals SampleDevice's.
+
+//go:embed hop.cu
+var hopSrc string
+
+// HopKey is the random stream of hop h of the batch keyed k: destination
+// v draws from rng.Derive(HopKey(k, h), v), as in package sample.
+func HopKey(k sample.Key, hop int) uint64 { return hopKey(k, hop) }
+
+// NumNodes is the number of nodes (rows) of the sampler's graph.
+func (s *Sampler) NumNodes() int64 { return s.n }
+
+// Fanout returns the fanout of hop h (-1: every neighbor).
+func (s *Sampler) Fanout(h int) int { return s.cfg.Fanouts[h] }
+
+// Stepper runs the steps of a hop for a Sampler (see the hop API above).
+// It holds the segmented draw kernel; it is safe for concurrent use as
+// far as the Sampler is (calls serialize on the device).
+type Stepper struct {
+	s         *Sampler
+	sampleSeg cu.Function
+}
+
+// Stepper compiles and loads the kernels of the hop API (once per
+// device; later calls find the module cached). Call it outside
+// Device.Do.
+func (s *Sampler) Stepper() (*Stepper, error) {
+	mod, err := s.dev.LoadModule("gpusample-hop", cuda.CommonSource()+kernelSrc+hopSrc)
+	if err != nil {
+		return nil, err
+	}
+	f, err := mod.Func("gs_sample_seg")
+	if err != nil {
+		return nil, err
+	}
+	return &Stepper{s: s, sampleSeg: f}, nil
+}
+
+// scalar queues the upload of one int64 to a new device buffer.
+func scalar(l *cuda.Locked, v int64) (*cuda.Buffer, error) {
+	b, err := l.Alloc(backend.Int64, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.UploadFrom(b, []int64{v}); err != nil {
+		l.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+func hopErr(field, format string, args ...any) error {
+	return &sample.Error{Op: "gpusample.hop", Field: field, Pos: -1, Detail: fmt.Sprintf(format, args...), Err: sample.ErrConfig}
+}
+
+// checkBuf requires b to be a device buffer of dt of at least n elements.
+func checkBuf(name string, b *cuda.Buffer, dt backend.DType, n int64) error {
+	if b == nil || b.DType() != dt || int64(b.Len()) < n {
+		return hopErr(name, "want %d elements of %v, have %d of %v", n, dt, b.Len(), b.DType())
+	}
+	return nil
+}
+
+// CountHop queues, for the n nodes of dst (int32, global ids), the number
+// of edges each yields at hop h and their exclusive scan: ptr (new,
+// int64, n+1 entries; ptr[n] is the hop's edge count, to be read by the
+// caller).
+func (t *Stepper) CountHop(l *cuda.Locked, h int, dst *cuda.Buffer, n int64) (*cuda.Buffer, error) {
+	s := t.s
+	if h < 0 || h >= len(s.cfg.Fanouts) {
+		return nil, hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
+	}
+	if n < 0 || n >= math.MaxInt32 {
+		return nil, hopErr("n", "%d nodes", n)
+	}
+	if err := checkBuf("dst", dst, backend.Int32, n); err != nil {
+		return nil, err
+	}
+	nd, err := scalar(l, n)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Free(nd)
+	counts, err := l.Alloc(backend.Int64, int(n+1))
+	if err != nil {
+		return nil, err
+	}
+	defer l.Free(counts)
+	ptr, err := l.Alloc(backend.Int64, int(n+1))
+	if err != nil {
+		return nil, err
+	}
+	k := s.cfg.Fanouts[h]
+	if err := l.Launch1D(s.fns["gs_count"], n+1, uint64(counts.Ptr()), uint64(dst.Ptr()), uint64(nd.Ptr()), cu.I64(n),
+		uint64(s.indptr), uint64(s.posDeg), cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted))); err != nil {
+		l.Free(ptr)
+		return nil, err
+	}
+	if err := l.ScanI64(ptr, counts, int(n+1)); err != nil {
+		l.Free(ptr)
+		return nil, err
+	}
+	return ptr, nil
+}
+
+// DrawHop queues the draws of hop h for the n nodes of dst at the offsets
+// ptr (from CountHop): edge ids (positions in the sampler's graph) into
+// eid (int64) and source nodes into src (int32), each holding e = ptr[n]
+// entries. Nodes [seg[j], seg[j+1]) draw under hop key keys[j]; seg has
+// len(keys)+1 non-decreasing offsets from 0 to n.
+func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64, seg []int64, keys []uint64, eid, src *cuda.Buffer, e int64) error {
+	s := t.s
+	if h < 0 || h >= len(s.cfg.Fanouts) {
+		return hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
+	}
+	if n < 0 || n >= math.MaxInt32 || e < 0 || e >= math.MaxInt32 {
+		return hopErr("n", "%d nodes, %d edges", n, e)
+	}
+	if len(keys) == 0 || len(seg) != len(keys)+1 || len(keys) >= math.MaxInt32 || seg[0] != 0 || seg[len(keys)] != n {
+		return hopErr("seg", "%d offsets for %d keys over %d nodes", len(seg), len(keys), n)
+	}
+	for j := 1; j < len(seg); j++ {
+		if seg[j] < seg[j-1] {
+			return hopErr("seg", "offset %d = %d < %d", j, seg[j], seg[j-1])
+		}
+	}
+	for _, c := range []struct {
+		name string
+		b    *cuda.Buffer
+		dt   backend.DType
+		n    int64
+	}{{"dst", dst, backend.Int32, n}, {"ptr", ptr, backend.Int64, n + 1}, {"eid", eid, backend.Int64, e}, {"src", src, backend.Int32, e}} {
+		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
+			return err
+		}
+	}
+	f := t.sampleSeg
+	if n == 0 {
+		return nil
+	}
+	segB, err := l.Alloc(backend.Int64, len(seg))
+	if err != nil {
+		return err
+	}
+	defer l.Free(segB)
+	keyB, err := l.Alloc(backend.Int64, len(keys))
+	if err != nil {
+		return err
+	}
+	defer l.Free(keyB)
+	ks := make([]int64, len(keys))
+	for j, k := range keys {
+		ks[j] = int64(k)
+	}
+	if err := l.UploadFrom(segB, seg); err != nil {
+		return err
+	}
+	if err := l.UploadFrom(keyB, ks); err != nil {
+		return err
+	}
+	var kscr *cuda.Buffer
+	if s.cfg.Weighted && !s.cfg.Replace {
+		if kscr, err = l.Alloc(backend.Int64, int(max(e, 1))); err != nil {
+			return err
+		}
+		defer l.Free(kscr)
+	}
+	k := s.cfg.Fanouts[h]
+	return l.Launch1D(f, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
+		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
+		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))))
+}
+
+// Relabel queues the deduplication of the hop [dst[0:nd), src[0:e)]
+// (ptr: nd+1 row offsets into src) exactly as SampleDevice does:
+// destinations keep ids 0..nd-1, new sources follow in first-seen order.
+// It returns srcNodes (int32, nd+e entries, the first numSrc valid),
+// local (int32, max(e,1) entries: the block's column indices) and sizes
+// (int64 {nd, e, numSrc} on the device, for the caller to read).
+func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *cuda.Buffer, e int64) (srcNodes, local, sizes *cuda.Buffer, err error) {
+	s := t.s
+	if nd < 0 || e < 0 || nd+e >= math.MaxInt32/2 {
+		return nil, nil, nil, hopErr("nd", "%d destinations and %d edges", nd, e)
+	}
+	for _, c := range []struct {
+		name string
+		b    *cuda.Buffer
+		dt   backend.DType
+		n    int64
+	}{{"dst", dst, backend.Int32, nd}, {"ptr", ptr, backend.Int64, nd + 1}, {"src", src, backend.Int32, e}} {
+		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	var tmp, kept []*cuda.Buffer
+	defer func() {
+		for _, b := range tmp {
+			l.Free(b)
+		}
+		if err != nil {
+			for _, b := range kept {
+				l.Free(b)
+			}
+		}
+	}()
+	alloc := func(dt backend.DType, n int64, keep bool) (*cuda.Buffer, error) {
+		b, err := l.Alloc(dt, int(n))
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			kept = append(kept, b)
+		} else {
+			tmp = append(tmp, b)
+		}
+		return b, nil
+	}
+	ndB, err := scalar(l, nd)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tmp = append(tmp, ndB)
+	pmax := nd + e
+	capacity := int64(1) << bits.Len64(uint64(2*pmax+1))
+	tkeys, err := alloc(backend.Int32, capacity, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tpos, err := alloc(backend.Int32, capacity, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err = l.Memset(tkeys, 0xff); err != nil { // -1: empty
+		return nil, nil, nil, err
+	}
+	if err = l.Memset(tpos, 0x7f); err != nil { // large position
+		return nil, nil, nil, err
+	}
+	mask := uint64(capacity - 1)
+	if err = l.Launch1D(s.fns["gs_insert"], pmax, uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndB.Ptr()),
+		uint64(src.Ptr()), uint64(ptr.Ptr())); err != nil {
+		return nil, nil, nil, err
+	}
+	flags, err := alloc(backend.Int64, pmax+1, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err = l.Launch1D(s.fns["gs_flags"], pmax+1, uint64(flags.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask,
+		uint64(dst.Ptr()), uint64(ndB.Ptr()), uint64(src.Ptr()), uint64(ptr.Ptr()), cu.I64(pmax)); err != nil {
+		return nil, nil, nil, err
+	}
+	newid, err := alloc(backend.Int64, pmax+1, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err = l.ScanI64(newid, flags, int(pmax+1)); err != nil {
+		return nil, nil, nil, err
+	}
+	if srcNodes, err = alloc(backend.Int32, max(pmax, 1), true); err != nil {
+		return nil, nil, nil, err
+	}
+	if local, err = alloc(backend.Int32, max(e, 1), true); err != nil {
+		return nil, nil, nil, err
+	}
+	if sizes, err = alloc(backend.Int64, 3, true); err != nil {
+		return nil, nil, nil, err
+	}
+	if err = l.Launch1D(s.fns["gs_relabel"], max(pmax, 1), uint64(srcNodes.Ptr()), uint64(local.Ptr()), uint64(sizes.Ptr()),
+		uint64(newid.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndB.Ptr()),
+		uint64(src.Ptr()), uint64(ptr.Ptr()), cu.I64(pmax)); err != nil {
+		return nil, nil, nil, err
+	}
+	return srcNodes, local, sizes, nil
+}
+
+// NewBatch assembles a Batch on dev from blocks built with the hop API
+// (first layer first: the last block's destinations are seeds). The
+// Batch owns the blocks' buffers from then on.
+func NewBatch(dev *cuda.Device, seeds []graph.NodeID, blocks []Block) *Batch {
+	return &Batch{dev: dev, Seeds: seeds, Blocks: blocks}
+}
