@@ -101,65 +101,92 @@ func TestAddSelfLoopsAndGCNNorm(t *testing.T) {
 	d.FreeSparse(a)
 }
 
-// TestSpMMVec4MatchesScalar runs the 16-byte kernel and the scalar one on
-// the same inputs and requires identical bits (both sum each element's
-// edges in order).
-func TestSpMMVec4MatchesScalar(t *testing.T) {
+// TestSpMMOneHeadMatchesGeneric runs the one-head SpMM kernels (16-byte
+// and 4-byte loads, every columns-per-lane variant, several passes for
+// wide rows, rows longer than one 32-edge chunk, misaligned matrices) and
+// the generic spmm kernel on the same inputs and requires identical bits:
+// both sum each element's edges in order with fused multiply-adds.
+func TestSpMMOneHeadMatchesGeneric(t *testing.T) {
 	d := gpu(t)
 	r := rand.New(rand.NewPCG(9, 10))
-	rows, cols := 4000, 9000
+	rows, cols := 3000, 7000
 	ip, ix := randomBlock(r, rows, cols, 13)
+	// A few long rows: several 32-edge chunks and partial unroll groups.
+	for _, deg := range []int{33, 64, 65, 100, 517} {
+		for k := 0; k < deg; k++ {
+			ix = append(ix, int32(r.IntN(cols)))
+		}
+		ip = append(ip, int64(len(ix)))
+	}
+	rows = len(ip) - 1
 	a, err := d.NewSparse(rows, cols, ip, ix)
 	must(t, err)
 	defer d.FreeSparse(a)
 	s := a.(*Sparse)
-	for _, width := range []int{4, 100, 256, 516} {
+	for _, width := range []int{1, 3, 4, 16, 32, 47, 64, 100, 128, 129, 256, 300, 516, 1030} {
 		for _, weighted := range []bool{false, true} {
 			for _, tr := range []bool{false, true} {
-				name := fmt.Sprintf("width %d weighted %v transposed %v", width, weighted, tr)
-				xr, or := cols, rows
-				if tr {
-					xr, or = rows, cols
-				}
-				xv := make([]float32, xr*width)
-				for i := range xv {
-					xv[i] = float32(r.NormFloat64())
-				}
-				x := upload(t, d, backend.Float32, xv)
-				var w *Buffer
-				if weighted {
-					wv := make([]float32, len(ix))
-					for i := range wv {
-						wv[i] = float32(r.Float64())
+				for _, shift := range []int{0, 1} { // 1: x and out not 16-byte aligned
+					name := fmt.Sprintf("width %d weighted %v transposed %v shift %d", width, weighted, tr, shift)
+					xr, or := cols, rows
+					if tr {
+						xr, or = rows, cols
 					}
-					w = upload(t, d, backend.Float32, wv)
-				}
-				var wb backend.Buffer
-				if w != nil {
-					wb = w
-				}
-				o1, _ := d.Alloc(backend.Float32, or*width)
-				o2, _ := d.Alloc(backend.Float32, or*width)
-				must(t, d.SpMM(o1, a, tr, x, wb, 1, width))
-				must(t, d.run(func() error {
-					v, err := d.viewLocked(s, tr)
-					if err != nil {
-						return err
+					xv := make([]float32, xr*width+shift)
+					for i := range xv {
+						xv[i] = float32(r.NormFloat64())
 					}
-					return d.launchWarps("spmm", int64(v.rows), uint64(o2.(*Buffer).ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w.Ptr()),
-						uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(1))
-				}))
-				g1, g2 := download[float32](t, d, o1), download[float32](t, d, o2)
-				for i := range g1 {
-					if math.Float32bits(g1[i]) != math.Float32bits(g2[i]) {
-						t.Fatalf("%s: element %d: vec4 %v, scalar %v", name, i, g1[i], g2[i])
+					xb := upload(t, d, backend.Float32, xv)
+					x := xb.View(shift, xr*width)
+					var w *Buffer
+					var wb backend.Buffer
+					if weighted {
+						wv := make([]float32, len(ix))
+						for i := range wv {
+							wv[i] = float32(r.Float64())
+						}
+						w = upload(t, d, backend.Float32, wv)
+						wb = w
 					}
+					ob1, _ := d.Alloc(backend.Float32, or*width+shift)
+					o2, _ := d.Alloc(backend.Float32, or*width)
+					o1 := ob1.(*Buffer).View(shift, or*width)
+					must(t, d.SpMM(o1, a, tr, x, wb, 1, width))
+					must(t, d.run(func() error {
+						v, err := d.viewLocked(s, tr)
+						if err != nil {
+							return err
+						}
+						return d.launchWarps("spmm", int64(v.rows), uint64(o2.(*Buffer).ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w.Ptr()),
+							uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(1))
+					}))
+					g1, g2 := download[float32](t, d, o1), download[float32](t, d, o2)
+					for i := range g1 {
+						if math.Float32bits(g1[i]) != math.Float32bits(g2[i]) {
+							t.Fatalf("%s: element %d: one-head kernel %v, generic %v", name, i, g1[i], g2[i])
+						}
+					}
+					d.Free(ob1)
+					d.Free(o2)
+					d.Free(xb)
+					d.Free(w)
 				}
-				d.Free(o1)
-				d.Free(o2)
-				d.Free(x)
-				d.Free(w)
 			}
+		}
+	}
+}
+
+// TestSpMM1Kernel checks the kernel choice by width.
+func TestSpMM1Kernel(t *testing.T) {
+	for _, c := range []struct {
+		width int
+		vec   bool
+		want  string
+	}{{4, true, "spmm1_v1"}, {100, true, "spmm1_v1"}, {128, true, "spmm1_v1"}, {132, true, "spmm1_v2"}, {256, true, "spmm1_v2"},
+		{260, true, "spmm1_v4"}, {1024, true, "spmm1_v4"}, {1, false, "spmm1_s1"}, {32, false, "spmm1_s1"}, {47, false, "spmm1_s2"},
+		{100, false, "spmm1_s4"}, {129, false, "spmm1_s8"}, {1030, false, "spmm1_s8"}} {
+		if got := spmm1Kernel(c.width, c.vec); got != c.want {
+			t.Errorf("width %d vec %v: %s, want %s", c.width, c.vec, got, c.want)
 		}
 	}
 }

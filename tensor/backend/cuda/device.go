@@ -49,7 +49,7 @@ func CommonSource() string {
 func backendSource() string {
 	var sb strings.Builder
 	sb.WriteString(CommonSource())
-	for _, f := range []string{"kernels/dense.cu", "kernels/sparse.cu", "kernels/sort.cu"} {
+	for _, f := range []string{"kernels/dense.cu", "kernels/sparse.cu", "kernels/sort.cu", "kernels/spmm.cu", "kernels/fused.cu"} {
 		b, _ := kernelFS.ReadFile(f)
 		sb.WriteString("\n// ---- " + f + "\n")
 		sb.Write(b)

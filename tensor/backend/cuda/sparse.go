@@ -170,7 +170,8 @@ func (d *Device) transposeLocked(s *Sparse) error {
 }
 
 // SpMM computes out = A x (or A^T x) with optional per-edge, per-head
-// weights: one warp per output row, edges summed in order.
+// weights: one warp per output row, edges summed in order (one head: the
+// spmm1 kernels of kernels/spmm.cu; several: the generic spmm kernel).
 func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x backend.Buffer, w backend.Buffer, heads, width int) error {
 	const op = "SpMM"
 	s, err := d.asSparse(op, a)
@@ -213,14 +214,58 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 		if err != nil {
 			return err
 		}
-		if heads == 1 && width%4 == 0 && ov.ptr%16 == 0 && xv.ptr%16 == 0 {
-			// 16-byte loads, and no per-element head index.
-			return d.launchWarps("spmm_v4", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
-				cu.I64(int64(v.rows)), cu.I64(int64(width/4)))
+		if heads == 1 {
+			return d.spmm1(v, ov, xv, wp, width)
 		}
 		return d.launchWarps("spmm", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
 			cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(int64(heads)))
 	})
+}
+
+// spmmRowsPerBlock is the number of output rows (one warp each) of a
+// block of the one-head SpMM kernels.
+const spmmRowsPerBlock = threads / 32
+
+// spmm1Kernel picks the one-head SpMM kernel for width columns: 16-byte
+// loads when vec (width % 4 == 0 and both matrices 16-byte aligned), else
+// 4-byte loads; in both, the fewest columns per lane that cover the row in
+// one pass (wider rows take several passes).
+func spmm1Kernel(width int, vec bool) string {
+	if vec {
+		switch w4 := width / 4; {
+		case w4 <= 32:
+			return "spmm1_v1"
+		case w4 <= 64:
+			return "spmm1_v2"
+		default:
+			return "spmm1_v4"
+		}
+	}
+	switch {
+	case width <= 32:
+		return "spmm1_s1"
+	case width <= 64:
+		return "spmm1_s2"
+	case width <= 128:
+		return "spmm1_s4"
+	default:
+		return "spmm1_s8"
+	}
+}
+
+// spmm1 runs the one-head SpMM over view v: one warp per output row, one
+// block per spmmRowsPerBlock rows (no grid stride, so rows of very
+// different degrees are balanced by the block scheduler).
+func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
+	vec := width%4 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0
+	name := spmm1Kernel(width, vec)
+	n := int64(width)
+	if vec {
+		n = int64(width / 4)
+	}
+	blocks := (int64(v.rows) + spmmRowsPerBlock - 1) / spmmRowsPerBlock
+	return d.launchGrid(name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
+		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
 }
 
 // SDDMM computes per-edge values from destination features u and source

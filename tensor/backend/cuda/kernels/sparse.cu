@@ -136,66 +136,6 @@ extern "C" __global__ void csr_transpose_fill(int* trow, i64* teid, const int* o
   }
 }
 
-// SpMM for heads == 1 and width % 4 == 0 (x and out 16-byte aligned): one
-// warp per output row, each lane holding up to two float4 columns per
-// pass (512 features), four edges loaded ahead of their use. Each output
-// element sums its edges in order, as spmm does, so results match it.
-extern "C" __global__ void spmm_v4(float4* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
-                                   const i64* __restrict__ eid, const float* __restrict__ w,
-                                   const float4* __restrict__ x, i64 rows, i64 w4) {
-  i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  int lane = threadIdx.x & 31;
-  i64 nwarps = ((i64)gridDim.x * blockDim.x) >> 5;
-  for (i64 r = warp; r < rows; r += nwarps) {
-    i64 p0 = ptr[r], p1 = ptr[r + 1];
-    for (i64 fb = 0; fb < w4; fb += 64) {
-      i64 f0 = fb + lane, f1 = fb + lane + 32;
-      bool a0 = f0 < w4, a1 = f1 < w4;
-      float4 s0 = make_float4(0.f, 0.f, 0.f, 0.f), s1 = s0;
-      i64 p = p0;
-      for (; p + 4 <= p1; p += 4) {
-        int c[4];
-        float we[4];
-        float4 v0[4], v1[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-          c[u] = col[p + u];
-          we[u] = w ? w[edge_id(eid, p + u)] : 1.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-          const float4* xr = x + (i64)c[u] * w4;
-          if (a0) v0[u] = xr[f0];
-          if (a1) v1[u] = xr[f1];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-          if (w) {
-            if (a0) { s0.x += we[u] * v0[u].x; s0.y += we[u] * v0[u].y; s0.z += we[u] * v0[u].z; s0.w += we[u] * v0[u].w; }
-            if (a1) { s1.x += we[u] * v1[u].x; s1.y += we[u] * v1[u].y; s1.z += we[u] * v1[u].z; s1.w += we[u] * v1[u].w; }
-          } else {
-            if (a0) { s0.x += v0[u].x; s0.y += v0[u].y; s0.z += v0[u].z; s0.w += v0[u].w; }
-            if (a1) { s1.x += v1[u].x; s1.y += v1[u].y; s1.z += v1[u].z; s1.w += v1[u].w; }
-          }
-        }
-      }
-      for (; p < p1; p++) {
-        const float4* xr = x + (i64)col[p] * w4;
-        float we = w ? w[edge_id(eid, p)] : 1.0f;
-        if (w) {
-          if (a0) { float4 v = xr[f0]; s0.x += we * v.x; s0.y += we * v.y; s0.z += we * v.z; s0.w += we * v.w; }
-          if (a1) { float4 v = xr[f1]; s1.x += we * v.x; s1.y += we * v.y; s1.z += we * v.z; s1.w += we * v.w; }
-        } else {
-          if (a0) { float4 v = xr[f0]; s0.x += v.x; s0.y += v.y; s0.z += v.z; s0.w += v.w; }
-          if (a1) { float4 v = xr[f1]; s1.x += v.x; s1.y += v.y; s1.z += v.z; s1.w += v.w; }
-        }
-      }
-      if (a0) out[r * w4 + f0] = s0;
-      if (a1) out[r * w4 + f1] = s1;
-    }
-  }
-}
-
 // AddSelfLoops, pass 1: the new length of every row (one more when the
 // row lacks its diagonal entry); cnt[rows] = 0 so that an exclusive scan
 // of rows+1 counts ends with the total.
