@@ -1,0 +1,76 @@
+package gpurun
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Config is a run: the host runner's configuration (model, schedule,
+// partitioning, cache, queues, rebalancing, bucket size, timeouts) plus
+// the device-side switches.
+type Config struct {
+	runner.Config
+	// NoPipeline runs each device's sampler, loader and trainer one after
+	// another for every batch, in one goroutine (the pipeline turned off,
+	// for comparison). The numbers do not change.
+	NoPipeline bool `json:"no_pipeline"`
+	// EvalEvery makes device 0 evaluate after every EvalEvery-th epoch
+	// and after the last one (0 means 1; negative: after the last only).
+	EvalEvery int `json:"eval_every"`
+}
+
+// Defaults returns the single-device defaults of model on k devices, with
+// a feature cache large enough for every row.
+func Defaults(model string, k int) Config {
+	return Config{Config: runner.Defaults(model, k)}
+}
+
+// Options are the run's environment.
+type Options struct {
+	// Backends are the devices, one per rank, all CUDA devices (GPUs:
+	// device sampling, NCCL) or all of other kinds (CPU back ends: host
+	// sampling, device communicators staged over in-process ones).
+	Backends []backend.Backend
+	// Log receives the per-epoch lines.
+	Log io.Writer
+	// OnBatch, when set, is called by every device after each step with
+	// the step's loss averaged over devices (it reads the loss at every
+	// step, which costs a synchronization).
+	OnBatch func(rank, epoch, batch int, loss float64)
+	// Hook is the test seam of package pipeline (stage steps and
+	// collectives).
+	Hook pipeline.Hook
+}
+
+// normalize fills defaults and checks what the device run supports.
+func (c *Config) normalize() error {
+	if err := c.Config.Normalize(); err != nil {
+		return err
+	}
+	bad := func(field, format string, args ...any) error {
+		return &runner.ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if c.Scheme != runner.NodeWise {
+		return bad("scheme", "the device run samples node-wise only (got %q)", c.Scheme)
+	}
+	if c.Hotness == cache.ByPreSampling {
+		return bad("hotness", "presample is not available on the device run (use in-degree, pagerank or reverse-pagerank)")
+	}
+	if c.EvalEvery == 0 {
+		c.EvalEvery = 1
+	}
+	return nil
+}
+
+// evaluates reports whether device 0 evaluates after epoch e (0-based).
+func (c *Config) evaluates(e int) bool {
+	if e == c.Train.Epochs-1 {
+		return true
+	}
+	return c.EvalEvery > 0 && (e+1)%c.EvalEvery == 0
+}

@@ -1,0 +1,67 @@
+package gpurun
+
+import (
+	"context"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// coordComm is pipeline.Comm for device communicators: every collective
+// first calls the hook, then waits for the stage's turn in the launcher's
+// global order, then runs (and, on NCCL, waits for completion, so the
+// next collective of any stage starts after it on every device).
+type coordComm struct {
+	comm.DeviceComm
+	launch pipeline.Launcher // nil: no coordination
+	stage  int
+	name   string
+	hook   pipeline.Hook
+}
+
+var _ comm.DeviceComm = (*coordComm)(nil)
+
+func (c *coordComm) run(ctx context.Context, fn func(context.Context) error) error {
+	if c.hook != nil {
+		c.hook(ctx, c.Rank(), "comm/"+c.name)
+	}
+	if c.launch == nil {
+		return fn(ctx)
+	}
+	return c.launch.Do(ctx, c.stage, fn)
+}
+
+func (c *coordComm) AllReduce(ctx context.Context, buf backend.Buffer, op comm.ReduceOp) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.AllReduce(ctx, buf, op) })
+}
+
+func (c *coordComm) Broadcast(ctx context.Context, buf backend.Buffer, root int) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.Broadcast(ctx, buf, root) })
+}
+
+func (c *coordComm) AllGather(ctx context.Context, dst, src backend.Buffer) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.AllGather(ctx, dst, src) })
+}
+
+func (c *coordComm) AllGatherV(ctx context.Context, dst, src backend.Buffer, counts []int) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.AllGatherV(ctx, dst, src, counts) })
+}
+
+func (c *coordComm) AllToAll(ctx context.Context, dst, src backend.Buffer) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.AllToAll(ctx, dst, src) })
+}
+
+func (c *coordComm) AllToAllV(ctx context.Context, dst backend.Buffer, recvCounts []int, src backend.Buffer, sendCounts []int) error {
+	return c.run(ctx, func(ctx context.Context) error {
+		return c.DeviceComm.AllToAllV(ctx, dst, recvCounts, src, sendCounts)
+	})
+}
+
+func (c *coordComm) ReduceScatter(ctx context.Context, dst, src backend.Buffer, op comm.ReduceOp) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.ReduceScatter(ctx, dst, src, op) })
+}
+
+func (c *coordComm) Barrier(ctx context.Context) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.DeviceComm.Barrier(ctx) })
+}

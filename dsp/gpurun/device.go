@@ -1,0 +1,606 @@
+package gpurun
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/gpucache"
+	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// device is one rank's state.
+type device struct {
+	s    *shared
+	rank int
+	b    backend.Backend
+	m    *metrics.Counters
+
+	kit    *kit
+	loader *gpucache.Loader
+	model  nn.Model
+	opt    optim.Optimizer
+	eval   *runner.Evaluator
+
+	// Gradients: every parameter's gradient is a view of flat, whose last
+	// element carries the step's loss; buckets are views of flat that are
+	// all-reduced (mean) one after another.
+	flat     backend.Buffer
+	oldGrads []backend.Buffer
+	buckets  []backend.Buffer
+	lossSlot backend.Buffer
+	lossHist backend.Buffer // this epoch's averaged losses, one per batch
+	rows     backend.Buffer // 0..BatchSize-1 (the seeds' rows of the logits)
+	grads    comm.DeviceComm
+	gradN    int
+
+	setupSeconds float64
+	// Rank 0's epoch bookkeeping.
+	epochStart time.Time
+}
+
+// item travels through the queues.
+type item struct {
+	epoch, batch, global, batches int
+	last                          bool
+	seeds                         []graph.NodeID
+	bt                            batch
+	x                             backend.Buffer
+}
+
+func (it *item) free(b backend.Backend) {
+	if it.bt != nil {
+		it.bt.Free()
+		it.bt = nil
+	}
+	if it.x != nil {
+		b.Free(it.x)
+		it.x = nil
+	}
+}
+
+func (d *device) errf(op string, err error) error {
+	return &RunError{Op: fmt.Sprintf("rank %d %s", d.rank, op), Err: err}
+}
+
+func (d *device) hook(ctx context.Context, point string) {
+	if h := d.s.opts.Hook; h != nil {
+		h(ctx, d.rank, point)
+	}
+}
+
+// setup builds the device's sampler, feature store and loader, model,
+// optimizer and gradient buffers.
+func (d *device) setup() error {
+	t0 := time.Now()
+	s, cfg, r := d.s, &d.s.cfg, d.rank
+	patch, err := s.topologyPatch(r)
+	if err != nil {
+		return d.errf("patch", err)
+	}
+	place := gpusample.OnDevice
+	if cfg.TopologyBytes > 0 && cfg.TopologyBytes < graphBytes(s.in) {
+		place = gpusample.Mapped
+	}
+	hot := s.plan.Rows(r)
+	if d.kit, err = newKit(d.b, s.in, s.x, int(s.in.NumRows), s.dim, hot,
+		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}); err != nil {
+		return d.errf("device kit", err)
+	}
+	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.b,
+		Store: d.kit.store, Fetch: d.kit.fetch, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
+		return d.errf("feature loader", err)
+	}
+	if err := d.buildModel(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.info.PerDevice[r] = runner.DeviceInfo{Rank: r, Backend: d.b.Name(), Nodes: patch.NumRows(), Edges: patch.NumEdges(),
+		TopologyDeviceBytes: patch.DeviceBytes(), TopologyHostBytes: patch.HostBytes(), CachedRows: d.kit.store.HotRows(),
+		CacheBytes: 4 * int64(d.kit.store.HotRows()) * int64(s.dim), LocationTableBytes: s.plan.TableBytes()}
+	s.mu.Unlock()
+	d.setupSeconds = time.Since(t0).Seconds()
+	return nil
+}
+
+// graphBytes is what the whole topology takes on a device (row offsets
+// and column indices).
+func graphBytes(g *graph.CSR) int64 { return 8*(g.NumRows+1) + 4*int64(len(g.Indices)) }
+
+func (d *device) buildModel() error {
+	s, cfg := d.s, &d.s.cfg
+	var err error
+	if d.model, err = nn.New(d.b, runner.ModelConfig(cfg.Train, s.dim, s.pd.Dataset.NumClasses)); err != nil {
+		return d.errf("model", err)
+	}
+	params := d.model.Params()
+	total := 0
+	for _, p := range params {
+		if p.Len() <= 0 || p.Grad == nil {
+			return d.errf("model", fmt.Errorf("parameter %q has no gradient", p.Name))
+		}
+		total += p.Len()
+	}
+	d.gradN = total + 1
+	if d.flat, err = d.b.Alloc(backend.Float32, d.gradN); err != nil {
+		return d.errf("gradients", err)
+	}
+	off := 0
+	for _, p := range params {
+		v, err := devbuf.View(d.flat, off, p.Len())
+		if err != nil {
+			return d.errf("gradients", err)
+		}
+		d.oldGrads = append(d.oldGrads, p.Grad)
+		p.Grad = v
+		off += p.Len()
+	}
+	if d.lossSlot, err = devbuf.View(d.flat, total, 1); err != nil {
+		return d.errf("gradients", err)
+	}
+	per := max(cfg.BucketBytes/4, 1)
+	for at := 0; at < d.gradN; at += per {
+		v, err := devbuf.View(d.flat, at, min(per, d.gradN-at))
+		if err != nil {
+			return d.errf("gradients", err)
+		}
+		d.buckets = append(d.buckets, v)
+	}
+	if d.rank == 0 {
+		s.mu.Lock()
+		s.info.GradientBuckets = len(d.buckets)
+		s.mu.Unlock()
+	}
+	d.grads = s.deviceComm(d.rank, stTrainer)
+	d.opt = runner.NewOptimizer(d.b, params, cfg.Train)
+	rows := make([]int32, cfg.Train.BatchSize)
+	for i := range rows {
+		rows[i] = int32(i)
+	}
+	if d.rows, err = devbuf.Upload(d.b, rows); err != nil {
+		return d.errf("rows", err)
+	}
+	// At most ceil(ceil(T/K)/B) batches per device and epoch (see
+	// runner.AssignBatches).
+	t := len(s.pd.Dataset.Train)
+	share := (t + cfg.Devices - 1) / cfg.Devices
+	if d.lossHist, err = d.b.Alloc(backend.Float32, max((share+cfg.Train.BatchSize-1)/cfg.Train.BatchSize, 1)); err != nil {
+		return d.errf("losses", err)
+	}
+	return nil
+}
+
+// free releases everything the device holds.
+func (d *device) free() {
+	if d.loader != nil {
+		d.loader.Close() // closes the store
+	} else if d.kit != nil && d.kit.store != nil {
+		d.kit.store.Close()
+	}
+	if d.kit != nil {
+		d.kit.smp.Close()
+		if d.kit.close != nil {
+			d.kit.close()
+		}
+	}
+	if d.opt != nil {
+		d.opt.Free()
+	}
+	if d.model != nil {
+		ps := d.model.Params()
+		for i := range d.oldGrads {
+			ps[i].Grad = d.oldGrads[i]
+		}
+		nn.FreeParams(d.b, ps)
+	}
+	for _, x := range []backend.Buffer{d.flat, d.lossHist, d.rows} {
+		if x != nil {
+			d.b.Free(x)
+		}
+	}
+	d.eval.Free()
+	d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil
+}
+
+// start runs the device's stages: three goroutines joined by queues, or
+// one loop with the pipeline off.
+func (d *device) start(ctx context.Context) error {
+	s, cfg, r := d.s, &d.s.cfg, d.rank
+	if cfg.NoPipeline {
+		s.group.Go(fmt.Sprintf("rank %d", r), func() error { return d.sequential(ctx) })
+		return nil
+	}
+	toLoader := pipeline.NewQueue[*item]("sampler->loader", r, cfg.QueueCapacity, cfg.WaitTimeout)
+	toTrainer := pipeline.NewQueue[*item]("loader->trainer", r, cfg.QueueCapacity, cfg.WaitTimeout)
+	s.mu.Lock()
+	s.queues[r] = []func() metrics.QueueSnapshot{toLoader.Stats, toTrainer.Stats}
+	s.mu.Unlock()
+	drain := func(q *pipeline.Queue[*item]) { q.Drain(func(it *item) { it.free(d.b) }) }
+	s.group.Go(fmt.Sprintf("rank %d sampler", r), func() error {
+		defer toLoader.Close()
+		return d.samplerStage(ctx, toLoader)
+	})
+	s.group.Go(fmt.Sprintf("rank %d loader", r), func() error {
+		defer toTrainer.Close()
+		err := d.loaderStage(ctx, toLoader, toTrainer)
+		if err != nil {
+			drain(toLoader)
+		}
+		return err
+	})
+	s.group.Go(fmt.Sprintf("rank %d trainer", r), func() error {
+		err := d.trainerStage(ctx, toTrainer)
+		if err != nil {
+			drain(toTrainer)
+		}
+		return err
+	})
+	return nil
+}
+
+// epochBatches is this device's batches of epoch e.
+func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
+	s, cfg := d.s, &d.s.cfg
+	all, dropped, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, e)
+	if err != nil {
+		return nil, d.errf("batches", err)
+	}
+	if d.rank == 0 {
+		s.mu.Lock()
+		s.info.BatchesPerDevice, s.info.DroppedSeeds = len(all[0]), dropped
+		s.mu.Unlock()
+	}
+	return all[d.rank], nil
+}
+
+// sampleOne draws batch i of epoch e.
+func (d *device) sampleOne(ctx context.Context, e, i int, mine [][]graph.NodeID) (*item, error) {
+	cfg := &d.s.cfg
+	d.hook(ctx, "sampler")
+	t0 := time.Now()
+	global := i*cfg.Devices + d.rank
+	bt, err := d.kit.smp.Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
+	if err != nil {
+		return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d", e+1, i), err)
+	}
+	d.m.StageBusy(metrics.Sampler, time.Since(t0))
+	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: mine[i], bt: bt}, nil
+}
+
+// loadOne fetches the batch's input features.
+func (d *device) loadOne(ctx context.Context, it *item) error {
+	d.hook(ctx, "loader")
+	t0 := time.Now()
+	x, err := d.loader.Load(ctx, it.bt.Inputs())
+	if err != nil {
+		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
+	}
+	it.x = x
+	d.m.StageBusy(metrics.Loader, time.Since(t0))
+	return nil
+}
+
+// trainOne runs the optimizer step and, after the epoch's last batch,
+// the epoch's bookkeeping.
+func (d *device) trainOne(ctx context.Context, it *item) error {
+	d.hook(ctx, "trainer")
+	t0 := time.Now()
+	if d.epochStart.IsZero() {
+		d.epochStart = t0
+	}
+	err := d.step(ctx, it)
+	it.free(d.b)
+	if err != nil {
+		return d.errf(fmt.Sprintf("trainer epoch %d batch %d", it.epoch+1, it.batch), err)
+	}
+	d.m.StageBusy(metrics.Trainer, time.Since(t0))
+	if it.last {
+		if err := d.endEpoch(it); err != nil {
+			return d.errf(fmt.Sprintf("end of epoch %d", it.epoch+1), err)
+		}
+	}
+	return nil
+}
+
+func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) error {
+	for e := range d.s.cfg.Train.Epochs {
+		mine, err := d.epochBatches(e)
+		if err != nil {
+			return err
+		}
+		for i := range mine {
+			it, err := d.sampleOne(ctx, e, i, mine)
+			if err != nil {
+				return err
+			}
+			t := time.Now()
+			if err := out.Push(ctx, "sampler", it); err != nil {
+				it.free(d.b)
+				return err
+			}
+			d.m.StageWaitOut(metrics.Sampler, time.Since(t))
+		}
+	}
+	return nil
+}
+
+func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]) error {
+	for {
+		t := time.Now()
+		it, ok, err := in.Pop(ctx, "loader")
+		if err != nil || !ok {
+			return err
+		}
+		d.m.StageWaitIn(metrics.Loader, time.Since(t))
+		if err := d.loadOne(ctx, it); err != nil {
+			it.free(d.b)
+			return err
+		}
+		t = time.Now()
+		if err := out.Push(ctx, "loader", it); err != nil {
+			it.free(d.b)
+			return err
+		}
+		d.m.StageWaitOut(metrics.Loader, time.Since(t))
+	}
+}
+
+func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) error {
+	for {
+		t := time.Now()
+		it, ok, err := in.Pop(ctx, "trainer")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		d.m.StageWaitIn(metrics.Trainer, time.Since(t))
+		if err := d.trainOne(ctx, it); err != nil {
+			return err
+		}
+	}
+	return d.finish(ctx)
+}
+
+// sequential is the pipeline turned off: sample, load and train each
+// batch before the next.
+func (d *device) sequential(ctx context.Context) error {
+	for e := range d.s.cfg.Train.Epochs {
+		mine, err := d.epochBatches(e)
+		if err != nil {
+			return err
+		}
+		for i := range mine {
+			it, err := d.sampleOne(ctx, e, i, mine)
+			if err != nil {
+				return err
+			}
+			if err := d.loadOne(ctx, it); err != nil {
+				it.free(d.b)
+				return err
+			}
+			if err := d.trainOne(ctx, it); err != nil {
+				return err
+			}
+		}
+	}
+	return d.finish(ctx)
+}
+
+// step trains on one batch: forward, loss, backward into the flat
+// gradient buffer, mean all-reduce of the gradients and the loss (several
+// devices), optimizer step. The loss is copied into lossHist on the
+// device; nothing here waits for the device except the all-reduce.
+func (d *device) step(ctx context.Context, it *item) error {
+	b, s, cfg := d.b, d.s, &d.s.cfg
+	if it.batch >= d.lossHist.Len() {
+		return fmt.Errorf("batch %d of at most %d per epoch", it.batch, d.lossHist.Len())
+	}
+	blocks, err := it.bt.Blocks()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, k := range blocks {
+			k.Free()
+		}
+	}()
+	if len(blocks) != cfg.Train.Layers {
+		return fmt.Errorf("%d blocks for %d layers", len(blocks), cfg.Train.Layers)
+	}
+	n := it.bt.Inputs().Len()
+	labels := make([]int32, len(it.seeds))
+	for i, v := range it.seeds {
+		labels[i] = s.pd.Dataset.Labels[v]
+	}
+	lb, err := devbuf.Upload(b, labels)
+	if err != nil {
+		return err
+	}
+	defer b.Free(lb)
+	rows, err := devbuf.View(d.rows, 0, len(it.seeds))
+	if err != nil {
+		return err
+	}
+	t := autograd.NewTape(b)
+	defer t.Release()
+	xv, err := t.Const(it.x, n, s.dim)
+	if err != nil {
+		return err
+	}
+	logits, err := d.model.Forward(t, xv, blocks, true, runner.DropoutSeed(cfg.Train.Seed, it.epoch, it.global))
+	if err != nil {
+		return err
+	}
+	if logits.Rows != len(it.seeds) {
+		return fmt.Errorf("model produced %d rows of logits for %d seeds", logits.Rows, len(it.seeds))
+	}
+	logp, err := t.LogSoftmax(logits)
+	if err != nil {
+		return err
+	}
+	lv, err := nn.NLLLoss(t, logp, rows, lb)
+	if err != nil {
+		return err
+	}
+	if err := b.Fill(d.flat, 0); err != nil {
+		return err
+	}
+	if err := t.Backward(lv); err != nil {
+		return err
+	}
+	if err := b.Copy(d.lossSlot, lv.Value); err != nil {
+		return err
+	}
+	if d.grads != nil {
+		for _, bk := range d.buckets {
+			if err := d.grads.AllReduce(ctx, bk, comm.Mean); err != nil {
+				return err
+			}
+		}
+		k := cfg.Devices
+		d.m.AddBytes(metrics.Gradient, metrics.Peer, int64(2*(k-1)*4*d.gradN/k))
+	}
+	slot, err := devbuf.View(d.lossHist, it.batch, 1)
+	if err != nil {
+		return err
+	}
+	if err := b.Copy(slot, d.lossSlot); err != nil {
+		return err
+	}
+	if err := d.opt.Step(); err != nil {
+		return err
+	}
+	if f := s.opts.OnBatch; f != nil {
+		var l [1]float32
+		if err := b.Download(l[:], slot); err != nil {
+			return err
+		}
+		f(d.rank, it.epoch, it.batch, float64(l[0]))
+	}
+	return nil
+}
+
+// endEpoch reads the epoch's losses (every device checks them; device 0
+// records them), and on device 0 times the epoch and evaluates when due.
+func (d *device) endEpoch(it *item) error {
+	s, cfg := d.s, &d.s.cfg
+	host := make([]float32, it.batches)
+	v, err := devbuf.View(d.lossHist, 0, it.batches)
+	if err != nil {
+		return err
+	}
+	if err := d.b.Download(host, v); err != nil {
+		return err
+	}
+	losses := make([]float64, len(host))
+	for i, l := range host {
+		losses[i] = float64(l)
+		if math.IsNaN(losses[i]) || math.IsInf(losses[i], 0) {
+			return fmt.Errorf("batch %d loss is %v (diverged: lower the learning rate)", i, l)
+		}
+	}
+	if d.rank != 0 {
+		return nil
+	}
+	end := time.Now()
+	trainSec := end.Sub(d.epochStart).Seconds()
+	rec := train.EpochRecord{Epoch: it.epoch + 1, BatchLosses: losses, Loss: meanOf(losses), Seconds: trainSec}
+	var evalSec float64
+	evaluated := cfg.evaluates(it.epoch)
+	if evaluated {
+		t0 := time.Now()
+		if d.eval == nil {
+			ev, err := runner.NewEvaluator(d.b, s.pd.Dataset, s.x, false, cfg.Train)
+			if err != nil {
+				return fmt.Errorf("evaluator: %w", err)
+			}
+			d.eval = ev
+		}
+		er, err := d.eval.Run(d.model)
+		if err != nil {
+			return fmt.Errorf("evaluation: %w", err)
+		}
+		rec.TrainAccuracy, rec.ValAccuracy, rec.ValLoss, rec.TestAccuracy = er.TrainAccuracy, er.ValAccuracy, er.ValLoss, er.TestAccuracy
+		evalSec = time.Since(t0).Seconds()
+	}
+	s.mu.Lock()
+	s.gpu.EpochTrainSeconds = append(s.gpu.EpochTrainSeconds, trainSec)
+	s.gpu.EpochLosses = append(s.gpu.EpochLosses, rec.Loss)
+	s.gpu.EvalSeconds = append(s.gpu.EvalSeconds, evalSec)
+	if evaluated {
+		s.history = append(s.history, rec)
+	}
+	s.mu.Unlock()
+	epochs := cfg.Train.Epochs
+	if log := s.opts.Log; log != nil && (it.epoch == 0 || (it.epoch+1)%runner.LogEvery(epochs) == 0 || it.epoch == epochs-1) {
+		acc := ""
+		if evaluated {
+			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)
+		}
+		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), it.epoch+1, epochs, rec.Loss, trainSec, acc, s.snapshot().Summary)
+	}
+	d.epochStart = time.Now()
+	return nil
+}
+
+func meanOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// finish counts the last statistics and checks that every device ends
+// with the same parameters, bit for bit.
+func (d *device) finish(ctx context.Context) error {
+	if err := d.loader.Flush(); err != nil {
+		return d.errf("feature loader", err)
+	}
+	h := fnv.New64a()
+	for _, p := range d.model.Params() {
+		data := make([]float32, p.Len())
+		if err := d.b.Download(data, p.Value); err != nil {
+			return d.errf("replica check", err)
+		}
+		for _, v := range data {
+			bits := math.Float32bits(v)
+			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
+		}
+	}
+	k := d.s.cfg.Devices
+	all := make([]int64, k)
+	if err := d.s.hostComm(d.rank, stTrainer).AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+		return d.errf("replica check", err)
+	}
+	for r, x := range all {
+		if x != all[0] {
+			return d.errf("replica check", fmt.Errorf("device %d's parameters differ from device 0's", r))
+		}
+	}
+	if d.rank == 0 {
+		d.s.mu.Lock()
+		d.s.gpu.ReplicasEqual = true
+		d.s.mu.Unlock()
+	}
+	return nil
+}

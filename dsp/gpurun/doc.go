@@ -1,0 +1,46 @@
+// Package gpurun is DSP training on GPUs: one process, one group of
+// goroutines per device, the batches, model and reports of the host
+// runner (dsp/runner) with the data on the devices.
+//
+// Per device:
+//
+//   - sampler: draws the device's batches on the GPU (gpusample; until
+//     collective sampling over the device's patch, dsp/gpucsp, is wired
+//     in, every device samples the whole graph, which gives the same
+//     batches);
+//   - loader: the partitioned feature cache of package gpucache: the
+//     plan's hot rows in device memory, cold rows read from pinned host
+//     memory through UVA, rows cached by peers fetched by all-to-all-v of
+//     IDs and rows over NCCL;
+//   - trainer: forward and backward on the CUDA back end into one flat
+//     gradient buffer (every parameter's gradient is a view of it, the
+//     step's loss its last element), mean all-reduce in buckets of
+//     BucketBytes over NCCL, optimizer step. Losses stay on the device
+//     until the epoch ends.
+//
+// The stages run concurrently on different batches, joined by bounded
+// queues (dsp/pipeline), each with its own communicators (a device one,
+// NCCL, and a host one for small headers), and every collective waits
+// for its turn in the launch order of a comm.Coordinator, so stages of
+// different devices never wait for each other's collectives in opposite
+// orders. With NoPipeline the three run one after another per batch.
+//
+// Streams: the CUDA back end runs all of a device's work on one stream
+// and its caching allocator relies on that (a block freed by the host is
+// reused at once by later work on the same stream), so the stages share
+// the stream: the pipeline overlaps the host side (launching, routing IDs,
+// waiting for the device and for collectives) with the device's work, and
+// the stages wait for the stream with fences (events) that do not hold the
+// device lock, so the other stages keep queueing work meanwhile.
+//
+// BSP data parallelism: every device starts from the same weights (the
+// single-device trainer's), runs the same number of batches per epoch
+// (runner.AssignBatches: the same assignment as the host runner) and
+// applies the same averaged gradient; replicas are checked equal bit for
+// bit at the end. Device 0 evaluates as the single-device trainer does
+// (every EvalEvery epochs and after the last).
+//
+// Other back ends (the CPU) run the same code with host sampling, a host
+// feature table and device communicators staged over in-process ones;
+// the tests use that.
+package gpurun

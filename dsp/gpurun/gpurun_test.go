@@ -1,0 +1,291 @@
+package gpurun
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/gen"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/train"
+)
+
+var (
+	tinyOnce sync.Once
+	tinyDS   *dataset.Dataset
+	tinyErr  error
+)
+
+// tiny is the generated "tiny" preset: dense Gaussian features.
+func tiny(t testing.TB) *dataset.Dataset {
+	t.Helper()
+	tinyOnce.Do(func() {
+		var cfg gen.Config
+		if cfg, tinyErr = gen.Preset("tiny"); tinyErr == nil {
+			tinyDS, tinyErr = gen.Generate(cfg, nil)
+		}
+	})
+	if tinyErr != nil {
+		t.Fatal(tinyErr)
+	}
+	return tinyDS
+}
+
+func small(k, epochs int) Config {
+	cfg := Defaults(train.SAGE, k)
+	cfg.Train.Epochs = epochs
+	cfg.Train.Hidden = 16
+	cfg.Train.BatchSize = 64
+	cfg.Train.Eval, cfg.Train.EvalFanouts = train.Sampled, []int{10, 10}
+	cfg.WaitTimeout = 20 * time.Second
+	cfg.CommTimeout = 30 * time.Second
+	return cfg
+}
+
+func cpus(t testing.TB, k int) []backend.Backend {
+	t.Helper()
+	bs := make([]backend.Backend, k)
+	for i := range bs {
+		b, err := cpu.New(cpu.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs[i] = b
+	}
+	return bs
+}
+
+func run(t *testing.T, cfg Config, opts Options) *Report {
+	t.Helper()
+	if opts.Backends == nil {
+		opts.Backends = cpus(t, cfg.Devices)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, tiny(t), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func losses(r *Report) []float64 { return trainLosses(&r.Report.Report) }
+
+func trainLosses(r *train.Report) []float64 {
+	var out []float64
+	for _, e := range r.Epochs {
+		out = append(out, e.BatchLosses...)
+	}
+	return out
+}
+
+// TestMatchesHostRunner: on CPU back ends the device run makes the host
+// runner's batches, weights and dropout masks, so every batch loss and
+// the accuracies agree (up to the loss's summation order: the device run
+// computes it as a product on the device, the host runner on the tape).
+func TestMatchesHostRunner(t *testing.T) {
+	ks := []int{1, 2, 3}
+	if testing.Short() {
+		ks = []int{1, 2}
+	}
+	for _, k := range ks {
+		cfg := small(k, 2)
+		cfg.CacheBytes = 300 * 16 * 4
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		want, err := runner.Run(ctx, tiny(t), cfg.Config, runner.Options{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := run(t, cfg, Options{})
+		wl, gl := trainLosses(&want.Report), losses(got)
+		if len(wl) != len(gl) || len(wl) == 0 {
+			t.Fatalf("k=%d: %d losses, want %d", k, len(gl), len(wl))
+		}
+		for i := range wl {
+			if d := math.Abs(gl[i]-wl[i]) / math.Abs(wl[i]); d > 1e-4 {
+				t.Fatalf("k=%d batch %d: loss %v, host runner %v", k, i, gl[i], wl[i])
+			}
+		}
+		if math.Abs(got.TestAccuracy-want.TestAccuracy) > 0.01 || math.Abs(got.ValAccuracy-want.ValAccuracy) > 0.01 {
+			t.Fatalf("k=%d: val/test %.4f/%.4f, host runner %.4f/%.4f", k, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
+		}
+		if !got.Run.ReplicasEqual || got.DSP.BatchesPerDevice != want.DSP.BatchesPerDevice {
+			t.Fatalf("k=%d: replicas equal %v, %d batches per device (host %d)", k, got.Run.ReplicasEqual, got.DSP.BatchesPerDevice, want.DSP.BatchesPerDevice)
+		}
+	}
+}
+
+// TestSettingsDoNotChangeNumbers: the pipeline on or off, the cache
+// budget and policy, the coordinator, the queue capacity and the bucket
+// size move work around but never change a number.
+func TestSettingsDoNotChangeNumbers(t *testing.T) {
+	k := 3
+	if testing.Short() {
+		k = 2
+	}
+	base := small(k, 2)
+	want := run(t, base, Options{})
+	variants := map[string]func(*Config){
+		"pipeline off":     func(c *Config) { c.NoPipeline = true },
+		"no cache":         func(c *Config) { c.CacheBytes = 0 },
+		"small cache":      func(c *Config) { c.CacheBytes = 50 * 16 * 4 },
+		"replicate g=1":    func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
+		"replicate g=k":    func(c *Config) { c.CachePolicy, c.CacheGroup, c.CacheBytes = cache.Replicate, k, 100*16*4 },
+		"no coordinator":   func(c *Config) { c.NoCoordinator = true },
+		"queue 1":          func(c *Config) { c.QueueCapacity = 1 },
+		"tiny buckets":     func(c *Config) { c.BucketBytes = 4096 },
+		"pagerank hotness": func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPageRank, 80*16*4 },
+	}
+	for name, f := range variants {
+		cfg := base
+		f(&cfg)
+		got := run(t, cfg, Options{})
+		wl, gl := losses(want), losses(got)
+		if len(wl) != len(gl) {
+			t.Fatalf("%s: %d losses, want %d", name, len(gl), len(wl))
+		}
+		for i := range wl {
+			if wl[i] != gl[i] {
+				t.Fatalf("%s: batch %d loss %v, want %v", name, i, gl[i], wl[i])
+			}
+		}
+		if got.TestAccuracy != want.TestAccuracy || got.ValAccuracy != want.ValAccuracy {
+			t.Fatalf("%s: accuracies %v/%v, want %v/%v", name, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
+		}
+		if got.Run.Pipeline == cfg.NoPipeline {
+			t.Fatalf("%s: report says pipeline %v", name, got.Run.Pipeline)
+		}
+	}
+}
+
+// TestRandomDelaysNoDeadlock: random sleeps at every stage step and
+// before every collective never deadlock the coordinated stages.
+func TestRandomDelaysNoDeadlock(t *testing.T) {
+	cfg := small(3, 2)
+	cfg.CacheBytes = 100 * 16 * 4
+	cfg.QueueCapacity = 1
+	want := run(t, cfg, Options{})
+	for seed := range uint64(3) {
+		got := run(t, cfg, Options{Hook: pipeline.RandomDelays(seed, 2*time.Millisecond, 0.3)})
+		wl, gl := losses(want), losses(got)
+		for i := range wl {
+			if wl[i] != gl[i] {
+				t.Fatalf("seed %d: batch %d loss %v, want %v", seed, i, gl[i], wl[i])
+			}
+		}
+	}
+}
+
+// TestReportAndMetrics: the report carries the timings, per-device
+// information, cache and byte counts, queue occupancy and only the
+// evaluated epochs (EvalEvery).
+func TestReportAndMetrics(t *testing.T) {
+	cfg := small(2, 3)
+	cfg.CacheBytes = 100 * 16 * 4
+	cfg.EvalEvery = -1
+	var mu sync.Mutex
+	batches := map[int]int{}
+	rep := run(t, cfg, Options{OnBatch: func(rank, epoch, batch int, loss float64) {
+		mu.Lock()
+		batches[rank]++
+		mu.Unlock()
+		if !(loss > 0) {
+			t.Errorf("rank %d epoch %d batch %d: loss %v", rank, epoch, batch, loss)
+		}
+	}})
+	if len(rep.Epochs) != 1 || rep.Epochs[0].Epoch != 3 {
+		t.Fatalf("evaluated epochs %+v, want only the last", rep.Epochs)
+	}
+	r := rep.Run
+	if len(r.EpochTrainSeconds) != 3 || len(r.EpochLosses) != 3 || r.EvalSeconds[0] != 0 || r.EvalSeconds[2] <= 0 || r.SteadyEpochSeconds <= 0 {
+		t.Fatalf("timings %+v", r)
+	}
+	if !r.Pipeline || !r.Exchange || !r.ReplicasEqual || r.Sampler == "" {
+		t.Fatalf("run info %+v", r)
+	}
+	nb := rep.DSP.BatchesPerDevice
+	if batches[0] != 3*nb || batches[1] != 3*nb {
+		t.Fatalf("OnBatch calls %v, want %d per device", batches, 3*nb)
+	}
+	s := rep.Metrics.Summary
+	if s.Cache.Requests == 0 || s.Cache.PeerHits == 0 || s.Cache.LocalHits == 0 || s.Cache.Misses == 0 || s.Cache.HitRate <= 0 || s.Cache.HitRate >= 1 {
+		t.Fatalf("cache %+v", s.Cache)
+	}
+	for _, pl := range [][2]string{{"feature", "peer"}, {"feature", "host"}, {"feature", "local"}, {"gradient", "peer"}} {
+		if s.Bytes[pl[0]][pl[1]] <= 0 {
+			t.Fatalf("no %s bytes on %s: %v", pl[0], pl[1], s.Bytes)
+		}
+	}
+	if len(s.Queues) != 2 || s.Queues[0].Pushes != int64(2*3*nb) {
+		t.Fatalf("queues %+v", s.Queues)
+	}
+	for _, st := range s.Stages {
+		if st.Items != int64(3*nb) || st.BusySeconds <= 0 {
+			t.Fatalf("stage %+v", st)
+		}
+	}
+	if len(rep.DSP.PerDevice) != 2 || rep.DSP.PerDevice[1].CachedRows != 100 || rep.DSP.Comm == "none" {
+		t.Fatalf("dsp info %+v", rep.DSP)
+	}
+	if !(rep.TestAccuracy > 0.35) { // 5 classes: chance is 0.2
+		t.Fatalf("test accuracy %v", rep.TestAccuracy)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		cfg func(*Config)
+		bs  func([]backend.Backend) []backend.Backend
+	}{
+		"layer-wise": {cfg: func(c *Config) { c.Scheme = runner.LayerWise }},
+		"presample":  {cfg: func(c *Config) { c.Hotness = cache.ByPreSampling }},
+		"too few":    {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
+		"repeated":   {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
+		"nil":        {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},
+		"full mode":  {cfg: func(c *Config) { c.Train.Mode = train.Full }},
+	} {
+		cfg := small(2, 1)
+		if c.cfg != nil {
+			c.cfg(&cfg)
+		}
+		bs := cpus(t, 2)
+		if c.bs != nil {
+			bs = c.bs(bs)
+		}
+		_, err := Run(ctx, tiny(t), cfg, Options{Backends: bs})
+		var ce *runner.ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s: %v, want a config error", name, err)
+		}
+	}
+}
+
+// TestInterrupted: cancelling the context stops every stage promptly with
+// train.ErrInterrupted.
+func TestInterrupted(t *testing.T) {
+	cfg := small(2, 50)
+	ctx, cancel := context.WithCancel(context.Background())
+	var once sync.Once
+	start := time.Now()
+	_, err := Run(ctx, tiny(t), cfg, Options{Backends: cpus(t, 2), OnBatch: func(rank, epoch, batch int, _ float64) {
+		if epoch == 1 {
+			once.Do(cancel)
+		}
+	}})
+	if !errors.Is(err, train.ErrInterrupted) {
+		t.Fatalf("got %v, want ErrInterrupted", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}

@@ -1,0 +1,98 @@
+package gpurun
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Report is the host runner's report (accuracies, per-epoch losses of the
+// evaluated epochs, DSP settings, pipeline metrics) plus the device run's
+// timings.
+type Report struct {
+	runner.Report
+	Run Info `json:"device_run"`
+}
+
+// Info describes the device run.
+type Info struct {
+	Pipeline bool   `json:"pipeline"`
+	Sampler  string `json:"sampler"`
+	// Exchange: devices serve each other feature rows (all-to-all-v).
+	Exchange      bool `json:"feature_exchange"`
+	FeaturesDense bool `json:"features_dense"`
+	EvalEvery     int  `json:"eval_every"`
+	// Per epoch: device 0's training time (first step's start, or the
+	// end of the previous epoch's evaluation, to the last step's end,
+	// evaluation excluded), mean loss and evaluation time (0: none).
+	EpochTrainSeconds []float64 `json:"epoch_train_seconds"`
+	EpochLosses       []float64 `json:"epoch_losses"`
+	EvalSeconds       []float64 `json:"eval_seconds"`
+	// SteadyEpochSeconds is the mean training time of the epochs after
+	// the first (the first's with one epoch).
+	SteadyEpochSeconds float64 `json:"steady_epoch_seconds"`
+	SetupSeconds       float64 `json:"setup_seconds"`
+	ReplicasEqual      bool    `json:"replicas_equal"`
+	// PeakDeviceBytes is each CUDA device's allocator peak (0 elsewhere).
+	PeakDeviceBytes []int64 `json:"peak_device_bytes"`
+}
+
+// WriteJSON writes the report to path (indented JSON), atomically.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("dsp/gpurun: report: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, append(data, '\n')); err != nil {
+		return fmt.Errorf("dsp/gpurun: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// snapshot collects every device's metrics.
+func (s *shared) snapshot() runner.Metrics {
+	var m runner.Metrics
+	for r := range s.ctrs {
+		rs := s.ctrs[r].Snapshot(r)
+		s.mu.Lock()
+		for _, q := range s.queues[r] {
+			rs.Queues = append(rs.Queues, q())
+		}
+		s.mu.Unlock()
+		m.Ranks = append(m.Ranks, rs)
+	}
+	m.Summary = metrics.Summarize(m.Ranks)
+	return m
+}
+
+// report assembles the run's report.
+func (s *shared) report(orig *dataset.Dataset, device string) *Report {
+	cfg := s.cfg
+	ds := s.pd.Dataset
+	rep := &Report{Run: s.gpu}
+	rep.DSP, rep.Metrics = s.info, s.snapshot()
+	rep.DSP.CrossEdges = runner.CrossEdges(s.in, s.pd.Book)
+	rep.Report.Report = train.Report{
+		Schema: train.ReportVersion, StrataVersion: train.Version, Dataset: ds.Name, Model: cfg.Train.Model, Mode: cfg.Train.Mode,
+		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: s.info.RowNormalized,
+		Config: cfg.Train, Epochs: s.history,
+		Graph: train.GraphStats{Nodes: orig.NumNodes(), Edges: orig.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
+			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
+	}
+	runner.Summarize(&rep.Report.Report)
+	if e := rep.Run.EpochTrainSeconds; len(e) == 1 {
+		rep.Run.SteadyEpochSeconds = e[0]
+	} else if len(e) > 1 {
+		var t float64
+		for _, x := range e[1:] {
+			t += x
+		}
+		rep.Run.SteadyEpochSeconds = t / float64(len(e)-1)
+	}
+	return rep
+}

@@ -1,0 +1,292 @@
+package gpurun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Stage indices (coordinator stages and communicator groups).
+const (
+	stSampler = iota
+	stLoader
+	stTrainer
+	numStages
+)
+
+var stageNames = [numStages]string{"sampler", "loader", "trainer"}
+
+// SamplerStandIn names the sampler in use until collective GPU sampling
+// (dsp/gpucsp) is wired in: every device samples the whole graph.
+const SamplerStandIn = "gpusample over the whole graph on every device (stand-in for collective sampling)"
+
+// RunError reports a failure with what the run was doing.
+type RunError struct {
+	Op  string
+	Err error
+}
+
+func (e *RunError) Error() string { return "dsp/gpurun: " + e.Op + ": " + e.Err.Error() }
+func (e *RunError) Unwrap() error { return e.Err }
+
+// shared is what every device of a run reads.
+type shared struct {
+	cfg    Config
+	opts   Options
+	pd     *runner.Partitioned
+	in     *graph.CSR
+	x      []float32
+	dim    int
+	plan   *cache.Plan
+	coords []*comm.Coordinator
+	dcs    [numStages][]comm.DeviceComm // nil groups are not used
+	hcs    [numStages][]comm.Comm
+	group  *pipeline.Group
+	ctrs   []metrics.Counters
+	queues [][]func() metrics.QueueSnapshot
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	info      runner.Info
+	gpu       Info
+	history   []train.EpochRecord
+}
+
+// Run trains cfg on ds with one device per opts.Backends entry and
+// returns the report.
+func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
+	start := time.Now()
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	k := cfg.Devices
+	if len(opts.Backends) != k {
+		return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices but %d back ends", k, len(opts.Backends))}
+	}
+	nCUDA := 0
+	for i, b := range opts.Backends {
+		if b == nil {
+			return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d is nil", i)}
+		}
+		if _, ok := b.(*cuda.Device); ok {
+			nCUDA++
+		}
+		for _, o := range opts.Backends[:i] {
+			if o == b {
+				return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d (%s) repeats an earlier one", i, b.Name())}
+			}
+		}
+	}
+	if nCUDA != 0 && nCUDA != k {
+		return nil, &runner.ConfigError{Field: "devices", Msg: "mixes CUDA devices with other back ends"}
+	}
+	if err := runner.CheckDataset(ds); err != nil {
+		return nil, err
+	}
+	pd, err := runner.Partition(ctx, ds, &cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.Dataset.FeatDim, ctrs: make([]metrics.Counters, k), queues: make([][]func() metrics.QueueSnapshot, k)}
+	if s.in = pd.Dataset.InGraph(); s.in == nil {
+		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
+	}
+	var rowNorm, sparse bool
+	s.x, rowNorm, sparse = runner.Features(pd.Dataset, cfg.Train.RowNorm)
+	hot, err := runner.HotOrder(s.in, cfg.Hotness)
+	if err != nil {
+		return nil, &RunError{Op: "hotness", Err: err}
+	}
+	budget := cfg.CacheBytes
+	if budget < 0 {
+		budget = int64(len(s.x)) * 4
+	}
+	if s.plan, err = cache.NewPlan(pd.Book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup}); err != nil {
+		return nil, &RunError{Op: "cache plan", Err: err}
+	}
+	defer s.closeComms()
+	if err := s.openComms(ctx, nCUDA == k); err != nil {
+		return nil, err
+	}
+	s.info = runner.Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.Method, EdgeCut: pd.EdgeCut,
+		Book: pd.Book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
+		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
+		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]runner.DeviceInfo, k)}
+	if c := s.dcs[stTrainer]; c != nil {
+		s.info.Comm = c[0].Kind()
+	}
+	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: SamplerStandIn,
+		FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
+
+	g, gctx := pipeline.NewGroup(ctx)
+	s.group = g
+	// A failure releases the stages waiting for their turn or a peer.
+	stop := context.AfterFunc(gctx, s.closeCoordinators)
+	defer stop()
+	devs := make([]*device, k)
+	setupDone := make(chan struct{})
+	var setupOnce sync.Once
+	var setupWG sync.WaitGroup
+	setupWG.Add(k)
+	go func() { setupWG.Wait(); setupOnce.Do(func() { close(setupDone) }) }()
+	for r := range k {
+		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r]}
+		g.Go(fmt.Sprintf("rank %d", r), func() error {
+			err := devs[r].setup()
+			setupWG.Done()
+			if err != nil {
+				return err
+			}
+			// Start training when every device is ready, so that no
+			// collective waits for another device's setup.
+			select {
+			case <-setupDone:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			return devs[r].start(gctx)
+		})
+	}
+	err = g.Wait()
+	s.gpu.SetupSeconds = devs[0].setupSeconds
+	for r, d := range devs {
+		if cd, ok := d.b.(*cuda.Device); ok {
+			s.gpu.PeakDeviceBytes[r] = cd.Stats().PeakBytes
+		}
+		d.free()
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
+		}
+		return nil, &RunError{Op: "training", Err: err}
+	}
+	rep := s.report(ds, opts.Backends[0].Name())
+	rep.TotalSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+func exchangesOf(p *cache.Plan) bool {
+	return p.GroupSize() > 1 && p.CachedNodes() > 0
+}
+
+// openComms opens the control communicator (coordinator), a host
+// communicator per stage (headers, the replica check) and a device
+// communicator per stage that needs one: NCCL on GPUs (one group per
+// stage), staged over in-process ones otherwise. One device needs none.
+func (s *shared) openComms(ctx context.Context, gpus bool) error {
+	cfg := &s.cfg
+	k := cfg.Devices
+	o := comm.Options{Timeout: cfg.CommTimeout}
+	var err error
+	if !cfg.NoCoordinator {
+		ctrl, err := inproc.New(k, o)
+		if err != nil {
+			return &RunError{Op: "communicators", Err: err}
+		}
+		s.coords = make([]*comm.Coordinator, k)
+		for r := range k {
+			s.coords[r] = comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: cfg.WaitTimeout})
+		}
+	}
+	for st := range numStages {
+		if s.hcs[st], err = inproc.New(k, o); err != nil {
+			return &RunError{Op: "communicators", Err: err}
+		}
+	}
+	if k == 1 {
+		return nil
+	}
+	need := []int{stTrainer}
+	if exchangesOf(s.plan) {
+		need = append(need, stLoader)
+	}
+	for _, st := range need {
+		if gpus {
+			devs := make([]*cuda.Device, k)
+			for r, b := range s.opts.Backends {
+				devs[r] = b.(*cuda.Device)
+			}
+			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st]}); err != nil {
+				return &RunError{Op: "NCCL communicators", Err: err}
+			}
+			continue
+		}
+		hs, err := inproc.New(k, o)
+		if err != nil {
+			return &RunError{Op: "communicators", Err: err}
+		}
+		s.dcs[st] = make([]comm.DeviceComm, k)
+		for r := range k {
+			s.dcs[st][r] = staged.Open(hs[r], s.opts.Backends[r], o)
+		}
+	}
+	return nil
+}
+
+func (s *shared) closeCoordinators() {
+	s.closeOnce.Do(func() {
+		for _, c := range s.coords {
+			c.Close()
+		}
+	})
+}
+
+func (s *shared) closeComms() {
+	s.closeCoordinators()
+	for st := range numStages {
+		for _, c := range s.dcs[st] {
+			c.Close()
+		}
+		for _, c := range s.hcs[st] {
+			c.Close()
+		}
+	}
+}
+
+// topologyPatch builds device rank's patch of the topology (its rows in
+// global IDs, placed on the device up to the topology budget).
+func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
+	topo := s.cfg.TopologyBytes
+	if topo <= 0 {
+		topo = layout.NoLimit
+	}
+	return layout.Build(s.in, s.pd.Book, rank, layout.Options{DeviceBytes: topo})
+}
+
+// deviceComm is device rank's coordinated device communicator of stage.
+func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
+	if s.dcs[stage] == nil {
+		return nil
+	}
+	c := &coordComm{DeviceComm: s.dcs[stage][rank], stage: stage, name: stageNames[stage], hook: s.opts.Hook}
+	if s.coords != nil {
+		c.launch = s.coords[rank]
+	}
+	return c
+}
+
+// hostComm is device rank's coordinated host communicator of stage.
+func (s *shared) hostComm(rank, stage int) comm.Comm {
+	c := &pipeline.Comm{Comm: s.hcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook}
+	if s.coords != nil {
+		c.Launch = s.coords[rank]
+	}
+	return c
+}
