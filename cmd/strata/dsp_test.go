@@ -62,6 +62,47 @@ func TestTrainDevicesCPU(t *testing.T) {
 	}
 }
 
+// TestTrainDevicesDeviceEngine: --engine device runs package dsp/gpurun
+// (here on CPU back ends) with the pipeline on or off and writes its
+// report with the epoch timings.
+func TestTrainDevicesDeviceEngine(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--no-pipeline"}} {
+		rep := filepath.Join(t.TempDir(), "report.json")
+		args := append([]string{"train", "--devices", "cpu:2", "--engine", "device", "--epochs", "2", "--hidden", "16",
+			"--cache", "64KiB", "--eval-every", "100", "--report", rep}, extra...)
+		code, out, errOut := strata(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", extra, code, errOut)
+		}
+		for _, want := range []string{"test accuracy", "cache hit", "epoch time", "cpu x2"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("%v: output lacks %q:\n%s", extra, want, out)
+			}
+		}
+		if !strings.Contains(errOut, "device engine") || !strings.Contains(errOut, "epoch 2/2") {
+			t.Fatalf("%v: log:\n%s", extra, errOut)
+		}
+		data, err := os.ReadFile(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Epochs []json.RawMessage `json:"epochs"`
+			Run    struct {
+				Pipeline      bool      `json:"pipeline"`
+				EpochSeconds  []float64 `json:"epoch_train_seconds"`
+				ReplicasEqual bool      `json:"replicas_equal"`
+			} `json:"device_run"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Epochs) != 1 || len(r.Run.EpochSeconds) != 2 || !r.Run.ReplicasEqual || r.Run.Pipeline != (extra == nil) {
+			t.Fatalf("%v: report %+v, %d evaluated epochs", extra, r.Run, len(r.Epochs))
+		}
+	}
+}
+
 func TestTrainDevicesUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -74,6 +115,8 @@ func TestTrainDevicesUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu:2", "--checkpoint", "x"}, "checkpoints"},
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--devices", "cpu:3", "--cache-policy", "replicate", "--cache-group", "2"}, "does not divide"},
+		{[]string{"--devices", "cpu:2", "--no-pipeline"}, "device engine"},
+		{[]string{"--devices", "cpu:2", "--engine", "device", "--scheme", "layer"}, "node-wise"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {

@@ -1,0 +1,140 @@
+package gpurun
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+var (
+	gpuOnce sync.Once
+	gpuDevs []*cuda.Device
+	gpuErr  error
+)
+
+// gpus opens every visible GPU (up to 4) once per process and returns
+// the first n as back ends, skipping the test when there are fewer.
+func gpus(t testing.TB, n int) []backend.Backend {
+	t.Helper()
+	gpuOnce.Do(func() {
+		if gpuErr = cu.Load(); gpuErr != nil {
+			return
+		}
+		var count int
+		if count, gpuErr = cu.DeviceCount(); gpuErr != nil {
+			return
+		}
+		for i := range min(count, 4) {
+			d, err := cuda.Open(i, cuda.Options{})
+			if err != nil {
+				gpuErr = err
+				return
+			}
+			gpuDevs = append(gpuDevs, d)
+		}
+	})
+	if gpuErr != nil {
+		t.Skipf("no usable GPU: %.120s", gpuErr.Error())
+	}
+	if len(gpuDevs) < n {
+		t.Skipf("%d GPU(s), the test needs %d", len(gpuDevs), n)
+	}
+	bs := make([]backend.Backend, n)
+	for i := range bs {
+		bs[i] = gpuDevs[i]
+	}
+	return bs
+}
+
+// TestGPUMatchesCPU: on 1, 2 and 4 GPUs (GPU sampling, the feature
+// cache's NCCL all-to-alls, NCCL gradient all-reduce) every batch loss
+// agrees with the same run on CPU back ends, the pipeline off gives the
+// same numbers bit for bit, and so do the cache layouts.
+func TestGPUMatchesCPU(t *testing.T) {
+	for _, k := range []int{1, 2, 4} {
+		gpus(t, 1)
+		if len(gpuDevs) < k {
+			t.Logf("skipping %d GPUs: %d available", k, len(gpuDevs))
+			continue
+		}
+		cfg := small(k, 2)
+		cfg.CacheBytes = 300 * 16 * 4
+		want := run(t, cfg, Options{})
+		got := run(t, cfg, Options{Backends: gpus(t, k)})
+		wl, gl := losses(want), losses(got)
+		if len(wl) != len(gl) || len(wl) == 0 {
+			t.Fatalf("k=%d: %d losses, want %d", k, len(gl), len(wl))
+		}
+		worst := 0.0
+		for i := range wl {
+			worst = max(worst, math.Abs(gl[i]-wl[i])/math.Abs(wl[i]))
+		}
+		t.Logf("k=%d: %d losses, largest relative difference to the CPU %.2e; test accuracy %.4f (CPU %.4f); comm %s",
+			k, len(wl), worst, got.TestAccuracy, want.TestAccuracy, got.DSP.Comm)
+		if worst > 1e-3 {
+			t.Fatalf("k=%d: losses differ from the CPU run by up to %.2e relative", k, worst)
+		}
+		if math.Abs(got.TestAccuracy-want.TestAccuracy) > 0.02 || !got.Run.ReplicasEqual {
+			t.Fatalf("k=%d: test accuracy %.4f (CPU %.4f), replicas equal %v", k, got.TestAccuracy, want.TestAccuracy, got.Run.ReplicasEqual)
+		}
+		if k > 1 && (!got.Run.Exchange || got.Metrics.Summary.Cache.PeerHits == 0) {
+			t.Fatalf("k=%d: no feature exchange: %+v", k, got.Metrics.Summary.Cache)
+		}
+		for name, f := range map[string]func(*Config){
+			"pipeline off":  func(c *Config) { c.NoPipeline = true },
+			"replicate g=1": func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
+			"no cache":      func(c *Config) { c.CacheBytes = 0 },
+		} {
+			vc := cfg
+			f(&vc)
+			v := run(t, vc, Options{Backends: gpus(t, k)})
+			vl := losses(v)
+			for i := range gl {
+				if vl[i] != gl[i] {
+					t.Fatalf("k=%d %s: batch %d loss %v, want %v", k, name, i, vl[i], gl[i])
+				}
+			}
+			if v.Metrics.Summary.Cache.Requests != got.Metrics.Summary.Cache.Requests {
+				t.Fatalf("k=%d %s: %d cache requests, want %d", k, name, v.Metrics.Summary.Cache.Requests, got.Metrics.Summary.Cache.Requests)
+			}
+		}
+	}
+}
+
+// TestGPURandomDelays: random delays at every stage step and collective
+// on the GPUs never deadlock the coordinated NCCL collectives.
+func TestGPURandomDelays(t *testing.T) {
+	bs := gpus(t, 2)
+	if len(gpuDevs) >= 4 {
+		bs = gpus(t, 4)
+	}
+	cfg := small(len(bs), 2)
+	cfg.CacheBytes = 100 * 16 * 4
+	cfg.QueueCapacity = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	want, err := Run(ctx, tiny(t), cfg, Options{Backends: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Run(ctx, tiny(t), cfg, Options{Backends: bs, Hook: randomDelays()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, gl := losses(want), losses(got)
+	for i := range wl {
+		if wl[i] != gl[i] {
+			t.Fatalf("batch %d loss %v, want %v", i, gl[i], wl[i])
+		}
+	}
+}
+
+func randomDelays() pipeline.Hook { return pipeline.RandomDelays(11, 3*time.Millisecond, 0.3) }
