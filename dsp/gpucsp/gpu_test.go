@@ -59,15 +59,21 @@ func gpus(t testing.TB, n int) []*cuda.Device {
 // groupSizes are the P to test: 1, and the visible GPUs up to 4, and 2
 // when 4 are visible.
 func groupSizes(t testing.TB) []int {
-	all := gpus(t, 1)
+	n := numGPUs(t)
 	ps := []int{1}
-	if len(all) >= 4 {
+	if n >= 4 {
 		ps = append(ps, 2)
 	}
-	if len(all) > 1 {
-		ps = append(ps, len(all))
+	if n > 1 {
+		ps = append(ps, n)
 	}
 	return ps
+}
+
+// numGPUs is the number of GPUs the tests use (visible ones, up to 4).
+func numGPUs(t testing.TB) int {
+	gpus(t, 1)
+	return len(devs)
 }
 
 var (
@@ -94,7 +100,7 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := nccl.OpenLocal(ctx, ds, nccl.Options{Options: comm.Options{Timeout: 60 * time.Second}, Prefix: fmt.Sprintf("gpucsp-%d", P)})
+	cs, err := nccl.OpenLocal(ctx, ds, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-%d", P)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +110,12 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 
 // group opens P samplers over g (offsets off) on the first P GPUs.
 func group(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*Sampler, func()) {
+	return groupWith(t, g, off, cfg, false)
+}
+
+// groupWith is group; protocol makes a single rank run the collective
+// protocol (local exchanges) instead of sampling directly.
+func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol bool) ([]*Sampler, func()) {
 	t.Helper()
 	P := len(off) - 1
 	ds := gpus(t, P)
@@ -124,6 +136,9 @@ func group(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*Sampler, fun
 		}
 		if ss[r], err = New(ds[r], p, off, c, cfg); err != nil {
 			t.Fatal(err)
+		}
+		if protocol {
+			ss[r].direct = false
 		}
 	}
 	return ss, func() {
@@ -186,10 +201,13 @@ func TestMatchesSingleGPU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, P := range ps {
-		for part := range 2 {
+		for part := range 3 {
 			off := make([]int64, P+1)
 			for p := range off {
 				off[p] = g.NumRows * int64(p) / int64(P)
+			}
+			if part == 2 && P > 1 {
+				continue // the protocol variant is for one rank
 			}
 			if part == 1 {
 				if P == 1 {
@@ -206,7 +224,8 @@ func TestMatchesSingleGPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ss, done := group(t, g, off, cfg)
+				ss, done := groupWith(t, g, off, cfg, part == 2)
+				name += fmt.Sprintf(" direct=%v", ss[0].direct)
 				for bi, n := range []int{512, 1024, 0, 37} {
 					seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
 					for r := range P {
@@ -229,7 +248,7 @@ func TestMatchesSingleGPU(t *testing.T) {
 						if !slices.Equal(got[r].Seeds, want.Seeds) {
 							t.Fatalf("%s batch %d rank %d: seeds differ", name, bi, r)
 						}
-						if !cfg.EdgeIDs {
+						if !cfg.EdgeIDs && !ss[r].direct {
 							for i := range got[r].Blocks {
 								for _, e := range got[r].Blocks[i].EdgeIDs {
 									if e != -1 {
@@ -246,7 +265,7 @@ func TestMatchesSingleGPU(t *testing.T) {
 				for r := range P {
 					st := ss[r].Stats()
 					seeds0 += st.Frontier[0]
-					if st.Batches != 4 || (P > 1 && (st.Exchanges == 0 || sum64(st.BytesSent) == 0 || st.BytesSent[r] != 0)) {
+					if st.Batches != 4 || (P > 1 && (st.Exchanges == 0 || sum64(st.BytesSent) == 0 || st.BytesSent[r] != 0)) || (P == 1 && st.Exchanges != 0) {
 						t.Errorf("%s: rank %d stats %+v", name, r, st)
 					}
 				}
@@ -272,7 +291,7 @@ func sum64(x []int64) int64 {
 // fail at the first exchange (the bad one with ErrInput, the others with
 // ErrPeer), and the group samples normally afterwards.
 func TestBadSeedsFailEveryRank(t *testing.T) {
-	P := min(len(gpus(t, 1)), 4)
+	P := numGPUs(t)
 	if P < 2 {
 		t.Skip("needs 2 GPUs")
 	}

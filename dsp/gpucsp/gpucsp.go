@@ -28,7 +28,8 @@ type Config struct {
 	Fanouts           []int
 	Replace, Weighted bool
 	// EdgeIDs brings every sampled edge's global edge ID back (an extra
-	// int64 all-to-all-v per hop). Without it Block.EdgeIDs holds -1.
+	// int64 all-to-all-v per hop). Without it Block.EdgeIDs holds -1 on
+	// several ranks (a single rank fills them in: they cost nothing).
 	EdgeIDs bool
 	// Placement of the patch: gpusample.OnDevice (default) or Mapped
 	// (pinned host memory read through UVA).
@@ -70,9 +71,13 @@ func (x local) AllToAllV(_ context.Context, dst backend.Buffer, _ []int, src bac
 // Sampler is one rank's collective GPU sampler. Its methods serialize;
 // Sample is a collective (see the package doc).
 type Sampler struct {
-	dev        *cuda.Device
-	x          exchanger
-	remote     bool // x is a communicator
+	dev    *cuda.Device
+	x      exchanger
+	remote bool // x is a communicator
+	// direct: a single rank samples its patch (the whole graph) with
+	// gpusample.SampleDevice, the same batch without the protocol's
+	// steps (tests turn it off to run the protocol on one device).
+	direct     bool
 	rank, size int
 	n          int64   // nodes
 	off        []int64 // partition offsets (P+1)
@@ -135,7 +140,7 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	if c != nil && size > 1 {
 		s.x, s.remote = c, true
 	} else {
-		s.x = local{dev}
+		s.x, s.direct = local{dev}, true
 	}
 	wrap := func(err error) (*Sampler, error) {
 		s.Close()
@@ -249,6 +254,20 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 		ctx = context.Background()
 	}
 	L := len(s.cfg.Fanouts)
+	if s.direct {
+		b, err := s.gs.SampleDevice(seeds, key)
+		if err != nil {
+			if errors.Is(err, sample.ErrNode) || errors.Is(err, sample.ErrDuplicate) {
+				err = fmt.Errorf("%w: %w", ErrInput, err)
+			}
+			return nil, s.wrapErr(0, "sampling on one device", err)
+		}
+		for h := range L {
+			s.stats.Frontier[h] += int64(b.Blocks[L-1-h].NumDst)
+		}
+		s.stats.Batches++
+		return b, nil
+	}
 	var status int64
 	var carried error
 	if err := checkSeeds(seeds, s.n); err != nil {
