@@ -22,7 +22,18 @@ type Config struct {
 	// EvalEvery makes device 0 evaluate after every EvalEvery-th epoch
 	// and after the last one (0 means 1; negative: after the last only).
 	EvalEvery int `json:"eval_every"`
+	// Sampler is how CUDA devices sample: SamplerCSP (default: collective
+	// sampling over each device's patch, dsp/gpucsp) or SamplerFull
+	// (gpusample over the whole graph on every device; the same batches).
+	// Other back ends sample on the host.
+	Sampler string `json:"sampler"`
 }
+
+// Samplers.
+const (
+	SamplerCSP  = "csp"
+	SamplerFull = "full"
+)
 
 // Defaults returns the single-device defaults of model on k devices, with
 // a feature cache large enough for every row.
@@ -63,6 +74,13 @@ func (c *Config) normalize() error {
 	}
 	if c.EvalEvery == 0 {
 		c.EvalEvery = 1
+	}
+	switch c.Sampler {
+	case "":
+		c.Sampler = SamplerCSP
+	case SamplerCSP, SamplerFull:
+	default:
+		return bad("sampler", "unknown sampler %q (want csp or full)", c.Sampler)
 	}
 	return nil
 }

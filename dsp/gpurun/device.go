@@ -92,13 +92,22 @@ func (d *device) setup() error {
 	if err != nil {
 		return d.errf("patch", err)
 	}
+	csp := cfg.Sampler == SamplerCSP
+	// The topology a device samples from: its patch (csp) or the whole
+	// graph; all of it in device memory within the topology budget, else
+	// all of it in pinned host memory read through UVA.
+	need := graphBytes(s.in)
+	if csp {
+		need = patch.DeviceBytes() + patch.HostBytes()
+	}
 	place := gpusample.OnDevice
-	if cfg.TopologyBytes > 0 && cfg.TopologyBytes < graphBytes(s.in) {
+	if cfg.TopologyBytes > 0 && cfg.TopologyBytes < need {
 		place = gpusample.Mapped
 	}
 	hot := s.plan.Rows(r)
+	spec := samplerSpec{csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
 	if d.kit, err = newKit(d.b, s.in, s.x, int(s.in.NumRows), s.dim, hot,
-		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}); err != nil {
+		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}, spec); err != nil {
 		return d.errf("device kit", err)
 	}
 	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.b,

@@ -4,10 +4,12 @@
 //
 // Per device:
 //
-//   - sampler: draws the device's batches on the GPU (gpusample; until
-//     collective sampling over the device's patch, dsp/gpucsp, is wired
-//     in, every device samples the whole graph, which gives the same
-//     batches);
+//   - sampler: draws the device's batches on the GPU by collective
+//     sampling over the device's patch of the topology (dsp/gpucsp: the
+//     frontier goes to the owners of its nodes and the neighbors come
+//     back, all over NCCL), or, with Sampler "full", by gpusample over
+//     the whole graph on every device; both give the host sampler's
+//     batches;
 //   - loader: the partitioned feature cache of package gpucache: the
 //     plan's hot rows in device memory, cold rows read from pinned host
 //     memory through UVA, rows cached by peers fetched by all-to-all-v of

@@ -92,6 +92,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 			"pipeline off":  func(c *Config) { c.NoPipeline = true },
 			"replicate g=1": func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
 			"no cache":      func(c *Config) { c.CacheBytes = 0 },
+			"full sampler":  func(c *Config) { c.Sampler = SamplerFull },
 		} {
 			vc := cfg
 			f(&vc)

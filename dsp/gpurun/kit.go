@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/gpucache"
+	"github.com/strata-gnn/strata/dsp/gpucsp"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
@@ -82,6 +86,33 @@ func (g *gpuSampler) Close() error {
 	return err
 }
 
+// cspSampler is collective sampling over the device's patch (dsp/gpucsp):
+// every device calls Sample once per batch, in the same order. It adds
+// the sampler's exchange bytes to the device's metrics.
+type cspSampler struct {
+	s          *gpucsp.Sampler
+	m          *metrics.Counters
+	sent, kept int64 // totals already counted
+}
+
+func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
+	b, err := c.s.Sample(ctx, seeds, key)
+	st := c.s.Stats()
+	var sent int64
+	for _, n := range st.BytesSent {
+		sent += n
+	}
+	c.m.AddBytes(metrics.Sample, metrics.Peer, sent-c.sent)
+	c.m.AddBytes(metrics.Sample, metrics.Local, st.BytesLocal-c.kept)
+	c.sent, c.kept = sent, st.BytesLocal
+	if err != nil {
+		return nil, err
+	}
+	return gpuBatch{b}, nil
+}
+
+func (c *cspSampler) Close() error { return c.s.Close() }
+
 type gpuBatch struct{ b *gpusample.Batch }
 
 func (g gpuBatch) Inputs() backend.Buffer       { return g.b.InputNodes() }
@@ -151,10 +182,22 @@ type kit struct {
 	close func() error // releases the fetcher
 }
 
-// newKit builds device rank's sampler and store on b: gpusample and the
-// feature package on CUDA devices, host sampling and a host table
-// otherwise. hot lists the rows the device caches, in cache order.
-func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config) (*kit, error) {
+// samplerSpec says how a CUDA device samples: collectively over its
+// patch (csp: patch, offsets and the sampler stage's communicator) or
+// over the whole graph.
+type samplerSpec struct {
+	csp     bool
+	patch   *layout.Patch
+	offsets []int64
+	comm    comm.DeviceComm // nil with one device
+	m       *metrics.Counters
+}
+
+// newKit builds device rank's sampler and store on b: gpucsp (or
+// gpusample over the whole graph) and the feature package on CUDA
+// devices, host sampling and a host table otherwise. hot lists the rows
+// the device caches, in cache order.
+func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	dev, ok := b.(*cuda.Device)
 	if !ok {
 		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted})
@@ -166,7 +209,14 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	}
 	k := &kit{}
 	var err error
-	if k.smp, err = newGPUSampler(dev, in, scfg); err != nil {
+	if spec.csp {
+		cs, err := gpucsp.New(dev, spec.patch, spec.offsets, spec.comm,
+			gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement})
+		if err != nil {
+			return nil, fmt.Errorf("collective sampler: %w", err)
+		}
+		k.smp = &cspSampler{s: cs, m: spec.m}
+	} else if k.smp, err = newGPUSampler(dev, in, scfg); err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
 	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)

@@ -32,9 +32,9 @@ const (
 
 var stageNames = [numStages]string{"sampler", "loader", "trainer"}
 
-// SamplerStandIn names the sampler in use until collective GPU sampling
-// (dsp/gpucsp) is wired in: every device samples the whole graph.
-const SamplerStandIn = "gpusample over the whole graph on every device (stand-in for collective sampling)"
+// SamplerStandIn describes Config.Sampler "full": every device samples
+// the whole graph.
+const SamplerStandIn = "gpusample over the whole graph on every device"
 
 // RunError reports a failure with what the run was doing.
 type RunError struct {
@@ -131,7 +131,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
-	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: SamplerStandIn,
+	sampler := "host (sample.NeighborSampler)"
+	if nCUDA == k {
+		sampler = SamplerStandIn
+		if cfg.Sampler == SamplerCSP {
+			sampler = "collective sampling over the device's patch (dsp/gpucsp)"
+		}
+	}
+	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler,
 		FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
 
 	g, gctx := pipeline.NewGroup(ctx)
@@ -216,6 +223,9 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 	need := []int{stTrainer}
 	if exchangesOf(s.plan) {
 		need = append(need, stLoader)
+	}
+	if gpus && cfg.Sampler == SamplerCSP {
+		need = append(need, stSampler)
 	}
 	for _, st := range need {
 		if gpus {
