@@ -72,7 +72,7 @@ func TestTapeMatchesNNModel(t *testing.T) {
 		}
 		rep := run(t, ds, cfg, 1)
 
-		pr, err := prepare(context.Background(), ds, &cfg, 1)
+		pr, err := prepare(context.Background(), ds, &cfg, 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,20 +9,20 @@ import (
 
 // layerState is one layer's historical data on one device.
 //
-// Forward: cache[s] is the latest copy of source block s's payload this
-// device received (for s == rank: the copy it last broadcast, which is
-// what every other device holds); age[s] how many epochs old that copy
-// is. Every device tracks every block's age from the flag exchange, so
-// the ages agree everywhere.
+// Forward: xall is the layer's N x width payload matrix as this device
+// sees it: its own block holds its fresh payload, block s the latest copy
+// of device s's payload this device received (historical embeddings);
+// age[s] is how many epochs old that copy is. Every device tracks every
+// block's age from the flag exchange, so the ages agree everywhere.
 //
 // Backward, with Staleness.Gradients: gsent[s] is the contribution last
 // sent to owner s and gage[s] its age (sender side); grecv[r] the
 // contribution last received from device r (receiver side).
 type layerState struct {
-	cache  []backend.Buffer
+	xall   backend.Buffer
 	age    []int
 	valid  bool
-	clean  backend.Buffer // dropout-free version of cache[rank]
+	clean  backend.Buffer // dropout-free version of the own block last broadcast
 	normSq float64        // ||clean||^2
 
 	gsent     []backend.Buffer
@@ -33,7 +33,7 @@ type layerState struct {
 }
 
 func newLayerState(p int) *layerState {
-	return &layerState{cache: make([]backend.Buffer, p), age: make([]int, p),
+	return &layerState{age: make([]int, p),
 		gsent: make([]backend.Buffer, p), gsentNorm: make([]float64, p), gage: make([]int, p),
 		grecv: make([]backend.Buffer, p)}
 }
@@ -42,20 +42,21 @@ func (st *layerState) free(b backend.Backend) {
 	if st == nil {
 		return
 	}
-	for _, bufs := range [][]backend.Buffer{st.cache, st.gsent, st.grecv} {
+	for _, bufs := range [][]backend.Buffer{st.gsent, st.grecv} {
 		for i, x := range bufs {
 			b.Free(x)
 			bufs[i] = nil
 		}
 	}
+	b.Free(st.xall)
 	b.Free(st.clean)
-	st.clean = nil
+	st.xall, st.clean = nil, nil
 }
 
 // cacheBytes returns the bytes of the layer's historical copies.
 func (st *layerState) cacheBytes() int64 {
 	var n int64
-	for _, bufs := range [][]backend.Buffer{st.cache, st.gsent, st.grecv, {st.clean}} {
+	for _, bufs := range [][]backend.Buffer{st.gsent, st.grecv, {st.xall, st.clean}} {
 		for _, x := range bufs {
 			if x != nil {
 				n += 4 * int64(x.Len())
@@ -76,6 +77,22 @@ func (w *worker) persistent(s *step, slot *backend.Buffer, n int) backend.Buffer
 	return *slot
 }
 
+// view is the package function view with the error recorded in s.
+func (s *step) view(buf backend.Buffer, off, n int) backend.Buffer {
+	if !s.ok() {
+		return nil
+	}
+	v, err := view(buf, off, n)
+	s.do(err)
+	return v
+}
+
+// block returns block r (its rows of width columns) of an N-row matrix.
+func (w *worker) block(s *step, all backend.Buffer, r, width int) backend.Buffer {
+	lo, _ := w.lay.Range(r)
+	return s.view(all, lo*width, w.lay.Size(r)*width)
+}
+
 // relDiff returns ||fresh - cached||_F / ||cached||_F, given
 // ||cached||_F^2 (MaxFloat32 when cached is zero and fresh is not).
 func (w *worker) relDiff(s *step, fresh, cached backend.Buffer, cachedNormSq float64) float64 {
@@ -85,6 +102,7 @@ func (w *worker) relDiff(s *step, fresh, cached backend.Buffer, cachedNormSq flo
 	}
 	s.do(w.b.Axpby(tmp, 1, fresh, -1, cached))
 	sum := w.sumSq(s, tmp, tmp)
+	s.drop(tmp)
 	if !s.ok() {
 		return 0
 	}
@@ -112,41 +130,37 @@ func (w *worker) sumSq(s *step, tmp, x backend.Buffer) float64 {
 	return v
 }
 
-// exchange makes every source block's payload of layer l available on
-// this device and returns them by block (this device's own entry is its
-// fresh payload). clean is the dropout-free payload the staleness policy
-// measures drift on (payload itself without dropout). In training mode the
-// owner of each block applies the staleness policy and all devices learn the decisions from one
-// all-gather of (flag, drift) pairs; then one all-gather-v carries the
-// blocks that are sent (a skipped block contributes nothing), and every
-// device updates its cache. In evaluation mode all blocks are exchanged
-// into temporary buffers and the caches are left alone.
-func (w *worker) exchange(s *step, l int, payload, clean backend.Buffer, train bool, epsScale float64) []backend.Buffer {
-	views := make([]backend.Buffer, w.p)
-	views[w.rank] = payload
+// exchange fills the other devices' blocks of xall, the N x width payload
+// matrix of layer l, from its owners, and this device's block with its
+// fresh payload. clean is the dropout-free payload the staleness policy
+// measures drift on (payload itself without dropout).
+//
+// In training mode the owner of each block applies the staleness policy
+// and all devices learn the decisions from one all-gather of (flag,
+// drift) pairs; then the blocks that are sent are broadcast (a skipped
+// block keeps the copy every device already holds). In evaluation mode
+// every block is sent and xall is a temporary.
+//
+// The blocks travel through dc when the devices have a device
+// communicator (one all-gather-v straight into xall when every block is
+// sent, else one broadcast per sending owner), else through host memory
+// over c.
+func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, train bool, epsScale float64) {
 	if w.p == 1 || !s.ok() {
-		return views
+		return
 	}
 	width := w.specs[l].width
 	d := w.rank
 	if !train {
-		counts := make([]int, w.p)
-		for r := range counts {
-			counts[r] = w.lay.Size(r) * width
-		}
-		recv := w.allGatherV(s, payload, counts)
-		off := 0
-		for r := range views {
-			if r != d && s.ok() {
-				views[r] = s.f32(counts[r])
-				if s.ok() {
-					s.do(w.b.Upload(views[r], recv[off:off+counts[r]]))
-				}
-				w.stats.EvalBytes += 4 * int64(counts[r]) * int64(w.p-1)
+		sends := make([]bool, w.p)
+		for r := range sends {
+			sends[r] = true
+			if r != d {
+				w.stats.EvalBytes += 4 * int64(w.lay.Size(r)*width) * int64(w.p-1)
 			}
-			off += counts[r]
 		}
-		return views
+		w.sendBlocks(s, xall, payload, width, sends)
+		return
 	}
 
 	st := w.st[l]
@@ -159,7 +173,7 @@ func (w *worker) exchange(s *step, l int, payload, clean backend.Buffer, train b
 		send = !(st.age[d]+1 <= pol.EpochBound && drift <= bound)
 	}
 	if !s.ok() {
-		return views
+		return
 	}
 	flags := make([]int32, 2*w.p)
 	for r := 0; r < w.p; r++ {
@@ -173,54 +187,89 @@ func (w *worker) exchange(s *step, l int, payload, clean backend.Buffer, train b
 		s.do(w.c.AllGather(w.ctx, comm.I32(flags), comm.I32(mine)))
 		w.stats.FlagBytes += 8 * int64(w.p-1)
 		if !s.ok() {
-			return views
+			return
 		}
 	}
-	counts := make([]int, w.p)
-	for r := range counts {
-		if flags[2*r] == 1 {
-			counts[r] = w.lay.Size(r) * width
+	sends := make([]bool, w.p)
+	for r := range sends {
+		sends[r] = flags[2*r] == 1
+	}
+	w.sendBlocks(s, xall, payload, width, sends)
+	if !s.ok() {
+		return
+	}
+	size := w.lay.Size(d) * width
+	if sends[d] && pol.Enabled {
+		cs := w.persistent(s, &st.clean, size)
+		if s.ok() {
+			s.do(w.b.Copy(cs, clean))
 		}
+		tmp := s.f32(size)
+		st.normSq = w.sumSq(s, tmp, clean)
+		s.drop(tmp)
 	}
-	var src backend.Buffer
-	if send {
-		src = payload
-	}
-	recv := w.allGatherV(s, src, counts)
-	off := 0
 	for r := 0; r < w.p; r++ {
-		size := w.lay.Size(r) * width
-		slot := w.persistent(s, &st.cache[r], size)
-		if !s.ok() {
-			return views
-		}
-		if counts[r] > 0 {
-			if r == d {
-				s.do(w.b.Copy(slot, payload))
-				if pol.Enabled {
-					cs := w.persistent(s, &st.clean, size)
-					if s.ok() {
-						s.do(w.b.Copy(cs, clean))
-					}
-					st.normSq = w.sumSq(s, s.f32(size), clean)
-				}
-			} else {
-				s.do(w.b.Upload(slot, recv[off:off+size]))
-			}
+		if sends[r] {
 			st.age[r] = 0
 		} else {
 			st.age[r]++
 		}
-		off += counts[r]
-		if r != d {
-			views[r] = slot
-		}
 		rd := float64(math.Float32frombits(uint32(flags[2*r+1])))
-		w.recordBlock(l, r, blockEvent{sent: counts[r] > 0, age: st.age[r], drift: rd,
+		w.recordBlock(l, r, blockEvent{sent: sends[r], age: st.age[r], drift: rd,
 			rows: w.lay.Size(r), width: width, receives: w.p - 1})
 	}
 	st.valid = true
-	return views
+}
+
+// sendBlocks broadcasts block r of xall from its owner to every device
+// for each r with sends[r] (this device's block is payload); every device
+// ends with payload in its own block of xall.
+func (w *worker) sendBlocks(s *step, xall, payload backend.Buffer, width int, sends []bool) {
+	d := w.rank
+	own := w.block(s, xall, d, width)
+	all := true
+	for _, x := range sends {
+		all = all && x
+	}
+	if w.dc != nil && all {
+		counts := make([]int, w.p)
+		for r := range counts {
+			counts[r] = w.lay.Size(r) * width
+		}
+		if s.ok() {
+			s.do(w.dc.AllGatherV(w.ctx, xall, payload, counts))
+		}
+		return
+	}
+	if s.ok() {
+		s.do(w.b.Copy(own, payload))
+	}
+	if w.dc != nil {
+		for r := 0; r < w.p && s.ok(); r++ {
+			if sends[r] {
+				s.do(w.dc.Broadcast(w.ctx, w.block(s, xall, r, width), r))
+			}
+		}
+		return
+	}
+	counts := make([]int, w.p)
+	for r := range counts {
+		if sends[r] {
+			counts[r] = w.lay.Size(r) * width
+		}
+	}
+	var src backend.Buffer
+	if sends[d] {
+		src = payload
+	}
+	recv := w.allGatherV(s, src, counts)
+	off := 0
+	for r := 0; r < w.p && s.ok(); r++ {
+		if r != d && counts[r] > 0 {
+			s.do(w.b.Upload(w.block(s, xall, r, width), recv[off:off+counts[r]]))
+		}
+		off += counts[r]
+	}
 }
 
 // allGatherV stages src (nil for nothing) through host memory and
@@ -271,10 +320,10 @@ func (w *worker) recordBlock(l, r int, ev blockEvent) {
 // of this device's payload, from every device whose rows aggregate it.
 // Device r computes its contribution A_rd^T g_r to each owner d it reads
 // from; only the rows of block d that r reads (Layout.Used[r][d]) can be
-// non-zero, so r sends just those rows, packed, and d scatter-adds them
-// (one all-to-all-v per layer: a reduce to every owner at once). The sum
-// is taken in a fixed order: d's own contribution, then the others in
-// rank order.
+// non-zero, so r computes and sends just those rows, packed (w.back), and
+// d scatter-adds them (one all-to-all-v per layer: a reduce to every
+// owner at once, through dc or host memory). The sum is taken in a fixed
+// order: d's own contribution, then the others in rank order.
 //
 // With Staleness.Gradients a sender may skip a contribution that is within
 // the bounds of the one it sent last (the flag matrix is all-gathered, so
@@ -285,8 +334,8 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 	}
 	width := w.specs[l].width
 	d, p := w.rank, w.p
-	if bm := w.blocks[d]; bm.a != nil {
-		s.do(w.b.SpMM(dst, bm.a, true, g, bm.w, 1, width))
+	if bm := w.back[d]; bm.a != nil {
+		s.do(w.b.SpMM(dst, bm.a, false, g, bm.w, 1, width))
 	} else {
 		s.do(w.b.Fill(dst, 0))
 	}
@@ -296,18 +345,37 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 	st := w.st[l]
 	pol := w.cfg.Staleness
 	gstale := pol.Enabled && pol.Gradients
-	// Packed contributions to every other owner this device reads from.
+	used := func(r, t int) int { return len(w.lay.Used[r][t]) * width }
+	// Packed contributions to every other owner this device reads from;
+	// on the device path without gradient skipping they are computed
+	// straight into the send buffer.
 	contrib := make([]backend.Buffer, p)
+	var packed backend.Buffer
+	if w.dc != nil && !gstale {
+		total := 0
+		for t := 0; t < p; t++ {
+			if t != d && w.back[t].a != nil {
+				total += used(d, t)
+			}
+		}
+		packed = s.f32(max(total, 1))
+	}
 	sendFlags := make([]int32, p) // 1: this device sends to owner t
-	for t, bm := range w.blocks {
+	off := 0
+	for t, bm := range w.back {
 		if t == d || bm.a == nil || !s.ok() {
 			continue
 		}
-		contrib[t] = s.f32(bm.k * width)
+		if packed != nil {
+			contrib[t] = s.view(packed, off, used(d, t))
+			off += used(d, t)
+		} else {
+			contrib[t] = s.f32(used(d, t))
+		}
 		if !s.ok() {
 			return
 		}
-		s.do(w.b.SpMM(contrib[t], bm.a, true, g, bm.w, 1, width))
+		s.do(w.b.SpMM(contrib[t], bm.a, false, g, bm.w, 1, width))
 		sendFlags[t] = 1
 		if gstale && st.gvalid {
 			drift := w.relDiff(s, contrib[t], st.gsent[t], st.gsentNorm[t])
@@ -336,7 +404,6 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 			}
 		}
 	}
-	used := func(r, t int) int { return len(w.lay.Used[r][t]) * width }
 	sendCounts, recvCounts := make([]int, p), make([]int, p)
 	sendTotal, recvTotal := 0, 0
 	for t := 0; t < p; t++ {
@@ -352,16 +419,43 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 			recvTotal += recvCounts[t]
 		}
 	}
-	send, recv := grow(&w.hostA, sendTotal), grow(&w.hostB, recvTotal)
-	off := 0
-	for t := 0; t < p && s.ok(); t++ {
-		if sendCounts[t] > 0 {
-			s.do(w.b.Download(send[off:off+sendCounts[t]], contrib[t]))
-			off += sendCounts[t]
+	// part(r) returns the received contribution of device r.
+	var part func(r, off, n int) backend.Buffer
+	if w.dc != nil {
+		if packed == nil { // gradient skipping: pack what is sent
+			packed = s.f32(max(sendTotal, 1))
+			off := 0
+			for t := 0; t < p && s.ok(); t++ {
+				if sendCounts[t] > 0 {
+					s.do(w.b.Copy(s.view(packed, off, sendCounts[t]), contrib[t]))
+					off += sendCounts[t]
+				}
+			}
 		}
-	}
-	if s.ok() {
-		s.do(w.c.AllToAllV(w.ctx, comm.F32(recv), recvCounts, comm.F32(send), sendCounts))
+		recv := s.f32(max(recvTotal, 1))
+		if s.ok() {
+			s.do(w.dc.AllToAllV(w.ctx, s.view(recv, 0, recvTotal), recvCounts, s.view(packed, 0, sendTotal), sendCounts))
+		}
+		part = func(_, off, n int) backend.Buffer { return s.view(recv, off, n) }
+	} else {
+		send, recv := grow(&w.hostA, sendTotal), grow(&w.hostB, recvTotal)
+		off := 0
+		for t := 0; t < p && s.ok(); t++ {
+			if sendCounts[t] > 0 {
+				s.do(w.b.Download(send[off:off+sendCounts[t]], contrib[t]))
+				off += sendCounts[t]
+			}
+		}
+		if s.ok() {
+			s.do(w.c.AllToAllV(w.ctx, comm.F32(recv), recvCounts, comm.F32(send), sendCounts))
+		}
+		part = func(_, off, n int) backend.Buffer {
+			c := s.f32(n)
+			if s.ok() {
+				s.do(w.b.Upload(c, recv[off:off+n]))
+			}
+			return c
+		}
 	}
 	if !s.ok() {
 		return
@@ -394,7 +488,9 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 				slot := w.persistent(s, &st.gsent[t], contrib[t].Len())
 				if s.ok() {
 					s.do(w.b.Copy(slot, contrib[t]))
-					st.gsentNorm[t] = w.sumSq(s, s.f32(slot.Len()), slot)
+					tmp := s.f32(slot.Len())
+					st.gsentNorm[t] = w.sumSq(s, tmp, slot)
+					s.drop(tmp)
 				}
 				st.gage[t] = 0
 			} else {
@@ -411,15 +507,14 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 		}
 		var c backend.Buffer
 		if n := recvCounts[r]; n > 0 {
-			part := recv[off : off+n]
+			c = part(r, off, n)
 			off += n
 			if gstale {
-				c = w.persistent(s, &st.grecv[r], n)
-			} else {
-				c = s.f32(n)
-			}
-			if s.ok() {
-				s.do(w.b.Upload(c, part))
+				slot := w.persistent(s, &st.grecv[r], n)
+				if s.ok() {
+					s.do(w.b.Copy(slot, c))
+				}
+				c = slot
 			}
 		} else { // skipped: reuse the last contribution received from r
 			c = st.grecv[r]

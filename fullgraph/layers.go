@@ -10,21 +10,17 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// fwd is what a layer's forward pass keeps for its backward pass.
+// fwd is what a layer's forward pass keeps for its backward pass: the
+// input after dropout, the aggregation when the weight gradient needs it,
+// and the output. Dropout masks and pre-activations are not kept: the
+// gradient through the previous layer's ReLU and this layer's dropout is
+// recovered from x alone (see fusedOps.reluMaskScale).
 type fwd struct {
 	xs   *autograd.SparseInput // sparse input after dropout (layer 0)
-	x    backend.Buffer        // dense input after dropout
-	mask backend.Buffer        // dropout mask of a dense input, nil without dropout
-	agg  backend.Buffer        // sum over s of A_ds * payload_s (n x width)
-	pre  backend.Buffer        // layer output before the activation (n x out)
-	h    backend.Buffer        // ReLU(pre), nil for the last layer
-}
-
-func (f *fwd) out() backend.Buffer {
-	if f.h != nil {
-		return f.h
-	}
-	return f.pre
+	x    backend.Buffer        // dense input after dropout (the input itself without dropout)
+	agg  backend.Buffer        // A * input, when the input is the payload (not projected); else nil
+	out  backend.Buffer        // ReLU(pre), or pre (the logits) for the last layer
+	kept int64                 // bytes of the above this layer allocated
 }
 
 // project computes dst = X W for the layer input (sparse or dense).
@@ -59,6 +55,7 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 	sp := &w.specs[l]
 	n := w.n
 	f := &fwd{}
+	before := s.bytes
 	fseed := rng.Derive(stepSeed, uint64(l), seedFeature)
 	drop := train && sp.p > 0
 	if l == 0 && w.xs != nil {
@@ -76,32 +73,28 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 		}
 		f.x = hin
 		if drop {
-			f.x, f.mask = s.f32(n*sp.in), s.f32(n*sp.in)
-			w.dropout(s, f.x, f.mask, hin, sp.p, fseed, int64(w.lo)*int64(sp.in))
-			if l == 0 { // the features get no gradient
-				s.drop(f.mask)
-				f.mask = nil
-			}
+			var mask backend.Buffer
+			f.x, mask = s.f32(n*sp.in), s.f32(n*sp.in)
+			w.dropout(s, f.x, mask, hin, sp.p, fseed, int64(w.lo)*int64(sp.in))
+			s.drop(mask) // recovered from x in the backward pass
 		}
 	}
 
-	// The payload, and SAGE's self term.
-	var payload, self backend.Buffer
-	switch w.cfg.Model {
-	case GCN:
-		payload = f.x
-		if sp.project {
-			payload = s.f32(n * sp.out)
-			w.project(s, payload, f, sp.w.Value, sp.in, sp.out)
+	// The payload (the input, or projected by the neighbor weight when
+	// that is narrower), and SAGE's self term.
+	payload := f.x
+	if sp.project {
+		wt := sp.w.Value
+		if w.cfg.Model == SAGE {
+			wt = sp.wn.Value
 		}
-	case SAGE:
+		payload = s.f32(n * sp.width)
+		w.project(s, payload, f, wt, sp.in, sp.out)
+	}
+	var self backend.Buffer
+	if w.cfg.Model == SAGE {
 		self = s.f32(n * sp.out)
 		w.project(s, self, f, sp.w.Value, sp.in, sp.out)
-		payload = f.x
-		if sp.project {
-			payload = s.f32(n * sp.out)
-			w.project(s, payload, f, sp.wn.Value, sp.in, sp.out)
-		}
 	}
 	if !s.ok() {
 		return f
@@ -125,188 +118,137 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 			w.project(s, clean, in, wt, sp.in, sp.out)
 		}
 	}
-	views := w.exchange(s, l, payload, clean, train, epsScale)
-	f.agg = s.f32(n * sp.width)
-	w.aggregate(s, f.agg, views, sp.width)
+
+	// Aggregation over every source block at once: the own block is the
+	// fresh payload, the others as exchanged (or cached).
+	src := payload
+	if w.p > 1 {
+		var xall backend.Buffer
+		if train {
+			xall = w.persistent(s, &w.st[l].xall, w.lay.N*sp.width)
+		} else {
+			xall = s.f32(w.lay.N * sp.width)
+		}
+		w.exchange(s, l, xall, payload, clean, train, epsScale)
+		src = xall
+	}
 	if clean != payload && clean != hin {
 		s.drop(clean)
+	}
+	agg := s.f32(n * sp.width)
+	if s.ok() {
+		if w.agg.a != nil {
+			s.do(w.b.SpMM(agg, w.agg.a, false, src, w.agg.w, 1, sp.width))
+		} else {
+			s.do(w.b.Fill(agg, 0))
+		}
+	}
+	if src != payload && !train {
+		s.drop(src) // the evaluation's temporary N-row matrix
 	}
 	if payload != f.x {
 		s.drop(payload) // a projection: the backward pass does not read it
 	}
-	if !train {
-		for r, v := range views { // temporary copies of the other blocks
-			if r != w.rank {
-				s.drop(v)
-			}
-		}
-	}
 
-	f.pre = s.f32(n * sp.out)
+	// The output: act(self + neighbors + bias).
+	relu := !sp.last
 	switch w.cfg.Model {
 	case GCN:
-		src := f.agg
-		if !sp.project {
-			src = s.f32(n * sp.out)
+		if sp.project {
+			f.out = agg // A X W + b in place: the backward pass needs no aggregation
+		} else {
+			f.agg = agg
+			f.out = s.f32(n * sp.out)
 			if s.ok() {
-				s.do(w.b.Gemm(false, false, n, sp.out, sp.in, 1, f.agg, sp.w.Value, 0, src))
+				s.do(w.b.Gemm(false, false, n, sp.out, sp.in, 1, agg, sp.w.Value, 0, f.out))
 			}
 		}
 		if s.ok() {
-			s.do(w.b.AddRowVector(f.pre, src, sp.bias.Value, n, sp.out))
-		}
-		if src != f.agg {
-			s.drop(src)
+			s.do(w.fused.biasAct(f.out, f.out, nil, sp.bias.Value, n, sp.out, relu))
 		}
 	case SAGE:
-		neigh := f.agg
+		neigh := agg
 		if !sp.project {
+			f.agg = agg
 			neigh = s.f32(n * sp.out)
 			if s.ok() {
-				s.do(w.b.Gemm(false, false, n, sp.out, sp.in, 1, f.agg, sp.wn.Value, 0, neigh))
+				s.do(w.b.Gemm(false, false, n, sp.out, sp.in, 1, agg, sp.wn.Value, 0, neigh))
 			}
 		}
-		sum := s.f32(n * sp.out)
 		if s.ok() {
-			s.do(w.b.Axpby(sum, 1, self, 1, neigh))
+			s.do(w.fused.biasAct(self, self, neigh, sp.bias.Value, n, sp.out, relu))
 		}
-		if s.ok() {
-			s.do(w.b.AddRowVector(f.pre, sum, sp.bias.Value, n, sp.out))
-		}
-		if neigh != f.agg {
-			s.drop(neigh)
-		}
-		s.drop(self, sum)
+		s.drop(neigh)
+		f.out = self
 	}
-	if !sp.last {
-		f.h = s.f32(n * sp.out)
-		if s.ok() {
-			s.do(w.b.Unary(backend.ReLU, 0, f.h, f.pre))
-		}
-	}
+	f.kept = s.bytes - before
 	return f
 }
 
-// aggregate computes dst = sum over source blocks s (in order) of
-// A_ds * views[s].
-func (w *worker) aggregate(s *step, dst backend.Buffer, views []backend.Buffer, width int) {
-	first := true
-	var tmp backend.Buffer
-	for src, bm := range w.blocks {
-		if bm.a == nil || !s.ok() {
-			continue
-		}
-		x := views[src]
-		if bm.cols != nil { // the rows of block src this device reads
-			x = s.f32(bm.k * width)
-			if s.ok() {
-				s.do(w.b.GatherRows(x, views[src], bm.cols, w.lay.Size(src), width))
-			}
-		}
-		out := dst
-		if !first {
-			if tmp == nil {
-				tmp = s.f32(w.n * width)
-			}
-			out = tmp
-		}
-		if s.ok() {
-			s.do(w.b.SpMM(out, bm.a, false, x, bm.w, 1, width))
-		}
-		if !first && s.ok() {
-			s.do(w.b.Axpby(dst, 1, dst, 1, tmp))
-		}
-		first = false
-	}
-	if first && s.ok() {
-		s.do(w.b.Fill(dst, 0)) // no entries at all
-	}
-}
-
-// backward propagates dOut (the gradient of layer l's output) through
-// layer l, writes the layer's parameter gradients and returns the
-// gradient of its input (nil for layer 0).
-func (w *worker) backward(s *step, l int, f *fwd, dOut backend.Buffer) backend.Buffer {
+// backward propagates dPre, the gradient of layer l's output before its
+// activation, through layer l, writes the layer's parameter gradients
+// and returns the gradient of layer l-1's output before its activation
+// (nil for layer 0). It frees what layer l kept and dPre.
+func (w *worker) backward(s *step, l int, f *fwd, dPre backend.Buffer, train bool) backend.Buffer {
 	sp := &w.specs[l]
 	n := w.n
 	b := w.b
-	dPre := dOut
-	if !sp.last {
-		dPre = s.f32(n * sp.out)
-		if s.ok() {
-			s.do(b.UnaryBackward(backend.ReLU, 0, dPre, f.pre, f.h, dOut))
-		}
-	}
 	needIn := l > 0
 	var dx backend.Buffer
 	if s.ok() {
 		s.do(b.SumRows(sp.bias.Grad, dPre, n, sp.out))
 	}
-	switch w.cfg.Model {
-	case GCN:
-		if sp.project {
-			dz := s.f32(n * sp.width)
-			w.reduce(s, l, dPre, dz)
-			w.weightGrad(s, sp.w.Grad, f, dz, sp.in, sp.out)
-			if needIn {
-				dx = s.f32(n * sp.in)
-				if s.ok() {
-					s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dz, sp.w.Value, 0, dx))
-				}
-			}
-		} else {
+	// Both models: the weight on the aggregated input is W (GCN) or
+	// W_neigh (SAGE).
+	wa := sp.w
+	if w.cfg.Model == SAGE {
+		wa = sp.wn
+	}
+	if sp.project {
+		dz := s.f32(n * sp.width)
+		w.reduce(s, l, dPre, dz)
+		w.weightGrad(s, wa.Grad, f, dz, sp.in, sp.out)
+		if needIn {
+			dx = s.f32(n * sp.in)
 			if s.ok() {
-				s.do(b.Gemm(true, false, sp.in, sp.out, n, 1, f.agg, dPre, 0, sp.w.Grad))
-			}
-			if needIn {
-				dAgg := s.f32(n * sp.in)
-				if s.ok() {
-					s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, sp.w.Value, 0, dAgg))
-				}
-				dx = s.f32(n * sp.in)
-				w.reduce(s, l, dAgg, dx)
+				s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dz, wa.Value, 0, dx))
 			}
 		}
-	case SAGE:
-		if sp.project {
-			dzn := s.f32(n * sp.width)
-			w.reduce(s, l, dPre, dzn)
-			w.weightGrad(s, sp.wn.Grad, f, dzn, sp.in, sp.out)
-			if needIn {
-				dx = s.f32(n * sp.in)
-				if s.ok() {
-					s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dzn, sp.wn.Value, 0, dx))
-				}
-			}
-		} else {
-			if s.ok() {
-				s.do(b.Gemm(true, false, sp.in, sp.out, n, 1, f.agg, dPre, 0, sp.wn.Grad))
-			}
-			if needIn {
-				dAgg := s.f32(n * sp.in)
-				if s.ok() {
-					s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, sp.wn.Value, 0, dAgg))
-				}
-				dx = s.f32(n * sp.in)
-				w.reduce(s, l, dAgg, dx)
-			}
+		s.drop(dz)
+	} else {
+		if s.ok() {
+			s.do(b.Gemm(true, false, sp.in, sp.out, n, 1, f.agg, dPre, 0, wa.Grad))
 		}
+		if needIn {
+			dAgg := s.f32(n * sp.in)
+			if s.ok() {
+				s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, wa.Value, 0, dAgg))
+			}
+			dx = s.f32(n * sp.in)
+			w.reduce(s, l, dAgg, dx)
+			s.drop(dAgg)
+		}
+	}
+	if w.cfg.Model == SAGE {
 		w.weightGrad(s, sp.w.Grad, f, dPre, sp.in, sp.out)
 		if needIn && s.ok() {
 			s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, sp.w.Value, 1, dx))
 		}
 	}
+	s.drop(dPre, f.agg)
+	f.agg = nil
 	if !needIn || !s.ok() {
 		return nil
 	}
-	if f.mask == nil {
-		return dx
+	// Through this layer's dropout and the previous layer's ReLU.
+	keep := float32(1)
+	if train && sp.p > 0 {
+		keep = 1 / (1 - sp.p)
 	}
-	dh := s.f32(n * sp.in)
-	if s.ok() {
-		s.do(b.Mul(dh, dx, f.mask))
-	}
-	return dh
+	s.do(w.fused.reluMaskScale(dx, dx, f.x, keep))
+	s.drop(f.x)
+	f.x = nil
+	return dx
 }
 
 // trainStep runs one epoch of training on this device's rows: forward
@@ -326,25 +268,30 @@ func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
 		w.act = make([]int64, L)
 	}
 	for l := range w.specs {
-		before := s.bytes
 		fs[l] = w.forward(s, l, h, true, seed, epsScale)
 		if s.err != nil {
 			return 0, fmt.Errorf("layer %d forward: %w", l, s.err)
 		}
-		h = fs[l].out()
 		if first {
-			w.act[l] = s.bytes - before
+			w.act[l] = fs[l].kept
 		}
+		if l > 0 && fs[l].x != h {
+			s.drop(h) // the previous output: its ReLU mask is recovered from x
+			fs[l-1].out = nil
+		}
+		h = fs[l].out
 	}
 	c := w.classes
-	logits := fs[L-1].pre
-	logp, dlogp, dlogits := s.f32(w.n*c), s.f32(w.n*c), s.f32(w.n*c)
+	logits := fs[L-1].out
+	logp, dlogp := s.f32(w.n*c), s.f32(w.n*c)
 	if !s.ok() {
 		return 0, s.err
 	}
 	if err := w.b.LogSoftmax(logp, logits, w.n, c); err != nil {
 		return 0, err
 	}
+	s.drop(logits)
+	fs[L-1].out = nil
 	local := 0.0
 	if w.nTrain == 0 { // no training nodes here: no gradient from the loss
 		if err := w.b.Fill(dlogp, 0); err != nil {
@@ -370,12 +317,17 @@ func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
 	}
+	dlogits := s.f32(w.n * c)
+	if !s.ok() {
+		return 0, s.err
+	}
 	if err := w.b.LogSoftmaxBackward(dlogits, logp, dlogp, w.n, c); err != nil {
 		return 0, err
 	}
+	s.drop(logp, dlogp)
 	g := dlogits
 	for l := L - 1; l >= 0; l-- {
-		g = w.backward(s, l, fs[l], g)
+		g = w.backward(s, l, fs[l], g, true)
 		if s.err != nil {
 			return 0, fmt.Errorf("layer %d backward: %w", l, s.err)
 		}
@@ -408,8 +360,9 @@ func (w *worker) globalLoss(local float64) (float64, error) {
 	return sum / float64(w.nTrainAll), nil
 }
 
-// allReduceGrads sums the parameter gradients over the devices (staged
-// through host memory), so every replica takes the same Adam step.
+// allReduceGrads sums the parameter gradients over the devices (through
+// the device communicator, else staged through host memory), so every
+// replica takes the same Adam step.
 func (w *worker) allReduceGrads() error {
 	if w.p == 1 {
 		return nil
@@ -417,6 +370,10 @@ func (w *worker) allReduceGrads() error {
 	total := 0
 	for _, p := range w.params {
 		total += p.Len()
+	}
+	w.stats.AllReduceBytes += 4 * int64(total)
+	if w.dc != nil {
+		return w.allReduceDevice(total)
 	}
 	buf := grow(&w.hostA, total)
 	off := 0
@@ -436,8 +393,40 @@ func (w *worker) allReduceGrads() error {
 		}
 		off += p.Len()
 	}
-	w.stats.AllReduceBytes += 4 * int64(total)
 	return nil
+}
+
+// allReduceDevice packs the gradients into one device buffer, all-reduces
+// it through dc and unpacks it.
+func (w *worker) allReduceDevice(total int) error {
+	if w.gradFlat == nil {
+		buf, err := w.b.AllocRaw(backend.Float32, total)
+		if err != nil {
+			return err
+		}
+		w.gradFlat = buf
+	}
+	each := func(fn func(v, g backend.Buffer) error) error {
+		off := 0
+		for _, p := range w.params {
+			v, err := view(w.gradFlat, off, p.Len())
+			if err != nil {
+				return err
+			}
+			if err := fn(v, p.Grad); err != nil {
+				return err
+			}
+			off += p.Len()
+		}
+		return nil
+	}
+	if err := each(func(v, g backend.Buffer) error { return w.b.Copy(v, g) }); err != nil {
+		return err
+	}
+	if err := w.dc.AllReduce(w.ctx, w.gradFlat, comm.Sum); err != nil {
+		return err
+	}
+	return each(func(v, g backend.Buffer) error { return w.b.Copy(g, v) })
 }
 
 func grow(b *[]float32, n int) []float32 {
@@ -467,10 +456,10 @@ func (w *worker) evaluate() (evalResult, error) {
 			s.release()
 			return evalResult{}, fmt.Errorf("evaluation layer %d: %w", l, s.err)
 		}
-		s.keep(f.out())
+		s.keep(f.out)
 		s.release()
 		w.b.Free(h)
-		h = f.out()
+		h = f.out
 	}
 	c := w.classes
 	logits := make([]float32, w.n*c)

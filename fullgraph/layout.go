@@ -3,6 +3,7 @@ package fullgraph
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 
 	"github.com/strata-gnn/strata/graph"
@@ -62,6 +63,11 @@ type Layout struct {
 	// the only rows of d's gradient contribution to s that can be
 	// non-zero. Used[d][d] is nil.
 	Used [][][]int32
+	// Rows[d] is device d's rows of the whole matrix, unsplit: n_d x N
+	// with global column IDs, each row's entries in the order of the full
+	// row (GCN's added self-loop last), the order one device sums them in.
+	// With one block it is Blocks[0][0].
+	Rows []SubBlock
 }
 
 // P returns the number of blocks.
@@ -191,13 +197,13 @@ func NewLayout(in *graph.CSR, offsets []int64, agg Aggregation) (*Layout, error)
 	}
 
 	l := &Layout{N: n, Offsets: append([]int64(nil), offsets...), Agg: agg, Blocks: make([][]SubBlock, p),
-		Used: make([][][]int32, p)}
+		Used: make([][][]int32, p), Rows: make([]SubBlock, p)}
 	var wg sync.WaitGroup
 	for d := 0; d < p; d++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l.Blocks[d] = buildRowBlock(in, offsets, owner, d, loop, weight)
+			l.Blocks[d], l.Rows[d] = buildRowBlock(in, offsets, owner, d, loop, weight)
 			l.Used[d] = make([][]int32, p)
 			for s := range l.Blocks[d] {
 				if s != d {
@@ -229,24 +235,10 @@ func usedColumns(b *SubBlock) []int32 {
 	return cols
 }
 
-// compact returns b's column indices renumbered to positions in cols
-// (b's used columns): the CSR of A_ds restricted to the rows of block s
-// that it reads.
-func compact(b *SubBlock, cols []int32) []int32 {
-	pos := make(map[int32]int32, len(cols))
-	for i, j := range cols {
-		pos[j] = int32(i)
-	}
-	out := make([]int32, len(b.Indices))
-	for e, j := range b.Indices {
-		out[e] = pos[j]
-	}
-	return out
-}
-
-// buildRowBlock splits rows [offsets[d], offsets[d+1]) by source block.
+// buildRowBlock splits rows [offsets[d], offsets[d+1]) by source block,
+// and returns them unsplit too (the same entries with global columns).
 func buildRowBlock(in *graph.CSR, offsets []int64, owner []int32, d int, loop []bool,
-	weight func(i int, j int32) float32) []SubBlock {
+	weight func(i int, j int32) float32) ([]SubBlock, SubBlock) {
 	p := len(offsets) - 1
 	lo, hi := int(offsets[d]), int(offsets[d+1])
 	rows := hi - lo
@@ -254,6 +246,10 @@ func buildRowBlock(in *graph.CSR, offsets []int64, owner []int32, d int, loop []
 	counts := make([]int64, p)
 	for s := range blocks {
 		blocks[s] = SubBlock{Rows: rows, Cols: int(offsets[s+1] - offsets[s]), Indptr: make([]int64, rows+1)}
+	}
+	var full SubBlock
+	if p > 1 {
+		full = SubBlock{Rows: rows, Cols: int(offsets[p]), Indptr: make([]int64, rows+1)}
 	}
 	// Pass 1: entries per (row, source block).
 	for i := lo; i < hi; i++ {
@@ -263,30 +259,150 @@ func buildRowBlock(in *graph.CSR, offsets []int64, owner []int32, d int, loop []
 		if loop != nil && loop[i] {
 			counts[d]++
 		}
+		var all int64
 		for s := range blocks {
 			blocks[s].Indptr[i-lo+1] = counts[s]
+			all += counts[s]
+		}
+		if p > 1 {
+			full.Indptr[i-lo+1] = all
 		}
 	}
 	for s := range blocks {
 		blocks[s].Indices = make([]int32, counts[s])
 		blocks[s].Weights = make([]float32, counts[s])
 	}
+	if p > 1 {
+		full.Indices = make([]int32, full.Indptr[rows])
+		full.Weights = make([]float32, full.Indptr[rows])
+	}
+	var q int64 // next entry of full
 	// Pass 2: fill, keeping the row order (the self-loop last).
 	next := make([]int64, p)
 	for i := lo; i < hi; i++ {
 		for _, j := range in.Indices[in.Indptr[i]:in.Indptr[i+1]] {
 			s := owner[j]
 			b := &blocks[s]
+			wt := weight(i, j)
 			b.Indices[next[s]] = j - int32(offsets[s])
-			b.Weights[next[s]] = weight(i, j)
+			b.Weights[next[s]] = wt
 			next[s]++
+			if p > 1 {
+				full.Indices[q], full.Weights[q] = j, wt
+				q++
+			}
 		}
 		if loop != nil && loop[i] {
 			b := &blocks[d]
+			wt := weight(i, int32(i))
 			b.Indices[next[d]] = int32(i - lo)
-			b.Weights[next[d]] = weight(i, int32(i))
+			b.Weights[next[d]] = wt
 			next[d]++
+			if p > 1 {
+				full.Indices[q], full.Weights[q] = int32(i), wt
+				q++
+			}
 		}
 	}
-	return blocks
+	if p == 1 {
+		full = blocks[0]
+	}
+	return blocks, full
+}
+
+// Transpose returns the transpose of b restricted to the columns listed
+// in cols (ascending, as Layout.Used; nil means every column): a
+// len(cols) x b.Rows matrix (b.Cols x b.Rows for nil) whose row k lists,
+// in increasing order, the rows of b that hold column cols[k], each with
+// its weight. It is the backward operator of A_ds: A_ds^T g is the
+// gradient of block s's rows that device d reads. A row of the transpose
+// sums its entries in the order a transposed product over b does (by
+// increasing edge), so results equal the back ends' transposed SpMM.
+func (b *SubBlock) Transpose(cols []int32) (SubBlock, error) {
+	nnz := len(b.Indices)
+	// pos maps a column of b to its row of the transpose.
+	n := b.Cols
+	var pos []int32
+	if cols != nil {
+		n = len(cols)
+		pos = make([]int32, b.Cols)
+		for i := range pos {
+			pos[i] = -1
+		}
+		for k, j := range cols {
+			if j < 0 || int(j) >= b.Cols || (k > 0 && j <= cols[k-1]) {
+				return SubBlock{}, layoutErr("transpose: column list not ascending within [0, %d) at %d", b.Cols, k)
+			}
+			pos[j] = int32(k)
+		}
+	}
+	row := func(j int32) int32 {
+		if pos == nil {
+			return j
+		}
+		return pos[j]
+	}
+	for e, j := range b.Indices {
+		if j < 0 || int(j) >= b.Cols || row(j) < 0 {
+			return SubBlock{}, layoutErr("transpose: entry %d has column %d outside the %d listed", e, j, n)
+		}
+	}
+	t := SubBlock{Rows: n, Cols: b.Rows, Indptr: make([]int64, n+1), Indices: make([]int32, nnz), Weights: make([]float32, nnz)}
+	// Rows of b in chunks, each chunk's entries of one column placed after
+	// those of the chunks before it: a stable counting sort, in parallel.
+	chunks := 1
+	if nnz >= 1<<20 {
+		chunks = min(runtime.GOMAXPROCS(0), 8)
+	}
+	bounds := make([]int, chunks+1)
+	for c := 0; c <= chunks; c++ {
+		bounds[c] = c * b.Rows / chunks
+	}
+	counts := make([][]int64, chunks)
+	forChunks(chunks, func(c int) {
+		cnt := make([]int64, n)
+		for _, j := range b.Indices[b.Indptr[bounds[c]]:b.Indptr[bounds[c+1]]] {
+			cnt[row(j)]++
+		}
+		counts[c] = cnt
+	})
+	var q int64
+	for k := 0; k < n; k++ {
+		t.Indptr[k] = q
+		for c := 0; c < chunks; c++ {
+			x := counts[c][k]
+			counts[c][k] = q // chunk c's next slot in row k
+			q += x
+		}
+	}
+	t.Indptr[n] = q
+	forChunks(chunks, func(c int) {
+		next := counts[c]
+		for i := bounds[c]; i < bounds[c+1]; i++ {
+			for e := b.Indptr[i]; e < b.Indptr[i+1]; e++ {
+				k := row(b.Indices[e])
+				t.Indices[next[k]] = int32(i)
+				t.Weights[next[k]] = b.Weights[e]
+				next[k]++
+			}
+		}
+	})
+	return t, nil
+}
+
+// forChunks runs fn(0..n-1) concurrently and waits.
+func forChunks(n int, fn func(c int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for c := 0; c < n; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(c)
+		}()
+	}
+	wg.Wait()
 }

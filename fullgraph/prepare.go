@@ -155,16 +155,19 @@ func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method st
 	return pds, ren.Book.Offsets(), nil
 }
 
-// prepare partitions and renumbers ds for p devices and normalizes its
-// features.
-func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int) (*prepared, error) {
+// prepare partitions and renumbers ds for p devices (unless offsets
+// gives its blocks already) and normalizes its features.
+func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offsets []int64) (*prepared, error) {
 	pr := &prepared{}
 	method := cfg.Partition
 	if p == 1 {
 		method = PartitionRange
 	}
 	var err error
-	if pr.ds, pr.offsets, err = PartitionDataset(ctx, ds, p, method, cfg.PartitionSeed); err != nil {
+	if offsets != nil {
+		method = "given"
+		pr.ds, pr.offsets = ds, append([]int64(nil), offsets...)
+	} else if pr.ds, pr.offsets, err = PartitionDataset(ctx, ds, p, method, cfg.PartitionSeed); err != nil {
 		return nil, err
 	}
 	if pr.in, err = pr.ds.InAdjacency(); err != nil {

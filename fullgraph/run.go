@@ -26,6 +26,19 @@ type Options struct {
 	// (comm/inproc), one goroutine per device, and closes it at the end.
 	// A rank that fails closes its communicator so the others stop too.
 	Comms []comm.Comm
+	// DeviceComms, when set (one per device, DeviceComms[i] of rank i,
+	// on Backends[i]), carry the embedding blocks, the gradient
+	// contributions and the weight-gradient all-reduce between device
+	// buffers (NCCL or GPU shared memory: see comm/nccl.OpenLocal and
+	// comm/gpushm.NewLocal), so the bulk data never stages through host
+	// memory. Comms (or the in-process group Run makes) still carry the
+	// small control messages. Nil: everything goes through Comms.
+	DeviceComms []comm.DeviceComm
+	// Offsets, when set, says the dataset is already renumbered into
+	// len(Offsets)-1 contiguous blocks, one per device (as
+	// PartitionDataset or a partition file gives it): Run uses them
+	// instead of partitioning.
+	Offsets []int64
 	// CommTimeout bounds each collective of an in-process group made by
 	// Run (comm.DefaultTimeout if zero).
 	CommTimeout time.Duration
@@ -78,8 +91,31 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			}
 		}
 	}
+	if opts.DeviceComms != nil {
+		if len(opts.DeviceComms) != p {
+			return nil, cfgErr("comms", "%d device communicators for %d devices", len(opts.DeviceComms), p)
+		}
+		for i, c := range opts.DeviceComms {
+			if c == nil || c.Rank() != i || c.Size() != p {
+				return nil, cfgErr("comms", "device communicator %d is not rank %d of %d", i, i, p)
+			}
+		}
+	}
 	if err := checkDataset(ds); err != nil {
 		return nil, err
+	}
+	if opts.Offsets != nil {
+		if len(opts.Offsets) != p+1 {
+			return nil, cfgErr("offsets", "%d offsets for %d devices, want %d", len(opts.Offsets), p, p+1)
+		}
+		if opts.Offsets[0] != 0 || opts.Offsets[p] != ds.NumNodes() {
+			return nil, cfgErr("offsets", "offsets run from %d to %d, want 0 to %d", opts.Offsets[0], opts.Offsets[p], ds.NumNodes())
+		}
+		for i := 0; i < p; i++ {
+			if opts.Offsets[i+1] <= opts.Offsets[i] {
+				return nil, cfgErr("offsets", "block %d is empty or reversed (%d..%d)", i, opts.Offsets[i], opts.Offsets[i+1])
+			}
+		}
 	}
 	tape := cfg.Engine == EngineTape || cfg.Model == GAT
 	if tape && p > 1 {
@@ -89,7 +125,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, cfgErr("devices", "%d devices for %d nodes", p, ds.NumNodes())
 	}
 	t0 := time.Now()
-	pr, err := prepare(ctx, ds, &cfg, p)
+	pr, err := prepare(ctx, ds, &cfg, p, opts.Offsets)
 	if err != nil {
 		return nil, err
 	}
@@ -214,10 +250,14 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 		if comms != nil {
 			c = comms[r]
 		}
+		var dc comm.DeviceComm
+		if opts.DeviceComms != nil && p > 1 {
+			dc = opts.DeviceComms[r]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := newWorker(ctx, r, opts.Backends[r], c, cfg, pr, lay)
+			w, err := newWorker(ctx, r, opts.Backends[r], c, dc, cfg, pr, lay)
 			if err == nil {
 				workers[r] = w
 				err = w.loop(ctx, rep, opts)
@@ -226,6 +266,9 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 				errs[r] = &RunError{Rank: r, Op: "training", Err: err}
 				if c != nil {
 					c.Close() // make the other ranks fail now, not at their deadline
+				}
+				if dc != nil {
+					dc.Close()
 				}
 			}
 		}()

@@ -40,17 +40,19 @@ type layerSpec struct {
 	w, wn, bias    *nn.Param
 }
 
-// blockMat is A_ds on the device: structure and per-entry weights (a is
-// nil when the block has no entries). For a remote block (s != d) the
-// columns are compacted to the k rows of block s that d reads, listed in
-// cols: the forward pass gathers those rows of the payload, and the
-// backward pass yields d's gradient contribution to s as k packed rows.
+// blockMat is a sparse operator on the device: structure and per-entry
+// weights (a is nil when it has no entries).
 type blockMat struct {
-	a    backend.Sparse
-	w    backend.Buffer
-	nnz  int
-	cols backend.Buffer // int32, k entries; nil for the diagonal block
-	k    int
+	a backend.Sparse
+	w backend.Buffer
+}
+
+func (bm *blockMat) free(b backend.Backend) {
+	if bm.a != nil {
+		b.FreeSparse(bm.a)
+	}
+	b.Free(bm.w)
+	*bm = blockMat{}
 }
 
 // evalSet is the part of a node set (train, val, test) this device owns.
@@ -75,7 +77,15 @@ type worker struct {
 	params []*nn.Param
 	opt    optim.Optimizer
 
-	blocks  []blockMat            // A_ds for every source block s
+	// agg is this device's rows of the normalized adjacency over all N
+	// columns (Layout.Rows): one SpMM over the layer's N-row matrix
+	// aggregates every source block, summing each row's entries in the
+	// single-device order. back[s] is the transpose of A_ds restricted to
+	// the rows of block s this device reads (s == rank: all of them): its
+	// product with the output gradient is this device's gradient
+	// contribution to block s, packed.
+	agg     blockMat
+	back    []blockMat
 	recvIdx []backend.Buffer      // Used[r][rank] for every device r reading this block
 	xs      *autograd.SparseInput // this block's input features when sparse
 	xsOff   int64                 // global position of xs's first non-zero
@@ -94,6 +104,14 @@ type worker struct {
 
 	hostA, hostB []float32 // staging for communication
 	maskHost     []float32
+
+	// dc moves the embedding blocks, gradient contributions and weight
+	// gradients between device buffers (NCCL, GPU shared memory); nil
+	// stages them through host memory over c. c still carries the small
+	// control messages (staleness flags, losses, evaluation counts).
+	dc       comm.DeviceComm
+	gradFlat backend.Buffer // the parameter gradients, packed for dc's all-reduce
+	fused    fusedOps       // BiasAct and ReLUMaskScale, the back end's or composed
 }
 
 func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
@@ -141,11 +159,12 @@ func buildParams(b backend.Backend, kind string, inDim, hidden, outDim, layers i
 // newWorker sets up device rank: its rows of the adjacency, its features,
 // labels and a replica of the model (every device initializes the same
 // weights from the same seed).
-func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, cfg *Config, pr *prepared, lay *Layout) (w *worker, err error) {
+func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.DeviceComm, cfg *Config, pr *prepared, lay *Layout) (w *worker, err error) {
 	p := lay.P()
 	lo, hi := lay.Range(rank)
-	w = &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
+	w = &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, dc: dc, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
 		classes: pr.ds.NumClasses}
+	w.fused = newFusedOps(b, w.b)
 	defer func() {
 		if err != nil {
 			w.free()
@@ -169,26 +188,30 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, cf
 	}
 	w.opt = optim.NewAdam(mb, w.params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
 
-	w.blocks = make([]blockMat, p)
+	rows := &lay.Rows[rank]
+	if rows.NNZ() > 0 {
+		if w.agg.a, err = mb.NewSparse(rows.Rows, rows.Cols, rows.Indptr, rows.Indices); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: adjacency: %w", rank, err)
+		}
+		if w.agg.w, err = upload(mb, rows.Weights); err != nil {
+			return nil, err
+		}
+	}
+	w.back = make([]blockMat, p)
 	for s := 0; s < p; s++ {
 		sb := &lay.Blocks[rank][s]
 		if sb.NNZ() == 0 {
 			continue
 		}
-		bm := &w.blocks[s]
-		bm.nnz = sb.NNZ()
-		cols, ix := sb.Cols, sb.Indices
-		if s != rank {
-			used := lay.Used[rank][s]
-			cols, ix, bm.k = len(used), compact(sb, used), len(used)
-			if bm.cols, err = uploadI32(mb, used); err != nil {
-				return nil, err
-			}
-		}
-		if bm.a, err = mb.NewSparse(sb.Rows, cols, sb.Indptr, ix); err != nil {
+		t, err := sb.Transpose(lay.Used[rank][s])
+		if err != nil {
 			return nil, fmt.Errorf("fullgraph: device %d: block %d: %w", rank, s, err)
 		}
-		if bm.w, err = upload(mb, sb.Weights); err != nil {
+		bm := &w.back[s]
+		if bm.a, err = mb.NewSparse(t.Rows, t.Cols, t.Indptr, t.Indices); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: block %d: %w", rank, s, err)
+		}
+		if bm.w, err = upload(mb, t.Weights); err != nil {
 			return nil, err
 		}
 	}
@@ -283,13 +306,11 @@ func (w *worker) free() {
 		w.opt.Free()
 	}
 	nn.FreeParams(b, w.params)
-	for _, bm := range w.blocks {
-		if bm.a != nil {
-			b.FreeSparse(bm.a)
-		}
-		b.Free(bm.w)
-		b.Free(bm.cols)
+	w.agg.free(b)
+	for i := range w.back {
+		w.back[i].free(b)
 	}
+	b.Free(w.gradFlat)
 	for _, x := range w.recvIdx {
 		b.Free(x)
 	}

@@ -1,0 +1,301 @@
+package fullgraph
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+)
+
+// deviceComms returns p device communicators staging CPU back-end buffers
+// through an in-process group: the device path of the engine, without a
+// GPU.
+func deviceComms(t *testing.T, b backend.Backend, p int) []comm.DeviceComm {
+	t.Helper()
+	hs, err := inproc.New(p, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcs := make([]comm.DeviceComm, p)
+	for r, h := range hs {
+		dcs[r] = staged.Open(h, b, comm.Options{})
+	}
+	t.Cleanup(func() {
+		for _, c := range dcs {
+			c.Close()
+		}
+	})
+	return dcs
+}
+
+// TestDeviceCommEqualsHost: the device-communicator path (blocks gathered
+// and broadcast into the N-row matrices, contributions exchanged
+// all-to-all and weight gradients all-reduced between device buffers)
+// gives the same run, bit for bit, as staging through host memory: exact,
+// with skip-broadcast (some blocks sent, some not) and with gradient
+// skipping (packed sends).
+func TestDeviceCommEqualsHost(t *testing.T) {
+	ds := cora(t)
+	epochs := 6
+	if testing.Short() {
+		epochs = 3
+	}
+	for _, tc := range []struct {
+		model string
+		p     int
+		stale func(*Staleness)
+	}{
+		{SAGE, 2, nil},
+		{GCN, 3, func(*Staleness) {}},
+		{SAGE, 3, func(s *Staleness) { s.Gradients = true }},
+	} {
+		cfg := Defaults(tc.model)
+		cfg.Epochs, cfg.EvalEvery = epochs, 2
+		if tc.stale != nil {
+			cfg.Staleness = DefaultStaleness()
+			tc.stale(&cfg.Staleness)
+		}
+		want := run(t, ds, cfg, tc.p)
+		bs := devices(t, tc.p)
+		got, err := Run(context.Background(), ds, cfg, Options{Backends: bs, DeviceComms: deviceComms(t, bs[0], tc.p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range want.Epochs {
+			x, y := want.Epochs[e], got.Epochs[e]
+			x.Seconds, y.Seconds, x.EvalSeconds, y.EvalSeconds = 0, 0, 0, 0
+			if x != y {
+				t.Fatalf("%s P=%d epoch %d:\nhost   %+v\ndevice %+v", tc.model, tc.p, e+1, x, y)
+			}
+		}
+		if !reflect.DeepEqual(want.Comm, got.Comm) {
+			t.Fatalf("%s P=%d: comm stats differ:\nhost   %+v\ndevice %+v", tc.model, tc.p, want.Comm, got.Comm)
+		}
+		if tc.stale != nil && got.Comm.BroadcastsSkipped == 0 {
+			t.Errorf("%s P=%d: no broadcast skipped, the partial-send path is untested", tc.model, tc.p)
+		}
+	}
+}
+
+// fusedCPU adds the optional fused methods to the CPU back end, computed
+// on the host in the order the composed versions use: the engine's
+// fused path, checked without a GPU.
+type fusedCPU struct{ backend.Backend }
+
+func (f fusedCPU) BiasAct(dst, a, b, bias backend.Buffer, rows, cols int, relu bool) error {
+	d, av, bv, biasv := cpu.F32(dst), cpu.F32(a), cpu.F32(b), cpu.F32(bias)
+	if len(d) != rows*cols || len(av) != rows*cols || (b != nil && len(bv) != rows*cols) || len(biasv) != cols {
+		return &backend.ShapeError{Op: "BiasAct", Msg: "lengths"}
+	}
+	for i := range d {
+		v := av[i]
+		if b != nil {
+			v = v + bv[i]
+		}
+		v = v + biasv[i%cols]
+		if relu {
+			v = max(v, 0)
+		}
+		d[i] = v
+	}
+	return nil
+}
+
+func (f fusedCPU) ReLUMaskScale(dst, dy, y backend.Buffer, scale float32) error {
+	d, g, yv := cpu.F32(dst), cpu.F32(dy), cpu.F32(y)
+	if len(g) != len(d) || len(yv) != len(d) {
+		return &backend.ShapeError{Op: "ReLUMaskScale", Msg: "lengths"}
+	}
+	for i := range d {
+		v := float32(0)
+		if yv[i] > 0 {
+			v = g[i] * scale
+		}
+		d[i] = v
+	}
+	return nil
+}
+
+// TestFusedPathEqualsComposed: with the fused methods present the engine
+// produces the run it produces with the composed primitives (one device:
+// also the nn model's, see TestExactEqualsSingleDevice).
+func TestFusedPathEqualsComposed(t *testing.T) {
+	ds := cora(t)
+	for _, model := range []string{GCN, SAGE} {
+		for _, p := range []int{1, 2} {
+			cfg := Defaults(model)
+			cfg.Epochs = 3
+			want := run(t, ds, cfg, p)
+			bs := devices(t, p)
+			for i := range bs {
+				bs[i] = fusedCPU{bs[i]}
+			}
+			got, err := Run(context.Background(), ds, cfg, Options{Backends: bs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for e := range want.Epochs {
+				if got.Epochs[e].Loss != want.Epochs[e].Loss || got.Epochs[e].TestAccuracy != want.Epochs[e].TestAccuracy {
+					t.Fatalf("%s P=%d epoch %d: fused loss %v acc %v, composed %v %v", model, p, e+1,
+						got.Epochs[e].Loss, got.Epochs[e].TestAccuracy, want.Epochs[e].Loss, want.Epochs[e].TestAccuracy)
+				}
+			}
+		}
+	}
+}
+
+// TestGivenOffsets: a dataset partitioned beforehand and run with its
+// offsets equals the run that partitions it; bad offsets are refused.
+func TestGivenOffsets(t *testing.T) {
+	ds := cora(t)
+	cfg := Defaults(GCN)
+	cfg.Epochs = 2
+	want := run(t, ds, cfg, 3)
+	pds, off, err := PartitionDataset(context.Background(), ds, 3, cfg.Partition, cfg.PartitionSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Run(context.Background(), pds, cfg, Options{Backends: devices(t, 3), Offsets: off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := range want.Epochs {
+		if got.Epochs[e].Loss != want.Epochs[e].Loss {
+			t.Fatalf("epoch %d: loss %v with given offsets, %v partitioning", e+1, got.Epochs[e].Loss, want.Epochs[e].Loss)
+		}
+	}
+	if got.Partition.Method != "given" || !reflect.DeepEqual(got.Partition.Sizes, want.Partition.Sizes) {
+		t.Errorf("partition %+v, want the sizes of %+v", got.Partition, want.Partition)
+	}
+	n := ds.NumNodes()
+	for name, o := range map[string][]int64{"count": {0, n}, "end": {0, 5, 10, n - 1}, "empty": {0, 5, 5, n}} {
+		_, err := Run(context.Background(), pds, cfg, Options{Backends: devices(t, 3), Offsets: o})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "offsets" {
+			t.Errorf("%s: got %v, want an offsets *ConfigError", name, err)
+		}
+	}
+	b := cpuBackend(t)
+	dcs := deviceComms(t, b, 2)
+	_, err = Run(context.Background(), ds, cfg, Options{Backends: []backend.Backend{b, b, b}, DeviceComms: dcs})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "comms" {
+		t.Errorf("2 device comms for 3 devices: got %v", err)
+	}
+}
+
+// TestRowsAndTranspose: Layout.Rows holds each device's rows unsplit in
+// the full rows' order, and SubBlock.Transpose is the transpose of the
+// block restricted to the used columns, entries by increasing row, also
+// when it runs in parallel chunks.
+func TestRowsAndTranspose(t *testing.T) {
+	g := smallGraph()
+	for _, off := range [][]int64{{0, 7}, {0, 3, 7}, {0, 2, 4, 5, 7}} {
+		for _, agg := range []Aggregation{AggGCN, AggMean} {
+			l, err := NewLayout(g, off, agg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := NewLayout(g, []int64{0, 7}, agg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := &ref.Rows[0]
+			for d := range l.Rows {
+				r := &l.Rows[d]
+				lo, hi := l.Range(d)
+				if r.Rows != hi-lo || r.Cols != 7 {
+					t.Fatalf("%v %v: Rows[%d] is %dx%d", agg, off, d, r.Rows, r.Cols)
+				}
+				for i := 0; i < r.Rows; i++ {
+					a := r.Indices[r.Indptr[i]:r.Indptr[i+1]]
+					b := full.Indices[full.Indptr[lo+i]:full.Indptr[lo+i+1]]
+					wa := r.Weights[r.Indptr[i]:r.Indptr[i+1]]
+					wb := full.Weights[full.Indptr[lo+i]:full.Indptr[lo+i+1]]
+					if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(wa, wb) {
+						t.Fatalf("%v %v: row %d of device %d is %v %v, want %v %v", agg, off, i, d, a, wa, b, wb)
+					}
+				}
+				for s := range l.Blocks[d] {
+					checkTranspose(t, &l.Blocks[d][s], l.Used[d][s])
+				}
+			}
+		}
+	}
+	// Large enough for the parallel chunks.
+	r := rand.New(rand.NewPCG(1, 2))
+	b := &SubBlock{Rows: 3000, Cols: 5000, Indptr: []int64{0}}
+	for i := 0; i < b.Rows; i++ {
+		for k := r.IntN(800); k > 0; k-- {
+			b.Indices = append(b.Indices, int32(r.IntN(b.Cols)))
+			b.Weights = append(b.Weights, r.Float32())
+		}
+		b.Indptr = append(b.Indptr, int64(len(b.Indices)))
+	}
+	if b.NNZ() < 1<<20 {
+		t.Fatalf("only %d entries", b.NNZ())
+	}
+	checkTranspose(t, b, nil)
+	used := usedColumns(b)
+	checkTranspose(t, b, used[:len(used)-1:len(used)-1]) // a listed column missing: refused below
+}
+
+// checkTranspose compares b.Transpose(cols) with a direct construction.
+func checkTranspose(t *testing.T, b *SubBlock, cols []int32) {
+	t.Helper()
+	got, err := b.Transpose(cols)
+	pos := map[int32]int{}
+	for k, j := range cols {
+		pos[j] = k
+	}
+	n := b.Cols
+	if cols != nil {
+		n = len(cols)
+		for _, j := range b.Indices {
+			if _, ok := pos[j]; !ok {
+				if err == nil {
+					t.Fatalf("column %d not listed: no error", j)
+				}
+				return
+			}
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ent struct {
+		i int32
+		w float32
+	}
+	want := make([][]ent, n)
+	for i := 0; i < b.Rows; i++ {
+		for e := b.Indptr[i]; e < b.Indptr[i+1]; e++ {
+			k := int(b.Indices[e])
+			if cols != nil {
+				k = pos[b.Indices[e]]
+			}
+			want[k] = append(want[k], ent{int32(i), b.Weights[e]})
+		}
+	}
+	if got.Rows != n || got.Cols != b.Rows || got.NNZ() != b.NNZ() {
+		t.Fatalf("transpose is %dx%d with %d entries, want %dx%d with %d", got.Rows, got.Cols, got.NNZ(), n, b.Rows, b.NNZ())
+	}
+	for k := 0; k < n; k++ {
+		row := got.Indices[got.Indptr[k]:got.Indptr[k+1]]
+		if len(row) != len(want[k]) {
+			t.Fatalf("row %d has %d entries, want %d", k, len(row), len(want[k]))
+		}
+		for q, e := range want[k] {
+			if row[q] != e.i || got.Weights[got.Indptr[k]+int64(q)] != e.w {
+				t.Fatalf("row %d entry %d: (%d, %v), want (%d, %v)", k, q, row[q], got.Weights[got.Indptr[k]+int64(q)], e.i, e.w)
+			}
+		}
+	}
+}
