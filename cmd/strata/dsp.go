@@ -38,6 +38,7 @@ type dspFlags struct {
 	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
 	Engine        string `help:"sampled mode with --devices: host (dsp/runner: sampling and collectives on the host) or device (dsp/gpurun: sampling, feature exchange and all-reduce on the devices, NCCL on GPUs); auto picks device for CUDA devices." enum:"auto,host,device" default:"auto"`
 	NoPipeline    bool   `help:"sampled mode with --devices, device engine: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
+	GPUSampler    string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
 }
 
 // parseBytes reads a byte count such as 0, 4096, 64MiB, 1.5GB or "all"
@@ -194,7 +195,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	var rep *runner.Report
 	var devRun *gpurun.Report
 	if c.useDeviceEngine(bs) {
-		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery}
+		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: c.DSP.GPUSampler}
 		if log != nil {
 			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
 		}
@@ -229,7 +230,7 @@ func (c *trainCmd) runDSP(e *env) error {
 		sel = "last"
 	}
 	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
-		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
+		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, cfg.Train.Epochs, sel, rep.LastValAcc, rep.LastTestAcc)
 	fmt.Fprintf(e.stdout, "pipeline            %s\n", rep.Metrics.Summary)
 	if devRun != nil {
 		r := devRun.Run

@@ -179,7 +179,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		d.free()
 	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		if ctx.Err() != nil { // the caller cancelled: whatever failed then was interrupted
 			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
 		}
 		return nil, &RunError{Op: "training", Err: err}

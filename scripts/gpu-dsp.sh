@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# gpu-dsp.sh: DSP on GPUs (dsp/gpurun): build here, test and benchmark on a
+# GPU host in one call.
+#
+#   scripts/gpu-dsp.sh build          # here: strata and the dsp/gpurun test binary into
+#                                     # .gpu/dsp/ (built from a snapshot of HEAD, so other
+#                                     # people's uncommitted work cannot break it; set
+#                                     # DSP_BUILD_TREE=1 to build the working tree)
+#   scripts/gpu-dsp.sh shake          # on the GPU host: GPU tests, then 2-epoch products runs
+#                                     # on 1, 2 and 4 GPUs
+#   scripts/gpu-dsp.sh bench          # on the GPU host: the benchmark set (1/2/4 GPUs,
+#                                     # pipeline on/off, cache layouts, single-GPU trainer)
+#
+# The device machine: `run` with carry [".gpu/dsp"] and command
+# `scripts/gpu-dsp.sh bench` on nvidia-h200-x4. Logs and reports go to
+# /tmp/dsplogs; $OUT (when set) gets summary.txt and dsp-logs.tgz. The
+# products shape is generated into $DSP_DATA (default /tmp/products).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+dir=.gpu/dsp
+
+build() {
+  mkdir -p "$dir/bin"
+  local src=$root
+  if [ "${DSP_BUILD_TREE:-0}" != 1 ]; then
+    src=$(mktemp -d)
+    git archive HEAD | tar -x -C "$src" || return 1
+    echo "building HEAD $(git rev-parse --short HEAD)"
+  fi
+  local ok=1
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/$dir/bin/strata" ./cmd/strata) || ok=0
+  (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/gpurun.test" ./dsp/gpurun) || ok=0
+  [ "$src" != "$root" ] && rm -rf "$src"
+  du -sh "$dir" | sed 's/^/size /'
+  [ $ok = 1 ]
+}
+
+logs=/tmp/dsplogs
+
+# since T0: seconds since T0 (date +%s.%N), one decimal.
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+data=${DSP_DATA:-/tmp/products}
+
+setup() {
+  export NCCL_NVLS_ENABLE=0
+  export STRATA_KERNEL_CACHE=${STRATA_KERNEL_CACHE:-/tmp/strata-kcache}
+  mkdir -p "$logs"
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+  nproc | sed 's/^/cpus /'
+}
+
+gen() {
+  [ -f "$data/manifest.json" ] && return 0
+  local t0=$(date +%s.%N)
+  "$root/$dir/bin/strata" gen "$data" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
+  echo "gen products: $(since $t0)s"
+}
+
+# products NAME DEVICES EPOCHS [FLAGS...]: one 3-layer GraphSAGE run on the
+# products shape (hidden 256, batch 1024, fanouts 15,10,5), evaluated
+# after the last epoch only; prints the lines that matter.
+common=(--dataset "$data" --model sage --layers 3 --hidden 256 --batch-size 1024 --fanouts 15,10,5 --select last)
+products() {
+  local name=$1 devs=$2 epochs=$3
+  shift 3
+  local t0=$(date +%s.%N)
+  timeout "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --devices "$devs" --epochs "$epochs" \
+    --partition range --eval-every 1000 --report "$logs/$name.json" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
+  local rc=$?
+  local wall=$(since $t0)
+  echo "== $name ($devs, $epochs epochs, $*): rc=$rc wall=${wall}s"
+  grep -E '^epoch |train time' "$logs/$name.log" | sed 's/^/   /'
+  grep -E 'accuracy|pipeline|epoch time' "$logs/$name.out" | sed 's/^/   /'
+  [ $rc = 0 ] || tail -5 "$logs/$name.log" | sed 's/^/   ! /'
+}
+
+# single: the single-GPU trainer (train.Run with gputrain) for the
+# accuracy comparison.
+single() {
+  local epochs=$1
+  local t0=$(date +%s.%N)
+  timeout "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --device cuda:0 --epochs "$epochs" \
+    --report "$logs/single.json" >"$logs/single.out" 2>"$logs/single.log"
+  local rc=$?
+  echo "== single-GPU trainer (cuda:0, $epochs epochs): rc=$rc wall=$(since $t0)s"
+  grep -E 'accuracy|time' "$logs/single.out" | sed 's/^/   /'
+  [ $rc = 0 ] || tail -5 "$logs/single.log" | sed 's/^/   ! /'
+}
+
+gputests() {
+  local t0=$(date +%s.%N)
+  (cd dsp/gpurun && timeout "${DSP_TEST_TIMEOUT:-200}" "$root/$dir/bin/gpurun.test" -test.run GPU -test.v -test.timeout 5m) >"$logs/gputests.log" 2>&1
+  echo "== GPU tests: rc=$? wall=$(since $t0)s"
+  grep -E -- '^--- |gpu_test.go|^(ok|FAIL|PASS)|panic' "$logs/gputests.log" | head -30 | sed 's/^/   /'
+}
+
+finish() {
+  if [ -n "${OUT:-}" ]; then
+    cp "$logs/summary.txt" "$OUT/" 2>/dev/null
+    tar -czf "$OUT/dsp-logs.tgz" -C "$logs" . 2>/dev/null
+  fi
+}
+
+shake() {
+  setup
+  {
+    gputests
+    gen
+    products s1 cuda:0 2
+    products s2 cuda:0,1 2
+    products s4 cuda:0,1,2,3 2
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
+bench() {
+  setup
+  {
+    gen
+    products d1 cuda:0 4
+    products d1-off cuda:0 4 --no-pipeline
+    products d2 cuda:0,1 4
+    products d4 cuda:0,1,2,3 4
+    products d4-off cuda:0,1,2,3 4 --no-pipeline
+    products d4-repl cuda:0,1,2,3 4 --cache-policy replicate --cache-group 1
+    products d4-budget cuda:0,1,2,3 4 --cache 64MiB
+    products d4-uva cuda:0,1,2,3 4 --cache 0
+    products d4-acc cuda:0,1,2,3 10
+    single 10
+    [ "${DSP_TESTS:-0}" = 1 ] && gputests
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
+case "${1:-}" in
+  build) build ;;
+  shake) shake ;;
+  bench) bench ;;
+  *) echo "usage: $0 build | shake | bench" >&2; exit 2 ;;
+esac
