@@ -26,9 +26,11 @@
 // EdgeIDs too with Config.EdgeIDs), for any number of devices and any
 // contiguous partition.
 //
-// Per hop a rank runs four collectives (five with EdgeIDs) and reads
-// three small arrays to the host: the header it received, its per-owner
-// totals and the received totals, and the deduplicated frontier size.
+// Per hop a rank runs four collectives (five with EdgeIDs) and makes four
+// small reads to the host: the headers, its per-requester totals, the
+// totals it received, and the size of the deduplicated frontier. A
+// single rank (nil communicator) skips the protocol and samples its patch,
+// which is then the whole graph, with gpusample.SampleDevice.
 //
 // # Failures
 //
