@@ -112,8 +112,8 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
-	if dev == nil || patch == nil || patch.Graph == nil {
-		return bad("nil device or patch")
+	if patch == nil || patch.Graph == nil {
+		return bad("nil patch")
 	}
 	b, err := book.New(offsets)
 	if err != nil {
@@ -131,6 +131,14 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	}
 	if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > 64 {
 		return bad("%d fanouts: want 1 to 64 hops", len(cfg.Fanouts))
+	}
+	for i, f := range cfg.Fanouts {
+		if f != -1 && f <= 0 {
+			return bad("fanout %d of hop %d: want -1 (all) or > 0", f, i)
+		}
+	}
+	if dev == nil {
+		return bad("nil device")
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
 	s := &Sampler{dev: dev, rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo,

@@ -527,3 +527,43 @@ func trim(x any) string {
 	}
 	return s
 }
+
+// TestNewValidates: New checks the patch, offsets and configuration
+// before it touches the device.
+func TestNewValidates(t *testing.T) {
+	g := randomGraph(2, 100, 4)
+	off := []int64{0, 100}
+	b, _ := book.New(off)
+	p, err := layout.Build(g, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := book.New([]int64{0, 40, 100})
+	p1, err := layout.Build(g, b2, 1, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := Config{Fanouts: []int{3, 2}}
+	for _, c := range []struct {
+		name  string
+		patch *layout.Patch
+		off   []int64
+		cfg   Config
+		want  string
+	}{
+		{"nil patch", nil, off, ok, "nil patch"},
+		{"bad offsets", p, []int64{0, 50, 40}, ok, "offsets"},
+		{"parts vs ranks", p, []int64{0, 40, 100}, ok, "2 parts in the offsets but the communicator has 1 ranks"},
+		{"other rank's patch", p1, off, ok, "patch of rank 1 given to rank 0"},
+		{"range mismatch", p, []int64{0, 99}, ok, "does not match the offsets' range"},
+		{"no fanouts", p, off, Config{}, "0 fanouts"},
+		{"zero fanout", p, off, Config{Fanouts: []int{3, 0}}, "fanout 0 of hop 1"},
+		{"nil device", p, off, ok, "nil device"},
+	} {
+		_, err := New(nil, c.patch, c.off, nil, c.cfg)
+		var ge *Error
+		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.New" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)
+		}
+	}
+}
