@@ -131,6 +131,52 @@ func TestRoute(t *testing.T) {
 	}
 }
 
+// TestRouteChunked: a batch large enough to be routed by several
+// goroutines gives the sequential result: every holder's rows in
+// position order.
+func TestRouteChunked(t *testing.T) {
+	const n, cols, k = 5000, 2, 4
+	plan, err := cache.NewPlan(evenBook(t, n, k), hotOrder(n, 5), cols, cache.PlanConfig{BudgetBytes: 700 * 4 * cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(plan, 2, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := randomNodes(n, 5*routeChunk+123, 9)
+	rt, err := r.Route(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var local []int32
+	send := make([][]int32, k)
+	for _, v := range nodes {
+		h, _ := plan.Holder(2, v)
+		if h < 0 || h == 2 {
+			local = append(local, v)
+		} else {
+			send[h] = append(send[h], v)
+		}
+	}
+	var wantSend []int32
+	for _, s := range send {
+		wantSend = append(wantSend, s...)
+	}
+	if !slices.Equal(rt.Local, local) || !slices.Equal(rt.Send, wantSend) {
+		t.Fatal("chunked route differs from the sequential order")
+	}
+	staging := append(slices.Clone(rt.Local), rt.Send...)
+	for i, v := range nodes {
+		if staging[rt.Perm[i]] != v {
+			t.Fatalf("position %d: staging row %d holds %d, want %d", i, rt.Perm[i], staging[rt.Perm[i]], v)
+		}
+	}
+	if _, err := r.Route(append(nodes, n)); !errors.Is(err, ErrInput) {
+		t.Fatalf("bad node in a chunked batch: %v", err)
+	}
+}
+
 func TestRouteErrors(t *testing.T) {
 	plan, err := cache.NewPlan(evenBook(t, 10, 2), nil, 2, cache.PlanConfig{})
 	if err != nil {
@@ -147,6 +193,9 @@ func TestRouteErrors(t *testing.T) {
 	}
 	if _, err := NewRouter(plan, 2, 10); !errors.Is(err, ErrInput) {
 		t.Fatalf("rank 2 of 2: %v", err)
+	}
+	if _, err := NewRouter(plan, 0, 11); !errors.Is(err, ErrInput) {
+		t.Fatalf("rows beyond the plan: %v", err)
 	}
 	if _, err := NewRouter(nil, 0, 10); !errors.Is(err, ErrInput) {
 		t.Fatalf("nil plan: %v", err)
