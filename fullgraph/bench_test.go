@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -31,26 +35,7 @@ func benchEpochs(b *testing.B, ds *dataset.Dataset, cfg Config, bs []backend.Bac
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	var sec float64
-	var bytes int64
-	for _, e := range rep.Epochs[1:] {
-		sec += e.Seconds
-		bytes += e.BytesSent
-	}
-	n := float64(len(rep.Epochs) - 1)
-	b.ReportMetric(1e3*sec/n, "ms/epoch")
-	b.ReportMetric(float64(bytes)/n/(1<<20), "MiB_bcast/epoch")
-	b.ReportMetric(100*rep.Comm.AvoidedFraction, "%avoided")
-	var peak, act int64
-	for _, p := range rep.Memory.PeakBytes {
-		peak = max(peak, p)
-	}
-	for _, a := range rep.Memory.ActivationBytes {
-		act += a
-	}
-	b.ReportMetric(float64(peak)/(1<<30), "peak_GiB")
-	b.ReportMetric(float64(act)/(1<<30), "act_GiB")
-	b.ReportMetric(100*rep.LastTestAcc, "%test")
+	report(b, rep, 1, len(rep.Epochs))
 	return rep
 }
 
@@ -116,9 +101,9 @@ var (
 	gpuDevs = map[int]*cuda.Device{}
 )
 
-// gpus opens CUDA devices 0..n-1, skipping the benchmark when there are
-// fewer.
-func gpus(b *testing.B, n int) []backend.Backend {
+// gpus opens CUDA devices 0..n-1 (once per test binary), skipping when
+// there are fewer.
+func gpus(t testing.TB, n int) []backend.Backend {
 	gpuMu.Lock()
 	defer gpuMu.Unlock()
 	var bs []backend.Backend
@@ -127,7 +112,7 @@ func gpus(b *testing.B, n int) []backend.Backend {
 		if !ok {
 			var err error
 			if d, err = cuda.Open(i, cuda.Options{}); err != nil {
-				b.Skipf("%d GPUs needed, cuda:%d: %.120s", n, i, err.Error())
+				t.Skipf("%d GPUs needed, cuda:%d: %.120s", n, i, err.Error())
 			}
 			gpuDevs[i] = d
 		}
@@ -136,15 +121,96 @@ func gpus(b *testing.B, n int) []backend.Backend {
 	return bs
 }
 
+func envInt(t testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+var (
+	partMu    sync.Mutex
+	partCache = map[int]partitioned{}
+	commCache = map[int][]comm.DeviceComm{}
+)
+
+type partitioned struct {
+	ds  *dataset.Dataset
+	off []int64
+	src string
+}
+
+// benchPartition returns ds renumbered into p blocks, once per p: from
+// $STRATA_BENCH_PARTS/p<P>.bin (a 'strata partition' file) when it
+// exists, else partitioned here.
+func benchPartition(b *testing.B, ds *dataset.Dataset, p int) partitioned {
+	partMu.Lock()
+	defer partMu.Unlock()
+	if pt, ok := partCache[p]; ok {
+		return pt
+	}
+	t0 := time.Now()
+	var pt partitioned
+	var err error
+	if dir := os.Getenv("STRATA_BENCH_PARTS"); dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("p%d.bin", p))
+		if _, serr := os.Stat(path); serr == nil {
+			pt.ds, pt.off, err = ApplyPartitionFile(ds, path)
+			pt.src = path
+		}
+	}
+	if pt.ds == nil && err == nil {
+		pt.ds, pt.off, err = PartitionDataset(context.Background(), ds, p, PartitionMultilevel, 1)
+		pt.src = "multilevel"
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("P=%d partition (%s): %.1fs", p, pt.src, time.Since(t0).Seconds())
+	partCache[p] = pt
+	return pt
+}
+
+// benchComms opens the device communicators of $STRATA_BENCH_COMM (auto
+// by default) for bs, once per device count.
+func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
+	partMu.Lock()
+	defer partMu.Unlock()
+	if cs, ok := commCache[len(bs)]; ok {
+		return cs
+	}
+	kind := os.Getenv("STRATA_BENCH_COMM")
+	cs, used, why, err := OpenDeviceComms(context.Background(), kind, bs, 2*time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d GPUs: device communicators %s (%s)", len(bs), used, why)
+	commCache[len(bs)] = cs
+	return cs
+}
+
 // BenchmarkProductsSAGE: full-graph 3-layer GraphSAGE-mean, hidden 256,
 // dropout 0.5, Adam, on the products-shape dataset of
 // $STRATA_BENCH_DATASET: one GPU (target: an epoch within 0.2 s), and 2
 // and 4 GPUs exact and with skip-broadcast (default bounds), with
-// per-device dropout masks. Metrics: ms per training epoch, broadcast
-// MiB per epoch and the share avoided, peak and activation memory (the
-// run's own count; dev_peak_GiB is the CUDA allocator's high-water mark,
-// cache included), and the test accuracy after the run's epochs (for
-// accuracy, run with -benchtime 100x or use strata train).
+// per-device dropout masks and the device communicators of
+// $STRATA_BENCH_COMM (auto: NCCL). Run with -benchtime 1x and the number
+// of training epochs in $STRATA_BENCH_EPOCHS (default 5; the first is a
+// warm-up and not timed), so every configuration is set up once.
+// $STRATA_BENCH_PARTS names a folder of partition files p2.bin, p4.bin
+// ('strata partition' output) to skip partitioning; with
+// $STRATA_BENCH_PROFILE set, one more epoch is profiled on GPU 0 and its
+// device time per op is logged (-test.v).
+//
+// Metrics: ms per training epoch, broadcast and gradient MiB per epoch
+// and the share of broadcast bytes avoided, the run's peak and activation
+// memory per device (its own count) and the CUDA allocator's high-water
+// mark (dev_peak_GiB, cache included), test accuracy after the last epoch.
 func BenchmarkProductsSAGE(b *testing.B) {
 	ds := benchDataset(b)
 	for _, tc := range []struct {
@@ -157,18 +223,110 @@ func BenchmarkProductsSAGE(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			bs := gpus(b, tc.p)
+			for _, be := range bs {
+				d := be.(*cuda.Device)
+				if err := d.ReleaseCache(); err != nil {
+					b.Fatal(err)
+				}
+				d.ResetPeak()
+			}
 			cfg := Defaults(SAGE)
 			cfg.Layers, cfg.Hidden, cfg.LR, cfg.WeightDecay = 3, 256, 0.003, 0
 			cfg.Masks = MasksLocal
 			if tc.stale {
 				cfg.Staleness = DefaultStaleness()
 			}
-			benchEpochs(b, ds, cfg, bs)
+			opts := Options{Backends: bs}
+			run := ds
+			if tc.p > 1 {
+				pt := benchPartition(b, ds, tc.p)
+				run, opts.Offsets = pt.ds, pt.off
+				opts.DeviceComms = benchComms(b, bs)
+			}
+			epochs := envInt(b, "STRATA_BENCH_EPOCHS", max(b.N, 2))
+			cfg.Epochs = epochs
+			cfg.EvalEvery = envInt(b, "STRATA_BENCH_EVAL_EVERY", maxEpochs)
+			dev0 := bs[0].(*cuda.Device)
+			var prof []cuda.OpTime
+			if os.Getenv("STRATA_BENCH_PROFILE") != "" {
+				// Epoch epochs+1 is profiled; one more follows, so the
+				// final evaluation is not in the profile.
+				cfg.Epochs += 2
+				opts.OnEpoch = func(r EpochRecord) {
+					var err error
+					switch r.Epoch {
+					case epochs:
+						err = dev0.StartProfile()
+					case epochs + 1:
+						prof, err = dev0.StopProfile()
+					}
+					if err != nil {
+						b.Error(err)
+					}
+				}
+			}
+			if tc.p == 1 && os.Getenv("STRATA_BENCH_LOG") != "" {
+				opts.Log = os.Stderr
+			}
+			rep, err := Run(context.Background(), run, cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, rep, 1, epochs)
 			var devPeak int64
 			for _, d := range bs {
 				devPeak = max(devPeak, d.(*cuda.Device).Stats().PeakBytes)
 			}
 			b.ReportMetric(float64(devPeak)/(1<<30), "dev_peak_GiB")
+			b.Logf("setup %.1fs (partition %.1fs), %d epochs, test accuracy %.4f (best-val epoch %d: %.4f), skipped %.1f%% of broadcast bytes",
+				rep.TotalSeconds-sumSeconds(rep), rep.Partition.Seconds, len(rep.Epochs), rep.LastTestAcc, rep.SelectedEpoch, rep.TestAccuracy, 100*rep.Comm.AvoidedFraction)
+			if prof != nil {
+				var total float64
+				for _, p := range prof {
+					total += p.Ms
+				}
+				b.Logf("profile of epoch %d on %s: %.1f ms of device time", epochs+1, dev0.Name(), total)
+				for _, p := range prof {
+					if p.Ms >= 0.05 {
+						b.Logf("  %-28s %6d calls %9.2f ms %5.1f%%", p.Name, p.Calls, p.Ms, 100*p.Ms/total)
+					}
+				}
+			}
 		})
 	}
+}
+
+func sumSeconds(rep *Report) float64 {
+	var s float64
+	for _, e := range rep.Epochs {
+		s += e.Seconds + e.EvalSeconds
+	}
+	return s
+}
+
+// report puts the mean over epochs [from, to) of a run into the
+// benchmark's metrics.
+func report(b *testing.B, rep *Report, from, to int) {
+	var sec float64
+	var bytes, grad int64
+	for _, e := range rep.Epochs[from:to] {
+		sec += e.Seconds
+		bytes += e.BytesSent
+		grad += e.GradBytesSent
+	}
+	n := float64(to - from)
+	b.ReportMetric(1e3*sec/n, "ms/epoch")
+	b.ReportMetric(float64(bytes)/n/(1<<20), "MiB_bcast/epoch")
+	b.ReportMetric(float64(grad)/n/(1<<20), "MiB_grad/epoch")
+	b.ReportMetric(100*rep.Comm.AvoidedFraction, "%avoided")
+	var peak, act int64
+	for _, p := range rep.Memory.PeakBytes {
+		peak = max(peak, p)
+	}
+	for _, a := range rep.Memory.ActivationBytes {
+		act += a
+	}
+	b.ReportMetric(float64(peak)/(1<<30), "peak_GiB")
+	b.ReportMetric(float64(act)/(1<<30), "act_GiB")
+	b.ReportMetric(100*rep.LastTestAcc, "%test")
 }

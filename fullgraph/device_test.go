@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
@@ -297,5 +299,46 @@ func checkTranspose(t *testing.T, b *SubBlock, cols []int32) {
 				t.Fatalf("row %d entry %d: (%d, %v), want (%d, %v)", k, q, row[q], got.Weights[got.Indptr[k]+int64(q)], e.i, e.w)
 			}
 		}
+	}
+}
+
+// TestApplyPartitionFile: a partition file renumbers the dataset exactly
+// as the in-process partitioner does for the same parts; a file for
+// another dataset is refused.
+func TestApplyPartitionFile(t *testing.T) {
+	ds := cora(t)
+	res, err := partition.Partition(context.Background(), ds.Graph, partition.Options{K: 3, Seed: 1, Method: partition.Multilevel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ren, err := partition.Renumber(res.Parts, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), partition.FileName)
+	saved := &partition.Saved{Book: ren.Book, NewToOld: ren.NewToOld, PartWeights: make([]int64, 3), NCon: 1,
+		Meta: partition.Meta{Dataset: ds.Name, Method: partition.Multilevel}}
+	if err := partition.WriteFile(path, saved, true); err != nil {
+		t.Fatal(err)
+	}
+	pds, off, err := ApplyPartitionFile(ds, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, woff, err := PartitionDataset(context.Background(), ds, 3, PartitionMultilevel, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(off, woff) || !reflect.DeepEqual(pds.Graph.Indices, want.Graph.Indices) || !reflect.DeepEqual(pds.Labels, want.Labels) {
+		t.Fatalf("offsets %v vs %v, or the renumbered graphs differ", off, woff)
+	}
+	other := *ds
+	other.Name = "other"
+	var de *DataError
+	if _, _, err := ApplyPartitionFile(&other, path); !errors.As(err, &de) {
+		t.Errorf("another dataset's file: got %v", err)
+	}
+	if _, _, err := ApplyPartitionFile(ds, filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("missing file accepted")
 	}
 }

@@ -155,6 +155,32 @@ func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method st
 	return pds, ren.Book.Offsets(), nil
 }
 
+// ApplyPartitionFile renumbers ds by a partition file written by
+// 'strata partition' (partition.FileName) for the same dataset, and
+// returns the renumbered dataset and its block offsets, for
+// Options.Offsets: a partition computed once (or elsewhere) serves many
+// runs.
+func ApplyPartitionFile(ds *dataset.Dataset, path string) (*dataset.Dataset, []int64, error) {
+	if ds == nil || ds.Graph == nil {
+		return nil, nil, &DataError{Msg: "no graph"}
+	}
+	saved, err := partition.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fullgraph: partition file: %w", err)
+	}
+	if n := saved.Book.NumNodes(); n != ds.NumNodes() {
+		return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s has %d nodes, dataset %s has %d", path, n, ds.Name, ds.NumNodes())}
+	}
+	if m := saved.Meta.Dataset; m != "" && ds.Name != "" && m != ds.Name {
+		return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s was made for dataset %q, not %q", path, m, ds.Name)}
+	}
+	pds, err := partition.PermuteDataset(ds, saved.OldToNew)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fullgraph: partition file: %w", err)
+	}
+	return pds, saved.Book.Offsets(), nil
+}
+
 // prepare partitions and renumbers ds for p devices (unless offsets
 // gives its blocks already) and normalizes its features.
 func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offsets []int64) (*prepared, error) {

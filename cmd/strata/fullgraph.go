@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,8 @@ type fullGraphFlags struct {
 	Partition  string   `help:"fullgraph mode and sampled mode with --devices: how nodes are split into the devices' blocks or patches: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"fullgraph mode: evaluate every N epochs (and after the last)." default:"1" placeholder:"N"`
+	Comm       string   `help:"fullgraph mode on several GPUs: how embedding blocks, gradient contributions and weight gradients move between the GPUs: nccl, gpushm (GPU shared-memory collectives), host (staged through host memory) or auto (NCCL when it loads, else gpushm; host for CPU devices)." enum:"auto,nccl,gpushm,host" default:"auto"`
+	PartFile   string   `name:"partition-file" help:"fullgraph mode: use the partition in this file (partition.bin written by 'strata partition' for the same dataset, with as many parts as devices) instead of partitioning." placeholder:"FILE" type:"existingfile"`
 }
 
 // fullGraphConfig turns the flags into a fullgraph.Config on top of the
@@ -180,7 +183,33 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := fullgraph.Run(ctx, ds, cfg, fullgraph.Options{Backends: bs, Log: log})
+	opts := fullgraph.Options{Backends: bs, Log: log}
+	if f := c.FullGraph.PartFile; f != "" {
+		if ds, opts.Offsets, err = fullgraph.ApplyPartitionFile(ds, f); err != nil {
+			return err
+		}
+		if len(opts.Offsets) != len(bs)+1 {
+			return usageError{fmt.Errorf("--partition-file %s has %d parts for %d devices", f, len(opts.Offsets)-1, len(bs))}
+		}
+	}
+	dcs, kind, why, err := fullgraph.OpenDeviceComms(ctx, c.FullGraph.Comm, bs, 0)
+	var ce *fullgraph.ConfigError
+	if errors.As(err, &ce) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, dc := range dcs {
+			dc.Close()
+		}
+	}()
+	opts.DeviceComms = dcs
+	if log != nil && len(bs) > 1 {
+		fmt.Fprintf(log, "communication: %s (%s)\n", kind, why)
+	}
+	rep, err := fullgraph.Run(ctx, ds, cfg, opts)
 	if err != nil {
 		return err
 	}

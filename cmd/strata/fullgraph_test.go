@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/fullgraph"
+	"github.com/strata-gnn/strata/partition"
 )
 
 func TestTrainFullGraph(t *testing.T) {
@@ -52,11 +53,57 @@ func TestTrainFullGraphUsageErrors(t *testing.T) {
 		{[]string{"--staleness-eps", "0.1"}, "need --staleness"},
 		{[]string{"--staleness", "--staleness-epochs", "0"}, "epoch_bound"},
 		{[]string{"--checkpoint", "x"}, "checkpoints"},
+		{[]string{"--devices", "cpu:2", "--comm", "nccl"}, "distinct CUDA GPUs"},
+		{[]string{"--comm", "mpi"}, "--comm"},
 	} {
 		args := append([]string{"--quiet", "train", "--mode", "fullgraph", "--model", "gcn"}, tc.args...)
 		code, _, errOut := strata(t, args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q (want 2 and %q)", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestTrainFullGraphPartitionFile: a partition written by 'strata
+// partition' drives the blocks (host communication on CPU devices); a
+// file with another part count is refused.
+func TestTrainFullGraphPartitionFile(t *testing.T) {
+	dir := t.TempDir()
+	g := filepath.Join(dir, "g")
+	if code, _, errOut := strata(t, "--quiet", "gen", g, "--preset", "tiny"); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, errOut)
+	}
+	p := filepath.Join(dir, "p")
+	if code, _, errOut := strata(t, "--quiet", "partition", g, p, "-k", "3"); code != 0 {
+		t.Fatalf("partition: exit %d: %s", code, errOut)
+	}
+	file := filepath.Join(p, "partition.bin")
+	report := filepath.Join(dir, "r.json")
+	code, out, errOut := strata(t, "--quiet", "train", "--mode", "fullgraph", "--model", "sage", "--dataset", g, "--devices", "cpu:3",
+		"--epochs", "2", "--partition-file", file, "--comm", "host", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	rep, err := fullgraph.ReadReport(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := partition.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := saved.Book.Offsets()
+	for b, size := range rep.Partition.Sizes {
+		if size != want[b+1]-want[b] {
+			t.Fatalf("block sizes %v, partition file %v", rep.Partition.Sizes, want)
+		}
+	}
+	if rep.Partition.Method != "given" {
+		t.Errorf("partition method %q", rep.Partition.Method)
+	}
+	code, _, errOut = strata(t, "--quiet", "train", "--mode", "fullgraph", "--model", "sage", "--dataset", g, "--devices", "cpu:2",
+		"--epochs", "1", "--partition-file", file)
+	if code != 2 || !strings.Contains(errOut, "3 parts for 2 devices") {
+		t.Errorf("3-part file on 2 devices: exit %d, %q", code, errOut)
 	}
 }

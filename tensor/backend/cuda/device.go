@@ -302,6 +302,16 @@ func (d *Device) Stats() AllocStats {
 	return d.alloc.stats
 }
 
+// ResetPeak restarts the allocator's high-water mark (Stats().PeakBytes)
+// from the bytes in use and cached now, so a benchmark can measure one
+// run after others on the same device (call ReleaseCache first to leave
+// the earlier runs' cache out).
+func (d *Device) ResetPeak() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.alloc.stats.PeakBytes = d.alloc.stats.InUseBytes + d.alloc.stats.CachedBytes
+}
+
 // ReleaseCache returns all cached device memory to the driver.
 func (d *Device) ReleaseCache() error {
 	leave, err := d.enter()
