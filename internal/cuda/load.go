@@ -30,6 +30,9 @@ type driver struct {
 
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent, cuStreamQuery uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime   uintptr
+
+	// Optional: zero when the driver lacks them (see StreamMemOps).
+	cuStreamWaitValue32, cuStreamWriteValue32 uintptr
 }
 
 var (
@@ -132,6 +135,24 @@ func open() (*driver, error) {
 		}
 		if *s.dst == 0 {
 			return nil, fmt.Errorf("cuda: %s (%s) lacks symbol %s: driver too old?", f.Lib, f.Path, s.names[0])
+		}
+	}
+	// Optional entry points: their absence disables only what uses them.
+	// The _v2 stream memory operations are the CUDA 12+ ones that need no
+	// kernel-module option.
+	optional := []struct {
+		dst   *uintptr
+		names []string
+	}{
+		{&d.cuStreamWaitValue32, []string{"cuStreamWaitValue32_v2", "cuStreamWaitValue32"}},
+		{&d.cuStreamWriteValue32, []string{"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}},
+	}
+	for _, s := range optional {
+		for _, n := range s.names {
+			if p, err := cudalib.Sym(f.Handle, n); err == nil && p != 0 {
+				*s.dst = p
+				break
+			}
 		}
 	}
 	return d, nil
