@@ -26,6 +26,10 @@ const (
 	// inlineShare is the largest share of a chunk this rank reduces on
 	// the pipeline's own goroutine (waking reducers costs more).
 	inlineShare = 64 << 10
+	// DefaultDeviceMax is the largest all-reduce run on the device path
+	// (reduced by a kernel on the device's stream; see the package doc);
+	// it is also bounded by the chunk size.
+	DefaultDeviceMax = 4 << 20
 )
 
 // Options configure a GPU shared-memory communicator.
@@ -49,12 +53,27 @@ type Options struct {
 	// Prefix namespaces the store keys ("gpushm" if empty); use a
 	// distinct prefix for each communicator of a job.
 	Prefix string
+	// DeviceMax is the largest all-reduce, in bytes, run on the device
+	// path (DefaultDeviceMax if zero, never if negative; at most
+	// ChunkBytes). Larger ones use the host pipeline.
+	DeviceMax int
+	// Async lets an all-reduce on the device path return once it is
+	// queued on the device's stream (later work on the stream is ordered
+	// after it, as with NCCL), instead of when it completes. A failure
+	// is then reported by the next operation or Sync; a watchdog still
+	// ends the wait at the deadline or when a peer fails, so the device
+	// never hangs. Zero DeviceMax and Async are read from
+	// $STRATA_GPUSHM_DEVICE_MAX and $STRATA_GPUSHM_ASYNC when set.
+	Async bool
 	// asyncHostCopies makes the CPU back end's copies complete on other
 	// goroutines (tests).
 	asyncHostCopies bool
 	// inline is the largest share reduced on the pipeline's goroutine
 	// (inlineShare if zero, none if negative; tests).
 	inline int
+	// emulate runs the device path on the CPU back end, on a goroutine
+	// that stands for the device's stream (tests).
+	emulate bool
 }
 
 func (o Options) inlineMax() int {
@@ -74,7 +93,42 @@ const (
 	EnvSlots      = "STRATA_GPUSHM_SLOTS"
 	EnvWorkers    = "STRATA_GPUSHM_WORKERS"
 	EnvChunks     = "STRATA_GPUSHM_CHUNKS" // target chunks per message (DefaultChunks)
+	EnvDeviceMax  = "STRATA_GPUSHM_DEVICE_MAX"
+	EnvAsync      = "STRATA_GPUSHM_ASYNC" // 1 or true: Options.Async
+	// EnvIdle picks how waits sleep once spinning stops: "precise"
+	// (default: nanosleep with a 1 us timer slack) or "gosleep"
+	// (time.Sleep, whose sub-millisecond sleeps last about 1 ms on an
+	// idle Go runtime; kept for comparison).
+	EnvIdle = "STRATA_GPUSHM_IDLE"
+	// EnvTrace, when 1, times the phases of every all-reduce and prints a
+	// summary line to standard error when the communicator closes.
+	EnvTrace = "STRATA_GPUSHM_TRACE"
 )
+
+func envBool(name string) bool {
+	switch os.Getenv(name) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// deviceMax is the largest all-reduce on the device path (0: none).
+func (o Options) deviceMax(chunk int) int {
+	d := o.DeviceMax
+	if d == 0 {
+		d = DefaultDeviceMax
+		if v, err := strconv.Atoi(os.Getenv(EnvDeviceMax)); err == nil {
+			d = v
+		}
+	}
+	if d < 0 {
+		return 0
+	}
+	return min(d, chunk)
+}
+
+func (o Options) async() bool { return o.Async || envBool(EnvAsync) }
 
 // fromEnv returns the positive integer in $name, else def.
 func fromEnv(name string, def int) int {

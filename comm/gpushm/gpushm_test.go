@@ -168,21 +168,44 @@ func TestMain(m *testing.M) {
 				Backend: be, Exact: true, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
 			})
 		},
-		// One process per GPU (LOCAL_RANK picks it).
-		"gpu": func() error {
-			lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
-			dev, err := cuda.Open(lr, cuda.Options{})
+		// The same with the device path emulated (processes share the
+		// flags through the segment).
+		"cpu-emu": func() error {
+			be, err := cpu.New(cpu.Options{})
 			if err != nil {
 				return err
 			}
-			defer dev.Close()
+			o := emuOptions(false)
 			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
 				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
-					return Open(ctx, store, dev, Options{Options: fo, Prefix: prefix})
+					oo := o
+					oo.Options, oo.Prefix = fo, prefix
+					return Open(ctx, store, be, oo)
 				},
-				Backend: dev, Exact: true, Conformance: true, Faults: true,
+				Backend: be, Exact: true, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
 			})
 		},
+		// One process per GPU (LOCAL_RANK picks it): both suites with
+		// the defaults (small all-reduces on the device path, waited for).
+		"gpu": func() error { return gpuJob(false) },
+		// The conformance suite with asynchronous device-path all-reduces
+		// (the results are read on the device's stream, after them).
+		"gpu-async": func() error { return gpuJob(true) },
+	})
+}
+
+func gpuJob(async bool) error {
+	lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
+	dev, err := cuda.Open(lr, cuda.Options{})
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
+		Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+			return Open(ctx, store, dev, Options{Options: fo, Prefix: prefix, Async: async})
+		},
+		Backend: dev, Exact: true, Conformance: true, Faults: !async,
 	})
 }
 
@@ -190,9 +213,11 @@ func TestProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	out, err := commtest.LaunchDevice(context.Background(), 2, "cpu", nil, "conformance", "faults")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	for _, role := range []string{"cpu", "cpu-emu"} {
+		out, err := commtest.LaunchDevice(context.Background(), 2, role, nil, "conformance", "faults")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", role, err, out)
+		}
 	}
 }
 
@@ -219,6 +244,12 @@ func TestTwoGPUs(t *testing.T) {
 	start := time.Now()
 	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", nil, "conformance", "faults")
 	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	out, err = commtest.LaunchDevice(context.Background(), 2, "gpu-async", nil, "conformance")
+	t.Logf("2 GPUs, asynchronous: %v\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)
 	}

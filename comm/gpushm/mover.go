@@ -1,10 +1,18 @@
+//go:build linux
+
 package gpushm
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/reduce"
+	sg "github.com/strata-gnn/strata/comm/internal/segment"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
@@ -27,7 +35,47 @@ type mover interface {
 	// toDevice queues a copy of src into buf at byte off.
 	toDevice(slot int, buf backend.Buffer, off int, src []byte) error
 	outDone(slot int) (bool, error)
+	// stream returns the device path (nil, and why, when this mover has
+	// none).
+	stream() (streamer, string)
 	close() error
+}
+
+// streamer runs all-reduces on the device's own stream (the device path):
+// every step is queued there, so the host takes no part once queue
+// returns.
+type streamer interface {
+	// queue queues op after the work already on the device's stream.
+	queue(op *devOp) error
+	// done reports whether op number ticket has completed (ops complete
+	// in order; only the last Slots tickets may be asked about).
+	done(ticket uint64) (bool, error)
+	// timing returns, for a completed op queued with tracing, the device
+	// time from the calibration mark to the start and the end of the op
+	// (ok false when not measured).
+	timing(ticket uint64) (start, end time.Duration, ok bool)
+}
+
+// devOp is one all-reduce on the device path, through input slot slot
+// (use u): on the device's stream, wait until every peer's done flag
+// for the slot reaches u (the slot's last use is over everywhere), copy
+// buf into this rank's input slot, raise this rank's in flag to u+1,
+// wait until every peer's in flag reaches u+1, reduce every rank's input
+// in rank order into buf, and raise this rank's done flag to u+1.
+type devOp struct {
+	ticket   uint64
+	buf      backend.Buffer
+	bytes    int
+	dt       backend.DType
+	red      comm.ReduceOp
+	rank, n  int
+	inputs   [][]byte  // every rank's input slot (host views)
+	waitDone []*uint32 // peers' done flags, wait for >= u (empty when u == 0)
+	waitIn   []*uint32 // peers' in flags, wait for >= u+1
+	myIn     *uint32
+	myDone   *uint32
+	u        uint32
+	trace    bool
 }
 
 // hostBytes views a CPU back-end buffer's elements as bytes.
@@ -57,17 +105,34 @@ func hostBytes(b backend.Buffer) ([]byte, error) {
 type hostMover struct {
 	async   bool
 	in, out []atomic.Bool // per slot: copy finished
+	emu     *emuStream    // device path stand-in (tests), or nil
 }
 
-func newHostMover(slots int, async bool) *hostMover {
-	return &hostMover{async: async, in: make([]atomic.Bool, slots), out: make([]atomic.Bool, slots)}
+func newHostMover(slots int, async, emulate bool) *hostMover {
+	m := &hostMover{async: async, in: make([]atomic.Bool, slots), out: make([]atomic.Bool, slots)}
+	if emulate {
+		m.emu = newEmuStream()
+	}
+	return m
+}
+
+func (m *hostMover) stream() (streamer, string) {
+	if m.emu == nil {
+		return nil, "the CPU back end has no device stream"
+	}
+	return m.emu, ""
 }
 
 func (m *hostMover) bind() (func(), error)       { return func() {}, nil }
 func (m *hostMover) begin(backend.Buffer) error  { return nil }
 func (m *hostMover) inDone(s int) (bool, error)  { return m.in[s].Load(), nil }
 func (m *hostMover) outDone(s int) (bool, error) { return m.out[s].Load(), nil }
-func (m *hostMover) close() error                { return nil }
+func (m *hostMover) close() error {
+	if m.emu != nil {
+		m.emu.stop()
+	}
+	return nil
+}
 func (m *hostMover) copy(done *atomic.Bool, dst, src []byte) {
 	done.Store(false)
 	if !m.async {
@@ -103,4 +168,105 @@ func (m *hostMover) toDevice(s int, buf backend.Buffer, off int, src []byte) err
 	}
 	m.copy(&m.out[s], b[off:off+len(src)], src)
 	return nil
+}
+
+// emuStream stands for a device's stream on the CPU back end (tests): one
+// goroutine runs the queued ops in order, spinning on the flags the way
+// cuStreamWaitValue32 does, so the device path's protocol (flags, slot
+// reuse with the host pipeline, releasing a stuck stream) runs without a
+// GPU.
+type emuStream struct {
+	ops       chan *devOp
+	completed atomic.Uint64 // highest ticket completed
+	failed    atomic.Pointer[error]
+	quit      chan struct{}
+	wg        sync.WaitGroup
+	once      sync.Once
+}
+
+func newEmuStream() *emuStream {
+	e := &emuStream{ops: make(chan *devOp, 1024), quit: make(chan struct{})}
+	e.wg.Add(1)
+	go e.run()
+	return e
+}
+
+func (e *emuStream) queue(op *devOp) error {
+	select {
+	case e.ops <- op:
+		return nil
+	default:
+		return fmt.Errorf("gpushm: emulated stream is full")
+	}
+}
+
+func (e *emuStream) done(ticket uint64) (bool, error) {
+	if p := e.failed.Load(); p != nil {
+		return false, *p
+	}
+	return e.completed.Load() >= ticket, nil
+}
+
+func (e *emuStream) timing(uint64) (time.Duration, time.Duration, bool) { return 0, 0, false }
+
+func (e *emuStream) stop() {
+	e.once.Do(func() { close(e.quit) })
+	e.wg.Wait()
+}
+
+// wait spins until *f reaches want (false: stopped).
+func (e *emuStream) wait(f *uint32, want uint32) bool {
+	for i := 0; !sg.Reached(atomic.LoadUint32(f), want); i++ {
+		select {
+		case <-e.quit:
+			return false
+		default:
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return true
+}
+
+func (e *emuStream) run() {
+	defer e.wg.Done()
+	for {
+		var op *devOp
+		select {
+		case op = <-e.ops:
+		case <-e.quit:
+			return
+		}
+		for _, f := range op.waitDone {
+			if !e.wait(f, op.u) {
+				return
+			}
+		}
+		b, err := hostBytes(op.buf)
+		if err == nil && len(b) < op.bytes {
+			err = fmt.Errorf("gpushm: emulated stream: a %d-byte buffer for %d bytes", len(b), op.bytes)
+		}
+		if err != nil {
+			e.failed.Store(&err)
+			return
+		}
+		copy(op.inputs[op.rank][:op.bytes], b[:op.bytes])
+		sg.Set(op.myIn, op.u+1)
+		for _, f := range op.waitIn {
+			if !e.wait(f, op.u+1) {
+				return
+			}
+		}
+		out := b[:op.bytes]
+		reduce.Into3(op.dt, op.red, out, op.inputs[0][:op.bytes], op.inputs[1][:op.bytes])
+		for r := 2; r < op.n; r++ {
+			reduce.Into(op.dt, op.red, out, op.inputs[r][:op.bytes])
+		}
+		reduce.Finish(op.dt, op.red, out, op.n)
+		sg.Set(op.myDone, op.u+1)
+		e.completed.Store(op.ticket)
+	}
 }

@@ -16,7 +16,7 @@ const (
 	minChunkBytes = 64 << 10
 
 	segMagic   = 0x4d48535550475453 // "STGPUSHM"
-	segVersion = 1
+	segVersion = 2                  // 2: flags mapped for the device path
 
 	page     = sg.Page
 	ctlBytes = 64
@@ -25,7 +25,8 @@ const (
 
 // Per-rank control fields past the common ones.
 const (
-	cLeft = 16 // uint64: last sequence number completed before Close
+	cLeft  = 16 // uint64: last sequence number completed before Close
+	cProbe = 24 // uint32: scratch word for checking the device can use the mapped flags
 )
 
 // spec is the GPU segment: flags (in, red, done per rank and slot), then

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/internal/reduce"
 	sg "github.com/strata-gnn/strata/comm/internal/segment"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/shm"
@@ -165,12 +163,13 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		seg.Unmap()
 		return nil, err
 	}
+	trace := envBool(EnvTrace)
 	var mv mover
 	switch d := be.(type) {
 	case *cuda.Device:
-		mv, err = newCudaMover(d, seg.Data(), seg.L.Slots)
+		mv, err = newCudaMover(d, seg.Mem[seg.L.CtlOff:seg.L.HeapOff], seg.Data(), seg.U32(seg.Ctl(rank)+cProbe), seg.L.Slots, trace)
 	case *cpu.Backend:
-		mv = newHostMover(seg.L.Slots, o.asyncHostCopies)
+		mv = newHostMover(seg.L.Slots, o.asyncHostCopies, o.emulate)
 	default:
 		err = fmt.Errorf("gpushm: back end %s is neither CUDA nor CPU", be.Name())
 	}
@@ -179,9 +178,32 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		return nil, err
 	}
 	t := &transport{Transport: staged.New(host, be, comm.KindGPUShm), seg: seg, rank: rank, n: n, be: be, mv: mv,
-		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: fromEnv(EnvChunks, DefaultChunks), inline: o.inlineMax()}
+		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: fromEnv(EnvChunks, DefaultChunks), inline: o.inlineMax(),
+		goSleep: goSleepFromEnv()}
 	for r := range t.pids {
 		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.Mem[seg.Ctl(r)+sg.CPid]))))
+	}
+	t.st, t.noDev = mv.stream()
+	if t.devMax = o.deviceMax(seg.L.SlotBytes); t.devMax == 0 {
+		t.st, t.noDev = nil, "off (DeviceMax)"
+	}
+	if t.st != nil {
+		t.inputs = make([][][]byte, seg.L.Slots)
+		for s := range t.inputs {
+			for r := 0; r < n; r++ {
+				t.inputs[s] = append(t.inputs[s], seg.InSlot(r, s))
+			}
+		}
+		if t.async = o.async(); t.async {
+			t.wake, t.wdStop, t.wdDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+			go t.watchdog()
+		}
+	}
+	if trace {
+		t.tr = &tracer{rank: rank, path: fmt.Sprintf("on up to %d bytes (async %v)", t.devMax, t.async)}
+		if t.st == nil {
+			t.tr.path = "off: " + t.noDev
+		}
 	}
 	for i := 0; i < o.workers(n); i++ {
 		t.workers.Add(1)
@@ -210,9 +232,28 @@ type transport struct {
 	workers sync.WaitGroup
 	chunks  int // target chunks per message
 	inline  int // largest share reduced on the pipeline's goroutine
+	goSleep bool
+
+	// Device path (st nil: off, noDev says why); guarded by runMu.
+	st       streamer
+	noDev    string
+	devMax   int
+	async    bool
+	inputs   [][][]byte // per slot, every rank's input slot
+	ticket   uint64     // device-path ops queued so far
+	pend     []*pendOp  // queued and not yet seen complete, oldest first
+	asyncErr error      // failure of an op that had returned (async)
+	wake     chan struct{}
+	wdStop   chan struct{}
+	wdDone   chan struct{}
+
+	tr *tracer // phase times ($STRATA_GPUSHM_TRACE), or nil
 }
 
 func (t *transport) Kind() string { return comm.KindGPUShm }
+
+// closeWait bounds how long Close waits for queued device-path ops.
+const closeWait = 10 * time.Second
 
 func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	t.runMu.Lock()
@@ -220,20 +261,38 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if t.closing.Load() {
 		return comm.ErrClosed
 	}
+	if t.asyncErr != nil {
+		return t.asyncErr
+	}
 	if err := t.checkAbort(); err != nil {
 		return err
 	}
 	atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+sg.CEntered), c.Seq)
 	var err error
-	if c.Op == comm.OpAllReduce {
-		err = t.allReduce(ctx, c)
-	} else {
-		err = t.Transport.Run(ctx, c)
+	switch {
+	case c.Op == comm.OpAllReduce && t.n == 1:
+		// A group of one: the buffer holds the result already.
+	case c.Op == comm.OpAllReduce && t.onDevice(c):
+		err = t.devAllReduce(ctx, c)
+	default:
+		// Host-side work: let queued device-path ops finish first, so a
+		// failure of theirs is reported before anything else runs.
+		if err = t.joinAll(ctx, c.Deadline); err != nil {
+			break
+		}
+		if c.Op == comm.OpAllReduce {
+			err = t.allReduce(ctx, c)
+		} else {
+			err = t.Transport.Run(ctx, c)
+		}
 	}
 	if err == nil {
 		t.lastDone = c.Seq
 	} else if !errors.Is(err, comm.ErrClosed) {
-		if ae := t.checkAbort(); ae != nil {
+		// A peer's abort explains this failure better (this rank's own
+		// abort, published by the device path, restates it).
+		var ae *comm.AbortError
+		if errors.As(t.checkAbort(), &ae) && ae.By != t.rank {
 			return ae
 		}
 	}
@@ -278,12 +337,46 @@ func (t *transport) gone(r int, seq uint64) bool {
 	return t.pids[r] != os.Getpid() && !sg.Alive(t.pids[r])
 }
 
+// Sync waits for the queued device-path ops (reporting a failure of
+// theirs), then for the device.
+func (t *transport) Sync(ctx context.Context) error {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.asyncErr != nil {
+		return t.asyncErr
+	}
+	dl, _ := ctx.Deadline()
+	if err := t.joinAll(ctx, dl); err != nil {
+		return err
+	}
+	return t.Transport.Sync(ctx)
+}
+
 func (t *transport) Close() error {
 	if t.closing.Swap(true) {
 		return nil
 	}
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
+	if t.wdStop != nil {
+		close(t.wdStop)
+		<-t.wdDone
+	}
+	// Queued device-path ops read the segment and need the peers' flags:
+	// let them finish (or fail and drain) before leaving.
+	if len(t.pend) > 0 {
+		if unbind, err := t.mv.bind(); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+			t.join(ctx, time.Time{}, len(t.pend), true)
+			cancel()
+			unbind()
+		} else {
+			unbind()
+		}
+	}
+	if t.tr != nil {
+		t.tr.report(os.Stderr)
+	}
 	c := t.seg.Ctl(t.rank)
 	atomic.StoreUint64(t.seg.U64(c+cLeft), t.lastDone)
 	atomic.StoreUint32(t.seg.U32(c+sg.CState), sg.StateClosed)
@@ -296,314 +389,4 @@ func (t *transport) Close() error {
 		err = e
 	}
 	return err
-}
-
-// --- all-reduce ---
-
-// job is one all-reduce.
-type job struct {
-	c       *comm.DeviceCall
-	es      int
-	bytes   int
-	cb, nq  int
-	q0      uint64       // global index of chunk 0
-	redDone atomic.Int32 // chunks whose share this rank has reduced
-}
-
-func (j *job) chunk(i int) (lo, hi int) {
-	lo = i * j.cb
-	return lo, min(lo+j.cb, j.bytes)
-}
-
-// piece is part of this rank's share of one chunk, for a reducer.
-type piece struct {
-	j      *job
-	slot   int
-	u      uint32
-	lo, hi int // bytes within the chunk
-	left   *atomic.Int32
-}
-
-// chunkBytes cuts b bytes into about t.chunks chunks of minPipeChunk to
-// the segment's chunk size, multiples of 4096.
-func (t *transport) chunkBytes(b int) int {
-	c := sg.AlignUp((b+t.chunks-1)/t.chunks, page)
-	return min(max(c, minPipeChunk), t.seg.L.SlotBytes)
-}
-
-func (t *transport) slotOf(q uint64) (int, uint32) {
-	return int(q % uint64(t.seg.L.Slots)), uint32(q / uint64(t.seg.L.Slots))
-}
-
-// allAt reports whether flag(r, s) has reached want for every rank r, and
-// otherwise the first rank that has not.
-func (t *transport) allAt(flag func(r, s int) *uint32, s int, want uint32) (bool, int) {
-	for r := 0; r < t.n; r++ {
-		if !sg.Reached(atomic.LoadUint32(flag(r, s)), want) {
-			return false, r
-		}
-	}
-	return true, -1
-}
-
-func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
-	es := c.DType.Size()
-	b := c.Recv.Len() * es
-	if b == 0 {
-		return nil
-	}
-	j := &job{c: c, es: es, bytes: b, cb: t.chunkBytes(b), q0: t.q}
-	j.nq = (b + j.cb - 1) / j.cb
-	defer func() { t.q += uint64(j.nq) }()
-	unbind, err := t.mv.bind()
-	defer unbind()
-	if err != nil {
-		return err
-	}
-	if err := t.mv.begin(c.Recv); err != nil {
-		return err
-	}
-	seg, me, slots := t.seg, t.rank, t.seg.L.Slots
-	var issued, inDone, redIssued, outIssued, outDone int
-	w := &idler{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq, last: time.Now()}
-	fail := func(err error) error {
-		t.drain(j, issued, inDone, redIssued, outIssued, outDone)
-		return err
-	}
-	for outDone < j.nq {
-		progress := false
-		w.who, w.what = -1, ""
-		// 1. Copy-in, when every rank is done with the slot's last chunk.
-		for issued < j.nq && issued-outDone < slots {
-			s, u := t.slotOf(j.q0 + uint64(issued))
-			if ok, r := t.allAt(seg.doneFlag, s, u); !ok {
-				w.who, w.what = r, "a shared slot to be free"
-				break
-			}
-			lo, hi := j.chunk(issued)
-			if err := t.mv.toHost(s, seg.InSlot(me, s)[:hi-lo], c.Recv, lo); err != nil {
-				return fail(err)
-			}
-			issued++
-			progress = true
-		}
-		// 2. Copy-in complete: announce it.
-		for inDone < issued {
-			s, u := t.slotOf(j.q0 + uint64(inDone))
-			ok, err := t.mv.inDone(s)
-			if err != nil {
-				return fail(err)
-			}
-			if !ok {
-				break
-			}
-			sg.Set(seg.inFlag(me, s), u+1)
-			inDone++
-			progress = true
-		}
-		// 3. Reduce this rank's share once every rank's chunk is in (at
-		// most two chunks queued for the reducers).
-		for redIssued < inDone && redIssued-int(j.redDone.Load()) < 2 {
-			s, u := t.slotOf(j.q0 + uint64(redIssued))
-			if ok, r := t.allAt(seg.inFlag, s, u+1); !ok {
-				w.who, w.what = r, "its share of a chunk"
-				break
-			}
-			t.dispatch(j, redIssued, s, u)
-			redIssued++
-			progress = true
-		}
-		// 4. Copy-out once every rank has reduced its share.
-		for outIssued < redIssued {
-			s, u := t.slotOf(j.q0 + uint64(outIssued))
-			if ok, r := t.allAt(seg.redFlag, s, u+1); !ok {
-				w.who, w.what = r, "a reduced chunk"
-				break
-			}
-			lo, hi := j.chunk(outIssued)
-			if err := t.mv.toDevice(s, c.Recv, lo, seg.ResSlot(s)[:hi-lo]); err != nil {
-				return fail(err)
-			}
-			outIssued++
-			progress = true
-		}
-		// 5. Copy-out complete: the slot may be reused.
-		for outDone < outIssued {
-			s, u := t.slotOf(j.q0 + uint64(outDone))
-			ok, err := t.mv.outDone(s)
-			if err != nil {
-				return fail(err)
-			}
-			if !ok {
-				break
-			}
-			sg.Set(seg.doneFlag(me, s), u+1)
-			outDone++
-			progress = true
-		}
-		if progress {
-			w.progress()
-			continue
-		}
-		if err := w.idle(); err != nil {
-			return fail(err)
-		}
-	}
-	return nil
-}
-
-// dispatch queues this rank's share of chunk i for the reducers.
-func (t *transport) dispatch(j *job, i, s int, u uint32) {
-	lo, hi := j.chunk(i)
-	elems := (hi - lo) / j.es
-	a := lo + t.rank*elems/t.n*j.es
-	z := lo + (t.rank+1)*elems/t.n*j.es
-	a, z = a-lo, z-lo // within the chunk
-	share := z - a
-	if share == 0 {
-		sg.Set(t.seg.redFlag(t.rank, s), u+1)
-		j.redDone.Add(1)
-		return
-	}
-	left := new(atomic.Int32)
-	if share <= t.inline {
-		// Small: reduce here, sparing the reducers' wake-up.
-		left.Store(1)
-		t.reduce(piece{j: j, slot: s, u: u, lo: a, hi: z, left: left})
-		return
-	}
-	k := min(cap(t.pieces)/4, max(1, share/(64<<10)))
-	left.Store(int32(k))
-	for p := 0; p < k; p++ {
-		pa := a + p*(share/j.es)/k*j.es
-		pz := a + (p+1)*(share/j.es)/k*j.es
-		t.pieces <- piece{j: j, slot: s, u: u, lo: pa, hi: pz, left: left}
-	}
-}
-
-// subBlock keeps a reduction's working set in cache.
-const subBlock = 32 << 10
-
-// worker reduces pieces: out = x_0 op x_1 op ... op x_{n-1} in rank
-// order, where x_r is rank r's input slot, into the result slot.
-func (t *transport) worker() {
-	defer t.workers.Done()
-	for p := range t.pieces {
-		t.reduce(p)
-	}
-}
-
-// reduce computes piece p; the last piece of a chunk raises this rank's
-// red flag.
-func (t *transport) reduce(p piece) {
-	c := p.j.c
-	out := t.seg.ResSlot(p.slot)
-	blk := subBlock / p.j.es * p.j.es
-	for a := p.lo; a < p.hi; a += blk {
-		b := min(a+blk, p.hi)
-		if t.n == 1 {
-			copy(out[a:b], t.seg.InSlot(0, p.slot)[a:b])
-		} else {
-			reduce.Into3(c.DType, c.Red, out[a:b], t.seg.InSlot(0, p.slot)[a:b], t.seg.InSlot(1, p.slot)[a:b])
-			for r := 2; r < t.n; r++ {
-				reduce.Into(c.DType, c.Red, out[a:b], t.seg.InSlot(r, p.slot)[a:b])
-			}
-		}
-		reduce.Finish(c.DType, c.Red, out[a:b], t.n)
-	}
-	if p.left.Add(-1) == 0 {
-		sg.Set(t.seg.redFlag(t.rank, p.slot), p.u+1)
-		p.j.redDone.Add(1)
-	}
-}
-
-// drain waits (briefly) for the copies and reductions already queued by
-// a failing all-reduce, so none of them lands after it returns.
-func (t *transport) drain(j *job, issued, inDone, redIssued, outIssued, outDone int) {
-	dl := time.Now().Add(2 * time.Second)
-	for time.Now().Before(dl) {
-		busy := int(j.redDone.Load()) < redIssued
-		for i := inDone; i < issued && !busy; i++ {
-			s, _ := t.slotOf(j.q0 + uint64(i))
-			ok, err := t.mv.inDone(s)
-			busy = !ok && err == nil
-		}
-		for i := outDone; i < outIssued && !busy; i++ {
-			s, _ := t.slotOf(j.q0 + uint64(i))
-			ok, err := t.mv.outDone(s)
-			busy = !ok && err == nil
-		}
-		if !busy {
-			return
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
-// idler backs off while the pipeline waits and checks, while it does, the
-// deadline, the abort word and the ranks it depends on.
-type idler struct {
-	t        *transport
-	ctx      context.Context
-	dl       time.Time
-	seq      uint64
-	last     time.Time // last progress
-	lastLive time.Time
-	who      int // rank waited for (-1: this rank's copies or reducers)
-	what     string
-}
-
-func (w *idler) progress() { w.last = time.Now() }
-
-// spinFor is how long an idle pipeline spins (yielding) before it
-// sleeps: long where cores are plentiful (a sleep delays the next copy by
-// tens of microseconds), short on small machines.
-var spinFor = func() time.Duration {
-	if runtime.NumCPU() >= 8 {
-		return 500 * time.Microsecond
-	}
-	return 50 * time.Microsecond
-}()
-
-func (w *idler) idle() error {
-	since := time.Since(w.last)
-	switch {
-	case since < spinFor:
-		runtime.Gosched()
-		return nil
-	case since < 20*time.Millisecond:
-		time.Sleep(20 * time.Microsecond)
-	default:
-		time.Sleep(500 * time.Microsecond)
-	}
-	t := w.t
-	if err := t.checkAbort(); err != nil {
-		return err
-	}
-	if t.closing.Load() {
-		return comm.ErrClosed
-	}
-	what := "its own copies"
-	if w.who >= 0 {
-		what = fmt.Sprintf("rank %d (%s)", w.who, w.what)
-	}
-	if err := w.ctx.Err(); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		return fmt.Errorf("%w: waiting for %s", err, what)
-	}
-	if !w.dl.IsZero() && time.Until(w.dl) <= 0 {
-		return fmt.Errorf("waiting for %s: %w", what, context.DeadlineExceeded)
-	}
-	if time.Since(w.lastLive) > 100*time.Millisecond || w.who >= 0 && w.lastLive.IsZero() {
-		w.lastLive = time.Now()
-		for r := 0; r < t.n; r++ {
-			if r != t.rank && t.gone(r, w.seq) {
-				return &comm.PeerError{Ranks: []int{r}, Err: comm.ErrPeerLost,
-					Msg: fmt.Sprintf("rank %d closed its communicator or exited (while this rank waited for %s)", r, what)}
-			}
-		}
-	}
-	return nil
 }
