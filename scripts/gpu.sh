@@ -10,11 +10,16 @@
 #   scripts/gpu.sh comm               # on a host with 2+ GPUs: NCCL and GPU shared-memory
 #                                     # conformance/fault tests on 2 GPUs, then bus-bandwidth
 #                                     # sweeps with NCCL_P2P_DISABLE=1 and with P2P on
-#   scripts/gpu.sh build-dp           # here: the data-parallel step benchmark and strata
-#                                     # into .gpu/dp/ (carry .gpu/dp only)
+#   scripts/gpu.sh build-dp           # here: the data-parallel step benchmark, strata, the
+#                                     # gpushm tests and strata-commbench into .gpu/dp/
+#                                     # (carry .gpu/dp only)
 #   scripts/gpu.sh dpstep [DIR]       # on a host with 2+ GPUs: generate the products shape
 #                                     # into DIR, time a data-parallel SAGE step with NCCL
-#                                     # and gpushm (NCCL_P2P_DISABLE=1) and NCCL with P2P on
+#                                     # and gpushm variants (NCCL_P2P_DISABLE=1) and NCCL
+#                                     # with P2P on
+#   scripts/gpu.sh dpall [DIR]        # on a host with 2+ GPUs: the gpushm tests on 2 GPUs,
+#                                     # dpstep, and an all-reduce sweep around the gradient
+#                                     # size (gpushm device path / host pipeline vs NCCL)
 #
 # run passes FLAGS to every test binary (e.g. -test.run 'Conformance'
 # -test.bench . -test.benchtime 20x). Logs go to $LOGS, else $OUT (when
@@ -234,15 +239,30 @@ build_dp() {
   local ok=1
   echo "build train/dpbench"
   CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$dpdir/dpbench.test" ./train/dpbench || ok=0
-  echo "build cmd/strata"
+  echo "build comm/gpushm tests"
+  CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$dpdir/comm_gpushm.test" ./comm/gpushm || ok=0
+  echo "build cmd/strata, strata-commbench"
   CGO_ENABLED=0 go build -ldflags='-s -w' -o "$dpdir/strata" ./cmd/strata || ok=0
+  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$dpdir/strata-commbench" ./comm/commbench/cmd/strata-commbench || ok=0
   du -sh "$dpdir" | sed 's/^/size /'
   [ $ok = 1 ]
 }
 
+# gen_products DIR: the products shape, generated when absent.
+gen_products() {
+  local dir=$1 logs=$2
+  if [ ! -f "$dir/manifest.json" ]; then
+    local t0=$(date +%s)
+    "$root/$dpdir/strata" gen "$dir" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
+    echo "gen products: $(( $(date +%s) - t0 ))s"
+  fi
+}
+
 # dpstep: BenchmarkDataParallelStep (3-layer SAGE, hidden 256, batch 1024
-# per GPU, fanouts 15,10,5, Adam; $STRATA_DP_STEPS timed steps) on the
-# products shape in DIR (default /tmp/products, generated when absent).
+# per GPU, fanouts 15,10,5, Adam; $STRATA_DP_STEPS timed steps; the
+# variants of train/dpbench's benchVariantsOff, or
+# $STRATA_DP_BENCH_VARIANTS) on the products shape in DIR (default
+# /tmp/products, generated when absent).
 dpstep() {
   env_setup
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
@@ -250,15 +270,45 @@ dpstep() {
   local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
   mkdir -p "$logs"
   nvidia-smi --query-gpu=index,name --format=csv,noheader 2>/dev/null
-  if [ ! -f "$dir/manifest.json" ]; then
-    local t0=$(date +%s)
-    "$root/$dpdir/strata" gen "$dir" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
-    echo "gen products: $(( $(date +%s) - t0 ))s"
-  fi
+  gen_products "$dir" "$logs" || return 1
   (cd train/dpbench && STRATA_BENCH_DATASET=$dir timeout "${DP_TIMEOUT:-200}" "$root/$dpdir/dpbench.test" -test.run '^$' \
     -test.bench DataParallelStep -test.benchtime 1x -test.v -test.timeout 5m) >"$logs/dpstep.log" 2>&1
   echo "dpstep rc=$?"
-  grep -E -- '^Benchmark|^verdict|_test.go:[0-9]+:|--- FAIL|panic:|^FAIL' "$logs/dpstep.log" | head -40
+  grep -E -- '^verdict|_ms/step|--- FAIL|panic:|^FAIL' "$logs/dpstep.log" | head -20
+  grep -E -- '_test.go:[0-9]+:' "$logs/dpstep.log" | sed -E 's/ losses [^;]*;/;/; s/phases \(us\) //' | cut -c1-400 | head -40
+}
+
+# dpall: the gpushm conformance and fault suites on 2 GPUs (when they
+# fail, the rest runs with the device path off), dpstep, and all-reduce
+# sweeps from the gradient size (827,580 bytes) up with NCCL_P2P_DISABLE=1:
+# gpushm (defaults) and NCCL, then gpushm's host pipeline.
+dpall() {
+  env_setup
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+  local dir=${1:-/tmp/products}
+  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
+  mkdir -p "$logs"
+  nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
+  gen_products "$dir" "$logs" >"$logs/gen.txt" 2>&1 &
+  local gen=$! t0=$(date +%s)
+  (cd comm/gpushm && timeout "${DP_TEST_TIMEOUT:-100}" "$root/$dpdir/comm_gpushm.test" -test.v -test.timeout 95s \
+    -test.run 'TwoGPUs') >"$logs/gpushm-tests.log" 2>&1
+  local rc=$?
+  echo "gpushm tests rc=$rc pass=$(grep -c -- '--- PASS' "$logs/gpushm-tests.log") fail=$(grep -c -- '--- FAIL' "$logs/gpushm-tests.log") $(( $(date +%s) - t0 ))s"
+  grep -E -- 'conformance ok|faults ok|--- FAIL|panic:|2 GPUs' "$logs/gpushm-tests.log" | cut -c1-300 | head -20
+  if [ $rc != 0 ]; then
+    grep -E -- '_test.go:[0-9]+:|error|Error' "$logs/gpushm-tests.log" | cut -c1-400 | head -20
+    export STRATA_GPUSHM_DEVICE_MAX=-1
+    echo "the device path failed its tests: it is off for the rest of this run"
+  fi
+  wait $gen; cat "$logs/gen.txt"
+  dpstep "$dir"
+  local sweep=(-procs 2 -min 827580 -max 13241280 -factor 4 -budget 268435456)
+  NCCL_P2P_DISABLE=1 timeout 60 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm,nccl \
+    -json "$logs/bw-off.json" >"$logs/bw-off.txt" 2>&1; echo "sweep gpushm,nccl P2P off rc=$?"
+  NCCL_P2P_DISABLE=1 STRATA_GPUSHM_DEVICE_MAX=-1 timeout 40 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm \
+    -json "$logs/bw-pipe.json" >"$logs/bw-pipe.txt" 2>&1; echo "sweep gpushm host pipeline rc=$?"
+  grep -vE '^\s*$' "$logs/bw-off.txt" "$logs/bw-pipe.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30
 }
 
 case "${1:-}" in
@@ -269,5 +319,6 @@ case "${1:-}" in
   comm) comm_run ;;
   build-dp) build_dp ;;
   dpstep) shift; dpstep "$@" ;;
-  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR]" >&2; exit 2 ;;
+  dpall) shift; dpall "$@" ;;
+  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR] | dpall [DIR]" >&2; exit 2 ;;
 esac

@@ -46,11 +46,24 @@ type Result struct {
 	GradElems  int     // elements all-reduced per step
 	Loss       float32 // loss of the last step (this rank's batch)
 	ParamSum   float64 // sum of every parameter after training (equal on every rank)
+	// Phases are the mean host times of the timed steps' parts, in
+	// microseconds: getting the batch (and queueing the next), queueing
+	// forward and loss, queueing backward, the all-reduce call, queueing
+	// the optimizer step. Work queued on a device may run later, so a
+	// phase that waits (a synchronous all-reduce) absorbs what was queued
+	// before it.
+	Phases Phases
+}
+
+// Phases are mean host microseconds per step (see Result).
+type Phases struct {
+	Batch, Forward, Backward, AllReduce, Step float64
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("rank %d: dpstep kind=%s size=%d steps=%d ms/step=%.3f grad_elems=%d loss=%.5f params=%.9e",
-		r.Rank, r.Kind, r.Size, r.Steps, r.MsPerStep, r.GradElems, r.Loss, r.ParamSum)
+	p := r.Phases
+	return fmt.Sprintf("rank %d: dpstep kind=%s size=%d steps=%d ms/step=%.3f grad_elems=%d loss=%.5f params=%.9e phases_us batch=%.0f forward=%.0f backward=%.0f allreduce=%.0f step=%.0f",
+		r.Rank, r.Kind, r.Size, r.Steps, r.MsPerStep, r.GradElems, r.Loss, r.ParamSum, p.Batch, p.Forward, p.Backward, p.AllReduce, p.Step)
 }
 
 // view aliases elements [off, off+n) of a float32 buffer.
@@ -173,7 +186,17 @@ func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.Ba
 	if err := b.Upload(rows, rowsHost); err != nil {
 		return res, err
 	}
+	var ph Phases // sums over the timed steps
 	step := func(s int) error {
+		timed := s >= cfg.Warmup
+		t0 := time.Now()
+		lap := func(d *float64) {
+			if timed {
+				t := time.Now()
+				*d += float64(t.Sub(t0).Nanoseconds()) / 1e3
+				t0 = t
+			}
+		}
 		ss := seeds(s)
 		blocks, x, release, err := src.Batch(ss, key(s))
 		if err != nil {
@@ -198,6 +221,7 @@ func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.Ba
 		if err := b.Upload(lb, labels); err != nil {
 			return err
 		}
+		lap(&ph.Batch)
 		t := autograd.NewTape(b)
 		defer t.Release()
 		xv, err := t.Const(x, blocks[0].NumSrc, d.FeatDim)
@@ -219,15 +243,19 @@ func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.Ba
 		if err := b.Fill(flat, 0); err != nil {
 			return err
 		}
+		lap(&ph.Forward)
 		if err := t.Backward(lv); err != nil {
 			return err
 		}
+		lap(&ph.Backward)
 		if err := c.AllReduce(ctx, flat, comm.Mean); err != nil {
 			return err
 		}
+		lap(&ph.AllReduce)
 		if err := opt.Step(); err != nil {
 			return err
 		}
+		lap(&ph.Step)
 		if s == cfg.Warmup+cfg.Steps-1 {
 			var l [1]float32
 			if err := b.Download(l[:], lv.Value); err != nil {
@@ -258,6 +286,8 @@ func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.Ba
 		return res, err
 	}
 	res.MsPerStep = float64(time.Since(t0).Microseconds()) / 1e3 / float64(cfg.Steps)
+	k := float64(cfg.Steps)
+	res.Phases = Phases{Batch: ph.Batch / k, Forward: ph.Forward / k, Backward: ph.Backward / k, AllReduce: ph.AllReduce / k, Step: ph.Step / k}
 	if math.IsNaN(float64(res.Loss)) || res.Loss <= 0 {
 		return res, fmt.Errorf("dpbench: last loss %v", res.Loss)
 	}
