@@ -13,7 +13,6 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -267,7 +266,7 @@ func TestLoaderRowsEqualTable(t *testing.T) {
 			errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
 				l, err := New(Config{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
 					Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(rank))},
-					Fetch: HostFetch(be), Dev: dc, Host: hc, Metrics: &ms[rank]})
+					Dev:   dc, Host: hc, Metrics: &ms[rank]})
 				if err != nil {
 					return err
 				}
@@ -281,12 +280,7 @@ func TestLoaderRowsEqualTable(t *testing.T) {
 					if batch == 2 {
 						nodes = nil // an empty batch
 					}
-					nb, err := devbuf.Upload(be, nodes)
-					if err != nil {
-						return err
-					}
-					out, err := l.Load(context.Background(), nb)
-					be.Free(nb)
+					out, err := l.Load(context.Background(), nodes)
 					if err != nil {
 						return err
 					}
@@ -342,7 +336,7 @@ func TestLoaderBadInputFailsEveryDevice(t *testing.T) {
 	start := time.Now()
 	errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
 		l, err := New(Config{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
-			Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols}, Fetch: HostFetch(be), Dev: dc, Host: hc})
+			Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols}, Dev: dc, Host: hc})
 		if err != nil {
 			return err
 		}
@@ -350,11 +344,7 @@ func TestLoaderBadInputFailsEveryDevice(t *testing.T) {
 		if rank == 1 {
 			nodes[1] = n + 5
 		}
-		nb, err := devbuf.Upload(be, nodes)
-		if err != nil {
-			return err
-		}
-		_, err = l.Load(context.Background(), nb)
+		_, err = l.Load(context.Background(), nodes)
 		return err
 	})
 	if time.Since(start) > 10*time.Second {
@@ -382,11 +372,12 @@ func TestLoaderConfigErrors(t *testing.T) {
 	}
 	st := &HostStore{B: be, Rows: 10, Cols: 2, Table: table(10, 2)}
 	for name, cfg := range map[string]Config{
-		"nil plan":     {Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st, Fetch: HostFetch(be)},
-		"wrong width":  {Plan: plan, Rank: 0, Rows: 10, Cols: 3, Backend: be, Store: st, Fetch: HostFetch(be)},
-		"no comms":     {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st, Fetch: HostFetch(be)},
-		"bad rank":     {Plan: plan, Rank: 5, Rows: 10, Cols: 2, Backend: be, Store: st, Fetch: HostFetch(be)},
-		"nil back end": {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Store: st, Fetch: HostFetch(be)},
+		"nil store":    {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Backend: be},
+		"nil plan":     {Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"wrong width":  {Plan: plan, Rank: 0, Rows: 10, Cols: 3, Backend: be, Store: st},
+		"no comms":     {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"bad rank":     {Plan: plan, Rank: 5, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"nil back end": {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Store: st},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInput) {
 			t.Fatalf("%s: %v", name, err)

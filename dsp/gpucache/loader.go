@@ -32,11 +32,6 @@ type Store interface {
 	Close() error
 }
 
-// Fetch queues a copy of the first n elements of an int32 device buffer
-// to the host and returns a function that waits for it. A Fetch has at
-// most one copy outstanding: wait for it before the next call.
-type Fetch func(src backend.Buffer, n int) (wait func() ([]int32, error), err error)
-
 // Config configures a Loader.
 type Config struct {
 	Plan       *cache.Plan
@@ -44,7 +39,6 @@ type Config struct {
 	Rows, Cols int // the feature table's shape
 	Backend    backend.Backend
 	Store      Store
-	Fetch      Fetch
 	// Dev carries the ID and row all-to-alls, Host the headers. Both are
 	// needed when the plan makes devices serve each other (Exchanges);
 	// they must be this device's handles of one group each.
@@ -69,15 +63,13 @@ type Loader struct {
 	router   *Router
 	exchange bool
 	x        exchange.Exchanger
-
-	pending func() ([]int32, error) // statistics copy of the last local-only load
 }
 
 // New checks cfg and returns a loader.
 func New(cfg Config) (*Loader, error) {
 	switch {
-	case cfg.Plan == nil || cfg.Backend == nil || cfg.Store == nil || cfg.Fetch == nil:
-		return nil, fmt.Errorf("%w: nil plan, back end, store or fetch", ErrInput)
+	case cfg.Plan == nil || cfg.Backend == nil || cfg.Store == nil:
+		return nil, fmt.Errorf("%w: nil plan, back end or store", ErrInput)
 	case cfg.Cols != cfg.Plan.Cols() || cfg.Rows < 0:
 		return nil, fmt.Errorf("%w: table %d x %d for a plan of width %d", ErrInput, cfg.Rows, cfg.Cols, cfg.Plan.Cols())
 	}
@@ -115,80 +107,48 @@ func (l *Loader) fail(msg string, err error) error {
 	return &Error{Rank: l.cfg.Rank, Msg: msg, Err: err}
 }
 
-// Load returns a new float32 device buffer with the rows of nodes (an
-// int32 device buffer of n = nodes.Len() IDs), nodes.Len() x Cols, in
-// nodes' order. The caller frees it.
-func (l *Loader) Load(ctx context.Context, nodes backend.Buffer) (backend.Buffer, error) {
-	if nodes == nil || nodes.DType() != backend.Int32 {
-		return nil, l.fail("nodes", fmt.Errorf("%w: want an int32 buffer", ErrInput))
-	}
+// Load returns a new float32 device buffer with the rows of the nodes
+// ids (host IDs, as the sampler copied them out), len(ids) x Cols, in
+// ids' order. The caller frees it.
+func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) {
 	if !l.exchange {
-		return l.loadLocal(nodes)
-	}
-	wait, err := l.cfg.Fetch(nodes, nodes.Len())
-	if err != nil {
-		return nil, l.fail("copying the IDs to the host", err)
-	}
-	ids, err := wait()
-	if err != nil {
-		return nil, l.fail("copying the IDs to the host", err)
+		return l.loadLocal(ids)
 	}
 	rt, rerr := l.router.Route(ids)
-	return l.loadExchange(ctx, rt, rerr, nodes.Len())
+	return l.loadExchange(ctx, rt, rerr, len(ids))
 }
 
-// loadLocal gathers every row on this device; the statistics come from
-// an asynchronous copy of the IDs, counted at the next load (or Flush).
-func (l *Loader) loadLocal(nodes backend.Buffer) (backend.Buffer, error) {
-	if err := l.Flush(); err != nil {
-		return nil, err
+// loadLocal gathers every row on this device.
+func (l *Loader) loadLocal(ids []int32) (backend.Buffer, error) {
+	hits, cold, err := l.router.Count(ids)
+	if err != nil {
+		return nil, l.fail("routing", err)
 	}
 	b := l.cfg.Backend
-	x, err := b.Alloc(backend.Float32, nodes.Len()*l.cfg.Cols)
+	nb, err := devbuf.Upload(b, ids)
+	if err != nil {
+		return nil, l.fail("uploading the IDs", err)
+	}
+	defer b.Free(nb)
+	x, err := b.Alloc(backend.Float32, len(ids)*l.cfg.Cols)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	if err := l.cfg.Store.Gather(x, nodes); err != nil {
+	if err := l.cfg.Store.Gather(x, nb); err != nil {
 		b.Free(x)
 		return nil, l.fail("gathering rows", err)
 	}
-	if l.cfg.Metrics != nil {
-		wait, err := l.cfg.Fetch(nodes, nodes.Len())
-		if err != nil {
-			b.Free(x)
-			return nil, l.fail("copying the IDs to the host", err)
-		}
-		l.pending = wait
-	}
+	l.count(&Route{Hits: hits, Cold: cold}, len(ids))
 	return x, nil
 }
 
-// Flush counts the statistics of the last local-only load.
-func (l *Loader) Flush() error {
-	if l.pending == nil {
-		return nil
-	}
-	wait := l.pending
-	l.pending = nil
-	ids, err := wait()
-	if err != nil {
-		return l.fail("copying the IDs to the host", err)
-	}
-	rt, err := l.router.Route(ids)
-	if err != nil {
-		return l.fail("routing", err)
-	}
-	l.count(rt)
-	return nil
-}
-
-func (l *Loader) count(rt *Route) {
+func (l *Loader) count(rt *Route, n int) {
 	m := l.cfg.Metrics
 	if m == nil {
 		return
 	}
 	row := int64(l.cfg.Cols) * 4
-	m.AddCache(int64(len(rt.Perm)), int64(rt.Hits), int64(rt.Peer()))
+	m.AddCache(int64(n), int64(rt.Hits), int64(n-rt.Hits-rt.Cold))
 	m.AddBytes(metrics.Feature, metrics.Local, int64(rt.Hits)*row)
 	m.AddBytes(metrics.Feature, metrics.Host, int64(rt.Cold)*row)
 }
@@ -298,7 +258,7 @@ func (l *Loader) loadExchange(ctx context.Context, rt *Route, rerr error, n int)
 			return nil, l.fail("ordering rows", err)
 		}
 	}
-	l.count(rt)
+	l.count(rt, n)
 	if m := l.cfg.Metrics; m != nil {
 		var ids, rows int64
 		for p := range k {
@@ -318,15 +278,8 @@ func scale(counts []int, f int) []int {
 	return out
 }
 
-// Close waits for an outstanding statistics copy (counting it) and
-// closes the store.
-func (l *Loader) Close() error {
-	err := l.Flush()
-	if e := l.cfg.Store.Close(); err == nil {
-		err = e
-	}
-	return err
-}
+// Close closes the store.
+func (l *Loader) Close() error { return l.cfg.Store.Close() }
 
 // HostStore is a Store for back ends whose buffers the host can read (the
 // CPU back end, and any back end through Download/Upload): rows come from
@@ -365,24 +318,3 @@ func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
 func (s *HostStore) HotRows() int       { return s.Hot }
 func (s *HostStore) DeviceBytes() int64 { return 4 * int64(s.Hot) * int64(s.Cols) }
 func (s *HostStore) Close() error       { return nil }
-
-// HostFetch is a Fetch that downloads at once (for host-readable back
-// ends).
-func HostFetch(b backend.Backend) Fetch {
-	return func(src backend.Buffer, n int) (func() ([]int32, error), error) {
-		if n < 0 || n > src.Len() {
-			return nil, fmt.Errorf("%w: fetch %d of %d IDs", ErrInput, n, src.Len())
-		}
-		ids := make([]int32, n)
-		if n > 0 {
-			v, err := devbuf.View(src, 0, n)
-			if err != nil {
-				return nil, err
-			}
-			if err := b.Download(ids, v); err != nil {
-				return nil, err
-			}
-		}
-		return func() ([]int32, error) { return ids, nil }, nil
-	}
-}

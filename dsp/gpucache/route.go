@@ -67,6 +67,23 @@ func NewRouter(plan *cache.Plan, rank, rows int) (*Router, error) {
 	return &Router{plan: plan, rank: rank, rows: rows, holder: h}, nil
 }
 
+// Count returns how many of ids this device caches (hits) and how many
+// are cold (neither it nor a peer caches them).
+func (r *Router) Count(ids []graph.NodeID) (hits, cold int, err error) {
+	for i, v := range ids {
+		if v < 0 || int(v) >= r.rows {
+			return 0, 0, fmt.Errorf("%w: input node %d (position %d) not in [0, %d)", ErrInput, v, i, r.rows)
+		}
+		switch int(r.holder[v]) {
+		case -1:
+			cold++
+		case r.rank:
+			hits++
+		}
+	}
+	return hits, cold, nil
+}
+
 // routeChunk is the fewest positions a goroutine of Route handles.
 const routeChunk = 1 << 16
 

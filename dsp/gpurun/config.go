@@ -27,6 +27,11 @@ type Config struct {
 	// (gpusample over the whole graph on every device; the same batches).
 	// Other back ends sample on the host.
 	Sampler string `json:"sampler"`
+	// SharedStream runs a CUDA device's sampler on the trainer's stream
+	// (the back end's one stream per device handle) instead of on a
+	// second handle of the same GPU with its own stream; the numbers do
+	// not change.
+	SharedStream bool `json:"shared_stream"`
 }
 
 // Samplers.

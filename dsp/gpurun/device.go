@@ -20,6 +20,7 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -31,6 +32,9 @@ type device struct {
 	m    *metrics.Counters
 
 	kit    *kit
+	sdev   *cuda.Device // the sampler's sibling device (own stream), nil when shared
+	later  *deferred    // sampler batches freed after the trainer's copies (sdev != nil)
+	trk    *tracker
 	loader *gpucache.Loader
 	model  nn.Model
 	opt    optim.Optimizer
@@ -105,14 +109,23 @@ func (d *device) setup() error {
 		place = gpusample.Mapped
 	}
 	hot := s.plan.Rows(r)
-	spec := samplerSpec{csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
+	spec := samplerSpec{dev: d.sdev, maxIDs: maxInputs(cfg.Train.BatchSize, cfg.Train.Fanouts, int(s.in.NumRows)),
+		csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
 	if d.kit, err = newKit(d.b, s.in, s.x, int(s.in.NumRows), s.dim, hot,
 		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}, spec); err != nil {
 		return d.errf("device kit", err)
 	}
 	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.b,
-		Store: d.kit.store, Fetch: d.kit.fetch, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
+		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
 		return d.errf("feature loader", err)
+	}
+	if d.sdev != nil {
+		d.later = &deferred{}
+		for i := range d.later.fences {
+			if d.later.fences[i], err = devbuf.NewFence(d.b.(*cuda.Device)); err != nil {
+				return d.errf("fences", err)
+			}
+		}
 	}
 	if err := d.buildModel(); err != nil {
 		return err
@@ -195,16 +208,16 @@ func (d *device) buildModel() error {
 
 // free releases everything the device holds.
 func (d *device) free() {
+	if d.later != nil {
+		d.later.close()
+	}
 	if d.loader != nil {
 		d.loader.Close() // closes the store
 	} else if d.kit != nil && d.kit.store != nil {
 		d.kit.store.Close()
 	}
 	if d.kit != nil {
-		d.kit.smp.Close()
-		if d.kit.close != nil {
-			d.kit.close()
-		}
+		d.kit.close()
 	}
 	if d.opt != nil {
 		d.opt.Free()
@@ -222,7 +235,7 @@ func (d *device) free() {
 		}
 	}
 	d.eval.Free()
-	d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil
+	d.later, d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil, nil
 }
 
 // start runs the device's stages: three goroutines joined by queues, or
@@ -280,6 +293,7 @@ func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
 func (d *device) sampleOne(ctx context.Context, e, i int, mine [][]graph.NodeID) (*item, error) {
 	cfg := &d.s.cfg
 	d.hook(ctx, "sampler")
+	d.trk.set(stSampler, "sampling epoch %d batch %d", e+1, i)
 	t0 := time.Now()
 	global := i*cfg.Devices + d.rank
 	bt, err := d.kit.smp.Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
@@ -293,8 +307,9 @@ func (d *device) sampleOne(ctx context.Context, e, i int, mine [][]graph.NodeID)
 // loadOne fetches the batch's input features.
 func (d *device) loadOne(ctx context.Context, it *item) error {
 	d.hook(ctx, "loader")
+	d.trk.set(stLoader, "loading epoch %d batch %d", it.epoch+1, it.batch)
 	t0 := time.Now()
-	x, err := d.loader.Load(ctx, it.bt.Inputs())
+	x, err := d.loader.Load(ctx, it.bt.IDs())
 	if err != nil {
 		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
 	}
@@ -307,11 +322,18 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 // the epoch's bookkeeping.
 func (d *device) trainOne(ctx context.Context, it *item) error {
 	d.hook(ctx, "trainer")
+	d.trk.set(stTrainer, "training epoch %d batch %d", it.epoch+1, it.batch)
 	t0 := time.Now()
 	if d.epochStart.IsZero() {
 		d.epochStart = t0
 	}
 	err := d.step(ctx, it)
+	if err == nil && d.later != nil && it.bt != nil {
+		// The step copied the batch's blocks on the trainer's stream:
+		// free it once that has run.
+		err = d.later.add(it.bt)
+		it.bt = nil
+	}
 	it.free(d.b)
 	if err != nil {
 		return d.errf(fmt.Sprintf("trainer epoch %d batch %d", it.epoch+1, it.batch), err)
@@ -337,6 +359,7 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 				return err
 			}
 			t := time.Now()
+			d.trk.set(stSampler, "waiting for room in queue sampler->loader (epoch %d batch %d)", e+1, i)
 			if err := out.Push(ctx, "sampler", it); err != nil {
 				it.free(d.b)
 				return err
@@ -350,6 +373,7 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]) error {
 	for {
 		t := time.Now()
+		d.trk.set(stLoader, "waiting for a batch in queue sampler->loader")
 		it, ok, err := in.Pop(ctx, "loader")
 		if err != nil || !ok {
 			return err
@@ -360,6 +384,7 @@ func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]
 			return err
 		}
 		t = time.Now()
+		d.trk.set(stLoader, "waiting for room in queue loader->trainer (epoch %d batch %d)", it.epoch+1, it.batch)
 		if err := out.Push(ctx, "loader", it); err != nil {
 			it.free(d.b)
 			return err
@@ -371,6 +396,7 @@ func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]
 func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) error {
 	for {
 		t := time.Now()
+		d.trk.set(stTrainer, "waiting for a batch in queue loader->trainer")
 		it, ok, err := in.Pop(ctx, "trainer")
 		if err != nil {
 			return err
@@ -420,7 +446,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if it.batch >= d.lossHist.Len() {
 		return fmt.Errorf("batch %d of at most %d per epoch", it.batch, d.lossHist.Len())
 	}
-	blocks, err := it.bt.Blocks()
+	blocks, err := it.bt.Blocks(b)
 	if err != nil {
 		return err
 	}
@@ -432,7 +458,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if len(blocks) != cfg.Train.Layers {
 		return fmt.Errorf("%d blocks for %d layers", len(blocks), cfg.Train.Layers)
 	}
-	n := it.bt.Inputs().Len()
+	n := len(it.bt.IDs())
 	labels := make([]int32, len(it.seeds))
 	for i, v := range it.seeds {
 		labels[i] = s.pd.Dataset.Labels[v]
@@ -533,6 +559,7 @@ func (d *device) endEpoch(it *item) error {
 	var evalSec float64
 	evaluated := cfg.evaluates(it.epoch)
 	if evaluated {
+		d.trk.set(stTrainer, "evaluating after epoch %d", it.epoch+1)
 		t0 := time.Now()
 		if d.eval == nil {
 			ev, err := runner.NewEvaluator(d.b, s.pd.Dataset, s.x, false, cfg.Train)
@@ -582,8 +609,11 @@ func meanOf(v []float64) float64 {
 // finish counts the last statistics and checks that every device ends
 // with the same parameters, bit for bit.
 func (d *device) finish(ctx context.Context) error {
-	if err := d.loader.Flush(); err != nil {
-		return d.errf("feature loader", err)
+	d.trk.set(stTrainer, "checking the replicas")
+	if d.later != nil {
+		if err := d.later.drain(); err != nil {
+			return d.errf("freeing batches", err)
+		}
 	}
 	h := fnv.New64a()
 	for _, p := range d.model.Params() {

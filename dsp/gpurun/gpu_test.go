@@ -77,8 +77,8 @@ func TestGPUMatchesCPU(t *testing.T) {
 		for i := range wl {
 			worst = max(worst, math.Abs(gl[i]-wl[i])/math.Abs(wl[i]))
 		}
-		t.Logf("k=%d: %d losses, largest relative difference to the CPU %.2e; test accuracy %.4f (CPU %.4f); comm %s",
-			k, len(wl), worst, got.TestAccuracy, want.TestAccuracy, got.DSP.Comm)
+		t.Logf("k=%d: %d losses, largest relative difference to the CPU %.2e; test accuracy %.4f (CPU %.4f); comm %s; sampler stream %v",
+			k, len(wl), worst, got.TestAccuracy, want.TestAccuracy, got.DSP.Comm, got.Run.SamplerStream)
 		if worst > 1e-3 {
 			t.Fatalf("k=%d: losses differ from the CPU run by up to %.2e relative", k, worst)
 		}
@@ -93,6 +93,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 			"replicate g=1": func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
 			"no cache":      func(c *Config) { c.CacheBytes = 0 },
 			"full sampler":  func(c *Config) { c.Sampler = SamplerFull },
+			"shared stream": func(c *Config) { c.SharedStream = true },
 		} {
 			vc := cfg
 			f(&vc)

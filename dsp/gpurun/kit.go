@@ -2,6 +2,7 @@ package gpurun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/strata-gnn/strata/comm"
@@ -11,6 +12,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
+	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
@@ -18,14 +20,16 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-// batch is a sampled mini-batch on a device.
+// batch is a sampled mini-batch.
 type batch interface {
-	// Inputs are the input nodes' IDs (int32, unique), whose features the
-	// first layer reads.
-	Inputs() backend.Buffer
-	// Blocks hands the blocks to package nn (first layer first); the
-	// caller frees them.
-	Blocks() ([]*nn.Block, error)
+	// IDs are the input nodes (unique), whose features the first layer
+	// reads, on the host.
+	IDs() []int32
+	// Blocks returns the blocks as package nn blocks on the trainer's
+	// back end b (first layer first), copied there when the batch lives
+	// on another device (the sampler's stream); the caller frees them.
+	// The batch must then stay alive until b has run the copies.
+	Blocks(b backend.Backend) ([]*nn.Block, error)
 	// Free releases what the batch still holds.
 	Free()
 }
@@ -36,26 +40,15 @@ type sampler interface {
 	Close() error
 }
 
-// gpuSampler samples with gpusample over the whole graph on the device
-// (the stand-in for collective sampling over patches): it queues the
-// batch, waits for the stream with a fence (without the device lock, so
-// the device's other stages keep queueing meanwhile), then collects it.
+// gpuSampler samples with gpusample over the whole graph on the device:
+// it queues the batch, waits for the stream with a fence (without the
+// device lock, so that stages sharing the device keep queueing work),
+// collects it and copies its input IDs to the host.
 type gpuSampler struct {
+	dev   *cuda.Device
 	s     *gpusample.Sampler
 	fence *devbuf.Fence
-}
-
-func newGPUSampler(dev *cuda.Device, in *graph.CSR, cfg gpusample.Config) (*gpuSampler, error) {
-	s, err := gpusample.New(dev, in, cfg)
-	if err != nil {
-		return nil, err
-	}
-	f, err := devbuf.NewFence(dev)
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return &gpuSampler{s: s, fence: f}, nil
+	ids   *gpucache.CUDAFetch
 }
 
 func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -75,22 +68,20 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 		b.Free()
 		return nil, ferr
 	}
-	return gpuBatch{b}, nil
+	return fetchIDs(g.dev, b, g.ids)
 }
 
 func (g *gpuSampler) Close() error {
-	err := g.s.Close()
-	if e := g.fence.Close(); err == nil {
-		err = e
-	}
-	return err
+	return errors.Join(g.s.Close(), g.fence.Close(), g.ids.Close())
 }
 
 // cspSampler is collective sampling over the device's patch (dsp/gpucsp):
 // every device calls Sample once per batch, in the same order. It adds
 // the sampler's exchange bytes to the device's metrics.
 type cspSampler struct {
+	dev        *cuda.Device
 	s          *gpucsp.Sampler
+	ids        *gpucache.CUDAFetch
 	m          *metrics.Counters
 	sent, kept int64 // totals already counted
 }
@@ -108,22 +99,116 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	if err != nil {
 		return nil, err
 	}
-	return gpuBatch{b}, nil
+	return fetchIDs(c.dev, b, c.ids)
 }
 
-func (c *cspSampler) Close() error { return c.s.Close() }
+func (c *cspSampler) Close() error { return errors.Join(c.s.Close(), c.ids.Close()) }
 
-type gpuBatch struct{ b *gpusample.Batch }
+// fetchIDs copies the batch's input IDs to the host behind its sampling
+// work (which the wait therefore also completes).
+func fetchIDs(dev *cuda.Device, b *gpusample.Batch, f *gpucache.CUDAFetch) (batch, error) {
+	in := b.InputNodes()
+	wait, err := f.Fetch(in, in.Len())
+	if err != nil {
+		b.Free()
+		return nil, err
+	}
+	ids, err := wait()
+	if err != nil {
+		b.Free()
+		return nil, err
+	}
+	return &gpuBatch{dev: dev, b: b, ids: ids}, nil
+}
 
-func (g gpuBatch) Inputs() backend.Buffer       { return g.b.InputNodes() }
-func (g gpuBatch) Blocks() ([]*nn.Block, error) { return g.b.NNBlocks() }
-func (g gpuBatch) Free()                        { g.b.Free() }
+type gpuBatch struct {
+	dev *cuda.Device // the sampler's device
+	b   *gpusample.Batch
+	ids []int32
+}
+
+func (g *gpuBatch) IDs() []int32 { return g.ids }
+func (g *gpuBatch) Free()        { g.b.Free() }
+
+func (g *gpuBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
+	t, ok := b.(*cuda.Device)
+	if !ok {
+		return nil, fmt.Errorf("a GPU batch for a %T back end", b)
+	}
+	if t == g.dev {
+		return g.b.NNBlocks()
+	}
+	return adoptBlocks(t, g.b)
+}
+
+// adoptBlocks copies the batch's block matrices (row offsets and local
+// column indices) into t's memory on t's stream and wraps them as nn
+// blocks there. The sampler's device (the same GPU, another stream) has
+// finished writing them: the sampler waited for its stream before handing
+// the batch on.
+func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
+	out := make([]*nn.Block, 0, len(b.Blocks))
+	fail := func(err error) ([]*nn.Block, error) {
+		for _, o := range out {
+			o.Free()
+		}
+		return nil, err
+	}
+	for i := range b.Blocks {
+		k := &b.Blocks[i]
+		if k.A == nil {
+			return fail(fmt.Errorf("block %d has no matrix", i))
+		}
+		sp, sc := k.A.Indptr(), k.A.Indices()
+		if sp.Len() != k.NumDst+1 || sc.Len() != k.NumEdges {
+			return fail(fmt.Errorf("block %d: %d row offsets and %d indices for %d rows and %d edges", i, sp.Len(), sc.Len(), k.NumDst, k.NumEdges))
+		}
+		var ptr, col *cuda.Buffer
+		err := t.Do(func(l *cuda.Locked) error {
+			var err error
+			if ptr, err = l.Alloc(backend.Int64, k.NumDst+1); err != nil {
+				return err
+			}
+			if col, err = l.Alloc(backend.Int32, k.NumEdges); err != nil {
+				l.Free(ptr)
+				ptr = nil
+				return err
+			}
+			if err := cu.MemcpyDtoDAsync(ptr.Ptr(), sp.Ptr(), uint64(8*(k.NumDst+1)), l.Stream()); err != nil {
+				return err
+			}
+			if k.NumEdges > 0 {
+				return cu.MemcpyDtoDAsync(col.Ptr(), sc.Ptr(), uint64(4*k.NumEdges), l.Stream())
+			}
+			return nil
+		})
+		if err != nil {
+			if ptr != nil {
+				t.Free(ptr)
+				t.Free(col)
+			}
+			return fail(err)
+		}
+		a, err := t.NewSparseFromDevice(k.NumDst, k.NumSrc, ptr, col)
+		if err != nil {
+			t.Free(ptr)
+			t.Free(col)
+			return fail(err)
+		}
+		blk, err := nn.NewBlockFromSparse(t, a)
+		if err != nil {
+			t.FreeSparse(a)
+			return fail(err)
+		}
+		out = append(out, blk)
+	}
+	return out, nil
+}
 
 // hostSampler samples on the host (sample.NeighborSampler, the same
-// batches) and uploads the blocks: the CPU back ends' sampler.
+// batches): the CPU back ends' sampler.
 type hostSampler struct {
 	s *sample.NeighborSampler
-	b backend.Backend
 }
 
 func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -134,27 +219,20 @@ func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key samp
 	if err != nil {
 		return nil, err
 	}
-	in, err := devbuf.Upload(h.b, mb.InputNodes())
-	if err != nil {
-		return nil, err
-	}
-	return &hostBatch{b: h.b, mb: mb, in: in}, nil
+	return &hostBatch{mb: mb}, nil
 }
 
 func (h *hostSampler) Close() error { return nil }
 
-type hostBatch struct {
-	b  backend.Backend
-	mb *sample.MiniBatch
-	in backend.Buffer
-}
+type hostBatch struct{ mb *sample.MiniBatch }
 
-func (h *hostBatch) Inputs() backend.Buffer { return h.in }
+func (h *hostBatch) IDs() []int32 { return h.mb.InputNodes() }
+func (h *hostBatch) Free()        {}
 
-func (h *hostBatch) Blocks() ([]*nn.Block, error) {
+func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
 	out := make([]*nn.Block, 0, len(h.mb.Blocks))
 	for i := range h.mb.Blocks {
-		blk, err := nn.UploadBlock(h.b, &h.mb.Blocks[i])
+		blk, err := nn.UploadBlock(b, &h.mb.Blocks[i])
 		if err != nil {
 			for _, o := range out {
 				o.Free()
@@ -166,37 +244,40 @@ func (h *hostBatch) Blocks() ([]*nn.Block, error) {
 	return out, nil
 }
 
-func (h *hostBatch) Free() {
-	if h.in != nil {
-		h.b.Free(h.in)
-		h.in = nil
-	}
-}
-
 // kit is what a device needs besides the model: its sampler and feature
-// store, and how IDs reach the host.
+// store.
 type kit struct {
 	smp   sampler
 	store gpucache.Store
-	fetch gpucache.Fetch
-	close func() error // releases the fetcher
 }
 
-// samplerSpec says how a CUDA device samples: collectively over its
-// patch (csp: patch, offsets and the sampler stage's communicator) or
-// over the whole graph.
+func (k *kit) close() error {
+	var err error
+	if k.smp != nil {
+		err = k.smp.Close()
+	}
+	return err
+}
+
+// samplerSpec says how a CUDA device samples: on which device (the
+// trainer's, or a sibling on the same GPU with its own stream), how many
+// input IDs a batch may have at most, and whether collectively over its
+// patch (csp: patch, offsets and the sampler stage's communicator, nil
+// with one device) or over the whole graph.
 type samplerSpec struct {
+	dev     *cuda.Device
+	maxIDs  int
 	csp     bool
 	patch   *layout.Patch
 	offsets []int64
-	comm    comm.DeviceComm // nil with one device
+	comm    comm.DeviceComm
 	m       *metrics.Counters
 }
 
-// newKit builds device rank's sampler and store on b: gpucsp (or
-// gpusample over the whole graph) and the feature package on CUDA
-// devices, host sampling and a host table otherwise. hot lists the rows
-// the device caches, in cache order.
+// newKit builds a device's sampler and feature store: on CUDA devices
+// gpucsp (or gpusample over the whole graph) on spec.dev and the feature
+// package's store on b; otherwise host sampling and a host table. hot
+// lists the rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	dev, ok := b.(*cuda.Device)
 	if !ok {
@@ -204,20 +285,38 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		if err != nil {
 			return nil, err
 		}
-		return &kit{smp: &hostSampler{s: s, b: b}, store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)},
-			fetch: gpucache.HostFetch(b), close: func() error { return nil }}, nil
+		return &kit{smp: &hostSampler{s: s}, store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}, nil
+	}
+	sd := spec.dev
+	if sd == nil {
+		sd = dev
+	}
+	ids, err := gpucache.NewCUDAFetch(sd, spec.maxIDs)
+	if err != nil {
+		return nil, err
 	}
 	k := &kit{}
-	var err error
 	if spec.csp {
-		cs, err := gpucsp.New(dev, spec.patch, spec.offsets, spec.comm,
+		cs, err := gpucsp.New(sd, spec.patch, spec.offsets, spec.comm,
 			gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement})
 		if err != nil {
+			ids.Close()
 			return nil, fmt.Errorf("collective sampler: %w", err)
 		}
-		k.smp = &cspSampler{s: cs, m: spec.m}
-	} else if k.smp, err = newGPUSampler(dev, in, scfg); err != nil {
-		return nil, fmt.Errorf("sampler: %w", err)
+		k.smp = &cspSampler{dev: sd, s: cs, ids: ids, m: spec.m}
+	} else {
+		s, err := gpusample.New(sd, in, scfg)
+		if err != nil {
+			ids.Close()
+			return nil, fmt.Errorf("sampler: %w", err)
+		}
+		f, err := devbuf.NewFence(sd)
+		if err != nil {
+			s.Close()
+			ids.Close()
+			return nil, err
+		}
+		k.smp = &gpuSampler{dev: sd, s: s, fence: f, ids: ids}
 	}
 	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
 	if err != nil {
@@ -225,12 +324,18 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		return nil, fmt.Errorf("feature store: %w", err)
 	}
 	k.store = st
-	f, err := gpucache.NewCUDAFetch(dev)
-	if err != nil {
-		k.smp.Close()
-		st.Close()
-		return nil, err
-	}
-	k.fetch, k.close = f.Fetch, f.Close
 	return k, nil
+}
+
+// maxInputs bounds a batch's input nodes: every hop adds at most fanout
+// new sources per destination (all of the graph with fanout -1).
+func maxInputs(batch int, fanouts []int, rows int) int {
+	n := int64(batch)
+	for _, f := range fanouts {
+		if f < 0 || n > int64(rows) {
+			return rows
+		}
+		n *= int64(1 + f)
+	}
+	return int(min(n, int64(rows)))
 }

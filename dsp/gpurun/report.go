@@ -23,6 +23,9 @@ type Report struct {
 type Info struct {
 	Pipeline bool   `json:"pipeline"`
 	Sampler  string `json:"sampler"`
+	// SamplerStream: CUDA samplers ran on their own stream (a second
+	// device handle), their blocks copied to the trainer's.
+	SamplerStream bool `json:"sampler_stream"`
 	// Exchange: devices serve each other feature rows (all-to-all-v).
 	Exchange      bool `json:"feature_exchange"`
 	FeaturesDense bool `json:"features_dense"`

@@ -59,6 +59,8 @@ type shared struct {
 	hcs    [numStages][]comm.Comm
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
+	trk    []tracker
+	sdevs  []*cuda.Device // the samplers' sibling devices (own streams); nil when shared
 	queues [][]func() metrics.QueueSnapshot
 
 	closeOnce sync.Once
@@ -103,7 +105,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err != nil {
 		return nil, err
 	}
-	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.Dataset.FeatDim, ctrs: make([]metrics.Counters, k), queues: make([][]func() metrics.QueueSnapshot, k)}
+	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.Dataset.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
+		queues: make([][]func() metrics.QueueSnapshot, k)}
 	if s.in = pd.Dataset.InGraph(); s.in == nil {
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
@@ -121,6 +124,18 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, &RunError{Op: "cache plan", Err: err}
 	}
 	defer s.closeComms()
+	if nCUDA == k && !cfg.SharedStream {
+		// The samplers run on a second handle of each GPU: its own
+		// stream, lock and allocator, so sampling (its collectives and
+		// its waits for the device) does not queue behind training.
+		s.sdevs = make([]*cuda.Device, k)
+		for r, b := range opts.Backends {
+			d := b.(*cuda.Device)
+			if s.sdevs[r], err = cuda.Open(d.Ordinal(), cuda.Options{TF32: d.TF32()}); err != nil {
+				return nil, &RunError{Op: "sampler streams", Err: err}
+			}
+		}
+	}
 	if err := s.openComms(ctx, nCUDA == k); err != nil {
 		return nil, err
 	}
@@ -138,11 +153,19 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			sampler = "collective sampling over the device's patch (dsp/gpucsp)"
 		}
 	}
-	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler,
+	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerStream: s.sdevs != nil,
 		FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
 
 	g, gctx := pipeline.NewGroup(ctx)
 	s.group = g
+	// At the first failure, say where every stage was (a stalled run may
+	// not return from a device call; this is written at once).
+	g.OnFail = func(err error) {
+		if w := opts.Log; w != nil {
+			fmt.Fprintf(w, "failure: %v\nstages at the failure:\n", err)
+			dump(w, s.trk)
+		}
+	}
 	// A failure releases the stages waiting for their turn or a peer.
 	stop := context.AfterFunc(gctx, s.closeCoordinators)
 	defer stop()
@@ -153,7 +176,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	setupWG.Add(k)
 	go func() { setupWG.Wait(); setupOnce.Do(func() { close(setupDone) }) }()
 	for r := range k {
-		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r]}
+		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
+		if s.sdevs != nil {
+			devs[r].sdev = s.sdevs[r]
+		}
 		g.Go(fmt.Sprintf("rank %d", r), func() error {
 			err := devs[r].setup()
 			setupWG.Done()
@@ -232,6 +258,9 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 			devs := make([]*cuda.Device, k)
 			for r, b := range s.opts.Backends {
 				devs[r] = b.(*cuda.Device)
+				if st == stSampler && s.sdevs != nil {
+					devs[r] = s.sdevs[r] // the sampler's collectives go on its stream
+				}
 			}
 			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st]}); err != nil {
 				return &RunError{Op: "NCCL communicators", Err: err}
@@ -268,6 +297,11 @@ func (s *shared) closeComms() {
 			c.Close()
 		}
 	}
+	for _, d := range s.sdevs {
+		if d != nil {
+			d.Close()
+		}
+	}
 }
 
 // topologyPatch builds device rank's patch of the topology (its rows in
@@ -285,7 +319,7 @@ func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
 	if s.dcs[stage] == nil {
 		return nil
 	}
-	c := &coordComm{DeviceComm: s.dcs[stage][rank], stage: stage, name: stageNames[stage], hook: s.opts.Hook}
+	c := &coordComm{DeviceComm: s.dcs[stage][rank], stage: stage, name: stageNames[stage], hook: s.opts.Hook, trk: &s.trk[rank]}
 	if s.coords != nil {
 		c.launch = s.coords[rank]
 	}
@@ -294,7 +328,9 @@ func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
 
 // hostComm is device rank's coordinated host communicator of stage.
 func (s *shared) hostComm(rank, stage int) comm.Comm {
-	c := &pipeline.Comm{Comm: s.hcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook}
+	t := &s.trk[rank]
+	c := &pipeline.Comm{Comm: s.hcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook,
+		Track: func(b string) { t.blocked(stage, b) }}
 	if s.coords != nil {
 		c.Launch = s.coords[rank]
 	}
