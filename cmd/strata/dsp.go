@@ -38,6 +38,8 @@ type dspFlags struct {
 	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
 	Engine        string `help:"sampled mode with --devices: host (dsp/runner: sampling and collectives on the host) or device (dsp/gpurun: sampling, feature exchange and all-reduce on the devices, NCCL on GPUs); auto picks device for CUDA devices." enum:"auto,host,device" default:"auto"`
 	NoPipeline    bool   `help:"sampled mode with --devices, device engine: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
+	SharedStream  bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
+	StallTimeout  string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
 	GPUSampler    string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
 }
 
@@ -138,6 +140,13 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 	if cfg.TopologyBytes == 0 {
 		cfg.TopologyBytes = 1 // 0 means no limit to the runner; here it means none on the device
 	}
+	if f.StallTimeout != "" {
+		d, err := time.ParseDuration(f.StallTimeout)
+		if err != nil || d <= 0 {
+			return cfg, usageError{fmt.Errorf("--stall-timeout %q: want a positive duration such as 60s", f.StallTimeout)}
+		}
+		cfg.WaitTimeout, cfg.CommTimeout = d, d
+	}
 	return cfg, nil
 }
 
@@ -195,7 +204,8 @@ func (c *trainCmd) runDSP(e *env) error {
 	var rep *runner.Report
 	var devRun *gpurun.Report
 	if c.useDeviceEngine(bs) {
-		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: c.DSP.GPUSampler}
+		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: c.DSP.GPUSampler,
+			SharedStream: c.DSP.SharedStream}
 		if log != nil {
 			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
 		}
