@@ -44,6 +44,11 @@ data=${DSP_DATA:-/tmp/products}
 
 setup() {
   export NCCL_NVLS_ENABLE=0
+  # Connect NCCL peers when communicators open, not inside the first
+  # operation, and load kernels eagerly: no connection setup or lazy
+  # module load while other devices wait in a collective.
+  export NCCL_RUNTIME_CONNECT=${NCCL_RUNTIME_CONNECT:-0}
+  export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
   export STRATA_KERNEL_CACHE=${STRATA_KERNEL_CACHE:-/tmp/strata-kcache}
   mkdir -p "$logs"
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
@@ -65,14 +70,19 @@ products() {
   local name=$1 devs=$2 epochs=$3
   shift 3
   local t0=$(date +%s.%N)
-  timeout "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --devices "$devs" --epochs "$epochs" \
-    --partition range --eval-every 1000 --report "$logs/$name.json" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
+  # SIGQUIT on timeout: the Go runtime prints every goroutine's stack.
+  timeout -s QUIT -k 10 "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --devices "$devs" --epochs "$epochs" \
+    --partition range --eval-every 1000 --stall-timeout "${DSP_STALL:-45s}" --report "$logs/$name.json" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
   local rc=$?
   local wall=$(since $t0)
   echo "== $name ($devs, $epochs epochs, $*): rc=$rc wall=${wall}s"
   grep -E '^epoch |train time' "$logs/$name.log" | sed 's/^/   /'
   grep -E 'accuracy|pipeline|epoch time' "$logs/$name.out" | sed 's/^/   /'
-  [ $rc = 0 ] || tail -5 "$logs/$name.log" | sed 's/^/   ! /'
+  if [ $rc != 0 ]; then
+    grep -E -A30 '^failure:' "$logs/$name.log" | head -40 | sed 's/^/   ! /'
+    grep -vE '^(goroutine |\s|$|created by)' "$logs/$name.log" | tail -4 | sed 's/^/   ! /'
+  fi
+  return $rc
 }
 
 # single: the single-GPU trainer (train.Run with gputrain) for the
@@ -80,7 +90,7 @@ products() {
 single() {
   local epochs=$1
   local t0=$(date +%s.%N)
-  timeout "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --device cuda:0 --epochs "$epochs" \
+  timeout -s QUIT -k 10 "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --device cuda:0 --epochs "$epochs" \
     --report "$logs/single.json" >"$logs/single.out" 2>"$logs/single.log"
   local rc=$?
   echo "== single-GPU trainer (cuda:0, $epochs epochs): rc=$rc wall=$(since $t0)s"
@@ -114,21 +124,32 @@ shake() {
   finish
 }
 
+# bench: the benchmark set; when the 4-GPU run fails, variants that
+# narrow the failure down instead of the rest.
 bench() {
   setup
+  local e=${DSP_EPOCHS:-3}
   {
+    [ "${DSP_TESTS:-1}" = 1 ] && gputests
     gen
-    products d1 cuda:0 4
-    products d1-off cuda:0 4 --no-pipeline
-    products d2 cuda:0,1 4
-    products d4 cuda:0,1,2,3 4
-    products d4-off cuda:0,1,2,3 4 --no-pipeline
-    products d4-repl cuda:0,1,2,3 4 --cache-policy replicate --cache-group 1
-    products d4-budget cuda:0,1,2,3 4 --cache 64MiB
-    products d4-uva cuda:0,1,2,3 4 --cache 0
-    products d4-acc cuda:0,1,2,3 10
-    single 10
-    [ "${DSP_TESTS:-0}" = 1 ] && gputests
+    if products d4 cuda:0,1,2,3 "$e"; then
+      products d1 cuda:0 "$e"
+      products d2 cuda:0,1 "$e"
+      products d4-off cuda:0,1,2,3 "$e" --no-pipeline
+      products d1-off cuda:0 "$e" --no-pipeline
+      products d4-repl cuda:0,1,2,3 "$e" --cache-policy replicate --cache-group 1
+      products d4-budget cuda:0,1,2,3 "$e" --cache 64MiB
+      products d4-uva cuda:0,1,2,3 "$e" --cache 0
+      products d4-shared cuda:0,1,2,3 "$e" --shared-stream
+      products d4-acc cuda:0,1,2,3 "${DSP_ACC_EPOCHS:-5}" --eval-every 1
+      single "${DSP_ACC_EPOCHS:-5}"
+    else
+      DSP_RUN_TIMEOUT=60 DSP_STALL=25s products x4-full-repl cuda:0,1,2,3 2 --gpu-sampler full --cache-policy replicate --cache-group 1
+      DSP_RUN_TIMEOUT=60 DSP_STALL=25s products x4-full cuda:0,1,2,3 2 --gpu-sampler full
+      DSP_RUN_TIMEOUT=60 DSP_STALL=25s products x4-csp-repl cuda:0,1,2,3 2 --cache-policy replicate --cache-group 1
+      products d1 cuda:0 "$e"
+      products d2 cuda:0,1 "$e"
+    fi
   } 2>&1 | tee "$logs/summary.txt"
   finish
 }
