@@ -3,22 +3,29 @@
 // in device memory, and the devices draw node-wise mini-batches together,
 // one hop at a time, without any host copy of frontiers or neighbors:
 //
-//  1. shuffle: the frontier (device, deduplicated, global IDs) is grouped
-//     by owner (a range check on the partition offsets and a stable
-//     device counting sort); a header all-to-all tells every owner how
-//     many nodes come, with the requester's hop key, hop, fanout and a
-//     status word; the node IDs follow in one all-to-all-v;
-//  2. sample: each owner counts, then draws, all received nodes of all
-//     requesters in one fused pass over its patch with package
-//     gpusample's kernels (gs_count, and gs_sample's per-node body under
-//     each requester's hop key), so the picks equal the single-GPU
-//     sampler's; a small all-to-all of per-requester totals sizes the
-//     answers;
-//  3. reshuffle: per-node counts and sampled neighbors go back in one
-//     int32 all-to-all-v (global edge IDs in a second, int64 one when
-//     Config.EdgeIDs is set); the requester scatters them into frontier
-//     order and deduplicates/relabels with gpusample's kernels (gs_insert,
-//     gs_flags, gs_relabel). The block's sources are the next frontier.
+//  1. shuffle: the frontier (device, deduplicated, global IDs; its size
+//     is read on the device) is grouped by owner (a range check on the
+//     partition offsets, then a two-pass counting scatter with
+//     shared-memory ranks), and the same kernel writes the header: per
+//     peer the number of nodes it gets, the requester's hop key, hop,
+//     fanout, frontier size and a status word. A header all-to-all and
+//     one read of the header to the host size the node IDs' all-to-all-v;
+//  2. sample: each owner draws all received nodes of all requesters in
+//     one pass over its patch with package gpusample's per-node body
+//     (gs_draw_row under each requester's hop key), so the picks equal
+//     the single-GPU sampler's. With a fixed fanout k every node gets k
+//     answer slots, the unused ones -1 (gpusample's DrawStrided): answer
+//     sizes follow from the header, so no totals are exchanged;
+//  3. reshuffle: the slots go back in one int32 all-to-all-v (edge IDs in
+//     a second, int64 one when Config.EdgeIDs is set); the requester
+//     counts each row's valid slots, scans, and compacts them into
+//     frontier order, then deduplicates/relabels with gpusample's kernels
+//     (Stepper.Relabel), whose sizes stay on the device: the next hop's
+//     routing reads the new frontier's size there.
+//
+// A hop that takes every neighbor (fanout -1) has no fixed slot count: the
+// owner counts, the ranks exchange per-requester totals (a second status
+// exchange, two more reads), and the answers carry counts and neighbors.
 //
 // Sample therefore returns exactly the gpusample.Batch that
 // gpusample.Sampler.SampleDevice returns over the whole graph with the
@@ -26,22 +33,36 @@
 // EdgeIDs too with Config.EdgeIDs), for any number of devices and any
 // contiguous partition.
 //
-// Per hop a rank runs four collectives (five with EdgeIDs) and makes four
-// small reads to the host: the headers, its per-requester totals, the
-// totals it received, and the size of the deduplicated frontier. A
-// single rank (nil communicator) skips the protocol and samples its patch,
-// which is then the whole graph, with gpusample.SampleDevice.
+// # Host waits
+//
+// A collective through the communicator returns when the device has run
+// it, and a read of device-known sizes waits too; between them the host
+// only queues work. A hop with a fixed fanout waits 4 times (header
+// exchange, header read, node exchange, answer exchange; 5 with
+// EdgeIDs), a fanout -1 hop 7 (8), and a step ends with one read of every
+// block's sizes: 13 waits for three hops (the first version of this
+// package waited 24 times, 8 per hop). Stats.Waits counts them. A single
+// rank (nil communicator) skips the protocol and samples its patch, which
+// is then the whole graph, with gpusample.SampleDevice (one wait).
+//
+// The protocol (proto) is written against a small machine interface;
+// gpuMachine implements it with CUDA, and the tests run the same protocol
+// code on host mirrors of every kernel, 1-4 ranks exchanging through
+// goroutines, against package sample's CPU sampler.
 //
 // # Failures
 //
 // Sample is a collective: every rank calls it the same number of times
-// in the same order. Invalid seeds, and failures of a rank between two
-// status exchanges (the previous hop's relabeling, an answer too large
-// or an allocation that fails), are reported in the next status word
-// (the header, or the totals exchange), so every rank fails at the same
-// step: the failing one with its own error, the others with ErrPeer
-// naming it. A protocol violation or a device failure in the middle of
-// an exchange returns at once on the rank that sees it; its peers' next
-// collective then fails at the context's deadline. Every error is an
-// *Error naming the rank and hop.
+// in the same order. Invalid seeds, a frontier whose fixed-fanout hop
+// could exceed gpusample's 2^30-entry bound, and failures of a rank
+// before a hop's header (its routing, the previous hop's relabeling)
+// are reported in that header's status word, as are a fanout -1 hop's
+// owner-side failures before its totals exchange, so every rank fails at
+// the same step: the failing one with its own error, the others with
+// ErrPeer naming it. A failure between a hop's header and its last
+// exchange (an allocation or a draw that fails on the device, more than
+// 2^31-1 answer slots at an owner), a protocol violation or a device
+// failure in the middle of an exchange returns at once on the rank that
+// sees it; its peers' next collective then fails at the context's
+// deadline. Every error is an *Error naming the rank and hop.
 package gpucsp

@@ -268,6 +268,18 @@ func TestMatchesSingleGPU(t *testing.T) {
 					if st.Batches != 4 || (P > 1 && (st.Exchanges == 0 || sum64(st.BytesSent) == 0 || st.BytesSent[r] != 0)) || (P == 1 && st.Exchanges != 0) {
 						t.Errorf("%s: rank %d stats %+v", name, r, st)
 					}
+					waits := wantWaits(cfg.Fanouts, P > 1, cfg.EdgeIDs)
+					if ss[r].direct {
+						waits = 1
+						for _, k := range cfg.Fanouts {
+							if k < 0 {
+								waits++
+							}
+						}
+					}
+					if st.Waits != 4*waits {
+						t.Errorf("%s: rank %d waited %d times in 4 steps, want %d", name, r, st.Waits, 4*waits)
+					}
 				}
 				if seeds0 == 0 {
 					t.Errorf("%s: no seeds counted", name)

@@ -9,7 +9,8 @@ import (
 )
 
 // Header words: the first exchange of every hop sends one row of hWords
-// int64 to every peer.
+// int64 to every peer. The device writes them (csp_route_scatter); the
+// host only when it reports a failure.
 const (
 	hStatus = iota // 0, or why this rank fails the step (st*)
 	hCount         // frontier nodes it sends to that peer
@@ -17,10 +18,13 @@ const (
 	hHop           // the hop: must agree
 	hFanout        // the hop's fanout: must agree
 	hHops          // the number of hops: must agree
+	hNF            // the sender's frontier size (device-known until now)
+	hBad           // frontier nodes outside [0, NumNodes) (a device bug)
 	hWords
 )
 
-// Totals words: the second status exchange (owner -> requester).
+// Totals words: the second status exchange of a hop that takes every
+// neighbor (owner -> requester).
 const (
 	tStatus = iota
 	tTotal  // neighbors the owner returns to that requester
@@ -102,19 +106,21 @@ func makeHeader(P int, status int64, key uint64, hop, fanout, hops int) []int64 
 	return h
 }
 
-// plan is one hop's sizes on one rank, from the two status exchanges.
+// plan is one hop's sizes on one rank, from its status exchanges.
 type plan struct {
 	P, rank int
+	nF      int64    // this rank's frontier
 	sendN   []int64  // frontier nodes sent to each owner (grouped by owner)
 	recvN   []int64  // nodes received from each requester
 	keys    []uint64 // the requesters' hop keys
 	roff    []int64  // P+1: requester segments of the received nodes
 	R       int64    // nodes received
-	tot     []int64  // neighbors this rank returns to each requester
-	E       int64    // their sum
-	rtot    []int64  // neighbors each owner returns to this rank
-	S       []int64  // P: exclusive prefix sums of rtot
-	Erecv   int64    // sum of rtot
+	// A hop with fanout -1 (every neighbor) also exchanges totals:
+	tot   []int64 // neighbors this rank returns to each requester
+	E     int64   // their sum
+	rtot  []int64 // neighbors each owner returns to this rank
+	S     []int64 // P: exclusive prefix sums of rtot
+	Erecv int64   // sum of rtot
 }
 
 // peerFailed returns the first peer whose status word (at word w of rows
@@ -129,10 +135,10 @@ func peerFailed(recv []int64, P, W, w, rank int) (int, int64) {
 }
 
 // readHeader checks the header this rank received (recv) and sent (sent,
-// with the device's counts) at hop, fanout and hops, for a frontier of nF
-// nodes and rows owned rows, and fills sendN, recvN, keys, roff and R.
-// The caller has already handled its own status.
-func (pl *plan) readHeader(recv, sent []int64, hop, fanout, hops int, nF, rows int64) (kind error, msg string) {
+// as the device wrote it) at hop, fanout and hops, for a frontier of at
+// most fcap nodes and rows owned rows, and fills nF, sendN, recvN, keys,
+// roff and R. The caller has already handled its own status.
+func (pl *plan) readHeader(recv, sent []int64, hop, fanout, hops int, fcap, rows int64) (kind error, msg string) {
 	P, W := pl.P, hWords
 	if len(recv) != P*W || len(sent) != P*W {
 		return ErrProtocol, fmt.Sprintf("header of %d/%d words, want %d", len(recv), len(sent), P*W)
@@ -141,6 +147,13 @@ func (pl *plan) readHeader(recv, sent []int64, hop, fanout, hops int, nF, rows i
 		return ErrPeer, fmt.Sprintf("rank %d: %s", p, statusText(st))
 	}
 	pl.sendN, pl.recvN, pl.keys, pl.roff = make([]int64, P), make([]int64, P), make([]uint64, P), make([]int64, P+1)
+	nF, bad := sent[hNF], sent[hBad]
+	if nF < 0 || nF > fcap {
+		return ErrProtocol, fmt.Sprintf("frontier of %d nodes, at most %d expected", nF, fcap)
+	}
+	if bad != 0 {
+		return ErrProtocol, fmt.Sprintf("%d of %d frontier nodes outside [0, NumNodes)", bad, nF)
+	}
 	var sum int64
 	for p := range P {
 		row := recv[p*W : (p+1)*W]
@@ -149,26 +162,64 @@ func (pl *plan) readHeader(recv, sent []int64, hop, fanout, hops int, nF, rows i
 				p, row[hHop], row[hHops], row[hFanout], hop, hops, fanout)
 		}
 		c := row[hCount]
-		if c < 0 || c > rows {
-			return ErrProtocol, fmt.Sprintf("rank %d sends %d nodes, this rank owns %d", p, c, rows)
+		if c < 0 || c > rows || c > row[hNF] {
+			return ErrProtocol, fmt.Sprintf("rank %d sends %d nodes (of its %d), this rank owns %d", p, c, row[hNF], rows)
 		}
 		pl.recvN[p], pl.keys[p] = c, uint64(row[hKey])
 		pl.roff[p+1] = pl.roff[p] + c
 		s := sent[p*W+hCount]
-		if s < 0 || s > nF {
+		if s < 0 || s > nF || sent[p*W+hNF] != nF {
 			return ErrProtocol, fmt.Sprintf("%d nodes for rank %d out of a frontier of %d", s, p, nF)
 		}
 		pl.sendN[p] = s
 		sum += s
 	}
 	if sum != nF {
-		return ErrProtocol, fmt.Sprintf("frontier of %d nodes but %d routed (a node outside [0, NumNodes)?)", nF, sum)
+		return ErrProtocol, fmt.Sprintf("frontier of %d nodes but %d routed", nF, sum)
 	}
-	pl.R = pl.roff[P]
+	pl.nF, pl.R = nF, pl.roff[P]
 	if pl.R > maxEntries {
 		return ErrTooLarge, fmt.Sprintf("%d nodes received", pl.R)
 	}
 	return nil, ""
+}
+
+// stridedSizes checks that a hop at fanout k > 0 fits: the owner's R*k
+// answer slots and the requester's nF*k (stridedCap bounds the latter
+// before the header).
+func (pl *plan) stridedSizes(k int) (kind error, msg string) {
+	if pl.R*int64(k) > maxEntries {
+		return ErrTooLarge, fmt.Sprintf("%d received nodes at fanout %d exceed %d answer slots", pl.R, k, int64(maxEntries))
+	}
+	return nil, ""
+}
+
+// stridedCap is whether a frontier of at most fcap nodes fits a hop at
+// fanout k > 0 on the requester's side: nF*k answer slots and the
+// relabeling of nF*(k+1) nodes (gpusample's bound: below 2^30).
+func stridedCap(fcap int64, k int) bool {
+	return fcap <= (math.MaxInt32/2-1)/(int64(k)+1)
+}
+
+// bptr is the owners' exclusive prefix sums of sendN (P+1 entries): the
+// grouped frontier's owner ranges.
+func (pl *plan) bptr() []int64 {
+	b := make([]int64, pl.P+1)
+	for p, s := range pl.sendN {
+		b[p+1] = b[p] + s
+	}
+	return b
+}
+
+// stridedCounts are the strided answer exchange's counts: fanout k slots
+// per node.
+func (pl *plan) stridedCounts(k int) (send, recv []int) {
+	send, recv = make([]int, pl.P), make([]int, pl.P)
+	for p := range pl.P {
+		send[p] = int(pl.recvN[p] * int64(k))
+		recv[p] = int(pl.sendN[p] * int64(k))
+	}
+	return send, recv
 }
 
 // ownerTotals takes the owner's per-requester totals (tot, P entries,
@@ -227,12 +278,8 @@ func (pl *plan) readTotals(recv []int64, fanout int) (kind error, msg string) {
 			return ErrTooLarge, fmt.Sprintf("more than %d edges come back", int64(maxEntries))
 		}
 	}
-	var nF int64
-	for _, s := range pl.sendN {
-		nF += s
-	}
-	if nF+sum > maxEntries {
-		return ErrTooLarge, fmt.Sprintf("%d destinations and %d edges exceed %d entries", nF, sum, int64(maxEntries))
+	if pl.nF+sum > maxEntries {
+		return ErrTooLarge, fmt.Sprintf("%d destinations and %d edges exceed %d entries", pl.nF, sum, int64(maxEntries))
 	}
 	pl.Erecv = sum
 	return nil, ""

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,12 +58,12 @@ func TestCheckSeeds(t *testing.T) {
 }
 
 // headerFrom builds what rank `rank` receives when peer p sends counts[p]
-// with its own words.
-func headerFrom(P int, counts []int64, hop, fanout, hops int, status []int64) []int64 {
+// with its own words (frontier nF[p]).
+func headerFrom(P int, counts, nF []int64, hop, fanout, hops int, status []int64) []int64 {
 	h := make([]int64, 0, P*hWords)
 	for p := range P {
 		row := makeHeader(1, status[p], uint64(100+p), hop, fanout, hops)
-		row[hCount] = counts[p]
+		row[hCount], row[hNF] = counts[p], nF[p]
 		h = append(h, row...)
 	}
 	return h
@@ -71,42 +72,66 @@ func headerFrom(P int, counts []int64, hop, fanout, hops int, status []int64) []
 func TestReadHeader(t *testing.T) {
 	P := 3
 	ok := []int64{0, 0, 0}
-	sent := headerFrom(P, []int64{2, 0, 3}, 1, 5, 2, ok)
+	nF := []int64{9, 5, 9}
+	sent := headerFrom(P, []int64{2, 0, 3}, []int64{5, 5, 5}, 1, 5, 2, ok)
 	pl := &plan{P: P, rank: 1}
-	if kind, msg := pl.readHeader(headerFrom(P, []int64{4, 1, 0}, 1, 5, 2, ok), sent, 1, 5, 2, 5, 4); kind != nil {
+	if kind, msg := pl.readHeader(headerFrom(P, []int64{4, 1, 0}, nF, 1, 5, 2, ok), sent, 1, 5, 2, 8, 4); kind != nil {
 		t.Fatal(kind, msg)
 	}
-	if !reflect.DeepEqual(pl.recvN, []int64{4, 1, 0}) || !reflect.DeepEqual(pl.sendN, []int64{2, 0, 3}) ||
-		!reflect.DeepEqual(pl.roff, []int64{0, 4, 5, 5}) || pl.R != 5 || !reflect.DeepEqual(pl.keys, []uint64{100, 101, 102}) {
+	if !reflect.DeepEqual(pl.recvN, []int64{4, 1, 0}) || !reflect.DeepEqual(pl.sendN, []int64{2, 0, 3}) || pl.nF != 5 ||
+		!reflect.DeepEqual(pl.roff, []int64{0, 4, 5, 5}) || pl.R != 5 || !reflect.DeepEqual(pl.keys, []uint64{100, 101, 102}) ||
+		!reflect.DeepEqual(pl.bptr(), []int64{0, 2, 2, 5}) {
 		t.Fatalf("plan %+v", pl)
+	}
+	if send, recv := pl.stridedCounts(3); !reflect.DeepEqual(send, []int{12, 3, 0}) || !reflect.DeepEqual(recv, []int{6, 0, 9}) {
+		t.Fatalf("stridedCounts = %v %v", send, recv)
+	}
+	badSent := func(f func([]int64)) []int64 {
+		s := slices.Clone(sent)
+		f(s)
+		return s
 	}
 	for _, c := range []struct {
 		name       string
 		recv, sent []int64
-		nF         int64
+		fcap       int64
 		kind       error
 		msg        string
 	}{
-		{"peer status", headerFrom(P, []int64{0, 0, 0}, 1, 5, 2, []int64{0, 0, stInput}), sent, 5, ErrPeer, "rank 2: invalid input"},
-		{"own status ignored", headerFrom(P, []int64{0, 0, 0}, 1, 5, 2, []int64{0, stFailed, 0}), sent, 5, nil, ""},
-		{"other hop", headerFrom(P, []int64{0, 0, 0}, 0, 5, 2, ok), sent, 5, ErrProtocol, "rank 0 is at hop 0 of 2"},
-		{"other fanout", headerFrom(P, []int64{0, 0, 0}, 1, 4, 2, ok), sent, 5, ErrProtocol, "(fanout 4)"},
-		{"other hops", headerFrom(P, []int64{0, 0, 0}, 1, 5, 3, ok), sent, 5, ErrProtocol, "hop 1 of 3"},
-		{"too many nodes", headerFrom(P, []int64{0, 5, 0}, 1, 5, 2, ok), sent, 5, ErrProtocol, "rank 1 sends 5 nodes, this rank owns 4"},
-		{"negative", headerFrom(P, []int64{-1, 0, 0}, 1, 5, 2, ok), sent, 5, ErrProtocol, "sends -1"},
-		{"routing lost nodes", headerFrom(P, []int64{0, 0, 0}, 1, 5, 2, ok), sent, 6, ErrProtocol, "frontier of 6 nodes but 5 routed"},
-		{"short", make([]int64, 3), sent, 5, ErrProtocol, "header of 3/18 words"},
+		{"peer status", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, []int64{0, 0, stInput}), sent, 8, ErrPeer, "rank 2: invalid input"},
+		{"own status ignored", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, []int64{0, stFailed, 0}), sent, 8, nil, ""},
+		{"other hop", headerFrom(P, []int64{0, 0, 0}, nF, 0, 5, 2, ok), sent, 8, ErrProtocol, "rank 0 is at hop 0 of 2"},
+		{"other fanout", headerFrom(P, []int64{0, 0, 0}, nF, 1, 4, 2, ok), sent, 8, ErrProtocol, "(fanout 4)"},
+		{"other hops", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 3, ok), sent, 8, ErrProtocol, "hop 1 of 3"},
+		{"too many nodes", headerFrom(P, []int64{0, 5, 0}, nF, 1, 5, 2, ok), sent, 8, ErrProtocol, "rank 1 sends 5 nodes (of its 5), this rank owns 4"},
+		{"more than its frontier", headerFrom(P, []int64{0, 0, 3}, []int64{9, 5, 2}, 1, 5, 2, ok), sent, 8, ErrProtocol, "rank 2 sends 3 nodes (of its 2)"},
+		{"negative", headerFrom(P, []int64{-1, 0, 0}, nF, 1, 5, 2, ok), sent, 8, ErrProtocol, "sends -1"},
+		{"frontier above its bound", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), sent, 4, ErrProtocol, "frontier of 5 nodes, at most 4"},
+		{"nodes outside the graph", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[hBad] = 1 }), 8, ErrProtocol, "1 of 5 frontier nodes outside"},
+		{"routing lost nodes", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[2*hWords+hCount] = 2 }), 8, ErrProtocol, "frontier of 5 nodes but 4 routed"},
+		{"rows disagree", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[hWords+hNF] = 6 }), 8, ErrProtocol, "for rank 1 out of a frontier of 5"},
+		{"short", make([]int64, 3), sent, 8, ErrProtocol, "header of 3/24 words"},
 	} {
 		pl := &plan{P: P, rank: 1}
-		kind, msg := pl.readHeader(c.recv, c.sent, 1, 5, 2, c.nF, 4)
+		kind, msg := pl.readHeader(c.recv, c.sent, 1, 5, 2, c.fcap, 4)
 		if kind != c.kind || !strings.Contains(msg, c.msg) {
 			t.Errorf("%s: %v %q, want %v %q", c.name, kind, msg, c.kind, c.msg)
 		}
 	}
+	if !stridedCap(1000, 15) || stridedCap(1<<27, 15) {
+		t.Error("stridedCap")
+	}
+	big := &plan{R: maxEntries / 4}
+	if kind, _ := big.stridedSizes(5); kind != ErrTooLarge {
+		t.Error("stridedSizes accepts R*k > 2^31-1")
+	}
+	if kind, _ := big.stridedSizes(4); kind != nil {
+		t.Error("stridedSizes refuses R*k < 2^31-1")
+	}
 }
 
 func TestTotals(t *testing.T) {
-	pl := &plan{P: 2, rank: 0, recvN: []int64{3, 2}, sendN: []int64{1, 4}, R: 5}
+	pl := &plan{P: 2, rank: 0, recvN: []int64{3, 2}, sendN: []int64{1, 4}, nF: 5, R: 5}
 	if st, msg := pl.ownerTotals([]int64{6, 4}, 10, 2); st != stOK {
 		t.Fatal(msg)
 	}
@@ -152,7 +177,7 @@ func TestTotals(t *testing.T) {
 		{[]int64{0, -1, 0, 0}, ErrProtocol},
 		{[]int64{0, 2}, ErrProtocol},
 	} {
-		q := &plan{P: 2, rank: 0, sendN: []int64{1, 4}}
+		q := &plan{P: 2, rank: 0, sendN: []int64{1, 4}, nF: 5}
 		if kind, _ := q.readTotals(c.recv, 2); kind != c.kind {
 			t.Errorf("readTotals(%v) = %v, want %v", c.recv, kind, c.kind)
 		}
@@ -166,10 +191,7 @@ func TestErrorText(t *testing.T) {
 	}
 }
 
-// ---- A host emulation of the protocol: every kernel of csp.cu mirrored
-// in Go, the exchanges done by copying, the owner's draws by
-// sample.NeighborSampler on its patch. Batches must equal
-// sample.NeighborSampler's on the whole graph for every rank.
+// ---- Inputs for the protocol tests.
 
 func randomGraph(seed uint64, n int64, avg int) *graph.CSR {
 	s := rng.NewStream(seed)
@@ -226,21 +248,6 @@ func randomSeeds(seed uint64, n int64, k int) []graph.NodeID {
 	return out
 }
 
-// a2av is an all-to-all-v over host slices: rank r receives from every p
-// the block p addressed to r.
-func a2av[T any](send [][]T, counts [][]int) [][]T {
-	P := len(send)
-	recv := make([][]T, P)
-	for p := range P {
-		at := 0
-		for r := range P {
-			recv[r] = append(recv[r], send[p][at:at+counts[p][r]]...)
-			at += counts[p][r]
-		}
-	}
-	return recv
-}
-
 func exclusiveScan(x []int64) []int64 {
 	out := make([]int64, len(x))
 	var s int64
@@ -263,242 +270,6 @@ func edgeRow(ptr []int64, rows, e int64) int64 {
 		}
 	}
 	return lo
-}
-
-type emuRank struct {
-	F      []graph.NodeID
-	key    sample.Key
-	blocks []sample.Block
-	// per hop
-	bptr  []int64
-	order []int32
-	send  []int32
-	pl    *plan
-	recv  []int32
-	qptr  []int64
-	src   []int32
-	eid   []int64
-}
-
-func emulate(t *testing.T, g *graph.CSR, off []int64, cfg sample.Config, seeds [][]graph.NodeID, keys []sample.Key) [][]sample.Block {
-	t.Helper()
-	P := len(off) - 1
-	b, err := book.New(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owners := make([]*sample.NeighborSampler, P)
-	patches := make([]*layout.Patch, P)
-	for p := range P {
-		if patches[p], err = layout.Build(g, b, p, layout.Options{DeviceBytes: layout.NoLimit}); err != nil {
-			t.Fatal(err)
-		}
-		if owners[p], err = sample.NewNeighborSampler(patches[p].Graph, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	L := len(cfg.Fanouts)
-	rk := make([]*emuRank, P)
-	for r := range P {
-		rk[r] = &emuRank{F: seeds[r], key: keys[r], blocks: make([]sample.Block, L)}
-	}
-	for h := range L {
-		k := cfg.Fanouts[h]
-		// 1. Owners, stable grouping (Bucket), gather, headers.
-		sentHdr := make([][]int64, P)
-		for _, x := range rk {
-			nF := len(x.F)
-			x.bptr = make([]int64, P+2)
-			keysOf := make([]int32, nF)
-			for i, v := range x.F {
-				keysOf[i] = int32(ownerOf(off, int64(v)))
-				x.bptr[keysOf[i]+1]++
-			}
-			for p := 1; p < P+2; p++ {
-				x.bptr[p] += x.bptr[p-1]
-			}
-			x.order = make([]int32, 0, nF)
-			for p := int32(0); p <= int32(P); p++ {
-				for i := range nF {
-					if keysOf[i] == p {
-						x.order = append(x.order, int32(i))
-					}
-				}
-			}
-			x.send = make([]int32, nF)
-			for i := range nF {
-				x.send[i] = x.F[x.order[i]]
-			}
-		}
-		for r, x := range rk {
-			hdr := makeHeader(P, stOK, 0, h, k, L)
-			for p := range P {
-				hdr[p*hWords+hCount] = x.bptr[p+1] - x.bptr[p]
-				hdr[p*hWords+hKey] = int64(r) // stands for the hop key: the owner looks the key up by requester
-			}
-			sentHdr[r] = hdr
-		}
-		for r, x := range rk {
-			recv := make([]int64, 0, P*hWords)
-			for p := range P {
-				recv = append(recv, sentHdr[p][r*hWords:(r+1)*hWords]...)
-			}
-			x.pl = &plan{P: P, rank: r}
-			if kind, msg := x.pl.readHeader(recv, sentHdr[r], h, k, L, int64(len(x.F)), int64(off[r+1]-off[r])); kind != nil {
-				t.Fatalf("rank %d hop %d: %v %s", r, h, kind, msg)
-			}
-		}
-		// Node exchange.
-		sends, counts := make([][]int32, P), make([][]int, P)
-		for r, x := range rk {
-			sends[r], counts[r] = x.send, ints(x.pl.sendN)
-		}
-		for r, in := range a2av(sends, counts) {
-			rk[r].recv = in
-			if int64(len(in)) != rk[r].pl.R {
-				t.Fatalf("rank %d received %d nodes, plan says %d", r, len(in), rk[r].pl.R)
-			}
-		}
-		// 2. Owners draw each requester's segment under its key.
-		tots := make([][]int64, P)
-		for q, x := range rk {
-			pl := x.pl
-			x.qptr, x.src, x.eid = []int64{0}, nil, nil
-			for p := range P {
-				seg := x.recv[pl.roff[p]:pl.roff[p+1]]
-				nb, err := owners[q].SampleHop(seg, h, rk[pl.keys[p]].key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range seg {
-					x.qptr = append(x.qptr, x.qptr[len(x.qptr)-1]+nb.Indptr[i+1]-nb.Indptr[i])
-				}
-				x.src = append(x.src, nb.Nodes...)
-				for _, e := range nb.EdgeIDs {
-					x.eid = append(x.eid, e+patches[q].EdgeBase) // csp_add_i64
-				}
-			}
-			tot := make([]int64, P) // csp_totals
-			for p := range P {
-				tot[p] = x.qptr[pl.roff[p+1]] - x.qptr[pl.roff[p]]
-			}
-			if st, msg := pl.ownerTotals(tot, x.qptr[pl.R], k); st != stOK {
-				t.Fatalf("rank %d hop %d: %s", q, h, msg)
-			}
-			tots[q] = pl.totalsSend(stOK)
-		}
-		for r, x := range rk {
-			recv := make([]int64, 0, P*tWords)
-			for p := range P {
-				recv = append(recv, tots[p][r*tWords:(r+1)*tWords]...)
-			}
-			if kind, msg := x.pl.readTotals(recv, k); kind != nil {
-				t.Fatalf("rank %d hop %d: %v %s", r, h, kind, msg)
-			}
-		}
-		// csp_pack, then the answer and edge ID exchanges.
-		packs, pc, eids, ec := make([][]int32, P), make([][]int, P), make([][]int64, P), make([][]int, P)
-		for q, x := range rk {
-			pl := x.pl
-			packed := make([]int32, pl.R+pl.E)
-			for i := int64(0); i < pl.R; i++ {
-				p := edgeRow(pl.roff, int64(P), i)
-				s0 := pl.roff[p]
-				base := s0 + x.qptr[s0]
-				np := pl.roff[p+1] - s0
-				a, b := x.qptr[i], x.qptr[i+1]
-				packed[base+(i-s0)] = int32(b - a)
-				out := base + np + (a - x.qptr[s0])
-				for e := a; e < b; e++ {
-					packed[out+e-a] = x.src[e]
-				}
-			}
-			send, _ := pl.answerCounts()
-			packs[q], pc[q], eids[q], ec[q] = packed, send, x.eid, ints(pl.tot)
-		}
-		rpacks, reids := a2av(packs, pc), a2av(eids, ec)
-		// 3. csp_unpack_counts, the scans, csp_unpack_src, then the block.
-		for r, x := range rk {
-			pl, nF := x.pl, int64(len(x.F))
-			_, want := pl.answerCounts()
-			if int64(len(rpacks[r])) != sum(want) || int64(len(reids[r])) != pl.Erecv {
-				t.Fatalf("rank %d hop %d: received %d/%d entries, plan says %d/%d", r, h, len(rpacks[r]), len(reids[r]), sum(want), pl.Erecv)
-			}
-			cnt, cntS := make([]int64, nF+1), make([]int64, nF+1)
-			for j := int64(0); j < nF; j++ {
-				q := edgeRow(x.bptr, int64(P), j)
-				c := int64(rpacks[r][pl.S[q]+j])
-				cntS[j], cnt[x.order[j]] = c, c
-			}
-			ptr, sptr := exclusiveScan(cnt), exclusiveScan(cntS)
-			src, eid := make([]graph.NodeID, pl.Erecv), make([]int64, pl.Erecv)
-			for j := int64(0); j < nF; j++ {
-				q := edgeRow(x.bptr, int64(P), j)
-				a, m := sptr[j], sptr[j+1]-sptr[j]
-				in := x.bptr[q+1] + a
-				d := ptr[x.order[j]]
-				for t := int64(0); t < m; t++ {
-					src[d+t] = rpacks[r][in+t]
-					eid[d+t] = reids[r][a+t]
-				}
-			}
-			blk, err := sample.ToBlock(x.F, &sample.Neighbors{Indptr: ptr, Nodes: src, EdgeIDs: eid})
-			if err != nil {
-				t.Fatalf("rank %d hop %d: %v", r, h, err)
-			}
-			x.blocks[L-1-h] = blk
-			x.F = blk.SrcNodes
-		}
-	}
-	out := make([][]sample.Block, P)
-	for r, x := range rk {
-		out[r] = x.blocks
-	}
-	return out
-}
-
-// TestEmulatedProtocol runs the host mirror of the kernels on 1-4 ranks
-// with random partitions (empty ranks and seed-less ranks included) and
-// compares every rank's batch with sample.NeighborSampler's.
-func TestEmulatedProtocol(t *testing.T) {
-	g := randomGraph(1, 3000, 8)
-	for _, mode := range []sample.Config{
-		{Fanouts: []int{5, 3, 2}},
-		{Fanouts: []int{4, -1}, Replace: true},
-		{Fanouts: []int{3, 3}, Weighted: true},
-		{Fanouts: []int{6, 2}, Weighted: true, Replace: true},
-	} {
-		ref, err := sample.NewNeighborSampler(g, mode)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for P := 1; P <= 4; P++ {
-			for trial := range 3 {
-				off := randomOffsets(uint64(10*P+trial), g.NumRows, P)
-				if trial == 0 {
-					off = make([]int64, P+1)
-					for p := range off {
-						off[p] = g.NumRows * int64(p) / int64(P)
-					}
-				}
-				seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
-				for r := range P {
-					n := []int{64, 0, 200, 1}[(r+trial)%4]
-					seeds[r] = randomSeeds(uint64(100*P+10*trial+r), g.NumRows, n)
-					keys[r] = sample.Key{Seed: 9, Epoch: trial, Batch: r}
-				}
-				got := emulate(t, g, off, mode, seeds, keys)
-				for r := range P {
-					want, err := ref.Sample(seeds[r], keys[r])
-					if err != nil {
-						t.Fatal(err)
-					}
-					name := fmt.Sprintf("%+v P=%d offsets %v rank %d", mode, P, off, r)
-					compareBlocks(t, name, got[r], want.Blocks)
-				}
-			}
-		}
-	}
 }
 
 func compareBlocks(t *testing.T, name string, got, want []sample.Block) {

@@ -38,8 +38,8 @@ func (s *Sampler) Fanout(h int) int { return s.cfg.Fanouts[h] }
 // It holds the segmented draw kernel; it is safe for concurrent use as
 // far as the Sampler is (calls serialize on the device).
 type Stepper struct {
-	s         *Sampler
-	sampleSeg cu.Function
+	s                       *Sampler
+	sampleSeg, sampleStride cu.Function
 }
 
 // Stepper compiles and loads the kernels of the hop API (once per
@@ -50,11 +50,14 @@ func (s *Sampler) Stepper() (*Stepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := mod.Func("gs_sample_seg")
-	if err != nil {
+	t := &Stepper{s: s}
+	if t.sampleSeg, err = mod.Func("gs_sample_seg"); err != nil {
 		return nil, err
 	}
-	return &Stepper{s: s, sampleSeg: f}, nil
+	if t.sampleStride, err = mod.Func("gs_sample_stride"); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // scalar queues the upload of one int64 to a new device buffer.
@@ -190,6 +193,71 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 	return l.Launch1D(f, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
 		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
 		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))))
+}
+
+// DrawStrided queues the draws of hop h (fanout k > 0) for the n nodes of
+// dst into fixed slots: node i's draws (as DrawHop's, in the same order)
+// fill slots [i*k, i*k+m) of src (int32 source nodes) and eid (int64
+// edge ids plus edgeBase), and slots [i*k+m, (i+1)*k) hold -1. No count
+// pass or scan is needed, and m can be recovered from the padding.
+// Segments and keys are as in DrawHop. src and eid hold n*k entries.
+func (t *Stepper) DrawStrided(l *cuda.Locked, h int, dst *cuda.Buffer, n int64, seg []int64, keys []uint64, eid, src *cuda.Buffer, edgeBase int64) error {
+	s := t.s
+	if h < 0 || h >= len(s.cfg.Fanouts) {
+		return hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
+	}
+	k := int64(s.cfg.Fanouts[h])
+	if k <= 0 {
+		return hopErr("hop", "hop %d has fanout %d: strided draws need a fixed fanout", h, k)
+	}
+	if n < 0 || n*k >= math.MaxInt32 {
+		return hopErr("n", "%d nodes at fanout %d", n, k)
+	}
+	if len(keys) == 0 || len(seg) != len(keys)+1 || len(keys) >= math.MaxInt32 || seg[0] != 0 || seg[len(keys)] != n {
+		return hopErr("seg", "%d offsets for %d keys over %d nodes", len(seg), len(keys), n)
+	}
+	for j := 1; j < len(seg); j++ {
+		if seg[j] < seg[j-1] {
+			return hopErr("seg", "offset %d = %d < %d", j, seg[j], seg[j-1])
+		}
+	}
+	for _, c := range []struct {
+		name string
+		b    *cuda.Buffer
+		dt   backend.DType
+		n    int64
+	}{{"dst", dst, backend.Int32, n}, {"eid", eid, backend.Int64, n * k}, {"src", src, backend.Int32, n * k}} {
+		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// One upload: the offsets, then the keys.
+	sk := make([]int64, 0, 2*len(keys)+1)
+	sk = append(sk, seg...)
+	for _, key := range keys {
+		sk = append(sk, int64(key))
+	}
+	skB, err := l.Alloc(backend.Int64, len(sk))
+	if err != nil {
+		return err
+	}
+	defer l.Free(skB)
+	if err := l.UploadFrom(skB, sk); err != nil {
+		return err
+	}
+	var kscr *cuda.Buffer
+	if s.cfg.Weighted && !s.cfg.Replace {
+		if kscr, err = l.Alloc(backend.Int64, int(n*k)); err != nil {
+			return err
+		}
+		defer l.Free(kscr)
+	}
+	return l.Launch1D(t.sampleStride, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
+		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
+		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(skB.Ptr()), cu.I32(int32(len(keys))), cu.I64(edgeBase))
 }
 
 // Relabel queues the deduplication of the hop [dst[0:nd), src[0:e)]

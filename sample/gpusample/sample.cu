@@ -7,39 +7,36 @@
 
 #define GS_GOLDEN 0x9E3779B97F4A7C15ULL
 
+// Edges node v yields at fanout k (-1: all of them): min(degree, k)
+// without replacement, k (or 0 for no candidates) with it; weighted
+// sampling counts only positive-weight edges.
+__device__ __forceinline__ i64 gs_row_count(int v, const i64* indptr, const int* posdeg, int k, int replace, int weighted) {
+  i64 n = indptr[v + 1] - indptr[v];
+  if (k < 0) return n;
+  i64 avail = weighted ? (i64)posdeg[v] : n;
+  if (replace) return avail == 0 ? 0 : k;
+  return avail < k ? avail : k;
+}
+
 // counts[i] = number of edges destination i yields (0 past the frontier;
 // counts has ndmax+1 entries so that the exclusive scan ends in the total).
 extern "C" __global__ void gs_count(i64* counts, const int* dst, const i64* nd_p, i64 ndmax, const i64* indptr,
                                     const int* posdeg, int k, int replace, int weighted) {
   i64 nd = *nd_p;
   GRID_STRIDE(i, ndmax + 1) {
-    i64 c = 0;
-    if (i < nd) {
-      int v = dst[i];
-      i64 n = indptr[v + 1] - indptr[v];
-      if (k < 0) {
-        c = n;
-      } else {
-        i64 avail = weighted ? (i64)posdeg[v] : n;
-        if (replace) c = avail == 0 ? 0 : k;
-        else c = avail < k ? avail : k;
-      }
-    }
-    counts[i] = c;
+    counts[i] = i < nd ? gs_row_count(dst[i], indptr, posdeg, k, replace, weighted) : 0;
   }
 }
 
-// Destination i's draws: write its sampled edge ids (positions in the
-// graph's indices) and source nodes at ptr[i]. kscr is per-edge scratch
-// for the weighted reservoir. (gs_sample and the collective sampler's
-// gs_sample_seg, hop.cu, share it.)
-__device__ __forceinline__ void gs_draw(i64 i, i64* eid, int* src, double* kscr, const i64* ptr, const int* dst,
-                                        const i64* indptr, const int* indices, const double* cum, const float* w,
-                                        const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+// Node v's m draws: write its sampled edge ids (positions in the graph's
+// indices) and source nodes at p0. kscr is per-edge scratch for the
+// weighted reservoir. (gs_draw below and the collective sampler's
+// gs_sample_stride, hop.cu, share it.)
+__device__ __forceinline__ void gs_draw_row(int v, i64 p0, i64 m, i64* eid, int* src, double* kscr,
+                                            const i64* indptr, const int* indices, const double* cum, const float* w,
+                                            const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
   {
-    int v = dst[i];
     i64 base = indptr[v], n = indptr[v + 1] - base;
-    i64 p0 = ptr[i], m = ptr[i + 1] - p0;
     if (m == 0) return;
     i64* out = eid + p0;
     u64 key = rng_hash(hopkey + GS_GOLDEN, (u64)v);  // rng.Derive(hopkey, v)
@@ -109,6 +106,15 @@ __device__ __forceinline__ void gs_draw(i64 i, i64* eid, int* src, double* kscr,
     }
     for (i64 j = 0; j < m; j++) src[p0 + j] = indices[out[j]];
   }
+}
+
+// Destination i's draws at ptr[i] (gs_sample and the collective
+// sampler's gs_sample_seg, hop.cu, share it).
+__device__ __forceinline__ void gs_draw(i64 i, i64* eid, int* src, double* kscr, const i64* ptr, const int* dst,
+                                        const i64* indptr, const int* indices, const double* cum, const float* w,
+                                        const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+  gs_draw_row(dst[i], ptr[i], ptr[i + 1] - ptr[i], eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace, weighted,
+              hopkey);
 }
 
 // One thread per destination: its draws (gs_draw).

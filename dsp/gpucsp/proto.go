@@ -1,0 +1,464 @@
+package gpucsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// proto is one rank's side of the collective protocol over a machine
+// and an exchanger (see the package doc). It knows nothing of CUDA: the
+// tests run it on host mirrors of the kernels.
+type proto struct {
+	m          machine
+	x          exchanger
+	remote     bool // x is a communicator: count its exchanges (and their waits)
+	rank, size int
+	n          int64   // nodes
+	off        []int64 // partition offsets (P+1)
+	rows       int64   // rows this rank owns
+	fan        []int
+	edgeIDs    bool
+	ctl        backend.Buffer // ctlLayout
+	stats      *Stats
+	hb         []int64 // host words of the last read
+}
+
+// hopOut is one hop's block parts; ns and e are known after the step's
+// final read.
+type hopOut struct {
+	nd, ns, e  int64
+	ecap       int64 // entries of local and eid
+	ptr, local backend.Buffer
+	srcNodes   backend.Buffer // the next hop's frontier
+	eid        backend.Buffer
+	sizes      backend.Buffer // {nd, e, ns} on the device
+}
+
+func (o *hopOut) free(m machine) {
+	for _, b := range []backend.Buffer{o.ptr, o.local, o.srcNodes, o.eid, o.sizes} {
+		if b != nil {
+			m.free(b)
+		}
+	}
+	*o = hopOut{}
+}
+
+// carry marks a failure in a hop's tail (after its last exchange): the
+// next hop's header reports it to the peers.
+type carry struct{ err error }
+
+func (c *carry) Error() string { return c.err.Error() }
+func (c *carry) Unwrap() error { return c.err }
+
+func (p *proto) errf(hop int, kind error, format string, args ...any) *Error {
+	return &Error{Rank: p.rank, Op: "gpucsp.Sample", Hop: hop, Msg: fmt.Sprintf(format, args...), Err: kind}
+}
+
+func (p *proto) wrapErr(hop int, what string, err error) *Error {
+	var ge *Error
+	if errors.As(err, &ge) {
+		return ge
+	}
+	return &Error{Rank: p.rank, Op: "gpucsp.Sample", Hop: hop, Msg: what, Err: err}
+}
+
+// count adds an exchange to the stats: send[p] elements of size es to
+// rank p. A communicator's collective returns when the device has run
+// it: a host wait.
+func (p *proto) count(send []int, es int) {
+	if !p.remote {
+		return
+	}
+	p.stats.Exchanges++
+	p.stats.Waits++
+	for q, n := range send {
+		if q == p.rank {
+			p.stats.BytesLocal += int64(n * es)
+		} else {
+			p.stats.BytesSent[q] += int64(n * es)
+		}
+	}
+}
+
+// read is machine.read counted as a wait; the words land in p.hb.
+func (p *proto) read(srcs []backend.Buffer, n []int64) ([]int64, error) {
+	var total int64
+	for _, k := range n {
+		total += k
+	}
+	if int64(cap(p.hb)) < total {
+		p.hb = make([]int64, total)
+	}
+	p.hb = p.hb[:total]
+	p.stats.Waits++
+	if err := p.m.read(p.hb, srcs, n); err != nil {
+		return nil, err
+	}
+	return p.hb, nil
+}
+
+// alloc checks n against maxEntries and records the buffer in tmp.
+func (p *proto) alloc(tmp *[]backend.Buffer, dt backend.DType, n int64) (backend.Buffer, error) {
+	if n < 0 || n > maxEntries {
+		return nil, fmt.Errorf("%w: a buffer of %d entries", ErrTooLarge, n)
+	}
+	b, err := p.m.alloc(dt, n)
+	if err != nil {
+		return nil, err
+	}
+	if tmp != nil {
+		*tmp = append(*tmp, b)
+	}
+	return b, nil
+}
+
+func fill(P, v int) []int {
+	out := make([]int, P)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func scale(x []int64, k int) []int {
+	out := make([]int, len(x))
+	for i, v := range x {
+		out[i] = int(v * int64(k))
+	}
+	return out
+}
+
+// sample runs one step: every hop, then one read of all hops' sizes. On
+// success the caller owns the returned parts; on failure they are freed.
+func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (_ []hopOut, err error) {
+	L := len(p.fan)
+	outs := make([]hopOut, L)
+	defer func() {
+		if err != nil {
+			for i := range outs {
+				outs[i].free(p.m)
+			}
+		}
+	}()
+	var status int64
+	var carried error
+	if err := checkSeeds(seeds, p.n); err != nil {
+		status, carried = stInput, p.errf(0, ErrInput, "%v", err)
+	}
+	cl := ctlLayout{p.size}
+	nF0 := int64(len(seeds))
+	var F backend.Buffer
+	if status == stOK {
+		err := func() error {
+			var err error
+			if F, err = p.alloc(nil, backend.Int32, nF0); err != nil {
+				return err
+			}
+			if err := p.m.upload(F, seeds); err != nil {
+				return err
+			}
+			return p.m.upload(p.m.view(p.ctl, cl.nSeeds(), 1), []int64{nF0})
+		}()
+		if err != nil {
+			status, carried = stFailed, p.wrapErr(0, "uploading the seeds", err)
+		}
+	}
+	if F != nil {
+		defer p.m.free(F)
+	}
+	nFB, fcap := p.m.view(p.ctl, cl.nSeeds(), 1), nF0
+	nF := make([]int64, L) // exact frontier sizes, from the headers
+	for h := range L {
+		if status != stOK {
+			F = nil
+		}
+		var next int64
+		next, err = p.hop(ctx, h, F, nFB, fcap, status, carried, key, &outs[h], &nF[h])
+		if err != nil {
+			var c *carry
+			if !errors.As(err, &c) {
+				return nil, err
+			}
+			// The tail of this hop failed: tell the peers in the next
+			// hop's header (after the last hop there is no next step).
+			if h == L-1 {
+				return nil, c.err
+			}
+			status, carried = stFailed, c.err
+			continue
+		}
+		F, nFB, fcap = outs[h].srcNodes, p.m.view(outs[h].sizes, 2, 1), next
+	}
+	// The step's only read of the blocks' sizes.
+	srcs, n := make([]backend.Buffer, L), make([]int64, L)
+	for h := range L {
+		srcs[h], n[h] = outs[h].sizes, 3
+	}
+	sz, err := p.read(srcs, n)
+	if err != nil {
+		return nil, p.wrapErr(L-1, "reading the block sizes", err)
+	}
+	for h := range L {
+		o := &outs[h]
+		nd, e, ns := sz[3*h], sz[3*h+1], sz[3*h+2]
+		if nd != o.nd || e < 0 || e > o.ecap || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
+			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d (at most %d edges)", nd, e, ns, o.nd, o.ecap)
+		}
+		o.e, o.ns = e, ns
+	}
+	p.stats.Batches++
+	return outs, nil
+}
+
+// hop runs hop h for the frontier F (nFB[0] nodes on the device, at most
+// fcap) into out and returns the next frontier's bound. status != stOK
+// takes part in the header exchange only, then returns carried.
+func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
+	P, L, m := p.size, len(p.fan), p.m
+	k := p.fan[h]
+	cl := ctlLayout{P}
+	var tmp []backend.Buffer // freed when the hop ends (the device orders reuse)
+	defer func() {
+		for _, b := range tmp {
+			m.free(b)
+		}
+	}()
+	hk := gpusample.HopKey(key, h)
+
+	// 1. Shuffle: group the frontier by owner; the header tells every
+	// owner how many nodes come (and every failure so far).
+	if status == stOK && k > 0 && !stridedCap(fcap, k) {
+		status, carried = stTooLarge, p.errf(h, ErrTooLarge, "a frontier of up to %d nodes at fanout %d", fcap, k)
+	}
+	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
+	var sendIDs, pos backend.Buffer
+	if status == stOK {
+		err := func() error {
+			var err error
+			if sendIDs, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			if pos, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			return m.route(sendH, sendIDs, pos, F, nFB, m.view(p.ctl, cl.ctr(), int64(2*(P+1))), fcap, hk, h, k, L)
+		}()
+		if err != nil {
+			status, carried = stFailed, p.wrapErr(h, "routing the frontier", err)
+		}
+	}
+	if status != stOK {
+		if err := m.upload(sendH, makeHeader(P, status, hk, h, k, L)); err != nil {
+			return 0, carried
+		}
+	}
+	if err := p.x.AllToAll(ctx, recvH, sendH); err != nil {
+		return 0, p.wrapErr(h, "header exchange", err)
+	}
+	p.count(fill(P, hWords), 8)
+	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+	if err != nil {
+		return 0, p.wrapErr(h, "reading the header", err)
+	}
+	if status != stOK {
+		return 0, carried
+	}
+	pl := &plan{P: P, rank: p.rank}
+	W := cl.hdrWords()
+	if kind, msg := pl.readHeader(hw[W:2*W], hw[:W], h, k, L, fcap, p.rows); kind != nil {
+		return 0, p.errf(h, kind, "%s", msg)
+	}
+	nF := pl.nF
+	*nFOut = nF
+	p.stats.Frontier[h] += nF
+	recvIDs, err := p.alloc(&tmp, backend.Int32, pl.R)
+	if err != nil {
+		return 0, p.wrapErr(h, "allocating the received frontier", err)
+	}
+	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
+	if err := p.x.AllToAllV(ctx, m.view(recvIDs, 0, pl.R), recvN, m.view(sendIDs, 0, nF), sendN); err != nil {
+		return 0, p.wrapErr(h, "node exchange", err)
+	}
+	p.count(sendN, 4)
+
+	// 2. Sample at the owner, 3. reshuffle the answers.
+	var src, ans, ansE backend.Buffer
+	var E int64 // answer entries (a bound for strided hops)
+	if k > 0 {
+		E, src, ans, ansE, err = p.strided(ctx, h, k, recvIDs, pl, &tmp)
+	} else {
+		E, src, ans, ansE, err = p.exact(ctx, h, recvIDs, pl, &tmp)
+	}
+	if err != nil {
+		return 0, err
+	}
+
+	// The block, in frontier order: failures from here on are carried.
+	out.nd, out.ecap = nF, E
+	err = func() error {
+		var err error
+		if out.ptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
+			return err
+		}
+		if out.eid, err = p.alloc(nil, backend.Int64, E); err != nil {
+			return err
+		}
+		if k > 0 {
+			err = m.unpackStrided(out.ptr, src, out.eid, ans, ansE, pos, nF, k)
+		} else {
+			err = m.unpackExact(out.ptr, src, out.eid, ans, ansE, pos, pl.bptr(), pl.S, nF, E)
+		}
+		if err != nil {
+			return err
+		}
+		out.srcNodes, out.local, out.sizes, err = m.relabel(F, nF, src, out.ptr, E)
+		return err
+	}()
+	if err != nil {
+		return 0, &carry{p.wrapErr(h, "assembling the block", err)}
+	}
+	return nF + E, nil
+}
+
+// strided is the exchange of a hop with fanout k > 0: every node gets k
+// answer slots (padded with -1), so the sizes follow from the header.
+// It returns the entries of src (a bound: nF*k) and the answers.
+func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, src, ans, ansE backend.Buffer, err error) {
+	m := p.m
+	if kind, msg := pl.stridedSizes(k); kind != nil {
+		return 0, nil, nil, nil, p.errf(h, kind, "%s", msg)
+	}
+	RK, FK := pl.R*int64(k), pl.nF*int64(k)
+	var out, outE backend.Buffer
+	err = func() error {
+		var err error
+		if out, err = p.alloc(tmp, backend.Int32, RK); err != nil {
+			return err
+		}
+		if outE, err = p.alloc(tmp, backend.Int64, RK); err != nil {
+			return err
+		}
+		if err := m.drawStrided(h, ids, pl.R, pl.roff, pl.keys, out, outE); err != nil {
+			return err
+		}
+		if ans, err = p.alloc(tmp, backend.Int32, FK); err != nil {
+			return err
+		}
+		if p.edgeIDs {
+			if ansE, err = p.alloc(tmp, backend.Int64, FK); err != nil {
+				return err
+			}
+		}
+		src, err = p.alloc(tmp, backend.Int32, FK)
+		return err
+	}()
+	if err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
+	}
+	send, recv := pl.stridedCounts(k)
+	if err := p.x.AllToAllV(ctx, m.view(ans, 0, FK), recv, m.view(out, 0, RK), send); err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
+	}
+	p.count(send, 4)
+	if p.edgeIDs {
+		if err := p.x.AllToAllV(ctx, m.view(ansE, 0, FK), recv, m.view(outE, 0, RK), send); err != nil {
+			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
+		}
+		p.count(send, 8)
+	}
+	return FK, src, ans, ansE, nil
+}
+
+// exact is the exchange of a hop that takes every neighbor: the owner
+// counts, the ranks agree on per-requester totals (a second status
+// exchange), and the answers carry counts and neighbors.
+func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, src, ans, ansE backend.Buffer, err error) {
+	P, m, cl := p.size, p.m, ctlLayout{p.size}
+	var st3 int64
+	var err3 error
+	qptr, tot, err := m.countExact(h, ids, pl.R, pl.roff)
+	if err != nil {
+		st3, err3 = stFailed, p.wrapErr(h, "counting the received nodes", err)
+	} else {
+		*tmp = append(*tmp, qptr, tot)
+		tw, err := p.read([]backend.Buffer{tot}, []int64{int64(P + 1)})
+		if err != nil {
+			st3, err3 = stFailed, p.wrapErr(h, "reading the totals", err)
+		} else if st, msg := pl.ownerTotals(tw[:P], tw[P], -1); st != stOK {
+			kind := ErrTooLarge
+			if st != stTooLarge {
+				kind = ErrProtocol
+			}
+			st3, err3 = st, p.errf(h, kind, "%s", msg)
+		}
+	}
+	var eid, packed backend.Buffer
+	if st3 == stOK {
+		// The owner's answer buffers, before the status goes out.
+		if eid, err = p.alloc(tmp, backend.Int64, pl.E); err == nil {
+			packed, err = p.alloc(tmp, backend.Int32, pl.R+pl.E)
+		}
+		if err != nil {
+			st3, err3 = stFailed, p.wrapErr(h, "allocating the drawn edges", err)
+		}
+	}
+	sendT, recvT := m.view(p.ctl, cl.sendTot(), int64(P*tWords)), m.view(p.ctl, cl.recvTot(), int64(P*tWords))
+	if err := m.upload(sendT, pl.totalsSend(st3)); err != nil {
+		if err3 != nil {
+			return 0, nil, nil, nil, err3
+		}
+		return 0, nil, nil, nil, p.wrapErr(h, "preparing the totals", err)
+	}
+	if err := p.x.AllToAll(ctx, recvT, sendT); err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "totals exchange", err)
+	}
+	p.count(fill(P, tWords), 8)
+	rt, err := p.read([]backend.Buffer{recvT}, []int64{int64(P * tWords)})
+	if err3 != nil {
+		return 0, nil, nil, nil, err3
+	}
+	if err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "reading the totals", err)
+	}
+	if kind, msg := pl.readTotals(rt, -1); kind != nil {
+		return 0, nil, nil, nil, p.errf(h, kind, "%s", msg)
+	}
+	ansSend, ansRecv := pl.answerCounts()
+	err = func() error {
+		if err := m.drawExact(h, ids, qptr, pl.R, pl.roff, pl.keys, packed, eid, pl.E); err != nil {
+			return err
+		}
+		var err error
+		if ans, err = p.alloc(tmp, backend.Int32, pl.nF+pl.Erecv); err != nil {
+			return err
+		}
+		if p.edgeIDs {
+			if ansE, err = p.alloc(tmp, backend.Int64, pl.Erecv); err != nil {
+				return err
+			}
+		}
+		src, err = p.alloc(tmp, backend.Int32, pl.Erecv)
+		return err
+	}()
+	if err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
+	}
+	if err := p.x.AllToAllV(ctx, m.view(ans, 0, pl.nF+pl.Erecv), ansRecv, m.view(packed, 0, pl.R+pl.E), ansSend); err != nil {
+		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
+	}
+	p.count(ansSend, 4)
+	if p.edgeIDs {
+		eSend, eRecv := ints(pl.tot), ints(pl.rtot)
+		if err := p.x.AllToAllV(ctx, m.view(ansE, 0, pl.Erecv), eRecv, m.view(eid, 0, pl.E), eSend); err != nil {
+			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
+		}
+		p.count(eSend, 8)
+	}
+	return pl.Erecv, src, ans, ansE, nil
+}
