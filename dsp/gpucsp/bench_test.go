@@ -89,11 +89,11 @@ func epochPlan(train []int32, off []int64, bs int, seed uint64) (steps int, batc
 // same training nodes in batches of 1024), "P=n" the collective sampler
 // on n GPUs over NCCL with the node IDs split into n equal contiguous
 // ranges (the generator's IDs carry no locality: a random partition,
-// the most traffic). Reports ms/epoch, sampled edges per second and
-// bytes sent between GPUs per epoch, the host's waits per step and rank
-// (Stats.Waits) and the device allocator's cuMemAlloc calls per step
-// and rank after a warm-up epoch (0: the caching allocator serves every
-// buffer).
+// the most traffic). Reports ms/epoch, sampled edges per second, bytes
+// sent between GPUs per epoch, the host's waits per step and rank
+// (Stats.Waits) and the time in them (Stats.WaitTime), and the device
+// allocator's cuMemAlloc calls per step and rank after a warm-up epoch
+// (0: the caching allocator serves every buffer).
 func BenchmarkEpochProducts(b *testing.B) {
 	all := gpus(b, numGPUs(b))
 	g, train := productsData(b)
@@ -189,10 +189,12 @@ func BenchmarkEpochProducts(b *testing.B) {
 			b.StopTimer()
 			sec := b.Elapsed().Seconds()
 			var sent, total, waits int64
+			var waitT time.Duration
 			for r := range P {
 				st := ss[r].Stats()
 				sent += sum64(st.BytesSent) - sum64(before[r].BytesSent)
 				waits += st.Waits - before[r].Waits
+				waitT += st.WaitTime - before[r].WaitTime
 				total += edges[r]
 				mallocs += all[r].Stats().Mallocs
 			}
@@ -202,6 +204,7 @@ func BenchmarkEpochProducts(b *testing.B) {
 			b.ReportMetric(float64(sent)/float64(b.N)/1e6, "MB-sent/epoch")
 			b.ReportMetric(float64(steps), "steps")
 			b.ReportMetric(float64(waits)/stepsRun, "waits/step")
+			b.ReportMetric(float64(waitT.Microseconds())/stepsRun, "wait-us/step")
 			b.ReportMetric(float64(mallocs)/stepsRun, "mallocs/step")
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -53,6 +54,9 @@ type Stats struct {
 	// run it) and each device-to-host read of sizes. One rank sampling
 	// directly waits once per batch (plus once per fanout -1 hop).
 	Waits int64
+	// WaitTime is the host's time in those waits (the protocol's; the
+	// rest of a step is spent queueing work).
+	WaitTime time.Duration
 	// Batches counts successful Sample calls.
 	Batches int64
 }

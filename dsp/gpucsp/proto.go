@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
@@ -68,15 +69,16 @@ func (p *proto) wrapErr(hop int, what string, err error) *Error {
 	return &Error{Rank: p.rank, Op: "gpucsp.Sample", Hop: hop, Msg: what, Err: err}
 }
 
-// count adds an exchange to the stats: send[p] elements of size es to
-// rank p. A communicator's collective returns when the device has run
-// it: a host wait.
-func (p *proto) count(send []int, es int) {
+// count adds an exchange that started at t to the stats: send[p]
+// elements of size es to rank p. A communicator's collective returns
+// when the device has run it: a host wait.
+func (p *proto) count(send []int, es int, t time.Time) {
 	if !p.remote {
 		return
 	}
 	p.stats.Exchanges++
 	p.stats.Waits++
+	p.stats.WaitTime += time.Since(t)
 	for q, n := range send {
 		if q == p.rank {
 			p.stats.BytesLocal += int64(n * es)
@@ -84,6 +86,26 @@ func (p *proto) count(send []int, es int) {
 			p.stats.BytesSent[q] += int64(n * es)
 		}
 	}
+}
+
+// a2a is an all-to-all of equal blocks of w elements of size es, counted.
+func (p *proto) a2a(ctx context.Context, dst, src backend.Buffer, w, es int) error {
+	t := time.Now()
+	if err := p.x.AllToAll(ctx, dst, src); err != nil {
+		return err
+	}
+	p.count(fill(p.size, w), es, t)
+	return nil
+}
+
+// a2av is an all-to-all-v of elements of size es, counted.
+func (p *proto) a2av(ctx context.Context, dst backend.Buffer, recv []int, src backend.Buffer, send []int, es int) error {
+	t := time.Now()
+	if err := p.x.AllToAllV(ctx, dst, recv, src, send); err != nil {
+		return err
+	}
+	p.count(send, es, t)
+	return nil
 }
 
 // read is machine.read counted as a wait; the words land in p.hb.
@@ -97,7 +119,10 @@ func (p *proto) read(srcs []backend.Buffer, n []int64) ([]int64, error) {
 	}
 	p.hb = p.hb[:total]
 	p.stats.Waits++
-	if err := p.m.read(p.hb, srcs, n); err != nil {
+	t := time.Now()
+	err := p.m.read(p.hb, srcs, n)
+	p.stats.WaitTime += time.Since(t)
+	if err != nil {
 		return nil, err
 	}
 	return p.hb, nil
@@ -258,10 +283,9 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 			return 0, carried
 		}
 	}
-	if err := p.x.AllToAll(ctx, recvH, sendH); err != nil {
+	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
 		return 0, p.wrapErr(h, "header exchange", err)
 	}
-	p.count(fill(P, hWords), 8)
 	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
 	if err != nil {
 		return 0, p.wrapErr(h, "reading the header", err)
@@ -282,10 +306,9 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 		return 0, p.wrapErr(h, "allocating the received frontier", err)
 	}
 	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
-	if err := p.x.AllToAllV(ctx, m.view(recvIDs, 0, pl.R), recvN, m.view(sendIDs, 0, nF), sendN); err != nil {
+	if err := p.a2av(ctx, m.view(recvIDs, 0, pl.R), recvN, m.view(sendIDs, 0, nF), sendN, 4); err != nil {
 		return 0, p.wrapErr(h, "node exchange", err)
 	}
-	p.count(sendN, 4)
 
 	// 2. Sample at the owner, 3. reshuffle the answers.
 	var src, ans, ansE backend.Buffer
@@ -362,15 +385,13 @@ func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *p
 		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
 	}
 	send, recv := pl.stridedCounts(k)
-	if err := p.x.AllToAllV(ctx, m.view(ans, 0, FK), recv, m.view(out, 0, RK), send); err != nil {
+	if err := p.a2av(ctx, m.view(ans, 0, FK), recv, m.view(out, 0, RK), send, 4); err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
-	p.count(send, 4)
 	if p.edgeIDs {
-		if err := p.x.AllToAllV(ctx, m.view(ansE, 0, FK), recv, m.view(outE, 0, RK), send); err != nil {
+		if err := p.a2av(ctx, m.view(ansE, 0, FK), recv, m.view(outE, 0, RK), send, 8); err != nil {
 			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
-		p.count(send, 8)
 	}
 	return FK, src, ans, ansE, nil
 }
@@ -415,10 +436,9 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 		}
 		return 0, nil, nil, nil, p.wrapErr(h, "preparing the totals", err)
 	}
-	if err := p.x.AllToAll(ctx, recvT, sendT); err != nil {
+	if err := p.a2a(ctx, recvT, sendT, tWords, 8); err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "totals exchange", err)
 	}
-	p.count(fill(P, tWords), 8)
 	rt, err := p.read([]backend.Buffer{recvT}, []int64{int64(P * tWords)})
 	if err3 != nil {
 		return 0, nil, nil, nil, err3
@@ -449,16 +469,14 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 	if err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
 	}
-	if err := p.x.AllToAllV(ctx, m.view(ans, 0, pl.nF+pl.Erecv), ansRecv, m.view(packed, 0, pl.R+pl.E), ansSend); err != nil {
+	if err := p.a2av(ctx, m.view(ans, 0, pl.nF+pl.Erecv), ansRecv, m.view(packed, 0, pl.R+pl.E), ansSend, 4); err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
-	p.count(ansSend, 4)
 	if p.edgeIDs {
 		eSend, eRecv := ints(pl.tot), ints(pl.rtot)
-		if err := p.x.AllToAllV(ctx, m.view(ansE, 0, pl.Erecv), eRecv, m.view(eid, 0, pl.E), eSend); err != nil {
+		if err := p.a2av(ctx, m.view(ansE, 0, pl.Erecv), eRecv, m.view(eid, 0, pl.E), eSend, 8); err != nil {
 			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
-		p.count(eSend, 8)
 	}
 	return pl.Erecv, src, ans, ansE, nil
 }
