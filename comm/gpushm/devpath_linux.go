@@ -38,7 +38,6 @@ type pendOp struct {
 	deadline time.Time
 	start    time.Time // Run entered
 	queued   time.Time // queue returned
-	slot     int
 }
 
 // onDevice reports whether c runs on the device path.
@@ -65,23 +64,25 @@ func (t *transport) devAllReduce(ctx context.Context, c *comm.DeviceCall) error 
 			return err
 		}
 	}
-	q := t.q
-	t.q++
-	s, u := t.slotOf(q)
 	t.ticket++
-	op := &devOp{ticket: t.ticket, buf: c.Recv, bytes: c.Recv.Len() * c.DType.Size(), dt: c.DType, red: c.Red,
-		rank: t.rank, n: t.n, inputs: t.inputs[s], myIn: t.seg.inFlag(t.rank, s), myDone: t.seg.doneFlag(t.rank, s),
-		u: u, trace: t.tr != nil}
-	for r := 0; r < t.n; r++ {
-		if r == t.rank {
-			continue
+	op := &devOp{ticket: t.ticket, buf: c.Recv, dt: c.DType, red: c.Red, rank: t.rank, n: t.n, trace: t.tr != nil}
+	b := c.Recv.Len() * c.DType.Size()
+	k := (b + t.devChunk - 1) / t.devChunk
+	cb := sg.AlignUp((b+k-1)/k, page)
+	for off := 0; off < b; off += cb {
+		s, u := t.slotOf(t.q)
+		t.q++
+		ch := devChunk{off: off, bytes: min(cb, b-off), slot: s, u: u, inputs: t.inputs[s],
+			myIn: t.seg.inFlag(t.rank, s), myDone: t.seg.doneFlag(t.rank, s)}
+		for r := 0; r < t.n; r++ {
+			if r != t.rank && u > 0 {
+				ch.waitDone = append(ch.waitDone, t.seg.doneFlag(r, s))
+			}
+			ch.waitIn = append(ch.waitIn, t.seg.inFlag(r, s))
 		}
-		if u > 0 {
-			op.waitDone = append(op.waitDone, t.seg.doneFlag(r, s))
-		}
-		op.waitIn = append(op.waitIn, t.seg.inFlag(r, s))
+		op.chunks = append(op.chunks, ch)
 	}
-	p := &pendOp{op: op, seq: c.Seq, deadline: c.Deadline, start: start, slot: s}
+	p := &pendOp{op: op, seq: c.Seq, deadline: c.Deadline, start: start}
 	err = t.st.queue(op)
 	p.queued = time.Now()
 	t.pend = append(t.pend, p)
@@ -179,18 +180,20 @@ func (t *transport) joinAll(ctx context.Context, dl time.Time) error {
 	return t.join(ctx, dl, len(t.pend), false)
 }
 
-// waitingFor names the first peer p's stream still waits for.
+// waitingFor names the first peer p's streams still wait for.
 func (t *transport) waitingFor(p *pendOp) (int, string) {
-	s, u := p.slot, p.op.u
-	for r := 0; r < t.n; r++ {
-		if r == t.rank {
-			continue
-		}
-		if u > 0 && !sg.Reached(atomic.LoadUint32(t.seg.doneFlag(r, s)), u) {
-			return r, "a shared slot to be free"
-		}
-		if !sg.Reached(atomic.LoadUint32(t.seg.inFlag(r, s)), u+1) {
-			return r, "its input"
+	for _, c := range p.op.chunks {
+		for r := 0; r < t.n; r++ {
+			if r == t.rank {
+				continue
+			}
+			s := c.slot
+			if c.u > 0 && !sg.Reached(atomic.LoadUint32(t.seg.doneFlag(r, s)), c.u) {
+				return r, "a shared slot to be free"
+			}
+			if !sg.Reached(atomic.LoadUint32(t.seg.inFlag(r, s)), c.u+1) {
+				return r, "its input"
+			}
 		}
 	}
 	return -1, "the device to finish the reduction"
@@ -214,11 +217,15 @@ func (t *transport) failDevice(seq uint64, cause error) error {
 	}
 	t.seg.PublishAbort(t.rank, &comm.OpError{Kind: comm.KindGPUShm, Rank: t.rank, Op: comm.OpAllReduce, Seq: seq, Missing: missing, Err: cause})
 	for _, p := range t.pend {
-		for _, f := range p.op.waitDone {
-			raise(f, p.op.u)
-		}
-		for _, f := range p.op.waitIn {
-			raise(f, p.op.u+1)
+		for _, c := range p.op.chunks {
+			for _, f := range c.waitDone {
+				raise(f, c.u)
+			}
+			for _, f := range c.waitIn {
+				if f != c.myIn { // this rank's copy side raises its own
+					raise(f, c.u+1)
+				}
+			}
 		}
 	}
 	dl := time.Now().Add(2 * time.Second)

@@ -16,12 +16,13 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
-// emuOptions run all-reduces of up to 64 KiB (one chunk) on the device
-// path, emulated on the CPU back end, and larger ones on the host
-// pipeline, so the test lengths mix both on the same slots.
+// emuOptions run all-reduces of up to 160 KiB (up to three 64 KiB
+// chunks, as many as there are slots) on the device path, emulated on
+// the CPU back end, and larger ones on the host pipeline, so the test
+// lengths mix both on the same slots.
 func emuOptions(async bool) Options {
 	o := testOptions(false)
-	o.emulate, o.Async = true, async
+	o.emulate, o.Async, o.DeviceMax = true, async, 160<<10
 	return o
 }
 
@@ -70,13 +71,17 @@ func openEmu(t *testing.T, n int, o Options) []comm.DeviceComm {
 
 // TestDeviceSumOrder: the device path sums in rank order, bit for bit
 // the sequential float32 sum, and Mean divides that sum, on every rank,
-// through every slot several times, interleaved with the host pipeline.
+// through every slot several times, interleaved with the host pipeline;
+// 100000 floats take 7 chunks, more than the slots, so one op reuses its
+// own slots.
 func TestDeviceSumOrder(t *testing.T) {
 	const n = 3
-	cs := openEmu(t, n, emuOptions(false))
+	o := emuOptions(false)
+	o.DeviceMax = 400000
+	cs := openEmu(t, n, o)
 	in := func(r, i, rep int) float32 { return (float32((i*7919+r*104729)%1000003)/3.3 - 150000) * float32(rep+1) }
-	for rep := 0; rep < 10; rep++ {
-		length := []int{1, 1000, 16384, 30000, 5}[rep%5] // 30000 floats: the host pipeline
+	for rep := 0; rep < 12; rep++ {
+		length := []int{1, 1000, 100000, 16384, 30000, 120000}[rep%6] // 120000 floats: the host pipeline
 		op := []comm.ReduceOp{comm.Sum, comm.Mean}[rep%2]
 		bufs := make([][]float32, n)
 		err := commtest.RunLocalRanks(n, func(r int) error {

@@ -27,9 +27,11 @@ const (
 	// the pipeline's own goroutine (waking reducers costs more).
 	inlineShare = 64 << 10
 	// DefaultDeviceMax is the largest all-reduce run on the device path
-	// (reduced by a kernel on the device's stream; see the package doc);
-	// it is also bounded by the chunk size.
-	DefaultDeviceMax = 4 << 20
+	// (reduced by kernels on the device's stream; see the package doc).
+	DefaultDeviceMax = 16 << 20
+	// DefaultDeviceChunk is the largest chunk of the device path (the
+	// copy of one chunk overlaps the reduction of the one before).
+	DefaultDeviceChunk = 1 << 20
 )
 
 // Options configure a GPU shared-memory communicator.
@@ -54,16 +56,20 @@ type Options struct {
 	// distinct prefix for each communicator of a job.
 	Prefix string
 	// DeviceMax is the largest all-reduce, in bytes, run on the device
-	// path (DefaultDeviceMax if zero, never if negative; at most
-	// ChunkBytes). Larger ones use the host pipeline.
+	// path (DefaultDeviceMax if zero, never if negative). Larger ones use
+	// the host pipeline.
 	DeviceMax int
+	// DeviceChunk is the largest chunk of the device path
+	// (DefaultDeviceChunk if zero; a multiple of 4096 from 64 KiB, at
+	// most ChunkBytes).
+	DeviceChunk int
 	// Async lets an all-reduce on the device path return once it is
 	// queued on the device's stream (later work on the stream is ordered
 	// after it, as with NCCL), instead of when it completes. A failure
 	// is then reported by the next operation or Sync; a watchdog still
 	// ends the wait at the deadline or when a peer fails, so the device
-	// never hangs. Zero DeviceMax and Async are read from
-	// $STRATA_GPUSHM_DEVICE_MAX and $STRATA_GPUSHM_ASYNC when set.
+	// never hangs. Zero DeviceMax, DeviceChunk and false Async are read
+	// from $STRATA_GPUSHM_DEVICE_MAX, _DEVICE_CHUNK and _ASYNC when set.
 	Async bool
 	// asyncHostCopies makes the CPU back end's copies complete on other
 	// goroutines (tests).
@@ -89,12 +95,13 @@ func (o Options) inlineMax() int {
 // Environment variables that set ChunkBytes, Slots and Workers when the
 // Options leave them zero (for tuning without rebuilding).
 const (
-	EnvChunkBytes = "STRATA_GPUSHM_CHUNK_BYTES"
-	EnvSlots      = "STRATA_GPUSHM_SLOTS"
-	EnvWorkers    = "STRATA_GPUSHM_WORKERS"
-	EnvChunks     = "STRATA_GPUSHM_CHUNKS" // target chunks per message (DefaultChunks)
-	EnvDeviceMax  = "STRATA_GPUSHM_DEVICE_MAX"
-	EnvAsync      = "STRATA_GPUSHM_ASYNC" // 1 or true: Options.Async
+	EnvChunkBytes  = "STRATA_GPUSHM_CHUNK_BYTES"
+	EnvSlots       = "STRATA_GPUSHM_SLOTS"
+	EnvWorkers     = "STRATA_GPUSHM_WORKERS"
+	EnvChunks      = "STRATA_GPUSHM_CHUNKS" // target chunks per message (DefaultChunks)
+	EnvDeviceMax   = "STRATA_GPUSHM_DEVICE_MAX"
+	EnvDeviceChunk = "STRATA_GPUSHM_DEVICE_CHUNK"
+	EnvAsync       = "STRATA_GPUSHM_ASYNC" // 1 or true: Options.Async
 	// EnvIdle picks how waits sleep once spinning stops: "precise"
 	// (default: nanosleep with a 1 us timer slack) or "gosleep"
 	// (time.Sleep, whose sub-millisecond sleeps last about 1 ms on an
@@ -114,7 +121,7 @@ func envBool(name string) bool {
 }
 
 // deviceMax is the largest all-reduce on the device path (0: none).
-func (o Options) deviceMax(chunk int) int {
+func (o Options) deviceMax() int {
 	d := o.DeviceMax
 	if d == 0 {
 		d = DefaultDeviceMax
@@ -122,10 +129,17 @@ func (o Options) deviceMax(chunk int) int {
 			d = v
 		}
 	}
-	if d < 0 {
-		return 0
+	return max(d, 0)
+}
+
+// deviceChunk is the device path's largest chunk, within [64 KiB, slot]
+// and a multiple of 4096.
+func (o Options) deviceChunk(slot int) int {
+	d := o.DeviceChunk
+	if d == 0 {
+		d = fromEnv(EnvDeviceChunk, DefaultDeviceChunk)
 	}
-	return min(d, chunk)
+	return min(max(d/4096*4096, 64<<10), slot)
 }
 
 func (o Options) async() bool { return o.Async || envBool(EnvAsync) }

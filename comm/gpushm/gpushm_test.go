@@ -187,14 +187,16 @@ func TestMain(m *testing.M) {
 		},
 		// One process per GPU (LOCAL_RANK picks it): both suites with
 		// the defaults (small all-reduces on the device path, waited for).
-		"gpu": func() error { return gpuJob(false) },
+		"gpu": func() error { return gpuJob(Options{}, true) },
 		// The conformance suite with asynchronous device-path all-reduces
 		// (the results are read on the device's stream, after them).
-		"gpu-async": func() error { return gpuJob(true) },
+		"gpu-async": func() error { return gpuJob(Options{Async: true}, false) },
+		// The conformance suite on the host pipeline only.
+		"gpu-pipe": func() error { return gpuJob(Options{DeviceMax: -1}, false) },
 	})
 }
 
-func gpuJob(async bool) error {
+func gpuJob(o Options, faults bool) error {
 	lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
 	dev, err := cuda.Open(lr, cuda.Options{})
 	if err != nil {
@@ -203,9 +205,11 @@ func gpuJob(async bool) error {
 	defer dev.Close()
 	return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
 		Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
-			return Open(ctx, store, dev, Options{Options: fo, Prefix: prefix, Async: async})
+			oo := o
+			oo.Options, oo.Prefix = fo, prefix
+			return Open(ctx, store, dev, oo)
 		},
-		Backend: dev, Exact: true, Conformance: true, Faults: !async,
+		Backend: dev, Exact: true, Conformance: true, Faults: faults,
 	})
 }
 
@@ -247,10 +251,12 @@ func TestTwoGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start = time.Now()
-	out, err = commtest.LaunchDevice(context.Background(), 2, "gpu-async", nil, "conformance")
-	t.Logf("2 GPUs, asynchronous: %v\n%s", time.Since(start).Round(time.Millisecond), out)
-	if err != nil {
-		t.Fatal(err)
+	for _, role := range []string{"gpu-async", "gpu-pipe"} {
+		start = time.Now()
+		out, err = commtest.LaunchDevice(context.Background(), 2, role, nil, "conformance")
+		t.Logf("2 GPUs, %s: %v\n%s", role, time.Since(start).Round(time.Millisecond), out)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

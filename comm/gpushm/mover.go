@@ -56,26 +56,35 @@ type streamer interface {
 	timing(ticket uint64) (start, end time.Duration, ok bool)
 }
 
-// devOp is one all-reduce on the device path, through input slot slot
-// (use u): on the device's stream, wait until every peer's done flag
-// for the slot reaches u (the slot's last use is over everywhere), copy
-// buf into this rank's input slot, raise this rank's in flag to u+1,
-// wait until every peer's in flag reaches u+1, reduce every rank's input
-// in rank order into buf, and raise this rank's done flag to u+1.
+// devOp is one all-reduce on the device path, cut into chunks, chunk c
+// through input slot slot (use u). For each chunk, the copy side waits
+// until every peer's done flag for the slot reaches u (the slot's last
+// use is over everywhere), copies the chunk of buf into this rank's input
+// slot and raises this rank's in flag to u+1; the reduce side (the
+// device's stream) waits until every rank's in flag reaches u+1, reduces
+// every rank's input in rank order into the chunk of buf, and raises
+// this rank's done flag to u+1. The copy side starts after the work
+// queued on the device's stream before the op; the device's later work
+// follows the last reduction.
 type devOp struct {
-	ticket   uint64
-	buf      backend.Buffer
-	bytes    int
-	dt       backend.DType
-	red      comm.ReduceOp
-	rank, n  int
-	inputs   [][]byte  // every rank's input slot (host views)
-	waitDone []*uint32 // peers' done flags, wait for >= u (empty when u == 0)
-	waitIn   []*uint32 // peers' in flags, wait for >= u+1
-	myIn     *uint32
-	myDone   *uint32
-	u        uint32
-	trace    bool
+	ticket  uint64
+	buf     backend.Buffer
+	dt      backend.DType
+	red     comm.ReduceOp
+	rank, n int
+	chunks  []devChunk
+	trace   bool
+}
+
+type devChunk struct {
+	off, bytes int       // within buf
+	slot       int       // input slot
+	u          uint32    // use of the slot
+	inputs     [][]byte  // every rank's input slot (host views)
+	waitDone   []*uint32 // peers' done flags, wait for >= u (empty when u == 0)
+	waitIn     []*uint32 // every rank's in flag (this rank's too), wait for >= u+1
+	myIn       *uint32
+	myDone     *uint32
 }
 
 // hostBytes views a CPU back-end buffer's elements as bytes.
@@ -170,34 +179,51 @@ func (m *hostMover) toDevice(s int, buf backend.Buffer, off int, src []byte) err
 	return nil
 }
 
-// emuStream stands for a device's stream on the CPU back end (tests): one
-// goroutine runs the queued ops in order, spinning on the flags the way
-// cuStreamWaitValue32 does, so the device path's protocol (flags, slot
-// reuse with the host pipeline, releasing a stuck stream) runs without a
-// GPU.
+// emuStream stands for a device's streams on the CPU back end (tests):
+// a copier goroutine does the copy side of the queued ops and a reducer
+// goroutine the reduce side, each in order and spinning on the flags the
+// way cuStreamWaitValue32 does, and an op's copies start only after the
+// previous op's reductions (as the device's stream orders them). So the
+// device path's protocol (flags, slot reuse with the host pipeline,
+// releasing a stuck stream) runs without a GPU.
 type emuStream struct {
-	ops       chan *devOp
-	completed atomic.Uint64 // highest ticket completed
-	failed    atomic.Pointer[error]
-	quit      chan struct{}
-	wg        sync.WaitGroup
-	once      sync.Once
+	copies, reduces chan *devOp
+	completed       atomic.Uint64 // highest ticket completed
+	// copied counts the chunks copied. The reducer waits for it as well
+	// as for the flags: the race detector sees no ordering through
+	// atomics on the (mmap'd) segment.
+	copied atomic.Uint64
+	failed atomic.Pointer[error]
+	quit   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 func newEmuStream() *emuStream {
-	e := &emuStream{ops: make(chan *devOp, 1024), quit: make(chan struct{})}
-	e.wg.Add(1)
-	go e.run()
+	e := &emuStream{copies: make(chan *devOp, 1024), reduces: make(chan *devOp, 1024), quit: make(chan struct{})}
+	e.wg.Add(2)
+	go e.copier()
+	go e.reducer()
 	return e
 }
 
 func (e *emuStream) queue(op *devOp) error {
+	b, err := hostBytes(op.buf)
+	for _, c := range op.chunks {
+		if err == nil && len(b) < c.off+c.bytes {
+			err = fmt.Errorf("gpushm: emulated stream: a %d-byte buffer for %d bytes at %d", len(b), c.bytes, c.off)
+		}
+	}
+	if err != nil {
+		return err
+	}
 	select {
-	case e.ops <- op:
-		return nil
+	case e.copies <- op:
 	default:
 		return fmt.Errorf("gpushm: emulated stream is full")
 	}
+	e.reduces <- op // room: it holds no more than copies
+	return nil
 }
 
 func (e *emuStream) done(ticket uint64) (bool, error) {
@@ -214,9 +240,9 @@ func (e *emuStream) stop() {
 	e.wg.Wait()
 }
 
-// wait spins until *f reaches want (false: stopped).
-func (e *emuStream) wait(f *uint32, want uint32) bool {
-	for i := 0; !sg.Reached(atomic.LoadUint32(f), want); i++ {
+// spin waits until ok (false: stopped).
+func (e *emuStream) spin(ok func() bool) bool {
+	for i := 0; !ok(); i++ {
 		select {
 		case <-e.quit:
 			return false
@@ -231,42 +257,76 @@ func (e *emuStream) wait(f *uint32, want uint32) bool {
 	return true
 }
 
-func (e *emuStream) run() {
+func (e *emuStream) wait(f *uint32, want uint32) bool {
+	return e.spin(func() bool { return sg.Reached(atomic.LoadUint32(f), want) })
+}
+
+func (e *emuStream) copier() {
 	defer e.wg.Done()
 	for {
 		var op *devOp
 		select {
-		case op = <-e.ops:
+		case op = <-e.copies:
 		case <-e.quit:
 			return
 		}
-		for _, f := range op.waitDone {
-			if !e.wait(f, op.u) {
-				return
-			}
-		}
-		b, err := hostBytes(op.buf)
-		if err == nil && len(b) < op.bytes {
-			err = fmt.Errorf("gpushm: emulated stream: a %d-byte buffer for %d bytes", len(b), op.bytes)
-		}
-		if err != nil {
-			e.failed.Store(&err)
+		// After the work queued before the op: the last op's reductions.
+		if !e.spin(func() bool { return e.completed.Load() >= op.ticket-1 }) {
 			return
 		}
-		copy(op.inputs[op.rank][:op.bytes], b[:op.bytes])
-		sg.Set(op.myIn, op.u+1)
-		for _, f := range op.waitIn {
-			if !e.wait(f, op.u+1) {
+		b, _ := hostBytes(op.buf)
+		for _, c := range op.chunks {
+			for _, f := range c.waitDone {
+				if !e.wait(f, c.u) {
+					return
+				}
+			}
+			copy(c.inputs[op.rank][:c.bytes], b[c.off:c.off+c.bytes])
+			sg.Set(c.myIn, c.u+1)
+			e.copied.Add(1)
+		}
+	}
+}
+
+func (e *emuStream) reducer() {
+	defer e.wg.Done()
+	var reduced uint64 // chunks
+	for {
+		var op *devOp
+		select {
+		case op = <-e.reduces:
+		case <-e.quit:
+			return
+		}
+		for _, c := range op.chunks {
+			reduced++
+			if !e.spin(func() bool { return e.copied.Load() >= reduced }) {
 				return
 			}
+			for _, f := range c.waitIn {
+				if !e.wait(f, c.u+1) {
+					return
+				}
+			}
+			b, _ := hostBytes(op.buf)
+			// As the kernel does: this rank's input from the buffer (its
+			// slot may already hold a later chunk), the peers' from
+			// their slots, in rank order.
+			out := b[c.off : c.off+c.bytes]
+			own := append([]byte(nil), out...)
+			x := func(r int) []byte {
+				if r == op.rank {
+					return own
+				}
+				return c.inputs[r][:c.bytes]
+			}
+			reduce.Into3(op.dt, op.red, out, x(0), x(1))
+			for r := 2; r < op.n; r++ {
+				reduce.Into(op.dt, op.red, out, x(r))
+			}
+			reduce.Finish(op.dt, op.red, out, op.n)
+			sg.Set(c.myDone, c.u+1)
 		}
-		out := b[:op.bytes]
-		reduce.Into3(op.dt, op.red, out, op.inputs[0][:op.bytes], op.inputs[1][:op.bytes])
-		for r := 2; r < op.n; r++ {
-			reduce.Into(op.dt, op.red, out, op.inputs[r][:op.bytes])
-		}
-		reduce.Finish(op.dt, op.red, out, op.n)
-		sg.Set(op.myDone, op.u+1)
 		e.completed.Store(op.ticket)
 	}
 }

@@ -362,7 +362,12 @@ func (m *cudaMover) stream() (streamer, string) {
 	return m, ""
 }
 
-// queue puts op on the device's stream (see devOp).
+// queue puts op's copy side on the mover's copy-in stream, after the
+// work already on the device's stream, and its reduce side on the
+// device's stream (see devOp), so the copy of chunk c+1 overlaps the
+// reduction of chunk c. Every wait is queued after the work it waits for
+// on this device (the copy side's flag writes come first), so the order
+// stays acyclic even where the two streams share a hardware queue.
 func (m *cudaMover) queue(op *devOp) error {
 	f, ok := m.fns[op.dt]
 	if !ok {
@@ -372,16 +377,21 @@ func (m *cudaMover) queue(op *devOp) error {
 	if err != nil {
 		return err
 	}
+	if len(op.chunks) == 0 {
+		return nil
+	}
 	k := int(op.ticket % uint64(len(m.marks)))
 	if op.trace {
 		if err := m.cals[k].Record(m.sOut); err != nil {
 			return err
 		}
 	}
+	in0 := op.chunks[0].inputs
 	stride := int64(0)
 	if op.n > 1 {
-		stride = int64(uintptr(unsafe.Pointer(unsafe.SliceData(op.inputs[1]))) - uintptr(unsafe.Pointer(unsafe.SliceData(op.inputs[0]))))
+		stride = int64(uintptr(unsafe.Pointer(unsafe.SliceData(in0[1]))) - uintptr(unsafe.Pointer(unsafe.SliceData(in0[0]))))
 	}
+	es := op.dt.Size()
 	return m.dev.Do(func(l *cuda.Locked) error {
 		s := l.Stream()
 		if op.trace {
@@ -389,31 +399,41 @@ func (m *cudaMover) queue(op *devOp) error {
 				return err
 			}
 		}
-		for _, w := range op.waitDone {
-			if err := s.WaitValue32(m.devAddr(unsafe.Pointer(w)), op.u, cu.WaitValueGEQ); err != nil {
+		if err := m.begun.Record(s); err != nil {
+			return err
+		}
+		if err := m.sIn.WaitEvent(m.begun); err != nil {
+			return err
+		}
+		for _, c := range op.chunks {
+			for _, w := range c.waitDone {
+				if err := m.sIn.WaitValue32(m.devAddr(unsafe.Pointer(w)), c.u, cu.WaitValueGEQ); err != nil {
+					return err
+				}
+			}
+			mine := unsafe.Pointer(unsafe.SliceData(c.inputs[op.rank]))
+			if err := cu.MemcpyDtoHAsync(mine, p+cu.DevPtr(c.off), uint64(c.bytes), m.sIn); err != nil {
+				return err
+			}
+			if err := m.sIn.WriteValue32(m.devAddr(unsafe.Pointer(c.myIn)), c.u+1, cu.WriteValueDefault); err != nil {
 				return err
 			}
 		}
-		mine := unsafe.Pointer(unsafe.SliceData(op.inputs[op.rank]))
-		if err := cu.MemcpyDtoHAsync(mine, p, uint64(op.bytes), s); err != nil {
-			return err
-		}
-		if err := s.WriteValue32(m.devAddr(unsafe.Pointer(op.myIn)), op.u+1, cu.WriteValueDefault); err != nil {
-			return err
-		}
-		for _, w := range op.waitIn {
-			if err := s.WaitValue32(m.devAddr(unsafe.Pointer(w)), op.u+1, cu.WaitValueGEQ); err != nil {
+		for _, c := range op.chunks {
+			for _, w := range c.waitIn {
+				if err := s.WaitValue32(m.devAddr(unsafe.Pointer(w)), c.u+1, cu.WaitValueGEQ); err != nil {
+					return err
+				}
+			}
+			base := m.devAddr(unsafe.Pointer(unsafe.SliceData(c.inputs[0])))
+			count := int64(c.bytes / es)
+			if err := l.Launch1D(f, count, cu.P(p+cu.DevPtr(c.off)), cu.P(base), cu.I64(stride), cu.I32(int32(op.n)), cu.I32(int32(op.rank)),
+				cu.I64(count), cu.I32(opCode(op.red))); err != nil {
 				return err
 			}
-		}
-		base := m.devAddr(unsafe.Pointer(unsafe.SliceData(op.inputs[0])))
-		count := int64(op.bytes / op.dt.Size())
-		if err := l.Launch1D(f, count, cu.P(p), cu.P(base), cu.I64(stride), cu.I32(int32(op.n)), cu.I32(int32(op.rank)),
-			cu.I64(count), cu.I32(opCode(op.red))); err != nil {
-			return err
-		}
-		if err := s.WriteValue32(m.devAddr(unsafe.Pointer(op.myDone)), op.u+1, cu.WriteValueDefault); err != nil {
-			return err
+			if err := s.WriteValue32(m.devAddr(unsafe.Pointer(c.myDone)), c.u+1, cu.WriteValueDefault); err != nil {
+				return err
+			}
 		}
 		m.markTicks[k] = op.ticket
 		return m.marks[k].Record(s)

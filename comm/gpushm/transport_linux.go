@@ -184,7 +184,8 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.Mem[seg.Ctl(r)+sg.CPid]))))
 	}
 	t.st, t.noDev = mv.stream()
-	if t.devMax = o.deviceMax(seg.L.SlotBytes); t.devMax == 0 {
+	t.devChunk = o.deviceChunk(seg.L.SlotBytes)
+	if t.devMax = o.deviceMax(); t.devMax == 0 {
 		t.st, t.noDev = nil, "off (DeviceMax)"
 	}
 	if t.st != nil {
@@ -200,7 +201,7 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		}
 	}
 	if trace {
-		t.tr = &tracer{rank: rank, path: fmt.Sprintf("on up to %d bytes (async %v)", t.devMax, t.async)}
+		t.tr = &tracer{rank: rank, path: fmt.Sprintf("on up to %d bytes in chunks of %d (async %v)", t.devMax, t.devChunk, t.async)}
 		if t.st == nil {
 			t.tr.path = "off: " + t.noDev
 		}
@@ -238,6 +239,7 @@ type transport struct {
 	st       streamer
 	noDev    string
 	devMax   int
+	devChunk int
 	async    bool
 	inputs   [][][]byte // per slot, every rank's input slot
 	ticket   uint64     // device-path ops queued so far
