@@ -280,8 +280,9 @@ dpstep() {
 
 # dpall: the gpushm conformance and fault suites on 2 GPUs (when they
 # fail, the rest runs with the device path off), dpstep, and all-reduce
-# sweeps from the gradient size (827,580 bytes) up with NCCL_P2P_DISABLE=1:
-# gpushm (defaults) and NCCL, then gpushm's host pipeline.
+# sweeps from the gradient size (827,580 bytes) by factors of 4 up to
+# $DP_SWEEP_MAX with NCCL_P2P_DISABLE=1: gpushm (defaults) and NCCL, then
+# gpushm with each of $DP_SWEEP_VARIANTS (default: the host pipeline).
 dpall() {
   env_setup
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
@@ -303,12 +304,18 @@ dpall() {
   fi
   wait $gen; cat "$logs/gen.txt"
   dpstep "$dir"
-  local sweep=(-procs 2 -min 827580 -max 13241280 -factor 4 -budget 268435456)
+  local sweep=(-procs 2 -min 827580 -max "${DP_SWEEP_MAX:-13241280}" -factor 4 -budget 268435456)
   NCCL_P2P_DISABLE=1 timeout 60 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm,nccl \
     -json "$logs/bw-off.json" >"$logs/bw-off.txt" 2>&1; echo "sweep gpushm,nccl P2P off rc=$?"
-  NCCL_P2P_DISABLE=1 STRATA_GPUSHM_DEVICE_MAX=-1 timeout 40 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm \
-    -json "$logs/bw-pipe.json" >"$logs/bw-pipe.txt" 2>&1; echo "sweep gpushm host pipeline rc=$?"
-  grep -vE '^\s*$' "$logs/bw-off.txt" "$logs/bw-pipe.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30
+  # gpushm variants (comma-separated environment settings each), P2P off.
+  local v k=0
+  for v in ${DP_SWEEP_VARIANTS-STRATA_GPUSHM_DEVICE_MAX=-1}; do
+    k=$((k + 1))
+    env NCCL_P2P_DISABLE=1 ${v//,/ } timeout 40 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm \
+      -json "$logs/bw-var-$k.json" >"$logs/bw-var-$k.txt" 2>&1
+    echo "gpushm $v: rc=$? $(grep -E 'MiB|KiB' "$logs/bw-var-$k.txt" | tr -s ' ' | tr '\n' ';')"
+  done
+  grep -vE '^\s*$' "$logs/bw-off.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30
 }
 
 case "${1:-}" in

@@ -504,7 +504,8 @@ const benchVariantsOff = "nccl=nccl" +
 // Adam) on the dataset in $STRATA_BENCH_DATASET with one process per GPU
 // on 2 GPUs: one job with NCCL_P2P_DISABLE=1 trains with each of
 // benchVariantsOff ($STRATA_DP_BENCH_VARIANTS overrides them) in turn,
-// one with P2P on trains with NCCL. $STRATA_DP_STEPS (default 50) steps
+// one with P2P on trains with NCCL (skipped with
+// STRATA_DP_BENCH_P2P_ON=0). $STRATA_DP_STEPS (default 50) steps
 // are timed after 10 warm-up steps; ms/step is the slower rank's; both
 // ranks must end with equal parameters. Run it with -test.benchtime 1x.
 func BenchmarkDataParallelStep(b *testing.B) {
@@ -533,6 +534,9 @@ func BenchmarkDataParallelStep(b *testing.B) {
 	}{
 		{"p2p-off", off, []string{"NCCL_P2P_DISABLE=1"}},
 		{"p2p-on", "nccl-p2p-on=nccl", nil},
+	}
+	if os.Getenv("STRATA_DP_BENCH_P2P_ON") == "0" {
+		jobs = jobs[:1]
 	}
 	ms := map[string]float64{}
 	for _, j := range jobs {
