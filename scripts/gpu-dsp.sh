@@ -10,6 +10,8 @@
 #                                     # on 1, 2 and 4 GPUs
 #   scripts/gpu-dsp.sh bench          # on the GPU host: the benchmark set (1/2/4 GPUs,
 #                                     # pipeline on/off, cache layouts, single-GPU trainer)
+#   scripts/gpu-dsp.sh final          # on the GPU host: the 4-GPU partitioned-cache runs
+#                                     # (pipeline on/off, 64 MiB cache, all UVA), 1 GPU off
 #
 # The device machine: `run` with carry [".gpu/dsp"] and command
 # `scripts/gpu-dsp.sh bench` on nvidia-h200-x4. Logs and reports go to
@@ -154,9 +156,32 @@ bench() {
   finish
 }
 
+# final: the 4-GPU runs with the partitioned cache (whole-graph sampler),
+# pipeline off, a limited cache and all features through UVA, plus the
+# 1-GPU pipeline off and the 4-GPU collective sampler; stops at the first
+# 4-GPU failure.
+final() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    if products d4f cuda:0,1,2,3 "$e" --gpu-sampler full; then
+      products d4f-off cuda:0,1,2,3 "$e" --gpu-sampler full --no-pipeline
+      products d4f-budget cuda:0,1,2,3 "$e" --gpu-sampler full --cache 64MiB
+      products d4f-uva cuda:0,1,2,3 "$e" --gpu-sampler full --cache 0
+      products d1-off cuda:0 "$e" --no-pipeline
+      products d4 cuda:0,1,2,3 "$e"
+    else
+      products d1-off cuda:0 "$e" --no-pipeline
+    fi
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
 case "${1:-}" in
   build) build ;;
   shake) shake ;;
   bench) bench ;;
-  *) echo "usage: $0 build | shake | bench" >&2; exit 2 ;;
+  final) final ;;
+  *) echo "usage: $0 build | shake | bench | final" >&2; exit 2 ;;
 esac

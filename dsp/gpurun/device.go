@@ -32,8 +32,11 @@ type device struct {
 	m    *metrics.Counters
 
 	kit    *kit
-	sdev   *cuda.Device // the sampler's sibling device (own stream), nil when shared
-	later  *deferred    // sampler batches freed after the trainer's copies (sdev != nil)
+	sdev   *cuda.Device    // the sampler's sibling handle of the GPU (own stream and lock), nil when shared
+	ldev   *cuda.Device    // the loader's, likewise
+	lb     backend.Backend // the loader's back end: ldev, or b
+	lfence *devbuf.Fence   // waits for the loader's stream (ldev != nil)
+	later  *deferred       // frees sampler and loader buffers after the trainer's copies of them
 	trk    *tracker
 	loader *gpucache.Loader
 	model  nn.Model
@@ -63,16 +66,17 @@ type item struct {
 	last                          bool
 	seeds                         []graph.NodeID
 	bt                            batch
-	x                             backend.Buffer
+	x                             backend.Buffer  // input features
+	xb                            backend.Backend // the back end that owns x
 }
 
-func (it *item) free(b backend.Backend) {
+func (it *item) free() {
 	if it.bt != nil {
 		it.bt.Free()
 		it.bt = nil
 	}
 	if it.x != nil {
-		b.Free(it.x)
+		it.xb.Free(it.x)
 		it.x = nil
 	}
 }
@@ -109,17 +113,24 @@ func (d *device) setup() error {
 		place = gpusample.Mapped
 	}
 	hot := s.plan.Rows(r)
+	d.lb = d.b
+	if d.ldev != nil {
+		d.lb = d.ldev
+		if d.lfence, err = devbuf.NewFence(d.ldev); err != nil {
+			return d.errf("fences", err)
+		}
+	}
 	spec := samplerSpec{dev: d.sdev, maxIDs: maxInputs(cfg.Train.BatchSize, cfg.Train.Fanouts, int(s.in.NumRows)),
 		csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
-	if d.kit, err = newKit(d.b, s.in, s.x, int(s.in.NumRows), s.dim, hot,
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot,
 		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}, spec); err != nil {
 		return d.errf("device kit", err)
 	}
-	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.b,
+	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
 		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
 		return d.errf("feature loader", err)
 	}
-	if d.sdev != nil {
+	if d.sdev != nil || d.ldev != nil {
 		d.later = &deferred{}
 		for i := range d.later.fences {
 			if d.later.fences[i], err = devbuf.NewFence(d.b.(*cuda.Device)); err != nil {
@@ -211,6 +222,10 @@ func (d *device) free() {
 	if d.later != nil {
 		d.later.close()
 	}
+	if d.lfence != nil {
+		d.lfence.Close()
+		d.lfence = nil
+	}
 	if d.loader != nil {
 		d.loader.Close() // closes the store
 	} else if d.kit != nil && d.kit.store != nil {
@@ -251,7 +266,7 @@ func (d *device) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.queues[r] = []func() metrics.QueueSnapshot{toLoader.Stats, toTrainer.Stats}
 	s.mu.Unlock()
-	drain := func(q *pipeline.Queue[*item]) { q.Drain(func(it *item) { it.free(d.b) }) }
+	drain := func(q *pipeline.Queue[*item]) { q.Drain(func(it *item) { it.free() }) }
 	s.group.Go(fmt.Sprintf("rank %d sampler", r), func() error {
 		defer toLoader.Close()
 		return d.samplerStage(ctx, toLoader)
@@ -313,7 +328,17 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 	if err != nil {
 		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
 	}
-	it.x = x
+	it.x, it.xb = x, d.lb
+	if d.lfence != nil {
+		// The trainer reads x from its own stream: the loader's must
+		// have written it.
+		if err := d.lfence.Record(); err == nil {
+			err = d.lfence.Wait()
+		}
+		if err != nil {
+			return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
+		}
+	}
 	d.m.StageBusy(metrics.Loader, time.Since(t0))
 	return nil
 }
@@ -328,13 +353,21 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 		d.epochStart = t0
 	}
 	err := d.step(ctx, it)
-	if err == nil && d.later != nil && it.bt != nil {
-		// The step copied the batch's blocks on the trainer's stream:
-		// free it once that has run.
-		err = d.later.add(it.bt)
+	if err == nil && d.later != nil {
+		// The step copied the batch's blocks and features on the
+		// trainer's stream: free them once that has run.
+		var frees []func()
+		if bt := it.bt; bt != nil {
+			frees = append(frees, bt.Free)
+		}
+		if x, xb := it.x, it.xb; x != nil && xb != d.b {
+			frees = append(frees, func() { xb.Free(x) })
+			it.x = nil
+		}
 		it.bt = nil
+		err = d.later.add(frees...)
 	}
-	it.free(d.b)
+	it.free()
 	if err != nil {
 		return d.errf(fmt.Sprintf("trainer epoch %d batch %d", it.epoch+1, it.batch), err)
 	}
@@ -361,7 +394,7 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 			t := time.Now()
 			d.trk.set(stSampler, "waiting for room in queue sampler->loader (epoch %d batch %d)", e+1, i)
 			if err := out.Push(ctx, "sampler", it); err != nil {
-				it.free(d.b)
+				it.free()
 				return err
 			}
 			d.m.StageWaitOut(metrics.Sampler, time.Since(t))
@@ -380,13 +413,13 @@ func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]
 		}
 		d.m.StageWaitIn(metrics.Loader, time.Since(t))
 		if err := d.loadOne(ctx, it); err != nil {
-			it.free(d.b)
+			it.free()
 			return err
 		}
 		t = time.Now()
 		d.trk.set(stLoader, "waiting for room in queue loader->trainer (epoch %d batch %d)", it.epoch+1, it.batch)
 		if err := out.Push(ctx, "loader", it); err != nil {
-			it.free(d.b)
+			it.free()
 			return err
 		}
 		d.m.StageWaitOut(metrics.Loader, time.Since(t))
@@ -426,7 +459,7 @@ func (d *device) sequential(ctx context.Context) error {
 				return err
 			}
 			if err := d.loadOne(ctx, it); err != nil {
-				it.free(d.b)
+				it.free()
 				return err
 			}
 			if err := d.trainOne(ctx, it); err != nil {
@@ -472,9 +505,17 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if err != nil {
 		return err
 	}
+	x := it.x
+	if it.xb != b {
+		// Features from the loader's stream: copy them to the trainer's.
+		if x, err = adoptBuffer(b, it.x); err != nil {
+			return err
+		}
+		defer b.Free(x)
+	}
 	t := autograd.NewTape(b)
 	defer t.Release()
-	xv, err := t.Const(it.x, n, s.dim)
+	xv, err := t.Const(x, n, s.dim)
 	if err != nil {
 		return err
 	}

@@ -205,6 +205,34 @@ func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
 	return out, nil
 }
 
+// adoptBuffer copies src (a buffer of another handle of the same GPU,
+// already written) into a new buffer of b on b's stream.
+func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
+	t, ok := b.(*cuda.Device)
+	sb, ok2 := src.(*cuda.Buffer)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("adopting a %T into a %T", src, b)
+	}
+	var dst *cuda.Buffer
+	err := t.Do(func(l *cuda.Locked) error {
+		var err error
+		if dst, err = l.Alloc(sb.DType(), sb.Len()); err != nil {
+			return err
+		}
+		if n := sb.Len() * sb.DType().Size(); n > 0 {
+			return cu.MemcpyDtoDAsync(dst.Ptr(), sb.Ptr(), uint64(n), l.Stream())
+		}
+		return nil
+	})
+	if err != nil {
+		if dst != nil {
+			t.Free(dst)
+		}
+		return nil, err
+	}
+	return dst, nil
+}
+
 // hostSampler samples on the host (sample.NeighborSampler, the same
 // batches): the CPU back ends' sampler.
 type hostSampler struct {

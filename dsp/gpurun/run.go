@@ -60,7 +60,8 @@ type shared struct {
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
 	trk    []tracker
-	sdevs  []*cuda.Device // the samplers' sibling devices (own streams); nil when shared
+	sdevs  []*cuda.Device // the samplers' sibling handles of the GPUs (own streams); nil when shared
+	ldevs  []*cuda.Device // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
 	closeOnce sync.Once
@@ -125,14 +126,18 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	}
 	defer s.closeComms()
 	if nCUDA == k && !cfg.SharedStream {
-		// The samplers run on a second handle of each GPU: its own
-		// stream, lock and allocator, so sampling (its collectives and
-		// its waits for the device) does not queue behind training.
-		s.sdevs = make([]*cuda.Device, k)
+		// The samplers and the loaders run on second and third handles
+		// of each GPU: their own streams, locks and allocators, so that
+		// no stage waits behind another's work or holds a lock another
+		// stage needs while it waits for a collective.
+		s.sdevs, s.ldevs = make([]*cuda.Device, k), make([]*cuda.Device, k)
 		for r, b := range opts.Backends {
 			d := b.(*cuda.Device)
 			if s.sdevs[r], err = cuda.Open(d.Ordinal(), cuda.Options{TF32: d.TF32()}); err != nil {
 				return nil, &RunError{Op: "sampler streams", Err: err}
+			}
+			if s.ldevs[r], err = cuda.Open(d.Ordinal(), cuda.Options{TF32: d.TF32()}); err != nil {
+				return nil, &RunError{Op: "loader streams", Err: err}
 			}
 		}
 	}
@@ -178,7 +183,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	for r := range k {
 		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
 		if s.sdevs != nil {
-			devs[r].sdev = s.sdevs[r]
+			devs[r].sdev, devs[r].ldev = s.sdevs[r], s.ldevs[r]
 		}
 		g.Go(fmt.Sprintf("rank %d", r), func() error {
 			err := devs[r].setup()
@@ -261,6 +266,9 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 				if st == stSampler && s.sdevs != nil {
 					devs[r] = s.sdevs[r] // the sampler's collectives go on its stream
 				}
+				if st == stLoader && s.ldevs != nil {
+					devs[r] = s.ldevs[r]
+				}
 			}
 			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st]}); err != nil {
 				return &RunError{Op: "NCCL communicators", Err: err}
@@ -297,9 +305,11 @@ func (s *shared) closeComms() {
 			c.Close()
 		}
 	}
-	for _, d := range s.sdevs {
-		if d != nil {
-			d.Close()
+	for _, ds := range [][]*cuda.Device{s.sdevs, s.ldevs} {
+		for _, d := range ds {
+			if d != nil {
+				d.Close()
+			}
 		}
 	}
 }

@@ -69,40 +69,45 @@ func dump(w io.Writer, trk []tracker) {
 // batch is freed two steps later, when its fence has long passed.
 type deferred struct {
 	fences [3]*devbuf.Fence
-	items  [3]batch
+	items  [3][]func()
 	next   int
 }
 
-// add marks the trainer's stream and queues bt to be freed after the mark.
-func (q *deferred) add(bt batch) error {
+// add marks the trainer's stream and queues frees to run after the mark.
+func (q *deferred) add(frees ...func()) error {
 	i := q.next
 	q.next = (i + 1) % len(q.fences)
 	if q.items[i] != nil {
 		if err := q.fences[i].Wait(); err != nil {
 			return err
 		}
-		q.items[i].Free()
+		runAll(q.items[i])
 		q.items[i] = nil
 	}
 	if err := q.fences[i].Record(); err != nil {
-		bt.Free() // unsafe to keep; the run fails anyway
-		return err
+		return err // leaked: the run fails anyway
 	}
-	q.items[i] = bt
+	q.items[i] = frees
 	return nil
 }
 
-// drain waits for every mark and frees the batches.
+func runAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
+
+// drain waits for every mark and runs the frees.
 func (q *deferred) drain() error {
 	var first error
-	for i, bt := range q.items {
-		if bt == nil {
+	for i, fs := range q.items {
+		if fs == nil {
 			continue
 		}
 		if err := q.fences[i].Wait(); err != nil && first == nil {
 			first = err
 		}
-		bt.Free()
+		runAll(fs)
 		q.items[i] = nil
 	}
 	return first
