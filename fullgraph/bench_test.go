@@ -145,9 +145,12 @@ type partitioned struct {
 	src string
 }
 
-// benchPartition returns ds renumbered into p blocks, once per p: from
-// $STRATA_BENCH_PARTS/p<P>.bin (a 'strata partition' file) when it
-// exists, else partitioned here.
+// benchPartition returns ds renumbered into p blocks, once per p: with
+// $STRATA_BENCH_ORDER (a 'strata partition' file of k parts, k a
+// multiple of p) renumbered by it, every k/p consecutive parts one block
+// (so each block's nodes are also ordered by part: neighbors lie close in
+// memory); else from $STRATA_BENCH_PARTS/p<P>.bin when it exists; else
+// partitioned here (one block for p = 1).
 func benchPartition(b *testing.B, ds *dataset.Dataset, p int) partitioned {
 	partMu.Lock()
 	defer partMu.Unlock()
@@ -157,7 +160,24 @@ func benchPartition(b *testing.B, ds *dataset.Dataset, p int) partitioned {
 	t0 := time.Now()
 	var pt partitioned
 	var err error
-	if dir := os.Getenv("STRATA_BENCH_PARTS"); dir != "" {
+	if path := os.Getenv("STRATA_BENCH_ORDER"); path != "" {
+		var off []int64
+		if pt.ds, off, err = ApplyPartitionFile(ds, path); err != nil {
+			b.Fatal(err)
+		}
+		k := len(off) - 1
+		if k%p != 0 {
+			b.Fatalf("%s has %d parts, not a multiple of %d", path, k, p)
+		}
+		for i := 0; i <= p; i++ {
+			pt.off = append(pt.off, off[i*(k/p)])
+		}
+		pt.src = fmt.Sprintf("%s, %d parts per block", path, k/p)
+	} else if p == 1 {
+		off, _ := RangeOffsets(int(ds.NumNodes()), 1)
+		pt = partitioned{ds: ds, off: off, src: "one block"}
+	}
+	if dir := os.Getenv("STRATA_BENCH_PARTS"); dir != "" && pt.ds == nil {
 		path := filepath.Join(dir, fmt.Sprintf("p%d.bin", p))
 		if _, serr := os.Stat(path); serr == nil {
 			pt.ds, pt.off, err = ApplyPartitionFile(ds, path)
@@ -203,7 +223,9 @@ func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
 // of training epochs in $STRATA_BENCH_EPOCHS (default 5; the first is a
 // warm-up and not timed), so every configuration is set up once.
 // $STRATA_BENCH_PARTS names a folder of partition files p2.bin, p4.bin
-// ('strata partition' output) to skip partitioning; with
+// ('strata partition' output) to skip partitioning, $STRATA_BENCH_ORDER
+// one file of k parts that orders the nodes for every device count (see
+// benchPartition); with
 // $STRATA_BENCH_PROFILE set, one more epoch is profiled on GPU 0 and its
 // device time per op is logged (-test.v).
 //
@@ -237,10 +259,10 @@ func BenchmarkProductsSAGE(b *testing.B) {
 				cfg.Staleness = DefaultStaleness()
 			}
 			opts := Options{Backends: bs}
-			run := ds
+			pt := benchPartition(b, ds, tc.p)
+			run := pt.ds
+			opts.Offsets = pt.off
 			if tc.p > 1 {
-				pt := benchPartition(b, ds, tc.p)
-				run, opts.Offsets = pt.ds, pt.off
 				opts.DeviceComms = benchComms(b, bs)
 			}
 			epochs := envInt(b, "STRATA_BENCH_EPOCHS", max(b.N, 2))

@@ -10,13 +10,18 @@
 #   scripts/gpu-fg.sh bench [DIR]    # on the GPU host: generate the products shape into DIR
 #                                    # (default /tmp/products), then BenchmarkProductsSAGE
 #   scripts/gpu-fg.sh all [DIR]      # test, then bench
+#   scripts/gpu-fg.sh spmm [DIR]     # on the GPU host: SpMM kernels and variants on the products
+#                                    # graph (BenchmarkSpMMVariants), node orders natural, by
+#                                    # degree and by the partition file FG_ORDER (below)
 #
 # bench settings (environment): FG_BENCH, the sub-benchmarks (a -test.bench
 # pattern, default 'ProductsSAGE/gpus=1$'); FG_EPOCHS, training epochs per
 # configuration (default 5, the first untimed); FG_PROFILE=1 logs the
 # device time per op of one more epoch on GPU 0; FG_EVAL_EVERY evaluates
 # every N epochs; FG_COMM picks the device communicators (auto, nccl,
-# gpushm, host); FG_TF32=1 turns on TF32 tensor cores; FG_TIMEOUT bounds
+# gpushm, host); FG_TF32=1 turns on TF32 tensor cores; FG_ORDER=K orders
+# the nodes by the K-part partition file .gpu/fg/parts/pK.bin (K/P parts
+# per device's block, see BenchmarkProductsSAGE); FG_TIMEOUT bounds
 # the benchmark (seconds, default 300). Logs go to $LOGS, else $OUT, else
 # .gpu/fg/logs; the summary lines come last.
 set -uo pipefail
@@ -72,17 +77,14 @@ test_run() {
 bench_run() {
   setup
   local data=${1:-/tmp/products}
-  if [ ! -f "$data/manifest.json" ]; then
-    local t0=$(date +%s)
-    "$dir/strata" gen "$data" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
-    echo "gen products: $(( $(date +%s) - t0 ))s"
-  fi
+  gen_data "$data" || return 1
   export STRATA_BENCH_DATASET=$data STRATA_BENCH_EPOCHS=${FG_EPOCHS:-5}
   [ -d "$root/$dir/parts" ] && export STRATA_BENCH_PARTS=$root/$dir/parts
   [ -n "${FG_PROFILE:-}" ] && export STRATA_BENCH_PROFILE=1
   [ -n "${FG_EVAL_EVERY:-}" ] && export STRATA_BENCH_EVAL_EVERY=$FG_EVAL_EVERY
   [ -n "${FG_COMM:-}" ] && export STRATA_BENCH_COMM=$FG_COMM
   [ -n "${FG_TF32:-}" ] && export STRATA_CUDA_TF32=1
+  [ -n "${FG_ORDER:-}" ] && export STRATA_BENCH_ORDER=$root/$dir/parts/p$FG_ORDER.bin
   local t0=$(date +%s)
   (cd fullgraph && timeout "${FG_TIMEOUT:-300}" "$root/$dir/fullgraph.test" -test.run '^$' -test.v -test.benchtime 1x \
     -test.bench "${FG_BENCH:-ProductsSAGE/gpus=1\$}" -test.timeout "$(( ${FG_TIMEOUT:-300} - 5 ))s") >"$logs/bench.log" 2>&1
@@ -91,10 +93,33 @@ bench_run() {
   grep -E -- '^Benchmark|--- FAIL|panic:|^FAIL' "$logs/bench.log"
 }
 
+gen_data() {
+  local data=$1
+  if [ ! -f "$data/manifest.json" ]; then
+    local t0=$(date +%s)
+    "$dir/strata" gen "$data" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
+    echo "gen products: $(( $(date +%s) - t0 ))s"
+  fi
+}
+
+spmm_run() {
+  setup
+  local data=${1:-/tmp/products}
+  gen_data "$data" || return 1
+  export STRATA_BENCH_DATASET=$data
+  [ -n "${FG_ORDER:-}" ] && export STRATA_BENCH_ORDER=$root/$dir/parts/p$FG_ORDER.bin
+  local t0=$(date +%s)
+  (cd tensor/backend/cuda && timeout "${FG_TIMEOUT:-240}" "$root/$dir/cuda.test" -test.run '^$' -test.v -test.benchtime 1x \
+    -test.bench SpMMVariants -test.timeout "$(( ${FG_TIMEOUT:-240} - 5 ))s") >"$logs/spmm.log" 2>&1
+  echo "spmm variants rc=$? $(( $(date +%s) - t0 ))s"
+  grep -E -- 'spmmx_test.go|--- FAIL|panic:' "$logs/spmm.log" | sed 's/^ *spmmx_test.go:[0-9]*: //'
+}
+
 case "${1:-}" in
 build) build ;;
 test) test_run ;;
 bench) shift; bench_run "$@" ;;
 all) shift; test_run; bench_run "$@" ;;
-*) sed -n '2,23p' "$0"; exit 2 ;;
+spmm) shift; spmm_run "$@" ;;
+*) sed -n '2,28p' "$0"; exit 2 ;;
 esac

@@ -444,7 +444,8 @@ func (d *Device) loadModuleLocked(name, src string) (*Module, KernelInfo, error)
 	return m, info, nil
 }
 
-// kernelNames lists the extern "C" __global__ functions defined in src.
+// kernelNames lists the extern "C" __global__ functions defined in src
+// (with or without a __launch_bounds__ qualifier).
 func kernelNames(src string) []string {
 	var names []string
 	const marker = `extern "C" __global__ void `
@@ -454,6 +455,14 @@ func kernelNames(src string) []string {
 			return names
 		}
 		src = src[i+len(marker):]
+		// Skip a __launch_bounds__(...) qualifier before the name.
+		if rest, ok := strings.CutPrefix(src, "__launch_bounds__("); ok {
+			k := strings.IndexByte(rest, ')')
+			if k < 0 {
+				return names
+			}
+			src = rest[k+1:]
+		}
 		j := strings.IndexByte(src, '(')
 		if j < 0 {
 			return names

@@ -48,6 +48,15 @@ func TestKernelNamesUnique(t *testing.T) {
 	}
 }
 
+func TestKernelNamesLaunchBounds(t *testing.T) {
+	src := `extern "C" __global__ void a(int x) {}
+extern "C" __global__ void __launch_bounds__(256, 4) b(int x) {}
+extern "C" __global__ void c (int x) {}`
+	if got := kernelNames(src); len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "c" {
+		t.Fatalf("kernelNames = %q", got)
+	}
+}
+
 func TestClassSize(t *testing.T) {
 	cases := map[uint64]uint64{1: 512, 512: 512, 513: 1024, 4096: 4096, 4097: 5120, 5121: 6144, 7169: 8192, 1 << 30: 1 << 30, 1<<30 + 1: 1<<30 + 1<<28}
 	for n, want := range cases {

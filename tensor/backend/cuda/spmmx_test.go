@@ -1,0 +1,361 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/partition"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// spmmxSrc holds SpMM variants for BenchmarkSpMMVariants: G lanes per
+// row (32/G rows per warp), NV columns (float or float4) per lane, U
+// edges in flight, PF: the next 32-edge chunk's indices loaded ahead.
+const spmmxSrc = `
+template <typename T> struct Acc;
+template <> struct Acc<float> {
+  static __device__ __forceinline__ float zero() { return 0.0f; }
+  static __device__ __forceinline__ void fma(float& a, float w, const float& x) { a = fmaf(w, x, a); }
+};
+template <> struct Acc<float4> {
+  static __device__ __forceinline__ float4 zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ void fma(float4& a, float w, const float4& x) {
+    a.x = fmaf(w, x.x, a.x); a.y = fmaf(w, x.y, a.y); a.z = fmaf(w, x.z, a.z); a.w = fmaf(w, x.w, a.w);
+  }
+};
+
+template <typename T, int G, int NV, int U, bool PF>
+__device__ __forceinline__ void spmmg(T* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
+                                      const float* __restrict__ w, const T* __restrict__ x, i64 rows, i64 wd) {
+  const unsigned full = 0xffffffffu;
+  int lane = threadIdx.x & 31;
+  int sub = lane / G, gl = lane % G;
+  i64 r = ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / G) + sub;
+  bool live = r < rows;
+  i64 p0 = 0;
+  int n = 0;
+  if (live) {
+    p0 = ptr[r];
+    n = (int)(ptr[r + 1] - p0);
+  }
+  int maxn = G == 32 ? n : (int)__reduce_max_sync(full, (unsigned)n);
+  for (i64 fb = 0; fb < wd; fb += (i64)G * NV) {
+    T acc[NV];
+    bool on[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+      acc[k] = Acc<T>::zero();
+      on[k] = live && fb + gl + G * k < wd;
+    }
+    const T* xs = x + fb + gl;
+    int c = 0;
+    float we = 0.f;
+    if (PF && gl < n) {
+      c = col[p0 + gl];
+      we = w ? w[p0 + gl] : 1.0f;
+    }
+    for (int base = 0; base < maxn; base += G) {
+      int cnt = n - base;
+      if (!PF) {
+        c = 0;
+        we = 0.f;
+        if (gl < cnt) {
+          c = col[p0 + base + gl];
+          we = w ? w[p0 + base + gl] : 1.0f;
+        }
+      }
+      int cc = c;
+      float ww = we;
+      if (PF) {
+        c = 0;
+        we = 0.f;
+        if (gl < cnt - G) {
+          c = col[p0 + base + G + gl];
+          we = w ? w[p0 + base + G + gl] : 1.0f;
+        }
+      }
+      int jmax = maxn - base < G ? maxn - base : G;
+      int j = 0;
+      for (; j + U <= jmax; j += U) {
+        T v[U][NV];
+        float wu[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          int cu = __shfl_sync(full, cc, j + u, G);
+          wu[u] = __shfl_sync(full, ww, j + u, G);
+          ok[u] = j + u < cnt;
+          const T* xr = xs + (i64)cu * wd;
+#pragma unroll
+          for (int k = 0; k < NV; k++)
+            if (on[k] && ok[u]) v[u][k] = xr[G * k];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+          for (int k = 0; k < NV; k++)
+            if (on[k] && ok[u]) Acc<T>::fma(acc[k], wu[u], v[u][k]);
+        }
+      }
+      for (; j < jmax; j++) {
+        int cu = __shfl_sync(full, cc, j, G);
+        float wj = __shfl_sync(full, ww, j, G);
+        bool okj = j < cnt;
+        const T* xr = xs + (i64)cu * wd;
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+          if (on[k] && okj) Acc<T>::fma(acc[k], wj, xr[G * k]);
+      }
+    }
+    T* o = out + r * wd + fb + gl;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+      if (on[k]) o[G * k] = acc[k];
+  }
+}
+`
+
+// spmmxVariant is one instantiation of spmmg.
+type spmmxVariant struct {
+	vec            bool // float4
+	g, nv, u       int
+	pf             bool
+	minBlocks      int // __launch_bounds__(256, minBlocks); 0: none
+	width          int // the width it is for
+	name, typeName string
+}
+
+func (v *spmmxVariant) init() {
+	v.typeName = "float"
+	if v.vec {
+		v.typeName = "float4"
+	}
+	pf := 0
+	if v.pf {
+		pf = 1
+	}
+	v.name = fmt.Sprintf("x_w%d_%s_g%d_nv%d_u%d_pf%d_lb%d", v.width, map[bool]string{false: "s", true: "v"}[v.vec], v.g, v.nv, v.u, pf, v.minBlocks)
+}
+
+func (v *spmmxVariant) source() string {
+	lb := ""
+	if v.minBlocks > 0 {
+		lb = fmt.Sprintf("__launch_bounds__(256, %d) ", v.minBlocks)
+	}
+	return fmt.Sprintf(`extern "C" __global__ void %s%s(%s* out, const i64* ptr, const int* col, const float* w, const %s* x, i64 rows, i64 wd) {
+  spmmg<%s, %d, %d, %d, %v>(out, ptr, col, w, x, rows, wd);
+}
+`, lb, v.name, v.typeName, v.typeName, v.typeName, v.g, v.nv, v.u, v.pf)
+}
+
+func spmmxVariants() []*spmmxVariant {
+	vs := []*spmmxVariant{
+		{width: 256, vec: true, g: 32, nv: 2, u: 4},
+		{width: 256, vec: true, g: 32, nv: 2, u: 4, pf: true},
+		{width: 256, vec: true, g: 32, nv: 2, u: 8, pf: true},
+		{width: 256, vec: true, g: 32, nv: 2, u: 2, pf: true},
+		{width: 256, vec: true, g: 16, nv: 4, u: 4, pf: true},
+		{width: 256, vec: true, g: 32, nv: 2, u: 4, pf: true, minBlocks: 4},
+		{width: 100, vec: true, g: 32, nv: 1, u: 8},
+		{width: 100, vec: true, g: 32, nv: 1, u: 8, pf: true},
+		{width: 100, vec: true, g: 32, nv: 1, u: 16, pf: true},
+		{width: 100, vec: true, g: 16, nv: 2, u: 8, pf: true},
+		{width: 100, vec: true, g: 8, nv: 4, u: 4, pf: true},
+		{width: 100, vec: true, g: 8, nv: 4, u: 8, pf: true},
+		{width: 100, vec: true, g: 32, nv: 1, u: 8, pf: true, minBlocks: 4},
+		{width: 47, g: 32, nv: 2, u: 8},
+		{width: 47, g: 32, nv: 2, u: 8, pf: true},
+		{width: 47, g: 32, nv: 2, u: 16, pf: true},
+		{width: 47, g: 16, nv: 3, u: 8, pf: true},
+		{width: 47, g: 16, nv: 3, u: 16, pf: true},
+		{width: 47, g: 8, nv: 6, u: 4, pf: true},
+		{width: 47, g: 8, nv: 6, u: 8, pf: true},
+		{width: 47, g: 32, nv: 2, u: 8, pf: true, minBlocks: 4},
+	}
+	for _, v := range vs {
+		v.init()
+	}
+	return vs
+}
+
+// BenchmarkSpMMVariants times the SpMM kernels of spmm.cu and the
+// variants above on the graph of $STRATA_BENCH_DATASET (widths 47, 100
+// and 256, mean weights), in the dataset's node order, by descending
+// degree, and in the order of the partition file $STRATA_BENCH_ORDER
+// when set, checking every variant's bits against the back end's SpMM.
+// Run with -benchtime 1x -test.v.
+func BenchmarkSpMMVariants(b *testing.B) {
+	dir := os.Getenv("STRATA_BENCH_DATASET")
+	if dir == "" {
+		b.Skip("set STRATA_BENCH_DATASET")
+	}
+	d := gpu(b)
+	ds, err := dataset.Open(dir, dataset.OpenOptions{Quiet: true, SkipChecksums: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	vs := spmmxVariants()
+	var src strings.Builder
+	src.WriteString(CommonSource())
+	src.WriteString(spmmxSrc)
+	for _, v := range vs {
+		src.WriteString(v.source())
+	}
+	t0 := time.Now()
+	mod, err := d.LoadModule("spmmx", src.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("compiled %d variants in %.1fs", len(vs), time.Since(t0).Seconds())
+
+	orders := []struct {
+		name string
+		ds   *dataset.Dataset
+	}{{"natural", ds}}
+	n := int(ds.NumNodes())
+	g := ds.Graph
+	byDeg := make([]int32, n)
+	for i := range byDeg {
+		byDeg[i] = int32(i)
+	}
+	slices.SortStableFunc(byDeg, func(a, c int32) int {
+		return int((g.Indptr[c+1] - g.Indptr[c]) - (g.Indptr[a+1] - g.Indptr[a]))
+	})
+	oldToNew := make([]int32, n)
+	for nw, old := range byDeg {
+		oldToNew[old] = int32(nw)
+	}
+	if dd, err := partition.PermuteDataset(ds, oldToNew); err == nil {
+		orders = append(orders, struct {
+			name string
+			ds   *dataset.Dataset
+		}{"degree", dd})
+	} else {
+		b.Fatal(err)
+	}
+	if path := os.Getenv("STRATA_BENCH_ORDER"); path != "" {
+		saved, err := partition.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pd, err := partition.PermuteDataset(ds, saved.OldToNew)
+		if err != nil {
+			b.Fatal(err)
+		}
+		orders = append(orders, struct {
+			name string
+			ds   *dataset.Dataset
+		}{fmt.Sprintf("partition k=%d", saved.Book.K()), pd})
+	}
+
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, o := range orders {
+		g := o.ds.Graph
+		nnz := len(g.Indices)
+		a, err := d.NewSparse(n, n, g.Indptr, g.Indices)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wv := make([]float32, nnz)
+		for i := 0; i < n; i++ {
+			deg := g.Indptr[i+1] - g.Indptr[i]
+			for e := g.Indptr[i]; e < g.Indptr[i+1]; e++ {
+				wv[e] = float32(1 / float64(deg))
+			}
+		}
+		w := upload(b, d, backend.Float32, wv)
+		s := a.(*Sparse)
+		for _, width := range []int{47, 100, 256} {
+			xv := make([]float32, n*width)
+			for i := range xv {
+				xv[i] = float32(r.NormFloat64())
+			}
+			x := upload(b, d, backend.Float32, xv)
+			ref, _ := d.Alloc(backend.Float32, n*width)
+			out, _ := d.Alloc(backend.Float32, n*width)
+			gb := float64(nnz) * float64(width) * 4 / 1e9
+			timeIt := func(fn func() error) float64 {
+				best := math.Inf(1)
+				for rep := 0; rep < 4; rep++ {
+					must(b, d.Synchronize())
+					t := time.Now()
+					must(b, fn())
+					must(b, d.Synchronize())
+					if rep > 0 {
+						best = min(best, time.Since(t).Seconds())
+					}
+				}
+				return best
+			}
+			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, width) })
+			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0)+")", 1e3*sec, gb/sec/1e3)
+			want := download[float32](b, d, ref)
+			for _, v := range vs {
+				if v.width != width {
+					continue
+				}
+				f, err := mod.Func(v.name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wd := int64(width)
+				if v.vec {
+					wd = int64(width / 4)
+				}
+				rowsPerBlock := int64(8 * (32 / v.g))
+				blocks := (int64(n) + rowsPerBlock - 1) / rowsPerBlock
+				sec := timeIt(func() error {
+					return d.Do(func(l *Locked) error {
+						return l.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, uint64(out.(*Buffer).ptr), uint64(s.ptr.ptr), uint64(s.col.ptr),
+							uint64(w.ptr), uint64(x.ptr), cu.I64(int64(n)), cu.I64(wd))
+					})
+				})
+				got := download[float32](b, d, out)
+				same := "same bits"
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						same = fmt.Sprintf("DIFFERS at %d: %v vs %v", i, got[i], want[i])
+						break
+					}
+				}
+				b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s  %s", o.name, width, v.name, 1e3*sec, gb/sec/1e3, same)
+			}
+			d.Free(x)
+			d.Free(ref)
+			d.Free(out)
+		}
+		d.FreeSparse(a)
+		d.Free(w)
+	}
+}
+
+func TestSpMMVariantsCompile(t *testing.T) {
+	if err := nvrtc.Load(); err != nil {
+		t.Skipf("no libnvrtc: %v", err)
+	}
+	var src strings.Builder
+	src.WriteString(CommonSource())
+	src.WriteString(spmmxSrc)
+	for _, v := range spmmxVariants() {
+		src.WriteString(v.source())
+	}
+	kind, arch, err := nvrtc.Target(90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nvrtc.Compile(src.String(), "spmmx.cu", kind, arch, nvrtcOptions...); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kernelNames(src.String())); n != len(spmmxVariants()) {
+		t.Fatalf("%d kernels found", n)
+	}
+}
