@@ -4,9 +4,11 @@
 #   scripts/gpu-csp.sh build     # here: CGO_ENABLED=0 test binaries into .gpu/csp/
 #   scripts/gpu-csp.sh run       # on a host with 1-4 GPUs: gpusample's GPU tests
 #                                # (the hop API's kernels share gs_sample's body),
-#                                # gpucsp's GPU tests (batches equal gpusample's on
-#                                # 1, 2 and 4 GPUs), then the products-shape epoch
-#                                # benchmark (BENCH_TIME, default 3x)
+#                                # gpucsp's tests (batches equal gpusample's on 1,
+#                                # 2 and 4 GPUs, host waits per step; the protocol's
+#                                # CPU tests too), then the products-shape epoch
+#                                # benchmark (BENCH_TIME, default 3x: ms/epoch,
+#                                # waits/step, wait-us/step, mallocs/step)
 #
 # On the lent device machine: `run` with carry [".gpu/csp"] and command
 # `scripts/gpu-csp.sh run`; logs go to $OUT (else .gpu/csp/logs).
