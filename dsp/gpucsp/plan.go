@@ -303,11 +303,3 @@ func ints(x []int64) []int {
 	}
 	return out
 }
-
-func sum(x []int) int64 {
-	var s int64
-	for _, v := range x {
-		s += int64(v)
-	}
-	return s
-}

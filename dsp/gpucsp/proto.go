@@ -151,14 +151,6 @@ func fill(P, v int) []int {
 	return out
 }
 
-func scale(x []int64, k int) []int {
-	out := make([]int, len(x))
-	for i, v := range x {
-		out[i] = int(v * int64(k))
-	}
-	return out
-}
-
 // sample runs one step: every hop, then one read of all hops' sizes. On
 // success the caller owns the returned parts; on failure they are freed.
 func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (_ []hopOut, err error) {
