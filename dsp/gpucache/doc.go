@@ -5,11 +5,13 @@
 //
 // Each device keeps a Store: the rows the plan gives it in device memory,
 // every other row readable from host memory (pinned and read through UVA
-// on GPUs, feature.Store). A Loader serves one batch's input nodes (a
-// device buffer of IDs, already unique when they come from a GPU sampler):
+// on GPUs, feature.Store). A Loader serves one batch's input nodes (IDs
+// on the host, as the sampler copied them out; unique when they come from
+// a GPU sampler):
 //
-//  1. the IDs are copied to the host and routed (Router): rows this
-//     device caches and cold rows are gathered locally; rows a peer
+//  1. the IDs are routed (Router: a byte per node says which device
+//     serves it; large batches are split over several goroutines): rows
+//     this device caches and cold rows are gathered locally; rows a peer
 //     caches are asked of it;
 //  2. a header all-to-all on a host communicator carries each device's
 //     status and request counts (a device with bad input makes every
@@ -23,8 +25,10 @@
 //
 // With one device, or a plan in which no device serves another (nothing
 // cached, or replication on every device), a load is a single local
-// gather with no copy to the host; the cache statistics are then counted
-// from an asynchronous copy of the IDs, one batch later.
+// gather.
+//
+// CUDAStore and CUDAFetch are the GPU pieces (feature.Store; a pinned
+// copy of IDs waited for with a fence); HostStore serves CPU back ends.
 //
 // Metrics: local hits, peer hits and misses (cold rows); feature bytes per
 // link: local (own cache), peer (IDs and rows sent to peers, headers) and

@@ -27,13 +27,19 @@
 // different devices never wait for each other's collectives in opposite
 // orders. With NoPipeline the three run one after another per batch.
 //
-// Streams: the CUDA back end runs all of a device's work on one stream
-// and its caching allocator relies on that (a block freed by the host is
-// reused at once by later work on the same stream), so the stages share
-// the stream: the pipeline overlaps the host side (launching, routing IDs,
-// waiting for the device and for collectives) with the device's work, and
-// the stages wait for the stream with fences (events) that do not hold the
-// device lock, so the other stages keep queueing work meanwhile.
+// Streams: the CUDA back end runs one stream per device handle, and its
+// caching allocator relies on that (a block freed by the host is reused
+// at once by later work on the same stream). So every GPU gets three
+// handles of its own (cuda.Open of the same ordinal: the trainer's, the
+// sampler's and the loader's), each with its own stream, lock and
+// allocator, and each used by one stage only. The stages' GPU work
+// overlaps, and no stage ever holds a device lock another stage needs
+// while it waits in a collective (with shared handles, 4-GPU runs that
+// exchanged features deadlocked). Blocks and features reach the trainer
+// by device-to-device copies on its stream; their source buffers are
+// freed two steps later, behind a fence. Stages wait for their streams
+// with fences that do not hold the device lock. Config.SharedStream puts
+// the sampler and the loader on the trainer's handle.
 //
 // BSP data parallelism: every device starts from the same weights (the
 // single-device trainer's), runs the same number of batches per epoch
