@@ -11,6 +11,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/exchange"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // ErrInput is wrapped by errors about bad arguments or input nodes.
@@ -61,11 +62,14 @@ func Exchanges(plan *cache.Plan) bool {
 type Loader struct {
 	cfg      Config
 	router   *Router
+	mach     machine
 	exchange bool
 	x        exchange.Exchanger
 }
 
-// New checks cfg and returns a loader.
+// New checks cfg and returns a loader. On a CUDA back end the routing
+// runs on the GPU (the holder table goes to device memory); on any other
+// back end its host mirror runs.
 func New(cfg Config) (*Loader, error) {
 	switch {
 	case cfg.Plan == nil || cfg.Backend == nil || cfg.Store == nil:
@@ -78,12 +82,19 @@ func New(cfg Config) (*Loader, error) {
 		return nil, err
 	}
 	l := &Loader{cfg: cfg, router: r, exchange: Exchanges(cfg.Plan)}
+	k := cfg.Plan.Devices()
 	if l.exchange {
-		k := cfg.Plan.Devices()
 		if cfg.Dev == nil || cfg.Host == nil || cfg.Dev.Size() != k || cfg.Host.Size() != k || cfg.Dev.Rank() != cfg.Rank || cfg.Host.Rank() != cfg.Rank {
 			return nil, fmt.Errorf("%w: the exchange needs device and host communicators of %d ranks with this rank %d", ErrInput, k, cfg.Rank)
 		}
 		l.x = exchange.Exchanger{C: cfg.Host, M: cfg.Metrics, Purpose: metrics.Feature}
+	}
+	if dev, ok := cfg.Backend.(*cuda.Device); ok {
+		if l.mach, err = newCUDAMachine(dev, r.holder, k, cfg.Rank, cfg.Rows); err != nil {
+			return nil, err
+		}
+	} else {
+		l.mach = &hostMachine{b: cfg.Backend, holder: r.holder, k: k, rank: cfg.Rank, rows: cfg.Rows}
 	}
 	return l, nil
 }
@@ -108,94 +119,113 @@ func (l *Loader) fail(msg string, err error) error {
 }
 
 // Load returns a new float32 device buffer with the rows of the nodes
-// ids (host IDs, as the sampler copied them out), len(ids) x Cols, in
-// ids' order. The caller frees it.
+// ids (host IDs), len(ids) x Cols, in ids' order. The caller frees it.
+// It uploads the IDs and runs LoadDevice.
 func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) {
-	if !l.exchange {
-		return l.loadLocal(ids)
-	}
-	rt, rerr := l.router.Route(ids)
-	return l.loadExchange(ctx, rt, rerr, len(ids))
-}
-
-// loadLocal gathers every row on this device.
-func (l *Loader) loadLocal(ids []int32) (backend.Buffer, error) {
-	hits, cold, err := l.router.Count(ids)
+	nb, err := devbuf.Upload(l.cfg.Backend, ids)
 	if err != nil {
-		return nil, l.fail("routing", err)
-	}
-	b := l.cfg.Backend
-	nb, err := devbuf.Upload(b, ids)
-	if err != nil {
+		if l.exchange {
+			// Still take part in the collective, failing every device.
+			return l.loadExchange(ctx, nil, 0, l.fail("uploading the IDs", err))
+		}
 		return nil, l.fail("uploading the IDs", err)
 	}
-	defer b.Free(nb)
-	x, err := b.Alloc(backend.Float32, len(ids)*l.cfg.Cols)
+	defer l.cfg.Backend.Free(nb)
+	return l.LoadDevice(ctx, nb)
+}
+
+// LoadDevice is Load for IDs already in an int32 buffer of the loader's
+// back end (on a GPU: a buffer of the loader's handle). The IDs are
+// checked on the device: an ID outside [0, Rows) fails the load (and,
+// when loads exchange rows, every device's load).
+func (l *Loader) LoadDevice(ctx context.Context, ids backend.Buffer) (backend.Buffer, error) {
+	var bad error
+	n := 0
+	if ids == nil || ids.DType() != backend.Int32 {
+		bad = l.fail("input nodes", fmt.Errorf("%w: the IDs must be an int32 buffer", ErrInput))
+	} else {
+		n = ids.Len()
+	}
+	if l.exchange {
+		return l.loadExchange(ctx, ids, n, bad)
+	}
+	if bad != nil {
+		return nil, bad
+	}
+	return l.loadLocal(ids, n)
+}
+
+// checkCounts turns the route's counts into an error for bad IDs.
+func (l *Loader) checkCounts(cnt []int64, n int) error {
+	k := l.cfg.Plan.Devices()
+	var sum int64
+	for p := range k {
+		if cnt[p] < 0 {
+			return fmt.Errorf("%w: negative count %d", ErrInput, cnt[p])
+		}
+		sum += cnt[p]
+	}
+	if b := cnt[binBad(k)]; b != 0 || sum != int64(n) {
+		return fmt.Errorf("%w: %d of %d input nodes not in [0, %d)", ErrInput, b, n, l.cfg.Rows)
+	}
+	return nil
+}
+
+// loadLocal gathers every row on this device: the counts and the gather
+// are queued, then one wait.
+func (l *Loader) loadLocal(ids backend.Buffer, n int) (backend.Buffer, error) {
+	b := l.cfg.Backend
+	if err := l.mach.route(ids, n, nil, nil); err != nil {
+		return nil, l.fail("routing", err)
+	}
+	x, err := b.Alloc(backend.Float32, n*l.cfg.Cols)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	if err := l.cfg.Store.Gather(x, nb); err != nil {
+	cnt, err := l.mach.counts()
+	if err == nil {
+		err = l.checkCounts(cnt, n)
+	}
+	if err != nil {
+		b.Free(x)
+		return nil, l.fail("routing", err)
+	}
+	if err := l.cfg.Store.Gather(x, ids); err != nil {
 		b.Free(x)
 		return nil, l.fail("gathering rows", err)
 	}
-	l.count(&Route{Hits: hits, Cold: cold}, len(ids))
+	k := l.cfg.Plan.Devices()
+	l.count(int(cnt[l.cfg.Rank]-cnt[binCold(k)]), int(cnt[binCold(k)]), n)
 	return x, nil
 }
 
-func (l *Loader) count(rt *Route, n int) {
+func (l *Loader) count(hits, cold, n int) {
 	m := l.cfg.Metrics
 	if m == nil {
 		return
 	}
 	row := int64(l.cfg.Cols) * 4
-	m.AddCache(int64(n), int64(rt.Hits), int64(n-rt.Hits-rt.Cold))
-	m.AddBytes(metrics.Feature, metrics.Local, int64(rt.Hits)*row)
-	m.AddBytes(metrics.Feature, metrics.Host, int64(rt.Cold)*row)
+	m.AddCache(int64(n), int64(hits), int64(n-hits-cold))
+	m.AddBytes(metrics.Feature, metrics.Local, int64(hits)*row)
+	m.AddBytes(metrics.Feature, metrics.Host, int64(cold)*row)
 }
 
-// loadExchange runs the collective part of a load. With rerr != nil (bad
-// input here) it only takes part in the header exchange, which tells the
-// peers to fail too.
-func (l *Loader) loadExchange(ctx context.Context, rt *Route, rerr error, n int) (backend.Buffer, error) {
+// loadExchange runs the collective part of a load:
+//
+//  1. the IDs are grouped by serving device on the device (own rows
+//     first, then each peer's), and the counts read back (one wait);
+//  2. the own rows (cached and cold) are gathered into the staging
+//     buffer, and a header all-to-all on the host communicator carries
+//     the status and request counts;
+//  3. the IDs go to the holders (all-to-all-v), the holders gather the
+//     rows by their slot tables, the rows come back (all-to-all-v) into
+//     the staging buffer after the own rows;
+//  4. one kernel scatters the staging rows to their batch positions.
+//
+// With bad != nil (bad input here) it only takes part in the header
+// exchange, which tells the peers to fail too.
+func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, bad error) (backend.Buffer, error) {
 	k, rank, cols := l.cfg.Plan.Devices(), l.cfg.Rank, l.cfg.Cols
-	hdr := make([]int64, 2*k)
-	for p := range k {
-		if rerr != nil {
-			hdr[2*p] = 1
-		} else {
-			hdr[2*p+1] = int64(rt.SendCounts[p])
-		}
-	}
-	got, err := l.x.Fixed(ctx, hdr, 2)
-	if err != nil {
-		return nil, l.fail("request counts", err)
-	}
-	if rerr != nil {
-		return nil, l.fail("routing", rerr)
-	}
-	recv := make([]int, k)
-	var failed []int
-	for p := range k {
-		if got[2*p] != 0 {
-			failed = append(failed, p)
-		}
-		c := got[2*p+1]
-		if c < 0 || c > int64(l.cfg.Rows) || (p == rank && c != 0) {
-			return nil, l.fail(fmt.Sprintf("rank %d asks for %d rows", p, c), ErrInput)
-		}
-		recv[p] = int(c)
-	}
-	if failed != nil {
-		return nil, l.fail(fmt.Sprintf("ranks %v reported bad input", failed), ErrPeer)
-	}
-	nRecv := 0
-	for _, c := range recv {
-		nRecv += c
-	}
-	a, s := len(rt.Local), len(rt.Send)
-	if len(rt.Perm) != n {
-		return nil, l.fail("routing", fmt.Errorf("%w: %d routed positions for %d nodes", ErrInput, len(rt.Perm), n))
-	}
 	b := l.cfg.Backend
 	var bufs []backend.Buffer
 	defer func() {
@@ -210,62 +240,110 @@ func (l *Loader) loadExchange(ctx context.Context, rt *Route, rerr error, n int)
 		}
 		return x, err
 	}
+	var verr error
 	view := func(x backend.Buffer, off, n int) backend.Buffer {
-		v, verr := devbuf.View(x, off, n)
-		if verr != nil && err == nil {
-			err = verr
+		v, err := devbuf.View(x, off, n)
+		if err != nil && verr == nil {
+			verr = err
 		}
 		return v
 	}
-	// One upload for the local IDs, the requests and the permutation.
-	idx := make([]int32, 0, a+s+n)
-	idx = append(append(append(idx, rt.Local...), rt.Send...), rt.Perm...)
-	ib, err := devbuf.Upload(b, idx)
-	if err != nil {
-		return nil, l.fail("uploading the route", err)
+	var grouped, pos, stage backend.Buffer
+	var cnt []int64
+	a := 0
+	if bad == nil {
+		var e1, e2, e3 error
+		grouped, e1 = alloc(backend.Int32, n)
+		pos, e2 = alloc(backend.Int32, n)
+		stage, e3 = alloc(backend.Float32, n*cols)
+		if err := errors.Join(e1, e2, e3); err != nil {
+			bad = l.fail("staging buffers", err)
+		}
 	}
-	bufs = append(bufs, ib)
-	local, send, perm := view(ib, 0, a), view(ib, a, s), view(ib, a+s, n)
-	stage, aerr := alloc(backend.Float32, (a+s)*cols)
-	asked, berr := alloc(backend.Int32, nRecv)
-	served, cerr := alloc(backend.Float32, nRecv*cols)
-	if err := errors.Join(aerr, berr, cerr, err); err != nil {
+	if bad == nil {
+		err := l.mach.route(ids, n, grouped, pos)
+		if err == nil {
+			cnt, err = l.mach.counts()
+		}
+		if err == nil {
+			err = l.checkCounts(cnt, n)
+		}
+		if err != nil {
+			bad = l.fail("routing", err)
+		}
+	}
+	if bad == nil {
+		// The own rows, queued before the header exchange.
+		a = int(cnt[rank])
+		if err := l.cfg.Store.Gather(view(stage, 0, a*cols), view(grouped, 0, a)); err != nil || verr != nil {
+			bad = l.fail("gathering local rows", errors.Join(err, verr))
+		}
+	}
+	hdr := make([]int64, 2*k)
+	sendCounts := make([]int, k)
+	for p := range k {
+		if bad != nil {
+			hdr[2*p] = 1
+		} else if p != rank {
+			hdr[2*p+1] = cnt[p]
+			sendCounts[p] = int(cnt[p])
+		}
+	}
+	got, err := l.x.Fixed(ctx, hdr, 2)
+	if err != nil {
+		return nil, l.fail("request counts", err)
+	}
+	if bad != nil {
+		return nil, bad
+	}
+	recv := make([]int, k)
+	var failed []int
+	nRecv := 0
+	for p := range k {
+		if got[2*p] != 0 {
+			failed = append(failed, p)
+		}
+		c := got[2*p+1]
+		if c < 0 || c > int64(l.cfg.Rows) || (p == rank && c != 0) {
+			return nil, l.fail(fmt.Sprintf("rank %d asks for %d rows", p, c), ErrInput)
+		}
+		recv[p] = int(c)
+		nRecv += int(c)
+	}
+	if failed != nil {
+		return nil, l.fail(fmt.Sprintf("ranks %v reported bad input", failed), ErrPeer)
+	}
+	s := n - a
+	asked, aerr := alloc(backend.Int32, nRecv)
+	served, serr := alloc(backend.Float32, nRecv*cols)
+	if err := errors.Join(aerr, serr); err != nil {
 		return nil, l.fail("staging buffers", err)
 	}
-	stageLocal, stagePeer := view(stage, 0, a*cols), view(stage, a*cols, s*cols)
-	if err != nil {
-		return nil, l.fail("staging buffers", err)
+	send, stagePeer := view(grouped, a, s), view(stage, a*cols, s*cols)
+	if verr != nil {
+		return nil, l.fail("staging buffers", verr)
 	}
-	if err := l.cfg.Store.Gather(stageLocal, local); err != nil {
-		return nil, l.fail("gathering local rows", err)
-	}
-	if err := l.cfg.Dev.AllToAllV(ctx, asked, recv, send, rt.SendCounts); err != nil {
+	if err := l.cfg.Dev.AllToAllV(ctx, asked, recv, send, sendCounts); err != nil {
 		return nil, l.fail("sending the requests", err)
 	}
 	if err := l.cfg.Store.Gather(served, asked); err != nil {
 		return nil, l.fail("gathering the asked rows", err)
 	}
-	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(rt.SendCounts, cols), served, scale(recv, cols)); err != nil {
+	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(sendCounts, cols), served, scale(recv, cols)); err != nil {
 		return nil, l.fail("sending the rows", err)
 	}
 	x, err := b.Alloc(backend.Float32, n*cols)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	if n > 0 {
-		if err := b.GatherRows(x, stage, perm, a+s, cols); err != nil {
-			b.Free(x)
-			return nil, l.fail("ordering rows", err)
-		}
+	if err := l.mach.scatter(x, stage, pos, n, cols); err != nil {
+		b.Free(x)
+		return nil, l.fail("ordering rows", err)
 	}
-	l.count(rt, n)
+	cold := int(cnt[binCold(k)])
+	l.count(a-cold, cold, n)
 	if m := l.cfg.Metrics; m != nil {
-		var ids, rows int64
-		for p := range k {
-			ids += int64(rt.SendCounts[p])
-			rows += int64(recv[p])
-		}
-		m.AddBytes(metrics.Feature, metrics.Peer, 4*ids+4*int64(cols)*rows)
+		m.AddBytes(metrics.Feature, metrics.Peer, 4*int64(s)+4*int64(cols)*int64(nRecv))
 	}
 	return x, nil
 }
@@ -278,8 +356,15 @@ func scale(counts []int, f int) []int {
 	return out
 }
 
-// Close closes the store.
-func (l *Loader) Close() error { return l.cfg.Store.Close() }
+// Close releases the routing tables and closes the store.
+func (l *Loader) Close() error {
+	var err error
+	if l.mach != nil {
+		err = l.mach.close()
+		l.mach = nil
+	}
+	return errors.Join(err, l.cfg.Store.Close())
+}
 
 // HostStore is a Store for back ends whose buffers the host can read (the
 // CPU back end, and any back end through Download/Upload): rows come from

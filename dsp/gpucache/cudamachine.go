@@ -1,0 +1,200 @@
+package gpucache
+
+import (
+	_ "embed"
+	"fmt"
+	"unsafe"
+
+	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+//go:embed route.cu
+var kernelSrc string
+
+var kernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4"}
+
+// cudaMachine runs the routing kernels (route.cu) on the loader's GPU
+// handle: the holder table lives in device memory (a byte per node), the
+// counts are written by the device and read back once per batch through a
+// pinned buffer, waited for with a fence (without the device lock).
+type cudaMachine struct {
+	dev           *cuda.Device
+	fns           map[string]cu.Function
+	holder        *cuda.Buffer // int8 per node, packed in int32 words
+	ctr           *cuda.Buffer // k+2 counts, then k slot cursors (int64)
+	pin           *cuda.HostBuffer
+	fence         *devbuf.Fence
+	k, rank, rows int
+	routed        bool
+}
+
+func newCUDAMachine(dev *cuda.Device, holder []int8, k, rank, rows int) (*cudaMachine, error) {
+	if k+2 > 160 {
+		return nil, fmt.Errorf("%w: %d devices, the routing kernels handle at most 158", ErrInput, k)
+	}
+	m := &cudaMachine{dev: dev, fns: map[string]cu.Function{}, k: k, rank: rank, rows: rows}
+	mod, err := dev.LoadModule("gpucache", cuda.CommonSource()+kernelSrc)
+	if err != nil {
+		return nil, fmt.Errorf("gpucache: routing kernels: %w", err)
+	}
+	for _, name := range kernels {
+		if m.fns[name], err = mod.Func(name); err != nil {
+			return nil, err
+		}
+	}
+	words := make([]int32, max((len(holder)+3)/4, 1))
+	if len(holder) > 0 {
+		copy(unsafe.Slice((*int8)(unsafe.Pointer(&words[0])), 4*len(words)), holder)
+	}
+	fail := func(err error) (*cudaMachine, error) {
+		m.close()
+		return nil, err
+	}
+	err = dev.Do(func(l *cuda.Locked) error {
+		var err error
+		if m.holder, err = l.Alloc(backend.Int32, len(words)); err != nil {
+			return err
+		}
+		if err := l.UploadFrom(m.holder, words); err != nil {
+			return err
+		}
+		m.ctr, err = l.Alloc(backend.Int64, 2*k+2)
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if m.pin, err = dev.AllocHost(uint64(8*(k+2)), false); err != nil {
+		return fail(err)
+	}
+	if m.fence, err = devbuf.NewFence(dev); err != nil {
+		return fail(err)
+	}
+	return m, nil
+}
+
+func cbuf(b backend.Buffer) (*cuda.Buffer, error) {
+	c, ok := b.(*cuda.Buffer)
+	if !ok || c == nil {
+		return nil, fmt.Errorf("%w: a %T where a CUDA buffer is needed", ErrInput, b)
+	}
+	return c, nil
+}
+
+func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
+	m.routed = false
+	in, err := cbuf(ids)
+	if err != nil {
+		return err
+	}
+	if in.DType() != backend.Int32 || n > in.Len() {
+		return fmt.Errorf("%w: routing %d IDs from a %v buffer of %d", ErrInput, n, in.DType(), in.Len())
+	}
+	var g, p *cuda.Buffer
+	if grouped != nil {
+		if g, err = cbuf(grouped); err != nil {
+			return err
+		}
+		if p, err = cbuf(pos); err != nil {
+			return err
+		}
+		if g.Len() < n || p.Len() < n {
+			return fmt.Errorf("%w: grouping %d IDs into buffers of %d and %d", ErrInput, n, g.Len(), p.Len())
+		}
+	}
+	k := m.k
+	err = m.dev.Do(func(l *cuda.Locked) error {
+		if err := l.Memset(m.ctr, 0); err != nil {
+			return err
+		}
+		cnt, cur := m.ctr.View(0, k+2), m.ctr.View(k+2, k)
+		args := []uint64{uint64(in.Ptr()), cu.I64(int64(n)), uint64(m.holder.Ptr()), cu.I64(int64(m.rows)), cu.I32(int32(k)), cu.I32(int32(m.rank))}
+		if n > 0 {
+			if err := l.Launch1D(m.fns["gc_route_count"], int64(n), append([]uint64{uint64(cnt.Ptr())}, args...)...); err != nil {
+				return err
+			}
+			if g != nil {
+				if err := l.Launch1D(m.fns["gc_route_scatter"], int64(n),
+					append([]uint64{uint64(g.Ptr()), uint64(p.Ptr()), uint64(cur.Ptr()), uint64(cnt.Ptr())}, args...)...); err != nil {
+					return err
+				}
+			}
+		}
+		return l.CopyToHost(m.pin, 0, cnt, uint64(8*(k+2)))
+	})
+	if err != nil {
+		return err
+	}
+	m.routed = true
+	return nil
+}
+
+func (m *cudaMachine) counts() ([]int64, error) {
+	if !m.routed {
+		return nil, fmt.Errorf("gpucache: counts before a route")
+	}
+	if err := m.fence.Record(); err != nil {
+		return nil, err
+	}
+	if err := m.fence.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]int64, m.k+2)
+	copy(out, m.pin.Int64s())
+	return out, nil
+}
+
+func (m *cudaMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
+	if n == 0 {
+		return nil
+	}
+	xb, err := cbuf(x)
+	if err != nil {
+		return err
+	}
+	sb, err := cbuf(stage)
+	if err != nil {
+		return err
+	}
+	pb, err := cbuf(pos)
+	if err != nil {
+		return err
+	}
+	if sb.Len() < n*cols || pb.Len() < n || xb.Len() < n*cols {
+		return fmt.Errorf("%w: scatter of %d rows x %d from %d values and %d positions into %d", ErrInput, n, cols, sb.Len(), pb.Len(), xb.Len())
+	}
+	return m.dev.Do(func(l *cuda.Locked) error {
+		if cols%4 == 0 && xb.Ptr()%16 == 0 && sb.Ptr()%16 == 0 {
+			return l.Launch1D(m.fns["gc_scatter_rows4"], int64(n)*int64(cols/4), uint64(xb.Ptr()), uint64(sb.Ptr()), uint64(pb.Ptr()),
+				cu.I64(int64(n)), cu.I64(int64(cols/4)))
+		}
+		return l.Launch1D(m.fns["gc_scatter_rows"], int64(n)*int64(cols), uint64(xb.Ptr()), uint64(sb.Ptr()), uint64(pb.Ptr()),
+			cu.I64(int64(n)), cu.I64(int64(cols)))
+	})
+}
+
+func (m *cudaMachine) close() error {
+	var err error
+	if m.holder != nil {
+		m.dev.Free(m.holder)
+		m.holder = nil
+	}
+	if m.ctr != nil {
+		m.dev.Free(m.ctr)
+		m.ctr = nil
+	}
+	if m.pin != nil {
+		err = m.pin.Free()
+		m.pin = nil
+	}
+	if m.fence != nil {
+		if e := m.fence.Close(); err == nil {
+			err = e
+		}
+		m.fence = nil
+	}
+	return err
+}

@@ -1,0 +1,134 @@
+package gpucache
+
+import (
+	"fmt"
+
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// The loader's counts per batch (machine.route): bins 0..k-1 count the
+// IDs each device serves (the loader's own bin includes its cold rows),
+// bin k the cold rows, bin k+1 the IDs outside [0, rows).
+func binCold(k int) int { return k }
+func binBad(k int) int  { return k + 1 }
+
+// machine runs the loader's routing steps on one back end: kernels on a
+// GPU (cudaMachine), or their host mirror (hostMachine) on any other back
+// end, which is how CI covers the loader's protocol.
+type machine interface {
+	// route queues the bin counts of ids[0:n) and, when grouped and pos
+	// are not nil (n int32 each), the grouping: the IDs of bin rank
+	// first, then each peer's in rank order (bad IDs left out), pos[j]
+	// the batch position of grouped[j]. The order inside a bin is
+	// unspecified.
+	route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error
+	// counts waits for the work queued so far and returns the last
+	// route's k+2 counts.
+	counts() ([]int64, error)
+	// scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats.
+	scatter(x, stage, pos backend.Buffer, n, cols int) error
+	close() error
+}
+
+// hostMachine is the host mirror of the kernels in route.cu, for back
+// ends whose buffers Download and Upload reach. Its grouping is stable
+// (batch order inside a bin).
+type hostMachine struct {
+	b             backend.Backend
+	holder        []int8
+	k, rank, rows int
+	last          []int64
+}
+
+func (h *hostMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
+	k := h.k
+	cnt := make([]int64, k+2)
+	h.last = nil
+	v := make([]int32, n)
+	if n > 0 {
+		if err := h.b.Download(v, ids); err != nil {
+			return err
+		}
+	}
+	bin := make([]int, n)
+	for i, x := range v {
+		if x < 0 || int(x) >= h.rows {
+			cnt[binBad(k)]++
+			bin[i] = -1
+			continue
+		}
+		d := int(h.holder[x])
+		if d < 0 {
+			cnt[binCold(k)]++
+			d = h.rank
+		}
+		cnt[d]++
+		bin[i] = d
+	}
+	h.last = cnt
+	if grouped == nil {
+		return nil
+	}
+	start := make([]int64, k)
+	s := cnt[h.rank]
+	for p := range k {
+		if p != h.rank {
+			start[p] = s
+			s += cnt[p]
+		}
+	}
+	g, ps := make([]int32, n), make([]int32, n)
+	for i, d := range bin {
+		if d < 0 {
+			continue
+		}
+		j := start[d]
+		start[d]++
+		g[j], ps[j] = v[i], int32(i)
+	}
+	if n == 0 {
+		return nil
+	}
+	if grouped.Len() != n || pos.Len() != n {
+		return fmt.Errorf("%w: grouping %d IDs into buffers of %d and %d", ErrInput, n, grouped.Len(), pos.Len())
+	}
+	if err := h.b.Upload(grouped, g); err != nil {
+		return err
+	}
+	return h.b.Upload(pos, ps)
+}
+
+func (h *hostMachine) counts() ([]int64, error) {
+	if h.last == nil {
+		return nil, fmt.Errorf("gpucache: counts before a route")
+	}
+	return h.last, nil
+}
+
+func (h *hostMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
+	if n == 0 {
+		return nil
+	}
+	in := make([]float32, stage.Len())
+	p := make([]int32, pos.Len())
+	out := make([]float32, x.Len())
+	if err := h.b.Download(in, stage); err != nil {
+		return err
+	}
+	if err := h.b.Download(p, pos); err != nil {
+		return err
+	}
+	if n*cols > len(in) || n > len(p) {
+		return fmt.Errorf("%w: scatter of %d rows from %d values and %d positions", ErrInput, n, len(in), len(p))
+	}
+	for j := range n {
+		d := int(p[j])
+		if d < 0 || (d+1)*cols > len(out) {
+			return fmt.Errorf("%w: scatter position %d of %d rows", ErrInput, d, len(out)/max(cols, 1))
+		}
+		copy(out[d*cols:(d+1)*cols], in[j*cols:(j+1)*cols])
+	}
+	return h.b.Upload(x, out)
+}
+
+func (h *hostMachine) close() error { return nil }

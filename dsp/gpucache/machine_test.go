@@ -1,0 +1,154 @@
+package gpucache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// TestKernelsCompile compiles the routing kernels with NVRTC when the
+// library is available (no GPU needed).
+func TestKernelsCompile(t *testing.T) {
+	if err := nvrtc.Load(); err != nil {
+		t.Skipf("no libnvrtc: %.100s", err.Error())
+	}
+	kind, arch, err := nvrtc.Target(90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nvrtc.Compile(cuda.CommonSource()+kernelSrc, "gpucache.cu", kind, arch, "--std=c++17"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostMachineGroups: the grouping puts the own bin (with cold rows)
+// first, then the peers in rank order, pos inverts it, the counts match
+// the holder table, and the scatter puts rows back at their positions.
+func TestHostMachineGroups(t *testing.T) {
+	const n, cols = 300, 3
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{1, 3, 4} {
+		plan, err := cache.NewPlan(evenBook(t, n, k), hotOrder(n, 3), cols, cache.PlanConfig{BudgetBytes: 40 * 4 * cols, Policy: cache.Partition})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rank := range k {
+			r, err := NewRouter(plan, rank, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &hostMachine{b: be, holder: r.holder, k: k, rank: rank, rows: n}
+			nodes := randomNodes(n, 120+rank, uint64(7*k+rank))
+			ib, err := devbuf.Upload(be, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, _ := be.Alloc(backend.Int32, len(nodes))
+			p, _ := be.Alloc(backend.Int32, len(nodes))
+			if err := m.route(ib, len(nodes), g, p); err != nil {
+				t.Fatal(err)
+			}
+			cnt, err := m.counts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gv, pv := cpu.I32(g.(*cpu.Buffer)), cpu.I32(p.(*cpu.Buffer))
+			// Expected bins from the router.
+			want := make([]int64, k+2)
+			binOf := func(v int32) int {
+				h := int(r.holder[v])
+				if h < 0 {
+					return rank
+				}
+				return h
+			}
+			for _, v := range nodes {
+				want[binOf(v)]++
+				if r.holder[v] < 0 {
+					want[k]++
+				}
+			}
+			if fmt.Sprint(cnt) != fmt.Sprint(want) {
+				t.Fatalf("k=%d rank %d: counts %v, want %v", k, rank, cnt, want)
+			}
+			order := []int{rank}
+			for q := range k {
+				if q != rank {
+					order = append(order, q)
+				}
+			}
+			j := 0
+			seen := make([]bool, len(nodes))
+			for _, q := range order {
+				for range cnt[q] {
+					if binOf(gv[j]) != q || nodes[pv[j]] != gv[j] || seen[pv[j]] {
+						t.Fatalf("k=%d rank %d: slot %d holds node %d at position %d, bin %d", k, rank, j, gv[j], pv[j], q)
+					}
+					seen[pv[j]] = true
+					j++
+				}
+			}
+			stage := make([]float32, len(nodes)*cols)
+			for j := range gv {
+				for c := range cols {
+					stage[j*cols+c] = float32(gv[j]*10) + float32(c)
+				}
+			}
+			sb, _ := devbuf.Upload(be, stage)
+			x, _ := be.Alloc(backend.Float32, len(nodes)*cols)
+			if err := m.scatter(x, sb, p, len(nodes), cols); err != nil {
+				t.Fatal(err)
+			}
+			xv := cpu.F32(x.(*cpu.Buffer))
+			for i, v := range nodes {
+				for c := range cols {
+					if xv[i*cols+c] != float32(v*10)+float32(c) {
+						t.Fatalf("k=%d rank %d: row %d col %d = %v", k, rank, i, c, xv[i*cols+c])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestLoadDeviceInput: a buffer of the wrong type and out-of-range IDs
+// fail with ErrInput on one device.
+func TestLoadDeviceInput(t *testing.T) {
+	const n, cols = 20, 2
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cache.NewPlan(evenBook(t, n, 1), hotOrder(n, 1), cols, cache.PlanConfig{BudgetBytes: 5 * 4 * cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Plan: plan, Rank: 0, Rows: n, Cols: cols, Backend: be, Store: &HostStore{B: be, Table: table(n, cols), Rows: n, Cols: cols}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, _ := devbuf.Upload(be, []float32{1, 2})
+	if _, err := l.LoadDevice(context.Background(), f); !errors.Is(err, ErrInput) {
+		t.Fatalf("float IDs: %v", err)
+	}
+	if _, err := l.LoadDevice(context.Background(), nil); !errors.Is(err, ErrInput) {
+		t.Fatalf("nil IDs: %v", err)
+	}
+	for _, bad := range [][]int32{{-1}, {3, n}} {
+		if _, err := l.Load(context.Background(), bad); !errors.Is(err, ErrInput) {
+			t.Fatalf("Load(%v): %v", bad, err)
+		}
+	}
+}
