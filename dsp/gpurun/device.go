@@ -324,7 +324,7 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 	d.hook(ctx, "loader")
 	d.trk.set(stLoader, "loading epoch %d batch %d", it.epoch+1, it.batch)
 	t0 := time.Now()
-	x, err := d.loader.Load(ctx, it.bt.IDs())
+	x, err := d.load(ctx, it)
 	if err != nil {
 		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
 	}
@@ -341,6 +341,26 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 	}
 	d.m.StageBusy(metrics.Loader, time.Since(t0))
 	return nil
+}
+
+// load runs the loader on the batch's device IDs when it has them (no
+// upload: a device-to-device copy onto the loader's handle when the
+// sampler's is another), else on its host IDs.
+func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
+	in := it.bt.DeviceIDs()
+	if in == nil {
+		return d.loader.Load(ctx, it.bt.IDs())
+	}
+	if cb, ok := in.(*cuda.Buffer); ok && cb.Device() != d.lb {
+		// The sampler waited for its stream before handing the batch on.
+		c, err := adoptBuffer(d.lb, in)
+		if err != nil {
+			return nil, err
+		}
+		defer d.lb.Free(c)
+		in = c
+	}
+	return d.loader.LoadDevice(ctx, in)
 }
 
 // trainOne runs the optimizer step and, after the epoch's last batch,

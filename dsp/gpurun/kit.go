@@ -25,6 +25,9 @@ type batch interface {
 	// IDs are the input nodes (unique), whose features the first layer
 	// reads, on the host.
 	IDs() []int32
+	// DeviceIDs are the same IDs in an int32 device buffer (of the
+	// sampler's handle, already written), or nil when the batch has none.
+	DeviceIDs() backend.Buffer
 	// Blocks returns the blocks as package nn blocks on the trainer's
 	// back end b (first layer first), copied there when the batch lives
 	// on another device (the sampler's stream); the caller frees them.
@@ -128,7 +131,13 @@ type gpuBatch struct {
 }
 
 func (g *gpuBatch) IDs() []int32 { return g.ids }
-func (g *gpuBatch) Free()        { g.b.Free() }
+func (g *gpuBatch) DeviceIDs() backend.Buffer {
+	if in := g.b.InputNodes(); in != nil {
+		return in
+	}
+	return nil
+}
+func (g *gpuBatch) Free() { g.b.Free() }
 
 func (g *gpuBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
 	t, ok := b.(*cuda.Device)
@@ -254,8 +263,9 @@ func (h *hostSampler) Close() error { return nil }
 
 type hostBatch struct{ mb *sample.MiniBatch }
 
-func (h *hostBatch) IDs() []int32 { return h.mb.InputNodes() }
-func (h *hostBatch) Free()        {}
+func (h *hostBatch) IDs() []int32              { return h.mb.InputNodes() }
+func (h *hostBatch) DeviceIDs() backend.Buffer { return nil }
+func (h *hostBatch) Free()                     {}
 
 func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
 	out := make([]*nn.Block, 0, len(h.mb.Blocks))
