@@ -12,6 +12,10 @@
 #                                     # pipeline on/off, cache layouts, single-GPU trainer)
 #   scripts/gpu-dsp.sh final          # on the GPU host: the 4-GPU partitioned-cache runs
 #                                     # (pipeline on/off, 64 MiB cache, all UVA), 1 GPU off
+#   scripts/gpu-dsp.sh loader         # on the GPU host: the device-routed loader's set:
+#                                     # 1/2/4 GPUs partitioned (pipeline on; off on 1 and 4),
+#                                     # replicated on 4, 64 MiB vs all UVA on 4, csp vs full
+#                                     # on 4, then the GPU tests
 #
 # The device machine: `run` with carry [".gpu/dsp"] and command
 # `scripts/gpu-dsp.sh bench` on nvidia-h200-x4. Logs and reports go to
@@ -178,10 +182,32 @@ final() {
   finish
 }
 
+# loader: the measurements of the device-routed loader, most important
+# first (every run is capped by DSP_RUN_TIMEOUT), then the GPU tests.
+loader() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    products d4 cuda:0,1,2,3 "$e"
+    products d4-off cuda:0,1,2,3 "$e" --no-pipeline
+    products d1 cuda:0 "$e"
+    products d1-off cuda:0 "$e" --no-pipeline
+    products d2 cuda:0,1 "$e"
+    products d4f cuda:0,1,2,3 "$e" --gpu-sampler full
+    products d4f-repl cuda:0,1,2,3 "$e" --gpu-sampler full --cache-policy replicate --cache-group 1
+    products d4-budget cuda:0,1,2,3 "$e" --cache 64MiB
+    products d4-uva cuda:0,1,2,3 "$e" --cache 0
+    [ "${DSP_TESTS:-1}" = 1 ] && gputests
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
 case "${1:-}" in
   build) build ;;
   shake) shake ;;
   bench) bench ;;
   final) final ;;
-  *) echo "usage: $0 build | shake | bench | final" >&2; exit 2 ;;
+  loader) loader ;;
+  *) echo "usage: $0 build | shake | bench | final | loader" >&2; exit 2 ;;
 esac
