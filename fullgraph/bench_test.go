@@ -218,7 +218,9 @@ func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
 // dropout 0.5, Adam, on the products-shape dataset of
 // $STRATA_BENCH_DATASET: one GPU (target: an epoch within 0.2 s), and 2
 // and 4 GPUs exact and with skip-broadcast (default bounds), with
-// per-device dropout masks and the device communicators of
+// per-device dropout masks, nodes by degree within each device's block
+// ($STRATA_BENCH_NODE_ORDER=none keeps the dataset's order), and the
+// device communicators of
 // $STRATA_BENCH_COMM (auto: NCCL). Run with -benchtime 1x and the number
 // of training epochs in $STRATA_BENCH_EPOCHS (default 5; the first is a
 // warm-up and not timed), so every configuration is set up once.
@@ -254,7 +256,10 @@ func BenchmarkProductsSAGE(b *testing.B) {
 			}
 			cfg := Defaults(SAGE)
 			cfg.Layers, cfg.Hidden, cfg.LR, cfg.WeightDecay = 3, 256, 0.003, 0
-			cfg.Masks = MasksLocal
+			cfg.Masks, cfg.Order = MasksLocal, OrderDegree
+			if o := os.Getenv("STRATA_BENCH_NODE_ORDER"); o != "" {
+				cfg.Order = o
+			}
 			if tc.stale {
 				cfg.Staleness = DefaultStaleness()
 			}

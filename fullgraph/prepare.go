@@ -1,9 +1,11 @@
 package fullgraph
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
@@ -199,6 +201,15 @@ func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offse
 	if pr.in, err = pr.ds.InAdjacency(); err != nil {
 		return nil, &DataError{Msg: err.Error()}
 	}
+	if cfg.Order == OrderDegree {
+		if pr.ds, err = partition.PermuteDataset(pr.ds, degreeOrder(pr.in, pr.offsets)); err != nil {
+			return nil, fmt.Errorf("fullgraph: node order: %w", err)
+		}
+		if pr.in, err = pr.ds.InAdjacency(); err != nil {
+			return nil, &DataError{Msg: err.Error()}
+		}
+		method += ", nodes by degree"
+	}
 	x := pr.ds.Features
 	if pr.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); pr.rowNorm {
 		x = dataset.RowNormalize(x, pr.ds.FeatDim)
@@ -211,6 +222,26 @@ func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offse
 		pr.part.Sizes = append(pr.part.Sizes, pr.offsets[b+1]-pr.offsets[b])
 	}
 	return pr, nil
+}
+
+// degreeOrder returns the renumbering (old ID to new) that sorts the
+// nodes of every block [offsets[b], offsets[b+1]) by descending in-degree,
+// ties by ID, keeping the blocks.
+func degreeOrder(in *graph.CSR, offsets []int64) []int32 {
+	n := int(in.NumRows)
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	deg := func(v int32) int64 { return in.Indptr[v+1] - in.Indptr[v] }
+	for b := 0; b+1 < len(offsets); b++ {
+		slices.SortStableFunc(ids[offsets[b]:offsets[b+1]], func(x, y int32) int { return cmp.Compare(deg(y), deg(x)) })
+	}
+	oldToNew := make([]int32, n)
+	for nw, old := range ids {
+		oldToNew[old] = int32(nw)
+	}
+	return oldToNew
 }
 
 func nonNegative(x []float32) bool {

@@ -32,6 +32,7 @@ func TestConfigErrors(t *testing.T) {
 		"select":                   func(c *Config) { c.Select = "first" },
 		"partition":                func(c *Config) { c.Partition = "random" },
 		"masks":                    func(c *Config) { c.Masks = "none" },
+		"order":                    func(c *Config) { c.Order = "random" },
 		"engine":                   func(c *Config) { c.Engine = "fast" },
 		"staleness":                func(c *Config) { c.Staleness.Gradients = true },
 		"staleness.epoch_bound":    func(c *Config) { c.Staleness = Staleness{Enabled: true, Epsilon: 1} },

@@ -32,6 +32,7 @@ type fullGraphFlags struct {
 	Partition  string   `help:"fullgraph mode and sampled mode with --devices: how nodes are split into the devices' blocks or patches: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"fullgraph mode: evaluate every N epochs (and after the last)." default:"1" placeholder:"N"`
+	NodeOrder  string   `name:"node-order" help:"fullgraph mode: node order within the devices' blocks: degree (descending in-degree: the most gathered rows stay in the GPU's cache), none, or auto (degree on GPUs, none on CPU devices)." enum:"auto,none,degree" default:"auto"`
 	Comm       string   `help:"fullgraph mode on several GPUs: how embedding blocks, gradient contributions and weight gradients move between the GPUs: nccl, gpushm (GPU shared-memory collectives), host (staged through host memory) or auto (NCCL when it loads, else gpushm; host for CPU devices)." enum:"auto,nccl,gpushm,host" default:"auto"`
 	PartFile   string   `name:"partition-file" help:"fullgraph mode: use the partition in this file (partition.bin written by 'strata partition' for the same dataset, with as many parts as devices) instead of partitioning." placeholder:"FILE" type:"existingfile"`
 }
@@ -162,13 +163,23 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	if err != nil {
 		return err
 	}
+	gpu := false
+	for _, b := range bs {
+		gpu = gpu || b.Name() != "cpu"
+	}
 	if c.FullGraph.Masks == "auto" {
 		cfg.Masks = fullgraph.MasksGlobal
-		for _, b := range bs {
-			if b.Name() != "cpu" {
-				cfg.Masks = fullgraph.MasksLocal
-			}
+		if gpu {
+			cfg.Masks = fullgraph.MasksLocal
 		}
+	}
+	switch c.FullGraph.NodeOrder {
+	case "auto":
+		if gpu {
+			cfg.Order = fullgraph.OrderDegree
+		}
+	default:
+		cfg.Order = c.FullGraph.NodeOrder
 	}
 	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
 	if err != nil {

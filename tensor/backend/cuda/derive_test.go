@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
@@ -122,12 +123,40 @@ func TestSpMMOneHeadMatchesGeneric(t *testing.T) {
 	a, err := d.NewSparse(rows, cols, ip, ix)
 	must(t, err)
 	defer d.FreeSparse(a)
+	// The same rows but the last, sorted by length: uniform, so the
+	// several-rows-per-warp kernels run (3004 rows: the last block is
+	// partly past the end).
+	order := make([]int, rows-1)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return int((ip[y+1] - ip[y]) - (ip[x+1] - ip[x])) })
+	up, ux := []int64{0}, []int32(nil)
+	for _, i := range order {
+		ux = append(ux, ix[ip[i]:ip[i+1]]...)
+		up = append(up, int64(len(ux)))
+	}
+	u, err := d.NewSparse(len(up)-1, cols, up, ux)
+	must(t, err)
+	defer d.FreeSparse(u)
+	if a.(*Sparse).uniform || !u.(*Sparse).uniform {
+		t.Fatalf("uniform: random rows %v, sorted rows %v", a.(*Sparse).uniform, u.(*Sparse).uniform)
+	}
+	for _, m := range []backend.Sparse{a, u} {
+		spmmMatchesGeneric(t, d, r, m)
+	}
+}
+
+// spmmMatchesGeneric compares SpMM on a with the generic kernel for many
+// widths, with and without weights, transposed or not, aligned or not.
+func spmmMatchesGeneric(t *testing.T, d *Device, r *rand.Rand, a backend.Sparse) {
 	s := a.(*Sparse)
-	for _, width := range []int{1, 3, 4, 16, 32, 47, 64, 100, 128, 129, 256, 300, 516, 1030} {
+	rows, cols := s.rows, s.cols
+	for _, width := range []int{1, 3, 4, 16, 32, 47, 48, 64, 100, 128, 129, 256, 300, 516, 1030} {
 		for _, weighted := range []bool{false, true} {
 			for _, tr := range []bool{false, true} {
 				for _, shift := range []int{0, 1} { // 1: x and out not 16-byte aligned
-					name := fmt.Sprintf("width %d weighted %v transposed %v shift %d", width, weighted, tr, shift)
+					name := fmt.Sprintf("uniform %v width %d weighted %v transposed %v shift %d", s.uniform, width, weighted, tr, shift)
 					xr, or := cols, rows
 					if tr {
 						xr, or = rows, cols
@@ -141,7 +170,7 @@ func TestSpMMOneHeadMatchesGeneric(t *testing.T) {
 					var w *Buffer
 					var wb backend.Buffer
 					if weighted {
-						wv := make([]float32, len(ix))
+						wv := make([]float32, s.nnz)
 						for i := range wv {
 							wv[i] = float32(r.Float64())
 						}
@@ -176,17 +205,29 @@ func TestSpMMOneHeadMatchesGeneric(t *testing.T) {
 	}
 }
 
-// TestSpMM1Kernel checks the kernel choice by width.
+// TestSpMM1Kernel checks the kernel choice by width and row shape, and
+// uniformRows.
 func TestSpMM1Kernel(t *testing.T) {
 	for _, c := range []struct {
-		width int
-		vec   bool
-		want  string
-	}{{4, true, "spmm1_v1"}, {100, true, "spmm1_v1"}, {128, true, "spmm1_v1"}, {132, true, "spmm1_v2"}, {256, true, "spmm1_v2"},
-		{260, true, "spmm1_v4"}, {1024, true, "spmm1_v4"}, {1, false, "spmm1_s1"}, {32, false, "spmm1_s1"}, {47, false, "spmm1_s2"},
-		{100, false, "spmm1_s4"}, {129, false, "spmm1_s8"}, {1030, false, "spmm1_s8"}} {
-		if got := spmm1Kernel(c.width, c.vec); got != c.want {
-			t.Errorf("width %d vec %v: %s, want %s", c.width, c.vec, got, c.want)
+		width   int
+		vec     bool
+		uniform bool
+		want    string
+	}{{4, true, false, "spmm1_v1"}, {100, true, false, "spmm1_v1"}, {100, true, true, "spmm1_v2g"}, {128, true, true, "spmm1_v2g"},
+		{132, true, true, "spmm1_v2"}, {256, true, false, "spmm1_v2"}, {260, true, false, "spmm1_v4"}, {1024, true, true, "spmm1_v4"},
+		{1, false, false, "spmm1_s4g"}, {32, false, true, "spmm1_s4g"}, {47, false, false, "spmm1_s6g"}, {49, false, false, "spmm1_s2"},
+		{100, false, true, "spmm1_s4"}, {129, false, false, "spmm1_s8"}, {1030, false, false, "spmm1_s8"}} {
+		if got := spmm1Kernel(c.width, c.vec, c.uniform).name; got != c.want {
+			t.Errorf("width %d vec %v uniform %v: %s, want %s", c.width, c.vec, c.uniform, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		indptr []int64
+		want   bool
+	}{{[]int64{0}, false}, {[]int64{0, 5}, false}, {[]int64{0, 5, 10, 14, 18}, true}, {[]int64{0, 1, 9}, false},
+		{[]int64{0, 10, 20, 21}, true}} {
+		if got := uniformRows(c.indptr); got != c.want {
+			t.Errorf("uniformRows(%v) = %v", c.indptr, got)
 		}
 	}
 }

@@ -19,6 +19,7 @@ type Sparse struct {
 	rows, cols, nnz  int
 	ptr, col         *Buffer // int64 rows+1, int32 nnz
 	tptr, trow, teid *Buffer // transpose: int64 cols+2 (first cols+1 used), int32 nnz, int64 nnz
+	uniform          bool    // uniformRows of the CSR (false when built on the device)
 }
 
 var _ backend.Sparse = (*Sparse)(nil)
@@ -66,7 +67,7 @@ func (d *Device) NewSparse(rows, cols int, indptr []int64, indices []int32) (bac
 		d.Free(col)
 		return nil, err
 	}
-	return &Sparse{dev: d, rows: rows, cols: cols, nnz: len(indices), ptr: ptr.(*Buffer), col: col.(*Buffer)}, nil
+	return &Sparse{dev: d, rows: rows, cols: cols, nnz: len(indices), ptr: ptr.(*Buffer), col: col.(*Buffer), uniform: uniformRows(indptr)}, nil
 }
 
 // NewSparseFromDevice wraps device-built CSR buffers (int64 ptr of rows+1,
@@ -123,12 +124,13 @@ func (d *Device) asSparse(op string, a backend.Sparse) (*Sparse, error) {
 type view struct {
 	ptr, col, eid cu.DevPtr // eid 0: edge id is the position
 	rows, cols    int
+	uniform       bool // neighboring rows have similar lengths (uniformRows)
 }
 
 // viewLocked returns the CSR or, building it on first use, the CSC.
 func (d *Device) viewLocked(s *Sparse, transpose bool) (view, error) {
 	if !transpose {
-		return view{ptr: s.ptr.ptr, col: s.col.ptr, rows: s.rows, cols: s.cols}, nil
+		return view{ptr: s.ptr.ptr, col: s.col.ptr, rows: s.rows, cols: s.cols, uniform: s.uniform}, nil
 	}
 	if s.tptr == nil {
 		if err := d.transposeLocked(s); err != nil {
@@ -222,49 +224,79 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 	})
 }
 
-// spmmRowsPerBlock is the number of output rows (one warp each) of a
-// block of the one-head SpMM kernels.
-const spmmRowsPerBlock = threads / 32
+// spmmKernel is a one-head SpMM kernel of kernels/spmm.cu and how many
+// output rows one warp computes.
+type spmmKernel struct {
+	name        string
+	rowsPerWarp int
+}
 
 // spmm1Kernel picks the one-head SpMM kernel for width columns: 16-byte
 // loads when vec (width % 4 == 0 and both matrices 16-byte aligned), else
-// 4-byte loads; in both, the fewest columns per lane that cover the row in
-// one pass (wider rows take several passes).
-func spmm1Kernel(width int, vec bool) string {
+// 4-byte loads; uniform says neighboring rows have similar lengths (see
+// uniformRows). The choices are the fastest of BenchmarkSpMMVariants on
+// the products graph (widths 47, 100 and 256) and their neighbors for
+// other widths: several rows per warp for narrow rows (4-byte loads up to
+// 48 columns; 16-byte loads up to 128 columns when the rows are uniform),
+// one warp per row otherwise.
+func spmm1Kernel(width int, vec, uniform bool) spmmKernel {
 	if vec {
 		switch w4 := width / 4; {
+		case w4 <= 32 && uniform:
+			return spmmKernel{"spmm1_v2g", 2}
 		case w4 <= 32:
-			return "spmm1_v1"
+			return spmmKernel{"spmm1_v1", 1}
 		case w4 <= 64:
-			return "spmm1_v2"
+			return spmmKernel{"spmm1_v2", 1}
 		default:
-			return "spmm1_v4"
+			return spmmKernel{"spmm1_v4", 1}
 		}
 	}
 	switch {
 	case width <= 32:
-		return "spmm1_s1"
+		return spmmKernel{"spmm1_s4g", 4}
+	case width <= 48:
+		return spmmKernel{"spmm1_s6g", 4}
 	case width <= 64:
-		return "spmm1_s2"
+		return spmmKernel{"spmm1_s2", 1}
 	case width <= 128:
-		return "spmm1_s4"
+		return spmmKernel{"spmm1_s4", 1}
 	default:
-		return "spmm1_s8"
+		return spmmKernel{"spmm1_s8", 1}
 	}
 }
 
-// spmm1 runs the one-head SpMM over view v: one warp per output row, one
-// block per spmmRowsPerBlock rows (no grid stride, so rows of very
-// different degrees are balanced by the block scheduler).
+// uniformRows reports whether the rows of a CSR with these row pointers
+// come in pairs of similar length: the lengths of rows 2i and 2i+1 differ
+// by at most a quarter of the entries in total. Then kernels that put
+// several rows in one warp waste little (nodes ordered by degree give
+// this; random orders of power-law graphs do not).
+func uniformRows(indptr []int64) bool {
+	rows := len(indptr) - 1
+	if rows < 2 {
+		return false
+	}
+	var diff int64
+	for i := 0; i+1 < rows; i += 2 {
+		a, b := indptr[i+1]-indptr[i], indptr[i+2]-indptr[i+1]
+		diff += max(a-b, b-a)
+	}
+	return 4*diff <= indptr[rows]
+}
+
+// spmm1 runs the one-head SpMM over view v (one block of 256 threads per
+// 8 warps' rows, no grid stride, so rows of very different degrees are
+// balanced by the block scheduler).
 func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
 	vec := width%4 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0
-	name := spmm1Kernel(width, vec)
+	k := spmm1Kernel(width, vec, v.uniform)
 	n := int64(width)
 	if vec {
 		n = int64(width / 4)
 	}
-	blocks := (int64(v.rows) + spmmRowsPerBlock - 1) / spmmRowsPerBlock
-	return d.launchGrid(name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
+	perBlock := int64(threads / 32 * k.rowsPerWarp)
+	blocks := (int64(v.rows) + perBlock - 1) / perBlock
+	return d.launchGrid(k.name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
 		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/dataset"
+	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/internal/nvrtc"
 	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -297,7 +297,7 @@ func BenchmarkSpMMVariants(b *testing.B) {
 				return best
 			}
 			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, width) })
-			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0)+")", 1e3*sec, gb/sec/1e3)
+			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0, s.uniform).name+")", 1e3*sec, gb/sec/1e3)
 			want := download[float32](b, d, ref)
 			for _, v := range vs {
 				if v.width != width {
