@@ -42,7 +42,7 @@ build() {
   [ $ok = 1 ]
 }
 
-logs=/tmp/dsplogs
+logs=${DSP_LOGS:-/tmp/dsplogs} # DSP_LOGS=$OUT/logs: logs come back even when the call is cut off
 
 # since T0: seconds since T0 (date +%s.%N), one decimal.
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -190,12 +190,12 @@ loader() {
   {
     gen
     products d4 cuda:0,1,2,3 "$e"
-    products d4-off cuda:0,1,2,3 "$e" --no-pipeline
     products d1 cuda:0 "$e"
-    products d1-off cuda:0 "$e" --no-pipeline
-    products d2 cuda:0,1 "$e"
-    products d4f cuda:0,1,2,3 "$e" --gpu-sampler full
+    products d4-off cuda:0,1,2,3 "$e" --no-pipeline
     products d4f-repl cuda:0,1,2,3 "$e" --gpu-sampler full --cache-policy replicate --cache-group 1
+    products d2 cuda:0,1 "$e"
+    products d1-off cuda:0 "$e" --no-pipeline
+    products d4f cuda:0,1,2,3 "$e" --gpu-sampler full
     products d4-budget cuda:0,1,2,3 "$e" --cache 64MiB
     products d4-uva cuda:0,1,2,3 "$e" --cache 0
     [ "${DSP_TESTS:-1}" = 1 ] && gputests
