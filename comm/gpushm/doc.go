@@ -17,20 +17,26 @@
 // in turn (slot q mod Slots for the q-th chunk, the same on every rank),
 // whichever path it takes.
 //
-// # Device path (up to DeviceMax bytes, 4 MiB by default)
+// # Device path (up to DeviceMax bytes, 16 MiB by default)
 //
-// The whole operation is queued on the device's stream (the one the
-// caller's work is on), after that work:
+// The message is cut into chunks of up to DeviceChunk (4 MiB), each
+// through the next slot. For every chunk, queued after the work already
+// on the device's stream (the one the caller's work is on):
 //
-//  1. wait (cuStreamWaitValue32) until every peer's done flag of the slot
-//     shows its last use is over;
-//  2. copy the buffer into this rank's input slot and raise this rank's
-//     in flag (cuStreamWriteValue32);
-//  3. wait until every peer's in flag is raised;
-//  4. one kernel adds every rank's input in rank order 0..n-1 (the
+//  1. on a copy stream of the mover's own: wait (cuStreamWaitValue32)
+//     until every peer's done flag of the slot shows its last use is
+//     over, copy the chunk into this rank's input slot and raise this
+//     rank's in flag (cuStreamWriteValue32);
+//  2. on the device's stream: wait until every rank's in flag is raised,
+//     then one kernel adds every rank's input in rank order 0..n-1 (the
 //     peers' read from the mapped segment, this rank's own from the
 //     buffer) into the buffer, and divides for Mean;
-//  5. raise this rank's done flag.
+//  3. raise this rank's done flag.
+//
+// The copy of chunk c+1 overlaps the reduction of chunk c; the device's
+// later work follows the last reduction. A message of one chunk is
+// copied on the device's stream as well (nothing to overlap, and the
+// hand-over between streams costs about 35 us).
 //
 // The host only queues; the GPUs exchange and reduce on their own, as
 // NCCL's kernels do. By default the call then waits for the stream to
@@ -73,7 +79,9 @@
 // queued on the device's stream before the call (an event), and is
 // complete when the call returns.
 //
-// Both paths sum in rank order on every rank, so results are
+// All-reduces above DeviceMax (and all of them with DeviceMax < 0, or
+// where the device path is unavailable) take the host pipeline. Both
+// paths sum in rank order on every rank, so results are
 // bit-identical across ranks, paths and runs, and equal to a sequential
 // float32 sum.
 //

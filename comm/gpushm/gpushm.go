@@ -30,8 +30,10 @@ const (
 	// (reduced by kernels on the device's stream; see the package doc).
 	DefaultDeviceMax = 16 << 20
 	// DefaultDeviceChunk is the largest chunk of the device path (the
-	// copy of one chunk overlaps the reduction of the one before).
-	DefaultDeviceChunk = 1 << 20
+	// copy of one chunk overlaps the reduction of the one before). On 2
+	// H200s 4 MiB chunks measured 28.5 GB/s bus bandwidth at 12.6 MiB,
+	// against 22-24 with 1 MiB and 17 with 512 KiB, and the same below.
+	DefaultDeviceChunk = 4 << 20
 )
 
 // Options configure a GPU shared-memory communicator.

@@ -365,7 +365,8 @@ func (m *cudaMover) stream() (streamer, string) {
 // queue puts op's copy side on the mover's copy-in stream, after the
 // work already on the device's stream, and its reduce side on the
 // device's stream (see devOp), so the copy of chunk c+1 overlaps the
-// reduction of chunk c. Every wait is queued after the work it waits for
+// reduction of chunk c; an op of one chunk goes on the device's stream
+// alone. Every wait is queued after the work it waits for
 // on this device (the copy side's flag writes come first), so the order
 // stays acyclic even where the two streams share a hardware queue.
 func (m *cudaMover) queue(op *devOp) error {
@@ -399,28 +400,40 @@ func (m *cudaMover) queue(op *devOp) error {
 				return err
 			}
 		}
-		if err := m.begun.Record(s); err != nil {
-			return err
-		}
-		if err := m.sIn.WaitEvent(m.begun); err != nil {
-			return err
+		// One chunk has nothing to overlap: its copy goes on the device's
+		// stream too, which then need not wait for this rank's own flag
+		// (measured on 2 H200s: 93 us for 808 KiB, against 127 us with the
+		// hand-over between streams).
+		cs := m.sIn
+		if len(op.chunks) == 1 {
+			cs = s
+		} else {
+			if err := m.begun.Record(s); err != nil {
+				return err
+			}
+			if err := m.sIn.WaitEvent(m.begun); err != nil {
+				return err
+			}
 		}
 		for _, c := range op.chunks {
 			for _, w := range c.waitDone {
-				if err := m.sIn.WaitValue32(m.devAddr(unsafe.Pointer(w)), c.u, cu.WaitValueGEQ); err != nil {
+				if err := cs.WaitValue32(m.devAddr(unsafe.Pointer(w)), c.u, cu.WaitValueGEQ); err != nil {
 					return err
 				}
 			}
 			mine := unsafe.Pointer(unsafe.SliceData(c.inputs[op.rank]))
-			if err := cu.MemcpyDtoHAsync(mine, p+cu.DevPtr(c.off), uint64(c.bytes), m.sIn); err != nil {
+			if err := cu.MemcpyDtoHAsync(mine, p+cu.DevPtr(c.off), uint64(c.bytes), cs); err != nil {
 				return err
 			}
-			if err := m.sIn.WriteValue32(m.devAddr(unsafe.Pointer(c.myIn)), c.u+1, cu.WriteValueDefault); err != nil {
+			if err := cs.WriteValue32(m.devAddr(unsafe.Pointer(c.myIn)), c.u+1, cu.WriteValueDefault); err != nil {
 				return err
 			}
 		}
 		for _, c := range op.chunks {
 			for _, w := range c.waitIn {
+				if w == c.myIn && cs == s {
+					continue // ordered on this stream already
+				}
 				if err := s.WaitValue32(m.devAddr(unsafe.Pointer(w)), c.u+1, cu.WaitValueGEQ); err != nil {
 					return err
 				}
