@@ -4,7 +4,9 @@
 //
 // About forty calls are bound: initialization and device queries, the
 // primary context, modules and kernel launch, device memory, pinned and
-// mapped host memory, streams, events and peer access. Every call's result
+// mapped host memory, streams, events and peer access; and, when the
+// driver has them, the stream memory operations cuStreamWaitValue32 and
+// cuStreamWriteValue32 (StreamMemOps reports whether it does). Every call's result
 // is checked; failures are *Error values carrying the call, the numeric
 // code and its name (CUDA_ERROR_OUT_OF_MEMORY, ...).
 //
