@@ -10,9 +10,8 @@ import (
 	"runtime"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/internal/nap"
 )
 
 // idler backs off while a wait makes no progress and checks, while it
@@ -58,8 +57,8 @@ var (
 // noticed a finished copy up to a millisecond late.
 func goSleepFromEnv() bool { return os.Getenv(EnvIdle) == "gosleep" }
 
-// nap sleeps for about d: nanosleep on this thread with a 1 us timer
-// slack (20 us naps last about 25 us), or time.Sleep with goSleep.
+// nap sleeps for about d: package nap's precise sleep (20 us naps last
+// about 25 us), or time.Sleep with goSleep.
 func (w *idler) nap(d time.Duration) {
 	var t0 time.Time
 	if w.t.tr != nil {
@@ -68,10 +67,7 @@ func (w *idler) nap(d time.Duration) {
 	if w.t.goSleep {
 		time.Sleep(d)
 	} else {
-		// The slack is per thread: set it where we sleep (idempotent).
-		unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-		ts := unix.NsecToTimespec(int64(d))
-		unix.Nanosleep(&ts, nil) // EINTR: wake early, poll again
+		nap.Sleep(d)
 	}
 	if w.t.tr != nil {
 		w.t.tr.nap(time.Since(t0))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/internal/cuquery"
+	"github.com/strata-gnn/strata/comm/internal/nap"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/staged"
 	cu "github.com/strata-gnn/strata/internal/cuda"
@@ -397,9 +398,9 @@ func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
 			runtime.Gosched()
 			continue
 		case since < 20*time.Millisecond:
-			time.Sleep(20 * time.Microsecond)
+			nap.Sleep(20 * time.Microsecond) // time.Sleep would last ~1 ms
 		default:
-			time.Sleep(200 * time.Microsecond)
+			nap.Sleep(200 * time.Microsecond)
 		}
 		if ctx.Err() != nil {
 			return t.waitErr(ctx, op, seq, "waiting for NCCL to complete it")
