@@ -231,6 +231,8 @@ func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
 // $STRATA_BENCH_PROFILE set, one more epoch is profiled on GPU 0 and its
 // device time per op is logged (-test.v).
 //
+// $STRATA_BENCH_LR overrides the learning rate (0.003).
+//
 // Metrics: ms per training epoch, broadcast and gradient MiB per epoch
 // and the share of broadcast bytes avoided, the run's peak and activation
 // memory per device (its own count) and the CUDA allocator's high-water
@@ -256,6 +258,13 @@ func BenchmarkProductsSAGE(b *testing.B) {
 			}
 			cfg := Defaults(SAGE)
 			cfg.Layers, cfg.Hidden, cfg.LR, cfg.WeightDecay = 3, 256, 0.003, 0
+			if v := os.Getenv("STRATA_BENCH_LR"); v != "" {
+				lr, err := strconv.ParseFloat(v, 64)
+				if err != nil || !(lr > 0) {
+					b.Fatalf("STRATA_BENCH_LR=%q", v)
+				}
+				cfg.LR = lr
+			}
 			cfg.Masks, cfg.Order = MasksLocal, OrderDegree
 			if o := os.Getenv("STRATA_BENCH_NODE_ORDER"); o != "" {
 				cfg.Order = o

@@ -18,7 +18,7 @@
 # pattern, default 'ProductsSAGE/gpus=1$'); FG_EPOCHS, training epochs per
 # configuration (default 5, the first untimed); FG_PROFILE=1 logs the
 # device time per op of one more epoch on GPU 0; FG_EVAL_EVERY evaluates
-# every N epochs; FG_COMM picks the device communicators (auto, nccl,
+# every N epochs; FG_LR sets the learning rate; FG_COMM picks the device communicators (auto, nccl,
 # gpushm, host); FG_TF32=1 turns on TF32 tensor cores; FG_ORDER=K orders
 # the nodes by the K-part partition file .gpu/fg/parts/pK.bin (K/P parts
 # per device's block, see BenchmarkProductsSAGE); FG_TIMEOUT bounds
@@ -63,12 +63,12 @@ test_run() {
   setup
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null
   local t0=$(date +%s)
-  (cd tensor/backend/cuda && STRATA_CUDA_POISON=1 timeout 240 "$root/$dir/cuda.test" -test.v -test.timeout 230s \
+  (cd tensor/backend/cuda && STRATA_CUDA_POISON=1 timeout 120 "$root/$dir/cuda.test" -test.v -test.timeout 110s \
     -test.run 'Conformance|GradCheck|SpMM|BiasAct|ReLUMaskScale|DropoutMatchesCPU|Profile|AgainstCPULarge|KernelsCompile') >"$logs/cuda.log" 2>&1
   echo "cuda tests rc=$? $(( $(date +%s) - t0 ))s"
   summarize "$logs/cuda.log" 20
   t0=$(date +%s)
-  (cd fullgraph && STRATA_CUDA_POISON=1 timeout 120 "$root/$dir/fullgraph.test" -test.v -test.timeout 110s -test.run 'GPU') \
+  (cd fullgraph && STRATA_CUDA_POISON=1 timeout 90 "$root/$dir/fullgraph.test" -test.v -test.timeout 85s -test.run 'GPU') \
     >"$logs/fullgraph-gpu.log" 2>&1
   echo "fullgraph GPU tests rc=$? $(( $(date +%s) - t0 ))s"
   summarize "$logs/fullgraph-gpu.log" 20
@@ -83,6 +83,7 @@ bench_run() {
   [ -n "${FG_PROFILE:-}" ] && export STRATA_BENCH_PROFILE=1
   [ -n "${FG_EVAL_EVERY:-}" ] && export STRATA_BENCH_EVAL_EVERY=$FG_EVAL_EVERY
   [ -n "${FG_COMM:-}" ] && export STRATA_BENCH_COMM=$FG_COMM
+  [ -n "${FG_LR:-}" ] && export STRATA_BENCH_LR=$FG_LR
   [ -n "${FG_TF32:-}" ] && export STRATA_CUDA_TF32=1
   [ -n "${FG_ORDER:-}" ] && export STRATA_BENCH_ORDER=$root/$dir/parts/p$FG_ORDER.bin
   local t0=$(date +%s)
