@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -43,38 +41,17 @@ func (o Options) timeout() time.Duration {
 
 // New wraps a transport in the standard front end.
 func New(t Transport, o Options) Comm {
-	h := o.HistorySize
-	if h <= 0 {
-		h = 64
-	}
-	c := &front{t: t, o: o, rank: t.Rank(), size: t.Size(), sem: make(chan struct{}, 1)}
-	c.hist = make([]Record, 0, h)
+	c := &front{t: t}
+	c.gate.init(t, o)
 	return c
 }
 
 type front struct {
-	t          Transport
-	o          Options
-	rank, size int
-
-	sem    chan struct{} // serializes operations; select-able with ctx
-	seq    atomic.Uint64 // written under sem
-	broken error         // guarded by sem
-
-	mu     sync.Mutex // guards hist, closed
-	hist   []Record
-	histAt int
-	closed bool
+	gate
+	t Transport
 }
 
-func (c *front) Rank() int    { return c.rank }
-func (c *front) Size() int    { return c.size }
-func (c *front) Kind() string { return c.t.Kind() }
-func (c *front) Caps() Caps   { return c.t.Caps() }
-
-func (c *front) argErr(op Op, format string, a ...any) error {
-	return &ArgError{Op: op, Rank: c.rank, Msg: fmt.Sprintf(format, a...)}
-}
+func (c *front) Caps() Caps { return c.t.Caps() }
 
 func checkDType(b Buf) bool {
 	switch b.dt {
@@ -101,18 +78,18 @@ func overlap(a, b Buf) bool {
 }
 
 // counts validates a per-rank count vector and returns its prefix sums.
-func (c *front) counts(op Op, name string, cs []int) ([]int, int, error) {
-	if len(cs) != c.size {
-		return nil, 0, c.argErr(op, "%s has %d entries, want one per rank (%d)", name, len(cs), c.size)
+func (g *gate) counts(op Op, name string, cs []int) ([]int, int, error) {
+	if len(cs) != g.size {
+		return nil, 0, g.argErr(op, "%s has %d entries, want one per rank (%d)", name, len(cs), g.size)
 	}
-	displs := make([]int, c.size)
+	displs := make([]int, g.size)
 	total := 0
 	for r, n := range cs {
 		if n < 0 {
-			return nil, 0, c.argErr(op, "%s[%d] = %d is negative", name, r, n)
+			return nil, 0, g.argErr(op, "%s[%d] = %d is negative", name, r, n)
 		}
 		if total > int(^uint(0)>>2)-n {
-			return nil, 0, c.argErr(op, "%s overflows", name)
+			return nil, 0, g.argErr(op, "%s overflows", name)
 		}
 		displs[r] = total
 		total += n
@@ -255,82 +232,19 @@ func (c *front) Barrier(ctx context.Context) error {
 	return c.do(ctx, &Call{Op: OpBarrier}, 0)
 }
 
-// do runs one validated call: serialize, number, apply the deadline, run
-// the debug check, run the transport, and turn failures into *OpError.
+// do runs one validated call through the gate: a group of one copies
+// locally; debug mode checks the descriptors first.
 func (c *front) do(ctx context.Context, call *Call, count int) error {
-	if ctx == nil {
-		ctx = context.Background()
+	g := gated{op: call.Op, dtype: call.DType, count: count,
+		bind: func(seq uint64, dl time.Time) { call.Seq, call.Deadline = seq, dl },
+		run:  func(ctx context.Context) error { return c.t.Run(ctx, call) }}
+	switch {
+	case c.size == 1:
+		g.run = func(context.Context) error { return local(call) }
+	case c.o.Debug:
+		g.check = func(ctx context.Context) error { return c.debugCheck(ctx, call) }
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.timeout()) // the earlier of ctx's deadline and the timeout
-	defer cancel()
-	start := time.Now()
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: c.seq.Load() + 1, Err: wrapCtx(ctx.Err(), "waiting for this rank's previous operation to finish")}
-	}
-	defer func() { <-c.sem }()
-
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	call.Seq = c.seq.Add(1)
-	if closed {
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: ErrClosed}
-	}
-	if c.broken != nil {
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: fmt.Errorf("%w: %v", ErrBroken, c.broken)}
-	}
-	dl, _ := ctx.Deadline()
-	call.Deadline = dl
-
-	var err error
-	if c.size == 1 {
-		err = local(call)
-	} else {
-		if c.o.Debug {
-			err = c.debugCheck(ctx, call)
-			var mm *MismatchError
-			if errors.As(err, &mm) {
-				// The exchange itself completed, and nothing of the
-				// operation was sent: the communicator stays usable.
-				oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Elapsed: time.Since(start), Err: err}
-				c.record(call, count, start, oe)
-				return oe
-			}
-		}
-		if err == nil {
-			err = c.t.Run(ctx, call)
-		}
-	}
-	if err != nil {
-		err = c.fail(ctx, call, err, start)
-	}
-	c.record(call, count, start, err)
-	return err
-}
-
-// fail turns a transport error into an *OpError, finds the missing ranks,
-// breaks the communicator and aborts the peers.
-func (c *front) fail(ctx context.Context, call *Call, err error, start time.Time) error {
-	oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Elapsed: time.Since(start)}
-	oe.Err = err
-	if isTimeout(err) {
-		oe.Err = fmt.Errorf("%w (deadline %v after the call): %w", ErrTimeout, dur(call.Deadline.Sub(start)), err)
-	}
-	if m, ok := missingOf(err); ok {
-		oe.Missing = m
-	} else if isTimeout(err) || errors.Is(err, context.Canceled) {
-		mctx, cancel := context.WithTimeout(context.Background(), missingBudget)
-		oe.Missing, _ = missingOf(&PeerError{Ranks: c.t.Missing(mctx, call.Seq)})
-		cancel()
-	}
-	oe.Elapsed = time.Since(start)
-	c.broken = oe
-	if !errors.Is(err, ErrClosed) { // a local Close already told the peers
-		c.t.Abort(oe)
-	}
-	return oe
+	return c.gate.do(ctx, g)
 }
 
 func isTimeout(err error) bool {
@@ -351,29 +265,6 @@ func wrapCtx(err error, what string) error {
 	return fmt.Errorf("%w: %s", err, what)
 }
 
-func (c *front) record(call *Call, count int, start time.Time, err error) {
-	r := Record{Seq: call.Seq, Op: call.Op, DType: call.DType, Count: count, Start: start, Elapsed: time.Since(start)}
-	if err != nil {
-		r.Err = err.Error()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.hist) < cap(c.hist) {
-		c.hist = append(c.hist, r)
-		return
-	}
-	c.hist[c.histAt] = r
-	c.histAt = (c.histAt + 1) % len(c.hist)
-}
-
-func (c *front) History() []Record {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]Record, 0, len(c.hist))
-	out = append(out, c.hist[c.histAt:]...)
-	return append(out, c.hist[:c.histAt]...)
-}
-
 // maxAlloc bounds Alloc (elements).
 const maxAlloc = 1 << 40
 
@@ -384,10 +275,7 @@ func (c *front) Alloc(dt backend.DType, n int) (Buf, error) {
 	if n < 0 || n > maxAlloc {
 		return Buf{}, fmt.Errorf("comm: Alloc of %d elements", n)
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return Buf{}, ErrClosed
 	}
 	if a, ok := c.t.(Allocator); ok && n > 0 {
@@ -406,10 +294,7 @@ func (c *front) Alloc(dt backend.DType, n int) (Buf, error) {
 
 func (c *front) Free(b Buf) error {
 	if a, ok := c.t.(Allocator); ok && b.n > 0 {
-		c.mu.Lock()
-		closed := c.closed
-		c.mu.Unlock()
-		if closed {
+		if c.isClosed() {
 			return nil // the memory went with the transport
 		}
 		err := a.Free(b.Bytes())
@@ -424,17 +309,6 @@ func (c *front) Free(b Buf) error {
 // ErrNotAllocated is returned by Allocator.Free for memory it did not
 // hand out.
 var ErrNotAllocated = errors.New("comm: buffer was not allocated by this communicator")
-
-func (c *front) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	c.mu.Unlock()
-	return c.t.Close()
-}
 
 // local performs a collective for a group of one.
 func local(c *Call) error {

@@ -68,26 +68,12 @@ func describe(d []int64, n int) string {
 func (c *front) debugCheck(ctx context.Context, call *Call) error {
 	n := c.size
 	mine := descriptor(call, n)
-	l := len(mine)
-	all := make([]int64, n*l)
-	cs, ds := equalCounts(n, l)
-	dc := &Call{Op: OpAllGather, Phase: PhaseDebug, Seq: call.Seq, DType: backend.Int64, Deadline: call.Deadline,
-		Send: bytesOf(mine), Recv: bytesOf(all), RecvCounts: cs, RecvDispls: ds}
-	if err := c.t.Run(ctx, dc); err != nil {
-		return err
-	}
-	descs := make([][]int64, n)
-	for r := range descs {
-		descs[r] = all[r*l : (r+1)*l]
-	}
-	if diff := compareDescs(descs, n); diff != "" {
-		e := &MismatchError{Seq: call.Seq, Diff: diff}
-		for r, d := range descs {
-			e.Ranks = append(e.Ranks, fmt.Sprintf("rank %d %s", r, describe(d, n)))
-		}
-		return e
-	}
-	return nil
+	return c.checkDescriptors(call.Seq, mine, func(all []int64) error {
+		cs, ds := equalCounts(n, len(mine))
+		dc := &Call{Op: OpAllGather, Phase: PhaseDebug, Seq: call.Seq, DType: backend.Int64, Deadline: call.Deadline,
+			Send: bytesOf(mine), Recv: bytesOf(all), RecvCounts: cs, RecvDispls: ds}
+		return c.t.Run(ctx, dc)
+	})
 }
 
 // compareDescs returns the first disagreement, or "".

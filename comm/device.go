@@ -2,11 +2,8 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -113,12 +110,8 @@ type DeviceTransport interface {
 // NewDevice wraps a device transport in the standard front end. The
 // result also has History() []Record.
 func NewDevice(t DeviceTransport, o Options) DeviceComm {
-	h := o.HistorySize
-	if h <= 0 {
-		h = 64
-	}
-	c := &dfront{t: t, o: o, rank: t.Rank(), size: t.Size(), sem: make(chan struct{}, 1)}
-	c.hist = make([]Record, 0, h)
+	c := &dfront{t: t}
+	c.gate.init(t, o)
 	return c
 }
 
@@ -132,26 +125,8 @@ func HistoryOf(c DeviceComm) []Record {
 }
 
 type dfront struct {
-	t          DeviceTransport
-	o          Options
-	rank, size int
-
-	sem    chan struct{}
-	seq    atomic.Uint64
-	broken error // guarded by sem
-
-	mu     sync.Mutex
-	hist   []Record
-	histAt int
-	closed bool
-}
-
-func (c *dfront) Rank() int    { return c.rank }
-func (c *dfront) Size() int    { return c.size }
-func (c *dfront) Kind() string { return c.t.Kind() }
-
-func (c *dfront) argErr(op Op, format string, a ...any) error {
-	return &ArgError{Op: op, Rank: c.rank, Msg: fmt.Sprintf(format, a...)}
+	gate
+	t DeviceTransport
 }
 
 func (c *dfront) checkBuf(op Op, name string, b backend.Buffer) error {
@@ -183,11 +158,6 @@ func (c *dfront) pair(op Op, dst, src backend.Buffer) error {
 		return c.argErr(op, "dst and src overlap")
 	}
 	return nil
-}
-
-func (c *dfront) counts(op Op, name string, cs []int) ([]int, int, error) {
-	f := &front{rank: c.rank, size: c.size}
-	return f.counts(op, name, cs)
 }
 
 func (c *dfront) AllReduce(ctx context.Context, buf backend.Buffer, op ReduceOp) error {
@@ -332,70 +302,13 @@ func (c *dfront) Sync(ctx context.Context) error {
 }
 
 func (c *dfront) do(ctx context.Context, call *DeviceCall, count int) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.timeout())
-	defer cancel()
-	start := time.Now()
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: c.seq.Load() + 1, Err: wrapCtx(ctx.Err(), "waiting for this rank's previous operation to finish")}
-	}
-	defer func() { <-c.sem }()
-
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	call.Seq = c.seq.Add(1)
-	if closed {
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: ErrClosed}
-	}
-	if c.broken != nil {
-		return &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: fmt.Errorf("%w: %v", ErrBroken, c.broken)}
-	}
-	dl, _ := ctx.Deadline()
-	call.Deadline = dl
-
-	var err error
+	g := gated{op: call.Op, dtype: call.DType, count: count,
+		bind: func(seq uint64, dl time.Time) { call.Seq, call.Deadline = seq, dl },
+		run:  func(ctx context.Context) error { return c.t.Run(ctx, call) }}
 	if c.o.Debug && c.size > 1 {
-		err = c.debugCheck(ctx, call)
-		var mm *MismatchError
-		if errors.As(err, &mm) {
-			oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Elapsed: time.Since(start), Err: err}
-			c.record(call, count, start, oe)
-			return oe
-		}
+		g.check = func(ctx context.Context) error { return c.debugCheck(ctx, call) }
 	}
-	if err == nil {
-		err = c.t.Run(ctx, call)
-	}
-	if err != nil {
-		err = c.fail(call, err, start)
-	}
-	c.record(call, count, start, err)
-	return err
-}
-
-func (c *dfront) fail(call *DeviceCall, err error, start time.Time) error {
-	oe := &OpError{Kind: c.t.Kind(), Rank: c.rank, Op: call.Op, Seq: call.Seq, Err: err}
-	if isTimeout(err) {
-		oe.Err = fmt.Errorf("%w (deadline %v after the call): %w", ErrTimeout, dur(call.Deadline.Sub(start)), err)
-	}
-	if m, ok := missingOf(err); ok {
-		oe.Missing = m
-	} else if isTimeout(err) || errors.Is(err, context.Canceled) {
-		mctx, cancel := context.WithTimeout(context.Background(), missingBudget)
-		oe.Missing, _ = missingOf(&PeerError{Ranks: c.t.Missing(mctx, call.Seq)})
-		cancel()
-	}
-	oe.Elapsed = time.Since(start)
-	c.broken = oe
-	if !errors.Is(err, ErrClosed) { // a local Close already told the peers
-		c.t.Abort(oe)
-	}
-	return oe
+	return c.gate.do(ctx, g)
 }
 
 // deviceDescriptor has the layout of descriptor (debug.go).
@@ -422,61 +335,16 @@ func deviceDescriptor(c *DeviceCall, n int) []int64 {
 }
 
 func (c *dfront) debugCheck(ctx context.Context, call *DeviceCall) error {
-	n := c.size
-	mine := deviceDescriptor(call, n)
-	l := len(mine)
-	all, err := c.t.Gather(ctx, call.Seq, mine)
-	if err != nil {
-		return err
-	}
-	if len(all) != n*l {
-		return fmt.Errorf("%w: debug exchange returned %d words, want %d", ErrProtocol, len(all), n*l)
-	}
-	descs := make([][]int64, n)
-	for r := range descs {
-		descs[r] = all[r*l : (r+1)*l]
-	}
-	if diff := compareDescs(descs, n); diff != "" {
-		e := &MismatchError{Seq: call.Seq, Diff: diff}
-		for r, d := range descs {
-			e.Ranks = append(e.Ranks, fmt.Sprintf("rank %d %s", r, describe(d, n)))
+	mine := deviceDescriptor(call, c.size)
+	return c.checkDescriptors(call.Seq, mine, func(all []int64) error {
+		got, err := c.t.Gather(ctx, call.Seq, mine)
+		if err != nil {
+			return err
 		}
-		return e
-	}
-	return nil
-}
-
-func (c *dfront) record(call *DeviceCall, count int, start time.Time, err error) {
-	r := Record{Seq: call.Seq, Op: call.Op, DType: call.DType, Count: count, Start: start, Elapsed: time.Since(start)}
-	if err != nil {
-		r.Err = err.Error()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.hist) < cap(c.hist) {
-		c.hist = append(c.hist, r)
-		return
-	}
-	c.hist[c.histAt] = r
-	c.histAt = (c.histAt + 1) % len(c.hist)
-}
-
-// History returns the most recent operations, oldest first.
-func (c *dfront) History() []Record {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]Record, 0, len(c.hist))
-	out = append(out, c.hist[c.histAt:]...)
-	return append(out, c.hist[:c.histAt]...)
-}
-
-func (c *dfront) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+		if len(got) != len(all) {
+			return fmt.Errorf("%w: debug exchange returned %d words, want %d", ErrProtocol, len(got), len(all))
+		}
+		copy(all, got)
 		return nil
-	}
-	c.closed = true
-	c.mu.Unlock()
-	return c.t.Close()
+	})
 }
