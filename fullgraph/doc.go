@@ -9,9 +9,20 @@
 // Aggregation is the back end's SpMM over a CSR matrix with per-entry
 // weights: a fused gather-multiply-add per destination row, no per-edge
 // message tensor (GAT keeps its nnz x heads attention coefficients, not
-// nnz x width messages). The report gives, per layer, the bytes its
-// forward pass keeps for the backward pass, and the peak bytes of the
-// device, measured by counting every buffer the run allocates.
+// nnz x width messages). A layer keeps for its backward pass its input
+// after dropout, its aggregation when the weight gradient needs it, and
+// its output until the next layer has applied dropout to it; dropout
+// masks and pre-activations are not kept, because the gradient through
+// the previous layer's ReLU and this layer's dropout is
+// y > 0 ? dy/(1-p) : 0 with y the dropped input. The output
+// act(self + neighbors + bias) and that gradient are one pass each when
+// the back end has BiasAct and ReLUMaskScale (the CUDA back end does),
+// else composed from standard primitives with the same arithmetic. The
+// report gives, per layer, the bytes its forward pass keeps, and the peak
+// bytes of the device, measured by counting every buffer the run
+// allocates. Config.Order "degree" renumbers each block's nodes by
+// descending in-degree, which keeps the most gathered rows in the GPU's
+// cache.
 //
 // GCN and GraphSAGE run on the distributed engine below (with one device
 // it does no communication and is bit-identical to the nn models); GAT,
@@ -31,11 +42,12 @@
 //	out_d = sum over s of A_ds * H_s
 //
 // where H_d is its own fresh block and H_s for s != d the block device s
-// broadcast, or the cached copy when s skipped the broadcast. The
-// broadcasts of one layer are one all-gather-v (a skipping device
-// contributes nothing). A_ds for s != d is stored with its columns
-// compacted to the rows of block s it reads (Layout.Used), gathered from
-// H_s before the SpMM.
+// broadcast, or the cached copy when s skipped the broadcast. The blocks
+// live in one N-row matrix per layer (the historical embeddings), so the
+// sum is one SpMM of device d's rows over all N columns (Layout.Rows),
+// each row summed in the single-device order. The broadcasts of one layer
+// are one all-gather-v when every block is sent, else one broadcast per
+// sending owner.
 //
 // # Backward
 //
@@ -43,10 +55,12 @@
 // G_d is device d's gradient of its aggregation output. Each device
 // computes its contributions and sends each to the block's owner: a
 // reduce to every owner at once, as one all-to-all-v per layer. Only the
-// rows of block s that d reads can be non-zero, so only those are sent,
-// and the owner scatter-adds them (own contribution first, then the
+// rows of block s that d reads (Layout.Used) can be non-zero, so the
+// contribution is computed through the transpose of A_ds restricted to
+// those rows (SubBlock.Transpose, built once on the host) and sent
+// packed, and the owner scatter-adds them (own contribution first, then the
 // others in rank order, so sums are deterministic). Parameter gradients
-// are then all-reduced (summed in rank order) and every replica takes the
+// are then all-reduced (in rank order over host communicators) and every replica takes the
 // same Adam step. Without staleness the run therefore equals
 // single-device training up to float rounding (the tests check losses to
 // 1e-5 and identical accuracies for P = 1, 2, 4; dropout masks are drawn
@@ -88,10 +102,15 @@
 //
 // # Devices
 //
-// The engine uses only the backend.Backend interface, so it runs on CPU
-// virtual devices (one goroutine per rank over comm/inproc, sharing one
-// CPU back end) and on GPUs (one CUDA back end per device); communication
-// is staged through host memory. With Masks "global" and P > 1 the
+// The engine uses the backend.Backend interface (plus the optional fused
+// methods above), so it runs on CPU virtual devices (one goroutine per
+// rank over comm/inproc, sharing one CPU back end) and on GPUs (one CUDA
+// back end per device). With Options.DeviceComms (OpenDeviceComms: NCCL
+// in this process, or the GPU shared-memory collectives) the blocks,
+// gradient contributions and the weight-gradient all-reduce move between
+// device buffers; without, they are staged through host memory over the
+// host communicators, which carry the small control messages (staleness
+// flags, losses, evaluation counts) in both cases. With Masks "global" and P > 1 the
 // dropout masks of blocks other than the first are drawn on the host;
 // Masks "local" draws them on each device instead (equal in distribution,
 // but the run then depends on P).
@@ -101,5 +120,7 @@
 // The same configuration and device count give bit-identical runs:
 // initial weights and dropout masks come from the seed, the partitioner
 // is seeded, every sum across devices is taken in a fixed order, and the
-// staleness decisions depend only on these values.
+// staleness decisions depend only on these values. (NCCL's sums are
+// deterministic for a fixed machine and device count, but not in rank
+// order.)
 package fullgraph
