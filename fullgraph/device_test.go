@@ -48,7 +48,7 @@ func TestDeviceCommEqualsHost(t *testing.T) {
 	ds := cora(t)
 	epochs := 6
 	if testing.Short() {
-		epochs = 3
+		epochs = 2
 	}
 	for _, tc := range []struct {
 		model string
@@ -131,10 +131,14 @@ func (f fusedCPU) ReLUMaskScale(dst, dy, y backend.Buffer, scale float32) error 
 // also the nn model's, see TestExactEqualsSingleDevice).
 func TestFusedPathEqualsComposed(t *testing.T) {
 	ds := cora(t)
+	epochs := 3
+	if testing.Short() {
+		epochs = 2
+	}
 	for _, model := range []string{GCN, SAGE} {
 		for _, p := range []int{1, 2} {
 			cfg := Defaults(model)
-			cfg.Epochs = 3
+			cfg.Epochs = epochs
 			want := run(t, ds, cfg, p)
 			bs := devices(t, p)
 			for i := range bs {
@@ -350,9 +354,13 @@ func TestApplyPartitionFile(t *testing.T) {
 // summation order, on one device and on three.
 func TestDegreeOrder(t *testing.T) {
 	ds := cora(t)
+	epochs := 4
+	if testing.Short() {
+		epochs = 2
+	}
 	for _, p := range []int{1, 3} {
 		cfg := Defaults(SAGE)
-		cfg.Epochs, cfg.Dropout = 4, 0
+		cfg.Epochs, cfg.Dropout = epochs, 0
 		want := run(t, ds, cfg, p)
 		cfg.Order = OrderDegree
 		got := run(t, ds, cfg, p)

@@ -338,7 +338,12 @@ func BenchmarkSpMMVariants(b *testing.B) {
 	}
 }
 
+// TestSpMMVariantsCompile compiles BenchmarkSpMMVariants' kernels with
+// NVRTC when it can be found (no GPU needed).
 func TestSpMMVariantsCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles 21 kernel variants: skipped with -short")
+	}
 	if err := nvrtc.Load(); err != nil {
 		t.Skipf("no libnvrtc: %v", err)
 	}
