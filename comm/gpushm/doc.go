@@ -103,8 +103,9 @@
 // all-reduces 808 KiB in 65 us (12.7 GB/s bus bandwidth; NCCL 93 us) and
 // 3.2 MiB at 20.6 GB/s (NCCL 17.8); the host pipeline reaches 11-31 GB/s
 // from 16 MiB to 256 MiB, 108-136% of NCCL's. A data-parallel SAGE step
-// with one 0.83 MB gradient all-reduce takes 4.21 ms (4.03 ms with
-// Async) against NCCL's 4.94 ms.
+// with one 0.83 MB gradient all-reduce takes 4.24-4.52 ms (4.04 ms with
+// Async) against NCCL's 4.34-4.37 ms (after comm/nccl's waits stopped
+// oversleeping; 4.9-5.1 ms before).
 //
 // # Other operations
 //
