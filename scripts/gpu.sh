@@ -20,6 +20,12 @@
 #   scripts/gpu.sh dpall [DIR]        # on a host with 2+ GPUs: the gpushm tests on 2 GPUs,
 #                                     # dpstep, and an all-reduce sweep around the gradient
 #                                     # size (gpushm device path / host pipeline vs NCCL)
+#   scripts/gpu.sh pack               # here: build everything (this script's sets and those
+#                                     # of gpu-fg.sh, gpu-dsp.sh and gpu-csp.sh) and pack the
+#                                     # binaries into .gpu/all.tar.xz (~30 MB)
+#   scripts/gpu.sh all [DIR]          # on the GPU host (carry [".gpu/all.tar.xz"]): unpack,
+#                                     # run every GPU test, then the benchmarks of every
+#                                     # area that the visible GPUs allow; logs in $OUT/all-logs.tgz
 #
 # run passes FLAGS to every test binary (e.g. -test.run 'Conformance'
 # -test.bench . -test.benchtime 20x). Logs go to $LOGS, else $OUT (when
@@ -318,6 +324,65 @@ dpall() {
   grep -vE '^\s*$' "$logs/bw-off.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30
 }
 
+# --- everything in one call ---
+
+# pack: every binary set into one compressed file, since the sets
+# together are larger than what one call may carry uncompressed.
+pack() {
+  build && build_dp && scripts/gpu-fg.sh build && scripts/gpu-dsp.sh build && scripts/gpu-csp.sh build || return 1
+  local files=(tests.txt strata) f
+  files=(bin/strata $(awk '{print "bin/" $1 ".test"}' "$gpu/tests.txt") tests.txt)
+  files+=($(cd "$gpu" && find datasets fg dsp csp dp -type f -o -type l 2>/dev/null | grep -v -e /logs/ -e '^fg/parts/' | sort))
+  [ -n "${FG_PARTS:-}" ] && files+=($(cd "$gpu" && ls fg/parts/*.bin 2>/dev/null))
+  # Identical binaries (strata in every set, test binaries built twice)
+  # travel once: later copies become links to the first.
+  declare -A first=()
+  for f in "${files[@]}"; do
+    [ -f "$gpu/$f" ] && [ ! -L "$gpu/$f" ] || continue
+    local sum
+    sum=$(sha256sum "$gpu/$f" | cut -d' ' -f1)
+    if [ -n "${first[$sum]:-}" ]; then
+      ln -sf "$(realpath --relative-to="$(dirname "$gpu/$f")" "$gpu/${first[$sum]}")" "$gpu/$f"
+    else
+      first[$sum]=$f
+    fi
+  done
+  tar -C "$gpu" -cf - "${files[@]}" | xz -T0 -6 >"$gpu/all.tar.xz" || return 1
+  ls -l "$gpu/all.tar.xz" | awk '{printf "packed %s: %.1f MB\n", $NF, $5/1e6}'
+}
+
+# all: unpack, run every GPU test, then the benchmarks the visible GPUs
+# allow (products shape generated into DIR). Each part logs into its own
+# folder under /tmp/gpulogs, packed into $OUT/all-logs.tgz at the end.
+all() {
+  local dir=${1:-/tmp/products} logs=/tmp/gpulogs
+  tar -xJf "$gpu/all.tar.xz" -C "$gpu" || return 1
+  mkdir -p "$logs"/{tests,bench,fg,dsp,dp,csp}
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  echo "== $n GPUs"
+  local t0=$(date +%s)
+  echo "== GPU tests"; LOGS=$logs/tests run 2>&1 | tail -12
+  echo "== full-graph tests"; LOGS=$logs/fg scripts/gpu-fg.sh test 2>&1 | tail -8
+  echo "== sampled training, 1 GPU"; LOGS=$logs/bench BENCH_TIME=2x bench "$dir" 2>&1 | tail -8
+  local gpus='1'
+  [ "$n" -ge 2 ] && gpus='(1|2)'
+  [ "$n" -ge 4 ] && gpus='(1|2|4)'
+  echo "== full-graph SAGE, products, gpus=$gpus"
+  LOGS=$logs/fg FG_BENCH="ProductsSAGE/gpus=$gpus\$" scripts/gpu-fg.sh bench "$dir" 2>&1 | tail -12
+  echo "== collective sampling"; OUT=$logs/csp scripts/gpu-csp.sh run 2>&1 | tail -12
+  if [ "$n" -ge 2 ]; then
+    echo "== data-parallel step, gpushm vs NCCL"
+    LOGS=$logs/dp DP_SWEEP_MAX=827580 DP_SWEEP_VARIANTS= dpall "$dir" 2>&1 | grep -E 'rc=|verdict|_ms/step' | cut -c1-300
+  fi
+  if [ "$n" -ge 4 ]; then
+    echo "== DSP on 1, 2, 4 GPUs"; DSP_DATA=$dir DSP_LOGS=$logs/dsp scripts/gpu-dsp.sh loader 2>&1 | grep -E '^== |epoch time' 
+  fi
+  echo "== all done in $(( $(date +%s) - t0 ))s"
+  [ -n "${OUT:-}" ] && tar -czf "$OUT/all-logs.tgz" -C /tmp gpulogs
+  return 0
+}
+
 case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
@@ -327,5 +392,7 @@ case "${1:-}" in
   build-dp) build_dp ;;
   dpstep) shift; dpstep "$@" ;;
   dpall) shift; dpall "$@" ;;
-  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR] | dpall [DIR]" >&2; exit 2 ;;
+  pack) pack ;;
+  all) shift; all "$@" ;;
+  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR] | dpall [DIR] | pack | all [DIR]" >&2; exit 2 ;;
 esac
