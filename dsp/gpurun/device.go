@@ -3,7 +3,6 @@ package gpurun
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"time"
 
@@ -676,26 +675,8 @@ func (d *device) finish(ctx context.Context) error {
 			return d.errf("freeing batches", err)
 		}
 	}
-	h := fnv.New64a()
-	for _, p := range d.model.Params() {
-		data := make([]float32, p.Len())
-		if err := d.b.Download(data, p.Value); err != nil {
-			return d.errf("replica check", err)
-		}
-		for _, v := range data {
-			bits := math.Float32bits(v)
-			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
-		}
-	}
-	k := d.s.cfg.Devices
-	all := make([]int64, k)
-	if err := d.s.hostComm(d.rank, stTrainer).AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+	if err := runner.CheckReplicas(ctx, d.b, d.model.Params(), d.s.hostComm(d.rank, stTrainer), d.s.cfg.Devices); err != nil {
 		return d.errf("replica check", err)
-	}
-	for r, x := range all {
-		if x != all[0] {
-			return d.errf("replica check", fmt.Errorf("device %d's parameters differ from device 0's", r))
-		}
 	}
 	if d.rank == 0 {
 		d.s.mu.Lock()

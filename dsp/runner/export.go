@@ -3,7 +3,10 @@ package runner
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/graph"
@@ -180,4 +183,31 @@ func (e *Evaluator) Free() {
 	if e != nil {
 		e.ev.free()
 	}
+}
+
+// CheckReplicas verifies that the k devices of c end with the same
+// parameters, bit for bit: each hashes its parameters on b and all-gathers
+// the hashes over c. Every device must call it.
+func CheckReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c comm.Comm, k int) error {
+	h := fnv.New64a()
+	for _, p := range params {
+		data := make([]float32, p.Len())
+		if err := b.Download(data, p.Value); err != nil {
+			return err
+		}
+		for _, v := range data {
+			bits := math.Float32bits(v)
+			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
+		}
+	}
+	all := make([]int64, k)
+	if err := c.AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+		return err
+	}
+	for r, x := range all {
+		if x != all[0] {
+			return fmt.Errorf("device %d's parameters differ from device 0's", r)
+		}
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
 	"sync"
@@ -582,26 +581,8 @@ func (d *device) allReduce(ctx context.Context, loss float64) (float64, error) {
 // checkReplicas verifies that every device ends with the same parameters,
 // bit for bit (BSP with averaged gradients must keep them equal).
 func (d *device) checkReplicas(ctx context.Context, c comm.Comm) error {
-	h := fnv.New64a()
-	for _, p := range d.model.Params() {
-		data := make([]float32, p.Len())
-		if err := d.b.Download(data, p.Value); err != nil {
-			return d.errf("replica check", err)
-		}
-		for _, v := range data {
-			bits := math.Float32bits(v)
-			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
-		}
-	}
-	k := d.s.cfg.Devices
-	all := make([]int64, k)
-	if err := c.AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+	if err := CheckReplicas(ctx, d.b, d.model.Params(), c, d.s.cfg.Devices); err != nil {
 		return d.errf("replica check", err)
-	}
-	for r, x := range all {
-		if x != all[0] {
-			return d.errf("replica check", fmt.Errorf("device %d's parameters differ from device 0's", r))
-		}
 	}
 	return nil
 }
