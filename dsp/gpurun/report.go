@@ -5,10 +5,8 @@ import (
 	"fmt"
 
 	"github.com/strata-gnn/strata/dataset"
-	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/internal/atomicfile"
-	"github.com/strata-gnn/strata/train"
 )
 
 // Report is the host runner's report (accuracies, per-epoch losses of the
@@ -58,36 +56,13 @@ func (r *Report) WriteJSON(path string) error {
 }
 
 // snapshot collects every device's metrics.
-func (s *shared) snapshot() runner.Metrics {
-	var m runner.Metrics
-	for r := range s.ctrs {
-		rs := s.ctrs[r].Snapshot(r)
-		s.mu.Lock()
-		for _, q := range s.queues[r] {
-			rs.Queues = append(rs.Queues, q())
-		}
-		s.mu.Unlock()
-		m.Ranks = append(m.Ranks, rs)
-	}
-	m.Summary = metrics.Summarize(m.Ranks)
-	return m
-}
+func (s *shared) snapshot() runner.Metrics { return runner.CollectMetrics(s.ctrs, s.queues, &s.mu) }
 
 // report assembles the run's report.
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
-	cfg := s.cfg
-	ds := s.pd.Dataset
-	rep := &Report{Run: s.gpu}
-	rep.DSP, rep.Metrics = s.info, s.snapshot()
-	rep.DSP.CrossEdges = runner.CrossEdges(s.in, s.pd.Book)
-	rep.Report.Report = train.Report{
-		Schema: train.ReportVersion, StrataVersion: train.Version, Dataset: ds.Name, Model: cfg.Train.Model, Mode: cfg.Train.Mode,
-		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: s.info.RowNormalized,
-		Config: cfg.Train, Epochs: s.history,
-		Graph: train.GraphStats{Nodes: orig.NumNodes(), Edges: orig.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
-			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
-	}
-	runner.Summarize(&rep.Report.Report)
+	info := s.info
+	info.CrossEdges = runner.CrossEdges(s.in, s.pd.Book)
+	rep := &Report{Report: *runner.NewReport(orig, s.pd.Dataset, &s.cfg.Config, device, info, s.history, s.snapshot()), Run: s.gpu}
 	if e := rep.Run.EpochTrainSeconds; len(e) == 1 {
 		rep.Run.SteadyEpochSeconds = e[0]
 	} else if len(e) > 1 {

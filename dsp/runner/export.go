@@ -143,10 +143,6 @@ func CrossEdges(in *graph.CSR, b *book.Book) int64 {
 	return n
 }
 
-// Summarize fills a report's headline fields from its epochs as Run does
-// (the best epoch by validation accuracy, or the last).
-func Summarize(r *train.Report) { summarize(r) }
-
 // LogEvery is how many epochs apart Run logs (every epoch up to 30).
 func LogEvery(epochs int) int { return logEvery(epochs) }
 

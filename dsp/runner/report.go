@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -87,15 +88,19 @@ func (r *Report) WriteJSON(path string) error {
 }
 
 // snapshot collects every device's metrics.
-func (s *shared) snapshot() Metrics {
+func (s *shared) snapshot() Metrics { return CollectMetrics(s.ctrs, s.queues, &s.mu) }
+
+// CollectMetrics snapshots every device's counters and queues (read under
+// mu, which guards queues) and sums them, as Run reports them.
+func CollectMetrics(ctrs []metrics.Counters, queues [][]func() metrics.QueueSnapshot, mu *sync.Mutex) Metrics {
 	var m Metrics
-	for r := range s.ctrs {
-		rs := s.ctrs[r].Snapshot(r)
-		s.mu.Lock()
-		for _, q := range s.queues[r] {
+	for r := range ctrs {
+		rs := ctrs[r].Snapshot(r)
+		mu.Lock()
+		for _, q := range queues[r] {
 			rs.Queues = append(rs.Queues, q())
 		}
-		s.mu.Unlock()
+		mu.Unlock()
 		m.Ranks = append(m.Ranks, rs)
 	}
 	m.Summary = metrics.Summarize(m.Ranks)
@@ -104,14 +109,20 @@ func (s *shared) snapshot() Metrics {
 
 // report assembles the run's report.
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
-	cfg := s.cfg
-	ds := s.pd.ds
-	rep := &Report{DSP: s.info, Metrics: s.snapshot()}
-	rep.DSP.CrossEdges = crossEdges(s)
+	info := s.info
+	info.CrossEdges = crossEdges(s)
+	return NewReport(orig, s.pd.ds, &s.cfg, device, info, s.history, s.snapshot())
+}
+
+// NewReport assembles Run's report: orig is the dataset as loaded, ds the
+// partitioned one trained on, history the evaluated epochs; the headline
+// fields come from the best epoch by validation accuracy, or the last.
+func NewReport(orig, ds *dataset.Dataset, cfg *Config, device string, info Info, history []train.EpochRecord, m Metrics) *Report {
+	rep := &Report{DSP: info, Metrics: m}
 	rep.Report = train.Report{
 		Schema: train.ReportVersion, StrataVersion: train.Version, Dataset: ds.Name, Model: cfg.Train.Model, Mode: cfg.Train.Mode,
-		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: s.info.RowNormalized,
-		Config: cfg.Train, Epochs: s.history,
+		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: info.RowNormalized,
+		Config: cfg.Train, Epochs: history,
 		Graph: train.GraphStats{Nodes: orig.NumNodes(), Edges: orig.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
 			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
 	}
