@@ -400,6 +400,21 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 }
 
 func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) error {
+	return d.sampleAll(ctx, func(it *item) error {
+		t := time.Now()
+		d.trk.set(stSampler, "waiting for room in queue sampler->loader (epoch %d batch %d)", it.epoch+1, it.batch)
+		if err := out.Push(ctx, "sampler", it); err != nil {
+			it.free()
+			return err
+		}
+		d.m.StageWaitOut(metrics.Sampler, time.Since(t))
+		return nil
+	})
+}
+
+// sampleAll samples this device's batches of every epoch in order and
+// hands each to use.
+func (d *device) sampleAll(ctx context.Context, use func(*item) error) error {
 	for e := range d.s.cfg.Train.Epochs {
 		mine, err := d.epochBatches(e)
 		if err != nil {
@@ -410,13 +425,9 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 			if err != nil {
 				return err
 			}
-			t := time.Now()
-			d.trk.set(stSampler, "waiting for room in queue sampler->loader (epoch %d batch %d)", e+1, i)
-			if err := out.Push(ctx, "sampler", it); err != nil {
-				it.free()
+			if err := use(it); err != nil {
 				return err
 			}
-			d.m.StageWaitOut(metrics.Sampler, time.Since(t))
 		}
 	}
 	return nil
@@ -467,24 +478,15 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 // sequential is the pipeline turned off: sample, load and train each
 // batch before the next.
 func (d *device) sequential(ctx context.Context) error {
-	for e := range d.s.cfg.Train.Epochs {
-		mine, err := d.epochBatches(e)
-		if err != nil {
+	err := d.sampleAll(ctx, func(it *item) error {
+		if err := d.loadOne(ctx, it); err != nil {
+			it.free()
 			return err
 		}
-		for i := range mine {
-			it, err := d.sampleOne(ctx, e, i, mine)
-			if err != nil {
-				return err
-			}
-			if err := d.loadOne(ctx, it); err != nil {
-				it.free()
-				return err
-			}
-			if err := d.trainOne(ctx, it); err != nil {
-				return err
-			}
-		}
+		return d.trainOne(ctx, it)
+	})
+	if err != nil {
+		return err
 	}
 	return d.finish(ctx)
 }
