@@ -394,7 +394,7 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 		rec.Epoch = e + 1
 		rec.BatchLosses = r.partial.BatchLosses
-		rec.Loss = mean(rec.BatchLosses)
+		rec.Loss = MeanLoss(rec.BatchLosses)
 		rec.Seconds = r.partial.Seconds + time.Since(epochStart).Seconds()
 		r.history = append(r.history, rec)
 		r.cursor = Cursor{Epoch: e + 1}
@@ -431,7 +431,9 @@ func logEvery(epochs int) int {
 	return (epochs + 24) / 25
 }
 
-func mean(v []float64) float64 {
+// MeanLoss is an epoch's loss as the trainer records it: the mean of its
+// batch losses (NaN with none).
+func MeanLoss(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
 	}

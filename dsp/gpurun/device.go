@@ -617,7 +617,7 @@ func (d *device) endEpoch(it *item) error {
 	}
 	end := time.Now()
 	trainSec := end.Sub(d.epochStart).Seconds()
-	rec := train.EpochRecord{Epoch: it.epoch + 1, BatchLosses: losses, Loss: meanOf(losses), Seconds: trainSec}
+	rec := train.EpochRecord{Epoch: it.epoch + 1, BatchLosses: losses, Loss: train.MeanLoss(losses), Seconds: trainSec}
 	var evalSec float64
 	evaluated := cfg.evaluates(it.epoch)
 	if evaluated {
@@ -655,17 +655,6 @@ func (d *device) endEpoch(it *item) error {
 	}
 	d.epochStart = time.Now()
 	return nil
-}
-
-func meanOf(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
 }
 
 // finish counts the last statistics and checks that every device ends

@@ -173,7 +173,7 @@ func (d *device) endEpoch(epoch int) error {
 	}
 	rec.Epoch = epoch + 1
 	rec.BatchLosses = d.losses
-	rec.Loss = meanOf(d.losses)
+	rec.Loss = train.MeanLoss(d.losses)
 	rec.Seconds = time.Since(d.epochT).Seconds()
 	d.losses, d.epochT = nil, time.Time{}
 	s.mu.Lock()
@@ -193,17 +193,6 @@ func logEvery(epochs int) int {
 		return 1
 	}
 	return (epochs + 24) / 25
-}
-
-func meanOf(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
 }
 
 // evaluator runs inference on one device (device 0) as the single-device
