@@ -336,7 +336,7 @@ func (r *runner) logf(format string, args ...any) {
 // loop runs epochs from the cursor to cfg.Epochs.
 func (r *runner) loop(ctx context.Context) error {
 	cfg := r.cfg
-	every := logEvery(cfg.Epochs)
+	every := LogEvery(cfg.Epochs)
 	var bar *progress.Bar
 	barEnd := -1 // last epoch (0-based) of the current bar's chunk
 	for e := r.cursor.Epoch; e < cfg.Epochs; e++ {
@@ -422,9 +422,9 @@ func nonNegative(x []float32) bool {
 	return true
 }
 
-// logEvery returns how many epochs share one progress bar and log line:
+// LogEvery returns how many epochs share one progress bar and log line:
 // every epoch up to 30 epochs, then about 25 lines per run.
-func logEvery(epochs int) int {
+func LogEvery(epochs int) int {
 	if epochs <= 30 {
 		return 1
 	}

@@ -646,7 +646,7 @@ func (d *device) endEpoch(it *item) error {
 	}
 	s.mu.Unlock()
 	epochs := cfg.Train.Epochs
-	if log := s.opts.Log; log != nil && (it.epoch == 0 || (it.epoch+1)%runner.LogEvery(epochs) == 0 || it.epoch == epochs-1) {
+	if log := s.opts.Log; log != nil && (it.epoch == 0 || (it.epoch+1)%train.LogEvery(epochs) == 0 || it.epoch == epochs-1) {
 		acc := ""
 		if evaluated {
 			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)

@@ -143,9 +143,6 @@ func CrossEdges(in *graph.CSR, b *book.Book) int64 {
 	return n
 }
 
-// LogEvery is how many epochs apart Run logs (every epoch up to 30).
-func LogEvery(epochs int) int { return logEvery(epochs) }
-
 // Evaluator is Run's evaluation on one device: the whole graph with all
 // neighbors (Eval "full") or sampled mini-batches of the evaluation nodes.
 type Evaluator struct{ ev *evaluator }

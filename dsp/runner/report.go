@@ -180,19 +180,12 @@ func (d *device) endEpoch(epoch int) error {
 	s.history = append(s.history, rec)
 	s.mu.Unlock()
 	epochs := s.cfg.Train.Epochs
-	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%logEvery(epochs) == 0 || epoch == epochs-1) {
+	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train %.4f  val %.4f  test %.4f  (%.2fs)  %s\n",
 			len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.Seconds,
 			s.snapshot().Summary)
 	}
 	return nil
-}
-
-func logEvery(epochs int) int {
-	if epochs <= 30 {
-		return 1
-	}
-	return (epochs + 24) / 25
 }
 
 // evaluator runs inference on one device (device 0) as the single-device
