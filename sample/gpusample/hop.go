@@ -85,6 +85,39 @@ func checkBuf(name string, b *cuda.Buffer, dt backend.DType, n int64) error {
 	return nil
 }
 
+// bufSpec is one buffer argument: its name, the buffer, its element
+// type and the fewest elements it must hold.
+type bufSpec struct {
+	name string
+	b    *cuda.Buffer
+	dt   backend.DType
+	n    int64
+}
+
+// checkBufs applies checkBuf to each argument in turn.
+func checkBufs(cs ...bufSpec) error {
+	for _, c := range cs {
+		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSeg requires seg to be len(keys)+1 non-decreasing offsets from 0
+// to n (DrawHop's node segments, one per key).
+func checkSeg(seg []int64, keys []uint64, n int64) error {
+	if len(keys) == 0 || len(seg) != len(keys)+1 || len(keys) >= math.MaxInt32 || seg[0] != 0 || seg[len(keys)] != n {
+		return hopErr("seg", "%d offsets for %d keys over %d nodes", len(seg), len(keys), n)
+	}
+	for j := 1; j < len(seg); j++ {
+		if seg[j] < seg[j-1] {
+			return hopErr("seg", "offset %d = %d < %d", j, seg[j], seg[j-1])
+		}
+	}
+	return nil
+}
+
 // CountHop queues, for the n nodes of dst (int32, global ids), the number
 // of edges each yields at hop h and their exclusive scan: ptr (new,
 // int64, n+1 entries; ptr[n] is the hop's edge count, to be read by the
@@ -140,25 +173,12 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 	if n < 0 || n >= math.MaxInt32 || e < 0 || e >= math.MaxInt32 {
 		return hopErr("n", "%d nodes, %d edges", n, e)
 	}
-	if len(keys) == 0 || len(seg) != len(keys)+1 || len(keys) >= math.MaxInt32 || seg[0] != 0 || seg[len(keys)] != n {
-		return hopErr("seg", "%d offsets for %d keys over %d nodes", len(seg), len(keys), n)
+	if err := checkSeg(seg, keys, n); err != nil {
+		return err
 	}
-	for j := 1; j < len(seg); j++ {
-		if seg[j] < seg[j-1] {
-			return hopErr("seg", "offset %d = %d < %d", j, seg[j], seg[j-1])
-		}
+	if err := checkBufs(bufSpec{"dst", dst, backend.Int32, n}, bufSpec{"ptr", ptr, backend.Int64, n + 1}, bufSpec{"eid", eid, backend.Int64, e}, bufSpec{"src", src, backend.Int32, e}); err != nil {
+		return err
 	}
-	for _, c := range []struct {
-		name string
-		b    *cuda.Buffer
-		dt   backend.DType
-		n    int64
-	}{{"dst", dst, backend.Int32, n}, {"ptr", ptr, backend.Int64, n + 1}, {"eid", eid, backend.Int64, e}, {"src", src, backend.Int32, e}} {
-		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
-			return err
-		}
-	}
-	f := t.sampleSeg
 	if n == 0 {
 		return nil
 	}
@@ -190,7 +210,7 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 		defer l.Free(kscr)
 	}
 	k := s.cfg.Fanouts[h]
-	return l.Launch1D(f, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
+	return l.Launch1D(t.sampleSeg, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
 		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
 		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))))
 }
@@ -213,23 +233,11 @@ func (t *Stepper) DrawStrided(l *cuda.Locked, h int, dst *cuda.Buffer, n int64, 
 	if n < 0 || n*k >= math.MaxInt32 {
 		return hopErr("n", "%d nodes at fanout %d", n, k)
 	}
-	if len(keys) == 0 || len(seg) != len(keys)+1 || len(keys) >= math.MaxInt32 || seg[0] != 0 || seg[len(keys)] != n {
-		return hopErr("seg", "%d offsets for %d keys over %d nodes", len(seg), len(keys), n)
+	if err := checkSeg(seg, keys, n); err != nil {
+		return err
 	}
-	for j := 1; j < len(seg); j++ {
-		if seg[j] < seg[j-1] {
-			return hopErr("seg", "offset %d = %d < %d", j, seg[j], seg[j-1])
-		}
-	}
-	for _, c := range []struct {
-		name string
-		b    *cuda.Buffer
-		dt   backend.DType
-		n    int64
-	}{{"dst", dst, backend.Int32, n}, {"eid", eid, backend.Int64, n * k}, {"src", src, backend.Int32, n * k}} {
-		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
-			return err
-		}
+	if err := checkBufs(bufSpec{"dst", dst, backend.Int32, n}, bufSpec{"eid", eid, backend.Int64, n * k}, bufSpec{"src", src, backend.Int32, n * k}); err != nil {
+		return err
 	}
 	if n == 0 {
 		return nil
@@ -271,15 +279,8 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 	if nd < 0 || e < 0 || nd+e >= math.MaxInt32/2 {
 		return nil, nil, nil, hopErr("nd", "%d destinations and %d edges", nd, e)
 	}
-	for _, c := range []struct {
-		name string
-		b    *cuda.Buffer
-		dt   backend.DType
-		n    int64
-	}{{"dst", dst, backend.Int32, nd}, {"ptr", ptr, backend.Int64, nd + 1}, {"src", src, backend.Int32, e}} {
-		if err := checkBuf(c.name, c.b, c.dt, c.n); err != nil {
-			return nil, nil, nil, err
-		}
+	if err := checkBufs(bufSpec{"dst", dst, backend.Int32, nd}, bufSpec{"ptr", ptr, backend.Int64, nd + 1}, bufSpec{"src", src, backend.Int32, e}); err != nil {
+		return nil, nil, nil, err
 	}
 	var tmp, kept []*cuda.Buffer
 	defer func() {
