@@ -122,6 +122,19 @@ func (g *gpuMachine) unpackStrided(ptrB, src, eid, ans, ansE, pos backend.Buffer
 	})
 }
 
+// uploadRoff copies the P+1 rank offsets roff to a new device buffer.
+func (g *gpuMachine) uploadRoff(l *cuda.Locked, roff []int64) (*cuda.Buffer, error) {
+	b, err := l.Alloc(backend.Int64, g.P+1)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.UploadFrom(b, roff); err != nil {
+		l.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
 func (g *gpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
 	var q, t *cuda.Buffer
 	err = g.dev.Do(func(l *cuda.Locked) error {
@@ -129,14 +142,11 @@ func (g *gpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64
 		if q, err = g.st.CountHop(l, h, cb(ids), R); err != nil {
 			return err
 		}
-		roffB, err := l.Alloc(backend.Int64, g.P+1)
+		roffB, err := g.uploadRoff(l, roff)
 		if err != nil {
 			return err
 		}
 		defer l.Free(roffB)
-		if err := l.UploadFrom(roffB, roff); err != nil {
-			return err
-		}
 		if t, err = l.Alloc(backend.Int64, g.P+1); err != nil {
 			return err
 		}
@@ -161,14 +171,11 @@ func (g *gpuMachine) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []
 			return err
 		}
 		defer l.Free(src)
-		roffB, err := l.Alloc(backend.Int64, g.P+1)
+		roffB, err := g.uploadRoff(l, roff)
 		if err != nil {
 			return err
 		}
 		defer l.Free(roffB)
-		if err := l.UploadFrom(roffB, roff); err != nil {
-			return err
-		}
 		if err := g.st.DrawHop(l, h, cb(ids), cb(qptr), R, roff, keys, cb(eid), src, E); err != nil {
 			return err
 		}
