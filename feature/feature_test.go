@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
@@ -40,16 +40,7 @@ func TestHotByInDegree(t *testing.T) {
 }
 
 func TestKernelsCompile(t *testing.T) {
-	if err := nvrtc.Load(); err != nil {
-		t.Skipf("no libnvrtc: %.100s", err.Error())
-	}
-	kind, arch, err := nvrtc.Target(90)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nvrtc.Compile(cuda.CommonSource()+kernelSrc, "feature.cu", kind, arch, "--std=c++17"); err != nil {
-		t.Fatal(err)
-	}
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "feature.cu")
 }
 
 // TestGatherSplits gathers random rows with the whole table cold, part

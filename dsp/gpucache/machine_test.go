@@ -8,7 +8,7 @@ import (
 
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
-	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -17,16 +17,7 @@ import (
 // TestKernelsCompile compiles the routing kernels with NVRTC when the
 // library is available (no GPU needed).
 func TestKernelsCompile(t *testing.T) {
-	if err := nvrtc.Load(); err != nil {
-		t.Skipf("no libnvrtc: %.100s", err.Error())
-	}
-	kind, arch, err := nvrtc.Target(90)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nvrtc.Compile(cuda.CommonSource()+kernelSrc, "gpucache.cu", kind, arch, "--std=c++17"); err != nil {
-		t.Fatal(err)
-	}
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "gpucache.cu")
 }
 
 // TestHostMachineGroups: the grouping puts the own bin (with cold rows)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/strata-gnn/strata/internal/nvrtc"
+	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
@@ -12,16 +12,7 @@ import (
 // TestHopKernelsCompile compiles the hop module (sample.cu plus hop.cu)
 // with NVRTC when the library is available (no GPU needed).
 func TestHopKernelsCompile(t *testing.T) {
-	if err := nvrtc.Load(); err != nil {
-		t.Skipf("no libnvrtc: %.100s", err.Error())
-	}
-	kind, arch, err := nvrtc.Target(90)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nvrtc.Compile(cuda.CommonSource()+kernelSrc+hopSrc, "gpusample-hop.cu", kind, arch, "--std=c++17"); err != nil {
-		t.Fatal(err)
-	}
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+hopSrc, "gpusample-hop.cu")
 }
 
 // TestHopKey: the exported hop key is the one the sampler draws with.
