@@ -4,29 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/testkit"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-var (
-	devOnce sync.Once
-	dev     *cuda.Device
-	devErr  error
-)
-
-func gpu(t testing.TB) *cuda.Device {
-	t.Helper()
-	devOnce.Do(func() { dev, devErr = cuda.Open(0, cuda.Options{}) })
-	if devErr != nil {
-		t.Skipf("no usable GPU: %.120s", devErr.Error())
-	}
-	return dev
-}
+// gpu returns GPU 0, skipping the test without one.
+func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
 
 func TestHotByInDegree(t *testing.T) {
 	g := &graph.CSR{NumRows: 5, NumCols: 5, Indptr: []int64{0, 1, 4, 4, 7, 8}, Indices: []int32{0, 1, 2, 3, 0, 1, 2, 4}}

@@ -13,48 +13,16 @@ import (
 	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-var (
-	devsOnce sync.Once
-	devs     []*cuda.Device
-	devsErr  error
-)
-
-// gpus opens every visible GPU (up to 4) once per process and returns
-// the first n, skipping the test when there are fewer.
-func gpus(t testing.TB, n int) []*cuda.Device {
-	t.Helper()
-	devsOnce.Do(func() {
-		if devsErr = cu.Load(); devsErr != nil {
-			return
-		}
-		var count int
-		if count, devsErr = cu.DeviceCount(); devsErr != nil {
-			return
-		}
-		for i := range min(count, 4) {
-			d, err := cuda.Open(i, cuda.Options{})
-			if err != nil {
-				devsErr = err
-				return
-			}
-			devs = append(devs, d)
-		}
-	})
-	if devsErr != nil {
-		t.Skipf("no usable GPU: %.120s", devsErr.Error())
-	}
-	if len(devs) < n {
-		t.Skipf("needs %d GPUs, found %d", n, len(devs))
-	}
-	return devs[:n]
-}
+// gpus returns the first n visible GPUs (up to 4), skipping the test
+// when there are fewer.
+func gpus(t testing.TB, n int) []*cuda.Device { return gputest.Devices(t, n) }
 
 // groupSizes are the P to test: 1, and the visible GPUs up to 4, and 2
 // when 4 are visible.
@@ -71,10 +39,7 @@ func groupSizes(t testing.TB) []int {
 }
 
 // numGPUs is the number of GPUs the tests use (visible ones, up to 4).
-func numGPUs(t testing.TB) int {
-	gpus(t, 1)
-	return len(devs)
-}
+func numGPUs(t testing.TB) int { return len(gputest.All(t)) }
 
 var (
 	commsMu sync.Mutex

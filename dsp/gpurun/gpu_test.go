@@ -3,53 +3,23 @@ package gpurun
 import (
 	"context"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-var (
-	gpuOnce sync.Once
-	gpuDevs []*cuda.Device
-	gpuErr  error
-)
-
-// gpus opens every visible GPU (up to 4) once per process and returns
-// the first n as back ends, skipping the test when there are fewer.
+// gpus returns the first n visible GPUs (up to 4) as back ends, skipping
+// the test when there are fewer.
 func gpus(t testing.TB, n int) []backend.Backend {
 	t.Helper()
-	gpuOnce.Do(func() {
-		if gpuErr = cu.Load(); gpuErr != nil {
-			return
-		}
-		var count int
-		if count, gpuErr = cu.DeviceCount(); gpuErr != nil {
-			return
-		}
-		for i := range min(count, 4) {
-			d, err := cuda.Open(i, cuda.Options{})
-			if err != nil {
-				gpuErr = err
-				return
-			}
-			gpuDevs = append(gpuDevs, d)
-		}
-	})
-	if gpuErr != nil {
-		t.Skipf("no usable GPU: %.120s", gpuErr.Error())
-	}
-	if len(gpuDevs) < n {
-		t.Skipf("%d GPU(s), the test needs %d", len(gpuDevs), n)
-	}
+	devs := gputest.Devices(t, n)
 	bs := make([]backend.Backend, n)
-	for i := range bs {
-		bs[i] = gpuDevs[i]
+	for i, d := range devs {
+		bs[i] = d
 	}
 	return bs
 }
@@ -60,9 +30,9 @@ func gpus(t testing.TB, n int) []backend.Backend {
 // same numbers bit for bit, and so do the cache layouts.
 func TestGPUMatchesCPU(t *testing.T) {
 	for _, k := range []int{1, 2, 4} {
-		gpus(t, 1)
-		if len(gpuDevs) < k {
-			t.Logf("skipping %d GPUs: %d available", k, len(gpuDevs))
+		visible := len(gputest.All(t))
+		if visible < k {
+			t.Logf("skipping %d GPUs: %d available", k, visible)
 			continue
 		}
 		cfg := small(k, 2)
@@ -88,7 +58,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 		if k > 1 && (!got.Run.Exchange || got.Metrics.Summary.Cache.PeerHits == 0) {
 			t.Fatalf("k=%d: no feature exchange: %+v", k, got.Metrics.Summary.Cache)
 		}
-		if k != min(len(gpuDevs), 4) {
+		if k != min(visible, 4) {
 			continue // the variants on the most GPUs only
 		}
 		for name, f := range map[string]func(*Config){
@@ -118,7 +88,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 // on the GPUs never deadlock the coordinated NCCL collectives.
 func TestGPURandomDelays(t *testing.T) {
 	bs := gpus(t, 2)
-	if len(gpuDevs) >= 4 {
+	if len(gputest.All(t)) >= 4 {
 		bs = gpus(t, 4)
 	}
 	cfg := small(len(bs), 2)

@@ -6,28 +6,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-var (
-	devOnce sync.Once
-	dev     *cuda.Device
-	devErr  error
-)
-
-func gpu(t testing.TB) *cuda.Device {
-	t.Helper()
-	devOnce.Do(func() { dev, devErr = cuda.Open(0, cuda.Options{}) })
-	if devErr != nil {
-		t.Skipf("no usable GPU: %.120s", devErr.Error())
-	}
-	return dev
-}
+// gpu returns GPU 0, skipping the test without one.
+func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
 
 // randomGraph returns an in-adjacency of n nodes with random degrees in
 // [0, 2*avg), a few hubs of degree up to 3000, self loops and repeated

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -15,26 +14,15 @@ import (
 	"github.com/strata-gnn/strata/dataset/importer"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/testkit"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
-var (
-	devOnce sync.Once
-	dev     *cuda.Device
-	devErr  error
-)
-
-func gpu(t testing.TB) *cuda.Device {
-	t.Helper()
-	devOnce.Do(func() { dev, devErr = cuda.Open(0, cuda.Options{}) })
-	if devErr != nil {
-		t.Skipf("no usable GPU: %.120s", devErr.Error())
-	}
-	return dev
-}
+// gpu returns GPU 0, skipping the test without one.
+func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
 
 func cpuBackend(t testing.TB) backend.Backend {
 	t.Helper()

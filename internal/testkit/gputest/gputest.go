@@ -1,0 +1,89 @@
+package gputest
+
+import (
+	"sync"
+	"testing"
+
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// maxDevices bounds how many GPUs All opens.
+const maxDevices = 4
+
+var (
+	mu     sync.Mutex
+	opened = map[int]*cuda.Device{}
+	failed = map[int]error{}
+
+	countOnce sync.Once
+	count     int
+	countErr  error
+)
+
+// open returns GPU i, opening it on first use; a failure is kept so that
+// every later call reports it without trying again.
+func open(i int) (*cuda.Device, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if d, ok := opened[i]; ok {
+		return d, nil
+	}
+	if err, ok := failed[i]; ok {
+		return nil, err
+	}
+	d, err := cuda.Open(i, cuda.Options{})
+	if err != nil {
+		failed[i] = err
+		return nil, err
+	}
+	opened[i] = d
+	return d, nil
+}
+
+// One returns GPU 0 (opening no other GPU), skipping t when it cannot be
+// used.
+func One(t testing.TB) *cuda.Device {
+	t.Helper()
+	d, err := open(0)
+	if err != nil {
+		t.Skipf("no usable GPU: %.120s", err.Error())
+	}
+	return d
+}
+
+// All returns every visible GPU, up to 4, skipping t when one of them
+// cannot be used or there is none.
+func All(t testing.TB) []*cuda.Device {
+	t.Helper()
+	countOnce.Do(func() {
+		if countErr = cu.Load(); countErr == nil {
+			count, countErr = cu.DeviceCount()
+		}
+	})
+	if countErr != nil {
+		t.Skipf("no usable GPU: %.120s", countErr.Error())
+	}
+	devs := make([]*cuda.Device, 0, min(count, maxDevices))
+	for i := range min(count, maxDevices) {
+		d, err := open(i)
+		if err != nil {
+			t.Skipf("no usable GPU: %.120s", err.Error())
+		}
+		devs = append(devs, d)
+	}
+	if len(devs) == 0 {
+		t.Skip("no usable GPU: none visible")
+	}
+	return devs
+}
+
+// Devices returns the first n of All, skipping t when fewer are visible.
+func Devices(t testing.TB, n int) []*cuda.Device {
+	t.Helper()
+	devs := All(t)
+	if len(devs) < n {
+		t.Skipf("needs %d GPUs, found %d", n, len(devs))
+	}
+	return devs[:n]
+}
