@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/graph/graphtest"
 )
 
 // smallGraph is the in-adjacency
@@ -29,28 +29,7 @@ func smallGraph() *graph.CSR {
 // zeros.
 func randomGraph(t testing.TB, seed uint64, n int64, avg int) *graph.CSR {
 	t.Helper()
-	s := rng.NewStream(seed)
-	g := &graph.CSR{NumRows: n, NumCols: n, Indptr: make([]int64, n+1)}
-	for v := int64(0); v < n; v++ {
-		var d uint64
-		switch s.Below(8) {
-		case 0:
-			d = 0
-		case 1:
-			d = s.Below(uint64(8*avg + 1))
-		default:
-			d = s.Below(uint64(avg + 1))
-		}
-		for range d {
-			g.Indices = append(g.Indices, graph.NodeID(s.Below(uint64(n))))
-			w := float32(s.Below(5)) // 0..4, so some zeros
-			g.Weights = append(g.Weights, w)
-		}
-		g.Indptr[v+1] = int64(len(g.Indices))
-	}
-	if g.Indices == nil {
-		g.Indices, g.Weights = []graph.NodeID{}, []float32{}
-	}
+	g := graphtest.Skewed(seed, n, avg, 8)
 	if err := g.Validate(); err != nil {
 		t.Fatal(err)
 	}

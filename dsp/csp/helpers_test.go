@@ -12,6 +12,7 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/graph/graphtest"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 )
@@ -20,24 +21,7 @@ import (
 // empty, a few long), repeated entries and weights that include zeros.
 func randomGraph(t testing.TB, seed uint64, n int64, avg int) *graph.CSR {
 	t.Helper()
-	s := rng.NewStream(seed)
-	g := &graph.CSR{NumRows: n, NumCols: n, Indptr: make([]int64, n+1)}
-	for v := int64(0); v < n; v++ {
-		var d uint64
-		switch s.Below(8) {
-		case 0:
-			d = 0
-		case 1:
-			d = s.Below(uint64(10*avg + 1))
-		default:
-			d = s.Below(uint64(avg + 1))
-		}
-		for range d {
-			g.Indices = append(g.Indices, graph.NodeID(s.Below(uint64(n))))
-			g.Weights = append(g.Weights, float32(s.Below(5)))
-		}
-		g.Indptr[v+1] = int64(len(g.Indices))
-	}
+	g := graphtest.Skewed(seed, n, avg, 10)
 	if err := g.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -71,17 +55,7 @@ func randomBook(t testing.TB, seed uint64, n int64, k int) *book.Book {
 
 // randomSeeds draws k distinct nodes of [0, n).
 func randomSeeds(seed uint64, n int64, k int) []graph.NodeID {
-	s := rng.NewStream(seed)
-	seen := map[graph.NodeID]bool{}
-	var out []graph.NodeID
-	for len(out) < k && int64(len(out)) < n {
-		v := graph.NodeID(s.Below(uint64(n)))
-		if !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
+	return graphtest.DistinctNodes(seed, n, k)
 }
 
 // group runs fn on every rank of a fresh in-process group and returns

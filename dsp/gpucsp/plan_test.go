@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/graph/graphtest"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
@@ -193,27 +194,7 @@ func TestErrorText(t *testing.T) {
 
 // ---- Inputs for the protocol tests.
 
-func randomGraph(seed uint64, n int64, avg int) *graph.CSR {
-	s := rng.NewStream(seed)
-	g := &graph.CSR{NumRows: n, NumCols: n, Indptr: make([]int64, n+1)}
-	for v := int64(0); v < n; v++ {
-		var d uint64
-		switch s.Below(8) {
-		case 0:
-			d = 0
-		case 1:
-			d = s.Below(uint64(10*avg + 1))
-		default:
-			d = s.Below(uint64(avg + 1))
-		}
-		for range d {
-			g.Indices = append(g.Indices, graph.NodeID(s.Below(uint64(n))))
-			g.Weights = append(g.Weights, float32(s.Below(5)))
-		}
-		g.Indptr[v+1] = int64(len(g.Indices))
-	}
-	return g
-}
+func randomGraph(seed uint64, n int64, avg int) *graph.CSR { return graphtest.Skewed(seed, n, avg, 10) }
 
 // randomOffsets splits n nodes into P contiguous ranges of random sizes
 // (some may be empty).
@@ -235,17 +216,7 @@ func randomOffsets(seed uint64, n int64, P int) []int64 {
 }
 
 func randomSeeds(seed uint64, n int64, k int) []graph.NodeID {
-	s := rng.NewStream(seed)
-	seen := map[graph.NodeID]bool{}
-	var out []graph.NodeID
-	for len(out) < k && int64(len(out)) < n {
-		v := graph.NodeID(s.Below(uint64(n)))
-		if !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
+	return graphtest.DistinctNodes(seed, n, k)
 }
 
 func exclusiveScan(x []int64) []int64 {

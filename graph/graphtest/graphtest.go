@@ -1,6 +1,7 @@
 // Package graphtest provides graphs for tests and benchmarks of the graph
 // and sample packages: the real cnr-2000 web graph from the shared
-// datasets, and synthetic power-law graphs shaped like ogbn-products.
+// datasets, synthetic power-law graphs shaped like ogbn-products, and
+// small skewed random graphs with the awkward cases samplers must handle.
 package graphtest
 
 import (
