@@ -22,14 +22,7 @@ import (
 )
 
 func evenBook(t testing.TB, n int64, k int) *book.Book {
-	counts := make([]int64, k)
-	for i := range counts {
-		counts[i] = n / int64(k)
-		if int64(i) < n%int64(k) {
-			counts[i]++
-		}
-	}
-	b, err := book.FromCounts(counts)
+	b, err := book.Even(n, k)
 	if err != nil {
 		t.Fatal(err)
 	}

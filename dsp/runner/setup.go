@@ -79,14 +79,7 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*part
 	k := cfg.Devices
 	n := ds.NumNodes()
 	if k == 1 || cfg.Partition == Range {
-		counts := make([]int64, k)
-		for p := range counts {
-			counts[p] = n / int64(k)
-			if int64(p) < n%int64(k) {
-				counts[p]++
-			}
-		}
-		b, err := book.FromCounts(counts)
+		b, err := book.Even(n, k)
 		if err != nil {
 			return nil, &RunError{Op: "partition", Err: err}
 		}

@@ -54,6 +54,28 @@ func FromCounts(counts []int64) (*Book, error) {
 	return New(off)
 }
 
+// maxEvenParts bounds Even's part count before it allocates.
+const maxEvenParts = 1 << 20
+
+// Even returns the book that splits n nodes into k contiguous parts whose
+// sizes differ by at most one, the larger parts first (a range split).
+func Even(n int64, k int) (*Book, error) {
+	if k < 1 || k > maxEvenParts {
+		return nil, fmt.Errorf("%w: %d parts, want 1 to %d", ErrInvalid, k, maxEvenParts)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: %d nodes", ErrInvalid, n)
+	}
+	counts := make([]int64, k)
+	for p := range counts {
+		counts[p] = n / int64(k)
+		if int64(p) < n%int64(k) {
+			counts[p]++
+		}
+	}
+	return FromCounts(counts)
+}
+
 // K returns the number of parts.
 func (b *Book) K() int { return len(b.off) - 1 }
 

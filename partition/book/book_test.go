@@ -99,3 +99,39 @@ func BenchmarkOwner(b *testing.B) {
 	}
 	_ = s
 }
+
+func TestEven(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		k    int
+		want []int64
+	}{
+		{10, 3, []int64{0, 4, 7, 10}},
+		{9, 3, []int64{0, 3, 6, 9}},
+		{2, 4, []int64{0, 1, 2, 2, 2}},
+		{0, 2, []int64{0, 0, 0}},
+		{5, 1, []int64{0, 5}},
+	} {
+		b, err := Even(c.n, c.k)
+		if err != nil {
+			t.Fatalf("Even(%d, %d): %v", c.n, c.k, err)
+		}
+		got := b.Offsets()
+		if len(got) != len(c.want) {
+			t.Fatalf("Even(%d, %d) = %v, want %v", c.n, c.k, got, c.want)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Fatalf("Even(%d, %d) = %v, want %v", c.n, c.k, got, c.want)
+			}
+		}
+	}
+	for _, c := range []struct {
+		n int64
+		k int
+	}{{10, 0}, {10, -1}, {10, maxEvenParts + 1}, {-1, 2}, {MaxNodes + 1, 1}} {
+		if _, err := Even(c.n, c.k); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Even(%d, %d): err = %v, want ErrInvalid", c.n, c.k, err)
+		}
+	}
+}
