@@ -325,13 +325,17 @@ func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
 }
 
 // deviceComm is device rank's coordinated device communicator of stage.
+// On NCCL each collective also waits for its completion, so the next
+// collective of any stage starts after it on every device.
 func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
 	if s.dcs[stage] == nil {
 		return nil
 	}
-	c := &coordComm{DeviceComm: s.dcs[stage][rank], stage: stage, name: stageNames[stage], hook: s.opts.Hook, trk: &s.trk[rank]}
+	t := &s.trk[rank]
+	c := &pipeline.DeviceComm{DeviceComm: s.dcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook,
+		Track: func(b string) { t.blocked(stage, b) }}
 	if s.coords != nil {
-		c.launch = s.coords[rank]
+		c.Launch = s.coords[rank]
 	}
 	return c
 }
