@@ -329,7 +329,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 	if err := l.cfg.Store.Gather(served, asked); err != nil {
 		return nil, l.fail("gathering the asked rows", err)
 	}
-	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(sendCounts, cols), served, scale(recv, cols)); err != nil {
+	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, exchange.Scale(sendCounts, cols), served, exchange.Scale(recv, cols)); err != nil {
 		return nil, l.fail("sending the rows", err)
 	}
 	x, err := b.Alloc(backend.Float32, n*cols)
@@ -346,14 +346,6 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 		m.AddBytes(metrics.Feature, metrics.Peer, 4*int64(s)+4*int64(cols)*int64(nRecv))
 	}
 	return x, nil
-}
-
-func scale(counts []int, f int) []int {
-	out := make([]int, len(counts))
-	for i, c := range counts {
-		out[i] = c * f
-	}
-	return out
 }
 
 // Close releases the routing tables and closes the store.
