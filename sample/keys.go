@@ -10,11 +10,12 @@ const (
 	tagNegative = 0x4e45470000 // "NEG"
 )
 
-// hopKey names the stream family of one hop of one batch. The stream of a
-// destination node v is rng.Derive(hopKey, v): it depends on the node, not
+// HopKey names the stream family of one hop of one batch. The stream of a
+// destination node v is rng.Derive(HopKey, v): it depends on the node, not
 // on its position or on who samples it, so a distributed sampler that sends
-// v to its owner draws exactly what a local sampler would.
-func hopKey(k Key, hop int) uint64 {
+// v to its owner, or a device sampler, draws exactly what a local sampler
+// would.
+func HopKey(k Key, hop int) uint64 {
 	return rng.Derive(k.Seed, tagNeighbor, uint64(k.Epoch), uint64(k.Batch), uint64(hop))
 }
 

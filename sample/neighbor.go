@@ -247,7 +247,7 @@ func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neig
 		return nil, errorf(op, "dst", -1, ErrTooLarge, "hop %d would sample %d edges (> 2^31-1)", hop, ne)
 	}
 	nb := &Neighbors{Indptr: indptr, Nodes: make([]graph.NodeID, ne), EdgeIDs: make([]int64, ne)}
-	hk := hopKey(key, hop)
+	hk := HopKey(key, hop)
 	parallelFor(nd, 256, workers, func() func(lo, hi int) {
 		var p picker
 		return func(lo, hi int) {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -231,7 +230,7 @@ func (m *hostMachine) draws(h int, ids []int32, seg []int64, keys []uint64) ([]*
 		if !ok {
 			return nil, m.bad("hop key %#x of segment %d unknown", hk, s)
 		}
-		if gpusample.HopKey(key, h) != hk {
+		if sample.HopKey(key, h) != hk {
 			return nil, m.bad("hop key %#x is not hop %d's", hk, h)
 		}
 		nb, err := m.owner.SampleHop(ids[seg[s]:seg[s+1]], h, key)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -246,7 +245,7 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 			m.free(b)
 		}
 	}()
-	hk := gpusample.HopKey(key, h)
+	hk := sample.HopKey(key, h)
 
 	// 1. Shuffle: group the frontier by owner; the header tells every
 	// owner how many nodes come (and every failure so far).

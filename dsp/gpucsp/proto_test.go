@@ -15,7 +15,6 @@ import (
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -87,7 +86,7 @@ func (hr *hostRanks) step(ctx context.Context, seeds [][]graph.NodeID, keys []sa
 	P := len(hr.p)
 	for r := range P {
 		for h := range hr.L {
-			hr.keyOf[gpusample.HopKey(keys[r], h)] = keys[r]
+			hr.keyOf[sample.HopKey(keys[r], h)] = keys[r]
 		}
 	}
 	out, errs := make([][]sample.Block, P), make([]error, P)

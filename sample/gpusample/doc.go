@@ -15,8 +15,8 @@
 // # Draws
 //
 // The rules and random streams are those of sample.NeighborSampler:
-// destination v at hop h of batch key uses rng.Derive(hopKey, v) with the
-// same hop key. Uniform sampling with and without replacement (Floyd's
+// destination v at hop h of batch key k uses rng.Derive(sample.HopKey(k, h), v),
+// the same stream. Uniform sampling with and without replacement (Floyd's
 // algorithm, positions in row order) makes the same draws as the CPU, so
 // those batches are identical to the CPU sampler's, byte for byte.
 // Weighted sampling follows the same law with its own draws: with

@@ -11,7 +11,6 @@ import (
 
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
-	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -64,14 +63,6 @@ type Sampler struct {
 }
 
 var _ sample.Sampler = (*Sampler)(nil)
-
-// tagNeighbor and hopKey repeat package sample's stream naming so that
-// draws match the CPU sampler (a CPU test compares them).
-const tagNeighbor = 0x4e42520000
-
-func hopKey(k sample.Key, hop int) uint64 {
-	return rng.Derive(k.Seed, tagNeighbor, uint64(k.Epoch), uint64(k.Batch), uint64(hop))
-}
 
 // New checks g (an in-adjacency CSR, square) and cfg, and places the graph
 // on dev.
@@ -577,7 +568,7 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			}
 			if err := l.Launch1D(s.fns["gs_sample"], ndmax, uint64(H.eid.Ptr()), uint64(H.src.Ptr()), uint64(kscr.Ptr()), uint64(H.ptr.Ptr()),
 				uint64(dst.Ptr()), uint64(ndP), uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), hopKey(key, h)); err != nil {
+				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), sample.HopKey(key, h)); err != nil {
 				return err
 			}
 			// Deduplicate and relabel [dst, src].

@@ -24,10 +24,6 @@ import (
 //go:embed hop.cu
 var hopSrc string
 
-// HopKey is the random stream of hop h of the batch keyed k: destination
-// v draws from rng.Derive(HopKey(k, h), v), as in package sample.
-func HopKey(k sample.Key, hop int) uint64 { return hopKey(k, hop) }
-
 // NumNodes is the number of nodes (rows) of the sampler's graph.
 func (s *Sampler) NumNodes() int64 { return s.n }
 

@@ -15,14 +15,6 @@ func TestHopKernelsCompile(t *testing.T) {
 	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+hopSrc, "gpusample-hop.cu")
 }
 
-// TestHopKey: the exported hop key is the one the sampler draws with.
-func TestHopKey(t *testing.T) {
-	k := sample.Key{Seed: 7, Epoch: 2, Batch: 3}
-	if HopKey(k, 1) != hopKey(k, 1) || HopKey(k, 0) == HopKey(k, 1) {
-		t.Fatal("HopKey differs from hopKey or ignores the hop")
-	}
-}
-
 // TestCheckSeg: DrawHop's and DrawStrided's segment check accepts
 // non-decreasing offsets from 0 to n, one more than the keys, and rejects
 // the rest with a config error naming seg.
