@@ -15,10 +15,11 @@
 // # Draws
 //
 // The rules and random streams are those of sample.NeighborSampler:
-// destination v at hop h of batch key k uses rng.Derive(sample.HopKey(k, h), v),
-// the same stream. Uniform sampling with and without replacement (Floyd's
-// algorithm, positions in row order) makes the same draws as the CPU, so
-// those batches are identical to the CPU sampler's, byte for byte.
+// destination v at hop h of batch key k draws from
+// rng.Derive(sample.HopKey(k, h), v) on both. Uniform sampling with and
+// without replacement (Floyd's algorithm, positions in row order) makes
+// the same draws as the CPU, so those batches are identical to the CPU
+// sampler's, byte for byte.
 // Weighted sampling follows the same law with its own draws: with
 // replacement by inverse CDF over per-row running weight sums (8 bytes
 // per edge), without replacement by A-Res (keys log(U)/w, the k largest
