@@ -16,6 +16,11 @@
 #                                     # 1/2/4 GPUs partitioned (pipeline on; off on 1 and 4),
 #                                     # replicated on 4, 64 MiB vs all UVA on 4, csp vs full
 #                                     # on 4, then the GPU tests
+#   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
+#                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
+#                                     # generated into $DSP_PAPERS, default /tmp/papers-m),
+#                                     # $DSP_CACHE per GPU (default 1GiB) vs every feature
+#                                     # through UVA, on 4 GPUs and on 1
 #
 # The device machine: `run` with carry [".gpu/dsp"] and command
 # `scripts/gpu-dsp.sh bench` on nvidia-h200-x4. Logs and reports go to
@@ -203,11 +208,31 @@ loader() {
   finish
 }
 
+# papers: the scaled papers shape with features only partly cached.
+papers() {
+  setup
+  local e=${DSP_EPOCHS:-3} cache=${DSP_CACHE:-1GiB}
+  {
+    data=${DSP_PAPERS:-/tmp/papers-m}
+    if [ ! -f "$data/manifest.json" ]; then
+      local t0=$(date +%s.%N)
+      "$root/$dir/bin/strata" gen "$data" --preset papers-m --quiet >"$logs/gen-papers.log" 2>&1 || { tail "$logs/gen-papers.log"; return 1; }
+      echo "gen papers-m: $(since $t0)s"
+    fi
+    common[1]=$data
+    products p4-cache cuda:0,1,2,3 "$e" --cache "$cache"
+    products p4-uva cuda:0,1,2,3 "$e" --cache 0
+    products p1-cache cuda:0 "$e" --cache "$cache"
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
 case "${1:-}" in
   build) build ;;
   shake) shake ;;
   bench) bench ;;
   final) final ;;
   loader) loader ;;
-  *) echo "usage: $0 build | shake | bench | final | loader" >&2; exit 2 ;;
+  papers) papers ;;
+  *) echo "usage: $0 build | shake | bench | final | loader | papers" >&2; exit 2 ;;
 esac
