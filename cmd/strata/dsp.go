@@ -62,15 +62,17 @@ func parseBytes(flag, s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 || v*mult > 1<<50 {
+	// !(v >= 0) also refuses NaN, which every comparison lets through.
+	if err != nil || !(v >= 0) || v*mult > 1<<50 {
 		return 0, usageError{fmt.Errorf("--%s %q: want a byte count such as 0, 65536, 512MiB or 2GB, or all", flag, s)}
 	}
 	return int64(v * mult), nil
 }
 
 // openDSPDevices opens one back end per device: "cpu:N" is N CPU virtual
-// devices (a CPU back end each); otherwise a comma list of device specs,
-// where a bare number repeats the previous kind ("cuda:0,1,2,3").
+// devices (a CPU back end each); otherwise a comma list of device specs of
+// one kind, where a bare number repeats the previous kind
+// ("cuda:0,1,2,3").
 func openDSPDevices(list string) ([]backend.Backend, error) {
 	list = strings.TrimSpace(list)
 	var specs []string
@@ -83,30 +85,54 @@ func openDSPDevices(list string) ([]backend.Backend, error) {
 			specs = append(specs, "cpu")
 		}
 	} else {
-		kind := ""
-		seen := map[string]bool{}
-		for _, s := range strings.Split(list, ",") {
-			s = strings.TrimSpace(s)
-			if _, err := strconv.Atoi(s); err == nil && kind != "" {
-				s = kind + ":" + s
-			}
-			k, _, err := backend.ParseDevice(s)
-			if err != nil || s == "auto" || seen[s] {
-				return nil, usageError{fmt.Errorf("--devices %s: bad or repeated entry %q (want cpu:N or a list such as cuda:0,1,2,3)", list, s)}
-			}
-			seen[s], kind = true, k
-			specs = append(specs, s)
+		var err error
+		if specs, err = deviceList(list, true); err != nil {
+			return nil, err
 		}
 	}
 	bs := make([]backend.Backend, len(specs))
 	for i, s := range specs {
 		b, err := openDevice(s)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--devices %s: %w", list, err)
 		}
 		bs[i] = b
 	}
 	return bs, nil
+}
+
+// maxListedDevices bounds a --devices list (as cpu:N is bounded).
+const maxListedDevices = 1024
+
+// deviceList splits a --devices list into device specs: no empty, auto or
+// repeated entry (cuda and cuda:0 are the same device), one kind for all
+// and at most maxListedDevices entries. With bareIndex, a bare number
+// repeats the previous entry's kind ("cuda:0,1").
+func deviceList(list string, bareIndex bool) ([]string, error) {
+	entries := strings.Split(list, ",")
+	if len(entries) > maxListedDevices {
+		return nil, usageError{fmt.Errorf("--devices: %d entries, at most %d", len(entries), maxListedDevices)}
+	}
+	var specs []string
+	kind := ""
+	seen := map[string]bool{}
+	for _, s := range entries {
+		s = strings.TrimSpace(s)
+		if _, err := strconv.Atoi(s); err == nil && bareIndex && kind != "" {
+			s = kind + ":" + s
+		}
+		k, idx, err := backend.ParseDevice(s)
+		key := fmt.Sprintf("%s:%d", k, idx)
+		if err != nil || k == "auto" || seen[key] {
+			return nil, usageError{fmt.Errorf("--devices %s: empty, bad, auto or repeated entry %q (list distinct devices such as cuda:0,1,2,3, or cpu:N)", list, s)}
+		}
+		if kind != "" && k != kind {
+			return nil, usageError{fmt.Errorf("--devices %s: entry %q mixes kind %s with %s (list devices of one kind)", list, s, k, kind)}
+		}
+		seen[key], kind = true, k
+		specs = append(specs, s)
+	}
+	return specs, nil
 }
 
 // dspConfig builds the runner's configuration from the flags.
@@ -128,7 +154,18 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 	cfg := runner.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
 		Partition: c.FullGraph.Partition, CachePolicy: cache.Policy(f.CachePolicy), Hotness: cache.Hotness(f.Hotness),
 		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator}
-	if cfg.CachePolicy == cache.Replicate {
+	if f.QueueCapacity < 1 || f.QueueCapacity > 1024 {
+		return cfg, usageError{fmt.Errorf("--queue-capacity %d: want 1..1024", f.QueueCapacity)}
+	}
+	if ev := c.FullGraph.EvalEvery; ev < 1 || ev > 1<<20 {
+		return cfg, usageError{fmt.Errorf("--eval-every %d: want 1..%d", ev, 1<<20)}
+	}
+	switch {
+	case cfg.CachePolicy != cache.Replicate && f.CacheGroup != 1:
+		return cfg, usageError{fmt.Errorf("--cache-group %d needs --cache-policy replicate", f.CacheGroup)}
+	case f.CacheGroup < 1 || f.CacheGroup > devices || devices%f.CacheGroup != 0:
+		return cfg, usageError{fmt.Errorf("--cache-group %d does not divide the %d devices", f.CacheGroup, devices)}
+	case cfg.CachePolicy == cache.Replicate:
 		cfg.CacheGroup = f.CacheGroup
 	}
 	if cfg.CacheBytes, err = parseBytes("cache", f.Cache); err != nil {
@@ -147,7 +184,69 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 		}
 		cfg.WaitTimeout, cfg.CommTimeout = d, d
 	}
+	// The runner's own checks, on a copy (Normalize fills defaults), so
+	// that a bad combination is a usage error before any device opens.
+	chk := cfg
+	if err := chk.Normalize(); err != nil {
+		return cfg, usageError{err}
+	}
 	return cfg, nil
+}
+
+// dspFlagsSet names the flags of dspFlags given values other than their
+// defaults: they mean something only in sampled mode with --devices.
+func (f *dspFlags) set() []string {
+	var out []string
+	add := func(on bool, name string) {
+		if on {
+			out = append(out, name)
+		}
+	}
+	add(f.Scheme != "node", "scheme")
+	add(f.Replace, "replace")
+	add(f.Weighted, "weighted")
+	add(f.Cache != "all", "cache")
+	add(f.CachePolicy != "partition", "cache-policy")
+	add(f.CacheGroup != 1, "cache-group")
+	add(f.Hotness != "in-degree", "hotness")
+	add(f.TopologyCache != "all", "topology-cache")
+	add(f.QueueCapacity != 2, "queue-capacity")
+	add(f.Rebalance != "pad", "rebalance")
+	add(f.NoCoordinator, "no-coordinator")
+	add(f.Engine != "auto", "engine")
+	add(f.NoPipeline, "no-pipeline")
+	add(f.SharedStream, "shared-stream")
+	add(f.StallTimeout != "", "stall-timeout")
+	add(f.GPUSampler != "csp", "gpu-sampler")
+	return out
+}
+
+// checkEngineFlags refuses the device engine's flags where they mean
+// nothing: on the host engine, and the CUDA-only ones on other devices.
+func (c *trainCmd) checkEngineFlags(bs []backend.Backend, device bool) error {
+	f := &c.DSP
+	if !device {
+		switch {
+		case f.NoPipeline:
+			return usageError{fmt.Errorf("--no-pipeline needs the device engine (--engine device, or CUDA devices)")}
+		case c.FullGraph.EvalEvery != 1:
+			return usageError{fmt.Errorf("--eval-every %d needs the device engine (--engine device, or CUDA devices)", c.FullGraph.EvalEvery)}
+		}
+	}
+	allCUDA := true
+	for _, b := range bs {
+		_, ok := b.(*cuda.Device)
+		allCUDA = allCUDA && ok
+	}
+	if !device || !allCUDA {
+		switch {
+		case f.SharedStream:
+			return usageError{fmt.Errorf("--shared-stream needs CUDA --devices and the device engine")}
+		case f.GPUSampler != gpurun.SamplerCSP:
+			return usageError{fmt.Errorf("--gpu-sampler %s needs CUDA --devices and the device engine", f.GPUSampler)}
+		}
+	}
+	return nil
 }
 
 // useDeviceEngine reports whether sampled training on bs runs on package
@@ -175,6 +274,9 @@ func (c *trainCmd) runDSP(e *env) error {
 	}
 	cfg, err := c.dspConfig(len(bs))
 	if err != nil {
+		return err
+	}
+	if err := c.checkEngineFlags(bs, c.useDeviceEngine(bs)); err != nil {
 		return err
 	}
 	for _, out := range []string{c.Report, c.Plot} {
@@ -214,9 +316,6 @@ func (c *trainCmd) runDSP(e *env) error {
 		}
 		rep = &devRun.Report
 	} else {
-		if c.DSP.NoPipeline || c.FullGraph.EvalEvery != 1 {
-			return usageError{fmt.Errorf("--no-pipeline and --eval-every need the device engine (--engine device, or CUDA devices)")}
-		}
 		if rep, err = runner.Run(ctx, ds, cfg, runner.Options{Log: log, NewBackend: func(r int) (backend.Backend, error) { return bs[r], nil }}); err != nil {
 			return err
 		}

@@ -131,9 +131,76 @@ func TestParseBytes(t *testing.T) {
 			t.Fatalf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "-1", "MiB", "1e30", "x"} {
+	for _, bad := range []string{"", "-1", "MiB", "1e30", "x", "NaN", "nan", "Inf", "-0.5KiB"} {
 		if _, err := parseBytes("cache", bad); err == nil {
 			t.Fatalf("parseBytes(%q) accepted", bad)
+		}
+	}
+}
+
+// TestTrainFlagValueErrors: every bad value of the multi-device flags, and
+// every flag given in a mode that does not read it, is a usage error (exit
+// 2) naming the flag and the value, before any dataset or device opens.
+func TestTrainFlagValueErrors(t *testing.T) {
+	d := []string{"--devices", "cpu:2"}
+	dev := []string{"--devices", "cpu:2", "--engine", "device"}
+	fg := []string{"--mode", "fullgraph", "--model", "gcn", "--devices", "cpu:2"}
+	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--devices", "cuda:abc"}, `entry "cuda:abc"`},
+		{[]string{"--devices", "cuda:0,cuda:0"}, `repeated entry "cuda:0"`},
+		{[]string{"--devices", "cuda,cuda:0"}, `repeated entry "cuda:0"`},
+		{[]string{"--devices", "cuda:-1"}, `entry "cuda:-1"`},
+		{[]string{"--devices", "cuda:99999999999999999999"}, `entry "cuda:99999999999999999999"`},
+		{[]string{"--devices", "cuda:0,,1"}, `entry ""`},
+		{[]string{"--devices", "cpu:-1"}, "--devices cpu:-1: want cpu:N"},
+		{[]string{"--devices", "cpu:100000"}, "--devices cpu:100000: want cpu:N"},
+		{[]string{"--devices", "cpu:2,cuda:0"}, `entry "cuda:0" mixes kind cuda with cpu`},
+		{[]string{"--devices", strings.Repeat("cuda:1,", 1100) + "cuda:0"}, "1101 entries, at most 1024"},
+		{with(fg[:4], "--devices", "cpu,cuda:0"), "mixes kind"},
+		{with(d, "--stall-timeout", "0"), `--stall-timeout "0"`},
+		{with(d, "--stall-timeout=-5s"), `--stall-timeout "-5s"`},
+		{with(d, "--stall-timeout", "soon"), `--stall-timeout "soon"`},
+		{with(d, "--cache", "NaN"), `--cache "NaN"`},
+		{with(d, "--cache", "Inf"), `--cache "Inf"`},
+		{with(d, "--cache=-1"), `--cache "-1"`},
+		{with(d, "--cache", "1e30GiB"), `--cache "1e30"`},
+		{with(d, "--topology-cache", "1e30"), `--topology-cache "1e30"`},
+		{with(d, "--cache-group", "0"), "--cache-group 0 needs --cache-policy replicate"},
+		{with(d, "--cache-policy", "replicate", "--cache-group", "0"), "--cache-group 0 does not divide the 2 devices"},
+		{with(d, "--cache-policy", "replicate", "--cache-group", "5"), "--cache-group 5 does not divide"},
+		{with(d, "--cache-policy", "replicate", "--cache-group=-2"), "--cache-group -2"},
+		{with(d, "--queue-capacity", "0"), "--queue-capacity 0: want 1..1024"},
+		{with(d, "--queue-capacity=-1"), "--queue-capacity -1"},
+		{with(d, "--queue-capacity", "1000000000000"), "--queue-capacity 1000000000000"},
+		{with(dev, "--eval-every", "0"), "--eval-every 0"},
+		{with(dev, "--eval-every=-3"), "--eval-every -3"},
+		{with(d, "--eval-every", "2"), "--eval-every 2 needs the device engine"},
+		{with(d, "--engine", "host", "--no-pipeline"), "--no-pipeline needs the device engine"},
+		{with(dev, "--shared-stream"), "--shared-stream needs CUDA --devices"},
+		{with(dev, "--gpu-sampler", "full"), "--gpu-sampler full needs CUDA --devices"},
+		{with(d, "--comm", "nccl"), "--comm applies to --mode fullgraph only"},
+		{with(d, "--masks", "local"), "--masks applies to --mode fullgraph only"},
+		{with(d, "--staleness-eps", "0.1"), "--staleness-eps applies to --mode fullgraph only"},
+		{with(d, "--node-order", "degree"), "--node-order applies to --mode fullgraph only"},
+		{with(d, "--partition-file", "dsp_test.go"), "--partition-file applies to --mode fullgraph only"},
+		{[]string{"--engine", "device"}, "--engine needs --devices"},
+		{[]string{"--eval-every", "3"}, "--eval-every needs --devices"},
+		{[]string{"--partition", "range"}, "--partition needs --devices"},
+		{with(fg, "--cache", "5MiB"), "--cache does not apply to --mode fullgraph"},
+		{with(fg, "--engine", "device"), "--engine does not apply to --mode fullgraph"},
+		{with(fg, "--stall-timeout", "5s"), "--stall-timeout does not apply to --mode fullgraph"},
+		{with(fg, "--eval-every", "0"), "eval_every: 0"},
+		{with(fg, "--staleness", "--staleness-eps", "NaN"), "staleness.epsilon: NaN"},
+		{with(fg, "--staleness", "--staleness-epochs=-1"), "staleness.epoch_bound: -1"},
+		{with(fg, "--partition-file", "no-such-file"), "no-such-file"},
+	} {
+		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") > 1 && !strings.Contains(errOut, "Usage") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line with %q", tc.args, code, errOut, tc.want)
 		}
 	}
 }

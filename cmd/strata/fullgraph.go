@@ -60,6 +60,9 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return cfg, usageError{fmt.Errorf("--mode fullgraph does not write checkpoints")}
 	}
+	if set := c.DSP.set(); len(set) > 0 {
+		return cfg, refuse(set[0])
+	}
 	set := func(dst *int, v *int) {
 		if v != nil {
 			*dst = *v
@@ -98,6 +101,27 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 	return cfg, nil
 }
 
+// set names the flags of fullGraphFlags that only --mode fullgraph reads,
+// given values other than their defaults.
+func (f *fullGraphFlags) set() []string {
+	var out []string
+	add := func(on bool, name string) {
+		if on {
+			out = append(out, name)
+		}
+	}
+	add(f.Staleness, "staleness")
+	add(f.StaleEp != nil, "staleness-epochs")
+	add(f.StaleEps != nil, "staleness-eps")
+	add(f.StaleAdapt, "staleness-adaptive")
+	add(f.StaleGrad, "staleness-gradients")
+	add(f.Masks != "auto", "masks")
+	add(f.NodeOrder != "auto", "node-order")
+	add(f.Comm != "auto", "comm")
+	add(f.PartFile != "", "partition-file")
+	return out
+}
+
 // openDevices opens --devices: "cpu:N" is N CPU virtual devices sharing
 // one CPU back end; otherwise a comma list of device specs, one rank each.
 // Empty means the single device of --device.
@@ -125,17 +149,15 @@ func openDevices(list, device string, note io.Writer) ([]backend.Backend, error)
 		}
 		return bs, nil
 	}
+	specs, err := deviceList(list, false)
+	if err != nil {
+		return nil, err
+	}
 	var bs []backend.Backend
-	seen := map[string]bool{}
-	for _, spec := range strings.Split(list, ",") {
-		spec = strings.TrimSpace(spec)
-		if spec == "" || spec == "auto" || seen[spec] {
-			return nil, usageError{fmt.Errorf("--devices %s: empty, auto or repeated entry %q (list distinct devices, or cpu:N)", list, spec)}
-		}
-		seen[spec] = true
+	for _, spec := range specs {
 		b, err := openDevice(spec)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--devices %s: %w", list, err)
 		}
 		bs = append(bs, b)
 	}

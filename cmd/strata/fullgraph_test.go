@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,5 +106,40 @@ func TestTrainFullGraphPartitionFile(t *testing.T) {
 		"--epochs", "1", "--partition-file", file)
 	if code != 2 || !strings.Contains(errOut, "3 parts for 2 devices") {
 		t.Errorf("3-part file on 2 devices: exit %d, %q", code, errOut)
+	}
+}
+
+// TestTrainFullGraphBadPartitionFile: a partition file of another dataset,
+// a truncated one and one of garbage fail with exit 1 and a message naming
+// the file, never a panic.
+func TestTrainFullGraphBadPartitionFile(t *testing.T) {
+	dir := t.TempDir()
+	g, other := filepath.Join(dir, "g"), filepath.Join(dir, "other")
+	for _, gen := range [][]string{{g, "--preset", "tiny"}, {other, "--preset", "tiny", "--nodes", "700"}} {
+		if code, _, errOut := strata(t, append([]string{"--quiet", "gen"}, gen...)...); code != 0 {
+			t.Fatalf("gen %v: exit %d: %s", gen, code, errOut)
+		}
+	}
+	p := filepath.Join(dir, "p")
+	if code, _, errOut := strata(t, "--quiet", "partition", other, p, "-k", "2"); code != 0 {
+		t.Fatalf("partition: exit %d: %s", code, errOut)
+	}
+	file := filepath.Join(p, "partition.bin")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := writeFile(t, filepath.Join(dir, "truncated.bin"), string(data[:len(data)/2]))
+	garbage := writeFile(t, filepath.Join(dir, "garbage.bin"), strings.Repeat("x", 100))
+	for _, tc := range []struct{ file, want string }{
+		{file, "has 700 nodes"},
+		{truncated, "truncated.bin"},
+		{garbage, "garbage.bin: at byte 0"},
+	} {
+		code, _, errOut := strata(t, "--quiet", "train", "--mode", "fullgraph", "--model", "gcn", "--dataset", g,
+			"--devices", "cpu:2", "--epochs", "1", "--partition-file", tc.file)
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q", tc.file, code, errOut, tc.want)
+		}
 	}
 }

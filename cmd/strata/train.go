@@ -109,8 +109,21 @@ func (c *trainCmd) Run(e *env) error {
 	if c.Mode == fullgraph.Mode {
 		return c.runFullGraph(e)
 	}
+	if set := c.FullGraph.set(); len(set) > 0 {
+		return usageError{fmt.Errorf("--%s applies to --mode fullgraph only", set[0])}
+	}
 	if c.FullGraph.Devices != "" {
 		return c.runDSP(e)
+	}
+	if set := c.DSP.set(); len(set) > 0 || c.FullGraph.EvalEvery != 1 || c.FullGraph.Partition != "multilevel" {
+		flag := "eval-every"
+		switch {
+		case len(set) > 0:
+			flag = set[0]
+		case c.FullGraph.Partition != "multilevel":
+			flag = "partition"
+		}
+		return usageError{fmt.Errorf("--%s needs --devices (or --mode fullgraph)", flag)}
 	}
 	cfg, err := c.config()
 	if err != nil {
