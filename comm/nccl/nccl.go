@@ -47,6 +47,9 @@ func Available() error { return lib.Load() }
 // ncclCommInitRank, bounded by ctx's deadline (else o.Timeout). When
 // NCCL_NVLS_ENABLE is unset it is set to 0 (NVLink multicast off).
 func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Options) (comm.DeviceComm, error) {
+	if store == nil || dev == nil {
+		return nil, &OpenError{Rank: -1, Msg: "Open needs a store and a device"}
+	}
 	if err := lib.Load(); err != nil {
 		return nil, err
 	}
@@ -653,6 +656,15 @@ func (t *transport) release() error {
 	})
 }
 
+// OpenError reports arguments of Open or OpenLocal refused before NCCL
+// is touched (Rank -1: not about one rank).
+type OpenError struct {
+	Rank int
+	Msg  string
+}
+
+func (e *OpenError) Error() string { return fmt.Sprintf("nccl: open rank %d: %s", e.Rank, e.Msg) }
+
 // OpenLocal opens one communicator per device in this process (goroutine
 // ranks, rank r on devs[r]) through an in-memory store: what a
 // single-process multi-GPU trainer uses. The ranks initialize
@@ -661,7 +673,19 @@ func (t *transport) release() error {
 func OpenLocal(ctx context.Context, devs []*cuda.Device, o Options) ([]comm.DeviceComm, error) {
 	n := len(devs)
 	if n == 0 {
-		return nil, fmt.Errorf("nccl: OpenLocal needs at least one device")
+		return nil, &OpenError{Rank: -1, Msg: "OpenLocal needs at least one device"}
+	}
+	// One rank per GPU: NCCL refuses a GPU twice in a communicator only
+	// once every rank is inside ncclCommInitRank; refuse it here.
+	seen := map[int]int{}
+	for r, d := range devs {
+		if d == nil {
+			return nil, &OpenError{Rank: r, Msg: "no device"}
+		}
+		if prev, ok := seen[d.Ordinal()]; ok {
+			return nil, &OpenError{Rank: r, Msg: fmt.Sprintf("GPU %d is rank %d's too", d.Ordinal(), prev)}
+		}
+		seen[d.Ordinal()] = r
 	}
 	stores := rendezvous.NewLocal(n)
 	out := make([]comm.DeviceComm, n)

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -112,5 +113,34 @@ func TestTwoGPUs(t *testing.T) {
 	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenArgs: missing or repeated devices are refused with an
+// *OpenError naming the rank, before NCCL or CUDA is touched.
+func TestOpenArgs(t *testing.T) {
+	ctx := context.Background()
+	a, b := &cuda.Device{}, &cuda.Device{} // two handles of GPU 0
+	for _, tc := range []struct {
+		devs []*cuda.Device
+		rank int
+		want string
+	}{
+		{nil, -1, "at least one device"},
+		{[]*cuda.Device{a, nil}, 1, "no device"},
+		{[]*cuda.Device{a, b}, 1, "GPU 0 is rank 0's too"},
+	} {
+		_, err := OpenLocal(ctx, tc.devs, Options{})
+		var oe *OpenError
+		if !errors.As(err, &oe) || oe.Rank != tc.rank || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d devices: %v; want *OpenError for rank %d with %q", len(tc.devs), err, tc.rank, tc.want)
+		}
+	}
+	var oe *OpenError
+	if _, err := Open(ctx, nil, a, Options{}); !errors.As(err, &oe) {
+		t.Errorf("nil store: %v", err)
+	}
+	if _, err := Open(ctx, rendezvous.NewLocal(1)[0], nil, Options{}); !errors.As(err, &oe) {
+		t.Errorf("nil device: %v", err)
 	}
 }
