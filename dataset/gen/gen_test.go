@@ -479,3 +479,58 @@ func TestAliasDraw(t *testing.T) {
 		}
 	}
 }
+
+// products-hard is products with harder labels only: the same shape, so
+// that figures on the two compare, and a scaled CPU check.
+func TestProductsHardPreset(t *testing.T) {
+	names := Presets()
+	for _, want := range []string{"products-hard", "products-hard-s"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("Presets() = %v lacks %q", names, want)
+		}
+	}
+	p, h := mustPreset(t, "products"), mustPreset(t, "products-hard")
+	if err := h.Validate(); err != nil {
+		t.Fatalf("products-hard invalid: %v", err)
+	}
+	if h.Homophily >= p.Homophily || h.Noise <= p.Noise {
+		t.Errorf("products-hard homophily %v noise %v should be below %v and above %v (products')",
+			h.Homophily, h.Noise, p.Homophily, p.Noise)
+	}
+	// AvgDegree is recalibrated (fewer same-class edges, fewer duplicates)
+	// so that the stored edge count matches products' (123.7M, measured).
+	if math.Abs(h.AvgDegree/p.AvgDegree-1) > 0.01 {
+		t.Errorf("products-hard AvgDegree %v, want within 1%% of products' %v", h.AvgDegree, p.AvgDegree)
+	}
+	same := h
+	same.Name, same.Homophily, same.Noise, same.AvgDegree = p.Name, p.Homophily, p.Noise, p.AvgDegree
+	if same != p {
+		t.Errorf("products-hard differs from products beyond name, homophily, noise and degree:\n%+v\n%+v", h, p)
+	}
+	s := mustPreset(t, "products-hard-s")
+	if s.NumNodes != 48_981 || s.Homophily != h.Homophily || s.Noise != h.Noise ||
+		s.MaxDegree != h.MaxDegree*math.Sqrt(0.02) || s.AvgDegree <= h.AvgDegree {
+		t.Errorf("products-hard-s %+v is not products-hard at 2%% with a higher drawn degree", s)
+	}
+}
+
+// At a small scale of products-hard, one node's features alone are weak
+// and a neighbor mean is far better but not perfect (nearest centroid:
+// 5% raw, 84% averaged at 2% scale).
+func TestProductsHardSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates 10K nodes with 100-d features; skipped with -short")
+	}
+	c, err := mustPreset(t, "products-hard").Scaled(0.004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, agg := signal(mustGenerate(t, c))
+	t.Logf("products-hard@0.004: nearest centroid raw %.3f, neighbor-averaged %.3f", raw, agg)
+	if raw > 0.15 {
+		t.Errorf("raw-feature accuracy %.3f, want <= 0.15", raw)
+	}
+	if agg < 0.5 || agg > 0.95 {
+		t.Errorf("neighbor-averaged accuracy %.3f, want in [0.5, 0.95]", agg)
+	}
+}
