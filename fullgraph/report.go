@@ -137,12 +137,7 @@ func (r *Report) summarize() {
 // WriteJSON writes the report to path (indented), replacing the file
 // atomically.
 func (r *Report) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("fullgraph: report: %w", err)
-	}
-	data = append(data, '\n')
-	if err := atomicfile.WriteFile(path, data); err != nil {
+	if err := atomicfile.WriteJSON(path, r); err != nil {
 		return fmt.Errorf("fullgraph: writing %s: %w", path, err)
 	}
 	return nil

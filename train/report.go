@@ -121,12 +121,10 @@ func (r *Report) summarize() {
 // WriteJSON writes the report to path (indented JSON), replacing the file
 // atomically.
 func (r *Report) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("train: report: %w", err)
+	if err := atomicfile.WriteJSON(path, r); err != nil {
+		return fmt.Errorf("train: writing %s: %w", path, err)
 	}
-	data = append(data, '\n')
-	return writeFileAtomic(path, data)
+	return nil
 }
 
 // ReadReport reads a report written by WriteJSON; unknown fields are an

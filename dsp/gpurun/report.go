@@ -1,7 +1,6 @@
 package gpurun
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -45,11 +44,7 @@ type Info struct {
 
 // WriteJSON writes the report to path (indented JSON), atomically.
 func (r *Report) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("dsp/gpurun: report: %w", err)
-	}
-	if err := atomicfile.WriteFile(path, append(data, '\n')); err != nil {
+	if err := atomicfile.WriteJSON(path, r); err != nil {
 		return fmt.Errorf("dsp/gpurun: writing %s: %w", path, err)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -76,12 +75,7 @@ type Metrics struct {
 
 // WriteJSON writes the report to path (indented JSON), atomically.
 func (r *Report) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("dsp: report: %w", err)
-	}
-	data = append(data, '\n')
-	if err := atomicfile.WriteFile(path, data); err != nil {
+	if err := atomicfile.WriteJSON(path, r); err != nil {
 		return fmt.Errorf("dsp: writing %s: %w", path, err)
 	}
 	return nil

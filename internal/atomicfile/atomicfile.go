@@ -8,6 +8,7 @@ package atomicfile
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +35,16 @@ func WriteFile(path string, data []byte) error {
 		_, err := w.Write(data)
 		return err
 	}, Options{})
+}
+
+// WriteJSON writes v to path as indented JSON with a final newline,
+// atomically with default options (the reports of every trainer).
+func WriteJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", path, err)
+	}
+	return WriteFile(path, append(data, '\n'))
 }
 
 // Write streams the new content of path through write (buffered) and

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -63,5 +64,27 @@ func assertOnly(t *testing.T, dir, name string) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("directory holds %v, want only %s", names, name)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := WriteJSON(path, map[string]int{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"a\": 1\n}\n"; string(got) != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	// A value JSON cannot encode fails before touching the file, naming it.
+	err = WriteJSON(path, map[string]any{"f": func() {}})
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v; want an encoding error naming %s", err, path)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(got) {
+		t.Fatal("a failed WriteJSON changed the file")
 	}
 }
