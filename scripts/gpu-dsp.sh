@@ -16,6 +16,11 @@
 #                                     # 1/2/4 GPUs partitioned (pipeline on; off on 1 and 4),
 #                                     # replicated on 4, 64 MiB vs all UVA on 4, csp vs full
 #                                     # on 4, then the GPU tests
+#   scripts/gpu-dsp.sh speed          # on the GPU host: 1/2/4-GPU epochs with the defaults, the
+#                                     # same with a synchronous gradient all-reduce
+#                                     # (STRATA_NCCL_ASYNC=0) and with default-priority stage
+#                                     # streams (STRATA_DSP_STAGE_PRIORITY=0), pipeline off,
+#                                     # then the NCCL and gpurun GPU tests
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
 #                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
 #                                     # generated into $DSP_PAPERS, default /tmp/papers-m),
@@ -42,6 +47,7 @@ build() {
   local ok=1
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/$dir/bin/strata" ./cmd/strata) || ok=0
   (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/gpurun.test" ./dsp/gpurun) || ok=0
+  (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/nccl.test" ./comm/nccl) || ok=0
   [ "$src" != "$root" ] && rm -rf "$src"
   du -sh "$dir" | sed 's/^/size /'
   [ $ok = 1 ]
@@ -118,7 +124,7 @@ gputests() {
 
 finish() {
   if [ -n "${OUT:-}" ]; then
-    cp "$logs/summary.txt" "$OUT/" 2>/dev/null
+    cp "$logs"/summary*.txt "$OUT/" 2>/dev/null
     tar -czf "$OUT/dsp-logs.tgz" -C "$logs" . 2>/dev/null
   fi
 }
@@ -208,6 +214,61 @@ loader() {
   finish
 }
 
+# speed: where the 4-GPU step's time goes, with A/B switches of the
+# asynchronous gradient all-reduce and the stage streams' priority.
+speed() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    products d4 cuda:0,1,2,3 "$e"
+    products d4f cuda:0,1,2,3 "$e" --gpu-sampler full
+    products d1 cuda:0 "$e"
+    STRATA_NCCL_ASYNC=0 products d4-sync cuda:0,1,2,3 "$e"
+    STRATA_NCCL_ASYNC=0 products d4f-sync cuda:0,1,2,3 "$e" --gpu-sampler full
+    STRATA_DSP_STAGE_PRIORITY=0 products d4-noprio cuda:0,1,2,3 "$e"
+    STRATA_DSP_STAGE_PRIORITY=0 products d1-noprio cuda:0 "$e"
+    products d4-off cuda:0,1,2,3 "$e" --no-pipeline
+    products d4f-off cuda:0,1,2,3 "$e" --gpu-sampler full --no-pipeline
+    products d2 cuda:0,1 "$e"
+    [ "${DSP_TESTS:-1}" = 1 ] && ncclasync && gputests
+  } 2>&1 | tee "$logs/summary.txt"
+  finish
+}
+
+ncclasync() {
+  local t0=$(date +%s.%N)
+  (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v) >"$logs/nccltests.log" 2>&1
+  local rc=$?
+  echo "== NCCL async tests: rc=$rc wall=$(since $t0)s"
+  grep -E -- '^--- |^(ok|FAIL|PASS)|panic' "$logs/nccltests.log" | head -20 | sed 's/^/   /'
+  return 0
+}
+
+# hard: test accuracy on the products-hard preset (products' shape, labels
+# that do not saturate), 1 vs 4 GPUs, $DSP_HARD_EPOCHS epochs, 2 seeds.
+hard() {
+  setup
+  local e=${DSP_HARD_EPOCHS:-10}
+  {
+    local keep=$data
+    data=${DSP_HARD:-/tmp/products-hard}
+    if [ ! -f "$data/manifest.json" ]; then
+      local t0=$(date +%s.%N)
+      "$root/$dir/bin/strata" gen "$data" --preset products-hard --quiet >"$logs/gen-hard.log" 2>&1 || { tail "$logs/gen-hard.log"; return 1; }
+      echo "gen products-hard: $(since $t0)s"
+    fi
+    common[1]=$data
+    for seed in 1 2; do
+      products h4-s$seed cuda:0,1,2,3 "$e" --seed $seed
+      products h1-s$seed cuda:0 "$e" --seed $seed
+    done
+    common[1]=$keep
+    data=$keep
+  } 2>&1 | tee "$logs/summary-hard.txt"
+  finish
+}
+
 # papers: the scaled papers shape with features only partly cached.
 papers() {
   setup
@@ -223,16 +284,22 @@ papers() {
     products p4-cache cuda:0,1,2,3 "$e" --cache "$cache"
     products p4-uva cuda:0,1,2,3 "$e" --cache 0
     products p1-cache cuda:0 "$e" --cache "$cache"
-  } 2>&1 | tee "$logs/summary.txt"
+  } 2>&1 | tee "$logs/summary-papers.txt"
   finish
 }
 
-case "${1:-}" in
-  build) build ;;
-  shake) shake ;;
-  bench) bench ;;
-  final) final ;;
-  loader) loader ;;
-  papers) papers ;;
-  *) echo "usage: $0 build | shake | bench | final | loader | papers" >&2; exit 2 ;;
-esac
+# Several modes run in order: scripts/gpu-dsp.sh speed hard papers.
+[ $# -gt 0 ] || set -- usage
+for mode in "$@"; do
+  case "$mode" in
+    build) build || exit 1 ;;
+    shake) shake ;;
+    bench) bench ;;
+    final) final ;;
+    loader) loader ;;
+    papers) papers ;;
+    speed) speed ;;
+    hard) hard ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard (several run in order)" >&2; exit 2 ;;
+  esac
+done

@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,32 @@ type Options struct {
 	// Prefix namespaces the store keys ("nccl" if empty); every
 	// communicator of a job needs its own.
 	Prefix string
+	// Async lets AllReduce return once it is queued on the device's
+	// stream, as ncclAllReduce itself does, instead of once it has
+	// completed: later work on the stream is ordered after it, and the
+	// host goes on queueing the next step's kernels while the GPUs
+	// reduce. A watchdog polls the queued operations: past an operation's
+	// deadline (or on a peer's abort) it publishes the failure, aborts the
+	// communicator (which ends its kernels, so stream waits return) and
+	// the next call reports it. Data-parallel trainers use it so that the
+	// gradient all-reduce leaves no gap on the GPU. Other operations stay
+	// synchronous (their results are usually read by the host). The
+	// environment variable STRATA_NCCL_ASYNC (true or false) overrides it.
+	Async bool
+}
+
+// EnvAsync overrides Options.Async when set to a boolean.
+const EnvAsync = "STRATA_NCCL_ASYNC"
+
+// AsyncFor reports whether a communicator opened with o runs all-reduces
+// asynchronously (EnvAsync overrides o.Async).
+func AsyncFor(o Options) bool { return o.async() }
+
+func (o Options) async() bool {
+	if v, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(EnvAsync))); err == nil {
+		return v
+	}
+	return o.Async
 }
 
 // Timing of the slow path (store checks while a call waits).
@@ -140,6 +168,11 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 		return fail(err)
 	}
 	t.scratch = scratch.(*cuda.Buffer)
+	if o.async() {
+		t.async = true
+		t.wake, t.wdStop, t.wdDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go t.watchdog()
+	}
 	return comm.NewDevice(t, o.Options), nil
 }
 
@@ -159,6 +192,14 @@ type transport struct {
 	lastDone uint64
 	posted   uint64
 	checked  time.Time // last look at the store
+
+	// Asynchronous all-reduce (Options.Async); guarded by runMu.
+	async    bool
+	pend     pending // queued operations not yet seen complete
+	asyncErr error   // failure of an operation that had returned
+	wake     chan struct{}
+	wdStop   chan struct{}
+	wdDone   chan struct{}
 
 	dirty   atomic.Bool // an operation failed or was interrupted: its kernels may still run
 	closing atomic.Bool
@@ -323,9 +364,26 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if t.closing.Load() || t.freed.Load() {
 		return comm.ErrClosed
 	}
+	if t.asyncErr != nil {
+		return t.asyncErr
+	}
 	if err := t.fresh(c.Seq); err != nil {
 		return err
 	}
+	if t.async && c.Op == comm.OpAllReduce && t.n > 1 {
+		if err := t.queue(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
+			return err
+		}
+		t.pend.add(c.Op, c.Seq, c.Deadline)
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+		t.lastDone = c.Seq
+		return nil
+	}
+	// The completion event follows every earlier operation on the
+	// stream, so this wait also completes the queued ones.
 	if err := t.launch(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
 		return err
 	}
@@ -335,6 +393,20 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 
 // launch queues f (plus the completion event) and waits for it.
 func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f func(lib.Stream) error) error {
+	if err := t.queue(ctx, op, seq, f); err != nil {
+		return err
+	}
+	if err := t.wait(ctx, op, seq); err != nil {
+		t.dirty.Store(true)
+		return err
+	}
+	// The event followed every queued operation too.
+	t.pend = pending{}
+	return nil
+}
+
+// queue queues f and records the completion event after it.
+func (t *transport) queue(ctx context.Context, op comm.Op, seq uint64, f func(lib.Stream) error) error {
 	// Queueing may block in NCCL (connection setup waits for the peers):
 	// do it aside, bounded by the deadline; an abort releases it.
 	done := make(chan error, 1)
@@ -358,10 +430,6 @@ func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f func(l
 	case <-ctx.Done():
 		t.dirty.Store(true)
 		return t.waitErr(ctx, op, seq, "queueing it (NCCL waits for the peers to connect)")
-	}
-	if err := t.wait(ctx, op, seq); err != nil {
-		t.dirty.Store(true)
-		return err
 	}
 	return nil
 }
@@ -597,9 +665,16 @@ func (t *transport) Gather(ctx context.Context, seq uint64, words []int64) ([]in
 	return all, nil
 }
 
-// Sync waits for the device (every operation has completed when its call
-// returned; later uploads may not have).
-func (t *transport) Sync(ctx context.Context) error { return t.dev.Synchronize() }
+// Sync waits for the queued asynchronous operations (reporting a failure
+// of theirs), then for the device.
+func (t *transport) Sync(ctx context.Context) error {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if err := t.joinPending(ctx); err != nil {
+		return err
+	}
+	return t.dev.Synchronize()
+}
 
 // Close tells the peers (through the store) that this rank has left after
 // its last completed operation, then destroys the communicator (aborts
@@ -608,8 +683,21 @@ func (t *transport) Close() error {
 	if t.closing.Swap(true) {
 		return nil
 	}
+	if t.wdStop != nil {
+		close(t.wdStop)
+		<-t.wdDone
+	}
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
+	if t.pend.n > 0 {
+		// Queued all-reduces need the peers: let them finish (or fail)
+		// before leaving, so that "left" says what this rank completed.
+		ctx, cancel := context.WithTimeout(context.Background(), cleanWait)
+		if t.joinPending(ctx) != nil {
+			t.lastDone = t.pend.first - 1
+		}
+		cancel()
+	}
 	ctx, cancel := shortCtx()
 	defer cancel()
 	if _, err := t.store.Add(ctx, t.key("left", t.rank), int64(t.lastDone)+1); err == nil {

@@ -528,11 +528,12 @@ func (d *device) step(ctx context.Context, it *item) error {
 	}
 	x := it.x
 	if it.xb != b {
-		// Features from the loader's stream: copy them to the trainer's.
-		if x, err = adoptBuffer(b, it.x); err != nil {
+		// Features from the loader's handle of this GPU: read them in
+		// place (the loader waited for its stream before handing them
+		// on; trainOne frees them once the trainer's stream is past).
+		if x, err = aliasBuffer(b, it.x); err != nil {
 			return err
 		}
-		defer b.Free(x)
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()

@@ -214,6 +214,17 @@ func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
 	return out, nil
 }
 
+// aliasBuffer returns src, a buffer of another handle of the same GPU, as
+// a buffer of b without copying (cuda.Device.Alias).
+func aliasBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
+	t, ok := b.(*cuda.Device)
+	sb, ok2 := src.(*cuda.Buffer)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("aliasing a %T into a %T", src, b)
+	}
+	return t.Alias(sb)
+}
+
 // adoptBuffer copies src (a buffer of another handle of the same GPU,
 // already written) into a new buffer of b on b's stream.
 func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {

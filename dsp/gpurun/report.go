@@ -23,6 +23,11 @@ type Info struct {
 	// SamplerStream: CUDA samplers ran on their own stream (a second
 	// device handle), their blocks copied to the trainer's.
 	SamplerStream bool `json:"sampler_stream"`
+	// StagePriority is the samplers' and loaders' stream priority (0:
+	// the default; negative: higher than the trainers').
+	StagePriority int `json:"stage_stream_priority"`
+	// AsyncGradients: the gradient all-reduce returned once queued.
+	AsyncGradients bool `json:"async_gradients"`
 	// Exchange: devices serve each other feature rows (all-to-all-v).
 	Exchange      bool `json:"feature_exchange"`
 	FeaturesDense bool `json:"features_dense"`

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +38,15 @@ var stageNames = [numStages]string{"sampler", "loader", "trainer"}
 // SamplerStandIn describes Config.Sampler "full": every device samples
 // the whole graph.
 const SamplerStandIn = "gpusample over the whole graph on every device"
+
+// EnvStagePriority, set to false, gives the samplers' and loaders'
+// streams the default priority instead of the highest (for comparison).
+const EnvStagePriority = "STRATA_DSP_STAGE_PRIORITY"
+
+func stagePriority() bool {
+	v, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(EnvStagePriority)))
+	return err != nil || v
+}
 
 // RunError reports a failure with what the run was doing.
 type RunError struct {
@@ -130,13 +142,18 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		// of each GPU: their own streams, locks and allocators, so that
 		// no stage waits behind another's work or holds a lock another
 		// stage needs while it waits for a collective.
+		// Their streams have the GPU's highest priority: their kernels
+		// are short and on the pipeline's critical path, and would
+		// otherwise queue behind the trainer's large ones.
 		s.sdevs, s.ldevs = make([]*cuda.Device, k), make([]*cuda.Device, k)
+		prio := stagePriority()
 		for r, b := range opts.Backends {
 			d := b.(*cuda.Device)
-			if s.sdevs[r], err = cuda.Open(d.Ordinal(), cuda.Options{TF32: d.TF32()}); err != nil {
+			o := cuda.Options{TF32: d.TF32(), HighPriority: prio}
+			if s.sdevs[r], err = cuda.Open(d.Ordinal(), o); err != nil {
 				return nil, &RunError{Op: "sampler streams", Err: err}
 			}
-			if s.ldevs[r], err = cuda.Open(d.Ordinal(), cuda.Options{TF32: d.TF32()}); err != nil {
+			if s.ldevs[r], err = cuda.Open(d.Ordinal(), o); err != nil {
 				return nil, &RunError{Op: "loader streams", Err: err}
 			}
 		}
@@ -160,6 +177,12 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	}
 	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerStream: s.sdevs != nil,
 		FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
+	if s.sdevs != nil {
+		s.gpu.StagePriority = s.sdevs[0].StreamPriority()
+	}
+	if s.dcs[stTrainer] != nil && nCUDA == k {
+		s.gpu.AsyncGradients = nccl.AsyncFor(nccl.Options{Async: true})
+	}
 
 	g, gctx := pipeline.NewGroup(ctx)
 	s.group = g
@@ -270,7 +293,13 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 					devs[r] = s.ldevs[r]
 				}
 			}
-			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st]}); err != nil {
+			// The trainers' gradient all-reduce returns once queued: the
+			// optimizer step and the next batch's kernels follow it on the
+			// stream, and the host queues them while the GPUs reduce
+			// (waiting for it left each GPU idle for the host's launches).
+			// The other stages read their results on the host.
+			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: st == stTrainer}
+			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, no); err != nil {
 				return &RunError{Op: "NCCL communicators", Err: err}
 			}
 			continue
@@ -325,8 +354,9 @@ func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
 }
 
 // deviceComm is device rank's coordinated device communicator of stage.
-// On NCCL each collective also waits for its completion, so the next
-// collective of any stage starts after it on every device.
+// The coordinator gives every device the same launch order across
+// stages; on NCCL the sampler's and loader's collectives also wait for
+// their completion, the trainer's all-reduce only for its launch.
 func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
 	if s.dcs[stage] == nil {
 		return nil

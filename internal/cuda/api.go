@@ -318,6 +318,41 @@ func StreamCreate(flags uint32) (Stream, error) {
 	return Stream(s), nil
 }
 
+// StreamPriorityRange returns the current context's stream priorities:
+// least (the default, usually 0) and greatest (numerically lowest, -5 on
+// Hopper). Both are 0 when the driver lacks the call.
+func StreamPriorityRange() (least, greatest int, err error) {
+	if err := loaded(); err != nil {
+		return 0, 0, err
+	}
+	if drv.cuCtxGetStreamPriorityRange == 0 {
+		return 0, 0, nil
+	}
+	var lo, hi int32
+	if err := check("cuCtxGetStreamPriorityRange", syscall(drv.cuCtxGetStreamPriorityRange, uintptr(unsafe.Pointer(&lo)), uintptr(unsafe.Pointer(&hi)))); err != nil {
+		return 0, 0, err
+	}
+	return int(lo), int(hi), nil
+}
+
+// StreamCreatePriority creates a stream whose kernels the scheduler
+// prefers over those of lower-priority streams (lower numbers are higher
+// priorities; see StreamPriorityRange). Without the driver call it falls
+// back to StreamCreate.
+func StreamCreatePriority(flags uint32, priority int) (Stream, error) {
+	if err := loaded(); err != nil {
+		return 0, err
+	}
+	if drv.cuStreamCreateWithPriority == 0 || priority == 0 {
+		return StreamCreate(flags)
+	}
+	var s uintptr
+	if err := check("cuStreamCreateWithPriority", syscall(drv.cuStreamCreateWithPriority, uintptr(unsafe.Pointer(&s)), uintptr(flags), uintptr(int64(priority)))); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
+}
+
 // Destroy destroys the stream (queued work still completes).
 func (s Stream) Destroy() error {
 	return check("cuStreamDestroy_v2", syscall(drv.cuStreamDestroy, uintptr(s)))

@@ -33,6 +33,8 @@ type driver struct {
 
 	// Optional: zero when the driver lacks them (see StreamMemOps).
 	cuStreamWaitValue32, cuStreamWriteValue32 uintptr
+	// Optional: streams with a scheduling priority (StreamCreatePriority).
+	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange uintptr
 }
 
 var (
@@ -146,6 +148,8 @@ func open() (*driver, error) {
 	}{
 		{&d.cuStreamWaitValue32, []string{"cuStreamWaitValue32_v2", "cuStreamWaitValue32"}},
 		{&d.cuStreamWriteValue32, []string{"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}},
+		{&d.cuStreamCreateWithPriority, []string{"cuStreamCreateWithPriority"}},
+		{&d.cuCtxGetStreamPriorityRange, []string{"cuCtxGetStreamPriorityRange"}},
 	}
 	for _, s := range optional {
 		for _, n := range s.names {

@@ -64,6 +64,25 @@ func (b *Buffer) View(off, n int) *Buffer {
 	return &Buffer{dev: b.dev, ptr: b.ptr + cu.DevPtr(off*b.dt.Size()), n: n, dt: b.dt}
 }
 
+// Alias returns a buffer of d over src's memory, where src belongs to
+// another handle of the same GPU (Open called twice for one ordinal: one
+// context, two streams). It owns nothing: freeing it does nothing. The
+// caller orders the streams (src's writes before d's reads) and frees src
+// on its own handle only after d's stream is done with the alias; pipeline
+// stages use it to hand a batch on without copying it.
+func (d *Device) Alias(src *Buffer) (*Buffer, error) {
+	if src == nil || src.dev == nil {
+		return nil, fmt.Errorf("cuda: Alias of a nil buffer")
+	}
+	if src.dev.ordinal != d.ordinal {
+		return nil, fmt.Errorf("cuda: Alias of a buffer of %s on %s: not the same GPU", src.dev.name, d.name)
+	}
+	if src.n > 0 && src.ptr == 0 {
+		return nil, fmt.Errorf("cuda: Alias of a freed buffer")
+	}
+	return &Buffer{dev: d, ptr: src.ptr, n: src.n, dt: src.dt}, nil
+}
+
 // Device returns the device the buffer lives on.
 func (b *Buffer) Device() *Device {
 	if b == nil {

@@ -33,6 +33,12 @@ type Options struct {
 	// TF32 makes Gemm use TF32 tensor cores (about 1e-3 relative error).
 	// Off by default; STRATA_CUDA_TF32=1 turns it on too.
 	TF32 bool
+	// HighPriority gives the handle's stream the device's greatest
+	// scheduling priority: its kernels take free SMs before those of
+	// default streams. Pipelines use it for short, latency-bound stages
+	// (sampling, feature loading) that share a GPU with a trainer whose
+	// large kernels would otherwise hold them back.
+	HighPriority bool
 }
 
 //go:embed kernels/*.cu kernels/*.cuh
@@ -95,8 +101,11 @@ type Device struct {
 	total   uint64
 	tf32    bool
 	poison  bool // AllocRaw fills with NaN (EnvPoison)
-	closed  bool
-	kinfo   KernelInfo
+
+	highPriority bool // Options.HighPriority
+	priority     int  // the stream's priority (0: default)
+	closed       bool
+	kinfo        KernelInfo
 }
 
 var _ backend.Backend = (*Device)(nil)
@@ -139,6 +148,7 @@ func Open(ordinal int, opt Options) (*Device, error) {
 	}
 	d := &Device{ordinal: ordinal, name: spec, dev: dev, mods: map[string]*Module{}, fns: map[string]cu.Function{}}
 	d.tf32 = opt.TF32 || envBool(EnvTF32)
+	d.highPriority = opt.HighPriority
 	d.poison = envBool(EnvPoison)
 	if err := d.init(); err != nil {
 		d.Close()
@@ -171,9 +181,16 @@ func (d *Device) init() error {
 	if err != nil {
 		return err
 	}
-	if d.stream, err = cu.StreamCreate(cu.StreamNonBlocking); err != nil {
+	prio := 0
+	if d.highPriority {
+		if _, prio, err = cu.StreamPriorityRange(); err != nil {
+			return err
+		}
+	}
+	if d.stream, err = cu.StreamCreatePriority(cu.StreamNonBlocking, prio); err != nil {
 		return err
 	}
+	d.priority = prio
 	if d.host, err = cu.MemHostAlloc(hostScratchBytes, cu.HostAllocPortable); err != nil {
 		return err
 	}
@@ -291,6 +308,11 @@ func (d *Device) Multiprocessors() int { return d.sms }
 
 // TF32 reports whether Gemm uses TF32 tensor cores.
 func (d *Device) TF32() bool { return d.tf32 }
+
+// StreamPriority returns the stream's scheduling priority: 0 by default,
+// negative (higher) with Options.HighPriority where the driver has
+// priorities.
+func (d *Device) StreamPriority() int { return d.priority }
 
 // Kernels says how the back end's kernels were compiled or loaded.
 func (d *Device) Kernels() KernelInfo { return d.kinfo }
