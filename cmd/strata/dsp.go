@@ -144,9 +144,6 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 	if tc.Mode != train.Sampled {
 		return runner.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
 	}
-	if tc.Eval != train.Full {
-		return runner.Config{}, usageError{fmt.Errorf("--devices: only --eval full is supported")}
-	}
 	if c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0 {
 		return runner.Config{}, usageError{fmt.Errorf("--devices: multi-device runs do not write checkpoints")}
 	}

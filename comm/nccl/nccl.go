@@ -361,11 +361,12 @@ func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
 func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
+	if t.asyncErr != nil {
+		// Before the closed check: the failure aborted the communicator.
+		return t.asyncErr
+	}
 	if t.closing.Load() || t.freed.Load() {
 		return comm.ErrClosed
-	}
-	if t.asyncErr != nil {
-		return t.asyncErr
 	}
 	if err := t.fresh(c.Seq); err != nil {
 		return err

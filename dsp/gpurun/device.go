@@ -2,6 +2,7 @@ package gpurun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -476,19 +477,35 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 }
 
 // sequential is the pipeline turned off: sample, load and train each
-// batch before the next.
+// batch before the next. Each step is waited for, so that the GPU does
+// not overlap a step with the next batch's sampling either.
 func (d *device) sequential(ctx context.Context) error {
 	err := d.sampleAll(ctx, func(it *item) error {
 		if err := d.loadOne(ctx, it); err != nil {
 			it.free()
 			return err
 		}
-		return d.trainOne(ctx, it)
+		if err := d.trainOne(ctx, it); err != nil {
+			return err
+		}
+		return d.waitStep(ctx)
 	})
 	if err != nil {
 		return err
 	}
 	return d.finish(ctx)
+}
+
+// waitStep waits until the trainer's device has run the steps queued so
+// far (an asynchronous gradient all-reduce included, within its deadline).
+func (d *device) waitStep(ctx context.Context) error {
+	if d.grads != nil {
+		return d.grads.Sync(ctx)
+	}
+	if cd, ok := d.b.(*cuda.Device); ok {
+		return cd.Synchronize()
+	}
+	return nil
 }
 
 // step trains on one batch: forward, loss, backward into the flat
@@ -633,6 +650,10 @@ func (d *device) endEpoch(it *item) error {
 		}
 		er, err := d.eval.Run(d.model)
 		if err != nil {
+			var oom *cuda.OOMError
+			if errors.As(err, &oom) && cfg.Train.Eval != train.Sampled {
+				return fmt.Errorf("evaluation: the whole-graph forward pass over %d nodes does not fit on one GPU (use --eval sampled): %w", s.in.NumRows, err)
+			}
 			return fmt.Errorf("evaluation: %w", err)
 		}
 		rec.TrainAccuracy, rec.ValAccuracy, rec.ValLoss, rec.TestAccuracy = er.TrainAccuracy, er.ValAccuracy, er.ValLoss, er.TestAccuracy
