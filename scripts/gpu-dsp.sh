@@ -23,6 +23,7 @@
 #                                     # then the NCCL and gpurun GPU tests
 #   scripts/gpu-dsp.sh confirm        # on the GPU host: 1/2/4 GPUs, pipeline on and off, then
 #                                     # the NCCL and gpurun GPU tests
+#   scripts/gpu-dsp.sh repeat         # on the GPU host: 4-GPU and 1-GPU runs, $DSP_REPEAT times
 #   scripts/gpu-dsp.sh hard           # on the GPU host: products-hard test accuracy, 1 vs 4 GPUs
 #                                     # ($DSP_HARD_EPOCHS epochs, seeds $DSP_HARD_SEEDS)
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
@@ -259,6 +260,21 @@ confirm() {
   finish
 }
 
+# repeat: d4 and d1 again, $DSP_REPEAT times, alternating (the speed-up's
+# spread across runs).
+repeat() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    for i in $(seq "${DSP_REPEAT:-2}"); do
+      products d4-r$i cuda:0,1,2,3 "$e"
+      products d1-r$i cuda:0 "$e"
+    done
+  } 2>&1 | tee "$logs/summary-repeat.txt"
+  finish
+}
+
 ncclasync() {
   local t0=$(date +%s.%N)
   (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v) >"$logs/nccltests.log" 2>&1
@@ -326,6 +342,7 @@ for mode in "$@"; do
     speed) speed ;;
     hard) hard ;;
     confirm) confirm ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm (several run in order)" >&2; exit 2 ;;
+    repeat) repeat ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat (several run in order)" >&2; exit 2 ;;
   esac
 done

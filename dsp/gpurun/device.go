@@ -58,6 +58,7 @@ type device struct {
 	setupSeconds float64
 	// Rank 0's epoch bookkeeping.
 	epochStart time.Time
+	last       *train.EpochRecord // the last epoch, recorded after the replica check
 }
 
 // item travels through the queues.
@@ -614,7 +615,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 // endEpoch reads the epoch's losses (every device checks them; device 0
 // records them), and on device 0 times the epoch and evaluates when due.
 func (d *device) endEpoch(it *item) error {
-	s, cfg := d.s, &d.s.cfg
+	cfg := &d.s.cfg
 	host := make([]float32, it.batches)
 	v, err := devbuf.View(d.lossHist, 0, it.batches)
 	if err != nil {
@@ -636,10 +637,25 @@ func (d *device) endEpoch(it *item) error {
 	end := time.Now()
 	trainSec := end.Sub(d.epochStart).Seconds()
 	rec := train.EpochRecord{Epoch: it.epoch + 1, BatchLosses: losses, Loss: train.MeanLoss(losses), Seconds: trainSec}
+	if it.epoch == cfg.Train.Epochs-1 {
+		// The last epoch's evaluation runs after the replica check
+		// (finish), so that no device waits in a collective while device
+		// 0 evaluates (a long evaluation would look like a stall).
+		d.last = &rec
+		return nil
+	}
+	return d.record(rec)
+}
+
+// record evaluates when due (device 0) and records and logs the epoch.
+func (d *device) record(rec train.EpochRecord) error {
+	s, cfg := d.s, &d.s.cfg
+	trainSec := rec.Seconds
+	epoch := rec.Epoch - 1
 	var evalSec float64
-	evaluated := cfg.evaluates(it.epoch)
+	evaluated := cfg.evaluates(epoch)
 	if evaluated {
-		d.trk.set(stTrainer, "evaluating after epoch %d", it.epoch+1)
+		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
 		t0 := time.Now()
 		if d.eval == nil {
 			ev, err := runner.NewEvaluator(d.b, s.pd.Dataset, s.x, false, cfg.Train)
@@ -668,12 +684,12 @@ func (d *device) endEpoch(it *item) error {
 	}
 	s.mu.Unlock()
 	epochs := cfg.Train.Epochs
-	if log := s.opts.Log; log != nil && (it.epoch == 0 || (it.epoch+1)%train.LogEvery(epochs) == 0 || it.epoch == epochs-1) {
+	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		acc := ""
 		if evaluated {
 			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)
 		}
-		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), it.epoch+1, epochs, rec.Loss, trainSec, acc, s.snapshot().Summary)
+		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, s.snapshot().Summary)
 	}
 	d.epochStart = time.Now()
 	return nil
@@ -695,6 +711,11 @@ func (d *device) finish(ctx context.Context) error {
 		d.s.mu.Lock()
 		d.s.gpu.ReplicasEqual = true
 		d.s.mu.Unlock()
+		if d.last != nil {
+			if err := d.record(*d.last); err != nil {
+				return d.errf(fmt.Sprintf("end of epoch %d", d.last.Epoch), err)
+			}
+		}
 	}
 	return nil
 }
