@@ -271,13 +271,15 @@ repeat() {
       products d4-r$i cuda:0,1,2,3 "$e"
       products d1-r$i cuda:0 "$e"
     done
+    [ -n "${DSP_REPEAT_OFF:-}" ] && products d4-off cuda:0,1,2,3 "$e" --no-pipeline
+    [ -n "${DSP_REPEAT_TESTS:-}" ] && ncclasync && gputests
   } 2>&1 | tee "$logs/summary-repeat.txt"
   finish
 }
 
 ncclasync() {
   local t0=$(date +%s.%N)
-  (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v) >"$logs/nccltests.log" 2>&1
+  (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v -test.timeout 3m) >"$logs/nccltests.log" 2>&1
   local rc=$?
   echo "== NCCL async tests: rc=$rc wall=$(since $t0)s"
   grep -E -- '^--- |^(ok|FAIL|PASS)|panic' "$logs/nccltests.log" | head -20 | sed 's/^/   /'

@@ -153,6 +153,9 @@ func openDevices(list, device string, note io.Writer) ([]backend.Backend, error)
 	if err != nil {
 		return nil, err
 	}
+	if len(specs) > 1 {
+		multiGPUEnv()
+	}
 	var bs []backend.Backend
 	for _, spec := range specs {
 		b, err := openDevice(spec)
@@ -162,6 +165,16 @@ func openDevices(list, device string, note io.Writer) ([]backend.Backend, error)
 		bs = append(bs, b)
 	}
 	return bs, nil
+}
+
+// multiGPUEnv sets, unless the user did, what several GPUs' concurrent
+// NCCL communicators need before CUDA starts: kernels loaded when a
+// module loads, not at a first launch that could wait behind another
+// stage's collective in flight (CUDA_MODULE_LOADING=EAGER).
+func multiGPUEnv() {
+	if _, ok := os.LookupEnv("CUDA_MODULE_LOADING"); !ok {
+		os.Setenv("CUDA_MODULE_LOADING", "EAGER")
+	}
 }
 
 // runFullGraph is 'strata train --mode fullgraph'.

@@ -9,7 +9,7 @@ import (
 	"github.com/strata-gnn/strata/comm/internal/cuquery"
 )
 
-// pending describes the all-reduces queued asynchronously and not yet
+// pending describes the operations queued asynchronously and not yet
 // seen complete. They run in order on one stream, so the completion event
 // (recorded after the latest) tells when all are done; the first one's
 // deadline is the earliest.
@@ -31,11 +31,11 @@ func (p *pending) add(op comm.Op, seq uint64, deadline time.Time) {
 	p.last = seq
 }
 
-// asyncError is the failure of an all-reduce that had already returned.
+// asyncError is the failure of an operation that had already returned.
 type asyncError struct{ err error }
 
 func (e *asyncError) Error() string {
-	return "an all-reduce queued asynchronously failed: " + e.err.Error()
+	return "an operation queued asynchronously failed: " + e.err.Error()
 }
 
 func (e *asyncError) Unwrap() error { return e.err }
@@ -44,7 +44,7 @@ func (e *asyncError) Unwrap() error { return e.err }
 // only bounds how soon a failure is noticed: nothing waits for it.
 const watchInterval = time.Millisecond
 
-// watchdog checks the queued all-reduces while there are some: it marks
+// watchdog checks the queued operations while there are some: it marks
 // them complete, or fails them at their deadline or on a peer's abort.
 func (t *transport) watchdog() {
 	defer close(t.wdDone)

@@ -126,9 +126,24 @@ func TestGPUAsyncStall(t *testing.T) {
 	err = cs[0].AllReduce(context.Background(), b, comm.Sum)
 	var oe *comm.OpError
 	if err == nil || !strings.Contains(err.Error(), "asynchronously") || !errors.As(err, &oe) {
-		t.Fatalf("next call: %v, want the earlier all-reduce's failure", err)
+		t.Fatalf("next call: %v, want the earlier operation's failure", err)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ranks [1] did not take part") {
 		t.Fatalf("next call: %v, want a timeout naming rank 1", err)
+	}
+}
+
+// TestTwoGPUsAsyncConformance runs the device conformance suite with
+// every operation asynchronous (one process per GPU; the suite downloads
+// each result, which waits for the stream).
+func TestTwoGPUsAsyncConformance(t *testing.T) {
+	if n := gpus(t); n < 2 {
+		t.Skipf("needs 2 GPUs, found %d", n)
+	}
+	start := time.Now()
+	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", []string{EnvAsync + "=1"}, "conformance")
+	t.Logf("2 GPUs, asynchronous: %v\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -15,7 +15,10 @@
 // all-to-all(v) are grouped ncclSend/ncclRecv (ncclGroupStart/End) plus
 // a device copy of the rank's own block; barrier is a one-element
 // all-reduce. Operations are queued on the device's stream (after the
-// work already there) and each call waits for its completion.
+// work already there) and each call waits for its completion, or, with
+// Options.Async, only for its launch: a watchdog then fails a queued
+// operation at its deadline and aborts the communicator, and the next
+// call (or Sync, or Close) reports it.
 //
 // # Deadlines and failures
 //

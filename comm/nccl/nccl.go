@@ -31,17 +31,19 @@ type Options struct {
 	// Prefix namespaces the store keys ("nccl" if empty); every
 	// communicator of a job needs its own.
 	Prefix string
-	// Async lets AllReduce return once it is queued on the device's
-	// stream, as ncclAllReduce itself does, instead of once it has
-	// completed: later work on the stream is ordered after it, and the
-	// host goes on queueing the next step's kernels while the GPUs
-	// reduce. A watchdog polls the queued operations: past an operation's
-	// deadline (or on a peer's abort) it publishes the failure, aborts the
-	// communicator (which ends its kernels, so stream waits return) and
-	// the next call reports it. Data-parallel trainers use it so that the
-	// gradient all-reduce leaves no gap on the GPU. Other operations stay
-	// synchronous (their results are usually read by the host). The
-	// environment variable STRATA_NCCL_ASYNC (true or false) overrides it.
+	// Async lets every operation return once it is queued on the
+	// device's stream, as NCCL's own calls do, instead of once it has
+	// completed: later work on the stream is ordered after it (a Download
+	// of the result waits for it), and the host goes on queueing while
+	// the GPUs communicate. A watchdog polls the queued operations: past
+	// an operation's deadline (or on a peer's abort) it publishes the
+	// failure, aborts the communicator (which ends its kernels, so stream
+	// waits return) and the next call reports it. Work on another stream
+	// that reads a result must wait for this stream (an event). Pipelines
+	// use it so that a gradient all-reduce leaves no gap on the GPU and a
+	// stage's long exchange does not hold the launch order (DSP's
+	// coordinator orders launches, not completions). The environment
+	// variable STRATA_NCCL_ASYNC (true or false) overrides it.
 	Async bool
 }
 
@@ -73,7 +75,8 @@ func Available() error { return lib.Load() }
 // Open joins this rank's NCCL communicator over dev through the store:
 // rank 0 makes the unique id and publishes it; every rank then calls
 // ncclCommInitRank, bounded by ctx's deadline (else o.Timeout). When
-// NCCL_NVLS_ENABLE is unset it is set to 0 (NVLink multicast off).
+// NCCL_NVLS_ENABLE is unset it is set to 0 (NVLink multicast off), and
+// NCCL_RUNTIME_CONNECT to 0 (peers connected at initialization).
 func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Options) (comm.DeviceComm, error) {
 	if store == nil || dev == nil {
 		return nil, &OpenError{Rank: -1, Msg: "Open needs a store and a device"}
@@ -86,6 +89,12 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 	}
 	if _, ok := os.LookupEnv("NCCL_NVLS_ENABLE"); !ok {
 		os.Setenv("NCCL_NVLS_ENABLE", "0")
+	}
+	// Connect every peer when the communicator opens (within Open's
+	// deadline), not inside a first operation whose deadline was meant
+	// for the transfer, and while other communicators' kernels run.
+	if _, ok := os.LookupEnv("NCCL_RUNTIME_CONNECT"); !ok {
+		os.Setenv("NCCL_RUNTIME_CONNECT", "0")
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		to := o.Timeout
@@ -371,7 +380,7 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if err := t.fresh(c.Seq); err != nil {
 		return err
 	}
-	if t.async && c.Op == comm.OpAllReduce && t.n > 1 {
+	if t.async && t.n > 1 {
 		if err := t.queue(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
 			return err
 		}
@@ -691,7 +700,7 @@ func (t *transport) Close() error {
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
 	if t.pend.n > 0 {
-		// Queued all-reduces need the peers: let them finish (or fail)
+		// Queued operations need the peers: let them finish (or fail)
 		// before leaving, so that "left" says what this rank completed.
 		ctx, cancel := context.WithTimeout(context.Background(), cleanWait)
 		if t.joinPending(ctx) != nil {

@@ -26,8 +26,8 @@ type Info struct {
 	// StagePriority is the samplers' and loaders' stream priority (0:
 	// the default; negative: higher than the trainers').
 	StagePriority int `json:"stage_stream_priority"`
-	// AsyncGradients: the gradient all-reduce returned once queued.
-	AsyncGradients bool `json:"async_gradients"`
+	// AsyncCollectives: NCCL collectives returned once queued.
+	AsyncCollectives bool `json:"async_collectives"`
 	// Exchange: devices serve each other feature rows (all-to-all-v).
 	Exchange      bool `json:"feature_exchange"`
 	FeaturesDense bool `json:"features_dense"`

@@ -181,7 +181,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		s.gpu.StagePriority = s.sdevs[0].StreamPriority()
 	}
 	if s.dcs[stTrainer] != nil && nCUDA == k {
-		s.gpu.AsyncGradients = nccl.AsyncFor(nccl.Options{Async: true})
+		s.gpu.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: true})
 	}
 
 	g, gctx := pipeline.NewGroup(ctx)
@@ -293,12 +293,14 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 					devs[r] = s.ldevs[r]
 				}
 			}
-			// The trainers' gradient all-reduce returns once queued: the
-			// optimizer step and the next batch's kernels follow it on the
-			// stream, and the host queues them while the GPUs reduce
-			// (waiting for it left each GPU idle for the host's launches).
-			// The other stages read their results on the host.
-			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: st == stTrainer}
+			// Collectives return once queued: the trainer's optimizer step
+			// and next batch follow its all-reduce on the stream while the
+			// GPUs reduce (waiting for it left each GPU idle during the
+			// host's launches), and the coordinator's turn ends at the
+			// launch, so one stage's long exchange does not hold back the
+			// others' launches. Results are read through the stage's own
+			// stream (downloads, or fences before a hand-over).
+			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: true}
 			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, no); err != nil {
 				return &RunError{Op: "NCCL communicators", Err: err}
 			}
@@ -355,8 +357,7 @@ func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
 
 // deviceComm is device rank's coordinated device communicator of stage.
 // The coordinator gives every device the same launch order across
-// stages; on NCCL the sampler's and loader's collectives also wait for
-// their completion, the trainer's all-reduce only for its launch.
+// stages; on NCCL a collective's turn ends once it is queued.
 func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
 	if s.dcs[stage] == nil {
 		return nil
