@@ -31,7 +31,7 @@ type Options struct {
 	// Prefix namespaces the store keys ("nccl" if empty); every
 	// communicator of a job needs its own.
 	Prefix string
-	// Async lets every operation return once it is queued on the
+	// Async lets every operation but Barrier return once it is queued on the
 	// device's stream, as NCCL's own calls do, instead of once it has
 	// completed: later work on the stream is ordered after it (a Download
 	// of the result waits for it), and the host goes on queueing while
@@ -380,7 +380,8 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if err := t.fresh(c.Seq); err != nil {
 		return err
 	}
-	if t.async && t.n > 1 {
+	// A barrier's point is the wait: it stays synchronous.
+	if t.async && t.n > 1 && c.Op != comm.OpBarrier {
 		if err := t.queue(ctx, c.Op, c.Seq, t.plan(c)); err != nil {
 			return err
 		}
