@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -73,9 +72,6 @@ func (c *Config) normalize() error {
 	}
 	if c.Scheme != runner.NodeWise {
 		return bad("scheme", "the device run samples node-wise only (got %q)", c.Scheme)
-	}
-	if c.Hotness == cache.ByPreSampling {
-		return bad("hotness", "presample is not available on the device run (use in-degree, pagerank or reverse-pagerank)")
 	}
 	if c.EvalEvery == 0 {
 		c.EvalEvery = 1

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -120,6 +121,47 @@ func TestMatchesHostRunner(t *testing.T) {
 		}
 		if !got.Run.ReplicasEqual || got.DSP.BatchesPerDevice != want.DSP.BatchesPerDevice {
 			t.Fatalf("k=%d: replicas equal %v, %d batches per device (host %d)", k, got.Run.ReplicasEqual, got.DSP.BatchesPerDevice, want.DSP.BatchesPerDevice)
+		}
+	}
+}
+
+// TestPresampleMatchesHostRunner: the device run's pre-sampling hotness
+// (on the host, over the whole graph) caches the rows the host runner's
+// distributed pre-sampling pass caches: with a cache too small for every
+// row, both see the same local and peer hits on the same batches, and
+// different ones than with in-degree hotness.
+func TestPresampleMatchesHostRunner(t *testing.T) {
+	cacheOf := func(h cache.Hotness, host bool) (metrics.CacheSnapshot, []float64) {
+		cfg := small(2, 1)
+		cfg.CacheBytes = 60 * 16 * 4
+		cfg.Hotness = h
+		if host {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rep, err := runner.Run(ctx, tiny(t), cfg.Config, runner.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep.Metrics.Summary.Cache, trainLosses(&rep.Report)
+		}
+		rep := run(t, cfg, Options{})
+		return rep.Metrics.Summary.Cache, losses(rep)
+	}
+	want, wl := cacheOf(cache.ByPreSampling, true)
+	got, gl := cacheOf(cache.ByPreSampling, false)
+	deg, _ := cacheOf(cache.ByInDegree, false)
+	if got.Requests != want.Requests || got.LocalHits != want.LocalHits || got.PeerHits != want.PeerHits {
+		t.Fatalf("presample cache: device run %+v, host runner %+v", got, want)
+	}
+	if got.Misses == 0 || (deg.LocalHits == got.LocalHits && deg.PeerHits == got.PeerHits) {
+		t.Fatalf("presample %+v vs in-degree %+v: the test's cache does not tell the orders apart", got, deg)
+	}
+	if len(gl) != len(wl) {
+		t.Fatalf("%d losses, host runner %d", len(gl), len(wl))
+	}
+	for i := range wl {
+		if d := math.Abs(gl[i]-wl[i]) / math.Abs(wl[i]); d > 1e-4 {
+			t.Fatalf("batch %d: loss %v, host runner %v", i, gl[i], wl[i])
 		}
 	}
 }
@@ -248,7 +290,6 @@ func TestConfigErrors(t *testing.T) {
 		bs  func([]backend.Backend) []backend.Backend
 	}{
 		"layer-wise": {cfg: func(c *Config) { c.Scheme = runner.LayerWise }},
-		"presample":  {cfg: func(c *Config) { c.Hotness = cache.ByPreSampling }},
 		"too few":    {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
 		"repeated":   {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
 		"nil":        {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},

@@ -125,7 +125,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	}
 	var rowNorm, sparse bool
 	s.x, rowNorm, sparse = runner.Features(pd.Dataset, cfg.Train.RowNorm)
-	hot, err := runner.HotOrder(s.in, cfg.Hotness)
+	var hot []graph.NodeID
+	if cfg.Hotness == cache.ByPreSampling {
+		// On the host, before the devices start: the plan decides what
+		// each device caches.
+		hot, err = runner.PresampleOrder(ctx, s.in, pd, &cfg.Config)
+	} else {
+		hot, err = runner.HotOrder(s.in, cfg.Hotness)
+	}
 	if err != nil {
 		return nil, &RunError{Op: "hotness", Err: err}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/partition/book"
+	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -115,7 +116,7 @@ func Features(ds *dataset.Dataset, rowNorm string) (x []float32, normalized, spa
 
 // HotOrder ranks the nodes of the in-adjacency in for the feature cache
 // (hottest first) by in-degree, PageRank or reverse PageRank. Pre-sampling
-// needs a sampling pass and is not available here.
+// needs a sampling pass (PresampleOrder).
 func HotOrder(in *graph.CSR, h cache.Hotness) ([]graph.NodeID, error) {
 	switch h {
 	case cache.ByInDegree, "":
@@ -126,6 +127,48 @@ func HotOrder(in *graph.CSR, h cache.Hotness) ([]graph.NodeID, error) {
 		return cache.ReversePageRank(in)
 	}
 	return nil, fmt.Errorf("dsp: hotness %q needs a pre-sampling pass (use in-degree, pagerank or reverse-pagerank)", h)
+}
+
+// PresampleOrder is the pre-sampling hotness computed on the host over the
+// whole graph: nodes ranked by how often the epoch-0 batches of every
+// device, drawn with the pre-sampling key, use them as input nodes (ties
+// by ID). Collective sampling draws the same batches as a whole-graph
+// sampler, so this is the order the runner's distributed pre-sampling
+// pass gives; the device run, whose samplers start only after the cache
+// is laid out, uses it. in is pd's in-adjacency; cfg is normalized.
+func PresampleOrder(ctx context.Context, in *graph.CSR, pd *Partitioned, cfg *Config) ([]graph.NodeID, error) {
+	if in == nil || pd == nil || pd.Book == nil || pd.Dataset == nil || cfg == nil {
+		return nil, fmt.Errorf("dsp: presample: missing graph, partition or configuration")
+	}
+	if in.NumRows != pd.Book.NumNodes() {
+		return nil, fmt.Errorf("dsp: presample: graph of %d nodes, partition book of %d", in.NumRows, pd.Book.NumNodes())
+	}
+	key := rng.Derive(cfg.Train.Seed, tagPresample)
+	plan, err := assign(pd.Dataset.Train, pd.Book, cfg.Train.BatchSize, cfg.Rebalance, key, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dsp: presample: %w", err)
+	}
+	smp, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
+	if err != nil {
+		return nil, fmt.Errorf("dsp: presample: %w", err)
+	}
+	counts := make([]int64, in.NumRows)
+	k := len(plan.batches)
+	for r, batches := range plan.batches {
+		for i, seeds := range batches {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			mb, err := smp.Sample(seeds, sample.Key{Seed: key, Batch: i*k + r})
+			if err != nil {
+				return nil, fmt.Errorf("dsp: presample: device %d batch %d: %w", r, i, err)
+			}
+			for _, v := range mb.InputNodes() {
+				counts[v]++
+			}
+		}
+	}
+	return cache.ByCounts(counts), nil
 }
 
 // CrossEdges counts the in-adjacency entries of in whose source another
