@@ -50,7 +50,7 @@ type Options struct {
 // EnvAsync overrides Options.Async when set to a boolean.
 const EnvAsync = "STRATA_NCCL_ASYNC"
 
-// AsyncFor reports whether a communicator opened with o runs all-reduces
+// AsyncFor reports whether a communicator opened with o runs operations
 // asynchronously (EnvAsync overrides o.Async).
 func AsyncFor(o Options) bool { return o.async() }
 
@@ -202,7 +202,7 @@ type transport struct {
 	posted   uint64
 	checked  time.Time // last look at the store
 
-	// Asynchronous all-reduce (Options.Async); guarded by runMu.
+	// Asynchronous operations (Options.Async); guarded by runMu.
 	async    bool
 	pend     pending // queued operations not yet seen complete
 	asyncErr error   // failure of an operation that had returned
