@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	sg "github.com/strata-gnn/strata/comm/internal/segment"
+	"github.com/strata-gnn/strata/comm/internal/watch"
 )
 
 // The device path: an all-reduce of up to DeviceMax bytes runs entirely
@@ -265,27 +266,7 @@ func (t *transport) watchdog() {
 	if err != nil {
 		return
 	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-t.wdStop:
-			return
-		case <-t.wake:
-		}
-		for busy := true; busy; {
-			select {
-			case <-t.wdStop:
-				return
-			case <-tick.C:
-			}
-			if !t.runMu.TryLock() {
-				continue
-			}
-			busy = t.watchOnce()
-			t.runMu.Unlock()
-		}
-	}
+	watch.Loop(t.wdStop, t.wake, time.Millisecond, &t.runMu, t.watchOnce)
 }
 
 // watchOnce checks the queued ops once (runMu held) and reports whether

@@ -7,6 +7,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/internal/cuquery"
+	"github.com/strata-gnn/strata/comm/internal/watch"
 )
 
 // pending describes the operations queued asynchronously and not yet
@@ -48,28 +49,7 @@ const watchInterval = time.Millisecond
 // them complete, or fails them at their deadline or on a peer's abort.
 func (t *transport) watchdog() {
 	defer close(t.wdDone)
-	tick := time.NewTicker(watchInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-t.wdStop:
-			return
-		case <-t.wake:
-		}
-		for busy := true; busy; {
-			select {
-			case <-t.wdStop:
-				return
-			case <-tick.C:
-			}
-			// A call in progress waits on the same event: skip a turn.
-			if !t.runMu.TryLock() {
-				continue
-			}
-			busy = t.watchOnce()
-			t.runMu.Unlock()
-		}
-	}
+	watch.Loop(t.wdStop, t.wake, watchInterval, &t.runMu, t.watchOnce)
 }
 
 // watchOnce looks at the queued operations once (runMu held) and reports
