@@ -58,7 +58,7 @@ type device struct {
 	setupSeconds float64
 	// Rank 0's epoch bookkeeping.
 	epochStart time.Time
-	last       *train.EpochRecord // the last epoch, recorded after the replica check
+	last       *train.EpochRecord // the last epoch, evaluated and recorded after the replica check
 }
 
 // item travels through the queues.
@@ -394,7 +394,7 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 	}
 	d.m.StageBusy(metrics.Trainer, time.Since(t0))
 	if it.last {
-		if err := d.endEpoch(it); err != nil {
+		if err := d.endEpoch(ctx, it); err != nil {
 			return d.errf(fmt.Sprintf("end of epoch %d", it.epoch+1), err)
 		}
 	}
@@ -613,8 +613,9 @@ func (d *device) step(ctx context.Context, it *item) error {
 }
 
 // endEpoch reads the epoch's losses (every device checks them; device 0
-// records them), and on device 0 times the epoch and evaluates when due.
-func (d *device) endEpoch(it *item) error {
+// records them), and evaluates when due: on device 0, or on every device
+// when the evaluation is spread over them (sampled evaluation).
+func (d *device) endEpoch(ctx context.Context, it *item) error {
 	cfg := &d.s.cfg
 	host := make([]float32, it.batches)
 	v, err := devbuf.View(d.lossHist, 0, it.batches)
@@ -631,25 +632,35 @@ func (d *device) endEpoch(it *item) error {
 			return fmt.Errorf("batch %d loss is %v (diverged: lower the learning rate)", i, l)
 		}
 	}
-	if d.rank != 0 {
-		return nil
+	rec := train.EpochRecord{Epoch: it.epoch + 1}
+	if d.rank == 0 {
+		rec.BatchLosses, rec.Loss = losses, train.MeanLoss(losses)
+		rec.Seconds = time.Since(d.epochStart).Seconds()
 	}
-	end := time.Now()
-	trainSec := end.Sub(d.epochStart).Seconds()
-	rec := train.EpochRecord{Epoch: it.epoch + 1, BatchLosses: losses, Loss: train.MeanLoss(losses), Seconds: trainSec}
 	if it.epoch == cfg.Train.Epochs-1 {
 		// The last epoch's evaluation runs after the replica check
-		// (finish), so that no device waits in a collective while device
-		// 0 evaluates (a long evaluation would look like a stall).
+		// (finish), so that no device waits in a collective while
+		// another evaluates (a long evaluation would look like a stall).
 		d.last = &rec
 		return nil
 	}
-	return d.record(rec)
+	return d.record(ctx, rec)
 }
 
-// record evaluates when due (device 0) and records and logs the epoch.
-func (d *device) record(rec train.EpochRecord) error {
+// shardedEval reports whether every device takes part in the evaluation.
+func (s *shared) shardedEval() bool {
+	return s.cfg.Devices > 1 && s.cfg.Train.Eval == train.Sampled
+}
+
+// record evaluates when due and, on device 0, records and logs the epoch.
+// With a sharded evaluation every device calls it (in the same order);
+// otherwise only device 0 does anything.
+func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	s, cfg := d.s, &d.s.cfg
+	sharded := s.shardedEval()
+	if d.rank != 0 && !sharded {
+		return nil
+	}
 	trainSec := rec.Seconds
 	epoch := rec.Epoch - 1
 	var evalSec float64
@@ -664,7 +675,13 @@ func (d *device) record(rec train.EpochRecord) error {
 			}
 			d.eval = ev
 		}
-		er, err := d.eval.Run(d.model)
+		var er train.EpochRecord
+		var err error
+		if sharded {
+			er, err = d.eval.RunShard(d.model, d.rank, cfg.Devices, runner.SumOver(ctx, s.hostComm(d.rank, stTrainer)))
+		} else {
+			er, err = d.eval.Run(d.model)
+		}
 		if err != nil {
 			var oom *cuda.OOMError
 			if errors.As(err, &oom) && cfg.Train.Eval != train.Sampled {
@@ -674,6 +691,9 @@ func (d *device) record(rec train.EpochRecord) error {
 		}
 		rec.TrainAccuracy, rec.ValAccuracy, rec.ValLoss, rec.TestAccuracy = er.TrainAccuracy, er.ValAccuracy, er.ValLoss, er.TestAccuracy
 		evalSec = time.Since(t0).Seconds()
+	}
+	if d.rank != 0 {
+		return nil
 	}
 	s.mu.Lock()
 	s.gpu.EpochTrainSeconds = append(s.gpu.EpochTrainSeconds, trainSec)
@@ -711,10 +731,10 @@ func (d *device) finish(ctx context.Context) error {
 		d.s.mu.Lock()
 		d.s.gpu.ReplicasEqual = true
 		d.s.mu.Unlock()
-		if d.last != nil {
-			if err := d.record(*d.last); err != nil {
-				return d.errf(fmt.Sprintf("end of epoch %d", d.last.Epoch), err)
-			}
+	}
+	if d.last != nil {
+		if err := d.record(ctx, *d.last); err != nil {
+			return d.errf(fmt.Sprintf("end of epoch %d", d.last.Epoch), err)
 		}
 	}
 	return nil

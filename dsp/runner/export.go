@@ -214,6 +214,58 @@ func NewEvaluator(b backend.Backend, ds *dataset.Dataset, x []float32, sparse bo
 // and the validation loss.
 func (e *Evaluator) Run(model nn.Model) (train.EpochRecord, error) { return e.ev.run(model) }
 
+// Shardable reports whether the evaluation can be spread over devices
+// (sampled evaluation; the whole-graph pass cannot).
+func (e *Evaluator) Shardable() bool { return e.ev.sampler != nil }
+
+// RunShard is Run spread over k devices: this one (rank) evaluates every
+// k-th evaluation batch from batch rank on, and sum must add the k
+// devices' sums in place (an all-reduce of 7 float64 values; every device
+// calls RunShard). The batches and their neighborhoods are Run's, so the
+// accuracies equal Run's exactly; the validation loss may differ in the
+// last bits (summation order).
+func (e *Evaluator) RunShard(model nn.Model, rank, k int, sum func([]float64) error) (train.EpochRecord, error) {
+	if !e.Shardable() {
+		return train.EpochRecord{}, fmt.Errorf("dsp: whole-graph evaluation cannot be split over devices (use sampled evaluation)")
+	}
+	if k < 1 || rank < 0 || rank >= k || sum == nil {
+		return train.EpochRecord{}, fmt.Errorf("dsp: evaluation shard %d of %d", rank, k)
+	}
+	out, err := e.ev.logitsSampled(model, rank, k)
+	if err != nil {
+		return train.EpochRecord{}, err
+	}
+	t := e.ev.count(func(v int32) []float32 { return out[v] })
+	if err := sum(t[:]); err != nil {
+		return train.EpochRecord{}, err
+	}
+	return t.record(), nil
+}
+
+// SumOver returns a RunShard sum over c: it all-gathers every rank's
+// values (as bits) and adds them in rank order, so every rank gets the
+// same float64 result whatever the back end's reduction order.
+func SumOver(ctx context.Context, c comm.Comm) func([]float64) error {
+	return func(v []float64) error {
+		k := c.Size()
+		mine := make([]int64, len(v))
+		for i, x := range v {
+			mine[i] = int64(math.Float64bits(x))
+		}
+		all := make([]int64, k*len(v))
+		if err := c.AllGather(ctx, comm.I64(all), comm.I64(mine)); err != nil {
+			return err
+		}
+		for i := range v {
+			v[i] = 0
+			for r := range k {
+				v[i] += math.Float64frombits(uint64(all[r*len(v)+i]))
+			}
+		}
+		return nil
+	}
+}
+
 // Free releases the device memory the evaluator holds.
 func (e *Evaluator) Free() {
 	if e != nil {

@@ -2,8 +2,14 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"slices"
+	"sync"
 	"testing"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
@@ -79,5 +85,107 @@ func TestExports(t *testing.T) {
 	}
 	if n := CrossEdges(pd.Dataset.Graph, pd.Book); n <= 0 || n > pd.Dataset.Graph.NumEdges() {
 		t.Fatalf("cross edges %d of %d", n, pd.Dataset.Graph.NumEdges())
+	}
+}
+
+// TestEvaluatorShards: sampled evaluation spread over k devices gives
+// Run's accuracies exactly (the same batches and neighborhoods), and its
+// validation loss up to the summation order, on every device.
+func TestEvaluatorShards(t *testing.T) {
+	ds := tiny(t)
+	cfg := small(1, 1)
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	pd, err := Partition(context.Background(), ds, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _, sparse := Features(pd.Dataset, train.RowNormAuto)
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := nn.New(b, ModelConfig(cfg.Train, pd.Dataset.FeatDim, pd.Dataset.NumClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.FreeParams(b, model.Params())
+	tc := cfg.Train
+	tc.Eval, tc.EvalFanouts, tc.EvalBatchSize = train.Sampled, []int{5, 5}, 37
+	ev, err := NewEvaluator(b, pd.Dataset, x, sparse, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Free()
+	want, err := ev.Run(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{1, 2, 3, 4} {
+		cs, err := inproc.New(k, comm.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]train.EpochRecord, k)
+		errs := make([]error, k)
+		var wg sync.WaitGroup
+		for r := range k {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each device has its own evaluator, as in a run.
+				e, err := NewEvaluator(b, pd.Dataset, x, sparse, tc)
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer e.Free()
+				sum := SumOver(context.Background(), cs[r])
+				got[r], errs[r] = e.RunShard(model, r, k, func(v []float64) error {
+					if err := sum(v); err != nil {
+						return err
+					}
+					// Every node counted once over the shards.
+					for split, nodes := range [][]int32{pd.Dataset.Train, pd.Dataset.Val, pd.Dataset.Test} {
+						if v[tCount+split] != float64(len(nodes)) {
+							return fmt.Errorf("split %d: %v nodes counted, want %d", split, v[tCount+split], len(nodes))
+						}
+					}
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		for _, c := range cs {
+			c.Close()
+		}
+		for r := range k {
+			if errs[r] != nil {
+				t.Fatalf("k=%d rank %d: %v", k, r, errs[r])
+			}
+			g := got[r]
+			if g.TrainAccuracy != want.TrainAccuracy || g.ValAccuracy != want.ValAccuracy || g.TestAccuracy != want.TestAccuracy {
+				t.Fatalf("k=%d rank %d: accuracies %v/%v/%v, Run %v/%v/%v", k, r, g.TrainAccuracy, g.ValAccuracy, g.TestAccuracy,
+					want.TrainAccuracy, want.ValAccuracy, want.TestAccuracy)
+			}
+			if math.Abs(g.ValLoss-want.ValLoss) > 1e-12*math.Abs(want.ValLoss) || g.ValLoss != got[0].ValLoss {
+				t.Fatalf("k=%d rank %d: validation loss %v (rank 0 %v), Run %v", k, r, g.ValLoss, got[0].ValLoss, want.ValLoss)
+			}
+		}
+	}
+	if _, err := ev.RunShard(model, 2, 2, func([]float64) error { return nil }); err == nil {
+		t.Fatal("shard 2 of 2 accepted")
+	}
+	full, err := NewEvaluator(b, pd.Dataset, x, sparse, cfg.Train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Free()
+	if full.Shardable() {
+		t.Fatal("whole-graph evaluation reported as shardable")
+	}
+	if _, err := full.RunShard(model, 0, 2, func([]float64) error { return nil }); err == nil {
+		t.Fatal("whole-graph evaluation split")
 	}
 }

@@ -295,16 +295,26 @@ func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
 // does not depend on the epoch, so every epoch sees the same
 // neighborhoods.
 func (ev *evaluator) runSampled(model nn.Model) (train.EpochRecord, error) {
+	out, err := ev.logitsSampled(model, 0, 1)
+	if err != nil {
+		return train.EpochRecord{}, err
+	}
+	return ev.score(func(v int32) []float32 { return out[v] }), nil
+}
+
+// logitsSampled returns the logits of the nodes of every k-th evaluation
+// batch from batch rank on (sharded evaluation; rank 0 of 1: all).
+func (ev *evaluator) logitsSampled(model nn.Model, rank, k int) (map[int32][]float32, error) {
 	cfg := &ev.s.cfg.Train
 	c := ev.s.pd.ds.NumClasses
-	out := make(map[int32][]float32, len(ev.nodes))
+	out := make(map[int32][]float32, len(ev.nodes)/k+1)
 	key := rng.Derive(cfg.Seed, tagEval)
 	bs := cfg.EvalBatchSize
-	for b := 0; b*bs < len(ev.nodes); b++ {
+	for b := rank; b*bs < len(ev.nodes); b += k {
 		seeds := ev.nodes[b*bs : min((b+1)*bs, len(ev.nodes))]
 		mb, err := ev.sampler.Sample(seeds, sample.Key{Seed: key, Batch: b})
 		if err != nil {
-			return train.EpochRecord{}, err
+			return nil, err
 		}
 		inputs := mb.InputNodes()
 		dim := ev.s.dim
@@ -325,23 +335,37 @@ func (ev *evaluator) runSampled(model nn.Model) (train.EpochRecord, error) {
 		t.Release()
 		cleanup()
 		if err != nil {
-			return train.EpochRecord{}, err
+			return nil, err
 		}
 		for i, v := range seeds {
 			out[v] = host[i*c : (i+1)*c]
 		}
 	}
-	return ev.score(func(v int32) []float32 { return out[v] }), nil
+	return out, nil
 }
 
-// score computes the accuracies and the validation loss from each node's
-// logits. Ties in the argmax go to the lower class.
-func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
+// tally holds the evaluation's sums: correct and counted nodes of the
+// train, validation and test splits, and the validation loss summed over
+// the counted validation nodes. Shards add up.
+type tally [7]float64
+
+const (
+	tCorrect = 0 // +split
+	tCount   = 3 // +split
+	tValLoss = 6
+)
+
+// count adds the nodes of the splits whose logits logitsOf has (nil: not
+// evaluated here).
+func (ev *evaluator) count(logitsOf func(int32) []float32) tally {
 	ds := ev.s.pd.ds
-	score := func(nodes []int32) (acc, loss float64) {
-		correct := 0
+	var t tally
+	for split, nodes := range [][]int32{ds.Train, ds.Val, ds.Test} {
 		for _, v := range nodes {
 			row := logitsOf(v)
+			if row == nil {
+				continue
+			}
 			best, mx := 0, math.Inf(-1)
 			for j, x := range row {
 				if float64(x) > mx {
@@ -353,16 +377,32 @@ func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
 				z += math.Exp(float64(x) - mx)
 			}
 			label := ds.Labels[v]
-			loss += mx + math.Log(z) - float64(row[label])
-			if int32(best) == label {
-				correct++
+			if split == 1 {
+				t[tValLoss] += mx + math.Log(z) - float64(row[label])
 			}
+			if int32(best) == label {
+				t[tCorrect+split]++
+			}
+			t[tCount+split]++
 		}
-		return float64(correct) / float64(len(nodes)), loss / float64(len(nodes))
 	}
-	var rec train.EpochRecord
-	rec.TrainAccuracy, _ = score(ds.Train)
-	rec.ValAccuracy, rec.ValLoss = score(ds.Val)
-	rec.TestAccuracy, _ = score(ds.Test)
-	return rec
+	return t
+}
+
+// record turns the sums into accuracies and the mean validation loss.
+func (t tally) record() train.EpochRecord {
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return math.NaN()
+		}
+		return a / b
+	}
+	return train.EpochRecord{TrainAccuracy: ratio(t[tCorrect], t[tCount]), ValAccuracy: ratio(t[tCorrect+1], t[tCount+1]),
+		ValLoss: ratio(t[tValLoss], t[tCount+1]), TestAccuracy: ratio(t[tCorrect+2], t[tCount+2])}
+}
+
+// score computes the accuracies and the validation loss from each node's
+// logits. Ties in the argmax go to the lower class.
+func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
+	return ev.count(logitsOf).record()
 }
