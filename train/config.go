@@ -231,6 +231,11 @@ func checkFanouts(field string, f []int, layers int) error {
 
 // diff names the first field in which a resumed run's config differs from
 // the checkpoint's; Epochs may differ (a finished run can be extended).
+// Diff names the first setting that differs from o's and would change the
+// run's numbers (Epochs excepted: a resumed run may go on longer), "" if
+// none. Resuming a checkpoint needs none.
+func (c *Config) Diff(o *Config) string { return c.diff(o) }
+
 func (c *Config) diff(o *Config) string {
 	a, b := *c, *o
 	a.Epochs, b.Epochs = 0, 0

@@ -31,7 +31,7 @@ type ckptMeta struct {
 	Format        string            `json:"format"`
 	StrataVersion string            `json:"strata_version"`
 	Config        Config            `json:"config"`
-	Dataset       datasetID         `json:"dataset"`
+	Dataset       DatasetID         `json:"dataset"`
 	RNG           rngState          `json:"rng"`
 	Cursor        Cursor            `json:"cursor"`
 	NumBatches    int               `json:"num_batches"`
@@ -50,9 +50,9 @@ type rngState struct {
 	Batch int    `json:"batch"`
 }
 
-// datasetID identifies the data a run trains on, so a checkpoint is not
+// DatasetID identifies the data a run trains on, so a checkpoint is not
 // resumed on other data.
-type datasetID struct {
+type DatasetID struct {
 	Name        string `json:"name"`
 	Nodes       int64  `json:"nodes"`
 	Edges       int64  `json:"edges"`
@@ -61,7 +61,9 @@ type datasetID struct {
 	Fingerprint string `json:"fingerprint"` // CRC-32C of structure, features, labels and splits
 }
 
-func identify(ds *dataset.Dataset) datasetID {
+// Identify fingerprints ds (structure, features, labels and splits) for
+// checkpoints.
+func Identify(ds *dataset.Dataset) DatasetID {
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	buf := make([]byte, 0, 1<<16)
 	flush := func() { h.Write(buf); buf = buf[:0] }
@@ -88,7 +90,7 @@ func identify(ds *dataset.Dataset) datasetID {
 		}
 	}
 	flush()
-	return datasetID{
+	return DatasetID{
 		Name: ds.Name, Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim,
 		Classes: ds.NumClasses, Fingerprint: fmt.Sprintf("%08x", h.Sum32()),
 	}
@@ -96,9 +98,9 @@ func identify(ds *dataset.Dataset) datasetID {
 
 // datasetID identifies the run's dataset, computed once (hashing the
 // features of a large graph takes a moment).
-func (r *runner) datasetID() datasetID {
+func (r *runner) datasetID() DatasetID {
 	if r.id == nil {
-		id := identify(r.ds)
+		id := Identify(r.ds)
 		r.id = &id
 	}
 	return *r.id

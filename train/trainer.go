@@ -104,7 +104,7 @@ type runner struct {
 
 	in                     *graph.CSR // in-adjacency
 	rowNorm                bool       // features were row-normalized
-	id                     *datasetID // cached by datasetID
+	id                     *DatasetID // cached by datasetID
 	feats                  *features
 	model                  nn.Model
 	opt                    optim.Optimizer

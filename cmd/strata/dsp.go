@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -144,8 +145,8 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 	if tc.Mode != train.Sampled {
 		return runner.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
 	}
-	if c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0 {
-		return runner.Config{}, usageError{fmt.Errorf("--devices: multi-device runs do not write checkpoints")}
+	if c.CheckpointEvery != 0 {
+		return runner.Config{}, usageError{fmt.Errorf("--checkpoint-every with --devices: multi-device runs write a checkpoint after every epoch")}
 	}
 	f := &c.DSP
 	cfg := runner.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
@@ -228,6 +229,8 @@ func (c *trainCmd) checkEngineFlags(bs []backend.Backend, device bool) error {
 			return usageError{fmt.Errorf("--no-pipeline needs the device engine (--engine device, or CUDA devices)")}
 		case c.FullGraph.EvalEvery != 1:
 			return usageError{fmt.Errorf("--eval-every %d needs the device engine (--engine device, or CUDA devices)", c.FullGraph.EvalEvery)}
+		case c.Checkpoint != "":
+			return usageError{fmt.Errorf("--checkpoint with --devices needs the device engine (--engine device, or CUDA devices)")}
 		}
 	}
 	allCUDA := true
@@ -308,7 +311,11 @@ func (c *trainCmd) runDSP(e *env) error {
 		if log != nil {
 			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
 		}
-		if devRun, err = gpurun.Run(ctx, ds, gcfg, gpurun.Options{Backends: bs, Log: log}); err != nil {
+		devRun, err = gpurun.Run(ctx, ds, gcfg, gpurun.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume})
+		if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
+			fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
+		}
+		if err != nil {
 			return err
 		}
 		rep = &devRun.Report

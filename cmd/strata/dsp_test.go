@@ -103,6 +103,43 @@ func TestTrainDevicesDeviceEngine(t *testing.T) {
 	}
 }
 
+// TestTrainDevicesResume: the device engine writes a checkpoint after
+// every epoch; a later run with --resume and more epochs goes on from it,
+// and one without --resume refuses to overwrite it.
+func TestTrainDevicesResume(t *testing.T) {
+	dir := t.TempDir()
+	rep := filepath.Join(dir, "report.json")
+	base := []string{"train", "--quiet", "--devices", "cpu:2", "--engine", "device", "--hidden", "16", "--checkpoint", dir}
+	if code, _, errOut := strata(t, append(base, "--epochs", "2")...); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.strata")); err != nil {
+		t.Fatalf("no checkpoint: %v", err)
+	}
+	if code, _, errOut := strata(t, append(base, "--epochs", "3")...); code == 0 || !strings.Contains(errOut, "--resume") {
+		t.Fatalf("run over an existing checkpoint: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--report", rep)...); code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s", code, errOut)
+	}
+	data, err := os.ReadFile(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		ResumedFrom *struct{ Epoch int } `json:"resumed_from"`
+		Run         struct {
+			EpochSeconds []float64 `json:"epoch_train_seconds"`
+		} `json:"device_run"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.ResumedFrom == nil || r.ResumedFrom.Epoch != 2 || len(r.Run.EpochSeconds) != 3 {
+		t.Fatalf("report: resumed from %+v, %d epoch times", r.ResumedFrom, len(r.Run.EpochSeconds))
+	}
+}
+
 func TestTrainDevicesUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -112,7 +149,8 @@ func TestTrainDevicesUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu:2", "--cache", "12XB"}, "--cache"},
 		{[]string{"--devices", "cpu:2", "--topology-cache", "-5"}, "--topology-cache"},
 		{[]string{"--devices", "cpu:2", "--model", "gcn"}, "--mode full"},
-		{[]string{"--devices", "cpu:2", "--checkpoint", "x"}, "checkpoints"},
+		{[]string{"--devices", "cpu:2", "--checkpoint", "x"}, "device engine"},
+		{[]string{"--devices", "cpu:2", "--engine", "device", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--devices", "cpu:3", "--cache-policy", "replicate", "--cache-group", "2"}, "does not divide"},
 		{[]string{"--devices", "cpu:2", "--no-pipeline"}, "device engine"},

@@ -51,6 +51,13 @@ type Options struct {
 	// device sampling, NCCL) or all of other kinds (CPU back ends: host
 	// sampling, device communicators staged over in-process ones).
 	Backends []backend.Backend
+	// CheckpointDir, when set, makes device 0 write the run's state to
+	// DIR/checkpoint.strata after every epoch (atomically). An existing
+	// checkpoint is an error unless Resume is set, in which case the run
+	// continues after its last epoch, with the same numbers as an
+	// uninterrupted run.
+	CheckpointDir string
+	Resume        bool
 	// Log receives the per-epoch lines.
 	Log io.Writer
 	// OnBatch, when set, is called by every device after each step with

@@ -142,6 +142,11 @@ func (d *device) setup() error {
 	if err := d.buildModel(); err != nil {
 		return err
 	}
+	if s.resumed != nil {
+		if err := d.loadResumed(s.resumed); err != nil {
+			return d.errf("resume", err)
+		}
+	}
 	s.mu.Lock()
 	s.info.PerDevice[r] = runner.DeviceInfo{Rank: r, Backend: d.b.Name(), Nodes: patch.NumRows(), Edges: patch.NumEdges(),
 		TopologyDeviceBytes: patch.DeviceBytes(), TopologyHostBytes: patch.HostBytes(), CachedRows: d.kit.store.HotRows(),
@@ -417,7 +422,7 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 // sampleAll samples this device's batches of every epoch in order and
 // hands each to use.
 func (d *device) sampleAll(ctx context.Context, use func(*item) error) error {
-	for e := range d.s.cfg.Train.Epochs {
+	for e := d.s.resumeEpoch(); e < d.s.cfg.Train.Epochs; e++ {
 		mine, err := d.epochBatches(e)
 		if err != nil {
 			return err
@@ -644,7 +649,10 @@ func (d *device) endEpoch(ctx context.Context, it *item) error {
 		d.last = &rec
 		return nil
 	}
-	return d.record(ctx, rec)
+	if err := d.record(ctx, rec); err != nil {
+		return err
+	}
+	return d.saveCheckpoint(it.epoch + 1)
 }
 
 // shardedEval reports whether every device takes part in the evaluation.
@@ -734,6 +742,9 @@ func (d *device) finish(ctx context.Context) error {
 	}
 	if d.last != nil {
 		if err := d.record(ctx, *d.last); err != nil {
+			return d.errf(fmt.Sprintf("end of epoch %d", d.last.Epoch), err)
+		}
+		if err := d.saveCheckpoint(d.last.Epoch); err != nil {
 			return d.errf(fmt.Sprintf("end of epoch %d", d.last.Epoch), err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -328,5 +330,59 @@ func TestInterrupted(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("took %v", d)
+	}
+}
+
+// TestCheckpointResume: a run interrupted in its third epoch resumes from
+// the checkpoint written after the second and ends with the history of an
+// uninterrupted run, bit for bit; an existing checkpoint is not
+// overwritten without Resume, and one from another configuration or with
+// nothing left to do is refused.
+func TestCheckpointResume(t *testing.T) {
+	cfg := small(2, 3)
+	want := run(t, cfg, Options{})
+	dir := t.TempDir()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := Run(ctx, tiny(t), cfg, Options{Backends: cpus(t, 2), CheckpointDir: dir, OnBatch: func(rank, epoch, batch int, _ float64) {
+		if epoch == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, train.ErrInterrupted) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	var ce *CheckpointError
+	if _, err := Run(context.Background(), tiny(t), cfg, Options{Backends: cpus(t, 2), CheckpointDir: dir}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("second run without resume: %v, want a CheckpointError", err)
+	}
+	other := cfg
+	other.Train.Hidden = 32
+	if _, err := Run(context.Background(), tiny(t), other, Options{Backends: cpus(t, 2), CheckpointDir: dir, Resume: true}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "hidden") {
+		t.Fatalf("resume with another hidden size: %v, want a CheckpointError naming it", err)
+	}
+	short := cfg
+	short.Train.Epochs = 2
+	if _, err := Run(context.Background(), tiny(t), short, Options{Backends: cpus(t, 2), CheckpointDir: dir, Resume: true}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nothing to resume") {
+		t.Fatalf("resume of a finished schedule: %v", err)
+	}
+
+	got := run(t, cfg, Options{CheckpointDir: dir, Resume: true})
+	if got.ResumedFrom == nil || got.ResumedFrom.Epoch != 2 {
+		t.Fatalf("resumed from %+v, want epoch 2", got.ResumedFrom)
+	}
+	if len(got.Epochs) != len(want.Epochs) || len(got.Epochs) != 3 {
+		t.Fatalf("%d epochs recorded, uninterrupted %d", len(got.Epochs), len(want.Epochs))
+	}
+	for i, w := range want.Epochs {
+		g := got.Epochs[i]
+		if !slices.Equal(g.BatchLosses, w.BatchLosses) || g.TestAccuracy != w.TestAccuracy || g.ValLoss != w.ValLoss {
+			t.Fatalf("epoch %d: losses %v test %v val loss %v; uninterrupted %v %v %v", w.Epoch, g.BatchLosses, g.TestAccuracy, g.ValLoss,
+				w.BatchLosses, w.TestAccuracy, w.ValLoss)
+		}
+	}
+	if !slices.Equal(got.Run.EpochLosses, want.Run.EpochLosses) || len(got.Run.EpochTrainSeconds) != 3 || !got.Run.ReplicasEqual {
+		t.Fatalf("epoch losses %v (uninterrupted %v), %d epoch times", got.Run.EpochLosses, want.Run.EpochLosses, len(got.Run.EpochTrainSeconds))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/train"
 )
 
 // Report is the host runner's report (accuracies, per-epoch losses of the
@@ -63,6 +64,9 @@ func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	info := s.info
 	info.CrossEdges = runner.CrossEdges(s.in, s.pd.Book)
 	rep := &Report{Report: *runner.NewReport(orig, s.pd.Dataset, &s.cfg.Config, device, info, s.history, s.snapshot()), Run: s.gpu}
+	if s.resumed != nil {
+		rep.ResumedFrom = &train.Cursor{Epoch: s.resumeEpoch()}
+	}
 	if e := rep.Run.EpochTrainSeconds; len(e) == 1 {
 		rep.Run.SteadyEpochSeconds = e[0]
 	} else if len(e) > 1 {

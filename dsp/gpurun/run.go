@@ -76,6 +76,9 @@ type shared struct {
 	ldevs  []*cuda.Device // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
+	resumed *resumed         // the checkpoint this run continues from, or nil
+	dsID    *train.DatasetID // the caller's dataset's fingerprint (checkpoints)
+
 	closeOnce sync.Once
 	mu        sync.Mutex
 	info      runner.Info
@@ -187,6 +190,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if s.sdevs != nil {
 		s.gpu.StagePriority = s.sdevs[0].StreamPriority()
 	}
+	if opts.CheckpointDir != "" {
+		if err := s.openCheckpoints(ds); err != nil {
+			return nil, err
+		}
+	}
 	if s.dcs[stTrainer] != nil && nCUDA == k {
 		s.gpu.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: true})
 	}
@@ -248,6 +256,27 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	rep := s.report(ds, opts.Backends[0].Name())
 	rep.TotalSeconds = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// openCheckpoints prepares the checkpoint directory and loads the
+// checkpoint to resume from, if any.
+func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
+	if err := os.MkdirAll(s.opts.CheckpointDir, 0o755); err != nil {
+		return &RunError{Op: "checkpoint directory", Err: err}
+	}
+	cfg := &s.cfg
+	all, _, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)
+	if err != nil {
+		return &RunError{Op: "batches", Err: err}
+	}
+	s.datasetID(orig)
+	if s.resumed, err = s.restore(orig, len(all[0])); err != nil || s.resumed == nil {
+		return err
+	}
+	m := &s.resumed.meta
+	s.history = m.History
+	s.gpu.EpochTrainSeconds, s.gpu.EpochLosses, s.gpu.EvalSeconds = m.EpochTrainSeconds, m.EpochLosses, m.EvalSeconds
+	return nil
 }
 
 func exchangesOf(p *cache.Plan) bool {
