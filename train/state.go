@@ -120,20 +120,11 @@ func (r *runner) save() error {
 		Format: checkpointFormat, StrataVersion: Version, Config: r.cfg, Dataset: r.datasetID(),
 		RNG:    rngState{Seed: r.cfg.Seed, Epoch: r.cursor.Epoch, Batch: r.cursor.Batch},
 		Cursor: r.cursor, NumBatches: r.numBatches,
-		Optimizer: st.Kind, OptimizerStep: st.Step, Shapes: map[string][2]int{},
+		Optimizer: st.Kind, OptimizerStep: st.Step,
 		Partial: r.partial, History: r.history,
 	}
 	f := &checkpoint.File{}
-	for _, p := range params {
-		name := "param/" + p.Name
-		meta.Shapes[name] = [2]int{p.Rows, p.Cols}
-		f.Tensors = append(f.Tensors, checkpoint.Tensor{Name: name, Data: p.Data})
-	}
-	for _, t := range st.Buffers {
-		name := "optim/" + t.Name
-		meta.Shapes[name] = [2]int{t.Rows, t.Cols}
-		f.Tensors = append(f.Tensors, checkpoint.Tensor{Name: name, Data: t.Data})
-	}
+	f.Tensors, meta.Shapes = StateTensors(params, st.Buffers)
 	if f.Meta, err = json.Marshal(&meta); err != nil {
 		return &RunError{Op: "checkpoint", Err: err}
 	}
@@ -141,6 +132,55 @@ func (r *runner) save() error {
 		return &RunError{Op: "checkpoint", Err: err}
 	}
 	return nil
+}
+
+// StateTensors lays out model parameters and optimizer buffers as
+// checkpoint tensors, "param/<name>" and "optim/<name>", with their
+// shapes for the metadata.
+func StateTensors(params, optimizer []nn.NamedTensor) ([]checkpoint.Tensor, map[string][2]int) {
+	ts := make([]checkpoint.Tensor, 0, len(params)+len(optimizer))
+	shapes := make(map[string][2]int, len(params)+len(optimizer))
+	for _, set := range []struct {
+		prefix string
+		ts     []nn.NamedTensor
+	}{{"param/", params}, {"optim/", optimizer}} {
+		for _, t := range set.ts {
+			name := set.prefix + t.Name
+			shapes[name] = [2]int{t.Rows, t.Cols}
+			ts = append(ts, checkpoint.Tensor{Name: name, Data: t.Data})
+		}
+	}
+	return ts, shapes
+}
+
+// SplitState is StateTensors' inverse: every tensor must have a shape
+// that matches its length, and every shape a tensor. The error names the
+// first one that does not.
+func SplitState(ts []checkpoint.Tensor, shapes map[string][2]int) (params, optimizer []nn.NamedTensor, err error) {
+	for _, t := range ts {
+		shape, ok := shapes[t.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("tensor %q has no shape in the metadata", t.Name)
+		}
+		if shape[0] < 0 || shape[1] < 0 || int64(shape[0])*int64(shape[1]) != int64(len(t.Data)) {
+			return nil, nil, fmt.Errorf("tensor %q has %d values for shape %dx%d", t.Name, len(t.Data), shape[0], shape[1])
+		}
+		nt := nn.NamedTensor{Name: t.Name, Rows: shape[0], Cols: shape[1], Data: t.Data}
+		switch {
+		case strings.HasPrefix(t.Name, "param/"):
+			nt.Name = strings.TrimPrefix(t.Name, "param/")
+			params = append(params, nt)
+		case strings.HasPrefix(t.Name, "optim/"):
+			nt.Name = strings.TrimPrefix(t.Name, "optim/")
+			optimizer = append(optimizer, nt)
+		default:
+			return nil, nil, fmt.Errorf("unexpected tensor %q", t.Name)
+		}
+	}
+	if len(shapes) != len(ts) {
+		return nil, nil, fmt.Errorf("metadata lists %d tensor shapes for %d tensors", len(shapes), len(ts))
+	}
+	return params, optimizer, nil
 }
 
 // CheckpointError reports a checkpoint that cannot be resumed here.
@@ -225,31 +265,11 @@ func (r *runner) restore() error {
 
 	// Tensors: every one has a shape in the metadata, and the model and
 	// optimizer take exactly the set they own.
-	var params []nn.NamedTensor
-	st := optim.State{Kind: m.Optimizer, Step: m.OptimizerStep}
-	for _, t := range f.Tensors {
-		shape, ok := m.Shapes[t.Name]
-		if !ok {
-			return bad("tensor %q has no shape in the metadata", t.Name)
-		}
-		if shape[0] < 0 || shape[1] < 0 || int64(shape[0])*int64(shape[1]) != int64(len(t.Data)) {
-			return bad("tensor %q has %d values for shape %dx%d", t.Name, len(t.Data), shape[0], shape[1])
-		}
-		nt := nn.NamedTensor{Name: t.Name, Rows: shape[0], Cols: shape[1], Data: t.Data}
-		switch {
-		case strings.HasPrefix(t.Name, "param/"):
-			nt.Name = strings.TrimPrefix(t.Name, "param/")
-			params = append(params, nt)
-		case strings.HasPrefix(t.Name, "optim/"):
-			nt.Name = strings.TrimPrefix(t.Name, "optim/")
-			st.Buffers = append(st.Buffers, nt)
-		default:
-			return bad("unexpected tensor %q", t.Name)
-		}
+	params, bufs, err := SplitState(f.Tensors, m.Shapes)
+	if err != nil {
+		return bad("%v", err)
 	}
-	if len(m.Shapes) != len(f.Tensors) {
-		return bad("metadata lists %d tensor shapes for %d tensors", len(m.Shapes), len(f.Tensors))
-	}
+	st := optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}
 	if err := nn.LoadParams(r.b, r.model.Params(), params); err != nil {
 		return bad("%v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/nn"
@@ -145,30 +144,11 @@ func (s *shared) restore(orig *dataset.Dataset, nb int) (*resumed, error) {
 			return bad("history entry %d is epoch %d", i, h.Epoch)
 		}
 	}
-	r := &resumed{meta: m, opt: optim.State{Kind: m.Optimizer, Step: m.OptimizerStep}}
-	for _, t := range f.Tensors {
-		shape, ok := m.Shapes[t.Name]
-		if !ok {
-			return bad("tensor %q has no shape in the metadata", t.Name)
-		}
-		if shape[0] < 0 || shape[1] < 0 || int64(shape[0])*int64(shape[1]) != int64(len(t.Data)) {
-			return bad("tensor %q has %d values for shape %dx%d", t.Name, len(t.Data), shape[0], shape[1])
-		}
-		nt := nn.NamedTensor{Name: t.Name, Rows: shape[0], Cols: shape[1], Data: t.Data}
-		switch {
-		case strings.HasPrefix(t.Name, "param/"):
-			nt.Name = strings.TrimPrefix(t.Name, "param/")
-			r.params = append(r.params, nt)
-		case strings.HasPrefix(t.Name, "optim/"):
-			nt.Name = strings.TrimPrefix(t.Name, "optim/")
-			r.opt.Buffers = append(r.opt.Buffers, nt)
-		default:
-			return bad("unexpected tensor %q", t.Name)
-		}
+	params, bufs, err := train.SplitState(f.Tensors, m.Shapes)
+	if err != nil {
+		return bad("%v", err)
 	}
-	if len(m.Shapes) != len(f.Tensors) {
-		return bad("metadata lists %d tensor shapes for %d tensors", len(m.Shapes), len(f.Tensors))
-	}
+	r := &resumed{meta: m, params: params, opt: optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}}
 	if s.opts.Log != nil {
 		fmt.Fprintf(s.opts.Log, "resuming from %s after epoch %d\n", path, m.EpochsDone)
 	}
@@ -213,21 +193,12 @@ func (d *device) saveCheckpoint(done int) error {
 	}
 	s.mu.Lock()
 	m := ckptMeta{Format: ckptFormat, StrataVersion: train.Version, Config: s.cfg, Dataset: *s.dsID, EpochsDone: done,
-		BatchesPerDevice: s.info.BatchesPerDevice, Optimizer: st.Kind, OptimizerStep: st.Step, Shapes: map[string][2]int{},
+		BatchesPerDevice: s.info.BatchesPerDevice, Optimizer: st.Kind, OptimizerStep: st.Step,
 		History: slices.Clone(s.history), EpochTrainSeconds: slices.Clone(s.gpu.EpochTrainSeconds),
 		EpochLosses: slices.Clone(s.gpu.EpochLosses), EvalSeconds: slices.Clone(s.gpu.EvalSeconds)}
 	s.mu.Unlock()
 	f := &checkpoint.File{}
-	for _, p := range params {
-		name := "param/" + p.Name
-		m.Shapes[name] = [2]int{p.Rows, p.Cols}
-		f.Tensors = append(f.Tensors, checkpoint.Tensor{Name: name, Data: p.Data})
-	}
-	for _, t := range st.Buffers {
-		name := "optim/" + t.Name
-		m.Shapes[name] = [2]int{t.Rows, t.Cols}
-		f.Tensors = append(f.Tensors, checkpoint.Tensor{Name: name, Data: t.Data})
-	}
+	f.Tensors, m.Shapes = train.StateTensors(params, st.Buffers)
 	if f.Meta, err = json.Marshal(&m); err != nil {
 		return err
 	}

@@ -13,22 +13,49 @@ import (
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
+
+// evalSetup partitions the tiny dataset for k devices and makes an
+// untrained model on a CPU back end, freed at the end of the test.
+type evalSetup struct {
+	cfg    Config
+	pd     *Partitioned
+	x      []float32
+	sparse bool
+	b      backend.Backend
+	model  nn.Model
+}
+
+func newEvalSetup(t *testing.T, k int) *evalSetup {
+	t.Helper()
+	e := &evalSetup{cfg: small(k, 1)}
+	if err := e.cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.pd, err = Partition(context.Background(), tiny(t), &e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.x, _, e.sparse = Features(e.pd.Dataset, train.RowNormAuto)
+	if e.b, err = cpu.New(cpu.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.model, err = nn.New(e.b, ModelConfig(e.cfg.Train, e.pd.Dataset.FeatDim, e.pd.Dataset.NumClasses)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nn.FreeParams(e.b, e.model.Params()) })
+	return e
+}
 
 // TestExports: the exported pieces are the ones Run uses: the same
 // assignment, and an evaluator that scores a model as Run does.
 func TestExports(t *testing.T) {
 	ds := tiny(t)
-	cfg := small(3, 1)
-	if err := cfg.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	pd, err := Partition(context.Background(), ds, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEvalSetup(t, 3)
+	cfg, pd, x, sparse, b, model := e.cfg, e.pd, e.x, e.sparse, e.b, e.model
 	if pd.Book.K() != 3 || pd.Dataset.NumNodes() != ds.NumNodes() {
 		t.Fatalf("partition: %d parts, %d nodes", pd.Book.K(), pd.Dataset.NumNodes())
 	}
@@ -54,16 +81,6 @@ func TestExports(t *testing.T) {
 	if DropoutSeed(1, 2, 3) == DropoutSeed(1, 2, 4) {
 		t.Fatal("dropout seeds of different batches agree")
 	}
-	x, _, sparse := Features(pd.Dataset, train.RowNormAuto)
-	b, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := nn.New(b, ModelConfig(cfg.Train, pd.Dataset.FeatDim, pd.Dataset.NumClasses))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nn.FreeParams(b, model.Params())
 	cfg.Train.Eval, cfg.Train.EvalFanouts = train.Sampled, []int{5, 5}
 	ev, err := NewEvaluator(b, pd.Dataset, x, sparse, cfg.Train)
 	if err != nil {
@@ -92,25 +109,8 @@ func TestExports(t *testing.T) {
 // Run's accuracies exactly (the same batches and neighborhoods), and its
 // validation loss up to the summation order, on every device.
 func TestEvaluatorShards(t *testing.T) {
-	ds := tiny(t)
-	cfg := small(1, 1)
-	if err := cfg.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	pd, err := Partition(context.Background(), ds, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, sparse := Features(pd.Dataset, train.RowNormAuto)
-	b, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := nn.New(b, ModelConfig(cfg.Train, pd.Dataset.FeatDim, pd.Dataset.NumClasses))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nn.FreeParams(b, model.Params())
+	e := newEvalSetup(t, 1)
+	cfg, pd, x, sparse, b, model := e.cfg, e.pd, e.x, e.sparse, e.b, e.model
 	tc := cfg.Train
 	tc.Eval, tc.EvalFanouts, tc.EvalBatchSize = train.Sampled, []int{5, 5}, 37
 	ev, err := NewEvaluator(b, pd.Dataset, x, sparse, tc)
