@@ -376,7 +376,8 @@ all() {
     LOGS=$logs/dp DP_SWEEP_MAX=827580 DP_SWEEP_VARIANTS= dpall "$dir" 2>&1 | grep -E 'rc=|verdict|_ms/step' | cut -c1-300
   fi
   if [ "$n" -ge 4 ]; then
-    echo "== DSP on 1, 2, 4 GPUs"; DSP_DATA=$dir DSP_LOGS=$logs/dsp scripts/gpu-dsp.sh loader 2>&1 | grep -E '^== |epoch time' 
+    echo "== DSP on 1, 2, 4 GPUs, NCCL asynchronous and DSP GPU tests"
+    DSP_DATA=$dir DSP_LOGS=$logs/dsp scripts/gpu-dsp.sh confirm 2>&1 | grep -E '^== |epoch time|^   --- ' 
   fi
   echo "== all done in $(( $(date +%s) - t0 ))s"
   [ -n "${OUT:-}" ] && tar -czf "$OUT/all-logs.tgz" -C /tmp gpulogs
