@@ -117,7 +117,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := runner.CheckDataset(ds); err != nil {
 		return nil, err
 	}
-	pd, err := runner.Partition(ctx, ds, &cfg.Config)
+	pd, err := runner.Partition(ctx, ds, &cfg.Config, opts.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 
 	"github.com/strata-gnn/strata/comm"
@@ -40,9 +41,10 @@ type Partitioned struct {
 	EdgeCut int64  // undirected edges between patches; -1 if not computed
 }
 
-// Partition splits ds as Run does (cfg must be normalized).
-func Partition(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*Partitioned, error) {
-	pd, err := partitionData(ctx, ds, cfg)
+// Partition splits ds as Run does (cfg must be normalized), saying on log
+// (when not nil) that a partitioner runs and what it cut.
+func Partition(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io.Writer) (*Partitioned, error) {
+	pd, err := partitionData(ctx, ds, cfg, log)
 	if err != nil {
 		return nil, err
 	}

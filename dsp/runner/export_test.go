@@ -36,7 +36,7 @@ func newEvalSetup(t *testing.T, k int) *evalSetup {
 		t.Fatal(err)
 	}
 	var err error
-	if e.pd, err = Partition(context.Background(), tiny(t), &e.cfg); err != nil {
+	if e.pd, err = Partition(context.Background(), tiny(t), &e.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.x, _, e.sparse = Features(e.pd.Dataset, train.RowNormAuto)

@@ -91,7 +91,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		opts.NewBackend = func(int) (backend.Backend, error) { return cpu.New(cpu.Options{}) }
 	}
 	k := cfg.Devices
-	pd, err := partitionData(ctx, ds, &cfg)
+	pd, err := partitionData(ctx, ds, &cfg, opts.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/partition"
@@ -75,7 +77,7 @@ type partitioned struct {
 }
 
 // partitionData splits ds into cfg.Devices patches.
-func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*partitioned, error) {
+func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io.Writer) (*partitioned, error) {
 	k := cfg.Devices
 	n := ds.NumNodes()
 	if k == 1 || cfg.Partition == Range {
@@ -102,9 +104,18 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config) (*part
 	if cfg.Partition == METIS {
 		method = partition.METIS
 	}
+	// On a large graph this takes a while (a minute for the products
+	// shape on 2 cores): say so.
+	start := time.Now()
+	if log != nil {
+		fmt.Fprintf(log, "partitioning %d nodes into %d patches (%s; --partition range skips it)\n", n, k, method)
+	}
 	res, err := partition.PartitionSymmetric(ctx, s, partition.Options{K: k, Seed: cfg.Train.Seed, Method: method, Weights: w})
 	if err != nil {
 		return nil, &RunError{Op: "partition", Err: err}
+	}
+	if log != nil {
+		fmt.Fprintf(log, "partitioned in %.1fs: %d of %d undirected edges cut\n", time.Since(start).Seconds(), res.EdgeCut, s.NumEdges()/2)
 	}
 	ren, err := partition.Renumber(res.Parts, k)
 	if err != nil {
