@@ -148,6 +148,33 @@ func UploadBlock(b backend.Backend, blk *sample.Block) (*Block, error) {
 	return NewBlock(b, blk.NumDst, blk.NumSrc(), blk.Indptr, blk.Indices)
 }
 
+// UploadBlocks uploads every block of a mini-batch, in order; on a
+// failure it frees the ones already uploaded.
+func UploadBlocks(b backend.Backend, mb *sample.MiniBatch) ([]*Block, error) {
+	if mb == nil {
+		return nil, blockErr("nil mini-batch")
+	}
+	out := make([]*Block, 0, len(mb.Blocks))
+	for i := range mb.Blocks {
+		blk, err := UploadBlock(b, &mb.Blocks[i])
+		if err != nil {
+			FreeBlocks(out)
+			return nil, err
+		}
+		out = append(out, blk)
+	}
+	return out, nil
+}
+
+// FreeBlocks frees blocks (nil entries are skipped).
+func FreeBlocks(blocks []*Block) {
+	for _, k := range blocks {
+		if k != nil {
+			k.Free()
+		}
+	}
+}
+
 // UploadGraph uploads a whole graph as one square block. Row v of in must
 // list the sources of v's incoming edges (the in-adjacency); for a directed
 // dataset pass InAdjacency(ds.Graph). Edge weights of in are ignored.

@@ -453,3 +453,26 @@ func TestParamsSaveLoad(t *testing.T) {
 		t.Fatal("missing tensor accepted")
 	}
 }
+
+// TestUploadBlocks: every block of a mini-batch is uploaded in order; a
+// bad block fails the whole upload with its error, and a nil mini-batch
+// is refused.
+func TestUploadBlocks(t *testing.T) {
+	b, err := cpu.New(cpu.Options{})
+	must(t, err)
+	good := sample.Block{SrcNodes: []int32{5, 6, 7}, NumDst: 2, Indptr: []int64{0, 2, 3}, Indices: []int32{1, 2, 0}}
+	one := sample.Block{SrcNodes: []int32{5, 6}, NumDst: 1, Indptr: []int64{0, 1}, Indices: []int32{1}}
+	blocks, err := nn.UploadBlocks(b, &sample.MiniBatch{Blocks: []sample.Block{good, one}})
+	must(t, err)
+	if len(blocks) != 2 || blocks[0].NumDst != 2 || blocks[0].NumSrc != 3 || blocks[1].NumDst != 1 || blocks[1].NumSrc != 2 {
+		t.Fatalf("uploaded %d blocks", len(blocks))
+	}
+	nn.FreeBlocks(blocks)
+	bad := sample.Block{SrcNodes: []int32{5}, NumDst: 1, Indptr: []int64{0, 1}, Indices: []int32{3}} // source 3 of 1
+	if got, err := nn.UploadBlocks(b, &sample.MiniBatch{Blocks: []sample.Block{good, bad}}); err == nil || got != nil {
+		t.Fatalf("bad block: %v blocks, err %v", len(got), err)
+	}
+	if _, err := nn.UploadBlocks(b, nil); err == nil {
+		t.Fatal("nil mini-batch accepted")
+	}
+}

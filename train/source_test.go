@@ -40,20 +40,11 @@ func (h *hostSource) Batch(seeds []int32, key sample.Key) ([]*nn.Block, backend.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var blocks []*nn.Block
-	release := func() {
-		for _, k := range blocks {
-			k.Free()
-		}
+	blocks, err := nn.UploadBlocks(h.b, mb)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	for i := range mb.Blocks {
-		k, err := nn.UploadBlock(h.b, &mb.Blocks[i])
-		if err != nil {
-			release()
-			return nil, nil, nil, err
-		}
-		blocks = append(blocks, k)
-	}
+	release := func() { nn.FreeBlocks(blocks) }
 	in := mb.InputNodes()
 	x := make([]float32, 0, len(in)*h.cols)
 	for _, v := range in {

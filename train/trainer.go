@@ -560,9 +560,7 @@ func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool
 	var xs *autograd.SparseInput
 	var idx backend.Buffer
 	cleanup := func() {
-		for _, b := range blocks {
-			b.Free()
-		}
+		nn.FreeBlocks(blocks)
 		xs.Free(r.b)
 		if idx != nil {
 			r.b.Free(idx)
@@ -571,15 +569,11 @@ func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool
 	if len(mb.Blocks) != r.cfg.Layers {
 		return nil, cleanup, fmt.Errorf("sampler returned %d blocks for %d layers", len(mb.Blocks), r.cfg.Layers)
 	}
-	for i := range mb.Blocks {
-		blk, err := nn.UploadBlock(r.b, &mb.Blocks[i])
-		if err != nil {
-			return nil, cleanup, err
-		}
-		blocks = append(blocks, blk)
+	blocks, err := nn.UploadBlocks(r.b, mb)
+	if err != nil {
+		return nil, cleanup, err
 	}
 	inputs := mb.InputNodes()
-	var err error
 	if r.feats.sparse != nil {
 		if xs, err = r.feats.sparse.Gather(r.b, inputs); err != nil {
 			return nil, cleanup, err

@@ -278,20 +278,7 @@ func (h *hostBatch) IDs() []int32              { return h.mb.InputNodes() }
 func (h *hostBatch) DeviceIDs() backend.Buffer { return nil }
 func (h *hostBatch) Free()                     {}
 
-func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
-	out := make([]*nn.Block, 0, len(h.mb.Blocks))
-	for i := range h.mb.Blocks {
-		blk, err := nn.UploadBlock(b, &h.mb.Blocks[i])
-		if err != nil {
-			for _, o := range out {
-				o.Free()
-			}
-			return nil, err
-		}
-		out = append(out, blk)
-	}
-	return out, nil
-}
+func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) { return nn.UploadBlocks(b, h.mb) }
 
 // kit is what a device needs besides the model: its sampler and feature
 // store.

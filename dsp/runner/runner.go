@@ -612,23 +612,17 @@ func forward(b backend.Backend, t *autograd.Tape, model nn.Model, mb *sample.Min
 	var xs *autograd.SparseInput
 	var xb backend.Buffer
 	cleanup := func() {
-		for _, blk := range blocks {
-			blk.Free()
-		}
+		nn.FreeBlocks(blocks)
 		xs.Free(b)
 		if xb != nil {
 			b.Free(xb)
 		}
 	}
-	for i := range mb.Blocks {
-		blk, err := nn.UploadBlock(b, &mb.Blocks[i])
-		if err != nil {
-			return nil, cleanup, err
-		}
-		blocks = append(blocks, blk)
+	blocks, err := nn.UploadBlocks(b, mb)
+	if err != nil {
+		return nil, cleanup, err
 	}
 	rows := len(mb.InputNodes())
-	var err error
 	if sparse {
 		if xs, err = autograd.SparseFromDense(b, rows, dim, feats); err != nil {
 			return nil, cleanup, err
