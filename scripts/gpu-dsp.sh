@@ -26,6 +26,8 @@
 #   scripts/gpu-dsp.sh repeat         # on the GPU host: 4-GPU and 1-GPU runs, $DSP_REPEAT times
 #   scripts/gpu-dsp.sh hard           # on the GPU host: products-hard test accuracy, 1 vs 4 GPUs
 #                                     # ($DSP_HARD_EPOCHS epochs, seeds $DSP_HARD_SEEDS)
+#   scripts/gpu-dsp.sh two            # on the GPU host: 2-GPU diagnostics (csp vs whole-graph
+#                                     # sampler, replicated cache, no coordinator, pipeline off)
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
 #                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
 #                                     # generated into $DSP_PAPERS, default /tmp/papers-m),
@@ -277,6 +279,23 @@ repeat() {
   finish
 }
 
+# two: on two GPUs, where the step's time goes: collective vs whole-graph
+# sampler, replicated cache, the coordinator off, against one GPU.
+two() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    products t2 cuda:0,1 "$e"
+    products t1 cuda:0 "$e"
+    products t2f cuda:0,1 "$e" --gpu-sampler full
+    products t2-repl cuda:0,1 "$e" --cache-policy replicate --cache-group 1
+    products t2-nocoord cuda:0,1 "$e" --no-coordinator
+    products t2-off cuda:0,1 "$e" --no-pipeline
+  } 2>&1 | tee "$logs/summary-two.txt"
+  finish
+}
+
 ncclasync() {
   local t0=$(date +%s.%N)
   (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v -test.timeout 3m) >"$logs/nccltests.log" 2>&1
@@ -345,6 +364,7 @@ for mode in "$@"; do
     hard) hard ;;
     confirm) confirm ;;
     repeat) repeat ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat (several run in order)" >&2; exit 2 ;;
+    two) two ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two (several run in order)" >&2; exit 2 ;;
   esac
 done

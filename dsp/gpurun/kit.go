@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/gpucache"
@@ -52,6 +53,7 @@ type gpuSampler struct {
 	s     *gpusample.Sampler
 	fence *devbuf.Fence
 	ids   *gpucache.CUDAFetch
+	m     *metrics.Counters
 }
 
 func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -59,11 +61,13 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	if err != nil {
 		return nil, err
 	}
+	t := time.Now()
 	ferr := g.fence.Record()
 	if ferr == nil {
 		ferr = g.fence.Wait()
 	}
 	b, err := p.Wait() // every Pending must be waited for
+	g.m.StageSync(metrics.Sampler, time.Since(t))
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +75,7 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 		b.Free()
 		return nil, ferr
 	}
-	return fetchIDs(g.dev, b, g.ids)
+	return fetchIDs(g.dev, b, g.ids, g.m)
 }
 
 func (g *gpuSampler) Close() error {
@@ -86,7 +90,8 @@ type cspSampler struct {
 	s          *gpucsp.Sampler
 	ids        *gpucache.CUDAFetch
 	m          *metrics.Counters
-	sent, kept int64 // totals already counted
+	sent, kept int64         // totals already counted
+	waited     time.Duration // the sampler's wait time already counted
 }
 
 func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -99,24 +104,28 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	c.m.AddBytes(metrics.Sample, metrics.Peer, sent-c.sent)
 	c.m.AddBytes(metrics.Sample, metrics.Local, st.BytesLocal-c.kept)
 	c.sent, c.kept = sent, st.BytesLocal
+	c.m.StageSync(metrics.Sampler, st.WaitTime-c.waited)
+	c.waited = st.WaitTime
 	if err != nil {
 		return nil, err
 	}
-	return fetchIDs(c.dev, b, c.ids)
+	return fetchIDs(c.dev, b, c.ids, c.m)
 }
 
 func (c *cspSampler) Close() error { return errors.Join(c.s.Close(), c.ids.Close()) }
 
 // fetchIDs copies the batch's input IDs to the host behind its sampling
 // work (which the wait therefore also completes).
-func fetchIDs(dev *cuda.Device, b *gpusample.Batch, f *gpucache.CUDAFetch) (batch, error) {
+func fetchIDs(dev *cuda.Device, b *gpusample.Batch, f *gpucache.CUDAFetch, m *metrics.Counters) (batch, error) {
 	in := b.InputNodes()
 	wait, err := f.Fetch(in, in.Len())
 	if err != nil {
 		b.Free()
 		return nil, err
 	}
+	t := time.Now()
 	ids, err := wait()
+	m.StageSync(metrics.Sampler, time.Since(t))
 	if err != nil {
 		b.Free()
 		return nil, err
@@ -352,7 +361,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 			ids.Close()
 			return nil, err
 		}
-		k.smp = &gpuSampler{dev: sd, s: s, fence: f, ids: ids}
+		k.smp = &gpuSampler{dev: sd, s: s, fence: f, ids: ids, m: spec.m}
 	}
 	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
 	if err != nil {

@@ -83,8 +83,8 @@ type Counters struct {
 }
 
 type stageCounters struct {
-	items         atomic.Int64
-	busy, in, out atomic.Int64 // nanoseconds
+	items               atomic.Int64
+	busy, in, out, sync atomic.Int64 // nanoseconds
 }
 
 // AddBytes counts n bytes moved over link for purpose.
@@ -140,6 +140,17 @@ func (c *Counters) StageWaitOut(s Stage, d time.Duration) {
 	c.stages[s].out.Add(int64(d))
 }
 
+// StageSync adds time, within the stage's busy time, that its host spent
+// blocked on the device or on peers: reads of device results and
+// collectives that return when done. Busy minus sync is host work and
+// launches; a stage whose busy time is mostly sync is latency-bound.
+func (c *Counters) StageSync(s Stage, d time.Duration) {
+	if c == nil || s >= NumStages {
+		return
+	}
+	c.stages[s].sync.Add(int64(d))
+}
+
 // StageSnapshot is a stage's totals.
 type StageSnapshot struct {
 	Name           string  `json:"name"`
@@ -147,6 +158,7 @@ type StageSnapshot struct {
 	BusySeconds    float64 `json:"busy_seconds"`
 	WaitInSeconds  float64 `json:"wait_in_seconds"`
 	WaitOutSeconds float64 `json:"wait_out_seconds"`
+	SyncSeconds    float64 `json:"sync_seconds"` // within BusySeconds: blocked on the device or peers
 }
 
 // QueueSnapshot describes a bounded queue between two stages.
@@ -200,6 +212,7 @@ func (c *Counters) Snapshot(rank int) RankSnapshot {
 			BusySeconds:    time.Duration(sc.busy.Load()).Seconds(),
 			WaitInSeconds:  time.Duration(sc.in.Load()).Seconds(),
 			WaitOutSeconds: time.Duration(sc.out.Load()).Seconds(),
+			SyncSeconds:    time.Duration(sc.sync.Load()).Seconds(),
 		})
 	}
 	req, lh, ph := c.requests.Load(), c.localHits.Load(), c.peerHits.Load()
@@ -256,6 +269,7 @@ func Summarize(ranks []RankSnapshot) Summary {
 			m.BusySeconds = max(m.BusySeconds, st.BusySeconds)
 			m.WaitInSeconds = max(m.WaitInSeconds, st.WaitInSeconds)
 			m.WaitOutSeconds = max(m.WaitOutSeconds, st.WaitOutSeconds)
+			m.SyncSeconds = max(m.SyncSeconds, st.SyncSeconds)
 		}
 	}
 	if s.Cache.Requests > 0 {
@@ -272,6 +286,9 @@ func (s Summary) String() string {
 	b.WriteString("busy")
 	for _, st := range s.Stages {
 		fmt.Fprintf(&b, " %s %.2fs", st.Name, st.BusySeconds)
+		if st.SyncSeconds > 0 {
+			fmt.Fprintf(&b, " (%.2fs waiting on the device)", st.SyncSeconds)
+		}
 	}
 	if len(s.Queues) > 0 {
 		b.WriteString(" | queued")

@@ -17,6 +17,8 @@ func TestCountersAndSummary(t *testing.T) {
 	a.StageBusy(Loader, 2*time.Second)
 	b.StageBusy(Loader, time.Second)
 	b.StageWaitIn(Trainer, time.Second)
+	a.StageSync(Sampler, time.Second/2)
+	b.StageSync(Sampler, time.Second/4)
 	var nilC *Counters
 	nilC.AddBytes(Sample, Peer, 1) // ignored, no panic
 	ra, rb := a.Snapshot(0), b.Snapshot(1)
@@ -32,7 +34,7 @@ func TestCountersAndSummary(t *testing.T) {
 	if s.Cache.Requests != 20 || s.Cache.HitRate != 17.0/20 {
 		t.Fatalf("cache %+v", s.Cache)
 	}
-	if s.Stages[Loader].BusySeconds != 2 || s.Stages[Loader].Items != 1 || s.Stages[Trainer].WaitInSeconds != 1 {
+	if s.Stages[Loader].BusySeconds != 2 || s.Stages[Loader].Items != 1 || s.Stages[Trainer].WaitInSeconds != 1 || s.Stages[Sampler].SyncSeconds != 0.5 {
 		t.Fatalf("stages %+v", s.Stages)
 	}
 	if q := s.Queues[0]; q.Pushes != 6 || q.MeanOccupancy != 0.75 || q.MaxOccupancy != 2 {
