@@ -30,7 +30,7 @@ type dspFlags struct {
 	Replace       bool   `help:"sampled mode with --devices: sample with replacement."`
 	Weighted      bool   `help:"sampled mode with --devices: sample proportionally to edge weights."`
 	Cache         string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
-	CachePolicy   string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch) or replicate (each --cache-group of devices holds one copy)." enum:"partition,replicate" default:"partition"`
+	CachePolicy   string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
 	CacheGroup    int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
 	Hotness       string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
 	TopologyCache string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
@@ -204,7 +204,7 @@ func (f *dspFlags) set() []string {
 	add(f.Replace, "replace")
 	add(f.Weighted, "weighted")
 	add(f.Cache != "all", "cache")
-	add(f.CachePolicy != "partition", "cache-policy")
+	add(f.CachePolicy != "auto", "cache-policy")
 	add(f.CacheGroup != 1, "cache-group")
 	add(f.Hotness != "in-degree", "hotness")
 	add(f.TopologyCache != "all", "topology-cache")

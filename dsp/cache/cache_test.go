@@ -239,6 +239,43 @@ func TestPlanReplicateGroups(t *testing.T) {
 	}
 }
 
+// TestPlanAuto: the auto policy replicates over the smallest group
+// whose budgets hold every hot row, and partitions when only all devices
+// together can.
+func TestPlanAuto(t *testing.T) {
+	const n, cols, k = 60, 1, 4
+	b := evenBook(t, n, k)
+	hot := make([]graph.NodeID, n)
+	for i := range hot {
+		hot[i] = graph.NodeID(i)
+	}
+	for _, c := range []struct {
+		rows  int64 // budget per device, in rows
+		pol   Policy
+		group int
+	}{
+		{60, Replicate, 1}, {100, Replicate, 1}, {30, Replicate, 2}, {20, Partition, 4}, {15, Partition, 4}, {5, Partition, 4}, {0, Partition, 4},
+	} {
+		plan, err := NewPlan(b, hot, cols, PlanConfig{BudgetBytes: c.rows * 4, Policy: Auto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Policy() != c.pol || plan.GroupSize() != c.group {
+			t.Fatalf("budget %d rows: %s over %d devices, want %s over %d", c.rows, plan.Policy(), plan.GroupSize(), c.pol, c.group)
+		}
+		cached := 0
+		for r := range plan.GroupSize() {
+			cached += len(plan.Rows(r))
+		}
+		if want := min(int(c.rows)*c.group, n); c.pol == Replicate && cached != want {
+			t.Fatalf("budget %d rows: a group caches %d rows, want %d", c.rows, cached, want)
+		}
+	}
+	if _, err := NewPlan(b, hot, cols, PlanConfig{BudgetBytes: 4, Policy: Auto, GroupSize: 2}); !errors.Is(err, ErrInput) {
+		t.Fatalf("auto with a group size: %v", err)
+	}
+}
+
 // TestPageRank: on a star whose leaves all point to the center, the
 // center ranks first and the scores sum to 1; reversed, the leaves lead.
 func TestPageRank(t *testing.T) {

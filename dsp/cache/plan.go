@@ -16,17 +16,35 @@ const (
 	// Replicate: each group of GroupSize devices holds the global hottest
 	// nodes, split among its members.
 	Replicate Policy = "replicate"
+	// Auto replicates over the smallest group of devices whose budgets
+	// together hold every hot row, and partitions when only all devices
+	// together can: the same rows cached, with the fewest fetched from
+	// peers. (With every row cached on each device, no feature crosses a
+	// link.)
+	Auto Policy = "auto"
 )
 
 // ParsePolicy checks a policy name ("" is Partition).
 func ParsePolicy(s string) (Policy, error) {
 	switch p := Policy(s); p {
-	case Partition, Replicate:
+	case Partition, Replicate, Auto:
 		return p, nil
 	case "":
 		return Partition, nil
 	}
-	return "", inputErr("unknown cache policy %q (want partition or replicate)", s)
+	return "", inputErr("unknown cache policy %q (want partition, replicate or auto)", s)
+}
+
+// autoGroup is Auto's group size for k devices caching up to capacity
+// rows each out of hot candidates: the smallest divisor g of k with
+// g*capacity >= hot, else k.
+func autoGroup(k int, capacity, hot int64) int {
+	for g := 1; g < k; g++ {
+		if k%g == 0 && int64(g)*capacity >= hot {
+			return g
+		}
+	}
+	return k
 }
 
 // PlanConfig configures a Plan.
@@ -70,6 +88,17 @@ func NewPlan(b *book.Book, hot []graph.NodeID, cols int, cfg PlanConfig) (*Plan,
 		pol = Partition
 	}
 	k, n := b.K(), b.NumNodes()
+	capacity := cfg.BudgetBytes / (4 * int64(cols))
+	capacity = min(capacity, math.MaxInt32)
+	if pol == Auto {
+		if cfg.GroupSize != 0 {
+			return nil, inputErr("group size %d: the auto policy chooses the group", cfg.GroupSize)
+		}
+		pol, cfg.GroupSize = Partition, 0
+		if g := autoGroup(k, capacity, int64(len(hot))); g < k && capacity > 0 {
+			pol, cfg.GroupSize = Replicate, g
+		}
+	}
 	g := k
 	switch pol {
 	case Partition:
@@ -88,8 +117,6 @@ func NewPlan(b *book.Book, hot []graph.NodeID, cols int, cfg PlanConfig) (*Plan,
 	for v := range p.member {
 		p.member[v] = -1
 	}
-	capacity := cfg.BudgetBytes / (4 * int64(cols))
-	capacity = min(capacity, math.MaxInt32)
 	seen := make([]bool, n)
 	for i, v := range hot {
 		if v < 0 || int64(v) >= n {
@@ -128,7 +155,7 @@ func (p *Plan) Devices() int { return p.k }
 // GroupSize is the number of devices sharing one copy of the cache.
 func (p *Plan) GroupSize() int { return p.group }
 
-// Policy is the plan's policy.
+// Policy is the plan's policy (Partition or Replicate: Auto is resolved).
 func (p *Plan) Policy() Policy { return p.policy }
 
 // Cols is the feature width.

@@ -174,7 +174,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	s.info = runner.Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.Method, EdgeCut: pd.EdgeCut,
 		Book: pd.Book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
-		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]runner.DeviceInfo, k)}
+		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]runner.DeviceInfo, k), CacheLayout: runner.CacheLayout(s.plan)}
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}

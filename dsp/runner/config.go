@@ -55,7 +55,7 @@ type Config struct {
 	// CacheBytes is each device's budget for cached feature rows (0: every
 	// row comes from host memory; negative: room for every row).
 	CacheBytes  int64         `json:"cache_bytes"`
-	CachePolicy cache.Policy  `json:"cache_policy"` // partition (default) | replicate
+	CachePolicy cache.Policy  `json:"cache_policy"` // partition (default) | replicate | auto
 	CacheGroup  int           `json:"cache_group"`  // replicate: devices per copy
 	Hotness     cache.Hotness `json:"hotness"`      // in-degree (default) | pagerank | reverse-pagerank | presample
 	// QueueCapacity bounds each queue between stages (default 2).
@@ -136,6 +136,9 @@ func (c *Config) normalize() error {
 	}
 	if c.CachePolicy == cache.Replicate && (c.CacheGroup < 1 || c.Devices%c.CacheGroup != 0) {
 		return bad("cache_group", "%d does not divide %d devices", c.CacheGroup, c.Devices)
+	}
+	if c.CachePolicy == cache.Auto && c.CacheGroup != 0 {
+		return bad("cache_group", "the auto policy chooses the group (got %d)", c.CacheGroup)
 	}
 	if c.CachePolicy == cache.Partition && c.CacheGroup != 0 && c.CacheGroup != c.Devices {
 		return bad("cache_group", "the partition policy spans all devices")

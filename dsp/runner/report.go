@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -36,11 +37,14 @@ type Info struct {
 	// EdgeCut is the partitioner's count of undirected edges between
 	// patches (-1 when not partitioned); CrossEdges counts in-adjacency
 	// entries whose source another device owns.
-	EdgeCut          int64        `json:"edge_cut"`
-	CrossEdges       int64        `json:"cross_edges"`
-	Book             []int64      `json:"book"`
-	CachePolicy      string       `json:"cache_policy"`
-	CacheGroup       int          `json:"cache_group"`
+	EdgeCut     int64   `json:"edge_cut"`
+	CrossEdges  int64   `json:"cross_edges"`
+	Book        []int64 `json:"book"`
+	CachePolicy string  `json:"cache_policy"` // as configured (auto included)
+	CacheGroup  int     `json:"cache_group"`
+	// CacheLayout is the plan's policy ("partition", or "replicate/G"
+	// for groups of G devices): what auto chose.
+	CacheLayout      string       `json:"cache_layout,omitempty"`
 	Hotness          string       `json:"hotness"`
 	QueueCapacity    int          `json:"queue_capacity"`
 	Rebalance        string       `json:"rebalance"`
@@ -105,7 +109,11 @@ func CollectMetrics(ctrs []metrics.Counters, queues [][]func() metrics.QueueSnap
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	info := s.info
 	info.CrossEdges = crossEdges(s)
-	return NewReport(orig, s.pd.ds, &s.cfg, device, info, s.history, s.snapshot())
+	rep := NewReport(orig, s.pd.ds, &s.cfg, device, info, s.history, s.snapshot())
+	if s.resumed != nil {
+		rep.ResumedFrom = &train.Cursor{Epoch: s.firstEpoch()}
+	}
+	return rep
 }
 
 // NewReport assembles Run's report: orig is the dataset as loaded, ds the
@@ -405,4 +413,12 @@ func (t tally) record() train.EpochRecord {
 // logits. Ties in the argmax go to the lower class.
 func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
 	return ev.count(logitsOf).record()
+}
+
+// CacheLayout describes a plan's layout for Info.CacheLayout.
+func CacheLayout(p *cache.Plan) string {
+	if p.Policy() == cache.Replicate {
+		return fmt.Sprintf("%s/%d", p.Policy(), p.GroupSize())
+	}
+	return string(p.Policy())
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/csp"
+	"github.com/strata-gnn/strata/dsp/internal/ckpt"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
@@ -30,6 +31,13 @@ import (
 
 // Options are the run's environment; none of them changes its numbers.
 type Options struct {
+	// CheckpointDir, when set, makes device 0 write the run's state to
+	// DIR/checkpoint.strata after every epoch (atomically). An existing
+	// checkpoint is a *CheckpointError unless Resume is set, in which
+	// case the run continues after its last epoch, with the losses and
+	// accuracies of an uninterrupted run.
+	CheckpointDir string
+	Resume        bool
 	// NewBackend opens device rank's back end (default: a CPU back end per
 	// device). Each device must get its own instance.
 	NewBackend func(rank int) (backend.Backend, error)
@@ -71,6 +79,9 @@ type shared struct {
 	ctrs   []metrics.Counters
 	trk    []tracker
 	queues [][]func() metrics.QueueSnapshot
+
+	ckpt    *ckpt.Run[Config]   // checkpoints; nil when off
+	resumed *ckpt.State[Config] // the checkpoint this run continues from, or nil
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -139,6 +150,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		Book: pd.book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
 		RowNormalized: rowNorm, SparseFeatures: s.sparse, PerDevice: make([]DeviceInfo, k)}
+	if opts.CheckpointDir != "" {
+		if err := s.openCheckpoints(ds); err != nil {
+			return nil, err
+		}
+	}
 
 	g, gctx := pipeline.NewGroup(ctx)
 	s.group = g
@@ -158,7 +174,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		d.free()
 	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		if ctx.Err() != nil { // the caller cancelled: whatever failed then was interrupted
 			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
 		}
 		return nil, &RunError{Op: "training", Err: err, Stalled: stalled, States: states}
@@ -274,11 +290,21 @@ func (d *device) run(ctx context.Context) error {
 	if err != nil {
 		return d.errf("cache plan", err)
 	}
+	if d.rank == 0 {
+		s.mu.Lock()
+		s.info.CacheLayout = CacheLayout(plan)
+		s.mu.Unlock()
+	}
 	if d.loader, err = cache.NewLoader(d.comm(stLoader), d.b, plan, s.x, int(s.in.NumRows), s.dim, d.m); err != nil {
 		return d.errf("feature cache", err)
 	}
 	if err := d.buildModel(); err != nil {
 		return err
+	}
+	if s.resumed != nil {
+		if err := s.resumed.Load(d.b, d.model.Params(), d.opt); err != nil {
+			return d.errf("resume", err)
+		}
 	}
 	s.mu.Lock()
 	s.info.PerDevice[r] = DeviceInfo{Rank: r, Backend: d.b.Name(), Nodes: patch.NumRows(), Edges: patch.NumEdges(),
@@ -373,7 +399,7 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 	defer out.Close()
 	cfg := &d.s.cfg
 	k := cfg.Devices
-	for e := range cfg.Train.Epochs {
+	for e := d.s.firstEpoch(); e < cfg.Train.Epochs; e++ {
 		plan, err := assign(d.s.pd.ds.Train, d.s.pd.book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, e)
 		if err != nil {
 			return d.errf("batches", err)
@@ -474,6 +500,10 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 				d.trk.work(stTrainer, fmt.Sprintf("evaluating epoch %d", it.epoch+1))
 				if err := d.endEpoch(it.epoch); err != nil {
 					return d.errf(fmt.Sprintf("evaluation after epoch %d", it.epoch+1), err)
+				}
+				d.trk.work(stTrainer, fmt.Sprintf("writing the checkpoint after epoch %d", it.epoch+1))
+				if err := d.saveCheckpoint(it.epoch + 1); err != nil {
+					return d.errf(fmt.Sprintf("checkpoint after epoch %d", it.epoch+1), err)
 				}
 			}
 		}
