@@ -33,8 +33,8 @@
 // is the host routing of the previous loader, kept as a reference and a
 // benchmark.
 //
-// CUDAStore and CUDAFetch are the GPU pieces (feature.Store; a pinned
-// copy of IDs waited for with a fence); HostStore serves CPU back ends.
+// CUDAStore is the GPU piece (a feature.Store); HostStore serves CPU back
+// ends.
 //
 // Metrics: local hits, peer hits and misses (cold rows); feature bytes per
 // link: local (own cache), peer (IDs and rows sent to peers, headers) and

@@ -121,8 +121,7 @@ func (d *device) setup() error {
 			return d.errf("fences", err)
 		}
 	}
-	spec := samplerSpec{dev: d.sdev, maxIDs: maxInputs(cfg.Train.BatchSize, cfg.Train.Fanouts, int(s.in.NumRows)),
-		csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
+	spec := samplerSpec{dev: d.sdev, csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
 	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot,
 		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}, spec); err != nil {
 		return d.errf("device kit", err)
@@ -535,7 +534,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if len(blocks) != cfg.Train.Layers {
 		return fmt.Errorf("%d blocks for %d layers", len(blocks), cfg.Train.Layers)
 	}
-	n := len(it.bt.IDs())
+	n := it.bt.NumInputs()
 	labels := make([]int32, len(it.seeds))
 	for i, v := range it.seeds {
 		labels[i] = s.pd.Dataset.Labels[v]

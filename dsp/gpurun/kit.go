@@ -23,10 +23,14 @@ import (
 
 // batch is a sampled mini-batch.
 type batch interface {
-	// IDs are the input nodes (unique), whose features the first layer
-	// reads, on the host.
+	// NumInputs is the number of input nodes (unique), whose features
+	// the first layer reads.
+	NumInputs() int
+	// IDs are the input nodes on the host, or nil for a batch on a
+	// device (DeviceIDs): nothing needs them there, and copying them
+	// would make the sampler wait for the copy every batch.
 	IDs() []int32
-	// DeviceIDs are the same IDs in an int32 device buffer (of the
+	// DeviceIDs are the input nodes in an int32 device buffer (of the
 	// sampler's handle, already written), or nil when the batch has none.
 	DeviceIDs() backend.Buffer
 	// Blocks returns the blocks as package nn blocks on the trainer's
@@ -46,13 +50,12 @@ type sampler interface {
 
 // gpuSampler samples with gpusample over the whole graph on the device:
 // it queues the batch, waits for the stream with a fence (without the
-// device lock, so that stages sharing the device keep queueing work),
-// collects it and copies its input IDs to the host.
+// device lock, so that stages sharing the device keep queueing work) and
+// collects it.
 type gpuSampler struct {
 	dev   *cuda.Device
 	s     *gpusample.Sampler
 	fence *devbuf.Fence
-	ids   *gpucache.CUDAFetch
 	m     *metrics.Counters
 }
 
@@ -75,20 +78,19 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 		b.Free()
 		return nil, ferr
 	}
-	return fetchIDs(g.dev, b, g.ids, g.m)
+	return &gpuBatch{dev: g.dev, b: b}, nil
 }
 
-func (g *gpuSampler) Close() error {
-	return errors.Join(g.s.Close(), g.fence.Close(), g.ids.Close())
-}
+func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
 
 // cspSampler is collective sampling over the device's patch (dsp/gpucsp):
 // every device calls Sample once per batch, in the same order. It adds
-// the sampler's exchange bytes to the device's metrics.
+// the sampler's exchange bytes to the device's metrics. Sample returns
+// once the batch is on the device: its last step reads the blocks' sizes
+// behind all of the batch's work on the sampler's stream.
 type cspSampler struct {
 	dev        *cuda.Device
 	s          *gpucsp.Sampler
-	ids        *gpucache.CUDAFetch
 	m          *metrics.Counters
 	sent, kept int64         // totals already counted
 	waited     time.Duration // the sampler's wait time already counted
@@ -109,37 +111,23 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	if err != nil {
 		return nil, err
 	}
-	return fetchIDs(c.dev, b, c.ids, c.m)
+	return &gpuBatch{dev: c.dev, b: b}, nil
 }
 
-func (c *cspSampler) Close() error { return errors.Join(c.s.Close(), c.ids.Close()) }
-
-// fetchIDs copies the batch's input IDs to the host behind its sampling
-// work (which the wait therefore also completes).
-func fetchIDs(dev *cuda.Device, b *gpusample.Batch, f *gpucache.CUDAFetch, m *metrics.Counters) (batch, error) {
-	in := b.InputNodes()
-	wait, err := f.Fetch(in, in.Len())
-	if err != nil {
-		b.Free()
-		return nil, err
-	}
-	t := time.Now()
-	ids, err := wait()
-	m.StageSync(metrics.Sampler, time.Since(t))
-	if err != nil {
-		b.Free()
-		return nil, err
-	}
-	return &gpuBatch{dev: dev, b: b, ids: ids}, nil
-}
+func (c *cspSampler) Close() error { return c.s.Close() }
 
 type gpuBatch struct {
 	dev *cuda.Device // the sampler's device
 	b   *gpusample.Batch
-	ids []int32
 }
 
-func (g *gpuBatch) IDs() []int32 { return g.ids }
+func (g *gpuBatch) NumInputs() int {
+	if in := g.b.InputNodes(); in != nil {
+		return in.Len()
+	}
+	return 0
+}
+func (g *gpuBatch) IDs() []int32 { return nil }
 func (g *gpuBatch) DeviceIDs() backend.Buffer {
 	if in := g.b.InputNodes(); in != nil {
 		return in
@@ -283,6 +271,7 @@ func (h *hostSampler) Close() error { return nil }
 
 type hostBatch struct{ mb *sample.MiniBatch }
 
+func (h *hostBatch) NumInputs() int            { return len(h.mb.InputNodes()) }
 func (h *hostBatch) IDs() []int32              { return h.mb.InputNodes() }
 func (h *hostBatch) DeviceIDs() backend.Buffer { return nil }
 func (h *hostBatch) Free()                     {}
@@ -305,13 +294,12 @@ func (k *kit) close() error {
 }
 
 // samplerSpec says how a CUDA device samples: on which device (the
-// trainer's, or a sibling on the same GPU with its own stream), how many
-// input IDs a batch may have at most, and whether collectively over its
+// trainer's, or a sibling on the same GPU with its own stream), and
+// whether collectively over its
 // patch (csp: patch, offsets and the sampler stage's communicator, nil
 // with one device) or over the whole graph.
 type samplerSpec struct {
 	dev     *cuda.Device
-	maxIDs  int
 	csp     bool
 	patch   *layout.Patch
 	offsets []int64
@@ -336,32 +324,25 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	if sd == nil {
 		sd = dev
 	}
-	ids, err := gpucache.NewCUDAFetch(sd, spec.maxIDs)
-	if err != nil {
-		return nil, err
-	}
 	k := &kit{}
 	if spec.csp {
 		cs, err := gpucsp.New(sd, spec.patch, spec.offsets, spec.comm,
 			gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement})
 		if err != nil {
-			ids.Close()
 			return nil, fmt.Errorf("collective sampler: %w", err)
 		}
-		k.smp = &cspSampler{dev: sd, s: cs, ids: ids, m: spec.m}
+		k.smp = &cspSampler{dev: sd, s: cs, m: spec.m}
 	} else {
 		s, err := gpusample.New(sd, in, scfg)
 		if err != nil {
-			ids.Close()
 			return nil, fmt.Errorf("sampler: %w", err)
 		}
 		f, err := devbuf.NewFence(sd)
 		if err != nil {
 			s.Close()
-			ids.Close()
 			return nil, err
 		}
-		k.smp = &gpuSampler{dev: sd, s: s, fence: f, ids: ids, m: spec.m}
+		k.smp = &gpuSampler{dev: sd, s: s, fence: f, m: spec.m}
 	}
 	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
 	if err != nil {
@@ -370,17 +351,4 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	}
 	k.store = st
 	return k, nil
-}
-
-// maxInputs bounds a batch's input nodes: every hop adds at most fanout
-// new sources per destination (all of the graph with fanout -1).
-func maxInputs(batch int, fanouts []int, rows int) int {
-	n := int64(batch)
-	for _, f := range fanouts {
-		if f < 0 || n > int64(rows) {
-			return rows
-		}
-		n *= int64(1 + f)
-	}
-	return int(min(n, int64(rows)))
 }
