@@ -1,0 +1,226 @@
+package ckpt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+	"github.com/strata-gnn/strata/train/checkpoint"
+)
+
+// Format names the metadata layout of a multi-device run's checkpoint.
+const Format = "strata-dsp/1"
+
+// Engines. The engines draw the same batches but sum in different orders,
+// so a checkpoint resumes only on the engine that wrote it.
+const (
+	Host   = "host"
+	Device = "device"
+)
+
+// Meta is a checkpoint's metadata; C is the engine's configuration.
+type Meta[C any] struct {
+	Format        string `json:"format"`
+	StrataVersion string `json:"strata_version"`
+	// Engine wrote the checkpoint; empty in the device engine's
+	// checkpoints written before the host engine had any.
+	Engine           string              `json:"engine,omitempty"`
+	Config           C                   `json:"config"`
+	Dataset          train.DatasetID     `json:"dataset"`
+	EpochsDone       int                 `json:"epochs_done"`
+	BatchesPerDevice int                 `json:"batches_per_device"`
+	Optimizer        string              `json:"optimizer"`
+	OptimizerStep    int                 `json:"optimizer_step"`
+	Shapes           map[string][2]int   `json:"shapes"`
+	History          []train.EpochRecord `json:"history"`
+	// The device engine's per-epoch training times, mean losses and
+	// evaluation times (its report's device_run); absent for the host
+	// engine.
+	EpochTrainSeconds []float64 `json:"epoch_train_seconds,omitempty"`
+	EpochLosses       []float64 `json:"epoch_losses,omitempty"`
+	EvalSeconds       []float64 `json:"eval_seconds,omitempty"`
+}
+
+// Error reports a checkpoint that this run cannot resume, or would
+// overwrite.
+type Error struct {
+	Path string
+	Msg  string
+}
+
+func (e *Error) Error() string { return "dsp: checkpoint " + e.Path + ": " + e.Msg }
+
+// Run is what a run expects of its checkpoint.
+type Run[C any] struct {
+	Dir    string    // the checkpoint directory (must exist)
+	Resume bool      // continue from the checkpoint; otherwise refuse to overwrite one
+	Log    io.Writer // "resuming from ..." and "no checkpoint ..." lines; nil: none
+	Engine string    // Host or Device
+	Config C         // the run's (normalized) configuration
+	// Diff names the first setting of run that differs from the
+	// checkpoint's and would change the numbers ("" if none).
+	Diff             func(run, ckpt *C) string
+	Epochs           int // the run's schedule
+	BatchesPerDevice int // per device and epoch
+	Dataset          train.DatasetID
+	// Check, when set, checks the engine's own records in a metadata that
+	// passed the common checks (returns what is wrong, "" if nothing).
+	Check func(*Meta[C]) string
+	// Wrap turns a file that cannot be read into the engine's error
+	// (nil: returned as is; a malformed file is a
+	// *checkpoint.FormatError naming the file, the byte offset and the
+	// defect).
+	Wrap func(op string, err error) error
+}
+
+// Path is the checkpoint file.
+func (r *Run[C]) Path() string { return filepath.Join(r.Dir, train.CheckpointFile) }
+
+// State is a checkpoint to resume from.
+type State[C any] struct {
+	Path   string
+	Meta   Meta[C]
+	Params []nn.NamedTensor
+	Opt    optim.State
+}
+
+// Open returns the checkpoint to resume from, or nil (none, or a run
+// that does not resume and so starts from the beginning). It removes the
+// temporary file a run killed while writing leaves behind. A checkpoint
+// this run must not resume or overwrite is an *Error saying why.
+func Open[C any](r *Run[C]) (*State[C], error) {
+	path := r.Path()
+	stale, _ := filepath.Glob(filepath.Join(r.Dir, "."+train.CheckpointFile+".tmp-*"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
+	f, err := checkpoint.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if r.Resume && r.Log != nil {
+			fmt.Fprintf(r.Log, "no checkpoint in %s: starting from the beginning\n", r.Dir)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		if r.Wrap != nil {
+			err = r.Wrap("resume", err)
+		}
+		return nil, err
+	}
+	if !r.Resume {
+		return nil, &Error{Path: path, Msg: "a checkpoint already exists: resume it (--resume) or use another directory"}
+	}
+	m, msg := r.check(f.Meta)
+	if msg != "" {
+		return nil, &Error{Path: path, Msg: msg}
+	}
+	params, bufs, err := train.SplitState(f.Tensors, m.Shapes)
+	if err != nil {
+		return nil, &Error{Path: path, Msg: err.Error()}
+	}
+	st := &State[C]{Path: path, Meta: *m, Params: params, Opt: optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}}
+	if r.Log != nil {
+		fmt.Fprintf(r.Log, "resuming from %s after epoch %d\n", path, m.EpochsDone)
+	}
+	return st, nil
+}
+
+// check decodes the metadata and checks it against the run; the message
+// says what does not match ("" if all does).
+func (r *Run[C]) check(raw []byte) (*Meta[C], string) {
+	// The format and the engine first: another engine's configuration
+	// has other fields, which the strict decoding below would report
+	// instead.
+	var head struct {
+		Format string `json:"format"`
+		Engine string `json:"engine"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Sprintf("metadata: %v", err)
+	}
+	if head.Format != Format {
+		return nil, fmt.Sprintf("metadata format %q, this build reads %q", head.Format, Format)
+	}
+	if head.Engine == "" {
+		head.Engine = Device
+	}
+	if head.Engine != r.Engine {
+		return nil, fmt.Sprintf("written by the %s engine, this run uses the %s engine (--engine %s resumes it)", head.Engine, r.Engine, head.Engine)
+	}
+	var m Meta[C]
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Sprintf("metadata: %v", err)
+	}
+	if d := r.Diff(&r.Config, &m.Config); d != "" {
+		return nil, "written by a different configuration: " + d
+	}
+	if id := r.Dataset; id != m.Dataset {
+		return nil, fmt.Sprintf("written for dataset %s (%d nodes, %d edges, fingerprint %s), not %s (%d nodes, %d edges, fingerprint %s)",
+			m.Dataset.Name, m.Dataset.Nodes, m.Dataset.Edges, m.Dataset.Fingerprint, id.Name, id.Nodes, id.Edges, id.Fingerprint)
+	}
+	nb := r.BatchesPerDevice
+	switch {
+	case m.EpochsDone < 1:
+		return nil, fmt.Sprintf("%d epochs done", m.EpochsDone)
+	case m.EpochsDone >= r.Epochs:
+		return nil, fmt.Sprintf("the checkpoint has done %d epochs, this run has %d: nothing to resume (raise --epochs to train longer)", m.EpochsDone, r.Epochs)
+	case m.BatchesPerDevice != nb:
+		return nil, fmt.Sprintf("%d batches per device and epoch, this run has %d", m.BatchesPerDevice, nb)
+	case m.OptimizerStep != m.EpochsDone*nb:
+		return nil, fmt.Sprintf("optimizer step %d, want %d after %d epochs of %d batches", m.OptimizerStep, m.EpochsDone*nb, m.EpochsDone, nb)
+	}
+	for i, h := range m.History {
+		if h.Epoch < 1 || h.Epoch > m.EpochsDone || (i > 0 && h.Epoch <= m.History[i-1].Epoch) {
+			return nil, fmt.Sprintf("history entry %d is epoch %d", i, h.Epoch)
+		}
+	}
+	if r.Check != nil {
+		if msg := r.Check(&m); msg != "" {
+			return nil, msg
+		}
+	}
+	return &m, ""
+}
+
+// Load puts the checkpoint's parameters and optimizer state on a device.
+func (s *State[C]) Load(b backend.Backend, params []*nn.Param, opt optim.Optimizer) error {
+	if err := nn.LoadParams(b, params, s.Params); err != nil {
+		return &Error{Path: s.Path, Msg: err.Error()}
+	}
+	if err := opt.LoadState(s.Opt); err != nil {
+		return &Error{Path: s.Path, Msg: err.Error()}
+	}
+	return nil
+}
+
+// Save writes the checkpoint to path atomically: m (whose Format,
+// StrataVersion, Optimizer, OptimizerStep and Shapes it fills in) with
+// the parameters and the optimizer state read from device b.
+func Save[C any](path string, m *Meta[C], b backend.Backend, params []*nn.Param, opt optim.Optimizer) error {
+	ps, err := nn.SaveParams(b, params)
+	if err != nil {
+		return err
+	}
+	st, err := opt.State()
+	if err != nil {
+		return err
+	}
+	m.Format, m.StrataVersion, m.Optimizer, m.OptimizerStep = Format, train.Version, st.Kind, st.Step
+	f := &checkpoint.File{}
+	f.Tensors, m.Shapes = train.StateTensors(ps, st.Buffers)
+	if f.Meta, err = json.Marshal(m); err != nil {
+		return err
+	}
+	return checkpoint.WriteFile(path, f)
+}
