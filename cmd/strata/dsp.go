@@ -229,8 +229,6 @@ func (c *trainCmd) checkEngineFlags(bs []backend.Backend, device bool) error {
 			return usageError{fmt.Errorf("--no-pipeline needs the device engine (--engine device, or CUDA devices)")}
 		case c.FullGraph.EvalEvery != 1:
 			return usageError{fmt.Errorf("--eval-every %d needs the device engine (--engine device, or CUDA devices)", c.FullGraph.EvalEvery)}
-		case c.Checkpoint != "":
-			return usageError{fmt.Errorf("--checkpoint with --devices needs the device engine (--engine device, or CUDA devices)")}
 		}
 	}
 	allCUDA := true
@@ -311,18 +309,18 @@ func (c *trainCmd) runDSP(e *env) error {
 		if log != nil {
 			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
 		}
-		devRun, err = gpurun.Run(ctx, ds, gcfg, gpurun.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume})
-		if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
-			fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
+		if devRun, err = gpurun.Run(ctx, ds, gcfg, gpurun.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume}); err == nil {
+			rep = &devRun.Report
 		}
-		if err != nil {
-			return err
-		}
-		rep = &devRun.Report
 	} else {
-		if rep, err = runner.Run(ctx, ds, cfg, runner.Options{Log: log, NewBackend: func(r int) (backend.Backend, error) { return bs[r], nil }}); err != nil {
-			return err
-		}
+		rep, err = runner.Run(ctx, ds, cfg, runner.Options{Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume,
+			NewBackend: func(r int) (backend.Backend, error) { return bs[r], nil }})
+	}
+	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
+		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
+	}
+	if err != nil {
+		return err
 	}
 	if c.Report != "" {
 		write := rep.WriteJSON

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -103,40 +104,87 @@ func TestTrainDevicesDeviceEngine(t *testing.T) {
 	}
 }
 
-// TestTrainDevicesResume: the device engine writes a checkpoint after
-// every epoch; a later run with --resume and more epochs goes on from it,
-// and one without --resume refuses to overwrite it.
+// TestTrainDevicesResume: both engines write a checkpoint after every
+// epoch; a later run with --resume and more epochs goes on from it and
+// reports every epoch as an uninterrupted run of that length does (the
+// host engine: losses and accuracies bit for bit), one without --resume
+// refuses to overwrite it, and the other engine refuses to resume it.
 func TestTrainDevicesResume(t *testing.T) {
-	dir := t.TempDir()
-	rep := filepath.Join(dir, "report.json")
-	base := []string{"train", "--quiet", "--devices", "cpu:2", "--engine", "device", "--hidden", "16", "--checkpoint", dir}
-	if code, _, errOut := strata(t, append(base, "--epochs", "2")...); code != 0 {
-		t.Fatalf("first run: exit %d\n%s", code, errOut)
+	type epoch struct {
+		Epoch        int       `json:"epoch"`
+		Loss         float64   `json:"loss"`
+		BatchLosses  []float64 `json:"batch_losses"`
+		ValAccuracy  float64   `json:"val_accuracy"`
+		TestAccuracy float64   `json:"test_accuracy"`
 	}
-	if _, err := os.Stat(filepath.Join(dir, "checkpoint.strata")); err != nil {
-		t.Fatalf("no checkpoint: %v", err)
-	}
-	if code, _, errOut := strata(t, append(base, "--epochs", "3")...); code == 0 || !strings.Contains(errOut, "--resume") {
-		t.Fatalf("run over an existing checkpoint: exit %d, stderr %q", code, errOut)
-	}
-	if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--report", rep)...); code != 0 {
-		t.Fatalf("resumed run: exit %d\n%s", code, errOut)
-	}
-	data, err := os.ReadFile(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
+	type report struct {
 		ResumedFrom *struct{ Epoch int } `json:"resumed_from"`
+		Epochs      []epoch              `json:"epochs"`
 		Run         struct {
 			EpochSeconds []float64 `json:"epoch_train_seconds"`
 		} `json:"device_run"`
 	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
+	read := func(path string) report {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r report
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
-	if r.ResumedFrom == nil || r.ResumedFrom.Epoch != 2 || len(r.Run.EpochSeconds) != 3 {
-		t.Fatalf("report: resumed from %+v, %d epoch times", r.ResumedFrom, len(r.Run.EpochSeconds))
+	for _, engine := range []string{"host", "device"} {
+		dir := t.TempDir()
+		rep := filepath.Join(dir, "report.json")
+		base := []string{"train", "--quiet", "--devices", "cpu:2", "--engine", engine, "--hidden", "16", "--checkpoint", dir}
+		if code, _, errOut := strata(t, append(base, "--epochs", "2")...); code != 0 {
+			t.Fatalf("%s: first run: exit %d\n%s", engine, code, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "checkpoint.strata")); err != nil {
+			t.Fatalf("%s: no checkpoint: %v", engine, err)
+		}
+		if code, _, errOut := strata(t, append(base, "--epochs", "3")...); code != 1 || !strings.Contains(errOut, "--resume") {
+			t.Fatalf("%s: run over an existing checkpoint: exit %d, stderr %q", engine, code, errOut)
+		}
+		other := map[string]string{"host": "device", "device": "host"}[engine]
+		if code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--engine", other, "--hidden", "16", "--checkpoint", dir,
+			"--epochs", "3", "--resume"); code != 1 || !strings.Contains(errOut, "written by the "+engine+" engine") {
+			t.Fatalf("%s: resumed by the %s engine: exit %d, stderr %q", engine, other, code, errOut)
+		}
+		if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--hidden", "32")...); code != 1 || !strings.Contains(errOut, "hidden is 32") {
+			t.Fatalf("%s: resumed with another --hidden: exit %d, stderr %q", engine, code, errOut)
+		}
+		if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--report", rep)...); code != 0 {
+			t.Fatalf("%s: resumed run: exit %d\n%s", engine, code, errOut)
+		}
+		got := read(rep)
+		if got.ResumedFrom == nil || got.ResumedFrom.Epoch != 2 {
+			t.Fatalf("%s: report resumed from %+v", engine, got.ResumedFrom)
+		}
+		if engine == "device" {
+			if len(got.Run.EpochSeconds) != 3 {
+				t.Fatalf("device: %d epoch times", len(got.Run.EpochSeconds))
+			}
+			continue
+		}
+		whole := filepath.Join(t.TempDir(), "whole.json")
+		if code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--engine", "host", "--hidden", "16", "--epochs", "3",
+			"--report", whole); code != 0 {
+			t.Fatalf("uninterrupted run: exit %d\n%s", code, errOut)
+		}
+		want := read(whole)
+		if len(got.Epochs) != 3 || len(want.Epochs) != 3 {
+			t.Fatalf("%d epochs resumed, %d uninterrupted", len(got.Epochs), len(want.Epochs))
+		}
+		for i, w := range want.Epochs {
+			g := got.Epochs[i]
+			if g.Epoch != w.Epoch || g.Loss != w.Loss || !slices.Equal(g.BatchLosses, w.BatchLosses) || g.ValAccuracy != w.ValAccuracy ||
+				g.TestAccuracy != w.TestAccuracy {
+				t.Fatalf("epoch %d resumed %+v\nuninterrupted %+v", w.Epoch, g, w)
+			}
+		}
 	}
 }
 
@@ -149,7 +197,7 @@ func TestTrainDevicesUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu:2", "--cache", "12XB"}, "--cache"},
 		{[]string{"--devices", "cpu:2", "--topology-cache", "-5"}, "--topology-cache"},
 		{[]string{"--devices", "cpu:2", "--model", "gcn"}, "--mode full"},
-		{[]string{"--devices", "cpu:2", "--checkpoint", "x"}, "device engine"},
+		{[]string{"--devices", "cpu:2", "--engine", "host", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
 		{[]string{"--devices", "cpu:2", "--engine", "device", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--devices", "cpu:3", "--cache-policy", "replicate", "--cache-group", "2"}, "does not divide"},

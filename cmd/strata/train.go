@@ -46,7 +46,7 @@ type trainCmd struct {
 	Report          string `help:"Write a JSON report (accuracies, per-epoch losses, config) to FILE." placeholder:"FILE" type:"path"`
 	Plot            string `help:"Draw loss and accuracy curves to FILE (.png, .svg or .pdf)." placeholder:"FILE" type:"path"`
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
-	CheckpointEvery int    `help:"Save a checkpoint every N batches (0: only at the end or on interrupt)." default:"0" placeholder:"N"`
+	CheckpointEvery int    `help:"Save a checkpoint every N batches (0: only at the end or on interrupt); not with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
 
 	FullGraph fullGraphFlags `embed:""`
