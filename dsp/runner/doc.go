@@ -32,4 +32,9 @@
 // mini-batches of the evaluation nodes drawn on the host) and the run logs
 // the losses, accuracies and the pipeline metrics. The Report extends train.Report with the DSP settings and the
 // metrics (stage times, queue occupancy, bytes per link, cache hit rate).
+//
+// Checkpoints: with Options.CheckpointDir device 0 writes the run's state
+// after every epoch (package dsp/internal/ckpt, shared with dsp/gpurun),
+// and Options.Resume continues from it with the numbers of an
+// uninterrupted run.
 package runner
