@@ -95,6 +95,12 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 		if err != nil {
 			t.Fatal(err)
 		}
+		if cfg.Placement == gpusample.Split {
+			// Half of the patch's bytes on the device: its longest rows.
+			if p, err = layout.Build(g, b, r, layout.Options{DeviceBytes: p.DeviceBytes() / 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var c comm.DeviceComm
 		if cs != nil {
 			c = cs[r]
@@ -151,7 +157,8 @@ func ownedSeeds(seed uint64, off []int64, r, k int) []graph.NodeID {
 // key: seeds, SrcNodes, indptr, indices (and edge IDs when asked), for
 // uniform sampling with and without replacement, weighted sampling, and
 // all-neighbor hops, on equal and random partitions (empty ranks, ranks
-// without seeds).
+// without seeds), with the patches in device memory or split between
+// device and host memory.
 func TestMatchesSingleGPU(t *testing.T) {
 	ps := groupSizes(t)
 	g := randomGraph(3, 20000, 12)
@@ -162,6 +169,9 @@ func TestMatchesSingleGPU(t *testing.T) {
 		{Fanouts: []int{10, 5}, Weighted: true},
 		{Fanouts: []int{8, 4}, Weighted: true, Replace: true},
 		{Fanouts: []int{3, -1}, EdgeIDs: true},
+		{Fanouts: []int{15, 10, 5}, Placement: gpusample.Split, EdgeIDs: true},
+		{Fanouts: []int{10, 5}, Weighted: true, Placement: gpusample.Split},
+		{Fanouts: []int{4, -1}, Placement: gpusample.Split},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -32,8 +32,9 @@ type Config struct {
 	// int64 all-to-all-v per hop). Without it Block.EdgeIDs holds -1 on
 	// several ranks (a single rank fills them in: they cost nothing).
 	EdgeIDs bool
-	// Placement of the patch: gpusample.OnDevice (default) or Mapped
-	// (pinned host memory read through UVA).
+	// Placement of the patch: gpusample.OnDevice (default), Mapped
+	// (pinned host memory read through UVA) or Split (the rows the patch
+	// places on the device there, the others in host memory).
 	Placement gpusample.Placement
 }
 
@@ -159,7 +160,11 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 		}
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
 	}
-	if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement}); err != nil {
+	var rows []graph.NodeID
+	if cfg.Placement == gpusample.Split {
+		rows = patch.DeviceRowIDs()
+	}
+	if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
 		return wrap(err)
 	}
 	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: size, edgeBase: patch.EdgeBase}

@@ -11,12 +11,14 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/gpucache"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -103,15 +105,24 @@ func (d *device) setup() error {
 	}
 	csp := cfg.Sampler == SamplerCSP
 	// The topology a device samples from: its patch (csp) or the whole
-	// graph; all of it in device memory within the topology budget, else
-	// all of it in pinned host memory read through UVA.
+	// graph; all of it in device memory within the topology budget. Over
+	// the budget, the rows that fit (the longest: layout's choice) stay
+	// in device memory and the others are read from pinned host memory
+	// through UVA (gpusample.Split).
 	need := graphBytes(s.in)
 	if csp {
 		need = patch.DeviceBytes() + patch.HostBytes()
 	}
-	place := gpusample.OnDevice
+	scfg := gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: gpusample.OnDevice}
 	if cfg.TopologyBytes > 0 && cfg.TopologyBytes < need {
-		place = gpusample.Mapped
+		scfg.Placement = gpusample.Split
+		if !csp {
+			whole, err := wholeGraphPatch(s.in, cfg.TopologyBytes)
+			if err != nil {
+				return d.errf("topology", err)
+			}
+			scfg.DeviceRows = whole.DeviceRowIDs()
+		}
 	}
 	hot := s.plan.Rows(r)
 	d.lb = d.b
@@ -122,8 +133,7 @@ func (d *device) setup() error {
 		}
 	}
 	spec := samplerSpec{dev: d.sdev, csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
-	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot,
-		gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}, spec); err != nil {
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec); err != nil {
 		return d.errf("device kit", err)
 	}
 	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
@@ -153,6 +163,16 @@ func (d *device) setup() error {
 	s.mu.Unlock()
 	d.setupSeconds = time.Since(t0).Seconds()
 	return nil
+}
+
+// wholeGraphPatch lays out the whole graph as one device's patch within
+// budget bytes (layout's choice of rows).
+func wholeGraphPatch(in *graph.CSR, budget int64) (*layout.Patch, error) {
+	b, err := book.New([]int64{0, in.NumRows})
+	if err != nil {
+		return nil, err
+	}
+	return layout.Build(in, b, 0, layout.Options{DeviceBytes: budget})
 }
 
 // graphBytes is what the whole topology takes on a device (row offsets

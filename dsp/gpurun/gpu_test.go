@@ -67,6 +67,11 @@ func TestGPUMatchesCPU(t *testing.T) {
 			"no cache":      func(c *Config) { c.CacheBytes = 0 },
 			"full sampler":  func(c *Config) { c.Sampler = SamplerFull },
 			"shared stream": func(c *Config) { c.SharedStream = true },
+			// About half of each patch in host memory (gpusample.Split; a
+			// patch of the tiny graph takes ~23 kB at k=4, the graph 91 kB).
+			"split topology":               func(c *Config) { c.TopologyBytes = 11000 },
+			"split topology, full sampler": func(c *Config) { c.TopologyBytes, c.Sampler = 40000, SamplerFull },
+			"auto cache policy":            func(c *Config) { c.CachePolicy = cache.Auto },
 		} {
 			vc := cfg
 			f(&vc)

@@ -155,6 +155,18 @@ func (p *Patch) placeRows(budget int64) {
 	}
 }
 
+// DeviceRowIDs lists the rows placed in device memory (global IDs, in ID
+// order).
+func (p *Patch) DeviceRowIDs() []graph.NodeID {
+	out := make([]graph.NodeID, 0, p.deviceRows)
+	for i, pl := range p.place {
+		if pl == Device {
+			out = append(out, p.Lo+graph.NodeID(i))
+		}
+	}
+	return out
+}
+
 // Owns reports whether v is one of the patch's rows.
 func (p *Patch) Owns(v graph.NodeID) bool { return v >= p.Lo && v < p.Hi }
 

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
@@ -66,8 +67,11 @@ func TestPlacementByBudget(t *testing.T) {
 	if p.DeviceBytes() != 44 || p.DeviceBytes()+p.HostBytes() != 6*8+11*4 {
 		t.Fatalf("device %d, host %d bytes", p.DeviceBytes(), p.HostBytes())
 	}
+	if ids := p.DeviceRowIDs(); !slices.Equal(ids, []graph.NodeID{2, 4}) {
+		t.Fatalf("device rows %v, want [2 4]", ids)
+	}
 	p0, _ := Build(g, b, 0, Options{DeviceBytes: 0})
-	if p0.DeviceRows() != 0 {
+	if p0.DeviceRows() != 0 || len(p0.DeviceRowIDs()) != 0 {
 		t.Fatalf("budget 0 placed %d rows on the device", p0.DeviceRows())
 	}
 }

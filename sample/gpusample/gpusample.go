@@ -29,6 +29,12 @@ const (
 	// Mapped pins them in host memory mapped into the GPU's address space;
 	// kernels read them over the bus (zero-copy, UVA).
 	Mapped
+	// Split keeps the row offsets in GPU memory and the adjacency (and
+	// edge weights) in mapped pinned host memory, plus a GPU copy of the
+	// rows in Config.DeviceRows: their neighbors are read from GPU
+	// memory, the others' over the bus (DSP's topology cache). Draws are
+	// the same as with the other placements.
+	Split
 )
 
 // Config configures a Sampler; the fields mean what they mean in
@@ -38,6 +44,9 @@ type Config struct {
 	Replace   bool
 	Weighted  bool
 	Placement Placement
+	// DeviceRows are the rows whose adjacency Split copies to the GPU
+	// (each at most once); only with Split.
+	DeviceRows []graph.NodeID
 }
 
 // Sampler draws mini-batches on one GPU. It is safe for concurrent use
@@ -53,8 +62,13 @@ type Sampler struct {
 	cum    cu.DevPtr // float64 nnz (weighted with replacement)
 	w      cu.DevPtr // float32 nnz (weighted)
 	posDeg cu.DevPtr // int32 n (weighted)
-	owned  []*cuda.Buffer
-	hosts  []*cuda.HostBuffer
+	dpos   cu.DevPtr // Split: int64 n, row v's start in didx or -1
+	didx   cu.DevPtr // Split: int32, the adjacency of the device rows
+	// devBytes and hostBytes are the topology's bytes in GPU memory and
+	// in pinned host memory.
+	devBytes, hostBytes int64
+	owned               []*cuda.Buffer
+	hosts               []*cuda.HostBuffer
 
 	mu     sync.Mutex         // guards the pools and closed
 	sizes  []*cuda.HostBuffer // idle pinned areas for per-hop {nd, E, numSrc}
@@ -91,10 +105,22 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 			return nil, &sample.Error{Op: op, Field: "Fanouts", Pos: i, Detail: fmt.Sprintf("%d: want -1 (all) or > 0", f), Err: sample.ErrConfig}
 		}
 	}
-	if cfg.Placement != OnDevice && cfg.Placement != Mapped {
+	if cfg.Placement != OnDevice && cfg.Placement != Mapped && cfg.Placement != Split {
 		return nil, &sample.Error{Op: op, Field: "Placement", Pos: -1, Detail: fmt.Sprintf("unknown placement %d", cfg.Placement), Err: sample.ErrConfig}
 	}
+	if cfg.Placement != Split && len(cfg.DeviceRows) > 0 {
+		return nil, &sample.Error{Op: op, Field: "DeviceRows", Pos: -1, Detail: "only with the Split placement", Err: sample.ErrConfig}
+	}
+	var dpos []int64
+	var didx []int32
+	if cfg.Placement == Split {
+		var err error
+		if dpos, didx, err = splitRows(g, cfg.DeviceRows); err != nil {
+			return nil, err
+		}
+	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
+	cfg.DeviceRows = nil // copied into dpos/didx
 	s := &Sampler{dev: dev, n: g.NumRows, cfg: cfg}
 	var cum []float64
 	var posDeg []int32
@@ -135,30 +161,78 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 		}
 	}
 	fail := func(err error) (*Sampler, error) { s.Close(); return nil, err }
-	if s.indptr, err = s.place(g.Indptr); err != nil {
+	// Per-row arrays stay on the GPU with Split; per-edge arrays go to
+	// host memory there (the device rows' neighbors are copied).
+	rowsOnHost, edgesOnHost := cfg.Placement == Mapped, cfg.Placement != OnDevice
+	if s.indptr, err = s.place(g.Indptr, rowsOnHost); err != nil {
 		return fail(err)
 	}
-	if s.index, err = s.place(g.Indices); err != nil {
+	if s.index, err = s.place(g.Indices, edgesOnHost); err != nil {
 		return fail(err)
 	}
 	if cfg.Weighted {
-		if s.w, err = s.place(g.Weights); err != nil {
+		if s.w, err = s.place(g.Weights, edgesOnHost); err != nil {
 			return fail(err)
 		}
-		if s.posDeg, err = s.place(posDeg); err != nil {
+		if s.posDeg, err = s.place(posDeg, rowsOnHost); err != nil {
 			return fail(err)
 		}
 		if cum != nil {
-			if s.cum, err = s.place(cum); err != nil {
+			if s.cum, err = s.place(cum, edgesOnHost); err != nil {
 				return fail(err)
 			}
+		}
+	}
+	if cfg.Placement == Split {
+		if s.dpos, err = s.place(dpos, false); err != nil {
+			return fail(err)
+		}
+		if s.didx, err = s.place(didx, false); err != nil {
+			return fail(err)
 		}
 	}
 	return s, nil
 }
 
-// place copies a host array to the device or into mapped pinned memory.
-func (s *Sampler) place(data any) (cu.DevPtr, error) {
+// splitRows checks rows (in range, no repeats) and lays out their
+// adjacency: dpos[v] is row v's start in didx, -1 for rows not listed.
+func splitRows(g *graph.CSR, rows []graph.NodeID) (dpos []int64, didx []int32, err error) {
+	bad := func(pos int, format string, args ...any) ([]int64, []int32, error) {
+		return nil, nil, &sample.Error{Op: "gpusample.New", Field: "DeviceRows", Pos: pos, Detail: fmt.Sprintf(format, args...), Err: sample.ErrConfig}
+	}
+	if int64(len(rows)) > g.NumRows {
+		return bad(-1, "%d rows for a graph of %d", len(rows), g.NumRows)
+	}
+	dpos = make([]int64, g.NumRows)
+	for i := range dpos {
+		dpos[i] = -1
+	}
+	var total int64
+	for i, v := range rows {
+		if v < 0 || int64(v) >= g.NumRows {
+			return bad(i, "row %d not in [0, %d)", v, g.NumRows)
+		}
+		if dpos[v] >= 0 {
+			return bad(i, "row %d repeats", v)
+		}
+		dpos[v] = total
+		total += g.Indptr[v+1] - g.Indptr[v]
+	}
+	didx = make([]int32, 0, total)
+	for _, v := range rows {
+		didx = append(didx, g.Indices[g.Indptr[v]:g.Indptr[v+1]]...)
+	}
+	return dpos, didx, nil
+}
+
+// TopologyBytes returns the bytes of the graph structure (row offsets,
+// adjacency, weights, the split's index and copy) in GPU memory and in
+// pinned host memory.
+func (s *Sampler) TopologyBytes() (device, host int64) { return s.devBytes, s.hostBytes }
+
+// place copies a host array to the device, or into mapped pinned memory
+// when onHost.
+func (s *Sampler) place(data any, onHost bool) (cu.DevPtr, error) {
 	var n, size int
 	var p unsafe.Pointer
 	var dt backend.DType
@@ -190,15 +264,17 @@ func (s *Sampler) place(data any) (cu.DevPtr, error) {
 		return 0, nil
 	}
 	bytes := unsafe.Slice((*byte)(p), n*size)
-	if s.cfg.Placement == Mapped {
+	if onHost {
 		h, err := s.dev.AllocHost(uint64(len(bytes)), true)
 		if err != nil {
 			return 0, err
 		}
 		copy(h.Bytes(), bytes)
 		s.hosts = append(s.hosts, h)
+		s.hostBytes += int64(len(bytes))
 		return h.DevPtr(), nil
 	}
+	s.devBytes += int64(len(bytes))
 	buf, err := s.dev.Alloc(dt, n)
 	if err != nil {
 		return 0, err
@@ -568,7 +644,7 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			}
 			if err := l.Launch1D(s.fns["gs_sample"], ndmax, uint64(H.eid.Ptr()), uint64(H.src.Ptr()), uint64(kscr.Ptr()), uint64(H.ptr.Ptr()),
 				uint64(dst.Ptr()), uint64(ndP), uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), sample.HopKey(key, h)); err != nil {
+				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), sample.HopKey(key, h), uint64(s.dpos), uint64(s.didx)); err != nil {
 				return err
 			}
 			// Deduplicate and relabel [dst, src].

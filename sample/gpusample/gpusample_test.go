@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
@@ -58,13 +59,17 @@ func TestMatchesCPUSampler(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 3))
 	for _, fan := range [][]int{{15, 10, 5}, {3, -1}, {40}} {
 		for _, replace := range []bool{false, true} {
-			for _, place := range []Placement{OnDevice, Mapped} {
+			for _, place := range []Placement{OnDevice, Mapped, Split} {
 				name := fmt.Sprintf("fanouts=%v replace=%v placement=%d", fan, replace, place)
 				cpuS, err := sample.NewNeighborSampler(g, sample.Config{Fanouts: fan, Replace: replace})
 				if err != nil {
 					t.Fatal(err)
 				}
-				gs, err := New(d, g, Config{Fanouts: fan, Replace: replace, Placement: place})
+				var rows []graph.NodeID
+				if place == Split {
+					rows = everyThird(g.NumRows)
+				}
+				gs, err := New(d, g, Config{Fanouts: fan, Replace: replace, Placement: place, DeviceRows: rows})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,6 +88,53 @@ func TestMatchesCPUSampler(t *testing.T) {
 				}
 				gs.Close()
 			}
+		}
+	}
+}
+
+// everyThird lists rows n-1, n-4, ... (a split with rows on both sides,
+// not in ID order).
+func everyThird(n int64) []graph.NodeID {
+	var rows []graph.NodeID
+	for v := n - 1; v >= 0; v -= 3 {
+		rows = append(rows, graph.NodeID(v))
+	}
+	return rows
+}
+
+// TestSplitRows checks the split layout on the host: every listed row's
+// neighbors at its dpos, -1 elsewhere, and bad row lists refused.
+func TestSplitRows(t *testing.T) {
+	g := randomGraph(3, 300, 5)
+	rows := everyThird(g.NumRows)
+	dpos, didx, err := splitRows(g, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[graph.NodeID]bool{}
+	for _, v := range rows {
+		listed[v] = true
+	}
+	var total int64
+	for v := int64(0); v < g.NumRows; v++ {
+		row := g.Indices[g.Indptr[v]:g.Indptr[v+1]]
+		if !listed[graph.NodeID(v)] {
+			if dpos[v] != -1 {
+				t.Fatalf("row %d not listed but at %d", v, dpos[v])
+			}
+			continue
+		}
+		total += int64(len(row))
+		if !slices.Equal(didx[dpos[v]:dpos[v]+int64(len(row))], row) {
+			t.Fatalf("row %d's copy differs", v)
+		}
+	}
+	if int64(len(didx)) != total {
+		t.Fatalf("copy of %d entries, want %d", len(didx), total)
+	}
+	for _, bad := range [][]graph.NodeID{{1, 300}, {-1}, {5, 6, 5}} {
+		if _, _, err := splitRows(g, bad); !errors.Is(err, sample.ErrConfig) {
+			t.Fatalf("rows %v: %v", bad, err)
 		}
 	}
 }
@@ -126,6 +178,16 @@ func TestWeightedValidAndDeterministic(t *testing.T) {
 		}
 		b, _ := gs.Sample(seeds, key)
 		compareBatches(t, "weighted repeat", a, b)
+		split, err := New(d, g, Config{Fanouts: []int{10, 5}, Replace: replace, Weighted: true, Placement: Split, DeviceRows: everyThird(g.NumRows)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := split.Sample(seeds, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareBatches(t, "weighted split topology", sb, a)
+		split.Close()
 		c, _ := gs.Sample(seeds, sample.Key{Seed: 9, Epoch: 0, Batch: 4})
 		if reflect.DeepEqual(a.Blocks[1].EdgeIDs, c.Blocks[1].EdgeIDs) {
 			t.Fatal("different keys gave the same draws")
@@ -256,6 +318,12 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := New(d, g, Config{}); !errors.Is(err, sample.ErrConfig) {
 		t.Fatalf("no fanouts: %v", err)
+	}
+	if _, err := New(d, g, Config{Fanouts: []int{2}, DeviceRows: []graph.NodeID{1}}); !errors.Is(err, sample.ErrConfig) {
+		t.Fatalf("device rows without the split placement: %v", err)
+	}
+	if _, err := New(d, g, Config{Fanouts: []int{2}, Placement: Split, DeviceRows: []graph.NodeID{100}}); !errors.Is(err, sample.ErrConfig) {
+		t.Fatalf("device row out of range: %v", err)
 	}
 	g2 := *g
 	g2.Weights = nil

@@ -5,11 +5,11 @@
 extern "C" __global__ void gs_sample_seg(i64* eid, int* src, double* kscr, const i64* ptr, const int* dst, i64 n,
                                          const i64* indptr, const int* indices, const double* cum, const float* w,
                                          const int* posdeg, int k, int replace, int weighted, const i64* segoff,
-                                         const u64* segkey, int nseg) {
+                                         const u64* segkey, int nseg, const i64* dpos, const int* didx) {
   GRID_STRIDE(i, n) {
     int s = 0;
     while (s + 1 < nseg && segoff[s + 1] <= i) s++;
-    gs_draw(i, eid, src, kscr, ptr, dst, indptr, indices, cum, w, posdeg, k, replace, weighted, segkey[s]);
+    gs_draw(i, eid, src, kscr, ptr, dst, indptr, indices, cum, w, posdeg, k, replace, weighted, segkey[s], dpos, didx);
   }
 }
 
@@ -21,14 +21,16 @@ extern "C" __global__ void gs_sample_seg(i64* eid, int* src, double* kscr, const
 // ids (positions plus edgebase).
 extern "C" __global__ void gs_sample_stride(i64* eid, int* src, double* kscr, const int* dst, i64 n, const i64* indptr,
                                             const int* indices, const double* cum, const float* w, const int* posdeg,
-                                            int k, int replace, int weighted, const i64* seg, int nseg, i64 edgebase) {
+                                            int k, int replace, int weighted, const i64* seg, int nseg, i64 edgebase,
+                                            const i64* dpos, const int* didx) {
   GRID_STRIDE(i, n) {
     int s = 0;
     while (s + 1 < nseg && seg[s + 1] <= i) s++;
     int v = dst[i];
     i64 m = gs_row_count(v, indptr, posdeg, k, replace, weighted);
     i64 p0 = i * (i64)k;
-    gs_draw_row(v, p0, m, eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace, weighted, (u64)seg[nseg + 1 + s]);
+    gs_draw_row_split(v, p0, m, eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace, weighted,
+                      (u64)seg[nseg + 1 + s], dpos, didx);
     for (i64 j = 0; j < m; j++) eid[p0 + j] += edgebase;
     for (i64 j = m; j < k; j++) {
       src[p0 + j] = -1;

@@ -208,7 +208,8 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 	k := s.cfg.Fanouts[h]
 	return l.Launch1D(t.sampleSeg, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
 		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))))
+		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))),
+		uint64(s.dpos), uint64(s.didx))
 }
 
 // DrawStrided queues the draws of hop h (fanout k > 0) for the n nodes of
@@ -261,7 +262,8 @@ func (t *Stepper) DrawStrided(l *cuda.Locked, h int, dst *cuda.Buffer, n int64, 
 	}
 	return l.Launch1D(t.sampleStride, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
 		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(skB.Ptr()), cu.I32(int32(len(keys))), cu.I64(edgeBase))
+		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(skB.Ptr()), cu.I32(int32(len(keys))), cu.I64(edgeBase),
+		uint64(s.dpos), uint64(s.didx))
 }
 
 // Relabel queues the deduplication of the hop [dst[0:nd), src[0:e)]

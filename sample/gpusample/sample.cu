@@ -31,10 +31,14 @@ extern "C" __global__ void gs_count(i64* counts, const int* dst, const i64* nd_p
 // Node v's m draws: write its sampled edge ids (positions in the graph's
 // indices) and source nodes at p0. kscr is per-edge scratch for the
 // weighted reservoir. (gs_draw below and the collective sampler's
-// gs_sample_stride, hop.cu, share it.)
-__device__ __forceinline__ void gs_draw_row(int v, i64 p0, i64 m, i64* eid, int* src, double* kscr,
-                                            const i64* indptr, const int* indices, const double* cum, const float* w,
-                                            const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+// gs_sample_stride, hop.cu, share it.) With a split topology (dpos not
+// null), rows with dpos[v] >= 0 read their neighbors from the device
+// copy didx[dpos[v]..], the others from indices (host memory): the edge
+// ids, and so the draws, are the same either way.
+__device__ __forceinline__ void gs_draw_row_split(int v, i64 p0, i64 m, i64* eid, int* src, double* kscr,
+                                                  const i64* indptr, const int* indices, const double* cum,
+                                                  const float* w, const int* posdeg, int k, int replace, int weighted,
+                                                  u64 hopkey, const i64* dpos, const int* didx) {
   {
     i64 base = indptr[v], n = indptr[v + 1] - base;
     if (m == 0) return;
@@ -104,26 +108,39 @@ __device__ __forceinline__ void gs_draw_row(int v, i64 p0, i64 m, i64* eid, int*
         have++;
       }
     }
-    for (i64 j = 0; j < m; j++) src[p0 + j] = indices[out[j]];
+    i64 dp = dpos ? dpos[v] : -1;
+    if (dp >= 0) {
+      for (i64 j = 0; j < m; j++) src[p0 + j] = didx[dp + (out[j] - base)];
+    } else {
+      for (i64 j = 0; j < m; j++) src[p0 + j] = indices[out[j]];
+    }
   }
+}
+
+__device__ __forceinline__ void gs_draw_row(int v, i64 p0, i64 m, i64* eid, int* src, double* kscr,
+                                            const i64* indptr, const int* indices, const double* cum, const float* w,
+                                            const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+  gs_draw_row_split(v, p0, m, eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace, weighted, hopkey, 0, 0);
 }
 
 // Destination i's draws at ptr[i] (gs_sample and the collective
 // sampler's gs_sample_seg, hop.cu, share it).
 __device__ __forceinline__ void gs_draw(i64 i, i64* eid, int* src, double* kscr, const i64* ptr, const int* dst,
                                         const i64* indptr, const int* indices, const double* cum, const float* w,
-                                        const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
-  gs_draw_row(dst[i], ptr[i], ptr[i + 1] - ptr[i], eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace, weighted,
-              hopkey);
+                                        const int* posdeg, int k, int replace, int weighted, u64 hopkey,
+                                        const i64* dpos, const int* didx) {
+  gs_draw_row_split(dst[i], ptr[i], ptr[i + 1] - ptr[i], eid, src, kscr, indptr, indices, cum, w, posdeg, k, replace,
+                    weighted, hopkey, dpos, didx);
 }
 
 // One thread per destination: its draws (gs_draw).
 extern "C" __global__ void gs_sample(i64* eid, int* src, double* kscr, const i64* ptr, const int* dst, const i64* nd_p,
                                      const i64* indptr, const int* indices, const double* cum, const float* w,
-                                     const int* posdeg, int k, int replace, int weighted, u64 hopkey) {
+                                     const int* posdeg, int k, int replace, int weighted, u64 hopkey,
+                                     const i64* dpos, const int* didx) {
   i64 nd = *nd_p;
   GRID_STRIDE(i, nd) {
-    gs_draw(i, eid, src, kscr, ptr, dst, indptr, indices, cum, w, posdeg, k, replace, weighted, hopkey);
+    gs_draw(i, eid, src, kscr, ptr, dst, indptr, indices, cum, w, posdeg, k, replace, weighted, hopkey, dpos, didx);
   }
 }
 
