@@ -156,9 +156,6 @@ func TestCheckpointResume(t *testing.T) {
 // a run ends as an uninterrupted one, and a finished run extended with
 // --epochs goes on as a longer uninterrupted run.
 func TestCheckpointResumeEveryEpoch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("several runs; TestCheckpointResume covers resuming in -short")
-	}
 	ds := tiny(t)
 	cfg := ckptConfig(4)
 	cfg.Rebalance = Trim
