@@ -28,6 +28,7 @@
 #                                     # ($DSP_HARD_EPOCHS epochs, seeds $DSP_HARD_SEEDS)
 #   scripts/gpu-dsp.sh two            # on the GPU host: 2-GPU diagnostics (csp vs whole-graph
 #                                     # sampler, replicated cache, no coordinator, pipeline off)
+#   scripts/gpu-dsp.sh samplers       # on the GPU host: gpusample and gpucsp GPU tests
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
 #                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
 #                                     # generated into $DSP_PAPERS, default /tmp/papers-m),
@@ -55,6 +56,8 @@ build() {
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/$dir/bin/strata" ./cmd/strata) || ok=0
   (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/gpurun.test" ./dsp/gpurun) || ok=0
   (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/nccl.test" ./comm/nccl) || ok=0
+  (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/gpusample.test" ./sample/gpusample) || ok=0
+  (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$root/$dir/bin/gpucsp.test" ./dsp/gpucsp) || ok=0
   [ "$src" != "$root" ] && rm -rf "$src"
   du -sh "$dir" | sed 's/^/size /'
   [ $ok = 1 ]
@@ -296,6 +299,21 @@ two() {
   finish
 }
 
+# samplers: the GPU sampling tests (gpusample, gpucsp on the visible GPUs:
+# whole-graph, collective and split-topology batches against the
+# references; $DSP_SAMPLER_TESTS selects others).
+samplers() {
+  local t0=$(date +%s.%N) rc
+  {
+    (cd sample/gpusample && timeout 200 "$root/$dir/bin/gpusample.test" -test.run "${DSP_GPUSAMPLE_TESTS:-MatchesCPU|Weighted|BadInput}" -test.v -test.timeout 3m)
+    rc=$?
+    (cd dsp/gpucsp && timeout 300 "$root/$dir/bin/gpucsp.test" -test.run "${DSP_SAMPLER_TESTS:-MatchesSingleGPU|BadSeeds}" -test.v -test.timeout 5m)
+    rc=$((rc + $?))
+  } >"$logs/samplertests.log" 2>&1
+  echo "== sampler GPU tests: rc=$rc wall=$(since $t0)s"
+  grep -E -- '^--- |_test.go|^(ok|FAIL|PASS)|panic' "$logs/samplertests.log" | head -30 | sed 's/^/   /'
+}
+
 ncclasync() {
   local t0=$(date +%s.%N)
   (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v -test.timeout 3m) >"$logs/nccltests.log" 2>&1
@@ -365,6 +383,7 @@ for mode in "$@"; do
     confirm) confirm ;;
     repeat) repeat ;;
     two) two ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two (several run in order)" >&2; exit 2 ;;
+    samplers) setup; samplers 2>&1 | tee "$logs/summary-samplers.txt"; finish ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | samplers (several run in order)" >&2; exit 2 ;;
   esac
 done
