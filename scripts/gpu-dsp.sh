@@ -282,8 +282,11 @@ repeat() {
   finish
 }
 
-# two: on two GPUs, where the step's time goes: collective vs whole-graph
-# sampler, replicated cache, the coordinator off, against one GPU.
+# two: on two GPUs, where the step's time goes: the default (auto cache
+# policy) against one GPU, the partitioned cache, a topology split
+# between device and host memory ($DSP_TOPO per GPU); unless
+# $DSP_TWO_SHORT, the whole-graph sampler, the coordinator off, the
+# pipeline off.
 two() {
   setup
   local e=${DSP_EPOCHS:-3}
@@ -291,10 +294,13 @@ two() {
     gen
     products t2 cuda:0,1 "$e"
     products t1 cuda:0 "$e"
-    products t2f cuda:0,1 "$e" --gpu-sampler full
-    products t2-repl cuda:0,1 "$e" --cache-policy replicate --cache-group 1
-    products t2-nocoord cuda:0,1 "$e" --no-coordinator
-    products t2-off cuda:0,1 "$e" --no-pipeline
+    products t2-part cuda:0,1 "$e" --cache-policy partition
+    products t2-topo cuda:0,1 "$e" --topology-cache "${DSP_TOPO:-128MiB}"
+    if [ -z "${DSP_TWO_SHORT:-}" ]; then
+      products t2f cuda:0,1 "$e" --gpu-sampler full
+      products t2-nocoord cuda:0,1 "$e" --no-coordinator
+      products t2-off cuda:0,1 "$e" --no-pipeline
+    fi
   } 2>&1 | tee "$logs/summary-two.txt"
   finish
 }
