@@ -50,6 +50,38 @@
 // code on host mirrors of every kernel, 1-4 ranks exchanging through
 // goroutines, against package sample's CPU sampler.
 //
+// # Layer-wise sampling
+//
+// LayerSampler draws csp.LayerSampler's batches (Fanouts[hop] edges for
+// the whole layer) with the same data flow: frontiers, answers and blocks
+// stay on the devices. A hop routes the frontier as above (the header
+// carries the requester's node key), the owners answer each node's
+// degree (and row weight sum) in an int64 all-to-all-v, and the
+// requester reads its frontier's degrees, in frontier order with each
+// node's owner, to the host: the allocation of the layer's budget over
+// the frontier (csp's RNG over the degrees or weights: i.i.d. draws, or
+// Floyd's algorithm over the frontier's edge slots) runs there, bit for
+// bit csp's, because it is sequential in floating point. The counts go
+// to the owners in an all-to-all-v that carries, per owner, a status and
+// the total asked; each owner reads those 2P words, checks every count as
+// csp's owner does (a refused count, or a total that does not add up,
+// draws nothing and fails the step on that rank when it reads its sizes),
+// draws, and the answers come back in an int32 all-to-all-v (edge IDs in
+// an int64 one). Uniform draws are gpusample's per-node body (gs_draw_row
+// through the hop API, under csp's node key), which equals csp's draw
+// rules; weighted draws (with replacement) use csp's inverse CDF in
+// lw_draw_weighted over this package's copy of the rows and their running
+// weight sums. The requester knows every count, so the block's row
+// offsets come from the host and only the relabeling's size is read
+// back.
+//
+// A layer-wise hop waits 8 times with several ranks (header exchange and
+// read, node, degree and allocation exchanges, the degree read, the
+// allocation headers' read, the answer exchange; 9 with EdgeIDs), 3
+// times on one rank (the reads), and a step ends with one read of the
+// sizes and the violation counters. A single rank runs the protocol with
+// local copies (there is no single-GPU layer-wise sampler to defer to).
+//
 // # Failures
 //
 // Sample is a collective: every rank calls it the same number of times
@@ -65,4 +97,9 @@
 // failure in the middle of an exchange returns at once on the rank that
 // sees it; its peers' next collective then fails at the context's
 // deadline. Every error is an *Error naming the rank and hop.
+//
+// LayerSampler fails the same way; besides, a requester whose allocation
+// fails (an impossible degree answer, a layer that would exceed the
+// block bounds) reports it in the allocation's status words, so every
+// rank fails at that hop too.
 package gpucsp

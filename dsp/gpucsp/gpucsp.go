@@ -13,7 +13,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -106,23 +105,11 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
-	if patch == nil || patch.Graph == nil {
-		return bad("nil patch")
-	}
-	b, err := book.New(offsets)
-	if err != nil {
-		return bad("offsets: %v", err)
-	}
-	if b.K() != size {
-		return bad("%d parts in the offsets but the communicator has %d ranks", b.K(), size)
-	}
-	if patch.Rank != rank {
-		return bad("patch of rank %d given to rank %d", patch.Rank, rank)
+	b, msg := checkGroup(patch, offsets, rank, size)
+	if msg != "" {
+		return bad("%s", msg)
 	}
 	lo, hi := b.Range(rank)
-	if int64(patch.Lo) != lo || int64(patch.Hi) != hi || patch.Graph.NumRows != b.NumNodes() {
-		return bad("patch [%d, %d) of %d nodes does not match the offsets' range [%d, %d) of %d", patch.Lo, patch.Hi, patch.Graph.NumRows, lo, hi, b.NumNodes())
-	}
 	if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > 64 {
 		return bad("%d fanouts: want 1 to 64 hops", len(cfg.Fanouts))
 	}
@@ -133,9 +120,6 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	}
 	if dev == nil {
 		return bad("nil device")
-	}
-	if size > maxRanks {
-		return bad("%d ranks: at most %d", size, maxRanks)
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
 	s := &Sampler{dev: dev, rank: rank, size: size, cfg: cfg}
@@ -164,6 +148,7 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	if cfg.Placement == gpusample.Split {
 		rows = patch.DeviceRowIDs()
 	}
+	var err error
 	if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
 		return wrap(err)
 	}
@@ -281,40 +266,5 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 	if err != nil {
 		return nil, err
 	}
-	// Blocks from the parts: truncate to the device's sizes, wrap the
-	// structure as a cuda.Sparse.
-	blocks := make([]gpusample.Block, L)
-	var werr error
-	for h := range L {
-		o := &outs[h]
-		if o.sizes != nil {
-			s.dev.Free(o.sizes)
-			o.sizes = nil
-		}
-		blk := &blocks[L-1-h]
-		if werr == nil {
-			for _, t := range []struct {
-				b backend.Buffer
-				n int64
-			}{{o.srcNodes, o.ns}, {o.local, o.e}, {o.eid, o.e}} {
-				if werr = cb(t.b).Truncate(int(t.n)); werr != nil {
-					break
-				}
-			}
-		}
-		if werr == nil {
-			blk.A, werr = s.dev.NewSparseFromDevice(int(o.nd), int(o.ns), cb(o.ptr), cb(o.local))
-		}
-		if blk.A == nil {
-			o.free(s.gm) // the batch holds nothing of this hop
-			continue
-		}
-		*blk = gpusample.Block{NumDst: int(o.nd), NumSrc: int(o.ns), NumEdges: int(o.e), A: blk.A, SrcNodes: cb(o.srcNodes), EdgeIDs: cb(o.eid)}
-	}
-	b := gpusample.NewBatch(s.dev, slices.Clone(seeds), blocks)
-	if werr != nil {
-		b.Free()
-		return nil, s.p.wrapErr(L-1, "building the blocks", werr)
-	}
-	return b, nil
+	return batchFromParts(s.dev, s.gm, s.p, outs, seeds)
 }

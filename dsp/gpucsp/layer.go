@@ -1,0 +1,187 @@
+package gpucsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// LayerSampler is one rank's layer-wise collective GPU sampler: the
+// batches of csp.LayerSampler (Fanouts[hop] edges for the whole layer,
+// allotted to the frontier by the requester and drawn by the owners) with
+// the frontiers, answers and blocks in device memory. Its methods
+// serialize; Sample is a collective (see the package doc).
+type LayerSampler struct {
+	dev        *cuda.Device
+	rank, size int
+	cfg        Config
+
+	gs *gpusample.Sampler // the hop API: uniform draws and relabeling
+	gm *gpuLayerMachine
+	p  *lproto
+
+	mu     sync.Mutex
+	stats  Stats
+	closed bool
+}
+
+// NewLayer prepares rank c.Rank()'s layer-wise sampler, with the
+// arguments of New. cfg.Fanouts[hop] is the number of edges drawn for
+// the whole layer (1 to 2^24, or -1: every edge of the frontier);
+// weighted sampling is with replacement only and needs the patch's edge
+// weights (finite, >= 0), as csp.NewLayerSampler requires. A single rank
+// (nil communicator) runs the same protocol with local copies.
+func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
+	const op = "gpucsp.NewLayer"
+	rank, size := 0, 1
+	if c != nil {
+		rank, size = c.Rank(), c.Size()
+	}
+	bad := func(format string, args ...any) (*LayerSampler, error) {
+		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
+	}
+	b, msg := checkGroup(patch, offsets, rank, size)
+	if msg != "" {
+		return bad("%s", msg)
+	}
+	if err := checkLayerConfig(cfg); err != nil {
+		return bad("%v", err)
+	}
+	if cfg.Weighted {
+		w := patch.Graph.Weights
+		if int64(len(w)) != patch.Graph.NumEdges() {
+			return bad("weighted sampling needs edge weights (%d for %d edges)", len(w), patch.Graph.NumEdges())
+		}
+		for e, x := range w {
+			if !(x >= 0) || math.IsInf(float64(x), 1) {
+				return bad("edge %d of the patch has weight %v", e, x)
+			}
+		}
+	}
+	if dev == nil {
+		return bad("nil device")
+	}
+	cfg.Fanouts = slices.Clone(cfg.Fanouts)
+	s := &LayerSampler{dev: dev, rank: rank, size: size, cfg: cfg}
+	s.stats.BytesSent = make([]int64, size)
+	s.stats.Frontier = make([]int64, len(cfg.Fanouts))
+	lo, hi := b.Range(rank)
+	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts,
+		edgeIDs: cfg.EdgeIDs, stats: &s.stats}
+	if c != nil && size > 1 {
+		p.x, p.remote = c, true
+	} else {
+		p.x = local{dev}
+	}
+	wrap := func(err error) (*LayerSampler, error) {
+		s.Close()
+		kind := err
+		if errors.Is(err, sample.ErrConfig) || errors.Is(err, sample.ErrGraph) {
+			kind = fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
+	}
+	// Uniform draws use gpusample's hop API over the patch; weighted
+	// ones read this package's copy of the rows, so gpusample then gets
+	// a one-node graph and serves relabeling only.
+	g := patch.Graph
+	if cfg.Weighted {
+		g = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}
+	}
+	var err error
+	if s.gs, err = gpusample.New(dev, g, gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}); err != nil {
+		return wrap(err)
+	}
+	if s.gm, err = newGPULayerMachine(dev, s.gs, patch, p.off, size, cfg); err != nil {
+		return wrap(err)
+	}
+	p.m = s.gm
+	s.p = &lproto{proto: p, lm: s.gm, replace: cfg.Replace, weighted: cfg.Weighted}
+	if p.ctl, err = s.gm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
+		return wrap(err)
+	}
+	if s.p.bad, err = s.gm.alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
+		return wrap(err)
+	}
+	return s, nil
+}
+
+// Rank and Size describe the sampler's group.
+func (s *LayerSampler) Rank() int { return s.rank }
+
+// Size is the number of ranks.
+func (s *LayerSampler) Size() int { return s.size }
+
+// NumHops is the number of blocks per batch.
+func (s *LayerSampler) NumHops() int { return len(s.cfg.Fanouts) }
+
+// Stats returns a copy of the counters.
+func (s *LayerSampler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.BytesSent = slices.Clone(s.stats.BytesSent)
+	st.Frontier = slices.Clone(s.stats.Frontier)
+	return st
+}
+
+// Close releases the sampler's device memory (not the communicator, nor
+// batches already returned).
+func (s *LayerSampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var first error
+	if s.p != nil {
+		for _, b := range []backend.Buffer{s.p.ctl, s.p.bad} {
+			if b != nil {
+				s.dev.Free(b)
+			}
+		}
+	}
+	if s.gm != nil {
+		first = s.gm.close()
+	}
+	if s.gs != nil {
+		if err := s.gs.Close(); first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Sample draws the layer-wise mini-batch of seeds (distinct global IDs)
+// with key. It is a collective: every rank calls it the same number of
+// times, in the same order (seed counts may differ, including 0). The
+// batch lives on this rank's device and equals csp.LayerSampler's with
+// the same graph, seeds, key and configuration (edge IDs with
+// Config.EdgeIDs; -1 without).
+func (s *LayerSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.p.errf(-1, ErrInput, "sampler is closed")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	outs, err := s.p.sample(ctx, seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	return batchFromParts(s.dev, s.gm, s.p.proto, outs, seeds)
+}

@@ -1,0 +1,372 @@
+package gpucsp
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/strata-gnn/strata/dsp/layout"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+//go:embed layer.cu
+var layerSrc string
+
+var layerKernels = []string{"lw_info", "lw_frontier_info", "lw_pack_alloc", "lw_owner_counts", "lw_owner_check", "lw_guard",
+	"lw_draw_weighted", "lw_unpack"}
+
+// Hops of the layer sampler's gpusample.Sampler: the hop API is used
+// for its fanout only (keys are passed explicitly), so hop 0 counts
+// whole rows and hop 1 draws a given number of edges per node without
+// taking the whole row by default (fanout 1 > 0: with replacement, a
+// node allotted its degree still draws with replacement, as csp does).
+var layerGSFanouts = []int{-1, 1}
+
+const layerDrawHop = 1
+
+// gpuLayerMachine is the layer-wise machine of a CUDA device: the
+// node-wise gpuMachine (buffers, routing, relabeling, reads) plus the
+// rows this rank owns as layer.cu reads them. Uniform draws go through
+// gpusample's hop API over the patch; weighted ones through
+// lw_draw_weighted over the rows' running weight sums.
+type gpuLayerMachine struct {
+	*gpuMachine
+	lo, rows, n       int64
+	replace, weighted bool
+	rowptr            *cuda.Buffer // rows+1 offsets into the patch's indices
+	// Weighted sampling: the patch's indices, running weight sums,
+	// each row's last positive-weight edge and weight sum (float64
+	// bits), placed as Config.Placement says.
+	indices, cum, lastpos, roww cu.DevPtr
+	owned                       []*cuda.Buffer
+	hosts                       []*cuda.HostBuffer
+}
+
+// newGPULayerMachine loads the kernels and places the rows of patch.
+func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (g *gpuLayerMachine, err error) {
+	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: P, edgeBase: patch.EdgeBase}
+	g = &gpuLayerMachine{gpuMachine: gm, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows,
+		replace: cfg.Replace, weighted: cfg.Weighted}
+	defer func() {
+		if err != nil {
+			g.close()
+			g = nil
+		}
+	}()
+	if gm.st, err = gs.Stepper(); err != nil {
+		return nil, err
+	}
+	mod, err := dev.LoadModule("gpucsp-layer", cuda.CommonSource()+kernelSrc+layerSrc)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range append(append([]string{}, kernels...), layerKernels...) {
+		if gm.fns[name], err = mod.Func(name); err != nil {
+			return nil, err
+		}
+	}
+	ob, err := gm.alloc(backend.Int64, int64(P+1))
+	if err != nil {
+		return nil, err
+	}
+	gm.offB = ob.(*cuda.Buffer)
+	if err := gm.upload(gm.offB, offsets); err != nil {
+		return nil, err
+	}
+	if gm.pin, err = dev.AllocHost(uint64(8*readWords(P)), false); err != nil {
+		return nil, err
+	}
+	pg := patch.Graph
+	lo, hi := int64(patch.Lo), int64(patch.Hi)
+	rb, err := gm.alloc(backend.Int64, g.rows+1)
+	if err != nil {
+		return nil, err
+	}
+	g.rowptr = rb.(*cuda.Buffer)
+	if err := gm.upload(g.rowptr, pg.Indptr[lo:hi+1]); err != nil {
+		return nil, err
+	}
+	if !cfg.Weighted {
+		return g, nil
+	}
+	rw, cum, last := layerWeights(pg.Indptr[lo:hi+1], pg.Weights)
+	for _, a := range []struct {
+		dst  *cu.DevPtr
+		data any
+	}{{&g.indices, pg.Indices}, {&g.cum, cum}, {&g.lastpos, last}, {&g.roww, rw}} {
+		if *a.dst, err = g.place(a.data, cfg.Placement); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// layerWeights computes, for the rows at offsets rp into weights, each
+// row's weight sum (float64 bits), the running sums within each row, and
+// each row's last positive-weight edge (-1: none), with package csp's
+// float64 arithmetic.
+func layerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, last []int32) {
+	rows := len(rp) - 1
+	roww, last = make([]int64, rows), make([]int32, rows)
+	cum = make([]float64, rp[rows]) // indexed by position in the patch's indices
+	for r := range rows {
+		var sum float64
+		last[r] = -1
+		for e := rp[r]; e < rp[r+1]; e++ {
+			w := weights[e]
+			sum += float64(w)
+			cum[e] = sum
+			if w != 0 {
+				last[r] = int32(e - rp[r])
+			}
+		}
+		roww[r] = int64(math.Float64bits(sum))
+	}
+	return roww, cum, last
+}
+
+// place copies a host array to the device or into mapped pinned memory.
+func (g *gpuLayerMachine) place(data any, where gpusample.Placement) (cu.DevPtr, error) {
+	var n, size int
+	var p unsafe.Pointer
+	var dt backend.DType
+	switch v := data.(type) {
+	case []int64:
+		n, size, dt = len(v), 8, backend.Int64
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	case []int32:
+		n, size, dt = len(v), 4, backend.Int32
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	case []float64:
+		n, size, dt = len(v), 8, backend.Int64 // 8-byte elements
+		if n > 0 {
+			p = unsafe.Pointer(&v[0])
+		}
+	default:
+		return 0, fmt.Errorf("gpucsp: place %T", data)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	bytes := unsafe.Slice((*byte)(p), n*size)
+	if where == gpusample.Mapped {
+		h, err := g.dev.AllocHost(uint64(len(bytes)), true)
+		if err != nil {
+			return 0, err
+		}
+		copy(h.Bytes(), bytes)
+		g.hosts = append(g.hosts, h)
+		return h.DevPtr(), nil
+	}
+	b, err := g.alloc(dt, int64(n))
+	if err != nil {
+		return 0, err
+	}
+	g.owned = append(g.owned, b.(*cuda.Buffer))
+	if dt == backend.Int64 {
+		err = g.upload(b, unsafe.Slice((*int64)(p), n))
+	} else {
+		err = g.upload(b, unsafe.Slice((*int32)(p), n))
+	}
+	return b.(*cuda.Buffer).Ptr(), err
+}
+
+// read grows the pinned buffer to the read's size (the frontier's
+// degrees are read whole), then reads as gpuMachine does.
+func (g *gpuLayerMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
+	var total int64
+	for _, k := range n {
+		total += k
+	}
+	if need := uint64(8 * max(total, 1)); g.pin == nil || g.pin.Len() < need {
+		need = max(need, 2*g.pinLen())
+		if g.pin != nil {
+			if err := g.pin.Free(); err != nil {
+				return err
+			}
+			g.pin = nil
+		}
+		var err error
+		if g.pin, err = g.dev.AllocHost(need, false); err != nil {
+			return err
+		}
+	}
+	return g.gpuMachine.read(dst, srcs, n)
+}
+
+func (g *gpuLayerMachine) pinLen() uint64 {
+	if g.pin == nil {
+		return 0
+	}
+	return g.pin.Len()
+}
+
+func (g *gpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
+	w := int32(1)
+	if g.weighted {
+		w = 2
+	}
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Launch1D(g.fns["lw_info"], R, ptr(out), ptr(bad), ptr(ids), cu.I64(R), uint64(g.rowptr.Ptr()), uint64(g.roww),
+			cu.I64(g.lo), cu.I64(g.rows), cu.I32(w))
+	})
+}
+
+// upload64 queues the upload of small host words to a new buffer, which
+// the caller frees (after the work using it is queued).
+func upload64(l *cuda.Locked, words []int64) (*cuda.Buffer, error) {
+	b, err := l.Alloc(backend.Int64, max(len(words), 1))
+	if err != nil {
+		return nil, err
+	}
+	if err := l.UploadFrom(b, words); err != nil {
+		l.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+func (g *gpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
+	w := int32(1)
+	if g.weighted {
+		w = 2
+	}
+	return g.dev.Do(func(l *cuda.Locked) error {
+		bb, err := upload64(l, bptr)
+		if err != nil {
+			return err
+		}
+		defer l.Free(bb)
+		return l.Launch1D(g.fns["lw_frontier_info"], nF, ptr(out), ptr(in), ptr(pos), uint64(bb.Ptr()), cu.I32(int32(g.P)), cu.I64(nF), cu.I32(w))
+	})
+}
+
+func (g *gpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		bh, err := upload64(l, append(append(make([]int64, 0, len(bptr)+len(hdr)), bptr...), hdr...))
+		if err != nil {
+			return err
+		}
+		defer l.Free(bh)
+		P := g.P
+		return l.Launch1D(g.fns["lw_pack_alloc"], nF+1+int64(P), ptr(allocG), ptr(msg), ptr(allocF), ptr(pos),
+			uint64(bh.Ptr()), uint64(bh.View(P+1, 2*P).Ptr()), cu.I32(int32(P)), cu.I64(nF))
+	})
+}
+
+func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
+	w, P := int32(1), g.P
+	if g.weighted {
+		w = 2
+	}
+	return g.dev.Do(func(l *cuda.Locked) error {
+		// roff, then tot, then the keys (as seg for lw_draw_weighted:
+		// roff followed by the keys is its seg argument).
+		words := make([]int64, 0, 3*P+1)
+		words = append(words, roff...)
+		for _, k := range keys {
+			words = append(words, int64(k))
+		}
+		words = append(words, tot...)
+		wb, err := upload64(l, words)
+		if err != nil {
+			return err
+		}
+		defer l.Free(wb)
+		roffB, segB, totB := wb.View(0, P+1), wb.View(0, 2*P+1), wb.View(2*P+1, P)
+		cnt, err := l.Alloc(backend.Int64, int(R+1))
+		if err != nil {
+			return err
+		}
+		defer l.Free(cnt)
+		qptr, err := l.Alloc(backend.Int64, int(R+1))
+		if err != nil {
+			return err
+		}
+		defer l.Free(qptr)
+		if err := l.Launch1D(g.fns["lw_owner_counts"], R+1, uint64(cnt.Ptr()), ptr(bad), ptr(msg), ptr(info), uint64(roffB.Ptr()),
+			cu.I32(int32(P)), cu.I64(R), cu.I32(w), cu.I32(b2i(g.replace)), cu.I64(maxLayerFanout)); err != nil {
+			return err
+		}
+		if err := l.ScanI64(qptr, cnt, int(R+1)); err != nil {
+			return err
+		}
+		if err := l.Launch1D(g.fns["lw_owner_check"], int64(P), ptr(bad), uint64(qptr.Ptr()), uint64(roffB.Ptr()), uint64(totB.Ptr()), cu.I32(int32(P))); err != nil {
+			return err
+		}
+		if err := l.Launch1D(g.fns["lw_guard"], R+1, uint64(qptr.Ptr()), ptr(bad), cu.I64(R)); err != nil {
+			return err
+		}
+		if err := l.Memset(cb(src), 0xff); err != nil {
+			return err
+		}
+		if err := l.Memset(cb(eid), 0xff); err != nil {
+			return err
+		}
+		if g.weighted {
+			return l.Launch1D(g.fns["lw_draw_weighted"], E, ptr(src), ptr(eid), ptr(ids), uint64(qptr.Ptr()), cu.I64(R), uint64(segB.Ptr()),
+				cu.I32(int32(P)), uint64(g.rowptr.Ptr()), uint64(g.indices), uint64(g.cum), uint64(g.lastpos), cu.I64(g.lo),
+				cu.I64(g.edgeBase), cu.I64(E))
+		}
+		if R == 0 {
+			return nil
+		}
+		if err := g.st.DrawHop(l, layerDrawHop, cb(ids), qptr, R, roff, keys, cb(eid), cb(src), E); err != nil {
+			return err
+		}
+		return l.Launch1D(g.fns["csp_add_i64"], E, ptr(eid), cu.I64(E), cu.I64(g.edgeBase))
+	})
+}
+
+func (g *gpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptrB, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		sptr, err := l.Alloc(backend.Int64, int(nF+1))
+		if err != nil {
+			return err
+		}
+		defer l.Free(sptr)
+		if err := l.ScanI64(sptr, cb(allocG), int(nF+1)); err != nil {
+			return err
+		}
+		var ansEP uint64 // 0: the kernel writes -1
+		if ansE != nil {
+			ansEP = ptr(ansE)
+		}
+		return l.Launch1D(g.fns["lw_unpack"], E, ptr(src), ptr(eid), ptr(bad), ptr(ans), ansEP, ptr(ptrB), uint64(sptr.Ptr()), ptr(pos),
+			cu.I64(nF), cu.I64(E), cu.I64(g.n))
+	})
+}
+
+func (g *gpuLayerMachine) close() error {
+	for _, b := range g.owned {
+		g.dev.Free(b)
+	}
+	g.owned = nil
+	if g.rowptr != nil {
+		g.dev.Free(g.rowptr)
+		g.rowptr = nil
+	}
+	first := g.gpuMachine.close()
+	for _, h := range g.hosts {
+		if err := h.Free(); first == nil {
+			first = err
+		}
+	}
+	g.hosts = nil
+	return first
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}

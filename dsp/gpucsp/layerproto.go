@@ -1,0 +1,530 @@
+package gpucsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Domain tags of package csp's layer-wise streams: the GPU sampler draws
+// the same numbers (TestLayerProtocolMatchesCPU compares every batch).
+const (
+	tagLayerNode  = 0x4c41594e // "LAYN": a frontier node's neighbor draws
+	tagLayerAlloc = 0x4c415941 // "LAYA": the requester's allocation of a layer
+)
+
+// maxLayerFanout bounds a layer's edge budget, as in package csp.
+const maxLayerFanout = 1 << 24
+
+// ownerShift: the requester reads each frontier node's degree with its
+// owner in the bits above (layer.cu's LW_OWNER_SHIFT).
+const ownerShift = 48
+
+// layerMachine is what the layer-wise protocol needs from one rank's
+// device: the node-wise machine's buffers, routing and relabeling, and
+// the kernels of layer.cu. As in machine, every method but read queues
+// work and returns.
+type layerMachine interface {
+	machine
+
+	// info answers the R received nodes ids: out[i*w] their degree and,
+	// with weights (w == 2), out[i*w+1] the float64 bits of their row's
+	// weight sum. Nodes this rank does not own add to bad[0].
+	info(ids backend.Buffer, R int64, out, bad backend.Buffer) error
+	// frontierInfo takes the answers in grouped order (owner q's at
+	// bptr[q]) into frontier order (pos[j] is grouped j's position):
+	// out[i*w] = degree | owner<<ownerShift, out[i*w+1] the weight.
+	frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error
+	// packAlloc writes the allocation allocF (frontier order) in grouped
+	// order to allocG (nF+1 entries, the last 0) and to msg, where owner
+	// q's part is hdr[2q], hdr[2q+1] (status, total), then its counts.
+	packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error
+	// drawLayer draws the received allotments: msg holds requester p's
+	// status, total and counts at roff[p]+2p; info is what info wrote.
+	// Counts csp's owner refuses, or segments that do not add up to tot,
+	// add to bad[0] and nothing is drawn. src (int32) and eid (int64
+	// global edge IDs) get the E draws, in received order, -1 where
+	// nothing was drawn.
+	drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error
+	// unpackLayer puts the answers (grouped order, allocG's counts) into
+	// the block's rows (ptr, frontier order): src, and eid from ansE (-1
+	// when nil). Neighbors outside [0, NumNodes) add to bad[0].
+	unpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error
+}
+
+// lproto is one rank's side of the layer-wise protocol (see the package
+// doc). It shares the node-wise protocol's exchanges, reads, buffers and
+// header; m is the same machine as proto.m.
+type lproto struct {
+	*proto
+	lm                layerMachine
+	replace, weighted bool
+	bad               backend.Buffer // int64, 2 per hop: the owner's and the requester's violations
+}
+
+// infoWords is the words per node of the degree answer.
+func (lp *lproto) infoWords() int64 {
+	if lp.weighted {
+		return 2
+	}
+	return 1
+}
+
+// layerNodeKey is the key of the owners' draws for the requester's batch
+// key at hop (csp's nodeKey): node v draws with rng.Derive(it, v).
+func layerNodeKey(key sample.Key, hop int) uint64 {
+	return rng.Derive(key.Seed, tagLayerNode, uint64(key.Epoch), uint64(key.Batch), uint64(hop))
+}
+
+// sample runs one step, as proto.sample: every hop, then one read of
+// every block's sizes and violation counters.
+func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (_ []hopOut, err error) {
+	p := lp.proto
+	L := len(p.fan)
+	outs := make([]hopOut, L)
+	defer func() {
+		if err != nil {
+			for i := range outs {
+				outs[i].free(p.m)
+			}
+		}
+	}()
+	var status int64
+	var carried error
+	if err := checkSeeds(seeds, p.n); err != nil {
+		status, carried = stInput, p.errf(0, ErrInput, "%v", err)
+	}
+	cl := ctlLayout{p.size}
+	nF0 := int64(len(seeds))
+	var F backend.Buffer
+	if status == stOK {
+		err := func() error {
+			var err error
+			if F, err = p.alloc(nil, backend.Int32, nF0); err != nil {
+				return err
+			}
+			if err := p.m.upload(F, seeds); err != nil {
+				return err
+			}
+			if err := p.m.upload(lp.bad, make([]int64, 2*L)); err != nil {
+				return err
+			}
+			return p.m.upload(p.m.view(p.ctl, cl.nSeeds(), 1), []int64{nF0})
+		}()
+		if err != nil {
+			status, carried = stFailed, p.wrapErr(0, "uploading the seeds", err)
+		}
+	}
+	if F != nil {
+		defer p.m.free(F)
+	}
+	nFB, fcap := p.m.view(p.ctl, cl.nSeeds(), 1), nF0
+	nF := make([]int64, L)
+	for h := range L {
+		if status != stOK {
+			F = nil
+		}
+		var next int64
+		next, err = lp.hop(ctx, h, F, nFB, fcap, status, carried, key, &outs[h], &nF[h])
+		if err != nil {
+			var c *carry
+			if !errors.As(err, &c) {
+				return nil, err
+			}
+			if h == L-1 {
+				return nil, c.err
+			}
+			status, carried = stFailed, c.err
+			continue
+		}
+		F, nFB, fcap = outs[h].srcNodes, p.m.view(outs[h].sizes, 2, 1), next
+	}
+	srcs, n := make([]backend.Buffer, L+1), make([]int64, L+1)
+	for h := range L {
+		srcs[h], n[h] = outs[h].sizes, 3
+	}
+	srcs[L], n[L] = lp.bad, int64(2*L)
+	sz, err := p.read(srcs, n)
+	if err != nil {
+		return nil, p.wrapErr(L-1, "reading the block sizes", err)
+	}
+	for h := range L {
+		o := &outs[h]
+		nd, e, ns := sz[3*h], sz[3*h+1], sz[3*h+2]
+		if nd != o.nd || e != o.ecap || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
+			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d and %d edges", nd, e, ns, o.nd, o.ecap)
+		}
+		if ob, rb := sz[3*L+2*h], sz[3*L+2*h+1]; ob != 0 || rb != 0 {
+			return nil, p.errf(h, ErrProtocol, "%d invalid requests from peers, %d invalid neighbors received", ob, rb)
+		}
+		o.e, o.ns = e, ns
+	}
+	p.stats.Batches++
+	return outs, nil
+}
+
+// hop runs layer-wise hop h for the frontier F (nFB[0] nodes on the
+// device, at most fcap) into out and returns the next frontier's bound.
+// status != stOK takes part in the header exchange only, then returns
+// carried.
+func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
+	p, lm := lp.proto, lp.lm
+	P, L, m := p.size, len(p.fan), p.m
+	f := p.fan[h]
+	cl := ctlLayout{P}
+	w := lp.infoWords()
+	var tmp []backend.Buffer
+	defer func() {
+		for _, b := range tmp {
+			m.free(b)
+		}
+	}()
+	nk := layerNodeKey(key, h)
+	badO, badR := m.view(lp.bad, int64(2*h), 1), m.view(lp.bad, int64(2*h+1), 1)
+
+	// 1. Shuffle, as node-wise hops: the header tells every owner how
+	// many nodes come and the requester's node key.
+	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
+	var sendIDs, pos backend.Buffer
+	if status == stOK {
+		err := func() error {
+			var err error
+			if sendIDs, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			if pos, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			return m.route(sendH, sendIDs, pos, F, nFB, m.view(p.ctl, cl.ctr(), int64(2*(P+1))), fcap, nk, h, f, L)
+		}()
+		if err != nil {
+			status, carried = stFailed, p.wrapErr(h, "routing the frontier", err)
+		}
+	}
+	if status != stOK {
+		if err := m.upload(sendH, makeHeader(P, status, nk, h, f, L)); err != nil {
+			return 0, carried
+		}
+	}
+	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
+		return 0, p.wrapErr(h, "header exchange", err)
+	}
+	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+	if err != nil {
+		return 0, p.wrapErr(h, "reading the header", err)
+	}
+	if status != stOK {
+		return 0, carried
+	}
+	pl := &plan{P: P, rank: p.rank}
+	W := cl.hdrWords()
+	if kind, msg := pl.readHeader(hw[W:2*W], hw[:W], h, f, L, fcap, p.rows); kind != nil {
+		return 0, p.errf(h, kind, "%s", msg)
+	}
+	nF, R := pl.nF, pl.R
+	*nFOut = nF
+	p.stats.Frontier[h] += nF
+	if R*w+int64(2*P) > maxEntries || nF*w+int64(2*P) > maxEntries {
+		return 0, p.errf(h, ErrTooLarge, "%d nodes received, %d sent", R, nF)
+	}
+	// Every buffer whose size the header fixes, before the exchanges.
+	var recvIDs, infoO, infoI, infoF, allocF, allocG, msg, rmsg backend.Buffer
+	err = func() error {
+		for _, b := range []struct {
+			dst *backend.Buffer
+			dt  backend.DType
+			n   int64
+		}{{&recvIDs, backend.Int32, R}, {&infoO, backend.Int64, R * w}, {&infoI, backend.Int64, nF * w}, {&infoF, backend.Int64, nF * w},
+			{&allocF, backend.Int64, nF}, {&allocG, backend.Int64, nF + 1}, {&msg, backend.Int64, nF + int64(2*P)}, {&rmsg, backend.Int64, R + int64(2*P)}} {
+			var err error
+			if *b.dst, err = p.alloc(&tmp, b.dt, b.n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		return 0, p.wrapErr(h, "allocating the hop's buffers", err)
+	}
+	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
+	if err := p.a2av(ctx, m.view(recvIDs, 0, R), recvN, m.view(sendIDs, 0, nF), sendN, 4); err != nil {
+		return 0, p.wrapErr(h, "node exchange", err)
+	}
+
+	// 2. Owners answer each node's degree (and weight).
+	if err := lm.info(recvIDs, R, infoO, badO); err != nil {
+		return 0, p.wrapErr(h, "reading the degrees", err)
+	}
+	if err := p.a2av(ctx, m.view(infoI, 0, nF*w), scale(sendN, int(w)), m.view(infoO, 0, R*w), scale(recvN, int(w)), 8); err != nil {
+		return 0, p.wrapErr(h, "degree exchange", err)
+	}
+	bptr := pl.bptr()
+	if err := lm.frontierInfo(infoF, infoI, pos, bptr, nF); err != nil {
+		return 0, p.wrapErr(h, "ordering the degrees", err)
+	}
+	fi, err := p.read([]backend.Buffer{infoF}, []int64{nF * w})
+	if err != nil {
+		return 0, p.wrapErr(h, "reading the degrees", err)
+	}
+
+	// 3. The requester allots the layer's draws on the host (csp's
+	// allocation, bit for bit) and tells each owner its counts, with a
+	// status and total per owner: a failure here reaches every rank.
+	alloc, sendTot, st, aerr := lp.allocate(h, f, key, fi, nF)
+	E := int64(0)
+	for _, t := range sendTot {
+		E += t
+	}
+	hdr := make([]int64, 2*P)
+	for q := range P {
+		hdr[2*q] = st
+		if st == stOK {
+			hdr[2*q+1] = sendTot[q]
+		}
+	}
+	if err := m.upload(allocF, alloc); err != nil {
+		return 0, p.wrapErr(h, "uploading the allocation", err)
+	}
+	if err := lm.packAlloc(allocG, msg, allocF, pos, bptr, hdr, nF); err != nil {
+		return 0, p.wrapErr(h, "packing the allocation", err)
+	}
+	if err := p.a2av(ctx, m.view(rmsg, 0, R+int64(2*P)), plus(recvN, 2), m.view(msg, 0, nF+int64(2*P)), plus(sendN, 2), 8); err != nil {
+		return 0, p.wrapErr(h, "allocation exchange", err)
+	}
+	hsrc, hn := make([]backend.Buffer, P), make([]int64, P)
+	for q := range P {
+		hsrc[q], hn[q] = m.view(rmsg, pl.roff[q]+int64(2*q), 2), 2
+	}
+	rh, err := p.read(hsrc, hn)
+	if err != nil {
+		return 0, p.wrapErr(h, "reading the allocation headers", err)
+	}
+	if aerr != nil {
+		return 0, aerr
+	}
+	tot := make([]int64, P)
+	var Eo int64
+	for q := range P {
+		if q != p.rank && rh[2*q] != stOK {
+			return 0, p.errf(h, ErrPeer, "rank %d: %s", q, statusText(rh[2*q]))
+		}
+	}
+	for q := range P {
+		t := rh[2*q+1]
+		if t < 0 || (f > 0 && t > int64(f)) || t > maxEntries {
+			return 0, p.errf(h, ErrProtocol, "rank %d asks for %d edges of its %d nodes here (fanout %d)", q, t, pl.recvN[q], f)
+		}
+		tot[q] = t
+		if Eo += t; Eo > maxEntries {
+			return 0, p.errf(h, ErrTooLarge, "more than %d edges to draw", int64(maxEntries))
+		}
+	}
+
+	// 4. Owners draw; 5. the answers go back.
+	var srcO, eidO, ans, ansE backend.Buffer
+	err = func() error {
+		var err error
+		if srcO, err = p.alloc(&tmp, backend.Int32, Eo); err != nil {
+			return err
+		}
+		if eidO, err = p.alloc(&tmp, backend.Int64, Eo); err != nil {
+			return err
+		}
+		if err := lm.drawLayer(recvIDs, infoO, rmsg, R, pl.roff, tot, pl.keys, srcO, eidO, Eo, badO); err != nil {
+			return err
+		}
+		if ans, err = p.alloc(&tmp, backend.Int32, E); err != nil {
+			return err
+		}
+		if p.edgeIDs {
+			ansE, err = p.alloc(&tmp, backend.Int64, E)
+		}
+		return err
+	}()
+	if err != nil {
+		return 0, p.wrapErr(h, "drawing", err)
+	}
+	back := ints(sendTot)
+	if err := p.a2av(ctx, m.view(ans, 0, E), back, m.view(srcO, 0, Eo), ints(tot), 4); err != nil {
+		return 0, p.wrapErr(h, "answer exchange", err)
+	}
+	if p.edgeIDs {
+		if err := p.a2av(ctx, m.view(ansE, 0, E), back, m.view(eidO, 0, Eo), ints(tot), 8); err != nil {
+			return 0, p.wrapErr(h, "edge ID exchange", err)
+		}
+	}
+
+	// The block, in frontier order: failures from here on are carried.
+	out.nd, out.ecap = nF, E
+	err = func() error {
+		var err error
+		if out.ptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
+			return err
+		}
+		if err := m.upload(out.ptr, rowOffsets(alloc)); err != nil {
+			return err
+		}
+		if out.eid, err = p.alloc(nil, backend.Int64, E); err != nil {
+			return err
+		}
+		src, err := p.alloc(&tmp, backend.Int32, E)
+		if err != nil {
+			return err
+		}
+		if err := lm.unpackLayer(src, out.eid, ans, ansE, out.ptr, allocG, pos, nF, E, badR); err != nil {
+			return err
+		}
+		out.srcNodes, out.local, out.sizes, err = m.relabel(F, nF, src, out.ptr, E)
+		return err
+	}()
+	if err != nil {
+		return 0, &carry{p.wrapErr(h, "assembling the block", err)}
+	}
+	return nF + E, nil
+}
+
+// allocate decodes the frontier's degrees (fi: w words per node in
+// frontier order) and allots the layer's budget: alloc per frontier node,
+// the edges asked of each owner, and the status for the allocation
+// header with this rank's error when it is not stOK.
+func (lp *lproto) allocate(h, f int, key sample.Key, fi []int64, nF int64) (alloc, sendTot []int64, st int64, err error) {
+	p := lp.proto
+	w := lp.infoWords()
+	sendTot = make([]int64, p.size)
+	alloc = make([]int64, nF)
+	deg, wt, owner := make([]int64, nF), make([]float64, nF), make([]int, nF)
+	for i := range nF {
+		x := fi[i*w]
+		d, o := x&(1<<ownerShift-1), x>>ownerShift
+		if o < 0 || o >= int64(p.size) || d > maxEntries {
+			return alloc, sendTot, stFailed, p.errf(h, ErrProtocol, "frontier node %d: degree word %#x", i, x)
+		}
+		deg[i], owner[i], wt[i] = d, int(o), float64(d)
+		if lp.weighted {
+			wt[i] = math.Float64frombits(uint64(fi[i*w+1]))
+			if !(wt[i] >= 0) || math.IsInf(wt[i], 1) {
+				return alloc, sendTot, stFailed, p.errf(h, ErrProtocol, "frontier node %d has weight %v", i, wt[i])
+			}
+		}
+	}
+	a := layerAllocate(f, lp.replace, key, h, deg, wt)
+	var E int64
+	for i, k := range a {
+		sendTot[owner[i]] += k
+		E += k
+	}
+	if E > maxEntries || nF+E >= math.MaxInt32/2 {
+		return alloc, make([]int64, p.size), stTooLarge, p.errf(h, ErrTooLarge, "%d destinations and %d drawn edges", nF, E)
+	}
+	return a, sendTot, stOK, nil
+}
+
+// layerAllocate is package csp's LayerSampler.allocate, bit for bit:
+// with replacement, f i.i.d. draws of node i with probability
+// wt[i]/sum(wt); without, f distinct edges among all the frontier's edges
+// (Floyd's algorithm over its edge slots), counted per node; f = -1 (or f
+// at least the frontier's edges, without replacement) takes every edge.
+func layerAllocate(f int, replace bool, key sample.Key, hop int, deg []int64, wt []float64) []int64 {
+	alloc := make([]int64, len(deg))
+	if f < 0 {
+		copy(alloc, deg)
+		return alloc
+	}
+	st := rng.NewStream(rng.Derive(key.Seed, tagLayerAlloc, uint64(key.Epoch), uint64(key.Batch), uint64(hop)))
+	if replace {
+		cum := make([]float64, len(wt))
+		var sum float64
+		for i, w := range wt {
+			sum += w
+			cum[i] = sum
+		}
+		if !(sum > 0) {
+			return alloc
+		}
+		for range f {
+			u := (1 - st.OpenFloat64()) * sum // [0, sum)
+			i := sort.Search(len(cum), func(i int) bool { return cum[i] > u })
+			if i == len(cum) { // rounding at the top end
+				i = len(cum) - 1
+				for wt[i] == 0 {
+					i--
+				}
+			}
+			alloc[i]++
+		}
+		return alloc
+	}
+	var total int64
+	cum := make([]int64, len(deg))
+	for i, d := range deg {
+		total += d
+		cum[i] = total
+	}
+	k := min(int64(f), total)
+	if k == total {
+		copy(alloc, deg)
+		return alloc
+	}
+	chosen := make(map[int64]struct{}, k)
+	for j := total - k; j < total; j++ {
+		t := int64(st.Below(uint64(j + 1)))
+		if _, dup := chosen[t]; dup {
+			t = j
+		}
+		chosen[t] = struct{}{}
+	}
+	for t := range chosen {
+		i := sort.Search(len(cum), func(i int) bool { return cum[i] > t })
+		alloc[i]++
+	}
+	return alloc
+}
+
+// rowOffsets is the exclusive scan of counts with the total appended.
+func rowOffsets(counts []int64) []int64 {
+	out := make([]int64, len(counts)+1)
+	for i, c := range counts {
+		out[i+1] = out[i] + c
+	}
+	return out
+}
+
+func scale(x []int, k int) []int {
+	out := make([]int, len(x))
+	for i, v := range x {
+		out[i] = v * k
+	}
+	return out
+}
+
+func plus(x []int, k int) []int {
+	out := make([]int, len(x))
+	for i, v := range x {
+		out[i] = v + k
+	}
+	return out
+}
+
+// checkLayerConfig checks a layer-wise configuration as csp.NewLayerSampler
+// does (the weights themselves are checked where they are uploaded).
+func checkLayerConfig(cfg Config) error {
+	if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > maxHops {
+		return fmt.Errorf("%d fanouts: want 1 to %d hops", len(cfg.Fanouts), maxHops)
+	}
+	for i, f := range cfg.Fanouts {
+		if f != -1 && (f <= 0 || f > maxLayerFanout) {
+			return fmt.Errorf("fanout %d of hop %d: want -1 (every edge) or 1..%d edges per layer", f, i, maxLayerFanout)
+		}
+	}
+	if cfg.Weighted && !cfg.Replace {
+		return fmt.Errorf("weighted layer-wise sampling is with replacement only")
+	}
+	return nil
+}
