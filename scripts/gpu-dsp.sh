@@ -28,6 +28,9 @@
 #                                     # ($DSP_HARD_EPOCHS epochs, seeds $DSP_HARD_SEEDS)
 #   scripts/gpu-dsp.sh two            # on the GPU host: 2-GPU diagnostics (csp vs whole-graph
 #                                     # sampler, replicated cache, no coordinator, pipeline off)
+#   scripts/gpu-dsp.sh four           # on the GPU host: 4 vs 1 GPU pairs with the defaults,
+#                                     # partitioned cache, pipeline off, 2 GPUs, multilevel
+#                                     # partition, sampler and gpurun GPU tests
 #   scripts/gpu-dsp.sh samplers       # on the GPU host: gpusample and gpucsp GPU tests
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
 #                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
@@ -99,7 +102,7 @@ products() {
   local t0=$(date +%s.%N)
   # SIGQUIT on timeout: the Go runtime prints every goroutine's stack.
   timeout -s QUIT -k 10 "${DSP_RUN_TIMEOUT:-150}" "$root/$dir/bin/strata" train "${common[@]}" --devices "$devs" --epochs "$epochs" \
-    --partition range --eval-every 1000 --stall-timeout "${DSP_STALL:-45s}" --report "$logs/$name.json" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
+    --partition "${DSP_PARTITION:-range}" --eval-every 1000 --stall-timeout "${DSP_STALL:-45s}" --report "$logs/$name.json" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
   local rc=$?
   local wall=$(since $t0)
   echo "== $name ($devs, $epochs epochs, $*): rc=$rc wall=${wall}s"
@@ -320,6 +323,28 @@ samplers() {
   grep -E -- '^--- |_test.go|^(ok|FAIL|PASS)|panic' "$logs/samplertests.log" | head -30 | sed 's/^/   /'
 }
 
+# four: this session's headline set on 4 GPUs: the default (auto cache
+# policy) against 1 GPU, $DSP_REPEAT pairs; the partitioned cache; the
+# pipeline off; 2 GPUs; the multilevel partition; then the sampler and
+# gpurun GPU tests (split-topology variants on 4 GPUs).
+four() {
+  setup
+  local e=${DSP_EPOCHS:-3}
+  {
+    gen
+    for i in $(seq "${DSP_REPEAT:-3}"); do
+      products f4-r$i cuda:0,1,2,3 "$e"
+      products f1-r$i cuda:0 "$e"
+    done
+    products f4-part cuda:0,1,2,3 "$e" --cache-policy partition
+    products f4-off cuda:0,1,2,3 "$e" --no-pipeline
+    products f2 cuda:0,1 "$e"
+    DSP_PARTITION=multilevel products f4-ml cuda:0,1,2,3 "$e"
+    [ "${DSP_TESTS:-1}" = 1 ] && samplers && gputests
+  } 2>&1 | tee "$logs/summary-four.txt"
+  finish
+}
+
 ncclasync() {
   local t0=$(date +%s.%N)
   (cd comm/nccl && timeout 120 "$root/$dir/bin/nccl.test" -test.run 'GPUAsync|TwoGPUs' -test.v -test.timeout 3m) >"$logs/nccltests.log" 2>&1
@@ -389,7 +414,8 @@ for mode in "$@"; do
     confirm) confirm ;;
     repeat) repeat ;;
     two) two ;;
+    four) four ;;
     samplers) setup; samplers 2>&1 | tee "$logs/summary-samplers.txt"; finish ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | samplers (several run in order)" >&2; exit 2 ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | samplers (several run in order)" >&2; exit 2 ;;
   esac
 done
