@@ -41,7 +41,10 @@ type LayerSampler struct {
 // the whole layer (1 to 2^24, or -1: every edge of the frontier);
 // weighted sampling is with replacement only and needs the patch's edge
 // weights (finite, >= 0), as csp.NewLayerSampler requires. A single rank
-// (nil communicator) runs the same protocol with local copies.
+// (nil communicator) runs the same protocol with local copies. Weighted
+// sampling keeps this package's copy of the patch's rows with their
+// running weight sums (per-edge arrays in host memory with Mapped and
+// Split placements).
 func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
 	const op = "gpucsp.NewLayer"
 	rank, size := 0, 1
@@ -95,12 +98,16 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 	// Uniform draws use gpusample's hop API over the patch; weighted
 	// ones read this package's copy of the rows, so gpusample then gets
 	// a one-node graph and serves relabeling only.
+	gcfg := gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}
+	if cfg.Placement == gpusample.Split {
+		gcfg.DeviceRows = patch.DeviceRowIDs()
+	}
 	g := patch.Graph
 	if cfg.Weighted {
-		g = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}
+		g, gcfg.Placement, gcfg.DeviceRows = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}, gpusample.OnDevice, nil
 	}
 	var err error
-	if s.gs, err = gpusample.New(dev, g, gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}); err != nil {
+	if s.gs, err = gpusample.New(dev, g, gcfg); err != nil {
 		return wrap(err)
 	}
 	if s.gm, err = newGPULayerMachine(dev, s.gs, patch, p.off, size, cfg); err != nil {

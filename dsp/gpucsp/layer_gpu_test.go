@@ -34,6 +34,12 @@ func layerGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*LayerSa
 		if err != nil {
 			t.Fatal(err)
 		}
+		if cfg.Placement == gpusample.Split {
+			// Half of the patch's bytes on the device: its longest rows.
+			if p, err = layout.Build(g, b, r, layout.Options{DeviceBytes: p.DeviceBytes() / 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var c comm.DeviceComm
 		if cs != nil {
 			c = cs[r]
@@ -74,7 +80,8 @@ func layerSampleAll(ctx context.Context, ss []*LayerSampler, seeds [][]graph.Nod
 // layer-wise batch equals csp.LayerSampler's alone on one rank with the
 // same seeds and key: seeds, SrcNodes, indptr, indices (and edge IDs
 // when asked), for uniform sampling with and without replacement,
-// weighted sampling (also with the rows in mapped host memory), every
+// weighted sampling (also with the rows in mapped host memory, and with
+// the patches split between device and host memory), every
 // edge (fanout -1), and budgets above the frontier's edges, on equal and
 // random partitions (an empty rank, ranks without seeds). It also counts
 // the host's waits.
@@ -89,6 +96,8 @@ func TestLayerMatchesCPU(t *testing.T) {
 		{Fanouts: []int{-1, 5000}, EdgeIDs: true},
 		{Fanouts: []int{-1, 800}, Replace: true},
 		{Fanouts: []int{1 << 20, 64}},
+		{Fanouts: []int{2000, 4000}, Placement: gpusample.Split, EdgeIDs: true},
+		{Fanouts: []int{1500, 2500}, Replace: true, Weighted: true, Placement: gpusample.Split},
 	}
 	one := []int64{0, g.NumRows}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

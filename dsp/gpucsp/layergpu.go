@@ -93,12 +93,23 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	if !cfg.Weighted {
 		return g, nil
 	}
+	// Per-row arrays follow the placement's rows (on the device unless
+	// Mapped); per-edge ones its adjacency (in host memory with Mapped
+	// and Split: this copy is not split by row).
 	rw, cum, last := layerWeights(pg.Indptr[lo:hi+1], pg.Weights)
+	edges, rowsAt := gpusample.OnDevice, gpusample.OnDevice
+	switch cfg.Placement {
+	case gpusample.Mapped:
+		edges, rowsAt = gpusample.Mapped, gpusample.Mapped
+	case gpusample.Split:
+		edges = gpusample.Mapped
+	}
 	for _, a := range []struct {
-		dst  *cu.DevPtr
-		data any
-	}{{&g.indices, pg.Indices}, {&g.cum, cum}, {&g.lastpos, last}, {&g.roww, rw}} {
-		if *a.dst, err = g.place(a.data, cfg.Placement); err != nil {
+		dst   *cu.DevPtr
+		data  any
+		where gpusample.Placement
+	}{{&g.indices, pg.Indices, edges}, {&g.cum, cum, edges}, {&g.lastpos, last, rowsAt}, {&g.roww, rw, rowsAt}} {
+		if *a.dst, err = g.place(a.data, a.where); err != nil {
 			return nil, err
 		}
 	}
