@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -22,9 +23,10 @@ type Config struct {
 	// and after the last one (0 means 1; negative: after the last only).
 	EvalEvery int `json:"eval_every"`
 	// Sampler is how CUDA devices sample: SamplerCSP (default: collective
-	// sampling over each device's patch, dsp/gpucsp) or SamplerFull
-	// (gpusample over the whole graph on every device; the same batches).
-	// Other back ends sample on the host.
+	// sampling over each device's patch, dsp/gpucsp; node-wise or
+	// layer-wise as Scheme says) or SamplerFull (gpusample over the whole
+	// graph on every device; the same batches; node-wise only). Other
+	// back ends sample on the host (the same batches again).
 	Sampler string `json:"sampler"`
 	// SharedStream runs a CUDA device's sampler on the trainer's stream
 	// (the back end's one stream per device handle) instead of on a
@@ -77,9 +79,6 @@ func (c *Config) normalize() error {
 	bad := func(field, format string, args ...any) error {
 		return &runner.ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
-	if c.Scheme != runner.NodeWise {
-		return bad("scheme", "the device run samples node-wise only (got %q)", c.Scheme)
-	}
 	if c.EvalEvery == 0 {
 		c.EvalEvery = 1
 	}
@@ -89,6 +88,16 @@ func (c *Config) normalize() error {
 	case SamplerCSP, SamplerFull:
 	default:
 		return bad("sampler", "unknown sampler %q (want csp or full)", c.Sampler)
+	}
+	if c.Scheme == runner.LayerWise {
+		// Layer-wise batches come from gpucsp.LayerSampler on CUDA
+		// devices and csp.LayerSampler on one rank on the host.
+		if c.Sampler == SamplerFull {
+			return bad("sampler", "the full sampler is gpusample's node-wise sampling over the whole graph; layer-wise sampling on GPUs is collective (use csp)")
+		}
+		if c.Hotness == cache.ByPreSampling {
+			return bad("hotness", "the device run's pre-sampling pass samples node-wise; with the layer scheme use in-degree, pagerank or reverse-pagerank")
+		}
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func (d *device) setup() error {
 			return d.errf("fences", err)
 		}
 	}
-	spec := samplerSpec{dev: d.sdev, csp: csp, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
+	spec := samplerSpec{dev: d.sdev, csp: csp, layer: cfg.Scheme == runner.LayerWise, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
 	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec); err != nil {
 		return d.errf("device kit", err)
 	}

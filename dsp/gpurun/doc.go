@@ -9,7 +9,9 @@
 //     frontier goes to the owners of its nodes and the neighbors come
 //     back, all over NCCL), or, with Sampler "full", by gpusample over
 //     the whole graph on every device; both give the host sampler's
-//     batches;
+//     batches. With the layer scheme (runner.LayerWise) the collective
+//     sampler is gpucsp.LayerSampler (csp.LayerSampler's batches; the
+//     full sampler is node-wise and refuses it);
 //   - loader: the partitioned feature cache of package gpucache: the
 //     plan's hot rows in device memory, cold rows read from pinned host
 //     memory through UVA, rows cached by peers fetched by all-to-all-v of
@@ -48,7 +50,9 @@
 // bit at the end. Device 0 evaluates as the single-device trainer does
 // (every EvalEvery epochs and after the last).
 //
-// Other back ends (the CPU) run the same code with host sampling, a host
+// Other back ends (the CPU) run the same code with host sampling (the
+// layer scheme: csp.LayerSampler alone on one rank over the whole
+// graph, whose batches equal the collective ones), a host
 // feature table and device communicators staged over in-process ones;
 // the tests use that.
 package gpurun

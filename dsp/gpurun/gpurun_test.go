@@ -291,11 +291,10 @@ func TestConfigErrors(t *testing.T) {
 		cfg func(*Config)
 		bs  func([]backend.Backend) []backend.Backend
 	}{
-		"layer-wise": {cfg: func(c *Config) { c.Scheme = runner.LayerWise }},
-		"too few":    {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
-		"repeated":   {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
-		"nil":        {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},
-		"full mode":  {cfg: func(c *Config) { c.Train.Mode = train.Full }},
+		"too few":   {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
+		"repeated":  {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
+		"nil":       {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},
+		"full mode": {cfg: func(c *Config) { c.Train.Mode = train.Full }},
 	} {
 		cfg := small(2, 1)
 		if c.cfg != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/gpucache"
 	"github.com/strata-gnn/strata/dsp/gpucsp"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
@@ -15,6 +17,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -90,10 +93,18 @@ func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Clo
 // behind all of the batch's work on the sampler's stream.
 type cspSampler struct {
 	dev        *cuda.Device
-	s          *gpucsp.Sampler
+	s          collective
 	m          *metrics.Counters
 	sent, kept int64         // totals already counted
 	waited     time.Duration // the sampler's wait time already counted
+}
+
+// collective is what cspSampler uses of gpucsp's node-wise Sampler and
+// LayerSampler.
+type collective interface {
+	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error)
+	Stats() gpucsp.Stats
+	Close() error
 }
 
 func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -250,10 +261,12 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 	return dst, nil
 }
 
-// hostSampler samples on the host (sample.NeighborSampler, the same
-// batches): the CPU back ends' sampler.
+// hostSampler samples on the host over the whole graph, with the
+// batches of collective sampling (sample.NeighborSampler, or
+// csp.LayerSampler alone on one rank): the CPU back ends' sampler.
 type hostSampler struct {
-	s *sample.NeighborSampler
+	s    sample.Sampler
+	comm comm.Comm // the layer sampler's one-rank group, or nil
 }
 
 func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -267,7 +280,43 @@ func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key samp
 	return &hostBatch{mb: mb}, nil
 }
 
-func (h *hostSampler) Close() error { return nil }
+func (h *hostSampler) Close() error {
+	if h.comm != nil {
+		return h.comm.Close()
+	}
+	return nil
+}
+
+// newHostSampler is the CPU back ends' sampler: node-wise, or layer-wise
+// over a one-rank group whose patch is the whole graph (csp's batches
+// depend only on the graph, seeds and key, not on the partition).
+func newHostSampler(in *graph.CSR, scfg gpusample.Config, layer bool) (*hostSampler, error) {
+	if !layer {
+		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted})
+		if err != nil {
+			return nil, err
+		}
+		return &hostSampler{s: s}, nil
+	}
+	b, err := book.New([]int64{0, in.NumRows})
+	if err != nil {
+		return nil, err
+	}
+	p, err := layout.Build(in, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := inproc.New(1, comm.Options{})
+	if err != nil {
+		return nil, err
+	}
+	s, err := csp.NewLayerSampler(cs[0], b, p, csp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Workers: 1}, nil)
+	if err != nil {
+		cs[0].Close()
+		return nil, err
+	}
+	return &hostSampler{s: s, comm: cs[0]}, nil
+}
 
 type hostBatch struct{ mb *sample.MiniBatch }
 
@@ -297,10 +346,12 @@ func (k *kit) close() error {
 // trainer's, or a sibling on the same GPU with its own stream), and
 // whether collectively over its
 // patch (csp: patch, offsets and the sampler stage's communicator, nil
-// with one device) or over the whole graph.
+// with one device) or over the whole graph; layer: layer-wise
+// (runner.LayerWise, collective only), else node-wise.
 type samplerSpec struct {
 	dev     *cuda.Device
 	csp     bool
+	layer   bool
 	patch   *layout.Patch
 	offsets []int64
 	comm    comm.DeviceComm
@@ -314,20 +365,29 @@ type samplerSpec struct {
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	dev, ok := b.(*cuda.Device)
 	if !ok {
-		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted})
+		s, err := newHostSampler(in, scfg, spec.layer)
 		if err != nil {
 			return nil, err
 		}
-		return &kit{smp: &hostSampler{s: s}, store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}, nil
+		return &kit{smp: s, store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}, nil
 	}
 	sd := spec.dev
 	if sd == nil {
 		sd = dev
 	}
 	k := &kit{}
+	if spec.layer && !spec.csp {
+		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
+	}
 	if spec.csp {
-		cs, err := gpucsp.New(sd, spec.patch, spec.offsets, spec.comm,
-			gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement})
+		ccfg := gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
+		var cs collective
+		var err error
+		if spec.layer {
+			cs, err = gpucsp.NewLayer(sd, spec.patch, spec.offsets, spec.comm, ccfg)
+		} else {
+			cs, err = gpucsp.New(sd, spec.patch, spec.offsets, spec.comm, ccfg)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("collective sampler: %w", err)
 		}
