@@ -1,7 +1,9 @@
 // Package gpucsp is DSP's collective sampling (CSP) on GPUs: every device
 // holds the in-adjacency rows of its range of node IDs (a layout.Patch)
-// in device memory, and the devices draw node-wise mini-batches together,
-// one hop at a time, without any host copy of frontiers or neighbors:
+// in device memory, and the devices draw mini-batches together, one hop
+// at a time, without any host copy of frontiers or neighbors: node-wise
+// (Sampler, below), layer-wise (LayerSampler) and random walks (Walker)
+// in the sections after. A node-wise hop:
 //
 //  1. shuffle: the frontier (device, deduplicated, global IDs; its size
 //     is read on the device) is grouped by owner (a range check on the
@@ -82,6 +84,23 @@
 // sizes and the violation counters. A single rank runs the protocol with
 // local copies (there is no single-GPU layer-wise sampler to defer to).
 //
+// # Random walks
+//
+// Walker draws csp.Walker's walks, which are sample.RandomWalk's, with
+// the walkers in device memory: a walker (origin rank, walk index,
+// stream key, node) travels to the owner of its node (routed by the same
+// kernels as a frontier; a header exchange and read size the walkers'
+// int64 all-to-all-v), the owner takes the step (wk_step: row v's entry
+// rng_below(rng_hash(key, t), degree)) and keeps the walker and the
+// step's trace; a walker at a node without neighbors stops. After the
+// last step every rank reads its violation counter (walkers it could not
+// step fail every rank through the next header), the traces are routed
+// to their origins (the routing kernels over the identity offsets),
+// exchanged and written into the walks' slots, and a last read checks
+// them. A walk of length L waits 3L+5 times with several ranks, L+3 on
+// one; the walks (int32, start first, -1 after a dead end) stay on the
+// device (Walks.Download copies them).
+//
 // # Failures
 //
 // Sample is a collective: every rank calls it the same number of times
@@ -101,5 +120,7 @@
 // LayerSampler fails the same way; besides, a requester whose allocation
 // fails (an impossible degree answer, a layer that would exceed the
 // block bounds) reports it in the allocation's status words, so every
-// rank fails at that hop too.
+// rank fails at that hop too. Walker.Walk fails as Sample does, a step
+// standing for a hop (Error.Hop is the step; Length for the traces'
+// return); invalid starts fail every rank at step 0.
 package gpucsp

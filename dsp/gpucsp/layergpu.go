@@ -2,9 +2,7 @@ package gpucsp
 
 import (
 	_ "embed"
-	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/strata-gnn/strata/dsp/layout"
 	cu "github.com/strata-gnn/strata/internal/cuda"
@@ -42,15 +40,14 @@ type gpuLayerMachine struct {
 	// each row's last positive-weight edge and weight sum (float64
 	// bits), placed as Config.Placement says.
 	indices, cum, lastpos, roww cu.DevPtr
-	owned                       []*cuda.Buffer
-	hosts                       []*cuda.HostBuffer
+	placed                      placer
 }
 
 // newGPULayerMachine loads the kernels and places the rows of patch.
 func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (g *gpuLayerMachine, err error) {
 	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: P, edgeBase: patch.EdgeBase}
 	g = &gpuLayerMachine{gpuMachine: gm, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows,
-		replace: cfg.Replace, weighted: cfg.Weighted}
+		replace: cfg.Replace, weighted: cfg.Weighted, placed: placer{dev: dev}}
 	defer func() {
 		if err != nil {
 			g.close()
@@ -97,19 +94,13 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	// Mapped); per-edge ones its adjacency (in host memory with Mapped
 	// and Split: this copy is not split by row).
 	rw, cum, last := layerWeights(pg.Indptr[lo:hi+1], pg.Weights)
-	edges, rowsAt := gpusample.OnDevice, gpusample.OnDevice
-	switch cfg.Placement {
-	case gpusample.Mapped:
-		edges, rowsAt = gpusample.Mapped, gpusample.Mapped
-	case gpusample.Split:
-		edges = gpusample.Mapped
-	}
+	edges, rowsAt := mappedEdges(cfg.Placement), cfg.Placement == gpusample.Mapped
 	for _, a := range []struct {
-		dst   *cu.DevPtr
-		data  any
-		where gpusample.Placement
+		dst    *cu.DevPtr
+		data   any
+		mapped bool
 	}{{&g.indices, pg.Indices, edges}, {&g.cum, cum, edges}, {&g.lastpos, last, rowsAt}, {&g.roww, rw, rowsAt}} {
-		if *a.dst, err = g.place(a.data, a.where); err != nil {
+		if *a.dst, err = g.placed.place(a.data, a.mapped); err != nil {
 			return nil, err
 		}
 	}
@@ -138,56 +129,6 @@ func layerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, l
 		roww[r] = int64(math.Float64bits(sum))
 	}
 	return roww, cum, last
-}
-
-// place copies a host array to the device or into mapped pinned memory.
-func (g *gpuLayerMachine) place(data any, where gpusample.Placement) (cu.DevPtr, error) {
-	var n, size int
-	var p unsafe.Pointer
-	var dt backend.DType
-	switch v := data.(type) {
-	case []int64:
-		n, size, dt = len(v), 8, backend.Int64
-		if n > 0 {
-			p = unsafe.Pointer(&v[0])
-		}
-	case []int32:
-		n, size, dt = len(v), 4, backend.Int32
-		if n > 0 {
-			p = unsafe.Pointer(&v[0])
-		}
-	case []float64:
-		n, size, dt = len(v), 8, backend.Int64 // 8-byte elements
-		if n > 0 {
-			p = unsafe.Pointer(&v[0])
-		}
-	default:
-		return 0, fmt.Errorf("gpucsp: place %T", data)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	bytes := unsafe.Slice((*byte)(p), n*size)
-	if where == gpusample.Mapped {
-		h, err := g.dev.AllocHost(uint64(len(bytes)), true)
-		if err != nil {
-			return 0, err
-		}
-		copy(h.Bytes(), bytes)
-		g.hosts = append(g.hosts, h)
-		return h.DevPtr(), nil
-	}
-	b, err := g.alloc(dt, int64(n))
-	if err != nil {
-		return 0, err
-	}
-	g.owned = append(g.owned, b.(*cuda.Buffer))
-	if dt == backend.Int64 {
-		err = g.upload(b, unsafe.Slice((*int64)(p), n))
-	} else {
-		err = g.upload(b, unsafe.Slice((*int32)(p), n))
-	}
-	return b.(*cuda.Buffer).Ptr(), err
 }
 
 // read grows the pinned buffer to the read's size (the frontier's
@@ -357,21 +298,14 @@ func (g *gpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptrB, allocG, pos bac
 }
 
 func (g *gpuLayerMachine) close() error {
-	for _, b := range g.owned {
-		g.dev.Free(b)
-	}
-	g.owned = nil
 	if g.rowptr != nil {
 		g.dev.Free(g.rowptr)
 		g.rowptr = nil
 	}
 	first := g.gpuMachine.close()
-	for _, h := range g.hosts {
-		if err := h.Free(); first == nil {
-			first = err
-		}
+	if err := g.placed.free(); first == nil {
+		first = err
 	}
-	g.hosts = nil
 	return first
 }
 

@@ -3,9 +3,11 @@ package gpucsp
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -80,4 +82,92 @@ func batchFromParts(dev *cuda.Device, m machine, p *proto, outs []hopOut, seeds 
 		return nil, p.wrapErr(L-1, "building the blocks", werr)
 	}
 	return b, nil
+}
+
+// placer copies host arrays to a device, or into mapped pinned host
+// memory read through UVA, and frees them: the layer-wise and walk
+// machines' own copies of a patch's rows.
+type placer struct {
+	dev   *cuda.Device
+	owned []*cuda.Buffer
+	hosts []*cuda.HostBuffer
+}
+
+// place copies data ([]int64, []int32 or []float64) and returns its
+// device address (0 for no elements).
+func (p *placer) place(data any, mapped bool) (cu.DevPtr, error) {
+	var n, size int
+	var ptr unsafe.Pointer
+	switch v := data.(type) {
+	case []int64:
+		n, size = len(v), 8
+		if n > 0 {
+			ptr = unsafe.Pointer(&v[0])
+		}
+	case []int32:
+		n, size = len(v), 4
+		if n > 0 {
+			ptr = unsafe.Pointer(&v[0])
+		}
+	case []float64:
+		n, size = len(v), 8
+		if n > 0 {
+			ptr = unsafe.Pointer(&v[0])
+		}
+	default:
+		return 0, fmt.Errorf("gpucsp: place %T", data)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if mapped {
+		h, err := p.dev.AllocHost(uint64(n*size), true)
+		if err != nil {
+			return 0, err
+		}
+		p.hosts = append(p.hosts, h)
+		copy(h.Bytes(), unsafe.Slice((*byte)(ptr), n*size))
+		return h.DevPtr(), nil
+	}
+	var b *cuda.Buffer
+	err := p.dev.Do(func(l *cuda.Locked) error {
+		var err error
+		if size == 8 {
+			if b, err = l.Alloc(backend.Int64, n); err == nil {
+				err = l.UploadFrom(b, unsafe.Slice((*int64)(ptr), n))
+			}
+		} else if b, err = l.Alloc(backend.Int32, n); err == nil {
+			err = l.UploadFrom(b, unsafe.Slice((*int32)(ptr), n))
+		}
+		return err
+	})
+	if b != nil {
+		p.owned = append(p.owned, b)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return b.Ptr(), nil
+}
+
+// free releases everything placed.
+func (p *placer) free() error {
+	for _, b := range p.owned {
+		p.dev.Free(b)
+	}
+	p.owned = nil
+	var first error
+	for _, h := range p.hosts {
+		if err := h.Free(); first == nil {
+			first = err
+		}
+	}
+	p.hosts = nil
+	return first
+}
+
+// mappedEdges is whether a placement keeps per-edge arrays in host
+// memory (Mapped, and Split: these copies are not split by row).
+func mappedEdges(pl gpusample.Placement) bool {
+	return pl == gpusample.Mapped || pl == gpusample.Split
 }

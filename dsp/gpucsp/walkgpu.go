@@ -1,0 +1,135 @@
+package gpucsp
+
+import (
+	_ "embed"
+
+	"github.com/strata-gnn/strata/dsp/layout"
+	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+//go:embed walk.cu
+var walkSrc string
+
+var walkKernels = []string{"wk_init", "wk_pack", "wk_step", "wk_scatter"}
+
+// gpuWalkMachine is the walk machine of a CUDA device: the node-wise
+// gpuMachine (buffers, routing, reads), the identity offsets that route
+// traces to their origins, and the rows this rank owns.
+type gpuWalkMachine struct {
+	*gpuMachine
+	idOff   *cuda.Buffer // 0, 1, ..., P
+	length  int
+	lo, n   int64
+	rows    int64
+	rowptr  cu.DevPtr // rows+1 offsets into indices
+	indices cu.DevPtr // the patch's column indices
+	placed  placer
+}
+
+func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (g *gpuWalkMachine, err error) {
+	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: P, edgeBase: patch.EdgeBase}
+	g = &gpuWalkMachine{gpuMachine: gm, length: length, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows, placed: placer{dev: dev}}
+	defer func() {
+		if err != nil {
+			g.close()
+			g = nil
+		}
+	}()
+	mod, err := dev.LoadModule("gpucsp-walk", cuda.CommonSource()+kernelSrc+walkSrc)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range append(append([]string{}, kernels...), walkKernels...) {
+		if gm.fns[name], err = mod.Func(name); err != nil {
+			return nil, err
+		}
+	}
+	id := make([]int64, P+1)
+	for i := range id {
+		id[i] = int64(i)
+	}
+	for _, b := range []struct {
+		dst **cuda.Buffer
+		v   []int64
+	}{{&gm.offB, offsets}, {&g.idOff, id}} {
+		buf, err := gm.alloc(backend.Int64, int64(P+1))
+		if err != nil {
+			return nil, err
+		}
+		*b.dst = buf.(*cuda.Buffer)
+		if err := gm.upload(buf, b.v); err != nil {
+			return nil, err
+		}
+	}
+	if gm.pin, err = dev.AllocHost(uint64(8*readWords(P)), false); err != nil {
+		return nil, err
+	}
+	pg := patch.Graph
+	if g.rowptr, err = g.placed.place(pg.Indptr[patch.Lo:patch.Hi+1], placement == gpusample.Mapped); err != nil {
+		return nil, err
+	}
+	if g.indices, err = g.placed.place(pg.Indices, mappedEdges(placement)); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *gpuWalkMachine) routeOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
+	saved := g.offB
+	g.offB = g.idOff
+	defer func() { g.offB = saved }()
+	return g.route(hdr, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, length, walkHops)
+}
+
+func (g *gpuWalkMachine) initWalks(out, starts backend.Buffer, n int64, L int) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Launch1D(g.fns["wk_init"], n*int64(L+1), ptr(out), ptr(starts), cu.I64(n), cu.I32(int32(L)))
+	})
+}
+
+func (g *gpuWalkMachine) pack(dst, src, pos backend.Buffer, n int64, w int) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Launch1D(g.fns["wk_pack"], n*int64(w), ptr(dst), ptr(src), ptr(pos), cu.I64(n), cu.I32(int32(w)))
+	})
+}
+
+func (g *gpuWalkMachine) step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Launch1D(g.fns["wk_step"], R, ptr(rec), ptr(F), ptr(trO), ptr(trR), ptr(bad), ptr(recv), cu.I64(R), cu.I32(int32(t)),
+			cu.I32(int32(g.length)), cu.I32(int32(g.P)), uint64(g.rowptr), uint64(g.indices), cu.I64(g.lo), cu.I64(g.rows))
+	})
+}
+
+func (g *gpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
+	var at int64
+	for i, s := range srcs {
+		if n[i] > 0 {
+			if err := g.dev.Copy(g.view(dst, at, n[i]), g.view(s, 0, n[i])); err != nil {
+				return err
+			}
+		}
+		at += n[i]
+	}
+	return nil
+}
+
+func (g *gpuWalkMachine) scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error {
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Launch1D(g.fns["wk_scatter"], m, ptr(out), ptr(bad), ptr(recv), cu.I64(m), cu.I64(n), cu.I32(int32(L)), cu.I64(g.n))
+	})
+}
+
+func (g *gpuWalkMachine) close() error {
+	if g.idOff != nil {
+		g.dev.Free(g.idOff)
+		g.idOff = nil
+	}
+	first := g.gpuMachine.close()
+	if err := g.placed.free(); first == nil {
+		first = err
+	}
+	return first
+}
