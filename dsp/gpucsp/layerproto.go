@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -450,7 +449,7 @@ func layerAllocate(f int, replace bool, key sample.Key, hop int, deg []int64, wt
 		}
 		for range f {
 			u := (1 - st.OpenFloat64()) * sum // [0, sum)
-			i := sort.Search(len(cum), func(i int) bool { return cum[i] > u })
+			i := firstAbove(cum, u)
 			if i == len(cum) { // rounding at the top end
 				i = len(cum) - 1
 				for wt[i] == 0 {
@@ -481,10 +480,25 @@ func layerAllocate(f int, replace bool, key sample.Key, hop int, deg []int64, wt
 		chosen[t] = struct{}{}
 	}
 	for t := range chosen {
-		i := sort.Search(len(cum), func(i int) bool { return cum[i] > t })
-		alloc[i]++
+		alloc[firstAbove(cum, t)]++
 	}
 	return alloc
+}
+
+// firstAbove is sort.Search(len(x), func(i int) bool { return x[i] > v })
+// for non-decreasing x, without the closure (the allocation's inner
+// loop).
+func firstAbove[T int64 | float64](x []T, v T) int {
+	lo, hi := 0, len(x)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if x[mid] > v {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // rowOffsets is the exclusive scan of counts with the total appended.
