@@ -31,6 +31,8 @@
 #   scripts/gpu-dsp.sh four           # on the GPU host: 4 vs 1 GPU pairs with the defaults,
 #                                     # partitioned cache, pipeline off, 2 GPUs, multilevel
 #                                     # partition, sampler and gpurun GPU tests
+#   scripts/gpu-dsp.sh custom         # on the GPU host: one products run, $DSP_NAME on $DSP_DEVICES
+#                                     # with $DSP_FLAGS (and $DSP_PARTITION)
 #   scripts/gpu-dsp.sh samplers       # on the GPU host: gpusample and gpucsp GPU tests
 #   scripts/gpu-dsp.sh papers         # on the GPU host: a graph bigger than the cache budget:
 #                                     # papers-m shape (11.1M nodes, 333M edges, ~8 GB,
@@ -415,7 +417,8 @@ for mode in "$@"; do
     repeat) repeat ;;
     two) two ;;
     four) four ;;
+    custom) setup; { gen && products "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}; } 2>&1 | tee -a "$logs/summary-custom.txt"; finish ;;
     samplers) setup; samplers 2>&1 | tee "$logs/summary-samplers.txt"; finish ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | samplers (several run in order)" >&2; exit 2 ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | samplers | custom (several run in order)" >&2; exit 2 ;;
   esac
 done
