@@ -172,19 +172,26 @@ func (s *LayerSampler) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*
 	return s.assemble(hop, dst, pos, sendCounts, alloc, ans, backCounts, total)
 }
 
-// allocate splits the layer's budget over the frontier: with replacement,
-// Fanouts[hop] i.i.d. draws of node i with probability wt[i]/sum(wt);
-// without, that many distinct edges among all the frontier's edges
-// (uniformly), counted per node. -1 takes every edge.
+// allocate splits the layer's budget over the frontier (LayerAllocate).
 func (s *LayerSampler) allocate(key sample.Key, hop int, deg []int64, wt []float64) []int64 {
+	return LayerAllocate(s.cfg.Fanouts[hop], s.cfg.Replace, key, hop, deg, wt)
+}
+
+// LayerAllocate splits hop's layer budget f over a frontier whose nodes
+// have deg edges (weights wt): with replacement, f i.i.d. draws of node i with probability
+// wt[i]/sum(wt); without, f distinct edges among all the frontier's edges
+// (Floyd's algorithm over its edge slots), counted per node; f = -1 (or f
+// at least the frontier's edges, without replacement) takes every edge.
+// It depends only on its arguments: GPU samplers (package dsp/gpucsp)
+// call it to draw what LayerSampler draws.
+func LayerAllocate(f int, replace bool, key sample.Key, hop int, deg []int64, wt []float64) []int64 {
 	alloc := make([]int64, len(deg))
-	f := s.cfg.Fanouts[hop]
 	if f < 0 {
 		copy(alloc, deg)
 		return alloc
 	}
 	st := rng.NewStream(rng.Derive(key.Seed, tagLayerAlloc, uint64(key.Epoch), uint64(key.Batch), uint64(hop)))
-	if s.cfg.Replace {
+	if replace {
 		cum := make([]float64, len(wt))
 		var sum float64
 		for i, w := range wt {
@@ -196,7 +203,7 @@ func (s *LayerSampler) allocate(key sample.Key, hop int, deg []int64, wt []float
 		}
 		for range f {
 			u := (1 - st.OpenFloat64()) * sum // [0, sum)
-			i := sort.Search(len(cum), func(i int) bool { return cum[i] > u })
+			i := firstAbove(cum, u)
 			if i == len(cum) { // rounding at the top end
 				i = len(cum) - 1
 				for wt[i] == 0 {
@@ -218,7 +225,6 @@ func (s *LayerSampler) allocate(key sample.Key, hop int, deg []int64, wt []float
 		copy(alloc, deg)
 		return alloc
 	}
-	// Floyd's algorithm over the frontier's edge slots [0, total).
 	chosen := make(map[int64]struct{}, k)
 	for j := total - k; j < total; j++ {
 		t := int64(st.Below(uint64(j + 1)))
@@ -228,10 +234,25 @@ func (s *LayerSampler) allocate(key sample.Key, hop int, deg []int64, wt []float
 		chosen[t] = struct{}{}
 	}
 	for t := range chosen {
-		i := sort.Search(len(cum), func(i int) bool { return cum[i] > t })
-		alloc[i]++
+		alloc[firstAbove(cum, t)]++
 	}
 	return alloc
+}
+
+// firstAbove is sort.Search(len(x), func(i int) bool { return x[i] > v })
+// for non-decreasing x, without the closure (the allocation's inner
+// loop).
+func firstAbove[T int64 | float64](x []T, v T) int {
+	lo, hi := 0, len(x)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if x[mid] > v {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // draw appends k in-neighbors of v (and their global edge IDs) drawn with

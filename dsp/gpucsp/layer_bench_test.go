@@ -230,23 +230,3 @@ func BenchmarkWalkProducts(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkLayerAllocate is the host's part of a layer-wise hop on GPUs:
-// the requester's allocation of a layer's budget over its frontier
-// (csp's RNG), for a frontier of 10k nodes of degree 1..200 and budgets
-// of 8192 edges.
-func BenchmarkLayerAllocate(b *testing.B) {
-	const n = 10000
-	deg, wt := make([]int64, n), make([]float64, n)
-	for i := range deg {
-		deg[i] = int64(1 + (i*7919)%200)
-		wt[i] = float64(deg[i])
-	}
-	for _, replace := range []bool{false, true} {
-		b.Run(fmt.Sprintf("replace=%v", replace), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				layerAllocate(8192, replace, sample.Key{Seed: 1, Batch: i}, 1, deg, wt)
-			}
-		})
-	}
-}

@@ -583,43 +583,6 @@ func TestLayerProtocolFailures(t *testing.T) {
 	}
 }
 
-// TestLayerAllocateMatchesCounts pins layerAllocate's totals: every
-// budget is spent on nodes with edges (with positive weight when
-// weighted), never more than a node's degree without replacement.
-func TestLayerAllocateMatchesCounts(t *testing.T) {
-	deg := []int64{3, 0, 5, 1, 0, 7}
-	wt := []float64{0.5, 0, 0, 2, 0, 1.25}
-	key := sample.Key{Seed: 4, Epoch: 1, Batch: 2}
-	for _, c := range []struct {
-		f       int
-		replace bool
-		wt      []float64
-		want    int64
-	}{{10, false, nil, 10}, {100, false, nil, 16}, {-1, false, nil, 16}, {25, true, nil, 25}, {25, true, wt, 25}, {-1, true, nil, 16}} {
-		w := c.wt
-		if w == nil {
-			w = make([]float64, len(deg))
-			for i, d := range deg {
-				w[i] = float64(d)
-			}
-		}
-		a := layerAllocate(c.f, c.replace, key, 1, deg, w)
-		var sum int64
-		for i, k := range a {
-			sum += k
-			if k > 0 && (w[i] == 0 || (!c.replace && k > deg[i])) {
-				t.Errorf("f=%d replace=%v: node %d (degree %d, weight %v) gets %d", c.f, c.replace, i, deg[i], w[i], k)
-			}
-		}
-		if sum != c.want {
-			t.Errorf("f=%d replace=%v weights=%v: %d edges allotted, want %d", c.f, c.replace, c.wt != nil, sum, c.want)
-		}
-		if b := layerAllocate(c.f, c.replace, key, 1, deg, w); !slices.Equal(a, b) {
-			t.Errorf("f=%d: not deterministic", c.f)
-		}
-	}
-}
-
 // TestNewLayerValidates: NewLayer checks the patch, offsets and the
 // layer-wise configuration before it touches the device.
 func TestNewLayerValidates(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/sample"
@@ -15,8 +16,7 @@ import (
 // Domain tags of package csp's layer-wise streams: the GPU sampler draws
 // the same numbers (TestLayerProtocolMatchesCPU compares every batch).
 const (
-	tagLayerNode  = 0x4c41594e // "LAYN": a frontier node's neighbor draws
-	tagLayerAlloc = 0x4c415941 // "LAYA": the requester's allocation of a layer
+	tagLayerNode = 0x4c41594e // "LAYN": a frontier node's neighbor draws
 )
 
 // maxLayerFanout bounds a layer's edge budget, as in package csp.
@@ -413,7 +413,7 @@ func (lp *lproto) allocate(h, f int, key sample.Key, fi []int64, nF int64) (allo
 			}
 		}
 	}
-	a := layerAllocate(f, lp.replace, key, h, deg, wt)
+	a := csp.LayerAllocate(f, lp.replace, key, h, deg, wt)
 	var E int64
 	for i, k := range a {
 		sendTot[owner[i]] += k
@@ -423,82 +423,6 @@ func (lp *lproto) allocate(h, f int, key sample.Key, fi []int64, nF int64) (allo
 		return alloc, make([]int64, p.size), stTooLarge, p.errf(h, ErrTooLarge, "%d destinations and %d drawn edges", nF, E)
 	}
 	return a, sendTot, stOK, nil
-}
-
-// layerAllocate is package csp's LayerSampler.allocate, bit for bit:
-// with replacement, f i.i.d. draws of node i with probability
-// wt[i]/sum(wt); without, f distinct edges among all the frontier's edges
-// (Floyd's algorithm over its edge slots), counted per node; f = -1 (or f
-// at least the frontier's edges, without replacement) takes every edge.
-func layerAllocate(f int, replace bool, key sample.Key, hop int, deg []int64, wt []float64) []int64 {
-	alloc := make([]int64, len(deg))
-	if f < 0 {
-		copy(alloc, deg)
-		return alloc
-	}
-	st := rng.NewStream(rng.Derive(key.Seed, tagLayerAlloc, uint64(key.Epoch), uint64(key.Batch), uint64(hop)))
-	if replace {
-		cum := make([]float64, len(wt))
-		var sum float64
-		for i, w := range wt {
-			sum += w
-			cum[i] = sum
-		}
-		if !(sum > 0) {
-			return alloc
-		}
-		for range f {
-			u := (1 - st.OpenFloat64()) * sum // [0, sum)
-			i := firstAbove(cum, u)
-			if i == len(cum) { // rounding at the top end
-				i = len(cum) - 1
-				for wt[i] == 0 {
-					i--
-				}
-			}
-			alloc[i]++
-		}
-		return alloc
-	}
-	var total int64
-	cum := make([]int64, len(deg))
-	for i, d := range deg {
-		total += d
-		cum[i] = total
-	}
-	k := min(int64(f), total)
-	if k == total {
-		copy(alloc, deg)
-		return alloc
-	}
-	chosen := make(map[int64]struct{}, k)
-	for j := total - k; j < total; j++ {
-		t := int64(st.Below(uint64(j + 1)))
-		if _, dup := chosen[t]; dup {
-			t = j
-		}
-		chosen[t] = struct{}{}
-	}
-	for t := range chosen {
-		alloc[firstAbove(cum, t)]++
-	}
-	return alloc
-}
-
-// firstAbove is sort.Search(len(x), func(i int) bool { return x[i] > v })
-// for non-decreasing x, without the closure (the allocation's inner
-// loop).
-func firstAbove[T int64 | float64](x []T, v T) int {
-	lo, hi := 0, len(x)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if x[mid] > v {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
 }
 
 // rowOffsets is the exclusive scan of counts with the total appended.
