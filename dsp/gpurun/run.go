@@ -178,11 +178,18 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
+	layer := cfg.Scheme == runner.LayerWise
 	sampler := "host (sample.NeighborSampler)"
+	if layer {
+		sampler = "host (csp.LayerSampler alone over the whole graph)"
+	}
 	if nCUDA == k {
 		sampler = SamplerStandIn
 		if cfg.Sampler == SamplerCSP {
 			sampler = "collective sampling over the device's patch (dsp/gpucsp)"
+			if layer {
+				sampler = "collective layer-wise sampling over the device's patch (dsp/gpucsp)"
+			}
 		}
 	}
 	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerStream: s.sdevs != nil,
