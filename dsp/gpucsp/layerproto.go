@@ -175,9 +175,8 @@ func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 // carried.
 func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
 	p, lm := lp.proto, lp.lm
-	P, L, m := p.size, len(p.fan), p.m
+	P, m := p.size, p.m
 	f := p.fan[h]
-	cl := ctlLayout{P}
 	w := lp.infoWords()
 	var tmp []backend.Buffer
 	defer func() {
@@ -190,42 +189,9 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 
 	// 1. Shuffle, as node-wise hops: the header tells every owner how
 	// many nodes come and the requester's node key.
-	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
-	var sendIDs, pos backend.Buffer
-	if status == stOK {
-		err := func() error {
-			var err error
-			if sendIDs, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
-				return err
-			}
-			if pos, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
-				return err
-			}
-			return m.route(sendH, sendIDs, pos, F, nFB, m.view(p.ctl, cl.ctr(), int64(2*(P+1))), fcap, nk, h, f, L)
-		}()
-		if err != nil {
-			status, carried = stFailed, p.wrapErr(h, "routing the frontier", err)
-		}
-	}
-	if status != stOK {
-		if err := m.upload(sendH, makeHeader(P, status, nk, h, f, L)); err != nil {
-			return 0, carried
-		}
-	}
-	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
-		return 0, p.wrapErr(h, "header exchange", err)
-	}
-	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+	pl, sendIDs, pos, err := p.shuffle(ctx, h, F, nFB, fcap, status, carried, nk, f, &tmp)
 	if err != nil {
-		return 0, p.wrapErr(h, "reading the header", err)
-	}
-	if status != stOK {
-		return 0, carried
-	}
-	pl := &plan{P: P, rank: p.rank}
-	W := cl.hdrWords()
-	if kind, msg := pl.readHeader(hw[W:2*W], hw[:W], h, f, L, fcap, p.rows); kind != nil {
-		return 0, p.errf(h, kind, "%s", msg)
+		return 0, err
 	}
 	nF, R := pl.nF, pl.R
 	*nFOut = nF

@@ -236,9 +236,8 @@ func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key
 // fcap) into out and returns the next frontier's bound. status != stOK
 // takes part in the header exchange only, then returns carried.
 func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
-	P, L, m := p.size, len(p.fan), p.m
+	m := p.m
 	k := p.fan[h]
-	cl := ctlLayout{P}
 	var tmp []backend.Buffer // freed when the hop ends (the device orders reuse)
 	defer func() {
 		for _, b := range tmp {
@@ -252,42 +251,9 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 	if status == stOK && k > 0 && !stridedCap(fcap, k) {
 		status, carried = stTooLarge, p.errf(h, ErrTooLarge, "a frontier of up to %d nodes at fanout %d", fcap, k)
 	}
-	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
-	var sendIDs, pos backend.Buffer
-	if status == stOK {
-		err := func() error {
-			var err error
-			if sendIDs, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
-				return err
-			}
-			if pos, err = p.alloc(&tmp, backend.Int32, fcap); err != nil {
-				return err
-			}
-			return m.route(sendH, sendIDs, pos, F, nFB, m.view(p.ctl, cl.ctr(), int64(2*(P+1))), fcap, hk, h, k, L)
-		}()
-		if err != nil {
-			status, carried = stFailed, p.wrapErr(h, "routing the frontier", err)
-		}
-	}
-	if status != stOK {
-		if err := m.upload(sendH, makeHeader(P, status, hk, h, k, L)); err != nil {
-			return 0, carried
-		}
-	}
-	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
-		return 0, p.wrapErr(h, "header exchange", err)
-	}
-	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+	pl, sendIDs, pos, err := p.shuffle(ctx, h, F, nFB, fcap, status, carried, hk, k, &tmp)
 	if err != nil {
-		return 0, p.wrapErr(h, "reading the header", err)
-	}
-	if status != stOK {
-		return 0, carried
-	}
-	pl := &plan{P: P, rank: p.rank}
-	W := cl.hdrWords()
-	if kind, msg := pl.readHeader(hw[W:2*W], hw[:W], h, k, L, fcap, p.rows); kind != nil {
-		return 0, p.errf(h, kind, "%s", msg)
+		return 0, err
 	}
 	nF := pl.nF
 	*nFOut = nF
@@ -338,6 +304,68 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 		return 0, &carry{p.wrapErr(h, "assembling the block", err)}
 	}
 	return nF + E, nil
+}
+
+// shuffle is the first step of a hop: it groups the frontier F (nFB[0]
+// nodes on the device, at most fcap) by owner into sendIDs (pos: each
+// node's place there), exchanges the header (hop key hk, fanout k, and
+// status, the failures so far) and reads it: the plan of the hop's
+// exchanges. status != stOK takes part in the header exchange only, then
+// returns carried. Buffers go to tmp.
+func (p *proto) shuffle(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, hk uint64, k int, tmp *[]backend.Buffer) (pl *plan, sendIDs, pos backend.Buffer, err error) {
+	L, m := len(p.fan), p.m
+	sent, recv, err := p.exchangeHeader(ctx, h, status, carried, func(st int64) []int64 { return makeHeader(p.size, st, hk, h, k, L) },
+		func(sendH, ctr backend.Buffer) error {
+			var err error
+			if sendIDs, err = p.alloc(tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			if pos, err = p.alloc(tmp, backend.Int32, fcap); err != nil {
+				return err
+			}
+			return m.route(sendH, sendIDs, pos, F, nFB, ctr, fcap, hk, h, k, L)
+		})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pl = &plan{P: p.size, rank: p.rank}
+	if kind, msg := pl.readHeader(recv, sent, h, k, L, fcap, p.rows); kind != nil {
+		return nil, nil, nil, p.errf(h, kind, "%s", msg)
+	}
+	return pl, sendIDs, pos, nil
+}
+
+// exchangeHeader is the header exchange that starts every hop: with
+// status stOK, route groups the hop's items and writes the header into
+// sendH (ctr: its counters); a failure there, or a failing status,
+// sends failHdr(status) instead. It returns the header words sent and
+// received; with a failing status it takes part in the exchange, then
+// returns carried.
+func (p *proto) exchangeHeader(ctx context.Context, h int, status int64, carried error, failHdr func(status int64) []int64, route func(sendH, ctr backend.Buffer) error) (sent, recv []int64, err error) {
+	m, cl := p.m, ctlLayout{p.size}
+	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
+	if status == stOK {
+		if err := route(sendH, m.view(p.ctl, cl.ctr(), int64(2*(p.size+1)))); err != nil {
+			status, carried = stFailed, p.wrapErr(h, "routing", err)
+		}
+	}
+	if status != stOK {
+		if err := m.upload(sendH, failHdr(status)); err != nil {
+			return nil, nil, carried
+		}
+	}
+	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
+		return nil, nil, p.wrapErr(h, "header exchange", err)
+	}
+	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+	if err != nil {
+		return nil, nil, p.wrapErr(h, "reading the header", err)
+	}
+	if status != stOK {
+		return nil, nil, carried
+	}
+	W := cl.hdrWords()
+	return hw[:W], hw[W : 2*W], nil
 }
 
 // strided is the exchange of a hop with fanout k > 0: every node gets k

@@ -294,12 +294,10 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 // pos[j]) and appends its buffers to tmp. A failing status takes part in
 // the exchange, then returns carried.
 func (wp *wproto) header(ctx context.Context, hop int, F, nFB backend.Buffer, fcap, status int64, carried error, origins bool, tmp *[]backend.Buffer) (*walkPlan, backend.Buffer, error) {
-	p, m, P := wp.proto, wp.m, wp.size
-	cl := ctlLayout{P}
-	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
+	p, m := wp.proto, wp.m
 	var pos backend.Buffer
-	if status == stOK {
-		err := func() error {
+	sent, recv, err := p.exchangeHeader(ctx, hop, status, carried, func(st int64) []int64 { return makeHeader(p.size, st, 0, hop, wp.length, walkHops) },
+		func(sendH, ctr backend.Buffer) error {
 			sendIDs, err := p.alloc(tmp, backend.Int32, fcap)
 			if err != nil {
 				return err
@@ -307,34 +305,16 @@ func (wp *wproto) header(ctx context.Context, hop int, F, nFB backend.Buffer, fc
 			if pos, err = p.alloc(tmp, backend.Int32, fcap); err != nil {
 				return err
 			}
-			ctr := m.view(p.ctl, cl.ctr(), int64(2*(P+1)))
 			if origins {
 				return wp.wm.routeOrigins(sendH, sendIDs, pos, F, nFB, ctr, fcap, hop, wp.length)
 			}
 			return m.route(sendH, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, wp.length, walkHops)
-		}()
-		if err != nil {
-			status, carried = stFailed, p.wrapErr(hop, "routing", err)
-		}
-	}
-	if status != stOK {
-		if err := m.upload(sendH, makeHeader(P, status, 0, hop, wp.length, walkHops)); err != nil {
-			return nil, nil, carried
-		}
-	}
-	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
-		return nil, nil, p.wrapErr(hop, "header exchange", err)
-	}
-	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
+		})
 	if err != nil {
-		return nil, nil, p.wrapErr(hop, "reading the header", err)
+		return nil, nil, err
 	}
-	if status != stOK {
-		return nil, nil, carried
-	}
-	W := cl.hdrWords()
-	pl := &walkPlan{plan: plan{P: P, rank: p.rank}}
-	if kind, msg := pl.read(hw[W:2*W], hw[:W], hop, wp.length, fcap); kind != nil {
+	pl := &walkPlan{plan: plan{P: p.size, rank: p.rank}}
+	if kind, msg := pl.read(recv, sent, hop, wp.length, fcap); kind != nil {
 		return nil, nil, p.errf(hop, kind, "%s", msg)
 	}
 	return pl, pos, nil
