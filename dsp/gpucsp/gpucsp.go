@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
@@ -74,21 +73,16 @@ func (x local) AllToAllV(_ context.Context, dst backend.Buffer, _ []int, src bac
 // Sampler is one rank's collective GPU sampler. Its methods serialize;
 // Sample is a collective (see the package doc).
 type Sampler struct {
-	dev *cuda.Device
+	member
 	// direct: a single rank samples its patch (the whole graph) with
 	// gpusample.SampleDevice, the same batch without the protocol's
 	// steps (tests turn it off to run the protocol on one device).
-	direct     bool
-	rank, size int
-	cfg        Config
+	direct bool
+	cfg    Config
 
 	gs *gpusample.Sampler // over the patch
 	gm *gpuMachine
 	p  *proto
-
-	mu     sync.Mutex
-	stats  Stats
-	closed bool
 }
 
 // New prepares rank c.Rank()'s sampler: patch is that rank's layout.Patch
@@ -122,7 +116,7 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 		return bad("nil device")
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &Sampler{dev: dev, rank: rank, size: size, cfg: cfg}
+	s := &Sampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
 	s.stats.BytesSent = make([]int64, size)
 	s.stats.Frontier = make([]int64, len(cfg.Fanouts))
 	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts,
@@ -183,24 +177,8 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	return s, nil
 }
 
-// Rank and Size describe the sampler's group.
-func (s *Sampler) Rank() int { return s.rank }
-
-// Size is the number of ranks.
-func (s *Sampler) Size() int { return s.size }
-
 // NumHops is the number of blocks per batch.
 func (s *Sampler) NumHops() int { return len(s.cfg.Fanouts) }
-
-// Stats returns a copy of the counters.
-func (s *Sampler) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.stats
-	st.BytesSent = slices.Clone(s.stats.BytesSent)
-	st.Frontier = slices.Clone(s.stats.Frontier)
-	return st
-}
 
 // Close releases the patch copy and the sampler's buffers (not the
 // communicator, nor batches already returned).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -23,17 +22,12 @@ import (
 // the frontiers, answers and blocks in device memory. Its methods
 // serialize; Sample is a collective (see the package doc).
 type LayerSampler struct {
-	dev        *cuda.Device
-	rank, size int
-	cfg        Config
+	member
+	cfg Config
 
 	gs *gpusample.Sampler // the hop API: uniform draws and relabeling
 	gm *gpuLayerMachine
 	p  *lproto
-
-	mu     sync.Mutex
-	stats  Stats
-	closed bool
 }
 
 // NewLayer prepares rank c.Rank()'s layer-wise sampler, with the
@@ -76,7 +70,7 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 		return bad("nil device")
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &LayerSampler{dev: dev, rank: rank, size: size, cfg: cfg}
+	s := &LayerSampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
 	s.stats.BytesSent = make([]int64, size)
 	s.stats.Frontier = make([]int64, len(cfg.Fanouts))
 	lo, hi := b.Range(rank)
@@ -124,24 +118,8 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 	return s, nil
 }
 
-// Rank and Size describe the sampler's group.
-func (s *LayerSampler) Rank() int { return s.rank }
-
-// Size is the number of ranks.
-func (s *LayerSampler) Size() int { return s.size }
-
 // NumHops is the number of blocks per batch.
 func (s *LayerSampler) NumHops() int { return len(s.cfg.Fanouts) }
-
-// Stats returns a copy of the counters.
-func (s *LayerSampler) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.stats
-	st.BytesSent = slices.Clone(s.stats.BytesSent)
-	st.Frontier = slices.Clone(s.stats.Frontier)
-	return st
-}
 
 // Close releases the sampler's device memory (not the communicator, nor
 // batches already returned).

@@ -3,6 +3,7 @@ package gpucsp
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -170,4 +171,33 @@ func (p *placer) free() error {
 // memory (Mapped, and Split: these copies are not split by row).
 func mappedEdges(pl gpusample.Placement) bool {
 	return pl == gpusample.Mapped || pl == gpusample.Split
+}
+
+// member is what every collective sampler of a rank holds: its device,
+// rank and group size, counters and the lock its calls take (one rank's
+// membership of the sampling group).
+type member struct {
+	dev        *cuda.Device
+	rank, size int
+
+	mu     sync.Mutex
+	stats  Stats
+	closed bool
+}
+
+// Rank is this rank's index in the group.
+func (m *member) Rank() int { return m.rank }
+
+// Size is the number of ranks.
+func (m *member) Size() int { return m.size }
+
+// Stats returns a copy of the counters (for a Walker, Frontier[t] counts
+// the walkers this rank held at step t).
+func (m *member) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	st.BytesSent = slices.Clone(m.stats.BytesSent)
+	st.Frontier = slices.Clone(m.stats.Frontier)
+	return st
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -21,16 +19,11 @@ import (
 // in-adjacency rows) with the walkers, their steps and the walks in
 // device memory. Its methods serialize; Walk is a collective.
 type Walker struct {
-	dev        *cuda.Device
-	rank, size int
-	length     int
+	member
+	length int
 
 	gm *gpuWalkMachine
 	p  *wproto
-
-	mu     sync.Mutex
-	stats  Stats
-	closed bool
 }
 
 // NewWalker prepares rank c.Rank()'s walker taking length steps (0 to
@@ -60,7 +53,7 @@ func NewWalker(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.De
 	if dev == nil {
 		return bad("nil device")
 	}
-	w := &Walker{dev: dev, rank: rank, size: size, length: length}
+	w := &Walker{member: member{dev: dev, rank: rank, size: size}, length: length}
 	w.stats.BytesSent = make([]int64, size)
 	w.stats.Frontier = make([]int64, max(length, 1))
 	lo, hi := b.Range(rank)
@@ -89,25 +82,8 @@ func NewWalker(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.De
 	return w, nil
 }
 
-// Rank and Size describe the walker's group.
-func (w *Walker) Rank() int { return w.rank }
-
-// Size is the number of ranks.
-func (w *Walker) Size() int { return w.size }
-
 // Length is the number of steps per walk.
 func (w *Walker) Length() int { return w.length }
-
-// Stats returns a copy of the counters (Frontier[t]: walkers this rank
-// held at step t).
-func (w *Walker) Stats() Stats {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st := w.stats
-	st.BytesSent = slices.Clone(w.stats.BytesSent)
-	st.Frontier = slices.Clone(w.stats.Frontier)
-	return st
-}
 
 // Close releases the walker's device memory (not the communicator, nor
 // walks already returned).
