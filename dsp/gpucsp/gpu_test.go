@@ -81,6 +81,19 @@ func group(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*Sampler, fun
 // groupWith is group; protocol makes a single rank run the collective
 // protocol (local exchanges) instead of sampling directly.
 func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol bool) ([]*Sampler, func()) {
+	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d *cuda.Device, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+		s, err := New(d, p, off, c, cfg)
+		if err == nil && protocol {
+			s.direct = false
+		}
+		return s, err
+	})
+}
+
+// openGroup opens one sampler per rank of offsets off over g on the
+// first P GPUs with open, each over its patch (with split, half of the
+// patch's bytes on the device: its longest rows).
+func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, split bool, open func(*cuda.Device, *layout.Patch, comm.DeviceComm) (S, error)) ([]S, func()) {
 	t.Helper()
 	P := len(off) - 1
 	ds := gpus(t, P)
@@ -89,14 +102,13 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := make([]*Sampler, P)
+	ss := make([]S, P)
 	for r := range P {
 		p, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.Placement == gpusample.Split {
-			// Half of the patch's bytes on the device: its longest rows.
+		if split {
 			if p, err = layout.Build(g, b, r, layout.Options{DeviceBytes: p.DeviceBytes() / 2}); err != nil {
 				t.Fatal(err)
 			}
@@ -105,11 +117,8 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 		if cs != nil {
 			c = cs[r]
 		}
-		if ss[r], err = New(ds[r], p, off, c, cfg); err != nil {
+		if ss[r], err = open(ds[r], p, c); err != nil {
 			t.Fatal(err)
-		}
-		if protocol {
-			ss[r].direct = false
 		}
 	}
 	return ss, func() {
@@ -119,27 +128,28 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 	}
 }
 
-// sampleAll runs one collective Sample on every rank and downloads the
-// batches.
-func sampleAll(ctx context.Context, ss []*Sampler, seeds [][]graph.NodeID, keys []sample.Key) ([]*sample.MiniBatch, []error) {
-	P := len(ss)
-	out, errs := make([]*sample.MiniBatch, P), make([]error, P)
+// onEveryRank runs f(r) for the P ranks concurrently (a collective).
+func onEveryRank[T any](P int, f func(r int) (T, error)) ([]T, []error) {
+	out, errs := make([]T, P), make([]error, P)
 	var wg sync.WaitGroup
 	for r := range P {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := ss[r].Sample(ctx, seeds[r], keys[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer b.Free()
-			out[r], errs[r] = b.Download()
-		}()
+		wg.Go(func() { out[r], errs[r] = f(r) })
 	}
 	wg.Wait()
 	return out, errs
+}
+
+// sampleAll runs one collective Sample on every rank and downloads the
+// batches.
+func sampleAll(ctx context.Context, ss []*Sampler, seeds [][]graph.NodeID, keys []sample.Key) ([]*sample.MiniBatch, []error) {
+	return onEveryRank(len(ss), func(r int) (*sample.MiniBatch, error) {
+		b, err := ss[r].Sample(ctx, seeds[r], keys[r])
+		if err != nil {
+			return nil, err
+		}
+		defer b.Free()
+		return b.Download()
+	})
 }
 
 // ownedSeeds draws k distinct nodes of [off[r], off[r+1]).

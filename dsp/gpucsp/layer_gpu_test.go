@@ -5,75 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // layerGroup opens P layer-wise samplers over g (offsets off) on the
 // first P GPUs.
 func layerGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*LayerSampler, func()) {
-	t.Helper()
-	P := len(off) - 1
-	ds := gpus(t, P)
-	cs := commsFor(t, P)
-	b, err := book.New(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := make([]*LayerSampler, P)
-	for r := range P {
-		p, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Placement == gpusample.Split {
-			// Half of the patch's bytes on the device: its longest rows.
-			if p, err = layout.Build(g, b, r, layout.Options{DeviceBytes: p.DeviceBytes() / 2}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var c comm.DeviceComm
-		if cs != nil {
-			c = cs[r]
-		}
-		if ss[r], err = NewLayer(ds[r], p, off, c, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ss, func() {
-		for _, s := range ss {
-			s.Close()
-		}
-	}
+	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d *cuda.Device, p *layout.Patch, c comm.DeviceComm) (*LayerSampler, error) {
+		return NewLayer(d, p, off, c, cfg)
+	})
 }
 
 // layerSampleAll runs one collective Sample on every rank and downloads
 // the batches.
 func layerSampleAll(ctx context.Context, ss []*LayerSampler, seeds [][]graph.NodeID, keys []sample.Key) ([]*sample.MiniBatch, []error) {
-	P := len(ss)
-	out, errs := make([]*sample.MiniBatch, P), make([]error, P)
-	var wg sync.WaitGroup
-	for r := range P {
-		wg.Go(func() {
-			b, err := ss[r].Sample(ctx, seeds[r], keys[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer b.Free()
-			out[r], errs[r] = b.Download()
-		})
-	}
-	wg.Wait()
-	return out, errs
+	return onEveryRank(len(ss), func(r int) (*sample.MiniBatch, error) {
+		b, err := ss[r].Sample(ctx, seeds[r], keys[r])
+		if err != nil {
+			return nil, err
+		}
+		defer b.Free()
+		return b.Download()
+	})
 }
 
 // TestLayerMatchesCPU: on 1, 2 and 4 GPUs (as available), every rank's

@@ -5,67 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // walkGroup opens P walkers over g (offsets off) on the first P GPUs.
 func walkGroup(t testing.TB, g *graph.CSR, off []int64, length int, pl gpusample.Placement) ([]*Walker, func()) {
-	t.Helper()
-	P := len(off) - 1
-	ds := gpus(t, P)
-	cs := commsFor(t, P)
-	b, err := book.New(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := make([]*Walker, P)
-	for r := range P {
-		p, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c comm.DeviceComm
-		if cs != nil {
-			c = cs[r]
-		}
-		if ws[r], err = NewWalker(ds[r], p, off, c, length, pl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ws, func() {
-		for _, w := range ws {
-			w.Close()
-		}
-	}
+	return openGroup(t, g, off, false, func(d *cuda.Device, p *layout.Patch, c comm.DeviceComm) (*Walker, error) {
+		return NewWalker(d, p, off, c, length, pl)
+	})
 }
 
 // walkAll runs one collective Walk on every rank and downloads the walks.
 func walkAll(ctx context.Context, ws []*Walker, starts [][]graph.NodeID, keys []sample.Key) ([]*sample.Walks, []error) {
-	P := len(ws)
-	out, errs := make([]*sample.Walks, P), make([]error, P)
-	var wg sync.WaitGroup
-	for r := range P {
-		wg.Go(func() {
-			w, err := ws[r].Walk(ctx, starts[r], keys[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer w.Free()
-			out[r], errs[r] = w.Download()
-		})
-	}
-	wg.Wait()
-	return out, errs
+	return onEveryRank(len(ws), func(r int) (*sample.Walks, error) {
+		w, err := ws[r].Walk(ctx, starts[r], keys[r])
+		if err != nil {
+			return nil, err
+		}
+		defer w.Free()
+		return w.Download()
+	})
 }
 
 // TestWalkMatchesCPU: on 1, 2 and 4 GPUs (as available) every rank's
