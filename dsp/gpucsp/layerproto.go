@@ -2,7 +2,6 @@ package gpucsp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -83,90 +82,19 @@ func layerNodeKey(key sample.Key, hop int) uint64 {
 }
 
 // sample runs one step, as proto.sample: every hop, then one read of
-// every block's sizes and violation counters.
-func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (_ []hopOut, err error) {
+// every block's sizes and the owners' and requesters' violation counters.
+func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]hopOut, error) {
 	p := lp.proto
 	L := len(p.fan)
-	outs := make([]hopOut, L)
-	defer func() {
-		if err != nil {
-			for i := range outs {
-				outs[i].free(p.m)
+	return p.step(ctx, seeds, key, stepSpec{hop: lp.hop, exactEdges: true, extra: lp.bad, extraWords: int64(2 * L),
+		check: func(w []int64) error {
+			for h := range L {
+				if ob, rb := w[2*h], w[2*h+1]; ob != 0 || rb != 0 {
+					return p.errf(h, ErrProtocol, "%d invalid requests from peers, %d invalid neighbors received", ob, rb)
+				}
 			}
-		}
-	}()
-	var status int64
-	var carried error
-	if err := checkSeeds(seeds, p.n); err != nil {
-		status, carried = stInput, p.errf(0, ErrInput, "%v", err)
-	}
-	cl := ctlLayout{p.size}
-	nF0 := int64(len(seeds))
-	var F backend.Buffer
-	if status == stOK {
-		err := func() error {
-			var err error
-			if F, err = p.alloc(nil, backend.Int32, nF0); err != nil {
-				return err
-			}
-			if err := p.m.upload(F, seeds); err != nil {
-				return err
-			}
-			if err := p.m.upload(lp.bad, make([]int64, 2*L)); err != nil {
-				return err
-			}
-			return p.m.upload(p.m.view(p.ctl, cl.nSeeds(), 1), []int64{nF0})
-		}()
-		if err != nil {
-			status, carried = stFailed, p.wrapErr(0, "uploading the seeds", err)
-		}
-	}
-	if F != nil {
-		defer p.m.free(F)
-	}
-	nFB, fcap := p.m.view(p.ctl, cl.nSeeds(), 1), nF0
-	nF := make([]int64, L)
-	for h := range L {
-		if status != stOK {
-			F = nil
-		}
-		var next int64
-		next, err = lp.hop(ctx, h, F, nFB, fcap, status, carried, key, &outs[h], &nF[h])
-		if err != nil {
-			var c *carry
-			if !errors.As(err, &c) {
-				return nil, err
-			}
-			if h == L-1 {
-				return nil, c.err
-			}
-			status, carried = stFailed, c.err
-			continue
-		}
-		F, nFB, fcap = outs[h].srcNodes, p.m.view(outs[h].sizes, 2, 1), next
-	}
-	srcs, n := make([]backend.Buffer, L+1), make([]int64, L+1)
-	for h := range L {
-		srcs[h], n[h] = outs[h].sizes, 3
-	}
-	srcs[L], n[L] = lp.bad, int64(2*L)
-	sz, err := p.read(srcs, n)
-	if err != nil {
-		return nil, p.wrapErr(L-1, "reading the block sizes", err)
-	}
-	for h := range L {
-		o := &outs[h]
-		nd, e, ns := sz[3*h], sz[3*h+1], sz[3*h+2]
-		if nd != o.nd || e != o.ecap || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
-			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d and %d edges", nd, e, ns, o.nd, o.ecap)
-		}
-		if ob, rb := sz[3*L+2*h], sz[3*L+2*h+1]; ob != 0 || rb != 0 {
-			return nil, p.errf(h, ErrProtocol, "%d invalid requests from peers, %d invalid neighbors received", ob, rb)
-		}
-		o.e, o.ns = e, ns
-	}
-	p.stats.Batches++
-	return outs, nil
+			return nil
+		}})
 }
 
 // hop runs layer-wise hop h for the frontier F (nFB[0] nodes on the

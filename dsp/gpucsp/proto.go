@@ -152,7 +152,27 @@ func fill(P, v int) []int {
 
 // sample runs one step: every hop, then one read of all hops' sizes. On
 // success the caller owns the returned parts; on failure they are freed.
-func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (_ []hopOut, err error) {
+func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]hopOut, error) {
+	return p.step(ctx, seeds, key, stepSpec{hop: p.hop})
+}
+
+// stepSpec is what a protocol's step adds to proto.step: its hop, and
+// device words read with the blocks' sizes (and checked) at the end.
+type stepSpec struct {
+	hop func(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error)
+	// exactEdges: a hop's edge count is its bound (else at most it).
+	exactEdges bool
+	// extra (extraWords words, zeroed before the first hop) is read
+	// with the sizes and checked by check.
+	extra      backend.Buffer
+	extraWords int64
+	check      func(words []int64) error
+}
+
+// step runs every hop of a step with spec's hop, then one read of all
+// hops' sizes (and spec's extra words). On success the caller owns the
+// returned parts; on failure they are freed.
+func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, spec stepSpec) (_ []hopOut, err error) {
 	L := len(p.fan)
 	outs := make([]hopOut, L)
 	defer func() {
@@ -179,6 +199,11 @@ func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key
 			if err := p.m.upload(F, seeds); err != nil {
 				return err
 			}
+			if spec.extra != nil {
+				if err := p.m.upload(spec.extra, make([]int64, spec.extraWords)); err != nil {
+					return err
+				}
+			}
 			return p.m.upload(p.m.view(p.ctl, cl.nSeeds(), 1), []int64{nF0})
 		}()
 		if err != nil {
@@ -195,7 +220,7 @@ func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key
 			F = nil
 		}
 		var next int64
-		next, err = p.hop(ctx, h, F, nFB, fcap, status, carried, key, &outs[h], &nF[h])
+		next, err = spec.hop(ctx, h, F, nFB, fcap, status, carried, key, &outs[h], &nF[h])
 		if err != nil {
 			var c *carry
 			if !errors.As(err, &c) {
@@ -212,9 +237,12 @@ func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key
 		F, nFB, fcap = outs[h].srcNodes, p.m.view(outs[h].sizes, 2, 1), next
 	}
 	// The step's only read of the blocks' sizes.
-	srcs, n := make([]backend.Buffer, L), make([]int64, L)
+	srcs, n := make([]backend.Buffer, L, L+1), make([]int64, L, L+1)
 	for h := range L {
 		srcs[h], n[h] = outs[h].sizes, 3
+	}
+	if spec.extra != nil {
+		srcs, n = append(srcs, spec.extra), append(n, spec.extraWords)
 	}
 	sz, err := p.read(srcs, n)
 	if err != nil {
@@ -223,10 +251,19 @@ func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key
 	for h := range L {
 		o := &outs[h]
 		nd, e, ns := sz[3*h], sz[3*h+1], sz[3*h+2]
-		if nd != o.nd || e < 0 || e > o.ecap || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
-			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d (at most %d edges)", nd, e, ns, o.nd, o.ecap)
+		badE := e < 0 || e > o.ecap
+		if spec.exactEdges {
+			badE = e != o.ecap
+		}
+		if nd != o.nd || badE || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
+			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d (%d edges drawn)", nd, e, ns, o.nd, o.ecap)
 		}
 		o.e, o.ns = e, ns
+	}
+	if spec.check != nil {
+		if err := spec.check(sz[3*L:]); err != nil {
+			return nil, err
+		}
 	}
 	p.stats.Batches++
 	return outs, nil
