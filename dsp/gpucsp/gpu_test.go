@@ -309,16 +309,7 @@ func TestBadSeedsFailEveryRank(t *testing.T) {
 	seeds[1] = append(slices.Clone(seeds[1]), seeds[1][0]) // a repeated seed
 	start := time.Now()
 	_, errs := sampleAll(ctx, ss, seeds, keys)
-	for r, err := range errs {
-		want := ErrPeer
-		if r == 1 {
-			want = ErrInput
-		}
-		var ge *Error
-		if !errors.Is(err, want) || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != 0 {
-			t.Errorf("rank %d: %v, want %v at hop 0", r, err, want)
-		}
-	}
+	checkFailedStep(t, errs, 1, 0, 0, ErrInput)
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("failing took %v: the ranks waited for a deadline", d)
 	}

@@ -554,25 +554,7 @@ func TestLayerProtocolFailures(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("failing took %v: the ranks waited for a deadline", d)
 			}
-			for r, err := range errs {
-				var ge *Error
-				switch {
-				case r == c.rank:
-					if err == nil || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != c.selfHop || errors.Is(err, ErrPeer) ||
-						(c.want != nil && !errors.Is(err, c.want)) {
-						t.Errorf("failing rank %d: %v, want its own error at hop %d", r, err, c.selfHop)
-					}
-				case c.peerHop < 0:
-					if err != nil {
-						t.Errorf("rank %d: %v, want success", r, err)
-					}
-				default:
-					if !errors.Is(err, ErrPeer) || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != c.peerHop ||
-						!strings.Contains(err.Error(), fmt.Sprintf("rank %d: ", c.rank)) {
-						t.Errorf("rank %d: %v, want ErrPeer naming rank %d at hop %d", r, err, c.rank, c.peerHop)
-					}
-				}
-			}
+			checkFailedStep(t, errs, c.rank, c.selfHop, c.peerHop, c.want)
 			hr.check(t, c.name)
 			seeds[c.rank] = good(c.rank)
 			if _, errs := hr.step(ctx, seeds, keys); errors.Join(errs...) != nil {

@@ -288,25 +288,7 @@ func TestProtocolFailures(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("failing took %v: the ranks waited for a deadline", d)
 			}
-			for r, err := range errs {
-				var ge *Error
-				switch {
-				case r == c.rank:
-					if err == nil || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != c.selfHop || errors.Is(err, ErrPeer) ||
-						(c.want != nil && !errors.Is(err, c.want)) {
-						t.Errorf("failing rank %d: %v, want its own error at hop %d", r, err, c.selfHop)
-					}
-				case c.peerHop < 0:
-					if err != nil {
-						t.Errorf("rank %d: %v, want success", r, err)
-					}
-				default:
-					if !errors.Is(err, ErrPeer) || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != c.peerHop ||
-						!strings.Contains(err.Error(), fmt.Sprintf("rank %d: ", c.rank)) {
-						t.Errorf("rank %d: %v, want ErrPeer naming rank %d at hop %d", r, err, c.rank, c.peerHop)
-					}
-				}
-			}
+			checkFailedStep(t, errs, c.rank, c.selfHop, c.peerHop, c.want)
 			hr.check(t, c.name)
 			seeds[c.rank] = good(c.rank)
 			if _, errs := hr.step(ctx, seeds, keys); errors.Join(errs...) != nil {
@@ -337,5 +319,32 @@ func TestProtocolFailureAfterHeader(t *testing.T) {
 	}
 	if !errors.Is(errs[1], context.DeadlineExceeded) {
 		t.Errorf("rank 1: %v, want the deadline", errs[1])
+	}
+}
+
+// checkFailedStep checks the errors of a collective step in which rank
+// failed: its own *Error at selfHop (of kind want when set), and every
+// other rank an ErrPeer naming it at peerHop (peerHop < 0: they
+// succeeded).
+func checkFailedStep(t *testing.T, errs []error, rank, selfHop, peerHop int, want error) {
+	t.Helper()
+	for r, err := range errs {
+		var ge *Error
+		switch {
+		case r == rank:
+			if err == nil || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != selfHop || errors.Is(err, ErrPeer) ||
+				(want != nil && !errors.Is(err, want)) {
+				t.Errorf("failing rank %d: %v, want its own error at hop %d", r, err, selfHop)
+			}
+		case peerHop < 0:
+			if err != nil {
+				t.Errorf("rank %d: %v, want success", r, err)
+			}
+		default:
+			if !errors.Is(err, ErrPeer) || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != peerHop ||
+				!strings.Contains(err.Error(), fmt.Sprintf("rank %d: ", rank)) {
+				t.Errorf("rank %d: %v, want ErrPeer naming rank %d at hop %d", r, err, rank, peerHop)
+			}
+		}
 	}
 }
