@@ -202,7 +202,6 @@ func TestTrainDevicesUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--devices", "cpu:3", "--cache-policy", "replicate", "--cache-group", "2"}, "does not divide"},
 		{[]string{"--devices", "cpu:2", "--no-pipeline"}, "device engine"},
-		{[]string{"--devices", "cpu:2", "--engine", "device", "--scheme", "layer", "--hotness", "presample"}, "pre-sampling"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -94,9 +93,6 @@ func (c *Config) normalize() error {
 		// devices and csp.LayerSampler on one rank on the host.
 		if c.Sampler == SamplerFull {
 			return bad("sampler", "the full sampler is gpusample's node-wise sampling over the whole graph; layer-wise sampling on GPUs is collective (use csp)")
-		}
-		if c.Hotness == cache.ByPreSampling {
-			return bad("hotness", "the device run's pre-sampling pass samples node-wise; with the layer scheme use in-degree, pagerank or reverse-pagerank")
 		}
 	}
 	return nil

@@ -129,12 +129,21 @@ func TestMatchesHostRunner(t *testing.T) {
 
 // TestPresampleMatchesHostRunner: the device run's pre-sampling hotness
 // (on the host, over the whole graph) caches the rows the host runner's
-// distributed pre-sampling pass caches: with a cache too small for every
-// row, both see the same local and peer hits on the same batches, and
-// different ones than with in-degree hotness.
+// distributed pre-sampling pass caches, node-wise and layer-wise: with a
+// cache too small for every row, both see the same local and peer hits
+// on the same batches, and different ones than with in-degree hotness.
 func TestPresampleMatchesHostRunner(t *testing.T) {
+	for _, scheme := range []string{runner.NodeWise, runner.LayerWise} {
+		t.Run(scheme, func(t *testing.T) { testPresample(t, scheme) })
+	}
+}
+
+func testPresample(t *testing.T, scheme string) {
 	cacheOf := func(h cache.Hotness, host bool) (metrics.CacheSnapshot, []float64) {
 		cfg := small(2, 1)
+		if scheme == runner.LayerWise {
+			cfg = layerConfig(2, 1)
+		}
 		cfg.CacheBytes = 60 * 16 * 4
 		cfg.Hotness = h
 		if host {

@@ -7,17 +7,15 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/inproc"
-	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/gpucache"
 	"github.com/strata-gnn/strata/dsp/gpucsp"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -266,7 +264,7 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 // csp.LayerSampler alone on one rank): the CPU back ends' sampler.
 type hostSampler struct {
 	s    sample.Sampler
-	comm comm.Comm // the layer sampler's one-rank group, or nil
+	done func() error // releases s
 }
 
 func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
@@ -280,42 +278,20 @@ func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key samp
 	return &hostBatch{mb: mb}, nil
 }
 
-func (h *hostSampler) Close() error {
-	if h.comm != nil {
-		return h.comm.Close()
-	}
-	return nil
-}
+func (h *hostSampler) Close() error { return h.done() }
 
 // newHostSampler is the CPU back ends' sampler: node-wise, or layer-wise
-// over a one-rank group whose patch is the whole graph (csp's batches
-// depend only on the graph, seeds and key, not on the partition).
+// (runner.WholeGraphSampler).
 func newHostSampler(in *graph.CSR, scfg gpusample.Config, layer bool) (*hostSampler, error) {
-	if !layer {
-		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted})
-		if err != nil {
-			return nil, err
-		}
-		return &hostSampler{s: s}, nil
+	scheme := runner.NodeWise
+	if layer {
+		scheme = runner.LayerWise
 	}
-	b, err := book.New([]int64{0, in.NumRows})
+	s, done, err := runner.WholeGraphSampler(in, scheme, scfg.Fanouts, scfg.Replace, scfg.Weighted)
 	if err != nil {
 		return nil, err
 	}
-	p, err := layout.Build(in, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
-	if err != nil {
-		return nil, err
-	}
-	cs, err := inproc.New(1, comm.Options{})
-	if err != nil {
-		return nil, err
-	}
-	s, err := csp.NewLayerSampler(cs[0], b, p, csp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Workers: 1}, nil)
-	if err != nil {
-		cs[0].Close()
-		return nil, err
-	}
-	return &hostSampler{s: s, comm: cs[0]}, nil
+	return &hostSampler{s: s, done: done}, nil
 }
 
 type hostBatch struct{ mb *sample.MiniBatch }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/runner"
 )
 
@@ -72,11 +71,10 @@ func TestLayerMatchesHostRunner(t *testing.T) {
 }
 
 // TestLayerConfigErrors: the layer scheme refuses the full GPU sampler
-// (node-wise gpusample) and the node-wise pre-sampling hotness.
+// (node-wise gpusample).
 func TestLayerConfigErrors(t *testing.T) {
 	for name, f := range map[string]func(*Config){
 		"full sampler": func(c *Config) { c.Sampler = SamplerFull },
-		"presample":    func(c *Config) { c.Hotness = cache.ByPreSampling },
 	} {
 		cfg := layerConfig(2, 1)
 		f(&cfg)

@@ -8,8 +8,11 @@ import (
 	"math"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/csp"
+	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
@@ -150,10 +153,11 @@ func PresampleOrder(ctx context.Context, in *graph.CSR, pd *Partitioned, cfg *Co
 	if err != nil {
 		return nil, fmt.Errorf("dsp: presample: %w", err)
 	}
-	smp, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
+	smp, done, err := WholeGraphSampler(in, cfg.Scheme, cfg.Train.Fanouts, cfg.Replace, cfg.Weighted)
 	if err != nil {
 		return nil, fmt.Errorf("dsp: presample: %w", err)
 	}
+	defer done()
 	counts := make([]int64, in.NumRows)
 	k := len(plan.batches)
 	for r, batches := range plan.batches {
@@ -300,4 +304,35 @@ func CheckReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c
 		}
 	}
 	return nil
+}
+
+// WholeGraphSampler samples the batches of collective sampling with
+// scheme (NodeWise or LayerWise) on the host over the whole graph in:
+// sample.NeighborSampler, or csp.LayerSampler alone on a one-rank group
+// whose patch is the whole graph (collective batches depend only on the
+// graph, the seeds and the key, not on the partition). done releases it.
+func WholeGraphSampler(in *graph.CSR, scheme string, fanouts []int, replace, weighted bool) (s sample.Sampler, done func() error, err error) {
+	nothing := func() error { return nil }
+	if scheme != LayerWise {
+		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted})
+		return s, nothing, err
+	}
+	b, err := book.New([]int64{0, in.NumRows})
+	if err != nil {
+		return nil, nothing, err
+	}
+	p, err := layout.Build(in, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		return nil, nothing, err
+	}
+	cs, err := inproc.New(1, comm.Options{})
+	if err != nil {
+		return nil, nothing, err
+	}
+	ls, err := csp.NewLayerSampler(cs[0], b, p, csp.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted, Workers: 1}, nil)
+	if err != nil {
+		cs[0].Close()
+		return nil, nothing, err
+	}
+	return ls, cs[0].Close, nil
 }
