@@ -18,7 +18,6 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -117,7 +116,7 @@ func (d *device) setup() error {
 	if cfg.TopologyBytes > 0 && cfg.TopologyBytes < need {
 		scfg.Placement = gpusample.Split
 		if !csp {
-			whole, err := wholeGraphPatch(s.in, cfg.TopologyBytes)
+			whole, _, err := layout.BuildWhole(s.in, layout.Options{DeviceBytes: cfg.TopologyBytes})
 			if err != nil {
 				return d.errf("topology", err)
 			}
@@ -163,16 +162,6 @@ func (d *device) setup() error {
 	s.mu.Unlock()
 	d.setupSeconds = time.Since(t0).Seconds()
 	return nil
-}
-
-// wholeGraphPatch lays out the whole graph as one device's patch within
-// budget bytes (layout's choice of rows).
-func wholeGraphPatch(in *graph.CSR, budget int64) (*layout.Patch, error) {
-	b, err := book.New([]int64{0, in.NumRows})
-	if err != nil {
-		return nil, err
-	}
-	return layout.Build(in, b, 0, layout.Options{DeviceBytes: budget})
 }
 
 // graphBytes is what the whole topology takes on a device (row offsets

@@ -104,6 +104,20 @@ func Build(in *graph.CSR, b *book.Book, rank int, opt Options) (*Patch, error) {
 	return p, nil
 }
 
+// BuildWhole lays out the whole graph in as the single patch of a
+// one-device partition (the rows that fit opt.DeviceBytes on the device).
+func BuildWhole(in *graph.CSR, opt Options) (*Patch, *book.Book, error) {
+	if in == nil {
+		return nil, nil, inputErr("nil graph")
+	}
+	b, err := book.New([]int64{0, in.NumRows})
+	if err != nil {
+		return nil, nil, inputErr("%v", err)
+	}
+	p, err := Build(in, b, 0, opt)
+	return p, b, err
+}
+
 // rowBytes is the memory a row of degree d takes.
 func (p *Patch) rowBytes(d int64) int64 {
 	c := 8 + 4*d

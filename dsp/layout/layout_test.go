@@ -76,6 +76,25 @@ func TestPlacementByBudget(t *testing.T) {
 	}
 }
 
+// TestBuildWhole: the whole graph as one patch, the longest rows on the
+// device within the budget, as Build with a one-part book.
+func TestBuildWhole(t *testing.T) {
+	g := testGraph()
+	p, b, err := BuildWhole(g, Options{DeviceBytes: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.K() != 1 || p.Lo != 0 || int64(p.Hi) != g.NumRows || p.NumEdges() != g.NumEdges() {
+		t.Fatalf("patch [%d, %d) of %d edges, %d parts", p.Lo, p.Hi, p.NumEdges(), b.K())
+	}
+	if ids := p.DeviceRowIDs(); !slices.Equal(ids, []graph.NodeID{2, 4}) {
+		t.Fatalf("device rows %v, want [2 4]", ids)
+	}
+	if _, _, err := BuildWhole(nil, Options{}); !errors.Is(err, ErrInput) {
+		t.Fatalf("nil graph: %v", err)
+	}
+}
+
 func TestBuildErrors(t *testing.T) {
 	g := testGraph()
 	b, _ := book.New([]int64{0, 3, 6})

@@ -317,11 +317,7 @@ func WholeGraphSampler(in *graph.CSR, scheme string, fanouts []int, replace, wei
 		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted})
 		return s, nothing, err
 	}
-	b, err := book.New([]int64{0, in.NumRows})
-	if err != nil {
-		return nil, nothing, err
-	}
-	p, err := layout.Build(in, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	p, b, err := layout.BuildWhole(in, layout.Options{DeviceBytes: layout.NoLimit})
 	if err != nil {
 		return nil, nothing, err
 	}
