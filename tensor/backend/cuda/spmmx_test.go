@@ -17,114 +17,20 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// spmmxSrc holds SpMM variants for BenchmarkSpMMVariants: G lanes per
-// row (32/G rows per warp), NV columns (float or float4) per lane, U
-// edges in flight, PF: the next 32-edge chunk's indices loaded ahead.
-const spmmxSrc = `
-template <typename T> struct Acc;
-template <> struct Acc<float> {
-  static __device__ __forceinline__ float zero() { return 0.0f; }
-  static __device__ __forceinline__ void fma(float& a, float w, const float& x) { a = fmaf(w, x, a); }
-};
-template <> struct Acc<float4> {
-  static __device__ __forceinline__ float4 zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
-  static __device__ __forceinline__ void fma(float4& a, float w, const float4& x) {
-    a.x = fmaf(w, x.x, a.x); a.y = fmaf(w, x.y, a.y); a.z = fmaf(w, x.z, a.z); a.w = fmaf(w, x.w, a.w);
-  }
-};
-
-template <typename T, int G, int NV, int U, bool PF>
-__device__ __forceinline__ void spmmg(T* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
-                                      const float* __restrict__ w, const T* __restrict__ x, i64 rows, i64 wd) {
-  const unsigned full = 0xffffffffu;
-  int lane = threadIdx.x & 31;
-  int sub = lane / G, gl = lane % G;
-  i64 r = ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / G) + sub;
-  bool live = r < rows;
-  i64 p0 = 0;
-  int n = 0;
-  if (live) {
-    p0 = ptr[r];
-    n = (int)(ptr[r + 1] - p0);
-  }
-  int maxn = G == 32 ? n : (int)__reduce_max_sync(full, (unsigned)n);
-  for (i64 fb = 0; fb < wd; fb += (i64)G * NV) {
-    T acc[NV];
-    bool on[NV];
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-      acc[k] = Acc<T>::zero();
-      on[k] = live && fb + gl + G * k < wd;
-    }
-    const T* xs = x + fb + gl;
-    int c = 0;
-    float we = 0.f;
-    if (PF && gl < n) {
-      c = col[p0 + gl];
-      we = w ? w[p0 + gl] : 1.0f;
-    }
-    for (int base = 0; base < maxn; base += G) {
-      int cnt = n - base;
-      if (!PF) {
-        c = 0;
-        we = 0.f;
-        if (gl < cnt) {
-          c = col[p0 + base + gl];
-          we = w ? w[p0 + base + gl] : 1.0f;
-        }
-      }
-      int cc = c;
-      float ww = we;
-      if (PF) {
-        c = 0;
-        we = 0.f;
-        if (gl < cnt - G) {
-          c = col[p0 + base + G + gl];
-          we = w ? w[p0 + base + G + gl] : 1.0f;
-        }
-      }
-      int jmax = maxn - base < G ? maxn - base : G;
-      int j = 0;
-      for (; j + U <= jmax; j += U) {
-        T v[U][NV];
-        float wu[U];
-        bool ok[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          int cu = __shfl_sync(full, cc, j + u, G);
-          wu[u] = __shfl_sync(full, ww, j + u, G);
-          ok[u] = j + u < cnt;
-          const T* xr = xs + (i64)cu * wd;
-#pragma unroll
-          for (int k = 0; k < NV; k++)
-            if (on[k] && ok[u]) v[u][k] = xr[G * k];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-#pragma unroll
-          for (int k = 0; k < NV; k++)
-            if (on[k] && ok[u]) Acc<T>::fma(acc[k], wu[u], v[u][k]);
-        }
-      }
-      for (; j < jmax; j++) {
-        int cu = __shfl_sync(full, cc, j, G);
-        float wj = __shfl_sync(full, ww, j, G);
-        bool okj = j < cnt;
-        const T* xr = xs + (i64)cu * wd;
-#pragma unroll
-        for (int k = 0; k < NV; k++)
-          if (on[k] && okj) Acc<T>::fma(acc[k], wj, xr[G * k]);
-      }
-    }
-    T* o = out + r * wd + fb + gl;
-#pragma unroll
-    for (int k = 0; k < NV; k++)
-      if (on[k]) o[G * k] = acc[k];
-  }
+// spmmxSource is the back end's kernels plus the SpMM variants of
+// BenchmarkSpMMVariants: instances of kernels/spmm.cu's spmm1g (G lanes
+// per row, 32/G rows per warp; NV columns, float or float4, per lane; U
+// edges in flight; PF: the next chunk's indices loaded ahead).
+func spmmxSource(vs []*spmmxVariant) string {
+	var src strings.Builder
+	src.WriteString(backendSource())
+	for _, v := range vs {
+		src.WriteString(v.source())
+	}
+	return src.String()
 }
-`
 
-// spmmxVariant is one instantiation of spmmg.
+// spmmxVariant is one instantiation of spmm1g.
 type spmmxVariant struct {
 	vec            bool // float4
 	g, nv, u       int
@@ -152,7 +58,7 @@ func (v *spmmxVariant) source() string {
 		lb = fmt.Sprintf("__launch_bounds__(256, %d) ", v.minBlocks)
 	}
 	return fmt.Sprintf(`extern "C" __global__ void %s%s(%s* out, const i64* ptr, const int* col, const float* w, const %s* x, i64 rows, i64 wd) {
-  spmmg<%s, %d, %d, %d, %v>(out, ptr, col, w, x, rows, wd);
+  spmm1g<%s, %d, %d, %d, %v>(out, ptr, col, nullptr, w, x, rows, wd);
 }
 `, lb, v.name, v.typeName, v.typeName, v.typeName, v.g, v.nv, v.u, v.pf)
 }
@@ -204,14 +110,8 @@ func BenchmarkSpMMVariants(b *testing.B) {
 		b.Fatal(err)
 	}
 	vs := spmmxVariants()
-	var src strings.Builder
-	src.WriteString(CommonSource())
-	src.WriteString(spmmxSrc)
-	for _, v := range vs {
-		src.WriteString(v.source())
-	}
 	t0 := time.Now()
-	mod, err := d.LoadModule("spmmx", src.String())
+	mod, err := d.LoadModule("spmmx", spmmxSource(vs))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -347,20 +247,16 @@ func TestSpMMVariantsCompile(t *testing.T) {
 	if err := nvrtc.Load(); err != nil {
 		t.Skipf("no libnvrtc: %v", err)
 	}
-	var src strings.Builder
-	src.WriteString(CommonSource())
-	src.WriteString(spmmxSrc)
-	for _, v := range spmmxVariants() {
-		src.WriteString(v.source())
-	}
 	kind, arch, err := nvrtc.Target(90)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nvrtc.Compile(src.String(), "spmmx.cu", kind, arch, nvrtcOptions...); err != nil {
+	vs := spmmxVariants()
+	src := spmmxSource(vs)
+	if _, err := nvrtc.Compile(src, "spmmx.cu", kind, arch, nvrtcOptions...); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(kernelNames(src.String())); n != len(spmmxVariants()) {
-		t.Fatalf("%d kernels found", n)
+	if n, base := len(kernelNames(src)), len(kernelNames(backendSource())); n != base+len(vs) {
+		t.Fatalf("%d kernels found, want the back end's %d and %d variants", n, base, len(vs))
 	}
 }

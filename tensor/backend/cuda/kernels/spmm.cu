@@ -1,5 +1,5 @@
-// SpMM for one head (w nnz x 1 or NULL): one warp (spmm1_vec,
-// spmm1_scalar) or G lanes (spmm1g: 32/G rows per warp) per output row,
+// SpMM for one head (w nnz x 1 or NULL): spmm1g runs G lanes per output
+// row (G = 32: one warp; G < 32: 32/G rows per warp),
 // several rows per block, no grid stride, so the block scheduler balances
 // rows of very different degrees. A row's lanes read its column indices
 // (and weights) 32 (G) at a time with one coalesced load each and hand
@@ -20,143 +20,6 @@
 //
 // The instances and when each is used (BenchmarkSpMMVariants measured
 // them on the products graph) are listed at the end and in sparse.go.
-
-template <int NV, int U>
-__device__ __forceinline__ void spmm1_vec(float4* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
-                                          const i64* __restrict__ eid, const float* __restrict__ w,
-                                          const float4* __restrict__ x, i64 rows, i64 w4) {
-  const unsigned full = 0xffffffffu;
-  i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (r >= rows) return;
-  int lane = threadIdx.x & 31;
-  i64 p0 = ptr[r], p1 = ptr[r + 1];
-  for (i64 fb = 0; fb < w4; fb += 32 * NV) {
-    float4 acc[NV];
-    bool on[NV];
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-      acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      on[k] = fb + lane + 32 * k < w4;
-    }
-    const float4* xs = x + fb + lane;
-    for (i64 base = p0; base < p1; base += 32) {
-      int n = (int)(p1 - base < 32 ? p1 - base : 32);
-      int c = 0;
-      float we = 1.0f;
-      if (lane < n) {
-        c = col[base + lane];
-        if (w) we = w[edge_id(eid, base + lane)];
-      }
-      int j = 0;
-      for (; j + U <= n; j += U) {
-        float4 v[U][NV];
-        float wu[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          int cu = __shfl_sync(full, c, j + u);
-          wu[u] = __shfl_sync(full, we, j + u);
-          const float4* xr = xs + (i64)cu * w4;
-#pragma unroll
-          for (int k = 0; k < NV; k++)
-            if (on[k]) v[u][k] = xr[32 * k];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-#pragma unroll
-          for (int k = 0; k < NV; k++) {
-            if (on[k]) {
-              acc[k].x = fmaf(wu[u], v[u][k].x, acc[k].x);
-              acc[k].y = fmaf(wu[u], v[u][k].y, acc[k].y);
-              acc[k].z = fmaf(wu[u], v[u][k].z, acc[k].z);
-              acc[k].w = fmaf(wu[u], v[u][k].w, acc[k].w);
-            }
-          }
-        }
-      }
-      for (; j < n; j++) {
-        int cu = __shfl_sync(full, c, j);
-        float wj = __shfl_sync(full, we, j);
-        const float4* xr = xs + (i64)cu * w4;
-#pragma unroll
-        for (int k = 0; k < NV; k++) {
-          if (on[k]) {
-            float4 v = xr[32 * k];
-            acc[k].x = fmaf(wj, v.x, acc[k].x);
-            acc[k].y = fmaf(wj, v.y, acc[k].y);
-            acc[k].z = fmaf(wj, v.z, acc[k].z);
-            acc[k].w = fmaf(wj, v.w, acc[k].w);
-          }
-        }
-      }
-    }
-    float4* o = out + r * w4 + fb + lane;
-#pragma unroll
-    for (int k = 0; k < NV; k++)
-      if (on[k]) o[32 * k] = acc[k];
-  }
-}
-
-template <int NV, int U>
-__device__ __forceinline__ void spmm1_scalar(float* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
-                                             const i64* __restrict__ eid, const float* __restrict__ w,
-                                             const float* __restrict__ x, i64 rows, i64 width) {
-  const unsigned full = 0xffffffffu;
-  i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (r >= rows) return;
-  int lane = threadIdx.x & 31;
-  i64 p0 = ptr[r], p1 = ptr[r + 1];
-  for (i64 fb = 0; fb < width; fb += 32 * NV) {
-    float acc[NV];
-    bool on[NV];
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-      acc[k] = 0.0f;
-      on[k] = fb + lane + 32 * k < width;
-    }
-    const float* xs = x + fb + lane;
-    for (i64 base = p0; base < p1; base += 32) {
-      int n = (int)(p1 - base < 32 ? p1 - base : 32);
-      int c = 0;
-      float we = 1.0f;
-      if (lane < n) {
-        c = col[base + lane];
-        if (w) we = w[edge_id(eid, base + lane)];
-      }
-      int j = 0;
-      for (; j + U <= n; j += U) {
-        float v[U][NV];
-        float wu[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          int cu = __shfl_sync(full, c, j + u);
-          wu[u] = __shfl_sync(full, we, j + u);
-          const float* xr = xs + (i64)cu * width;
-#pragma unroll
-          for (int k = 0; k < NV; k++)
-            if (on[k]) v[u][k] = xr[32 * k];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-#pragma unroll
-          for (int k = 0; k < NV; k++)
-            if (on[k]) acc[k] = fmaf(wu[u], v[u][k], acc[k]);
-        }
-      }
-      for (; j < n; j++) {
-        int cu = __shfl_sync(full, c, j);
-        float wj = __shfl_sync(full, we, j);
-        const float* xr = xs + (i64)cu * width;
-#pragma unroll
-        for (int k = 0; k < NV; k++)
-          if (on[k]) acc[k] = fmaf(wj, xr[32 * k], acc[k]);
-      }
-    }
-    float* o = out + r * width + fb + lane;
-#pragma unroll
-    for (int k = 0; k < NV; k++)
-      if (on[k]) o[32 * k] = acc[k];
-  }
-}
 
 template <typename T> struct Acc;
 template <> struct Acc<float> {
@@ -271,7 +134,7 @@ __device__ __forceinline__ void spmm1g(T* __restrict__ out, const i64* __restric
 // width <= 128: one warp per row, NV=1, U=8.
 extern "C" __global__ void spmm1_v1(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
                                  i64 rows, i64 wd) {
-  spmm1_vec<1, 8>(out, ptr, col, eid, w, x, rows, wd);
+  spmm1g<float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
 }
 
 // width <= 128, rows of similar length: G=16, NV=2, U=8, indices ahead.
@@ -289,7 +152,7 @@ extern "C" __global__ void spmm1_v2(float4* out, const i64* ptr, const int* col,
 // wider: one warp per row, NV=4, U=2.
 extern "C" __global__ void spmm1_v4(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
                                  i64 rows, i64 wd) {
-  spmm1_vec<4, 2>(out, ptr, col, eid, w, x, rows, wd);
+  spmm1g<float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
 }
 
 // width <= 32: G=8, NV=4, U=4, indices ahead.
@@ -307,17 +170,17 @@ extern "C" __global__ void spmm1_s6g(float* out, const i64* ptr, const int* col,
 // width <= 64: one warp per row, NV=2, U=8.
 extern "C" __global__ void spmm1_s2(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
                                  i64 rows, i64 wd) {
-  spmm1_scalar<2, 8>(out, ptr, col, eid, w, x, rows, wd);
+  spmm1g<float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd);
 }
 
 // width <= 128: one warp per row, NV=4, U=4.
 extern "C" __global__ void spmm1_s4(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
                                  i64 rows, i64 wd) {
-  spmm1_scalar<4, 4>(out, ptr, col, eid, w, x, rows, wd);
+  spmm1g<float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd);
 }
 
 // wider: one warp per row, NV=8, U=2.
 extern "C" __global__ void spmm1_s8(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
                                  i64 rows, i64 wd) {
-  spmm1_scalar<8, 2>(out, ptr, col, eid, w, x, rows, wd);
+  spmm1g<float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd);
 }
