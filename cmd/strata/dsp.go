@@ -26,22 +26,23 @@ import (
 // partitioned feature cache and pipeline). They are embedded in trainCmd;
 // --devices and --partition are shared with --mode fullgraph.
 type dspFlags struct {
-	Scheme        string `help:"sampled mode with --devices: collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
-	Replace       bool   `help:"sampled mode with --devices: sample with replacement."`
-	Weighted      bool   `help:"sampled mode with --devices: sample proportionally to edge weights."`
-	Cache         string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
-	CachePolicy   string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
-	CacheGroup    int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
-	Hotness       string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
-	TopologyCache string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
-	QueueCapacity int    `help:"sampled mode with --devices: batches queued between the sampler, loader and trainer of each device." default:"2" placeholder:"N"`
-	Rebalance     string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
-	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
-	Engine        string `help:"sampled mode with --devices: host (dsp/runner: sampling and collectives on the host) or device (dsp/gpurun: sampling, feature exchange and all-reduce on the devices, NCCL on GPUs); auto picks device for CUDA devices." enum:"auto,host,device" default:"auto"`
-	NoPipeline    bool   `help:"sampled mode with --devices, device engine: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
-	SharedStream  bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
-	StallTimeout  string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
-	GPUSampler    string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
+	Scheme         string `help:"sampled mode with --devices: collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
+	Replace        bool   `help:"sampled mode with --devices: sample with replacement."`
+	Weighted       bool   `help:"sampled mode with --devices: sample proportionally to edge weights."`
+	Cache          string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
+	CachePolicy    string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
+	CacheGroup     int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
+	Hotness        string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
+	TopologyCache  string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
+	QueueCapacity  int    `help:"sampled mode with --devices: batches queued between the sampler, loader and trainer of each device." default:"2" placeholder:"N"`
+	Rebalance      string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
+	NoCoordinator  bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
+	Engine         string `help:"sampled mode with --devices: host (dsp/runner: sampling and collectives on the host) or device (dsp/gpurun: sampling, feature exchange and all-reduce on the devices, NCCL on GPUs); auto picks device for CUDA devices." enum:"auto,host,device" default:"auto"`
+	NoPipeline     bool   `help:"sampled mode with --devices, device engine: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
+	SharedStream   bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
+	StallTimeout   string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
+	GPUSampler     string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
+	SamplerWorkers int    `help:"sampled mode with --devices, device engine: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
 // parseBytes reads a byte count such as 0, 4096, 64MiB, 1.5GB or "all"
@@ -216,6 +217,7 @@ func (f *dspFlags) set() []string {
 	add(f.SharedStream, "shared-stream")
 	add(f.StallTimeout != "", "stall-timeout")
 	add(f.GPUSampler != "csp", "gpu-sampler")
+	add(f.SamplerWorkers != 1, "sampler-workers")
 	return out
 }
 
@@ -227,9 +229,19 @@ func (c *trainCmd) checkEngineFlags(bs []backend.Backend, device bool) error {
 		switch {
 		case f.NoPipeline:
 			return usageError{fmt.Errorf("--no-pipeline needs the device engine (--engine device, or CUDA devices)")}
+		case f.SamplerWorkers != 1:
+			return usageError{fmt.Errorf("--sampler-workers %d needs the device engine (--engine device, or CUDA devices)", f.SamplerWorkers)}
 		case c.FullGraph.EvalEvery != 1:
 			return usageError{fmt.Errorf("--eval-every %d needs the device engine (--engine device, or CUDA devices)", c.FullGraph.EvalEvery)}
 		}
+	}
+	switch w := f.SamplerWorkers; {
+	case w < 1 || w > gpurun.MaxSamplerWorkers:
+		return usageError{fmt.Errorf("--sampler-workers %d: want 1..%d", w, gpurun.MaxSamplerWorkers)}
+	case w > 1 && f.NoPipeline:
+		return usageError{fmt.Errorf("--sampler-workers %d needs the pipeline (--no-pipeline runs one sampler)", w)}
+	case w > 1 && f.SharedStream:
+		return usageError{fmt.Errorf("--sampler-workers %d needs the samplers' own streams (not --shared-stream)", w)}
 	}
 	allCUDA := true
 	for _, b := range bs {
@@ -305,7 +317,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	var devRun *gpurun.Report
 	if c.useDeviceEngine(bs) {
 		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: c.DSP.GPUSampler,
-			SharedStream: c.DSP.SharedStream}
+			SharedStream: c.DSP.SharedStream, SamplerWorkers: c.DSP.SamplerWorkers}
 		if log != nil {
 			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
 		}

@@ -146,35 +146,92 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
 		return wrap(err)
 	}
-	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: size, edgeBase: patch.EdgeBase}
-	s.gm, s.p, p.m = gm, p, gm
-	if gm.st, err = s.gs.Stepper(); err != nil {
+	if err := s.prepare(p, patch.EdgeBase); err != nil {
 		return wrap(err)
+	}
+	return s, nil
+}
+
+// prepare gives s (its gs set) the protocol p and its device machine:
+// kernels, the partition offsets, the pinned read area and the control
+// words.
+func (s *Sampler) prepare(p *proto, edgeBase int64) error {
+	dev, size := s.dev, s.size
+	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: size, edgeBase: edgeBase}
+	s.gm, s.p, p.m = gm, p, gm
+	var err error
+	if gm.st, err = s.gs.Stepper(); err != nil {
+		return err
 	}
 	mod, err := dev.LoadModule("gpucsp", cuda.CommonSource()+kernelSrc)
 	if err != nil {
-		return wrap(err)
+		return err
 	}
 	for _, name := range kernels {
 		if gm.fns[name], err = mod.Func(name); err != nil {
-			return wrap(err)
+			return err
 		}
 	}
 	ob, err := gm.alloc(backend.Int64, int64(size+1))
 	if err != nil {
-		return wrap(err)
+		return err
 	}
 	gm.offB = ob.(*cuda.Buffer)
 	if err := gm.upload(gm.offB, p.off); err != nil {
-		return wrap(err)
+		return err
 	}
 	if gm.pin, err = dev.AllocHost(uint64(8*readWords(size)), false); err != nil {
-		return wrap(err)
+		return err
 	}
-	if p.ctl, err = gm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
-		return wrap(err)
+	p.ctl, err = gm.alloc(backend.Int64, ctlLayout{size}.words())
+	return err
+}
+
+// Sibling returns this rank's sampler on dev, another handle of the same
+// GPU (its own stream), whose collectives go through c, another
+// communicator of the same ranks. It reads s's patch in place
+// (gpusample.Sampler.Sibling) and draws the same batches as s, so
+// siblings on every rank can sample other batches while s's rank waits
+// for its peers. Like s it is a collective: every rank calls its
+// sibling's Sample in the same order. Close it before s.
+func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error) {
+	const op = "gpucsp.Sibling"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rank, size := 0, 1
+	if c != nil {
+		rank, size = c.Rank(), c.Size()
 	}
-	return s, nil
+	bad := func(format string, args ...any) (*Sampler, error) {
+		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
+	}
+	switch {
+	case s.closed:
+		return bad("sampler is closed")
+	case dev == nil:
+		return bad("nil device")
+	case s.size > 1 && (c == nil || rank != s.rank || size != s.size), s.size == 1 && size != 1:
+		return bad("communicator of rank %d of %d for a sampler of rank %d of %d", rank, size, s.rank, s.size)
+	}
+	t := &Sampler{member: member{dev: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg}
+	t.cfg.Fanouts = slices.Clone(s.cfg.Fanouts)
+	t.stats.BytesSent = make([]int64, s.size)
+	t.stats.Frontier = make([]int64, len(s.cfg.Fanouts))
+	p := &proto{rank: s.rank, size: s.size, n: s.p.n, off: s.p.off, rows: s.p.rows, fan: t.cfg.Fanouts, edgeIDs: s.cfg.EdgeIDs, stats: &t.stats}
+	if s.size > 1 {
+		p.x, p.remote = c, true
+	} else {
+		p.x = local{dev}
+	}
+	var err error
+	if t.gs, err = s.gs.Sibling(dev); err == nil {
+		err = t.prepare(p, s.gm.edgeBase)
+	}
+	if err != nil {
+		t.closeLocked()
+		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Err: err}
+	}
+	return t, nil
 }
 
 // NumHops is the number of blocks per batch.
@@ -185,6 +242,10 @@ func (s *Sampler) NumHops() int { return len(s.cfg.Fanouts) }
 func (s *Sampler) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+func (s *Sampler) closeLocked() error {
 	if s.closed {
 		return nil
 	}

@@ -32,6 +32,15 @@ type Config struct {
 	// second handle of the same GPU with its own stream; the numbers do
 	// not change.
 	SharedStream bool `json:"shared_stream"`
+	// SamplerWorkers is the number of samplers per device (0 means 1, at
+	// most MaxSamplerWorkers): worker w draws the device's batches w,
+	// w+N, w+2N, ... of the run (N workers), and the loader takes them
+	// in order. On CUDA devices each worker has its own stream and
+	// communicators and reads the first one's topology in place
+	// (layer-wise sampling: its own copy), so one worker samples while
+	// another waits for its peers' headers. The numbers do not change.
+	// Needs the pipeline and the samplers' own streams.
+	SamplerWorkers int `json:"sampler_workers"`
 }
 
 // Samplers.
@@ -87,6 +96,16 @@ func (c *Config) normalize() error {
 	case SamplerCSP, SamplerFull:
 	default:
 		return bad("sampler", "unknown sampler %q (want csp or full)", c.Sampler)
+	}
+	switch w := c.SamplerWorkers; {
+	case w == 0:
+		c.SamplerWorkers = 1
+	case w < 0 || w > MaxSamplerWorkers:
+		return bad("sampler_workers", "%d sampler workers: want 1 to %d", w, MaxSamplerWorkers)
+	case w > 1 && c.NoPipeline:
+		return bad("sampler_workers", "%d sampler workers need the pipeline (no_pipeline runs one sampler)", w)
+	case w > 1 && c.SharedStream:
+		return bad("sampler_workers", "%d sampler workers need their own streams (not shared_stream)", w)
 	}
 	if c.Scheme == runner.LayerWise {
 		// Layer-wise batches come from gpucsp.LayerSampler on CUDA

@@ -33,7 +33,7 @@ type device struct {
 	m    *metrics.Counters
 
 	kit    *kit
-	sdev   *cuda.Device    // the sampler's sibling handle of the GPU (own stream and lock), nil when shared
+	sdevs  []*cuda.Device  // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
 	ldev   *cuda.Device    // the loader's, likewise
 	lb     backend.Backend // the loader's back end: ldev, or b
 	lfence *devbuf.Fence   // waits for the loader's stream (ldev != nil)
@@ -131,7 +131,11 @@ func (d *device) setup() error {
 			return d.errf("fences", err)
 		}
 	}
-	spec := samplerSpec{dev: d.sdev, csp: csp, layer: cfg.Scheme == runner.LayerWise, patch: patch, offsets: s.pd.Book.Offsets(), comm: s.deviceComm(r, stSampler), m: d.m}
+	spec := samplerSpec{devs: d.sdevs, workers: cfg.SamplerWorkers, csp: csp, layer: cfg.Scheme == runner.LayerWise, patch: patch,
+		offsets: s.pd.Book.Offsets(), m: d.m}
+	for w := range cfg.SamplerWorkers {
+		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
+	}
 	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec); err != nil {
 		return d.errf("device kit", err)
 	}
@@ -139,7 +143,7 @@ func (d *device) setup() error {
 		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
 		return d.errf("feature loader", err)
 	}
-	if d.sdev != nil || d.ldev != nil {
+	if d.sdevs != nil || d.ldev != nil {
 		d.later = &deferred{}
 		for i := range d.later.fences {
 			if d.later.fences[i], err = devbuf.NewFence(d.b.(*cuda.Device)); err != nil {
@@ -275,21 +279,33 @@ func (d *device) start(ctx context.Context) error {
 		s.group.Go(fmt.Sprintf("rank %d", r), func() error { return d.sequential(ctx) })
 		return nil
 	}
-	toLoader := pipeline.NewQueue[*item]("sampler->loader", r, cfg.QueueCapacity, cfg.WaitTimeout)
+	// One queue per sampler worker; the loader takes the batches from
+	// them in turn, which is their order.
+	toLoader := make([]*pipeline.Queue[*item], cfg.SamplerWorkers)
+	for w := range toLoader {
+		toLoader[w] = pipeline.NewQueue[*item](stageNames[samplerStage(w)]+"->loader", r, cfg.QueueCapacity, cfg.WaitTimeout)
+	}
 	toTrainer := pipeline.NewQueue[*item]("loader->trainer", r, cfg.QueueCapacity, cfg.WaitTimeout)
 	s.mu.Lock()
-	s.queues[r] = []func() metrics.QueueSnapshot{toLoader.Stats, toTrainer.Stats}
+	for _, q := range toLoader {
+		s.queues[r] = append(s.queues[r], q.Stats)
+	}
+	s.queues[r] = append(s.queues[r], toTrainer.Stats)
 	s.mu.Unlock()
 	drain := func(q *pipeline.Queue[*item]) { q.Drain(func(it *item) { it.free() }) }
-	s.group.Go(fmt.Sprintf("rank %d sampler", r), func() error {
-		defer toLoader.Close()
-		return d.samplerStage(ctx, toLoader)
-	})
+	for w, q := range toLoader {
+		s.group.Go(fmt.Sprintf("rank %d %s", r, stageNames[samplerStage(w)]), func() error {
+			defer q.Close()
+			return d.samplerStage(ctx, w, q)
+		})
+	}
 	s.group.Go(fmt.Sprintf("rank %d loader", r), func() error {
 		defer toTrainer.Close()
 		err := d.loaderStage(ctx, toLoader, toTrainer)
 		if err != nil {
-			drain(toLoader)
+			for _, q := range toLoader {
+				drain(q)
+			}
 		}
 		return err
 	})
@@ -318,14 +334,14 @@ func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
 	return all[d.rank], nil
 }
 
-// sampleOne draws batch i of epoch e.
-func (d *device) sampleOne(ctx context.Context, e, i int, mine [][]graph.NodeID) (*item, error) {
+// sampleOne draws batch i of epoch e with sampler worker w.
+func (d *device) sampleOne(ctx context.Context, w, e, i int, mine [][]graph.NodeID) (*item, error) {
 	cfg := &d.s.cfg
 	d.hook(ctx, "sampler")
-	d.trk.set(stSampler, "sampling epoch %d batch %d", e+1, i)
+	d.trk.set(samplerStage(w), "sampling epoch %d batch %d", e+1, i)
 	t0 := time.Now()
 	global := i*cfg.Devices + d.rank
-	bt, err := d.kit.smp.Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
+	bt, err := d.kit.smps[w].Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
 	if err != nil {
 		return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d", e+1, i), err)
 	}
@@ -414,11 +430,13 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 	return nil
 }
 
-func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) error {
-	return d.sampleAll(ctx, func(it *item) error {
+// samplerStage runs sampler worker w into its queue.
+func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*item]) error {
+	st := samplerStage(w)
+	return d.sampleAll(ctx, w, func(it *item) error {
 		t := time.Now()
-		d.trk.set(stSampler, "waiting for room in queue sampler->loader (epoch %d batch %d)", it.epoch+1, it.batch)
-		if err := out.Push(ctx, "sampler", it); err != nil {
+		d.trk.set(st, "waiting for room in queue %s (epoch %d batch %d)", out.Name(), it.epoch+1, it.batch)
+		if err := out.Push(ctx, stageNames[st], it); err != nil {
 			it.free()
 			return err
 		}
@@ -427,16 +445,22 @@ func (d *device) samplerStage(ctx context.Context, out *pipeline.Queue[*item]) e
 	})
 }
 
-// sampleAll samples this device's batches of every epoch in order and
-// hands each to use.
-func (d *device) sampleAll(ctx context.Context, use func(*item) error) error {
+// sampleAll samples sampler worker w's share of this device's batches
+// of every epoch in order (the run's batches w, w+N, w+2N, ... with N
+// workers) and hands each to use.
+func (d *device) sampleAll(ctx context.Context, w int, use func(*item) error) error {
+	n, seq := d.s.cfg.SamplerWorkers, 0
 	for e := d.s.resumeEpoch(); e < d.s.cfg.Train.Epochs; e++ {
 		mine, err := d.epochBatches(e)
 		if err != nil {
 			return err
 		}
 		for i := range mine {
-			it, err := d.sampleOne(ctx, e, i, mine)
+			seq++
+			if (seq-1)%n != w {
+				continue
+			}
+			it, err := d.sampleOne(ctx, w, e, i, mine)
 			if err != nil {
 				return err
 			}
@@ -448,10 +472,13 @@ func (d *device) sampleAll(ctx context.Context, use func(*item) error) error {
 	return nil
 }
 
-func (d *device) loaderStage(ctx context.Context, in, out *pipeline.Queue[*item]) error {
-	for {
+// loaderStage loads the batches of the sampler workers' queues in turn
+// (their order) into out.
+func (d *device) loaderStage(ctx context.Context, ins []*pipeline.Queue[*item], out *pipeline.Queue[*item]) error {
+	for k := 0; ; k++ {
+		in := ins[k%len(ins)]
 		t := time.Now()
-		d.trk.set(stLoader, "waiting for a batch in queue sampler->loader")
+		d.trk.set(stLoader, "waiting for a batch in queue %s", in.Name())
 		it, ok, err := in.Pop(ctx, "loader")
 		if err != nil || !ok {
 			return err
@@ -494,7 +521,7 @@ func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) er
 // batch before the next. Each step is waited for, so that the GPU does
 // not overlap a step with the next batch's sampling either.
 func (d *device) sequential(ctx context.Context) error {
-	err := d.sampleAll(ctx, func(it *item) error {
+	err := d.sampleAll(ctx, 0, func(it *item) error {
 		if err := d.loadOne(ctx, it); err != nil {
 			it.free()
 			return err

@@ -72,6 +72,10 @@ func TestGPUMatchesCPU(t *testing.T) {
 			"split topology":               func(c *Config) { c.TopologyBytes = 11000 },
 			"split topology, full sampler": func(c *Config) { c.TopologyBytes, c.Sampler = 40000, SamplerFull },
 			"auto cache policy":            func(c *Config) { c.CachePolicy = cache.Auto },
+			"2 samplers":                   func(c *Config) { c.SamplerWorkers = 2 },
+			"3 samplers, queue 1":          func(c *Config) { c.SamplerWorkers, c.QueueCapacity = 3, 1 },
+			"2 samplers, full sampler":     func(c *Config) { c.SamplerWorkers, c.Sampler = 2, SamplerFull },
+			"2 samplers, split topology":   func(c *Config) { c.SamplerWorkers, c.TopologyBytes = 2, 11000 },
 		} {
 			vc := cfg
 			f(&vc)
@@ -105,14 +109,18 @@ func TestGPURandomDelays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Run(ctx, tiny(t), cfg, Options{Backends: bs, Hook: randomDelays()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wl, gl := losses(want), losses(got)
-	for i := range wl {
-		if wl[i] != gl[i] {
-			t.Fatalf("batch %d loss %v, want %v", i, gl[i], wl[i])
+	for _, workers := range []int{1, 2} {
+		c := cfg
+		c.SamplerWorkers = workers
+		got, err := Run(ctx, tiny(t), c, Options{Backends: bs, Hook: randomDelays()})
+		if err != nil {
+			t.Fatalf("%d sampler workers: %v", workers, err)
+		}
+		wl, gl := losses(want), losses(got)
+		for i := range wl {
+			if wl[i] != gl[i] {
+				t.Fatalf("%d sampler workers: batch %d loss %v, want %v", workers, i, gl[i], wl[i])
+			}
 		}
 	}
 }

@@ -197,6 +197,8 @@ func TestSettingsDoNotChangeNumbers(t *testing.T) {
 		"queue 1":          func(c *Config) { c.QueueCapacity = 1 },
 		"tiny buckets":     func(c *Config) { c.BucketBytes = 4096 },
 		"pagerank hotness": func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPageRank, 80*16*4 },
+		"2 samplers":       func(c *Config) { c.SamplerWorkers = 2 },
+		"3 samplers, q 1":  func(c *Config) { c.SamplerWorkers, c.QueueCapacity = 3, 1 },
 	}
 	for name, f := range variants {
 		cfg := base
@@ -214,8 +216,11 @@ func TestSettingsDoNotChangeNumbers(t *testing.T) {
 		if got.TestAccuracy != want.TestAccuracy || got.ValAccuracy != want.ValAccuracy {
 			t.Fatalf("%s: accuracies %v/%v, want %v/%v", name, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
 		}
-		if got.Run.Pipeline == cfg.NoPipeline {
-			t.Fatalf("%s: report says pipeline %v", name, got.Run.Pipeline)
+		if got.Run.Pipeline == cfg.NoPipeline || got.Run.SamplerWorkers != max(cfg.SamplerWorkers, 1) {
+			t.Fatalf("%s: report says pipeline %v, %d sampler workers", name, got.Run.Pipeline, got.Run.SamplerWorkers)
+		}
+		if q := len(got.Metrics.Summary.Queues); !cfg.NoPipeline && q != max(cfg.SamplerWorkers, 1)+1 {
+			t.Fatalf("%s: %d queues reported", name, q)
 		}
 	}
 }
@@ -227,8 +232,10 @@ func TestRandomDelaysNoDeadlock(t *testing.T) {
 	cfg.CacheBytes = 100 * 16 * 4
 	cfg.QueueCapacity = 1
 	want := run(t, cfg, Options{})
-	for seed := range uint64(3) {
-		got := run(t, cfg, Options{Hook: pipeline.RandomDelays(seed, 2*time.Millisecond, 0.3)})
+	for seed := range uint64(4) {
+		c := cfg
+		c.SamplerWorkers = 1 + int(seed%2) // two samplers per device in odd seeds
+		got := run(t, c, Options{Hook: pipeline.RandomDelays(seed, 2*time.Millisecond, 0.3)})
 		wl, gl := losses(want), losses(got)
 		for i := range wl {
 			if wl[i] != gl[i] {
@@ -300,10 +307,14 @@ func TestConfigErrors(t *testing.T) {
 		cfg func(*Config)
 		bs  func([]backend.Backend) []backend.Backend
 	}{
-		"too few":   {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
-		"repeated":  {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
-		"nil":       {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},
-		"full mode": {cfg: func(c *Config) { c.Train.Mode = train.Full }},
+		"too few":                     {bs: func(b []backend.Backend) []backend.Backend { return b[:1] }},
+		"repeated":                    {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], b[0]} }},
+		"nil":                         {bs: func(b []backend.Backend) []backend.Backend { return []backend.Backend{b[0], nil} }},
+		"full mode":                   {cfg: func(c *Config) { c.Train.Mode = train.Full }},
+		"9 samplers":                  {cfg: func(c *Config) { c.SamplerWorkers = MaxSamplerWorkers + 1 }},
+		"-1 samplers":                 {cfg: func(c *Config) { c.SamplerWorkers = -1 }},
+		"samplers without pipeline":   {cfg: func(c *Config) { c.SamplerWorkers, c.NoPipeline = 2, true }},
+		"samplers on a shared stream": {cfg: func(c *Config) { c.SamplerWorkers, c.SharedStream = 2, true }},
 	} {
 		cfg := small(2, 1)
 		if c.cfg != nil {

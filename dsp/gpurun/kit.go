@@ -303,88 +303,127 @@ func (h *hostBatch) Free()                     {}
 
 func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) { return nn.UploadBlocks(b, h.mb) }
 
-// kit is what a device needs besides the model: its sampler and feature
-// store.
+// kit is what a device needs besides the model: its samplers (one per
+// sampler worker) and feature store.
 type kit struct {
-	smp   sampler
+	smps  []sampler
 	store gpucache.Store
 }
 
+// close closes the samplers, the workers' before the first (they may
+// read its topology).
 func (k *kit) close() error {
-	var err error
-	if k.smp != nil {
-		err = k.smp.Close()
+	var errs []error
+	for i := len(k.smps) - 1; i >= 0; i-- {
+		errs = append(errs, k.smps[i].Close())
 	}
-	return err
+	return errors.Join(errs...)
 }
 
-// samplerSpec says how a CUDA device samples: on which device (the
-// trainer's, or a sibling on the same GPU with its own stream), and
-// whether collectively over its
-// patch (csp: patch, offsets and the sampler stage's communicator, nil
-// with one device) or over the whole graph; layer: layer-wise
-// (runner.LayerWise, collective only), else node-wise.
+// samplerSpec says how a CUDA device samples: on which handles (one per
+// sampler worker: siblings of the trainer's on the same GPU with their
+// own streams, or nil for one worker on the trainer's), and whether
+// collectively over its patch (csp: patch, offsets and each worker's
+// sampler-stage communicator, nil with one device) or over the whole
+// graph; layer: layer-wise (runner.LayerWise, collective only), else
+// node-wise.
 type samplerSpec struct {
-	dev     *cuda.Device
+	devs    []*cuda.Device
+	workers int
 	csp     bool
 	layer   bool
 	patch   *layout.Patch
 	offsets []int64
-	comm    comm.DeviceComm
+	comms   []comm.DeviceComm
 	m       *metrics.Counters
 }
 
-// newKit builds a device's sampler and feature store: on CUDA devices
-// gpucsp (or gpusample over the whole graph) on spec.dev and the feature
-// package's store on b; otherwise host sampling and a host table. hot
-// lists the rows the device caches, in cache order.
+// newKit builds a device's samplers and feature store: on CUDA devices
+// gpucsp (or gpusample over the whole graph) on spec's handles and the
+// feature package's store on b; otherwise host sampling and a host table.
+// hot lists the rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
+	workers := max(spec.workers, 1)
 	dev, ok := b.(*cuda.Device)
 	if !ok {
-		s, err := newHostSampler(in, scfg, spec.layer)
-		if err != nil {
-			return nil, err
+		k := &kit{store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
+		for range workers {
+			s, err := newHostSampler(in, scfg, spec.layer)
+			if err != nil {
+				k.close()
+				return nil, err
+			}
+			k.smps = append(k.smps, s)
 		}
-		return &kit{smp: s, store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}, nil
+		return k, nil
 	}
-	sd := spec.dev
-	if sd == nil {
-		sd = dev
-	}
-	k := &kit{}
 	if spec.layer && !spec.csp {
 		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
+	}
+	if len(spec.devs) != 0 && len(spec.devs) != workers || len(spec.devs) == 0 && workers > 1 {
+		return nil, fmt.Errorf("%d sampler workers on %d handles", workers, len(spec.devs))
+	}
+	k := &kit{}
+	for w := range workers {
+		s, err := spec.sampler(dev, in, scfg, w, k.smps)
+		if err != nil {
+			k.close()
+			return nil, err
+		}
+		k.smps = append(k.smps, s)
+	}
+	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
+	if err != nil {
+		k.close()
+		return nil, fmt.Errorf("feature store: %w", err)
+	}
+	k.store = st
+	return k, nil
+}
+
+// sampler builds CUDA sampler worker w (dev: the trainer's handle;
+// before: workers 0..w-1). Workers after the first read the first one's
+// topology in place (layer-wise: their own copy).
+func (spec *samplerSpec) sampler(dev *cuda.Device, in *graph.CSR, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
+	sd := dev
+	if len(spec.devs) > 0 {
+		sd = spec.devs[w]
+	}
+	var c comm.DeviceComm
+	if w < len(spec.comms) {
+		c = spec.comms[w]
 	}
 	if spec.csp {
 		ccfg := gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
 		var cs collective
 		var err error
-		if spec.layer {
-			cs, err = gpucsp.NewLayer(sd, spec.patch, spec.offsets, spec.comm, ccfg)
-		} else {
-			cs, err = gpucsp.New(sd, spec.patch, spec.offsets, spec.comm, ccfg)
+		switch {
+		case spec.layer:
+			cs, err = gpucsp.NewLayer(sd, spec.patch, spec.offsets, c, ccfg)
+		case w > 0:
+			cs, err = before[0].(*cspSampler).s.(*gpucsp.Sampler).Sibling(sd, c)
+		default:
+			cs, err = gpucsp.New(sd, spec.patch, spec.offsets, c, ccfg)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("collective sampler: %w", err)
+			return nil, fmt.Errorf("collective sampler %d: %w", w+1, err)
 		}
-		k.smp = &cspSampler{dev: sd, s: cs, m: spec.m}
+		return &cspSampler{dev: sd, s: cs, m: spec.m}, nil
+	}
+	var s *gpusample.Sampler
+	var err error
+	if w > 0 {
+		s, err = before[0].(*gpuSampler).s.Sibling(sd)
 	} else {
-		s, err := gpusample.New(sd, in, scfg)
-		if err != nil {
-			return nil, fmt.Errorf("sampler: %w", err)
-		}
-		f, err := devbuf.NewFence(sd)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		k.smp = &gpuSampler{dev: sd, s: s, fence: f, m: spec.m}
+		s, err = gpusample.New(sd, in, scfg)
 	}
-	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
 	if err != nil {
-		k.smp.Close()
-		return nil, fmt.Errorf("feature store: %w", err)
+		return nil, fmt.Errorf("sampler %d: %w", w+1, err)
 	}
-	k.store = st
-	return k, nil
+	f, err := devbuf.NewFence(sd)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &gpuSampler{dev: sd, s: s, fence: f, m: spec.m}, nil
 }

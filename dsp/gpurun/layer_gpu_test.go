@@ -46,6 +46,7 @@ func TestGPULayerMatchesCPU(t *testing.T) {
 			for name, f := range map[string]func(*Config){
 				"pipeline off":   func(c *Config) { c.NoPipeline = true },
 				"split topology": func(c *Config) { c.TopologyBytes = 11000 },
+				"2 samplers":     func(c *Config) { c.SamplerWorkers = 2 },
 			} {
 				vc := cfg
 				f(&vc)

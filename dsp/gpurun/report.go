@@ -21,6 +21,8 @@ type Report struct {
 type Info struct {
 	Pipeline bool   `json:"pipeline"`
 	Sampler  string `json:"sampler"`
+	// SamplerWorkers is the number of samplers per device.
+	SamplerWorkers int `json:"sampler_workers"`
 	// SamplerStream: CUDA samplers ran on their own stream (a second
 	// device handle), their blocks copied to the trainer's.
 	SamplerStream bool `json:"sampler_stream"`
@@ -43,7 +45,11 @@ type Info struct {
 	// the first (the first's with one epoch).
 	SteadyEpochSeconds float64 `json:"steady_epoch_seconds"`
 	SetupSeconds       float64 `json:"setup_seconds"`
-	ReplicasEqual      bool    `json:"replicas_equal"`
+	// PresampleSeconds is the wall time of the pre-sampling pass that
+	// ranks the nodes for the cache (hotness presample; 0 otherwise): on
+	// the GPUs with CUDA back ends, else on the host.
+	PresampleSeconds float64 `json:"presample_seconds,omitempty"`
+	ReplicasEqual    bool    `json:"replicas_equal"`
 	// PeakDeviceBytes is each CUDA device's allocator peak (0 elsewhere).
 	PeakDeviceBytes []int64 `json:"peak_device_bytes"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,15 +26,48 @@ import (
 	"github.com/strata-gnn/strata/train"
 )
 
-// Stage indices (coordinator stages and communicator groups).
+// Stage indices (coordinator stages and communicator groups): the
+// sampler (worker 0), the loader, the trainer, then the other sampler
+// workers (samplerStage).
 const (
 	stSampler = iota
 	stLoader
 	stTrainer
-	numStages
+	numFixedStages
 )
 
-var stageNames = [numStages]string{"sampler", "loader", "trainer"}
+// MaxSamplerWorkers bounds Config.SamplerWorkers.
+const MaxSamplerWorkers = 8
+
+const numStages = numFixedStages + MaxSamplerWorkers - 1
+
+// samplerStage is sampler worker w's stage: each worker has its own
+// coordinator stage, communicators and tracker line.
+func samplerStage(w int) int {
+	if w == 0 {
+		return stSampler
+	}
+	return numFixedStages + w - 1
+}
+
+// samplerWorker is the sampler worker of stage st, or -1.
+func samplerWorker(st int) int {
+	switch {
+	case st == stSampler:
+		return 0
+	case st >= numFixedStages && st < numStages:
+		return st - numFixedStages + 1
+	}
+	return -1
+}
+
+var stageNames = func() (n [numStages]string) {
+	n[stSampler], n[stLoader], n[stTrainer] = "sampler", "loader", "trainer"
+	for w := 1; w < MaxSamplerWorkers; w++ {
+		n[samplerStage(w)] = fmt.Sprintf("sampler %d", w+1)
+	}
+	return n
+}()
 
 // SamplerStandIn describes Config.Sampler "full": every device samples
 // the whole graph.
@@ -72,8 +106,8 @@ type shared struct {
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
 	trk    []tracker
-	sdevs  []*cuda.Device // the samplers' sibling handles of the GPUs (own streams); nil when shared
-	ldevs  []*cuda.Device // the loaders', likewise
+	sdevs  [][]*cuda.Device // [rank][worker]: the sampler workers' sibling handles of the GPUs (own streams); nil when shared
+	ldevs  []*cuda.Device   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
 	resumed *resumed         // the checkpoint this run continues from, or nil
@@ -155,13 +189,16 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		// Their streams have the GPU's highest priority: their kernels
 		// are short and on the pipeline's critical path, and would
 		// otherwise queue behind the trainer's large ones.
-		s.sdevs, s.ldevs = make([]*cuda.Device, k), make([]*cuda.Device, k)
+		s.sdevs, s.ldevs = make([][]*cuda.Device, k), make([]*cuda.Device, k)
 		prio := stagePriority()
 		for r, b := range opts.Backends {
 			d := b.(*cuda.Device)
 			o := cuda.Options{TF32: d.TF32(), HighPriority: prio}
-			if s.sdevs[r], err = cuda.Open(d.Ordinal(), o); err != nil {
-				return nil, &RunError{Op: "sampler streams", Err: err}
+			s.sdevs[r] = make([]*cuda.Device, cfg.SamplerWorkers)
+			for w := range s.sdevs[r] {
+				if s.sdevs[r][w], err = cuda.Open(d.Ordinal(), o); err != nil {
+					return nil, &RunError{Op: "sampler streams", Err: err}
+				}
 			}
 			if s.ldevs[r], err = cuda.Open(d.Ordinal(), o); err != nil {
 				return nil, &RunError{Op: "loader streams", Err: err}
@@ -192,10 +229,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			}
 		}
 	}
-	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerStream: s.sdevs != nil,
-		FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
+	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
+		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
-		s.gpu.StagePriority = s.sdevs[0].StreamPriority()
+		s.gpu.StagePriority = s.sdevs[0][0].StreamPriority()
 	}
 	if opts.CheckpointDir != "" {
 		if err := s.openCheckpoints(ds); err != nil {
@@ -228,7 +265,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	for r := range k {
 		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
 		if s.sdevs != nil {
-			devs[r].sdev, devs[r].ldev = s.sdevs[r], s.ldevs[r]
+			devs[r].sdevs, devs[r].ldev = s.sdevs[r], s.ldevs[r]
 		}
 		g.Go(fmt.Sprintf("rank %d", r), func() error {
 			err := devs[r].setup()
@@ -309,7 +346,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 			s.coords[r] = comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: cfg.WaitTimeout})
 		}
 	}
-	for st := range numStages {
+	for st := range numFixedStages {
 		if s.hcs[st], err = inproc.New(k, o); err != nil {
 			return &RunError{Op: "communicators", Err: err}
 		}
@@ -322,15 +359,17 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		need = append(need, stLoader)
 	}
 	if gpus && cfg.Sampler == SamplerCSP {
-		need = append(need, stSampler)
+		for w := range cfg.SamplerWorkers {
+			need = append(need, samplerStage(w))
+		}
 	}
 	for _, st := range need {
 		if gpus {
 			devs := make([]*cuda.Device, k)
 			for r, b := range s.opts.Backends {
 				devs[r] = b.(*cuda.Device)
-				if st == stSampler && s.sdevs != nil {
-					devs[r] = s.sdevs[r] // the sampler's collectives go on its stream
+				if w := samplerWorker(st); w >= 0 && s.sdevs != nil {
+					devs[r] = s.sdevs[r][w] // a sampler's collectives go on its stream
 				}
 				if st == stLoader && s.ldevs != nil {
 					devs[r] = s.ldevs[r]
@@ -379,7 +418,7 @@ func (s *shared) closeComms() {
 			c.Close()
 		}
 	}
-	for _, ds := range [][]*cuda.Device{s.sdevs, s.ldevs} {
+	for _, ds := range append(slices.Clone(s.sdevs), s.ldevs) {
 		for _, d := range ds {
 			if d != nil {
 				d.Close()

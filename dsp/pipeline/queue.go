@@ -57,6 +57,9 @@ func NewQueue[T any](name string, rank, capacity int, wait time.Duration) *Queue
 	return &Queue[T]{name: name, rank: rank, ch: make(chan T, capacity), wait: wait, since: now, start: now}
 }
 
+// Name is the queue's name (as given to NewQueue).
+func (q *Queue[T]) Name() string { return q.name }
+
 func (q *Queue[T]) update(delta int) {
 	q.mu.Lock()
 	now := time.Now()

@@ -149,17 +149,10 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 			}
 		}
 	}
-	mod, err := dev.LoadModule("gpusample", cuda.CommonSource()+kernelSrc)
-	if err != nil {
+	if err := s.load(); err != nil {
 		return nil, err
 	}
-	s.mod = mod
-	s.fns = map[string]cu.Function{}
-	for _, name := range []string{"gs_count", "gs_sample", "gs_insert", "gs_flags", "gs_relabel"} {
-		if s.fns[name], err = mod.Func(name); err != nil {
-			return nil, err
-		}
-	}
+	var err error
 	fail := func(err error) (*Sampler, error) { s.Close(); return nil, err }
 	// Per-row arrays stay on the GPU with Split; per-edge arrays go to
 	// host memory there (the device rows' neighbors are copied).
@@ -192,6 +185,56 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 		}
 	}
 	return s, nil
+}
+
+// load compiles (or finds cached) and loads the kernels on s.dev.
+func (s *Sampler) load() error {
+	mod, err := s.dev.LoadModule("gpusample", cuda.CommonSource()+kernelSrc)
+	if err != nil {
+		return err
+	}
+	s.mod = mod
+	s.fns = map[string]cu.Function{}
+	for _, name := range []string{"gs_count", "gs_sample", "gs_insert", "gs_flags", "gs_relabel"} {
+		if s.fns[name], err = mod.Func(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Sibling returns a sampler on dev, another handle of the same GPU (its
+// own stream, lock and allocator), that reads s's topology in place:
+// nothing is copied, and it draws the same batches as s. Several
+// goroutines can then sample at once without serializing on one stream.
+// The sibling owns no topology (TopologyBytes reports 0); close it
+// before s.
+func (s *Sampler) Sibling(dev *cuda.Device) (*Sampler, error) {
+	const op = "gpusample.Sibling"
+	if dev == nil {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: "nil device", Err: sample.ErrConfig}
+	}
+	if dev.Ordinal() != s.dev.Ordinal() {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: fmt.Sprintf("GPU %d, but the topology is on GPU %d", dev.Ordinal(), s.dev.Ordinal()), Err: sample.ErrConfig}
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, &sample.Error{Op: op, Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
+	}
+	// The topology's uploads ran on s's stream: the sibling's reads
+	// must come after them.
+	if err := s.dev.Synchronize(); err != nil {
+		return nil, err
+	}
+	t := &Sampler{dev: dev, n: s.n, cfg: s.cfg, indptr: s.indptr, index: s.index, cum: s.cum, w: s.w, posDeg: s.posDeg,
+		dpos: s.dpos, didx: s.didx}
+	t.cfg.Fanouts = slices.Clone(s.cfg.Fanouts)
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // splitRows checks rows (in range, no repeats) and lays out their

@@ -1,0 +1,142 @@
+package gpucsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
+)
+
+// TestSiblingMatches: on 1 and all visible GPUs (up to 4), a sibling
+// sampler (another handle of each GPU, its own communicators, the first
+// sampler's patch read in place) gives the first one's batches, with the
+// two sampling alternate batches, the patch on the device or split; a
+// sibling for another GPU, or with a communicator of another rank, is
+// refused; closing the sibling leaves the first one working.
+func TestSiblingMatches(t *testing.T) {
+	g := randomGraph(5, 20000, 12)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ps := []int{1}
+	if n := min(numGPUs(t), 4); n > 1 {
+		ps = append(ps, n)
+	}
+	for _, P := range ps {
+		off := make([]int64, P+1)
+		for p := range off {
+			off[p] = g.NumRows * int64(p) / int64(P)
+		}
+		sibComms := siblingComms(t, P)
+		for _, cfg := range []Config{{Fanouts: []int{15, 10, 5}, EdgeIDs: true}, {Fanouts: []int{10, 5}, Placement: gpusample.Split}} {
+			name := fmt.Sprintf("P=%d placement=%d", P, cfg.Placement)
+			ss, done := group(t, g, off, cfg)
+			sibs := make([]*Sampler, P)
+			for r, d := range gpus(t, P) {
+				h, err := cuda.Open(d.Ordinal(), cuda.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer h.Close()
+				var c comm.DeviceComm
+				if sibComms != nil {
+					c = sibComms[r]
+				}
+				if sibs[r], err = ss[r].Sibling(h, c); err != nil {
+					t.Fatalf("%s rank %d: %v", name, r, err)
+				}
+			}
+			for bi := range 4 {
+				seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
+				for r := range P {
+					seeds[r] = ownedSeeds(uint64(100*bi+r), off, r, 700)
+					keys[r] = sample.Key{Seed: 9, Batch: bi*P + r}
+				}
+				// Alternate batches on the sibling; the first sampler
+				// draws each batch too, for comparison.
+				who := ss
+				if bi%2 == 1 {
+					who = sibs
+				}
+				got, errs := sampleAll(ctx, who, seeds, keys)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("%s batch %d: %v", name, bi, err)
+				}
+				want, errs := sampleAll(ctx, ss, seeds, keys)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("%s batch %d (first sampler): %v", name, bi, err)
+				}
+				for r := range P {
+					compareBlocks(t, fmt.Sprintf("%s batch %d rank %d", name, bi, r), got[r].Blocks, want[r].Blocks)
+				}
+			}
+			for r := range P {
+				if st := sibs[r].Stats(); st.Batches != 2 {
+					t.Errorf("%s rank %d: sibling stats %+v, want 2 batches", name, r, st)
+				}
+				if err := sibs[r].Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
+			for r := range P {
+				seeds[r] = ownedSeeds(uint64(r), off, r, 100)
+				keys[r] = sample.Key{Seed: 9, Batch: r}
+			}
+			if _, errs := sampleAll(ctx, ss, seeds, keys); errors.Join(errs...) != nil {
+				t.Fatalf("%s: after closing the siblings: %v", name, errors.Join(errs...))
+			}
+			done()
+		}
+	}
+	// Refusals.
+	if numGPUs(t) >= 2 {
+		off := []int64{0, g.NumRows / 2, g.NumRows}
+		ss, done := group(t, g, off, Config{Fanouts: []int{5}})
+		defer done()
+		ds := gpus(t, 2)
+		cs := siblingComms(t, 2)
+		if _, err := ss[0].Sibling(ds[1], cs[0]); err == nil {
+			t.Errorf("sibling on another GPU: %v, want an error", err)
+		}
+		h, err := cuda.Open(ds[0].Ordinal(), cuda.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		if _, err := ss[0].Sibling(h, cs[1]); !errors.Is(err, ErrInput) {
+			t.Errorf("sibling with rank 1's communicator on rank 0: %v, want ErrInput", err)
+		}
+		if _, err := ss[0].Sibling(h, nil); !errors.Is(err, ErrInput) {
+			t.Errorf("sibling without a communicator in a group of 2: %v, want ErrInput", err)
+		}
+	}
+}
+
+// siblingComms opens a second set of NCCL communicators over the first P
+// GPUs (nil for P = 1), closed when the test ends.
+func siblingComms(t *testing.T, P int) []comm.DeviceComm {
+	t.Helper()
+	if P == 1 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := nccl.OpenLocal(ctx, gpus(t, P), nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-sibling-%d", P)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	return cs
+}
