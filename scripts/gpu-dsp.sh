@@ -325,6 +325,26 @@ samplers() {
   grep -E -- '^--- |_test.go|^(ok|FAIL|PASS)|panic' "$logs/samplertests.log" | head -30 | sed 's/^/   /'
 }
 
+# workers: several sampler workers per GPU (--sampler-workers): the
+# sibling and worker GPU tests, then products on $DSP_WORKER_DEVICES
+# (default 2 GPUs) with 1, 2 and 3 workers, with the partitioned cache,
+# with a small model (hidden 64: the samplers' share of the step grows)
+# and on one GPU.
+workers() {
+  setup
+  local e=${DSP_EPOCHS:-3} d=${DSP_WORKER_DEVICES:-cuda:0,1}
+  {
+    DSP_GPUSAMPLE_TESTS=Sibling DSP_SAMPLER_TESTS=Sibling samplers
+    [ "${DSP_TESTS:-1}" = 1 ] && gputests
+    gen
+    for w in 1 2 3; do products w-$w "$d" "$e" --sampler-workers $w; done
+    for w in 1 2; do products wpart-$w "$d" "$e" --sampler-workers $w --cache-policy partition; done
+    for w in 1 2; do products wh64-$w "$d" "$e" --sampler-workers $w --hidden 64; done
+    for w in 1 2; do products w1gpu-$w cuda:0 "$e" --sampler-workers $w; done
+  } 2>&1 | tee "$logs/summary-workers.txt"
+  finish
+}
+
 # four: this session's headline set on 4 GPUs: the default (auto cache
 # policy) against 1 GPU, $DSP_REPEAT pairs; the partitioned cache; the
 # pipeline off; 2 GPUs; the multilevel partition; then the sampler and
@@ -417,8 +437,9 @@ for mode in "$@"; do
     repeat) repeat ;;
     two) two ;;
     four) four ;;
+    workers) workers ;;
     custom) setup; { gen && products "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}; } 2>&1 | tee -a "$logs/summary-custom.txt"; finish ;;
     samplers) setup; samplers 2>&1 | tee "$logs/summary-samplers.txt"; finish ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | samplers | custom (several run in order)" >&2; exit 2 ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | workers | samplers | custom (several run in order)" >&2; exit 2 ;;
   esac
 done
