@@ -26,7 +26,8 @@ type Model interface {
 	// ForwardSparse is Forward with a sparse feature matrix (NumSrc x
 	// InDim): the first layer's projection is an SpMM and input dropout
 	// acts on the non-zeros. Same results as Forward in distribution
-	// (dropout masks differ), much cheaper for bag-of-words features.
+	// (dropout masks differ: ForwardSparseAsDense draws Forward's), much
+	// cheaper for bag-of-words features.
 	ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blocks []*Block, train bool, seed uint64) (*autograd.Var, error)
 	// Params returns the trainable parameters in a stable order.
 	Params() []*Param

@@ -33,17 +33,21 @@ func (s *stack) Forward(t *autograd.Tape, x *autograd.Var, blocks []*Block, trai
 	if x == nil {
 		return nil, layerErr(s.cfg.Kind, "nil input")
 	}
-	return s.run(t, x, nil, blocks, train, seed)
+	return s.run(t, x, nil, nil, blocks, train, seed)
 }
 
 func (s *stack) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
 	if x == nil {
 		return nil, layerErr(s.cfg.Kind, "nil sparse input")
 	}
-	return s.run(t, nil, x, blocks, train, seed)
+	return s.run(t, nil, x, nil, blocks, train, seed)
 }
 
-func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
+// run is the forward pass on a dense (x) or sparse (xs) input. hs, when
+// set, is xs on the host: the input dropout then keeps the non-zeros that
+// dense dropout keeps (denseMaskDropout) instead of drawing a mask over the
+// non-zeros (SparseDropout).
+func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, hs *autograd.HostSparse, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
 	if t == nil {
 		return nil, layerErr(s.cfg.Kind, "nil tape")
 	}
@@ -70,7 +74,12 @@ func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput,
 		if l == 0 && xs != nil {
 			in := xs
 			if train && p > 0 {
-				if in, err = t.SparseDropout(xs, p, fseed); err != nil {
+				if hs != nil {
+					in, err = denseMaskDropout(t, xs, hs, p, fseed)
+				} else {
+					in, err = t.SparseDropout(xs, p, fseed)
+				}
+				if err != nil {
 					return nil, err
 				}
 			}
