@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
@@ -21,6 +23,7 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
+	"golang.org/x/sync/errgroup"
 )
 
 // This file exports the pieces of the host runner that package dsp/gpurun
@@ -134,47 +137,125 @@ func HotOrder(in *graph.CSR, h cache.Hotness) ([]graph.NodeID, error) {
 	return nil, fmt.Errorf("dsp: hotness %q needs a pre-sampling pass (use in-degree, pagerank or reverse-pagerank)", h)
 }
 
+// PresamplePlan is the pre-sampling pass's batches: every device's
+// epoch-0 batches dealt as AssignBatches does, with the pre-sampling key
+// instead of the training seed (so the pass draws other neighborhoods
+// than the first epoch). Run's distributed pass, PresampleOrder and the
+// device run's pass on the GPUs all sample exactly these.
+type PresamplePlan struct {
+	// Batches[r][i] is device r's batch i.
+	Batches [][][]graph.NodeID
+	seed    uint64
+}
+
+// NewPresamplePlan deals pd's training nodes for the pre-sampling pass
+// (cfg is normalized).
+func NewPresamplePlan(pd *Partitioned, cfg *Config) (*PresamplePlan, error) {
+	if pd == nil || pd.Book == nil || pd.Dataset == nil || cfg == nil {
+		return nil, fmt.Errorf("dsp: presample: missing partition or configuration")
+	}
+	seed := rng.Derive(cfg.Train.Seed, tagPresample)
+	p, err := assign(pd.Dataset.Train, pd.Book, cfg.Train.BatchSize, cfg.Rebalance, seed, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dsp: presample: %w", err)
+	}
+	return &PresamplePlan{Batches: p.batches, seed: seed}, nil
+}
+
+// Key is the sampling key of device r's batch i (global batch i*K+r).
+func (p *PresamplePlan) Key(r, i int) sample.Key {
+	return sample.Key{Seed: p.seed, Batch: i*len(p.Batches) + r}
+}
+
+// presampleScratchBytes bounds the host pass's per-goroutine memory (a
+// count array and the sampler's relabeling map, 4 bytes per node each):
+// on graphs of hundreds of millions of nodes fewer goroutines run.
+const presampleScratchBytes = 4 << 30
+
 // PresampleOrder is the pre-sampling hotness computed on the host over the
-// whole graph: nodes ranked by how often the epoch-0 batches of every
-// device, drawn with the pre-sampling key, use them as input nodes (ties
-// by ID). Collective sampling draws the same batches as a whole-graph
-// sampler, so this is the order the runner's distributed pre-sampling
-// pass gives; the device run, whose samplers start only after the cache
-// is laid out, uses it. in is pd's in-adjacency; cfg is normalized.
+// whole graph: nodes ranked by how often the batches of the
+// PresamplePlan use them as input nodes (ties by ID). Collective sampling
+// draws the same batches as a whole-graph sampler, so this is the order
+// the runner's distributed pre-sampling pass gives; the device run on CPU
+// back ends, whose samplers start only after the cache is laid out, uses
+// it. in is pd's in-adjacency; cfg is normalized.
+//
+// The batches are sampled by up to GOMAXPROCS goroutines, each counting
+// into its own array; the counts are integers, so the order does not
+// depend on the number of goroutines.
 func PresampleOrder(ctx context.Context, in *graph.CSR, pd *Partitioned, cfg *Config) ([]graph.NodeID, error) {
+	return presampleOrder(ctx, in, pd, cfg, runtime.GOMAXPROCS(0))
+}
+
+func presampleOrder(ctx context.Context, in *graph.CSR, pd *Partitioned, cfg *Config, workers int) ([]graph.NodeID, error) {
 	if in == nil || pd == nil || pd.Book == nil || pd.Dataset == nil || cfg == nil {
 		return nil, fmt.Errorf("dsp: presample: missing graph, partition or configuration")
 	}
 	if in.NumRows != pd.Book.NumNodes() {
 		return nil, fmt.Errorf("dsp: presample: graph of %d nodes, partition book of %d", in.NumRows, pd.Book.NumNodes())
 	}
-	key := rng.Derive(cfg.Train.Seed, tagPresample)
-	plan, err := assign(pd.Dataset.Train, pd.Book, cfg.Train.BatchSize, cfg.Rebalance, key, 0)
+	plan, err := NewPresamplePlan(pd, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("dsp: presample: %w", err)
+		return nil, err
 	}
-	smp, done, err := WholeGraphSampler(in, cfg.Scheme, cfg.Train.Fanouts, cfg.Replace, cfg.Weighted)
+	type job struct{ r, i int }
+	var jobs []job
+	for r, batches := range plan.Batches {
+		for i := range batches {
+			jobs = append(jobs, job{r, i})
+		}
+	}
+	procs := runtime.GOMAXPROCS(0)
+	workers = min(workers, len(jobs), int(max(presampleScratchBytes/(8*max(in.NumRows, 1)), 1)))
+	workers = max(workers, 1)
+	// Goroutines left over (fewer batches than processors) sample inside
+	// each batch (node-wise).
+	smps, done, err := wholeGraphSamplers(in, cfg.Scheme, cfg.Train.Fanouts, cfg.Replace, cfg.Weighted, workers, max(procs/workers, 1))
 	if err != nil {
 		return nil, fmt.Errorf("dsp: presample: %w", err)
 	}
 	defer done()
-	counts := make([]int64, in.NumRows)
-	k := len(plan.batches)
-	for r, batches := range plan.batches {
-		for i, seeds := range batches {
-			if err := ctx.Err(); err != nil {
-				return nil, err
+	// A node is counted at most once per batch, and there are fewer
+	// batches than nodes: int32 counts do not overflow.
+	counts := make([][]int32, workers)
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		g.Go(func() error {
+			c := make([]int32, in.NumRows)
+			counts[w] = c
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= len(jobs) {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				r, i := jobs[j].r, jobs[j].i
+				mb, err := smps[w].Sample(plan.Batches[r][i], plan.Key(r, i))
+				if err != nil {
+					return fmt.Errorf("dsp: presample: device %d batch %d: %w", r, i, err)
+				}
+				for _, v := range mb.InputNodes() {
+					c[v]++
+				}
 			}
-			mb, err := smp.Sample(seeds, sample.Key{Seed: key, Batch: i*k + r})
-			if err != nil {
-				return nil, fmt.Errorf("dsp: presample: device %d batch %d: %w", r, i, err)
-			}
-			for _, v := range mb.InputNodes() {
-				counts[v]++
-			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	total := make([]int64, in.NumRows)
+	for _, c := range counts {
+		for v, x := range c {
+			total[v] += int64(x)
 		}
 	}
-	return cache.ByCounts(counts), nil
+	return cache.ByCounts(total), nil
 }
 
 // CrossEdges counts the in-adjacency entries of in whose source another
@@ -312,23 +393,62 @@ func CheckReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c
 // whose patch is the whole graph (collective batches depend only on the
 // graph, the seeds and the key, not on the partition). done releases it.
 func WholeGraphSampler(in *graph.CSR, scheme string, fanouts []int, replace, weighted bool) (s sample.Sampler, done func() error, err error) {
+	ss, done, err := wholeGraphSamplers(in, scheme, fanouts, replace, weighted, 1, 0)
+	if err != nil {
+		return nil, done, err
+	}
+	return ss[0], done, nil
+}
+
+// wholeGraphSamplers returns n samplers of WholeGraphSampler's batches
+// that n goroutines may use at once, one each: node-wise one
+// sample.NeighborSampler (safe for concurrent use) whose Sample calls use
+// up to inner goroutines each (0: GOMAXPROCS), layer-wise n
+// csp.LayerSamplers (not safe for concurrent use) over one whole-graph
+// patch, each alone on its own one-rank group. done releases them.
+func wholeGraphSamplers(in *graph.CSR, scheme string, fanouts []int, replace, weighted bool, n, inner int) (ss []sample.Sampler, done func() error, err error) {
 	nothing := func() error { return nil }
+	if n < 1 {
+		return nil, nothing, fmt.Errorf("dsp: %d whole-graph samplers", n)
+	}
+	ss = make([]sample.Sampler, n)
 	if scheme != LayerWise {
-		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted})
-		return s, nothing, err
+		s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted, Workers: inner})
+		if err != nil {
+			return nil, nothing, err
+		}
+		for i := range ss {
+			ss[i] = s
+		}
+		return ss, nothing, nil
 	}
 	p, b, err := layout.BuildWhole(in, layout.Options{DeviceBytes: layout.NoLimit})
 	if err != nil {
 		return nil, nothing, err
 	}
-	cs, err := inproc.New(1, comm.Options{})
-	if err != nil {
-		return nil, nothing, err
+	var groups []comm.Comm
+	done = func() error {
+		var first error
+		for _, c := range groups {
+			if err := c.Close(); first == nil {
+				first = err
+			}
+		}
+		return first
 	}
-	ls, err := csp.NewLayerSampler(cs[0], b, p, csp.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted, Workers: 1}, nil)
-	if err != nil {
-		cs[0].Close()
-		return nil, nothing, err
+	for i := range ss {
+		cs, err := inproc.New(1, comm.Options{})
+		if err != nil {
+			done()
+			return nil, nothing, err
+		}
+		groups = append(groups, cs[0])
+		ls, err := csp.NewLayerSampler(cs[0], b, p, csp.Config{Fanouts: fanouts, Replace: replace, Weighted: weighted, Workers: 1}, nil)
+		if err != nil {
+			done()
+			return nil, nothing, err
+		}
+		ss[i] = ls
 	}
-	return ls, cs[0].Close, nil
+	return ss, done, nil
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,7 +11,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
-
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -187,5 +188,91 @@ func TestEvaluatorShards(t *testing.T) {
 	}
 	if _, err := full.RunShard(model, 0, 2, func([]float64) error { return nil }); err == nil {
 		t.Fatal("whole-graph evaluation split")
+	}
+}
+
+// presampleReference is PresampleOrder's pass done the plain way: one
+// whole-graph sampler, the batches in order, int64 counts.
+func presampleReference(t *testing.T, in *graph.CSR, pd *Partitioned, cfg *Config) []graph.NodeID {
+	t.Helper()
+	plan, err := NewPresamplePlan(pd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smp, done, err := WholeGraphSampler(in, cfg.Scheme, cfg.Train.Fanouts, cfg.Replace, cfg.Weighted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	counts := make([]int64, in.NumRows)
+	for r, batches := range plan.Batches {
+		for i, seeds := range batches {
+			mb, err := smp.Sample(seeds, plan.Key(r, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range mb.InputNodes() {
+				counts[v]++
+			}
+		}
+	}
+	return cache.ByCounts(counts)
+}
+
+// TestPresampleOrderWorkers: the pre-sampling order is the same with 1
+// goroutine or several (more than there are batches too), node-wise and
+// layer-wise, and equals the plain sequential pass; a cancelled context
+// stops it.
+func TestPresampleOrderWorkers(t *testing.T) {
+	ds := tiny(t)
+	for _, scheme := range []string{NodeWise, LayerWise} {
+		t.Run(scheme, func(t *testing.T) {
+			cfg := small(3, 1)
+			cfg.Train.BatchSize = 32
+			cfg.Scheme = scheme
+			if scheme == LayerWise {
+				cfg.Train.Fanouts = []int{200, 400}
+			}
+			if err := cfg.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			pd, err := Partition(context.Background(), ds, &cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := pd.Dataset.InGraph()
+			plan, err := NewPresamplePlan(pd, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(plan.Batches[0]); len(plan.Batches) != 3 || n < 4 {
+				t.Fatalf("%d devices with %d batches each: too few to spread", len(plan.Batches), n)
+			}
+			want := presampleReference(t, in, pd, &cfg)
+			if len(want) != int(in.NumRows) {
+				t.Fatalf("order of %d nodes for %d", len(want), in.NumRows)
+			}
+			for _, w := range []int{1, 2, 3, 7, 1000} {
+				got, err := presampleOrder(context.Background(), in, pd, &cfg, w)
+				if err != nil {
+					t.Fatalf("%d workers: %v", w, err)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%d workers: order differs from the sequential pass", w)
+				}
+			}
+			got, err := PresampleOrder(context.Background(), in, pd, &cfg)
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("PresampleOrder: %v (order equal: %v)", err, slices.Equal(got, want))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := presampleOrder(ctx, in, pd, &cfg, 2); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled pass returned %v", err)
+			}
+			if _, err := PresampleOrder(context.Background(), in, nil, &cfg); err == nil {
+				t.Fatal("nil partition accepted")
+			}
+		})
 	}
 }
