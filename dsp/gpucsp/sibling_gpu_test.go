@@ -34,21 +34,18 @@ func TestSiblingMatches(t *testing.T) {
 		for p := range off {
 			off[p] = g.NumRows * int64(p) / int64(P)
 		}
-		sibComms := siblingComms(t, P)
+		hs := siblingHandles(t, P)
+		sibComms := siblingComms(t, hs)
 		for _, cfg := range []Config{{Fanouts: []int{15, 10, 5}, EdgeIDs: true}, {Fanouts: []int{10, 5}, Placement: gpusample.Split}} {
 			name := fmt.Sprintf("P=%d placement=%d", P, cfg.Placement)
 			ss, done := group(t, g, off, cfg)
 			sibs := make([]*Sampler, P)
-			for r, d := range gpus(t, P) {
-				h, err := cuda.Open(d.Ordinal(), cuda.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer h.Close()
+			for r, h := range hs {
 				var c comm.DeviceComm
 				if sibComms != nil {
 					c = sibComms[r]
 				}
+				var err error
 				if sibs[r], err = ss[r].Sibling(h, c); err != nil {
 					t.Fatalf("%s rank %d: %v", name, r, err)
 				}
@@ -101,16 +98,12 @@ func TestSiblingMatches(t *testing.T) {
 		off := []int64{0, g.NumRows / 2, g.NumRows}
 		ss, done := group(t, g, off, Config{Fanouts: []int{5}})
 		defer done()
-		ds := gpus(t, 2)
-		cs := siblingComms(t, 2)
-		if _, err := ss[0].Sibling(ds[1], cs[0]); err == nil {
+		hs := siblingHandles(t, 2)
+		cs := siblingComms(t, hs)
+		if _, err := ss[0].Sibling(hs[1], cs[0]); err == nil {
 			t.Errorf("sibling on another GPU: %v, want an error", err)
 		}
-		h, err := cuda.Open(ds[0].Ordinal(), cuda.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
+		h := hs[0]
 		if _, err := ss[0].Sibling(h, cs[1]); !errors.Is(err, ErrInput) {
 			t.Errorf("sibling with rank 1's communicator on rank 0: %v, want ErrInput", err)
 		}
@@ -120,16 +113,33 @@ func TestSiblingMatches(t *testing.T) {
 	}
 }
 
-// siblingComms opens a second set of NCCL communicators over the first P
-// GPUs (nil for P = 1), closed when the test ends.
-func siblingComms(t *testing.T, P int) []comm.DeviceComm {
+// siblingHandles opens a second handle of each of the first P GPUs,
+// closed when the test ends.
+func siblingHandles(t *testing.T, P int) []*cuda.Device {
 	t.Helper()
+	hs := make([]*cuda.Device, P)
+	for r, d := range gpus(t, P) {
+		h, err := cuda.Open(d.Ordinal(), cuda.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		hs[r] = h
+	}
+	return hs
+}
+
+// siblingComms opens NCCL communicators over the handles hs (nil for
+// one), closed when the test ends (before the handles).
+func siblingComms(t *testing.T, hs []*cuda.Device) []comm.DeviceComm {
+	t.Helper()
+	P := len(hs)
 	if P == 1 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := nccl.OpenLocal(ctx, gpus(t, P), nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-sibling-%d", P)})
+	cs, err := nccl.OpenLocal(ctx, hs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-sibling-%d", P)})
 	if err != nil {
 		t.Fatal(err)
 	}

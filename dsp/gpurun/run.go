@@ -162,14 +162,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	}
 	var rowNorm, sparse bool
 	s.x, rowNorm, sparse = runner.Features(pd.Dataset, cfg.Train.RowNorm)
-	var hot []graph.NodeID
-	if cfg.Hotness == cache.ByPreSampling {
-		// On the host, before the devices start: the plan decides what
-		// each device caches.
-		hot, err = runner.PresampleOrder(ctx, s.in, pd, &cfg.Config)
-	} else {
-		hot, err = runner.HotOrder(s.in, cfg.Hotness)
-	}
+	// Before the devices start: the plan decides what each device
+	// caches (pre-sampling runs on the GPUs themselves: presample.go).
+	hot, presampleSec, err := s.hotOrder(ctx, nCUDA == k)
 	if err != nil {
 		return nil, &RunError{Op: "hotness", Err: err}
 	}
@@ -234,6 +229,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if s.sdevs != nil {
 		s.gpu.StagePriority = s.sdevs[0][0].StreamPriority()
 	}
+	s.gpu.PresampleSeconds = presampleSec
 	if opts.CheckpointDir != "" {
 		if err := s.openCheckpoints(ds); err != nil {
 			return nil, err

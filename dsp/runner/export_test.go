@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
@@ -273,6 +275,47 @@ func TestPresampleOrderWorkers(t *testing.T) {
 			if _, err := PresampleOrder(context.Background(), in, nil, &cfg); err == nil {
 				t.Fatal("nil partition accepted")
 			}
+		})
+	}
+}
+
+// BenchmarkPresampleOrder: the host pre-sampling pass on the
+// products-hard-s shape (49K nodes, 2.5M edges; fanouts 15,10,5, batches
+// of 256 over 2 devices) with 1 goroutine and with GOMAXPROCS.
+func BenchmarkPresampleOrder(b *testing.B) {
+	gc, err := gen.Preset("products-hard-s")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ds, err := gen.Generate(gc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := small(2, 1)
+	cfg.Train.BatchSize = 256
+	cfg.Train.Fanouts, cfg.Train.Layers = []int{15, 10, 5}, 3
+	cfg.Partition = Range
+	if err := cfg.Normalize(); err != nil {
+		b.Fatal(err)
+	}
+	pd, err := Partition(context.Background(), ds, &cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := pd.Dataset.InGraph()
+	plan, err := NewPresamplePlan(pd, &cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batches := len(plan.Batches) * len(plan.Batches[0])
+	for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := presampleOrder(context.Background(), in, pd, &cfg, w); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*batches), "ms/batch")
 		})
 	}
 }
