@@ -119,12 +119,15 @@ func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error)
 		}
 		return nil
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	devs := make([]*cuda.Device, len(s.opts.Backends))
 	for r, be := range s.opts.Backends {
-		dev, ok := be.(*cuda.Device)
-		if !ok {
+		var ok bool
+		if devs[r], ok = be.(*cuda.Device); !ok {
 			return nil, fmt.Errorf("presample: back end %d (%s) is not a CUDA device", r, be.Name())
 		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for r, dev := range devs {
 		g.Go(func() error {
 			if err := s.presampleDevice(gctx, r, dev, plan, whole, b.Offsets(), add); err != nil {
 				return fmt.Errorf("presample on device %d: %w", r, err)
