@@ -10,8 +10,12 @@
 // position: the model's initial weights of (seed), the shuffled order of
 // the training nodes of (seed, epoch), a batch's sampled neighborhoods of
 // sample.Key{seed, epoch, batch} and its dropout masks of
-// (seed, epoch, batch). The back ends are deterministic for any number of
-// goroutines. So two runs with the same Config produce bit-identical
+// (seed, epoch, batch). In sampled mode a batch's input dropout keeps the
+// same elements whether its features are gathered sparse (bag-of-words,
+// nn.ForwardSparseAsDense) or dense (a BatchSource), so the losses do not
+// depend on the storage; full-batch mode draws sparse features' masks over
+// the non-zeros (nn.Model.ForwardSparse), as package fullgraph does. The
+// back ends are deterministic for any number of goroutines. So two runs with the same Config produce bit-identical
 // losses, and a run resumed from a checkpoint taken after any batch
 // continues exactly as if it had never stopped.
 //

@@ -575,10 +575,17 @@ func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool
 	}
 	inputs := mb.InputNodes()
 	if r.feats.sparse != nil {
-		if xs, err = r.feats.sparse.Gather(r.b, inputs); err != nil {
+		// The dense rows' dropout masks: the loss does not depend on
+		// whether the features are stored sparse (here) or dense (a
+		// BatchSource, dsp/gpurun).
+		h, err := r.feats.gatherSparse(inputs)
+		if err != nil {
 			return nil, cleanup, err
 		}
-		out, err := r.model.ForwardSparse(t, xs, blocks, train, seed)
+		if xs, err = autograd.NewSparseInput(r.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
+			return nil, cleanup, err
+		}
+		out, err := nn.ForwardSparseAsDense(r.model, t, xs, h, blocks, train, seed)
 		return out, cleanup, err
 	}
 	if r.fullXD == nil {

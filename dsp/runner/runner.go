@@ -635,8 +635,11 @@ func upload[T int32 | float32](b backend.Backend, v []T) (backend.Buffer, error)
 
 // forward uploads a batch's blocks and input features (dense rows,
 // turned into a sparse matrix when the features are sparse, exactly as
-// the single-device trainer gathers them) and runs the model. cleanup
-// frees the uploads; call it after the tape is released.
+// the single-device trainer gathers them) and runs the model. Sparse
+// features get the dense rows' dropout masks (nn.ForwardSparseAsDense),
+// so the loss does not depend on the storage: the device engine
+// (dsp/gpurun) keeps the rows dense. cleanup frees the uploads; call it
+// after the tape is released.
 func forward(b backend.Backend, t *autograd.Tape, model nn.Model, mb *sample.MiniBatch, feats []float32, sparse bool, dim int, training bool, seed uint64) (*autograd.Var, func(), error) {
 	var blocks []*nn.Block
 	var xs *autograd.SparseInput
@@ -654,10 +657,14 @@ func forward(b backend.Backend, t *autograd.Tape, model nn.Model, mb *sample.Min
 	}
 	rows := len(mb.InputNodes())
 	if sparse {
-		if xs, err = autograd.SparseFromDense(b, rows, dim, feats); err != nil {
+		h, err := autograd.HostSparseFromDense(rows, dim, feats)
+		if err != nil {
 			return nil, cleanup, err
 		}
-		out, err := model.ForwardSparse(t, xs, blocks, training, seed)
+		if xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
+			return nil, cleanup, err
+		}
+		out, err := nn.ForwardSparseAsDense(model, t, xs, h, blocks, training, seed)
 		return out, cleanup, err
 	}
 	if xb, err = upload(b, feats); err != nil {
