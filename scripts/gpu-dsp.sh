@@ -345,6 +345,33 @@ workers() {
   finish
 }
 
+# extras: the sibling sampler tests, the GPU pre-sampling tests, products
+# with --hotness presample (pass on the GPUs) on 2 and 1 GPUs, with an
+# evaluation after every epoch, and the layer-wise and random-walk
+# sampler benchmarks (dsp/gpucsp) on the products shape.
+extras() {
+  setup
+  local e=${DSP_EPOCHS:-3} t0 rc
+  {
+    DSP_GPUSAMPLE_TESTS=Sibling DSP_SAMPLER_TESTS=Sibling samplers
+    t0=$(date +%s.%N)
+    (cd dsp/gpurun && timeout 200 "$root/$dir/bin/gpurun.test" -test.run GPUPresample -test.v -test.timeout 3m) >"$logs/presampletests.log" 2>&1
+    rc=$?
+    echo "== GPU pre-sampling tests: rc=$rc wall=$(since $t0)s"
+    grep -E -- '^--- |_test.go|^(ok|FAIL|PASS)|panic' "$logs/presampletests.log" | head -20 | sed 's/^/   /'
+    gen
+    products pre2 cuda:0,1 "$e" --hotness presample --cache 64MiB
+    products pre1 cuda:0 "$e" --hotness presample --cache 64MiB
+    products deg2 cuda:0,1 "$e" --cache 64MiB
+    products ev2 cuda:0,1 "$e" --eval-every 1
+    t0=$(date +%s.%N)
+    (cd dsp/gpucsp && STRATA_BENCH_DATASET=$data timeout 240 "$root/$dir/bin/gpucsp.test" -test.run '^$' -test.bench 'LayerEpochProducts|WalkProducts' -test.benchtime 3x -test.timeout 4m) >"$logs/samplerbench.log" 2>&1
+    echo "== layer-wise and walk benchmarks: rc=$? wall=$(since $t0)s"
+    grep -E '^Benchmark|^(ok|FAIL|PASS)|panic' "$logs/samplerbench.log" | sed 's/^/   /'
+  } 2>&1 | tee "$logs/summary-extras.txt"
+  finish
+}
+
 # four: this session's headline set on 4 GPUs: the default (auto cache
 # policy) against 1 GPU, $DSP_REPEAT pairs; the partitioned cache; the
 # pipeline off; 2 GPUs; the multilevel partition; then the sampler and
@@ -438,8 +465,9 @@ for mode in "$@"; do
     two) two ;;
     four) four ;;
     workers) workers ;;
+    extras) extras ;;
     custom) setup; { gen && products "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}; } 2>&1 | tee -a "$logs/summary-custom.txt"; finish ;;
     samplers) setup; samplers 2>&1 | tee "$logs/summary-samplers.txt"; finish ;;
-    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | workers | samplers | custom (several run in order)" >&2; exit 2 ;;
+    *) echo "usage: $0 build | shake | bench | final | loader | papers | speed | hard | confirm | repeat | two | four | workers | extras | samplers | custom (several run in order)" >&2; exit 2 ;;
   esac
 done
