@@ -271,7 +271,7 @@ func runTape(ctx context.Context, pr *prepared, cfg *Config, opts Options) (rep 
 				}
 				var r evalResult
 				for i := range sets {
-					c, l := score(host, ds.NumClasses, sets[i].local, sets[i].labels)
+					c, l := score(host, ds.NumClasses, sets[i].local, sets[i].labels, i == 1)
 					r.acc[i] = float64(c) / float64(sets[i].total)
 					if i == 1 {
 						r.valLoss = l / float64(sets[i].total)

@@ -29,15 +29,16 @@ func (r *runner) evaluate() (EpochRecord, error) {
 		logits = func(v int32) []float32 { return m[v] }
 	}
 	var rec EpochRecord
-	rec.TrainAccuracy, _ = r.score(r.ds.Train, logits)
-	rec.ValAccuracy, rec.ValLoss = r.score(r.ds.Val, logits)
-	rec.TestAccuracy, _ = r.score(r.ds.Test, logits)
+	rec.TrainAccuracy, _ = r.score(r.ds.Train, logits, false)
+	rec.ValAccuracy, rec.ValLoss = r.score(r.ds.Val, logits, true)
+	rec.TestAccuracy, _ = r.score(r.ds.Test, logits, false)
 	return rec, nil
 }
 
-// score returns the accuracy and mean cross-entropy of the nodes' logits.
+// score returns the accuracy and, withLoss, the mean cross-entropy of the
+// nodes' logits (the exponentials cost most: a large test set skips them).
 // Ties in the argmax go to the lower class, as ArgmaxRows does.
-func (r *runner) score(nodes []int32, logits func(int32) []float32) (acc, loss float64) {
+func (r *runner) score(nodes []int32, logits func(int32) []float32, withLoss bool) (acc, loss float64) {
 	correct := 0
 	for _, v := range nodes {
 		row := logits(v)
@@ -47,12 +48,14 @@ func (r *runner) score(nodes []int32, logits func(int32) []float32) (acc, loss f
 				best, mx = c, float64(x)
 			}
 		}
-		var z float64
-		for _, x := range row {
-			z += math.Exp(float64(x) - mx)
-		}
 		label := r.ds.Labels[v]
-		loss += mx + math.Log(z) - float64(row[label])
+		if withLoss {
+			var z float64
+			for _, x := range row {
+				z += math.Exp(float64(x) - mx)
+			}
+			loss += mx + math.Log(z) - float64(row[label])
+		}
 		if int32(best) == label {
 			correct++
 		}

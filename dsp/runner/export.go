@@ -322,7 +322,7 @@ func (e *Evaluator) RunShard(model nn.Model, rank, k int, sum func([]float64) er
 	if err != nil {
 		return train.EpochRecord{}, err
 	}
-	t := e.ev.count(func(v int32) []float32 { return out[v] })
+	t := e.ev.scoreLogits(func(v int32) []float32 { return out[v] })
 	if err := sum(t[:]); err != nil {
 		return train.EpochRecord{}, err
 	}

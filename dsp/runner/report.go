@@ -268,6 +268,15 @@ func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
 	if ev.sampler != nil {
 		return ev.runSampled(model)
 	}
+	rec, _, _, err := ev.runFull(model)
+	return rec, err
+}
+
+// runFull is the whole-graph evaluation; it also returns the wall time
+// of the forward pass with the logits' download (which waits for it) and
+// of the scoring on the host.
+func (ev *evaluator) runFull(model nn.Model) (_ train.EpochRecord, forward, score time.Duration, _ error) {
+	t0 := time.Now()
 	t := autograd.NewTape(ev.b)
 	defer t.Release()
 	blocks := make([]*nn.Block, ev.layers)
@@ -285,18 +294,66 @@ func (ev *evaluator) run(model nn.Model) (train.EpochRecord, error) {
 		}
 	}
 	if err != nil {
-		return train.EpochRecord{}, err
+		return train.EpochRecord{}, 0, 0, err
 	}
 	ds := ev.s.pd.ds
 	c := ds.NumClasses
 	if out.Rows != int(ds.NumNodes()) || out.Cols != c {
-		return train.EpochRecord{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, ds.NumNodes(), c)
+		return train.EpochRecord{}, 0, 0, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, ds.NumNodes(), c)
 	}
-	logits := make([]float32, out.Len())
-	if err := ev.b.Download(logits, out.Value); err != nil {
-		return train.EpochRecord{}, err
+	// The classes come from the device (n int32s instead of n*c logits
+	// over the bus); only the validation rows' logits come back, for
+	// the loss.
+	pred, valRows, err := ev.predict(out.Value, int(ds.NumNodes()), c)
+	if err != nil {
+		return train.EpochRecord{}, 0, 0, err
 	}
-	return ev.score(func(v int32) []float32 { return logits[int(v)*c : int(v+1)*c] }), nil
+	t1 := time.Now()
+	rec := ev.count(func(v int32) (int, bool) { return int(pred[v]), true },
+		func(i int, _ int32) []float32 { return valRows[i*c : (i+1)*c] }).record()
+	return rec, t1.Sub(t0), time.Since(t1), nil
+}
+
+// predict returns each node's class (the argmax of its logits, ties to
+// the lower class) and the validation nodes' logits (in ds.Val order)
+// from the n x c logits on the device.
+func (ev *evaluator) predict(logits backend.Buffer, n, c int) (pred []int32, valRows []float32, err error) {
+	b, val := ev.b, ev.s.pd.ds.Val
+	var pb, idx, vb backend.Buffer
+	defer func() {
+		for _, x := range []backend.Buffer{pb, idx, vb} {
+			if x != nil {
+				b.Free(x)
+			}
+		}
+	}()
+	if pb, err = b.Alloc(backend.Int32, n); err != nil {
+		return nil, nil, err
+	}
+	if err := b.ArgmaxRows(pb, logits, n, c); err != nil {
+		return nil, nil, err
+	}
+	pred = make([]int32, n)
+	if err := b.Download(pred, pb); err != nil {
+		return nil, nil, err
+	}
+	if len(val) == 0 {
+		return pred, nil, nil
+	}
+	if idx, err = upload(b, val); err != nil {
+		return nil, nil, err
+	}
+	if vb, err = b.Alloc(backend.Float32, len(val)*c); err != nil {
+		return nil, nil, err
+	}
+	if err := b.GatherRows(vb, logits, idx, n, c); err != nil {
+		return nil, nil, err
+	}
+	valRows = make([]float32, len(val)*c)
+	if err := b.Download(valRows, vb); err != nil {
+		return nil, nil, err
+	}
+	return pred, valRows, nil
 }
 
 // runSampled evaluates batches of EvalBatchSize nodes; the sampling key
@@ -307,7 +364,7 @@ func (ev *evaluator) runSampled(model nn.Model) (train.EpochRecord, error) {
 	if err != nil {
 		return train.EpochRecord{}, err
 	}
-	return ev.score(func(v int32) []float32 { return out[v] }), nil
+	return ev.scoreLogits(func(v int32) []float32 { return out[v] }).record(), nil
 }
 
 // logitsSampled returns the logits of the nodes of every k-th evaluation
@@ -363,29 +420,26 @@ const (
 	tValLoss = 6
 )
 
-// count adds the nodes of the splits whose logits logitsOf has (nil: not
-// evaluated here).
-func (ev *evaluator) count(logitsOf func(int32) []float32) tally {
+// count adds the nodes of the splits that pred classifies (false: not
+// evaluated here); valLogits gives validation node v's logits (i: its
+// position in ds.Val) for the loss.
+func (ev *evaluator) count(pred func(v int32) (int, bool), valLogits func(i int, v int32) []float32) tally {
 	ds := ev.s.pd.ds
 	var t tally
 	for split, nodes := range [][]int32{ds.Train, ds.Val, ds.Test} {
-		for _, v := range nodes {
-			row := logitsOf(v)
-			if row == nil {
+		for i, v := range nodes {
+			best, ok := pred(v)
+			if !ok {
 				continue
-			}
-			best, mx := 0, math.Inf(-1)
-			for j, x := range row {
-				if float64(x) > mx {
-					best, mx = j, float64(x)
-				}
-			}
-			var z float64
-			for _, x := range row {
-				z += math.Exp(float64(x) - mx)
 			}
 			label := ds.Labels[v]
 			if split == 1 {
+				row := valLogits(i, v)
+				mx := float64(row[argmax(row)])
+				var z float64
+				for _, x := range row {
+					z += math.Exp(float64(x) - mx)
+				}
 				t[tValLoss] += mx + math.Log(z) - float64(row[label])
 			}
 			if int32(best) == label {
@@ -395,6 +449,30 @@ func (ev *evaluator) count(logitsOf func(int32) []float32) tally {
 		}
 	}
 	return t
+}
+
+// scoreLogits counts the nodes whose logits logitsOf has (nil: not
+// evaluated here).
+func (ev *evaluator) scoreLogits(logitsOf func(int32) []float32) tally {
+	return ev.count(func(v int32) (int, bool) {
+		row := logitsOf(v)
+		if row == nil {
+			return 0, false
+		}
+		return argmax(row), true
+	}, func(_ int, v int32) []float32 { return logitsOf(v) })
+}
+
+// argmax is row's largest element's column, ties to the lowest (0 for
+// an all-NaN row).
+func argmax(row []float32) int {
+	best, mx := 0, float32(math.Inf(-1))
+	for j, x := range row {
+		if x > mx {
+			best, mx = j, x
+		}
+	}
+	return best
 }
 
 // record turns the sums into accuracies and the mean validation loss.
@@ -407,12 +485,6 @@ func (t tally) record() train.EpochRecord {
 	}
 	return train.EpochRecord{TrainAccuracy: ratio(t[tCorrect], t[tCount]), ValAccuracy: ratio(t[tCorrect+1], t[tCount+1]),
 		ValLoss: ratio(t[tValLoss], t[tCount+1]), TestAccuracy: ratio(t[tCorrect+2], t[tCount+2])}
-}
-
-// score computes the accuracies and the validation loss from each node's
-// logits. Ties in the argmax go to the lower class.
-func (ev *evaluator) score(logitsOf func(int32) []float32) train.EpochRecord {
-	return ev.count(logitsOf).record()
 }
 
 // CacheLayout describes a plan's layout for Info.CacheLayout.
