@@ -10,10 +10,10 @@ import (
 )
 
 // TestTrainDevicesLayer: 'strata train --devices cpu:2 --scheme layer'
-// runs layer-wise DSP on both engines; without dropout (whose masks the
-// engines draw differently on Cora's sparse features, node-wise too)
-// every batch loss of the device engine equals the host engine's up to
-// summation order, and they differ from node-wise sampling's.
+// runs layer-wise DSP on both engines; with dropout on Cora's sparse
+// features every batch loss of the device engine equals the host
+// engine's up to summation order, and they differ from node-wise
+// sampling's.
 func TestTrainDevicesLayer(t *testing.T) {
 	type report struct {
 		Epochs []struct {
@@ -26,7 +26,7 @@ func TestTrainDevicesLayer(t *testing.T) {
 	train := func(engine, scheme string) []float64 {
 		rep := filepath.Join(t.TempDir(), "report.json")
 		code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--engine", engine, "--scheme", scheme,
-			"--epochs", "2", "--hidden", "16", "--batch-size", "64", "--fanouts", "300,600", "--dropout", "0",
+			"--epochs", "2", "--hidden", "16", "--batch-size", "64", "--fanouts", "300,600",
 			"--report", rep)
 		if code != 0 {
 			t.Fatalf("%s engine, %s scheme: exit %d\n%s", engine, scheme, code, errOut)
