@@ -44,3 +44,61 @@ func NLLLoss(t *autograd.Tape, logp *autograd.Var, rows, labels backend.Buffer) 
 	}
 	return t.MatMul(m, flat)
 }
+
+// Classify returns the class of each of the n rows of the n x c logits on
+// b (the argmax, ties to the lower class; ArgmaxRows on the back end) and
+// the logits of the listed rows, row after row (for a loss): n int32s and
+// len(rows) x c values cross to the host instead of all n x c logits.
+func Classify(b backend.Backend, logits backend.Buffer, n, c int, rows []int32) (class []int32, listed []float32, err error) {
+	if b == nil || logits == nil {
+		return nil, nil, fmt.Errorf("nn: Classify: nil back end or logits")
+	}
+	if n < 0 || c < 1 || logits.DType() != backend.Float32 || logits.Len() != n*c {
+		return nil, nil, fmt.Errorf("nn: Classify: %d x %d logits in a buffer of %d %v", n, c, logits.Len(), logits.DType())
+	}
+	for i, r := range rows {
+		if r < 0 || int(r) >= n {
+			return nil, nil, fmt.Errorf("nn: Classify: listed row %d is %d, not in [0, %d)", i, r, n)
+		}
+	}
+	var cb, idx, lb backend.Buffer
+	defer func() {
+		for _, x := range []backend.Buffer{cb, idx, lb} {
+			if x != nil {
+				b.Free(x)
+			}
+		}
+	}()
+	class = make([]int32, n)
+	if n > 0 {
+		if cb, err = b.Alloc(backend.Int32, n); err != nil {
+			return nil, nil, err
+		}
+		if err := b.ArgmaxRows(cb, logits, n, c); err != nil {
+			return nil, nil, err
+		}
+		if err := b.Download(class, cb); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(rows) == 0 {
+		return class, nil, nil
+	}
+	if idx, err = b.Alloc(backend.Int32, len(rows)); err != nil {
+		return nil, nil, err
+	}
+	if err := b.Upload(idx, rows); err != nil {
+		return nil, nil, err
+	}
+	if lb, err = b.Alloc(backend.Float32, len(rows)*c); err != nil {
+		return nil, nil, err
+	}
+	if err := b.GatherRows(lb, logits, idx, n, c); err != nil {
+		return nil, nil, err
+	}
+	listed = make([]float32, len(rows)*c)
+	if err := b.Download(listed, lb); err != nil {
+		return nil, nil, err
+	}
+	return class, listed, nil
+}

@@ -7,79 +7,85 @@ import (
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 )
 
 // evaluate runs the model without dropout and returns the accuracies on
 // the train, validation and test nodes and the validation loss.
 func (r *runner) evaluate() (EpochRecord, error) {
-	var logits func(v int32) []float32
+	var class func(v int32) int
+	var valLogits func(i int, v int32) []float32 // i: v's position in Val
 	if r.cfg.Eval == Full {
-		all, err := r.logitsFull()
+		cls, val, err := r.classifyFull()
 		if err != nil {
 			return EpochRecord{}, err
 		}
 		c := r.ds.NumClasses
-		logits = func(v int32) []float32 { return all[int(v)*c : int(v+1)*c] }
+		class = func(v int32) int { return int(cls[v]) }
+		valLogits = func(i int, _ int32) []float32 { return val[i*c : (i+1)*c] }
 	} else {
 		m, err := r.logitsSampled()
 		if err != nil {
 			return EpochRecord{}, err
 		}
-		logits = func(v int32) []float32 { return m[v] }
+		class = func(v int32) int { return argmax(m[v]) }
+		valLogits = func(_ int, v int32) []float32 { return m[v] }
 	}
 	var rec EpochRecord
-	rec.TrainAccuracy, _ = r.score(r.ds.Train, logits, false)
-	rec.ValAccuracy, rec.ValLoss = r.score(r.ds.Val, logits, true)
-	rec.TestAccuracy, _ = r.score(r.ds.Test, logits, false)
+	rec.TrainAccuracy = r.accuracy(r.ds.Train, class)
+	rec.ValAccuracy = r.accuracy(r.ds.Val, class)
+	rec.TestAccuracy = r.accuracy(r.ds.Test, class)
+	for i, v := range r.ds.Val {
+		row := valLogits(i, v)
+		mx := float64(row[argmax(row)])
+		var z float64
+		for _, x := range row {
+			z += math.Exp(float64(x) - mx)
+		}
+		rec.ValLoss += mx + math.Log(z) - float64(row[r.ds.Labels[v]])
+	}
+	rec.ValLoss /= float64(len(r.ds.Val))
 	return rec, nil
 }
 
-// score returns the accuracy and, withLoss, the mean cross-entropy of the
-// nodes' logits (the exponentials cost most: a large test set skips them).
-// Ties in the argmax go to the lower class, as ArgmaxRows does.
-func (r *runner) score(nodes []int32, logits func(int32) []float32, withLoss bool) (acc, loss float64) {
+// accuracy is the share of nodes whose class is their label.
+func (r *runner) accuracy(nodes []int32, class func(int32) int) float64 {
 	correct := 0
 	for _, v := range nodes {
-		row := logits(v)
-		best, mx := 0, math.Inf(-1)
-		for c, x := range row {
-			if float64(x) > mx {
-				best, mx = c, float64(x)
-			}
-		}
-		label := r.ds.Labels[v]
-		if withLoss {
-			var z float64
-			for _, x := range row {
-				z += math.Exp(float64(x) - mx)
-			}
-			loss += mx + math.Log(z) - float64(row[label])
-		}
-		if int32(best) == label {
+		if int32(class(v)) == r.ds.Labels[v] {
 			correct++
 		}
 	}
-	return float64(correct) / float64(len(nodes)), loss / float64(len(nodes))
+	return float64(correct) / float64(len(nodes))
 }
 
-// logitsFull runs the model over the whole graph and downloads the logits
-// (NumNodes x NumClasses).
-func (r *runner) logitsFull() ([]float32, error) {
+// argmax is row's largest element's column, ties to the lower one as
+// ArgmaxRows does (0 for an all-NaN row).
+func argmax(row []float32) int {
+	best, mx := 0, float32(math.Inf(-1))
+	for j, x := range row {
+		if x > mx {
+			best, mx = j, x
+		}
+	}
+	return best
+}
+
+// classifyFull runs the model over the whole graph and returns every
+// node's class and the validation nodes' logits (nn.Classify: the classes
+// come from the device, not NumNodes x NumClasses logits).
+func (r *runner) classifyFull() ([]int32, []float32, error) {
 	t := autograd.NewTape(r.b)
 	defer t.Release()
 	out, err := r.forwardFull(t, r.fullBlocks(), false, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if out.Rows != int(r.ds.NumNodes()) || out.Cols != r.ds.NumClasses {
-		return nil, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, r.ds.NumNodes(), r.ds.NumClasses)
+		return nil, nil, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, r.ds.NumNodes(), r.ds.NumClasses)
 	}
-	host := make([]float32, out.Len())
-	if err := r.b.Download(host, out.Value); err != nil {
-		return nil, err
-	}
-	return host, nil
+	return nn.Classify(r.b, out.Value, out.Rows, out.Cols, r.ds.Val)
 }
 
 // logitsSampled evaluates the train, validation and test nodes in batches

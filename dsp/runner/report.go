@@ -304,7 +304,7 @@ func (ev *evaluator) runFull(model nn.Model) (_ train.EpochRecord, forward, scor
 	// The classes come from the device (n int32s instead of n*c logits
 	// over the bus); only the validation rows' logits come back, for
 	// the loss.
-	pred, valRows, err := ev.predict(out.Value, int(ds.NumNodes()), c)
+	pred, valRows, err := nn.Classify(ev.b, out.Value, int(ds.NumNodes()), c, ds.Val)
 	if err != nil {
 		return train.EpochRecord{}, 0, 0, err
 	}
@@ -312,48 +312,6 @@ func (ev *evaluator) runFull(model nn.Model) (_ train.EpochRecord, forward, scor
 	rec := ev.count(func(v int32) (int, bool) { return int(pred[v]), true },
 		func(i int, _ int32) []float32 { return valRows[i*c : (i+1)*c] }).record()
 	return rec, t1.Sub(t0), time.Since(t1), nil
-}
-
-// predict returns each node's class (the argmax of its logits, ties to
-// the lower class) and the validation nodes' logits (in ds.Val order)
-// from the n x c logits on the device.
-func (ev *evaluator) predict(logits backend.Buffer, n, c int) (pred []int32, valRows []float32, err error) {
-	b, val := ev.b, ev.s.pd.ds.Val
-	var pb, idx, vb backend.Buffer
-	defer func() {
-		for _, x := range []backend.Buffer{pb, idx, vb} {
-			if x != nil {
-				b.Free(x)
-			}
-		}
-	}()
-	if pb, err = b.Alloc(backend.Int32, n); err != nil {
-		return nil, nil, err
-	}
-	if err := b.ArgmaxRows(pb, logits, n, c); err != nil {
-		return nil, nil, err
-	}
-	pred = make([]int32, n)
-	if err := b.Download(pred, pb); err != nil {
-		return nil, nil, err
-	}
-	if len(val) == 0 {
-		return pred, nil, nil
-	}
-	if idx, err = upload(b, val); err != nil {
-		return nil, nil, err
-	}
-	if vb, err = b.Alloc(backend.Float32, len(val)*c); err != nil {
-		return nil, nil, err
-	}
-	if err := b.GatherRows(vb, logits, idx, n, c); err != nil {
-		return nil, nil, err
-	}
-	valRows = make([]float32, len(val)*c)
-	if err := b.Download(valRows, vb); err != nil {
-		return nil, nil, err
-	}
-	return pred, valRows, nil
 }
 
 // runSampled evaluates batches of EvalBatchSize nodes; the sampling key
