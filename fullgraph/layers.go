@@ -7,6 +7,7 @@ import (
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -508,21 +509,11 @@ func (w *worker) evaluate() (evalResult, error) {
 func score(logits []float32, c int, rows, labels []int32, withLoss bool) (correct int, loss float64) {
 	for i, r := range rows {
 		row := logits[int(r)*c : int(r+1)*c]
-		best, mx := 0, math.Inf(-1)
-		for k, x := range row {
-			if float64(x) > mx {
-				best, mx = k, float64(x)
-			}
-		}
 		label := labels[i]
 		if withLoss {
-			var z float64
-			for _, x := range row {
-				z += math.Exp(float64(x) - mx)
-			}
-			loss += mx + math.Log(z) - float64(row[label])
+			loss += nn.CrossEntropy(row, label)
 		}
-		if int32(best) == label {
+		if int32(nn.Argmax(row)) == label {
 			correct++
 		}
 	}

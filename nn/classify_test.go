@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -58,5 +59,34 @@ func TestClassify(t *testing.T) {
 		if f() == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// TestArgmaxCrossEntropy: ties to the lowest column, NaN ignored, and the
+// cross-entropy equals -log softmax computed directly in float64.
+func TestArgmaxCrossEntropy(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		row  []float32
+		want int
+	}{{[]float32{1, 3, 3, 2}, 1}, {[]float32{nan, 2, nan, 5}, 3}, {[]float32{nan}, 0}, {nil, 0}, {[]float32{-1, -1}, 0}} {
+		if got := nn.Argmax(c.row); got != c.want {
+			t.Errorf("Argmax(%v) = %d, want %d", c.row, got, c.want)
+		}
+	}
+	row := []float32{0.5, -2, 3.25, 1}
+	var z float64
+	for _, x := range row {
+		z += math.Exp(float64(x))
+	}
+	for label := range row {
+		want := -math.Log(math.Exp(float64(row[label])) / z)
+		if got := nn.CrossEntropy(row, int32(label)); math.Abs(got-want) > 1e-12 {
+			t.Errorf("CrossEntropy(label %d) = %v, want %v", label, got, want)
+		}
+	}
+	// Large logits: the shift keeps it finite.
+	if got := nn.CrossEntropy([]float32{1000, 0}, 1); math.Abs(got-1000) > 1e-9 {
+		t.Errorf("CrossEntropy of large logits = %v, want 1000", got)
 	}
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -101,4 +102,27 @@ func Classify(b backend.Backend, logits backend.Buffer, n, c int, rows []int32) 
 		return nil, nil, err
 	}
 	return class, listed, nil
+}
+
+// Argmax is the column of row's largest value, ties to the lowest (as
+// ArgmaxRows); 0 for an empty or all-NaN row.
+func Argmax(row []float32) int {
+	best, mx := 0, float32(math.Inf(-1))
+	for j, x := range row {
+		if x > mx {
+			best, mx = j, x
+		}
+	}
+	return best
+}
+
+// CrossEntropy is -log softmax(row)[label], in float64 (the log-sum-exp
+// shifted by the row's largest value). label must index row.
+func CrossEntropy(row []float32, label int32) float64 {
+	mx := float64(row[Argmax(row)])
+	var z float64
+	for _, x := range row {
+		z += math.Exp(float64(x) - mx)
+	}
+	return mx + math.Log(z) - float64(row[label])
 }

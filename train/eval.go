@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 	"sort"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -29,7 +28,7 @@ func (r *runner) evaluate() (EpochRecord, error) {
 		if err != nil {
 			return EpochRecord{}, err
 		}
-		class = func(v int32) int { return argmax(m[v]) }
+		class = func(v int32) int { return nn.Argmax(m[v]) }
 		valLogits = func(_ int, v int32) []float32 { return m[v] }
 	}
 	var rec EpochRecord
@@ -37,13 +36,7 @@ func (r *runner) evaluate() (EpochRecord, error) {
 	rec.ValAccuracy = r.accuracy(r.ds.Val, class)
 	rec.TestAccuracy = r.accuracy(r.ds.Test, class)
 	for i, v := range r.ds.Val {
-		row := valLogits(i, v)
-		mx := float64(row[argmax(row)])
-		var z float64
-		for _, x := range row {
-			z += math.Exp(float64(x) - mx)
-		}
-		rec.ValLoss += mx + math.Log(z) - float64(row[r.ds.Labels[v]])
+		rec.ValLoss += nn.CrossEntropy(valLogits(i, v), r.ds.Labels[v])
 	}
 	rec.ValLoss /= float64(len(r.ds.Val))
 	return rec, nil
@@ -58,18 +51,6 @@ func (r *runner) accuracy(nodes []int32, class func(int32) int) float64 {
 		}
 	}
 	return float64(correct) / float64(len(nodes))
-}
-
-// argmax is row's largest element's column, ties to the lower one as
-// ArgmaxRows does (0 for an all-NaN row).
-func argmax(row []float32) int {
-	best, mx := 0, float32(math.Inf(-1))
-	for j, x := range row {
-		if x > mx {
-			best, mx = j, x
-		}
-	}
-	return best
 }
 
 // classifyFull runs the model over the whole graph and returns every

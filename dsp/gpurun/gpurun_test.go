@@ -90,6 +90,25 @@ func trainLosses(r *train.Report) []float64 {
 	return out
 }
 
+// checkMatchesHost fails t unless the device run got has the host
+// runner's (want) batch losses within 1e-4 relative and its accuracies
+// within 0.01, on k devices.
+func checkMatchesHost(t *testing.T, k int, want *runner.Report, got *Report) {
+	t.Helper()
+	wl, gl := trainLosses(&want.Report), losses(got)
+	if len(wl) != len(gl) || len(wl) == 0 {
+		t.Fatalf("k=%d: %d losses, want %d", k, len(gl), len(wl))
+	}
+	for i := range wl {
+		if d := math.Abs(gl[i]-wl[i]) / math.Abs(wl[i]); d > 1e-4 {
+			t.Fatalf("k=%d batch %d: loss %v, host runner %v", k, i, gl[i], wl[i])
+		}
+	}
+	if math.Abs(got.TestAccuracy-want.TestAccuracy) > 0.01 || math.Abs(got.ValAccuracy-want.ValAccuracy) > 0.01 {
+		t.Fatalf("k=%d: val/test %.4f/%.4f, host runner %.4f/%.4f", k, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
+	}
+}
+
 // TestMatchesHostRunner: on CPU back ends the device run makes the host
 // runner's batches, weights and dropout masks, so every batch loss and
 // the accuracies agree (up to the loss's summation order: the device run
@@ -109,18 +128,7 @@ func TestMatchesHostRunner(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := run(t, cfg, Options{})
-		wl, gl := trainLosses(&want.Report), losses(got)
-		if len(wl) != len(gl) || len(wl) == 0 {
-			t.Fatalf("k=%d: %d losses, want %d", k, len(gl), len(wl))
-		}
-		for i := range wl {
-			if d := math.Abs(gl[i]-wl[i]) / math.Abs(wl[i]); d > 1e-4 {
-				t.Fatalf("k=%d batch %d: loss %v, host runner %v", k, i, gl[i], wl[i])
-			}
-		}
-		if math.Abs(got.TestAccuracy-want.TestAccuracy) > 0.01 || math.Abs(got.ValAccuracy-want.ValAccuracy) > 0.01 {
-			t.Fatalf("k=%d: val/test %.4f/%.4f, host runner %.4f/%.4f", k, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
-		}
+		checkMatchesHost(t, k, want, got)
 		if !got.Run.ReplicasEqual || got.DSP.BatchesPerDevice != want.DSP.BatchesPerDevice {
 			t.Fatalf("k=%d: replicas equal %v, %d batches per device (host %d)", k, got.Run.ReplicasEqual, got.DSP.BatchesPerDevice, want.DSP.BatchesPerDevice)
 		}

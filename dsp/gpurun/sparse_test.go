@@ -2,7 +2,6 @@ package gpurun
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -46,17 +45,6 @@ func TestSparseFeaturesDropoutMatchesHostRunner(t *testing.T) {
 		if !want.DSP.SparseFeatures {
 			t.Fatal("Cora's features are not sparse: the test does not reach the sparse path")
 		}
-		wl, gl := trainLosses(&want.Report), trainLosses(&got.Report.Report)
-		if len(wl) != len(gl) || len(wl) == 0 {
-			t.Fatalf("k=%d: %d losses, want %d", k, len(gl), len(wl))
-		}
-		for i := range wl {
-			if d := math.Abs(gl[i]-wl[i]) / math.Abs(wl[i]); d > 1e-4 {
-				t.Fatalf("k=%d batch %d: loss %v, host runner %v", k, i, gl[i], wl[i])
-			}
-		}
-		if math.Abs(got.TestAccuracy-want.TestAccuracy) > 0.01 || math.Abs(got.ValAccuracy-want.ValAccuracy) > 0.01 {
-			t.Fatalf("k=%d: val/test %.4f/%.4f, host runner %.4f/%.4f", k, got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
-		}
+		checkMatchesHost(t, k, want, got)
 	}
 }

@@ -392,13 +392,7 @@ func (ev *evaluator) count(pred func(v int32) (int, bool), valLogits func(i int,
 			}
 			label := ds.Labels[v]
 			if split == 1 {
-				row := valLogits(i, v)
-				mx := float64(row[argmax(row)])
-				var z float64
-				for _, x := range row {
-					z += math.Exp(float64(x) - mx)
-				}
-				t[tValLoss] += mx + math.Log(z) - float64(row[label])
+				t[tValLoss] += nn.CrossEntropy(valLogits(i, v), label)
 			}
 			if int32(best) == label {
 				t[tCorrect+split]++
@@ -417,20 +411,8 @@ func (ev *evaluator) scoreLogits(logitsOf func(int32) []float32) tally {
 		if row == nil {
 			return 0, false
 		}
-		return argmax(row), true
+		return nn.Argmax(row), true
 	}, func(_ int, v int32) []float32 { return logitsOf(v) })
-}
-
-// argmax is row's largest element's column, ties to the lowest (0 for
-// an all-NaN row).
-func argmax(row []float32) int {
-	best, mx := 0, float32(math.Inf(-1))
-	for j, x := range row {
-		if x > mx {
-			best, mx = j, x
-		}
-	}
-	return best
 }
 
 // record turns the sums into accuracies and the mean validation loss.
