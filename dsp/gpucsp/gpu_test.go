@@ -63,13 +63,21 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 	if cs, ok := comms[P]; ok {
 		return cs
 	}
+	cs := openNCCL(t, ds, fmt.Sprintf("gpucsp-%d", P))
+	comms[P] = cs
+	return cs
+}
+
+// openNCCL opens NCCL communicators over devs (prefix: the group's
+// name), with the tests' timeouts.
+func openNCCL(t testing.TB, devs []*cuda.Device, prefix string) []comm.DeviceComm {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := nccl.OpenLocal(ctx, ds, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-%d", P)})
+	cs, err := nccl.OpenLocal(ctx, devs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms[P] = cs
 	return cs
 }
 

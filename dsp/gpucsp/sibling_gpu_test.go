@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
@@ -137,12 +136,7 @@ func siblingComms(t *testing.T, hs []*cuda.Device) []comm.DeviceComm {
 	if P == 1 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := nccl.OpenLocal(ctx, hs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: fmt.Sprintf("gpucsp-sibling-%d", P)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := openNCCL(t, hs, fmt.Sprintf("gpucsp-sibling-%d", P))
 	t.Cleanup(func() {
 		for _, c := range cs {
 			c.Close()
