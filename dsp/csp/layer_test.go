@@ -235,18 +235,27 @@ func TestLayerAllocateMatchesCounts(t *testing.T) {
 // BenchmarkLayerAllocate is the host's part of a layer-wise hop on GPUs:
 // the requester's allocation of a layer's budget over its frontier
 // (csp's RNG), for a frontier of 10k nodes of degree 1..200 and budgets
-// of 8192 edges.
+// of 8192 edges; "sparse" has degrees 1..200,000 (Floyd's table instead
+// of its bitset).
 func BenchmarkLayerAllocate(b *testing.B) {
+	benchLayerAllocate(b, LayerAllocate)
+}
+
+func benchLayerAllocate(b *testing.B, alloc func(f int, replace bool, key sample.Key, hop int, deg []int64, wt []float64) []int64) {
 	const n = 10000
-	deg, wt := make([]int64, n), make([]float64, n)
-	for i := range deg {
-		deg[i] = int64(1 + (i*7919)%200)
-		wt[i] = float64(deg[i])
-	}
-	for _, replace := range []bool{false, true} {
-		b.Run(fmt.Sprintf("replace=%v", replace), func(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		replace bool
+		maxDeg  int
+	}{{"replace=false", false, 200}, {"replace=true", true, 200}, {"replace=false,sparse", false, 200_000}} {
+		deg, wt := make([]int64, n), make([]float64, n)
+		for i := range deg {
+			deg[i] = int64(1 + (i*7919)%c.maxDeg)
+			wt[i] = float64(deg[i])
+		}
+		b.Run(c.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				LayerAllocate(8192, replace, sample.Key{Seed: 1, Batch: i}, 1, deg, wt)
+				alloc(8192, c.replace, sample.Key{Seed: 1, Batch: i}, 1, deg, wt)
 			}
 		})
 	}
