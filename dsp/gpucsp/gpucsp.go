@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/strata-gnn/strata/partition/book"
 	"slices"
 	"time"
 
@@ -92,10 +93,7 @@ type Sampler struct {
 // no communication). The patch is copied to dev (cfg.Placement).
 func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
 	const op = "gpucsp.New"
-	rank, size := 0, 1
-	if c != nil {
-		rank, size = c.Rank(), c.Size()
-	}
+	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
@@ -103,7 +101,6 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	if msg != "" {
 		return bad("%s", msg)
 	}
-	lo, hi := b.Range(rank)
 	if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > 64 {
 		return bad("%d fanouts: want 1 to 64 hops", len(cfg.Fanouts))
 	}
@@ -117,15 +114,8 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
 	s := &Sampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
-	s.stats.BytesSent = make([]int64, size)
-	s.stats.Frontier = make([]int64, len(cfg.Fanouts))
-	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts,
-		edgeIDs: cfg.EdgeIDs, stats: &s.stats}
-	if c != nil && size > 1 {
-		p.x, p.remote = c, true
-	} else {
-		p.x, s.direct = local{dev}, true
-	}
+	p := newProto(dev, c, b, rank, &s.stats, len(cfg.Fanouts))
+	p.fan, p.edgeIDs, s.direct = cfg.Fanouts, cfg.EdgeIDs, !p.remote
 	wrap := func(err error) (*Sampler, error) {
 		s.Close()
 		var ge *Error
@@ -198,10 +188,7 @@ func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error)
 	const op = "gpucsp.Sibling"
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rank, size := 0, 1
-	if c != nil {
-		rank, size = c.Rank(), c.Size()
-	}
+	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
@@ -213,17 +200,14 @@ func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error)
 	case s.size > 1 && (c == nil || rank != s.rank || size != s.size), s.size == 1 && size != 1:
 		return bad("communicator of rank %d of %d for a sampler of rank %d of %d", rank, size, s.rank, s.size)
 	}
+	b, err := book.New(s.p.off)
+	if err != nil {
+		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Err: err}
+	}
 	t := &Sampler{member: member{dev: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg}
 	t.cfg.Fanouts = slices.Clone(s.cfg.Fanouts)
-	t.stats.BytesSent = make([]int64, s.size)
-	t.stats.Frontier = make([]int64, len(s.cfg.Fanouts))
-	p := &proto{rank: s.rank, size: s.size, n: s.p.n, off: s.p.off, rows: s.p.rows, fan: t.cfg.Fanouts, edgeIDs: s.cfg.EdgeIDs, stats: &t.stats}
-	if s.size > 1 {
-		p.x, p.remote = c, true
-	} else {
-		p.x = local{dev}
-	}
-	var err error
+	p := newProto(dev, c, b, s.rank, &t.stats, len(t.cfg.Fanouts))
+	p.fan, p.edgeIDs = t.cfg.Fanouts, t.cfg.EdgeIDs
 	if t.gs, err = s.gs.Sibling(dev); err == nil {
 		err = t.prepare(p, s.gm.edgeBase)
 	}

@@ -41,10 +41,7 @@ type LayerSampler struct {
 // Split placements).
 func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
 	const op = "gpucsp.NewLayer"
-	rank, size := 0, 1
-	if c != nil {
-		rank, size = c.Rank(), c.Size()
-	}
+	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*LayerSampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
@@ -71,16 +68,8 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
 	s := &LayerSampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
-	s.stats.BytesSent = make([]int64, size)
-	s.stats.Frontier = make([]int64, len(cfg.Fanouts))
-	lo, hi := b.Range(rank)
-	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts,
-		edgeIDs: cfg.EdgeIDs, stats: &s.stats}
-	if c != nil && size > 1 {
-		p.x, p.remote = c, true
-	} else {
-		p.x = local{dev}
-	}
+	p := newProto(dev, c, b, rank, &s.stats, len(cfg.Fanouts))
+	p.fan, p.edgeIDs = cfg.Fanouts, cfg.EdgeIDs
 	wrap := func(err error) (*LayerSampler, error) {
 		s.Close()
 		kind := err

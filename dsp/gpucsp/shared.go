@@ -2,6 +2,7 @@ package gpucsp
 
 import (
 	"fmt"
+	"github.com/strata-gnn/strata/comm"
 	"slices"
 	"sync"
 	"unsafe"
@@ -42,6 +43,30 @@ func checkGroup(patch *layout.Patch, offsets []int64, rank, size int) (*book.Boo
 		return nil, fmt.Sprintf("patch [%d, %d) of %d nodes does not match the offsets' range [%d, %d) of %d", patch.Lo, patch.Hi, patch.Graph.NumRows, lo, hi, b.NumNodes())
 	}
 	return b, ""
+}
+
+// groupOf is a communicator's rank and size (rank 0 of 1 without one).
+func groupOf(c comm.DeviceComm) (rank, size int) {
+	if c == nil {
+		return 0, 1
+	}
+	return c.Rank(), c.Size()
+}
+
+// newProto is rank's protocol over the partition b: exchanges through c
+// (local copies on dev when the group has one rank), counted into st,
+// whose per-peer and per-hop counters it sizes.
+func newProto(dev *cuda.Device, c comm.DeviceComm, b *book.Book, rank int, st *Stats, hops int) *proto {
+	size := b.K()
+	lo, hi := b.Range(rank)
+	st.BytesSent, st.Frontier = make([]int64, size), make([]int64, hops)
+	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, stats: st}
+	if c != nil && size > 1 {
+		p.x, p.remote = c, true
+	} else {
+		p.x = local{dev}
+	}
+	return p
 }
 
 // batchFromParts wraps a step's parts as a gpusample.Batch: buffers

@@ -33,10 +33,7 @@ type Walker struct {
 // memory).
 func NewWalker(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, length int, placement gpusample.Placement) (*Walker, error) {
 	const op = "gpucsp.NewWalker"
-	rank, size := 0, 1
-	if c != nil {
-		rank, size = c.Rank(), c.Size()
-	}
+	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Walker, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
@@ -54,15 +51,7 @@ func NewWalker(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.De
 		return bad("nil device")
 	}
 	w := &Walker{member: member{dev: dev, rank: rank, size: size}, length: length}
-	w.stats.BytesSent = make([]int64, size)
-	w.stats.Frontier = make([]int64, max(length, 1))
-	lo, hi := b.Range(rank)
-	p := &proto{rank: rank, size: size, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, stats: &w.stats}
-	if c != nil && size > 1 {
-		p.x, p.remote = c, true
-	} else {
-		p.x = local{dev}
-	}
+	p := newProto(dev, c, b, rank, &w.stats, max(length, 1))
 	var err error
 	if w.gm, err = newGPUWalkMachine(dev, patch, p.off, size, length, placement); err != nil {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: err}
