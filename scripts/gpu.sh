@@ -1,216 +1,704 @@
 #!/usr/bin/env bash
-# gpu.sh: build GPU test binaries here, run them on a GPU host.
+# gpu.sh: every GPU test and benchmark, in named sets. The binaries are
+# built here (no GPU, no cgo) into .gpu/bin and run on a GPU host. Several
+# sets run in one call, in the order given:
 #
-#   scripts/gpu.sh build              # here: CGO_ENABLED=0 test binaries + strata into .gpu/
-#   scripts/gpu.sh run [FLAGS...]     # on the GPU host: run them all, print a table last
-#   scripts/gpu.sh bench [DIR]        # on the GPU host: products-shape benchmarks and
-#                                     # an end-to-end `strata train` (generates DIR first)
-#   scripts/gpu.sh build-comm         # here: the communication test binaries and
-#                                     # strata-commbench into .gpu/comm/
-#   scripts/gpu.sh comm               # on a host with 2+ GPUs: NCCL and GPU shared-memory
-#                                     # conformance/fault tests on 2 GPUs, then bus-bandwidth
-#                                     # sweeps with NCCL_P2P_DISABLE=1 and with P2P on
-#   scripts/gpu.sh build-dp           # here: the data-parallel step benchmark, strata, the
-#                                     # gpushm tests and strata-commbench into .gpu/dp/
-#                                     # (carry .gpu/dp only)
-#   scripts/gpu.sh dpstep [DIR]       # on a host with 2+ GPUs: generate the products shape
-#                                     # into DIR, time a data-parallel SAGE step with NCCL
-#                                     # and gpushm variants (NCCL_P2P_DISABLE=1) and NCCL
-#                                     # with P2P on
-#   scripts/gpu.sh dpall [DIR]        # on a host with 2+ GPUs: the gpushm tests on 2 GPUs,
-#                                     # dpstep, and an all-reduce sweep around the gradient
-#                                     # size (gpushm device path / host pipeline vs NCCL)
-#   scripts/gpu.sh pack               # here: build everything (this script's sets and those
-#                                     # of gpu-fg.sh, gpu-dsp.sh and gpu-csp.sh) and pack the
-#                                     # binaries into .gpu/all.tar.xz (~30 MB)
-#   scripts/gpu.sh all [DIR]          # on the GPU host (carry [".gpu/all.tar.xz"]): unpack,
-#                                     # run every GPU test, then the benchmarks of every
-#                                     # area that the visible GPUs allow; logs in $OUT/all-logs.tgz
+#   scripts/gpu.sh build test dsp-speed   # here: the binaries of those sets
+#   scripts/gpu.sh test dsp-speed         # on the GPU host, .gpu carried
 #
-# run passes FLAGS to every test binary (e.g. -test.run 'Conformance'
-# -test.bench . -test.benchtime 20x). Logs go to $LOGS, else $OUT (when
-# set, as on the lent device machine), else .gpu/logs. The device
-# machine: call `run` with carry [".gpu"] and command `scripts/gpu.sh run`
-# (only 8 files come back from $OUT: for run and bench together set
-# LOGS=/tmp/logs and tar it into $OUT at the end).
+# On the lent device machine: `run` with carry [".gpu"] (or
+# [".gpu/all.tar.xz"] after `pack`), a kind with as many GPUs as the sets
+# use, and command `scripts/gpu.sh SET...`.
+#
+# Run here (first on the line):
+#   build [SET...]  the binaries of the SETs named after it (of every set when none) into
+#                   .gpu/bin, emptied first. Built from a snapshot of HEAD; .gpu/bin/build.txt
+#                   names the commit and every set prints it. GPU_BUILD_TREE=1 builds the
+#                   working tree instead (recorded as COMMIT+dirty when it differs from HEAD).
+#                   Copies CiteSeer into .gpu/datasets for the parity test; FG_PARTS=DIR copies
+#                   the partitions DIR/pK/partition.bin (K = 2, 4, 8) to .gpu/parts/pK.bin.
+#   pack [SET...]   build, then pack .gpu into .gpu/all.tar.xz (every set: about 30 MB), for
+#                   when .gpu is over the 64 MiB a call carries: carry [".gpu/all.tar.xz"]; the
+#                   GPU host unpacks it when .gpu/bin holds another build.
+#
+# Run on the GPU host (a run that needs more GPUs than are visible is skipped):
+#   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
+#                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
+#                 fullgraph, gpucache, gpucsp, gpurun, internal/nccl, comm/nccl, comm/gpushm);
+#                 a table last
+#   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
+#                 SAGE), the device engine on 4 GPUs vs the single-GPU trainer on products
+#                 (evaluated every epoch), products-hard on 4 GPUs vs 1 over seeds
+#   single-gpu    the single-GPU trainer on products: GPU sampling epoch, BenchmarkTrainEpochGPU
+#                 (per-op profile), feature gathers, `strata train --device cuda:0`, 2 epochs
+#   kernels       tensor/backend/cuda benchmarks (GEMM, SpMM, gathers, launch cost), then the
+#                 SpMM variants on the products graph (BenchmarkSpMMVariants)
+#   sampling      sampler epochs on products (dsp/gpucsp): collective sampling on 1, 2, 4 GPUs
+#                 against gpusample over the whole graph, layer-wise epochs, random walks
+#   fullgraph     full-graph GraphSAGE on products on 1, 2, 4 GPUs (BenchmarkProductsSAGE)
+#   comm          all-reduce bus bandwidth on 2 GPUs: gpushm, NCCL and auto, P2P off and on,
+#                 4 KiB-256 MiB, gpushm tuning variants; then around the gradient size
+#   dp-step       data-parallel SAGE step on 2 GPUs, NCCL vs gpushm (train/dpbench)
+#   dsp-speed     the headline set: products on 1, 2 and 4 GPUs with the defaults ($DSP_REPEAT
+#                 4-vs-1 pairs), partitioned cache, pipeline off, multilevel partition;
+#                 speed-ups last
+#   dsp-variants  each switch of the device engine against the defaults, on $DSP_GPUS GPUs:
+#                 whole-graph sampler, cache policies and budgets, pre-sampled hotness, split
+#                 topology, pipeline off, synchronous all-reduce, stream priorities, no
+#                 coordinator, shared stream, sampler workers, hidden 64, evaluation every
+#                 epoch (and BenchmarkEvalFullGPU, run "evalbench"); ratios last
+#   dsp-papers    papers-m (11.1M nodes, 5.3 GiB of features): 1 GiB cache per GPU vs every
+#                 row through UVA on 4 GPUs, the cache on 1; time to the first epoch
+#   dsp-run       one products run: $DSP_NAME on $DSP_DEVICES with $DSP_FLAGS
+#   quick         one 10-minute call: test, then a short run of each area the GPUs allow
+#                 (single-gpu, fullgraph, sampling, comm, dp-step, dsp-speed)
+#   all           test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed
+#                 dsp-variants dsp-papers (more than one call's 10 minutes)
+#
+# Environment (defaults in parentheses):
+#   all       LOGS (/tmp/gpulogs when $OUT is set, else .gpu/logs; DSP_LOGS is read too):
+#             summary.txt, one folder per set; after every set summary.txt and gpu-logs.tgz
+#             are copied to $OUT. GPU_DATA (/tmp/products; DSP_DATA is read too): the
+#             products shape, generated when absent. STRATA_KERNEL_CACHE (/tmp/strata-kcache).
+#   test      GPU_TEST_PKGS, a regexp of the package directories to build and run (all);
+#             GPU_TEST_FLAGS, added to every test binary's flags (e.g. -test.run 'Sibling',
+#             -test.bench . -test.benchtime 20x); GPU_TEST_TIMEOUT, seconds per package (the
+#             table's); STRATA_PARITY_SEEDS.
+#   dsp-*     DSP_EPOCHS (3), DSP_RUN_TIMEOUT (150 s per run, then SIGQUIT: Go prints every
+#             goroutine), DSP_STALL (45s, --stall-timeout), DSP_PARTITION (range),
+#             DSP_ONLY (a regexp: only the runs whose names match), DSP_REPEAT (3 pairs),
+#             DSP_GPUS (variants: the visible GPUs, at most 4), DSP_TOPO (128MiB),
+#             DSP_WORKERS ("2 3"), DSP_PAPERS (/tmp/papers-m), DSP_CACHE (1GiB),
+#             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run).
+#   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
+#             DSP_HARD_SEEDS ("1 2").
+#   single-gpu BENCH_EPOCH (SampleEpochDevice|TrainEpochGPU), BENCH_TIME (3x),
+#             STRATA_BENCH_PROFILE (hostblocks-syncloss,pipelined-epochloss), BENCH_NO_GATHER,
+#             BENCH_NO_TRAIN.
+#   sampling  SAMPLING_BENCH (EpochProducts|WalkProducts), BENCH_TIME (3x), SAMPLING_TIMEOUT (360).
+#   kernels   KERNEL_BENCH (.), KERNEL_BENCH_TIME (20x), KERNEL_TIMEOUT (300); the variants
+#             take FG_ORDER and FG_TIMEOUT (240).
+#   fullgraph FG_BENCH (ProductsSAGE; e.g. 'ProductsSAGE/gpus=1$'), FG_EPOCHS (5, the first
+#             untimed), FG_PROFILE=1 (device time per op of one more epoch on GPU 0),
+#             FG_EVAL_EVERY, FG_LR, FG_COMM (auto, nccl, gpushm, host), FG_TF32=1,
+#             FG_ORDER=K (node order of .gpu/parts/pK.bin), FG_TIMEOUT (300).
+#   comm      COMM_SWEEPS ("wide gradient"), COMM_MAX_BYTES (256 MiB), COMM_VARIANTS (gpushm
+#             settings, comma-separated within one variant), DP_SWEEP_MAX (13241280),
+#             DP_SWEEP_VARIANTS (STRATA_GPUSHM_DEVICE_MAX=-1), NCCL_SOCKET_IFNAME (lo).
+#   dp-step   STRATA_DP_STEPS, STRATA_DP_BENCH_VARIANTS, STRATA_DP_BENCH_P2P_ON, DP_TIMEOUT (200).
+#   comm and dp-step first run the gpushm suites on 2 GPUs (once a call; DP_TEST_TIMEOUT):
+#   when they fail, the rest of the call runs with gpushm's device path off.
+#
+# The old scripts' modes (before commit "scripts: one gpu.sh"; each build's scripts stay in
+# git, e.g. `git show f5674f2:scripts/gpu-dsp.sh`) and what does their work now:
+#   gpu.sh build                   build
+#   gpu.sh run [FLAGS]             GPU_TEST_FLAGS="FLAGS" test
+#   gpu.sh bench [DIR]             GPU_DATA=DIR single-gpu
+#   gpu.sh build-comm, build-dp    build comm dp-step
+#   gpu.sh comm                    GPU_TEST_PKGS=nccl test; comm (COMM_SWEEPS=wide)
+#   gpu.sh dpstep [DIR]            dp-step
+#   gpu.sh dpall [DIR]             dp-step comm with COMM_SWEEPS=gradient
+#   gpu.sh pack, all [DIR]         pack, quick
+#   gpu-fg.sh build                FG_PARTS=DIR build fullgraph kernels
+#   gpu-fg.sh test                 GPU_TEST_PKGS='backend/cuda|fullgraph' test
+#   gpu-fg.sh bench [DIR], all     fullgraph (FG_BENCH's default was 'ProductsSAGE/gpus=1$'), test fullgraph
+#   gpu-fg.sh spmm                 kernels (KERNEL_BENCH=XXX: the variants alone)
+#   gpu-csp.sh build, run          build test sampling; GPU_TEST_PKGS='gpusample|gpucsp' test,
+#                                  SAMPLING_BENCH='^BenchmarkEpochProducts$' sampling
+#   gpu-dsp.sh build               build dsp-speed dsp-variants parity (and the sets below)
+#   gpu-dsp.sh samplers            GPU_TEST_PKGS='gpusample|gpucsp' test (DSP_GPUSAMPLE_TESTS and
+#                                  DSP_SAMPLER_TESTS: GPU_TEST_FLAGS='-test.run PATTERN')
+#   gpu-dsp.sh four, repeat        dsp-speed test; DSP_ONLY='-r[0-9]' dsp-speed
+#   gpu-dsp.sh shake               test; DSP_EPOCHS=2 DSP_REPEAT=1 DSP_ONLY='^(d[14]-r1|d2)$' dsp-speed
+#   gpu-dsp.sh confirm             dsp-speed, DSP_ONLY='full|off' dsp-variants, test
+#   gpu-dsp.sh bench, loader       dsp-speed dsp-variants parity (DSP_ONLY picks the runs)
+#   gpu-dsp.sh final               DSP_ONLY='full|off|budget|uva' dsp-variants
+#   gpu-dsp.sh speed               DSP_ONLY='full|sync|noprio|off' dsp-variants, DSP_GPUS=1 likewise
+#   gpu-dsp.sh two, workers        DSP_GPUS=2 dsp-variants (DSP_ONLY='part|topo|full$|nocoord|off',
+#                                  or '-w[0-9]|h64'); the 1-GPU runs: DSP_GPUS=1
+#   gpu-dsp.sh extras              DSP_ONLY='presample|budget|eval' dsp-variants, sampling
+#   gpu-dsp.sh hard, papers        parity (DSP_ONLY='^h' for products-hard alone), dsp-papers
+#   gpu-dsp.sh custom              dsp-run
+#   gpu-dsp.sh bench's fallback (variants of a failed 4-GPU run): DSP_ONLY=... dsp-variants
+#   DSP_TESTS=0                    leave test off the line
 set -uo pipefail
-cd "$(dirname "$0")/.."
+self=$(cd "$(dirname "$0")" && pwd)/${0##*/}
+cd "$(dirname "$self")/.." || exit 2
 root=$(pwd)
-gpu=.gpu
+gpu=$root/.gpu
+bin=$gpu/bin
+data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-# Packages whose tests use the GPU (directories relative to the root).
-pkgs=(
-  internal/cudalib
-  internal/nvrtc
-  tensor/backend/cuda
+host_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run quick all)
+all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
+quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
+
+# The test packages: directory, -test.run pattern, time limit in seconds,
+# environment settings.
+test_pkgs=(
+  "internal/cudalib . 60"
+  "internal/nvrtc . 60"
+  "tensor/backend/cuda . 300 STRATA_CUDA_POISON=1"
+  "sample/gpusample . 200"
+  "feature . 120"
+  "train/gputrain . 300"
+  "fullgraph GPU 120 STRATA_CUDA_POISON=1"
+  "dsp/gpucache . 120"
+  "dsp/gpucsp . 300"
+  "dsp/gpurun GPU 300"
+  "internal/nccl GPU|OneRank|TwoGPUs 30"
+  "comm/nccl GPU|OneRank|TwoGPUs 60"
+  "comm/gpushm GPU|OneRank|TwoGPUs 100"
 )
-for p in sample/gpusample feature train/gputrain; do
-  [ -d "$p" ] && ls "$p"/*_test.go >/dev/null 2>&1 && pkgs+=("$p")
-done
-[ -d fullgraph ] && pkgs+=(fullgraph) # BenchmarkProductsSAGE: full-graph SAGE on 1/2/4 GPUs (needs STRATA_BENCH_DATASET)
+
+usage() {
+  [ $# -gt 0 ] && echo "gpu.sh: $*" >&2
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$self" >&2
+  exit 2
+}
+
+known() { printf '%s\n' "${host_sets[@]}" | grep -qx -- "$1"; }
+
+# needs SET: the binaries SET runs, one a line: strata, strata-commbench, or
+# a package directory (its test binary).
+needs() {
+  local s
+  case $1 in
+    test)
+      echo strata
+      for s in "${test_pkgs[@]}"; do [[ ${s%% *} =~ ${GPU_TEST_PKGS:-.} ]] && echo "${s%% *}"; done
+      ;;
+    parity) printf '%s\n' strata train/gputrain ;;
+    single-gpu) printf '%s\n' strata sample/gpusample feature ;;
+    kernels) printf '%s\n' strata tensor/backend/cuda ;;
+    sampling) printf '%s\n' strata dsp/gpucsp ;;
+    fullgraph) printf '%s\n' strata fullgraph ;;
+    comm) printf '%s\n' strata-commbench comm/gpushm ;;
+    dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
+    dsp-variants) printf '%s\n' strata dsp/runner ;;
+    dsp-speed | dsp-papers | dsp-run) printf '%s\n' strata ;;
+    quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
+    all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
+  esac
+}
+
+# artifact WORD: the file in .gpu/bin that a word of `needs` names.
+artifact() {
+  case $1 in
+    strata | strata-commbench) echo "$1" ;;
+    *) echo "${1//\//_}.test" ;;
+  esac
+}
+
+# min_gpus SET: the GPUs below which SET is skipped.
+min_gpus() {
+  case $1 in
+    test | quick | all) echo 0 ;;
+    comm | dp-step) echo 2 ;;
+    *) echo 1 ;;
+  esac
+}
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+indent() { sed 's/^/   /'; }
+build_id() { head -1 "$bin/build.txt" 2>/dev/null || echo "unknown build"; }
+mib() { du -sm "$@" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
+
+# ---------------------------------------------------------------- here
 
 build() {
-  mkdir -p "$gpu/bin"
-  : >"$gpu/tests.txt"
-  local ok=1
-  for p in "${pkgs[@]}"; do
-    local name=${p//\//_}
-    echo "build $p"
-    if CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$gpu/bin/$name.test" "./$p"; then
-      echo "$name $p" >>"$gpu/tests.txt"
-    else
-      ok=0
-    fi
-  done
-  echo "build cmd/strata"
-  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$gpu/bin/strata" ./cmd/strata || ok=0
-  # The shared datasets do not travel to the GPU host: copy what the GPU
-  # tests read (CiteSeer for the accuracy parity test; Cora is built in).
-  local shared=${STRATA_DATASETS:-$root/../shared/datasets}
-  if [ -d "$shared/citeseer" ]; then
-    mkdir -p "$gpu/datasets" && cp -r "$shared/citeseer" "$gpu/datasets/" && echo "copied citeseer"
+  local sets=("$@") s w f src=$root stamp words bad=()
+  [ $# -gt 0 ] || sets=(all)
+  for s in "${sets[@]}"; do known "$s" || usage "build: no set '$s'"; done
+  mapfile -t words < <(for s in "${sets[@]}"; do needs "$s"; done | sort -u)
+  stamp=$(git rev-parse --short HEAD) || return 1
+  local dirty
+  dirty=$(git status --porcelain --untracked-files=no)
+  if [ "${GPU_BUILD_TREE:-${DSP_BUILD_TREE:-0}}" = 1 ]; then
+    [ -z "$dirty" ] || stamp+=+dirty
+    echo "building the working tree ($stamp)"
   else
-    echo "citeseer not found under $shared: the parity test will skip it"
+    src=$(mktemp -d) || return 1
+    git archive HEAD | tar -x -C "$src" || { rm -rf "$src"; return 1; }
+    echo "building HEAD $stamp"
+    [ -z "$dirty" ] || echo "note: the uncommitted changes are not in this build (GPU_BUILD_TREE=1 builds them)"
   fi
-  du -sh "$gpu" | sed 's/^/size /'
-  [ $ok = 1 ]
+  rm -rf "$bin" "$gpu/all.tar.xz" "$gpu/datasets"
+  mkdir -p "$bin"
+  for w in "${words[@]}"; do
+    echo "build $w"
+    local how=(test -c) pkg=./$w
+    case $w in
+      strata) how=(build) pkg=./cmd/strata ;;
+      strata-commbench) how=(build) pkg=./comm/commbench/cmd/strata-commbench ;;
+    esac
+    (cd "$src" && CGO_ENABLED=0 go "${how[@]}" -trimpath -ldflags='-s -w' -o "$bin/$(artifact "$w")" "$pkg") || bad+=("$w")
+  done
+  [ "$src" = "$root" ] || rm -rf "$src"
+  printf '%s\n' "$stamp" "built $(date -u '+%F %H:%M') UTC with $(go env GOVERSION)" "sets: ${sets[*]}" >"$bin/build.txt"
+  copy_inputs "${words[@]}"
+  local size
+  size=$(mib "$gpu")
+  echo "size of .gpu: $size MiB"
+  [ "$size" -lt 64 ] || [ -n "${packing:-}" ] ||
+    echo "over the 64 MiB a call carries: \`scripts/gpu.sh pack ${sets[*]}\`, then carry [\".gpu/all.tar.xz\"]"
+  for f in "$gpu"/*; do
+    case ${f##*/} in bin | datasets | parts | logs | all.tar.xz) ;; *) echo "note: .gpu also holds ${f##*/} (carried with .gpu)" ;; esac
+  done
+  [ ${#bad[@]} = 0 ] || { echo "FAILED to build: ${bad[*]}"; return 1; }
+}
+
+# copy_inputs WORD...: what the tests read but do not find on the GPU host:
+# CiteSeer for the parity test (Cora is built in), partitions from $FG_PARTS.
+copy_inputs() {
+  local shared=${STRATA_DATASETS:-$root/../shared/datasets} k
+  if printf '%s\n' "$@" | grep -qx train/gputrain; then
+    if [ -d "$shared/citeseer" ]; then
+      mkdir -p "$gpu/datasets" && cp -r "$shared/citeseer" "$gpu/datasets/" && echo "copied citeseer"
+    else
+      echo "citeseer not found under $shared: the parity test will skip it"
+    fi
+  fi
+  [ -n "${FG_PARTS:-}" ] || return 0
+  rm -rf "$gpu/parts" && mkdir -p "$gpu/parts"
+  for k in 2 4 8; do
+    [ -f "$FG_PARTS/p$k/partition.bin" ] && cp "$FG_PARTS/p$k/partition.bin" "$gpu/parts/p$k.bin" && echo "partition file p$k"
+  done
+  return 0
+}
+
+pack() {
+  packing=1 build "$@" || return 1
+  local files=(bin/build.txt)
+  # build.txt first: the GPU host reads it without unpacking the rest.
+  mapfile -t -O 1 files < <(cd "$gpu" && find bin datasets parts -type f ! -path bin/build.txt 2>/dev/null | sort)
+  tar -C "$gpu" -cf - "${files[@]}" | xz -T0 -6 >"$gpu/all.tar.xz" || return 1
+  echo "packed .gpu/all.tar.xz: $(mib "$gpu/all.tar.xz") MiB; carry [\".gpu/all.tar.xz\"]"
+}
+
+# ----------------------------------------------------------- GPU host
+
+# unpack: .gpu/all.tar.xz into .gpu when .gpu/bin holds another build
+# (a warm machine keeps the .gpu/bin of earlier calls).
+unpack() {
+  local a=$gpu/all.tar.xz want
+  [ -f "$a" ] || return 0
+  want=$(tar -xJOf "$a" --occurrence=1 bin/build.txt 2>/dev/null)
+  [ -n "$want" ] && [ "$want" = "$(cat "$bin/build.txt" 2>/dev/null)" ] && return 0
+  rm -rf "$bin" "$gpu/datasets" "$gpu/parts"
+  tar -xJf "$a" -C "$gpu" && echo "unpacked all.tar.xz: build $(build_id)"
 }
 
 env_setup() {
-  export NCCL_NVLS_ENABLE=0
-  export STRATA_KERNEL_CACHE=${STRATA_KERNEL_CACHE:-$root/$gpu/kcache}
-  if [ -z "${STRATA_DATASETS:-}" ] && [ -d "$root/$gpu/datasets" ]; then
-    export STRATA_DATASETS=$root/$gpu/datasets
+  export NCCL_NVLS_ENABLE=0 # NVLink multicast off (the device machines' KINDS.md)
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+  # Connect NCCL peers when communicators open, not inside the first
+  # operation, and load kernels eagerly: no connection setup or lazy
+  # module load while other devices wait in a collective.
+  export NCCL_RUNTIME_CONNECT=${NCCL_RUNTIME_CONNECT:-0}
+  export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
+  export STRATA_KERNEL_CACHE=${STRATA_KERNEL_CACHE:-/tmp/strata-kcache}
+  if [ -z "${STRATA_DATASETS:-}" ] && [ -d "$gpu/datasets" ]; then
+    export STRATA_DATASETS=$gpu/datasets
   fi
+  ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 }
 
-run() {
-  env_setup
-  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
-  mkdir -p "$logs"
-  nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not available"
-  if [ -x "$gpu/bin/strata" ]; then
-    "$gpu/bin/strata" info 2>&1 | tee "$logs/strata-info.txt" | head -30
-  fi
-  local table=()
-  while read -r name dir; do
-    local bin=$root/$gpu/bin/$name.test
-    [ -x "$bin" ] || continue
-    local log=$logs/$name.log
-    local t0=$(date +%s%N)
-    (cd "$root/$dir" && "$bin" -test.v -test.timeout 9m "$@") >"$log" 2>&1
-    local rc=$?
-    local t1=$(date +%s%N)
-    local pass fail skip
-    pass=$(grep -c -- '--- PASS' "$log")
-    fail=$(grep -c -- '--- FAIL' "$log")
-    skip=$(grep -c -- '--- SKIP' "$log")
-    # Show failures and benchmark lines in the output tail.
-    grep -E -- '--- FAIL|^\s+\S+_test.go:[0-9]+:|^Benchmark|panic:|^FAIL|^ok' "$log" | grep -v -- '--- PASS' | tail -40
-    table+=("$(printf '%-28s rc=%-3s pass=%-4s fail=%-3s skip=%-3s %6ss' "$dir" "$rc" "$pass" "$fail" "$skip" "$(( (t1 - t0) / 1000000000 ))")")
-  done <"$gpu/tests.txt"
+header() {
+  echo "== $(date -u '+%F %H:%M') UTC, build $(build_id), sets: $*"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+  [ "$ngpus" -lt 2 ] || nvidia-smi topo -m 2>/dev/null | head -8
+  echo "cpus $(nproc)"
+  [ -x "$bin/strata" ] && "$bin/strata" info >"$logs/strata-info.txt" 2>&1 && head -30 "$logs/strata-info.txt"
+  return 0
+}
+
+# save_logs: the call's summary.txt and gpu-logs.tgz into $OUT (at most 8
+# files come back from there), after every set: a call cut off at its
+# limit still returns the sets it finished.
+save_logs() {
+  [ -n "${OUT:-}" ] || return 0
+  case $logs in "$OUT" | "$OUT"/*) return 0 ;; esac
+  cp "$logs/summary.txt" "$OUT/" 2>/dev/null
+  tar -czf "$OUT/gpu-logs.tgz" -C "$logs" . 2>/dev/null
+  return 0
+}
+
+# check RC WHAT: marks the set failed unless RC is 0.
+check() {
+  [ "$1" = 0 ] && return 0
+  setfail=1
+  echo "   ! $2 failed (rc=$1)"
+  return 1
+}
+
+# run_set SET: SET's function with its own log folder, unless its
+# binaries are missing or it needs more GPUs than are visible.
+run_set() {
+  local set=$1 w missing=() t0
+  case $set in quick | all) "set_$set"; return ;; esac
   echo
-  echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
-  printf '%s\n' "${table[@]}"
+  echo "=== $set (build $(build_id), $ngpus GPUs, $(date -u '+%F %H:%M') UTC)"
+  for w in $(needs "$set"); do
+    # test runs the packages that were built (GPU_TEST_PKGS at build time).
+    [[ $set == test && $w == */* ]] && continue
+    [ -x "$bin/$(artifact "$w")" ] || missing+=("$(artifact "$w")")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "   skipped: .gpu/bin lacks ${missing[*]} (scripts/gpu.sh build $set)"
+    return 1
+  fi
+  if [ "$ngpus" -lt "$(min_gpus "$set")" ]; then
+    echo "   skipped: needs $(min_gpus "$set") GPUs, $ngpus visible"
+    return 0
+  fi
+  setlogs=$logs/$set setfail=0 ran=() rows=() t0=$(now)
+  mkdir -p "$setlogs"
+  "set_${set//-/_}"
+  echo "=== $set: $([ $setfail = 0 ] && echo ok || echo FAILED), $(since "$t0")s"
+  save_logs
+  return $setfail
 }
 
-# bench: the products-shape measurements of BENCHMARKS.md. Generates the
-# dataset into DIR (default /tmp/products) when absent, then runs the
-# sampling, epoch and gather benchmarks and `strata train` for 2 epochs
-# (GPU sampler and feature store), logging to $LOGS, $OUT or .gpu/logs.
-# BENCH_EPOCH and BENCH_TIME pick the epoch benchmarks and their count;
-# BENCH_NO_GATHER and BENCH_NO_TRAIN skip those parts.
-bench() {
+run_sets() {
+  local s rc=0
+  for s; do run_set "$s" || rc=1; done
+  return $rc
+}
+
+host() {
+  unpack || exit 1
   env_setup
-  local dir=${1:-/tmp/products}
-  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
-  mkdir -p "$logs"
-  export STRATA_BENCH_DATASET=$dir
-  export STRATA_BENCH_PROFILE=${STRATA_BENCH_PROFILE:-hostblocks-syncloss,pipelined-epochloss}
-  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null
-  if [ ! -f "$dir/manifest.json" ]; then
-    local t0=$(date +%s)
-    "$gpu/bin/strata" gen "$dir" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
-    echo "gen products: $(( $(date +%s) - t0 ))s"
+  logs=${LOGS:-${DSP_LOGS:-}}
+  if [ -z "$logs" ]; then
+    if [ -n "${OUT:-}" ]; then logs=/tmp/gpulogs; else logs=$gpu/logs; fi
+    rm -rf "$logs" # a warm machine keeps earlier calls' logs
   fi
-  (cd sample/gpusample && "$root/$gpu/bin/sample_gpusample.test" -test.run '^$' -test.v \
-    -test.bench "${BENCH_EPOCH:-SampleEpochDevice|TrainEpochGPU}" -test.benchtime "${BENCH_TIME:-3x}" -test.timeout 9m) >"$logs/epoch.log" 2>&1
+  mkdir -p "$logs"
+  declare -gA tested=() epoch=() acc=() first=()
+  {
+    header "$@"
+    local failed=() s
+    for s; do run_set "$s" || failed+=("$s"); done
+    echo
+    echo "== done: $*; ${#failed[@]} with failures${failed[*]:+: ${failed[*]}}"
+    [ ${#failed[@]} = 0 ]
+  } 2>&1 | tee "$logs/summary.txt"
+  local rc=${PIPESTATUS[0]}
+  save_logs
+  return "$rc"
+}
+
+# ------------------------------------------------------------- runners
+
+# gotest NAME DIR LIMIT ARGS...: DIR's test binary with ARGS, run in DIR
+# (its testdata), killed after LIMIT seconds; output in $setlogs/NAME.log.
+gotest() {
+  local name=$1 dir=$2 lim=$3
+  shift 3
+  (cd "$root/$dir" && timeout -k 10 "$lim" "$bin/$(artifact "$dir")" -test.timeout "$((lim - 5))s" "$@") >"$setlogs/$name.log" 2>&1
+}
+
+# benchlines LOG...: the benchmark results and failures of test logs.
+benchlines() { grep -hE -- '^Benchmark|--- FAIL|panic:|^FAIL' "$@" | indent; }
+
+# test_pkg DIR PATTERN LIMIT [ENV=VALUE...]: DIR's tests matching PATTERN
+# (then $GPU_TEST_FLAGS), failures and skips, and a row of the table.
+test_pkg() {
+  local dir=$1 pat=$2 lim=${GPU_TEST_TIMEOUT:-$3} name=${1//\//_} t0 rc row
+  shift 3
+  if [ ! -x "$bin/$name.test" ]; then
+    rows+=("$(printf '%-22s not in this build' "$dir")")
+    echo "   ${rows[-1]}"
+    return 0
+  fi
+  [ $# = 0 ] || local -x "$@"
+  t0=$(now)
+  # shellcheck disable=SC2086 # GPU_TEST_FLAGS is a list of flags
+  gotest "$name" "$dir" "$lim" -test.v -test.run "$pat" ${GPU_TEST_FLAGS:-}
+  rc=$?
+  tested[$dir]=$rc
+  local log=$setlogs/$name.log
+  grep -E -- '--- (FAIL|SKIP)|^\s+\S+_test.go:[0-9]+:|^Benchmark|panic:|^FAIL' "$log" | tail -30 | indent
+  row=$(printf '%-22s rc=%-3s pass=%-4s fail=%-3s skip=%-3s %6ss' "$dir" "$rc" "$(grep -c -- '--- PASS' "$log")" \
+    "$(grep -c -- '--- FAIL' "$log")" "$(grep -c -- '--- SKIP' "$log")" "$(since "$t0")")
+  rows+=("$row")
+  echo "   $row"
+  check "$rc" "$dir tests"
+}
+
+# test_row DIR: DIR's row of test_pkgs, through test_pkg.
+test_row() {
+  local row dir pat lim envs
+  for row in "${test_pkgs[@]}"; do
+    read -r dir pat lim envs <<<"$row"
+    # shellcheck disable=SC2086 # envs is a list of settings
+    [ "$dir" = "$1" ] && test_pkg "$dir" "$pat" "$lim" $envs
+  done
+}
+
+# gpushm_suite: the gpushm suites on 2 GPUs, once a call; when they fail,
+# the rest of the call runs with gpushm's device path off.
+gpushm_suite() {
+  [ -n "${tested[comm/gpushm]:-}" ] || GPU_TEST_TIMEOUT=${DP_TEST_TIMEOUT:-${GPU_TEST_TIMEOUT:-}} test_row comm/gpushm
+  if [ "${tested[comm/gpushm]}" != 0 ] && [ "${STRATA_GPUSHM_DEVICE_MAX:-}" != -1 ]; then
+    export STRATA_GPUSHM_DEVICE_MAX=-1
+    echo "   gpushm's device path failed its tests: it is off for the rest of this call"
+  fi
+}
+
+# gen_data PRESET DIR: `strata gen` into DIR unless it holds a dataset.
+gen_data() {
+  [ -f "$2/manifest.json" ] && return 0
+  local t0
+  t0=$(now)
+  if ! "$bin/strata" gen "$2" --preset "$1" --quiet >"$setlogs/gen-$1.log" 2>&1; then
+    tail -5 "$setlogs/gen-$1.log" | indent
+    check 1 "gen $1"
+    return 1
+  fi
+  echo "   gen $1 into $2: $(since "$t0")s"
+}
+
+# stamp LOG TIMES: copies its input to LOG, and the lines that start with
+# "epoch " to TIMES after the seconds since stamp started.
+stamp() {
+  local t0=${EPOCHREALTIME/[.,]/} line t
+  : >"$2"
+  while IFS= read -r line; do
+    printf '%s\n' "$line"
+    if [[ $line == "epoch "* ]]; then
+      t=$((${EPOCHREALTIME/[.,]/} - t0))
+      printf '%d.%d %s\n' $((t / 1000000)) $((t % 1000000 / 100000)) "$line" >>"$2"
+    fi
+  done >"$1"
+}
+
+# train_run NAME ARGS...: `strata train` on $ds with the products model
+# (3-layer GraphSAGE-mean 256, batch 1024 per device, fanouts 15,10,5,
+# evaluated after the last epoch) and ARGS, stopped after
+# $DSP_RUN_TIMEOUT seconds with SIGQUIT (Go prints every goroutine).
+# Prints its epochs and results; records its epoch time, test accuracy
+# and the seconds from its start to the end of its first epoch.
+train_run() {
+  local name=$1 out=$setlogs/$1 t0 rc
+  shift
+  t0=$(now)
+  timeout -s QUIT -k 10 "${DSP_RUN_TIMEOUT:-150}" "$bin/strata" train --dataset "$ds" --model sage --layers 3 --hidden 256 \
+    --batch-size 1024 --fanouts 15,10,5 --select last --report "$out.json" "$@" 2>&1 >"$out.out" | stamp "$out.log" "$out.times"
+  rc=${PIPESTATUS[0]}
+  ran+=("$name")
+  epoch[$name]=$(awk '$1 == "epoch" && $2 == "time" { sub(/s$/, "", $3); print $3 }' "$out.out")
+  # shellcheck disable=SC2034 # read through mean's reference
+  acc[$name]=$(awk '$1 == "test" && $2 == "accuracy" { print $3 }' "$out.out")
+  first[$name]=$(awk 'NR == 1 { print $1 }' "$out.times")
+  echo "== $name ($*): rc=$rc wall=$(since "$t0")s, first epoch done at ${first[$name]:-?}s"
+  grep -E '^epoch |train time' "$out.log" | indent
+  grep -E 'accuracy|pipeline|epoch time|^time' "$out.out" | indent
+  if [ "$rc" != 0 ]; then
+    grep -E -A30 '^failure:' "$out.log" | head -40 | sed 's/^/   ! /'
+    grep -vE '^(goroutine |\s|$|created by)' "$out.log" | tail -4 | sed 's/^/   ! /'
+  fi
+  check "$rc" "$name"
+}
+
+# wants NAME...: whether $DSP_ONLY selects one of the runs NAME...
+wants() {
+  local n
+  for n; do [[ $n =~ ${DSP_ONLY:-.} ]] && return 0; done
+  return 1
+}
+
+# dsp_run NAME GPUS EPOCHS [FLAGS...]: a device-engine run (--devices) on
+# GPUS, a count or a list such as cuda:2,3; skipped when NAME does not
+# match $DSP_ONLY or fewer GPUs are visible.
+dsp_run() {
+  local name=$1 devs=$2 e=$3 k i
+  shift 3
+  wants "$name" || return 0
+  if [[ $devs != cuda:* ]]; then
+    k=$devs devs=cuda:0
+    for ((i = 1; i < k; i++)); do devs+=,$i; done
+  fi
+  k=$(($(tr -cd , <<<"$devs" | wc -c) + 1))
+  if [ "$k" -gt "$ngpus" ]; then
+    echo "== $name: skipped, needs $k GPUs ($ngpus visible)"
+    return 0
+  fi
+  train_run "$name" --devices "$devs" --epochs "$e" --partition "${DSP_PARTITION:-range}" --eval-every 1000 \
+    --stall-timeout "${DSP_STALL:-45s}" "$@"
+}
+
+# single_run NAME EPOCHS: the single-GPU trainer (train.Run with gputrain).
+single_run() {
+  wants "$1" || return 0
+  train_run "$1" --device cuda:0 --epochs "$2"
+}
+
+# mean MAP GLOB: the mean of MAP's values (epoch, acc, first) for the runs
+# whose names match GLOB, or n/a.
+mean() {
+  local -n m=$1
+  local k v=()
+  for k in "${!m[@]}"; do
+    # shellcheck disable=SC2053 # GLOB is a pattern
+    [[ $k == $2 && -n ${m[$k]} ]] && v+=("${m[$k]}")
+  done
+  [ ${#v[@]} -gt 0 ] || { echo n/a; return; }
+  printf '%s\n' "${v[@]}" | awk '{ s += $1 } END { printf "%.4f", s / NR }'
+}
+
+# ratio A B: the mean epoch time of the runs matching A over B's.
+ratio() {
+  local a b
+  a=$(mean epoch "$1") b=$(mean epoch "$2")
+  if [ "$a" = n/a ] || [ "$b" = n/a ]; then echo n/a; return; fi
+  awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2fx", a / b }'
+}
+
+# -------------------------------------------------------------- the sets
+
+set_test() {
+  local row dir rest
+  for row in "${test_pkgs[@]}"; do
+    read -r dir rest <<<"$row"
+    [[ $dir =~ ${GPU_TEST_PKGS:-.} ]] && test_row "$dir"
+  done
+  local gpu_name
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  echo "   -- summary${gpu_name:+, $gpu_name}"
+  printf '   %s\n' "${rows[@]}"
+}
+
+set_parity() {
+  local ds=$data e=${DSP_ACC_EPOCHS:-5} he=${DSP_HARD_EPOCHS:-10} seed hard=()
+  for seed in ${DSP_HARD_SEEDS:-1 2}; do hard+=("h4-s$seed" "h1-s$seed"); done
+  wants gputrain && test_pkg train/gputrain 'AccuracyParity|SampledMatchesCPU' 300
+  if wants acc4 acc1; then
+    gen_data products "$ds" || return
+    dsp_run acc4 4 "$e" --eval-every 1
+    single_run acc1 "$e"
+  fi
+  ds=${DSP_HARD:-/tmp/products-hard}
+  if wants "${hard[@]}"; then
+    gen_data products-hard "$ds" || return
+    for seed in ${DSP_HARD_SEEDS:-1 2}; do
+      dsp_run "h4-s$seed" 4 "$he" --seed "$seed"
+      dsp_run "h1-s$seed" 1 "$he" --seed "$seed"
+    done
+  fi
+  echo "   -- test accuracy: products, $e epochs: 4 GPUs $(mean acc acc4), single-GPU trainer $(mean acc acc1);" \
+    "products-hard, $he epochs, seeds ${DSP_HARD_SEEDS:-1 2}: 4 GPUs $(mean acc 'h4-*'), 1 GPU $(mean acc 'h1-*')"
+}
+
+set_single_gpu() {
+  gen_data products "$data" || return
+  local -x STRATA_BENCH_DATASET=$data STRATA_BENCH_PROFILE=${STRATA_BENCH_PROFILE:-hostblocks-syncloss,pipelined-epochloss}
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | indent
+  gotest epoch sample/gpusample 540 -test.run '^$' -test.v -test.bench "${BENCH_EPOCH:-SampleEpochDevice|TrainEpochGPU}" \
+    -test.benchtime "${BENCH_TIME:-3x}"
+  check $? "epoch benchmarks"
+  grep -E -- '^\s+\S+_test.go:[0-9]+:|^\s+(op|profile|[a-z_0-9 ]+ +[0-9]+ +[0-9.]+ +[0-9.]+%)' "$setlogs/epoch.log" | head -80
+  benchlines "$setlogs/epoch.log"
   if [ -z "${BENCH_NO_GATHER:-}" ]; then
-    (cd feature && "$root/$gpu/bin/feature.test" -test.run '^$' -test.bench Gather -test.benchtime 20x -test.timeout 5m) >"$logs/gather.log" 2>&1
+    gotest gather feature 300 -test.run '^$' -test.bench Gather -test.benchtime 20x
+    check $? "gather benchmarks"
+    benchlines "$setlogs/gather.log"
   fi
   if [ -z "${BENCH_NO_TRAIN:-}" ]; then
-    local t0=$(date +%s%N)
-    "$gpu/bin/strata" train --dataset "$dir" --model sage --layers 3 --hidden 256 --batch-size 1024 --fanouts 15,10,5 \
-      --epochs 2 --device cuda:0 --report "$logs/train-report.json" >"$logs/train.log" 2>&1
-    echo "strata train rc=$? $(( ($(date +%s%N) - t0) / 1000000 ))ms"
-    tail -4 "$logs/train.log"
-    grep -o '"seconds": [0-9.]*' "$logs/train-report.json" | head -4
+    local ds=$data
+    single_run train 2
   fi
-  grep -E -- '^\s+\S+_test.go:[0-9]+:|^\s+(op|profile|[a-z_0-9 ]+ +[0-9]+ +[0-9.]+ +[0-9.]+%)' "$logs/epoch.log" | head -80
-  grep -hE '^Benchmark|--- FAIL|panic:' "$logs/epoch.log" "$logs/gather.log" 2>/dev/null
 }
 
-# --- communication back ends on GPUs (carry .gpu/comm only) ---
-commdir=$gpu/comm
-comm_pkgs=(internal/nccl comm/nccl comm/gpushm)
-
-build_comm() {
-  mkdir -p "$commdir"
-  local ok=1
-  for p in "${comm_pkgs[@]}"; do
-    echo "build $p"
-    CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$commdir/${p//\//_}.test" "./$p" || ok=0
-  done
-  echo "build strata-commbench"
-  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$commdir/strata-commbench" ./comm/commbench/cmd/strata-commbench || ok=0
-  du -sh "$commdir" | sed 's/^/size /'
-  [ $ok = 1 ]
+set_kernels() {
+  # STRATA_BENCH_DATASET empty: BenchmarkSpMMVariants skips here.
+  STRATA_BENCH_DATASET='' gotest kernels tensor/backend/cuda "${KERNEL_TIMEOUT:-300}" -test.run '^$' -test.bench "${KERNEL_BENCH:-.}" \
+    -test.benchtime "${KERNEL_BENCH_TIME:-20x}"
+  check $? "kernel benchmarks"
+  benchlines "$setlogs/kernels.log"
+  gen_data products "$data" || return
+  local -x STRATA_BENCH_DATASET=$data
+  [ -z "${FG_ORDER:-}" ] || local -x STRATA_BENCH_ORDER=$gpu/parts/p$FG_ORDER.bin
+  gotest spmm tensor/backend/cuda "${FG_TIMEOUT:-240}" -test.run '^$' -test.v -test.benchtime 1x -test.bench SpMMVariants
+  check $? "SpMM variants"
+  grep -E -- 'spmmx_test.go|--- FAIL|panic:' "$setlogs/spmm.log" | sed 's/^ *spmmx_test.go:[0-9]*: //' | indent
 }
 
-# comm: tests on 2 GPUs (one process per GPU), then all-reduce bus
-# bandwidth 4 KiB..256 MiB: NCCL and gpushm with NCCL_P2P_DISABLE=1,
-# NCCL and auto with P2P on; NVLink multicast always off. Logs and JSON
-# go to $LOGS, $OUT or .gpu/logs; a table comes last.
-comm_run() {
-  env_setup
-  export NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
-  mkdir -p "$logs"
-  local bin=$root/$commdir
-  nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>/dev/null
-  nvidia-smi topo -m 2>/dev/null | head -8
-  local table=()
-  # Worst case (every step at its limit) stays under 5 minutes; a normal run takes about one.
-  local limits=(30 60 45)
-  local i=0
-  for p in "${comm_pkgs[@]}"; do
-    local name=${p//\//_} log=$logs/${p//\//_}.log t0=$(date +%s) lim=${limits[$i]}
-    i=$((i + 1))
-    (cd "$root/$p" && timeout "$lim" "$bin/$name.test" -test.v -test.timeout "$((lim - 5))s" -test.run 'GPU|OneRank|TwoGPUs') >"$log" 2>&1
-    local rc=$?
-    grep -E -- '--- (FAIL|SKIP)|panic:|conformance ok|faults ok|FAIL|NCCL [0-9]' "$log" | head -20
-    table+=("$(printf '%-16s rc=%-3s pass=%-3s fail=%-3s skip=%-3s %4ss' "$p" "$rc" "$(grep -c -- '--- PASS' "$log")" \
-      "$(grep -c -- '--- FAIL' "$log")" "$(grep -c -- '--- SKIP' "$log")" "$(( $(date +%s) - t0 ))")")
-  done
-  local sweep=(-procs 2 -min 4096 -max ${COMM_MAX_BYTES:-268435456} -factor 4 -budget 2147483648)
-  NCCL_P2P_DISABLE=1 timeout 60 "$bin/strata-commbench" "${sweep[@]}" -backends gpushm,nccl,gpu-auto \
-    -json "$logs/bw-p2p-off.json" >"$logs/bw-p2p-off.txt" 2>&1; echo "sweep P2P off rc=$?"
-  timeout 40 "$bin/strata-commbench" "${sweep[@]}" -backends nccl,gpu-auto \
-    -json "$logs/bw-p2p-on.json" >"$logs/bw-p2p-on.txt" 2>&1; echo "sweep P2P on rc=$?"
-  # gpushm tuning variants (comma-separated environment settings each),
-  # 16 MiB and up, P2P off.
-  local v k=0
-  for v in ${COMM_VARIANTS-STRATA_GPUSHM_CHUNK_BYTES=8388608,STRATA_GPUSHM_WORKERS=12 STRATA_GPUSHM_CHUNKS=8}; do
+set_sampling() {
+  gen_data products "$data" || return
+  STRATA_BENCH_DATASET=$data gotest sampling dsp/gpucsp "${SAMPLING_TIMEOUT:-360}" -test.run '^$' -test.v \
+    -test.bench "${SAMPLING_BENCH:-EpochProducts|WalkProducts}" -test.benchtime "${BENCH_TIME:-3x}"
+  check $? "sampler benchmarks"
+  benchlines "$setlogs/sampling.log"
+}
+
+set_fullgraph() {
+  gen_data products "$data" || return
+  local lim=${FG_TIMEOUT:-300}
+  local -x STRATA_BENCH_DATASET=$data STRATA_BENCH_EPOCHS=${FG_EPOCHS:-5}
+  [ ! -d "$gpu/parts" ] || local -x STRATA_BENCH_PARTS=$gpu/parts
+  [ -z "${FG_PROFILE:-}" ] || local -x STRATA_BENCH_PROFILE=1
+  [ -z "${FG_EVAL_EVERY:-}" ] || local -x STRATA_BENCH_EVAL_EVERY=$FG_EVAL_EVERY
+  [ -z "${FG_COMM:-}" ] || local -x STRATA_BENCH_COMM=$FG_COMM
+  [ -z "${FG_LR:-}" ] || local -x STRATA_BENCH_LR=$FG_LR
+  [ -z "${FG_TF32:-}" ] || local -x STRATA_CUDA_TF32=1
+  [ -z "${FG_ORDER:-}" ] || local -x STRATA_BENCH_ORDER=$gpu/parts/p$FG_ORDER.bin
+  gotest fullgraph fullgraph "$lim" -test.run '^$' -test.v -test.benchtime 1x -test.bench "${FG_BENCH:-ProductsSAGE}"
+  check $? "BenchmarkProductsSAGE (epochs $STRATA_BENCH_EPOCHS)"
+  grep -E -- '^\s+bench_test.go:[0-9]+:|^\s{4,}\S' "$setlogs/fullgraph.log" | grep -v -- '--- ' | head -80
+  benchlines "$setlogs/fullgraph.log"
+}
+
+# commbench NAME LIMIT ARGS...: strata-commbench ARGS, text and JSON in
+# $setlogs/NAME.*.
+commbench() {
+  local name=$1 lim=$2
+  shift 2
+  timeout "$lim" "$bin/strata-commbench" "$@" -json "$setlogs/$name.json" >"$setlogs/$name.txt" 2>&1
+}
+
+# gpushm_variants PREFIX "V..." LIMIT ARGS...: commbench with P2P off once
+# per variant, a variant being comma-separated environment settings.
+gpushm_variants() {
+  local prefix=$1 list=$2 lim=$3 v k=0
+  shift 3
+  for v in $list; do
     k=$((k + 1))
-    env NCCL_P2P_DISABLE=1 ${v//,/ } timeout 25 "$bin/strata-commbench" -procs 2 -min 16777216 -max ${COMM_MAX_BYTES:-268435456} \
-      -factor 4 -budget 2147483648 -backends gpushm -json "$logs/bw-var-$k.json" >"$logs/bw-var-$k.txt" 2>&1
-    echo "gpushm $v: $(grep -E 'MiB' "$logs/bw-var-$k.txt" | tr -s ' ' | tr '\n' ';')"
+    # shellcheck disable=SC2086 # a variant is a list of settings
+    (export NCCL_P2P_DISABLE=1 ${v//,/ } && commbench "$prefix-$k" "$lim" "$@")
+    check $? "gpushm $v"
+    echo "   gpushm $v: $(grep -E 'MiB|KiB' "$setlogs/$prefix-$k.txt" | tr -s ' ' | tr '\n' ';')"
   done
-  tail -n 3 "$logs/bw-p2p-off.txt" "$logs/bw-p2p-on.txt" | grep -i -E "fail|error" | head -5
-  echo
-  echo "== comm summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) x$(nvidia-smi -L 2>/dev/null | wc -l))"
-  printf '%s\n' "${table[@]}"
-  python3 - "$logs/bw-p2p-off.json" "$logs/bw-p2p-on.json" <<'PY' || cat "$logs/bw-p2p-off.txt" "$logs/bw-p2p-on.txt"
+}
+
+set_comm() {
+  gpushm_suite
+  local sweep
+  if [[ " ${COMM_SWEEPS:-wide gradient} " == *" wide "* ]]; then
+    sweep=(-procs 2 -min 4096 -max "${COMM_MAX_BYTES:-268435456}" -factor 4 -budget 2147483648)
+    NCCL_P2P_DISABLE=1 commbench bw-p2p-off 60 "${sweep[@]}" -backends gpushm,nccl,gpu-auto
+    check $? "sweep, P2P off"
+    commbench bw-p2p-on 40 "${sweep[@]}" -backends nccl,gpu-auto
+    check $? "sweep, P2P on"
+    gpushm_variants bw-var "${COMM_VARIANTS-STRATA_GPUSHM_CHUNK_BYTES=8388608,STRATA_GPUSHM_WORKERS=12 STRATA_GPUSHM_CHUNKS=8}" 25 \
+      -procs 2 -min 16777216 -max "${COMM_MAX_BYTES:-268435456}" -factor 4 -budget 2147483648 -backends gpushm
+    wide_table "$setlogs/bw-p2p-off.json" "$setlogs/bw-p2p-on.json" || cat "$setlogs/bw-p2p-off.txt" "$setlogs/bw-p2p-on.txt"
+  fi
+  if [[ " ${COMM_SWEEPS:-wide gradient} " == *" gradient "* ]]; then
+    # From the gradient of the 3-layer SAGE 256 (827,580 bytes) by factors of 4.
+    sweep=(-procs 2 -min 827580 -max "${DP_SWEEP_MAX:-13241280}" -factor 4 -budget 268435456)
+    NCCL_P2P_DISABLE=1 commbench grad-p2p-off 60 "${sweep[@]}" -backends gpushm,nccl
+    check $? "gradient-size sweep, P2P off"
+    gpushm_variants grad-var "${DP_SWEEP_VARIANTS-STRATA_GPUSHM_DEVICE_MAX=-1}" 40 "${sweep[@]}" -backends gpushm
+    grep -vE '^\s*$' "$setlogs/grad-p2p-off.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30 | indent
+  fi
+}
+
+# wide_table OFF.json ON.json: gpushm against NCCL per size, P2P off and on.
+wide_table() {
+  python3 - "$@" <<'PY'
 import json, sys
 def load(p):
     try:
@@ -237,163 +725,105 @@ for name, ss in (("P2P off", off), ("P2P on", on)):
 PY
 }
 
-# --- data-parallel training step on 2 GPUs (carry .gpu/dp only) ---
-dpdir=$gpu/dp
-
-build_dp() {
-  mkdir -p "$dpdir"
-  local ok=1
-  echo "build train/dpbench"
-  CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$dpdir/dpbench.test" ./train/dpbench || ok=0
-  echo "build comm/gpushm tests"
-  CGO_ENABLED=0 go test -c -ldflags=-s\ -w -o "$dpdir/comm_gpushm.test" ./comm/gpushm || ok=0
-  echo "build cmd/strata, strata-commbench"
-  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$dpdir/strata" ./cmd/strata || ok=0
-  CGO_ENABLED=0 go build -ldflags='-s -w' -o "$dpdir/strata-commbench" ./comm/commbench/cmd/strata-commbench || ok=0
-  du -sh "$dpdir" | sed 's/^/size /'
-  [ $ok = 1 ]
+# dp-step: BenchmarkDataParallelStep (3-layer SAGE 256, batch 1024 per
+# GPU, fanouts 15,10,5, Adam; $STRATA_DP_STEPS timed steps; train/dpbench's
+# variants or $STRATA_DP_BENCH_VARIANTS).
+set_dp_step() {
+  gpushm_suite
+  gen_data products "$data" || return
+  STRATA_BENCH_DATASET=$data gotest dpstep train/dpbench "${DP_TIMEOUT:-200}" -test.run '^$' -test.bench DataParallelStep \
+    -test.benchtime 1x -test.v
+  check $? "data-parallel step"
+  grep -E -- '^verdict|_ms/step|--- FAIL|panic:|^FAIL' "$setlogs/dpstep.log" | head -20 | indent
+  grep -E -- '_test.go:[0-9]+:' "$setlogs/dpstep.log" | sed -E 's/ losses [^;]*;/;/; s/phases \(us\) //' | cut -c1-400 | head -40
 }
 
-# gen_products DIR: the products shape, generated when absent.
-gen_products() {
-  local dir=$1 logs=$2
-  if [ ! -f "$dir/manifest.json" ]; then
-    local t0=$(date +%s)
-    "$root/$dpdir/strata" gen "$dir" --preset products --quiet >"$logs/gen.log" 2>&1 || { tail "$logs/gen.log"; return 1; }
-    echo "gen products: $(( $(date +%s) - t0 ))s"
-  fi
-}
-
-# dpstep: BenchmarkDataParallelStep (3-layer SAGE, hidden 256, batch 1024
-# per GPU, fanouts 15,10,5, Adam; $STRATA_DP_STEPS timed steps; the
-# variants of train/dpbench's benchVariantsOff, or
-# $STRATA_DP_BENCH_VARIANTS) on the products shape in DIR (default
-# /tmp/products, generated when absent).
-dpstep() {
-  env_setup
-  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-  local dir=${1:-/tmp/products}
-  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
-  mkdir -p "$logs"
-  nvidia-smi --query-gpu=index,name --format=csv,noheader 2>/dev/null
-  gen_products "$dir" "$logs" || return 1
-  (cd train/dpbench && STRATA_BENCH_DATASET=$dir timeout "${DP_TIMEOUT:-200}" "$root/$dpdir/dpbench.test" -test.run '^$' \
-    -test.bench DataParallelStep -test.benchtime 1x -test.v -test.timeout 5m) >"$logs/dpstep.log" 2>&1
-  echo "dpstep rc=$?"
-  grep -E -- '^verdict|_ms/step|--- FAIL|panic:|^FAIL' "$logs/dpstep.log" | head -20
-  grep -E -- '_test.go:[0-9]+:' "$logs/dpstep.log" | sed -E 's/ losses [^;]*;/;/; s/phases \(us\) //' | cut -c1-400 | head -40
-}
-
-# dpall: the gpushm conformance and fault suites on 2 GPUs (when they
-# fail, the rest runs with the device path off), dpstep, and all-reduce
-# sweeps from the gradient size (827,580 bytes) by factors of 4 up to
-# $DP_SWEEP_MAX with NCCL_P2P_DISABLE=1: gpushm (defaults) and NCCL, then
-# gpushm with each of $DP_SWEEP_VARIANTS (default: the host pipeline).
-dpall() {
-  env_setup
-  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-  local dir=${1:-/tmp/products}
-  local logs=${LOGS:-${OUT:-$root/$gpu/logs}}
-  mkdir -p "$logs"
-  nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
-  gen_products "$dir" "$logs" >"$logs/gen.txt" 2>&1 &
-  local gen=$! t0=$(date +%s)
-  (cd comm/gpushm && timeout "${DP_TEST_TIMEOUT:-100}" "$root/$dpdir/comm_gpushm.test" -test.v -test.timeout 95s \
-    -test.run 'TwoGPUs') >"$logs/gpushm-tests.log" 2>&1
-  local rc=$?
-  echo "gpushm tests rc=$rc pass=$(grep -c -- '--- PASS' "$logs/gpushm-tests.log") fail=$(grep -c -- '--- FAIL' "$logs/gpushm-tests.log") $(( $(date +%s) - t0 ))s"
-  grep -E -- 'conformance ok|faults ok|--- FAIL|panic:|2 GPUs' "$logs/gpushm-tests.log" | cut -c1-300 | head -20
-  if [ $rc != 0 ]; then
-    grep -E -- '_test.go:[0-9]+:|error|Error' "$logs/gpushm-tests.log" | cut -c1-400 | head -20
-    export STRATA_GPUSHM_DEVICE_MAX=-1
-    echo "the device path failed its tests: it is off for the rest of this run"
-  fi
-  wait $gen; cat "$logs/gen.txt"
-  dpstep "$dir"
-  local sweep=(-procs 2 -min 827580 -max "${DP_SWEEP_MAX:-13241280}" -factor 4 -budget 268435456)
-  NCCL_P2P_DISABLE=1 timeout 60 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm,nccl \
-    -json "$logs/bw-off.json" >"$logs/bw-off.txt" 2>&1; echo "sweep gpushm,nccl P2P off rc=$?"
-  # gpushm variants (comma-separated environment settings each), P2P off.
-  local v k=0
-  for v in ${DP_SWEEP_VARIANTS-STRATA_GPUSHM_DEVICE_MAX=-1}; do
-    k=$((k + 1))
-    env NCCL_P2P_DISABLE=1 ${v//,/ } timeout 40 "$root/$dpdir/strata-commbench" "${sweep[@]}" -backends gpushm \
-      -json "$logs/bw-var-$k.json" >"$logs/bw-var-$k.txt" 2>&1
-    echo "gpushm $v: rc=$? $(grep -E 'MiB|KiB' "$logs/bw-var-$k.txt" | tr -s ' ' | tr '\n' ';')"
+set_dsp_speed() {
+  local ds=$data e=${DSP_EPOCHS:-3} i pairs=()
+  gen_data products "$ds" || return
+  for i in $(seq "${DSP_REPEAT:-3}"); do
+    dsp_run "d4-r$i" 4 "$e"
+    dsp_run "d1-r$i" 1 "$e"
+    pairs+=("$(ratio "d1-r$i" "d4-r$i")")
   done
-  grep -vE '^\s*$' "$logs/bw-off.txt" | grep -iE 'MiB|KiB|GB|fail|error' | cut -c1-200 | head -30
+  dsp_run d4-part 4 "$e" --cache-policy partition
+  dsp_run d4-off 4 "$e" --no-pipeline
+  dsp_run d2 2 "$e"
+  DSP_PARTITION=multilevel dsp_run d4-ml 4 "$e"
+  echo "   -- s/epoch: 1 GPU $(mean epoch 'd1-r*'), 2 GPUs $(mean epoch d2), 4 GPUs $(mean epoch 'd4-r*')," \
+    "multilevel $(mean epoch d4-ml), partitioned cache $(mean epoch d4-part), pipeline off $(mean epoch d4-off)"
+  echo "   speed-up 1->4 $(ratio 'd1-r*' 'd4-r*') (pairs: ${pairs[*]}), multilevel $(ratio 'd1-r*' d4-ml)," \
+    "partitioned cache $(ratio 'd1-r*' d4-part); 1->2 $(ratio 'd1-r*' d2); pipeline on vs off, 4 GPUs $(ratio d4-off 'd4-r*')"
 }
 
-# --- everything in one call ---
-
-# pack: every binary set into one compressed file, since the sets
-# together are larger than what one call may carry uncompressed.
-pack() {
-  build && build_dp && scripts/gpu-fg.sh build && scripts/gpu-dsp.sh build && scripts/gpu-csp.sh build || return 1
-  local files=(tests.txt strata) f
-  files=(bin/strata $(awk '{print "bin/" $1 ".test"}' "$gpu/tests.txt") tests.txt)
-  files+=($(cd "$gpu" && find datasets fg dsp csp dp -type f -o -type l 2>/dev/null | grep -v -e /logs/ -e '^fg/parts/' | sort))
-  [ -n "${FG_PARTS:-}" ] && files+=($(cd "$gpu" && ls fg/parts/*.bin 2>/dev/null))
-  # Identical binaries (strata in every set, test binaries built twice)
-  # travel once: later copies become links to the first.
-  declare -A first=()
-  for f in "${files[@]}"; do
-    [ -f "$gpu/$f" ] && [ ! -L "$gpu/$f" ] || continue
-    local sum
-    sum=$(sha256sum "$gpu/$f" | cut -d' ' -f1)
-    if [ -n "${first[$sum]:-}" ]; then
-      ln -sf "$(realpath --relative-to="$(dirname "$gpu/$f")" "$gpu/${first[$sum]}")" "$gpu/$f"
-    else
-      first[$sum]=$f
-    fi
+set_dsp_variants() {
+  local ds=$data e=${DSP_EPOCHS:-3} k=${DSP_GPUS:-$((ngpus < 4 ? ngpus : 4))} w name
+  local p=v$k
+  gen_data products "$ds" || return
+  DSP_ONLY='' dsp_run "$p" "$k" "$e" # the defaults, which every other run is compared with
+  dsp_run "$p-full" "$k" "$e" --gpu-sampler full
+  dsp_run "$p-part" "$k" "$e" --cache-policy partition
+  dsp_run "$p-repl" "$k" "$e" --cache-policy replicate --cache-group 1
+  dsp_run "$p-full-repl" "$k" "$e" --gpu-sampler full --cache-policy replicate --cache-group 1
+  dsp_run "$p-budget" "$k" "$e" --cache 64MiB
+  dsp_run "$p-presample" "$k" "$e" --cache 64MiB --hotness presample
+  dsp_run "$p-uva" "$k" "$e" --cache 0
+  dsp_run "$p-topo" "$k" "$e" --topology-cache "${DSP_TOPO:-128MiB}"
+  dsp_run "$p-off" "$k" "$e" --no-pipeline
+  dsp_run "$p-full-off" "$k" "$e" --gpu-sampler full --no-pipeline
+  STRATA_NCCL_ASYNC=0 dsp_run "$p-sync" "$k" "$e"
+  STRATA_DSP_STAGE_PRIORITY=0 dsp_run "$p-noprio" "$k" "$e"
+  dsp_run "$p-nocoord" "$k" "$e" --no-coordinator
+  dsp_run "$p-shared" "$k" "$e" --shared-stream
+  for w in ${DSP_WORKERS:-2 3}; do dsp_run "$p-w$w" "$k" "$e" --sampler-workers "$w"; done
+  dsp_run "$p-h64" "$k" "$e" --hidden 64
+  dsp_run "$p-eval" "$k" "$e" --eval-every 1
+  if wants evalbench; then
+    STRATA_BENCH_DATASET=$ds gotest evalbench dsp/runner 300 -test.run '^$' -test.bench EvalFullGPU -test.benchtime 3x
+    check $? "BenchmarkEvalFullGPU"
+    benchlines "$setlogs/evalbench.log"
+  fi
+  echo "   -- s/epoch against $p ($(mean epoch "$p") s; above 1x is slower):"
+  for name in "${ran[@]}"; do
+    [ "$name" = "$p" ] || printf '   %-16s %-8s %s\n' "$name" "${epoch[$name]:-n/a}" "$(ratio "$name" "$p")"
   done
-  tar -C "$gpu" -cf - "${files[@]}" | xz -T0 -6 >"$gpu/all.tar.xz" || return 1
-  ls -l "$gpu/all.tar.xz" | awk '{printf "packed %s: %.1f MB\n", $NF, $5/1e6}'
 }
 
-# all: unpack, run every GPU test, then the benchmarks the visible GPUs
-# allow (products shape generated into DIR). Each part logs into its own
-# folder under /tmp/gpulogs, packed into $OUT/all-logs.tgz at the end.
-all() {
-  local dir=${1:-/tmp/products} logs=/tmp/gpulogs
-  tar -xJf "$gpu/all.tar.xz" -C "$gpu" || return 1
-  mkdir -p "$logs"/{tests,bench,fg,dsp,dp,csp}
-  local n
-  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-  echo "== $n GPUs"
-  local t0=$(date +%s)
-  echo "== GPU tests"; LOGS=$logs/tests run 2>&1 | tail -12
-  echo "== full-graph tests"; LOGS=$logs/fg scripts/gpu-fg.sh test 2>&1 | tail -8
-  echo "== sampled training, 1 GPU"; LOGS=$logs/bench BENCH_TIME=2x bench "$dir" 2>&1 | tail -8
-  local gpus='1'
-  [ "$n" -ge 2 ] && gpus='(1|2)'
-  [ "$n" -ge 4 ] && gpus='(1|2|4)'
-  echo "== full-graph SAGE, products, gpus=$gpus"
-  LOGS=$logs/fg FG_BENCH="ProductsSAGE/gpus=$gpus\$" scripts/gpu-fg.sh bench "$dir" 2>&1 | tail -12
-  echo "== collective sampling"; OUT=$logs/csp scripts/gpu-csp.sh run 2>&1 | tail -12
-  if [ "$n" -ge 2 ]; then
-    echo "== data-parallel step, gpushm vs NCCL"
-    LOGS=$logs/dp DP_SWEEP_MAX=827580 DP_SWEEP_VARIANTS= dpall "$dir" 2>&1 | grep -E 'rc=|verdict|_ms/step' | cut -c1-300
-  fi
-  if [ "$n" -ge 4 ]; then
-    echo "== DSP on 1, 2, 4 GPUs, NCCL asynchronous and DSP GPU tests"
-    DSP_DATA=$dir DSP_LOGS=$logs/dsp scripts/gpu-dsp.sh confirm 2>&1 | grep -E '^== |epoch time|^   --- ' 
-  fi
-  echo "== all done in $(( $(date +%s) - t0 ))s"
-  [ -n "${OUT:-}" ] && tar -czf "$OUT/all-logs.tgz" -C /tmp gpulogs
-  return 0
+set_dsp_papers() {
+  local ds=${DSP_PAPERS:-/tmp/papers-m} e=${DSP_EPOCHS:-3} cache=${DSP_CACHE:-1GiB} name
+  gen_data papers-m "$ds" || return
+  # The whole-graph evaluation of 11.1M nodes does not fit one GPU:
+  # evaluate by sampled mini-batches.
+  dsp_run p4-cache 4 "$e" --cache "$cache" --eval sampled
+  dsp_run p4-uva 4 "$e" --cache 0 --eval sampled
+  dsp_run p1-cache 1 "$e" --cache "$cache" --eval sampled
+  echo "   -- cache vs UVA on 4 GPUs $(ratio p4-uva p4-cache), 4 GPUs vs 1 $(ratio p1-cache p4-cache); first epoch done at:"
+  for name in "${ran[@]}"; do echo "   $name ${first[$name]:-?}s"; done
 }
 
-case "${1:-}" in
-  build) build ;;
-  run) shift; run "$@" ;;
-  bench) shift; bench "$@" ;;
-  build-comm) build_comm ;;
-  comm) comm_run ;;
-  build-dp) build_dp ;;
-  dpstep) shift; dpstep "$@" ;;
-  dpall) shift; dpall "$@" ;;
-  pack) pack ;;
-  all) shift; all "$@" ;;
-  *) echo "usage: $0 build | run [test flags] | bench [DIR] | build-comm | comm | build-dp | dpstep [DIR] | dpall [DIR] | pack | all [DIR]" >&2; exit 2 ;;
+set_dsp_run() {
+  local ds=$data
+  gen_data products "$ds" || return
+  # shellcheck disable=SC2086 # DSP_FLAGS is a list of flags
+  DSP_ONLY='' dsp_run "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}
+}
+
+# quick: every area once, short enough for one call.
+set_quick() {
+  local -x BENCH_TIME=${BENCH_TIME:-2x} SAMPLING_BENCH=${SAMPLING_BENCH:-'^BenchmarkEpochProducts$'} \
+    COMM_SWEEPS=${COMM_SWEEPS:-gradient} DP_SWEEP_MAX=${DP_SWEEP_MAX:-827580} DP_SWEEP_VARIANTS=${DP_SWEEP_VARIANTS-} \
+    DSP_REPEAT=${DSP_REPEAT:-1}
+  run_sets "${quick_sets[@]}"
+}
+
+set_all() { run_sets "${all_sets[@]}"; }
+
+case ${1:-} in
+  '' | -h | --help | help) usage ;;
+  build) shift; build "$@" ;;
+  pack) shift; pack "$@" ;;
+  *)
+    for s; do known "$s" || usage "no set '$s' (build and pack come first on the line)"; done
+    host "$@"
+    ;;
 esac

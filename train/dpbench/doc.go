@@ -5,5 +5,5 @@
 // parameters' gradients are views of one flat buffer (FlatGrads), so the
 // all-reduce needs no packing copy. BenchmarkDataParallelStep compares
 // NCCL with the GPU shared-memory back end on two GPUs (scripts/gpu.sh
-// dpstep).
+// dp-step).
 package dpbench
