@@ -342,7 +342,7 @@ run_set() {
   echo "=== $set (build $(build_id), $ngpus GPUs, $(date -u '+%F %H:%M') UTC)"
   for w in $(needs "$set"); do
     # test runs the packages that were built (GPU_TEST_PKGS at build time).
-    [[ $set == test && $w == */* ]] && continue
+    [[ $set == test && $w != strata ]] && continue
     [ -x "$bin/$(artifact "$w")" ] || missing+=("$(artifact "$w")")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -368,8 +368,6 @@ run_sets() {
 }
 
 host() {
-  unpack || exit 1
-  env_setup
   logs=${LOGS:-${DSP_LOGS:-}}
   if [ -z "$logs" ]; then
     if [ -n "${OUT:-}" ]; then logs=/tmp/gpulogs; else logs=$gpu/logs; fi
@@ -378,6 +376,8 @@ host() {
   mkdir -p "$logs"
   declare -gA tested=() epoch=() acc=() first=()
   {
+    unpack || exit 1
+    env_setup
     header "$@"
     local failed=() s
     for s; do run_set "$s" || failed+=("$s"); done
