@@ -121,6 +121,8 @@
 #   gpu-dsp.sh custom              dsp-run
 #   gpu-dsp.sh bench's fallback (variants of a failed 4-GPU run): DSP_ONLY=... dsp-variants
 #   DSP_TESTS=0                    leave test off the line
+#   Renamed knobs: DSP_LOGS, DSP_DATA, DSP_BUILD_TREE are still read (LOGS, GPU_DATA,
+#   GPU_BUILD_TREE); DSP_TEST_TIMEOUT is GPU_TEST_TIMEOUT; the old run's DIR argument is GPU_DATA.
 set -uo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/${0##*/}
 cd "$(dirname "$self")/.." || exit 2
