@@ -214,7 +214,17 @@ func (s *NeighborSampler) pick(p *picker, v graph.NodeID, base, n int64, k int, 
 // that other samplers (e.g. a distributed one that routes each node to the
 // machine owning its row) can reuse it; dst need not be distinct here.
 func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neighbors, error) {
-	const op = "NeighborSampler.SampleHop"
+	return s.sampleHop("NeighborSampler.SampleHop", dst, hop, HopKey(key, hop))
+}
+
+// SampleHopKey is SampleHop with the hop's key hk = HopKey(key, hop)
+// given instead of the batch key: for a distributed sampler whose owners
+// receive hop keys (dsp/gpucsp's protocol sends them in its headers).
+func (s *NeighborSampler) SampleHopKey(dst []graph.NodeID, hop int, hk uint64) (*Neighbors, error) {
+	return s.sampleHop("NeighborSampler.SampleHopKey", dst, hop, hk)
+}
+
+func (s *NeighborSampler) sampleHop(op string, dst []graph.NodeID, hop int, hk uint64) (*Neighbors, error) {
 	if hop < 0 || hop >= len(s.cfg.Fanouts) {
 		return nil, errorf(op, "hop", -1, ErrConfig, "%d not in [0, %d)", hop, len(s.cfg.Fanouts))
 	}
@@ -247,7 +257,6 @@ func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neig
 		return nil, errorf(op, "dst", -1, ErrTooLarge, "hop %d would sample %d edges (> 2^31-1)", hop, ne)
 	}
 	nb := &Neighbors{Indptr: indptr, Nodes: make([]graph.NodeID, ne), EdgeIDs: make([]int64, ne)}
-	hk := HopKey(key, hop)
 	parallelFor(nd, 256, workers, func() func(lo, hi int) {
 		var p picker
 		return func(lo, hi int) {

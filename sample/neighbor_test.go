@@ -279,6 +279,10 @@ func TestToBlockMatchesSampler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// With the hop key given, the same draws.
+		if nk, err := s.SampleHopKey(dst, hop, HopKey(Key{Seed: 9}, hop)); err != nil || !reflect.DeepEqual(nk, nb) {
+			t.Fatalf("hop %d: SampleHopKey differs from SampleHop (%v)", hop, err)
+		}
 		b, err := ToBlock(dst, nb)
 		if err != nil {
 			t.Fatal(err)
