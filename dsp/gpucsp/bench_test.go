@@ -160,7 +160,7 @@ func BenchmarkEpochProducts(b *testing.B) {
 								errs[r] = err
 								return
 							}
-							for _, k := range batch.Blocks {
+							for _, k := range batch.Device.Blocks {
 								edges[r] += int64(k.NumEdges)
 							}
 							batch.Free()

@@ -1,9 +1,10 @@
-// Package gpucsp is DSP's collective sampling (CSP) on GPUs: every device
-// holds the in-adjacency rows of its range of node IDs (a layout.Patch)
-// in device memory, and the devices draw mini-batches together, one hop
-// at a time, without any host copy of frontiers or neighbors: node-wise
-// (Sampler, below), layer-wise (LayerSampler) and random walks (Walker)
-// in the sections after. A node-wise hop:
+// Package gpucsp is DSP's collective sampling (CSP) on the devices of a
+// run, GPUs or CPU back ends: every device holds the in-adjacency rows of
+// its range of node IDs (a layout.Patch) in its memory, and the devices
+// draw mini-batches together, one hop at a time, without any host copy
+// of frontiers or neighbors on a GPU: node-wise (Sampler, below),
+// layer-wise (LayerSampler) and random walks (Walker) in the sections
+// after. A node-wise hop:
 //
 //  1. shuffle: the frontier (device, deduplicated, global IDs; its size
 //     is read on the device) is grouped by owner (a range check on the
@@ -29,11 +30,11 @@
 // owner counts, the ranks exchange per-requester totals (a second status
 // exchange, two more reads), and the answers carry counts and neighbors.
 //
-// Sample therefore returns exactly the gpusample.Batch that
-// gpusample.Sampler.SampleDevice returns over the whole graph with the
-// same seeds and key (seeds, every block's SrcNodes, indptr and indices;
-// EdgeIDs too with Config.EdgeIDs), for any number of devices and any
-// contiguous partition.
+// Sample therefore returns exactly the batch that
+// gpusample.Sampler.SampleDevice (and sample.NeighborSampler) returns
+// over the whole graph with the same seeds and key (seeds, every block's
+// SrcNodes, indptr and indices; EdgeIDs too with Config.EdgeIDs), for any
+// number of devices and any contiguous partition.
 //
 // # Host waits
 //
@@ -45,12 +46,25 @@
 // block's sizes: 13 waits for three hops (the first version of this
 // package waited 24 times, 8 per hop). Stats.Waits counts them. A single
 // rank (nil communicator) skips the protocol and samples its patch, which
-// is then the whole graph, with gpusample.SampleDevice (one wait).
+// is then the whole graph, with gpusample.SampleDevice (one wait;
+// sample.NeighborSampler on the CPU).
 //
-// The protocol (proto) is written against a small machine interface;
-// gpuMachine implements it with CUDA, and the tests run the same protocol
-// code on host mirrors of every kernel, 1-4 ranks exchanging through
-// goroutines, against package sample's CPU sampler.
+// # Machines
+//
+// The protocols (proto, lproto, wproto) are written once against a small
+// machine interface (machine.go): the buffers and kernels they need. The
+// constructors pick the machine from the back end they are given: a CUDA
+// device gets gpuMachine (csp.cu, layer.cu, walk.cu and gpusample's hop
+// API), the CPU back end (tensor/backend/cpu) cpuMachine, every kernel in
+// Go over the back end's host buffers (machine_cpu.go, layer_cpu.go,
+// walk_cpu.go), whose draws are package sample's. CPU devices thus run
+// the code GPUs run, with device communicators staged over host ones
+// (comm/staged), and the CPU machine is the reference the kernels are
+// checked against: the tests run every protocol on it, 1-4 ranks with
+// random delays and injected failures, against package sample's and
+// package csp's samplers. A Sample returns a Batch: Device (a
+// gpusample.Batch) on a GPU, Host (a sample.MiniBatch over the machine's
+// buffers) on the CPU.
 //
 // # Layer-wise sampling
 //

@@ -5,17 +5,17 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"github.com/strata-gnn/strata/partition/book"
 	"slices"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
@@ -61,37 +61,72 @@ type Stats struct {
 	Batches int64
 }
 
-// local is the exchanger of a single rank: its share is a device copy.
-type local struct{ dev *cuda.Device }
+// local is the exchanger of a single rank: its share is a copy.
+type local struct{ be backend.Backend }
 
 func (x local) AllToAll(_ context.Context, dst, src backend.Buffer) error {
-	return x.dev.Copy(dst, src)
+	return x.be.Copy(dst, src)
 }
 func (x local) AllToAllV(_ context.Context, dst backend.Buffer, _ []int, src backend.Buffer, _ []int) error {
-	return x.dev.Copy(dst, src)
+	return x.be.Copy(dst, src)
 }
 
-// Sampler is one rank's collective GPU sampler. Its methods serialize;
+// Batch is a collective sampler's mini-batch on its rank's back end:
+// Device on a CUDA device (the blocks in device memory, as
+// gpusample.Sampler.SampleDevice returns them), Host on the CPU back end
+// (the blocks are the CPU machine's buffers, no copy). One is set.
+type Batch struct {
+	Device *gpusample.Batch
+	Host   *sample.MiniBatch
+}
+
+// Download returns the batch on the host: Host, or a copy of Device.
+func (b *Batch) Download() (*sample.MiniBatch, error) {
+	if b.Host != nil {
+		return b.Host, nil
+	}
+	return b.Device.Download()
+}
+
+// Free releases the batch's device memory (Host's is Go's).
+func (b *Batch) Free() {
+	if b != nil && b.Device != nil {
+		b.Device.Free()
+	}
+}
+
+// numDst is block i's number of destinations.
+func (b *Batch) numDst(i int) int {
+	if b.Host != nil {
+		return b.Host.Blocks[i].NumDst
+	}
+	return b.Device.Blocks[i].NumDst
+}
+
+// Sampler is one rank's collective sampler. Its methods serialize;
 // Sample is a collective (see the package doc).
 type Sampler struct {
 	member
 	// direct: a single rank samples its patch (the whole graph) with
-	// gpusample.SampleDevice, the same batch without the protocol's
-	// steps (tests turn it off to run the protocol on one device).
-	direct bool
-	cfg    Config
+	// the back end's single-device sampler, the same batch without the
+	// protocol's steps (tests turn it off to run the protocol on one
+	// device).
+	direct   bool
+	cfg      Config
+	edgeBase int64
 
-	gs *gpusample.Sampler // over the patch
-	gm *gpuMachine
-	p  *proto
+	gs    *gpusample.Sampler      // CUDA: over the patch
+	owner *sample.NeighborSampler // CPU: over the patch
+	p     *proto
 }
 
-// New prepares rank c.Rank()'s sampler: patch is that rank's layout.Patch
-// (the in-adjacency rows it owns, global column IDs), offsets the
-// partition's node offsets (len P+1, contiguous ID ranges), c the sampler
-// stage's device communicator on dev (nil or Size()==1 means one device:
-// no communication). The patch is copied to dev (cfg.Placement).
-func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
+// New prepares rank c.Rank()'s sampler on be: patch is that rank's
+// layout.Patch (the in-adjacency rows it owns, global column IDs),
+// offsets the partition's node offsets (len P+1, contiguous ID ranges),
+// c the sampler stage's device communicator on be (nil or Size()==1
+// means one device: no communication). On a CUDA device the patch is
+// copied there (cfg.Placement); the CPU back end reads it in place.
+func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
 	const op = "gpucsp.New"
 	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Sampler, error) {
@@ -109,12 +144,13 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 			return bad("fanout %d of hop %d: want -1 (all) or > 0", f, i)
 		}
 	}
-	if dev == nil {
-		return bad("nil device")
+	dev, host, msg := backendOf(be)
+	if msg != "" {
+		return bad("%s", msg)
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &Sampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
-	p := newProto(dev, c, b, rank, &s.stats, len(cfg.Fanouts))
+	s := &Sampler{member: member{be: be, rank: rank, size: size}, cfg: cfg, edgeBase: patch.EdgeBase}
+	p := newProto(be, c, b, rank, &s.stats, len(cfg.Fanouts))
 	p.fan, p.edgeIDs, s.direct = cfg.Fanouts, cfg.EdgeIDs, !p.remote
 	wrap := func(err error) (*Sampler, error) {
 		s.Close()
@@ -128,63 +164,63 @@ func New(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceCo
 		}
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
 	}
-	var rows []graph.NodeID
-	if cfg.Placement == gpusample.Split {
-		rows = patch.DeviceRowIDs()
-	}
 	var err error
-	if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
-		return wrap(err)
+	if host != nil {
+		if s.owner, err = sample.NewNeighborSampler(patch.Graph, sample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
+			return wrap(err)
+		}
+		err = s.prepare(p, s.cpuMachine(host, p.off))
+	} else {
+		var rows []graph.NodeID
+		if cfg.Placement == gpusample.Split {
+			rows = patch.DeviceRowIDs()
+		}
+		if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
+			return wrap(err)
+		}
+		err = s.prepareGPU(dev, p)
 	}
-	if err := s.prepare(p, patch.EdgeBase); err != nil {
+	if err != nil {
 		return wrap(err)
 	}
 	return s, nil
 }
 
-// prepare gives s (its gs set) the protocol p and its device machine:
-// kernels, the partition offsets, the pinned read area and the control
-// words.
-func (s *Sampler) prepare(p *proto, edgeBase int64) error {
-	dev, size := s.dev, s.size
-	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: size, edgeBase: edgeBase}
-	s.gm, s.p, p.m = gm, p, gm
+// cpuMachine is the CPU machine of s's patch on host.
+func (s *Sampler) cpuMachine(host *cpu.Backend, off []int64) *cpuMachine {
+	return &cpuMachine{be: host, P: s.size, off: off, g: s.owner.Graph(), owner: s.owner, fan: s.cfg.Fanouts, edgeBase: s.edgeBase}
+}
+
+// prepareGPU gives s (its gs set) the protocol p on dev's machine.
+func (s *Sampler) prepareGPU(dev *cuda.Device, p *proto) error {
+	st, err := s.gs.Stepper()
+	if err != nil {
+		return err
+	}
+	gm, err := newGPUMachine(dev, st, "gpucsp", kernelSrc, kernels, s.size, p.off, s.edgeBase)
+	if err != nil {
+		return err
+	}
+	return s.prepare(p, gm)
+}
+
+// prepare gives s the protocol p on machine m, and p its control words.
+func (s *Sampler) prepare(p *proto, m machine) error {
+	s.p, p.m = p, m
 	var err error
-	if gm.st, err = s.gs.Stepper(); err != nil {
-		return err
-	}
-	mod, err := dev.LoadModule("gpucsp", cuda.CommonSource()+kernelSrc)
-	if err != nil {
-		return err
-	}
-	for _, name := range kernels {
-		if gm.fns[name], err = mod.Func(name); err != nil {
-			return err
-		}
-	}
-	ob, err := gm.alloc(backend.Int64, int64(size+1))
-	if err != nil {
-		return err
-	}
-	gm.offB = ob.(*cuda.Buffer)
-	if err := gm.upload(gm.offB, p.off); err != nil {
-		return err
-	}
-	if gm.pin, err = dev.AllocHost(uint64(8*readWords(size)), false); err != nil {
-		return err
-	}
-	p.ctl, err = gm.alloc(backend.Int64, ctlLayout{size}.words())
+	p.ctl, err = m.alloc(backend.Int64, ctlLayout{s.size}.words())
 	return err
 }
 
 // Sibling returns this rank's sampler on dev, another handle of the same
-// GPU (its own stream), whose collectives go through c, another
-// communicator of the same ranks. It reads s's patch in place
-// (gpusample.Sampler.Sibling) and draws the same batches as s, so
-// siblings on every rank can sample other batches while s's rank waits
-// for its peers. Like s it is a collective: every rank calls its
-// sibling's Sample in the same order. Close it before s.
-func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error) {
+// GPU (its own stream), or the CPU back end for a sampler there, whose
+// collectives go through c, another communicator of the same ranks. It
+// reads s's patch in place (on a GPU gpusample.Sampler.Sibling) and draws
+// the same batches as s, so siblings on every rank can sample other
+// batches while s's rank waits for its peers. Like s it is a collective:
+// every rank calls its sibling's Sample in the same order. Close it
+// before s.
+func (s *Sampler) Sibling(dev backend.Backend, c comm.DeviceComm) (*Sampler, error) {
 	const op = "gpucsp.Sibling"
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,11 +228,14 @@ func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error)
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
+	cd, host, msg := backendOf(dev)
 	switch {
 	case s.closed:
 		return bad("sampler is closed")
-	case dev == nil:
-		return bad("nil device")
+	case msg != "":
+		return bad("%s", msg)
+	case (cd != nil) != (s.gs != nil):
+		return bad("a sibling on %s of a sampler on %s", dev.Name(), s.be.Name())
 	case s.size > 1 && (c == nil || rank != s.rank || size != s.size), s.size == 1 && size != 1:
 		return bad("communicator of rank %d of %d for a sampler of rank %d of %d", rank, size, s.rank, s.size)
 	}
@@ -204,12 +243,14 @@ func (s *Sampler) Sibling(dev *cuda.Device, c comm.DeviceComm) (*Sampler, error)
 	if err != nil {
 		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Err: err}
 	}
-	t := &Sampler{member: member{dev: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg}
+	t := &Sampler{member: member{be: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg, edgeBase: s.edgeBase, owner: s.owner}
 	t.cfg.Fanouts = slices.Clone(s.cfg.Fanouts)
 	p := newProto(dev, c, b, s.rank, &t.stats, len(t.cfg.Fanouts))
 	p.fan, p.edgeIDs = t.cfg.Fanouts, t.cfg.EdgeIDs
-	if t.gs, err = s.gs.Sibling(dev); err == nil {
-		err = t.prepare(p, s.gm.edgeBase)
+	if host != nil {
+		err = t.prepare(p, t.cpuMachine(host, p.off))
+	} else if t.gs, err = s.gs.Sibling(cd); err == nil {
+		err = t.prepareGPU(cd, p)
 	}
 	if err != nil {
 		t.closeLocked()
@@ -238,13 +279,8 @@ func (s *Sampler) closeLocked() error {
 	if s.gs != nil {
 		first = s.gs.Close()
 	}
-	if s.p != nil && s.p.ctl != nil {
-		s.dev.Free(s.p.ctl)
-	}
-	if s.gm != nil {
-		if err := s.gm.close(); first == nil {
-			first = err
-		}
+	if err := s.p.close(); first == nil {
+		first = err
 	}
 	return first
 }
@@ -253,9 +289,10 @@ func (s *Sampler) closeLocked() error {
 // nodes this rank owns, but any node works) with key. It is a
 // collective: every rank calls it the same number of times, in the same
 // order (seed counts may differ, including 0). The batch lives on this
-// rank's device and equals gpusample.Sampler.SampleDevice's over the
-// whole graph with the same seeds and key.
-func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error) {
+// rank's back end and equals sample.NeighborSampler's (and
+// gpusample.Sampler.SampleDevice's) over the whole graph with the same
+// seeds and key.
+func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -266,7 +303,7 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 	}
 	L := len(s.cfg.Fanouts)
 	if s.direct {
-		b, err := s.gs.SampleDevice(seeds, key)
+		b, err := s.sampleDirect(seeds, key)
 		s.stats.Waits++
 		for _, k := range s.cfg.Fanouts {
 			if k < 0 {
@@ -280,14 +317,27 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 			return nil, s.p.wrapErr(0, "sampling on one device", err)
 		}
 		for h := range L {
-			s.stats.Frontier[h] += int64(b.Blocks[L-1-h].NumDst)
+			s.stats.Frontier[h] += int64(b.numDst(L - 1 - h))
 		}
 		s.stats.Batches++
 		return b, nil
 	}
-	outs, err := s.p.sample(ctx, seeds, key)
+	return s.p.sampleBatch(ctx, seeds, key, s.p.sample)
+}
+
+// sampleDirect samples the patch (the whole graph) with the back end's
+// single-device sampler.
+func (s *Sampler) sampleDirect(seeds []graph.NodeID, key sample.Key) (*Batch, error) {
+	if s.gs != nil {
+		b, err := s.gs.SampleDevice(seeds, key)
+		if err != nil {
+			return nil, err
+		}
+		return &Batch{Device: b}, nil
+	}
+	mb, err := s.owner.Sample(seeds, key)
 	if err != nil {
 		return nil, err
 	}
-	return batchFromParts(s.dev, s.gm, s.p, outs, seeds)
+	return &Batch{Host: mb}, nil
 }

@@ -2,7 +2,9 @@ package gpucsp
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -24,6 +26,41 @@ type gpuMachine struct {
 
 var kernels = []string{"csp_route_count", "csp_route_scatter", "csp_stride_counts", "csp_stride_compact",
 	"csp_totals", "csp_pack", "csp_add_i64", "csp_unpack_counts", "csp_unpack_src"}
+
+// newGPUMachine loads module name (src after the common source, kernels
+// fns) on dev and prepares the machine of a rank of P: the partition
+// offsets on the device and the pinned read area. st is the patch's hop
+// API (nil where no hop step is used). On failure nothing is left.
+func newGPUMachine(dev *cuda.Device, st *gpusample.Stepper, name, src string, fns []string, P int, offsets []int64, edgeBase int64) (g *gpuMachine, err error) {
+	g = &gpuMachine{dev: dev, st: st, fns: map[string]cu.Function{}, P: P, edgeBase: edgeBase}
+	defer func() {
+		if err != nil {
+			g.close()
+			g = nil
+		}
+	}()
+	mod, err := dev.LoadModule(name, cuda.CommonSource()+src)
+	if err != nil {
+		return nil, err
+	}
+	for _, fn := range fns {
+		if g.fns[fn], err = mod.Func(fn); err != nil {
+			return nil, err
+		}
+	}
+	ob, err := g.alloc(backend.Int64, int64(P+1))
+	if err != nil {
+		return nil, err
+	}
+	g.offB = ob.(*cuda.Buffer)
+	if err := g.upload(g.offB, offsets); err != nil {
+		return nil, err
+	}
+	if g.pin, err = dev.AllocHost(uint64(8*readWords(P)), false); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
 
 func cb(b backend.Buffer) *cuda.Buffer {
 	if b == nil {
@@ -254,6 +291,54 @@ func (g *gpuMachine) relabel(F backend.Buffer, nF int64, src, ptrB backend.Buffe
 		return nil, nil, nil, err
 	}
 	return a, b, c, nil
+}
+
+// batch wraps the parts as a gpusample.Batch: buffers truncated to the
+// device's sizes, each block's structure a cuda.Sparse. On failure
+// everything is freed.
+func (g *gpuMachine) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) {
+	L := len(outs)
+	blocks := make([]gpusample.Block, L)
+	var werr error
+	for h := range L {
+		o := &outs[h]
+		if o.sizes != nil {
+			g.dev.Free(o.sizes)
+			o.sizes = nil
+		}
+		blk := &blocks[L-1-h]
+		if werr == nil {
+			for _, t := range []struct {
+				b backend.Buffer
+				n int64
+			}{{o.srcNodes, o.ns}, {o.local, o.e}, {o.eid, o.e}} {
+				if werr = cb(t.b).Truncate(int(t.n)); werr != nil {
+					break
+				}
+			}
+		}
+		if werr == nil {
+			blk.A, werr = g.dev.NewSparseFromDevice(int(o.nd), int(o.ns), cb(o.ptr), cb(o.local))
+		}
+		if blk.A == nil {
+			o.free(g)
+			continue
+		}
+		*blk = gpusample.Block{NumDst: int(o.nd), NumSrc: int(o.ns), NumEdges: int(o.e), A: blk.A, SrcNodes: cb(o.srcNodes), EdgeIDs: cb(o.eid)}
+	}
+	b := gpusample.NewBatch(g.dev, slices.Clone(seeds), blocks)
+	if werr != nil {
+		b.Free()
+		return nil, werr
+	}
+	return &Batch{Device: b}, nil
+}
+
+func (g *gpuMachine) shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
+	if err := cb(b).Truncate(int(n)); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func (g *gpuMachine) close() error {

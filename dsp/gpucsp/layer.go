@@ -13,20 +13,18 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-// LayerSampler is one rank's layer-wise collective GPU sampler: the
-// batches of csp.LayerSampler (Fanouts[hop] edges for the whole layer,
-// allotted to the frontier by the requester and drawn by the owners) with
-// the frontiers, answers and blocks in device memory. Its methods
+// LayerSampler is one rank's layer-wise collective sampler: the batches
+// of csp.LayerSampler (Fanouts[hop] edges for the whole layer, allotted
+// to the frontier by the requester and drawn by the owners) with the
+// frontiers, answers and blocks on the rank's back end. Its methods
 // serialize; Sample is a collective (see the package doc).
 type LayerSampler struct {
 	member
 	cfg Config
 
-	gs *gpusample.Sampler // the hop API: uniform draws and relabeling
-	gm *gpuLayerMachine
+	gs *gpusample.Sampler // CUDA: the hop API (uniform draws and relabeling)
 	p  *lproto
 }
 
@@ -37,9 +35,9 @@ type LayerSampler struct {
 // weights (finite, >= 0), as csp.NewLayerSampler requires. A single rank
 // (nil communicator) runs the same protocol with local copies. Weighted
 // sampling keeps this package's copy of the patch's rows with their
-// running weight sums (per-edge arrays in host memory with Mapped and
-// Split placements).
-func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
+// running weight sums (on a GPU, per-edge arrays in host memory with
+// Mapped and Split placements).
+func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
 	const op = "gpucsp.NewLayer"
 	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*LayerSampler, error) {
@@ -63,12 +61,13 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 			}
 		}
 	}
-	if dev == nil {
-		return bad("nil device")
+	dev, host, msg := backendOf(be)
+	if msg != "" {
+		return bad("%s", msg)
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &LayerSampler{member: member{dev: dev, rank: rank, size: size}, cfg: cfg}
-	p := newProto(dev, c, b, rank, &s.stats, len(cfg.Fanouts))
+	s := &LayerSampler{member: member{be: be, rank: rank, size: size}, cfg: cfg}
+	p := newProto(be, c, b, rank, &s.stats, len(cfg.Fanouts))
 	p.fan, p.edgeIDs = cfg.Fanouts, cfg.EdgeIDs
 	wrap := func(err error) (*LayerSampler, error) {
 		s.Close()
@@ -78,30 +77,36 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 		}
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
 	}
-	// Uniform draws use gpusample's hop API over the patch; weighted
-	// ones read this package's copy of the rows, so gpusample then gets
-	// a one-node graph and serves relabeling only.
-	gcfg := gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}
-	if cfg.Placement == gpusample.Split {
-		gcfg.DeviceRows = patch.DeviceRowIDs()
+	var lm layerMachine
+	if host != nil {
+		lm = newCPULayerMachine(host, patch, p.off, size, cfg)
+	} else {
+		// Uniform draws use gpusample's hop API over the patch; weighted
+		// ones read this package's copy of the rows, so gpusample then
+		// gets a one-node graph and serves relabeling only.
+		gcfg := gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}
+		if cfg.Placement == gpusample.Split {
+			gcfg.DeviceRows = patch.DeviceRowIDs()
+		}
+		g := patch.Graph
+		if cfg.Weighted {
+			g, gcfg.Placement, gcfg.DeviceRows = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}, gpusample.OnDevice, nil
+		}
+		var err error
+		if s.gs, err = gpusample.New(dev, g, gcfg); err != nil {
+			return wrap(err)
+		}
+		if lm, err = newGPULayerMachine(dev, s.gs, patch, p.off, size, cfg); err != nil {
+			return wrap(err)
+		}
 	}
-	g := patch.Graph
-	if cfg.Weighted {
-		g, gcfg.Placement, gcfg.DeviceRows = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}, gpusample.OnDevice, nil
-	}
+	p.m = lm
+	s.p = &lproto{proto: p, lm: lm, replace: cfg.Replace, weighted: cfg.Weighted}
 	var err error
-	if s.gs, err = gpusample.New(dev, g, gcfg); err != nil {
+	if p.ctl, err = lm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
 		return wrap(err)
 	}
-	if s.gm, err = newGPULayerMachine(dev, s.gs, patch, p.off, size, cfg); err != nil {
-		return wrap(err)
-	}
-	p.m = s.gm
-	s.p = &lproto{proto: p, lm: s.gm, replace: cfg.Replace, weighted: cfg.Weighted}
-	if p.ctl, err = s.gm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
-		return wrap(err)
-	}
-	if s.p.bad, err = s.gm.alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
+	if s.p.bad, err = lm.alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
 		return wrap(err)
 	}
 	return s, nil
@@ -110,7 +115,7 @@ func NewLayer(dev *cuda.Device, patch *layout.Patch, offsets []int64, c comm.Dev
 // NumHops is the number of blocks per batch.
 func (s *LayerSampler) NumHops() int { return len(s.cfg.Fanouts) }
 
-// Close releases the sampler's device memory (not the communicator, nor
+// Close releases the sampler's memory (not the communicator, nor
 // batches already returned).
 func (s *LayerSampler) Close() error {
 	s.mu.Lock()
@@ -121,14 +126,7 @@ func (s *LayerSampler) Close() error {
 	s.closed = true
 	var first error
 	if s.p != nil {
-		for _, b := range []backend.Buffer{s.p.ctl, s.p.bad} {
-			if b != nil {
-				s.dev.Free(b)
-			}
-		}
-	}
-	if s.gm != nil {
-		first = s.gm.close()
+		first = s.p.close(s.p.bad)
 	}
 	if s.gs != nil {
 		if err := s.gs.Close(); first == nil {
@@ -141,10 +139,10 @@ func (s *LayerSampler) Close() error {
 // Sample draws the layer-wise mini-batch of seeds (distinct global IDs)
 // with key. It is a collective: every rank calls it the same number of
 // times, in the same order (seed counts may differ, including 0). The
-// batch lives on this rank's device and equals csp.LayerSampler's with
+// batch lives on this rank's back end and equals csp.LayerSampler's with
 // the same graph, seeds, key and configuration (edge IDs with
 // Config.EdgeIDs; -1 without).
-func (s *LayerSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error) {
+func (s *LayerSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -153,9 +151,5 @@ func (s *LayerSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sam
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	outs, err := s.p.sample(ctx, seeds, key)
-	if err != nil {
-		return nil, err
-	}
-	return batchFromParts(s.dev, s.gm, s.p.proto, outs, seeds)
+	return s.p.sampleBatch(ctx, seeds, key, s.p.sample)
 }

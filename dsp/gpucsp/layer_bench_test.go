@@ -150,7 +150,7 @@ func BenchmarkLayerEpochProducts(b *testing.B) {
 				}
 				defer batch.Free()
 				var e int64
-				for _, k := range batch.Blocks {
+				for _, k := range batch.Device.Blocks {
 					e += int64(k.NumEdges)
 				}
 				return e, nil

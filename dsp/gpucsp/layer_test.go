@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -16,339 +14,12 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
-
-// ---- A host mirror of gpuLayerMachine: the node-wise mirror for
-// buffers, routing and relabeling, and every kernel of layer.cu plus the
-// uniform draws of gpusample's gs_draw_row in Go.
-
-type hostLayerMachine struct {
-	*hostMachine
-	g                 *graph.CSR // the patch
-	lo, hi, n         int64
-	replace, weighted bool
-	roww              []int64
-	cum               []float64
-	last              []int32
-	// corrupt makes the machine misbehave once: "owner" writes an
-	// impossible owner into the frontier's degrees (the requester's host
-	// check), "count" asks an owner for one edge more than the allocation
-	// says (the owner's device check).
-	corrupt string
-}
-
-func (m *hostLayerMachine) w() int64 {
-	if m.weighted {
-		return 2
-	}
-	return 1
-}
-
-// info mirrors lw_info.
-func (m *hostLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
-	if err := m.enter("info", ids, out, bad); err != nil {
-		return err
-	}
-	w := m.w()
-	if int64(len(i64s(out))) < R*w {
-		return m.bad("info: %d words for %d nodes", len(i64s(out)), R)
-	}
-	for i, v := range i32s(ids)[:R] {
-		var d, wb int64
-		if r := int64(v) - m.lo; r < 0 || int64(v) >= m.hi {
-			i64s(bad)[0]++
-		} else {
-			d = m.g.Indptr[v+1] - m.g.Indptr[v]
-			if m.weighted {
-				wb = m.roww[r]
-			}
-		}
-		i64s(out)[int64(i)*w] = d
-		if m.weighted {
-			i64s(out)[int64(i)*w+1] = wb
-		}
-	}
-	return nil
-}
-
-// frontierInfo mirrors lw_frontier_info.
-func (m *hostLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
-	if err := m.enter("frontierInfo", out, in, pos); err != nil {
-		return err
-	}
-	w, P := m.w(), int64(m.P)
-	if len(bptr) != m.P+1 || bptr[P] != nF {
-		return m.bad("frontierInfo: bptr %v for %d nodes", bptr, nF)
-	}
-	for j := range nF {
-		q := edgeRow(bptr, P, j)
-		i := int64(i32s(pos)[j])
-		i64s(out)[i*w] = i64s(in)[j*w]&(1<<ownerShift-1) | q<<ownerShift
-		if m.weighted {
-			i64s(out)[i*w+1] = i64s(in)[j*w+1]
-		}
-	}
-	if m.corrupt == "owner" && nF > 0 {
-		i64s(out)[0] |= int64(m.P+3) << ownerShift
-		m.corrupt = ""
-	}
-	return nil
-}
-
-// packAlloc mirrors lw_pack_alloc.
-func (m *hostLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
-	if err := m.enter("packAlloc", allocG, msg, allocF, pos); err != nil {
-		return err
-	}
-	P := int64(m.P)
-	if len(hdr) != 2*m.P || len(bptr) != m.P+1 || int64(len(i64s(msg))) < nF+2*P {
-		return m.bad("packAlloc: hdr %d, bptr %d, msg %d for %d nodes", len(hdr), len(bptr), len(i64s(msg)), nF)
-	}
-	g, ms := i64s(allocG), i64s(msg)
-	for j := range nF {
-		q := edgeRow(bptr, P, j)
-		a := i64s(allocF)[i32s(pos)[j]]
-		g[j] = a
-		ms[j+2*(q+1)] = a
-	}
-	g[nF] = 0
-	for q := range P {
-		ms[bptr[q]+2*q], ms[bptr[q]+2*q+1] = hdr[2*q], hdr[2*q+1]
-	}
-	if m.corrupt == "count" && nF > 0 {
-		q := edgeRow(bptr, P, 0)
-		ms[2*(q+1)]++
-		m.corrupt = ""
-	}
-	return nil
-}
-
-// drawLayer mirrors lw_owner_counts, the scan, lw_owner_check, lw_guard,
-// the -1 fill and the draws (gs_draw_row through DrawHop and
-// csp_add_i64, or lw_draw_weighted).
-func (m *hostLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
-	if err := m.enter("drawLayer", ids, info, msg, src, eid, bad); err != nil {
-		return err
-	}
-	P, w := int64(m.P), m.w()
-	if len(roff) != m.P+1 || roff[P] != R || len(tot) != m.P || len(keys) != m.P || int64(len(i32s(src))) < E || int64(len(i64s(eid))) < E {
-		return m.bad("drawLayer: roff %v, tot %v, %d keys, E %d", roff, tot, len(keys), E)
-	}
-	cnt := make([]int64, R+1)
-	for i := range R {
-		p := edgeRow(roff, P, i)
-		k := i64s(msg)[i+2*(p+1)]
-		d := i64s(info)[i*w]
-		ok := k >= 0 && k <= maxLayerFanout && !(k > 0 && d == 0) && (m.replace || k <= d)
-		if ok && m.weighted && k > 0 {
-			ok = math.Float64frombits(uint64(i64s(info)[i*w+1])) > 0
-		}
-		if !ok {
-			i64s(bad)[0]++
-			k = 0
-		}
-		cnt[i] = k
-	}
-	qptr := exclusiveScan(cnt)
-	for p := range P {
-		if qptr[roff[p+1]]-qptr[roff[p]] != tot[p] {
-			i64s(bad)[0]++
-		}
-	}
-	if i64s(bad)[0] != 0 {
-		clear(qptr)
-	}
-	for t := range E {
-		i32s(src)[t], i64s(eid)[t] = -1, -1
-	}
-	for i := range R {
-		s := edgeRow(roff, P, i)
-		v := i32s(ids)[i]
-		key := rng.Derive(keys[s], uint64(v))
-		for j, e := range m.drawRow(key, v, qptr[i+1]-qptr[i]) {
-			t := qptr[i] + int64(j)
-			i32s(src)[t] = m.g.Indices[e]
-			i64s(eid)[t] = e
-			if m.weighted {
-				i64s(eid)[t] += m.edgeBase
-			}
-		}
-	}
-	if !m.weighted {
-		for t := range E {
-			i64s(eid)[t] += m.edgeBase
-		}
-	}
-	return nil
-}
-
-// drawRow is node v's k draws (positions in the patch's indices) under
-// key: gs_draw_row's uniform rules (all of the row, uniform with
-// replacement, Floyd's algorithm kept sorted) or lw_draw_weighted's
-// inverse CDF.
-func (m *hostLayerMachine) drawRow(key uint64, v graph.NodeID, k int64) []int64 {
-	a, b := m.g.Indptr[v], m.g.Indptr[v+1]
-	n := b - a
-	out := make([]int64, 0, k)
-	switch {
-	case k == 0:
-	case m.weighted:
-		for j := range k {
-			h := rng.Hash(key, uint64(j))
-			open := float64(h>>11+1) * (1.0 / (1 << 53))
-			u := (1 - open) * m.cum[b-1]
-			e := sort.Search(int(n), func(e int) bool { return m.cum[a+int64(e)] > u })
-			if e == int(n) {
-				e = int(m.last[int64(v)-m.lo])
-			}
-			out = append(out, a+int64(e))
-		}
-	case k == n && !m.replace:
-		for e := a; e < b; e++ {
-			out = append(out, e)
-		}
-	case m.replace:
-		for j := range k {
-			out = append(out, a+int64(rng.Below(rng.Hash(key, uint64(j)), uint64(n))))
-		}
-	default:
-		ctr := uint64(0)
-		for j := n - k; j < n; j++ {
-			t := a + int64(rng.Below(rng.Hash(key, ctr), uint64(j+1)))
-			ctr++
-			q, found := slices.BinarySearch(out, t)
-			if found {
-				out = append(out, a+j)
-				continue
-			}
-			out = slices.Insert(out, q, t)
-		}
-	}
-	return out
-}
-
-// unpackLayer mirrors the scan and lw_unpack.
-func (m *hostLayerMachine) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
-	if err := m.enter("unpackLayer", src, eid, ans, ansE, ptr, allocG, pos, bad); err != nil {
-		return err
-	}
-	sptr := exclusiveScan(i64s(allocG)[:nF+1])
-	if sptr[nF] != E || i64s(ptr)[nF] != E {
-		return m.bad("unpackLayer: counts add up to %d, rows to %d, E %d", sptr[nF], i64s(ptr)[nF], E)
-	}
-	for t := range E {
-		j := edgeRow(sptr, nF, t)
-		d := i64s(ptr)[i32s(pos)[j]] + t - sptr[j]
-		u := i32s(ans)[t]
-		if u < 0 || int64(u) >= m.n {
-			i64s(bad)[0]++
-			u = 0
-		}
-		i32s(src)[d] = u
-		i64s(eid)[d] = -1
-		if ansE != nil {
-			i64s(eid)[d] = i64s(ansE)[t]
-		}
-	}
-	return nil
-}
-
-// hostLayerRanks are P layer-wise protocol ranks over host machines.
-type hostLayerRanks struct {
-	p []*lproto
-	m []*hostLayerMachine
-	L int
-}
-
-func newHostLayerRanks(t *testing.T, g *graph.CSR, off []int64, cfg Config) *hostLayerRanks {
-	t.Helper()
-	if err := checkLayerConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	P := len(off) - 1
-	b, err := book.New(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hr := &hostLayerRanks{L: len(cfg.Fanouts)}
-	grp := newHostGroup(P)
-	for r := range P {
-		patch, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lo, hi := b.Range(r)
-		hm := &hostMachine{rank: r, P: P, off: b.Offsets(), edgeBase: patch.EdgeBase, fan: cfg.Fanouts, shuffle: new(rng.Stream)}
-		*hm.shuffle = rng.NewStream(uint64(91 + r))
-		m := &hostLayerMachine{hostMachine: hm, g: patch.Graph, lo: lo, hi: hi, n: g.NumRows, replace: cfg.Replace, weighted: cfg.Weighted}
-		if cfg.Weighted {
-			m.roww, m.cum, m.last = layerWeights(patch.Graph.Indptr[lo:hi+1], patch.Graph.Weights)
-		}
-		st := &Stats{BytesSent: make([]int64, P), Frontier: make([]int64, len(cfg.Fanouts))}
-		p := &proto{m: m, rank: r, size: P, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts, edgeIDs: cfg.EdgeIDs, stats: st}
-		if P > 1 {
-			p.x, p.remote = hostComm{grp, r}, true
-		} else {
-			p.x = hostLocal{}
-		}
-		if p.ctl, err = m.alloc(backend.Int64, ctlLayout{P}.words()); err != nil {
-			t.Fatal(err)
-		}
-		lp := &lproto{proto: p, lm: m, replace: cfg.Replace, weighted: cfg.Weighted}
-		if lp.bad, err = m.alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
-			t.Fatal(err)
-		}
-		hr.p, hr.m = append(hr.p, lp), append(hr.m, m)
-	}
-	return hr
-}
-
-// step runs one collective step on every rank; each rank's result comes
-// back as a host MiniBatch, its parts freed.
-func (hr *hostLayerRanks) step(ctx context.Context, seeds [][]graph.NodeID, keys []sample.Key) ([]*sample.MiniBatch, []error) {
-	P := len(hr.p)
-	out, errs := make([]*sample.MiniBatch, P), make([]error, P)
-	var wg sync.WaitGroup
-	for r := range P {
-		wg.Go(func() {
-			p := hr.p[r]
-			outs, err := p.sample(ctx, seeds[r], keys[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			mb := &sample.MiniBatch{Seeds: slices.Clone(seeds[r]), Blocks: make([]sample.Block, hr.L)}
-			for h := range outs {
-				o := &outs[h]
-				mb.Blocks[hr.L-1-h] = sample.Block{NumDst: int(o.nd), SrcNodes: slices.Clone(i32s(o.srcNodes)[:o.ns]),
-					Indptr: slices.Clone(i64s(o.ptr)[:o.nd+1]), Indices: slices.Clone(i32s(o.local)[:o.e]), EdgeIDs: slices.Clone(i64s(o.eid)[:o.e])}
-				o.free(p.m)
-			}
-			out[r] = mb
-		})
-	}
-	wg.Wait()
-	return out, errs
-}
-
-// check fails the test on any misuse of a host machine, and on buffers
-// left allocated besides the control and violation buffers.
-func (hr *hostLayerRanks) check(t *testing.T, name string) {
-	t.Helper()
-	for r, m := range hr.m {
-		if len(m.misuse) > 0 {
-			t.Fatalf("%s: rank %d: %s", name, r, strings.Join(m.misuse, "; "))
-		}
-		if m.live != 2 {
-			t.Fatalf("%s: rank %d holds %d buffers after the step, want 2", name, r, m.live)
-		}
-	}
-}
 
 // wantLayerWaits is the host waits of one layer-wise step: per hop the
 // reads of the header, the frontier's degrees and the allocation headers,
@@ -415,17 +86,18 @@ var layerModes = []Config{
 }
 
 // TestLayerProtocolMatchesCPU runs the layer-wise protocol (lproto, the
-// code GPUs run) on host mirrors of the kernels, on 1-4 ranks with equal
-// and random partitions (empty ranks and ranks without seeds included),
-// and compares every rank's batch with csp.LayerSampler's: on the same
-// partition, and alone on one rank (the single-device reference), for
-// two steps in a row. It also counts the host's waits.
+// code GPUs run) on the CPU machines of 1-4 CPU back ends with random
+// delays before every collective, with equal and random partitions
+// (empty ranks and ranks without seeds included), and compares every
+// rank's batch with csp.LayerSampler's: on the same partition, and alone
+// on one rank (the single-device reference), for two steps in a row. It
+// also counts the host's waits.
 func TestLayerProtocolMatchesCPU(t *testing.T) {
 	g := randomGraph(6, 1500, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	one := []int64{0, g.NumRows}
-	for _, mode := range layerModes {
+	for mi, mode := range layerModes {
 		for P := 1; P <= 4; P++ {
 			trials := 2
 			if testing.Short() && P == 3 {
@@ -439,7 +111,7 @@ func TestLayerProtocolMatchesCPU(t *testing.T) {
 						off[p] = g.NumRows * int64(p) / int64(P)
 					}
 				}
-				hr := newHostLayerRanks(t, g, off, mode)
+				ss, ms := cpuLayerGroup(t, g, off, mode, pipeline.RandomDelays(uint64(mi*100+P*10+trial), 300*time.Microsecond, 0.3))
 				for stepNo := range 2 {
 					seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
 					for r := range P {
@@ -449,9 +121,9 @@ func TestLayerProtocolMatchesCPU(t *testing.T) {
 					}
 					before := make([]int64, P)
 					for r := range P {
-						before[r] = hr.p[r].stats.Waits
+						before[r] = ss[r].Stats().Waits
 					}
-					got, errs := hr.step(ctx, seeds, keys)
+					got, errs := layerSampleAll(ctx, ss, seeds, keys)
 					name := fmt.Sprintf("%+v P=%d offsets %v step %d", mode, P, off, stepNo)
 					if err := errors.Join(errs...); err != nil {
 						t.Fatalf("%s: %v", name, err)
@@ -479,11 +151,11 @@ func TestLayerProtocolMatchesCPU(t *testing.T) {
 							t.Fatalf("%s rank %d: seeds differ", name, r)
 						}
 						compareBlocks(t, fmt.Sprintf("%s rank %d", name, r), got[r].Blocks, want.Blocks)
-						if w := wantLayerWaits(hr.L, P > 1, mode.EdgeIDs); hr.p[r].stats.Waits-before[r] != w {
-							t.Errorf("%s rank %d: %d host waits, want %d", name, r, hr.p[r].stats.Waits-before[r], w)
+						if w := wantLayerWaits(len(mode.Fanouts), P > 1, mode.EdgeIDs); ss[r].Stats().Waits-before[r] != w {
+							t.Errorf("%s rank %d: %d host waits, want %d", name, r, ss[r].Stats().Waits-before[r], w)
 						}
 					}
-					hr.check(t, name)
+					checkMachines(t, name, ms, 2)
 				}
 			}
 		}
@@ -534,7 +206,7 @@ func TestLayerProtocolFailures(t *testing.T) {
 		{"owner asked too much", 0, "corrupt:count", 0, 0, -1, ErrProtocol},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			hr := newHostLayerRanks(t, g, off, Config{Fanouts: []int{20, 30, 10}})
+			ss, ms := cpuLayerGroup(t, g, off, Config{Fanouts: []int{20, 30, 10}}, nil)
 			seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
 			for r := range P {
 				seeds[r], keys[r] = good(r), sample.Key{Seed: 8, Batch: r}
@@ -543,24 +215,24 @@ func TestLayerProtocolFailures(t *testing.T) {
 			case c.op == "":
 				seeds[c.rank] = append(slices.Clone(seeds[c.rank]), seeds[c.rank][0])
 			case strings.HasPrefix(c.op, "corrupt:"):
-				hr.m[c.rank].corrupt = strings.TrimPrefix(c.op, "corrupt:")
+				ms[c.rank].corrupt = strings.TrimPrefix(c.op, "corrupt:")
 			default:
-				hr.m[c.rank].failAt = map[string]int{c.op: c.call}
+				ms[c.rank].failAt = map[string]int{c.op: c.call}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			_, errs := hr.step(ctx, seeds, keys)
+			_, errs := layerSampleAll(ctx, ss, seeds, keys)
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("failing took %v: the ranks waited for a deadline", d)
 			}
 			checkFailedStep(t, errs, c.rank, c.selfHop, c.peerHop, c.want)
-			hr.check(t, c.name)
+			checkMachines(t, c.name, ms, 2)
 			seeds[c.rank] = good(c.rank)
-			if _, errs := hr.step(ctx, seeds, keys); errors.Join(errs...) != nil {
+			if _, errs := layerSampleAll(ctx, ss, seeds, keys); errors.Join(errs...) != nil {
 				t.Fatalf("after a failed step: %v", errors.Join(errs...))
 			}
-			hr.check(t, c.name+", next step")
+			checkMachines(t, c.name+", next step", ms, 2)
 		})
 	}
 }
@@ -602,8 +274,13 @@ func TestNewLayerValidates(t *testing.T) {
 		{"no weights", &noW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "needs edge weights"},
 		{"negative weight", &negW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "edge 3 of the patch has weight -1"},
 		{"nil device", p, off, ok, "nil device"},
+		{"other back end", p, off, ok, "back end other (gpucsp.otherBackend): want a CUDA device or the CPU back end"},
 	} {
-		_, err := NewLayer(nil, c.patch, c.off, nil, c.cfg)
+		var be backend.Backend
+		if c.name == "other back end" {
+			be = otherBackend{}
+		}
+		_, err := NewLayer(be, c.patch, c.off, nil, c.cfg)
 		var ge *Error
 		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.NewLayer" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)

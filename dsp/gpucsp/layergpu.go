@@ -45,7 +45,14 @@ type gpuLayerMachine struct {
 
 // newGPULayerMachine loads the kernels and places the rows of patch.
 func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (g *gpuLayerMachine, err error) {
-	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: P, edgeBase: patch.EdgeBase}
+	st, err := gs.Stepper()
+	if err != nil {
+		return nil, err
+	}
+	gm, err := newGPUMachine(dev, st, "gpucsp-layer", kernelSrc+layerSrc, append(append([]string{}, kernels...), layerKernels...), P, offsets, patch.EdgeBase)
+	if err != nil {
+		return nil, err
+	}
 	g = &gpuLayerMachine{gpuMachine: gm, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows,
 		replace: cfg.Replace, weighted: cfg.Weighted, placed: placer{dev: dev}}
 	defer func() {
@@ -54,29 +61,6 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 			g = nil
 		}
 	}()
-	if gm.st, err = gs.Stepper(); err != nil {
-		return nil, err
-	}
-	mod, err := dev.LoadModule("gpucsp-layer", cuda.CommonSource()+kernelSrc+layerSrc)
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range append(append([]string{}, kernels...), layerKernels...) {
-		if gm.fns[name], err = mod.Func(name); err != nil {
-			return nil, err
-		}
-	}
-	ob, err := gm.alloc(backend.Int64, int64(P+1))
-	if err != nil {
-		return nil, err
-	}
-	gm.offB = ob.(*cuda.Buffer)
-	if err := gm.upload(gm.offB, offsets); err != nil {
-		return nil, err
-	}
-	if gm.pin, err = dev.AllocHost(uint64(8*readWords(P)), false); err != nil {
-		return nil, err
-	}
 	pg := patch.Graph
 	lo, hi := int64(patch.Lo), int64(patch.Hi)
 	rb, err := gm.alloc(backend.Int64, g.rows+1)

@@ -3,6 +3,7 @@ package gpucsp
 import (
 	"context"
 
+	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -11,8 +12,8 @@ import (
 // in order and returns without waiting for it; read waits (it is the
 // host's only way to learn a device-side size). Sizes passed in are
 // exact host-known counts unless a method says it reads one from the
-// device. gpuMachine runs on a GPU; the tests mirror every method on the
-// host (machine_test.go), so the protocol itself runs in CI.
+// device. gpuMachine runs on a GPU, cpuMachine on the CPU back end (the
+// kernels in Go, run when called): CPU devices run the protocol GPUs run.
 type machine interface {
 	// alloc returns a buffer of max(n, 1) elements (n is checked by the
 	// caller); free returns it (work queued before stays ordered).
@@ -63,6 +64,17 @@ type machine interface {
 	// first ns valid), local (the block's column indices) and sizes
 	// (int64 {nF, edges, ns} on the device), as gpusample does.
 	relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error)
+
+	// batch turns a step's parts (proto.step's, sizes known) into the
+	// back end's Batch of seeds; the parts are its from then on, and
+	// freed on failure.
+	batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error)
+	// shrink returns b's first n elements as a buffer that owns b's
+	// memory (b is not used after).
+	shrink(b backend.Buffer, n int64) (backend.Buffer, error)
+	// close releases the machine's own memory (not the buffers it
+	// returned).
+	close() error
 }
 
 // exchanger is the part of comm.DeviceComm the sampler uses.

@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 func TestOwnerOf(t *testing.T) {
@@ -219,30 +220,6 @@ func randomSeeds(seed uint64, n int64, k int) []graph.NodeID {
 	return graphtest.DistinctNodes(seed, n, k)
 }
 
-func exclusiveScan(x []int64) []int64 {
-	out := make([]int64, len(x))
-	var s int64
-	for i, v := range x {
-		out[i] = s
-		s += v
-	}
-	return out
-}
-
-// edgeRow mirrors common.cuh's edge_row.
-func edgeRow(ptr []int64, rows, e int64) int64 {
-	lo, hi := int64(0), rows
-	for hi-lo > 1 {
-		mid := (lo + hi) >> 1
-		if ptr[mid] <= e {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
 func compareBlocks(t *testing.T, name string, got, want []sample.Block) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -301,8 +278,13 @@ func TestNewValidates(t *testing.T) {
 		{"no fanouts", p, off, Config{}, "0 fanouts"},
 		{"zero fanout", p, off, Config{Fanouts: []int{3, 0}}, "fanout 0 of hop 1"},
 		{"nil device", p, off, ok, "nil device"},
+		{"other back end", p, off, ok, "back end other (gpucsp.otherBackend): want a CUDA device or the CPU back end"},
 	} {
-		_, err := New(nil, c.patch, c.off, nil, c.cfg)
+		var be backend.Backend
+		if c.name == "other back end" {
+			be = otherBackend{}
+		}
+		_, err := New(be, c.patch, c.off, nil, c.cfg)
 		var ge *Error
 		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.New" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)

@@ -12,8 +12,8 @@ import (
 )
 
 // proto is one rank's side of the collective protocol over a machine
-// and an exchanger (see the package doc). It knows nothing of CUDA: the
-// tests run it on host mirrors of the kernels.
+// and an exchanger (see the package doc). It knows nothing of CUDA: CPU
+// devices run it on the CPU machine.
 type proto struct {
 	m          machine
 	x          exchanger
@@ -148,6 +148,35 @@ func fill(P, v int) []int {
 		out[i] = v
 	}
 	return out
+}
+
+// sampleBatch runs step (a protocol's sample) and hands its parts to
+// the machine as a Batch.
+func (p *proto) sampleBatch(ctx context.Context, seeds []graph.NodeID, key sample.Key, step func(context.Context, []graph.NodeID, sample.Key) ([]hopOut, error)) (*Batch, error) {
+	outs, err := step(ctx, seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.m.batch(outs, seeds)
+	if err != nil {
+		return nil, p.wrapErr(len(outs)-1, "building the blocks", err)
+	}
+	return b, nil
+}
+
+// close frees the control words and the extra buffers (a protocol's
+// own), then the machine's memory; p may be nil (a sampler that failed
+// before its protocol).
+func (p *proto) close(extra ...backend.Buffer) error {
+	if p == nil || p.m == nil {
+		return nil
+	}
+	for _, b := range append([]backend.Buffer{p.ctl}, extra...) {
+		if b != nil {
+			p.m.free(b)
+		}
+	}
+	return p.m.close()
 }
 
 // sample runs one step: every hop, then one read of all hops' sizes. On

@@ -6,126 +6,28 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/rng"
-	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
-// hostLocal is the exchanger of a single host rank: a copy.
-type hostLocal struct{}
-
-func (hostLocal) AllToAll(_ context.Context, dst, src backend.Buffer) error {
-	return hostLocal{}.AllToAllV(nil, dst, nil, src, nil)
-}
-func (hostLocal) AllToAllV(_ context.Context, dst backend.Buffer, _ []int, src backend.Buffer, _ []int) error {
-	d, s := dst.(*hbuf), src.(*hbuf)
-	if d.dt != s.dt || d.Len() != s.Len() {
-		return fmt.Errorf("local exchange of %d %v into %d %v", s.Len(), s.dt, d.Len(), d.dt)
-	}
-	copy(d.i32, s.i32)
-	copy(d.i64, s.i64)
-	return nil
-}
-
-// hostRanks are P protocol ranks over host machines, as New builds them
-// over GPUs (P == 1: the protocol with a local exchanger).
-type hostRanks struct {
-	p     []*proto
-	m     []*hostMachine
-	keyOf map[uint64]sample.Key
-	L     int
-}
-
-func newHostRanks(t *testing.T, g *graph.CSR, off []int64, cfg Config) *hostRanks {
-	t.Helper()
-	P := len(off) - 1
-	b, err := book.New(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hr := &hostRanks{keyOf: map[uint64]sample.Key{}, L: len(cfg.Fanouts)}
-	grp := newHostGroup(P)
-	for r := range P {
-		patch, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		owner, err := sample.NewNeighborSampler(patch.Graph, sample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &hostMachine{rank: r, P: P, off: b.Offsets(), owner: owner, edgeBase: patch.EdgeBase, fan: cfg.Fanouts,
-			keyOf: hr.keyOf, shuffle: new(rng.Stream)}
-		*m.shuffle = rng.NewStream(uint64(77 + r))
-		lo, hi := b.Range(r)
-		st := &Stats{BytesSent: make([]int64, P), Frontier: make([]int64, len(cfg.Fanouts))}
-		p := &proto{m: m, rank: r, size: P, n: b.NumNodes(), off: b.Offsets(), rows: hi - lo, fan: cfg.Fanouts, edgeIDs: cfg.EdgeIDs, stats: st}
-		if P > 1 {
-			p.x, p.remote = hostComm{grp, r}, true
-		} else {
-			p.x = hostLocal{}
-		}
-		if p.ctl, err = m.alloc(backend.Int64, ctlLayout{P}.words()); err != nil {
-			t.Fatal(err)
-		}
-		hr.p, hr.m = append(hr.p, p), append(hr.m, m)
-	}
-	return hr
-}
-
-// step runs one collective step on every rank; each rank's result comes
-// back as host blocks (first layer first), its parts freed.
-func (hr *hostRanks) step(ctx context.Context, seeds [][]graph.NodeID, keys []sample.Key) ([][]sample.Block, []error) {
-	P := len(hr.p)
-	for r := range P {
-		for h := range hr.L {
-			hr.keyOf[sample.HopKey(keys[r], h)] = keys[r]
+// cpuStep runs one collective Sample on every rank (the seeds and keys
+// per rank) and downloads the batches' blocks.
+func cpuStep(ctx context.Context, ss []*Sampler, seeds [][]graph.NodeID, keys []sample.Key) ([][]sample.Block, []error) {
+	mbs, errs := sampleAll(ctx, ss, seeds, keys)
+	out := make([][]sample.Block, len(mbs))
+	for r, mb := range mbs {
+		if mb != nil {
+			out[r] = mb.Blocks
 		}
 	}
-	out, errs := make([][]sample.Block, P), make([]error, P)
-	var wg sync.WaitGroup
-	for r := range P {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := hr.p[r]
-			outs, err := p.sample(ctx, seeds[r], keys[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			out[r] = make([]sample.Block, hr.L)
-			for h := range outs {
-				o := &outs[h]
-				out[r][hr.L-1-h] = sample.Block{NumDst: int(o.nd), SrcNodes: slices.Clone(i32s(o.srcNodes)[:o.ns]),
-					Indptr: slices.Clone(i64s(o.ptr)[:o.nd+1]), Indices: slices.Clone(i32s(o.local)[:o.e]), EdgeIDs: slices.Clone(i64s(o.eid)[:o.e])}
-				o.free(p.m)
-			}
-		}()
-	}
-	wg.Wait()
 	return out, errs
-}
-
-// check fails the test on any misuse of a host machine, and on buffers
-// left allocated besides the control buffer.
-func (hr *hostRanks) check(t *testing.T, name string) {
-	t.Helper()
-	for r, m := range hr.m {
-		if len(m.misuse) > 0 {
-			t.Fatalf("%s: rank %d: %s", name, r, strings.Join(m.misuse, "; "))
-		}
-		if m.live != 1 {
-			t.Fatalf("%s: rank %d holds %d buffers after the step, want 1 (the control buffer)", name, r, m.live)
-		}
-	}
 }
 
 // wantWaits is the host waits of one step: a hop with a fixed fanout
@@ -152,10 +54,12 @@ func wantWaits(fan []int, remote, edgeIDs bool) int64 {
 }
 
 // TestProtocolMatchesCPU runs the protocol (proto, the code GPUs run) on
-// host mirrors of the kernels, on 1-4 ranks with random partitions
-// (empty ranks and ranks without seeds included), and compares every
-// rank's batch with sample.NeighborSampler's over the whole graph, for
-// two steps in a row. It also counts the host's waits per step.
+// the CPU machines of 1-4 CPU back ends exchanging through staged
+// in-process communicators with random delays before every collective,
+// with equal and random partitions (empty ranks and ranks without seeds
+// included), and compares every rank's batch with sample.NeighborSampler's
+// over the whole graph, for two steps in a row. It also counts the
+// host's waits; a single rank sampling directly gives the same batches.
 func TestProtocolMatchesCPU(t *testing.T) {
 	g := randomGraph(1, 3000, 8)
 	modes := []Config{
@@ -170,11 +74,14 @@ func TestProtocolMatchesCPU(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, mode := range modes {
+	for mi, mode := range modes {
 		ref, err := sample.NewNeighborSampler(g, sample.Config{Fanouts: mode.Fanouts, Replace: mode.Replace, Weighted: mode.Weighted})
 		if err != nil {
 			t.Fatal(err)
 		}
+		direct := openCPUGroup(t, g, []int64{0, g.NumRows}, nil, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+			return New(be, p, []int64{0, g.NumRows}, c, mode)
+		})
 		for P := 1; P <= 4; P++ {
 			trials := 3
 			if testing.Short() {
@@ -188,7 +95,7 @@ func TestProtocolMatchesCPU(t *testing.T) {
 						off[p] = g.NumRows * int64(p) / int64(P)
 					}
 				}
-				hr := newHostRanks(t, g, off, mode)
+				ss, ms := cpuGroup(t, g, off, mode, pipeline.RandomDelays(uint64(mi*100+P*10+trial), 300*time.Microsecond, 0.3))
 				for stepNo := range 2 {
 					seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
 					for r := range P {
@@ -198,11 +105,9 @@ func TestProtocolMatchesCPU(t *testing.T) {
 					}
 					before := make([]Stats, P)
 					for r := range P {
-						before[r] = *hr.p[r].stats
-						before[r].Frontier = slices.Clone(before[r].Frontier)
-						before[r].BytesSent = slices.Clone(before[r].BytesSent)
+						before[r] = ss[r].Stats()
 					}
-					got, errs := hr.step(ctx, seeds, keys)
+					got, errs := cpuStep(ctx, ss, seeds, keys)
 					name := fmt.Sprintf("%+v P=%d offsets %v step %d", mode, P, off, stepNo)
 					for r := range P {
 						if errs[r] != nil {
@@ -211,6 +116,13 @@ func TestProtocolMatchesCPU(t *testing.T) {
 						want, err := ref.Sample(seeds[r], keys[r])
 						if err != nil {
 							t.Fatal(err)
+						}
+						if P == 1 {
+							d, errs := cpuStep(ctx, direct, seeds, keys)
+							if errs[0] != nil {
+								t.Fatal(errs[0])
+							}
+							compareBlocks(t, name+" sampling directly", d[0], want.Blocks)
 						}
 						if !mode.EdgeIDs {
 							for i := range got[r] {
@@ -223,20 +135,20 @@ func TestProtocolMatchesCPU(t *testing.T) {
 							}
 						}
 						compareBlocks(t, fmt.Sprintf("%s rank %d", name, r), got[r], want.Blocks)
-						st := *hr.p[r].stats
+						st := ss[r].Stats()
 						if w := wantWaits(mode.Fanouts, P > 1, mode.EdgeIDs); st.Waits-before[r].Waits != w {
 							t.Errorf("%s rank %d: %d host waits, want %d", name, r, st.Waits-before[r].Waits, w)
 						}
-						for h := range hr.L {
-							if d := st.Frontier[h] - before[r].Frontier[h]; d != int64(want.Blocks[hr.L-1-h].NumDst) {
-								t.Errorf("%s rank %d: frontier of hop %d counted %d, want %d", name, r, h, d, want.Blocks[hr.L-1-h].NumDst)
+						for h := range len(mode.Fanouts) {
+							if d := st.Frontier[h] - before[r].Frontier[h]; d != int64(want.Blocks[len(mode.Fanouts)-1-h].NumDst) {
+								t.Errorf("%s rank %d: frontier of hop %d counted %d, want %d", name, r, h, d, want.Blocks[len(mode.Fanouts)-1-h].NumDst)
 							}
 						}
 						if st.Batches != before[r].Batches+1 || (P > 1) != (st.Exchanges > before[r].Exchanges) || st.BytesSent[r] != 0 {
 							t.Errorf("%s rank %d: stats %+v", name, r, st)
 						}
 					}
-					hr.check(t, name)
+					checkMachines(t, name, ms, 1)
 				}
 			}
 		}
@@ -271,7 +183,7 @@ func TestProtocolFailures(t *testing.T) {
 		{"last hop's tail", []int{4, 4, 4}, 2, "relabel", 3, 2, -1, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			hr := newHostRanks(t, g, off, Config{Fanouts: c.fan})
+			ss, ms := cpuGroup(t, g, off, Config{Fanouts: c.fan}, nil)
 			seeds, keys := make([][]graph.NodeID, P), make([]sample.Key, P)
 			for r := range P {
 				seeds[r], keys[r] = good(r), sample.Key{Seed: 5, Batch: r}
@@ -279,22 +191,22 @@ func TestProtocolFailures(t *testing.T) {
 			if c.op == "" {
 				seeds[c.rank] = append(slices.Clone(seeds[c.rank]), seeds[c.rank][0])
 			} else {
-				hr.m[c.rank].failAt = map[string]int{c.op: c.call}
+				ms[c.rank].failAt = map[string]int{c.op: c.call}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			_, errs := hr.step(ctx, seeds, keys)
+			_, errs := cpuStep(ctx, ss, seeds, keys)
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("failing took %v: the ranks waited for a deadline", d)
 			}
 			checkFailedStep(t, errs, c.rank, c.selfHop, c.peerHop, c.want)
-			hr.check(t, c.name)
+			checkMachines(t, c.name, ms, 1)
 			seeds[c.rank] = good(c.rank)
-			if _, errs := hr.step(ctx, seeds, keys); errors.Join(errs...) != nil {
+			if _, errs := cpuStep(ctx, ss, seeds, keys); errors.Join(errs...) != nil {
 				t.Fatalf("after a failed step: %v", errors.Join(errs...))
 			}
-			hr.check(t, c.name+", next step")
+			checkMachines(t, c.name+", next step", ms, 1)
 		})
 	}
 }
@@ -306,13 +218,13 @@ func TestProtocolFailures(t *testing.T) {
 func TestProtocolFailureAfterHeader(t *testing.T) {
 	g := randomGraph(5, 1000, 6)
 	off := []int64{0, 500, 1000}
-	hr := newHostRanks(t, g, off, Config{Fanouts: []int{3, 3}})
-	hr.m[0].failAt = map[string]int{"drawStrided": 1}
+	ss, ms := cpuGroup(t, g, off, Config{Fanouts: []int{3, 3}}, nil)
+	ms[0].failAt = map[string]int{"drawStrided": 1}
 	seeds := [][]graph.NodeID{ownedSeeds(1, off, 0, 30), ownedSeeds(2, off, 1, 30)}
 	keys := []sample.Key{{Seed: 1}, {Seed: 1, Batch: 1}}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, errs := hr.step(ctx, seeds, keys)
+	_, errs := cpuStep(ctx, ss, seeds, keys)
 	var ge *Error
 	if !errors.As(errs[0], &ge) || ge.Hop != 0 || !strings.Contains(errs[0].Error(), "drawing") {
 		t.Errorf("rank 0: %v, want its draw's failure at hop 0", errs[0])
@@ -344,6 +256,69 @@ func checkFailedStep(t *testing.T, errs []error, rank, selfHop, peerHop int, wan
 			if !errors.Is(err, ErrPeer) || !errors.As(err, &ge) || ge.Rank != r || ge.Hop != peerHop ||
 				!strings.Contains(err.Error(), fmt.Sprintf("rank %d: ", rank)) {
 				t.Errorf("rank %d: %v, want ErrPeer naming rank %d at hop %d", r, err, rank, peerHop)
+			}
+		}
+	}
+}
+
+// TestFailureSweep fails every machine call of one rank's step in turn
+// (each call of each operation of a clean step, on rank 0 of 2, for the
+// node-wise and layer-wise samplers and the walker): the failing rank
+// returns its own *Error, its peer succeeds, fails with ErrPeer or ends
+// at the deadline (a failure after a header), and neither leaves a
+// buffer behind or misuses one.
+func TestFailureSweep(t *testing.T) {
+	g := randomGraph(11, 600, 5)
+	off := []int64{0, 250, 600}
+	seeds := [][]graph.NodeID{ownedSeeds(1, off, 0, 30), ownedSeeds(2, off, 1, 30)}
+	keys := []sample.Key{{Seed: 3}, {Seed: 3, Batch: 1}}
+	kinds := []struct {
+		name string
+		open func(t *testing.T) ([]*checked, func(ctx context.Context) []error)
+		own  int // the protocol's own buffers
+	}{
+		{"node-wise", func(t *testing.T) ([]*checked, func(ctx context.Context) []error) {
+			ss, ms := cpuGroup(t, g, off, Config{Fanouts: []int{3, -1}, EdgeIDs: true}, nil)
+			return ms, func(ctx context.Context) []error { _, errs := cpuStep(ctx, ss, seeds, keys); return errs }
+		}, 1},
+		{"layer-wise", func(t *testing.T) ([]*checked, func(ctx context.Context) []error) {
+			ss, ms := cpuLayerGroup(t, g, off, Config{Fanouts: []int{40, -1}, EdgeIDs: true}, nil)
+			return ms, func(ctx context.Context) []error { _, errs := layerSampleAll(ctx, ss, seeds, keys); return errs }
+		}, 2},
+		{"walk", func(t *testing.T) ([]*checked, func(ctx context.Context) []error) {
+			ws, ms := cpuWalkGroup(t, g, off, 3, nil)
+			return ms, func(ctx context.Context) []error { _, errs := walkAll(ctx, ws, seeds, keys); return errs }
+		}, 2},
+	}
+	for _, k := range kinds {
+		ms, step := k.open(t)
+		if errs := step(context.Background()); errors.Join(errs...) != nil {
+			t.Fatalf("%s: %v", k.name, errors.Join(errs...))
+		}
+		var ops []string
+		for op := range ms[0].calls {
+			ops = append(ops, op)
+		}
+		slices.Sort(ops)
+		for _, op := range ops {
+			for call := 1; call <= ms[0].calls[op]; call++ {
+				if testing.Short() && call%3 != 1 {
+					continue
+				}
+				name := fmt.Sprintf("%s: %s call %d", k.name, op, call)
+				ms, step := k.open(t)
+				ms[0].failAt = map[string]int{op: call}
+				ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+				errs := step(ctx)
+				cancel()
+				var ge *Error
+				if !errors.As(errs[0], &ge) || ge.Rank != 0 || errors.Is(errs[0], ErrPeer) || !strings.Contains(errs[0].Error(), "injected failure of "+op) {
+					t.Errorf("%s: rank 0: %v, want its own error", name, errs[0])
+				}
+				if err := errs[1]; err != nil && !errors.Is(err, ErrPeer) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s: rank 1: %v, want success, ErrPeer or the deadline", name, err)
+				}
+				checkMachines(t, name, ms, k.own)
 			}
 		}
 	}

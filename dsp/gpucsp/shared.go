@@ -2,17 +2,17 @@ package gpucsp
 
 import (
 	"fmt"
-	"github.com/strata-gnn/strata/comm"
 	"slices"
 	"sync"
 	"unsafe"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
-	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
@@ -54,9 +54,9 @@ func groupOf(c comm.DeviceComm) (rank, size int) {
 }
 
 // newProto is rank's protocol over the partition b: exchanges through c
-// (local copies on dev when the group has one rank), counted into st,
+// (local copies on be when the group has one rank), counted into st,
 // whose per-peer and per-hop counters it sizes.
-func newProto(dev *cuda.Device, c comm.DeviceComm, b *book.Book, rank int, st *Stats, hops int) *proto {
+func newProto(be backend.Backend, c comm.DeviceComm, b *book.Book, rank int, st *Stats, hops int) *proto {
 	size := b.K()
 	lo, hi := b.Range(rank)
 	st.BytesSent, st.Frontier = make([]int64, size), make([]int64, hops)
@@ -64,50 +64,28 @@ func newProto(dev *cuda.Device, c comm.DeviceComm, b *book.Book, rank int, st *S
 	if c != nil && size > 1 {
 		p.x, p.remote = c, true
 	} else {
-		p.x = local{dev}
+		p.x = local{be}
 	}
 	return p
 }
 
-// batchFromParts wraps a step's parts as a gpusample.Batch: buffers
-// truncated to the device's sizes, each block's structure a cuda.Sparse.
-// On failure everything is freed.
-func batchFromParts(dev *cuda.Device, m machine, p *proto, outs []hopOut, seeds []graph.NodeID) (*gpusample.Batch, error) {
-	L := len(outs)
-	blocks := make([]gpusample.Block, L)
-	var werr error
-	for h := range L {
-		o := &outs[h]
-		if o.sizes != nil {
-			dev.Free(o.sizes)
-			o.sizes = nil
+// backendOf sorts a rank's back end: a CUDA device (the CUDA machine)
+// or the CPU back end (the CPU machine); msg says why neither.
+func backendOf(be backend.Backend) (dev *cuda.Device, host *cpu.Backend, msg string) {
+	switch d := be.(type) {
+	case nil:
+	case *cuda.Device:
+		if d != nil {
+			return d, nil, ""
 		}
-		blk := &blocks[L-1-h]
-		if werr == nil {
-			for _, t := range []struct {
-				b backend.Buffer
-				n int64
-			}{{o.srcNodes, o.ns}, {o.local, o.e}, {o.eid, o.e}} {
-				if werr = cb(t.b).Truncate(int(t.n)); werr != nil {
-					break
-				}
-			}
+	case *cpu.Backend:
+		if d != nil {
+			return nil, d, ""
 		}
-		if werr == nil {
-			blk.A, werr = dev.NewSparseFromDevice(int(o.nd), int(o.ns), cb(o.ptr), cb(o.local))
-		}
-		if blk.A == nil {
-			o.free(m)
-			continue
-		}
-		*blk = gpusample.Block{NumDst: int(o.nd), NumSrc: int(o.ns), NumEdges: int(o.e), A: blk.A, SrcNodes: cb(o.srcNodes), EdgeIDs: cb(o.eid)}
+	default:
+		return nil, nil, fmt.Sprintf("back end %s (%T): want a CUDA device or the CPU back end", be.Name(), be)
 	}
-	b := gpusample.NewBatch(dev, slices.Clone(seeds), blocks)
-	if werr != nil {
-		b.Free()
-		return nil, p.wrapErr(L-1, "building the blocks", werr)
-	}
-	return b, nil
+	return nil, nil, "nil device"
 }
 
 // placer copies host arrays to a device, or into mapped pinned host
@@ -198,11 +176,11 @@ func mappedEdges(pl gpusample.Placement) bool {
 	return pl == gpusample.Mapped || pl == gpusample.Split
 }
 
-// member is what every collective sampler of a rank holds: its device,
-// rank and group size, counters and the lock its calls take (one rank's
-// membership of the sampling group).
+// member is what every collective sampler of a rank holds: its back
+// end, rank and group size, counters and the lock its calls take (one
+// rank's membership of the sampling group).
 type member struct {
-	dev        *cuda.Device
+	be         backend.Backend
 	rank, size int
 
 	mu     sync.Mutex

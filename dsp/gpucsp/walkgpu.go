@@ -30,7 +30,10 @@ type gpuWalkMachine struct {
 }
 
 func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (g *gpuWalkMachine, err error) {
-	gm := &gpuMachine{dev: dev, fns: map[string]cu.Function{}, P: P, edgeBase: patch.EdgeBase}
+	gm, err := newGPUMachine(dev, nil, "gpucsp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
+	if err != nil {
+		return nil, err
+	}
 	g = &gpuWalkMachine{gpuMachine: gm, length: length, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows, placed: placer{dev: dev}}
 	defer func() {
 		if err != nil {
@@ -38,33 +41,16 @@ func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P
 			g = nil
 		}
 	}()
-	mod, err := dev.LoadModule("gpucsp-walk", cuda.CommonSource()+kernelSrc+walkSrc)
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range append(append([]string{}, kernels...), walkKernels...) {
-		if gm.fns[name], err = mod.Func(name); err != nil {
-			return nil, err
-		}
-	}
 	id := make([]int64, P+1)
 	for i := range id {
 		id[i] = int64(i)
 	}
-	for _, b := range []struct {
-		dst **cuda.Buffer
-		v   []int64
-	}{{&gm.offB, offsets}, {&g.idOff, id}} {
-		buf, err := gm.alloc(backend.Int64, int64(P+1))
-		if err != nil {
-			return nil, err
-		}
-		*b.dst = buf.(*cuda.Buffer)
-		if err := gm.upload(buf, b.v); err != nil {
-			return nil, err
-		}
+	b, err := gm.alloc(backend.Int64, int64(P+1))
+	if err != nil {
+		return nil, err
 	}
-	if gm.pin, err = dev.AllocHost(uint64(8*readWords(P)), false); err != nil {
+	g.idOff = b.(*cuda.Buffer)
+	if err := gm.upload(b, id); err != nil {
 		return nil, err
 	}
 	pg := patch.Graph

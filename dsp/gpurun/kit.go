@@ -100,7 +100,7 @@ type cspSampler struct {
 // collective is what cspSampler uses of gpucsp's node-wise Sampler and
 // LayerSampler.
 type collective interface {
-	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error)
+	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error)
 	Stats() gpucsp.Stats
 	Close() error
 }
@@ -120,7 +120,7 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	if err != nil {
 		return nil, err
 	}
-	return &gpuBatch{dev: c.dev, b: b}, nil
+	return &gpuBatch{dev: c.dev, b: b.Device}, nil
 }
 
 func (c *cspSampler) Close() error { return c.s.Close() }

@@ -47,15 +47,19 @@ func (s *shared) hotOrder(ctx context.Context, gpus bool) (hot []graph.NodeID, s
 
 // presampler is a temporary sampler of the pre-sampling pass.
 type presampler interface {
-	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error)
+	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error)
 	Close() error
 }
 
 // fullPresampler is gpusample over the whole graph (Config.Sampler full).
 type fullPresampler struct{ s *gpusample.Sampler }
 
-func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key sample.Key) (*gpusample.Batch, error) {
-	return f.s.SampleDevice(seeds, key)
+func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error) {
+	b, err := f.s.SampleDevice(seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	return &gpucsp.Batch{Device: b}, nil
 }
 
 func (f fullPresampler) Close() error { return f.s.Close() }
@@ -205,7 +209,7 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev *cuda.Device, p
 		if err != nil {
 			return fmt.Errorf("batch %d: %w", i, err)
 		}
-		err = countInputs(dev, hist, &ones, bt.InputNodes(), n)
+		err = countInputs(dev, hist, &ones, bt.Device.InputNodes(), n)
 		bt.Free() // stream-ordered: the scatter-add has been queued before
 		if err != nil {
 			return fmt.Errorf("batch %d: counting input nodes: %w", i, err)
