@@ -21,11 +21,12 @@ type Config struct {
 	// EvalEvery makes device 0 evaluate after every EvalEvery-th epoch
 	// and after the last one (0 means 1; negative: after the last only).
 	EvalEvery int `json:"eval_every"`
-	// Sampler is how CUDA devices sample: SamplerCSP (default: collective
-	// sampling over each device's patch, dsp/gpucsp; node-wise or
-	// layer-wise as Scheme says) or SamplerFull (gpusample over the whole
-	// graph on every device; the same batches; node-wise only). Other
-	// back ends sample on the host (the same batches again).
+	// Sampler is how devices sample: SamplerCSP (default: collective
+	// sampling over each device's patch, dsp/gpucsp, on GPUs and CPU back
+	// ends alike; node-wise or layer-wise as Scheme says) or SamplerFull
+	// (every device samples the whole graph: gpusample on GPUs,
+	// sample.NeighborSampler on CPU back ends; the same batches;
+	// node-wise only).
 	Sampler string `json:"sampler"`
 	// SharedStream runs a CUDA device's sampler on the trainer's stream
 	// (the back end's one stream per device handle) instead of on a
@@ -107,12 +108,9 @@ func (c *Config) normalize() error {
 	case w > 1 && c.SharedStream:
 		return bad("sampler_workers", "%d sampler workers need their own streams (not shared_stream)", w)
 	}
-	if c.Scheme == runner.LayerWise {
-		// Layer-wise batches come from gpucsp.LayerSampler on CUDA
-		// devices and csp.LayerSampler on one rank on the host.
-		if c.Sampler == SamplerFull {
-			return bad("sampler", "the full sampler is gpusample's node-wise sampling over the whole graph; layer-wise sampling on GPUs is collective (use csp)")
-		}
+	if c.Scheme == runner.LayerWise && c.Sampler == SamplerFull {
+		// Layer-wise batches come from gpucsp.LayerSampler.
+		return bad("sampler", "the full sampler is node-wise sampling over the whole graph; layer-wise sampling is collective (use csp)")
 	}
 	return nil
 }

@@ -50,9 +50,8 @@
 // bit at the end. Device 0 evaluates as the single-device trainer does
 // (every EvalEvery epochs and after the last).
 //
-// Other back ends (the CPU) run the same code with host sampling (the
-// layer scheme: csp.LayerSampler alone on one rank over the whole
-// graph, whose batches equal the collective ones), a host
-// feature table and device communicators staged over in-process ones;
-// the tests use that.
+// CPU back ends run the same code, the collective sampler included
+// (gpucsp's CPU machine; Sampler "full" samples the whole graph with
+// sample.NeighborSampler on each device), with a host feature table and
+// device communicators staged over in-process ones; the tests use that.
 package gpurun

@@ -84,13 +84,14 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 
 func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
 
-// cspSampler is collective sampling over the device's patch (dsp/gpucsp):
-// every device calls Sample once per batch, in the same order. It adds
-// the sampler's exchange bytes to the device's metrics. Sample returns
-// once the batch is on the device: its last step reads the blocks' sizes
-// behind all of the batch's work on the sampler's stream.
+// cspSampler is collective sampling over the device's patch (dsp/gpucsp),
+// on a GPU or a CPU back end: every device calls Sample once per batch,
+// in the same order. It adds the sampler's exchange bytes to the device's
+// metrics. Sample returns once the batch is on the device: its last step
+// reads the blocks' sizes behind all of the batch's work on the
+// sampler's stream.
 type cspSampler struct {
-	dev        *cuda.Device
+	dev        *cuda.Device // the sampler's handle; nil on a CPU back end
 	s          collective
 	m          *metrics.Counters
 	sent, kept int64         // totals already counted
@@ -119,6 +120,9 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	c.waited = st.WaitTime
 	if err != nil {
 		return nil, err
+	}
+	if b.Host != nil {
+		return &hostBatch{mb: b.Host}, nil
 	}
 	return &gpuBatch{dev: c.dev, b: b.Device}, nil
 }
@@ -259,9 +263,9 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 	return dst, nil
 }
 
-// hostSampler samples on the host over the whole graph, with the
-// batches of collective sampling (sample.NeighborSampler, or
-// csp.LayerSampler alone on one rank): the CPU back ends' sampler.
+// hostSampler samples on the host over the whole graph with
+// sample.NeighborSampler, the batches of collective sampling: the CPU back
+// ends' sampler "full".
 type hostSampler struct {
 	s    sample.Sampler
 	done func() error // releases s
@@ -280,14 +284,10 @@ func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key samp
 
 func (h *hostSampler) Close() error { return h.done() }
 
-// newHostSampler is the CPU back ends' sampler: node-wise, or layer-wise
-// (runner.WholeGraphSampler).
-func newHostSampler(in *graph.CSR, scfg gpusample.Config, layer bool) (*hostSampler, error) {
-	scheme := runner.NodeWise
-	if layer {
-		scheme = runner.LayerWise
-	}
-	s, done, err := runner.WholeGraphSampler(in, scheme, scfg.Fanouts, scfg.Replace, scfg.Weighted)
+// newHostSampler is the CPU back ends' sampler "full" (node-wise,
+// runner.WholeGraphSampler).
+func newHostSampler(in *graph.CSR, scfg gpusample.Config) (*hostSampler, error) {
+	s, done, err := runner.WholeGraphSampler(in, runner.NodeWise, scfg.Fanouts, scfg.Replace, scfg.Weighted)
 	if err != nil {
 		return nil, err
 	}
@@ -320,13 +320,14 @@ func (k *kit) close() error {
 	return errors.Join(errs...)
 }
 
-// samplerSpec says how a CUDA device samples: on which handles (one per
-// sampler worker: siblings of the trainer's on the same GPU with their
-// own streams, or nil for one worker on the trainer's), and whether
+// samplerSpec says how a device samples: on a GPU, on which handles (one
+// per sampler worker: siblings of the trainer's on the same GPU with
+// their own streams, or nil for one worker on the trainer's); whether
 // collectively over its patch (csp: patch, offsets and each worker's
-// sampler-stage communicator, nil with one device) or over the whole
-// graph; layer: layer-wise (runner.LayerWise, collective only), else
-// node-wise.
+// sampler-stage communicator, nil with one device; the same on GPUs and
+// CPU back ends) or over the whole graph (gpusample on a GPU, the host's
+// sample.NeighborSampler on a CPU back end); layer: layer-wise
+// (runner.LayerWise, collective only), else node-wise.
 type samplerSpec struct {
 	devs    []*cuda.Device
 	workers int
@@ -338,17 +339,27 @@ type samplerSpec struct {
 	m       *metrics.Counters
 }
 
-// newKit builds a device's samplers and feature store: on CUDA devices
-// gpucsp (or gpusample over the whole graph) on spec's handles and the
-// feature package's store on b; otherwise host sampling and a host table.
-// hot lists the rows the device caches, in cache order.
+// newKit builds a device's samplers and feature store: gpucsp on spec's
+// handles (or, not collective, gpusample over the whole graph on a GPU,
+// sample.NeighborSampler on the host otherwise) and the feature
+// package's store on b (a host table on a CPU back end). hot lists the
+// rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
+	if spec.layer && !spec.csp {
+		return nil, errors.New("layer-wise sampling is collective (csp)")
+	}
 	dev, ok := b.(*cuda.Device)
 	if !ok {
 		k := &kit{store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
-		for range workers {
-			s, err := newHostSampler(in, scfg, spec.layer)
+		for w := range workers {
+			var s sampler
+			var err error
+			if spec.csp {
+				s, err = spec.collective(b, scfg, w, k.smps)
+			} else {
+				s, err = newHostSampler(in, scfg)
+			}
 			if err != nil {
 				k.close()
 				return nil, err
@@ -356,9 +367,6 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 			k.smps = append(k.smps, s)
 		}
 		return k, nil
-	}
-	if spec.layer && !spec.csp {
-		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
 	}
 	if len(spec.devs) != 0 && len(spec.devs) != workers || len(spec.devs) == 0 && workers > 1 {
 		return nil, fmt.Errorf("%d sampler workers on %d handles", workers, len(spec.devs))
@@ -389,26 +397,8 @@ func (spec *samplerSpec) sampler(dev *cuda.Device, in *graph.CSR, scfg gpusample
 	if len(spec.devs) > 0 {
 		sd = spec.devs[w]
 	}
-	var c comm.DeviceComm
-	if w < len(spec.comms) {
-		c = spec.comms[w]
-	}
 	if spec.csp {
-		ccfg := gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
-		var cs collective
-		var err error
-		switch {
-		case spec.layer:
-			cs, err = gpucsp.NewLayer(sd, spec.patch, spec.offsets, c, ccfg)
-		case w > 0:
-			cs, err = before[0].(*cspSampler).s.(*gpucsp.Sampler).Sibling(sd, c)
-		default:
-			cs, err = gpucsp.New(sd, spec.patch, spec.offsets, c, ccfg)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("collective sampler %d: %w", w+1, err)
-		}
-		return &cspSampler{dev: sd, s: cs, m: spec.m}, nil
+		return spec.collective(sd, scfg, w, before)
 	}
 	var s *gpusample.Sampler
 	var err error
@@ -426,4 +416,31 @@ func (spec *samplerSpec) sampler(dev *cuda.Device, in *graph.CSR, scfg gpusample
 		return nil, err
 	}
 	return &gpuSampler{dev: sd, s: s, fence: f, m: spec.m}, nil
+}
+
+// collective builds collective sampler worker w on be (a GPU handle or a
+// CPU back end, which reads the patch in place whatever scfg's placement;
+// before: workers 0..w-1). Node-wise workers after the first are its
+// siblings.
+func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
+	ccfg := gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
+	var c comm.DeviceComm
+	if w < len(spec.comms) {
+		c = spec.comms[w]
+	}
+	var cs collective
+	var err error
+	switch {
+	case spec.layer:
+		cs, err = gpucsp.NewLayer(be, spec.patch, spec.offsets, c, ccfg)
+	case w > 0:
+		cs, err = before[0].(*cspSampler).s.(*gpucsp.Sampler).Sibling(be, c)
+	default:
+		cs, err = gpucsp.New(be, spec.patch, spec.offsets, c, ccfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("collective sampler %d: %w", w+1, err)
+	}
+	dev, _ := be.(*cuda.Device)
+	return &cspSampler{dev: dev, s: cs, m: spec.m}, nil
 }

@@ -22,8 +22,9 @@ func layerConfig(k, epochs int) Config {
 }
 
 // TestLayerMatchesHostRunner: with the layer scheme on CPU back ends the
-// device run samples csp.LayerSampler's batches alone on each device,
-// which are the host runner's collective ones: every batch loss agrees
+// device run samples collectively (gpucsp.LayerSampler on the CPU
+// machine), csp.LayerSampler's batches, which are the host runner's
+// collective ones: every batch loss agrees
 // (up to the loss's summation order, as node-wise) and so do the
 // accuracies; the losses differ from node-wise sampling with the same
 // fanouts (the scheme is used).
@@ -70,8 +71,8 @@ func TestLayerMatchesHostRunner(t *testing.T) {
 	}
 }
 
-// TestLayerConfigErrors: the layer scheme refuses the full GPU sampler
-// (node-wise gpusample).
+// TestLayerConfigErrors: the layer scheme refuses the full sampler
+// (node-wise over the whole graph).
 func TestLayerConfigErrors(t *testing.T) {
 	for name, f := range map[string]func(*Config){
 		"full sampler": func(c *Config) { c.Sampler = SamplerFull },

@@ -210,19 +210,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
-	layer := cfg.Scheme == runner.LayerWise
-	sampler := "host (sample.NeighborSampler)"
-	if layer {
-		sampler = "host (csp.LayerSampler alone over the whole graph)"
-	}
-	if nCUDA == k {
+	sampler := "collective sampling over the device's patch (dsp/gpucsp)"
+	switch {
+	case cfg.Sampler == SamplerFull && nCUDA == k:
 		sampler = SamplerStandIn
-		if cfg.Sampler == SamplerCSP {
-			sampler = "collective sampling over the device's patch (dsp/gpucsp)"
-			if layer {
-				sampler = "collective layer-wise sampling over the device's patch (dsp/gpucsp)"
-			}
-		}
+	case cfg.Sampler == SamplerFull:
+		sampler = "host (sample.NeighborSampler over the whole graph)"
+	case cfg.Scheme == runner.LayerWise:
+		sampler = "collective layer-wise sampling over the device's patch (dsp/gpucsp)"
 	}
 	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
@@ -354,7 +349,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 	if exchangesOf(s.plan) {
 		need = append(need, stLoader)
 	}
-	if gpus && cfg.Sampler == SamplerCSP {
+	if cfg.Sampler == SamplerCSP {
 		for w := range cfg.SamplerWorkers {
 			need = append(need, samplerStage(w))
 		}
