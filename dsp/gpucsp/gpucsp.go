@@ -31,9 +31,10 @@ type Config struct {
 	// int64 all-to-all-v per hop). Without it Block.EdgeIDs holds -1 on
 	// several ranks (a single rank fills them in: they cost nothing).
 	EdgeIDs bool
-	// Placement of the patch: gpusample.OnDevice (default), Mapped
-	// (pinned host memory read through UVA) or Split (the rows the patch
-	// places on the device there, the others in host memory).
+	// Placement of the patch on a CUDA device: gpusample.OnDevice
+	// (default), Mapped (pinned host memory read through UVA) or Split
+	// (the rows the patch places on the device there, the others in host
+	// memory). The CPU back end reads the patch in place.
 	Placement gpusample.Placement
 }
 

@@ -225,3 +225,27 @@ func (m *cpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos back
 	}
 	return nil
 }
+
+// layerWeights computes, for the rows at offsets rp into weights, each
+// row's weight sum (float64 bits), the running sums within each row, and
+// each row's last positive-weight edge (-1: none), with package csp's
+// float64 arithmetic (the CUDA machine places the same arrays).
+func layerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, last []int32) {
+	rows := len(rp) - 1
+	roww, last = make([]int64, rows), make([]int32, rows)
+	cum = make([]float64, rp[rows]) // indexed by position in the patch's indices
+	for r := range rows {
+		var sum float64
+		last[r] = -1
+		for e := rp[r]; e < rp[r+1]; e++ {
+			w := weights[e]
+			sum += float64(w)
+			cum[e] = sum
+			if w != 0 {
+				last[r] = int32(e - rp[r])
+			}
+		}
+		roww[r] = int64(math.Float64bits(sum))
+	}
+	return roww, cum, last
+}
