@@ -48,8 +48,13 @@ func WriteJSON(path string, v any) error {
 }
 
 // Write streams the new content of path through write (buffered) and
-// replaces path atomically. Errors name the file involved.
+// replaces path atomically. Errors name the file involved. A path that
+// is a directory or a special file (a device such as /dev/full, a pipe)
+// is refused before anything is written: the rename would replace it.
 func Write(path string, write func(io.Writer) error, opts Options) (err error) {
+	if err := checkTarget(path); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
