@@ -56,6 +56,11 @@ type Config struct {
 	// NoDropout forces all dropout rates to 0 (zero rates otherwise mean
 	// "use the default").
 	NoDropout bool
+	// ExactDropout takes Dropout, InputDropout and AttnDropout as given,
+	// a zero rate meaning none (without it a zero rate means the kind's
+	// default): a GAT with no dropout on its inputs but 0.5 on its
+	// attention coefficients, or the reverse.
+	ExactDropout bool
 
 	Seed uint64 // parameter initialization seed
 }
@@ -107,7 +112,7 @@ func (c *Config) fill() error {
 		if c.Hidden == 0 {
 			c.Hidden = 16
 		}
-		if !c.NoDropout {
+		if !c.NoDropout && !c.ExactDropout {
 			if c.Dropout == 0 {
 				c.Dropout = 0.5
 			}
@@ -128,7 +133,7 @@ func (c *Config) fill() error {
 		if c.NegativeSlope == 0 {
 			c.NegativeSlope = 0.2
 		}
-		if !c.NoDropout {
+		if !c.NoDropout && !c.ExactDropout {
 			if c.Dropout == 0 {
 				c.Dropout = 0.6
 			}

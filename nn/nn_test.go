@@ -157,6 +157,26 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestExactDropout: with ExactDropout a zero rate is none, beside a
+// non-zero one (without it the zero is the kind's default).
+func TestExactDropout(t *testing.T) {
+	b := newCPU(t)
+	for _, c := range []nn.Config{
+		{Kind: nn.KindGAT, InDim: 5, OutDim: 3, Dropout: 0, InputDropout: 0, AttnDropout: 0.5, ExactDropout: true},
+		{Kind: nn.KindGAT, InDim: 5, OutDim: 3, Dropout: 0.5, InputDropout: 0.5, AttnDropout: 0, ExactDropout: true},
+		{Kind: nn.KindSAGE, InDim: 5, OutDim: 3, Dropout: 0.5, InputDropout: 0, ExactDropout: true},
+	} {
+		m, err := nn.New(b, c)
+		must(t, err)
+		got := m.Config()
+		if got.Dropout != c.Dropout || got.InputDropout != c.InputDropout || got.AttnDropout != c.AttnDropout {
+			t.Errorf("%s: built dropout %v / input %v / attention %v, asked for %v / %v / %v",
+				c.Kind, got.Dropout, got.InputDropout, got.AttnDropout, c.Dropout, c.InputDropout, c.AttnDropout)
+		}
+		nn.FreeParams(b, m.Params())
+	}
+}
+
 // sampledBlocks builds a 3-layer message-flow graph 20 -> 12 -> 7 -> 3.
 func sampledBlocks(t testing.TB, b backend.Backend) []*nn.Block {
 	sizes := []int{20, 12, 7, 3}

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
@@ -131,7 +132,7 @@ type partialEpoch struct {
 	Seconds     float64   `json:"seconds"`
 }
 
-func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err error) {
+func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,9 +148,12 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 	if opts.Resume && opts.CheckpointDir == "" {
 		return nil, &ConfigError{Field: "resume", Msg: "resuming needs a checkpoint directory"}
 	}
-	r = &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds}
+	// r is freed on every early return: the returns name no result
+	// (a named one would be nil by the time a deferred cleanup ran).
+	r := &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds}
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			r.free()
 		}
 	}()
@@ -158,7 +162,13 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 			return nil, &RunError{Op: "checkpoint directory", Err: err}
 		}
 		r.ckpt = filepath.Join(opts.CheckpointDir, CheckpointFile)
+		// Before any training: a checkpoint that cannot be written
+		// would otherwise fail at the first save.
+		if err := atomicfile.Check(r.ckpt); err != nil {
+			return nil, &RunError{Op: "checkpoint directory", Err: err}
+		}
 	}
+	var err error
 	r.in = ds.InGraph()
 	x := ds.Features
 	if r.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); r.rowNorm {
@@ -172,21 +182,14 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 		Kind: cfg.Model, InDim: ds.FeatDim, Hidden: cfg.Hidden, OutDim: ds.NumClasses, Layers: cfg.Layers,
 		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
 		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
-		NoDropout: cfg.Dropout == 0 && cfg.AttnDrop == 0,
-		Seed:      rng.Derive(cfg.Seed, tagInit),
+		ExactDropout: true, // a zero rate is none, not nn's default
+		Seed:         rng.Derive(cfg.Seed, tagInit),
 	}
 	if cfg.Model != GAT {
 		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
-		mc.NoDropout = cfg.Dropout == 0
 	}
 	if r.model, err = nn.New(r.b, mc); err != nil {
 		return nil, &RunError{Op: "model", Err: err}
-	}
-	// nn reads a zero rate as "default"; make sure what was built is what
-	// was asked for.
-	got := r.model.Config()
-	if got.Dropout != mc.Dropout || got.InputDropout != mc.InputDropout || (cfg.Model == GAT && got.AttnDropout != mc.AttnDropout) {
-		return nil, &ConfigError{Field: "dropout", Msg: fmt.Sprintf("the model cannot use dropout %v with attention dropout %v", cfg.Dropout, cfg.AttnDrop)}
 	}
 	switch cfg.Optimizer {
 	case "adam":
@@ -229,6 +232,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (r *runner, err er
 			return nil, &RunError{Op: "sampler", Err: err}
 		}
 	}
+	built = true
 	return r, nil
 }
 

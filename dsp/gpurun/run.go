@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
@@ -297,6 +299,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 // checkpoint to resume from, if any.
 func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 	if err := os.MkdirAll(s.opts.CheckpointDir, 0o755); err != nil {
+		return &RunError{Op: "checkpoint directory", Err: err}
+	}
+	// Before any training: a checkpoint that cannot be written would
+	// otherwise fail after the first epoch.
+	if err := atomicfile.Check(filepath.Join(s.opts.CheckpointDir, train.CheckpointFile)); err != nil {
 		return &RunError{Op: "checkpoint directory", Err: err}
 	}
 	cfg := &s.cfg

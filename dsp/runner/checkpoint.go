@@ -3,10 +3,12 @@ package runner
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/internal/ckpt"
+	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -55,6 +57,11 @@ func (c *Config) Diff(o *Config) string {
 func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 	cfg := &s.cfg
 	if err := os.MkdirAll(s.opts.CheckpointDir, 0o755); err != nil {
+		return &RunError{Op: "checkpoint directory", Err: err}
+	}
+	// Before any training: a checkpoint that cannot be written would
+	// otherwise fail after the first epoch.
+	if err := atomicfile.Check(filepath.Join(s.opts.CheckpointDir, train.CheckpointFile)); err != nil {
 		return &RunError{Op: "checkpoint directory", Err: err}
 	}
 	plan, err := assign(s.pd.ds.Train, s.pd.book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)

@@ -86,12 +86,11 @@ func ModelConfig(cfg train.Config, inDim, classes int) nn.Config {
 		Kind: cfg.Model, InDim: inDim, Hidden: cfg.Hidden, OutDim: classes, Layers: cfg.Layers,
 		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
 		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
-		NoDropout: cfg.Dropout == 0 && cfg.AttnDrop == 0,
-		Seed:      rng.Derive(cfg.Seed, tagInit),
+		ExactDropout: true, // a zero rate is none, not nn's default
+		Seed:         rng.Derive(cfg.Seed, tagInit),
 	}
 	if cfg.Model != train.GAT {
 		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
-		mc.NoDropout = cfg.Dropout == 0
 	}
 	return mc
 }
