@@ -159,19 +159,22 @@ func buildParams(b backend.Backend, kind string, inDim, hidden, outDim, layers i
 // newWorker sets up device rank: its rows of the adjacency, its features,
 // labels and a replica of the model (every device initializes the same
 // weights from the same seed).
-func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.DeviceComm, cfg *Config, pr *prepared, lay *Layout) (w *worker, err error) {
+func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.DeviceComm, cfg *Config, pr *prepared, lay *Layout) (*worker, error) {
 	p := lay.P()
 	lo, hi := lay.Range(rank)
-	w = &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, dc: dc, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
+	w := &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, dc: dc, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
 		classes: pr.ds.NumClasses}
 	w.fused = newFusedOps(b, w.b)
+	// w is freed on every early return: the returns name no result (a
+	// named one would be nil by the time a deferred cleanup ran).
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			w.free()
-			w = nil
 		}
 	}()
 	mb := w.b
+	var err error
 	w.specs, w.params, err = buildParams(mb, cfg.Model, pr.ds.FeatDim, cfg.Hidden, pr.ds.NumClasses, cfg.Layers, rng.Derive(cfg.Seed, tagInit))
 	if err != nil {
 		return nil, err
@@ -269,6 +272,7 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 			w.stats.Blocks = append(w.stats.Blocks, BlockStats{Layer: l, Block: s, Rows: lay.Size(s), Width: sp.width})
 		}
 	}
+	built = true
 	return w, nil
 }
 

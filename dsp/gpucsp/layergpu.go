@@ -43,7 +43,7 @@ type gpuLayerMachine struct {
 }
 
 // newGPULayerMachine loads the kernels and places the rows of patch.
-func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (g *gpuLayerMachine, err error) {
+func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (*gpuLayerMachine, error) {
 	st, err := gs.Stepper()
 	if err != nil {
 		return nil, err
@@ -52,12 +52,14 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	if err != nil {
 		return nil, err
 	}
-	g = &gpuLayerMachine{gpuMachine: gm, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows,
+	g := &gpuLayerMachine{gpuMachine: gm, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows,
 		replace: cfg.Replace, weighted: cfg.Weighted, placed: placer{dev: dev}}
+	// g is closed on every early return: the returns name no result (a
+	// named one would be nil by the time a deferred cleanup ran).
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			g.close()
-			g = nil
 		}
 	}()
 	pg := patch.Graph
@@ -71,6 +73,7 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 		return nil, err
 	}
 	if !cfg.Weighted {
+		built = true
 		return g, nil
 	}
 	// Per-row arrays follow the placement's rows (on the device unless
@@ -87,6 +90,7 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 			return nil, err
 		}
 	}
+	built = true
 	return g, nil
 }
 

@@ -29,16 +29,18 @@ type gpuWalkMachine struct {
 	placed  placer
 }
 
-func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (g *gpuWalkMachine, err error) {
+func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
 	gm, err := newGPUMachine(dev, nil, "gpucsp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
 	}
-	g = &gpuWalkMachine{gpuMachine: gm, length: length, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows, placed: placer{dev: dev}}
+	g := &gpuWalkMachine{gpuMachine: gm, length: length, lo: int64(patch.Lo), rows: int64(patch.Hi - patch.Lo), n: patch.Graph.NumRows, placed: placer{dev: dev}}
+	// g is closed on every early return: the returns name no result (a
+	// named one would be nil by the time a deferred cleanup ran).
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			g.close()
-			g = nil
 		}
 	}()
 	id := make([]int64, P+1)
@@ -60,6 +62,7 @@ func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P
 	if g.indices, err = g.placed.place(pg.Indices, mappedEdges(placement)); err != nil {
 		return nil, err
 	}
+	built = true
 	return g, nil
 }
 
