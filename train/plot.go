@@ -13,7 +13,30 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgpdf"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/strata-gnn/strata/internal/atomicfile"
 )
+
+// CheckPlotPath reports, before a run, whether WritePlot could write
+// path: a format it draws and a destination atomicfile.Check accepts.
+func CheckPlotPath(path string) error {
+	if err := atomicfile.Check(path); err != nil {
+		return err
+	}
+	_, err := plotFormat(path)
+	return err
+}
+
+// plotFormat is path's image format (lower-case extension) if WritePlot
+// draws it.
+func plotFormat(path string) (string, error) {
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".png", ".svg", ".pdf":
+		return ext, nil
+	default:
+		return "", fmt.Errorf("train: plot %s: unknown image format %q (want .png, .svg or .pdf)", path, ext)
+	}
+}
 
 // WritePlot draws the report's curves, training and validation loss on
 // the left and train/validation/test accuracy on the right, to path. The
@@ -22,17 +45,19 @@ func WritePlot(r *Report, path string) error {
 	if len(r.Epochs) == 0 {
 		return fmt.Errorf("train: plot: the report has no epochs")
 	}
+	ext, err := plotFormat(path)
+	if err != nil {
+		return err
+	}
 	const w, h = 12 * vg.Inch, 4.5 * vg.Inch
 	var canvas vg.CanvasWriterTo
-	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	switch ext {
 	case ".png":
 		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(96))}
 	case ".svg":
 		canvas = vgsvg.New(w, h)
 	case ".pdf":
 		canvas = vgpdf.New(w, h)
-	default:
-		return fmt.Errorf("train: plot: unknown image format %q (want .png, .svg or .pdf)", ext)
 	}
 
 	title := fmt.Sprintf("%s %s on %s", r.Model, r.Mode, r.Dataset)

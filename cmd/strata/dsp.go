@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -289,12 +288,8 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err := c.checkEngineFlags(bs, c.useDeviceEngine(bs)); err != nil {
 		return err
 	}
-	for _, out := range []string{c.Report, c.Plot} {
-		if out != "" {
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-				return err
-			}
-		}
+	if err := c.checkOutputs(); err != nil {
+		return err
 	}
 	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
 	if err != nil {
@@ -334,20 +329,6 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.Report != "" {
-		write := rep.WriteJSON
-		if devRun != nil {
-			write = devRun.WriteJSON
-		}
-		if err := write(c.Report); err != nil {
-			return err
-		}
-	}
-	if c.Plot != "" {
-		if err := train.WritePlot(&rep.Report, c.Plot); err != nil {
-			return err
-		}
-	}
 	sel := "best validation"
 	if rep.Selection == train.SelectLast {
 		sel = "last"
@@ -360,5 +341,9 @@ func (c *trainCmd) runDSP(e *env) error {
 		fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", r.SteadyEpochSeconds, r.Pipeline)
 	}
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
-	return nil
+	write := rep.WriteJSON
+	if devRun != nil {
+		write = devRun.WriteJSON
+	}
+	return c.writeOutputs(write, &rep.Report)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,12 +182,8 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	if err != nil {
 		return err
 	}
-	for _, out := range []string{c.Report, c.Plot} {
-		if out != "" {
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-				return err
-			}
-		}
+	if err := c.checkOutputs(); err != nil {
+		return err
 	}
 	var log io.Writer = e.stderr
 	if e.quiet {
@@ -259,16 +254,6 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.Report != "" {
-		if err := rep.WriteJSON(c.Report); err != nil {
-			return err
-		}
-	}
-	if c.Plot != "" {
-		if err := train.WritePlot(plotReport(rep), c.Plot); err != nil {
-			return err
-		}
-	}
 	sel := "best validation"
 	if rep.Selection == fullgraph.SelectLast {
 		sel = "last"
@@ -280,7 +265,7 @@ func (c *trainCmd) runFullGraph(e *env) error {
 			rep.Comm.BroadcastsSkipped, rep.Comm.Broadcasts, 100*rep.Comm.AvoidedFraction)
 	}
 	fmt.Fprintf(e.stdout, "time                %.1fs on %d device(s) (%.4fs per training epoch)\n", time.Since(start).Seconds(), len(bs), rep.EpochSeconds)
-	return nil
+	return c.writeOutputs(rep.WriteJSON, plotReport(rep))
 }
 
 // plotReport carries the curves of a fullgraph report into the report

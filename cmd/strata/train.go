@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -138,12 +137,8 @@ func (c *trainCmd) Run(e *env) error {
 	if c.CheckpointEvery > 0 && c.Checkpoint == "" {
 		return usageError{fmt.Errorf("--checkpoint-every needs --checkpoint DIR")}
 	}
-	for _, out := range []string{c.Report, c.Plot} {
-		if out != "" {
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-				return err
-			}
-		}
+	if err := c.checkOutputs(); err != nil {
+		return err
 	}
 	var note io.Writer = e.stderr
 	if e.quiet {
@@ -181,16 +176,6 @@ func (c *trainCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.Report != "" {
-		if err := rep.WriteJSON(c.Report); err != nil {
-			return err
-		}
-	}
-	if c.Plot != "" {
-		if err := train.WritePlot(rep, c.Plot); err != nil {
-			return err
-		}
-	}
 	sel := "best validation"
 	if rep.Selection == train.SelectLast {
 		sel = "last"
@@ -198,5 +183,5 @@ func (c *trainCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
 		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
-	return nil
+	return c.writeOutputs(rep.WriteJSON, rep)
 }

@@ -37,7 +37,7 @@ func Check(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return &TargetError{Path: path, Msg: fmt.Sprintf("directory %s does not exist", dir)}
 	case err != nil:
-		return &TargetError{Path: path, Msg: fmt.Sprintf("cannot reach directory %s", dir), Err: err}
+		return &TargetError{Path: path, Msg: fmt.Sprintf("cannot reach directory %s", dir), Err: unwrapPath(err)}
 	case !fi.IsDir():
 		return &TargetError{Path: path, Msg: fmt.Sprintf("%s is not a directory", dir)}
 	}
