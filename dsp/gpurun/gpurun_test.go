@@ -363,8 +363,9 @@ func TestInterrupted(t *testing.T) {
 // TestCheckpointResume: a run interrupted in its third epoch resumes from
 // the checkpoint written after the second and ends with the history of an
 // uninterrupted run, bit for bit; an existing checkpoint is not
-// overwritten without Resume, and one from another configuration or with
-// nothing left to do is refused.
+// overwritten without Resume, one from another configuration or past the
+// run's epochs is refused, and one that has done every epoch gives its
+// results.
 func TestCheckpointResume(t *testing.T) {
 	cfg := small(2, 3)
 	want := run(t, cfg, Options{})
@@ -389,10 +390,28 @@ func TestCheckpointResume(t *testing.T) {
 	if _, err := Run(context.Background(), tiny(t), other, Options{Backends: cpus(t, 2), CheckpointDir: dir, Resume: true}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "hidden") {
 		t.Fatalf("resume with another hidden size: %v, want a CheckpointError naming it", err)
 	}
+	shorter := cfg
+	shorter.Train.Epochs = 1
+	if _, err := Run(context.Background(), tiny(t), shorter, Options{Backends: cpus(t, 2), CheckpointDir: dir, Resume: true}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "past this run's 1") {
+		t.Fatalf("resume past the schedule: %v", err)
+	}
+	// Every epoch of the run done: nothing is trained and the report is
+	// the checkpoint's, the uninterrupted run's first two epochs.
 	short := cfg
 	short.Train.Epochs = 2
-	if _, err := Run(context.Background(), tiny(t), short, Options{Backends: cpus(t, 2), CheckpointDir: dir, Resume: true}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nothing to resume") {
-		t.Fatalf("resume of a finished schedule: %v", err)
+	steps := 0
+	fin := run(t, short, Options{CheckpointDir: dir, Resume: true, OnBatch: func(int, int, int, float64) { steps++ }})
+	if steps != 0 || fin.ResumedFrom == nil || fin.ResumedFrom.Epoch != 2 || len(fin.Epochs) != 2 || !slices.Equal(fin.Run.EpochLosses, want.Run.EpochLosses[:2]) {
+		t.Fatalf("resume with every epoch done: %d steps, resumed from %+v, %d epochs, epoch losses %v (uninterrupted %v)", steps, fin.ResumedFrom,
+			len(fin.Epochs), fin.Run.EpochLosses, want.Run.EpochLosses)
+	}
+	for i, g := range fin.Epochs {
+		if w := want.Epochs[i]; !slices.Equal(g.BatchLosses, w.BatchLosses) || g.TestAccuracy != w.TestAccuracy || g.ValLoss != w.ValLoss {
+			t.Fatalf("finished run, epoch %d: losses %v test %v; uninterrupted %v %v", w.Epoch, g.BatchLosses, g.TestAccuracy, w.BatchLosses, w.TestAccuracy)
+		}
+	}
+	if fin.DSP.BatchesPerDevice != want.DSP.BatchesPerDevice || fin.LastTestAcc != want.Epochs[1].TestAccuracy {
+		t.Fatalf("finished run: %d batches per device, last test %v", fin.DSP.BatchesPerDevice, fin.LastTestAcc)
 	}
 
 	got := run(t, cfg, Options{CheckpointDir: dir, Resume: true})

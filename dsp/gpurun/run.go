@@ -307,10 +307,13 @@ func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 		return &RunError{Op: "checkpoint directory", Err: err}
 	}
 	cfg := &s.cfg
-	all, _, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)
+	all, dropped, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)
 	if err != nil {
 		return &RunError{Op: "batches", Err: err}
 	}
+	// The samplers set these again every epoch; a run resumed with every
+	// epoch done trains none.
+	s.info.BatchesPerDevice, s.info.DroppedSeeds = len(all[0]), dropped
 	s.datasetID(orig)
 	if s.resumed, err = s.restore(orig, len(all[0])); err != nil || s.resumed == nil {
 		return err

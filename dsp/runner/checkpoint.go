@@ -68,6 +68,9 @@ func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 	if err != nil {
 		return &RunError{Op: "batches", Err: err}
 	}
+	// The sampler sets these again every epoch; a run resumed with every
+	// epoch done trains none.
+	s.info.BatchesPerDevice, s.info.DroppedSeeds = len(plan.batches[0]), plan.dropped
 	s.ckpt = &ckpt.Run[Config]{
 		Dir: s.opts.CheckpointDir, Resume: s.opts.Resume, Log: s.opts.Log, Engine: ckpt.Host, Config: *cfg,
 		Diff: func(run, c *Config) string { return run.Diff(c) }, Epochs: cfg.Train.Epochs,

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,9 +95,9 @@ func sameEpochs(t *testing.T, got, want *Report) {
 // TestCheckpointResume: a run on 2 devices interrupted in its third epoch
 // resumes from the checkpoint written after the second and ends with the
 // losses, accuracies and headline numbers of an uninterrupted run, bit for
-// bit; an existing checkpoint is not overwritten without Resume, and one
-// from another configuration or with nothing left to do is refused,
-// naming why.
+// bit; an existing checkpoint is not overwritten without Resume, one
+// from another configuration or past the run's epochs is refused, naming
+// why, and one that has done every epoch gives its results.
 func TestCheckpointResume(t *testing.T) {
 	ds := tiny(t)
 	cfg := ckptConfig(3)
@@ -122,7 +123,7 @@ func TestCheckpointResume(t *testing.T) {
 		{"hidden", func(c *Config) { c.Train.Hidden = 32 }, Options{CheckpointDir: dir, Resume: true}, "hidden is 32, the checkpoint has 16"},
 		{"devices", func(c *Config) { c.Devices = 3 }, Options{CheckpointDir: dir, Resume: true}, "devices is 3, the checkpoint has 2"},
 		{"rebalance", func(c *Config) { c.Rebalance = Trim }, Options{CheckpointDir: dir, Resume: true}, "rebalance is trim"},
-		{"finished", func(c *Config) { c.Train.Epochs = 2 }, Options{CheckpointDir: dir, Resume: true}, "has done 2 epochs, this run has 2: nothing to resume"},
+		{"past the run", func(c *Config) { c.Train.Epochs = 1 }, Options{CheckpointDir: dir, Resume: true}, "has done 2 epochs, past this run's 1"},
 	} {
 		c := cfg
 		if tc.edit != nil {
@@ -132,6 +133,32 @@ func TestCheckpointResume(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Path != path || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v, want a CheckpointError for %s saying %q", tc.name, err, path, tc.want)
 		}
+	}
+
+	// A checkpoint that has done every epoch of the run: nothing is
+	// trained, the checkpoint's results are the report's (as the
+	// single-device trainer does) and the checkpoint stays as it was.
+	done := cfg
+	done.Train.Epochs = 2
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	fin, err := Run(context.Background(), ds, done, Options{CheckpointDir: dir, Resume: true,
+		OnBatch: func(int, int, int, float64) { steps++ }})
+	if err != nil {
+		t.Fatalf("resume with every epoch done: %v", err)
+	}
+	if steps != 0 || fin.ResumedFrom == nil || fin.ResumedFrom.Epoch != 2 || fin.DSP.BatchesPerDevice != want.DSP.BatchesPerDevice {
+		t.Fatalf("resume with every epoch done: %d steps, resumed from %+v, %d batches per device", steps, fin.ResumedFrom, fin.DSP.BatchesPerDevice)
+	}
+	first2 := *want // the uninterrupted run's first two epochs and their headline
+	first2.Epochs = want.Epochs[:2]
+	summarize(&first2.Report)
+	sameEpochs(t, fin, &first2)
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the checkpoint changed (%v)", err)
 	}
 
 	// Settings that move work around may change on resume.

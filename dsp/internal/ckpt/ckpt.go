@@ -94,7 +94,9 @@ type State[C any] struct {
 }
 
 // Open returns the checkpoint to resume from, or nil (none, or a run
-// that does not resume and so starts from the beginning). It removes the
+// that does not resume and so starts from the beginning). A checkpoint
+// that has done every epoch of the run is returned too: the run trains
+// nothing and reports the checkpoint's history. It removes the
 // temporary file a run killed while writing leaves behind. A checkpoint
 // this run must not resume or overwrite is an *Error saying why.
 func Open[C any](r *Run[C]) (*State[C], error) {
@@ -129,7 +131,11 @@ func Open[C any](r *Run[C]) (*State[C], error) {
 	}
 	st := &State[C]{Path: path, Meta: *m, Params: params, Opt: optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}}
 	if r.Log != nil {
-		fmt.Fprintf(r.Log, "resuming from %s after epoch %d\n", path, m.EpochsDone)
+		if m.EpochsDone == r.Epochs {
+			fmt.Fprintf(r.Log, "%s has done all %d epochs: nothing to train, its results follow (raise --epochs to train longer)\n", path, m.EpochsDone)
+		} else {
+			fmt.Fprintf(r.Log, "resuming from %s after epoch %d\n", path, m.EpochsDone)
+		}
 	}
 	return st, nil
 }
@@ -173,8 +179,8 @@ func (r *Run[C]) check(raw []byte) (*Meta[C], string) {
 	switch {
 	case m.EpochsDone < 1:
 		return nil, fmt.Sprintf("%d epochs done", m.EpochsDone)
-	case m.EpochsDone >= r.Epochs:
-		return nil, fmt.Sprintf("the checkpoint has done %d epochs, this run has %d: nothing to resume (raise --epochs to train longer)", m.EpochsDone, r.Epochs)
+	case m.EpochsDone > r.Epochs:
+		return nil, fmt.Sprintf("the checkpoint has done %d epochs, past this run's %d", m.EpochsDone, r.Epochs)
 	case m.BatchesPerDevice != nb:
 		return nil, fmt.Sprintf("%d batches per device and epoch, this run has %d", m.BatchesPerDevice, nb)
 	case m.OptimizerStep != m.EpochsDone*nb:

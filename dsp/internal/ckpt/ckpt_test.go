@@ -192,7 +192,7 @@ func TestOpenRefuses(t *testing.T) {
 		{name: "config", run: func(r *Run[cfg]) { r.Config.Hidden = 32 }, want: "written by a different configuration: hidden differs"},
 		{name: "engine", run: func(r *Run[cfg]) { r.Engine = Device }, want: "written by the host engine, this run uses the device engine"},
 		{name: "dataset", run: func(r *Run[cfg]) { r.Dataset.Fingerprint = "ffffffff" }, want: "fingerprint 0123abcd), not toy"},
-		{name: "finished", run: func(r *Run[cfg]) { r.Epochs = 2 }, want: "has done 2 epochs, this run has 2: nothing to resume"},
+		{name: "past the run", run: func(r *Run[cfg]) { r.Epochs = 1 }, want: "has done 2 epochs, past this run's 1"},
 		{name: "batches", run: func(r *Run[cfg]) { r.BatchesPerDevice = 4 }, want: "3 batches per device and epoch, this run has 4"},
 		{name: "check", run: func(r *Run[cfg]) { r.Check = func(*Meta[cfg]) string { return "no records" } }, want: "no records"},
 		{name: "format", meta: func(m map[string]any) { m["format"] = "strata-train/1" }, want: `metadata format "strata-train/1"`},
@@ -216,6 +216,22 @@ func TestOpenRefuses(t *testing.T) {
 		if st != nil || !errors.As(err, &ce) || ce.Path != r.Path() || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), r.Path()) {
 			t.Errorf("%s: got %v, want an *Error naming %s and saying %q", tc.name, err, r.Path(), tc.want)
 		}
+	}
+}
+
+// TestOpenFinished: a checkpoint that has done every epoch of the run
+// opens (the run trains nothing and reports its history), saying so.
+func TestOpenFinished(t *testing.T) {
+	r := save(t)
+	r.Epochs = 2
+	var log bytes.Buffer
+	r.Log = &log
+	st, err := Open(r)
+	if err != nil || st == nil || st.Meta.EpochsDone != 2 || len(st.Meta.History) != 2 {
+		t.Fatalf("got %+v, %v; want the state after 2 epochs", st, err)
+	}
+	if want := r.Path() + " has done all 2 epochs: nothing to train"; !strings.Contains(log.String(), want) {
+		t.Fatalf("log %q lacks %q", log.String(), want)
 	}
 }
 
