@@ -335,7 +335,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
 		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, cfg.Train.Epochs, sel, rep.LastValAcc, rep.LastTestAcc)
-	fmt.Fprintf(e.stdout, "pipeline            %s\n", rep.Metrics.Summary)
+	fmt.Fprintf(e.stdout, "pipeline (total)    %s\n", rep.Metrics.Summary)
 	if devRun != nil {
 		r := devRun.Run
 		fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", r.SteadyEpochSeconds, r.Pipeline)

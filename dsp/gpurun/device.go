@@ -746,13 +746,14 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		s.history = append(s.history, rec)
 	}
 	s.mu.Unlock()
+	em := s.epochs.Add(epoch+1, s.snapshot())
 	epochs := cfg.Train.Epochs
 	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		acc := ""
 		if evaluated {
 			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)
 		}
-		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, s.snapshot().Summary)
+		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, em.Summary)
 	}
 	d.epochStart = time.Now()
 	return nil

@@ -69,7 +69,9 @@ func (s *shared) snapshot() runner.Metrics { return runner.CollectMetrics(s.ctrs
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	info := s.info
 	info.CrossEdges = runner.CrossEdges(s.in, s.pd.Book)
-	rep := &Report{Report: *runner.NewReport(orig, s.pd.Dataset, &s.cfg.Config, device, info, s.history, s.snapshot()), Run: s.gpu}
+	m := s.snapshot()
+	m.Epochs = s.epochs.Epochs()
+	rep := &Report{Report: *runner.NewReport(orig, s.pd.Dataset, &s.cfg.Config, device, info, s.history, m), Run: s.gpu}
 	if s.resumed != nil {
 		rep.ResumedFrom = &train.Cursor{Epoch: s.resumeEpoch()}
 	}

@@ -120,6 +120,7 @@ type shared struct {
 	info      runner.Info
 	gpu       Info
 	history   []train.EpochRecord
+	epochs    runner.EpochLog // device 0's, read after the run
 }
 
 // Run trains cfg on ds with one device per opts.Backends entry and

@@ -170,6 +170,12 @@ type QueueSnapshot struct {
 	// MaxOccupancy the largest seen.
 	MeanOccupancy float64 `json:"mean_occupancy"`
 	MaxOccupancy  int     `json:"max_occupancy"`
+	// ItemSeconds is the integral of the number of queued items over
+	// the Seconds the queue has existed (MeanOccupancy's terms): two
+	// snapshots of a device give the mean between them
+	// (RankSnapshot.Since). Not summed by Summarize.
+	ItemSeconds float64 `json:"item_seconds,omitempty"`
+	Seconds     float64 `json:"seconds,omitempty"`
 }
 
 // CacheSnapshot is the feature cache's hit count. Requests counts distinct
@@ -221,6 +227,56 @@ func (c *Counters) Snapshot(rank int) RankSnapshot {
 		s.Cache.HitRate = float64(lh+ph) / float64(req)
 	}
 	return s
+}
+
+// Since returns what the device did between prev, an earlier snapshot of
+// the same device, and r: stage items and times, bytes and cache counts
+// are differences, a queue's pushes too and its mean occupancy is over
+// the interval (MaxOccupancy stays the largest so far). A zero prev
+// (no stages, no queues) gives r: the work since the start.
+func (r RankSnapshot) Since(prev RankSnapshot) RankSnapshot {
+	out := RankSnapshot{Rank: r.Rank, Bytes: map[string]map[string]int64{}}
+	for p, m := range r.Bytes {
+		out.Bytes[p] = map[string]int64{}
+		for l, n := range m {
+			out.Bytes[p][l] = n - prev.Bytes[p][l]
+		}
+	}
+	for i, st := range r.Stages {
+		if i < len(prev.Stages) {
+			q := prev.Stages[i]
+			st.Items -= q.Items
+			st.BusySeconds -= q.BusySeconds
+			st.WaitInSeconds -= q.WaitInSeconds
+			st.WaitOutSeconds -= q.WaitOutSeconds
+			st.SyncSeconds -= q.SyncSeconds
+		}
+		out.Stages = append(out.Stages, st)
+	}
+	for i, q := range r.Queues {
+		if i < len(prev.Queues) {
+			p := prev.Queues[i]
+			q.Pushes -= p.Pushes
+			q.ItemSeconds -= p.ItemSeconds
+			q.Seconds -= p.Seconds
+			q.MeanOccupancy = 0
+			if q.Seconds > 0 {
+				q.MeanOccupancy = q.ItemSeconds / q.Seconds
+			}
+		}
+		out.Queues = append(out.Queues, q)
+	}
+	c := r.Cache
+	c.Requests -= prev.Cache.Requests
+	c.LocalHits -= prev.Cache.LocalHits
+	c.PeerHits -= prev.Cache.PeerHits
+	c.Misses -= prev.Cache.Misses
+	c.HitRate = 0
+	if c.Requests > 0 {
+		c.HitRate = float64(c.LocalHits+c.PeerHits) / float64(c.Requests)
+	}
+	out.Cache = c
+	return out
 }
 
 // Summary totals the ranks' snapshots: bytes and cache counts add up, stage
@@ -278,9 +334,10 @@ func Summarize(ranks []RankSnapshot) Summary {
 	return s
 }
 
-// String is a one-line summary for training logs: cumulative busy time
-// per stage (slowest device), mean queue occupancy, cache hit rate and the
-// bytes sent between devices and read from host memory.
+// String is a one-line summary for training logs: busy time per stage
+// (slowest device), mean queue occupancy, cache hit rate and the bytes
+// sent between devices and read from host memory, over what the
+// summarized snapshots cover (the whole run, or one epoch with Since).
 func (s Summary) String() string {
 	var b strings.Builder
 	b.WriteString("busy")

@@ -47,3 +47,49 @@ func TestCountersAndSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestSince: the figures between two snapshots of a device are the
+// differences of its counters (an epoch's work, not the run's so far),
+// and they add up: the first interval plus the second is the total.
+func TestSince(t *testing.T) {
+	var c Counters
+	c.StageBusy(Trainer, time.Second)
+	c.StageBusy(Trainer, time.Second)
+	c.StageWaitIn(Loader, time.Second/2)
+	c.AddBytes(Feature, Peer, 100)
+	c.AddCache(10, 5, 1)
+	first := c.Snapshot(1)
+	first.Queues = []QueueSnapshot{{Name: "q", Capacity: 2, Pushes: 4, MeanOccupancy: 0.5, MaxOccupancy: 2, ItemSeconds: 1, Seconds: 2}}
+	c.StageBusy(Trainer, 3*time.Second)
+	c.StageSync(Trainer, time.Second)
+	c.AddBytes(Feature, Peer, 20)
+	c.AddCache(10, 10, 0)
+	second := c.Snapshot(1)
+	second.Queues = []QueueSnapshot{{Name: "q", Capacity: 2, Pushes: 10, MeanOccupancy: 1.5, MaxOccupancy: 2, ItemSeconds: 7, Seconds: 6}}
+
+	d := second.Since(first)
+	tr := d.Stages[Trainer]
+	if tr.Items != 1 || tr.BusySeconds != 3 || tr.SyncSeconds != 1 || d.Stages[Loader].WaitInSeconds != 0 {
+		t.Fatalf("stages since the first snapshot: %+v", d.Stages)
+	}
+	if d.Bytes["feature"]["peer"] != 20 || d.Cache.Requests != 10 || d.Cache.LocalHits != 10 || d.Cache.HitRate != 1 || d.Rank != 1 {
+		t.Fatalf("bytes %v cache %+v rank %d", d.Bytes, d.Cache, d.Rank)
+	}
+	if q := d.Queues[0]; q.Pushes != 6 || q.MeanOccupancy != 1.5 || q.ItemSeconds != 6 || q.Seconds != 4 {
+		t.Fatalf("queue since the first snapshot: %+v", q)
+	}
+	if line := Summarize([]RankSnapshot{d}).String(); !strings.Contains(line, "trainer 3.00s") || !strings.Contains(line, "queued 1.5/2") {
+		t.Fatalf("line %q", line)
+	}
+	// From the start: the first snapshot itself; the two intervals add up.
+	z := first.Since(RankSnapshot{})
+	if z.Stages[Trainer].BusySeconds != 2 || z.Cache != first.Cache || z.Queues[0] != first.Queues[0] {
+		t.Fatalf("since the start: %+v", z)
+	}
+	for i := range second.Stages {
+		s, a, b := second.Stages[i], z.Stages[i], d.Stages[i]
+		if a.Items+b.Items != s.Items || a.BusySeconds+b.BusySeconds != s.BusySeconds || a.WaitInSeconds+b.WaitInSeconds != s.WaitInSeconds {
+			t.Fatalf("stage %s: %+v + %+v != %+v", s.Name, a, b, s)
+		}
+	}
+}

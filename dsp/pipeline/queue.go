@@ -160,8 +160,9 @@ func (q *Queue[T]) Stats() metrics.QueueSnapshot {
 	defer q.mu.Unlock()
 	now := time.Now()
 	area := q.area + float64(q.n)*now.Sub(q.since).Seconds()
-	s := metrics.QueueSnapshot{Name: q.name, Capacity: cap(q.ch), Pushes: q.pushes, MaxOccupancy: q.maxN}
-	if d := now.Sub(q.start).Seconds(); d > 0 {
+	d := now.Sub(q.start).Seconds()
+	s := metrics.QueueSnapshot{Name: q.name, Capacity: cap(q.ch), Pushes: q.pushes, MaxOccupancy: q.maxN, ItemSeconds: area, Seconds: d}
+	if d > 0 {
 		s.MeanOccupancy = area / d
 	}
 	return s

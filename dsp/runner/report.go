@@ -71,11 +71,56 @@ type DeviceInfo struct {
 	LocationTableBytes  int64  `json:"location_table_bytes"`
 }
 
-// Metrics are the pipeline's counters: the total and every device's.
+// Metrics are the pipeline's counters. Summary and Ranks are totals over
+// the run (this process's work): all devices' and every device's. Epochs
+// holds each epoch's figures, those of the epoch's log line.
 type Metrics struct {
 	Summary metrics.Summary        `json:"summary"`
 	Ranks   []metrics.RankSnapshot `json:"ranks"`
+	Epochs  []EpochMetrics         `json:"epochs,omitempty"`
 }
+
+// EpochMetrics are one epoch's pipeline figures: every device's counters
+// from the end of the previous epoch (or the start of the run) to the end
+// of this one, as device 0's trainer finishes it, summarized as
+// Metrics.Summary is. The stages of a pipeline overlap epochs: a sampler
+// may already be working on the next one.
+type EpochMetrics struct {
+	Epoch int `json:"epoch"`
+	metrics.Summary
+}
+
+// Since summarizes the work between prev, an earlier snapshot of the same
+// devices (zero: the start), and m.
+func (m Metrics) Since(prev Metrics) metrics.Summary {
+	ranks := make([]metrics.RankSnapshot, len(m.Ranks))
+	for i, r := range m.Ranks {
+		var p metrics.RankSnapshot
+		if i < len(prev.Ranks) {
+			p = prev.Ranks[i]
+		}
+		ranks[i] = r.Since(p)
+	}
+	return metrics.Summarize(ranks)
+}
+
+// EpochLog keeps the per-epoch figures of a run (device 0's trainer adds
+// one at the end of every epoch; not for concurrent use).
+type EpochLog struct {
+	last   Metrics
+	epochs []EpochMetrics
+}
+
+// Add records epoch's figures given the snapshot now and returns them.
+func (l *EpochLog) Add(epoch int, now Metrics) EpochMetrics {
+	e := EpochMetrics{Epoch: epoch, Summary: now.Since(l.last)}
+	l.last = now
+	l.epochs = append(l.epochs, e)
+	return e
+}
+
+// Epochs returns the figures recorded so far.
+func (l *EpochLog) Epochs() []EpochMetrics { return l.epochs }
 
 // WriteJSON writes the report to path (indented JSON), atomically.
 func (r *Report) WriteJSON(path string) error {
@@ -109,7 +154,9 @@ func CollectMetrics(ctrs []metrics.Counters, queues [][]func() metrics.QueueSnap
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	info := s.info
 	info.CrossEdges = crossEdges(s)
-	rep := NewReport(orig, s.pd.ds, &s.cfg, device, info, s.history, s.snapshot())
+	m := s.snapshot()
+	m.Epochs = s.epochs.Epochs()
+	rep := NewReport(orig, s.pd.ds, &s.cfg, device, info, s.history, m)
 	if s.resumed != nil {
 		rep.ResumedFrom = &train.Cursor{Epoch: s.firstEpoch()}
 	}
@@ -181,11 +228,12 @@ func (d *device) endEpoch(epoch int) error {
 	s.mu.Lock()
 	s.history = append(s.history, rec)
 	s.mu.Unlock()
+	em := s.epochs.Add(epoch+1, s.snapshot())
 	epochs := s.cfg.Train.Epochs
 	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train %.4f  val %.4f  test %.4f  (%.2fs)  %s\n",
 			len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.Seconds,
-			s.snapshot().Summary)
+			em.Summary)
 	}
 	return nil
 }

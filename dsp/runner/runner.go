@@ -87,6 +87,7 @@ type shared struct {
 	mu        sync.Mutex
 	history   []train.EpochRecord
 	info      Info
+	epochs    EpochLog // device 0's trainer's, read after the run
 }
 
 // Run trains cfg on ds with cfg.Devices devices and returns the report.
