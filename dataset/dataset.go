@@ -23,6 +23,9 @@ type Dataset struct {
 	// release unmaps the arrays of a dataset returned by Open (nil when
 	// the arrays live on the Go heap).
 	release func() error
+	// opened holds the manifest fingerprint of a dataset returned by Open
+	// (see Fingerprint).
+	opened openedFP
 }
 
 // Close releases the memory mappings of a dataset returned by Open. After

@@ -290,6 +290,15 @@ func TestOpenErrors(t *testing.T) {
 			b, _ := os.ReadFile(path)
 			os.WriteFile(path, []byte(strings.Replace(string(b), `{`, `{"extra": 1,`, 1)), 0o644)
 		}, want: []string{"unknown field"}},
+		{name: "truncated manifest", corrupt: func(t *testing.T, dir string) {
+			os.Truncate(filepath.Join(dir, ManifestFile), 100)
+		}, want: []string{"manifest.json: at byte 100", "truncated"}},
+		{name: "manifest number echo", corrupt: func(t *testing.T, dir string) {
+			path := filepath.Join(dir, ManifestFile)
+			b, _ := os.ReadFile(path)
+			huge := `"num_nodes": 1` + strings.Repeat("0", 1<<16)
+			os.WriteFile(path, []byte(strings.Replace(string(b), `"num_nodes": 5`, huge, 1)), 0o644)
+		}, want: []string{"manifest.json: at byte", "num_nodes"}},
 		{name: "shape disagrees with counts", corrupt: func(t *testing.T, dir string) {
 			rewriteManifest(t, dir, func(m *Manifest) { m.NumNodes = 6 })
 		}, want: []string{`array "indptr" has shape [6], want [7]`}},
@@ -320,6 +329,9 @@ func TestOpenErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+			if msg := err.Error(); len(msg) > 400 || strings.ContainsAny(msg, "\x1b\n") {
+				t.Errorf("error of %d bytes echoes the input: %.200q", len(msg), msg)
 			}
 		})
 	}

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
+
+	"github.com/strata-gnn/strata/internal/excerpt"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // On-disk format constants. See docs/dataset-format.md.
@@ -151,17 +152,13 @@ func (m *Manifest) Array(name string) *ArrayMeta {
 // does not look at the array files.
 func ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestFile)
-	f, err := os.Open(path)
+	b, err := regfile.ReadFile(path, maxManifestBytes)
+	var tl *regfile.TooLargeError
+	if errors.As(err, &tl) {
+		return nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("dataset: reading %s: %w", path, err)
-	}
-	if len(b) > maxManifestBytes {
-		return nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
 	}
 	return ParseManifest(path, b)
 }
@@ -172,16 +169,10 @@ func ParseManifest(path string, b []byte) (*Manifest, error) {
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
-		off := int64(-1)
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			off = se.Offset
-		case errors.As(err, &te):
-			off = te.Offset
-		}
-		return nil, &FormatError{Path: path, Off: off, Msg: "bad manifest: " + err.Error()}
+		// The decoder's messages may quote the input (unknown field
+		// names, huge numbers): show a bounded, escaped excerpt.
+		off, msg := excerpt.JSON(err, int64(len(b)))
+		return nil, &FormatError{Path: path, Off: off, Msg: "bad manifest: " + msg}
 	}
 	if dec.More() {
 		return nil, formatErr(path, dec.InputOffset(), "trailing data after manifest")

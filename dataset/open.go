@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // OpenOptions controls Open. The zero value memory-maps the arrays and
@@ -112,6 +113,7 @@ func Open(dir string, opts OpenOptions) (*Dataset, error) {
 	}); err != nil {
 		return nil, err
 	}
+	d.opened = openedFP{fp: m.Fingerprint(), id: d.identity()}
 	var maps [][]byte
 	for _, l := range arrs {
 		if l.mapped {
@@ -154,18 +156,11 @@ func typed[T element](l *loaded) []T {
 // loadArray checks the file size against the manifest before mapping or
 // allocating anything, so a lying manifest cannot cause a huge allocation.
 func loadArray(path string, a *ArrayMeta, useMmap bool) (*loaded, error) {
-	f, err := os.Open(path)
+	f, fi, err := regfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("dataset: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, formatErr(path, -1, "not a regular file")
-	}
 	if size := fi.Size(); size != a.Bytes {
 		if size < a.Bytes {
 			return nil, formatErr(path, size, "file truncated: %d bytes, manifest declares %d", size, a.Bytes)

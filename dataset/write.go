@@ -47,19 +47,10 @@ func makeOut[T element](name string, s []T, shape ...int64) outArray {
 	return a
 }
 
-// Write stores d as a Strata dataset directory at dir, atomically: the
-// arrays and manifest are written (and fsynced) into a temporary sibling
-// directory, which is then renamed to dir. d is validated first; an invalid
-// dataset is never written.
-func Write(dir string, d *Dataset, opts WriteOptions) error {
-	if err := Validate(d); err != nil {
-		return fmt.Errorf("dataset: refusing to write invalid dataset: %w", err)
-	}
-	dir = filepath.Clean(dir)
-	if err := checkTarget(dir, opts.Overwrite); err != nil {
-		return err
-	}
-	n, e := d.Graph.NumRows, d.Graph.NumEdges()
+// outArrays lists the arrays of d that a writer stores, in manifest
+// order. The shapes follow the counts of a valid dataset.
+func outArrays(d *Dataset) []outArray {
+	n, e := d.Graph.NumRows, int64(len(d.Graph.Indices))
 	arrs := []outArray{
 		makeOut(ArrIndptr, d.Graph.Indptr, n+1),
 		makeOut(ArrIndices, d.Graph.Indices, e),
@@ -81,6 +72,23 @@ func Write(dir string, d *Dataset, opts WriteOptions) error {
 			arrs = append(arrs, makeOut(s.name, s.ids, int64(len(s.ids))))
 		}
 	}
+	return arrs
+}
+
+// Write stores d as a Strata dataset directory at dir, atomically: the
+// arrays and manifest are written (and fsynced) into a temporary sibling
+// directory, which is then renamed to dir. d is validated first; an invalid
+// dataset is never written.
+func Write(dir string, d *Dataset, opts WriteOptions) error {
+	if err := Validate(d); err != nil {
+		return fmt.Errorf("dataset: refusing to write invalid dataset: %w", err)
+	}
+	dir = filepath.Clean(dir)
+	if err := checkTarget(dir, opts.Overwrite); err != nil {
+		return err
+	}
+	n, e := d.Graph.NumRows, d.Graph.NumEdges()
+	arrs := outArrays(d)
 	var total int64
 	for _, a := range arrs {
 		total += int64(len(a.data))
