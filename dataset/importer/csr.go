@@ -79,3 +79,93 @@ func buildCSR(n int64, src, dst []int32, symmetrize bool) *graph.CSR {
 	indptr[n] = w
 	return &graph.CSR{NumRows: n, NumCols: n, Indptr: indptr, Indices: slices.Clip(indices[:w])}
 }
+
+// buildWeightedCSR is buildCSR for an edge list with a weight per edge:
+// with symmetrize the reverse edge gets the same weight, and duplicate
+// entries of a row are coalesced into one whose weight is their sum,
+// added in float64 in input order (so the result is deterministic).
+func buildWeightedCSR(n int64, src, dst []int32, w []float32, symmetrize bool) *graph.CSR {
+	indptr := make([]int64, n+1)
+	for _, s := range src {
+		indptr[s+1]++
+	}
+	if symmetrize {
+		for _, d := range dst {
+			indptr[d+1]++
+		}
+	}
+	for i := int64(0); i < n; i++ {
+		indptr[i+1] += indptr[i]
+	}
+	indices := make([]int32, indptr[n])
+	weights := make([]float32, indptr[n])
+	pos := make([]int64, n)
+	copy(pos, indptr[:n])
+	for i, s := range src {
+		d := dst[i]
+		indices[pos[s]], weights[pos[s]] = d, w[i]
+		pos[s]++
+		if symmetrize {
+			indices[pos[d]], weights[pos[d]] = s, w[i]
+			pos[d]++
+		}
+	}
+	pos = nil
+
+	type entry struct {
+		v int32
+		w float32
+	}
+	newLen := make([]int64, n)
+	workers := int64(max(1, runtime.GOMAXPROCS(0)))
+	total := indptr[n]
+	var wg sync.WaitGroup
+	lo := int64(0)
+	for k := int64(1); k <= workers && lo < n; k++ {
+		target := total * k / workers
+		hi := lo
+		for hi < n && (indptr[hi] < target || hi == lo) {
+			hi++
+		}
+		if k == workers {
+			hi = n
+		}
+		a, b := lo, hi
+		wg.Go(func() {
+			var row []entry
+			for v := a; v < b; v++ {
+				base := indptr[v]
+				row = row[:0]
+				for e := base; e < indptr[v+1]; e++ {
+					row = append(row, entry{indices[e], weights[e]})
+				}
+				slices.SortStableFunc(row, func(x, y entry) int { return int(x.v) - int(y.v) })
+				m := int64(0)
+				for i := 0; i < len(row); {
+					j := i
+					sum := 0.0
+					for ; j < len(row) && row[j].v == row[i].v; j++ {
+						sum += float64(row[j].w)
+					}
+					indices[base+m], weights[base+m] = row[i].v, float32(sum)
+					m++
+					i = j
+				}
+				newLen[v] = m
+			}
+		})
+		lo = hi
+	}
+	wg.Wait()
+
+	out := int64(0)
+	for v := int64(0); v < n; v++ {
+		start := indptr[v]
+		copy(indices[out:], indices[start:start+newLen[v]])
+		copy(weights[out:], weights[start:start+newLen[v]])
+		indptr[v] = out
+		out += newLen[v]
+	}
+	indptr[n] = out
+	return &graph.CSR{NumRows: n, NumCols: n, Indptr: indptr, Indices: slices.Clip(indices[:out]), Weights: slices.Clip(weights[:out])}
+}

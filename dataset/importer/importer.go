@@ -1,12 +1,16 @@
 package importer
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // Kind names an input layout.
@@ -48,6 +52,11 @@ type Options struct {
 	// Overwrite and NoSync are passed to dataset.Write by Import.
 	Overwrite bool
 	NoSync    bool
+
+	// limitNodes, when > 0, refuses a stated node count above it before
+	// anything of that size is allocated (the fuzz targets set it, so one
+	// input cannot cost seconds).
+	limitNodes int64
 }
 
 // Detect guesses the layout of src: a directory with meta.json is Shared,
@@ -61,8 +70,15 @@ func Detect(src string) (Kind, error) {
 	if !fi.IsDir() {
 		return SNAP, nil
 	}
+	// A path that exists but cannot be examined (a symbolic-link loop, no
+	// permission) is reported as such, not as an unknown layout.
+	var statErr error
 	exists := func(p ...string) bool {
-		_, err := os.Stat(filepath.Join(append([]string{src}, p...)...))
+		path := filepath.Join(append([]string{src}, p...)...)
+		_, err := os.Stat(path)
+		if err != nil && !notExist(err) && statErr == nil {
+			statErr = fmt.Errorf("importer: %w", err)
+		}
 		return err == nil
 	}
 	switch {
@@ -75,6 +91,12 @@ func Detect(src string) (Kind, error) {
 		if exists(nm) {
 			return NPY, nil
 		}
+	}
+	if statErr != nil {
+		return "", statErr
+	}
+	if _, err := os.ReadDir(src); err != nil {
+		return "", fmt.Errorf("importer: %w", err)
 	}
 	return "", fmt.Errorf("importer: cannot tell the layout of %s (want meta.json + edges.bin.gz, raw/edge.csv.gz, %s, or an edge-list file)",
 		src, strings.Join(npyEdgeNames, " or "))
@@ -111,6 +133,33 @@ func Import(kind Kind, src, dst string, opts Options) error {
 		return err
 	}
 	return dataset.Write(dst, d, dataset.WriteOptions{Overwrite: opts.Overwrite, NoSync: opts.NoSync, Quiet: opts.Quiet})
+}
+
+// notExist reports whether a stat error means the path is simply not
+// there (including a path through a regular file).
+func notExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// findRegular returns the first of paths that exists ("" if none). One
+// that exists but is not a regular file (a FIFO, a directory), or cannot
+// be examined (a symbolic-link loop, no permission), is an error naming
+// it, never skipped.
+func findRegular(paths ...string) (string, error) {
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			if notExist(err) {
+				continue
+			}
+			return "", fmt.Errorf("importer: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("importer: %w", &fs.PathError{Op: "open", Path: p, Err: &regfile.NotRegularError{Mode: fi.Mode()}})
+		}
+		return p, nil
+	}
+	return "", nil
 }
 
 // defaultName returns opts.Name or the base name of src without extensions.

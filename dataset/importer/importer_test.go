@@ -96,12 +96,23 @@ func TestSharedCorrupt(t *testing.T) {
 		_, err := LoadShared(dir, Options{Quiet: true})
 		wantErr(t, err, "edges.bin.gz", "declares 48 bytes")
 	})
-	t.Run("declared bytes beyond the file", func(t *testing.T) {
+	t.Run("declared node count beyond the files", func(t *testing.T) {
 		dir := sharedFixture(t)
 		p := filepath.Join(dir, "meta.json")
 		b, _ := os.ReadFile(p)
 		s := strings.Replace(string(b), `"num_nodes":4`, `"num_nodes":400000000`, 1)
 		os.WriteFile(p, []byte(s), 0o644)
+		_, err := LoadShared(dir, Options{Quiet: true})
+		wantErr(t, err, "features.bin.gz", "declares 32 bytes, counts imply 3200000000")
+	})
+	t.Run("declared bytes beyond the file", func(t *testing.T) {
+		dir := sharedFixture(t)
+		editMeta(t, dir, func(m map[string]any) {
+			m["num_nodes"] = 400000000
+			m["files"].(map[string]any)["labels.bin"].(map[string]any)["bytes"] = 1600000000
+			m["feat_dim"] = 0
+			delete(m["files"].(map[string]any), "features.bin")
+		})
 		_, err := LoadShared(dir, Options{Quiet: true})
 		wantErr(t, err, "labels.bin.gz", "num_nodes 400000000 needs 1600000000 bytes")
 	})
@@ -216,7 +227,7 @@ func TestOGBErrors(t *testing.T) {
 }
 
 func TestSNAP(t *testing.T) {
-	text := "# Directed graph: test\n# FromNodeId\tToNodeId\n0\t5\n5 0\n\n  2   5  \n% matrix-market style comment\n5\t2\t0.5\n0\t5\n"
+	text := "# Directed graph: test\n# FromNodeId\tToNodeId\n0\t5\n5 0\n\n  2   5  \n% matrix-market style comment\n5\t2\n0\t5\n"
 	for _, name := range []string{"g.txt", "g.txt.gz"} {
 		p := writeFile(t, t.TempDir(), name, []byte(text))
 		d, err := LoadSNAP(p, Options{Quiet: true})

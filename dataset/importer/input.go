@@ -14,7 +14,9 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/strata-gnn/strata/internal/excerpt"
 	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // progressMin is the input size from which a progress bar is shown.
@@ -32,6 +34,9 @@ type input struct {
 	ra   *readahead
 	bar  *progress.Bar
 	r    io.Reader // decompressed stream
+	// bufSize is the line buffer size for this input (longer lines are
+	// still read, see lineReader.next).
+	bufSize int
 }
 
 // countingReader feeds a progress bar with the raw bytes read.
@@ -48,27 +53,39 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // openInput opens path, transparently gunzipping names ending in ".gz".
 func openInput(path string, quiet bool) (*input, error) {
-	f, err := os.Open(path)
+	f, fi, err := regfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("importer: %w", err)
 	}
-	in := &input{path: path, f: f, r: f}
-	if fi, err := f.Stat(); err == nil && !quiet && fi.Size() >= progressMin {
+	in := &input{path: path, f: f, r: f, bufSize: bufSize(fi.Size())}
+	if !quiet && fi.Size() >= progressMin {
 		in.bar = progress.New(fi.Size(), "reading "+shortName(path))
 		in.r = &countingReader{r: f, bar: in.bar}
 	}
 	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(bufio.NewReaderSize(in.r, 1<<20))
+		zr, err := gzip.NewReader(bufio.NewReaderSize(in.r, bufSize(fi.Size())))
 		if err != nil {
 			f.Close()
 			return nil, offErr(path, 0, "not a gzip file: %v", err)
 		}
 		in.zr = zr
-		in.ra = newReadahead(zr)
-		in.r = in.ra
+		in.r = zr
+		// Decompressing ahead pays off for big inputs only; small ones
+		// (tests, fuzzing) skip its buffers.
+		if fi.Size() >= raMin {
+			in.ra = newReadahead(zr)
+			in.r = in.ra
+		}
+		in.bufSize = bufSize(8 * fi.Size())
 	}
 	return in, nil
 }
+
+// raMin is the compressed size from which openInput decompresses ahead.
+const raMin = 1 << 20
+
+// bufSize sizes a read buffer for about n bytes of input: 4 KiB to 1 MiB.
+func bufSize(n int64) int { return int(min(max(n, 4<<10), 1<<20)) }
 
 func (in *input) Close() error {
 	in.bar.Finish()
@@ -96,7 +113,7 @@ type lineReader struct {
 }
 
 func newLineReader(in *input) *lineReader {
-	return &lineReader{path: in.path, r: bufio.NewReaderSize(in.r, 1<<20)}
+	return &lineReader{path: in.path, r: bufio.NewReaderSize(in.r, in.bufSize)}
 }
 
 // next returns the next line (valid until the following call) or io.EOF.
@@ -171,10 +188,6 @@ func parseFloat32(b []byte) (float32, bool) {
 	return float32(f), true
 }
 
-// quote shows a bad token in an error message, bounded in length.
-func quote(b []byte) string {
-	if len(b) > 40 {
-		return strconv.Quote(string(b[:40])) + "..."
-	}
-	return strconv.Quote(string(b))
-}
+// quote shows a bad token in an error message: escaped, and at most
+// excerpt.Max bytes of it.
+func quote(b []byte) string { return excerpt.Quote(b) }

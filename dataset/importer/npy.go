@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // maxNPYHeader bounds the header dictionary; NumPy writes ~100 bytes.
@@ -258,13 +259,8 @@ type npyFile struct {
 }
 
 func openNPY(path string) (*npyFile, error) {
-	f, err := os.Open(path)
+	f, fi, err := regfile.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("importer: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("importer: %w", err)
 	}
 	head := make([]byte, min(fi.Size(), maxNPYHeader+12))
@@ -409,14 +405,14 @@ var (
 	}
 )
 
-func firstExisting(dir string, names []string) string {
-	for _, nm := range names {
-		p := filepath.Join(dir, nm)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
-		}
+// firstExisting returns the first of dir/names that exists ("" if none);
+// one that exists but is not a regular file is an error (findRegular).
+func firstExisting(dir string, names []string) (string, error) {
+	paths := make([]string, len(names))
+	for i, nm := range names {
+		paths[i] = filepath.Join(dir, nm)
 	}
-	return ""
+	return findRegular(paths...)
 }
 
 // LoadNPY reads a directory of .npy arrays:
@@ -429,13 +425,20 @@ func firstExisting(dir string, names []string) string {
 // A [2, 2] edge array is read as [2, E]. The node count is the feature (or
 // label) row count, else opts.NumNodes, else the largest ID + 1.
 func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
-	epath := firstExisting(dir, npyEdgeNames)
+	epath, err := firstExisting(dir, npyEdgeNames)
+	if err != nil {
+		return nil, err
+	}
 	if epath == "" {
 		return nil, fmt.Errorf("importer: %s: no %s", dir, strings.Join(npyEdgeNames, " or "))
 	}
 	d := &dataset.Dataset{Name: defaultName(dir, opts), Directed: !opts.Symmetrize}
 	n := int64(-1)
-	if p := firstExisting(dir, npyFeatureNames); p != "" {
+	fpath, err := firstExisting(dir, npyFeatureNames)
+	if err != nil {
+		return nil, err
+	}
+	if p := fpath; p != "" {
 		nf, err := openNPY(p)
 		if err != nil {
 			return nil, err
@@ -454,7 +457,11 @@ func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
 			d.Features = nil
 		}
 	}
-	if p := firstExisting(dir, npyLabelNames); p != "" {
+	lpath, err := firstExisting(dir, npyLabelNames)
+	if err != nil {
+		return nil, err
+	}
+	if p := lpath; p != "" {
 		labels, classes, err := readNPYLabels(p)
 		if err != nil {
 			return nil, err
@@ -491,7 +498,10 @@ func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
 	if d.Labels != nil {
 		out := [3]*[]int32{&d.Train, &d.Val, &d.Test}
 		for i, names := range npySplitNames {
-			p := firstExisting(dir, names)
+			p, err := firstExisting(dir, names)
+			if err != nil {
+				return nil, err
+			}
 			if p == "" {
 				continue
 			}

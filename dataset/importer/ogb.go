@@ -30,50 +30,75 @@ func boundNodes(path string, n, numEdges int64) error {
 	return nil
 }
 
-// findFile returns dir/base.gz or dir/base, whichever exists ("" if none).
-func findFile(dir, base string) string {
-	for _, p := range []string{filepath.Join(dir, base+".gz"), filepath.Join(dir, base)} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
-		}
-	}
-	return ""
+// findFile returns dir/base.gz or dir/base, whichever exists ("" if
+// none); one that exists but is not a regular file is an error.
+func findFile(dir, base string) (string, error) {
+	return findRegular(filepath.Join(dir, base+".gz"), filepath.Join(dir, base))
 }
 
 // LoadOGB reads an OGB node-property dataset in its raw CSV layout:
 //
 //	raw/edge.csv.gz          "src,dst" per line (directed unless Symmetrize)
 //	raw/num-node-list.csv.gz the node count (one line)
+//	raw/num-edge-list.csv.gz the edge count (one line)
 //	raw/node-feat.csv.gz     comma-separated floats, one row per node (optional)
 //	raw/node-label.csv.gz    one label per line; "nan" or empty = unlabeled (optional)
 //	split/<name>/{train,valid,test}.csv.gz  node IDs, one per line (optional)
 //
 // Files may be plain or .gz, and the raw/ level may be absent (files
-// directly in dir).
+// directly in dir). Every count the layout states is checked against what
+// is read: the edge lines against num-edge-list, the feature and label rows
+// against num-node-list (and each other).
 func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
 	raw := filepath.Join(dir, "raw")
-	if findFile(raw, "edge.csv") == "" {
+	if p, err := findFile(raw, "edge.csv"); err != nil {
+		return nil, err
+	} else if p == "" {
 		raw = dir
 	}
-	epath := findFile(raw, "edge.csv")
+	find := func(base string) (string, error) { return findFile(raw, base) }
+	epath, err := find("edge.csv")
+	if err != nil {
+		return nil, err
+	}
 	if epath == "" {
 		return nil, fmt.Errorf("importer: %s: no edge.csv(.gz) in %s or its raw/ folder", dir, dir)
 	}
 	n := int64(-1)
-	if p := findFile(raw, "num-node-list.csv"); p != "" {
-		v, err := readNumNodes(p, opts.Quiet)
-		if err != nil {
+	if p, err := find("num-node-list.csv"); err != nil {
+		return nil, err
+	} else if p != "" {
+		if n, err = readCount(p, "node", dataset.MaxNodes, opts.Quiet); err != nil {
 			return nil, err
 		}
-		n = v
+	}
+	wantEdges := int64(-1)
+	npath, err := find("num-edge-list.csv")
+	if err != nil {
+		return nil, err
+	}
+	if npath != "" {
+		if wantEdges, err = readCount(npath, "edge", math.MaxInt64/16, opts.Quiet); err != nil {
+			return nil, err
+		}
+	}
+	if opts.limitNodes > 0 && n > opts.limitNodes {
+		return nil, fileErr(epath, "node count %d exceeds the limit %d", n, opts.limitNodes)
 	}
 	src, dst, maxID, err := readOGBEdges(epath, n, opts.Quiet)
 	if err != nil {
 		return nil, err
 	}
+	if wantEdges >= 0 && int64(len(src)) != wantEdges {
+		return nil, fileErr(epath, "has %d edges, %s says %d", len(src), shortName(npath), wantEdges)
+	}
 	d := &dataset.Dataset{Name: defaultName(dir, opts), Directed: !opts.Symmetrize}
 	vouched := false
-	if p := findFile(raw, "node-feat.csv"); p != "" {
+	fpath, err := find("node-feat.csv")
+	if err != nil {
+		return nil, err
+	}
+	if p := fpath; p != "" {
 		feats, dim, rows, err := readOGBFeatures(p, opts.Quiet)
 		if err != nil {
 			return nil, err
@@ -84,7 +109,11 @@ func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
 		n, vouched = rows, true
 		d.Features, d.FeatDim = feats, dim
 	}
-	if p := findFile(raw, "node-label.csv"); p != "" {
+	lpath, err := find("node-label.csv")
+	if err != nil {
+		return nil, err
+	}
+	if p := lpath; p != "" {
 		labels, classes, err := readOGBLabels(p, opts.Quiet)
 		if err != nil {
 			return nil, err
@@ -128,7 +157,10 @@ func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
 				file string
 				out  *[]int32
 			}{{"train.csv", &d.Train}, {"valid.csv", &d.Val}, {"test.csv", &d.Test}} {
-				p := findFile(sdir, s.file)
+				p, err := findFile(sdir, s.file)
+				if err != nil {
+					return nil, err
+				}
 				if p == "" {
 					return nil, fmt.Errorf("importer: %s: no %s(.gz)", sdir, s.file)
 				}
@@ -177,7 +209,9 @@ func ogbSplitDir(dir, name string) (string, error) {
 	return "", fmt.Errorf("importer: %s holds several splits %v; choose one", base, dirs)
 }
 
-func readNumNodes(path string, quiet bool) (int64, error) {
+// readCount reads a num-node-list / num-edge-list file: one count in
+// [0, limit] on one line (blank lines ignored).
+func readCount(path, what string, limit int64, quiet bool) (int64, error) {
 	in, err := openInput(path, quiet)
 	if err != nil {
 		return 0, err
@@ -198,16 +232,16 @@ func readNumNodes(path string, quiet bool) (int64, error) {
 			continue
 		}
 		if n >= 0 {
-			return 0, lineErr(path, lr.line, "several graphs or node types are not supported")
+			return 0, lineErr(path, lr.line, "several graphs are not supported (a second %s count)", what)
 		}
 		v, ok := parseInt(b)
-		if !ok || v < 0 || v > dataset.MaxNodes {
-			return 0, lineErr(path, lr.line, "bad node count %s (want 0..%d)", quote(b), int64(dataset.MaxNodes))
+		if !ok || v < 0 || v > limit {
+			return 0, colErr(path, lr.line, 1, "bad %s count %s (want 0..%d)", what, quote(b), limit)
 		}
 		n = v
 	}
 	if n < 0 {
-		return 0, fileErr(path, "empty")
+		return 0, fileErr(path, "empty: no %s count", what)
 	}
 	return n, nil
 }
@@ -236,15 +270,19 @@ func readOGBEdges(path string, n int64, quiet bool) (src, dst []int32, maxID int
 		}
 		c := bytes.IndexByte(b, ',')
 		if c < 0 {
-			return nil, nil, 0, lineErr(path, lr.line, "want \"src,dst\", got %s", quote(b))
+			return nil, nil, 0, colErr(path, lr.line, 1, "want \"src,dst\", got %s", quote(b))
 		}
 		s, ok1 := parseInt(bytes.TrimSpace(b[:c]))
 		t, ok2 := parseInt(bytes.TrimSpace(b[c+1:]))
-		if !ok1 || !ok2 {
-			return nil, nil, 0, lineErr(path, lr.line, "want two integers \"src,dst\", got %s", quote(b))
-		}
-		if s < 0 || s >= limit || t < 0 || t >= limit {
-			return nil, nil, 0, lineErr(path, lr.line, "node ID out of range [0, %d) in %s", limit, quote(b))
+		switch {
+		case !ok1:
+			return nil, nil, 0, colErr(path, lr.line, 1, "field 1: want an integer node ID, got %s", quote(b[:c]))
+		case !ok2:
+			return nil, nil, 0, colErr(path, lr.line, int64(c)+2, "field 2: want an integer node ID, got %s", quote(b[c+1:]))
+		case s < 0 || s >= limit:
+			return nil, nil, 0, colErr(path, lr.line, 1, "field 1: node ID %d out of range [0, %d)", s, limit)
+		case t < 0 || t >= limit:
+			return nil, nil, 0, colErr(path, lr.line, int64(c)+2, "field 2: node ID %d out of range [0, %d)", t, limit)
 		}
 		src = append(src, int32(s))
 		dst = append(dst, int32(t))
@@ -271,6 +309,7 @@ func readOGBFeatures(path string, quiet bool) (feats []float32, dim int, rows in
 			return nil, 0, 0, err
 		}
 		k := 0
+		col := int64(1) // of the current field
 		for len(b) > 0 || k == 0 {
 			c := bytes.IndexByte(b, ',')
 			tok := b
@@ -281,12 +320,13 @@ func readOGBFeatures(path string, quiet bool) (feats []float32, dim int, rows in
 			}
 			v, ok := parseFloat32(bytes.TrimSpace(tok))
 			if !ok {
-				return nil, 0, 0, lineErr(path, lr.line, "field %d: bad number %s", k+1, quote(tok))
+				return nil, 0, 0, colErr(path, lr.line, col, "field %d: bad number %s", k+1, quote(tok))
 			}
 			feats = append(feats, v)
 			k++
+			col += int64(len(tok)) + 1
 			if c >= 0 && len(b) == 0 {
-				return nil, 0, 0, lineErr(path, lr.line, "field %d: empty", k+1)
+				return nil, 0, 0, colErr(path, lr.line, col, "field %d: empty", k+1)
 			}
 		}
 		if dim < 0 {
@@ -329,7 +369,7 @@ func readOGBLabels(path string, quiet bool) (labels []int32, classes int, err er
 		}
 		l, ok := parseLabel(b)
 		if !ok {
-			return nil, 0, lineErr(path, lr.line, "bad label %s (want an integer >= 0, or nan)", quote(b))
+			return nil, 0, colErr(path, lr.line, 1, "bad label %s (want an integer >= 0, or nan)", quote(b))
 		}
 		labels = append(labels, int32(l))
 		maxL = max(maxL, l)
@@ -378,7 +418,7 @@ func readIDList(path string, n int64, quiet bool) ([]int32, error) {
 		}
 		v, ok := parseInt(b)
 		if !ok || v < 0 || v >= n {
-			return nil, lineErr(path, lr.line, "bad node ID %s (want an integer in [0, %d))", quote(b), n)
+			return nil, colErr(path, lr.line, 1, "bad node ID %s (want an integer in [0, %d))", quote(b), n)
 		}
 		ids = append(ids, int32(v))
 		if int64(len(ids)) > n {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/excerpt"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // sharedMeta is the part of a shared dataset's meta.json the importer uses.
@@ -42,12 +43,8 @@ func readSharedMeta(dir string) (*sharedMeta, error) {
 	}
 	var m sharedMeta
 	if err := json.Unmarshal(b, &m); err != nil {
-		off := int64(-1)
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			off = se.Offset
-		}
-		return nil, &ParseError{Path: path, Off: off, Msg: "bad meta.json: " + err.Error()}
+		off, msg := excerpt.JSON(err, int64(len(b)))
+		return nil, &ParseError{Path: path, Off: off, Msg: "bad meta.json: " + msg}
 	}
 	switch {
 	case m.NumNodes < 0 || m.NumNodes > dataset.MaxNodes:
@@ -63,19 +60,24 @@ func readSharedMeta(dir string) (*sharedMeta, error) {
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := regfile.ReadFile(path, limit)
+	var tl *regfile.TooLargeError
+	if errors.As(err, &tl) {
+		return nil, fileErr(path, "larger than %d bytes", limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("importer: %w", err)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("importer: reading %s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fileErr(path, "larger than %d bytes", limit)
-	}
 	return b, nil
+}
+
+// sharedFile is one array file of a shared dataset, checked against
+// meta.json's counts and the file's size before anything is read.
+type sharedFile struct {
+	name  string // key in meta.json's files, e.g. "labels.bin"
+	path  string
+	bytes int64 // decompressed size meta.json declares
+	sum   []byte
 }
 
 // LoadShared reads a dataset in the layout of the shared datasets folder:
@@ -84,33 +86,99 @@ func readBounded(path string, limit int64) ([]byte, error) {
 // sets splits/{train,val,test}_K.idx.gz). Each decompressed file must have
 // exactly the size the counts imply and the sha256 listed in meta.json.
 // opts.Split selects a Geom-GCN split (0 = the top-level files).
+//
+// meta.json must agree with its file list: labels.bin listed iff
+// num_classes > 0, features.bin iff feat_dim > 0, split files only with
+// labels (nothing listed is dropped silently). Every file to be read is
+// checked against the counts and against its actual size before anything
+// is allocated.
 func LoadShared(dir string, opts Options) (*dataset.Dataset, error) {
 	m, err := readSharedMeta(dir)
 	if err != nil {
 		return nil, err
 	}
+	metaPath := filepath.Join(dir, "meta.json")
 	n := m.NumNodes
-	name := defaultName(dir, opts)
-	d := &dataset.Dataset{Name: name, Directed: m.Directed}
-	if err := boundSharedNodes(dir, m); err != nil {
-		return nil, err
+	_, hasLabels := m.Files["labels.bin"]
+	_, hasFeats := m.Files["features.bin"]
+	switch {
+	case hasLabels && m.NumClasses == 0:
+		return nil, fileErr(metaPath, "lists labels.bin but num_classes is 0: num_classes must cover the labels")
+	case !hasLabels && m.NumClasses > 0:
+		return nil, fileErr(metaPath, "num_classes is %d but no labels.bin is listed", m.NumClasses)
+	case hasFeats && m.FeatDim == 0:
+		return nil, fileErr(metaPath, "lists features.bin but feat_dim is 0")
+	case !hasFeats && m.FeatDim > 0:
+		return nil, fileErr(metaPath, "feat_dim is %d but no features.bin is listed", m.FeatDim)
+	}
+	names := [3]string{"train.idx", "val.idx", "test.idx"}
+	if opts.Split != 0 {
+		if opts.Split < 0 || opts.Split > 99 {
+			return nil, fmt.Errorf("importer: split %d out of range", opts.Split)
+		}
+		for i, s := range []string{"train", "val", "test"} {
+			names[i] = fmt.Sprintf("splits/%s_%d.idx", s, opts.Split)
+		}
+		if _, ok := m.Files[names[0]]; !ok {
+			return nil, fmt.Errorf("importer: %s has no split %d (no %s in meta.json)", dir, opts.Split, names[0])
+		}
+	}
+	for _, nm := range names {
+		if _, ok := m.Files[nm]; ok && !hasLabels {
+			return nil, fileErr(metaPath, "lists %s but no labels.bin: a split needs labels", nm)
+		}
 	}
 
+	// Check every file against the counts and its size first.
+	var edgesF, featsF, labelsF *sharedFile
+	var splitF [3]*sharedFile
+	if edgesF, err = checkSharedFile(dir, "edges.bin", m, 2*m.NumEdges, false); err != nil {
+		return nil, err
+	}
+	if hasFeats {
+		if featsF, err = checkSharedFile(dir, "features.bin", m, n*m.FeatDim, false); err != nil {
+			return nil, err
+		}
+	}
+	if hasLabels {
+		if labelsF, err = checkSharedFile(dir, "labels.bin", m, n, false); err != nil {
+			return nil, err
+		}
+		for i, nm := range names {
+			if _, ok := m.Files[nm]; ok {
+				if splitF[i], err = checkSharedFile(dir, nm, m, n, true); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	// A per-node file of the right size vouches for num_nodes; otherwise
+	// the edges must (see boundNodes).
+	if featsF == nil && labelsF == nil {
+		if err := boundNodes(metaPath, n, m.NumEdges); err != nil {
+			return nil, err
+		}
+	}
+	if opts.limitNodes > 0 && n > opts.limitNodes {
+		return nil, fileErr(metaPath, "num_nodes %d exceeds the limit %d", n, opts.limitNodes)
+	}
+
+	name := defaultName(dir, opts)
+	d := &dataset.Dataset{Name: name, Directed: m.Directed}
 	// Edges: int32 (src, dst) pairs.
-	edges, err := readSharedArray[int32](dir, "edges.bin", m, 2*m.NumEdges, false, opts.Quiet)
+	edges, err := readSharedArray[int32](edgesF, opts.Quiet)
 	if err != nil {
 		return nil, err
 	}
 	src := make([]int32, m.NumEdges)
 	dst := make([]int32, m.NumEdges)
-	epath := filepath.Join(dir, "edges.bin.gz")
 	for i := int64(0); i < m.NumEdges; i++ {
 		s, t := edges[2*i], edges[2*i+1]
 		if s < 0 || int64(s) >= n {
-			return nil, offErr(epath, 8*i, "source node %d of edge %d out of range [0, %d)", s, i, n)
+			return nil, offErr(edgesF.path, 8*i, "source node %d of edge %d out of range [0, %d)", s, i, n)
 		}
 		if t < 0 || int64(t) >= n {
-			return nil, offErr(epath, 8*i+4, "destination node %d of edge %d out of range [0, %d)", t, i, n)
+			return nil, offErr(edgesF.path, 8*i+4, "destination node %d of edge %d out of range [0, %d)", t, i, n)
 		}
 		src[i], dst[i] = s, t
 	}
@@ -121,41 +189,25 @@ func LoadShared(dir string, opts Options) (*dataset.Dataset, error) {
 		d.Directed = false
 	}
 
-	if m.FeatDim > 0 {
-		if d.Features, err = readSharedArray[float32](dir, "features.bin", m, n*m.FeatDim, false, opts.Quiet); err != nil {
+	if featsF != nil {
+		if d.Features, err = readSharedArray[float32](featsF, opts.Quiet); err != nil {
 			return nil, err
 		}
 		d.FeatDim = int(m.FeatDim)
 	}
-	if _, ok := m.Files["labels.bin"]; ok && m.NumClasses > 0 {
-		if d.Labels, err = readSharedArray[int32](dir, "labels.bin", m, n, false, opts.Quiet); err != nil {
+	if labelsF != nil {
+		if d.Labels, err = readSharedArray[int32](labelsF, opts.Quiet); err != nil {
 			return nil, err
 		}
 		d.NumClasses = int(m.NumClasses)
-	}
-	if d.Labels != nil {
-		names := [3]string{"train.idx", "val.idx", "test.idx"}
-		if opts.Split != 0 {
-			if opts.Split < 0 || opts.Split > 99 {
-				return nil, fmt.Errorf("importer: split %d out of range", opts.Split)
-			}
-			for i, s := range []string{"train", "val", "test"} {
-				names[i] = fmt.Sprintf("splits/%s_%d.idx", s, opts.Split)
-			}
-			if _, ok := m.Files[names[0]]; !ok {
-				return nil, fmt.Errorf("importer: %s has no split %d (no %s in meta.json)", dir, opts.Split, names[0])
-			}
-		}
 		out := [3]*[]int32{&d.Train, &d.Val, &d.Test}
-		for i, nm := range names {
-			if _, ok := m.Files[nm]; !ok {
+		for i, sf := range splitF {
+			if sf == nil {
 				continue
 			}
-			ids, err := readSharedArray[int32](dir, nm, m, n, true, opts.Quiet)
-			if err != nil {
+			if *out[i], err = readSharedArray[int32](sf, opts.Quiet); err != nil {
 				return nil, err
 			}
-			*out[i] = ids
 		}
 	}
 	if err := dataset.Validate(d); err != nil {
@@ -164,19 +216,24 @@ func LoadShared(dir string, opts Options) (*dataset.Dataset, error) {
 	return d, nil
 }
 
-// readSharedArray reads dir/name.gz (or dir/name), which must decompress to exactly want
-// elements (at most want when upTo is set) and match meta.json's sha256.
-// Sizes are checked against the counts before allocating.
-func readSharedArray[T int32 | float32](dir, name string, m *sharedMeta, want int64, upTo bool, quiet bool) ([]T, error) {
-	// The README promises gzip everywhere, but the Geom-GCN split files
-	// ship uncompressed: accept both.
-	path := findFile(dir, name)
-	if path == "" {
-		path = filepath.Join(dir, name+".gz")
-	}
+// checkSharedFile finds dir/name.gz (or dir/name) and checks meta.json's
+// entry for it: exactly want 4-byte elements (at most want when upTo), a
+// well-formed sha256, and a file that can hold that much (deflate expands
+// at most ~1032:1), so nothing is allocated on the word of meta.json alone.
+func checkSharedFile(dir, name string, m *sharedMeta, want int64, upTo bool) (*sharedFile, error) {
+	metaPath := filepath.Join(dir, "meta.json")
 	fm, ok := m.Files[name]
 	if !ok {
-		return nil, fileErr(filepath.Join(dir, "meta.json"), "no entry for %s", name)
+		return nil, fileErr(metaPath, "no entry for %s", name)
+	}
+	// The README promises gzip everywhere, but the Geom-GCN split files
+	// ship uncompressed: accept both.
+	path, err := findFile(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, fmt.Errorf("importer: %s listed in meta.json but missing in %s (no %s.gz or %s)", name, dir, name, name)
 	}
 	const es = 4
 	if fm.Bytes < 0 || fm.Bytes%es != 0 || (!upTo && fm.Bytes != want*es) || (upTo && fm.Bytes > want*es) {
@@ -184,22 +241,31 @@ func readSharedArray[T int32 | float32](dir, name string, m *sharedMeta, want in
 	}
 	sum, err := hex.DecodeString(fm.SHA256)
 	if err != nil || len(sum) != sha256.Size {
-		return nil, fileErr(filepath.Join(dir, "meta.json"), "bad sha256 for %s", name)
+		return nil, fileErr(metaPath, "bad sha256 for %s", name)
 	}
-	// Bound the declared size by the compressed size (deflate expands at
-	// most ~1032:1) before allocating.
-	if fi, err := os.Stat(path); err == nil && fm.Bytes > maxInflate(path, fi.Size()) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("importer: %w", err)
+	}
+	if fm.Bytes > maxInflate(path, fi.Size()) {
+		if name == "labels.bin" || name == "features.bin" {
+			return nil, fileErr(path, "num_nodes %d needs %d bytes, more than a %d-byte file can hold", m.NumNodes, fm.Bytes, fi.Size())
+		}
 		return nil, fileErr(path, "meta.json declares %d bytes, more than a %d-byte file can hold", fm.Bytes, fi.Size())
 	}
-	in, err := openInput(path, quiet)
+	return &sharedFile{name: name, path: path, bytes: fm.Bytes, sum: sum}, nil
+}
+
+// readSharedArray reads a checked file, which must decompress to exactly
+// the declared size and match its sha256.
+func readSharedArray[T int32 | float32](sf *sharedFile, quiet bool) ([]T, error) {
+	const es = 4
+	in, err := openInput(sf.path, quiet)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("importer: %s listed in meta.json but missing: %w", path, err)
-		}
 		return nil, err
 	}
 	defer in.Close()
-	out := make([]T, fm.Bytes/es)
+	out := make([]T, sf.bytes/es)
 	var buf []byte
 	if len(out) > 0 {
 		buf = unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(out)*es)
@@ -207,14 +273,14 @@ func readSharedArray[T int32 | float32](dir, name string, m *sharedMeta, want in
 	h := sha256.New()
 	n, err := io.ReadFull(io.TeeReader(in.r, h), buf)
 	if err != nil {
-		return nil, offErr(path, int64(n), "decompressed data ends after %d bytes, want %d (%v)", n, len(buf), err)
+		return nil, offErr(sf.path, int64(n), "decompressed data ends after %d bytes, want %d (%v)", n, len(buf), err)
 	}
 	var one [1]byte
 	if k, _ := io.ReadFull(in.r, one[:]); k != 0 {
-		return nil, offErr(path, int64(len(buf)), "decompressed data longer than the %d bytes meta.json declares", len(buf))
+		return nil, offErr(sf.path, int64(len(buf)), "decompressed data longer than the %d bytes meta.json declares", len(buf))
 	}
-	if got := h.Sum(nil); !bytes.Equal(got, sum) {
-		return nil, fileErr(path, "sha256 of decompressed data is %x, meta.json says %s", got, fm.SHA256)
+	if got := h.Sum(nil); !bytes.Equal(got, sf.sum) {
+		return nil, fileErr(sf.path, "sha256 of decompressed data is %x, meta.json says %x", got, sf.sum)
 	}
 	if !hostLE {
 		swap4(buf)
@@ -228,31 +294,4 @@ func maxInflate(path string, size int64) int64 {
 		return size*1032 + 1<<10
 	}
 	return size
-}
-
-// boundSharedNodes checks num_nodes against the files before anything of
-// that size is allocated: a per-node file (labels, features) must be able
-// to hold it, otherwise the edges must (see boundNodes).
-func boundSharedNodes(dir string, m *sharedMeta) error {
-	for _, pf := range []struct {
-		name  string
-		bytes int64
-	}{{"labels.bin", 4 * m.NumNodes}, {"features.bin", 4 * m.NumNodes * max(m.FeatDim, 1)}} {
-		if _, ok := m.Files[pf.name]; !ok {
-			continue
-		}
-		p := findFile(dir, pf.name)
-		if p == "" {
-			return fmt.Errorf("importer: %s listed in meta.json but missing in %s", pf.name, dir)
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("importer: %w", err)
-		}
-		if pf.bytes > maxInflate(p, fi.Size()) {
-			return fileErr(p, "num_nodes %d needs %d bytes, more than a %d-byte file can hold", m.NumNodes, pf.bytes, fi.Size())
-		}
-		return nil
-	}
-	return boundNodes(filepath.Join(dir, "meta.json"), m.NumNodes, m.NumEdges)
 }
