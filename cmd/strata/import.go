@@ -13,7 +13,7 @@ import (
 
 // importCmd is 'strata import SRC DST'.
 type importCmd struct {
-	Src string `arg:"" help:"Input: a shared-datasets folder (meta.json + *.bin.gz), an OGB node-property folder (raw/edge.csv.gz ...), a folder of .npy arrays, or an edge-list text file (SNAP, optionally .gz)." type:"path"`
+	Src string `arg:"" help:"Input: a shared-datasets folder (meta.json + *.bin.gz), an OGB node-property folder (raw/edge.csv.gz ...), a folder of .npy arrays, or an edge-list text file (SNAP, optionally .gz; lines 'src dst' or 'src dst weight')." type:"path"`
 	Dst string `arg:"" help:"Output Strata dataset directory (must not exist unless --overwrite)." type:"path"`
 
 	Kind       string `help:"Input layout: ${kinds} (default: detected)." enum:"shared,ogb,snap,npy," default:""`

@@ -6,16 +6,20 @@
 //     gzip-compressed little-endian arrays), with sha256 verification and
 //     Geom-GCN split selection;
 //   - OGB: the raw CSV layout of OGB node-property datasets
-//     (raw/edge.csv.gz, node-feat, node-label, num-node-list, split/<name>/);
-//   - SNAP: whitespace-separated edge-list text, optionally gzip-compressed,
-//     with optional dense renumbering of sparse IDs;
+//     (raw/edge.csv.gz, node-feat, node-label, num-node-list,
+//     num-edge-list, split/<name>/), every stated count checked;
+//   - SNAP: whitespace-separated edge-list text ("src dst" or "src dst
+//     weight" on every line), optionally gzip-compressed, with optional
+//     dense renumbering of sparse IDs;
 //   - NPY: a directory of NumPy .npy arrays (edges, features, labels,
 //     splits as IDs or boolean masks).
 //
 // Every parser bounds declared sizes by what the input actually holds
-// before allocating, and reports malformed input as *ParseError naming the
-// file and the line (text) or byte offset (binary); ParseError wraps
-// dataset.ErrCorruption. Edges are coalesced (duplicates dropped) and rows
-// sorted, so the result is the same whatever the input order of duplicate
-// edges and whatever the number of CPUs.
+// before allocating, refuses input files that are not regular files (a
+// FIFO would block forever), and reports malformed input as *ParseError
+// naming the file and the line and column (text) or byte offset (binary),
+// with at most a short escaped excerpt of the input; ParseError wraps
+// dataset.ErrCorruption. Edges are coalesced (duplicates dropped, weights
+// summed) and rows sorted, so the result is the same whatever the input
+// order of duplicate edges and whatever the number of CPUs.
 package importer
