@@ -346,6 +346,23 @@ func TestApplyPartitionFile(t *testing.T) {
 	if _, _, err := ApplyPartitionFile(ds, filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("missing file accepted")
 	}
+	// With the dataset's fingerprint recorded (as 'strata partition'
+	// does), a dataset of the same name and size but other content is
+	// refused, naming both fingerprints.
+	saved.Meta.DatasetFingerprint = ds.Fingerprint()
+	if err := partition.WriteFile(path, saved, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ApplyPartitionFile(ds, path); err != nil {
+		t.Fatal(err)
+	}
+	same := *ds
+	same.Features = append([]float32(nil), ds.Features...)
+	same.Features[0]++
+	_, _, err = ApplyPartitionFile(&same, path)
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), ds.Fingerprint()) || !strings.Contains(err.Error(), same.Fingerprint()) {
+		t.Errorf("same-size dataset with other features: %v", err)
+	}
 }
 
 // TestDegreeOrder: renumbering the nodes by degree within the blocks

@@ -3,6 +3,7 @@ package fullgraph
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -158,7 +159,9 @@ func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method st
 }
 
 // ApplyPartitionFile renumbers ds by a partition file written by
-// 'strata partition' (partition.FileName) for the same dataset, and
+// 'strata partition' (partition.FileName) for the same dataset (checked
+// with partition.Saved.CheckDataset: a file for another dataset of the
+// same size is refused, naming both fingerprints), and
 // returns the renumbered dataset and its block offsets, for
 // Options.Offsets: a partition computed once (or elsewhere) serves many
 // runs.
@@ -170,11 +173,14 @@ func ApplyPartitionFile(ds *dataset.Dataset, path string) (*dataset.Dataset, []i
 	if err != nil {
 		return nil, nil, fmt.Errorf("fullgraph: partition file: %w", err)
 	}
-	if n := saved.Book.NumNodes(); n != ds.NumNodes() {
-		return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s has %d nodes, dataset %s has %d", path, n, ds.Name, ds.NumNodes())}
-	}
-	if m := saved.Meta.Dataset; m != "" && ds.Name != "" && m != ds.Name {
-		return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s was made for dataset %q, not %q", path, m, ds.Name)}
+	// The file must partition this very dataset: same node count and,
+	// for files that record it, the same fingerprint.
+	if _, err := saved.CheckDataset(path, ds); err != nil {
+		var me *partition.MismatchError
+		if errors.As(err, &me) {
+			return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s was %s", path, me.Msg)}
+		}
+		return nil, nil, err
 	}
 	pds, err := partition.PermuteDataset(ds, saved.OldToNew)
 	if err != nil {

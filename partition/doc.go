@@ -47,5 +47,8 @@
 // 'strata partition' command: it reads a dataset directory, partitions,
 // renumbers and writes the renumbered dataset plus a versioned,
 // checksummed partition file (WriteFile, ReadFile) atomically, then prints
-// the edge cut, the balance of each constraint and the times.
+// the edge cut, the balance of each constraint and the times. The file
+// records the fingerprints (dataset.Dataset.Fingerprint) of the dataset it
+// partitions and of the renumbered copy; Saved.CheckDataset and Load refuse
+// a partition applied to any other dataset, even one of the same size.
 package partition

@@ -9,9 +9,11 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/internal/excerpt"
+	"github.com/strata-gnn/strata/internal/regfile"
 	"github.com/strata-gnn/strata/partition/book"
 )
 
@@ -79,7 +81,15 @@ func formatErr(path string, off int64, format string, args ...any) *FormatError 
 
 // Meta is the run metadata stored with a partition.
 type Meta struct {
-	Dataset     string    `json:"dataset,omitempty"`
+	Dataset string `json:"dataset,omitempty"`
+	// DatasetFingerprint is dataset.Dataset.Fingerprint of the dataset
+	// that was partitioned (the original IDs); CheckDataset compares it.
+	// Files written before it existed lack it.
+	DatasetFingerprint string `json:"dataset_fingerprint,omitempty"`
+	// OutputFingerprint is that of the renumbered dataset Run writes
+	// beside the file (DatasetDir); Load compares it.
+	OutputFingerprint string `json:"output_fingerprint,omitempty"`
+
 	Method      Method    `json:"method"`
 	Seed        uint64    `json:"seed"`
 	Imbalance   float64   `json:"imbalance"`
@@ -201,15 +211,11 @@ func WriteFile(path string, s *Saved, noSync bool) error {
 // weights (non-negative) and that newToOld is a permutation. Errors about
 // content are *FormatError wrapping ErrCorruption.
 func ReadFile(path string) (*Saved, error) {
-	f, err := os.Open(path)
+	f, st, err := regfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("partition: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("partition: %w", err)
-	}
 	h := make([]byte, headerSize+4)
 	if _, err := io.ReadFull(f, h); err != nil {
 		return nil, formatErr(path, 0, "file of %d bytes is shorter than the %d-byte header", st.Size(), len(h))
@@ -296,7 +302,11 @@ func Parse(path string, b []byte) (*Saved, error) {
 	dec := json.NewDecoder(bytes.NewReader(mb))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s.Meta); err != nil {
-		return nil, formatErr(path, metaOff, "bad metadata: %v", err)
+		off, msg := excerpt.JSON(err, metaLen)
+		if off < 0 {
+			off = 0
+		}
+		return nil, formatErr(path, metaOff+off, "bad metadata: %s", msg)
 	}
 	if dec.More() {
 		return nil, formatErr(path, metaOff+dec.InputOffset(), "trailing data after metadata")
@@ -360,4 +370,47 @@ func Parse(path string, b []byte) (*Saved, error) {
 		s.OldToNew[v] = int32(u)
 	}
 	return s, nil
+}
+
+// ErrOtherDataset is matched (errors.Is) by the errors of CheckDataset and
+// Load when a partition file was made for another dataset.
+var ErrOtherDataset = errors.New("partition: made for another dataset")
+
+// MismatchError says that the partition file at Path was made for another
+// dataset than the one it is applied to; Msg says how they differ (node
+// counts, fingerprints or names).
+type MismatchError struct {
+	Path string
+	Msg  string
+}
+
+func (e *MismatchError) Error() string { return fmt.Sprintf("partition: %s: %s", e.Path, e.Msg) }
+
+// Is makes errors.Is(err, ErrOtherDataset) hold.
+func (e *MismatchError) Is(target error) bool { return target == ErrOtherDataset }
+
+// CheckDataset checks that s, read from path, partitions ds (the dataset
+// with the original IDs): the node counts must agree and, when the file
+// records one, the fingerprints (dataset.Dataset.Fingerprint), so a
+// partition of another dataset of the same size is refused, naming both
+// fingerprints. Files written before fingerprints were recorded fall back
+// to comparing the dataset names; legacy reports that case so a caller can
+// warn that the check was weaker. Errors are *MismatchError.
+func (s *Saved) CheckDataset(path string, ds *dataset.Dataset) (legacy bool, err error) {
+	bad := func(format string, args ...any) error {
+		return &MismatchError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	}
+	if n := s.Book.NumNodes(); n != ds.NumNodes() {
+		return false, bad("made for a dataset of %d nodes, not %d (%q)", n, ds.NumNodes(), ds.Name)
+	}
+	if want := s.Meta.DatasetFingerprint; want != "" {
+		if got := ds.Fingerprint(); got != want {
+			return false, bad("made for the dataset with fingerprint %s (%q), not %s (%q)", want, s.Meta.Dataset, got, ds.Name)
+		}
+		return false, nil
+	}
+	if m := s.Meta.Dataset; m != "" && ds.Name != "" && m != ds.Name {
+		return true, bad("made for dataset %q, not %q", m, ds.Name)
+	}
+	return true, nil
 }

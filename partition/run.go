@@ -117,7 +117,7 @@ func Run(ctx context.Context, dsDir, outDir string, opts RunOptions, bar *progre
 		imb = DefaultImbalance
 	}
 	saved := &Saved{Book: ren.Book, NewToOld: ren.NewToOld, PartWeights: res.PartWeights, NCon: len(res.Constraints),
-		Meta: Meta{Dataset: ds.Name, Method: res.Method, Seed: o.Seed, Imbalance: imb, Constraints: res.Constraints,
+		Meta: Meta{Dataset: ds.Name, DatasetFingerprint: ds.Fingerprint(), Method: res.Method, Seed: o.Seed, Imbalance: imb, Constraints: res.Constraints,
 			Balance: res.Balance, Edges: res.Edges, EdgeCut: res.EdgeCut, Millis: res.Stats.Partition.Milliseconds()}}
 	if err := writeOutput(outDir, pds, saved, opts); err != nil {
 		return nil, err
@@ -214,6 +214,11 @@ func writeOutput(outDir string, pds *dataset.Dataset, saved *Saved, opts RunOpti
 	if err := dataset.Write(filepath.Join(tmp, DatasetDir), pds, dataset.WriteOptions{NoSync: opts.NoSync, Quiet: true}); err != nil {
 		return err
 	}
+	m, err := dataset.ReadManifest(filepath.Join(tmp, DatasetDir))
+	if err != nil {
+		return err
+	}
+	saved.Meta.OutputFingerprint = m.Fingerprint()
 	if err := WriteFile(filepath.Join(tmp, FileName), saved, opts.NoSync); err != nil {
 		return err
 	}
@@ -243,7 +248,8 @@ func writeOutput(outDir string, pds *dataset.Dataset, saved *Saved, opts RunOpti
 }
 
 // Load reads a partition output directory written by Run: the partition
-// file and the renumbered dataset (opened with dopts).
+// file and the renumbered dataset (opened with dopts), which must be the
+// one written with the file (node count, and fingerprint when recorded).
 func Load(outDir string, dopts dataset.OpenOptions) (*Saved, *dataset.Dataset, error) {
 	s, err := ReadFile(filepath.Join(outDir, FileName))
 	if err != nil {
@@ -253,9 +259,14 @@ func Load(outDir string, dopts dataset.OpenOptions) (*Saved, *dataset.Dataset, e
 	if err != nil {
 		return nil, nil, err
 	}
+	path := filepath.Join(outDir, FileName)
 	if ds.NumNodes() != s.Book.NumNodes() {
 		ds.Close()
-		return nil, nil, fmt.Errorf("partition: %s: the book covers %d nodes but the dataset has %d", outDir, s.Book.NumNodes(), ds.NumNodes())
+		return nil, nil, &MismatchError{Path: path, Msg: fmt.Sprintf("the book covers %d nodes but %s has %d", s.Book.NumNodes(), DatasetDir, ds.NumNodes())}
+	}
+	if want, got := s.Meta.OutputFingerprint, ds.Fingerprint(); want != "" && got != want {
+		ds.Close()
+		return nil, nil, &MismatchError{Path: path, Msg: fmt.Sprintf("written with the renumbered dataset of fingerprint %s, but %s has %s", want, DatasetDir, got)}
 	}
 	return s, ds, nil
 }
