@@ -8,8 +8,9 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
 	"unicode/utf8"
+
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // Magic opens every checkpoint file.
@@ -247,18 +248,17 @@ func Decode(path string, data []byte) (*File, error) {
 
 // ReadFile reads and validates the checkpoint at path.
 func ReadFile(path string) (*File, error) {
-	fh, err := os.Open(path)
+	// regfile refuses a FIFO (or other non-regular file) without
+	// blocking in open(2), which os.Open would do forever.
+	fh, st, err := regfile.Open(path)
+	var nr *regfile.NotRegularError
+	if errors.As(err, &nr) {
+		return nil, &FormatError{Path: path, Msg: nr.Error()}
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, &FormatError{Path: path, Msg: "not a regular file"}
-	}
 	if st.Size() > MaxFileSize {
 		return nil, &FormatError{Path: path, Msg: fmt.Sprintf("file of %d bytes exceeds %d", st.Size(), int64(MaxFileSize))}
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/strata-gnn/strata/internal/testkit"
 )
 
 func sample() *File {
@@ -241,6 +243,14 @@ func TestReadFileErrors(t *testing.T) {
 	if _, err := ReadFile(dir); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("directory: err = %v", err)
 	}
+	// A FIFO is refused at once (os.Open would block until a writer came).
+	fifo := filepath.Join(dir, "fifo")
+	testkit.Mkfifo(t, fifo)
+	testkit.NoBlock(t, "checkpoint.ReadFile", func() {
+		if _, err := ReadFile(fifo); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "named pipe") {
+			t.Errorf("FIFO: err = %v", err)
+		}
+	}, fifo)
 	bad := filepath.Join(dir, "bad")
 	if err := os.WriteFile(bad, []byte("STRATACK but not really a checkpoint"), 0o644); err != nil {
 		t.Fatal(err)
