@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"reflect"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kong"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/strata-gnn/strata/internal/excerpt"
+	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -61,17 +67,14 @@ func (c configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path) error {
 // string as it would appear on the command line). Unknown and duplicate
 // keys and non-scalar values are errors naming the key and its line.
 func loadConfig(path string, flags map[string]*kong.Flag, command string) (map[string]string, error) {
-	f, err := os.Open(path)
+	// regfile: a FIFO named as the config must not block forever.
+	data, err := regfile.ReadFile(path, maxConfigBytes)
+	var tl *regfile.TooLargeError
+	if errors.As(err, &tl) {
+		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxConfigBytes)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxConfigBytes)
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -79,7 +82,8 @@ func loadConfig(path string, flags map[string]*kong.Flag, command string) (map[s
 		if err == io.EOF { // empty file: no values
 			return map[string]string{}, nil
 		}
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		// The parser's messages carry the line; they may quote input.
+		return nil, fmt.Errorf("config %s: %s", path, excerpt.Message(err.Error()))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err != io.EOF {
@@ -102,33 +106,79 @@ func loadConfig(path string, flags map[string]*kong.Flag, command string) (map[s
 		if k.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("config %s: line %d: keys must be flag names", path, k.Line)
 		}
-		if _, ok := flags[name]; !ok {
-			return nil, fmt.Errorf("config %s: line %d: unknown key %q: %s has no flag --%s (known: %s)",
-				path, k.Line, k.Value, command, name, knownFlags(flags))
+		key := excerpt.String(k.Value)
+		fl, ok := flags[name]
+		if !ok {
+			return nil, fmt.Errorf("config %s: line %d: unknown key %s: %s has no flag --%s (known: %s)",
+				path, k.Line, key, command, excerpt.Message(name), knownFlags(flags))
 		}
 		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("config %s: line %d: key %q given twice", path, k.Line, k.Value)
+			return nil, fmt.Errorf("config %s: line %d: key %s given twice", path, k.Line, key)
 		}
 		switch v.Kind {
 		case yaml.ScalarNode:
 			if v.Tag == "!!null" {
-				return nil, fmt.Errorf("config %s: line %d: key %q has no value", path, v.Line, k.Value)
+				return nil, fmt.Errorf("config %s: line %d: key %s has no value", path, v.Line, key)
 			}
 			out[name] = v.Value
 		case yaml.SequenceNode:
 			parts := make([]string, len(v.Content))
 			for j, item := range v.Content {
 				if item.Kind != yaml.ScalarNode {
-					return nil, fmt.Errorf("config %s: line %d: key %q: list items must be plain values", path, item.Line, k.Value)
+					return nil, fmt.Errorf("config %s: line %d: key %s: list items must be plain values", path, item.Line, key)
 				}
 				parts[j] = item.Value
 			}
 			out[name] = strings.Join(parts, ",")
 		default:
-			return nil, fmt.Errorf("config %s: line %d: key %q: want a value or a list", path, v.Line, k.Value)
+			return nil, fmt.Errorf("config %s: line %d: key %s: want a value or a list", path, v.Line, key)
+		}
+		// Parse the value as the command line would now, so a bad one is
+		// reported with this file and line (kong would name only the flag,
+		// and echo the value whole).
+		if err := checkFlagValue(fl, out[name]); err != nil {
+			return nil, fmt.Errorf("config %s: line %d: key %s: %s", path, v.Line, key, err)
 		}
 	}
 	return out, nil
+}
+
+// checkFlagValue parses value (as a config file gives it) with f's mapper
+// into a scratch variable, and checks it against f's allowed values. The
+// error quotes the value only as a short escaped excerpt.
+func checkFlagValue(f *kong.Flag, value string) error {
+	target := reflect.New(f.Target.Type()).Elem()
+	ctx := &kong.DecodeContext{Value: f.Value, Scan: kong.Scan().PushTyped(value, kong.FlagValueToken)}
+	if err := f.Mapper.Decode(ctx, target); err != nil {
+		// Mappers quote the value, or one item of a list, whole.
+		msg := err.Error()
+		for _, v := range append([]string{value}, strings.Split(value, ",")...) {
+			if q := strconv.Quote(v); len(v) > excerpt.Max || q[1:len(q)-1] != v {
+				msg = strings.ReplaceAll(msg, q, excerpt.String(v))
+			}
+		}
+		return errors.New(excerpt.Message(msg))
+	}
+	if f.Enum == "" {
+		return nil
+	}
+	allowed := f.EnumSlice()
+	var check func(v reflect.Value) error
+	check = func(v reflect.Value) error {
+		if v.Kind() == reflect.Slice {
+			for i := 0; i < v.Len(); i++ {
+				if err := check(v.Index(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if got := fmt.Sprint(v.Interface()); !slices.Contains(allowed, got) {
+			return fmt.Errorf("want one of %s, got %s", strings.Join(allowed, ", "), excerpt.String(got))
+		}
+		return nil
+	}
+	return check(target)
 }
 
 func knownFlags(flags map[string]*kong.Flag) string {

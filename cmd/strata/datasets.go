@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -40,7 +39,9 @@ func openDataset(spec string, quiet bool) (*dataset.Dataset, func(), error) {
 		return nil, noop, usageError{fmt.Errorf("--dataset %q is neither a built-in dataset (%s) nor a readable path: %w",
 			spec, strings.Join(builtinNames, ", "), err)}
 	}
-	if _, err := os.Stat(filepath.Join(spec, dataset.ManifestFile)); err == nil {
+	if isDir, err := hasManifest(spec); err != nil {
+		return nil, noop, err
+	} else if isDir {
 		ds, err := dataset.Open(spec, dataset.OpenOptions{Quiet: quiet})
 		if err != nil {
 			return nil, noop, err

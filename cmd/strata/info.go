@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -14,7 +17,8 @@ import (
 
 // infoCmd is 'strata info [DATASET]'.
 type infoCmd struct {
-	Dataset string `arg:"" optional:"" help:"A Strata dataset directory or a built-in dataset name to summarize." placeholder:"DIR|NAME"`
+	Dataset string `arg:"" optional:"" help:"A Strata dataset directory or a built-in dataset name to summarize. A dataset directory is verified as 'train' opens it (checksums, ID ranges, finite values); an error exits non-zero." placeholder:"DIR|NAME"`
+	Fast    bool   `help:"Summarize a Strata dataset directory from its manifest only (file sizes checked, no checksums or contents)."`
 }
 
 func (c *infoCmd) Run(e *env) error {
@@ -41,13 +45,36 @@ func (c *infoCmd) Run(e *env) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	if _, err := os.Stat(filepath.Join(c.Dataset, dataset.ManifestFile)); err == nil {
+	isDir, err := hasManifest(c.Dataset)
+	if err != nil {
+		return err
+	}
+	if isDir {
+		if !c.Fast {
+			// Verify everything train's open does, so info never calls
+			// a dataset fine that train would refuse.
+			ds, err := dataset.Open(c.Dataset, dataset.OpenOptions{Quiet: e.quiet})
+			if err != nil {
+				return err
+			}
+			if err := ds.Close(); err != nil {
+				return err
+			}
+		}
 		s, err := dataset.Info(c.Dataset)
 		if err != nil {
 			return err
 		}
 		fmt.Fprint(w, s.String())
+		if c.Fast {
+			fmt.Fprintln(w, "verified    no (--fast: manifest and file sizes only)")
+		} else {
+			fmt.Fprintln(w, "verified    checksums, structure, ID ranges, finite values")
+		}
 		return nil
+	}
+	if c.Fast {
+		return usageError{fmt.Errorf("--fast needs a Strata dataset directory (with %s); %s has none", dataset.ManifestFile, c.Dataset)}
 	}
 	ds, closeDS, err := openDataset(c.Dataset, true)
 	if err != nil {
@@ -56,6 +83,21 @@ func (c *infoCmd) Run(e *env) error {
 	defer closeDS()
 	fmt.Fprint(w, summarize(ds))
 	return nil
+}
+
+// hasManifest reports whether path is a Strata dataset directory (holds
+// manifest.json). A manifest that exists but cannot be examined (a
+// symbolic-link loop, no permission on the directory) is an error naming
+// it, not "no manifest".
+func hasManifest(path string) (bool, error) {
+	_, err := os.Stat(filepath.Join(path, dataset.ManifestFile))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return false, nil
+	}
+	return false, fmt.Errorf("dataset: %w", err)
 }
 
 // describe adds back-end details when the back end offers them.

@@ -40,3 +40,28 @@ func TestPartitionCommand(t *testing.T) {
 		t.Errorf("unknown constraint: exit %d, want 2", code)
 	}
 }
+
+// TestPartitionFileForAnotherDataset: a partition file written for another
+// dataset of the same size (and name) is refused by train, naming both
+// fingerprints; it used to be applied.
+func TestPartitionFileForAnotherDataset(t *testing.T) {
+	dir := t.TempDir()
+	a := genTiny(t, dir, "a", "2")
+	b := genTiny(t, dir, "b", "3")
+	out := filepath.Join(dir, "pa")
+	if code, _, errOut := strata(t, "--quiet", "partition", a, out, "-k", "2"); code != 0 {
+		t.Fatalf("partition: exit %d: %s", code, errOut)
+	}
+	saved, err := partition.ReadFile(filepath.Join(out, partition.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--quiet", "train", "--mode", "fullgraph", "--devices", "cpu:2", "--epochs", "1", "--partition-file", filepath.Join(out, partition.FileName)}
+	if code, _, errOut := strata(t, append(args, "--dataset", a)...); code != 0 {
+		t.Fatalf("train with its own partition: exit %d: %s", code, errOut)
+	}
+	code, _, errOut := strata(t, append(args, "--dataset", b)...)
+	if code == 0 || !strings.Contains(errOut, saved.Meta.DatasetFingerprint) || !strings.Contains(errOut, "not v1:") {
+		t.Fatalf("train with another dataset's partition: exit %d, %q", code, errOut)
+	}
+}
