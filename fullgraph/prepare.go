@@ -178,7 +178,7 @@ func ApplyPartitionFile(ds *dataset.Dataset, path string) (*dataset.Dataset, []i
 	if _, err := saved.CheckDataset(path, ds); err != nil {
 		var me *partition.MismatchError
 		if errors.As(err, &me) {
-			return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s was %s", path, me.Msg)}
+			return nil, nil, &DataError{Msg: fmt.Sprintf("partition file %s: %s", path, me.Msg)}
 		}
 		return nil, nil, err
 	}

@@ -401,7 +401,7 @@ func (s *Saved) CheckDataset(path string, ds *dataset.Dataset) (legacy bool, err
 		return &MismatchError{Path: path, Msg: fmt.Sprintf(format, args...)}
 	}
 	if n := s.Book.NumNodes(); n != ds.NumNodes() {
-		return false, bad("made for a dataset of %d nodes, not %d (%q)", n, ds.NumNodes(), ds.Name)
+		return false, bad("has %d nodes, dataset %q has %d", n, ds.Name, ds.NumNodes())
 	}
 	if want := s.Meta.DatasetFingerprint; want != "" {
 		if got := ds.Fingerprint(); got != want {
