@@ -47,6 +47,12 @@ type Options struct {
 	// NumNodes (SNAP, npy) sets the node count when it exceeds the largest
 	// ID + 1 (isolated trailing nodes); 0 infers it.
 	NumNodes int64
+	// MaxBytes bounds the memory the import may take to build the graph
+	// (EstimateBytes); above it Load returns a *MemoryError before
+	// allocating. 0 means the memory the machine has left (MemAvailable or
+	// the cgroup limit; no bound where neither can be read); negative means
+	// no bound.
+	MaxBytes int64
 	// Quiet disables progress bars.
 	Quiet bool
 	// Overwrite and NoSync are passed to dataset.Write by Import.

@@ -478,6 +478,9 @@ func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
 		if opts.NumNodes > dataset.MaxNodes {
 			return nil, fmt.Errorf("importer: node count %d out of range", opts.NumNodes)
 		}
+		if err := checkMemory(epath, opts.NumNodes, 0, opts); err != nil {
+			return nil, err
+		}
 		n = opts.NumNodes
 	}
 	src, dst, err := readNPYEdges(epath, n)
@@ -492,6 +495,9 @@ func LoadNPY(dir string, opts Options) (*dataset.Dataset, error) {
 		if err := boundNodes(epath, n, int64(len(src))); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkMemory(epath, n, int64(len(src)), opts); err != nil {
+		return nil, err
 	}
 	d.Graph = buildCSR(n, src, dst, opts.Symmetrize)
 	src, dst = nil, nil

@@ -144,6 +144,9 @@ func LoadOGB(dir string, opts Options) (*dataset.Dataset, error) {
 			return nil, err
 		}
 	}
+	if err := checkMemory(epath, n, int64(len(src)), opts); err != nil {
+		return nil, err
+	}
 	d.Graph = buildCSR(n, src, dst, opts.Symmetrize)
 	src, dst = nil, nil
 

@@ -170,6 +170,10 @@ func LoadShared(dir string, opts Options) (*dataset.Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
+	epath := filepath.Join(dir, "edges.bin.gz")
+	if err := checkMemory(epath, n, m.NumEdges, opts); err != nil {
+		return nil, err
+	}
 	src := make([]int32, m.NumEdges)
 	dst := make([]int32, m.NumEdges)
 	for i := int64(0); i < m.NumEdges; i++ {

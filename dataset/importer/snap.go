@@ -93,6 +93,11 @@ func nextField(b []byte) (field, rest []byte) {
 // directions therefore gets the sum of both weights). The result has no
 // features or labels.
 func LoadSNAP(path string, opts Options) (*dataset.Dataset, error) {
+	if opts.NumNodes > 0 { // refuse an impossible node count before reading
+		if err := checkMemory(path, opts.NumNodes, 0, opts); err != nil {
+			return nil, err
+		}
+	}
 	in, err := openInput(path, opts.Quiet)
 	if err != nil {
 		return nil, err
@@ -180,6 +185,9 @@ func LoadSNAP(path string, opts Options) (*dataset.Dataset, error) {
 	}
 	if opts.limitNodes > 0 && n > opts.limitNodes {
 		return nil, fileErr(path, "%d nodes exceed the limit %d", n, opts.limitNodes)
+	}
+	if err := checkMemory(path, n, int64(len(s32)), opts); err != nil {
+		return nil, err
 	}
 	var g *graph.CSR
 	if fields == 3 {
