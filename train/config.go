@@ -113,14 +113,16 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return "train: config " + e.Field + ": " + e.Msg }
 
-// Bounds that keep a typo from allocating the machine away.
+// Bounds that keep a typo from allocating the machine away (listed in
+// docs/limits.md; the strata command checks its flags against them before
+// anything is sized).
 const (
-	maxLayers = 16
-	maxWidth  = 1 << 16
-	maxHeads  = 64
-	maxEpochs = 1 << 20
-	maxBatch  = 1 << 24
-	maxFanout = 1 << 16
+	MaxLayers = 16
+	MaxWidth  = 1 << 16 // hidden width (per head for gat)
+	MaxHeads  = 64
+	MaxEpochs = 1 << 20
+	MaxBatch  = 1 << 24 // seeds per batch, training and evaluation
+	MaxFanout = 1 << 16
 )
 
 // Validate checks every field and returns a *ConfigError naming the first
@@ -145,17 +147,17 @@ func (c *Config) Validate() error {
 	default:
 		return bad("mode", "unknown mode %q (want sampled or full)", c.Mode)
 	}
-	if c.Layers < 1 || c.Layers > maxLayers {
-		return bad("layers", "%d not in [1, %d]", c.Layers, maxLayers)
+	if c.Layers < 1 || c.Layers > MaxLayers {
+		return bad("layers", "%d not in [1, %d]", c.Layers, MaxLayers)
 	}
-	if c.Hidden < 1 || c.Hidden > maxWidth {
-		return bad("hidden", "%d not in [1, %d]", c.Hidden, maxWidth)
+	if c.Hidden < 1 || c.Hidden > MaxWidth {
+		return bad("hidden", "%d not in [1, %d]", c.Hidden, MaxWidth)
 	}
-	if c.Heads < 1 || c.Heads > maxHeads {
-		return bad("heads", "%d not in [1, %d]", c.Heads, maxHeads)
+	if c.Heads < 1 || c.Heads > MaxHeads {
+		return bad("heads", "%d not in [1, %d]", c.Heads, MaxHeads)
 	}
-	if c.OutHeads < 1 || c.OutHeads > maxHeads {
-		return bad("out_heads", "%d not in [1, %d]", c.OutHeads, maxHeads)
+	if c.OutHeads < 1 || c.OutHeads > MaxHeads {
+		return bad("out_heads", "%d not in [1, %d]", c.OutHeads, MaxHeads)
 	}
 	if c.Model != GAT && (c.Heads != 1 || c.OutHeads != 1) {
 		return bad("heads", "only gat has attention heads (got heads %d, out_heads %d for %s)", c.Heads, c.OutHeads, c.Model)
@@ -188,11 +190,11 @@ func (c *Config) Validate() error {
 	if c.Momentum != 0 && c.Optimizer != "sgd" {
 		return bad("momentum", "only sgd uses momentum")
 	}
-	if c.Epochs < 1 || c.Epochs > maxEpochs {
-		return bad("epochs", "%d not in [1, %d]", c.Epochs, maxEpochs)
+	if c.Epochs < 1 || c.Epochs > MaxEpochs {
+		return bad("epochs", "%d not in [1, %d]", c.Epochs, MaxEpochs)
 	}
-	if c.BatchSize < 1 || c.BatchSize > maxBatch {
-		return bad("batch_size", "%d not in [1, %d]", c.BatchSize, maxBatch)
+	if c.BatchSize < 1 || c.BatchSize > MaxBatch {
+		return bad("batch_size", "%d not in [1, %d]", c.BatchSize, MaxBatch)
 	}
 	if err := checkFanouts("fanouts", c.Fanouts, c.Layers); err != nil && c.Mode == Sampled {
 		return err
@@ -203,8 +205,8 @@ func (c *Config) Validate() error {
 		if err := checkFanouts("eval_fanouts", c.EvalFanouts, c.Layers); err != nil {
 			return err
 		}
-		if c.EvalBatchSize < 1 || c.EvalBatchSize > maxBatch {
-			return bad("eval_batch_size", "%d not in [1, %d]", c.EvalBatchSize, maxBatch)
+		if c.EvalBatchSize < 1 || c.EvalBatchSize > MaxBatch {
+			return bad("eval_batch_size", "%d not in [1, %d]", c.EvalBatchSize, MaxBatch)
 		}
 	default:
 		return bad("eval", "unknown evaluation mode %q (want full or sampled)", c.Eval)
@@ -222,8 +224,8 @@ func checkFanouts(field string, f []int, layers int) error {
 		return &ConfigError{Field: field, Msg: fmt.Sprintf("%d fanouts for %d layers (one per hop, seeds' hop first)", len(f), layers)}
 	}
 	for i, v := range f {
-		if v == 0 || v < -1 || v > maxFanout {
-			return &ConfigError{Field: field, Msg: fmt.Sprintf("hop %d: fanout %d not in [1, %d] or -1 (all neighbors)", i+1, v, maxFanout)}
+		if v == 0 || v < -1 || v > MaxFanout {
+			return &ConfigError{Field: field, Msg: fmt.Sprintf("hop %d: fanout %d not in [1, %d] or -1 (all neighbors)", i+1, v, MaxFanout)}
 		}
 	}
 	return nil
