@@ -1,12 +1,14 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/strata-gnn/strata/internal/cublas"
 	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/cudalib"
 	"github.com/strata-gnn/strata/internal/nvrtc"
 )
 
@@ -121,11 +123,26 @@ func Devices() ([]DeviceInfo, error) {
 	return info.Devices, info.Err
 }
 
-// WriteText prints the probe result for `strata info`.
+// WriteText prints the probe result for `strata info`. Libraries that are
+// not found are listed with their sonames, and the folders searched and
+// the STRATA_CUDA_PATH hint are printed once for all of them.
 func (i *Info) WriteText(w io.Writer) error {
 	var b strings.Builder
+	var searched []string // folders of the first library not found
 	lib := func(l LibInfo) {
-		if l.Err != nil {
+		var nf *cudalib.NotFoundError
+		switch {
+		case errors.As(l.Err, &nf):
+			fmt.Fprintf(&b, "  %-10s not found (sonames %s)", l.Name, strings.Join(nf.Sonames, ", "))
+			if len(nf.Errs) > 0 {
+				fmt.Fprintf(&b, "; failed to load: %s", strings.Join(nf.Errs, "; "))
+			}
+			b.WriteString("\n")
+			if searched == nil {
+				searched = nf.Dirs
+			}
+			return
+		case l.Err != nil:
 			fmt.Fprintf(&b, "  %-10s not available: %v\n", l.Name, l.Err)
 			return
 		}
@@ -139,12 +156,18 @@ func (i *Info) WriteText(w io.Writer) error {
 	lib(i.Driver)
 	lib(i.NVRTC)
 	lib(i.CUBLAS)
+	if searched != nil {
+		fmt.Fprintf(&b, "  searched   %s; set %s to the folder that holds them\n", strings.Join(searched, ", "), cudalib.EnvPath)
+	}
 	if i.KernelCache != "" {
 		fmt.Fprintf(&b, "  kernel cache %s\n", i.KernelCache)
 	}
-	if i.Err != nil {
+	switch {
+	case i.Err != nil && i.Err == i.Driver.Err:
+		b.WriteString("  devices: none (libcuda did not load, see above)\n")
+	case i.Err != nil:
 		fmt.Fprintf(&b, "  devices: none usable: %v\n", i.Err)
-	} else if len(i.Devices) == 0 {
+	case len(i.Devices) == 0:
 		b.WriteString("  devices: none\n")
 	}
 	for _, d := range i.Devices {
