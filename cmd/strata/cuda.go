@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -27,4 +28,13 @@ func batchSource(b backend.Backend) train.NewBatchSource {
 		return gputrain.New(gputrain.Options{})
 	}
 	return nil
+}
+
+// deviceSpecOf names the device b is as a --devices entry: "cuda:N" for a
+// GPU, "cpu" otherwise.
+func deviceSpecOf(b backend.Backend) string {
+	if d, ok := b.(*cudabk.Device); ok {
+		return fmt.Sprintf("cuda:%d", d.Ordinal())
+	}
+	return "cpu"
 }

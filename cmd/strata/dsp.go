@@ -23,11 +23,13 @@ import (
 // dspFlags are the flags of sampled training on several devices ('strata
 // train --devices cpu:4', package dsp/runner: DSP's collective sampling,
 // partitioned feature cache and pipeline). They are embedded in trainCmd;
-// --devices and --partition are shared with --mode fullgraph.
+// --devices and --partition are shared with --mode fullgraph. Given
+// without --devices they run the DSP engine on the one device of --device
+// (dspOnOneDevice).
 type dspFlags struct {
-	Scheme         string `help:"sampled mode with --devices: collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
-	Replace        bool   `help:"sampled mode with --devices: sample with replacement."`
-	Weighted       bool   `help:"sampled mode with --devices: sample proportionally to edge weights."`
+	Scheme         string `help:"sampled mode with --devices (this and the flags below it without --devices run the DSP engine on the one device of --device, as --devices cpu:1 on the CPU): collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
+	Replace        bool   `help:"sampled mode with --devices (or one device): sample with replacement."`
+	Weighted       bool   `help:"sampled mode with --devices (or one device): sample proportionally to edge weights."`
 	Cache          string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
 	CachePolicy    string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
 	CacheGroup     int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
@@ -68,72 +70,6 @@ func parseBytes(flag, s string) (int64, error) {
 		return 0, usageError{fmt.Errorf("--%s %q: want a byte count such as 0, 65536, 512MiB or 2GB, or all", flag, s)}
 	}
 	return int64(v * mult), nil
-}
-
-// openDSPDevices opens one back end per device: "cpu:N" is N CPU virtual
-// devices (a CPU back end each); otherwise a comma list of device specs of
-// one kind, where a bare number repeats the previous kind
-// ("cuda:0,1,2,3").
-func openDSPDevices(list string) ([]backend.Backend, error) {
-	list = strings.TrimSpace(list)
-	var specs []string
-	if rest, ok := strings.CutPrefix(list, "cpu:"); ok && !strings.Contains(rest, ",") {
-		n, err := strconv.Atoi(rest)
-		if err != nil || n < 1 || n > 1024 {
-			return nil, usageError{fmt.Errorf("--devices %s: want cpu:N with N in 1..1024", list)}
-		}
-		for range n {
-			specs = append(specs, "cpu")
-		}
-	} else {
-		var err error
-		if specs, err = deviceList(list, true); err != nil {
-			return nil, err
-		}
-	}
-	bs := make([]backend.Backend, len(specs))
-	for i, s := range specs {
-		b, err := openDevice(s)
-		if err != nil {
-			return nil, fmt.Errorf("--devices %s: %w", list, err)
-		}
-		bs[i] = b
-	}
-	return bs, nil
-}
-
-// maxListedDevices bounds a --devices list (as cpu:N is bounded).
-const maxListedDevices = 1024
-
-// deviceList splits a --devices list into device specs: no empty, auto or
-// repeated entry (cuda and cuda:0 are the same device), one kind for all
-// and at most maxListedDevices entries. With bareIndex, a bare number
-// repeats the previous entry's kind ("cuda:0,1").
-func deviceList(list string, bareIndex bool) ([]string, error) {
-	entries := strings.Split(list, ",")
-	if len(entries) > maxListedDevices {
-		return nil, usageError{fmt.Errorf("--devices: %d entries, at most %d", len(entries), maxListedDevices)}
-	}
-	var specs []string
-	kind := ""
-	seen := map[string]bool{}
-	for _, s := range entries {
-		s = strings.TrimSpace(s)
-		if _, err := strconv.Atoi(s); err == nil && bareIndex && kind != "" {
-			s = kind + ":" + s
-		}
-		k, idx, err := backend.ParseDevice(s)
-		key := fmt.Sprintf("%s:%d", k, idx)
-		if err != nil || k == "auto" || seen[key] {
-			return nil, usageError{fmt.Errorf("--devices %s: empty, bad, auto or repeated entry %q (list distinct devices such as cuda:0,1,2,3, or cpu:N)", list, s)}
-		}
-		if kind != "" && k != kind {
-			return nil, usageError{fmt.Errorf("--devices %s: entry %q mixes kind %s with %s (list devices of one kind)", list, s, k, kind)}
-		}
-		seen[key], kind = true, k
-		specs = append(specs, s)
-	}
-	return specs, nil
 }
 
 // dspConfig builds the runner's configuration from the flags.
@@ -186,9 +122,28 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 	// that a bad combination is a usage error before any device opens.
 	chk := cfg
 	if err := chk.Normalize(); err != nil {
-		return cfg, usageError{err}
+		return cfg, configFlag(err)
 	}
 	return cfg, nil
+}
+
+// dspOnOneDevice sets --devices to the single device of --device for the
+// DSP flag flag given without --devices, after checking the mode is
+// sampled (the DSP engine trains sampled mini-batches).
+func (c *trainCmd) dspOnOneDevice(flag string) error {
+	mode := c.Mode
+	if mode == "" {
+		mode = train.Defaults(c.Model).Mode
+	}
+	if mode != train.Sampled {
+		return usageError{fmt.Errorf("--%s applies to sampled mode (--mode sampled, the default of --model sage), not --mode %s", flag, mode)}
+	}
+	list, err := singleDeviceList(c.Device)
+	if err != nil {
+		return err
+	}
+	c.FullGraph.Devices = list
+	return nil
 }
 
 // dspFlagsSet names the flags of dspFlags given values other than their
@@ -277,7 +232,11 @@ func (c *trainCmd) useDeviceEngine(bs []backend.Backend) bool {
 
 // runDSP is 'strata train --devices LIST' in sampled mode.
 func (c *trainCmd) runDSP(e *env) error {
-	bs, err := openDSPDevices(c.FullGraph.Devices)
+	set, err := parseDevices(c.FullGraph.Devices)
+	if err != nil {
+		return err
+	}
+	bs, err := set.open(false)
 	if err != nil {
 		return err
 	}
@@ -299,6 +258,10 @@ func (c *trainCmd) runDSP(e *env) error {
 	var log io.Writer = e.stderr
 	if e.quiet {
 		log = nil
+	}
+	host := onHost(bs)
+	if err := checkMemory(runner.EstimateMemory(cfg, shapeOf(ds), host, host && !c.useDeviceEngine(bs)), c.FullGraph.Devices, log); err != nil {
+		return err
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d devices (%s), DSP %s-wise sampling\n",

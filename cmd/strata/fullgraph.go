@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,7 +21,7 @@ import (
 // Sancus's bounded-staleness skip-broadcast). They are embedded in
 // trainCmd.
 type fullGraphFlags struct {
-	Devices    string   `help:"fullgraph mode, and sampled mode on several devices (DSP, see --scheme): the devices, one rank each: cpu:N for N CPU virtual devices, or a comma list such as cuda:0,cuda:1 (default: --device)." placeholder:"LIST"`
+	Devices    string   `help:"fullgraph mode, and sampled mode on several devices (DSP, see --scheme): the devices, one rank each, with one syntax for both modes: ${devices} (default: --device)." placeholder:"LIST"`
 	Staleness  bool     `help:"fullgraph mode: reuse cached embedding blocks and skip broadcasts within the staleness bounds (Sancus)."`
 	StaleEp    *int     `name:"staleness-epochs" help:"fullgraph mode: epoch bound, the most epochs a cached block may age (default 3)." placeholder:"N"`
 	StaleEps   *float64 `name:"staleness-eps" help:"fullgraph mode: variation bound, the largest relative change of a block since its cached copy that still skips (default 0.5)." placeholder:"EPS"`
@@ -95,7 +94,7 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 		return cfg, usageError{fmt.Errorf("--staleness-* flags need --staleness")}
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, configFlag(err)
 	}
 	return cfg, nil
 }
@@ -121,49 +120,25 @@ func (f *fullGraphFlags) set() []string {
 	return out
 }
 
-// openDevices opens --devices: "cpu:N" is N CPU virtual devices sharing
-// one CPU back end; otherwise a comma list of device specs, one rank each.
-// Empty means the single device of --device.
+// openDevices opens --devices (parseDevices), one rank each, the virtual
+// devices of cpu:N sharing one CPU back end; empty means the single
+// device of --device.
 func openDevices(list, device string, note io.Writer) ([]backend.Backend, error) {
-	list = strings.TrimSpace(list)
-	if list == "" {
+	if strings.TrimSpace(list) == "" {
 		b, err := openDeviceNote(device, note)
 		if err != nil {
 			return nil, err
 		}
 		return []backend.Backend{b}, nil
 	}
-	if rest, ok := strings.CutPrefix(list, "cpu:"); ok && !strings.Contains(rest, ",") {
-		n, err := strconv.Atoi(rest)
-		if err != nil || n < 1 || n > 1024 {
-			return nil, usageError{fmt.Errorf("--devices %s: want cpu:N with N in 1..1024", list)}
-		}
-		b, err := openDevice("cpu")
-		if err != nil {
-			return nil, err
-		}
-		bs := make([]backend.Backend, n)
-		for i := range bs {
-			bs[i] = b
-		}
-		return bs, nil
-	}
-	specs, err := deviceList(list, false)
+	set, err := parseDevices(list)
 	if err != nil {
 		return nil, err
 	}
-	if len(specs) > 1 {
+	if !set.Virtual && len(set.Specs) > 1 {
 		multiGPUEnv()
 	}
-	var bs []backend.Backend
-	for _, spec := range specs {
-		b, err := openDevice(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--devices %s: %w", list, err)
-		}
-		bs = append(bs, b)
-	}
-	return bs, nil
+	return set.open(true)
 }
 
 // multiGPUEnv sets, unless the user did, what several GPUs' concurrent
@@ -216,6 +191,9 @@ func (c *trainCmd) runFullGraph(e *env) error {
 		return err
 	}
 	defer closeDS()
+	if err := checkMemory(fullgraph.EstimateMemory(cfg, len(bs), shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
+		return err
+	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d device(s): %s\n",
 			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name())

@@ -52,7 +52,7 @@ func TestTrainFullGraphUsageErrors(t *testing.T) {
 		{[]string{"--batch-size", "8"}, "--batch-size"},
 		{[]string{"--optimizer", "sgd"}, "adam"},
 		{[]string{"--staleness-eps", "0.1"}, "need --staleness"},
-		{[]string{"--staleness", "--staleness-epochs", "0"}, "epoch_bound"},
+		{[]string{"--staleness", "--staleness-epochs", "0"}, "--staleness-epochs 0"},
 		{[]string{"--checkpoint", "x"}, "checkpoints"},
 		{[]string{"--devices", "cpu:2", "--comm", "nccl"}, "distinct CUDA GPUs"},
 		{[]string{"--comm", "mpi"}, "--comm"},

@@ -43,7 +43,7 @@ func (c *genCmd) config() (gen.Config, error) {
 	}
 	if c.Scale != 1 {
 		if cfg, err = cfg.Scaled(c.Scale); err != nil {
-			return cfg, usageError{err}
+			return cfg, genFlag(err)
 		}
 	}
 	set := func(dst, v *float64) {
@@ -75,8 +75,13 @@ func (c *genCmd) config() (gen.Config, error) {
 	set(&cfg.TrainFrac, c.Train)
 	set(&cfg.ValFrac, c.Val)
 	set(&cfg.TestFrac, c.Test)
+	// Refuse what does not fit in the memory the machine has left, not
+	// only what exceeds gen.DefaultMaxBytes.
+	if b, ok := memoryBudget(); ok && b.Bytes < gen.DefaultMaxBytes {
+		cfg.MaxBytes = max(b.Bytes, 1)
+	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, genFlag(err)
 	}
 	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,9 +28,6 @@ type importCmd struct {
 }
 
 func (c *importCmd) Run(e *env) error {
-	if c.Split < 0 || c.NumNodes < 0 {
-		return usageError{fmt.Errorf("--split and --num-nodes must be >= 0")}
-	}
 	kind := importer.Kind(c.Kind)
 	if kind == "" {
 		k, err := importer.Detect(c.Src)
@@ -47,6 +45,10 @@ func (c *importCmd) Run(e *env) error {
 		RemapIDs: c.RemapIDs, NumNodes: c.NumNodes, Quiet: e.quiet, Overwrite: c.Overwrite,
 	}
 	if err := importer.Import(kind, c.Src, c.Dst, opts); err != nil {
+		var me *importer.MemoryError
+		if errors.As(err, &me) && c.NumNodes > 0 {
+			return usageError{fmt.Errorf("--num-nodes %d: %w", c.NumNodes, err)}
+		}
 		return err
 	}
 	s, err := dataset.Info(c.Dst)

@@ -29,7 +29,7 @@ func (c *infoCmd) Run(e *env) error {
 	for _, kind := range backend.Kinds() {
 		b, err := backend.Open(kind)
 		if err != nil {
-			fmt.Fprintf(w, "  %-6s unavailable: %v\n", kind, err)
+			fmt.Fprintf(w, "  %-6s unavailable: %s\n", kind, unavailable(err))
 			continue
 		}
 		fmt.Fprintf(w, "  %-6s ok (%s)%s\n", kind, b.Name(), describe(b))

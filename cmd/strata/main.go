@@ -53,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	parser, err := kong.New(&c,
 		kong.Name("strata"),
 		kong.Description("Strata trains graph neural networks. Run 'strata train' to train GraphSAGE on the built-in Cora."),
-		kong.Vars{"version": "strata " + train.Version, "builtins": strings.Join(builtinNames, ", "), "presets": strings.Join(gen.Presets(), ", "), "kinds": kindNames()},
+		kong.Vars{"version": "strata " + train.Version, "builtins": strings.Join(builtinNames, ", "), "presets": strings.Join(gen.Presets(), ", "), "kinds": kindNames(), "devices": devicesSyntax},
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Writers(stdout, stderr),

@@ -33,7 +33,7 @@ func TestPartitionCommand(t *testing.T) {
 		t.Errorf("renumbering covers %d nodes, want 2000", len(p.NewToOld))
 	}
 	// Bad input: k out of range and an unknown constraint are usage errors, not panics.
-	if code, _, errOut := strata(t, "--quiet", "partition", g, filepath.Join(dir, "q"), "-k", "0"); code == 0 || !strings.Contains(errOut, "k = 0") {
+	if code, _, errOut := strata(t, "--quiet", "partition", g, filepath.Join(dir, "q"), "-k", "0"); code != 2 || !strings.Contains(errOut, "--parts 0") {
 		t.Errorf("k=0: exit %d, %q", code, errOut)
 	}
 	if code, _, _ := strata(t, "--quiet", "partition", g, filepath.Join(dir, "r"), "--balance", "colour"); code != 2 {

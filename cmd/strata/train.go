@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/fullgraph"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -99,7 +100,7 @@ func (c *trainCmd) config() (train.Config, error) {
 		cfg.EvalFanouts = cfg.Fanouts
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, configFlag(err)
 	}
 	return cfg, nil
 }
@@ -111,15 +112,19 @@ func (c *trainCmd) Run(e *env) error {
 	if set := c.FullGraph.set(); len(set) > 0 {
 		return usageError{fmt.Errorf("--%s applies to --mode fullgraph only", set[0])}
 	}
+	if set := c.DSP.set(); len(set) > 0 && c.FullGraph.Devices == "" {
+		// The DSP engine's flags on one device: run it as --devices with
+		// the one device of --device (cpu:1 on the CPU).
+		if err := c.dspOnOneDevice(set[0]); err != nil {
+			return err
+		}
+	}
 	if c.FullGraph.Devices != "" {
 		return c.runDSP(e)
 	}
-	if set := c.DSP.set(); len(set) > 0 || c.FullGraph.EvalEvery != 1 || c.FullGraph.Partition != "multilevel" {
+	if c.FullGraph.EvalEvery != 1 || c.FullGraph.Partition != "multilevel" {
 		flag := "eval-every"
-		switch {
-		case len(set) > 0:
-			flag = set[0]
-		case c.FullGraph.Partition != "multilevel":
+		if c.FullGraph.Partition != "multilevel" {
 			flag = "partition"
 		}
 		return usageError{fmt.Errorf("--%s needs --devices (or --mode fullgraph)", flag)}
@@ -157,6 +162,11 @@ func (c *trainCmd) Run(e *env) error {
 	var log io.Writer = e.stderr
 	if e.quiet {
 		log = nil
+	}
+	if onHost([]backend.Backend{b}) {
+		if err := checkMemory(train.EstimateMemory(cfg, shapeOf(ds)), "", nil); err != nil {
+			return err
+		}
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %s\n",
