@@ -120,11 +120,14 @@ func (e *AbortError) MissingRanks() []int { return e.Missing }
 // MismatchError lists what each rank issued when they disagreed.
 type MismatchError struct {
 	Seq   uint64
-	Ranks []string // per rank, e.g. "all_reduce(float32, 10, sum)"
+	Ranks []string // per rank, e.g. "all_reduce(float32, 10, sum)"; empty when a transport found the difference
 	Diff  string   // the first difference found
 }
 
 func (e *MismatchError) Error() string {
+	if len(e.Ranks) == 0 {
+		return fmt.Sprintf("%v: %s", ErrMismatch, e.Diff)
+	}
 	return fmt.Sprintf("%v: %s (issued: %s)", ErrMismatch, e.Diff, strings.Join(e.Ranks, "; "))
 }
 

@@ -14,7 +14,9 @@ import (
 // DeviceFaults runs the fault suite on this rank of a group of two or
 // more: a rank that stalls (the last rank skips an all-reduce), a rank
 // that closes instead of joining, a rank closing right after its last
-// operation, disagreeing ranks in Debug mode, invalid arguments,
+// operation, disagreeing ranks in Debug mode, ranks that pass different
+// counts (Debug off; skipped where DeviceEnv.UncheckedCounts says why),
+// invalid arguments,
 // cancellation, a context deadline, and use after Close. Each scenario
 // opens a fresh group; failures are returned, named by scenario.
 func DeviceFaults(ctx context.Context, e DeviceEnv) error {
@@ -27,7 +29,7 @@ func DeviceFaults(ctx context.Context, e DeviceEnv) error {
 		f    func(context.Context, DeviceEnv) error
 	}{
 		{"stall", devStall}, {"close", devClose}, {"close-after-last-op", devCloseAfterLast},
-		{"mismatch-debug", devMismatch}, {"args", devArgs}, {"cancel", devCancel},
+		{"mismatch-debug", devMismatch}, {"counts", devCounts}, {"args", devArgs}, {"cancel", devCancel},
 		{"ctx-deadline", devCtxDeadline}, {"closed", devClosed},
 	} {
 		// Every rank runs every scenario, also after a failure, so that no
@@ -230,6 +232,57 @@ func devMismatch(ctx context.Context, e DeviceEnv) error {
 	}
 	// Still usable: the check ran before anything was exchanged.
 	return RunDeviceCase(ctx, dc, e.Backend, e.Exact, Case{Op: comm.OpAllReduce, DType: backend.Float32, Red: comm.Sum, Len: 33, Seed: 5})
+}
+
+// devCounts: the last rank passes more elements than the others (Debug
+// off); every rank fails at once naming the operation and both counts.
+func devCounts(ctx context.Context, e DeviceEnv) error {
+	if e.UncheckedCounts != "" {
+		e.logf("rank %d: faults/counts skipped: %s", e.Rank, e.UncheckedCounts)
+		return nil
+	}
+	for _, tc := range CountCases() {
+		err := func() error {
+			dc, err := e.Open(comm.Options{Timeout: 10 * time.Second})
+			if err != nil {
+				return err
+			}
+			defer dc.Close()
+			if err := devWarm(ctx, dc); err != nil {
+				return err
+			}
+			bufs := &devBufs{be: e.Backend}
+			defer bufs.free()
+			n := tc.Len
+			if e.Rank == e.Size-1 {
+				n = tc.Other
+			}
+			x, err := devBuf(bufs, backend.Float32, n)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			if tc.Op == comm.OpAllGather {
+				var y backend.Buffer
+				if y, err = devBuf(bufs, backend.Float32, e.Size*n); err == nil {
+					err = dc.AllGather(ctx, y, x)
+				}
+			} else {
+				err = dc.AllReduce(ctx, x, comm.Sum)
+			}
+			if el := time.Since(start); el > Slack {
+				return fmt.Errorf("returned after %v; a count mismatch must be refused at once: %v", el, err)
+			}
+			return CheckCountError(err, tc, 2)
+		}()
+		if berr := e.Barrier(fmt.Sprintf("counts/%v", tc)); err == nil {
+			err = berr
+		}
+		if err != nil {
+			return fmt.Errorf("%v: %w", tc, err)
+		}
+	}
+	return nil
 }
 
 func devArgs(ctx context.Context, e DeviceEnv) error {

@@ -40,6 +40,11 @@ type DeviceEnv struct {
 	Exact bool
 	// Logf, if set, receives progress lines.
 	Logf func(format string, a ...any)
+	// UncheckedCounts, if not empty, says why the back end cannot refuse
+	// ranks that pass different element counts (it sends no header with
+	// its data: NCCL, gpushm's device path); DeviceFaults then skips that
+	// scenario and logs the reason.
+	UncheckedCounts string
 }
 
 func (e DeviceEnv) logf(format string, a ...any) {

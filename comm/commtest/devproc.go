@@ -27,6 +27,8 @@ type DeviceJob struct {
 	Lens []int
 	// Conformance and Faults pick the suites.
 	Conformance, Faults bool
+	// UncheckedCounts: see DeviceEnv.
+	UncheckedCounts string
 }
 
 // RunDeviceJob joins the job's store from the environment (RANK,
@@ -45,7 +47,7 @@ func RunDeviceJob(ctx context.Context, j DeviceJob) error {
 	}
 	defer store.Close()
 	groups := 0
-	e := DeviceEnv{Rank: env.Rank, Size: env.WorldSize, Backend: j.Backend, Exact: j.Exact,
+	e := DeviceEnv{Rank: env.Rank, Size: env.WorldSize, Backend: j.Backend, Exact: j.Exact, UncheckedCounts: j.UncheckedCounts,
 		Open: func(o comm.Options) (comm.DeviceComm, error) {
 			groups++
 			octx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -45,6 +45,48 @@ func CheckOpError(err error, op comm.Op, seq uint64, missing []int, target error
 	return nil
 }
 
+// CountCase is one "ranks pass different counts" scenario: the last
+// rank passes Other elements where the others pass Len (to an
+// all-reduce, or as each rank's block of an all-gather).
+type CountCase struct {
+	Op         comm.Op
+	Len, Other int
+}
+
+func (c CountCase) String() string {
+	return fmt.Sprintf("%v of %d and %d elements", c.Op, c.Len, c.Other)
+}
+
+// CountCases are the count-mismatch scenarios of the fault suites.
+func CountCases() []CountCase {
+	return []CountCase{
+		{comm.OpAllReduce, 1000, 1001},   // one chunk
+		{comm.OpAllReduce, 40000, 40001}, // many chunks
+		{comm.OpAllReduce, 16000, 17000}, // 64000 and 68000 bytes: one side of shm's 64 KiB threshold each
+		{comm.OpAllReduce, 0, 5},         // nothing to send on most ranks
+		{comm.OpAllGather, 100, 101},
+	}
+}
+
+// CheckCountError checks the error of operation #seq of a CountCase: an
+// *OpError for it that wraps ErrMismatch (the rank that found the
+// difference) or ErrAborted (a rank it aborted), whose text names both
+// counts.
+func CheckCountError(err error, tc CountCase, seq uint64) error {
+	if e := CheckOpError(err, tc.Op, seq, nil, nil); e != nil {
+		return e
+	}
+	if !errors.Is(err, comm.ErrMismatch) && !errors.Is(err, comm.ErrAborted) {
+		return fmt.Errorf("error wraps neither ErrMismatch nor ErrAborted: %v", err)
+	}
+	for _, k := range []int{tc.Len, tc.Other} {
+		if !strings.Contains(err.Error(), fmt.Sprint(k)) {
+			return fmt.Errorf("error does not name the count %d: %v", k, err)
+		}
+	}
+	return nil
+}
+
 func warmUp(t *testing.T, comms []comm.Comm) {
 	t.Helper()
 	for _, err := range OnAll(comms, func(c comm.Comm) error { return c.Barrier(context.Background()) }) {
@@ -56,7 +98,8 @@ func warmUp(t *testing.T, comms []comm.Comm) {
 
 // Faults runs the fault suite: a rank that stalls, a rank that closes,
 // a rank closing right after the last operation, ranks that disagree
-// (Debug mode), invalid arguments, cancellation and use after Close.
+// (Debug mode), ranks that pass different counts (Debug off), invalid
+// arguments, cancellation and use after Close.
 func Faults(t *testing.T, newGroup NewGroup) {
 	d := FaultTimeout()
 	opts := comm.Options{Timeout: d}
@@ -214,6 +257,41 @@ func Faults(t *testing.T, newGroup NewGroup) {
 		}) {
 			if err != nil {
 				t.Error(err)
+			}
+		}
+	})
+
+	t.Run("counts", func(t *testing.T) {
+		// Ranks pass different element counts with Debug off: every rank
+		// fails the operation well before its deadline, naming the
+		// operation, its number and both counts, instead of returning
+		// wrong sums. The last rank passes more; lengths of one chunk, of
+		// many, and around the size where shm changes paths.
+		for _, tc := range CountCases() {
+			comms := newGroup(t, 3, comm.Options{Timeout: 10 * time.Second})
+			warmUp(t, comms)
+			start := time.Now()
+			errs := OnAll(comms, func(c comm.Comm) error {
+				n := tc.Len
+				if c.Rank() == 2 {
+					n = tc.Other
+				}
+				var err error
+				if tc.Op == comm.OpAllGather {
+					err = c.AllGather(context.Background(), comm.F32(make([]float32, 3*n)), comm.F32(make([]float32, n)))
+				} else {
+					err = c.AllReduce(context.Background(), comm.F32(make([]float32, n)), comm.Sum)
+				}
+				if el := time.Since(start); el > Slack {
+					return fmt.Errorf("rank %d returned after %v; a count mismatch must be refused at once: %v", c.Rank(), el, err)
+				}
+				return CheckCountError(err, tc, 2)
+			})
+			closeAll(comms)
+			for _, err := range errs {
+				if err != nil {
+					t.Errorf("%v: %v", tc, err)
+				}
 			}
 		}
 	})

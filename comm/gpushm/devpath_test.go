@@ -43,6 +43,9 @@ func TestEmulatedDeviceFaults(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			es := localEnvs(t, n, emuOptions(false))
+			for r := range es {
+				es[r].UncheckedCounts = uncheckedDevicePath
+			}
 			if err := commtest.RunLocalRanks(n, func(r int) error { return commtest.DeviceFaults(context.Background(), es[r]) }); err != nil {
 				t.Fatal(err)
 			}

@@ -119,5 +119,10 @@
 // Every wait checks the deadline, the segment's abort word (set by a rank
 // that failed), and whether the ranks it depends on have closed their
 // communicator or exited; a failure names the operation, its sequence
-// number and the missing ranks (comm.OpError). Linux only.
+// number and the missing ranks (comm.OpError). On the host pipeline each
+// in flag carries the operation's number, dtype and element count in its
+// cache line, so ranks that pass different counts fail with an
+// ErrMismatch naming both; the device path exchanges no such header
+// (like NCCL: Options.Debug checks the counts there, at the cost of one
+// exchange per operation). Linux only.
 package gpushm

@@ -65,11 +65,8 @@ func (t *transport) allAt(flag func(r, s int) *uint32, s int, want uint32) (bool
 func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 	es := c.DType.Size()
 	b := c.Recv.Len() * es
-	if b == 0 {
-		return nil
-	}
 	j := &job{c: c, es: es, bytes: b, cb: t.chunkBytes(b), q0: t.q}
-	j.nq = (b + j.cb - 1) / j.cb
+	j.nq = max(1, (b+j.cb-1)/j.cb) // an empty call streams one empty chunk, so that its header is checked
 	defer func() { t.q += uint64(j.nq) }()
 	unbind, err := t.mv.bind()
 	defer unbind()
@@ -80,6 +77,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 		return err
 	}
 	seg, me, slots := t.seg, t.rank, t.seg.L.Slots
+	hdr := sg.Header{Desc: comm.DeviceDescOf(c)} // in the cache line of each in flag
 	var issued, inDone, redIssued, outIssued, outDone int
 	w := t.newIdler(ctx, c.Deadline, c.Seq)
 	var pt pipeTimes // host times, when tracing
@@ -120,6 +118,7 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 			if !ok {
 				break
 			}
+			sg.SetHeader(seg.inFlag(me, s), hdr)
 			sg.Set(seg.inFlag(me, s), u+1)
 			if inDone == 0 && t.tr != nil {
 				pt.firstIn = time.Now()
@@ -134,6 +133,12 @@ func (t *transport) allReduce(ctx context.Context, c *comm.DeviceCall) error {
 			if ok, r := t.allAt(seg.inFlag, s, u+1); !ok {
 				w.who, w.what = r, "its share of a chunk"
 				break
+			}
+			// Every rank's chunk must belong to this operation and count.
+			for r := 0; r < t.n; r++ {
+				if err := comm.PeerMismatch(hdr.Desc, sg.GetHeader(seg.inFlag(r, s)).Desc, me, r); r != me && err != nil {
+					return fail(err)
+				}
 			}
 			t.dispatch(j, redIssued, s, u)
 			redIssued++

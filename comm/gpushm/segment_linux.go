@@ -16,7 +16,7 @@ const (
 	minChunkBytes = 64 << 10
 
 	segMagic   = 0x4d48535550475453 // "STGPUSHM"
-	segVersion = 2                  // 2: flags mapped for the device path
+	segVersion = 3                  // 2: flags mapped for the device path; 3: headers in the host pipeline's in flags
 
 	page     = sg.Page
 	ctlBytes = 64

@@ -22,6 +22,15 @@
 // the reducer goroutine, within one rank. Broadcast, all-gather,
 // all-to-all and reduce-scatter use the same slots.
 //
+// The flag that publishes a slot's data carries, in the rest of its cache
+// line, the operation's number, kind, dtype and element count; readers
+// check it, so ranks that pass different counts (or issue different
+// operations) fail with an ErrMismatch naming both instead of reducing
+// garbage. A rank whose wait is slow also checks the operation the rank
+// it waits for has entered (for the case where the two take different
+// paths and never meet on a slot). An empty operation streams one empty
+// chunk, so that it is checked too.
+//
 // A rank waiting on a counter checks its deadline, the segment's abort
 // word and whether the rank it waits for has closed its communicator or
 // exited (its pid is gone), so no wait outlives the deadline. Linux only.

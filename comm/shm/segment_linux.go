@@ -16,7 +16,7 @@ const (
 	minSlotBytes = 4096
 
 	segMagic   = 0x4853415441525453 // "STRATASH"
-	segVersion = 2
+	segVersion = 3                  // 3: slot headers and the operation descriptor
 	// MaxHeapBytes bounds each rank's heap.
 	MaxHeapBytes = 1 << 40
 
@@ -35,6 +35,14 @@ const (
 const (
 	cDone = 16 // uint64: last sequence number finished (or failed)
 	cExch = 64 // two sets (by parity) of exchWords int64 values
+	// cExchHdr: two headers (by parity) saying which operation an
+	// exchange belongs to, each laid out as in a flag's cache line
+	// (sg.SetHeader at cExchHdr + parity*hdrStride).
+	cExchHdr  = 128
+	hdrStride = 40
+	// cDesc: the operation this rank is in (sg.SetHeader at cDesc, under
+	// the seqlock word at cDesc), read by peers whose wait is slow.
+	cDesc = 208
 )
 
 const exchWords = 4

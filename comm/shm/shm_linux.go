@@ -273,12 +273,59 @@ func (t *transport) Caps() comm.Caps {
 	return comm.Caps{Overlap: true, RankOrderSum: true}
 }
 
-// waiter carries what every wait checks besides its counter.
+// waiter carries what every wait checks besides its counter, and the
+// header of the call's data.
 type waiter struct {
 	t   *transport
 	ctx context.Context
 	dl  time.Time
-	seq uint64
+	c   *comm.Call
+	hdr sg.Header
+}
+
+// publish stores the call's header in flag f's cache line and raises f to
+// v: the slot it guards now holds this rank's data of the call.
+func (w *waiter) publish(f *uint32, v uint32) {
+	sg.SetHeader(f, w.hdr)
+	sg.Set(f, v)
+}
+
+// check compares the header that rank who published with flag f (which
+// has reached the use waited for) with this rank's call.
+func (w *waiter) check(f *uint32, who int) error {
+	h := sg.GetHeader(f)
+	if h.Desc == w.hdr.Desc {
+		return nil
+	}
+	return comm.PeerMismatch(w.hdr.Desc, h.Desc, w.t.rank, who)
+}
+
+// waitData waits until rank who has published its data of use u in the
+// slot flag f guards, and checks that it belongs to this call.
+func (w *waiter) waitData(f *uint32, want uint32, who int, what string) error {
+	if err := w.wait(f, want, who, what); err != nil {
+		return err
+	}
+	return w.check(f, who)
+}
+
+// setDesc publishes the operation this rank is entering (for peers whose
+// wait is slow: see peerDesc).
+func (t *transport) setDesc(h sg.Header) {
+	c := t.seg.Ctl(t.rank) + cDesc
+	ver := t.seg.U32(c)
+	atomic.AddUint32(ver, 1) // odd: being written
+	sg.SetHeader(ver, h)
+	atomic.AddUint32(ver, 1)
+}
+
+// peerDesc reads the operation rank r last entered (ok false while it is
+// being written).
+func (t *transport) peerDesc(r int) (comm.Desc, bool) {
+	ver := t.seg.U32(t.seg.Ctl(r) + cDesc)
+	v1 := atomic.LoadUint32(ver)
+	h := sg.GetHeader(ver)
+	return h.Desc, v1%2 == 0 && atomic.LoadUint32(ver) == v1
 }
 
 // wait returns once *f has reached want (a value the rank `who` sets).
@@ -297,8 +344,10 @@ func (w *waiter) wait(f *uint32, want uint32, who int, what string) error {
 			atomic.AddUint32(sg.Waiters(f), ^uint32(0))
 			return nil
 		}
+		// An abort published before this rank counted itself as a waiter
+		// woke nobody: look before sleeping.
 		left := time.Until(w.dl)
-		if left > 0 {
+		if left > 0 && atomic.LoadUint32(t.seg.U32(sg.HAbort)) == 0 {
 			sg.Wait32(f, v, min(left, 50*time.Millisecond))
 		}
 		atomic.AddUint32(sg.Waiters(f), ^uint32(0))
@@ -324,6 +373,13 @@ func (w *waiter) wait(f *uint32, want uint32, who int, what string) error {
 			return fmt.Errorf("waiting for rank %d (%s): %w", who, what, context.DeadlineExceeded)
 		}
 		if who != t.rank {
+			// A rank in another operation or with another count may wait
+			// on flags this rank never raises in this call (e.g. one side
+			// exchanges buffer offsets, the other streams chunks). (The
+			// debug check's exchange has the same number in another phase.)
+			if d, ok := t.peerDesc(who); ok && d.Seq == w.c.Seq && d.Phase == w.c.Phase && d != w.hdr.Desc {
+				return comm.PeerMismatch(w.hdr.Desc, d, t.rank, who)
+			}
 			if atomic.LoadUint32(t.seg.U32(t.seg.Ctl(who)+sg.CState)) == sg.StateClosed {
 				return &comm.PeerError{Ranks: []int{who}, Err: comm.ErrPeerLost, Msg: fmt.Sprintf("rank %d closed its communicator (while this rank waited for %s)", who, what)}
 			}
@@ -413,9 +469,10 @@ func (t *transport) Run(ctx context.Context, c *comm.Call) error {
 	if err := t.checkAbort(); err != nil {
 		return err
 	}
+	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, c: c, hdr: sg.HeaderOf(c, 0)}
+	t.setDesc(w.hdr)
 	atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+sg.CEntered), c.Seq)
 	defer atomic.StoreUint64(t.seg.U64(t.seg.Ctl(t.rank)+cDone), c.Seq)
-	w := &waiter{t: t, ctx: ctx, dl: c.Deadline, seq: c.Seq}
 	done, err := t.tryDirect(w, c)
 	if done || err != nil {
 		if err != nil && !errors.Is(err, comm.ErrClosed) {
@@ -458,13 +515,18 @@ func (t *transport) exchange(w *waiter, v [exchWords]int64) ([][exchWords]int64,
 		off := t.seg.Ctl(r) + cExch + 8*(int(cnt%2)*exchWords+i)
 		return (*int64)(unsafe.Pointer(&t.seg.Mem[off]))
 	}
+	hdr := func(r int) *uint32 { return t.seg.U32(t.seg.Ctl(r) + cExchHdr + int(cnt%2)*hdrStride) }
 	for i, x := range v {
 		atomic.StoreInt64(word(t.rank, i), x)
 	}
+	sg.SetHeader(hdr(t.rank), w.hdr)
 	sg.Set(t.seg.barFlag(t.rank), uint32(cnt))
 	out := make([][exchWords]int64, t.n)
 	for j := 0; j < t.n; j++ {
 		if err := w.wait(t.seg.barFlag(j), uint32(cnt), j, "the other ranks to arrive"); err != nil {
+			return nil, err
+		}
+		if err := w.check(hdr(j), j); err != nil {
 			return nil, err
 		}
 		for i := range out[j] {
@@ -529,6 +591,14 @@ func (t *transport) tryDirect(w *waiter, c *comm.Call) (bool, error) {
 	if err != nil {
 		return true, err
 	}
+	// The exchange's headers matched (same operation, dtype and Count);
+	// the whole results must match too.
+	for j, v := range all {
+		if v[3] != int64(len(c.Recv)) {
+			return true, &comm.MismatchError{Seq: c.Seq, Diff: fmt.Sprintf("rank %d receives %d elements in %v, rank %d receives %d",
+				j, v[3]/int64(c.ElemSize()), comm.DescOf(c), t.rank, len(c.Recv)/c.ElemSize())}
+		}
+	}
 	calls := make([]*comm.Call, t.n)
 	for j, v := range all {
 		send, ok1 := t.view(j, v[0], v[1])
@@ -577,11 +647,8 @@ type reduceJob struct {
 
 func (t *transport) allReduce(w *waiter, c *comm.Call) error {
 	b := len(c.Recv)
-	if b == 0 {
-		return nil
-	}
 	cb := t.chunkBytes(b)
-	nq := (b + cb - 1) / cb
+	nq := max(1, (b+cb-1)/cb) // an empty call streams one empty chunk, so that its header is checked
 	defer func() { t.q += uint64(nq) }()
 	job := reduceJob{w: w, c: c, cb: cb, nq: nq}
 	if t.inline || nq <= t.n {
@@ -681,14 +748,14 @@ func (t *transport) copyIn(j reduceJob, i int) error {
 	}
 	lo, hi := j.chunk(i)
 	copy(t.seg.InSlot(t.rank, s), j.c.Recv[lo:hi])
-	sg.Set(t.seg.inFlag(t.rank, s), u+1)
+	j.w.publish(t.seg.inFlag(t.rank, s), u+1)
 	return nil
 }
 
 func (t *transport) copyOut(j reduceJob, i int) error {
 	s, u := t.slotOf(i)
 	owner := i % t.n
-	if err := j.w.wait(t.seg.resFlag(s), u+1, owner, "a reduced chunk"); err != nil {
+	if err := j.w.waitData(t.seg.resFlag(s), u+1, owner, "a reduced chunk"); err != nil {
 		return err
 	}
 	lo, hi := j.chunk(i)
@@ -707,7 +774,7 @@ func (t *transport) reduceChunk(j reduceJob, i int) error {
 	w := j.w
 	for r := 0; r < t.n; r++ {
 		if r != t.rank {
-			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "its share of a chunk"); err != nil {
+			if err := w.waitData(t.seg.inFlag(r, s), u+1, r, "its share of a chunk"); err != nil {
 				return err
 			}
 		}
@@ -719,7 +786,7 @@ func (t *transport) reduceChunk(j reduceJob, i int) error {
 	mine := j.c.Recv[lo:hi]
 	res := t.seg.ResSlot(s)[:hi-lo]
 	t.reduceInto(j.c, res, mine, func(r int) []byte { return t.seg.InSlot(r, s) }, mine)
-	sg.Set(t.seg.resFlag(s), u+1)
+	w.publish(t.seg.resFlag(s), u+1)
 	sg.Set(t.seg.outFlag(t.rank, s), u+1)
 	return nil
 }
@@ -769,11 +836,8 @@ func (t *transport) reducer() {
 
 func (t *transport) broadcast(w *waiter, c *comm.Call) error {
 	b := len(c.Recv)
-	if b == 0 {
-		return nil
-	}
 	cb := t.chunkBytes(b)
-	nq := (b + cb - 1) / cb
+	nq := max(1, (b+cb-1)/cb)
 	defer func() { t.q += uint64(nq) }()
 	root := c.Root
 	for i := 0; i < nq; i++ {
@@ -784,9 +848,9 @@ func (t *transport) broadcast(w *waiter, c *comm.Call) error {
 				return err
 			}
 			copy(t.seg.InSlot(root, s), c.Recv[lo:hi])
-			sg.Set(t.seg.inFlag(root, s), u+1)
+			w.publish(t.seg.inFlag(root, s), u+1)
 		} else {
-			if err := w.wait(t.seg.inFlag(root, s), u+1, root, "broadcast data"); err != nil {
+			if err := w.waitData(t.seg.inFlag(root, s), u+1, root, "broadcast data"); err != nil {
 				return err
 			}
 			copy(c.Recv[lo:hi], t.seg.InSlot(root, s))
@@ -814,25 +878,28 @@ func (t *transport) allGather(w *waiter, c *comm.Call) error {
 	for _, k := range c.RecvCounts {
 		maxb = max(maxb, k*es)
 	}
-	if maxb == 0 {
-		return nil
-	}
 	cb := t.chunkBytes(maxb)
-	nq := (maxb + cb - 1) / cb
+	nq := max(1, (maxb+cb-1)/cb)
 	defer func() { t.q += uint64(nq) }()
+	mine := w.hdr
+	mine.Block = int64(len(c.Send) / es)
 	for i := 0; i < nq; i++ {
 		s, u := t.slotOf(i)
 		if err := w.slotFree(s, u); err != nil {
 			return err
 		}
 		copy(t.seg.InSlot(t.rank, s), piece(c.Send, i, cb))
+		sg.SetHeader(t.seg.inFlag(t.rank, s), mine)
 		sg.Set(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r == t.rank {
 				continue
 			}
-			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-gather data"); err != nil {
+			if err := w.waitData(t.seg.inFlag(r, s), u+1, r, "all-gather data"); err != nil {
 				return err
+			}
+			if got := sg.GetHeader(t.seg.inFlag(r, s)).Block; got != int64(c.RecvCounts[r]) {
+				return comm.BlockMismatch(w.hdr.Desc, t.rank, r, got, int64(c.RecvCounts[r]))
 			}
 			copy(piece(block(r), i, cb), t.seg.InSlot(r, s))
 		}
@@ -872,11 +939,8 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 			maxb = max(maxb, int(a[0]))
 		}
 	}
-	if maxb == 0 {
-		return nil
-	}
 	p := t.subPiece()
-	nq := (maxb + p - 1) / p
+	nq := max(1, (maxb+p-1)/p)
 	defer func() { t.q += uint64(nq) }()
 	for i := 0; i < nq; i++ {
 		s, u := t.slotOf(i)
@@ -889,12 +953,12 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 				copy(in[d*p:], piece(sendB(d), i, p))
 			}
 		}
-		sg.Set(t.seg.inFlag(t.rank, s), u+1)
+		w.publish(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r == t.rank {
 				continue
 			}
-			if err := w.wait(t.seg.inFlag(r, s), u+1, r, "all-to-all data"); err != nil {
+			if err := w.waitData(t.seg.inFlag(r, s), u+1, r, "all-to-all data"); err != nil {
 				return err
 			}
 			copy(piece(recvB(r), i, p), t.seg.InSlot(r, s)[t.rank*p:])
@@ -908,12 +972,9 @@ func (t *transport) allToAll(w *waiter, c *comm.Call) error {
 
 func (t *transport) reduceScatter(w *waiter, c *comm.Call) error {
 	blk := len(c.Recv)
-	if blk == 0 {
-		return nil
-	}
 	src := func(b int) []byte { return c.Send[b*blk : (b+1)*blk] }
 	p := t.subPiece()
-	nq := (blk + p - 1) / p
+	nq := max(1, (blk+p-1)/p)
 	defer func() { t.q += uint64(nq) }()
 	for i := 0; i < nq; i++ {
 		s, u := t.slotOf(i)
@@ -926,10 +987,10 @@ func (t *transport) reduceScatter(w *waiter, c *comm.Call) error {
 				copy(in[b*p:], piece(src(b), i, p))
 			}
 		}
-		sg.Set(t.seg.inFlag(t.rank, s), u+1)
+		w.publish(t.seg.inFlag(t.rank, s), u+1)
 		for r := 0; r < t.n; r++ {
 			if r != t.rank {
-				if err := w.wait(t.seg.inFlag(r, s), u+1, r, "reduce-scatter data"); err != nil {
+				if err := w.waitData(t.seg.inFlag(r, s), u+1, r, "reduce-scatter data"); err != nil {
 					return err
 				}
 			}

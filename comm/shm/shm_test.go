@@ -169,3 +169,16 @@ func TestNoRoomForHeap(t *testing.T) {
 		t.Errorf("CreateFile with a 1 TiB heap: %v", err)
 	}
 }
+
+// BenchmarkAllReduceSlots streams through the slots (no shared heap):
+// the path whose flags carry the slot headers.
+func BenchmarkAllReduceSlots(b *testing.B) {
+	slots := func(t testing.TB, n int, o comm.Options) []comm.Comm {
+		cs, err := shm.NewLocal(n, shm.Options{Options: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	commtest.BenchmarkAllReduce(b, slots, 2, 4<<10, 64<<10, 1<<20, 16<<20)
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/internal/reduce"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // sendU and recvU are the units of a collective's schedule: one frame
@@ -257,13 +258,18 @@ func (p *progress) fail() {
 	p.cond.Broadcast()
 }
 
+// dataHeader is the header of frame idx (n bytes) of c: magic, op,
+// phase, dtype, sequence number, frame index, length, and c.Count(), so
+// that ranks passing different counts fail instead of exchanging frames
+// that happen to have the same length.
 func dataHeader(c *comm.Call, idx uint32, n int) []byte {
 	h := make([]byte, dataHdrLen)
 	copy(h, dataMagic[:])
-	h[4], h[5] = byte(c.Op), byte(c.Phase)
+	h[4], h[5], h[6] = byte(c.Op), byte(c.Phase), byte(c.DType)
 	binary.BigEndian.PutUint64(h[8:], c.Seq)
 	binary.BigEndian.PutUint32(h[16:], idx)
 	binary.BigEndian.PutUint32(h[20:], uint32(n))
+	binary.BigEndian.PutUint64(h[24:], uint64(c.Count()))
 	return h
 }
 
@@ -333,7 +339,7 @@ func (t *transport) receive(c *comm.Call, recvs []recvU, pr *progress) error {
 			return t.ioErr(p, "receiving from", err)
 		}
 		p.saw(binary.BigEndian.Uint64(h[8:]))
-		if err := checkHeader(h, c, idx[u.peer], len(u.dst), u.peer); err != nil {
+		if err := checkHeader(h, c, idx[u.peer], len(u.dst), t.rank, u.peer); err != nil {
 			return err
 		}
 		idx[u.peer]++
@@ -360,7 +366,7 @@ func (t *transport) receive(c *comm.Call, recvs []recvU, pr *progress) error {
 	return nil
 }
 
-func checkHeader(h []byte, c *comm.Call, idx uint32, n, from int) error {
+func checkHeader(h []byte, c *comm.Call, idx uint32, n, rank, from int) error {
 	if [4]byte(h[:4]) != dataMagic {
 		return &comm.PeerError{Ranks: []int{from}, Err: comm.ErrProtocol, Msg: fmt.Sprintf("rank %d sent a malformed frame", from)}
 	}
@@ -369,6 +375,10 @@ func checkHeader(h []byte, c *comm.Call, idx uint32, n, from int) error {
 	if op != c.Op || phase != c.Phase || seq != c.Seq {
 		return &comm.PeerError{Ranks: []int{from}, Err: comm.ErrMismatch,
 			Msg: fmt.Sprintf("rank %d sent data of %v #%d (phase %d) while this rank is in %v #%d (phase %d)", from, op, seq, phase, c.Op, c.Seq, c.Phase)}
+	}
+	theirs := comm.Desc{Seq: seq, Op: op, Phase: phase, DType: backend.DType(h[6]), Count: int64(binary.BigEndian.Uint64(h[24:]))}
+	if err := comm.PeerMismatch(comm.DescOf(c), theirs, rank, from); err != nil {
+		return err
 	}
 	if gi != idx || int64(gn) != int64(n) {
 		return &comm.PeerError{Ranks: []int{from}, Err: comm.ErrMismatch,

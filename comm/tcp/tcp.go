@@ -47,7 +47,7 @@ const (
 	kindCtrl = 1
 
 	helloLen   = 32
-	dataHdrLen = 24
+	dataHdrLen = 32
 	ctrlHdrLen = 32
 	maxCtrl    = 64 << 10
 )

@@ -16,35 +16,30 @@ import (
 // every rank.
 const block = 64 << 10
 
-// Agree checks that all ranks posted the same operation and sizes.
+// Agree checks that all ranks posted the same operation, dtype and
+// counts.
 func Agree(calls []*comm.Call) error {
 	a := calls[0]
 	for r, b := range calls[1:] {
 		r++
-		if b.Seq != a.Seq || b.Op != a.Op || b.Phase != a.Phase || b.DType != a.DType || b.Red != a.Red || b.Root != a.Root {
-			return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 issued %v #%d (%v), rank %d issued %v #%d (%v)", a.Op, a.Seq, a.DType, r, b.Op, b.Seq, b.DType)}
+		if err := comm.PeerMismatch(comm.DescOf(a), comm.DescOf(b), 0, r); err != nil {
+			return err
 		}
-		switch a.Op {
-		case comm.OpAllReduce, comm.OpBroadcast:
-			if len(b.Send) != len(a.Send) {
-				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 has %d bytes, rank %d has %d", len(a.Send), r, len(b.Send))}
-			}
-		case comm.OpReduceScatter:
-			if len(b.Recv) != len(a.Recv) {
-				return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 receives %d bytes, rank %d receives %d", len(a.Recv), r, len(b.Recv))}
-			}
+		if b.Red != a.Red || b.Root != a.Root {
+			return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank 0 issued %v #%d with %v and root %d, rank %d with %v and root %d", a.Op, a.Seq, a.Red, a.Root, r, b.Red, b.Root)}
 		}
 	}
+	es := int64(a.ElemSize())
 	for s, cs := range calls {
 		for d, cd := range calls {
 			switch a.Op {
 			case comm.OpAllGather, comm.OpAllGatherV:
-				if cd.RecvCounts[s]*a.ElemSize() != len(cs.Send) {
-					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d bytes, rank %d expects %d", s, len(cs.Send), d, cd.RecvCounts[s]*a.ElemSize())}
+				if got, want := int64(len(cs.Send))/es, int64(cd.RecvCounts[s]); got != want {
+					return comm.BlockMismatch(comm.DescOf(cd), d, s, got, want)
 				}
 			case comm.OpAllToAll, comm.OpAllToAllV:
 				if cs.SendCounts[d] != cd.RecvCounts[s] {
-					return &comm.MismatchError{Seq: a.Seq, Diff: fmt.Sprintf("rank %d sends %d elements to rank %d, which expects %d", s, cs.SendCounts[d], d, cd.RecvCounts[s])}
+					return comm.BlockMismatch(comm.DescOf(cd), d, s, int64(cs.SendCounts[d]), int64(cd.RecvCounts[s]))
 				}
 			}
 		}
