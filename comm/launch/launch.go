@@ -2,7 +2,9 @@
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and supervises them: when one
 // fails, the others are stopped (SIGTERM, then SIGKILL after a grace
-// period) and the failure is reported naming the rank. This is what
+// period) and the failure is reported naming the rank. On Linux the
+// processes also die (SIGKILL) when the launcher itself dies, even by
+// SIGKILL, so a killed launcher leaves no ranks behind. This is what
 // 'strata launch -n N -- <cmd>' runs.
 package launch
 
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -121,6 +124,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		err       error
 		stopped   bool
 	}
+	st := newStarter()
+	defer st.close() // after every process has exited: Run waits for them all
 	procs := make([]*proc, cfg.N)
 	results := make([]Result, cfg.N)
 	events := make(chan int, cfg.N)
@@ -169,8 +174,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cmd.Stdout, cmd.Stderr = p.out, p.errw
 		cmd.ExtraFiles = cfg.ExtraFiles
 		cmd.WaitDelay = grace // a grandchild holding the output open cannot hang Wait
+		dieWithParent(cmd)
 		p.start = time.Now()
-		if err := cmd.Start(); err != nil {
+		if err := st.start(cmd); err != nil {
 			stopped := stopAll()
 			for _, q := range procs[:r] {
 				<-q.done
@@ -219,6 +225,49 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return results, fmt.Errorf("launch: %w", ctxErr)
 	}
 	return results, nil
+}
+
+// starter starts processes from one goroutine locked to its OS thread
+// until close. The parent-death signal (dieWithParent) fires when the
+// thread that forked the child exits, not the process: a thread that
+// went back to the runtime's pool could be ended later (the runtime ends
+// the thread of a goroutine that exits while locked to it), killing
+// healthy ranks. A thread locked to a goroutine blocked here lives until
+// close.
+type starter struct {
+	reqs chan startReq
+	done chan struct{}
+}
+
+type startReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+func newStarter() *starter {
+	s := &starter{reqs: make(chan startReq), done: make(chan struct{})}
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(s.done)
+		for r := range s.reqs {
+			r.err <- r.cmd.Start()
+		}
+	}()
+	return s
+}
+
+func (s *starter) start(cmd *exec.Cmd) error {
+	r := startReq{cmd: cmd, err: make(chan error, 1)}
+	s.reqs <- r
+	return <-r.err
+}
+
+// close ends the goroutine; call it once every started process has
+// exited.
+func (s *starter) close() {
+	close(s.reqs)
+	<-s.done
 }
 
 // prefixWriter forwards whole lines, each with a prefix.

@@ -37,6 +37,16 @@ func TestMain(m *testing.M) {
 			time.Sleep(30 * time.Second) // must be stopped
 			return nil
 		},
+		"sleeper": func() error {
+			fmt.Printf("pid %d\n", os.Getpid())
+			time.Sleep(60 * time.Second) // until killed
+			return nil
+		},
+		// A launcher of two sleepers, killed by the test.
+		"launcher": func() error {
+			_, err := launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: role("sleeper")})
+			return err
+		},
 		"stubborn": func() error {
 			// Ignores SIGTERM: must be killed after the grace period.
 			signal.Ignore(syscall.SIGTERM)
