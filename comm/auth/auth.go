@@ -15,6 +15,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"syscall"
 )
 
 // ErrAuth is wrapped by every authentication failure.
@@ -82,15 +84,38 @@ func (s Security) Wrap(c net.Conn, server bool) (net.Conn, error) {
 		}
 		tc := tls.Server(c, cfg)
 		if err := tc.Handshake(); err != nil {
-			return nil, fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+			return nil, tlsErr(err)
 		}
 		return tc, nil
 	}
 	tc := tls.Client(c, cfg)
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+		return nil, tlsErr(err)
 	}
 	return tc, nil
+}
+
+// tlsErr classifies a TLS failure: a connection that broke or timed out
+// (a listener at its cap of pending connections closes new ones at once)
+// may be retried; anything else (a certificate refused by either side, an
+// alert from the peer) wraps ErrAuth.
+func tlsErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("TLS handshake: connection lost: %w", err)
+	}
+	return fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+}
+
+// readErr is a read error during the exchange: with TLS 1.3 a server that
+// refuses the client's certificate says so (an alert) only after the
+// client's handshake has completed, at its first read.
+func readErr(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		return fmt.Errorf("%w: TLS: %v", ErrAuth, err)
+	}
+	return err
 }
 
 // Authenticate runs the secret challenge-response on rw (after Wrap). Both
@@ -114,7 +139,7 @@ func (s Security) Authenticate(rw io.ReadWriter, server bool, context []byte) er
 	}
 	var theirs [preambleLen]byte
 	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
-		return err
+		return readErr(err)
 	}
 	if [4]byte(theirs[:4]) != magic {
 		return fmt.Errorf("%w: peer is not a Strata endpoint (bad magic %q)", ErrAuth, theirs[:4])
@@ -152,7 +177,7 @@ func (s Security) Authenticate(rw io.ReadWriter, server bool, context []byte) er
 	}
 	got := make([]byte, macLen)
 	if _, err := io.ReadFull(rw, got); err != nil {
-		return err
+		return readErr(err)
 	}
 	if !hmac.Equal(got, mac(peerRole)) {
 		return fmt.Errorf("%w: the peer does not know the shared secret", ErrAuth)

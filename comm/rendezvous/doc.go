@@ -12,5 +12,8 @@
 //
 // The store requires a shared secret or mutual TLS unless MASTER_ADDR is a
 // loopback address. Every request and value is bounded before anything is
-// allocated.
+// allocated. Its accept loop survives temporary errors (EMFILE, retried
+// with a backoff), holds at most auth.MaxPending connections that have
+// not said hello (closing any beyond at once; a rank's dialer retries)
+// and drops a silent one after auth.HandshakeTimeout.
 package rendezvous

@@ -86,10 +86,12 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 
 // Server is the rank-0 store.
 type Server struct {
-	ln  net.Listener
-	s   *state
-	sec auth.Security
-	wg  sync.WaitGroup
+	ln      net.Listener
+	s       *state
+	sec     auth.Security
+	wg      sync.WaitGroup
+	quit    chan struct{} // closed by Close
+	pending *auth.Limiter // connections not yet through their hello
 
 	mu     sync.Mutex
 	conns  map[net.Conn]bool
@@ -98,7 +100,8 @@ type Server struct {
 
 // Serve starts a store for a job of world ranks on ln. Close stops it.
 func Serve(ln net.Listener, world int, sec auth.Security) *Server {
-	srv := &Server{ln: ln, s: newState(world), sec: sec, conns: map[net.Conn]bool{}, joined: make([]bool, world)}
+	srv := &Server{ln: ln, s: newState(world), sec: sec, quit: make(chan struct{}), pending: auth.NewLimiter(0),
+		conns: map[net.Conn]bool{}, joined: make([]bool, world)}
 	srv.wg.Add(1)
 	go srv.accept()
 	return srv
@@ -110,6 +113,13 @@ func (srv *Server) Addr() string { return srv.ln.Addr().String() }
 // Close stops accepting and fails pending waits (a pending barrier is
 // answered with the ranks still missing), then drops every connection.
 func (srv *Server) Close() error {
+	srv.mu.Lock()
+	select {
+	case <-srv.quit:
+	default:
+		close(srv.quit)
+	}
+	srv.mu.Unlock()
 	err := srv.ln.Close()
 	srv.s.close()
 	// Handlers answer their pending request, then their next read fails.
@@ -133,12 +143,23 @@ func (srv *Server) Close() error {
 	return err
 }
 
+// accept serves connections until the listener is closed. Temporary
+// accept errors (EMFILE after a burst of connections) are retried with a
+// backoff; connections beyond auth.MaxPending that have not said hello
+// yet are closed at once, and a silent one is dropped after
+// auth.HandshakeTimeout, so a flood of idle connections can neither
+// exhaust the file descriptors nor keep ranks out for long.
 func (srv *Server) accept() {
 	defer srv.wg.Done()
 	for {
-		c, err := srv.ln.Accept()
+		c, err := auth.Accept(srv.ln, srv.quit)
 		if err != nil {
 			return
+		}
+		release, ok := srv.pending.Admit()
+		if !ok {
+			c.Close()
+			continue
 		}
 		srv.mu.Lock()
 		srv.conns[c] = true
@@ -146,7 +167,8 @@ func (srv *Server) accept() {
 		srv.wg.Add(1)
 		go func() {
 			defer srv.wg.Done()
-			srv.handle(c)
+			srv.handle(c, release)
+			release()
 			srv.mu.Lock()
 			delete(srv.conns, c)
 			srv.mu.Unlock()
@@ -155,8 +177,10 @@ func (srv *Server) accept() {
 	}
 }
 
-func (srv *Server) handle(raw net.Conn) {
-	raw.SetDeadline(time.Now().Add(10 * time.Second))
+// handle serves one connection; release is called once it has said
+// hello (it no longer counts as pending).
+func (srv *Server) handle(raw net.Conn, release func()) {
+	raw.SetDeadline(time.Now().Add(auth.HandshakeTimeout))
 	c, err := srv.sec.Wrap(raw, true)
 	if err != nil {
 		return
@@ -203,6 +227,7 @@ func (srv *Server) handle(raw net.Conn) {
 		srv.mu.Unlock()
 	}()
 	raw.SetDeadline(time.Time{})
+	release()
 	writeFrame(c, []byte{stOK})
 	ctx := context.Background()
 	for {

@@ -200,7 +200,7 @@ func open(ctx context.Context, store rendezvous.Store, o Options) (*transport, e
 		return t, nil
 	}
 
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("tcp rank %d: listen on %s: %w", rank, host, err)
 	}
@@ -259,6 +259,9 @@ func open(ctx context.Context, store rendezvous.Store, o Options) (*transport, e
 	return t, nil
 }
 
+// listen opens a rank's listener (tests wrap it).
+var listen = net.Listen
+
 func hello(job []byte, from, to, kind int) []byte {
 	h := make([]byte, helloLen)
 	copy(h, helloMagic[:])
@@ -291,10 +294,17 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 	stop := make(chan struct{})
 	defer close(stop)
 	if want > 0 {
-		ln.(*net.TCPListener).SetDeadline(dl)
+		if tl, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+			tl.SetDeadline(dl)
+		}
+		// As the rendezvous store: temporary accept errors are retried,
+		// connections beyond auth.MaxPending still in their handshake
+		// are closed at once, and a silent one is dropped after
+		// auth.HandshakeTimeout.
+		pending := auth.NewLimiter(0)
 		go func() {
 			for {
-				raw, err := ln.Accept()
+				raw, err := auth.Accept(ln, stop)
 				if err != nil {
 					select {
 					case accepted <- result{err: err}:
@@ -302,8 +312,18 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 					}
 					return
 				}
+				release, ok := pending.Admit()
+				if !ok {
+					raw.Close()
+					continue
+				}
 				go func() {
-					raw.SetDeadline(dl)
+					defer release()
+					hd := time.Now().Add(auth.HandshakeTimeout)
+					if dl.Before(hd) {
+						hd = dl
+					}
+					raw.SetDeadline(hd)
 					tune(raw)
 					r := result{from: -1, c: raw}
 					r.err = func() error {
@@ -326,6 +346,7 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 						if err := sec.Authenticate(c, true, h); err != nil {
 							return err
 						}
+						raw.SetDeadline(dl) // the handshake's deadline no longer applies
 						r.from, r.kind = from, kind
 						return nil
 					}()
