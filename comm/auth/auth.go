@@ -1,7 +1,3 @@
-// Package auth holds what the TCP transport and the rendezvous store share:
-// peer authentication (a shared secret with an HMAC challenge-response in
-// both directions, or mutual TLS) and the rule that one of them is
-// required unless every address is on loopback.
 package auth
 
 import (
@@ -16,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -25,10 +22,17 @@ var ErrAuth = errors.New("authentication failed")
 // Security is how connections are authenticated. With TLS set, every
 // connection is mutual TLS (both sides present certificates signed by the
 // configured CA); with Secret set, both sides prove knowledge of it; both
-// may be set. Neither is allowed only when every peer is on loopback.
+// may be set. Off loopback TLS is required, unless InsecureTrustedNetwork
+// lets a secret alone do (see Require).
 type Security struct {
 	Secret []byte
 	TLS    *tls.Config
+	// InsecureTrustedNetwork accepts a shared secret without TLS off
+	// loopback (STRATA_COMM_INSECURE_TRUSTED_NETWORK=1): peers are
+	// authenticated once at connect, but the traffic is neither encrypted
+	// nor integrity-protected. Every process that relies on it says so on
+	// stderr.
+	InsecureTrustedNetwork bool
 }
 
 // Enabled reports whether a secret or TLS is configured.
@@ -48,18 +52,63 @@ func IsLoopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Require returns an error unless security is enabled or every address is
-// on loopback. what names the component for the message.
+// Require checks that s may be used with peers at addrs; what names the
+// component for the messages. Every address on loopback: anything goes
+// (a secret is still checked if set). Otherwise mutual TLS is required,
+// or, with InsecureTrustedNetwork, at least the shared secret, and then
+// a warning goes to stderr (once per process and component).
 func (s Security) Require(what string, addrs ...string) error {
-	if s.Enabled() {
-		return nil
+	remote, err := s.check(what, addrs)
+	if err == nil && remote != "" && s.TLS == nil {
+		warnInsecure(what, remote)
 	}
+	return err
+}
+
+// Check is Require without the warning, for a process that only checks
+// the configuration of others (the launcher).
+func (s Security) Check(what string, addrs ...string) error {
+	_, err := s.check(what, addrs)
+	return err
+}
+
+// check returns the first address off loopback ("" if none) and whether
+// s may be used with them.
+func (s Security) check(what string, addrs []string) (string, error) {
+	remote := ""
 	for _, a := range addrs {
 		if !IsLoopback(a) {
-			return fmt.Errorf("%s: %s is not a loopback address, so a shared secret (STRATA_COMM_SECRET) or mutual TLS is required", what, a)
+			remote = a
+			break
 		}
 	}
-	return nil
+	switch {
+	case remote == "" || s.TLS != nil:
+		return remote, nil
+	case s.InsecureTrustedNetwork && len(s.Secret) > 0:
+		return remote, nil
+	case s.InsecureTrustedNetwork:
+		return remote, fmt.Errorf("%s: %s is not a loopback address and %s=1 is set, which still needs the shared secret: set %s (the same on every process)",
+			what, remote, EnvInsecure, EnvSecret)
+	}
+	return remote, fmt.Errorf("%s: %s is not a loopback address, so mutual TLS is required: set %s, %s and %s to PEM files "+
+		"(this process's certificate and key, and the CA that signed every process's certificate); "+
+		"on a trusted network only, %s with %s=1 will do instead", what, remote, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvSecret, EnvInsecure)
+}
+
+// WarnTo receives the warning of a process that relies on
+// InsecureTrustedNetwork (os.Stderr; tests replace it).
+var WarnTo io.Writer = os.Stderr
+
+var warned sync.Map // component -> true
+
+func warnInsecure(what, addr string) {
+	if _, done := warned.LoadOrStore(what, true); done {
+		return
+	}
+	fmt.Fprintf(WarnTo, "strata: WARNING: %s=1: %s talks to %s with a shared secret only, without TLS: "+
+		"anyone on this network can read and alter the traffic; use mutual TLS (%s, %s, %s) unless the network is trusted\n",
+		EnvInsecure, what, addr, EnvTLSCert, EnvTLSKey, EnvTLSCA)
 }
 
 const (

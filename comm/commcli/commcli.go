@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/commbench"
 	"github.com/strata-gnn/strata/comm/launch"
 )
@@ -32,6 +33,11 @@ type LaunchCmd struct {
 	MasterPort int           `help:"Port of the store (MASTER_PORT); 0 picks a free one."`
 	Grace      time.Duration `default:"5s" help:"After a rank fails, how long the others get between SIGTERM and SIGKILL."`
 	NoPrefix   bool          `help:"Do not prefix output lines with [rank r]."`
+	TLSCert    string        `name:"tls-cert" type:"path" help:"PEM certificate of the ranks (STRATA_COMM_TLS_CERT); with --tls-key and --tls-ca, mutual TLS, required when --master-addr is not on loopback."`
+	TLSKey     string        `name:"tls-key" type:"path" help:"PEM private key of --tls-cert (STRATA_COMM_TLS_KEY)."`
+	TLSCA      string        `name:"tls-ca" type:"path" help:"PEM certificate of the CA that signed every rank's certificate (STRATA_COMM_TLS_CA)."`
+	TLSName    string        `name:"tls-name" help:"DNS name in the ranks' certificates (STRATA_COMM_TLS_NAME; strata if empty)."`
+	Insecure   bool          `name:"insecure-trusted-network" help:"Off loopback, accept the shared secret (STRATA_COMM_SECRET) without TLS: the traffic is not protected; only on a network you trust (STRATA_COMM_INSECURE_TRUSTED_NETWORK=1, each rank warns)."`
 	Command    []string      `arg:"" passthrough:"" help:"The command every rank runs (after --)."`
 
 	Stdout, Stderr io.Writer `kong:"-"` // os.Stdout, os.Stderr if nil
@@ -50,7 +56,8 @@ func (c *LaunchCmd) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err := launch.Run(ctx, launch.Config{N: c.N, Command: cmd, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort,
-		Grace: c.Grace, Prefix: !c.NoPrefix, Stdout: c.Stdout, Stderr: c.Stderr})
+		Grace: c.Grace, Prefix: !c.NoPrefix, Stdout: c.Stdout, Stderr: c.Stderr,
+		Auth: auth.Config{TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSCA: c.TLSCA, TLSName: c.TLSName, InsecureTrustedNetwork: c.Insecure}})
 	return err
 }
 

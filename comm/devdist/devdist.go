@@ -37,7 +37,8 @@ type Options struct {
 	// SetupTimeout bounds joining the store and opening the back end
 	// (rendezvous.DefaultTimeout if zero and ctx has no deadline).
 	SetupTimeout time.Duration
-	// Security for the store and TCP; nil reads the environment.
+	// Security for the store and TCP; nil reads the environment
+	// (auth.FromEnv). Off loopback mutual TLS is required (see comm/auth).
 	Security *auth.Security
 	// Host is the address TCP advertises (STRATA_COMM_HOST, else the
 	// local address that reaches MASTER_ADDR).

@@ -29,7 +29,9 @@ type Options struct {
 	// (rendezvous.DefaultTimeout if zero and ctx has no deadline).
 	SetupTimeout time.Duration
 	// Security for the store and TCP; nil reads the environment
-	// (auth.FromEnv: STRATA_COMM_SECRET, STRATA_COMM_TLS_*).
+	// (auth.FromEnv: STRATA_COMM_TLS_*, STRATA_COMM_SECRET,
+	// STRATA_COMM_INSECURE_TRUSTED_NETWORK). Off loopback mutual TLS is
+	// required (see comm/auth).
 	Security *auth.Security
 	// Host is the address TCP advertises (STRATA_COMM_HOST, else the
 	// local address that reaches MASTER_ADDR).

@@ -18,10 +18,12 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 )
 
@@ -54,6 +56,12 @@ type Config struct {
 	// KeepGoing leaves the other processes running when one fails (for
 	// testing how the survivors notice). Run still reports the failure.
 	KeepGoing bool
+	// Auth is passed to every process as STRATA_COMM_* variables
+	// (auth.Config.Env), after Env. When MasterAddr is not on loopback, Run
+	// first checks that the processes will have what that requires
+	// (mutual TLS, or the secret with the trusted-network opt-out), from
+	// this environment, Env and Auth together.
+	Auth auth.Config
 }
 
 // ExitError reports the first process that failed.
@@ -95,6 +103,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	addr := cfg.MasterAddr
 	if addr == "" {
 		addr = "127.0.0.1"
+	}
+	extra := append(append([]string(nil), cfg.Env...), cfg.Auth.Env()...)
+	if err := checkSecurity(addr, extra); err != nil {
+		return nil, err
 	}
 	port := cfg.MasterPort
 	if port == 0 {
@@ -160,7 +172,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for r := 0; r < cfg.N; r++ {
 		env := rendezvous.Env{Rank: r, WorldSize: cfg.N, LocalRank: r, LocalWorldSize: cfg.N, MasterAddr: addr, MasterPort: port}
 		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
-		cmd.Env = append(append(os.Environ(), cfg.Env...), env.Vars()...)
+		cmd.Env = append(append(os.Environ(), extra...), env.Vars()...)
 		if cfg.PerRank != nil {
 			cmd.Env = append(cmd.Env, cfg.PerRank(r)...)
 		}
@@ -225,6 +237,37 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return results, fmt.Errorf("launch: %w", ctxErr)
 	}
 	return results, nil
+}
+
+// checkSecurity fails, before anything starts, when the master address is
+// not on loopback and the processes' environment (this one plus extra)
+// lacks what the store and the TCP transport will require there.
+func checkSecurity(addr string, extra []string) error {
+	if auth.IsLoopback(addr) {
+		return nil
+	}
+	vars := map[string]string{}
+	for _, kv := range append(os.Environ(), extra...) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	c, err := auth.ConfigFromLookup(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	sec, err := c.Security()
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	if sec.Check("launch", addr) == nil {
+		return nil
+	}
+	if c.InsecureTrustedNetwork {
+		return fmt.Errorf("launch: --insecure-trusted-network (%s=1) still needs the shared secret: set %s, the same for every rank", auth.EnvInsecure, auth.EnvSecret)
+	}
+	return fmt.Errorf("launch: --master-addr %s is not on loopback, so the ranks need mutual TLS: give --tls-cert, --tls-key and --tls-ca (or set %s, %s and %s); "+
+		"on a trusted network only, set %s and pass --insecure-trusted-network instead", addr, auth.EnvTLSCert, auth.EnvTLSKey, auth.EnvTLSCA, auth.EnvSecret)
 }
 
 // starter starts processes from one goroutine locked to its OS thread

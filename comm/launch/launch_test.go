@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/comm/launch"
 	"github.com/strata-gnn/strata/comm/rendezvous"
@@ -46,6 +48,26 @@ func TestMain(m *testing.M) {
 		"launcher": func() error {
 			_, err := launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: role("sleeper")})
 			return err
+		},
+		// Joins the store with the security the environment gives
+		// (STRATA_COMM_*), as comm/dist does.
+		"join": func() error {
+			e, err := rendezvous.FromEnv()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, sec, err := rendezvous.JoinEnv(ctx, e, nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if err := s.Barrier(ctx, "done"); err != nil {
+				return err
+			}
+			fmt.Printf("joined tls=%v\n", sec.TLS != nil)
+			return nil
 		},
 		"stubborn": func() error {
 			// Ignores SIGTERM: must be killed after the grace period.
@@ -141,5 +163,42 @@ func TestBadConfig(t *testing.T) {
 	var ee *launch.ExitError
 	if !errors.As(err, &ee) || ee.Rank != 0 {
 		t.Errorf("missing binary: %v", err)
+	}
+}
+
+// TestSecurity: with --master-addr off loopback the launcher refuses to
+// start ranks that lack mutual TLS, naming the flags; the TLS files given
+// in Config.Auth reach every rank, which join the store over mutual TLS.
+func TestSecurity(t *testing.T) {
+	for _, k := range []string{auth.EnvSecret, auth.EnvTLSCert, auth.EnvTLSKey, auth.EnvTLSCA, auth.EnvTLSName, auth.EnvInsecure} {
+		t.Setenv(k, "")
+	}
+	var out bytes.Buffer
+	_, err := launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: role("env"), Stdout: &out,
+		MasterAddr: "10.1.2.3", MasterPort: 29500})
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert") || out.Len() > 0 {
+		t.Fatalf("non-loopback master without TLS: %v (output %q); want a refusal naming --tls-cert before any rank starts", err, out.String())
+	}
+	_, err = launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: append(role("env"), auth.EnvSecret+"=k"),
+		MasterAddr: "10.1.2.3", MasterPort: 29500})
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+		t.Fatalf("non-loopback master with a secret alone: %v", err)
+	}
+
+	ca, cert, key, err := auth.NewTestPKI("strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := auth.Config{TLSCert: filepath.Join(dir, "node.pem"), TLSKey: filepath.Join(dir, "node.key"), TLSCA: filepath.Join(dir, "ca.pem")}
+	for p, b := range map[string][]byte{c.TLSCert: cert, c.TLSKey: key, c.TLSCA: ca} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	_, err = launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: role("join"), Auth: c, Stdout: &out, Stderr: &out})
+	if err != nil || strings.Count(out.String(), "joined tls=true") != 3 {
+		t.Fatalf("ranks with mutual TLS: %v\n%s", err, out.String())
 	}
 }

@@ -10,8 +10,8 @@
 // waits for the key, Add, and Barrier, whose timeout error names the
 // missing ranks.
 //
-// The store requires a shared secret or mutual TLS unless MASTER_ADDR is a
-// loopback address. Every request and value is bounded before anything is
+// Unless MASTER_ADDR is a loopback address the store requires mutual TLS
+// (or a shared secret with the trusted-network opt-out: see comm/auth). Every request and value is bounded before anything is
 // allocated. Its accept loop survives temporary errors (EMFILE, retried
 // with a backoff), holds at most auth.MaxPending connections that have
 // not said hello (closing any beyond at once; a rank's dialer retries)

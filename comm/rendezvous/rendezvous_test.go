@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -220,9 +221,64 @@ func TestJoinSecret(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("rank 0 joined without rank 1")
 	}
-	// A non-loopback master without a secret is refused up front.
-	if _, err := Join(context.Background(), Env{Rank: 1, WorldSize: 2, MasterAddr: "10.1.2.3", MasterPort: 9}, Options{Timeout: time.Second}); err == nil || !strings.Contains(err.Error(), "secret") {
-		t.Fatalf("non-loopback without secret: %v", err)
+	// A non-loopback master without TLS is refused up front, with a
+	// secret too, naming what to set.
+	for _, sec := range []auth.Security{{}, {Secret: []byte("k")}} {
+		_, err := Join(context.Background(), Env{Rank: 1, WorldSize: 2, MasterAddr: "10.1.2.3", MasterPort: 9}, Options{Timeout: time.Second, Security: sec})
+		if err == nil || !strings.Contains(err.Error(), auth.EnvTLSCert) {
+			t.Fatalf("non-loopback master without TLS (secret %q): %v", sec.Secret, err)
+		}
+	}
+}
+
+// TestJoinTLS: mutual TLS end to end on loopback; a rank with a
+// certificate from another CA, or with none, is refused at once.
+func TestJoinTLS(t *testing.T) {
+	pki := func() *tls.Config {
+		ca, cert, key, err := auth.NewTestPKI("strata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := auth.MutualTLS(cert, key, ca, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	cfg, other := pki(), pki()
+	o := Options{Timeout: 10 * time.Second, Security: auth.Security{TLS: cfg}}
+	es := testEnv(t, 3)
+	stores, errs := joinAll(t, es, []int{0, 1, 2}, o)
+	defer closeStores(stores)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	exercise(t, stores)
+
+	noCert := &tls.Config{RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13}
+	for name, bad := range map[string]*tls.Config{"a certificate from another CA": other, "no certificate": noCert} {
+		es := testEnv(t, 2)
+		done := make(chan error, 1)
+		go func() {
+			s, err := Join(context.Background(), es[0], Options{Timeout: time.Second, Security: auth.Security{TLS: cfg}})
+			if err == nil {
+				s.Close()
+			}
+			done <- err
+		}()
+		start := time.Now()
+		_, err := Join(context.Background(), es[1], Options{Timeout: 5 * time.Second, Security: auth.Security{TLS: bad}})
+		if !errors.Is(err, auth.ErrAuth) {
+			t.Errorf("%s: %v; want ErrAuth", name, err)
+		}
+		if el := time.Since(start); el > 3*time.Second {
+			t.Errorf("%s: refused after %v; want at once", name, el)
+		}
+		if err := <-done; err == nil {
+			t.Errorf("%s: rank 0 joined without rank 1", name)
+		}
 	}
 }
 

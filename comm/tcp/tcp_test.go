@@ -68,17 +68,29 @@ func allReduceWorks(t *testing.T, cs []comm.Comm) {
 }
 
 func TestSecurity(t *testing.T) {
-	// Advertising a non-loopback address without a secret is refused.
-	cs, errs := openAll(2, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0"} }, 5*time.Second)
-	closeAll(cs)
-	for r, err := range errs {
-		if err == nil || !strings.Contains(err.Error(), "secret") {
-			t.Errorf("rank %d without a secret on 0.0.0.0: %v", r, err)
+	// Advertising a non-loopback address without TLS is refused, with a
+	// secret too, naming what to set.
+	secret := auth.Security{Secret: []byte("job secret")}
+	for _, sec := range []auth.Security{{}, secret} {
+		cs, errs := openAll(2, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: sec} }, 5*time.Second)
+		closeAll(cs)
+		for r, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), auth.EnvTLSCert) {
+				t.Errorf("rank %d on 0.0.0.0 without TLS (secret %q): %v; want a refusal naming %s", r, sec.Secret, err, auth.EnvTLSCert)
+			}
 		}
 	}
-	// With a secret it works.
-	secret := auth.Security{Secret: []byte("job secret")}
-	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: secret} }, 5*time.Second)
+	// On a trusted network, the secret with the explicit opt-out works.
+	trusted := secret
+	trusted.InsecureTrustedNetwork = true
+	cs, errs := openAll(3, func(int) tcp.Options { return tcp.Options{Host: "0.0.0.0", Security: trusted} }, 5*time.Second)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	allReduceWorks(t, cs)
+	closeAll(cs)
+	// On loopback the secret alone works.
+	cs, errs = openAll(3, func(int) tcp.Options { return tcp.Options{Security: secret} }, 5*time.Second)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
