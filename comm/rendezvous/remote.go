@@ -69,19 +69,38 @@ func writeFrame(w io.Writer, parts ...[]byte) error {
 	return err
 }
 
-// readFrame reads one frame, refusing lengths over max before allocating.
+// frameChunk is how much of a frame readFrame allocates ahead of the
+// data that has arrived.
+const frameChunk = 64 << 10
+
+// readFrame reads one frame, refusing lengths over max before allocating;
+// the buffer grows with the data received (frameChunk at a time), so a
+// peer that claims a large frame and sends little costs little.
 func readFrame(r io.Reader, max int) ([]byte, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(h[:])
-	if n == 0 || int64(n) > int64(max) {
+	n := int64(binary.BigEndian.Uint32(h[:]))
+	if n == 0 || n > int64(max) {
 		return nil, fmt.Errorf("rendezvous: frame of %d bytes (limit %d)", n, max)
 	}
-	b := make([]byte, n)
-	_, err := io.ReadFull(r, b)
-	return b, err
+	b := make([]byte, 0, min(n, frameChunk))
+	for int64(len(b)) < n {
+		k := min(n-int64(len(b)), frameChunk)
+		if int64(cap(b)-len(b)) < k {
+			b = append(b, make([]byte, k)...)[:len(b)]
+		}
+		m, err := io.ReadFull(r, b[len(b):int64(len(b))+k])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Server is the rank-0 store.

@@ -272,6 +272,20 @@ func hello(job []byte, from, to, kind int) []byte {
 	return h
 }
 
+// parseHello checks a hello received by rank of n (a higher rank's
+// connection to it, for this job) and returns the sender and the kind of
+// connection.
+func parseHello(h, job []byte, rank, n int) (from, kind int, err error) {
+	if len(h) != helloLen || [4]byte(h[:4]) != helloMagic || string(h[4:20]) != string(job) {
+		return 0, 0, errors.New("connection from another job or program")
+	}
+	f, to, k := binary.BigEndian.Uint32(h[20:]), binary.BigEndian.Uint32(h[24:]), h[28]
+	if int64(to) != int64(rank) || int64(f) <= int64(rank) || int64(f) >= int64(n) || k > kindCtrl {
+		return 0, 0, fmt.Errorf("unexpected hello from rank %d to rank %d (kind %d)", f, to, k)
+	}
+	return int(f), int(k), nil
+}
+
 func tune(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -336,12 +350,9 @@ func (t *transport) connect(ctx context.Context, ln net.Listener, job []byte, ad
 						if _, err := io.ReadFull(c, h); err != nil {
 							return err
 						}
-						if [4]byte(h[:4]) != helloMagic || string(h[4:20]) != string(job) {
-							return errors.New("connection from another job or program")
-						}
-						from, to, kind := int(binary.BigEndian.Uint32(h[20:])), int(binary.BigEndian.Uint32(h[24:])), int(h[28])
-						if to != t.rank || from <= t.rank || from >= t.n || kind > kindCtrl {
-							return fmt.Errorf("unexpected hello from rank %d to rank %d (kind %d)", from, to, kind)
+						from, kind, err := parseHello(h, job, t.rank, t.n)
+						if err != nil {
+							return err
 						}
 						if err := sec.Authenticate(c, true, h); err != nil {
 							return err
@@ -578,16 +589,26 @@ func encodeAbort(missing []int, reason string) []byte {
 
 func (t *transport) remoteAbort(from int, seq uint64, payload []byte) {
 	ae := &comm.AbortError{By: from, Seq: seq}
-	if len(payload) >= 4 {
-		k := int(binary.BigEndian.Uint32(payload))
-		if k <= t.n && 4+4*k <= len(payload) {
-			for i := 0; i < k; i++ {
-				ae.Missing = append(ae.Missing, int(binary.BigEndian.Uint32(payload[4+4*i:])))
-			}
-			ae.Reason = string(payload[4+4*k:])
+	ae.Missing, ae.Reason = decodeAbort(payload, t.n)
+	t.setAbort(ae)
+}
+
+// decodeAbort reads an abort's payload (encodeAbort) from a group of n:
+// ranks out of range are left out; a malformed payload gives nothing.
+func decodeAbort(payload []byte, n int) (missing []int, reason string) {
+	if len(payload) < 4 {
+		return nil, ""
+	}
+	k := binary.BigEndian.Uint32(payload)
+	if int64(k) > int64(n) || 4+4*int64(k) > int64(len(payload)) {
+		return nil, ""
+	}
+	for i := 0; i < int(k); i++ {
+		if r := binary.BigEndian.Uint32(payload[4+4*i:]); int64(r) < int64(n) {
+			missing = append(missing, int(r))
 		}
 	}
-	t.setAbort(ae)
+	return missing, string(payload[4+4*k:])
 }
 
 // setAbort records the first abort and unblocks the data path.
