@@ -192,8 +192,8 @@ func TestMain(m *testing.M) {
 		// The conformance suite with asynchronous device-path all-reduces
 		// (the results are read on the device's stream, after them).
 		"gpu-async": func() error { return gpuJob(Options{Async: true}, false) },
-		// The conformance suite on the host pipeline only.
-		"gpu-pipe": func() error { return gpuJob(Options{DeviceMax: -1}, false) },
+		// Both suites on the host pipeline only (which checks counts).
+		"gpu-pipe": func() error { return gpuJob(Options{DeviceMax: -1}, true) },
 	})
 }
 
@@ -211,8 +211,16 @@ func gpuJob(o Options, faults bool) error {
 			return Open(ctx, store, dev, oo)
 		},
 		Backend: dev, Exact: true, Conformance: true, Faults: faults,
-		UncheckedCounts: uncheckedDevicePath,
+		UncheckedCounts: unchecked(o),
 	})
+}
+
+// unchecked is DeviceEnv.UncheckedCounts for o.
+func unchecked(o Options) string {
+	if o.DeviceMax < 0 {
+		return ""
+	}
+	return uncheckedDevicePath
 }
 
 // uncheckedDevicePath is why the fault suite's count-mismatch scenario
@@ -258,8 +266,12 @@ func TestTwoGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, role := range []string{"gpu-async", "gpu-pipe"} {
+		suites := []string{"conformance"}
+		if role == "gpu-pipe" {
+			suites = append(suites, "faults")
+		}
 		start = time.Now()
-		out, err = commtest.LaunchDevice(context.Background(), 2, role, nil, "conformance")
+		out, err = commtest.LaunchDevice(context.Background(), 2, role, nil, suites...)
 		t.Logf("2 GPUs, %s: %v\n%s", role, time.Since(start).Round(time.Millisecond), out)
 		if err != nil {
 			t.Fatal(err)
