@@ -72,7 +72,7 @@ func (c Config) Security() (Security, error) {
 		return s, nil
 	}
 	if c.TLSCert == "" || c.TLSKey == "" || c.TLSCA == "" {
-		return Security{}, errors.New("auth: set all of " + EnvTLSCert + ", " + EnvTLSKey + " and " + EnvTLSCA + " for mutual TLS")
+		return Security{}, errors.New("auth: mutual TLS needs all three of --tls-cert, --tls-key and --tls-ca (" + EnvTLSCert + ", " + EnvTLSKey + ", " + EnvTLSCA + ")")
 	}
 	read := func(name, path string) ([]byte, error) {
 		b, err := os.ReadFile(path)

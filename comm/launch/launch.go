@@ -239,13 +239,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return results, nil
 }
 
-// checkSecurity fails, before anything starts, when the master address is
-// not on loopback and the processes' environment (this one plus extra)
-// lacks what the store and the TCP transport will require there.
+// checkSecurity fails, before anything starts, when the processes'
+// environment (this one plus extra) names TLS files that do not load, or,
+// off loopback, lacks what the store and the TCP transport require there.
 func checkSecurity(addr string, extra []string) error {
-	if auth.IsLoopback(addr) {
-		return nil
-	}
 	vars := map[string]string{}
 	for _, kv := range append(os.Environ(), extra...) {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -260,7 +257,9 @@ func checkSecurity(addr string, extra []string) error {
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	if sec.Check("launch", addr) == nil {
+	// The files are loaded on loopback too: a half-given or unreadable
+	// TLS setting is a mistake to report before the ranks start.
+	if auth.IsLoopback(addr) || sec.Check("launch", addr) == nil {
 		return nil
 	}
 	if c.InsecureTrustedNetwork {

@@ -196,6 +196,15 @@ func TestSecurity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// On loopback too, TLS files that do not load are refused before any
+	// rank starts: a certificate alone, and a missing file.
+	for _, bad := range []auth.Config{{TLSCert: c.TLSCert}, {TLSCert: filepath.Join(dir, "missing.pem"), TLSKey: c.TLSKey, TLSCA: c.TLSCA}} {
+		out.Reset()
+		_, err = launch.Run(context.Background(), launch.Config{N: 2, Command: commtest.Command(), Env: role("env"), Auth: bad, Stdout: &out})
+		if err == nil || out.Len() > 0 {
+			t.Fatalf("loopback with TLS settings %+v: %v (output %q); want a refusal before any rank starts", bad, err, out.String())
+		}
+	}
 	out.Reset()
 	_, err = launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: role("join"), Auth: c, Stdout: &out, Stderr: &out})
 	if err != nil || strings.Count(out.String(), "joined tls=true") != 3 {
