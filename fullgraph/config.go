@@ -57,8 +57,8 @@ const (
 
 // Engines.
 const (
-	// EngineAuto: the distributed engine for GCN and GraphSAGE (any
-	// number of devices), the autograd tape for GAT (one device).
+	// EngineAuto: the distributed engine, for every model and any number
+	// of devices.
 	EngineAuto = "auto"
 	// EngineTape runs the nn models on an autograd tape on one device:
 	// the reference implementation the distributed engine is tested

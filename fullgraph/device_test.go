@@ -58,6 +58,8 @@ func TestDeviceCommEqualsHost(t *testing.T) {
 		{SAGE, 2, nil},
 		{GCN, 3, func(*Staleness) {}},
 		{SAGE, 3, func(s *Staleness) { s.Gradients = true }},
+		{GAT, 2, nil},
+		{GAT, 3, func(s *Staleness) { s.Gradients = true }},
 	} {
 		cfg := Defaults(tc.model)
 		cfg.Epochs, cfg.EvalEvery = epochs, 2

@@ -87,25 +87,26 @@ func TestTapeMatchesNNModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The engine builds the same initial weights.
-		if kind != GAT {
-			_, ps, err := buildParams(b, kind, ds.FeatDim, cfg.Hidden, ds.NumClasses, cfg.Layers, mc.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, _ := nn.SaveParams(b, ps)
-			w, _ := nn.SaveParams(b, model.Params())
-			for i := range a {
-				if a[i].Name != w[i].Name || len(a[i].Data) != len(w[i].Data) {
-					t.Fatalf("param %d: %s vs %s", i, a[i].Name, w[i].Name)
-				}
-				for j := range a[i].Data {
-					if a[i].Data[j] != w[i].Data[j] {
-						t.Fatalf("param %s differs at %d", a[i].Name, j)
-					}
-				}
-			}
-			nn.FreeParams(b, ps)
+		_, ps, err := buildParams(b, &cfg, ds.FeatDim, ds.NumClasses, mc.Seed)
+		if err != nil {
+			t.Fatal(err)
 		}
+		a, _ := nn.SaveParams(b, ps)
+		w, _ := nn.SaveParams(b, model.Params())
+		if len(a) != len(w) {
+			t.Fatalf("%s: %d params, nn has %d", kind, len(a), len(w))
+		}
+		for i := range a {
+			if a[i].Name != w[i].Name || len(a[i].Data) != len(w[i].Data) {
+				t.Fatalf("param %d: %s vs %s", i, a[i].Name, w[i].Name)
+			}
+			for j := range a[i].Data {
+				if a[i].Data[j] != w[i].Data[j] {
+					t.Fatalf("param %s differs at %d", a[i].Name, j)
+				}
+			}
+		}
+		nn.FreeParams(b, ps)
 
 		blk, err := nn.UploadGraph(b, pr.in)
 		if err != nil {

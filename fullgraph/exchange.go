@@ -316,29 +316,44 @@ func (w *worker) recordBlock(l, r int, ev blockEvent) {
 	}
 }
 
-// reduce computes dst = sum over devices r of A_rd^T g_r: the gradient
-// of this device's payload, from every device whose rows aggregate it.
-// Device r computes its contribution A_rd^T g_r to each owner d it reads
-// from; only the rows of block d that r reads (Layout.Used[r][d]) can be
-// non-zero, so r computes and sends just those rows, packed (w.back), and
-// d scatter-adds them (one all-to-all-v per layer: a reduce to every
+// contribution writes this device's gradient contribution to block t's
+// payload into dst: all rows of its own block for t == rank, else the
+// rows Layout.Used[rank][t], packed. It is called only for blocks this
+// device reads from (and always for its own).
+type contribution func(dst backend.Buffer, t int) error
+
+// transposed is the contribution of GCN and GraphSAGE: A_dt^T g through
+// the transposed block restricted to the rows read (w.back), for g the
+// gradient of this device's aggregation output, width columns.
+func (w *worker) transposed(s *step, g backend.Buffer, width int) contribution {
+	return func(dst backend.Buffer, t int) error {
+		bm := w.back[t]
+		if bm.a == nil { // own block, no entries
+			return w.b.Fill(dst, 0)
+		}
+		return w.b.SpMM(dst, bm.a, false, g, bm.w, 1, width)
+	}
+}
+
+// reduce computes dst = sum over devices r of r's contribution to this
+// device's payload: its gradient, from every device whose rows aggregate
+// it. Device r computes its contribution to each owner d it reads from;
+// only the rows of block d that r reads (Layout.Used[r][d]) can be
+// non-zero, so r computes and sends just those rows, packed (contrib),
+// and d scatter-adds them (one all-to-all-v per layer: a reduce to every
 // owner at once, through dc or host memory). The sum is taken in a fixed
 // order: d's own contribution, then the others in rank order.
 //
 // With Staleness.Gradients a sender may skip a contribution that is within
 // the bounds of the one it sent last (the flag matrix is all-gathered, so
 // the owner knows); the owner then reuses its copy.
-func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
+func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution) {
 	if !s.ok() {
 		return
 	}
 	width := w.specs[l].width
 	d, p := w.rank, w.p
-	if bm := w.back[d]; bm.a != nil {
-		s.do(w.b.SpMM(dst, bm.a, false, g, bm.w, 1, width))
-	} else {
-		s.do(w.b.Fill(dst, 0))
-	}
+	s.do(contrib(dst, d))
 	if p == 1 || !s.ok() {
 		return
 	}
@@ -349,12 +364,12 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 	// Packed contributions to every other owner this device reads from;
 	// on the device path without gradient skipping they are computed
 	// straight into the send buffer.
-	contrib := make([]backend.Buffer, p)
+	bufs := make([]backend.Buffer, p)
 	var packed backend.Buffer
 	if w.dc != nil && !gstale {
 		total := 0
 		for t := 0; t < p; t++ {
-			if t != d && w.back[t].a != nil {
+			if t != d && w.lay.NNZ(d, t) > 0 {
 				total += used(d, t)
 			}
 		}
@@ -362,23 +377,23 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 	}
 	sendFlags := make([]int32, p) // 1: this device sends to owner t
 	off := 0
-	for t, bm := range w.back {
-		if t == d || bm.a == nil || !s.ok() {
+	for t := 0; t < p; t++ {
+		if t == d || w.lay.NNZ(d, t) == 0 || !s.ok() {
 			continue
 		}
 		if packed != nil {
-			contrib[t] = s.view(packed, off, used(d, t))
+			bufs[t] = s.view(packed, off, used(d, t))
 			off += used(d, t)
 		} else {
-			contrib[t] = s.f32(used(d, t))
+			bufs[t] = s.f32(used(d, t))
 		}
 		if !s.ok() {
 			return
 		}
-		s.do(w.b.SpMM(contrib[t], bm.a, false, g, bm.w, 1, width))
+		s.do(contrib(bufs[t], t))
 		sendFlags[t] = 1
 		if gstale && st.gvalid {
-			drift := w.relDiff(s, contrib[t], st.gsent[t], st.gsentNorm[t])
+			drift := w.relDiff(s, bufs[t], st.gsent[t], st.gsentNorm[t])
 			if st.gage[t]+1 <= pol.EpochBound && drift <= pol.Epsilon*w.epsScale {
 				sendFlags[t] = 0
 			}
@@ -427,7 +442,7 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 			off := 0
 			for t := 0; t < p && s.ok(); t++ {
 				if sendCounts[t] > 0 {
-					s.do(w.b.Copy(s.view(packed, off, sendCounts[t]), contrib[t]))
+					s.do(w.b.Copy(s.view(packed, off, sendCounts[t]), bufs[t]))
 					off += sendCounts[t]
 				}
 			}
@@ -442,7 +457,7 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 		off := 0
 		for t := 0; t < p && s.ok(); t++ {
 			if sendCounts[t] > 0 {
-				s.do(w.b.Download(send[off:off+sendCounts[t]], contrib[t]))
+				s.do(w.b.Download(send[off:off+sendCounts[t]], bufs[t]))
 				off += sendCounts[t]
 			}
 		}
@@ -481,13 +496,13 @@ func (w *worker) reduce(s *step, l int, g backend.Buffer, dst backend.Buffer) {
 	// Sender side: remember what was sent.
 	if gstale {
 		for t := 0; t < p; t++ {
-			if contrib[t] == nil {
+			if bufs[t] == nil {
 				continue
 			}
 			if flags[d*p+t] == 1 {
-				slot := w.persistent(s, &st.gsent[t], contrib[t].Len())
+				slot := w.persistent(s, &st.gsent[t], bufs[t].Len())
 				if s.ok() {
-					s.do(w.b.Copy(slot, contrib[t]))
+					s.do(w.b.Copy(slot, bufs[t]))
 					tmp := s.f32(slot.Len())
 					st.gsentNorm[t] = w.sumSq(s, tmp, slot)
 					s.drop(tmp)

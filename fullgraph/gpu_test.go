@@ -28,14 +28,14 @@ func sameLosses(t *testing.T, name string, got, want *Report, tol float64) {
 	t.Logf("%s: losses within %.0e of the CPU's; test accuracy %.4f (CPU %.4f)", name, tol, got.LastTestAcc, want.LastTestAcc)
 }
 
-// TestGPUMatchesCPU: GCN and GraphSAGE on one GPU give the CPU's losses,
+// TestGPUMatchesCPU: GCN, GraphSAGE and GAT on one GPU give the CPU's losses,
 // and two ranks sharing the GPU with device communicators staged through
 // an in-process group (the device path on CUDA buffers) give the CPU's
 // two-device losses.
 func TestGPUMatchesCPU(t *testing.T) {
 	g := gpus(t, 1)[0]
 	ds := cora(t)
-	for _, model := range []string{GCN, SAGE} {
+	for _, model := range []string{GCN, SAGE, GAT} {
 		cfg := Defaults(model)
 		cfg.Epochs = 8
 		sameLosses(t, model+" 1 GPU", runOn(t, ds, cfg, []backend.Backend{g}, nil), run(t, ds, cfg, 1), 1e-4)

@@ -20,8 +20,14 @@ type fwd struct {
 	xs   *autograd.SparseInput // sparse input after dropout (layer 0)
 	x    backend.Buffer        // dense input after dropout (the input itself without dropout)
 	agg  backend.Buffer        // A * input, when the input is the payload (not projected); else nil
-	out  backend.Buffer        // ReLU(pre), or pre (the logits) for the last layer
+	out  backend.Buffer        // ReLU(pre) (GAT: ELU(pre)), or pre (the logits) for the last layer
 	kept int64                 // bytes of the above this layer allocated
+
+	// GAT (gat.go): the ELU has no derivative recoverable from its
+	// dropped-out output, so a hidden layer keeps pre, and the next layer
+	// its input dropout mask; att holds the attention state.
+	pre, mask backend.Buffer
+	att       *attention
 }
 
 // project computes dst = X W for the layer input (sparse or dense).
@@ -77,12 +83,16 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 			var mask backend.Buffer
 			f.x, mask = s.f32(n*sp.in), s.f32(n*sp.in)
 			w.dropout(s, f.x, mask, hin, sp.p, fseed, int64(w.lo)*int64(sp.in))
-			s.drop(mask) // recovered from x in the backward pass
+			if w.cfg.Model == GAT && train && l > 0 {
+				f.mask = mask // the ELU's gradient cannot recover it
+			} else {
+				s.drop(mask) // recovered from x in the backward pass
+			}
 		}
 	}
 
 	// The payload (the input, or projected by the neighbor weight when
-	// that is narrower), and SAGE's self term.
+	// that is narrower; GAT: always projected), and SAGE's self term.
 	payload := f.x
 	if sp.project {
 		wt := sp.w.Value
@@ -90,7 +100,7 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 			wt = sp.wn.Value
 		}
 		payload = s.f32(n * sp.width)
-		w.project(s, payload, f, wt, sp.in, sp.out)
+		w.project(s, payload, f, wt, sp.in, sp.width)
 	}
 	var self backend.Buffer
 	if w.cfg.Model == SAGE {
@@ -115,8 +125,8 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 			if w.cfg.Model == SAGE {
 				wt = sp.wn.Value
 			}
-			clean = s.f32(n * sp.out)
-			w.project(s, clean, in, wt, sp.in, sp.out)
+			clean = s.f32(n * sp.width)
+			w.project(s, clean, in, wt, sp.in, sp.width)
 		}
 	}
 
@@ -135,6 +145,14 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 	}
 	if clean != payload && clean != hin {
 		s.drop(clean)
+	}
+	if w.cfg.Model == GAT {
+		if src != payload {
+			s.drop(payload) // copied into the N-row matrix
+		}
+		w.attend(s, l, f, src, train, stepSeed)
+		f.kept = s.bytes - before
+		return f
 	}
 	agg := s.f32(n * sp.width)
 	if s.ok() {
@@ -190,7 +208,11 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 // activation, through layer l, writes the layer's parameter gradients
 // and returns the gradient of layer l-1's output before its activation
 // (nil for layer 0). It frees what layer l kept and dPre.
-func (w *worker) backward(s *step, l int, f *fwd, dPre backend.Buffer, train bool) backend.Buffer {
+func (w *worker) backward(s *step, l int, fs []*fwd, dPre backend.Buffer, train bool) backend.Buffer {
+	if w.cfg.Model == GAT {
+		return w.gatBackward(s, l, fs, dPre)
+	}
+	f := fs[l]
 	sp := &w.specs[l]
 	n := w.n
 	b := w.b
@@ -207,7 +229,7 @@ func (w *worker) backward(s *step, l int, f *fwd, dPre backend.Buffer, train boo
 	}
 	if sp.project {
 		dz := s.f32(n * sp.width)
-		w.reduce(s, l, dPre, dz)
+		w.reduce(s, l, dz, w.transposed(s, dPre, sp.width))
 		w.weightGrad(s, wa.Grad, f, dz, sp.in, sp.out)
 		if needIn {
 			dx = s.f32(n * sp.in)
@@ -226,7 +248,7 @@ func (w *worker) backward(s *step, l int, f *fwd, dPre backend.Buffer, train boo
 				s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, wa.Value, 0, dAgg))
 			}
 			dx = s.f32(n * sp.in)
-			w.reduce(s, l, dAgg, dx)
+			w.reduce(s, l, dx, w.transposed(s, dAgg, sp.width))
 			s.drop(dAgg)
 		}
 	}
@@ -252,12 +274,23 @@ func (w *worker) backward(s *step, l int, f *fwd, dPre backend.Buffer, train boo
 	return dx
 }
 
-// trainStep runs one epoch of training on this device's rows: forward
-// with dropout and the staleness policy, loss over the local training
-// nodes, backward with gradient reduction to block owners, the weight
-// gradient all-reduce and the Adam step. It returns the global training
-// loss (the mean over all training nodes, identical on every device).
+// trainStep runs one epoch of training on this device's rows (gradients,
+// then the Adam step) and returns the global training loss.
 func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
+	loss, err := w.gradients(epoch, epsScale)
+	if err != nil {
+		return 0, err
+	}
+	return loss, w.opt.Step()
+}
+
+// gradients computes the parameter gradients of one epoch on this
+// device's rows: forward with dropout and the staleness policy, loss over
+// the local training nodes, backward with gradient reduction to block
+// owners and the weight-gradient all-reduce. It returns the global
+// training loss (the mean over all training nodes, identical on every
+// device).
+func (w *worker) gradients(epoch int, epsScale float64) (float64, error) {
 	s := newStep(w.b)
 	defer s.release()
 	seed := rng.Derive(w.cfg.Seed, tagDropout, uint64(epoch))
@@ -328,15 +361,12 @@ func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
 	s.drop(logp, dlogp)
 	g := dlogits
 	for l := L - 1; l >= 0; l-- {
-		g = w.backward(s, l, fs[l], g, true)
+		g = w.backward(s, l, fs, g, true)
 		if s.err != nil {
 			return 0, fmt.Errorf("layer %d backward: %w", l, s.err)
 		}
 	}
 	if err := w.allReduceGrads(); err != nil {
-		return 0, err
-	}
-	if err := w.opt.Step(); err != nil {
 		return 0, err
 	}
 	return loss, nil

@@ -16,7 +16,8 @@ const (
 	// AggGCN: self-loops added to rows that lack one (appended at the end
 	// of the row), weights 1/sqrt(indeg(i) * outdeg(j)) counted in the
 	// self-loop graph, i.e. D^-1/2 (A+I) D^-1/2 on a symmetric graph (as
-	// nn.Block.GCNWeights).
+	// nn.Block.GCNWeights). GAT runs on this layout's structure (the
+	// self-loop graph of nn.Block.WithSelfLoops) and ignores its weights.
 	AggGCN Aggregation = iota + 1
 	// AggMean: the in-adjacency as is, weights 1/indeg(i) (as
 	// nn.Block.MeanWeights).

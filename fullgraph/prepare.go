@@ -48,7 +48,7 @@ type PartitionStats struct {
 	Parts  int     `json:"parts"`
 	Sizes  []int64 `json:"sizes"`
 	// Edges counts the entries of the aggregation matrix (self-loops
-	// included for GCN); RemoteEdges those whose source lies in another
+	// included for GCN and GAT); RemoteEdges those whose source lies in another
 	// block, RemoteFraction their share.
 	Edges          int64   `json:"edges"`
 	RemoteEdges    int64   `json:"remote_edges"`

@@ -65,8 +65,8 @@ func (e *RunError) Unwrap() error { return e.Err }
 var ErrInterrupted = errors.New("interrupted")
 
 // Run trains cfg on ds over the devices of opts and returns the report.
-// GCN and GraphSAGE run on the distributed engine (any number of
-// devices); GAT, and Engine "tape", on one device with the autograd tape.
+// Every model runs on the distributed engine (any number of devices);
+// Engine "tape" runs the nn layers on one device with the autograd tape.
 func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -117,9 +117,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			}
 		}
 	}
-	tape := cfg.Engine == EngineTape || cfg.Model == GAT
+	tape := cfg.Engine == EngineTape
 	if tape && p > 1 {
-		return nil, cfgErr("devices", "%s on the tape engine runs on one device, got %d (the distributed engine runs gcn and sage)", cfg.Model, p)
+		return nil, cfgErr("devices", "the tape engine runs on one device, got %d", p)
 	}
 	if p > int(ds.NumNodes()) {
 		return nil, cfgErr("devices", "%d devices for %d nodes", p, ds.NumNodes())
@@ -218,7 +218,7 @@ func (l *epochLog) done(e int, rec *EpochRecord, skip float64) {
 // runEngine runs the distributed engine: one goroutine per device.
 func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*Report, error) {
 	p := len(opts.Backends)
-	agg := AggGCN
+	agg := AggGCN // GAT: the same self-loop structure (nn.Block.WithSelfLoops), its weights unused
 	if cfg.Model == SAGE {
 		agg = AggMean
 	}

@@ -50,8 +50,8 @@ func TestConfigErrors(t *testing.T) {
 	}
 	// Options and device counts.
 	b := cpuBackend(t)
-	gat := Defaults(GAT)
-	gat.Epochs = 1
+	tape := Defaults(GAT)
+	tape.Epochs, tape.Engine = 1, EngineTape
 	comms, _ := inproc.New(2, comm.Options{})
 	defer func() {
 		for _, c := range comms {
@@ -64,7 +64,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		"no devices":        {Defaults(GCN), Options{}},
 		"nil device":        {Defaults(GCN), Options{Backends: []backend.Backend{b, nil}}},
-		"gat on 2 devices":  {gat, Options{Backends: []backend.Backend{b, b}}},
+		"tape on 2 devices": {tape, Options{Backends: []backend.Backend{b, b}}},
 		"comms for 2 of 3":  {Defaults(GCN), Options{Backends: []backend.Backend{b, b, b}, Comms: comms}},
 		"comms out of rank": {Defaults(GCN), Options{Backends: []backend.Backend{b, b}, Comms: []comm.Comm{comms[1], comms[0]}}},
 	} {
@@ -224,7 +224,7 @@ func (p poisoned) AllocRaw(dt backend.DType, n int) (backend.Buffer, error) {
 // first 140), with every optional path on, and expects the clean run.
 func TestNoReadBeforeWrite(t *testing.T) {
 	ds := cora(t)
-	for _, kind := range []string{GCN, SAGE} {
+	for _, kind := range []string{GCN, SAGE, GAT} {
 		cfg := Defaults(kind)
 		cfg.Epochs = 4
 		cfg.Partition = PartitionRange

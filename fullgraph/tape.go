@@ -64,13 +64,7 @@ func newTapeModel(b backend.Backend, cfg *Config, inDim, outDim int, seed uint64
 				return c.Forward(t, x, blk)
 			})
 		case GAT:
-			var c *nn.GATConv
-			var err error
-			if last {
-				c, err = nn.NewGATConv(b, layerName(l), in, outDim, cfg.OutHeads, false, 0.2, float32(cfg.AttnDrop), s)
-			} else {
-				c, err = nn.NewGATConv(b, layerName(l), in, cfg.Hidden, cfg.Heads, true, 0.2, float32(cfg.AttnDrop), s)
-			}
+			c, err := newGATConv(b, cfg, l, in, outDim, s)
 			if err != nil {
 				return fail(err)
 			}

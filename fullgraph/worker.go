@@ -27,17 +27,28 @@ const (
 	seedAttention = 1
 )
 
-// layerSpec is one GCN or GraphSAGE layer of the distributed engine.
+// layerSpec is one GCN, GraphSAGE or GAT layer of the distributed engine.
 //
 // Payload is what the layer exchanges between devices: the projected
 // input X W (GCN) or X W_neigh (SAGE) when project is set (sparse input
 // features, or In > Out, as package nn orders the product), else the
-// (dropped-out) input X itself; width is its number of columns.
+// (dropped-out) input X itself; width is its number of columns. A GAT
+// layer always projects: its payload is Z = X W, heads x dim wide.
 type layerSpec struct {
 	in, out, width int
 	project, last  bool
 	p              float32 // dropout on the layer's input
 	w, wn, bias    *nn.Param
+
+	// GAT: heads of dim columns, concatenated (hidden layers) or averaged
+	// (mean, the last layer with several heads, through the constant
+	// width x out matrix meanM, as nn's GATConv); the source and
+	// destination attention vectors; LeakyReLU slope and attention dropout.
+	heads, dim   int
+	mean         bool
+	meanM        backend.Buffer
+	attnL, attnR *nn.Param
+	slope, attnP float32
 }
 
 // blockMat is a sparse operator on the device: structure and per-entry
@@ -80,10 +91,11 @@ type worker struct {
 	// agg is this device's rows of the normalized adjacency over all N
 	// columns (Layout.Rows): one SpMM over the layer's N-row matrix
 	// aggregates every source block, summing each row's entries in the
-	// single-device order. back[s] is the transpose of A_ds restricted to
-	// the rows of block s this device reads (s == rank: all of them): its
-	// product with the output gradient is this device's gradient
-	// contribution to block s, packed.
+	// single-device order (GAT: the structure only, weighted by the
+	// attention). back[s] (GCN and GraphSAGE) is the transpose of A_ds
+	// restricted to the rows of block s this device reads (s == rank: all
+	// of them): its product with the output gradient is this device's
+	// gradient contribution to block s, packed.
 	agg     blockMat
 	back    []blockMat
 	recvIdx []backend.Buffer      // Used[r][rank] for every device r reading this block
@@ -112,19 +124,25 @@ type worker struct {
 	dc       comm.DeviceComm
 	gradFlat backend.Buffer // the parameter gradients, packed for dc's all-reduce
 	fused    fusedOps       // BiasAct and ReLUMaskScale, the back end's or composed
+
+	gat gatState // GAT's selectors and halo indices (gat.go)
 }
 
 func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
 
-// buildParams creates the layers' parameters exactly as nn.New does for
-// the same nn.Config (same names, shapes, order and seeds).
-func buildParams(b backend.Backend, kind string, inDim, hidden, outDim, layers int, seed uint64) ([]layerSpec, []*nn.Param, error) {
+// buildParams creates the layers' parameters exactly as nn.New (and
+// newTapeModel) does for the same configuration (same names, shapes,
+// order and seeds).
+func buildParams(b backend.Backend, cfg *Config, inDim, outDim int, seed uint64) ([]layerSpec, []*nn.Param, error) {
+	kind, hidden, layers := cfg.Model, cfg.Hidden, cfg.Layers
 	specs := make([]layerSpec, layers)
 	var ps []*nn.Param
 	for l := range specs {
 		in, out := hidden, hidden
 		if l == 0 {
 			in = inDim
+		} else if kind == GAT {
+			in = specs[l-1].out
 		}
 		if l == layers-1 {
 			out = outDim
@@ -149,8 +167,18 @@ func buildParams(b backend.Backend, kind string, inDim, hidden, outDim, layers i
 			}
 			sp.w, sp.wn, sp.bias = c.WSelf, c.WNeigh, c.B
 			ps = append(ps, c.Params()...)
+		case GAT:
+			c, err := newGATConv(b, cfg, l, in, outDim, s)
+			if err != nil {
+				nn.FreeParams(b, ps)
+				return nil, nil, err
+			}
+			sp.out, sp.heads, sp.dim, sp.mean = c.OutDim(), c.Heads, c.Dim, !c.Concat && c.Heads > 1
+			sp.slope, sp.attnP = c.NegativeSlope, c.AttnDropout
+			sp.w, sp.attnL, sp.attnR, sp.bias = c.W, c.AttnL, c.AttnR, c.B
+			ps = append(ps, c.Params()...)
 		default:
-			return nil, nil, cfgErr("model", "the distributed engine runs gcn and sage, not %q", kind)
+			return nil, nil, cfgErr("model", "unknown model %q", kind)
 		}
 	}
 	return specs, ps, nil
@@ -175,7 +203,7 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 	}()
 	mb := w.b
 	var err error
-	w.specs, w.params, err = buildParams(mb, cfg.Model, pr.ds.FeatDim, cfg.Hidden, pr.ds.NumClasses, cfg.Layers, rng.Derive(cfg.Seed, tagInit))
+	w.specs, w.params, err = buildParams(mb, cfg, pr.ds.FeatDim, pr.ds.NumClasses, rng.Derive(cfg.Seed, tagInit))
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +215,9 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 		if sp.project {
 			sp.width = sp.out
 		}
+		if cfg.Model == GAT {
+			sp.project, sp.width = true, sp.heads*sp.dim
+		}
 		sp.p = float32(cfg.Dropout)
 	}
 	w.opt = optim.NewAdam(mb, w.params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
@@ -196,12 +227,14 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 		if w.agg.a, err = mb.NewSparse(rows.Rows, rows.Cols, rows.Indptr, rows.Indices); err != nil {
 			return nil, fmt.Errorf("fullgraph: device %d: adjacency: %w", rank, err)
 		}
-		if w.agg.w, err = upload(mb, rows.Weights); err != nil {
-			return nil, err
+		if cfg.Model != GAT { // GAT weighs the edges with its attention
+			if w.agg.w, err = upload(mb, rows.Weights); err != nil {
+				return nil, err
+			}
 		}
 	}
 	w.back = make([]blockMat, p)
-	for s := 0; s < p; s++ {
+	for s := 0; s < p && cfg.Model != GAT; s++ { // GAT gathers its contributions (gat.go)
 		sb := &lay.Blocks[rank][s]
 		if sb.NNZ() == 0 {
 			continue
@@ -226,6 +259,12 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 			if w.recvIdx[r], err = uploadI32(mb, lay.Used[r][rank]); err != nil {
 				return nil, err
 			}
+		}
+	}
+
+	if cfg.Model == GAT {
+		if err := w.initGAT(); err != nil {
+			return nil, err
 		}
 	}
 
@@ -325,6 +364,10 @@ func (w *worker) free() {
 	for _, st := range w.st {
 		st.free(b)
 	}
+	for _, sp := range w.specs {
+		b.Free(sp.meanM)
+	}
+	w.gat.free(b)
 	*w = worker{b: b}
 }
 
