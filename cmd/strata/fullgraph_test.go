@@ -42,6 +42,36 @@ func TestTrainFullGraph(t *testing.T) {
 	}
 }
 
+// TestTrainFullGraphGATDevices: GAT trains on several devices (the
+// decentralized engine; it used to be refused), exactly and with
+// skip-broadcast, its broadcasts carrying the 8 x 8 projected features.
+func TestTrainFullGraphGATDevices(t *testing.T) {
+	dir := t.TempDir()
+	for _, extra := range [][]string{nil, {"--staleness"}} {
+		report := filepath.Join(dir, "gat.json")
+		args := append([]string{"--quiet", "train", "--mode", "fullgraph", "--model", "gat", "--devices", "cpu:2",
+			"--epochs", "3", "--report", report}, extra...)
+		code, out, errOut := strata(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s\n%s", extra, code, out, errOut)
+		}
+		if !strings.Contains(out, "test accuracy") || !strings.Contains(out, "2 device(s)") {
+			t.Errorf("%v: output:\n%s", extra, out)
+		}
+		rep, err := fullgraph.ReadReport(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Comm
+		if rep.Model != "gat" || rep.Engine != "distributed" || len(rep.Devices) != 2 || len(rep.Epochs) != 3 ||
+			c.Broadcasts == 0 || c.GradBytesSent == 0 || len(c.Blocks) == 0 || c.Blocks[0].Width != 64 ||
+			rep.Config.Staleness.Enabled != (extra != nil) {
+			t.Errorf("%v: report: model %s, engine %s, devices %v, %d epochs, comm %+v", extra, rep.Model, rep.Engine,
+				rep.Devices, len(rep.Epochs), c)
+		}
+	}
+}
+
 func TestTrainFullGraphUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
