@@ -14,7 +14,10 @@
 // its output until the next layer has applied dropout to it; dropout
 // masks and pre-activations are not kept, because the gradient through
 // the previous layer's ReLU and this layer's dropout is
-// y > 0 ? dy/(1-p) : 0 with y the dropped input. The output
+// y > 0 ? dy/(1-p) : 0 with y the dropped input. (GAT's ELU has no such
+// shortcut: its hidden layers keep their pre-activations and the next
+// layer its dropout mask, and every GAT layer its attention logits,
+// softmax and attention dropout mask, nnz x heads each.) The output
 // act(self + neighbors + bias) and that gradient are one pass each when
 // the back end has BiasAct and ReLUMaskScale (the CUDA back end does),
 // else composed from standard primitives with the same arithmetic. The
@@ -24,9 +27,10 @@
 // descending in-degree, which keeps the most gathered rows in the GPU's
 // cache.
 //
-// GCN and GraphSAGE run on the distributed engine below (with one device
-// it does no communication and is bit-identical to the nn models); GAT,
-// and Config.Engine "tape", run the nn layers on an autograd tape.
+// GCN, GraphSAGE and GAT run on the distributed engine below (with one
+// device it does no communication and is bit-identical to the nn models);
+// Config.Engine "tape" runs the nn layers on an autograd tape instead, the
+// reference the tests compare the engine with.
 //
 // # Decentralized layout (Layout)
 //
@@ -63,8 +67,31 @@
 // are then all-reduced (in rank order over host communicators) and every replica takes the
 // same Adam step. Without staleness the run therefore equals
 // single-device training up to float rounding (the tests check losses to
-// 1e-5 and identical accuracies for P = 1, 2, 4; dropout masks are drawn
-// from each element's global position, Config.Masks "global").
+// 1e-5 and identical accuracies for P = 1, 2, 4, and GAT's for P = 1 to
+// 4; dropout masks are drawn from each element's global position,
+// Config.Masks "global").
+//
+// # GAT
+//
+// A GAT layer's payload is Z = X W, heads x hidden wide (always
+// projected). The attention logit of edge j -> i is
+// LeakyReLU(<Z_i, a_r> + <Z_j, a_l>) per head, and its softmax runs over
+// i's incoming edges, so all of it but Z_j is local to i's owner: the
+// source term <Z_j, a_l> is computed by the receivers from the Z rows
+// they hold (N x heads dot products), not broadcast with Z, which saves
+// heads floats per row in both directions (the gradient contributions
+// have the payload's width, el's gradient folded into Z's) and combines a
+// cached block with the current a_l. The historical-embedding cache,
+// skip-broadcast and both bounds apply to Z as to the other payloads. In
+// the backward pass each device computes the gradient of every Z row it
+// read (an N-row matrix: the aggregation's transpose, then the source
+// term's) and sends each owner the rows it read, gathered (Layout.Used),
+// reduced as above; the attention vectors' gradients are partial sums,
+// all-reduced with the other parameters. Hidden layers concatenate their
+// heads and apply ELU, the last layer averages its heads, and dropout on
+// features and attention coefficients draws the one-device masks (an
+// edge's position in the self-loop adjacency's CSR order, which the
+// devices' rows keep).
 //
 // # Staleness (Sancus)
 //
