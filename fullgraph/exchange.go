@@ -325,7 +325,7 @@ type contribution func(dst backend.Buffer, t int) error
 // transposed is the contribution of GCN and GraphSAGE: A_dt^T g through
 // the transposed block restricted to the rows read (w.back), for g the
 // gradient of this device's aggregation output, width columns.
-func (w *worker) transposed(s *step, g backend.Buffer, width int) contribution {
+func (w *worker) transposed(g backend.Buffer, width int) contribution {
 	return func(dst backend.Buffer, t int) error {
 		bm := w.back[t]
 		if bm.a == nil { // own block, no entries
