@@ -22,3 +22,7 @@ func TestConformanceOpenBLAS(t *testing.T) {
 	t.Logf("OpenBLAS: %s, %d threads", openblas.Path(), openblas.Threads())
 	backendtest.RunWith(t, b, backendtest.Options{VaryGOMAXPROCS: true})
 }
+
+func TestCapabilities(t *testing.T) {
+	backendtest.Capabilities(t, mustNew(t, GemmGo), "Slicer", "Siblings", "Fences", "PinnedMemory", "SparseBuilder")
+}

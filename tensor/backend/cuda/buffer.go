@@ -64,23 +64,36 @@ func (b *Buffer) View(off, n int) *Buffer {
 	return &Buffer{dev: b.dev, ptr: b.ptr + cu.DevPtr(off*b.dt.Size()), n: n, dt: b.dt}
 }
 
-// Alias returns a buffer of d over src's memory, where src belongs to
-// another handle of the same GPU (Open called twice for one ordinal: one
-// context, two streams). It owns nothing: freeing it does nothing. The
+// Alias returns a buffer of d over src's memory, where src is a buffer
+// of another handle of the same GPU (Open called twice for one ordinal:
+// one context, two streams). It owns nothing: freeing it does nothing. The
 // caller orders the streams (src's writes before d's reads) and frees src
 // on its own handle only after d's stream is done with the alias; pipeline
-// stages use it to hand a batch on without copying it.
-func (d *Device) Alias(src *Buffer) (*Buffer, error) {
-	if src == nil || src.dev == nil {
+// stages use it to hand a batch on without copying it (backend.Siblings).
+func (d *Device) Alias(src backend.Buffer) (backend.Buffer, error) {
+	sb, ok := src.(*Buffer)
+	if !ok && src != nil {
+		return nil, fmt.Errorf("cuda: Alias of a %T, not a cuda buffer", src)
+	}
+	if sb == nil || sb.dev == nil {
 		return nil, fmt.Errorf("cuda: Alias of a nil buffer")
 	}
-	if src.dev.ordinal != d.ordinal {
-		return nil, fmt.Errorf("cuda: Alias of a buffer of %s on %s: not the same GPU", src.dev.name, d.name)
+	if sb.dev.ordinal != d.ordinal {
+		return nil, fmt.Errorf("cuda: Alias of a buffer of %s on %s: not the same GPU", sb.dev.name, d.name)
 	}
-	if src.n > 0 && src.ptr == 0 {
+	if sb.n > 0 && sb.ptr == 0 {
 		return nil, fmt.Errorf("cuda: Alias of a freed buffer")
 	}
-	return &Buffer{dev: d, ptr: src.ptr, n: src.n, dt: src.dt}, nil
+	return &Buffer{dev: d, ptr: sb.ptr, n: sb.n, dt: sb.dt}, nil
+}
+
+// Slice returns a buffer aliasing elements [off, off+n) of b
+// (backend.Slicer); unlike View it reports a window outside b.
+func (b *Buffer) Slice(off, n int) (backend.Buffer, error) {
+	if b == nil || off < 0 || n < 0 || off > b.n || n > b.n-off {
+		return nil, fmt.Errorf("cuda: view [%d, %d+%d) of a %d-element buffer", off, off, n, b.Len())
+	}
+	return b.View(off, n), nil
 }
 
 // Device returns the device the buffer lives on.

@@ -215,7 +215,7 @@ func BenchmarkSpMMVariants(b *testing.B) {
 				blocks := (int64(n) + rowsPerBlock - 1) / rowsPerBlock
 				sec := timeIt(func() error {
 					return d.Do(func(l *Locked) error {
-						return l.Launch(f, cu.D1(int(blocks)), cu.D1(threads), 0, uint64(out.(*Buffer).ptr), uint64(s.ptr.ptr), uint64(s.col.ptr),
+						return l.LaunchShape(f, cu.D1(int(blocks)), cu.D1(threads), 0, uint64(out.(*Buffer).ptr), uint64(s.ptr.ptr), uint64(s.col.ptr),
 							uint64(w.ptr), uint64(x.ptr), cu.I64(int64(n)), cu.I64(wd))
 					})
 				})

@@ -1,0 +1,282 @@
+package backend
+
+import (
+	"fmt"
+	"math"
+)
+
+// Capabilities: small optional interfaces that some back ends implement
+// beyond Backend. Code above the back ends discovers one with a type
+// assertion to the interface, once, where it is set up (never to a
+// concrete back-end type), and says which capability is missing when the
+// assertion fails. The conformance suite checks each one a back end has
+// (backendtest.Capabilities).
+//
+//	capability    what it gives                                   cpu  cuda
+//	Slicer        views and in-place truncation of a buffer        yes  yes
+//	Siblings      more handles of one device, each with own queue  yes  yes
+//	Fences        marks in the queue, waited for without the lock  yes  yes
+//	PinnedMemory  page-locked host memory, mapped for kernels      yes  yes
+//	SparseBuilder a Sparse over CSR buffers already on the device  yes  yes
+//	Memory        free and total device memory                     no   yes
+//	Kernels       kernels compiled at run time, and launched       no   yes
+//	Enqueuer      a batch of queued ops under the device's lock    no   yes
+
+// DevPtr is an address in a device's address space, as a kernel sees it:
+// where a kernel reads mapped host memory (HostBuffer.DeviceAddr). 0 is
+// no address.
+type DevPtr uint64
+
+// Slicer is implemented by the buffers (not the back ends) of back ends
+// whose buffers can alias part of another: both back ends' buffers. Use
+// View and Truncate, which say what is missing when a buffer cannot.
+type Slicer interface {
+	// Slice returns a buffer aliasing elements [off, off+n) of the
+	// buffer: writes through either are seen by the other. It owns no
+	// memory (freeing it does nothing) and must not be used after the
+	// buffer is freed. A window outside the buffer is an error.
+	Slice(off, n int) (Buffer, error)
+	// Truncate shortens the buffer in place to its first n elements
+	// (0 <= n <= Len()); its memory stays allocated until it is freed.
+	// Samplers allocate for an upper bound and truncate once the device
+	// reports the real size.
+	Truncate(n int) error
+}
+
+// View returns a buffer aliasing elements [off, off+n) of b (see
+// Slicer.Slice).
+func View(b Buffer, off, n int) (Buffer, error) {
+	if b == nil {
+		return nil, fmt.Errorf("backend: view [%d, %d+%d) of a nil buffer", off, off, n)
+	}
+	s, ok := b.(Slicer)
+	if !ok {
+		return nil, fmt.Errorf("backend: cannot take views of %T buffers", b)
+	}
+	if off < 0 || n < 0 || off > b.Len() || n > b.Len()-off {
+		return nil, fmt.Errorf("backend: view [%d, %d+%d) of a %d-element buffer", off, off, n, b.Len())
+	}
+	return s.Slice(off, n)
+}
+
+// Truncate shortens b in place to its first n elements (see
+// Slicer.Truncate).
+func Truncate(b Buffer, n int) error {
+	if b == nil {
+		return fmt.Errorf("backend: truncate of a nil buffer to %d elements", n)
+	}
+	s, ok := b.(Slicer)
+	if !ok {
+		return fmt.Errorf("backend: cannot truncate %T buffers", b)
+	}
+	return s.Truncate(n)
+}
+
+// SiblingOptions configure a handle opened by Siblings.Sibling.
+type SiblingOptions struct {
+	// HighPriority gives the handle's queue the device's greatest
+	// scheduling priority, for short, latency-bound stages (sampling,
+	// feature loading) that share the device with a trainer whose large
+	// kernels would otherwise hold them back.
+	HighPriority bool
+}
+
+// Sibling is a handle opened by Siblings.Sibling: a Backend of its own
+// that Close releases (its queue and cached memory, not the device).
+type Sibling interface {
+	Backend
+	Close() error
+}
+
+// Siblings is implemented by back ends that can open further handles of
+// the same device, each with its own queue (a CUDA stream), lock and
+// allocator, so that pipeline stages on one device do not wait for each
+// other's work. All handles address the same memory.
+type Siblings interface {
+	// Sibling opens another handle of the device, with the same
+	// settings as this one except those opt gives.
+	Sibling(opt SiblingOptions) (Sibling, error)
+	// SameDevice reports whether b is a handle of the same device as
+	// this one (this one included).
+	SameDevice(b Backend) bool
+	// Alias returns a buffer of this handle over the memory of src, a
+	// buffer of another handle of the same device. It owns nothing
+	// (freeing it does nothing). The caller orders the queues (src's
+	// writes before this handle's reads) and frees src, on its own
+	// handle, only after this handle is done with the alias.
+	Alias(src Buffer) (Buffer, error)
+}
+
+// Fence marks a point in a device's queue. One mark at a time: Wait for
+// it before recording it again. Not safe for concurrent use.
+type Fence interface {
+	// Record marks the current end of the queue (under the device's
+	// lock; inside Enqueue use Queue.Mark).
+	Record() error
+	// Wait blocks until the work queued before the last mark has run,
+	// without holding the device's lock, so that other users of the
+	// device keep queueing work meanwhile.
+	Wait() error
+	// Close releases the fence.
+	Close() error
+}
+
+// Fences is implemented by back ends that run work asynchronously and
+// can wait for part of it. On the CPU back end, where every call
+// completes before it returns, a fence is always reached.
+type Fences interface {
+	NewFence() (Fence, error)
+}
+
+// HostBuffer is host memory of a back end outside the Go heap's control:
+// page-locked (pinned) on devices, so that copies from and to it are truly
+// asynchronous, and, when mapped, read directly by kernels through the
+// device's address space (zero-copy), for graphs and features larger than
+// device memory. The slices are valid until Free.
+type HostBuffer interface {
+	Bytes() []byte
+	Float32s() []float32
+	Int32s() []int32
+	Int64s() []int64
+	// DeviceAddr is where kernels read mapped memory (0 when not mapped).
+	DeviceAddr() DevPtr
+	// Free releases the memory, after the device's queued work that
+	// reads it has run.
+	Free() error
+}
+
+// PinnedMemory is implemented by back ends that provide host memory for
+// asynchronous copies and zero-copy reads. The CPU back end's is plain
+// memory (its kernels are host code, so mapped memory is the host's).
+type PinnedMemory interface {
+	// AllocPinned allocates bytes (> 0) of pinned host memory; mapped
+	// also maps it into the device's address space.
+	AllocPinned(bytes uint64, mapped bool) (HostBuffer, error)
+}
+
+// SparseBuilder is implemented by back ends that can make a Sparse from
+// CSR buffers built in their own memory (by a sampler's kernels), without
+// a host round trip.
+type SparseBuilder interface {
+	// SparseFromBuffers wraps indptr (int64, rows+1) and indices (int32,
+	// its whole length is the number of entries) as a rows x cols
+	// Sparse, which takes ownership of both (FreeSparse frees them). The
+	// lengths are checked; a back end may trust the contents. On error
+	// the caller keeps the buffers.
+	SparseFromBuffers(rows, cols int, indptr, indices Buffer) (Sparse, error)
+}
+
+// Memory is implemented by back ends that can tell their device's free
+// and total memory.
+type Memory interface {
+	MemInfo() (free, total uint64, err error)
+}
+
+// Kernel is a back end's handle of a loaded kernel; only the back end
+// (or a sibling handle of its device) that loaded it can launch it.
+type Kernel uintptr
+
+// Module is a set of kernels loaded by Kernels.LoadKernels.
+type Module interface {
+	// Kernel returns the kernel named name.
+	Kernel(name string) (Kernel, error)
+}
+
+// Kernels is implemented by back ends that compile kernels at run time:
+// the CUDA back end compiles CUDA C with NVRTC, through its on-disk
+// kernel cache. The caller keeps its kernel source with its own code
+// (embedded) and launches through Enqueuer.
+type Kernels interface {
+	// LoadKernels compiles src after the back end's common definitions
+	// (for CUDA: integer types, GRID_STRIDE, the counter-based RNG of
+	// internal/rng and index_error, from tensor/backend/cuda's
+	// kernels/common.cuh) and loads it; the kernels are src's extern "C"
+	// __global__ functions. Loading a name again returns the first module.
+	LoadKernels(name, src string) (Module, error)
+}
+
+// Enqueuer is implemented by back ends with a queue of asynchronous work
+// (a CUDA stream) that other packages may add kernels and copies to.
+type Enqueuer interface {
+	// Enqueue runs fn with the device locked and its queue at fn's
+	// disposal: what fn queues runs in order, after everything queued
+	// before and before everything queued after. fn must not call the
+	// back end's own methods (the lock is not reentrant); the Queue
+	// has what it needs.
+	Enqueue(fn func(q Queue) error) error
+}
+
+// Queue is the device's queue inside Enqueue. Methods queue work and
+// return; only Sync waits. Buffers are those of the device (of any of its
+// handles, see Siblings).
+type Queue interface {
+	// AllocRaw returns a buffer of n elements whose contents are
+	// undefined, from the handle's allocator (nothing is queued).
+	AllocRaw(dt DType, n int) (Buffer, error)
+	// Free returns a buffer to the allocator; later work may reuse its
+	// memory, which is safe because the queue runs in order.
+	Free(b Buffer)
+	// Memset sets every byte of b to v.
+	Memset(b Buffer, v byte) error
+	// UploadFrom queues a copy of the host slice src ([]float32, []int32
+	// or []int64 of dst's dtype, at most dst.Len() elements) into the
+	// start of dst; src may be reused as soon as UploadFrom returns.
+	UploadFrom(dst Buffer, src any) error
+	// CopyToHost queues a copy of the first bytes of src into dst at
+	// byte offset off; read dst after Sync or a Fence.
+	CopyToHost(dst HostBuffer, off uint64, src Buffer, bytes uint64) error
+	// ScanI64 writes the exclusive prefix sum of the int64 in[0:n] to
+	// out[0:n] (out may be in).
+	ScanI64(out, in Buffer, n int) error
+	// IndexSlot reserves an index check for argument name of op: a
+	// kernel given the slot (a scalar argument) reports the first
+	// position of the int32 buffer idx outside [0, limit) with
+	// index_error(slot, pos), and the back end's next Synchronize
+	// returns it as an *IndexError.
+	IndexSlot(op, name string, idx Buffer, limit int) (uint64, error)
+	// Aligned reports whether b's first element sits at a multiple of
+	// bytes (a power of two), for kernels with vector loads.
+	Aligned(b Buffer, bytes int) bool
+	// Launch runs kernel k over n items (n <= 0: nothing), one-
+	// dimensionally: the kernel loops over its items with GRID_STRIDE, so
+	// the back end picks the grid. args are in the kernel's parameter
+	// order (at most 32).
+	Launch(k Kernel, n int64, args ...Arg) error
+	// Mark records f at the current end of the queue.
+	Mark(f Fence) error
+	// Sync waits until the queue has run everything queued so far.
+	Sync() error
+}
+
+// Arg is one kernel argument: a buffer (passed as the address of its
+// first element; a nil buffer as 0), a device address, or a fixed-width
+// scalar. The zero Arg is the address 0.
+type Arg struct {
+	buf  Buffer
+	bits uint64
+}
+
+// Buf passes buffer b (nil: address 0).
+func Buf(b Buffer) Arg { return Arg{buf: b} }
+
+// Addr passes a device address (mapped host memory).
+func Addr(p DevPtr) Arg { return Arg{bits: uint64(p)} }
+
+// I32 passes an int (C int32).
+func I32(v int32) Arg { return Arg{bits: uint64(uint32(v))} }
+
+// I64 passes a long long (C int64).
+func I64(v int64) Arg { return Arg{bits: uint64(v)} }
+
+// U64 passes an unsigned long long.
+func U64(v uint64) Arg { return Arg{bits: v} }
+
+// F32 passes a float.
+func F32(v float32) Arg { return Arg{bits: uint64(math.Float32bits(v))} }
+
+// Buffer returns the buffer a Buf argument passes (nil for other kinds).
+func (a Arg) Buffer() Buffer { return a.buf }
+
+// Bits returns the 8 bytes a non-buffer argument passes (4-byte C types
+// in the low half).
+func (a Arg) Bits() uint64 { return a.bits }
