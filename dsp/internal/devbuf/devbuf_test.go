@@ -1,8 +1,10 @@
 package devbuf
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
@@ -48,3 +50,37 @@ func TestViewAndUpload(t *testing.T) {
 		t.Fatal("View of nil: no error")
 	}
 }
+
+// TestFenceOnCPU: a fence of the CPU back end is reached at once and
+// closes twice; a back end without fences is refused by name.
+func TestFenceOnCPU(t *testing.T) {
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFence(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Record(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := NewFence(nil); err == nil {
+		t.Fatal("fence on nil: no error")
+	}
+	if _, err := NewFence(noFences{b}); err == nil || !strings.Contains(err.Error(), "no fences") {
+		t.Fatalf("fence on a back end without fences: %v", err)
+	}
+}
+
+// noFences hides the CPU back end's capabilities.
+type noFences struct{ backend.Backend }

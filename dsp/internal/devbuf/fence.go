@@ -3,74 +3,54 @@ package devbuf
 import (
 	"fmt"
 
-	cu "github.com/strata-gnn/strata/internal/cuda"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// Fence marks a point in a CUDA device's stream and waits for it without
+// Fence marks a point in a device's queue and waits for it without
 // holding the device's lock, so that the other pipeline stages of the
-// device keep queueing work while one stage waits (cuda.Device methods
-// that wait, such as Download, hold the lock for the whole wait). One
-// Mark at a time: Wait for it before marking again. Not safe for
-// concurrent use.
+// device keep queueing work while one stage waits (back-end methods that
+// wait, such as Download, hold the lock for the whole wait). One Mark at
+// a time: Wait for it before marking again. Not safe for concurrent use.
+// It is the back end's backend.Fence; on the CPU back end it is always
+// reached.
 type Fence struct {
-	dev *cuda.Device
-	cd  cu.Device
-	ctx cu.Context
-	ev  cu.Event
+	f backend.Fence
 }
 
-// NewFence returns a fence on dev's stream.
-func NewFence(dev *cuda.Device) (*Fence, error) {
+// NewFence returns a fence on dev's queue (dev must implement
+// backend.Fences).
+func NewFence(dev backend.Backend) (*Fence, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("devbuf: fence on a nil device")
 	}
-	f := &Fence{dev: dev}
-	var err error
-	if f.cd, err = cu.GetDevice(dev.Ordinal()); err != nil {
+	fs, ok := dev.(backend.Fences)
+	if !ok {
+		return nil, fmt.Errorf("devbuf: %s has no fences (backend.Fences)", dev.Name())
+	}
+	f, err := fs.NewFence()
+	if err != nil {
 		return nil, err
 	}
-	if f.ctx, err = f.cd.PrimaryCtxRetain(); err != nil {
-		return nil, err
-	}
-	if err := dev.Do(func(*cuda.Locked) error {
-		var e error
-		f.ev, e = cu.EventCreate(cu.EventDisableTiming)
-		return e
-	}); err != nil {
-		f.cd.PrimaryCtxRelease()
-		return nil, err
-	}
-	return f, nil
+	return &Fence{f: f}, nil
 }
 
-// Mark records the fence at the current end of the stream; call it
-// inside dev.Do, after the work to wait for has been queued there.
-func (f *Fence) Mark(l *cuda.Locked) error { return f.ev.Record(l.Stream()) }
+// Mark records the fence at the current end of the queue; call it
+// inside Enqueue, after the work to wait for has been queued there.
+func (f *Fence) Mark(q backend.Queue) error { return q.Mark(f.f) }
 
 // Record is Mark under its own lock.
-func (f *Fence) Record() error { return f.dev.Do(f.Mark) }
+func (f *Fence) Record() error { return f.f.Record() }
 
-// Wait blocks until the stream has run everything queued before the last
+// Wait blocks until the queue has run everything queued before the last
 // Mark, without the device lock.
-func (f *Fence) Wait() error {
-	unbind, err := f.ctx.Bind()
-	defer unbind()
-	if err != nil {
-		return err
-	}
-	return f.ev.Synchronize()
-}
+func (f *Fence) Wait() error { return f.f.Wait() }
 
-// Close destroys the event and releases the context reference.
+// Close releases the fence.
 func (f *Fence) Close() error {
-	if f == nil || f.ctx == 0 {
+	if f == nil || f.f == nil {
 		return nil
 	}
-	err := f.dev.Do(func(*cuda.Locked) error { return f.ev.Destroy() })
-	if e := f.cd.PrimaryCtxRelease(); err == nil {
-		err = e
-	}
-	f.ctx = 0
+	err := f.f.Close()
+	f.f = nil
 	return err
 }
