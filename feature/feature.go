@@ -6,9 +6,7 @@ import (
 	"slices"
 
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed gather.cu
@@ -27,14 +25,24 @@ type Options struct {
 
 // Store gathers feature rows on one GPU. It is safe for concurrent use.
 type Store struct {
-	dev        *cuda.Device
+	dev        backend.Backend
+	queue      backend.Enqueuer
 	rows, cols int
-	host       *cuda.HostBuffer // whole table, mapped
-	hot        *cuda.Buffer     // hotRows x cols
-	slot       *cuda.Buffer     // int32 per node: hot row or -1 (nil when nothing is hot)
+	host       backend.HostBuffer // whole table, mapped
+	hot        backend.Buffer     // hotRows x cols
+	slot       backend.Buffer     // int32 per node: hot row or -1 (nil when nothing is hot)
 	hotRows    int
-	gather     cu.Function
-	gather4    cu.Function
+	gather     backend.Kernel
+	gather4    backend.Kernel
+}
+
+// device is what a Store needs of its back end: kernels compiled at run
+// time, a queue to launch them on and mapped pinned memory for the table.
+type device interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.PinnedMemory
 }
 
 // HotByInDegree orders nodes by decreasing in-degree (row length of the
@@ -60,10 +68,15 @@ func HotByInDegree(in *graph.CSR) []graph.NodeID {
 
 // New copies the rows x cols table feats (row-major) into mapped pinned
 // host memory and the hottest rows, within opt.BudgetBytes, into device
-// memory.
-func New(dev *cuda.Device, feats []float32, rows, cols int, opt Options) (*Store, error) {
-	if dev == nil {
+// memory. dev must compile and launch kernels and map pinned memory
+// (backend.Kernels, Enqueuer and PinnedMemory: the CUDA back end).
+func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Store, error) {
+	if b == nil {
 		return nil, fmt.Errorf("feature: nil device")
+	}
+	dev, ok := b.(device)
+	if !ok {
+		return nil, fmt.Errorf("feature: %s cannot gather on the device: it lacks run-time kernels, a queue or mapped pinned memory (backend.Kernels, Enqueuer, PinnedMemory)", b.Name())
 	}
 	if rows < 0 || cols <= 0 || rows >= 1<<31 || len(feats) != rows*cols {
 		return nil, fmt.Errorf("feature: table of %d values is not %d rows x %d cols (rows < 2^31, cols > 0)", len(feats), rows, cols)
@@ -71,21 +84,21 @@ func New(dev *cuda.Device, feats []float32, rows, cols int, opt Options) (*Store
 	if opt.BudgetBytes < 0 {
 		return nil, fmt.Errorf("feature: negative budget %d", opt.BudgetBytes)
 	}
-	s := &Store{dev: dev, rows: rows, cols: cols}
-	mod, err := dev.LoadModule("feature", cuda.CommonSource()+kernelSrc)
+	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols}
+	mod, err := dev.LoadKernels("feature", kernelSrc)
 	if err != nil {
 		return nil, err
 	}
-	if s.gather, err = mod.Func("feat_gather"); err != nil {
+	if s.gather, err = mod.Kernel("feat_gather"); err != nil {
 		return nil, err
 	}
-	if s.gather4, err = mod.Func("feat_gather4"); err != nil {
+	if s.gather4, err = mod.Kernel("feat_gather4"); err != nil {
 		return nil, err
 	}
 	if rows == 0 {
 		return s, nil
 	}
-	if s.host, err = dev.AllocHost(uint64(len(feats))*4, true); err != nil {
+	if s.host, err = dev.AllocPinned(uint64(len(feats))*4, true); err != nil {
 		return nil, fmt.Errorf("feature: pinning the %d x %d table: %w", rows, cols, err)
 	}
 	copy(s.host.Float32s(), feats)
@@ -129,7 +142,7 @@ func New(dev *cuda.Device, feats []float32, rows, cols int, opt Options) (*Store
 	return s, nil
 }
 
-func (s *Store) upload(dst **cuda.Buffer, dt backend.DType, data any) error {
+func (s *Store) upload(dst *backend.Buffer, dt backend.DType, data any) error {
 	n := 0
 	switch v := data.(type) {
 	case []int32:
@@ -141,7 +154,7 @@ func (s *Store) upload(dst **cuda.Buffer, dt backend.DType, data any) error {
 	if err != nil {
 		return fmt.Errorf("feature: device cache: %w", err)
 	}
-	*dst = b.(*cuda.Buffer)
+	*dst = b
 	return s.dev.Upload(b, data)
 }
 
@@ -163,40 +176,37 @@ func (s *Store) DeviceBytes() int64 {
 }
 
 // Gather writes the rows of nodes (an int32 device buffer, each in
-// [0, Rows())) into dst (len(nodes) x Cols() float32 device buffer).
-// Bad node ids zero their row and are reported by the device's next
-// Synchronize as a *backend.IndexError.
-func (s *Store) Gather(dst, nodes *cuda.Buffer) error {
+// [0, Rows())) into dst (len(nodes) x Cols() float32 device buffer), both
+// buffers of the store's device. Bad node ids zero their row and are
+// reported by the device's next Synchronize as a *backend.IndexError.
+func (s *Store) Gather(dst, nodes backend.Buffer) error {
 	const op = "feature.Gather"
-	if nodes == nil || nodes.DType() != backend.Int32 || nodes.Device() != s.dev {
+	if nodes == nil || nodes.DType() != backend.Int32 {
 		return &backend.ShapeError{Op: op, Msg: "nodes must be an int32 buffer on the store's device"}
 	}
 	n := nodes.Len()
 	if err := backend.CheckLen(op, "dst", dst, backend.Float32, n*s.cols); err != nil {
 		return err
 	}
-	if dst.Device() != s.dev {
-		return &backend.ShapeError{Op: op, Msg: "dst lives on another device"}
-	}
 	if n == 0 {
 		return nil
 	}
-	return s.dev.Do(func(l *cuda.Locked) error {
-		slot, err := l.IndexSlot(op, "nodes", nodes, s.rows)
+	return s.queue.Enqueue(func(q backend.Queue) error {
+		// The queue refuses buffers of another device (ShapeError).
+		slot, err := q.IndexSlot(op, "nodes", nodes, s.rows)
 		if err != nil {
 			return err
 		}
-		var cold cu.DevPtr
+		var cold backend.DevPtr
 		if s.host != nil {
-			cold = s.host.DevPtr()
+			cold = s.host.DeviceAddr()
 		}
-		hot, sl := s.hot.Ptr(), s.slot.Ptr()
-		if s.cols%4 == 0 && dst.Ptr()%16 == 0 {
-			return l.Launch1D(s.gather4, int64(n)*int64(s.cols/4), uint64(dst.Ptr()), uint64(nodes.Ptr()), cu.I64(int64(n)),
-				uint64(sl), uint64(hot), uint64(cold), cu.I64(int64(s.rows)), cu.I64(int64(s.cols/4)), slot)
+		if s.cols%4 == 0 && q.Aligned(dst, 16) {
+			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
+				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot))
 		}
-		return l.Launch1D(s.gather, int64(n)*int64(s.cols), uint64(dst.Ptr()), uint64(nodes.Ptr()), cu.I64(int64(n)),
-			uint64(sl), uint64(hot), uint64(cold), cu.I64(int64(s.rows)), cu.I64(int64(s.cols)), slot)
+		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
+			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot))
 	})
 }
 

@@ -4,17 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // gpu returns GPU 0, skipping the test without one.
-func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
+var gpu = gputest.One
 
 func TestHotByInDegree(t *testing.T) {
 	g := &graph.CSR{NumRows: 5, NumCols: 5, Indptr: []int64{0, 1, 4, 4, 7, 8}, Indices: []int32{0, 1, 2, 3, 0, 1, 2, 4}}
@@ -28,7 +28,7 @@ func TestHotByInDegree(t *testing.T) {
 }
 
 func TestKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "feature.cu")
+	gputest.CompileKernels(t, kernelSrc, "feature.cu")
 }
 
 // TestGatherSplits gathers random rows with the whole table cold, part
@@ -60,7 +60,7 @@ func TestGatherSplits(t *testing.T) {
 			nb, _ := d.Alloc(backend.Int32, len(nodes))
 			d.Upload(nb, nodes)
 			out, _ := d.Alloc(backend.Float32, len(nodes)*cols)
-			if err := s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer)); err != nil {
+			if err := s.Gather(out, nb); err != nil {
 				t.Fatal(err)
 			}
 			got := make([]float32, len(nodes)*cols)
@@ -81,7 +81,7 @@ func TestGatherSplits(t *testing.T) {
 			bad, _ := d.Alloc(backend.Int32, 3)
 			d.Upload(bad, []int32{0, int32(rows), 1})
 			out3, _ := d.Alloc(backend.Float32, 3*cols)
-			if err := s.Gather(out3.(*cuda.Buffer), bad.(*cuda.Buffer)); err != nil {
+			if err := s.Gather(out3, bad); err != nil {
 				t.Fatal(err)
 			}
 			var ie *backend.IndexError
@@ -93,6 +93,22 @@ func TestGatherSplits(t *testing.T) {
 			}
 			s.Close()
 		}
+	}
+}
+
+// TestNewNeedsKernels: a back end that cannot run the gather kernels
+// (the CPU's) is refused by New, naming what it lacks.
+func TestNewNeedsKernels(t *testing.T) {
+	c, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(c, make([]float32, 6), 2, 3, Options{})
+	if err == nil || !strings.Contains(err.Error(), "cpu cannot gather") || !strings.Contains(err.Error(), "backend.Kernels") {
+		t.Fatalf("New on the cpu back end: %v", err)
+	}
+	if _, err := New(nil, nil, 0, 1, Options{}); err == nil {
+		t.Fatal("New on a nil device: no error")
 	}
 }
 
@@ -140,11 +156,11 @@ func BenchmarkGather(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer))
+			s.Gather(out, nb)
 			d.Synchronize()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := s.Gather(out.(*cuda.Buffer), nb.(*cuda.Buffer)); err != nil {
+				if err := s.Gather(out, nb); err != nil {
 					b.Fatal(err)
 				}
 			}

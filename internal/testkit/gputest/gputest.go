@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
@@ -86,4 +87,13 @@ func Devices(t testing.TB, n int) []*cuda.Device {
 		t.Skipf("needs %d GPUs, found %d", n, len(devs))
 	}
 	return devs[:n]
+}
+
+// CompileKernels compiles src as the CUDA back end's LoadKernels does
+// (after its common definitions, cuda.CommonSource), with
+// testkit.CompileCUDA: kernel errors show up on any machine with
+// libnvrtc, no GPU needed; without it t is skipped.
+func CompileKernels(t testing.TB, src, name string) []byte {
+	t.Helper()
+	return testkit.CompileCUDA(t, cuda.CommonSource()+src, name)
 }
