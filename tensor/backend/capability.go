@@ -1,9 +1,14 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
+
+// ErrOutOfMemory is matched (errors.Is) by the errors of back ends that
+// ran out of device memory (the CUDA back end's *cuda.OOMError).
+var ErrOutOfMemory = errors.New("out of device memory")
 
 // Capabilities: small optional interfaces that some back ends implement
 // beyond Backend. Code above the back ends discovers one with a type
@@ -18,6 +23,7 @@ import (
 //	Fences        marks in the queue, waited for without the lock  yes  yes
 //	PinnedMemory  page-locked host memory, mapped for kernels      yes  yes
 //	SparseBuilder a Sparse over CSR buffers already on the device  yes  yes
+//	CSRBuffers    the buffers of a Sparse (on Sparse values)       yes  yes
 //	Memory        free and total device memory                     no   yes
 //	Kernels       kernels compiled at run time, and launched       no   yes
 //	Enqueuer      a batch of queued ops under the device's lock    no   yes
@@ -166,6 +172,14 @@ type SparseBuilder interface {
 	SparseFromBuffers(rows, cols int, indptr, indices Buffer) (Sparse, error)
 }
 
+// CSRBuffers is implemented by the Sparse matrices of back ends that keep
+// their structure in buffers (both back ends').
+type CSRBuffers interface {
+	// CSR returns the row pointers (int64, rows+1) and column indices
+	// (int32, nnz). They belong to the matrix: do not change or free them.
+	CSR() (indptr, indices Buffer)
+}
+
 // Memory is implemented by back ends that can tell their device's free
 // and total memory.
 type Memory interface {
@@ -222,6 +236,8 @@ type Queue interface {
 	// or []int64 of dst's dtype, at most dst.Len() elements) into the
 	// start of dst; src may be reused as soon as UploadFrom returns.
 	UploadFrom(dst Buffer, src any) error
+	// Copy queues a copy of src into dst (same dtype and length).
+	Copy(dst, src Buffer) error
 	// CopyToHost queues a copy of the first bytes of src into dst at
 	// byte offset off; read dst after Sync or a Fence.
 	CopyToHost(dst HostBuffer, off uint64, src Buffer, bytes uint64) error

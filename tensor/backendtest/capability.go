@@ -320,6 +320,22 @@ func capSparse(t *testing.T, b backend.Backend) {
 	if !slices.Equal(outs[0], outs[1]) {
 		t.Errorf("SpMM over the buffers %v, over NewSparse %v", outs[1], outs[0])
 	}
+	for i, m := range []backend.Sparse{ref, a} {
+		cb, ok := m.(backend.CSRBuffers)
+		if !ok {
+			t.Errorf("matrix %d has no CSR buffers (backend.CSRBuffers)", i)
+			continue
+		}
+		ip, ix := cb.CSR()
+		if got := downI64(t, b, ip); !slices.Equal(got, indptr) {
+			t.Errorf("matrix %d: CSR row pointers %v", i, got)
+		}
+		got := make([]int32, ix.Len())
+		must(t, "Download", b.Download(got, ix))
+		if !slices.Equal(got, indices) {
+			t.Errorf("matrix %d: CSR indices %v", i, got)
+		}
+	}
 	f := upF32(t, b, []float32{0, 1, 2, 3})
 	defer b.Free(f)
 	short := upI64(t, b, []int64{0, 1})
@@ -363,7 +379,7 @@ func capQueue(t *testing.T, b backend.Backend) {
 		must(t, "NewFence", err)
 		defer f.Close()
 	}
-	var kept backend.Buffer
+	var kept, kept2 backend.Buffer
 	err = enq.Enqueue(func(q backend.Queue) error {
 		in, err := q.AllocRaw(backend.Int64, 6)
 		if err != nil {
@@ -387,6 +403,14 @@ func capQueue(t *testing.T, b backend.Backend) {
 		if err := q.CopyToHost(h, 0, out, 8*6); err != nil {
 			return err
 		}
+		cp, err := q.AllocRaw(backend.Int64, 6)
+		if err != nil {
+			return err
+		}
+		kept2 = cp
+		if err := q.Copy(cp, out); err != nil {
+			return err
+		}
 		if !q.Aligned(out, 8) {
 			return errors.New("a fresh buffer is not 8-byte aligned")
 		}
@@ -405,7 +429,11 @@ func capQueue(t *testing.T, b backend.Backend) {
 	if got := downI64(t, b, kept); !slices.Equal(got, []int64{0, 3, 4, 8, 9, 14}) {
 		t.Errorf("scan kept on the device: %v", got)
 	}
+	if got := downI64(t, b, kept2); !slices.Equal(got, []int64{0, 3, 4, 8, 9, 14}) {
+		t.Errorf("copy of the scan: %v", got)
+	}
 	b.Free(kept)
+	b.Free(kept2)
 	// Errors: bad dtype, too long an upload, nil scan arguments, a host
 	// buffer too small; Sync works; the queue stays usable.
 	err = enq.Enqueue(func(q backend.Queue) error {
@@ -422,6 +450,9 @@ func capQueue(t *testing.T, b backend.Backend) {
 		}
 		if err := q.UploadFrom(small, []int32{1}); err == nil {
 			t.Error("UploadFrom of int32 into int64: no error")
+		}
+		if err := q.Copy(small, nil); err == nil {
+			t.Error("Copy from nil: no error")
 		}
 		if err := q.ScanI64(nil, small, 2); err == nil {
 			t.Error("ScanI64 into nil: no error")

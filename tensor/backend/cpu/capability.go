@@ -17,7 +17,14 @@ var (
 	_ backend.Fences        = (*Backend)(nil)
 	_ backend.PinnedMemory  = (*Backend)(nil)
 	_ backend.SparseBuilder = (*Backend)(nil)
+	_ backend.CSRBuffers    = (*Sparse)(nil)
 )
+
+// CSR returns buffers sharing the matrix's row pointers and column
+// indices.
+func (s *Sparse) CSR() (indptr, indices backend.Buffer) {
+	return WrapI64(s.indptr), WrapI32(s.indices)
+}
 
 // Slice returns a buffer sharing elements [off, off+n) of b's slice.
 func (b *Buffer) Slice(off, n int) (backend.Buffer, error) {

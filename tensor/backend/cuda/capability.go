@@ -19,6 +19,7 @@ var (
 	_ backend.PinnedMemory  = (*Device)(nil)
 	_ backend.SparseBuilder = (*Device)(nil)
 	_ backend.Memory        = (*Device)(nil)
+	_ backend.CSRBuffers    = (*Sparse)(nil)
 	_ backend.Kernels       = (*Device)(nil)
 	_ backend.Enqueuer      = (*Device)(nil)
 )
@@ -93,6 +94,12 @@ func (d *Device) SparseFromBuffers(rows, cols int, indptr, indices backend.Buffe
 	}
 	return s, nil
 }
+
+// CSR returns the matrix's row pointers and column indices.
+func (s *Sparse) CSR() (indptr, indices backend.Buffer) { return s.ptr, s.col }
+
+// Is makes an *OOMError match backend.ErrOutOfMemory.
+func (e *OOMError) Is(target error) bool { return target == backend.ErrOutOfMemory }
 
 // fence is the backend.Fence of a Device: an event (without timing) in
 // the primary context, which the fence holds a reference to, so that Wait

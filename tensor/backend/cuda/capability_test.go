@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -108,5 +109,17 @@ func TestLaunchKernels(t *testing.T) {
 	// y[0:2] = x[0:2]; y[2:6] = 2.5*x - 1 + 7.
 	if want := []float32{1, 2, 8.5, 11, 13.5, 16}; !slices.Equal(got, want) {
 		t.Fatalf("y = %v, want %v", got, want)
+	}
+}
+
+// TestOOMErrorIs: code above the back end recognizes running out of
+// device memory without naming *OOMError.
+func TestOOMErrorIs(t *testing.T) {
+	var err error = fmt.Errorf("evaluation: %w", &OOMError{Device: "cuda:0", Requested: 1 << 40})
+	if !errors.Is(err, backend.ErrOutOfMemory) {
+		t.Fatalf("%v does not match backend.ErrOutOfMemory", err)
+	}
+	if errors.Is(errors.New("other"), backend.ErrOutOfMemory) {
+		t.Fatal("an unrelated error matches backend.ErrOutOfMemory")
 	}
 }

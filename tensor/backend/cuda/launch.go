@@ -196,6 +196,26 @@ func (l *Locked) UploadFrom(dst backend.Buffer, src any) error {
 	return l.d.uploadLocked(d.ptr, p, uint64(n*dt.Size()))
 }
 
+// Copy queues a copy of src into dst (same dtype and length; either may
+// be a buffer of a sibling handle of this GPU).
+func (l *Locked) Copy(dst, src backend.Buffer) error {
+	s, err := l.buf("Copy", "src", src)
+	if err != nil {
+		return err
+	}
+	d, err := l.buf("Copy", "dst", dst)
+	if err != nil {
+		return err
+	}
+	if s == nil || d == nil || s.dt != d.dt || s.n != d.n {
+		return &backend.ShapeError{Op: "Copy", Msg: fmt.Sprintf("copy of %d %v into %d %v", s.Len(), s.DType(), d.Len(), d.DType())}
+	}
+	if s.n == 0 || s.ptr == d.ptr {
+		return nil
+	}
+	return l.d.timed("memcpy DtoD", func() error { return cu.MemcpyDtoDAsync(d.ptr, s.ptr, uint64(s.n*s.dt.Size()), l.d.stream) })
+}
+
 // CopyToHost queues a copy of src's first bytes into pinned host memory
 // (a *HostBuffer) at byte offset off; read it after Sync.
 func (l *Locked) CopyToHost(dst backend.HostBuffer, off uint64, src backend.Buffer, bytes uint64) error {
