@@ -6,11 +6,21 @@
 //
 // Sampler implements sample.Sampler: Sample downloads the blocks into a
 // sample.MiniBatch. SampleDevice keeps them on the GPU as a Batch whose
-// blocks are cuda.Sparse matrices and device buffers, usable by the
+// blocks are back-end Sparse matrices and device buffers, usable by the
 // model without re-upload: Batch.NNBlocks hands them to package nn
 // (nn.NewBlockFromSparse) with no host copy. SampleAsync queues a batch
 // and Pending.Wait collects it, so a training loop can queue the next
 // batch ahead of the current step and keep the GPU busy.
+//
+// # Back end
+//
+// The sampler is written against package backend's capabilities, found
+// once in New: Kernels and Enqueuer (its CUDA C, sample.cu and hop.cu,
+// is embedded here and compiled by the back end), PinnedMemory (the
+// Mapped and Split placements, and the sizes read back per batch),
+// Fences and SparseBuilder. The CUDA back end has them all; New refuses
+// a back end without them, naming what it lacks. Sibling samplers run on
+// handles from backend.Siblings.
 //
 // # Draws
 //

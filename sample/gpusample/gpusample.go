@@ -10,11 +10,9 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed sample.cu
@@ -52,38 +50,67 @@ type Config struct {
 // Sampler draws mini-batches on one GPU. It is safe for concurrent use
 // (calls serialize on the device).
 type Sampler struct {
-	dev    *cuda.Device
-	n      int64
-	cfg    Config
-	mod    *cuda.Module
-	fns    map[string]cu.Function
-	indptr cu.DevPtr // int64 n+1
-	index  cu.DevPtr // int32 nnz
-	cum    cu.DevPtr // float64 nnz (weighted with replacement)
-	w      cu.DevPtr // float32 nnz (weighted)
-	posDeg cu.DevPtr // int32 n (weighted)
-	dpos   cu.DevPtr // Split: int64 n, row v's start in didx or -1
-	didx   cu.DevPtr // Split: int32, the adjacency of the device rows
+	dev device
+	n   int64
+	cfg Config
+	fns map[string]backend.Kernel
+	// The topology, as kernel arguments: a device buffer, an address of
+	// mapped pinned host memory, or 0 when absent.
+	indptr backend.Arg // int64 n+1
+	index  backend.Arg // int32 nnz
+	cum    backend.Arg // float64 nnz (weighted with replacement)
+	w      backend.Arg // float32 nnz (weighted)
+	posDeg backend.Arg // int32 n (weighted)
+	dpos   backend.Arg // Split: int64 n, row v's start in didx or -1
+	didx   backend.Arg // Split: int32, the adjacency of the device rows
 	// devBytes and hostBytes are the topology's bytes in GPU memory and
 	// in pinned host memory.
 	devBytes, hostBytes int64
-	owned               []*cuda.Buffer
-	hosts               []*cuda.HostBuffer
+	owned               []backend.Buffer
+	hosts               []backend.HostBuffer
 
-	mu     sync.Mutex         // guards the pools and closed
-	sizes  []*cuda.HostBuffer // idle pinned areas for per-hop {nd, E, numSrc}
-	events []cu.Event         // idle events marking the end of a batch's work
+	mu     sync.Mutex           // guards the pools and closed
+	sizes  []backend.HostBuffer // idle pinned areas for per-hop {nd, E, numSrc}
+	fences []backend.Fence      // idle fences marking the end of a batch's work
 	closed bool
+}
+
+// device is what a Sampler needs of its back end (found once, in New):
+// kernels compiled at run time and a queue to launch them on, pinned
+// memory (mapped, for the Mapped and Split placements; and for reading
+// sizes), fences, and matrices over the blocks it builds.
+type device interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.PinnedMemory
+	backend.Fences
+	backend.SparseBuilder
+}
+
+// asDevice returns b's capabilities, or an error naming what it lacks.
+func asDevice(op string, b backend.Backend) (device, error) {
+	if b == nil {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: "nil device", Err: sample.ErrConfig}
+	}
+	d, ok := b.(device)
+	if !ok {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Err: sample.ErrConfig,
+			Detail: b.Name() + " cannot sample on the device: it lacks run-time kernels, a queue, pinned memory, fences or sparse matrices over its buffers (backend.Kernels, Enqueuer, PinnedMemory, Fences, SparseBuilder)"}
+	}
+	return d, nil
 }
 
 var _ sample.Sampler = (*Sampler)(nil)
 
 // New checks g (an in-adjacency CSR, square) and cfg, and places the graph
-// on dev.
-func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
+// on b, a back end with the capabilities listed in the package doc (the
+// CUDA back end).
+func New(b backend.Backend, g *graph.CSR, cfg Config) (*Sampler, error) {
 	const op = "gpusample.New"
-	if dev == nil {
-		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: "nil device", Err: sample.ErrConfig}
+	dev, err := asDevice(op, b)
+	if err != nil {
+		return nil, err
 	}
 	if g == nil {
 		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: "nil graph", Err: sample.ErrGraph}
@@ -152,7 +179,6 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	var err error
 	fail := func(err error) (*Sampler, error) { s.Close(); return nil, err }
 	// Per-row arrays stay on the GPU with Split; per-edge arrays go to
 	// host memory there (the device rows' neighbors are copied).
@@ -189,33 +215,33 @@ func New(dev *cuda.Device, g *graph.CSR, cfg Config) (*Sampler, error) {
 
 // load compiles (or finds cached) and loads the kernels on s.dev.
 func (s *Sampler) load() error {
-	mod, err := s.dev.LoadModule("gpusample", cuda.CommonSource()+kernelSrc)
+	mod, err := s.dev.LoadKernels("gpusample", kernelSrc)
 	if err != nil {
 		return err
 	}
-	s.mod = mod
-	s.fns = map[string]cu.Function{}
+	s.fns = map[string]backend.Kernel{}
 	for _, name := range []string{"gs_count", "gs_sample", "gs_insert", "gs_flags", "gs_relabel"} {
-		if s.fns[name], err = mod.Func(name); err != nil {
+		if s.fns[name], err = mod.Kernel(name); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Sibling returns a sampler on dev, another handle of the same GPU (its
-// own stream, lock and allocator), that reads s's topology in place:
-// nothing is copied, and it draws the same batches as s. Several
-// goroutines can then sample at once without serializing on one stream.
-// The sibling owns no topology (TopologyBytes reports 0); close it
-// before s.
-func (s *Sampler) Sibling(dev *cuda.Device) (*Sampler, error) {
+// Sibling returns a sampler on b, another handle of the same GPU (its
+// own stream, lock and allocator: backend.Siblings), that reads s's
+// topology in place: nothing is copied, and it draws the same batches as
+// s. Several goroutines can then sample at once without serializing on
+// one stream. The sibling owns no topology (TopologyBytes reports 0);
+// close it before s.
+func (s *Sampler) Sibling(b backend.Backend) (*Sampler, error) {
 	const op = "gpusample.Sibling"
-	if dev == nil {
-		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: "nil device", Err: sample.ErrConfig}
+	dev, err := asDevice(op, b)
+	if err != nil {
+		return nil, err
 	}
-	if dev.Ordinal() != s.dev.Ordinal() {
-		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: fmt.Sprintf("GPU %d, but the topology is on GPU %d", dev.Ordinal(), s.dev.Ordinal()), Err: sample.ErrConfig}
+	if sib, ok := s.dev.(backend.Siblings); !ok || !sib.SameDevice(dev) {
+		return nil, &sample.Error{Op: op, Field: "dev", Pos: -1, Detail: fmt.Sprintf("%s, but the topology is on %s (not a handle of the same GPU)", dev.Name(), s.dev.Name()), Err: sample.ErrConfig}
 	}
 	s.mu.Lock()
 	closed := s.closed
@@ -274,8 +300,8 @@ func splitRows(g *graph.CSR, rows []graph.NodeID) (dpos []int64, didx []int32, e
 func (s *Sampler) TopologyBytes() (device, host int64) { return s.devBytes, s.hostBytes }
 
 // place copies a host array to the device, or into mapped pinned memory
-// when onHost.
-func (s *Sampler) place(data any, onHost bool) (cu.DevPtr, error) {
+// when onHost, and returns it as a kernel argument.
+func (s *Sampler) place(data any, onHost bool) (backend.Arg, error) {
 	var n, size int
 	var p unsafe.Pointer
 	var dt backend.DType
@@ -301,28 +327,27 @@ func (s *Sampler) place(data any, onHost bool) (cu.DevPtr, error) {
 			p = unsafe.Pointer(&v[0])
 		}
 	default:
-		return 0, fmt.Errorf("gpusample: place %T", data)
+		return backend.Arg{}, fmt.Errorf("gpusample: place %T", data)
 	}
 	if n == 0 {
-		return 0, nil
+		return backend.Arg{}, nil
 	}
 	bytes := unsafe.Slice((*byte)(p), n*size)
 	if onHost {
-		h, err := s.dev.AllocHost(uint64(len(bytes)), true)
+		h, err := s.dev.AllocPinned(uint64(len(bytes)), true)
 		if err != nil {
-			return 0, err
+			return backend.Arg{}, err
 		}
 		copy(h.Bytes(), bytes)
 		s.hosts = append(s.hosts, h)
 		s.hostBytes += int64(len(bytes))
-		return h.DevPtr(), nil
+		return backend.Addr(h.DeviceAddr()), nil
 	}
 	s.devBytes += int64(len(bytes))
-	buf, err := s.dev.Alloc(dt, n)
+	b, err := s.dev.Alloc(dt, n)
 	if err != nil {
-		return 0, err
+		return backend.Arg{}, err
 	}
-	b := buf.(*cuda.Buffer)
 	s.owned = append(s.owned, b)
 	var uerr error
 	switch v := data.(type) {
@@ -331,7 +356,7 @@ func (s *Sampler) place(data any, onHost bool) (cu.DevPtr, error) {
 	default:
 		uerr = s.dev.Upload(b, data)
 	}
-	return b.Ptr(), uerr
+	return backend.Buf(b), uerr
 }
 
 // Close releases the graph copy. The Sampler must not be used afterwards
@@ -345,13 +370,8 @@ func (s *Sampler) Close() error {
 			first = err
 		}
 	}
-	if len(s.events) > 0 {
-		keep(s.dev.Do(func(l *cuda.Locked) error {
-			for _, e := range s.events {
-				keep(e.Destroy())
-			}
-			return nil
-		}))
+	for _, f := range s.fences {
+		keep(f.Close())
 	}
 	for _, b := range s.owned {
 		s.dev.Free(b)
@@ -361,68 +381,64 @@ func (s *Sampler) Close() error {
 			keep(h.Free())
 		}
 	}
-	s.owned, s.hosts, s.sizes, s.events, s.closed = nil, nil, nil, nil, true
+	s.owned, s.hosts, s.sizes, s.fences, s.closed = nil, nil, nil, nil, true
 	return first
 }
 
-// take returns a pinned sizes area and an event from the pools, making
-// a sizes area when the pool is empty; ev is 0 when the event pool is
-// empty (events are made inside Do, where the context is current).
-func (s *Sampler) take() (*cuda.HostBuffer, cu.Event, error) {
+// take returns a pinned sizes area and a fence from the pools, making
+// them when a pool is empty.
+func (s *Sampler) take() (backend.HostBuffer, backend.Fence, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, 0, &sample.Error{Op: "gpusample.Sample", Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
+		return nil, nil, &sample.Error{Op: "gpusample.Sample", Field: "sampler", Pos: -1, Detail: "closed", Err: sample.ErrConfig}
 	}
-	var h *cuda.HostBuffer
+	var h backend.HostBuffer
 	if k := len(s.sizes); k > 0 {
 		h, s.sizes = s.sizes[k-1], s.sizes[:k-1]
 	}
-	var ev cu.Event
-	if k := len(s.events); k > 0 {
-		ev, s.events = s.events[k-1], s.events[:k-1]
+	var f backend.Fence
+	if k := len(s.fences); k > 0 {
+		f, s.fences = s.fences[k-1], s.fences[:k-1]
 	}
 	s.mu.Unlock()
 	if h == nil {
 		var err error
-		if h, err = s.dev.AllocHost(uint64(24*len(s.cfg.Fanouts)+64), false); err != nil {
-			s.give(nil, ev)
-			return nil, 0, err
+		if h, err = s.dev.AllocPinned(uint64(24*len(s.cfg.Fanouts)+64), false); err != nil {
+			s.give(nil, f)
+			return nil, nil, err
 		}
 	}
-	return h, ev, nil
+	if f == nil {
+		var err error
+		if f, err = s.dev.NewFence(); err != nil {
+			s.give(h, nil)
+			return nil, nil, err
+		}
+	}
+	return h, f, nil
 }
 
-// give returns a sizes area and an event to the pools.
-func (s *Sampler) give(h *cuda.HostBuffer, ev cu.Event) {
+// give returns a sizes area and a fence to the pools.
+func (s *Sampler) give(h backend.HostBuffer, f backend.Fence) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h != nil {
 		s.sizes = append(s.sizes, h)
 	}
-	if ev != 0 {
-		s.events = append(s.events, ev)
+	if f != nil {
+		s.fences = append(s.fences, f)
 	}
 }
 
 // NumHops is the number of blocks per batch.
 func (s *Sampler) NumHops() int { return len(s.cfg.Fanouts) }
 
-// Block is one hop's message-flow graph in device memory. A (rows =
-// destinations, columns = sources, local ids) is a cuda.Sparse ready for
-// SpMM; SrcNodes holds the sources' global ids (destinations first).
-type Block struct {
-	NumDst, NumSrc, NumEdges int
-	A                        *cuda.Sparse // NumDst x NumSrc
-	SrcNodes                 *cuda.Buffer // int32, NumSrc
-	EdgeIDs                  *cuda.Buffer // int64, NumEdges: positions in the graph's indices
-}
-
 // Batch is a MiniBatch whose blocks stay on the GPU. Blocks[0] consumes
 // the input features of Blocks[0].SrcNodes; the last block's destinations
 // are the seeds.
 type Batch struct {
-	dev    *cuda.Device
+	dev    backend.Backend
 	Seeds  []graph.NodeID
 	Blocks []Block
 }
@@ -442,10 +458,6 @@ func (b *Batch) Free() {
 	}
 	b.Blocks = nil
 }
-
-// InputNodes returns the device buffer of nodes whose features the first
-// layer reads.
-func (b *Batch) InputNodes() *cuda.Buffer { return b.Blocks[0].SrcNodes }
 
 // NNBlocks hands the batch's blocks to package nn without a host copy
 // (nn.NewBlockFromSparse), first layer first: the last block's
@@ -484,6 +496,10 @@ func (b *Batch) Download() (*sample.MiniBatch, error) {
 		if k.A == nil {
 			return nil, fmt.Errorf("gpusample: block %d was handed to nn (NNBlocks)", i)
 		}
+		ip, ix, err := csr(k.A)
+		if err != nil {
+			return nil, err
+		}
 		hb := sample.Block{
 			SrcNodes: make([]graph.NodeID, k.NumSrc),
 			NumDst:   k.NumDst,
@@ -494,7 +510,7 @@ func (b *Batch) Download() (*sample.MiniBatch, error) {
 		for _, c := range []struct {
 			dst any
 			src backend.Buffer
-		}{{hb.SrcNodes, k.SrcNodes}, {hb.Indptr, k.A.Indptr()}, {hb.Indices, k.A.Indices()}, {hb.EdgeIDs, k.EdgeIDs}} {
+		}{{hb.SrcNodes, k.SrcNodes}, {hb.Indptr, ip}, {hb.Indices, ix}, {hb.EdgeIDs, k.EdgeIDs}} {
 			if err := b.dev.Download(c.dst, c.src); err != nil {
 				return nil, err
 			}
@@ -514,11 +530,15 @@ func (b *Batch) Structure(i int) (indptr []int64, indices []int32, err error) {
 	if k.A == nil {
 		return nil, nil, fmt.Errorf("gpusample: block %d was handed to nn (NNBlocks)", i)
 	}
-	indptr, indices = make([]int64, k.NumDst+1), make([]int32, k.NumEdges)
-	if err := b.dev.Download(indptr, k.A.Indptr()); err != nil {
+	ip, ix, err := csr(k.A)
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := b.dev.Download(indices, k.A.Indices()); err != nil {
+	indptr, indices = make([]int64, k.NumDst+1), make([]int32, k.NumEdges)
+	if err := b.dev.Download(indptr, ip); err != nil {
+		return nil, nil, err
+	}
+	if err := b.dev.Download(indices, ix); err != nil {
 		return nil, nil, err
 	}
 	return indptr, indices, nil
@@ -553,9 +573,19 @@ func checkSeeds(op string, seeds []graph.NodeID, n int64) error {
 	return nil
 }
 
+// csr returns the buffers of a block's matrix (backend.CSRBuffers).
+func csr(a backend.Sparse) (indptr, indices backend.Buffer, err error) {
+	c, ok := a.(backend.CSRBuffers)
+	if !ok {
+		return nil, nil, fmt.Errorf("gpusample: a %T block matrix has no CSR buffers (backend.CSRBuffers)", a)
+	}
+	indptr, indices = c.CSR()
+	return indptr, indices, nil
+}
+
 // hop holds one hop's device buffers (allocated for upper bounds).
 type hop struct {
-	ptr, eid, src, local, srcNodes *cuda.Buffer
+	ptr, eid, src, local, srcNodes backend.Buffer
 	ndmax, emax, pmax              int64
 }
 
@@ -576,9 +606,9 @@ type Pending struct {
 	s     *Sampler
 	batch *Batch
 	hops  []hop
-	keep  []*cuda.Buffer
-	sizes *cuda.HostBuffer
-	ev    cu.Event
+	keep  []backend.Buffer
+	sizes backend.HostBuffer
+	fence backend.Fence // marks the end of the batch's work
 	done  bool
 }
 
@@ -597,23 +627,17 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 	L := len(s.cfg.Fanouts)
 	p := &Pending{s: s, hops: make([]hop, L), batch: &Batch{dev: s.dev, Seeds: slices.Clone(seeds)}}
 	hops := p.hops
-	var tmp []*cuda.Buffer
+	var tmp []backend.Buffer
 	var err error
-	if p.sizes, p.ev, err = s.take(); err != nil {
+	if p.sizes, p.fence, err = s.take(); err != nil {
 		return nil, err
 	}
-	err = s.dev.Do(func(l *cuda.Locked) error {
-		if p.ev == 0 {
-			var err error
-			if p.ev, err = cu.EventCreate(cu.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-		alloc := func(dt backend.DType, n int64, kept bool) (*cuda.Buffer, error) {
+	err = s.dev.Enqueue(func(q backend.Queue) error {
+		alloc := func(dt backend.DType, n int64, kept bool) (backend.Buffer, error) {
 			if n >= math.MaxInt32 {
 				return nil, &sample.Error{Op: op, Field: "seeds", Pos: -1, Detail: fmt.Sprintf("a hop would hold up to %d entries", n), Err: sample.ErrTooLarge}
 			}
-			b, err := l.Alloc(dt, int(n))
+			b, err := q.AllocRaw(dt, int(n))
 			if err != nil {
 				return nil, err
 			}
@@ -629,17 +653,17 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 		if err != nil {
 			return err
 		}
-		if err := l.UploadFrom(nd0, []int64{int64(len(seeds))}); err != nil {
+		if err := q.UploadFrom(nd0, []int64{int64(len(seeds))}); err != nil {
 			return err
 		}
 		dst, err := alloc(backend.Int32, int64(max(len(seeds), 1)), false)
 		if err != nil {
 			return err
 		}
-		if err := l.UploadFrom(dst, seeds); err != nil {
+		if err := q.UploadFrom(dst, seeds); err != nil {
 			return err
 		}
-		ndP := nd0.Ptr()
+		ndP := nd0 // the frontier's length on the device
 		ndmax := int64(len(seeds))
 		for h := 0; h < L; h++ {
 			k := s.cfg.Fanouts[h]
@@ -653,11 +677,11 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 				return err
 			}
 			rep, wt := b2i(s.cfg.Replace), b2i(s.cfg.Weighted)
-			if err := l.Launch1D(s.fns["gs_count"], ndmax+1, uint64(counts.Ptr()), uint64(dst.Ptr()), uint64(ndP), cu.I64(ndmax),
-				uint64(s.indptr), uint64(s.posDeg), cu.I32(int32(k)), cu.I32(rep), cu.I32(wt)); err != nil {
+			if err := q.Launch(s.fns["gs_count"], ndmax+1, backend.Buf(counts), backend.Buf(dst), backend.Buf(ndP), backend.I64(ndmax),
+				s.indptr, s.posDeg, backend.I32(int32(k)), backend.I32(rep), backend.I32(wt)); err != nil {
 				return err
 			}
-			if err := l.ScanI64(H.ptr, counts, int(ndmax+1)); err != nil {
+			if err := q.ScanI64(H.ptr, counts, int(ndmax+1)); err != nil {
 				return err
 			}
 			if k >= 0 {
@@ -665,10 +689,14 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			} else {
 				// All neighbors: read the exact edge count (one sync).
 				// (past the per-hop sizes, which earlier hops already queued)
-				if err := l.CopyToHost(p.sizes, uint64(24*L), viewAt(H.ptr, ndmax), 8); err != nil {
+				last, err := backend.View(H.ptr, int(ndmax), 1)
+				if err != nil {
 					return err
 				}
-				if err := l.Sync(); err != nil {
+				if err := q.CopyToHost(p.sizes, uint64(24*L), last, 8); err != nil {
+					return err
+				}
+				if err := q.Sync(); err != nil {
 					return err
 				}
 				H.emax = p.sizes.Int64s()[3*L]
@@ -679,15 +707,15 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			if H.src, err = alloc(backend.Int32, max(H.emax, 1), false); err != nil {
 				return err
 			}
-			var kscr *cuda.Buffer
+			var kscr backend.Buffer
 			if s.cfg.Weighted && !s.cfg.Replace {
 				if kscr, err = alloc(backend.Int64, max(H.emax, 1), false); err != nil {
 					return err
 				}
 			}
-			if err := l.Launch1D(s.fns["gs_sample"], ndmax, uint64(H.eid.Ptr()), uint64(H.src.Ptr()), uint64(kscr.Ptr()), uint64(H.ptr.Ptr()),
-				uint64(dst.Ptr()), uint64(ndP), uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-				cu.I32(int32(k)), cu.I32(rep), cu.I32(wt), sample.HopKey(key, h), uint64(s.dpos), uint64(s.didx)); err != nil {
+			if err := q.Launch(s.fns["gs_sample"], ndmax, backend.Buf(H.eid), backend.Buf(H.src), backend.Buf(kscr), backend.Buf(H.ptr),
+				backend.Buf(dst), backend.Buf(ndP), s.indptr, s.index, s.cum, s.w, s.posDeg,
+				backend.I32(int32(k)), backend.I32(rep), backend.I32(wt), backend.U64(sample.HopKey(key, h)), s.dpos, s.didx); err != nil {
 				return err
 			}
 			// Deduplicate and relabel [dst, src].
@@ -701,30 +729,30 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			if err != nil {
 				return err
 			}
-			if err := l.Memset(tkeys, 0xff); err != nil { // -1: empty
+			if err := q.Memset(tkeys, 0xff); err != nil { // -1: empty
 				return err
 			}
-			if err := l.Memset(tpos, 0x7f); err != nil { // large position
+			if err := q.Memset(tpos, 0x7f); err != nil { // large position
 				return err
 			}
-			mask := uint64(capacity - 1)
-			if err := l.Launch1D(s.fns["gs_insert"], H.pmax, uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndP),
-				uint64(H.src.Ptr()), uint64(H.ptr.Ptr())); err != nil {
+			mask := backend.U64(uint64(capacity - 1))
+			if err := q.Launch(s.fns["gs_insert"], H.pmax, backend.Buf(tkeys), backend.Buf(tpos), mask, backend.Buf(dst), backend.Buf(ndP),
+				backend.Buf(H.src), backend.Buf(H.ptr)); err != nil {
 				return err
 			}
 			flags, err := alloc(backend.Int64, H.pmax+1, false)
 			if err != nil {
 				return err
 			}
-			if err := l.Launch1D(s.fns["gs_flags"], H.pmax+1, uint64(flags.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask,
-				uint64(dst.Ptr()), uint64(ndP), uint64(H.src.Ptr()), uint64(H.ptr.Ptr()), cu.I64(H.pmax)); err != nil {
+			if err := q.Launch(s.fns["gs_flags"], H.pmax+1, backend.Buf(flags), backend.Buf(tkeys), backend.Buf(tpos), mask,
+				backend.Buf(dst), backend.Buf(ndP), backend.Buf(H.src), backend.Buf(H.ptr), backend.I64(H.pmax)); err != nil {
 				return err
 			}
 			newid, err := alloc(backend.Int64, H.pmax+1, false)
 			if err != nil {
 				return err
 			}
-			if err := l.ScanI64(newid, flags, int(H.pmax+1)); err != nil {
+			if err := q.ScanI64(newid, flags, int(H.pmax+1)); err != nil {
 				return err
 			}
 			if H.srcNodes, err = alloc(backend.Int32, max(H.pmax, 1), true); err != nil {
@@ -737,18 +765,22 @@ func (s *Sampler) SampleAsync(seeds []graph.NodeID, key sample.Key) (*Pending, e
 			if err != nil {
 				return err
 			}
-			if err := l.Launch1D(s.fns["gs_relabel"], max(H.pmax, 1), uint64(H.srcNodes.Ptr()), uint64(H.local.Ptr()), uint64(sizes.Ptr()),
-				uint64(newid.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndP),
-				uint64(H.src.Ptr()), uint64(H.ptr.Ptr()), cu.I64(H.pmax)); err != nil {
+			if err := q.Launch(s.fns["gs_relabel"], max(H.pmax, 1), backend.Buf(H.srcNodes), backend.Buf(H.local), backend.Buf(sizes),
+				backend.Buf(newid), backend.Buf(tkeys), backend.Buf(tpos), mask, backend.Buf(dst), backend.Buf(ndP),
+				backend.Buf(H.src), backend.Buf(H.ptr), backend.I64(H.pmax)); err != nil {
 				return err
 			}
-			if err := l.CopyToHost(p.sizes, uint64(24*h), sizes, 24); err != nil {
+			if err := q.CopyToHost(p.sizes, uint64(24*h), sizes, 24); err != nil {
 				return err
 			}
-			// The next hop's frontier is this block's sources.
-			dst, ndP, ndmax = H.srcNodes, sizes.Ptr()+16, H.pmax
+			// The next hop's frontier is this block's sources, its
+			// length the third size.
+			if ndP, err = backend.View(sizes, 2, 1); err != nil {
+				return err
+			}
+			dst, ndmax = H.srcNodes, H.pmax
 		}
-		return p.ev.Record(l.Stream())
+		return q.Mark(p.fence)
 	})
 	for _, b := range tmp {
 		s.dev.Free(b)
@@ -766,8 +798,8 @@ func (p *Pending) release() {
 		p.s.dev.Free(b)
 	}
 	p.keep = nil
-	p.s.give(p.sizes, p.ev)
-	p.sizes, p.ev, p.done = nil, 0, true
+	p.s.give(p.sizes, p.fence)
+	p.sizes, p.fence, p.done = nil, nil, true
 }
 
 // Wait blocks until the batch's sampling has run on the device and
@@ -777,8 +809,8 @@ func (p *Pending) Wait() (*Batch, error) {
 		return nil, fmt.Errorf("gpusample: Wait on a nil or finished Pending")
 	}
 	s, L, hops, batch := p.s, len(p.hops), p.hops, p.batch
-	err := s.dev.Do(func(l *cuda.Locked) error {
-		if err := p.ev.Synchronize(); err != nil {
+	err := s.dev.Enqueue(func(backend.Queue) error {
+		if err := p.fence.Wait(); err != nil {
 			return err
 		}
 		sz := p.sizes.Int64s()
@@ -790,10 +822,10 @@ func (p *Pending) Wait() (*Batch, error) {
 				return fmt.Errorf("gpusample: hop %d: device sizes nd=%d E=%d src=%d exceed bounds %d/%d/%d", h, nd, e, ns, H.ndmax, H.emax, H.pmax)
 			}
 			for _, t := range []struct {
-				b *cuda.Buffer
+				b backend.Buffer
 				n int64
 			}{{H.ptr, nd + 1}, {H.eid, e}, {H.local, e}, {H.srcNodes, ns}} {
-				if err := t.b.Truncate(int(t.n)); err != nil {
+				if err := backend.Truncate(t.b, int(t.n)); err != nil {
 					return err
 				}
 			}
@@ -803,8 +835,8 @@ func (p *Pending) Wait() (*Batch, error) {
 	})
 	keep := p.keep
 	p.keep = nil
-	s.give(p.sizes, p.ev)
-	p.sizes, p.ev, p.done = nil, 0, true
+	s.give(p.sizes, p.fence)
+	p.sizes, p.fence, p.done = nil, nil, true
 	if err != nil {
 		for _, b := range keep {
 			s.dev.Free(b)
@@ -816,7 +848,10 @@ func (p *Pending) Wait() (*Batch, error) {
 		H := &hops[h]
 		blk := &batch.Blocks[L-1-h]
 		if werr == nil {
-			blk.A, werr = s.dev.NewSparseFromDevice(blk.NumDst, blk.NumSrc, H.ptr, H.local)
+			var a backend.Sparse
+			if a, werr = s.dev.SparseFromBuffers(blk.NumDst, blk.NumSrc, H.ptr, H.local); werr == nil {
+				blk.A = blockMatrix(a)
+			}
 		}
 		if blk.A == nil {
 			s.dev.Free(H.ptr)
@@ -836,7 +871,3 @@ func b2i(b bool) int32 {
 	}
 	return 0
 }
-
-// viewAt is a one-element view of b at element i (int64 buffers), for
-// copying a single scalar.
-func viewAt(b *cuda.Buffer, i int64) *cuda.Buffer { return b.View(int(i), 1) }

@@ -12,11 +12,10 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // gpu returns GPU 0, skipping the test without one.
-func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
+var gpu = gputest.One
 
 // randomGraph returns an in-adjacency of n nodes with random degrees in
 // [0, 2*avg), a few hubs of degree up to 3000, self loops and repeated

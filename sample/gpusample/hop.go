@@ -7,17 +7,15 @@ import (
 	"math/bits"
 
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // The hop API: the steps of one hop as separate calls, for collective
 // samplers (package dsp/gpucsp) that move frontier nodes to the device
 // owning their rows, draw there and bring the neighbors back. Every call
-// queues work on the device's stream inside Device.Do (the caller passes
-// its *cuda.Locked) and returns without waiting; sizes that the caller
+// queues work on the device's stream inside Enqueue (the caller passes
+// its backend.Queue) and returns without waiting; sizes that the caller
 // passes are exact host-known counts. The draws are those of SampleDevice,
 // so a batch assembled from these steps equals SampleDevice's.
 
@@ -35,35 +33,35 @@ func (s *Sampler) Fanout(h int) int { return s.cfg.Fanouts[h] }
 // far as the Sampler is (calls serialize on the device).
 type Stepper struct {
 	s                       *Sampler
-	sampleSeg, sampleStride cu.Function
+	sampleSeg, sampleStride backend.Kernel
 }
 
 // Stepper compiles and loads the kernels of the hop API (once per
 // device; later calls find the module cached). Call it outside
-// Device.Do.
+// Enqueue.
 func (s *Sampler) Stepper() (*Stepper, error) {
-	mod, err := s.dev.LoadModule("gpusample-hop", cuda.CommonSource()+kernelSrc+hopSrc)
+	mod, err := s.dev.LoadKernels("gpusample-hop", kernelSrc+hopSrc)
 	if err != nil {
 		return nil, err
 	}
 	t := &Stepper{s: s}
-	if t.sampleSeg, err = mod.Func("gs_sample_seg"); err != nil {
+	if t.sampleSeg, err = mod.Kernel("gs_sample_seg"); err != nil {
 		return nil, err
 	}
-	if t.sampleStride, err = mod.Func("gs_sample_stride"); err != nil {
+	if t.sampleStride, err = mod.Kernel("gs_sample_stride"); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
 // scalar queues the upload of one int64 to a new device buffer.
-func scalar(l *cuda.Locked, v int64) (*cuda.Buffer, error) {
-	b, err := l.Alloc(backend.Int64, 1)
+func scalar(q backend.Queue, v int64) (backend.Buffer, error) {
+	b, err := q.AllocRaw(backend.Int64, 1)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.UploadFrom(b, []int64{v}); err != nil {
-		l.Free(b)
+	if err := q.UploadFrom(b, []int64{v}); err != nil {
+		q.Free(b)
 		return nil, err
 	}
 	return b, nil
@@ -74,8 +72,11 @@ func hopErr(field, format string, args ...any) error {
 }
 
 // checkBuf requires b to be a device buffer of dt of at least n elements.
-func checkBuf(name string, b *cuda.Buffer, dt backend.DType, n int64) error {
-	if b == nil || b.DType() != dt || int64(b.Len()) < n {
+func checkBuf(name string, b backend.Buffer, dt backend.DType, n int64) error {
+	if b == nil {
+		return hopErr(name, "want %d elements of %v, have none", n, dt)
+	}
+	if b.DType() != dt || int64(b.Len()) < n {
 		return hopErr(name, "want %d elements of %v, have %d of %v", n, dt, b.Len(), b.DType())
 	}
 	return nil
@@ -85,7 +86,7 @@ func checkBuf(name string, b *cuda.Buffer, dt backend.DType, n int64) error {
 // type and the fewest elements it must hold.
 type bufSpec struct {
 	name string
-	b    *cuda.Buffer
+	b    backend.Buffer
 	dt   backend.DType
 	n    int64
 }
@@ -114,11 +115,8 @@ func checkSeg(seg []int64, keys []uint64, n int64) error {
 	return nil
 }
 
-// CountHop queues, for the n nodes of dst (int32, global ids), the number
-// of edges each yields at hop h and their exclusive scan: ptr (new,
-// int64, n+1 entries; ptr[n] is the hop's edge count, to be read by the
-// caller).
-func (t *Stepper) CountHop(l *cuda.Locked, h int, dst *cuda.Buffer, n int64) (*cuda.Buffer, error) {
+// countHop is CountHop.
+func (t *Stepper) countHop(q backend.Queue, h int, dst backend.Buffer, n int64) (backend.Buffer, error) {
 	s := t.s
 	if h < 0 || h >= len(s.cfg.Fanouts) {
 		return nil, hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
@@ -129,28 +127,28 @@ func (t *Stepper) CountHop(l *cuda.Locked, h int, dst *cuda.Buffer, n int64) (*c
 	if err := checkBuf("dst", dst, backend.Int32, n); err != nil {
 		return nil, err
 	}
-	nd, err := scalar(l, n)
+	nd, err := scalar(q, n)
 	if err != nil {
 		return nil, err
 	}
-	defer l.Free(nd)
-	counts, err := l.Alloc(backend.Int64, int(n+1))
+	defer q.Free(nd)
+	counts, err := q.AllocRaw(backend.Int64, int(n+1))
 	if err != nil {
 		return nil, err
 	}
-	defer l.Free(counts)
-	ptr, err := l.Alloc(backend.Int64, int(n+1))
+	defer q.Free(counts)
+	ptr, err := q.AllocRaw(backend.Int64, int(n+1))
 	if err != nil {
 		return nil, err
 	}
 	k := s.cfg.Fanouts[h]
-	if err := l.Launch1D(s.fns["gs_count"], n+1, uint64(counts.Ptr()), uint64(dst.Ptr()), uint64(nd.Ptr()), cu.I64(n),
-		uint64(s.indptr), uint64(s.posDeg), cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted))); err != nil {
-		l.Free(ptr)
+	if err := q.Launch(s.fns["gs_count"], n+1, backend.Buf(counts), backend.Buf(dst), backend.Buf(nd), backend.I64(n),
+		s.indptr, s.posDeg, backend.I32(int32(k)), backend.I32(b2i(s.cfg.Replace)), backend.I32(b2i(s.cfg.Weighted))); err != nil {
+		q.Free(ptr)
 		return nil, err
 	}
-	if err := l.ScanI64(ptr, counts, int(n+1)); err != nil {
-		l.Free(ptr)
+	if err := q.ScanI64(ptr, counts, int(n+1)); err != nil {
+		q.Free(ptr)
 		return nil, err
 	}
 	return ptr, nil
@@ -161,7 +159,7 @@ func (t *Stepper) CountHop(l *cuda.Locked, h int, dst *cuda.Buffer, n int64) (*c
 // eid (int64) and source nodes into src (int32), each holding e = ptr[n]
 // entries. Nodes [seg[j], seg[j+1]) draw under hop key keys[j]; seg has
 // len(keys)+1 non-decreasing offsets from 0 to n.
-func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64, seg []int64, keys []uint64, eid, src *cuda.Buffer, e int64) error {
+func (t *Stepper) DrawHop(q backend.Queue, h int, dst, ptr backend.Buffer, n int64, seg []int64, keys []uint64, eid, src backend.Buffer, e int64) error {
 	s := t.s
 	if h < 0 || h >= len(s.cfg.Fanouts) {
 		return hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
@@ -178,38 +176,38 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 	if n == 0 {
 		return nil
 	}
-	segB, err := l.Alloc(backend.Int64, len(seg))
+	segB, err := q.AllocRaw(backend.Int64, len(seg))
 	if err != nil {
 		return err
 	}
-	defer l.Free(segB)
-	keyB, err := l.Alloc(backend.Int64, len(keys))
+	defer q.Free(segB)
+	keyB, err := q.AllocRaw(backend.Int64, len(keys))
 	if err != nil {
 		return err
 	}
-	defer l.Free(keyB)
+	defer q.Free(keyB)
 	ks := make([]int64, len(keys))
 	for j, k := range keys {
 		ks[j] = int64(k)
 	}
-	if err := l.UploadFrom(segB, seg); err != nil {
+	if err := q.UploadFrom(segB, seg); err != nil {
 		return err
 	}
-	if err := l.UploadFrom(keyB, ks); err != nil {
+	if err := q.UploadFrom(keyB, ks); err != nil {
 		return err
 	}
-	var kscr *cuda.Buffer
+	var kscr backend.Buffer
 	if s.cfg.Weighted && !s.cfg.Replace {
-		if kscr, err = l.Alloc(backend.Int64, int(max(e, 1))); err != nil {
+		if kscr, err = q.AllocRaw(backend.Int64, int(max(e, 1))); err != nil {
 			return err
 		}
-		defer l.Free(kscr)
+		defer q.Free(kscr)
 	}
 	k := s.cfg.Fanouts[h]
-	return l.Launch1D(t.sampleSeg, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(ptr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
-		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(segB.Ptr()), uint64(keyB.Ptr()), cu.I32(int32(len(keys))),
-		uint64(s.dpos), uint64(s.didx))
+	return q.Launch(t.sampleSeg, n, backend.Buf(eid), backend.Buf(src), backend.Buf(kscr), backend.Buf(ptr), backend.Buf(dst), backend.I64(n),
+		s.indptr, s.index, s.cum, s.w, s.posDeg,
+		backend.I32(int32(k)), backend.I32(b2i(s.cfg.Replace)), backend.I32(b2i(s.cfg.Weighted)), backend.Buf(segB), backend.Buf(keyB), backend.I32(int32(len(keys))),
+		s.dpos, s.didx)
 }
 
 // DrawStrided queues the draws of hop h (fanout k > 0) for the n nodes of
@@ -218,7 +216,7 @@ func (t *Stepper) DrawHop(l *cuda.Locked, h int, dst, ptr *cuda.Buffer, n int64,
 // edge ids plus edgeBase), and slots [i*k+m, (i+1)*k) hold -1. No count
 // pass or scan is needed, and m can be recovered from the padding.
 // Segments and keys are as in DrawHop. src and eid hold n*k entries.
-func (t *Stepper) DrawStrided(l *cuda.Locked, h int, dst *cuda.Buffer, n int64, seg []int64, keys []uint64, eid, src *cuda.Buffer, edgeBase int64) error {
+func (t *Stepper) DrawStrided(q backend.Queue, h int, dst backend.Buffer, n int64, seg []int64, keys []uint64, eid, src backend.Buffer, edgeBase int64) error {
 	s := t.s
 	if h < 0 || h >= len(s.cfg.Fanouts) {
 		return hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
@@ -245,34 +243,29 @@ func (t *Stepper) DrawStrided(l *cuda.Locked, h int, dst *cuda.Buffer, n int64, 
 	for _, key := range keys {
 		sk = append(sk, int64(key))
 	}
-	skB, err := l.Alloc(backend.Int64, len(sk))
+	skB, err := q.AllocRaw(backend.Int64, len(sk))
 	if err != nil {
 		return err
 	}
-	defer l.Free(skB)
-	if err := l.UploadFrom(skB, sk); err != nil {
+	defer q.Free(skB)
+	if err := q.UploadFrom(skB, sk); err != nil {
 		return err
 	}
-	var kscr *cuda.Buffer
+	var kscr backend.Buffer
 	if s.cfg.Weighted && !s.cfg.Replace {
-		if kscr, err = l.Alloc(backend.Int64, int(n*k)); err != nil {
+		if kscr, err = q.AllocRaw(backend.Int64, int(n*k)); err != nil {
 			return err
 		}
-		defer l.Free(kscr)
+		defer q.Free(kscr)
 	}
-	return l.Launch1D(t.sampleStride, n, uint64(eid.Ptr()), uint64(src.Ptr()), uint64(kscr.Ptr()), uint64(dst.Ptr()), cu.I64(n),
-		uint64(s.indptr), uint64(s.index), uint64(s.cum), uint64(s.w), uint64(s.posDeg),
-		cu.I32(int32(k)), cu.I32(b2i(s.cfg.Replace)), cu.I32(b2i(s.cfg.Weighted)), uint64(skB.Ptr()), cu.I32(int32(len(keys))), cu.I64(edgeBase),
-		uint64(s.dpos), uint64(s.didx))
+	return q.Launch(t.sampleStride, n, backend.Buf(eid), backend.Buf(src), backend.Buf(kscr), backend.Buf(dst), backend.I64(n),
+		s.indptr, s.index, s.cum, s.w, s.posDeg,
+		backend.I32(int32(k)), backend.I32(b2i(s.cfg.Replace)), backend.I32(b2i(s.cfg.Weighted)), backend.Buf(skB), backend.I32(int32(len(keys))), backend.I64(edgeBase),
+		s.dpos, s.didx)
 }
 
-// Relabel queues the deduplication of the hop [dst[0:nd), src[0:e)]
-// (ptr: nd+1 row offsets into src) exactly as SampleDevice does:
-// destinations keep ids 0..nd-1, new sources follow in first-seen order.
-// It returns srcNodes (int32, nd+e entries, the first numSrc valid),
-// local (int32, max(e,1) entries: the block's column indices) and sizes
-// (int64 {nd, e, numSrc} on the device, for the caller to read).
-func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *cuda.Buffer, e int64) (srcNodes, local, sizes *cuda.Buffer, err error) {
+// relabel is Relabel.
+func (t *Stepper) relabel(q backend.Queue, dst backend.Buffer, nd int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
 	s := t.s
 	if nd < 0 || e < 0 || nd+e >= math.MaxInt32/2 {
 		return nil, nil, nil, hopErr("nd", "%d destinations and %d edges", nd, e)
@@ -280,19 +273,19 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 	if err := checkBufs(bufSpec{"dst", dst, backend.Int32, nd}, bufSpec{"ptr", ptr, backend.Int64, nd + 1}, bufSpec{"src", src, backend.Int32, e}); err != nil {
 		return nil, nil, nil, err
 	}
-	var tmp, kept []*cuda.Buffer
+	var tmp, kept []backend.Buffer
 	defer func() {
 		for _, b := range tmp {
-			l.Free(b)
+			q.Free(b)
 		}
 		if err != nil {
 			for _, b := range kept {
-				l.Free(b)
+				q.Free(b)
 			}
 		}
 	}()
-	alloc := func(dt backend.DType, n int64, keep bool) (*cuda.Buffer, error) {
-		b, err := l.Alloc(dt, int(n))
+	alloc := func(dt backend.DType, n int64, keep bool) (backend.Buffer, error) {
+		b, err := q.AllocRaw(dt, int(n))
 		if err != nil {
 			return nil, err
 		}
@@ -303,7 +296,7 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 		}
 		return b, nil
 	}
-	ndB, err := scalar(l, nd)
+	ndB, err := scalar(q, nd)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -318,30 +311,30 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err = l.Memset(tkeys, 0xff); err != nil { // -1: empty
+	if err = q.Memset(tkeys, 0xff); err != nil { // -1: empty
 		return nil, nil, nil, err
 	}
-	if err = l.Memset(tpos, 0x7f); err != nil { // large position
+	if err = q.Memset(tpos, 0x7f); err != nil { // large position
 		return nil, nil, nil, err
 	}
-	mask := uint64(capacity - 1)
-	if err = l.Launch1D(s.fns["gs_insert"], pmax, uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndB.Ptr()),
-		uint64(src.Ptr()), uint64(ptr.Ptr())); err != nil {
+	mask := backend.U64(uint64(capacity - 1))
+	if err = q.Launch(s.fns["gs_insert"], pmax, backend.Buf(tkeys), backend.Buf(tpos), mask, backend.Buf(dst), backend.Buf(ndB),
+		backend.Buf(src), backend.Buf(ptr)); err != nil {
 		return nil, nil, nil, err
 	}
 	flags, err := alloc(backend.Int64, pmax+1, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err = l.Launch1D(s.fns["gs_flags"], pmax+1, uint64(flags.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask,
-		uint64(dst.Ptr()), uint64(ndB.Ptr()), uint64(src.Ptr()), uint64(ptr.Ptr()), cu.I64(pmax)); err != nil {
+	if err = q.Launch(s.fns["gs_flags"], pmax+1, backend.Buf(flags), backend.Buf(tkeys), backend.Buf(tpos), mask,
+		backend.Buf(dst), backend.Buf(ndB), backend.Buf(src), backend.Buf(ptr), backend.I64(pmax)); err != nil {
 		return nil, nil, nil, err
 	}
 	newid, err := alloc(backend.Int64, pmax+1, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err = l.ScanI64(newid, flags, int(pmax+1)); err != nil {
+	if err = q.ScanI64(newid, flags, int(pmax+1)); err != nil {
 		return nil, nil, nil, err
 	}
 	if srcNodes, err = alloc(backend.Int32, max(pmax, 1), true); err != nil {
@@ -353,9 +346,9 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 	if sizes, err = alloc(backend.Int64, 3, true); err != nil {
 		return nil, nil, nil, err
 	}
-	if err = l.Launch1D(s.fns["gs_relabel"], max(pmax, 1), uint64(srcNodes.Ptr()), uint64(local.Ptr()), uint64(sizes.Ptr()),
-		uint64(newid.Ptr()), uint64(tkeys.Ptr()), uint64(tpos.Ptr()), mask, uint64(dst.Ptr()), uint64(ndB.Ptr()),
-		uint64(src.Ptr()), uint64(ptr.Ptr()), cu.I64(pmax)); err != nil {
+	if err = q.Launch(s.fns["gs_relabel"], max(pmax, 1), backend.Buf(srcNodes), backend.Buf(local), backend.Buf(sizes),
+		backend.Buf(newid), backend.Buf(tkeys), backend.Buf(tpos), mask, backend.Buf(dst), backend.Buf(ndB),
+		backend.Buf(src), backend.Buf(ptr), backend.I64(pmax)); err != nil {
 		return nil, nil, nil, err
 	}
 	return srcNodes, local, sizes, nil
@@ -364,6 +357,6 @@ func (t *Stepper) Relabel(l *cuda.Locked, dst *cuda.Buffer, nd int64, src, ptr *
 // NewBatch assembles a Batch on dev from blocks built with the hop API
 // (first layer first: the last block's destinations are seeds). The
 // Batch owns the blocks' buffers from then on.
-func NewBatch(dev *cuda.Device, seeds []graph.NodeID, blocks []Block) *Batch {
+func NewBatch(dev backend.Backend, seeds []graph.NodeID, blocks []Block) *Batch {
 	return &Batch{dev: dev, Seeds: seeds, Blocks: blocks}
 }

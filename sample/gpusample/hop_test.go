@@ -4,15 +4,14 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/strata-gnn/strata/internal/testkit"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // TestHopKernelsCompile compiles the hop module (sample.cu plus hop.cu)
 // with NVRTC when the library is available (no GPU needed).
 func TestHopKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+hopSrc, "gpusample-hop.cu")
+	gputest.CompileKernels(t, kernelSrc+hopSrc, "gpusample-hop.cu")
 }
 
 // TestCheckSeg: DrawHop's and DrawStrided's segment check accepts

@@ -15,7 +15,6 @@ import (
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // epochVariant is one way of running the all-GPU training epoch.
@@ -122,8 +121,8 @@ func benchEpoch(b *testing.B, v epochVariant) {
 			}
 		}()
 		nin := bt.Blocks[0].NumSrc
-		var xb *cuda.Buffer
-		if err := d.Do(func(l *cuda.Locked) error { xb, err = l.Alloc(backend.Float32, nin*ds.FeatDim); return err }); err != nil {
+		var xb backend.Buffer
+		if err := d.Enqueue(func(q backend.Queue) error { xb, err = q.AllocRaw(backend.Float32, nin*ds.FeatDim); return err }); err != nil {
 			return err
 		}
 		defer d.Free(xb)
@@ -139,7 +138,10 @@ func benchEpoch(b *testing.B, v epochVariant) {
 		if err := d.Upload(lb, labels); err != nil {
 			return err
 		}
-		rows := rb.(*cuda.Buffer).View(0, len(seeds))
+		rows, err := backend.View(rb, 0, len(seeds))
+		if err != nil {
+			return err
+		}
 		t := autograd.NewTape(d)
 		defer t.Release()
 		x, err := t.Const(xb, nin, ds.FeatDim)
@@ -178,7 +180,11 @@ func benchEpoch(b *testing.B, v epochVariant) {
 		case "step":
 			return d.Download(hostLosses[bi:bi+1], lv.Value)
 		case "epoch":
-			return d.Copy(lossLog.(*cuda.Buffer).View(bi, 1), lv.Value)
+			slot, err := backend.View(lossLog, bi, 1)
+			if err != nil {
+				return err
+			}
+			return d.Copy(slot, lv.Value)
 		}
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // TestSiblingMatches: a sibling (another handle of the GPU) reads the
@@ -16,7 +16,7 @@ import (
 // none, and closing the sibling leaves the first one working.
 func TestSiblingMatches(t *testing.T) {
 	d := gpu(t)
-	h, err := cuda.Open(d.Ordinal(), cuda.Options{})
+	h, err := d.Sibling(backend.SiblingOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
