@@ -14,8 +14,6 @@ import (
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -66,19 +64,13 @@ func (r Result) String() string {
 		r.Rank, r.Kind, r.Size, r.Steps, r.MsPerStep, r.GradElems, r.Loss, r.ParamSum, p.Batch, p.Forward, p.Backward, p.AllReduce, p.Step)
 }
 
-// view aliases elements [off, off+n) of a float32 buffer.
+// view aliases elements [off, off+n) of a buffer (backend.View).
 func view(b backend.Buffer, off, n int) (backend.Buffer, error) {
-	switch x := b.(type) {
-	case *cuda.Buffer:
-		return x.View(off, n), nil
-	case *cpu.Buffer:
-		f := cpu.F32(x)
-		if off < 0 || n < 0 || off+n > len(f) {
-			return nil, fmt.Errorf("dpbench: view [%d, %d) of %d elements", off, off+n, len(f))
-		}
-		return cpu.WrapF32(f[off : off+n : off+n]), nil
+	v, err := backend.View(b, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("dpbench: %w", err)
 	}
-	return nil, fmt.Errorf("dpbench: cannot take views of %T buffers", b)
+	return v, nil
 }
 
 // FlatGrads points every parameter's gradient at a slice of one new

@@ -10,7 +10,6 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -26,12 +25,27 @@ type Options struct {
 	Mapped bool
 }
 
-// New returns a train.NewBatchSource for a *cuda.Device back end.
+// device is what the source needs of its back end beyond what the
+// sampler and the feature store check: a queue (for the uninitialized
+// input buffer) and its free memory (for the default feature budget).
+type device interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.Memory
+}
+
+// New returns a train.NewBatchSource for a back end that samples and
+// gathers on the device (the CUDA back end; see package gpusample for
+// the capabilities it needs).
 func New(opt Options) train.NewBatchSource {
 	return func(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, fanouts []int) (train.BatchSource, error) {
-		dev, ok := b.(*cuda.Device)
-		if !ok || dev == nil {
-			return nil, fmt.Errorf("gputrain: needs a cuda back end, got %T", b)
+		if b == nil {
+			return nil, fmt.Errorf("gputrain: needs a device back end, got none")
+		}
+		dev, ok := b.(device)
+		if !ok {
+			return nil, fmt.Errorf("gputrain: %s cannot sample and gather on the device: it lacks run-time kernels, a queue or memory information (backend.Kernels, Enqueuer, Memory)", b.Name())
 		}
 		if opt.FeatureBudget < 0 {
 			return nil, fmt.Errorf("gputrain: negative feature budget %d", opt.FeatureBudget)
@@ -68,7 +82,7 @@ func New(opt Options) train.NewBatchSource {
 
 // Source is the train.BatchSource New makes. Not safe for concurrent use.
 type Source struct {
-	dev  *cuda.Device
+	dev  device
 	s    *gpusample.Sampler
 	fs   *feature.Store
 	cols int
@@ -124,11 +138,11 @@ func (s *Source) Batch(seeds []int32, key sample.Key) ([]*nn.Block, backend.Buff
 	}
 	defer bt.Free() // node and edge ids; later work on the stream is ordered after the gather
 	nin := bt.Blocks[0].NumSrc
-	var x *cuda.Buffer
-	if err := s.dev.Do(func(l *cuda.Locked) error {
+	var x backend.Buffer
+	if err := s.dev.Enqueue(func(q backend.Queue) error {
 		// Uninitialized: the gather writes every element.
 		var err error
-		x, err = l.Alloc(backend.Float32, nin*s.cols)
+		x, err = q.AllocRaw(backend.Float32, nin*s.cols)
 		return err
 	}); err != nil {
 		return nil, nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -17,12 +18,11 @@ import (
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
 // gpu returns GPU 0, skipping the test without one.
-func gpu(t testing.TB) *cuda.Device { return gputest.One(t) }
+var gpu = gputest.One
 
 func cpuBackend(t testing.TB) backend.Backend {
 	t.Helper()
@@ -42,10 +42,15 @@ func run(t *testing.T, ds *dataset.Dataset, cfg train.Config, opts train.Options
 	return rep
 }
 
+// TestNeedsCUDA: a back end without device sampling (the CPU's) is
+// refused, naming the capabilities it lacks; so is none.
 func TestNeedsCUDA(t *testing.T) {
 	_, err := New(Options{})(cpuBackend(t), nil, nil, 0, 0, nil)
-	if err == nil {
-		t.Fatal("a cpu back end was accepted")
+	if err == nil || !strings.Contains(err.Error(), "cpu cannot sample") || !strings.Contains(err.Error(), "backend.Kernels") {
+		t.Fatalf("a cpu back end: %v", err)
+	}
+	if _, err := New(Options{})(nil, nil, nil, 0, 0, nil); err == nil {
+		t.Fatal("no back end was accepted")
 	}
 }
 
