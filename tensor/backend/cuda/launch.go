@@ -119,8 +119,9 @@ func (l *Locked) Launch(k backend.Kernel, n int64, args ...backend.Arg) error {
 			vals[i] = a.Bits()
 			continue
 		}
-		cb, err := l.buf("Launch", fmt.Sprintf("argument %d", i), b)
-		if err != nil {
+		cb, ok := b.(*Buffer)
+		if !ok || cb != nil && cb.dev != nil && cb.dev.ordinal != l.d.ordinal {
+			_, err := l.buf("Launch", fmt.Sprintf("argument %d", i), b)
 			return err
 		}
 		vals[i] = uint64(cb.Ptr())
