@@ -24,7 +24,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 //	PinnedMemory  page-locked host memory, mapped for kernels      yes  yes
 //	SparseBuilder a Sparse over CSR buffers already on the device  yes  yes
 //	CSRBuffers    the buffers of a Sparse (on Sparse values)       yes  yes
-//	Memory        free and total device memory                     no   yes
+//	Memory        free memory, allocator counters and cache        no   yes
 //	Kernels       kernels compiled at run time, and launched       no   yes
 //	Enqueuer      a batch of queued ops under the device's lock    no   yes
 
@@ -105,6 +105,13 @@ type Siblings interface {
 	// SameDevice reports whether b is a handle of the same device as
 	// this one (this one included).
 	SameDevice(b Backend) bool
+	// Owns reports whether b is a buffer of this handle (not of a
+	// sibling, whose buffers this handle uses through Alias).
+	Owns(b Buffer) bool
+	// QueuePriority is the scheduling priority of this handle's queue:
+	// 0 by default, lower (higher priority) for a HighPriority sibling
+	// where the device has priorities.
+	QueuePriority() int
 	// Alias returns a buffer of this handle over the memory of src, a
 	// buffer of another handle of the same device. It owns nothing
 	// (freeing it does nothing). The caller orders the queues (src's
@@ -180,10 +187,32 @@ type CSRBuffers interface {
 	CSR() (indptr, indices Buffer)
 }
 
-// Memory is implemented by back ends that can tell their device's free
-// and total memory.
+// Memory is implemented by back ends with device memory and a caching
+// allocator in front of it.
 type Memory interface {
+	// MemInfo returns the device's free and total memory.
 	MemInfo() (free, total uint64, err error)
+	// Stats returns the allocator's counters.
+	Stats() AllocStats
+	// ResetPeak restarts Stats().PeakBytes from the bytes in use and
+	// cached now, so that one run among others can be measured.
+	ResetPeak()
+	// ReleaseCache returns the allocator's cached memory to the device.
+	ReleaseCache() error
+}
+
+// AllocStats count a caching allocator's work. Mallocs and Frees count
+// the device's own allocation calls; in a steady training loop they stay
+// constant while Hits grows.
+type AllocStats struct {
+	Mallocs     int64 // device allocations that succeeded
+	Frees       int64 // device frees
+	Hits        int64 // allocations served from the cache
+	Misses      int64 // allocations that needed a device allocation
+	Retries     int64 // cache flushes after an out-of-memory error
+	InUseBytes  int64 // bytes handed out and not yet freed (rounded sizes)
+	CachedBytes int64 // bytes held in free lists
+	PeakBytes   int64 // high-water mark of InUseBytes + CachedBytes
 }
 
 // Kernel is a back end's handle of a loaded kernel; only the back end

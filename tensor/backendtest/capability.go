@@ -220,8 +220,17 @@ func capSiblings(t *testing.T, b backend.Backend) {
 		}
 		x := upF32(t, b, []float32{1, 2, 3})
 		must(t, "Synchronize", b.Synchronize()) // x is written before the sibling reads it
+		if !sb.Owns(x) {
+			t.Error("a handle does not own its own buffer")
+		}
+		if hp && s.(backend.Siblings).QueuePriority() > sb.QueuePriority() {
+			t.Errorf("a high-priority sibling has queue priority %d, this handle %d", s.(backend.Siblings).QueuePriority(), sb.QueuePriority())
+		}
 		a, err := s.(backend.Siblings).Alias(x)
 		must(t, "Alias", err)
+		if !s.(backend.Siblings).Owns(a) {
+			t.Error("a sibling does not own its alias")
+		}
 		if got := downF32(t, s, a); !slices.Equal(got, []float32{1, 2, 3}) {
 			t.Errorf("sibling reads %v through the alias", got)
 		}
@@ -351,12 +360,33 @@ func capSparse(t *testing.T, b backend.Backend) {
 	}
 }
 
-// capMemory: some memory is free, no more than there is.
+// capMemory: some memory is free, no more than there is; the
+// allocator's counters follow an allocation, the peak can be reset and
+// the cache released.
 func capMemory(t *testing.T, b backend.Backend) {
-	free, total, err := b.(backend.Memory).MemInfo()
+	m := b.(backend.Memory)
+	free, total, err := m.MemInfo()
 	must(t, "MemInfo", err)
 	if total == 0 || free > total {
 		t.Errorf("MemInfo: %d free of %d", free, total)
+	}
+	must(t, "Synchronize", b.Synchronize())
+	must(t, "ReleaseCache", m.ReleaseCache())
+	m.ResetPeak()
+	before := m.Stats()
+	x, err := b.Alloc(backend.Float32, 1<<20)
+	must(t, "Alloc", err)
+	mid := m.Stats()
+	if mid.InUseBytes < before.InUseBytes+4<<20 || mid.PeakBytes < mid.InUseBytes+mid.CachedBytes || mid.Hits+mid.Misses != before.Hits+before.Misses+1 {
+		t.Errorf("allocating 4 MiB: stats %+v, before %+v", mid, before)
+	}
+	b.Free(x)
+	if after := m.Stats(); after.InUseBytes != before.InUseBytes || after.CachedBytes < 4<<20 {
+		t.Errorf("after freeing 4 MiB: stats %+v, before %+v", after, before)
+	}
+	must(t, "ReleaseCache", m.ReleaseCache())
+	if st := m.Stats(); st.CachedBytes != 0 {
+		t.Errorf("after ReleaseCache: %d bytes cached", st.CachedBytes)
 	}
 }
 

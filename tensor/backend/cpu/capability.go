@@ -74,6 +74,15 @@ func (b *Backend) SameDevice(o backend.Backend) bool {
 	return ok && c != nil
 }
 
+// Owns reports whether b is a CPU buffer (every CPU handle's).
+func (b *Backend) Owns(buf backend.Buffer) bool {
+	c, ok := buf.(*Buffer)
+	return ok && c != nil
+}
+
+// QueuePriority is 0: the host has no queue.
+func (b *Backend) QueuePriority() int { return 0 }
+
 // Alias returns a buffer over src's slice (src a CPU buffer); freeing it
 // leaves src alone.
 func (b *Backend) Alias(src backend.Buffer) (backend.Buffer, error) {

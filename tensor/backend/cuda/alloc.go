@@ -5,21 +5,12 @@ import (
 	"math/bits"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// AllocStats counts the caching allocator's work. Mallocs and Frees count
-// driver calls (cuMemAlloc, cuMemFree); in a steady training loop they
-// stay constant while Hits grows.
-type AllocStats struct {
-	Mallocs     int64 // cuMemAlloc calls that succeeded
-	Frees       int64 // cuMemFree calls
-	Hits        int64 // allocations served from the cache
-	Misses      int64 // allocations that needed cuMemAlloc
-	Retries     int64 // cache flushes after an out-of-memory error
-	InUseBytes  int64 // bytes handed out and not yet freed (rounded sizes)
-	CachedBytes int64 // bytes held in free lists
-	PeakBytes   int64 // high-water mark of InUseBytes + CachedBytes
-}
+// AllocStats counts the caching allocator's work (backend.AllocStats):
+// Mallocs and Frees count driver calls (cuMemAlloc, cuMemFree).
+type AllocStats = backend.AllocStats
 
 // OOMError is returned when device memory runs out even after the cache
 // was released.

@@ -64,6 +64,15 @@ func (d *Device) SameDevice(b backend.Backend) bool {
 	return ok && o != nil && o.ordinal == d.ordinal
 }
 
+// Owns reports whether b is a buffer of this handle.
+func (d *Device) Owns(b backend.Buffer) bool {
+	cb, ok := b.(*Buffer)
+	return ok && cb != nil && cb.dev == d
+}
+
+// QueuePriority is StreamPriority.
+func (d *Device) QueuePriority() int { return d.priority }
+
 // AllocPinned is AllocHost for backend.PinnedMemory.
 func (d *Device) AllocPinned(bytes uint64, mapped bool) (backend.HostBuffer, error) {
 	h, err := d.AllocHost(bytes, mapped)
