@@ -34,6 +34,16 @@
 // and free/total, and names the knobs that lower memory use. Pinned and
 // mapped host memory (HostBuffer) serve zero-copy (UVA) reads from kernels.
 //
+// # Capabilities
+//
+// Device implements every optional capability of package backend
+// (capability.go): siblings are further Opens of the same ordinal (own
+// stream, lock and allocator), fences are events waited for without the
+// device lock, pinned memory is a HostBuffer, LoadKernels compiles a
+// caller's CUDA C after CommonSource with LoadModule, and Enqueue is Do
+// with the *Locked as the backend.Queue. Code above the back end uses
+// those interfaces, never these types.
+//
 // # Precision and TF32
 //
 // Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH),
