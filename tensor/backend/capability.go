@@ -18,7 +18,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 // (backendtest.Capabilities).
 //
 //	capability    what it gives                                   cpu  cuda
-//	Slicer        views and in-place truncation of a buffer        yes  yes
+//	Slicer        views, truncation and overlap of buffers         yes  yes
 //	Siblings      more handles of one device, each with own queue  yes  yes
 //	Fences        marks in the queue, waited for without the lock  yes  yes
 //	PinnedMemory  page-locked host memory, mapped for kernels      yes  yes
@@ -47,6 +47,22 @@ type Slicer interface {
 	// Samplers allocate for an upper bound and truncate once the device
 	// reports the real size.
 	Truncate(n int) error
+	// Overlaps reports whether the buffer and other (a buffer of the
+	// same back end, false for others) share memory.
+	Overlaps(other Buffer) bool
+}
+
+// Overlap reports whether a and b share memory: they are the same
+// buffer, or a's type implements Slicer and says they overlap.
+func Overlap(a, b Buffer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	if a == b {
+		return true
+	}
+	s, ok := a.(Slicer)
+	return ok && s.Overlaps(b)
 }
 
 // View returns a buffer aliasing elements [off, off+n) of b (see

@@ -153,6 +153,28 @@ func capSlicer(t *testing.T, b backend.Backend) {
 	if _, err := backend.View(nil, 0, 0); err == nil {
 		t.Error("View of nil: no error")
 	}
+	// Overlap: views of one buffer overlap where their windows do.
+	v1, err := backend.View(x, 0, 4)
+	must(t, "View", err)
+	v2, err := backend.View(x, 3, 5)
+	must(t, "View", err)
+	v3, err := backend.View(x, 4, 4)
+	must(t, "View", err)
+	other := upF32(t, b, make([]float32, 8))
+	defer b.Free(other)
+	for _, c := range []struct {
+		name string
+		a, b backend.Buffer
+		want bool
+	}{
+		{"buffer and itself", x, x, true}, {"buffer and a view", x, v2, true}, {"view and buffer", v3, x, true},
+		{"[0,4) and [3,8)", v1, v2, true}, {"[0,4) and [4,8)", v1, v3, false}, {"two buffers", x, other, false},
+		{"buffer and nil", x, nil, false},
+	} {
+		if got := backend.Overlap(c.a, c.b); got != c.want {
+			t.Errorf("Overlap of %s = %v, want %v", c.name, got, c.want)
+		}
+	}
 	// int32 and int64 views: copy into the middle.
 	for _, dt := range []backend.DType{backend.Int32, backend.Int64} {
 		buf, err := b.Alloc(dt, 6)

@@ -43,6 +43,38 @@ func (b *Buffer) Slice(off, n int) (backend.Buffer, error) {
 	return v, nil
 }
 
+// span returns the address range of b's elements (0, 0 when empty).
+func (b *Buffer) span() (lo, hi uintptr) {
+	if b == nil {
+		return 0, 0
+	}
+	var p unsafe.Pointer
+	switch b.dt {
+	case backend.Float32:
+		p = unsafe.Pointer(unsafe.SliceData(b.f32))
+	case backend.Int32:
+		p = unsafe.Pointer(unsafe.SliceData(b.i32))
+	case backend.Int64:
+		p = unsafe.Pointer(unsafe.SliceData(b.i64))
+	}
+	n := uintptr(b.Len() * b.dt.Size())
+	if p == nil || n == 0 {
+		return 0, 0
+	}
+	return uintptr(p), uintptr(p) + n
+}
+
+// Overlaps reports whether b and o (a CPU buffer) share memory.
+func (b *Buffer) Overlaps(o backend.Buffer) bool {
+	c, ok := o.(*Buffer)
+	if !ok {
+		return false
+	}
+	la, ha := b.span()
+	lb, hb := c.span()
+	return la != 0 && lb != 0 && la < hb && lb < ha
+}
+
 // Truncate shortens b to its first n elements.
 func (b *Buffer) Truncate(n int) error {
 	if b == nil || n < 0 || n > b.Len() {

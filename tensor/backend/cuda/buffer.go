@@ -87,6 +87,18 @@ func (d *Device) Alias(src backend.Buffer) (backend.Buffer, error) {
 	return &Buffer{dev: d, ptr: sb.ptr, n: sb.n, dt: sb.dt}, nil
 }
 
+// Overlaps reports whether b and o (a buffer of this GPU) share memory.
+func (b *Buffer) Overlaps(o backend.Buffer) bool {
+	c, ok := o.(*Buffer)
+	if !ok || b == nil || c == nil || b.n == 0 || c.n == 0 || b.ptr == 0 || c.ptr == 0 {
+		return false
+	}
+	if b.dev != nil && c.dev != nil && b.dev.ordinal != c.dev.ordinal {
+		return false
+	}
+	return b.ptr < c.ptr+cu.DevPtr(c.n*c.dt.Size()) && c.ptr < b.ptr+cu.DevPtr(b.n*b.dt.Size())
+}
+
 // Slice returns a buffer aliasing elements [off, off+n) of b
 // (backend.Slicer); unlike View it reports a window outside b.
 func (b *Buffer) Slice(off, n int) (backend.Buffer, error) {
