@@ -41,8 +41,8 @@
 // The host only queues; the GPUs exchange and reduce on their own, as
 // NCCL's kernels do. By default the call then waits for the stream to
 // finish the operation (a failure is reported by the call that caused
-// it, as the fault suite requires). With Options.Async (or
-// STRATA_GPUSHM_ASYNC=1) the call returns once the work is queued, like
+// it, as the fault suite requires). With Options.Async (strata's
+// --gpushm-async) the call returns once the work is queued, like
 // an NCCL call, and the caller's next operations on the stream follow it;
 // a failure is then reported by the next operation or Sync. Waiting
 // streams never hang: whoever watches an operation (the waiting call, or
@@ -92,10 +92,18 @@
 // a 1 us timer slack. (time.Sleep is not used: with nothing else to run,
 // the Go runtime sleeps in epoll_wait, whose timeout counts whole
 // milliseconds, so a 20 us time.Sleep lasts about 1 ms and a wait noticed
-// a finished copy up to a millisecond late; STRATA_GPUSHM_IDLE=gosleep
-// brings that back for comparison.) STRATA_GPUSHM_TRACE=1 times the
-// phases of every all-reduce, on the host and on the device, and prints
-// their means when the communicator closes.
+// a finished copy up to a millisecond late; Options.Idle IdleGoSleep
+// brings that back for comparison.) STRATA_GPUSHM_TRACE=1 (EnvTrace, a
+// debug switch) times the phases of every all-reduce, on the host and on
+// the device, and prints their means when the communicator closes.
+//
+// # Settings
+//
+// Every tuning knob is a field of Options; the package reads no
+// environment variable but EnvTrace. FromEnv applies the older
+// STRATA_GPUSHM_* variables to the fields they name, for programs that
+// keep honouring them (strata does, below its --gpushm-* flags; see
+// docs/configuration.md).
 //
 // # Measured
 //

@@ -1,9 +1,13 @@
 package gpushm
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/strata-gnn/strata/comm"
 )
@@ -36,19 +40,49 @@ const (
 	DefaultDeviceChunk = 4 << 20
 )
 
-// Options configure a GPU shared-memory communicator.
+// Bounds of the tuning Options (Validate). MaxRanks, MaxSlots and
+// MaxChunkBytes bound the segment too.
+const (
+	MaxRanks      = 256
+	MaxSlots      = 64
+	MaxChunkBytes = 64 << 20
+	minChunkBytes = 64 << 10
+	// MaxWorkers bounds Options.Workers.
+	MaxWorkers = 256
+	// MaxChunks bounds Options.Chunks.
+	MaxChunks = 1024
+)
+
+// Idle modes (Options.Idle).
+const (
+	// IdlePrecise naps with nanosleep and a 1 us timer slack (the
+	// default).
+	IdlePrecise = "precise"
+	// IdleGoSleep naps with time.Sleep, whose sub-millisecond sleeps last
+	// about 1 ms on an idle Go runtime (kept for comparison).
+	IdleGoSleep = "gosleep"
+)
+
+// Options configure a GPU shared-memory communicator. The package reads
+// no environment variable but the debug switch EnvTrace: FromEnv applies
+// the STRATA_GPUSHM_* tuning variables for programs that honour them
+// (the strata command does, below its flags; docs/configuration.md).
 type Options struct {
 	comm.Options
-	// ChunkBytes is the largest chunk (DefaultChunkBytes if zero; a
-	// multiple of 4096 from 64 KiB to 64 MiB). Messages are cut into about
-	// DefaultChunks chunks of at least 256 KiB, at most this size.
+	// ChunkBytes is the largest chunk of the host pipeline
+	// (DefaultChunkBytes if zero; a multiple of 4096 from 64 KiB to
+	// 64 MiB): the size of the segment's slots.
 	ChunkBytes int
-	// Slots is the number of chunks in flight (DefaultSlots if zero).
+	// Slots is the number of chunks in flight (DefaultSlots if zero;
+	// 2..MaxSlots).
 	Slots int
 	// Workers is the number of reducer goroutines per rank (0: up to 8,
-	// about NumCPU/ranks - 1). Zero ChunkBytes, Slots and Workers are
-	// read from $STRATA_GPUSHM_CHUNK_BYTES, _SLOTS and _WORKERS when set.
+	// about NumCPU/ranks - 1; at most MaxWorkers).
 	Workers int
+	// Chunks is the number of chunks a message of the host pipeline is
+	// cut into, within 256 KiB..ChunkBytes (DefaultChunks if zero; at
+	// most MaxChunks).
+	Chunks int
 	// HostHeapBytes sizes the host shm communicator that stages the other
 	// operations (DefaultHostHeapBytes if zero, none if negative).
 	HostHeapBytes int
@@ -62,17 +96,19 @@ type Options struct {
 	// the host pipeline.
 	DeviceMax int
 	// DeviceChunk is the largest chunk of the device path
-	// (DefaultDeviceChunk if zero; a multiple of 4096 from 64 KiB, at
-	// most ChunkBytes).
+	// (DefaultDeviceChunk if zero; a multiple of 4096 from 64 KiB to
+	// 64 MiB, used up to ChunkBytes).
 	DeviceChunk int
 	// Async lets an all-reduce on the device path return once it is
 	// queued on the device's stream (later work on the stream is ordered
 	// after it, as with NCCL), instead of when it completes. A failure
 	// is then reported by the next operation or Sync; a watchdog still
 	// ends the wait at the deadline or when a peer fails, so the device
-	// never hangs. Zero DeviceMax, DeviceChunk and false Async are read
-	// from $STRATA_GPUSHM_DEVICE_MAX, _DEVICE_CHUNK and _ASYNC when set.
+	// never hangs.
 	Async bool
+	// Idle is how waits sleep once spinning stops: IdlePrecise (or "")
+	// or IdleGoSleep.
+	Idle string
 	// asyncHostCopies makes the CPU back end's copies complete on other
 	// goroutines (tests).
 	asyncHostCopies bool
@@ -82,6 +118,42 @@ type Options struct {
 	// emulate runs the device path on the CPU back end, on a goroutine
 	// that stands for the device's stream (tests).
 	emulate bool
+}
+
+// OptionError reports a tuning field of Options out of its range.
+type OptionError struct {
+	Field string // "ChunkBytes", "Slots", ...
+	Value string
+	Want  string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("gpushm: %s %s: want %s", e.Field, e.Value, e.Want)
+}
+
+// Validate checks the tuning fields (zero always means the default). Open
+// and NewLocal call it; callers that take the values from users (flags,
+// FromEnv) call it to report a bad one before anything opens.
+func (o Options) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return &OptionError{Field: field, Value: fmt.Sprint(v), Want: want}
+	}
+	chunkOK := func(b int) bool { return b >= minChunkBytes && b <= MaxChunkBytes && b%4096 == 0 }
+	switch {
+	case o.ChunkBytes != 0 && !chunkOK(o.ChunkBytes):
+		return bad("ChunkBytes", o.ChunkBytes, fmt.Sprintf("a multiple of 4096 from %d to %d (0: %d)", minChunkBytes, MaxChunkBytes, DefaultChunkBytes))
+	case o.Slots != 0 && (o.Slots < 2 || o.Slots > MaxSlots):
+		return bad("Slots", o.Slots, fmt.Sprintf("2..%d (0: %d)", MaxSlots, DefaultSlots))
+	case o.Workers < 0 || o.Workers > MaxWorkers:
+		return bad("Workers", o.Workers, fmt.Sprintf("0..%d (0: about NumCPU/ranks - 1, up to 8)", MaxWorkers))
+	case o.Chunks < 0 || o.Chunks > MaxChunks:
+		return bad("Chunks", o.Chunks, fmt.Sprintf("0..%d (0: %d)", MaxChunks, DefaultChunks))
+	case o.DeviceChunk != 0 && !chunkOK(o.DeviceChunk):
+		return bad("DeviceChunk", o.DeviceChunk, fmt.Sprintf("a multiple of 4096 from %d to %d (0: %d)", minChunkBytes, MaxChunkBytes, DefaultDeviceChunk))
+	case o.Idle != "" && o.Idle != IdlePrecise && o.Idle != IdleGoSleep:
+		return bad("Idle", strconv.Quote(o.Idle), IdlePrecise+" or "+IdleGoSleep)
+	}
+	return nil
 }
 
 func (o Options) inlineMax() int {
@@ -94,44 +166,104 @@ func (o Options) inlineMax() int {
 	return o.inline
 }
 
-// Environment variables that set ChunkBytes, Slots and Workers when the
-// Options leave them zero (for tuning without rebuilding).
+// Environment variables FromEnv reads: each sets the Options field of the
+// same name when that is zero (for tuning without rebuilding; the strata
+// command's flags --gpushm-chunk-bytes, ... set the same fields).
 const (
-	EnvChunkBytes  = "STRATA_GPUSHM_CHUNK_BYTES"
-	EnvSlots       = "STRATA_GPUSHM_SLOTS"
-	EnvWorkers     = "STRATA_GPUSHM_WORKERS"
-	EnvChunks      = "STRATA_GPUSHM_CHUNKS" // target chunks per message (DefaultChunks)
-	EnvDeviceMax   = "STRATA_GPUSHM_DEVICE_MAX"
-	EnvDeviceChunk = "STRATA_GPUSHM_DEVICE_CHUNK"
-	EnvAsync       = "STRATA_GPUSHM_ASYNC" // 1 or true: Options.Async
-	// EnvIdle picks how waits sleep once spinning stops: "precise"
-	// (default: nanosleep with a 1 us timer slack) or "gosleep"
-	// (time.Sleep, whose sub-millisecond sleeps last about 1 ms on an
-	// idle Go runtime; kept for comparison).
-	EnvIdle = "STRATA_GPUSHM_IDLE"
-	// EnvTrace, when 1, times the phases of every all-reduce and prints a
-	// summary line to standard error when the communicator closes.
-	EnvTrace = "STRATA_GPUSHM_TRACE"
+	EnvChunkBytes  = "STRATA_GPUSHM_CHUNK_BYTES"  // ChunkBytes
+	EnvSlots       = "STRATA_GPUSHM_SLOTS"        // Slots
+	EnvWorkers     = "STRATA_GPUSHM_WORKERS"      // Workers
+	EnvChunks      = "STRATA_GPUSHM_CHUNKS"       // Chunks
+	EnvDeviceMax   = "STRATA_GPUSHM_DEVICE_MAX"   // DeviceMax
+	EnvDeviceChunk = "STRATA_GPUSHM_DEVICE_CHUNK" // DeviceChunk
+	EnvAsync       = "STRATA_GPUSHM_ASYNC"        // Async (1, true, yes, on)
+	EnvIdle        = "STRATA_GPUSHM_IDLE"         // Idle (precise, gosleep)
 )
 
-func envBool(name string) bool {
-	switch os.Getenv(name) {
-	case "1", "true", "yes", "on":
-		return true
+// EnvTrace, when 1 (or true, yes, on), times the phases of every
+// all-reduce and prints a summary line to standard error when the
+// communicator closes. It only observes, so it stays a debug variable
+// that the package reads itself (when a communicator opens).
+const EnvTrace = "STRATA_GPUSHM_TRACE"
+
+// EnvNames lists the variables FromEnv reads.
+var EnvNames = []string{EnvChunkBytes, EnvSlots, EnvWorkers, EnvChunks, EnvDeviceMax, EnvDeviceChunk, EnvAsync, EnvIdle}
+
+// FromEnv returns o with every zero tuning field that a STRATA_GPUSHM_*
+// variable names (EnvNames) set from it, and the names of the variables
+// that were set. An unset or empty variable changes nothing; one that
+// does not parse, or whose value Validate refuses, is an error naming
+// the variable.
+func FromEnv(o Options) (Options, []string, error) {
+	var used []string
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{EnvChunkBytes, &o.ChunkBytes}, {EnvSlots, &o.Slots}, {EnvWorkers, &o.Workers}, {EnvChunks, &o.Chunks},
+		{EnvDeviceMax, &o.DeviceMax}, {EnvDeviceChunk, &o.DeviceChunk}} {
+		s := strings.TrimSpace(os.Getenv(f.name))
+		if s == "" {
+			continue
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			return o, used, fmt.Errorf("gpushm: %s=%q: not an integer", f.name, s)
+		}
+		used = append(used, f.name)
+		if *f.dst == 0 {
+			*f.dst = v
+		}
 	}
-	return false
+	if s := strings.TrimSpace(os.Getenv(EnvAsync)); s != "" {
+		on, ok := parseBool(s)
+		if !ok {
+			return o, used, fmt.Errorf("gpushm: %s=%q: want 1, true, yes, on, 0, false, no or off", EnvAsync, s)
+		}
+		used = append(used, EnvAsync)
+		o.Async = o.Async || on
+	}
+	if s := strings.TrimSpace(os.Getenv(EnvIdle)); s != "" {
+		used = append(used, EnvIdle)
+		if o.Idle == "" {
+			o.Idle = s
+		}
+	}
+	if err := o.Validate(); err != nil {
+		var oe *OptionError
+		if errors.As(err, &oe) {
+			for _, f := range [][2]string{{"ChunkBytes", EnvChunkBytes}, {"Slots", EnvSlots}, {"Workers", EnvWorkers},
+				{"Chunks", EnvChunks}, {"DeviceChunk", EnvDeviceChunk}, {"Idle", EnvIdle}} {
+				if f[0] == oe.Field && slices.Contains(used, f[1]) {
+					return o, used, fmt.Errorf("gpushm: %s=%s: want %s", f[1], oe.Value, oe.Want)
+				}
+			}
+		}
+		return o, used, err
+	}
+	return o, used, nil
+}
+
+func parseBool(s string) (v, ok bool) {
+	switch strings.ToLower(s) {
+	case "1", "true", "yes", "on":
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
+	}
+	return false, false
+}
+
+func envBool(name string) bool {
+	v, _ := parseBool(strings.TrimSpace(os.Getenv(name)))
+	return v
 }
 
 // deviceMax is the largest all-reduce on the device path (0: none).
 func (o Options) deviceMax() int {
-	d := o.DeviceMax
-	if d == 0 {
-		d = DefaultDeviceMax
-		if v, err := strconv.Atoi(os.Getenv(EnvDeviceMax)); err == nil {
-			d = v
-		}
+	if o.DeviceMax == 0 {
+		return DefaultDeviceMax
 	}
-	return max(d, 0)
+	return max(o.DeviceMax, 0)
 }
 
 // deviceChunk is the device path's largest chunk, within [64 KiB, slot]
@@ -139,31 +271,21 @@ func (o Options) deviceMax() int {
 func (o Options) deviceChunk(slot int) int {
 	d := o.DeviceChunk
 	if d == 0 {
-		d = fromEnv(EnvDeviceChunk, DefaultDeviceChunk)
+		d = DefaultDeviceChunk
 	}
 	return min(max(d/4096*4096, 64<<10), slot)
 }
 
-func (o Options) async() bool { return o.Async || envBool(EnvAsync) }
-
-// fromEnv returns the positive integer in $name, else def.
-func fromEnv(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 func (o Options) chunk() int {
 	if o.ChunkBytes == 0 {
-		return fromEnv(EnvChunkBytes, DefaultChunkBytes)
+		return DefaultChunkBytes
 	}
 	return o.ChunkBytes
 }
 
 func (o Options) slots() int {
 	if o.Slots == 0 {
-		return fromEnv(EnvSlots, DefaultSlots)
+		return DefaultSlots
 	}
 	return o.Slots
 }
@@ -172,7 +294,14 @@ func (o Options) workers(n int) int {
 	if o.Workers > 0 {
 		return o.Workers
 	}
-	return fromEnv(EnvWorkers, max(1, min(8, runtime.NumCPU()/max(n, 1)-1)))
+	return max(1, min(8, runtime.NumCPU()/max(n, 1)-1))
+}
+
+func (o Options) chunks() int {
+	if o.Chunks > 0 {
+		return o.Chunks
+	}
+	return DefaultChunks
 }
 
 func (o Options) hostHeap() int {

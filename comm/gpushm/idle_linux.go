@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
@@ -49,16 +48,12 @@ var (
 	hardSpin = runtime.NumCPU() >= 8
 )
 
-// goSleepFromEnv: sleep with time.Sleep, as before the precise naps
-// ($STRATA_GPUSHM_IDLE=gosleep, read when a communicator opens). A
-// sub-millisecond time.Sleep lasts about a millisecond when the Go
-// runtime has nothing else to do (its timers then wait in epoll_wait,
-// which counts in milliseconds): a wait that had stopped spinning
-// noticed a finished copy up to a millisecond late.
-func goSleepFromEnv() bool { return os.Getenv(EnvIdle) == "gosleep" }
-
 // nap sleeps for about d: package nap's precise sleep (20 us naps last
-// about 25 us), or time.Sleep with goSleep.
+// about 25 us), or time.Sleep with goSleep (Options.Idle IdleGoSleep: a
+// sub-millisecond time.Sleep lasts about a millisecond when the Go
+// runtime has nothing else to do, its timers then waiting in epoll_wait,
+// which counts in milliseconds, so a wait that had stopped spinning
+// noticed a finished copy up to a millisecond late).
 func (w *idler) nap(d time.Duration) {
 	var t0 time.Time
 	if w.t.tr != nil {

@@ -8,13 +8,10 @@ import (
 	sg "github.com/strata-gnn/strata/comm/internal/segment"
 )
 
-// Bounds checked when a segment is created or attached.
+// Segment constants (the bounds MaxRanks, MaxSlots, MaxChunkBytes and
+// minChunkBytes, checked when a segment is created or attached, are in
+// gpushm.go).
 const (
-	MaxRanks      = 256
-	MaxSlots      = 64
-	MaxChunkBytes = 64 << 20
-	minChunkBytes = 64 << 10
-
 	segMagic   = 0x4d48535550475453 // "STGPUSHM"
 	segVersion = 3                  // 2: flags mapped for the device path; 3: headers in the host pipeline's in flags
 

@@ -46,6 +46,9 @@ func withTimeout(ctx context.Context, o Options) (context.Context, context.Cance
 // A host shm communicator for the other operations is opened the same way
 // (prefix o.Prefix+"/host"). All ranks must be on one host.
 func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Options) (comm.DeviceComm, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := withTimeout(ctx, o)
 	defer cancel()
 	rank, n := store.Rank(), store.Size()
@@ -106,6 +109,9 @@ func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Opt
 // ranks, rank r on bes[r]) on one memfd segment, with an shm.NewLocal
 // host group; for tests.
 func NewLocal(bes []backend.Backend, o Options) ([]comm.DeviceComm, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	n := len(bes)
 	l, err := newLayout(n, o.slots(), o.chunk())
 	if err != nil {
@@ -178,8 +184,8 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 		return nil, err
 	}
 	t := &transport{Transport: staged.New(host, be, comm.KindGPUShm), seg: seg, rank: rank, n: n, be: be, mv: mv,
-		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: fromEnv(EnvChunks, DefaultChunks), inline: o.inlineMax(),
-		goSleep: goSleepFromEnv()}
+		pids: make([]int, n), pieces: make(chan piece, 4*o.workers(n)), chunks: o.chunks(), inline: o.inlineMax(),
+		goSleep: o.Idle == IdleGoSleep}
 	for r := range t.pids {
 		t.pids[r] = int(atomic.LoadInt32((*int32)(unsafe.Pointer(&seg.Mem[seg.Ctl(r)+sg.CPid]))))
 	}
@@ -195,7 +201,7 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 				t.inputs[s] = append(t.inputs[s], seg.InSlot(r, s))
 			}
 		}
-		if t.async = o.async(); t.async {
+		if t.async = o.Async; t.async {
 			t.wake, t.wdStop, t.wdDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 			go t.watchdog()
 		}
@@ -249,7 +255,7 @@ type transport struct {
 	wdStop   chan struct{}
 	wdDone   chan struct{}
 
-	tr *tracer // phase times ($STRATA_GPUSHM_TRACE), or nil
+	tr *tracer // phase times (EnvTrace), or nil
 }
 
 func (t *transport) Kind() string { return comm.KindGPUShm }
