@@ -21,7 +21,6 @@ func openTwoAsync(t *testing.T, timeout time.Duration) ([]*cuda.Device, []comm.D
 	if n := gpus(t); n < 2 {
 		t.Skipf("needs 2 GPUs, found %d", n)
 	}
-	t.Setenv(EnvAsync, "") // the test decides
 	devs := make([]*cuda.Device, 2)
 	for r := range devs {
 		d, err := cuda.Open(r, cuda.Options{})

@@ -42,24 +42,35 @@ type Options struct {
 	// that reads a result must wait for this stream (an event). Pipelines
 	// use it so that a gradient all-reduce leaves no gap on the GPU and a
 	// stage's long exchange does not hold the launch order (DSP's
-	// coordinator orders launches, not completions). The environment
-	// variable STRATA_NCCL_ASYNC (true or false) overrides it.
+	// coordinator orders launches, not completions). The package reads no
+	// environment variable: FromEnv applies STRATA_NCCL_ASYNC for
+	// programs that honour it.
 	Async bool
 }
 
-// EnvAsync overrides Options.Async when set to a boolean.
+// EnvAsync is the environment variable FromEnv reads into Options.Async
+// (a boolean: 1, t, true, 0, f, false, ...).
 const EnvAsync = "STRATA_NCCL_ASYNC"
 
-// AsyncFor reports whether a communicator opened with o runs operations
-// asynchronously (EnvAsync overrides o.Async).
-func AsyncFor(o Options) bool { return o.async() }
-
-func (o Options) async() bool {
-	if v, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(EnvAsync))); err == nil {
-		return v
+// FromEnv returns o with Async set from $STRATA_NCCL_ASYNC when that is
+// set (it overrides o.Async either way), and whether it was. A value
+// that is not a boolean is an error naming the variable.
+func FromEnv(o Options) (Options, bool, error) {
+	s := strings.TrimSpace(os.Getenv(EnvAsync))
+	if s == "" {
+		return o, false, nil
 	}
-	return o.Async
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return o, false, fmt.Errorf("nccl: %s=%q: want true or false", EnvAsync, s)
+	}
+	o.Async = v
+	return o, true, nil
 }
+
+// AsyncFor reports whether a communicator opened with o runs operations
+// asynchronously: o.Async.
+func AsyncFor(o Options) bool { return o.Async }
 
 // Timing of the slow path (store checks while a call waits).
 const (
@@ -177,7 +188,7 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 		return fail(err)
 	}
 	t.scratch = scratch.(*cuda.Buffer)
-	if o.async() {
+	if o.Async {
 		t.async = true
 		t.wake, t.wdStop, t.wdDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go t.watchdog()

@@ -29,14 +29,21 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			defer dev.Close()
+			// The launching test picks synchronous or asynchronous
+			// operations with STRATA_NCCL_ASYNC (FromEnv).
+			no, _, err := FromEnv(Options{})
+			if err != nil {
+				return err
+			}
 			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
 				Open: func(ctx context.Context, store rendezvous.Store, prefix string, o comm.Options) (comm.DeviceComm, error) {
-					return Open(ctx, store, dev, Options{Options: o, Prefix: prefix})
+					no.Options, no.Prefix = o, prefix
+					return Open(ctx, store, dev, no)
 				},
 				// The fault suite expects each failing call itself to fail;
 				// asynchronous calls report a failure at the next call
 				// (TestGPUAsyncStall covers that).
-				Backend: dev, Conformance: true, Faults: !AsyncFor(Options{}),
+				Backend: dev, Conformance: true, Faults: !AsyncFor(no),
 				UncheckedCounts: "NCCL exchanges no header with the data (Debug checks counts)",
 			})
 		},
