@@ -25,13 +25,31 @@ func init() {
 	})
 }
 
-// EnvTF32 turns on TF32 tensor-core math in Gemm when set to 1 or true.
+// EnvTF32 is the environment's form of Options.TF32 (strata train
+// --tf32): 1 or true turns TF32 on. Open does not read it; FromEnv
+// does, for the programs that honour it.
 const EnvTF32 = "STRATA_CUDA_TF32"
+
+// FromEnv returns o with TF32 turned on when $STRATA_CUDA_TF32 is true,
+// and whether the variable was set. A value that is not a boolean is an
+// error naming the variable.
+func FromEnv(o Options) (Options, bool, error) {
+	s := strings.TrimSpace(os.Getenv(EnvTF32))
+	if s == "" {
+		return o, false, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return o, false, fmt.Errorf("cuda: %s=%q: want 1 or 0 (true or false)", EnvTF32, s)
+	}
+	o.TF32 = o.TF32 || v
+	return o, true, nil
+}
 
 // Options configure a Device. The zero value is the default.
 type Options struct {
 	// TF32 makes Gemm use TF32 tensor cores (about 1e-3 relative error).
-	// Off by default; STRATA_CUDA_TF32=1 turns it on too.
+	// Off by default (FromEnv turns it on for STRATA_CUDA_TF32=1).
 	TF32 bool
 	// HighPriority gives the handle's stream the device's greatest
 	// scheduling priority: its kernels take free SMs before those of
@@ -147,7 +165,7 @@ func Open(ordinal int, opt Options) (*Device, error) {
 		return fail(err)
 	}
 	d := &Device{ordinal: ordinal, name: spec, dev: dev, mods: map[string]*Module{}, fns: map[string]cu.Function{}}
-	d.tf32 = opt.TF32 || envBool(EnvTF32)
+	d.tf32 = opt.TF32
 	d.highPriority = opt.HighPriority
 	d.poison = envBool(EnvPoison)
 	if err := d.init(); err != nil {

@@ -47,9 +47,12 @@
 // # Precision and TF32
 //
 // Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH),
-// which is what the conformance suite checks. Options.TF32, or
-// STRATA_CUDA_TF32=1, switches to TF32 tensor cores: several times faster,
-// about 1e-3 relative error. Reductions accumulate in double.
+// which is what the conformance suite checks. Options.TF32 (strata train
+// --tf32; STRATA_CUDA_TF32=1 through FromEnv) switches to TF32 tensor
+// cores: several times faster, about 1e-3 relative error. Reductions
+// accumulate in double. The package reads no environment variable that
+// changes results but the debug switch STRATA_CUDA_POISON (EnvPoison);
+// docs/configuration.md lists them all.
 //
 // # Determinism
 //
