@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -110,8 +111,12 @@ func gpus(t testing.TB, n int) []backend.Backend {
 	for i := 0; i < n; i++ {
 		d, ok := gpuDevs[i]
 		if !ok {
-			var err error
-			if d, err = cuda.Open(i, cuda.Options{}); err != nil {
+			// STRATA_CUDA_TF32 applies as in strata train (gpu.sh's FG_TF32).
+			o, _, err := cuda.FromEnv(cuda.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err = cuda.Open(i, o); err != nil {
 				t.Skipf("%d GPUs needed, cuda:%d: %.120s", n, i, err.Error())
 			}
 			gpuDevs[i] = d
@@ -205,7 +210,12 @@ func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
 		return cs
 	}
 	kind := os.Getenv("STRATA_BENCH_COMM")
-	cs, used, why, err := OpenDeviceComms(context.Background(), kind, bs, 2*time.Minute)
+	// gpushm's STRATA_GPUSHM_* settings apply as in strata train.
+	gso, _, err := gpushm.FromEnv(gpushm.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs, used, why, err := OpenDeviceComms(context.Background(), kind, bs, CommOptions{Timeout: 2 * time.Minute, GPUShm: gso})
 	if err != nil {
 		b.Fatal(err)
 	}

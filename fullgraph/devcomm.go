@@ -13,6 +13,17 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
+// CommOptions configure OpenDeviceComms.
+type CommOptions struct {
+	// Timeout bounds each operation (comm.DefaultTimeout if zero).
+	Timeout time.Duration
+	// GPUShm tunes the gpushm communicators (strata train's --gpushm-*
+	// flags); its comm.Options are replaced by Timeout. It is checked
+	// (gpushm.Options.Validate) whatever the kind, so a bad setting is
+	// reported even where auto picks NCCL.
+	GPUShm gpushm.Options
+}
+
 // Device communicator kinds for OpenDeviceComms (strata train --comm).
 const (
 	CommAuto   = "auto"
@@ -29,7 +40,7 @@ const (
 // else gpushm, and host for one device or devices that are not distinct
 // CUDA GPUs. It returns the communicators (nil for host), the kind used
 // and why. Close every communicator when done.
-func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, timeout time.Duration) ([]comm.DeviceComm, string, string, error) {
+func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co CommOptions) ([]comm.DeviceComm, string, string, error) {
 	kind = strings.ToLower(strings.TrimSpace(kind))
 	var devs []*cuda.Device
 	seen := map[*cuda.Device]bool{}
@@ -43,7 +54,12 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, tim
 		seen[d] = true
 		devs = append(devs, d)
 	}
-	o := comm.Options{Timeout: timeout}
+	if err := co.GPUShm.Validate(); err != nil {
+		return nil, "", "", fmt.Errorf("fullgraph: %w", err)
+	}
+	o := comm.Options{Timeout: co.Timeout}
+	gso := co.GPUShm
+	gso.Options = o
 	switch kind {
 	case "", CommAuto:
 		if !gpus {
@@ -61,7 +77,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, tim
 			}
 			why = "NCCL failed to start"
 		}
-		cs, err2 := gpushm.NewLocal(bs, gpushm.Options{Options: o})
+		cs, err2 := gpushm.NewLocal(bs, gso)
 		if err2 != nil {
 			return nil, "", "", fmt.Errorf("fullgraph: device communicators: %s (%v); gpushm: %w", why, err, err2)
 		}
@@ -77,7 +93,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, tim
 		if kind == CommNCCL {
 			cs, err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o})
 		} else {
-			cs, err = gpushm.NewLocal(bs, gpushm.Options{Options: o})
+			cs, err = gpushm.NewLocal(bs, gso)
 		}
 		if err != nil {
 			return nil, "", "", fmt.Errorf("fullgraph: %s: %w", kind, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/partition"
@@ -410,5 +411,23 @@ func TestDegreeOrder(t *testing.T) {
 				t.Fatalf("order %v: not by descending degree in block %d", o, b)
 			}
 		}
+	}
+}
+
+// TestOpenDeviceCommsChecksGPUShm: the gpushm settings of CommOptions are
+// checked whatever the kind (a bad one is reported on CPU devices too,
+// where auto would stage through the host), and good ones open.
+func TestOpenDeviceCommsChecksGPUShm(t *testing.T) {
+	bs := devices(t, 2)
+	for _, kind := range []string{CommAuto, CommHost, CommGPUShm} {
+		_, _, _, err := OpenDeviceComms(context.Background(), kind, bs, CommOptions{GPUShm: gpushm.Options{Slots: 1}})
+		var oe *gpushm.OptionError
+		if !errors.As(err, &oe) || oe.Field != "Slots" {
+			t.Errorf("%s with Slots 1: %v, want a gpushm.OptionError on Slots", kind, err)
+		}
+	}
+	dcs, used, _, err := OpenDeviceComms(context.Background(), CommAuto, bs, CommOptions{GPUShm: gpushm.Options{Slots: 4, Idle: gpushm.IdleGoSleep}})
+	if err != nil || used != CommHost || dcs != nil {
+		t.Errorf("auto on CPU devices with good gpushm settings: %v, %q, %v", dcs, used, err)
 	}
 }

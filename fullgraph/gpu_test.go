@@ -57,7 +57,7 @@ func TestGPUDeviceComms(t *testing.T) {
 	cfg.Epochs = 8
 	want := run(t, ds, cfg, 2)
 	for _, kind := range []string{CommNCCL, CommGPUShm} {
-		dcs, used, why, err := OpenDeviceComms(context.Background(), kind, bs, 0)
+		dcs, used, why, err := OpenDeviceComms(context.Background(), kind, bs, CommOptions{})
 		if err != nil {
 			t.Errorf("%s: %v", kind, err)
 			continue

@@ -109,8 +109,8 @@ func loadConfig(path string, flags map[string]*kong.Flag, command string) (map[s
 		key := excerpt.String(k.Value)
 		fl, ok := flags[name]
 		if !ok {
-			return nil, fmt.Errorf("config %s: line %d: unknown key %s: %s has no flag --%s (known: %s)",
-				path, k.Line, key, command, excerpt.Message(name), knownFlags(flags))
+			return nil, fmt.Errorf("config %s: line %d: unknown key %s: %s has no flag --%s (%s)",
+				path, k.Line, key, command, excerpt.Message(name), knownFlags(flags, name, command))
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("config %s: line %d: key %s given twice", path, k.Line, key)
@@ -181,11 +181,42 @@ func checkFlagValue(f *kong.Flag, value string) error {
 	return check(target)
 }
 
-func knownFlags(flags map[string]*kong.Flag) string {
-	names := make([]string, 0, len(flags))
-	for n := range flags {
-		names = append(names, n)
+// knownFlags names the flags close to name (within an edit distance of
+// a third of its length, at least 2), or says where they are listed when
+// none is: the whole list of train's flags is too long for one line.
+func knownFlags(flags map[string]*kong.Flag, name, command string) string {
+	var near []string
+	if len(name) <= 64 {
+		for n := range flags {
+			if editDistance(n, name) <= max(2, len(name)/3) {
+				near = append(near, "--"+n)
+			}
+		}
 	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+	if len(near) == 0 {
+		return "'" + command + " --help' lists them"
+	}
+	sort.Strings(near)
+	return "did you mean " + strings.Join(near, ", ") + "?"
+}
+
+// editDistance is the Levenshtein distance between a and b (in bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

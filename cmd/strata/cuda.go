@@ -20,6 +20,24 @@ import (
 // says what is missing and where it looked.
 func writeCUDAInfo(w io.Writer) error { return cudabk.Probe().WriteText(w) }
 
+// cudaOptions are the options of the CUDA devices this command opens
+// (openBackend): 'strata train' sets TF32 for the length of a run
+// (useEnvironment).
+var cudaOptions cudabk.Options
+
+// openBackend opens one device spec ("cpu", "cuda:1"): CUDA devices with
+// cudaOptions, other kinds through package backend's registry.
+func openBackend(spec string) (backend.Backend, error) {
+	if kind, index, err := backend.ParseDevice(spec); err == nil && kind == "cuda" {
+		d, err := cudabk.Open(index, cudaOptions)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return backend.Open(spec)
+}
+
 // batchSource returns, for a CUDA back end, the source that samples
 // training batches and gathers their features on the GPU; nil (host
 // sampling) otherwise.

@@ -120,7 +120,7 @@ func openDeviceNote(spec string, note io.Writer) (backend.Backend, error) {
 			if kind == "cpu" {
 				continue
 			}
-			b, err := backend.Open(kind)
+			b, err := openBackend(kind)
 			if err == nil {
 				return b, nil
 			}
@@ -154,7 +154,7 @@ func openSpec(spec string) (backend.Backend, error) {
 	if !registered {
 		return nil, usageError{fmt.Errorf("no %q back end in this build (available: %s)", kind, strings.Join(backend.Kinds(), ", "))}
 	}
-	return backend.Open(spec)
+	return openBackend(spec)
 }
 
 // flagError prefixes err with what names the flag, keeping a usageError a

@@ -228,6 +228,22 @@ func TestFlagValues(t *testing.T) {
 		"train-frac": "float", "val-frac": "float", "test-frac": "float",
 		"n": "int", "procs": "int", "master-port": "int", "grace": "dur", "min-bytes": "int", "max-bytes": "int", "factor": "int",
 		"repeats": "int", "budget": "int", "timeout": "dur",
+		"gpushm-chunk-bytes": "int", "gpushm-slots": "int", "gpushm-workers": "int", "gpushm-chunks": "int",
+		"gpushm-device-max": "int", "gpushm-device-chunk": "int",
+	}
+	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
+	// default.
+	chunkOK := func(v string) bool {
+		x, err := strconv.ParseInt(v, 10, 64)
+		return err == nil && (x == 0 || x >= 64<<10 && x <= 64<<20 && x%4096 == 0)
+	}
+	gpushmFlags := []flagSpec{
+		{flag: "gpushm-chunk-bytes", legal: chunkOK, extra: []string{"65536", "65537", "67108864", "67112960"}},
+		{flag: "gpushm-slots", legal: func(v string) bool { return v == "0" || intRange(2, 64)(v) }, extra: []string{"2", "64", "65"}},
+		{flag: "gpushm-workers", legal: intRange(0, 256), extra: []string{"256", "257"}},
+		{flag: "gpushm-chunks", legal: intRange(0, 1024), extra: []string{"1024", "1025"}},
+		{flag: "gpushm-device-max", legal: intRange(math.MinInt64, math.MaxInt64)},
+		{flag: "gpushm-device-chunk", legal: chunkOK, extra: []string{"4096", "1048576"}},
 	}
 	fanouts := func(n int) func(string) bool {
 		return func(v string) bool {
@@ -277,8 +293,8 @@ func TestFlagValues(t *testing.T) {
 			{flag: "out-heads", legal: intRange(1, 64)},
 			{flag: "attn-dropout", legal: floatRange(0, 1, false, true)},
 		}},
-		{name: "train fullgraph", args: trainArgs("--model", "gcn", "--mode", "fullgraph", "--devices", "cpu:2"), sentinel: "--dataset", flags: append(append([]flagSpec{}, common...),
-			flagSpec{flag: "eval-every", legal: intRange(1, 1<<20)},
+		{name: "train fullgraph", args: trainArgs("--model", "gcn", "--mode", "fullgraph", "--devices", "cpu:2"), sentinel: "--dataset", flags: append(append(append([]flagSpec{}, common...),
+			flagSpec{flag: "eval-every", legal: intRange(1, 1<<20)}), gpushmFlags...,
 		)},
 		{name: "train fullgraph devices", args: trainArgs("--model", "gcn", "--mode", "fullgraph"), sentinel: "--dataset", flags: []flagSpec{
 			{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63}},
@@ -349,6 +365,9 @@ func TestFlagValues(t *testing.T) {
 			{flag: "budget", legal: intRange(1, 1<<40), extra: []string{"1099511627777"}},
 			{flag: "timeout", legal: durRange(0, 24*time.Hour, true), extra: []string{"24h", "24h1s"}},
 		}},
+		{name: "bench comm gpushm", args: func(t *testing.T, d string) []string {
+			return []string{"bench", "comm", "--comm", "bogus", "--max-bytes", "4096", "--json", filepath.Join(d, "b.json")}
+		}, sentinel: "bogus", flags: gpushmFlags},
 	}
 	// Importing 2e9 nodes is refused where the machine cannot hold it.
 	if b, ok := sysmem.Available(); ok && b.Bytes < importer.EstimateBytes(2_000_000_000, 1, false) {

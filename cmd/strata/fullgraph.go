@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm/commcli"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
@@ -33,6 +35,8 @@ type fullGraphFlags struct {
 	NodeOrder  string   `name:"node-order" help:"fullgraph mode: node order within the devices' blocks: degree (descending in-degree: the most gathered rows stay in the GPU's cache), none, or auto (degree on GPUs, none on CPU devices)." enum:"auto,none,degree" default:"auto"`
 	Comm       string   `help:"fullgraph mode on several GPUs: how embedding blocks, gradient contributions and weight gradients move between the GPUs: nccl, gpushm (GPU shared-memory collectives), host (staged through host memory) or auto (NCCL when it loads, else gpushm; host for CPU devices)." enum:"auto,nccl,gpushm,host" default:"auto"`
 	PartFile   string   `name:"partition-file" help:"fullgraph mode: use the partition in this file (partition.bin written by 'strata partition' for the same dataset, with as many parts as devices) instead of partitioning." placeholder:"FILE" type:"existingfile"`
+
+	GPUShm commcli.GPUShmFlags `embed:""` // fullgraph mode, --comm gpushm (or auto)
 }
 
 // fullGraphConfig turns the flags into a fullgraph.Config on top of the
@@ -60,6 +64,9 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 	}
 	if set := c.DSP.set(); len(set) > 0 {
 		return cfg, refuse(set[0])
+	}
+	if set := f.GPUShm.Set(); len(set) > 0 && (f.Comm == fullgraph.CommNCCL || f.Comm == fullgraph.CommHost) {
+		return cfg, usageError{fmt.Errorf("--%s applies to --comm gpushm (or auto), not --comm %s", set[0], f.Comm)}
 	}
 	set := func(dst *int, v *int) {
 		if v != nil {
@@ -117,7 +124,7 @@ func (f *fullGraphFlags) set() []string {
 	add(f.NodeOrder != "auto", "node-order")
 	add(f.Comm != "auto", "comm")
 	add(f.PartFile != "", "partition-file")
-	return out
+	return append(out, f.GPUShm.Set()...)
 }
 
 // openDevices opens --devices (parseDevices), one rank each, the virtual
@@ -159,6 +166,10 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	}
 	if err := c.checkOutputs(); err != nil {
 		return err
+	}
+	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{}) // the flags, then STRATA_GPUSHM_*
+	if err != nil {
+		return usageError{err}
 	}
 	var log io.Writer = e.stderr
 	if e.quiet {
@@ -211,7 +222,7 @@ func (c *trainCmd) runFullGraph(e *env) error {
 			return usageError{fmt.Errorf("--partition-file %s has %d parts for %d devices", f, len(opts.Offsets)-1, len(bs))}
 		}
 	}
-	dcs, kind, why, err := fullgraph.OpenDeviceComms(ctx, c.FullGraph.Comm, bs, 0)
+	dcs, kind, why, err := fullgraph.OpenDeviceComms(ctx, c.FullGraph.Comm, bs, fullgraph.CommOptions{GPUShm: gso})
 	var ce *fullgraph.ConfigError
 	if errors.As(err, &ce) {
 		return usageError{err}

@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("strata"),
-		kong.Description("Strata trains graph neural networks. Run 'strata train' to train GraphSAGE on the built-in Cora."),
+		kong.Description("Strata trains graph neural networks. Run 'strata train' to train GraphSAGE on the built-in Cora. Flags configure everything; docs/configuration.md lists the STRATA_* environment variables (library paths, launch, debugging)."),
 		kong.Vars{"version": "strata " + train.Version, "builtins": strings.Join(builtinNames, ", "), "presets": strings.Join(gen.Presets(), ", "), "kinds": kindNames(), "devices": devicesSyntax},
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),

@@ -124,7 +124,8 @@ quiet: true
 	}
 
 	for _, tc := range []struct{ yaml, want string }{
-		{"model: gcn\nbatch-sise: 3\n", `line 2: unknown key "batch-sise"`},
+		{"model: gcn\nbatch-sise: 3\n", `line 2: unknown key "batch-sise": strata train has no flag --batch-sise (did you mean --batch-size?)`},
+		{"bogus-option: 3\n", `line 1: unknown key "bogus-option": strata train has no flag --bogus-option ('strata train --help' lists them)`},
 		{"epochs: 2\nepochs: 3\n", `key "epochs" given twice`},
 		{"fanouts: {a: 1}\n", `key "fanouts": want a value or a list`},
 		{"- 1\n- 2\n", "want a mapping"},

@@ -25,6 +25,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/dist"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/launch"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -66,6 +67,12 @@ type Config struct {
 	// Tuning: 0 means the back end's default.
 	ShmSlotBytes, TCPSegmentBytes int
 	ShmReducer                    string
+	// GPUShm tunes the gpushm back end (its comm.Options are the
+	// benchmark's); NCCLAsync makes NCCL's operations return once
+	// queued (nccl.Options.Async). The ranks take both from the job, not
+	// from their environment.
+	GPUShm    gpushm.Options
+	NCCLAsync bool
 }
 
 func (c *Config) defaults() error {
@@ -117,6 +124,9 @@ func (c *Config) defaults() error {
 	if len(c.Self) == 0 {
 		c.Self = os.Args
 	}
+	if err := c.GPUShm.Validate(); err != nil {
+		return fmt.Errorf("commbench: %w", err)
+	}
 	for _, b := range c.Backends {
 		switch strings.TrimSuffix(b, plainSuffix) {
 		case comm.KindInproc, comm.KindShm, comm.KindTCP, comm.KindAuto:
@@ -161,11 +171,14 @@ type Point struct {
 
 // Series is one back end's measurements.
 type Series struct {
-	Backend string  `json:"backend"`
-	Chosen  string  `json:"chosen,omitempty"` // the back end opened (what auto picked)
-	Reason  string  `json:"reason,omitempty"` // why (device back ends)
-	Points  []Point `json:"points"`
-	Error   string  `json:"error,omitempty"`
+	Backend string `json:"backend"`
+	Chosen  string `json:"chosen,omitempty"` // the back end opened (what auto picked)
+	Reason  string `json:"reason,omitempty"` // why (device back ends)
+	// The settings measured, when gpushm or NCCL was opened.
+	GPUShm    *gpushm.Options `json:"gpushm,omitempty"`
+	NCCLAsync bool            `json:"nccl_async,omitempty"`
+	Points    []Point         `json:"points"`
+	Error     string          `json:"error,omitempty"`
 }
 
 // Report is a whole run.
@@ -271,7 +284,8 @@ func runProcs(ctx context.Context, cfg Config, kind string, plain bool) (Series,
 	defer os.Remove(f.Name())
 	job, err := json.Marshal(child{Config: Config{Procs: cfg.Procs, Op: cfg.Op, MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes,
 		Factor: cfg.Factor, Budget: cfg.Budget, MinIters: cfg.MinIters, MaxIters: cfg.MaxIters, Timeout: cfg.Timeout,
-		ShmSlotBytes: cfg.ShmSlotBytes, TCPSegmentBytes: cfg.TCPSegmentBytes, ShmReducer: cfg.ShmReducer}, Kind: kind, Plain: plain, Result: f.Name()})
+		ShmSlotBytes: cfg.ShmSlotBytes, TCPSegmentBytes: cfg.TCPSegmentBytes, ShmReducer: cfg.ShmReducer,
+		GPUShm: cfg.GPUShm, NCCLAsync: cfg.NCCLAsync}, Kind: kind, Plain: plain, Result: f.Name()})
 	if err != nil {
 		return Series{}, err
 	}

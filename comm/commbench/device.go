@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/devdist"
+	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -69,7 +70,8 @@ func deviceChildMain(ctx context.Context, job child, cfg Config, op comm.Op) err
 		return err
 	}
 	defer done()
-	dc, info, err := devdist.Init(ctx, be, devdist.Options{Backend: deviceKind(job.Kind), Comm: comm.Options{Timeout: cfg.Timeout}})
+	dc, info, err := devdist.Init(ctx, be, devdist.Options{Backend: deviceKind(job.Kind), Comm: comm.Options{Timeout: cfg.Timeout},
+		GPUShm: cfg.GPUShm, NCCL: nccl.Options{Async: cfg.NCCLAsync}})
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,14 @@ func deviceChildMain(ctx context.Context, job child, cfg Config, op comm.Op) err
 	if info.PeerDetail != "" {
 		why += " (peer access: " + info.PeerDetail + ")"
 	}
-	b, err := json.Marshal(Series{Backend: job.Kind, Chosen: info.Kind, Reason: why, Points: pts})
+	s := Series{Backend: job.Kind, Chosen: info.Kind, Reason: why, Points: pts}
+	switch info.Kind {
+	case comm.KindGPUShm:
+		s.GPUShm = &cfg.GPUShm
+	case comm.KindNCCL:
+		s.NCCLAsync = cfg.NCCLAsync
+	}
+	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/strata-gnn/strata/comm/gpushm"
 )
 
 // TestRunDeviceOnCPU runs the device back ends with the CPU back end in
@@ -15,8 +17,12 @@ func TestRunDeviceOnCPU(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	t.Setenv(DeviceEnv, "cpu")
+	// The ranks take gpushm's settings from the job, not from their
+	// environment (which they inherit).
+	t.Setenv(gpushm.EnvSlots, "3")
+	gso := gpushm.Options{Slots: 4, Chunks: 2, Idle: gpushm.IdleGoSleep}
 	cfg := Config{Backends: []string{"gpushm", "gpu-auto", "gpu-tcp", "nccl"}, MinBytes: 4 << 10, MaxBytes: 1 << 20, Budget: 1 << 20,
-		MinIters: 1, MaxIters: 10, Repeats: 1, Self: []string{os.Args[0], "-test.run=^$"}}
+		MinIters: 1, MaxIters: 10, Repeats: 1, Self: []string{os.Args[0], "-test.run=^$"}, GPUShm: gso}
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +40,9 @@ func TestRunDeviceOnCPU(t *testing.T) {
 		}
 		if s.Chosen != want[s.Backend] || s.Reason == "" {
 			t.Errorf("%s chose %q (%s), want %q", s.Backend, s.Chosen, s.Reason, want[s.Backend])
+		}
+		if got := s.GPUShm; (s.Chosen == "gpushm") != (got != nil) || got != nil && (got.Slots != 4 || got.Chunks != 2 || got.Idle != gpushm.IdleGoSleep) {
+			t.Errorf("%s (%s): gpushm settings %+v, want %+v", s.Backend, s.Chosen, got, gso)
 		}
 		if len(s.Points) != 5 {
 			t.Fatalf("%s: %d points", s.Backend, len(s.Points))
@@ -57,5 +66,8 @@ func TestDeviceKinds(t *testing.T) {
 	}
 	if err := (&Config{Backends: []string{"gpu-x"}}).defaults(); err == nil {
 		t.Error("unknown back end accepted")
+	}
+	if err := (&Config{GPUShm: gpushm.Options{ChunkBytes: 1000}}).defaults(); err == nil || !strings.Contains(err.Error(), "ChunkBytes") {
+		t.Errorf("gpushm ChunkBytes 1000: %v", err)
 	}
 }

@@ -23,7 +23,9 @@ import (
 
 	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/commbench"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/launch"
+	"github.com/strata-gnn/strata/comm/nccl"
 )
 
 // LaunchCmd is 'strata launch -n N [flags] -- <cmd> [args...]'.
@@ -74,6 +76,9 @@ type BenchCommCmd struct {
 	Timeout  time.Duration `default:"1m" help:"Deadline of each collective."`
 	JSON     string        `default:"comm-bench.json" help:"Write the report as JSON to this file ('' for none)."`
 
+	GPUShm    GPUShmFlags `embed:""`
+	NCCLAsync bool        `name:"nccl-async" help:"nccl: operations return once queued on the GPU's stream (as the DSP engine runs them) instead of when complete."`
+
 	Stdout, Stderr io.Writer `kong:"-"`
 }
 
@@ -101,8 +106,12 @@ func (c *BenchCommCmd) Run() error {
 			}
 		}
 	}
-	rep, err := commbench.Run(ctx, commbench.Config{Backends: backends, Procs: c.Procs, Op: c.Op, MinBytes: c.MinBytes,
-		MaxBytes: c.MaxBytes, Factor: c.Factor, Repeats: c.Repeats, Budget: c.Budget, Timeout: c.Timeout, Log: errw})
+	cfg := commbench.Config{Backends: backends, Procs: c.Procs, Op: c.Op, MinBytes: c.MinBytes,
+		MaxBytes: c.MaxBytes, Factor: c.Factor, Repeats: c.Repeats, Budget: c.Budget, Timeout: c.Timeout, Log: errw}
+	if err := c.deviceSettings(&cfg, errw); err != nil {
+		return err
+	}
+	rep, err := commbench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -125,6 +134,33 @@ func (c *BenchCommCmd) Run() error {
 		if s.Error != "" {
 			return fmt.Errorf("bench comm: %s failed", s.Backend)
 		}
+	}
+	return nil
+}
+
+// deviceSettings sets the gpushm and NCCL settings of cfg from the flags
+// and, for what they leave unset, from the environment (gpushm.FromEnv,
+// nccl.FromEnv: the ranks do not read it), with a line on w for every
+// variable that counts.
+func (c *BenchCommCmd) deviceSettings(cfg *commbench.Config, w io.Writer) error {
+	var used []string
+	var err error
+	if cfg.GPUShm, used, err = c.GPUShm.EnvOptions(gpushm.Options{}); err != nil {
+		return err
+	}
+	cfg.NCCLAsync = c.NCCLAsync
+	if !c.NCCLAsync {
+		no, set, err := nccl.FromEnv(nccl.Options{})
+		if err != nil {
+			return fmt.Errorf("environment: %w", err)
+		}
+		if set {
+			used = append(used, nccl.EnvAsync)
+		}
+		cfg.NCCLAsync = no.Async
+	}
+	for _, name := range used {
+		fmt.Fprintf(w, "bench comm: %s=%s is set (docs/configuration.md)\n", name, os.Getenv(name))
 	}
 	return nil
 }

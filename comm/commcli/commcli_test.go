@@ -3,6 +3,7 @@ package commcli
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/strata-gnn/strata/comm/commbench"
 	"github.com/strata-gnn/strata/comm/commtest"
+	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 )
 
@@ -118,5 +121,56 @@ func TestBenchComm(t *testing.T) {
 	var rep commbench.Report
 	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Series) != 3 || len(rep.Series[1].Points) != 3 {
 		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+}
+
+// TestBenchCommDeviceFlags: the gpushm flags and --nccl-async reach
+// commbench.Config (what the ranks get), a STRATA_GPUSHM_* variable fills
+// only a field its flag leaves unset and is announced, and a bad value is
+// refused naming the flag or the variable.
+func TestBenchCommDeviceFlags(t *testing.T) {
+	for _, k := range append(gpushm.EnvNames, nccl.EnvAsync) {
+		t.Setenv(k, "")
+	}
+	t.Setenv(gpushm.EnvSlots, "16")
+	t.Setenv(gpushm.EnvWorkers, "3")
+	_, c := parse(t, "bench", "comm", "--comm", "gpushm", "--gpushm-slots", "4", "--gpushm-chunk-bytes", "8388608",
+		"--gpushm-chunks", "2", "--gpushm-device-max=-1", "--gpushm-device-chunk", "1048576", "--gpushm-async",
+		"--gpushm-idle", "gosleep", "--nccl-async")
+	var cfg commbench.Config
+	var note bytes.Buffer
+	if err := c.Bench.Comm.deviceSettings(&cfg, &note); err != nil {
+		t.Fatal(err)
+	}
+	want := gpushm.Options{ChunkBytes: 8 << 20, Slots: 4, Workers: 3, Chunks: 2, DeviceMax: -1, DeviceChunk: 1 << 20, Async: true, Idle: gpushm.IdleGoSleep}
+	if cfg.GPUShm != want || !cfg.NCCLAsync {
+		t.Errorf("settings %+v (nccl async %v), want %+v", cfg.GPUShm, cfg.NCCLAsync, want)
+	}
+	if n := note.String(); !strings.Contains(n, gpushm.EnvWorkers+"=3") || !strings.Contains(n, gpushm.EnvSlots+"=16") {
+		t.Errorf("notice %q does not name the variables set", n)
+	}
+	// No flags: the environment alone (STRATA_NCCL_ASYNC too).
+	t.Setenv(nccl.EnvAsync, "1")
+	_, c = parse(t, "bench", "comm")
+	cfg = commbench.Config{}
+	if err := c.Bench.Comm.deviceSettings(&cfg, io.Discard); err != nil || cfg.GPUShm.Slots != 16 || !cfg.NCCLAsync {
+		t.Errorf("environment only: %+v, %v", cfg, err)
+	}
+	t.Setenv(gpushm.EnvSlots, "1")
+	if err := c.Bench.Comm.deviceSettings(&cfg, io.Discard); err == nil || !strings.Contains(err.Error(), gpushm.EnvSlots) {
+		t.Errorf("%s=1: %v, want an error naming it", gpushm.EnvSlots, err)
+	}
+	for _, args := range [][]string{{"--gpushm-slots", "1"}, {"--gpushm-chunk-bytes", "5000"}, {"--gpushm-idle", "busy"},
+		{"--gpushm-workers=-1"}, {"--gpushm-device-chunk", "100"}} {
+		var cl cli
+		p, err := kong.New(&cl, kong.Exit(func(int) { t.Fatal("kong exited") }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Parse(append([]string{"bench", "comm"}, args...))
+		flag, _, _ := strings.Cut(args[0], "=")
+		if err == nil || !strings.Contains(err.Error(), flag+" ") {
+			t.Errorf("%v: %v, want an error naming %s", args, err, flag)
+		}
 	}
 }

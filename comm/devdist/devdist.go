@@ -46,6 +46,8 @@ type Options struct {
 	// GPUShm tunes the GPU shared-memory back end (its Options field is
 	// replaced by Comm).
 	GPUShm gpushm.Options
+	// NCCL configures NCCL (its Options field is replaced by Comm): Async.
+	NCCL nccl.Options
 }
 
 // Info says what Init found and chose.
@@ -152,7 +154,9 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be ba
 			// down in containers).
 			os.Setenv("NCCL_SOCKET_IFNAME", "lo")
 		}
-		return nccl.Open(ctx, store, dev, nccl.Options{Options: o.Comm})
+		no := o.NCCL
+		no.Options = o.Comm
+		return nccl.Open(ctx, store, dev, no)
 	case comm.KindGPUShm:
 		g := o.GPUShm
 		g.Options = o.Comm

@@ -44,8 +44,8 @@ const (
 	// envVariants lists communicators to train with one after another in
 	// the same processes (one dataset load): space-separated
 	// label=kind[:ENV=VAL,...] entries, kind nccl or gpushm, the
-	// environment set while that communicator opens (gpushm reads its
-	// STRATA_GPUSHM_* settings then).
+	// environment set while that communicator opens (its STRATA_GPUSHM_*
+	// or STRATA_NCCL_ASYNC settings apply then, through FromEnv).
 	envVariants = "STRATA_DP_VARIANTS"
 )
 
@@ -96,9 +96,19 @@ func runVariant(ctx context.Context, be backend.Backend, store rendezvous.Store,
 		if !ok {
 			return Result{}, fmt.Errorf("nccl needs a CUDA device")
 		}
-		c, err = nccl.Open(ctx, store, dev, nccl.Options{Options: o, Prefix: prefix})
+		// The variant's environment applies through FromEnv, as in the
+		// strata command.
+		no, _, ferr := nccl.FromEnv(nccl.Options{Options: o, Prefix: prefix})
+		if ferr != nil {
+			return Result{}, ferr
+		}
+		c, err = nccl.Open(ctx, store, dev, no)
 	} else {
-		c, err = gpushm.Open(ctx, store, be, gpushm.Options{Options: o, Prefix: prefix})
+		gso, _, ferr := gpushm.FromEnv(gpushm.Options{Options: o, Prefix: prefix})
+		if ferr != nil {
+			return Result{}, ferr
+		}
+		c, err = gpushm.Open(ctx, store, be, gso)
 	}
 	if err != nil {
 		return Result{}, err

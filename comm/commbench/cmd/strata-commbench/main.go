@@ -9,6 +9,11 @@
 // gpu-tcp measure device buffers, e.g.
 //
 //	NCCL_P2P_DISABLE=1 strata-commbench -backends gpushm,nccl,gpu-auto -json bw.json
+//
+// gpushm's settings and NCCL's asynchronous mode come from the
+// STRATA_GPUSHM_* variables and STRATA_NCCL_ASYNC (gpushm.FromEnv,
+// nccl.FromEnv; 'strata bench comm' has flags for them), read here once
+// and passed to the ranks.
 package main
 
 import (
@@ -19,6 +24,8 @@ import (
 	"strings"
 
 	"github.com/strata-gnn/strata/comm/commbench"
+	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/comm/nccl"
 )
 
 func main() {
@@ -45,6 +52,16 @@ func main() {
 	flag.Parse()
 	cfg.Backends = strings.Split(*backends, ",")
 	cfg.Log = os.Stderr
+	var err error
+	if cfg.GPUShm, _, err = gpushm.FromEnv(cfg.GPUShm); err == nil {
+		var no nccl.Options
+		no, _, err = nccl.FromEnv(no)
+		cfg.NCCLAsync = no.Async
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "strata-commbench:", err)
+		os.Exit(2)
+	}
 	rep, err := commbench.Run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "strata-commbench:", err)
