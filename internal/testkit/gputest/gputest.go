@@ -33,7 +33,13 @@ func open(i int) (*cuda.Device, error) {
 	if err, ok := failed[i]; ok {
 		return nil, err
 	}
-	d, err := cuda.Open(i, cuda.Options{})
+	var d *cuda.Device
+	// STRATA_CUDA_TF32 applies to the tests' GPUs as to strata's
+	// (benchmarks compare with it: docs/configuration.md).
+	o, _, err := cuda.FromEnv(cuda.Options{})
+	if err == nil {
+		d, err = cuda.Open(i, o)
+	}
 	if err != nil {
 		failed[i] = err
 		return nil, err
