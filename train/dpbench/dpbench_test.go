@@ -229,7 +229,15 @@ func rankMain() error {
 		}
 		return runVariants(ctx, be, src, data, cfg, vs)
 	}
-	c, info, err := devdist.Init(ctx, be, devdist.Options{Backend: os.Getenv(envComm)})
+	gso, _, err := gpushm.FromEnv(gpushm.Options{})
+	if err != nil {
+		return err
+	}
+	no, _, err := nccl.FromEnv(nccl.Options{})
+	if err != nil {
+		return err
+	}
+	c, info, err := devdist.Init(ctx, be, devdist.Options{Backend: os.Getenv(envComm), GPUShm: gso, NCCL: no})
 	if err != nil {
 		return err
 	}
