@@ -233,7 +233,7 @@ func (t *transport) Rank() int    { return t.rank }
 func (t *transport) Size() int    { return t.n }
 
 func (t *transport) Check(b backend.Buffer) error     { return staged.CheckBuffer(t.dev, b) }
-func (t *transport) Overlap(a, b backend.Buffer) bool { return staged.Overlap(a, b) }
+func (t *transport) Overlap(a, b backend.Buffer) bool { return backend.Overlap(a, b) }
 
 // bound runs f on this goroutine's thread with the device's primary
 // context current.

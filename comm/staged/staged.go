@@ -3,12 +3,9 @@ package staged
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Transport implements comm.DeviceTransport over a host communicator.
@@ -40,65 +37,20 @@ func (t *Transport) Size() int    { return t.host.Size() }
 // Host returns the host communicator.
 func (t *Transport) Host() comm.Comm { return t.host }
 
-// Check accepts buffers of the transport's back end (CUDA: of its device).
+// Check accepts buffers of the transport's back end (see CheckBuffer).
 func (t *Transport) Check(b backend.Buffer) error { return CheckBuffer(t.be, b) }
 
-// Overlap reports whether a and b share memory.
-func (t *Transport) Overlap(a, b backend.Buffer) bool { return Overlap(a, b) }
+// Overlap reports whether a and b share memory (backend.Overlap).
+func (t *Transport) Overlap(a, b backend.Buffer) bool { return backend.Overlap(a, b) }
 
-// CheckBuffer returns an error when b is not a buffer of be (the CUDA and
-// CPU back ends are recognized; other back ends accept any buffer).
+// CheckBuffer returns an error when b is not a buffer of be: of this
+// handle, where be has several (backend.Siblings: the CUDA and CPU back
+// ends); other back ends accept any buffer.
 func CheckBuffer(be backend.Backend, b backend.Buffer) error {
-	switch d := be.(type) {
-	case *cuda.Device:
-		cb, ok := b.(*cuda.Buffer)
-		if !ok {
-			return fmt.Errorf("a %T, not a CUDA buffer", b)
-		}
-		if cb.Device() != d {
-			return fmt.Errorf("a buffer of %s, not of %s", cb.Device().Name(), d.Name())
-		}
-	case *cpu.Backend:
-		if _, ok := b.(*cpu.Buffer); !ok {
-			return fmt.Errorf("a %T, not a CPU back-end buffer", b)
-		}
+	if s, ok := be.(backend.Siblings); ok && !s.Owns(b) {
+		return fmt.Errorf("a %T, not a buffer of %s", b, be.Name())
 	}
 	return nil
-}
-
-// span returns the address range of a CUDA or CPU buffer (0, 0 if
-// unknown or empty).
-func span(b backend.Buffer) (lo, hi uintptr) {
-	n := uintptr(b.Len() * b.DType().Size())
-	switch x := b.(type) {
-	case *cuda.Buffer:
-		lo = uintptr(x.Ptr())
-	case *cpu.Buffer:
-		switch x.DType() {
-		case backend.Float32:
-			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.F32(x))))
-		case backend.Int32:
-			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.I32(x))))
-		case backend.Int64:
-			lo = uintptr(unsafe.Pointer(unsafe.SliceData(cpu.I64(x))))
-		}
-	}
-	if lo == 0 || n == 0 {
-		return 0, 0
-	}
-	return lo, lo + n
-}
-
-// Overlap reports whether two CUDA or CPU buffers share memory (false for
-// other kinds, whose addresses are unknown, unless they are the same
-// buffer).
-func Overlap(a, b backend.Buffer) bool {
-	if a == b {
-		return true
-	}
-	la, ha := span(a)
-	lb, hb := span(b)
-	return la != 0 && lb != 0 && la < hb && lb < ha
 }
 
 // hostSlice returns the typed slice behind a host Buf, for Download and

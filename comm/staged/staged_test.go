@@ -63,7 +63,8 @@ func TestCheckAndOverlap(t *testing.T) {
 	be, _ := cpu.New(cpu.Options{})
 	x := make([]float32, 10)
 	a, b, c := cpu.WrapF32(x[:6]), cpu.WrapF32(x[5:]), cpu.WrapF32(x[6:])
-	if !staged.Overlap(a, b) || staged.Overlap(a, c) || !staged.Overlap(a, a) {
+	tr := staged.New(nil, be, "staged")
+	if !tr.Overlap(a, b) || tr.Overlap(a, c) || !tr.Overlap(a, a) {
 		t.Error("Overlap")
 	}
 	if err := staged.CheckBuffer(be, a); err != nil {
