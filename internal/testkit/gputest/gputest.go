@@ -63,13 +63,9 @@ func One(t testing.TB) *cuda.Device {
 // cannot be used or there is none.
 func All(t testing.TB) []*cuda.Device {
 	t.Helper()
-	countOnce.Do(func() {
-		if countErr = cu.Load(); countErr == nil {
-			count, countErr = cu.DeviceCount()
-		}
-	})
-	if countErr != nil {
-		t.Skipf("no usable GPU: %.120s", countErr.Error())
+	count, err := Count()
+	if err != nil {
+		t.Skipf("no usable GPU: %.120s", err.Error())
 	}
 	devs := make([]*cuda.Device, 0, min(count, maxDevices))
 	for i := range min(count, maxDevices) {
@@ -83,6 +79,17 @@ func All(t testing.TB) []*cuda.Device {
 		t.Skip("no usable GPU: none visible")
 	}
 	return devs
+}
+
+// Count returns how many GPUs are visible, opening none (an error
+// without CUDA): for tests that start one process per GPU.
+func Count() (int, error) {
+	countOnce.Do(func() {
+		if countErr = cu.Load(); countErr == nil {
+			count, countErr = cu.DeviceCount()
+		}
+	})
+	return count, countErr
 }
 
 // Devices returns the first n of All, skipping t when fewer are visible.
