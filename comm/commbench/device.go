@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Device back ends: the ranks' buffers live on GPUs (one process per GPU,
@@ -50,18 +50,23 @@ func deviceKind(kind string) string {
 	return kind
 }
 
-// openDevice opens this rank's compute back end.
+// openDevice opens this rank's compute back end: cuda:LOCAL_RANK, through
+// the back-end registry (comm/nccl links the CUDA back end in).
 func openDevice() (backend.Backend, func(), error) {
 	if os.Getenv(DeviceEnv) == "cpu" {
 		be, err := cpu.New(cpu.Options{})
 		return be, func() {}, err
 	}
 	lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
-	d, err := cuda.Open(lr, cuda.Options{})
+	d, err := backend.Open(fmt.Sprintf("cuda:%d", lr))
 	if err != nil {
 		return nil, nil, err
 	}
-	return d, func() { d.Close() }, nil
+	return d, func() {
+		if c, ok := d.(io.Closer); ok {
+			c.Close()
+		}
+	}, nil
 }
 
 func deviceChildMain(ctx context.Context, job child, cfg Config, op comm.Op) error {
