@@ -9,8 +9,8 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/internal/cudacomm"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // CommOptions configure OpenDeviceComms.
@@ -42,17 +42,14 @@ const (
 // and why. Close every communicator when done.
 func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co CommOptions) ([]comm.DeviceComm, string, string, error) {
 	kind = strings.ToLower(strings.TrimSpace(kind))
-	var devs []*cuda.Device
-	seen := map[*cuda.Device]bool{}
+	seen := map[backend.Backend]bool{}
 	gpus := len(bs) > 1
 	for _, b := range bs {
-		d, ok := b.(*cuda.Device)
-		if !ok || seen[d] {
+		if !cudacomm.IsGPU(b) || seen[b] {
 			gpus = false
 			break
 		}
-		seen[d] = true
-		devs = append(devs, d)
+		seen[b] = true
 	}
 	if err := co.GPUShm.Validate(); err != nil {
 		return nil, "", "", fmt.Errorf("fullgraph: %w", err)
@@ -72,7 +69,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co 
 		err := nccl.Available()
 		if err == nil {
 			var cs []comm.DeviceComm
-			if cs, err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o}); err == nil {
+			if cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o}); err == nil {
 				return cs, CommNCCL, "NCCL loads", nil
 			}
 			why = "NCCL failed to start"
@@ -91,7 +88,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co 
 		var cs []comm.DeviceComm
 		var err error
 		if kind == CommNCCL {
-			cs, err = nccl.OpenLocal(ctx, devs, nccl.Options{Options: o})
+			cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o})
 		} else {
 			cs, err = gpushm.NewLocal(bs, gso)
 		}

@@ -23,9 +23,8 @@ import (
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/comm/tcp"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/cudacomm"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Options configure Init.
@@ -108,7 +107,7 @@ func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info
 		return top, err
 	}
 	top.SameHost, top.Virtual = same, false
-	dev, isGPU := be.(*cuda.Device)
+	isGPU := cudacomm.IsGPU(be)
 	top.GPUs = allTrue(ctx, store, "devdist/gpu", isGPU)
 	ncclErr := nccl.Available()
 	if ncclErr != nil {
@@ -122,7 +121,7 @@ func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info
 		detail = "the ranks have no GPUs"
 	}
 	if isGPU && same {
-		peer, detail = peerAccess(ctx, store, dev)
+		peer, detail = peerAccess(ctx, store, be)
 	}
 	if v := os.Getenv("NCCL_P2P_DISABLE"); v != "" && v != "0" {
 		peer, detail = false, "NCCL_P2P_DISABLE="+v
@@ -145,8 +144,7 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be ba
 	info.Kind, info.Reason = kind, why
 	switch kind {
 	case comm.KindNCCL:
-		dev, ok := be.(*cuda.Device)
-		if !ok {
+		if !cudacomm.IsGPU(be) {
 			return nil, fmt.Errorf("--comm nccl needs a CUDA device, have %s", be.Name())
 		}
 		if top.SameHost && os.Getenv("NCCL_SOCKET_IFNAME") == "" {
@@ -156,7 +154,7 @@ func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be ba
 		}
 		no := o.NCCL
 		no.Options = o.Comm
-		return nccl.Open(ctx, store, dev, no)
+		return nccl.Open(ctx, store, be, no)
 	case comm.KindGPUShm:
 		g := o.GPUShm
 		g.Options = o.Comm
@@ -191,28 +189,14 @@ func allTrue(ctx context.Context, store rendezvous.Store, key string, v bool) bo
 	return true
 }
 
-// peerAccess reports whether dev can access every other rank's GPU.
-func peerAccess(ctx context.Context, store rendezvous.Store, dev *cuda.Device) (bool, string) {
-	me, err := cu.GetDevice(dev.Ordinal())
-	if err != nil {
-		return false, err.Error()
-	}
-	bus, err := me.PCIBusID()
+// peerAccess reports whether be's GPU can access every other rank's GPU.
+func peerAccess(ctx context.Context, store rendezvous.Store, be backend.Backend) (bool, string) {
+	bus, err := cudacomm.BusID(be)
 	if err != nil {
 		return false, err.Error()
 	}
 	if store.Set(ctx, "devdist/bus/"+strconv.Itoa(store.Rank()), []byte(bus)) != nil {
 		return false, "store"
-	}
-	visible := map[string]cu.Device{}
-	if n, err := cu.DeviceCount(); err == nil {
-		for i := 0; i < n; i++ {
-			if d, err := cu.GetDevice(i); err == nil {
-				if b, err := d.PCIBusID(); err == nil {
-					visible[strings.ToLower(b)] = d
-				}
-			}
-		}
 	}
 	for r := 0; r < store.Size(); r++ {
 		if r == store.Rank() {
@@ -226,12 +210,11 @@ func peerAccess(ctx context.Context, store rendezvous.Store, dev *cuda.Device) (
 		if strings.EqualFold(peer, bus) {
 			return false, fmt.Sprintf("rank %d uses the same GPU (%s)", r, bus)
 		}
-		d, ok := visible[strings.ToLower(peer)]
-		if !ok {
+		visible, can := cudacomm.CanAccess(be, peer)
+		if !visible {
 			return false, fmt.Sprintf("rank %d's GPU %s is not visible to this process", r, peer)
 		}
-		can, err := cu.CanAccessPeer(me, d)
-		if err != nil || !can {
+		if !can {
 			return false, fmt.Sprintf("%s cannot access %s (rank %d) directly", bus, peer, r)
 		}
 	}

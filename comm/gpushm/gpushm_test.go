@@ -5,6 +5,7 @@ package gpushm
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -14,9 +15,9 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Small chunks and few slots so the test lengths stream through many
@@ -199,11 +200,11 @@ func TestMain(m *testing.M) {
 
 func gpuJob(o Options, faults bool) error {
 	lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
-	dev, err := cuda.Open(lr, cuda.Options{})
+	dev, err := openGPU(lr)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
+	defer closeGPU(dev)
 	return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
 		Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
 			oo := o
@@ -239,16 +240,26 @@ func TestProcesses(t *testing.T) {
 	}
 }
 
+// openGPU opens CUDA device i (through the back-end registry, which
+// internal/cudacomm links the CUDA back end into).
+func openGPU(i int) (backend.Backend, error) { return backend.Open(fmt.Sprintf("cuda:%d", i)) }
+
+func closeGPU(be backend.Backend) {
+	if c, ok := be.(io.Closer); ok {
+		c.Close()
+	}
+}
+
 // gpuCount returns the number of CUDA devices (0 without CUDA).
 func gpuCount() int {
-	d, err := cuda.Open(0, cuda.Options{})
+	d, err := openGPU(0)
 	if err != nil {
 		return 0
 	}
-	d.Close()
+	closeGPU(d)
 	n, _ := strconv.Atoi(os.Getenv("STRATA_TEST_GPUS"))
 	if n == 0 {
-		n = cudaDeviceCount()
+		n, _ = gputest.Count()
 	}
 	return n
 }

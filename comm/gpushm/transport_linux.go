@@ -23,9 +23,9 @@ import (
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/shm"
 	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/internal/cudacomm"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 func withTimeout(ctx context.Context, o Options) (context.Context, context.CancelFunc) {
@@ -171,10 +171,11 @@ func attachT(ctx context.Context, f *os.File, rank, n int, be backend.Backend, h
 	}
 	trace := envBool(EnvTrace)
 	var mv mover
-	switch d := be.(type) {
-	case *cuda.Device:
-		mv, err = newCudaMover(d, seg.Mem[seg.L.CtlOff:seg.L.HeapOff], seg.Data(), seg.U32(seg.Ctl(rank)+cProbe), seg.L.Slots, trace)
-	case *cpu.Backend:
+	_, isCPU := be.(*cpu.Backend)
+	switch {
+	case cudacomm.IsGPU(be):
+		mv, err = newCudaMover(be, seg.Mem[seg.L.CtlOff:seg.L.HeapOff], seg.Data(), seg.U32(seg.Ctl(rank)+cProbe), seg.L.Slots, trace)
+	case isCPU:
 		mv = newHostMover(seg.L.Slots, o.asyncHostCopies, o.emulate)
 	default:
 		err = fmt.Errorf("gpushm: back end %s is neither CUDA nor CPU", be.Name())

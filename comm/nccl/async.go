@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/internal/cuquery"
 	"github.com/strata-gnn/strata/comm/internal/watch"
 )
 
@@ -59,7 +58,7 @@ func (t *transport) watchOnce() bool {
 		return false
 	}
 	err := t.bound(func() error {
-		done, err := cuquery.Done(t.ev)
+		done, err := t.ev.Done()
 		if err != nil {
 			return err
 		}

@@ -11,24 +11,23 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // openTwoAsync opens two GPUs and an asynchronous in-process communicator
 // over them (needs two GPUs and NCCL).
-func openTwoAsync(t *testing.T, timeout time.Duration) ([]*cuda.Device, []comm.DeviceComm) {
+func openTwoAsync(t *testing.T, timeout time.Duration) ([]backend.Backend, []comm.DeviceComm) {
 	t.Helper()
 	if n := gpus(t); n < 2 {
 		t.Skipf("needs 2 GPUs, found %d", n)
 	}
-	devs := make([]*cuda.Device, 2)
+	devs := make([]backend.Backend, 2)
 	for r := range devs {
-		d, err := cuda.Open(r, cuda.Options{})
+		d, err := openGPU(r)
 		if err != nil {
 			t.Skip(err)
 		}
 		devs[r] = d
-		t.Cleanup(func() { d.Close() })
+		t.Cleanup(func() { closeGPU(d) })
 	}
 	cs, err := OpenLocal(context.Background(), devs, Options{Async: true, Options: comm.Options{Timeout: timeout}})
 	if err != nil {

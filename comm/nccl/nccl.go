@@ -15,14 +15,12 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/internal/cuquery"
 	"github.com/strata-gnn/strata/comm/internal/nap"
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/staged"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/cudacomm"
 	lib "github.com/strata-gnn/strata/internal/nccl"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Options configure an NCCL communicator.
@@ -83,19 +81,23 @@ const (
 // Available loads NCCL and reports why it cannot be used (nil if it can).
 func Available() error { return lib.Load() }
 
-// Open joins this rank's NCCL communicator over dev through the store:
-// rank 0 makes the unique id and publishes it; every rank then calls
-// ncclCommInitRank, bounded by ctx's deadline (else o.Timeout). When
-// NCCL_NVLS_ENABLE is unset it is set to 0 (NVLink multicast off), and
-// NCCL_RUNTIME_CONNECT to 0 (peers connected at initialization).
-func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Options) (comm.DeviceComm, error) {
+// Open joins this rank's NCCL communicator over dev (a CUDA GPU's back
+// end; its operations go on dev's stream) through the store: rank 0 makes
+// the unique id and publishes it; every rank then calls ncclCommInitRank,
+// bounded by ctx's deadline (else o.Timeout). When NCCL_NVLS_ENABLE is
+// unset it is set to 0 (NVLink multicast off), and NCCL_RUNTIME_CONNECT
+// to 0 (peers connected at initialization).
+func Open(ctx context.Context, store rendezvous.Store, dev backend.Backend, o Options) (comm.DeviceComm, error) {
 	if store == nil || dev == nil {
 		return nil, &OpenError{Rank: -1, Msg: "Open needs a store and a device"}
+	}
+	if !cudacomm.IsGPU(dev) {
+		return nil, &OpenError{Rank: store.Rank(), Msg: dev.Name() + " is not a CUDA device"}
 	}
 	if err := lib.Load(); err != nil {
 		return nil, err
 	}
-	if err := cuquery.Load(); err != nil {
+	if err := cudacomm.Load(); err != nil {
 		return nil, err
 	}
 	if _, ok := os.LookupEnv("NCCL_NVLS_ENABLE"); !ok {
@@ -123,10 +125,7 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 	rank, n := store.Rank(), store.Size()
 	t := &transport{dev: dev, store: store, prefix: prefix, rank: rank, n: n}
 	var err error
-	if t.cudev, err = cu.GetDevice(dev.Ordinal()); err != nil {
-		return nil, err
-	}
-	if t.ctx, err = t.cudev.PrimaryCtxRetain(); err != nil {
+	if t.gpu, err = cudacomm.Retain(dev); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (comm.DeviceComm, error) {
@@ -151,13 +150,7 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 		}
 		copy(id[:], v)
 	}
-	if err := t.bound(func() error {
-		var e error
-		if t.ev, e = cu.EventCreate(cu.EventDisableTiming); e != nil {
-			return e
-		}
-		return nil
-	}); err != nil {
+	if t.ev, err = t.gpu.NewEvent(); err != nil {
 		return fail(err)
 	}
 	// ncclCommInitRank blocks until every rank has joined: run it aside
@@ -181,13 +174,11 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 	case <-ctx.Done():
 		return fail(fmt.Errorf("ncclCommInitRank: not every rank joined: %w", ctx.Err()))
 	}
-	scratch, err := dev.Alloc(backend.Int32, 1)
-	if err != nil {
+	if t.scratch, err = dev.Alloc(backend.Int32, 1); err != nil {
 		t.bound(t.comm.Abort)
 		t.comm = 0
 		return fail(err)
 	}
-	t.scratch = scratch.(*cuda.Buffer)
 	if o.Async {
 		t.async = true
 		t.wake, t.wdStop, t.wdDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
@@ -198,12 +189,11 @@ func Open(ctx context.Context, store rendezvous.Store, dev *cuda.Device, o Optio
 
 // transport implements comm.DeviceTransport on an NCCL communicator.
 type transport struct {
-	dev     *cuda.Device
-	cudev   cu.Device
-	ctx     cu.Context
+	dev     backend.Backend
+	gpu     *cudacomm.GPU
 	comm    lib.Comm
-	ev      cu.Event
-	scratch *cuda.Buffer
+	ev      cudacomm.Event // completion of the latest operation queued
+	scratch backend.Buffer // a barrier's all-reduce
 	store   rendezvous.Store
 	prefix  string
 	rank, n int
@@ -237,14 +227,7 @@ func (t *transport) Overlap(a, b backend.Buffer) bool { return backend.Overlap(a
 
 // bound runs f on this goroutine's thread with the device's primary
 // context current.
-func (t *transport) bound(f func() error) error {
-	unbind, err := t.ctx.Bind()
-	defer unbind()
-	if err != nil {
-		return err
-	}
-	return f()
-}
+func (t *transport) bound(f func() error) error { return t.gpu.Bound(f) }
 
 func (t *transport) key(parts ...any) string {
 	k := t.prefix
@@ -254,9 +237,24 @@ func (t *transport) key(parts ...any) string {
 	return k
 }
 
+// ptr is the device address of element elems of b (a buffer of the
+// device: Check accepted it).
 func ptr(b backend.Buffer, elems int) lib.DevPtr {
-	cb := b.(*cuda.Buffer)
-	return lib.DevPtr(uint64(cb.Ptr()) + uint64(elems*cb.DType().Size()))
+	return lib.DevPtr(cudacomm.Addr(b) + uint64(elems*b.DType().Size()))
+}
+
+// copyElems queues a copy of k elements of src from element at into dst
+// at element to.
+func copyElems(q backend.Queue, dst backend.Buffer, to int, src backend.Buffer, at, k int) error {
+	d, err := backend.View(dst, to, k)
+	if err != nil {
+		return err
+	}
+	s, err := backend.View(src, at, k)
+	if err != nil {
+		return err
+	}
+	return q.Copy(d, s)
 }
 
 func dtype(dt backend.DType) lib.DataType {
@@ -283,36 +281,37 @@ func redop(r comm.ReduceOp) lib.RedOp {
 // or a copy of the send buffer into the receive buffer, done with a device
 // copy (NCCL's one-rank mean left the last element of an odd-length
 // reduce-scatter unwritten in 2.28.3).
-func planLocal(c *comm.DeviceCall) func(s lib.Stream) error {
+func planLocal(c *comm.DeviceCall) step {
 	switch c.Op {
 	case comm.OpAllGather, comm.OpAllGatherV, comm.OpAllToAll, comm.OpAllToAllV, comm.OpReduceScatter:
 		if n := c.Recv.Len(); n > 0 {
-			return func(s lib.Stream) error {
-				return cu.MemcpyDtoDAsync(cu.DevPtr(ptr(c.Recv, 0)), cu.DevPtr(ptr(c.Send, 0)), uint64(n*c.DType.Size()), cu.Stream(s))
-			}
+			return func(q backend.Queue, _ lib.Stream) error { return copyElems(q, c.Recv, 0, c.Send, 0, n) }
 		}
 	}
 	return nil
 }
 
+// step queues an operation's work on the device's queue q, whose stream
+// is s.
+type step func(q backend.Queue, s lib.Stream) error
+
 // plan returns what to queue for c (nil: nothing to do).
-func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
+func (t *transport) plan(c *comm.DeviceCall) step {
 	if t.n == 1 {
 		return planLocal(c)
 	}
 	dt, cm := dtype(c.DType), t.comm
-	es := c.DType.Size()
 	switch c.Op {
 	case comm.OpBarrier:
-		return func(s lib.Stream) error {
-			p := lib.DevPtr(t.scratch.Ptr())
+		return func(_ backend.Queue, s lib.Stream) error {
+			p := ptr(t.scratch, 0)
 			return lib.AllReduce(p, p, 1, lib.Int32, lib.Sum, cm, s)
 		}
 	case comm.OpAllReduce:
 		if c.Recv.Len() == 0 {
 			return nil
 		}
-		return func(s lib.Stream) error {
+		return func(_ backend.Queue, s lib.Stream) error {
 			p := ptr(c.Recv, 0)
 			return lib.AllReduce(p, p, c.Recv.Len(), dt, redop(c.Red), cm, s)
 		}
@@ -320,7 +319,7 @@ func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
 		if c.Recv.Len() == 0 {
 			return nil
 		}
-		return func(s lib.Stream) error {
+		return func(_ backend.Queue, s lib.Stream) error {
 			p := ptr(c.Recv, 0)
 			return lib.Broadcast(p, p, c.Recv.Len(), dt, c.Root, cm, s)
 		}
@@ -328,14 +327,14 @@ func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
 		if c.Send.Len() == 0 {
 			return nil
 		}
-		return func(s lib.Stream) error {
+		return func(_ backend.Queue, s lib.Stream) error {
 			return lib.AllGather(ptr(c.Send, 0), ptr(c.Recv, 0), c.Send.Len(), dt, cm, s)
 		}
 	case comm.OpReduceScatter:
 		if c.Recv.Len() == 0 {
 			return nil
 		}
-		return func(s lib.Stream) error {
+		return func(_ backend.Queue, s lib.Stream) error {
 			return lib.ReduceScatter(ptr(c.Send, 0), ptr(c.Recv, 0), c.Recv.Len(), dt, redop(c.Red), cm, s)
 		}
 	case comm.OpAllGatherV, comm.OpAllToAll, comm.OpAllToAllV:
@@ -346,10 +345,10 @@ func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
 			send = func(int) (int, int) { return c.Send.Len(), 0 }
 		}
 		recv := func(p int) (int, int) { return c.RecvCounts[p], c.RecvDispls[p] }
-		return func(s lib.Stream) error {
+		return func(q backend.Queue, s lib.Stream) error {
 			if k, at := send(t.rank); k > 0 {
 				_, to := recv(t.rank)
-				if err := cu.MemcpyDtoDAsync(cu.DevPtr(ptr(c.Recv, to)), cu.DevPtr(ptr(c.Send, at)), uint64(k*es), cu.Stream(s)); err != nil {
+				if err := copyElems(q, c.Recv, to, c.Send, at, k); err != nil {
 					return err
 				}
 			}
@@ -374,7 +373,7 @@ func (t *transport) plan(c *comm.DeviceCall) func(s lib.Stream) error {
 			return first
 		}
 	}
-	return func(lib.Stream) error { return fmt.Errorf("nccl: unsupported op %v", c.Op) }
+	return func(backend.Queue, lib.Stream) error { return fmt.Errorf("nccl: unsupported op %v", c.Op) }
 }
 
 // Run queues c on the device's stream and waits for it.
@@ -414,7 +413,7 @@ func (t *transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 }
 
 // launch queues f (plus the completion event) and waits for it.
-func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f func(lib.Stream) error) error {
+func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f step) error {
 	if err := t.queue(ctx, op, seq, f); err != nil {
 		return err
 	}
@@ -428,19 +427,18 @@ func (t *transport) launch(ctx context.Context, op comm.Op, seq uint64, f func(l
 }
 
 // queue queues f and records the completion event after it.
-func (t *transport) queue(ctx context.Context, op comm.Op, seq uint64, f func(lib.Stream) error) error {
+func (t *transport) queue(ctx context.Context, op comm.Op, seq uint64, f step) error {
 	// Queueing may block in NCCL (connection setup waits for the peers):
 	// do it aside, bounded by the deadline; an abort releases it.
 	done := make(chan error, 1)
 	go func() {
-		done <- t.dev.Do(func(l *cuda.Locked) error {
-			s := lib.Stream(l.Stream())
+		done <- t.gpu.Enqueue(func(q backend.Queue, s cudacomm.Stream) error {
 			if f != nil {
-				if err := f(s); err != nil {
+				if err := f(q, lib.Stream(s)); err != nil {
 					return err
 				}
 			}
-			return t.ev.Record(l.Stream())
+			return t.ev.Record(s)
 		})
 	}()
 	select {
@@ -467,7 +465,7 @@ func (t *transport) waitErr(ctx context.Context, op comm.Op, seq uint64, what st
 // deadline, checking the store for aborts and departed ranks once the
 // call is slow.
 func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
-	unbind, err := t.ctx.Bind()
+	unbind, err := t.gpu.Bind()
 	defer unbind()
 	if err != nil {
 		return err
@@ -475,7 +473,7 @@ func (t *transport) wait(ctx context.Context, op comm.Op, seq uint64) error {
 	start := time.Now()
 	var lastStore time.Time
 	for {
-		done, err := cuquery.Done(t.ev)
+		done, err := t.ev.Done()
 		if err != nil {
 			return err
 		}
@@ -675,7 +673,7 @@ func (t *transport) Gather(ctx context.Context, seq uint64, words []int64) ([]in
 	if err := t.dev.Upload(src, words); err != nil {
 		return nil, err
 	}
-	err = t.launch(ctx, comm.OpAllGather, seq, func(s lib.Stream) error {
+	err = t.launch(ctx, comm.OpAllGather, seq, func(_ backend.Queue, s lib.Stream) error {
 		return lib.AllGather(ptr(src, 0), ptr(dst, 0), len(words), lib.Int64, t.comm, s)
 	})
 	if err != nil {
@@ -751,16 +749,10 @@ func (t *transport) destroy() error {
 // release frees the event and the context reference.
 func (t *transport) release() error {
 	return t.bound(func() error {
-		var err error
-		if t.ev != 0 {
-			err = t.ev.Destroy()
-			t.ev = 0
-		}
-		if t.ctx != 0 {
-			if e := t.cudev.PrimaryCtxRelease(); err == nil {
-				err = e
-			}
-			t.ctx = 0
+		err := t.ev.Destroy()
+		t.ev = cudacomm.Event{}
+		if e := t.gpu.Release(); err == nil {
+			err = e
 		}
 		return err
 	})
@@ -776,26 +768,32 @@ type OpenError struct {
 func (e *OpenError) Error() string { return fmt.Sprintf("nccl: open rank %d: %s", e.Rank, e.Msg) }
 
 // OpenLocal opens one communicator per device in this process (goroutine
-// ranks, rank r on devs[r]) through an in-memory store: what a
-// single-process multi-GPU trainer uses. The ranks initialize
-// concurrently, as ncclCommInitRank requires; if any fails, the others
-// are closed and the first error is returned.
-func OpenLocal(ctx context.Context, devs []*cuda.Device, o Options) ([]comm.DeviceComm, error) {
+// ranks, rank r on devs[r], each a distinct CUDA GPU) through an
+// in-memory store: what a single-process multi-GPU trainer uses. The
+// ranks initialize concurrently, as ncclCommInitRank requires; if any
+// fails, the others are closed and the first error is returned.
+func OpenLocal(ctx context.Context, devs []backend.Backend, o Options) ([]comm.DeviceComm, error) {
 	n := len(devs)
 	if n == 0 {
 		return nil, &OpenError{Rank: -1, Msg: "OpenLocal needs at least one device"}
 	}
 	// One rank per GPU: NCCL refuses a GPU twice in a communicator only
-	// once every rank is inside ncclCommInitRank; refuse it here.
-	seen := map[int]int{}
+	// once every rank is inside ncclCommInitRank; refuse it here (two
+	// handles of one device are siblings).
 	for r, d := range devs {
 		if d == nil {
 			return nil, &OpenError{Rank: r, Msg: "no device"}
 		}
-		if prev, ok := seen[d.Ordinal()]; ok {
-			return nil, &OpenError{Rank: r, Msg: fmt.Sprintf("GPU %d is rank %d's too", d.Ordinal(), prev)}
+		for prev, p := range devs[:r] {
+			if s, ok := p.(backend.Siblings); ok && s.SameDevice(d) {
+				return nil, &OpenError{Rank: r, Msg: fmt.Sprintf("%s is rank %d's too", d.Name(), prev)}
+			}
 		}
-		seen[d.Ordinal()] = r
+	}
+	for r, d := range devs {
+		if !cudacomm.IsGPU(d) {
+			return nil, &OpenError{Rank: r, Msg: d.Name() + " is not a CUDA device"}
+		}
 	}
 	stores := rendezvous.NewLocal(n)
 	out := make([]comm.DeviceComm, n)

@@ -3,6 +3,8 @@ package nccl
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,23 +14,33 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/comm/rendezvous"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/internal/cudalib"
 	lib "github.com/strata-gnn/strata/internal/nccl"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
+
+// openGPU opens CUDA device i (through the back-end registry, which
+// internal/cudacomm links the CUDA back end into).
+func openGPU(i int) (backend.Backend, error) { return backend.Open(fmt.Sprintf("cuda:%d", i)) }
+
+func closeGPU(be backend.Backend) {
+	if c, ok := be.(io.Closer); ok {
+		c.Close()
+	}
+}
 
 func TestMain(m *testing.M) {
 	commtest.Main(m, map[string]func() error{
 		// One process per GPU (LOCAL_RANK picks it).
 		"gpu": func() error {
 			lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
-			dev, err := cuda.Open(lr, cuda.Options{})
+			dev, err := openGPU(lr)
 			if err != nil {
 				return err
 			}
-			defer dev.Close()
+			defer closeGPU(dev)
 			// The launching test picks synchronous or asynchronous
 			// operations with STRATA_NCCL_ASYNC (FromEnv).
 			no, _, err := FromEnv(Options{})
@@ -78,10 +90,7 @@ func gpus(t *testing.T) int {
 	if err := Available(); err != nil {
 		t.Skip(err)
 	}
-	if err := cu.Load(); err != nil {
-		t.Skip(err)
-	}
-	n, err := cu.DeviceCount()
+	n, err := gputest.Count()
 	if err != nil {
 		t.Skip(err)
 	}
@@ -94,11 +103,11 @@ func TestOneRank(t *testing.T) {
 	if gpus(t) < 1 {
 		t.Skip("no GPU")
 	}
-	dev, err := cuda.Open(0, cuda.Options{})
+	dev, err := openGPU(0)
 	if err != nil {
 		t.Skip(err)
 	}
-	defer dev.Close()
+	defer closeGPU(dev)
 	store := rendezvous.NewLocal(1)[0]
 	k := 0
 	e := commtest.DeviceEnv{Rank: 0, Size: 1, Backend: dev, Logf: t.Logf,
@@ -127,19 +136,27 @@ func TestTwoGPUs(t *testing.T) {
 	}
 }
 
-// TestOpenArgs: missing or repeated devices are refused with an
-// *OpenError naming the rank, before NCCL or CUDA is touched.
+// TestOpenArgs: missing, repeated or non-CUDA devices are refused with
+// an *OpenError naming the rank, before NCCL or CUDA is touched.
 func TestOpenArgs(t *testing.T) {
 	ctx := context.Background()
-	a, b := &cuda.Device{}, &cuda.Device{} // two handles of GPU 0
+	a, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.Sibling(backend.SiblingOptions{}) // two handles of one device
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		devs []*cuda.Device
+		devs []backend.Backend
 		rank int
 		want string
 	}{
 		{nil, -1, "at least one device"},
-		{[]*cuda.Device{a, nil}, 1, "no device"},
-		{[]*cuda.Device{a, b}, 1, "GPU 0 is rank 0's too"},
+		{[]backend.Backend{a, nil}, 1, "no device"},
+		{[]backend.Backend{a, b}, 1, "cpu is rank 0's too"},
+		{[]backend.Backend{a}, 0, "cpu is not a CUDA device"},
 	} {
 		_, err := OpenLocal(ctx, tc.devs, Options{})
 		var oe *OpenError
@@ -153,5 +170,8 @@ func TestOpenArgs(t *testing.T) {
 	}
 	if _, err := Open(ctx, rendezvous.NewLocal(1)[0], nil, Options{}); !errors.As(err, &oe) {
 		t.Errorf("nil device: %v", err)
+	}
+	if _, err := Open(ctx, rendezvous.NewLocal(1)[0], a, Options{}); !errors.As(err, &oe) || !strings.Contains(err.Error(), "not a CUDA device") {
+		t.Errorf("CPU device: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
@@ -74,7 +75,11 @@ func openNCCL(t testing.TB, devs []*cuda.Device, prefix string) []comm.DeviceCom
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := nccl.OpenLocal(ctx, devs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: prefix})
+	bs := make([]backend.Backend, len(devs))
+	for i, d := range devs {
+		bs[i] = d
+	}
+	cs, err := nccl.OpenLocal(ctx, bs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

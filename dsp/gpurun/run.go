@@ -24,6 +24,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
@@ -367,7 +368,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 	}
 	for _, st := range need {
 		if gpus {
-			devs := make([]*cuda.Device, k)
+			devs := make([]backend.Backend, k)
 			for r, b := range s.opts.Backends {
 				devs[r] = b.(*cuda.Device)
 				if w := samplerWorker(st); w >= 0 && s.sdevs != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"regexp"
@@ -21,12 +22,11 @@ import (
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
-	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 	"github.com/strata-gnn/strata/train/gputrain"
 )
@@ -92,17 +92,13 @@ func runVariant(ctx context.Context, be backend.Backend, store rendezvous.Store,
 	var err error
 	o := comm.Options{Timeout: variantTimeout}
 	if v.kind == "nccl" {
-		dev, ok := be.(*cuda.Device)
-		if !ok {
-			return Result{}, fmt.Errorf("nccl needs a CUDA device")
-		}
 		// The variant's environment applies through FromEnv, as in the
 		// strata command.
 		no, _, ferr := nccl.FromEnv(nccl.Options{Options: o, Prefix: prefix})
 		if ferr != nil {
 			return Result{}, ferr
 		}
-		c, err = nccl.Open(ctx, store, dev, no)
+		c, err = nccl.Open(ctx, store, be, no)
 	} else {
 		gso, _, ferr := gpushm.FromEnv(gpushm.Options{Options: o, Prefix: prefix})
 		if ferr != nil {
@@ -197,11 +193,14 @@ func rankMain() error {
 	var src train.BatchSource
 	if os.Getenv(envDevice) == "cuda" {
 		lr, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
-		dev, err := cuda.Open(lr, cuda.Options{})
+		// The CUDA back end is registered: comm/nccl links it in.
+		dev, err := backend.Open(fmt.Sprintf("cuda:%d", lr))
 		if err != nil {
 			return err
 		}
-		defer dev.Close()
+		if c, ok := dev.(io.Closer); ok {
+			defer c.Close()
+		}
 		be = dev
 		if src, err = gputrain.New(gputrain.Options{})(dev, g, ds.Features, int(ds.NumNodes()), ds.FeatDim, cfg.Fanouts); err != nil {
 			return err
@@ -522,11 +521,10 @@ func BenchmarkDataParallelStep(b *testing.B) {
 	if dir == "" {
 		b.Skipf("set %s to a dataset directory", EnvBenchDataset)
 	}
-	if cu.Load() != nil {
+	if gpus, err := gputest.Count(); err != nil {
 		b.Skip("no CUDA")
-	}
-	if n, _ := cu.DeviceCount(); n < 2 {
-		b.Skipf("needs 2 GPUs, found %d", n)
+	} else if gpus < 2 {
+		b.Skipf("needs 2 GPUs, found %d", gpus)
 	}
 	steps := 50
 	if v, err := strconv.Atoi(os.Getenv("STRATA_DP_STEPS")); err == nil && v > 0 {

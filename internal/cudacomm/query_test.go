@@ -1,4 +1,4 @@
-package cuquery
+package cudacomm
 
 import "testing"
 

@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package cuquery
+package cudacomm
 
 import (
 	"fmt"
@@ -12,15 +12,17 @@ import (
 	"github.com/strata-gnn/strata/internal/cudalib"
 )
 
-// cuEventQuery is not among internal/cuda's bindings; it is resolved here
-// from the same libcuda handle.
+// cuEventQuery is not among internal/cuda's bindings (it only has the
+// blocking cuEventSynchronize); it is resolved here from the same libcuda
+// handle, which internal/cudalib already opened.
 var (
 	queryOnce sync.Once
 	queryFn   uintptr
 	queryErr  error
 )
 
-// Load resolves cuEventQuery once (libcuda must be loadable).
+// Load resolves cuEventQuery once (libcuda must be loadable): call it
+// before polling events (Event.Done).
 func Load() error {
 	queryOnce.Do(func() {
 		f, err := cudalib.Open(cudalib.Driver)
@@ -35,9 +37,9 @@ func Load() error {
 	return queryErr
 }
 
-// Done reports whether the work before e's record has completed (Load
-// first).
-func Done(e cu.Event) (bool, error) {
+// eventDone reports whether the work before e's record has completed
+// (Load first).
+func eventDone(e cu.Event) (bool, error) {
 	r, _, _ := purego.SyscallN(queryFn, uintptr(e))
 	switch code := cu.Result(int32(uint32(r))); code {
 	case cu.Success:

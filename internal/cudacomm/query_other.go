@@ -1,6 +1,6 @@
 //go:build !(linux && (amd64 || arm64))
 
-package cuquery
+package cudacomm
 
 import (
 	"errors"
@@ -13,5 +13,5 @@ func Load() error {
 	return errors.New("cuda: CUDA needs linux/amd64 or linux/arm64")
 }
 
-// Done fails on this platform.
-func Done(cu.Event) (bool, error) { return false, Load() }
+// eventDone fails on this platform.
+func eventDone(cu.Event) (bool, error) { return false, Load() }
