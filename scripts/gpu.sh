@@ -148,6 +148,7 @@ test_pkgs=(
   "dsp/gpucache . 120"
   "dsp/gpucsp . 300"
   "dsp/gpurun GPU 300"
+  "internal/cudacomm . 60"
   "internal/nccl GPU|OneRank|TwoGPUs 30"
   "comm/nccl GPU|OneRank|TwoGPUs 60"
   "comm/gpushm GPU|OneRank|TwoGPUs 100"
