@@ -17,6 +17,8 @@
 #                   working tree instead (recorded as COMMIT+dirty when it differs from HEAD).
 #                   Copies CiteSeer into .gpu/datasets for the parity test; FG_PARTS=DIR copies
 #                   the partitions DIR/pK/partition.bin (K = 2, 4, 8) to .gpu/parts/pK.bin.
+#   base REV        the base build of the ab set: strata and fullgraph.test of git REV (e.g.
+#                   main~3 or a commit) into .gpu/base, named in .gpu/base/build.txt
 #   pack [SET...]   build, then pack .gpu into .gpu/all.tar.xz (every set: about 30 MB), for
 #                   when .gpu is over the 64 MiB a call carries: carry [".gpu/all.tar.xz"]; the
 #                   GPU host unpacks it when .gpu/bin holds another build.
@@ -50,6 +52,10 @@
 #   dsp-papers    papers-m (11.1M nodes, 5.3 GiB of features): 1 GiB cache per GPU vs every
 #                 row through UVA on 4 GPUs, the cache on 1; time to the first epoch
 #   dsp-run       one products run: $DSP_NAME on $DSP_DEVICES with $DSP_FLAGS
+#   ab            a speed claim: the current build against the base build (.gpu/base, see
+#                 base) in the same call: products sampled epochs on $AB_GPUS (1 2 4) GPUs,
+#                 base and new alternating, $AB_REPEAT (2) rounds, then BenchmarkProductsSAGE
+#                 (full-graph, 1/2/4 GPUs) of each; new/base ratios last
 #   quick         one 10-minute call: test, then a short run of each area the GPUs allow
 #                 (single-gpu, fullgraph, sampling, comm, dp-step, dsp-speed)
 #   all           test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed
@@ -131,7 +137,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run quick all)
+host_sets=(ab test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -180,6 +186,7 @@ needs() {
     dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
     dsp-variants) printf '%s\n' strata dsp/runner ;;
     dsp-speed | dsp-papers | dsp-run) printf '%s\n' strata ;;
+    ab) printf '%s\n' strata fullgraph ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
     all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
   esac
@@ -250,6 +257,23 @@ build() {
     case ${f##*/} in bin | datasets | parts | logs | all.tar.xz) ;; *) echo "note: .gpu also holds ${f##*/} (carried with .gpu)" ;; esac
   done
   [ ${#bad[@]} = 0 ] || { echo "FAILED to build: ${bad[*]}"; return 1; }
+}
+
+# base REV: strata and the fullgraph benchmark of git REV into .gpu/base.
+base() {
+  [ $# = 1 ] || usage "base: give one git revision"
+  local rev src
+  rev=$(git rev-parse --short "$1^{commit}") || return 1
+  src=$(mktemp -d) || return 1
+  git archive "$rev" | tar -x -C "$src" || { rm -rf "$src"; return 1; }
+  rm -rf "$gpu/base"
+  mkdir -p "$gpu/base"
+  echo "building base $rev"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$gpu/base/strata" ./cmd/strata &&
+    CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "$gpu/base/fullgraph.test" ./fullgraph) || { rm -rf "$src"; return 1; }
+  rm -rf "$src"
+  printf '%s\n' "$rev" "built $(date -u '+%F %H:%M') UTC with $(go env GOVERSION)" >"$gpu/base/build.txt"
+  echo "size of .gpu: $(mib "$gpu") MiB"
 }
 
 # copy_inputs WORD...: what the tests read but do not find on the GPU host:
@@ -812,6 +836,38 @@ set_dsp_run() {
   DSP_ONLY='' dsp_run "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}
 }
 
+# ab: the current build against .gpu/base, alternating on the same GPUs.
+set_ab() {
+  local ds=$data e=${DSP_EPOCHS:-3} i k b new=$bin base=$gpu/base
+  if [ ! -x "$base/strata" ] || [ ! -x "$base/fullgraph.test" ]; then
+    echo "   skipped: no base build in .gpu/base (scripts/gpu.sh base REV)"
+    return 1
+  fi
+  echo "   base $(head -1 "$base/build.txt"), new $(build_id)"
+  gen_data products "$ds" || return
+  for i in $(seq "${AB_REPEAT:-2}"); do
+    for k in ${AB_GPUS:-1 2 4}; do
+      for b in base new; do
+        if [ $b = base ]; then bin=$base; else bin=$new; fi
+        dsp_run "ab-$b-d$k-r$i" "$k" "$e"
+      done
+    done
+  done
+  for b in base new; do
+    if [ $b = base ]; then bin=$base; else bin=$new; fi
+    STRATA_BENCH_DATASET=$ds STRATA_BENCH_EPOCHS=${FG_EPOCHS:-5} gotest "fg-$b" fullgraph "${FG_TIMEOUT:-300}" \
+      -test.run '^$' -test.v -test.benchtime 1x -test.bench "${FG_BENCH:-ProductsSAGE}"
+    check $? "fullgraph $b"
+    echo "   full-graph, $b:"
+    benchlines "$setlogs/fg-$b.log"
+  done
+  bin=$new
+  echo "   -- sampled s/epoch, base vs new (new/base):"
+  for k in ${AB_GPUS:-1 2 4}; do
+    echo "   $k GPUs: $(mean epoch "ab-base-d$k-*") vs $(mean epoch "ab-new-d$k-*") ($(ratio "ab-new-d$k-*" "ab-base-d$k-*"))"
+  done
+}
+
 # quick: every area once, short enough for one call.
 set_quick() {
   local -x BENCH_TIME=${BENCH_TIME:-2x} SAMPLING_BENCH=${SAMPLING_BENCH:-'^BenchmarkEpochProducts$'} \
@@ -826,6 +882,7 @@ case ${1:-} in
   '' | -h | --help | help) usage ;;
   build) shift; build "$@" ;;
   pack) shift; pack "$@" ;;
+  base) shift; base "$@" ;;
   *)
     for s; do known "$s" || usage "no set '$s' (build and pack come first on the line)"; done
     host "$@"
