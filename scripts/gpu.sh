@@ -26,10 +26,10 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, gpucache, gpucsp, gpurun, internal/nccl, comm/nccl, comm/gpushm);
+#                 fullgraph, gpucache, gpucsp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
-#                 SAGE), the device engine on 4 GPUs vs the single-GPU trainer on products
+#                 SAGE), the DSP engine on 4 GPUs vs the single-GPU trainer on products
 #                 (evaluated every epoch), products-hard on 4 GPUs vs 1 over seeds
 #   single-gpu    the single-GPU trainer on products: GPU sampling epoch, BenchmarkTrainEpochGPU
 #                 (per-op profile), feature gathers, `strata train --device cuda:0`, 2 epochs
@@ -44,7 +44,7 @@
 #   dsp-speed     the headline set: products on 1, 2 and 4 GPUs with the defaults ($DSP_REPEAT
 #                 4-vs-1 pairs), partitioned cache, pipeline off, multilevel partition;
 #                 speed-ups last
-#   dsp-variants  each switch of the device engine against the defaults, on $DSP_GPUS GPUs:
+#   dsp-variants  each switch of the DSP engine against the defaults, on $DSP_GPUS GPUs:
 #                 whole-graph sampler, cache policies and budgets, pre-sampled hotness, split
 #                 topology, pipeline off, synchronous all-reduce, stream priorities, no
 #                 coordinator, shared stream, sampler workers, hidden 64, evaluation every
@@ -153,7 +153,7 @@ test_pkgs=(
   "fullgraph GPU 120 STRATA_CUDA_POISON=1"
   "dsp/gpucache . 120"
   "dsp/gpucsp . 300"
-  "dsp/gpurun GPU 300"
+  "dsp/engine GPU 300"
   "internal/cudacomm . 60"
   "internal/nccl GPU|OneRank|TwoGPUs 30"
   "comm/nccl GPU|OneRank|TwoGPUs 60"
@@ -184,7 +184,7 @@ needs() {
     fullgraph) printf '%s\n' strata fullgraph ;;
     comm) printf '%s\n' strata-commbench comm/gpushm ;;
     dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
-    dsp-variants) printf '%s\n' strata dsp/runner ;;
+    dsp-variants) printf '%s\n' strata dsp/engine ;;
     dsp-speed | dsp-papers | dsp-run) printf '%s\n' strata ;;
     ab) printf '%s\n' strata fullgraph ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
@@ -537,7 +537,7 @@ wants() {
   return 1
 }
 
-# dsp_run NAME GPUS EPOCHS [FLAGS...]: a device-engine run (--devices) on
+# dsp_run NAME GPUS EPOCHS [FLAGS...]: a DSP engine run (--devices) on
 # GPUS, a count or a list such as cuda:2,3; skipped when NAME does not
 # match $DSP_ONLY or fewer GPUs are visible.
 dsp_run() {
@@ -807,7 +807,7 @@ set_dsp_variants() {
   dsp_run "$p-h64" "$k" "$e" --hidden 64
   dsp_run "$p-eval" "$k" "$e" --eval-every 1
   if wants evalbench; then
-    STRATA_BENCH_DATASET=$ds gotest evalbench dsp/runner 300 -test.run '^$' -test.bench EvalFullGPU -test.benchtime 3x
+    STRATA_BENCH_DATASET=$ds gotest evalbench dsp/engine 300 -test.run '^$' -test.bench EvalFullGPU -test.benchtime 3x
     check $? "BenchmarkEvalFullGPU"
     benchlines "$setlogs/evalbench.log"
   fi

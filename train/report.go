@@ -96,8 +96,10 @@ func better(a, b *EpochRecord) bool {
 	return a.ValLoss < b.ValLoss
 }
 
-// summarize fills the headline fields from r.Epochs.
-func (r *Report) summarize() {
+// Summarize fills the headline fields from r.Epochs: the selected epoch
+// is the best by validation accuracy (ties: lower validation loss, then
+// earlier), or the last with Config.Select last.
+func (r *Report) Summarize() {
 	if len(r.Epochs) == 0 {
 		return
 	}

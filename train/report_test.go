@@ -19,7 +19,7 @@ func fakeReport(sel string) *Report {
 		r.Epochs = append(r.Epochs, EpochRecord{Epoch: i + 1, Loss: 2 - float64(i)/4, TrainAccuracy: 0.5 + float64(i)/10,
 			ValAccuracy: v.val, ValLoss: v.vloss, TestAccuracy: v.test, BatchLosses: []float64{2 - float64(i)/4}})
 	}
-	r.summarize()
+	r.Summarize()
 	return r
 }
 

@@ -292,6 +292,6 @@ func (r *runner) report() *Report {
 		Graph: GraphStats{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
 			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
 	}
-	rep.summarize()
+	rep.Summarize()
 	return rep
 }

@@ -13,37 +13,38 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/gpurun"
-	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
 // dspFlags are the flags of sampled training on several devices ('strata
-// train --devices cpu:4', package dsp/runner: DSP's collective sampling,
-// partitioned feature cache and pipeline). They are embedded in trainCmd;
+// train --devices cpu:4', package dsp/engine: DSP's collective sampling,
+// partitioned feature cache and pipeline, on CPU virtual devices and GPUs
+// alike). They are embedded in trainCmd;
 // --devices and --partition are shared with --mode fullgraph. Given
 // without --devices they run the DSP engine on the one device of --device
 // (dspOnOneDevice).
 type dspFlags struct {
-	Scheme         string `help:"sampled mode with --devices (this and the flags below it without --devices run the DSP engine on the one device of --device, as --devices cpu:1 on the CPU): collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
-	Replace        bool   `help:"sampled mode with --devices (or one device): sample with replacement."`
-	Weighted       bool   `help:"sampled mode with --devices (or one device): sample proportionally to edge weights."`
-	Cache          string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
-	CachePolicy    string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
-	CacheGroup     int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
-	Hotness        string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
-	TopologyCache  string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
-	QueueCapacity  int    `help:"sampled mode with --devices: batches queued between the sampler, loader and trainer of each device." default:"2" placeholder:"N"`
-	Rebalance      string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
-	NoCoordinator  bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
-	Engine         string `help:"sampled mode with --devices: host (dsp/runner: sampling and collectives on the host) or device (dsp/gpurun: sampling, feature exchange and all-reduce on the devices, NCCL on GPUs); auto picks device for CUDA devices." enum:"auto,host,device" default:"auto"`
-	NoPipeline     bool   `help:"sampled mode with --devices, device engine: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
+	Scheme        string `help:"sampled mode with --devices (this and the flags below it without --devices run the DSP engine on the one device of --device, as --devices cpu:1 on the CPU): collective sampling scheme, node (per-node fanouts) or layer (fanouts are edges per layer)." enum:"node,layer" default:"node"`
+	Replace       bool   `help:"sampled mode with --devices (or one device): sample with replacement."`
+	Weighted      bool   `help:"sampled mode with --devices (or one device): sample proportionally to edge weights."`
+	Cache         string `help:"sampled mode with --devices: feature cache per device, in bytes (e.g. 512MiB), 'all' or 0." default:"all" placeholder:"BYTES"`
+	CachePolicy   string `help:"sampled mode with --devices: partition (each device caches hot nodes of its own patch), replicate (each --cache-group of devices holds one copy) or auto (replicate over the fewest devices whose --cache budgets hold every row, else partition)." enum:"auto,partition,replicate" default:"auto"`
+	CacheGroup    int    `help:"sampled mode with --devices: devices sharing one cache copy under --cache-policy replicate." default:"1" placeholder:"N"`
+	Hotness       string `help:"sampled mode with --devices: which nodes are hot: in-degree, pagerank, reverse-pagerank or presample (counted by a pre-sampling pass)." enum:"in-degree,pagerank,reverse-pagerank,presample" default:"in-degree"`
+	TopologyCache string `help:"sampled mode with --devices: topology bytes per device kept in device memory (the rest in host memory), or 'all'." default:"all" placeholder:"BYTES"`
+	QueueCapacity int    `help:"sampled mode with --devices: batches queued between the sampler, loader and trainer of each device." default:"2" placeholder:"N"`
+	Rebalance     string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
+	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
+	// Engine is refused (Validate): the host engine is gone.
+	Engine         string `hidden:"" help:"removed: --devices always runs the one DSP engine."`
+	NoPipeline     bool   `help:"sampled mode with --devices: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
 	SharedStream   bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
 	StallTimeout   string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
 	GPUSampler     string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
-	SamplerWorkers int    `help:"sampled mode with --devices, device engine: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
+	SamplerWorkers int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
 // parseBytes reads a byte count such as 0, 4096, 64MiB, 1.5GB or "all"
@@ -72,22 +73,24 @@ func parseBytes(flag, s string) (int64, error) {
 	return int64(v * mult), nil
 }
 
-// dspConfig builds the runner's configuration from the flags.
-func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
+// dspConfig builds the engine's configuration from the flags.
+func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 	tc, err := c.config()
 	if err != nil {
-		return runner.Config{}, err
+		return engine.Config{}, err
 	}
 	if tc.Mode != train.Sampled {
-		return runner.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
+		return engine.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
 	}
 	if c.CheckpointEvery != 0 {
-		return runner.Config{}, usageError{fmt.Errorf("--checkpoint-every with --devices: multi-device runs write a checkpoint after every epoch")}
+		return engine.Config{}, usageError{fmt.Errorf("--checkpoint-every with --devices: multi-device runs write a checkpoint after every epoch")}
 	}
 	f := &c.DSP
-	cfg := runner.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
+	cfg := engine.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
 		Partition: c.FullGraph.Partition, CachePolicy: cache.Policy(f.CachePolicy), Hotness: cache.Hotness(f.Hotness),
-		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator}
+		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator,
+		NoPipeline: f.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
+		SamplerWorkers: f.SamplerWorkers}
 	if f.QueueCapacity < 1 || f.QueueCapacity > 1024 {
 		return cfg, usageError{fmt.Errorf("--queue-capacity %d: want 1..1024", f.QueueCapacity)}
 	}
@@ -109,7 +112,7 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 		return cfg, err
 	}
 	if cfg.TopologyBytes == 0 {
-		cfg.TopologyBytes = 1 // 0 means no limit to the runner; here it means none on the device
+		cfg.TopologyBytes = 1 // 0 means no limit to the engine; here it means none on the device
 	}
 	if f.StallTimeout != "" {
 		d, err := time.ParseDuration(f.StallTimeout)
@@ -118,7 +121,7 @@ func (c *trainCmd) dspConfig(devices int) (runner.Config, error) {
 		}
 		cfg.WaitTimeout, cfg.CommTimeout = d, d
 	}
-	// The runner's own checks, on a copy (Normalize fills defaults), so
+	// The engine's own checks, on a copy (Normalize fills defaults), so
 	// that a bad combination is a usage error before any device opens.
 	chk := cfg
 	if err := chk.Normalize(); err != nil {
@@ -166,7 +169,6 @@ func (f *dspFlags) set() []string {
 	add(f.QueueCapacity != 2, "queue-capacity")
 	add(f.Rebalance != "pad", "rebalance")
 	add(f.NoCoordinator, "no-coordinator")
-	add(f.Engine != "auto", "engine")
 	add(f.NoPipeline, "no-pipeline")
 	add(f.SharedStream, "shared-stream")
 	add(f.StallTimeout != "", "stall-timeout")
@@ -175,59 +177,22 @@ func (f *dspFlags) set() []string {
 	return out
 }
 
-// checkEngineFlags refuses the device engine's flags where they mean
-// nothing: on the host engine, and the CUDA-only ones on other devices.
-func (c *trainCmd) checkEngineFlags(bs []backend.Backend, device bool) error {
+// checkCUDAFlags refuses the flags that only CUDA devices read on other
+// devices.
+func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 	f := &c.DSP
-	if !device {
-		switch {
-		case f.NoPipeline:
-			return usageError{fmt.Errorf("--no-pipeline needs the device engine (--engine device, or CUDA devices)")}
-		case f.SamplerWorkers != 1:
-			return usageError{fmt.Errorf("--sampler-workers %d needs the device engine (--engine device, or CUDA devices)", f.SamplerWorkers)}
-		case c.FullGraph.EvalEvery != 1:
-			return usageError{fmt.Errorf("--eval-every %d needs the device engine (--engine device, or CUDA devices)", c.FullGraph.EvalEvery)}
-		}
-	}
-	switch w := f.SamplerWorkers; {
-	case w < 1 || w > gpurun.MaxSamplerWorkers:
-		return usageError{fmt.Errorf("--sampler-workers %d: want 1..%d", w, gpurun.MaxSamplerWorkers)}
-	case w > 1 && f.NoPipeline:
-		return usageError{fmt.Errorf("--sampler-workers %d needs the pipeline (--no-pipeline runs one sampler)", w)}
-	case w > 1 && f.SharedStream:
-		return usageError{fmt.Errorf("--sampler-workers %d needs the samplers' own streams (not --shared-stream)", w)}
-	}
-	allCUDA := true
 	for _, b := range bs {
-		_, ok := b.(*cuda.Device)
-		allCUDA = allCUDA && ok
-	}
-	if !device || !allCUDA {
+		if _, ok := b.(*cuda.Device); ok {
+			continue
+		}
 		switch {
 		case f.SharedStream:
-			return usageError{fmt.Errorf("--shared-stream needs CUDA --devices and the device engine")}
-		case f.GPUSampler != gpurun.SamplerCSP:
-			return usageError{fmt.Errorf("--gpu-sampler %s needs CUDA --devices and the device engine", f.GPUSampler)}
+			return usageError{fmt.Errorf("--shared-stream needs CUDA --devices")}
+		case f.GPUSampler != engine.SamplerCSP:
+			return usageError{fmt.Errorf("--gpu-sampler %s needs CUDA --devices", f.GPUSampler)}
 		}
 	}
 	return nil
-}
-
-// useDeviceEngine reports whether sampled training on bs runs on package
-// dsp/gpurun (--engine device, or auto with CUDA devices).
-func (c *trainCmd) useDeviceEngine(bs []backend.Backend) bool {
-	switch c.DSP.Engine {
-	case "device":
-		return true
-	case "host":
-		return false
-	}
-	for _, b := range bs {
-		if _, ok := b.(*cuda.Device); !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // runDSP is 'strata train --devices LIST' in sampled mode.
@@ -244,7 +209,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := c.checkEngineFlags(bs, c.useDeviceEngine(bs)); err != nil {
+	if err := c.checkCUDAFlags(bs); err != nil {
 		return err
 	}
 	if err := c.checkOutputs(); err != nil {
@@ -259,33 +224,19 @@ func (c *trainCmd) runDSP(e *env) error {
 	if e.quiet {
 		log = nil
 	}
-	host := onHost(bs)
-	if err := checkMemory(runner.EstimateMemory(cfg, shapeOf(ds), host, host && !c.useDeviceEngine(bs)), c.FullGraph.Devices, log); err != nil {
+	if err := checkMemory(engine.EstimateMemory(cfg, shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
 		return err
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d devices (%s), DSP %s-wise sampling\n",
 			cfg.Train.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name(), cfg.Scheme)
 		fmt.Fprintf(log, "config: %s\n", cfg.Train.String())
+		fmt.Fprintf(log, "pipeline %v, evaluation every %d epoch(s) and after the last\n", !cfg.NoPipeline, cfg.EvalEvery)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	var rep *runner.Report
-	var devRun *gpurun.Report
-	if c.useDeviceEngine(bs) {
-		gcfg := gpurun.Config{Config: cfg, NoPipeline: c.DSP.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: c.DSP.GPUSampler,
-			SharedStream: c.DSP.SharedStream, SamplerWorkers: c.DSP.SamplerWorkers}
-		if log != nil {
-			fmt.Fprintf(log, "device engine: pipeline %v, evaluation every %d epoch(s) and after the last\n", !gcfg.NoPipeline, gcfg.EvalEvery)
-		}
-		if devRun, err = gpurun.Run(ctx, ds, gcfg, gpurun.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume}); err == nil {
-			rep = &devRun.Report
-		}
-	} else {
-		rep, err = runner.Run(ctx, ds, cfg, runner.Options{Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume,
-			NewBackend: func(r int) (backend.Backend, error) { return bs[r], nil }})
-	}
+	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}
@@ -299,14 +250,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
 		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, cfg.Train.Epochs, sel, rep.LastValAcc, rep.LastTestAcc)
 	fmt.Fprintf(e.stdout, "pipeline (total)    %s\n", rep.Metrics.Summary)
-	if devRun != nil {
-		r := devRun.Run
-		fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", r.SteadyEpochSeconds, r.Pipeline)
-	}
+	fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", rep.Run.SteadyEpochSeconds, rep.Run.Pipeline)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
-	write := rep.WriteJSON
-	if devRun != nil {
-		write = devRun.WriteJSON
-	}
-	return c.writeOutputs(write, &rep.Report)
+	return c.writeOutputs(rep.WriteJSON, &rep.Report)
 }

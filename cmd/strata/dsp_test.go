@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/strata-gnn/strata/train/checkpoint"
 )
 
 // TestTrainDevicesCPU: 'strata train --devices cpu:2' runs DSP training
@@ -63,13 +67,13 @@ func TestTrainDevicesCPU(t *testing.T) {
 	}
 }
 
-// TestTrainDevicesDeviceEngine: --engine device runs package dsp/gpurun
-// (here on CPU back ends) with the pipeline on or off and writes its
-// report with the epoch timings.
-func TestTrainDevicesDeviceEngine(t *testing.T) {
+// TestTrainDevicesPipelineOff: --no-pipeline and --eval-every run on CPU
+// virtual devices (the one engine, as on GPUs) and the report carries the
+// epoch timings and only the evaluated epochs.
+func TestTrainDevicesPipelineOff(t *testing.T) {
 	for _, extra := range [][]string{nil, {"--no-pipeline"}} {
 		rep := filepath.Join(t.TempDir(), "report.json")
-		args := append([]string{"train", "--devices", "cpu:2", "--engine", "device", "--epochs", "2", "--hidden", "16",
+		args := append([]string{"train", "--devices", "cpu:2", "--epochs", "2", "--hidden", "16",
 			"--cache", "64KiB", "--eval-every", "100", "--report", rep}, extra...)
 		code, out, errOut := strata(t, args...)
 		if code != 0 {
@@ -80,7 +84,7 @@ func TestTrainDevicesDeviceEngine(t *testing.T) {
 				t.Fatalf("%v: output lacks %q:\n%s", extra, want, out)
 			}
 		}
-		if !strings.Contains(errOut, "device engine") || !strings.Contains(errOut, "epoch 2/2") {
+		if !strings.Contains(errOut, fmt.Sprintf("pipeline %v, evaluation every 100 epoch(s)", extra == nil)) || !strings.Contains(errOut, "epoch 2/2") {
 			t.Fatalf("%v: log:\n%s", extra, errOut)
 		}
 		data, err := os.ReadFile(rep)
@@ -104,11 +108,12 @@ func TestTrainDevicesDeviceEngine(t *testing.T) {
 	}
 }
 
-// TestTrainDevicesResume: both engines write a checkpoint after every
-// epoch; a later run with --resume and more epochs goes on from it and
-// reports every epoch as an uninterrupted run of that length does (the
-// host engine: losses and accuracies bit for bit), one without --resume
-// refuses to overwrite it, and the other engine refuses to resume it.
+// TestTrainDevicesResume: a run writes a checkpoint after every epoch; a
+// later run with --resume and more epochs goes on from it and reports
+// every epoch as an uninterrupted run of that length does (losses and
+// accuracies bit for bit), one without --resume refuses to overwrite it,
+// one with another --hidden refuses to resume it, and a checkpoint of the
+// removed host engine is refused in one line saying to start again.
 func TestTrainDevicesResume(t *testing.T) {
 	type epoch struct {
 		Epoch        int       `json:"epoch"`
@@ -135,55 +140,59 @@ func TestTrainDevicesResume(t *testing.T) {
 		}
 		return r
 	}
-	for _, engine := range []string{"host", "device"} {
-		dir := t.TempDir()
-		rep := filepath.Join(dir, "report.json")
-		base := []string{"train", "--quiet", "--devices", "cpu:2", "--engine", engine, "--hidden", "16", "--checkpoint", dir}
-		if code, _, errOut := strata(t, append(base, "--epochs", "2")...); code != 0 {
-			t.Fatalf("%s: first run: exit %d\n%s", engine, code, errOut)
+	dir := t.TempDir()
+	rep := filepath.Join(dir, "report.json")
+	base := []string{"train", "--quiet", "--devices", "cpu:2", "--hidden", "16", "--checkpoint", dir}
+	if code, _, errOut := strata(t, append(base, "--epochs", "2")...); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, errOut)
+	}
+	ck := filepath.Join(dir, "checkpoint.strata")
+	if _, err := os.Stat(ck); err != nil {
+		t.Fatalf("no checkpoint: %v", err)
+	}
+	if code, _, errOut := strata(t, append(base, "--epochs", "3")...); code != 1 || !strings.Contains(errOut, "--resume") {
+		t.Fatalf("run over an existing checkpoint: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--hidden", "32")...); code != 1 || !strings.Contains(errOut, "hidden is 32") {
+		t.Fatalf("resumed with another --hidden: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--report", rep)...); code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s", code, errOut)
+	}
+	got := read(rep)
+	if got.ResumedFrom == nil || got.ResumedFrom.Epoch != 2 || len(got.Run.EpochSeconds) != 3 {
+		t.Fatalf("report resumed from %+v, %d epoch times", got.ResumedFrom, len(got.Run.EpochSeconds))
+	}
+	whole := filepath.Join(t.TempDir(), "whole.json")
+	if code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--hidden", "16", "--epochs", "3", "--report", whole); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s", code, errOut)
+	}
+	want := read(whole)
+	if len(got.Epochs) != 3 || len(want.Epochs) != 3 {
+		t.Fatalf("%d epochs resumed, %d uninterrupted", len(got.Epochs), len(want.Epochs))
+	}
+	for i, w := range want.Epochs {
+		g := got.Epochs[i]
+		if g.Epoch != w.Epoch || g.Loss != w.Loss || !slices.Equal(g.BatchLosses, w.BatchLosses) || g.ValAccuracy != w.ValAccuracy ||
+			g.TestAccuracy != w.TestAccuracy {
+			t.Fatalf("epoch %d resumed %+v\nuninterrupted %+v", w.Epoch, g, w)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "checkpoint.strata")); err != nil {
-			t.Fatalf("%s: no checkpoint: %v", engine, err)
-		}
-		if code, _, errOut := strata(t, append(base, "--epochs", "3")...); code != 1 || !strings.Contains(errOut, "--resume") {
-			t.Fatalf("%s: run over an existing checkpoint: exit %d, stderr %q", engine, code, errOut)
-		}
-		other := map[string]string{"host": "device", "device": "host"}[engine]
-		if code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--engine", other, "--hidden", "16", "--checkpoint", dir,
-			"--epochs", "3", "--resume"); code != 1 || !strings.Contains(errOut, "written by the "+engine+" engine") {
-			t.Fatalf("%s: resumed by the %s engine: exit %d, stderr %q", engine, other, code, errOut)
-		}
-		if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--hidden", "32")...); code != 1 || !strings.Contains(errOut, "hidden is 32") {
-			t.Fatalf("%s: resumed with another --hidden: exit %d, stderr %q", engine, code, errOut)
-		}
-		if code, _, errOut := strata(t, append(base, "--epochs", "3", "--resume", "--report", rep)...); code != 0 {
-			t.Fatalf("%s: resumed run: exit %d\n%s", engine, code, errOut)
-		}
-		got := read(rep)
-		if got.ResumedFrom == nil || got.ResumedFrom.Epoch != 2 {
-			t.Fatalf("%s: report resumed from %+v", engine, got.ResumedFrom)
-		}
-		if engine == "device" {
-			if len(got.Run.EpochSeconds) != 3 {
-				t.Fatalf("device: %d epoch times", len(got.Run.EpochSeconds))
-			}
-			continue
-		}
-		whole := filepath.Join(t.TempDir(), "whole.json")
-		if code, _, errOut := strata(t, "train", "--quiet", "--devices", "cpu:2", "--engine", "host", "--hidden", "16", "--epochs", "3",
-			"--report", whole); code != 0 {
-			t.Fatalf("uninterrupted run: exit %d\n%s", code, errOut)
-		}
-		want := read(whole)
-		if len(got.Epochs) != 3 || len(want.Epochs) != 3 {
-			t.Fatalf("%d epochs resumed, %d uninterrupted", len(got.Epochs), len(want.Epochs))
-		}
-		for i, w := range want.Epochs {
-			g := got.Epochs[i]
-			if g.Epoch != w.Epoch || g.Loss != w.Loss || !slices.Equal(g.BatchLosses, w.BatchLosses) || g.ValAccuracy != w.ValAccuracy ||
-				g.TestAccuracy != w.TestAccuracy {
-				t.Fatalf("epoch %d resumed %+v\nuninterrupted %+v", w.Epoch, g, w)
-			}
+	}
+	// The host engine's checkpoint (its metadata named it; the engine is
+	// gone): refused with and without --resume.
+	f, err := checkpoint.ReadFile(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Meta = bytes.Replace(f.Meta, []byte(`"engine":"device"`), []byte(`"engine":"host"`), 1)
+	if err := checkpoint.WriteFile(ck, f); err != nil {
+		t.Fatal(err)
+	}
+	for _, more := range [][]string{{"--resume"}, nil} {
+		code, _, errOut := strata(t, append(append(base, "--epochs", "4"), more...)...)
+		if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "written by the host engine, which this build no longer has") ||
+			!strings.Contains(errOut, "start again without --resume") {
+			t.Fatalf("host engine's checkpoint %v: exit %d, stderr %q", more, code, errOut)
 		}
 	}
 }
@@ -197,11 +206,11 @@ func TestTrainDevicesUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu:2", "--cache", "12XB"}, "--cache"},
 		{[]string{"--devices", "cpu:2", "--topology-cache", "-5"}, "--topology-cache"},
 		{[]string{"--devices", "cpu:2", "--model", "gcn"}, "--mode full"},
-		{[]string{"--devices", "cpu:2", "--engine", "host", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
-		{[]string{"--devices", "cpu:2", "--engine", "device", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
+		{[]string{"--devices", "cpu:2", "--checkpoint", "x", "--checkpoint-every", "5"}, "after every epoch"},
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--devices", "cpu:3", "--cache-policy", "replicate", "--cache-group", "2"}, "does not divide"},
-		{[]string{"--devices", "cpu:2", "--no-pipeline"}, "device engine"},
+		{[]string{"--devices", "cpu:2", "--engine", "host"}, "--engine host: the host engine is gone"},
+		{[]string{"--devices", "cpu:2", "--engine", "device"}, "drop --engine"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
@@ -228,7 +237,6 @@ func TestParseBytes(t *testing.T) {
 // 2) naming the flag and the value, before any dataset or device opens.
 func TestTrainFlagValueErrors(t *testing.T) {
 	d := []string{"--devices", "cpu:2"}
-	dev := []string{"--devices", "cpu:2", "--engine", "device"}
 	fg := []string{"--mode", "fullgraph", "--model", "gcn", "--devices", "cpu:2"}
 	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }
 	for _, tc := range []struct {
@@ -262,26 +270,24 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		{with(d, "--queue-capacity", "0"), "--queue-capacity 0: want 1..1024"},
 		{with(d, "--queue-capacity=-1"), "--queue-capacity -1"},
 		{with(d, "--queue-capacity", "1000000000000"), "--queue-capacity 1000000000000"},
-		{with(dev, "--eval-every", "0"), "--eval-every 0"},
-		{with(dev, "--eval-every=-3"), "--eval-every -3"},
-		{with(d, "--eval-every", "2"), "--eval-every 2 needs the device engine"},
-		{with(d, "--engine", "host", "--no-pipeline"), "--no-pipeline needs the device engine"},
-		{with(d, "--engine", "host", "--sampler-workers", "2"), "--sampler-workers 2 needs the device engine"},
-		{with(dev, "--sampler-workers", "9"), "--sampler-workers 9: want 1..8"},
-		{with(dev, "--sampler-workers", "0"), "--sampler-workers 0: want 1..8"},
-		{with(dev, "--sampler-workers", "2", "--no-pipeline"), "--sampler-workers 2 needs the pipeline"},
-		{with(dev, "--shared-stream"), "--shared-stream needs CUDA --devices"},
-		{with(dev, "--gpu-sampler", "full"), "--gpu-sampler full needs CUDA --devices"},
+		{with(d, "--eval-every", "0"), "--eval-every 0"},
+		{with(d, "--eval-every=-3"), "--eval-every -3"},
+		{with(d, "--engine", "host", "--no-pipeline"), "--engine host: the host engine is gone"},
+		{with(d, "--sampler-workers", "9"), "--sampler-workers 9: want 1..8"},
+		{with(d, "--sampler-workers", "0"), "--sampler-workers 0: want 1..8"},
+		{with(d, "--sampler-workers", "2", "--no-pipeline"), "--sampler-workers: 2 sampler workers need the pipeline"},
+		{with(d, "--shared-stream"), "--shared-stream needs CUDA --devices"},
+		{with(d, "--gpu-sampler", "full"), "--gpu-sampler full needs CUDA --devices"},
 		{with(d, "--comm", "nccl"), "--comm applies to --mode fullgraph only"},
 		{with(d, "--masks", "local"), "--masks applies to --mode fullgraph only"},
 		{with(d, "--staleness-eps", "0.1"), "--staleness-eps applies to --mode fullgraph only"},
 		{with(d, "--node-order", "degree"), "--node-order applies to --mode fullgraph only"},
 		{with(d, "--partition-file", "dsp_test.go"), "--partition-file applies to --mode fullgraph only"},
-		{[]string{"--model", "gcn", "--engine", "device"}, "--engine applies to sampled mode"},
+		{[]string{"--model", "gcn", "--engine", "device"}, "--engine device: the host engine is gone"},
 		{[]string{"--eval-every", "3"}, "--eval-every needs --devices"},
 		{[]string{"--partition", "range"}, "--partition needs --devices"},
 		{with(fg, "--cache", "5MiB"), "--cache does not apply to --mode fullgraph"},
-		{with(fg, "--engine", "device"), "--engine does not apply to --mode fullgraph"},
+		{with(fg, "--engine", "device"), "--engine device: the host engine is gone"},
 		{with(fg, "--stall-timeout", "5s"), "--stall-timeout does not apply to --mode fullgraph"},
 		{with(fg, "--eval-every", "0"), "--eval-every 0: want 1..1048576"},
 		{with(fg, "--staleness", "--staleness-eps", "NaN"), "--staleness-eps NaN"},

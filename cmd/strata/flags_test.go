@@ -262,7 +262,6 @@ func TestFlagValues(t *testing.T) {
 	}
 	bytesOK := func(v string) bool { _, err := parseBytes("x", v); return err == nil }
 	dsp := []string{"--devices", "cpu:2", "--hidden", "8"}
-	dspDev := []string{"--devices", "cpu:2", "--engine", "device"}
 	ctxs := []flagCtx{
 		{name: "train sampled", args: trainArgs("--model", "sage", "--mode", "sampled"), sentinel: "--dataset", flags: append(append([]flagSpec{}, common...),
 			flagSpec{flag: "lr", legal: floatRange(0, math.Inf(1), true, true)},
@@ -314,7 +313,7 @@ func TestFlagValues(t *testing.T) {
 		{name: "train dsp replicate", args: trainArgs(append(dsp, "--cache-policy", "replicate")...), sentinel: "--dataset", flags: []flagSpec{
 			{flag: "cache-group", legal: oneOf("1", "2"), extra: []string{"2", "3", "1024", "1025"}},
 		}},
-		{name: "train dsp device engine", args: trainArgs(dspDev...), sentinel: "--dataset", flags: []flagSpec{
+		{name: "train dsp engine", args: trainArgs(dsp...), sentinel: "--dataset", flags: []flagSpec{
 			{flag: "sampler-workers", legal: intRange(1, 8), extra: []string{"8", "9"}},
 			{flag: "eval-every", legal: intRange(1, 1<<20)},
 		}},

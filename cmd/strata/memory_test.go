@@ -7,7 +7,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset/builtin"
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/internal/sysmem"
 	"github.com/strata-gnn/strata/train"
 )
@@ -29,7 +29,6 @@ func TestDevicesThatCannotFit(t *testing.T) {
 		{[]string{"train", "--mode", "fullgraph", "--devices", "cpu:1000"}, []string{"--devices cpu:1000: want cpu:N with N in 1..256"}},
 		// About 4.5 GB of model and optimizer state per device.
 		{[]string{"train", "--devices", "cpu:256", "--hidden", "65536"}, []string{"--devices cpu:256: this run needs about", "model and optimizer", "available ("}},
-		{[]string{"train", "--devices", "cpu:256", "--hidden", "65536", "--engine", "device"}, []string{"--devices cpu:256: this run needs about"}},
 		{[]string{"train", "--mode", "fullgraph", "--model", "sage", "--devices", "cpu:256", "--hidden", "65536"}, []string{"--devices cpu:256: this run needs about"}},
 		// One device: 64 heads of 65536 on every node of every layer.
 		{[]string{"train", "--model", "gat", "--heads", "64", "--hidden", "65536", "--layers", "16"}, []string{"--hidden: this run needs about"}},
@@ -76,7 +75,7 @@ func TestMemoryBudgetRefuses(t *testing.T) {
 // TestVirtualDeviceCost measures what a CPU virtual device costs (the
 // peak memory of cpu:20 minus cpu:4, over 16, with batches small enough
 // that every device gets full ones) and checks the estimate
-// (runner.EstimateMemory) is within a factor of two of it.
+// (engine.EstimateMemory) is within a factor of two of it.
 func TestVirtualDeviceCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains Cora on 4 and 20 virtual devices, twice")
@@ -99,7 +98,7 @@ func TestVirtualDeviceCost(t *testing.T) {
 				t.Fatalf("%s: exit %d: %s", list, c.code, c.stderr)
 			}
 			rss[k] = c.maxRSS
-			cfg := runner.Defaults(train.SAGE, k)
+			cfg := engine.Defaults(train.SAGE, k)
 			cfg.CachePolicy, cfg.Train.BatchSize = cache.Auto, 4
 			if extra != nil {
 				cfg.CacheBytes = 0
@@ -107,7 +106,7 @@ func TestVirtualDeviceCost(t *testing.T) {
 			if err := cfg.Normalize(); err != nil {
 				t.Fatal(err)
 			}
-			m := runner.EstimateMemory(cfg, shapeOf(ds), true, true)
+			m := engine.EstimateMemory(cfg, shapeOf(ds), true)
 			est[k] = m.Total()
 		}
 		measured := float64(rss[hi]-rss[lo]) / (hi - lo)

@@ -30,7 +30,7 @@ func TestCheckpointUnusable(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(blocked, train.CheckpointFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range [][]string{nil, {"--devices", "cpu:2", "--engine", "host"}, {"--devices", "cpu:2", "--engine", "device"}} {
+	for _, mode := range [][]string{nil, {"--devices", "cpu:2"}} {
 		for _, tc := range []struct{ ck, want string }{
 			{file, file},
 			{filepath.Join(file, "ck"), file},
@@ -77,26 +77,24 @@ func TestGATDropoutCombinations(t *testing.T) {
 }
 
 // TestDevicesResumeFinished: --resume of a checkpoint that has done
-// every epoch prints the stored results and exits 0 on both engines, as
-// on one device (it exited 1 with "nothing to resume").
+// every epoch prints the stored results and exits 0, as on one device (it
+// exited 1 with "nothing to resume").
 func TestDevicesResumeFinished(t *testing.T) {
-	for _, engine := range []string{"host", "device"} {
-		dir := t.TempDir()
-		base := []string{"train", "--quiet", "--devices", "cpu:2", "--engine", engine, "--hidden", "16", "--epochs", "2", "--checkpoint", dir}
-		code, first, errOut := strata(t, base...)
-		if code != 0 {
-			t.Fatalf("%s: first run: exit %d\n%s", engine, code, errOut)
-		}
-		code, again, errOut := strata(t, append(base, "--resume")...)
-		if code != 0 {
-			t.Fatalf("%s: resume with every epoch done: exit %d, stderr %q", engine, code, errOut)
-		}
-		accuracies := func(out string) string { // the validation and test lines
-			lines := strings.SplitN(out, "\n", 3)
-			return strings.Join(lines[:min(2, len(lines))], "\n")
-		}
-		if a, b := accuracies(first), accuracies(again); !strings.Contains(a, "test accuracy") || a != b {
-			t.Fatalf("%s: resumed run printed\n%s\nthe run printed\n%s", engine, b, a)
-		}
+	dir := t.TempDir()
+	base := []string{"train", "--quiet", "--devices", "cpu:2", "--hidden", "16", "--epochs", "2", "--checkpoint", dir}
+	code, first, errOut := strata(t, base...)
+	if code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, errOut)
+	}
+	code, again, errOut := strata(t, append(base, "--resume")...)
+	if code != 0 {
+		t.Fatalf("resume with every epoch done: exit %d, stderr %q", code, errOut)
+	}
+	accuracies := func(out string) string { // the validation and test lines
+		lines := strings.SplitN(out, "\n", 3)
+		return strings.Join(lines[:min(2, len(lines))], "\n")
+	}
+	if a, b := accuracies(first), accuracies(again); !strings.Contains(a, "test accuracy") || a != b {
+		t.Fatalf("resumed run printed\n%s\nthe run printed\n%s", b, a)
 	}
 }

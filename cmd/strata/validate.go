@@ -9,8 +9,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
-	"github.com/strata-gnn/strata/dsp/gpurun"
-	"github.com/strata-gnn/strata/dsp/runner"
+	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/train"
@@ -25,8 +24,8 @@ import (
 // Whether a legal combination fits in memory is checked once the dataset's
 // shape is known (memory.go).
 
-// maxQueueCapacity bounds --queue-capacity (dsp/runner's bound).
-const maxQueueCapacity = 1024
+// maxQueueCapacity bounds --queue-capacity (dsp/engine's bound).
+const maxQueueCapacity = engine.MaxQueueCapacity
 
 // maxStallTimeout bounds --stall-timeout: every wait keeps a deadline.
 const maxStallTimeout = 24 * time.Hour
@@ -126,6 +125,9 @@ func durationFlag(flag, s string, maxD time.Duration) error {
 // every mode (flags a mode does not read are refused later, by name).
 func (c *trainCmd) Validate() error {
 	f, d := &c.FullGraph, &c.DSP
+	if d.Engine != "" {
+		return usageError{fmt.Errorf("--engine %s: the host engine is gone; --devices always runs the one DSP engine (dsp/engine), on CPU virtual devices and GPUs alike: drop --engine", d.Engine)}
+	}
 	switch c.Mode {
 	case "", train.Sampled, train.Full, "fullgraph":
 	default:
@@ -152,7 +154,7 @@ func (c *trainCmd) Validate() error {
 		intIn("eval-every", f.EvalEvery, 1, train.MaxEpochs),
 		intIn("cache-group", d.CacheGroup, 1, maxListedDevices),
 		intIn("queue-capacity", d.QueueCapacity, 1, maxQueueCapacity),
-		intIn("sampler-workers", d.SamplerWorkers, 1, gpurun.MaxSamplerWorkers),
+		intIn("sampler-workers", d.SamplerWorkers, 1, engine.MaxSamplerWorkers),
 		durationFlag("stall-timeout", d.StallTimeout, maxStallTimeout),
 	)
 	if err != nil {
@@ -250,12 +252,12 @@ func genFlag(err error) error {
 	return usageError{err}
 }
 
-// configFlags maps the fields of train, fullgraph and dsp/runner config
+// configFlags maps the fields of train, fullgraph and dsp/engine config
 // errors whose flag is not the field with '-' for '_'.
 var configFlags = map[string]string{
 	"staleness.epoch_bound": "staleness-epochs", "staleness.epsilon": "staleness-eps",
 	"staleness": "staleness", "order": "node-order", "cache_bytes": "cache", "topology_bytes": "topology-cache",
-	"wait_timeout": "stall-timeout",
+	"wait_timeout": "stall-timeout", "sampler": "gpu-sampler",
 }
 
 // configFlag turns a library's config error into a usage error naming the
@@ -264,7 +266,7 @@ func configFlag(err error) error {
 	var field, msg string
 	var te *train.ConfigError
 	var fe *fullgraph.ConfigError
-	var re *runner.ConfigError
+	var re *engine.ConfigError
 	switch {
 	case errors.As(err, &te):
 		field, msg = te.Field, te.Msg

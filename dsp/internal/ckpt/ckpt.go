@@ -20,19 +20,21 @@ import (
 // Format names the metadata layout of a multi-device run's checkpoint.
 const Format = "strata-dsp/1"
 
-// Engines. The engines draw the same batches but sum in different orders,
-// so a checkpoint resumes only on the engine that wrote it.
+// Engines. Every checkpoint this build writes is the device engine's
+// (package dsp/engine, the one engine; its checkpoints before it had a
+// name for its engine have none). The host engine (dsp/runner, removed)
+// summed in other orders: its checkpoints are refused.
 const (
-	Host   = "host"
 	Device = "device"
+	Host   = "host"
 )
 
 // Meta is a checkpoint's metadata; C is the engine's configuration.
 type Meta[C any] struct {
 	Format        string `json:"format"`
 	StrataVersion string `json:"strata_version"`
-	// Engine wrote the checkpoint; empty in the device engine's
-	// checkpoints written before the host engine had any.
+	// Engine wrote the checkpoint (Device; empty in the device engine's
+	// checkpoints written before the host engine had any).
 	Engine           string              `json:"engine,omitempty"`
 	Config           C                   `json:"config"`
 	Dataset          train.DatasetID     `json:"dataset"`
@@ -42,9 +44,8 @@ type Meta[C any] struct {
 	OptimizerStep    int                 `json:"optimizer_step"`
 	Shapes           map[string][2]int   `json:"shapes"`
 	History          []train.EpochRecord `json:"history"`
-	// The device engine's per-epoch training times, mean losses and
-	// evaluation times (its report's device_run); absent for the host
-	// engine.
+	// The per-epoch training times, mean losses and evaluation times
+	// (the report's device_run).
 	EpochTrainSeconds []float64 `json:"epoch_train_seconds,omitempty"`
 	EpochLosses       []float64 `json:"epoch_losses,omitempty"`
 	EvalSeconds       []float64 `json:"eval_seconds,omitempty"`
@@ -64,7 +65,6 @@ type Run[C any] struct {
 	Dir    string    // the checkpoint directory (must exist)
 	Resume bool      // continue from the checkpoint; otherwise refuse to overwrite one
 	Log    io.Writer // "resuming from ..." and "no checkpoint ..." lines; nil: none
-	Engine string    // Host or Device
 	Config C         // the run's (normalized) configuration
 	// Diff names the first setting of run that differs from the
 	// checkpoint's and would change the numbers ("" if none).
@@ -118,6 +118,10 @@ func Open[C any](r *Run[C]) (*State[C], error) {
 		}
 		return nil, err
 	}
+	if engine(f.Meta) == Host {
+		return nil, &Error{Path: path, Msg: "written by the host engine, which this build no longer has (one engine runs every device): " +
+			"it cannot be resumed; remove it or use another directory and start again without --resume"}
+	}
 	if !r.Resume {
 		return nil, &Error{Path: path, Msg: "a checkpoint already exists: resume it (--resume) or use another directory"}
 	}
@@ -140,15 +144,28 @@ func Open[C any](r *Run[C]) (*State[C], error) {
 	return st, nil
 }
 
+// engine is the engine named in raw metadata (Device when it names
+// none; "" when it cannot be read).
+func engine(raw []byte) string {
+	var head struct {
+		Engine *string `json:"engine"`
+	}
+	if json.Unmarshal(raw, &head) != nil {
+		return ""
+	}
+	if head.Engine == nil || *head.Engine == "" {
+		return Device
+	}
+	return *head.Engine
+}
+
 // check decodes the metadata and checks it against the run; the message
 // says what does not match ("" if all does).
 func (r *Run[C]) check(raw []byte) (*Meta[C], string) {
-	// The format and the engine first: another engine's configuration
-	// has other fields, which the strict decoding below would report
-	// instead.
+	// The format and the engine first: another format has other fields,
+	// which the strict decoding below would report instead.
 	var head struct {
 		Format string `json:"format"`
-		Engine string `json:"engine"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return nil, fmt.Sprintf("metadata: %v", err)
@@ -156,11 +173,8 @@ func (r *Run[C]) check(raw []byte) (*Meta[C], string) {
 	if head.Format != Format {
 		return nil, fmt.Sprintf("metadata format %q, this build reads %q", head.Format, Format)
 	}
-	if head.Engine == "" {
-		head.Engine = Device
-	}
-	if head.Engine != r.Engine {
-		return nil, fmt.Sprintf("written by the %s engine, this run uses the %s engine (--engine %s resumes it)", head.Engine, r.Engine, head.Engine)
+	if e := engine(raw); e != Device {
+		return nil, fmt.Sprintf("written by engine %q, this build reads the device engine's", e)
 	}
 	var m Meta[C]
 	dec := json.NewDecoder(bytes.NewReader(raw))

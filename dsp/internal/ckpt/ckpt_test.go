@@ -91,15 +91,15 @@ func (m *model) values(t *testing.T) []nn.NamedTensor {
 
 var dsID = train.DatasetID{Name: "toy", Nodes: 10, Edges: 20, Features: 3, Classes: 2, Fingerprint: "0123abcd"}
 
-// save writes a host checkpoint after 2 epochs of 3 batches to a new
+// save writes a checkpoint after 2 epochs of 3 batches to a new
 // directory and returns the run that resumes it.
 func save(t *testing.T) *Run[cfg] {
 	t.Helper()
 	m := newModel(t)
 	m.train(t, 6)
-	r := &Run[cfg]{Dir: t.TempDir(), Resume: true, Engine: Host, Config: cfg{Hidden: 16, Cache: 1}, Diff: diff,
+	r := &Run[cfg]{Dir: t.TempDir(), Resume: true, Config: cfg{Hidden: 16, Cache: 1}, Diff: diff,
 		Epochs: 3, BatchesPerDevice: 3, Dataset: dsID}
-	meta := Meta[cfg]{Engine: Host, Config: cfg{Hidden: 16, Cache: 7}, Dataset: dsID, EpochsDone: 2, BatchesPerDevice: 3,
+	meta := Meta[cfg]{Engine: Device, Config: cfg{Hidden: 16, Cache: 7}, Dataset: dsID, EpochsDone: 2, BatchesPerDevice: 3,
 		History: []train.EpochRecord{{Epoch: 1, Loss: 1.5}, {Epoch: 2, Loss: 0.25}}}
 	if err := Save(r.Path(), &meta, m.b, m.ps, m.opt); err != nil {
 		t.Fatal(err)
@@ -113,10 +113,10 @@ func save(t *testing.T) *Run[cfg] {
 func TestSaveOpenLoad(t *testing.T) {
 	m := newModel(t)
 	m.train(t, 6)
-	r := &Run[cfg]{Dir: t.TempDir(), Resume: true, Engine: Host, Config: cfg{Hidden: 16, Cache: 1}, Diff: diff,
+	r := &Run[cfg]{Dir: t.TempDir(), Resume: true, Config: cfg{Hidden: 16, Cache: 1}, Diff: diff,
 		Epochs: 3, BatchesPerDevice: 3, Dataset: dsID}
 	hist := []train.EpochRecord{{Epoch: 1, Loss: 1.5, BatchLosses: []float64{0.1, 1.0 / 3, 2}}, {Epoch: 2, Loss: 0.25, ValAccuracy: 0.7}}
-	meta := Meta[cfg]{Engine: Host, Config: cfg{Hidden: 16, Cache: 7}, Dataset: dsID, EpochsDone: 2, BatchesPerDevice: 3, History: hist}
+	meta := Meta[cfg]{Engine: Device, Config: cfg{Hidden: 16, Cache: 7}, Dataset: dsID, EpochsDone: 2, BatchesPerDevice: 3, History: hist}
 	if err := Save(r.Path(), &meta, m.b, m.ps, m.opt); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,10 @@ func TestOpenRefuses(t *testing.T) {
 	}{
 		{name: "no resume", run: func(r *Run[cfg]) { r.Resume = false }, want: "a checkpoint already exists: resume it (--resume)"},
 		{name: "config", run: func(r *Run[cfg]) { r.Config.Hidden = 32 }, want: "written by a different configuration: hidden differs"},
-		{name: "engine", run: func(r *Run[cfg]) { r.Engine = Device }, want: "written by the host engine, this run uses the device engine"},
+		{name: "host engine", meta: func(m map[string]any) { m["engine"] = Host }, want: "written by the host engine, which this build no longer has"},
+		{name: "host engine, no resume", run: func(r *Run[cfg]) { r.Resume = false }, meta: func(m map[string]any) { m["engine"] = Host },
+			want: "remove it or use another directory and start again without --resume"},
+		{name: "other engine", meta: func(m map[string]any) { m["engine"] = "tpu" }, want: `written by engine "tpu"`},
 		{name: "dataset", run: func(r *Run[cfg]) { r.Dataset.Fingerprint = "ffffffff" }, want: "fingerprint 0123abcd), not toy"},
 		{name: "past the run", run: func(r *Run[cfg]) { r.Epochs = 1 }, want: "has done 2 epochs, past this run's 1"},
 		{name: "batches", run: func(r *Run[cfg]) { r.BatchesPerDevice = 4 }, want: "3 batches per device and epoch, this run has 4"},
@@ -236,16 +239,12 @@ func TestOpenFinished(t *testing.T) {
 }
 
 // TestOpenEngineless: a device engine's checkpoint written before
-// checkpoints named their engine resumes on the device engine only.
+// checkpoints named their engine resumes.
 func TestOpenEngineless(t *testing.T) {
 	r := save(t)
 	rewrite(t, r.Path(), func(m map[string]any) { delete(m, "engine") })
-	if _, err := Open(r); err == nil || !strings.Contains(err.Error(), "written by the device engine") {
-		t.Fatalf("host engine: %v", err)
-	}
-	r.Engine = Device
 	if st, err := Open(r); err != nil || st == nil {
-		t.Fatalf("device engine: %v", err)
+		t.Fatalf("got %v, %v", st, err)
 	}
 }
 
@@ -286,7 +285,7 @@ func TestOpenNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	r := &Run[cfg]{Dir: dir, Resume: true, Log: &log, Engine: Host, Diff: diff, Epochs: 3, BatchesPerDevice: 3}
+	r := &Run[cfg]{Dir: dir, Resume: true, Log: &log, Diff: diff, Epochs: 3, BatchesPerDevice: 3}
 	st, err := Open(r)
 	if st != nil || err != nil || !strings.Contains(log.String(), "no checkpoint in "+dir) {
 		t.Fatalf("got %v, %v, log %q", st, err, log.String())

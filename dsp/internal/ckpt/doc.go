@@ -1,6 +1,4 @@
-// Package ckpt is the checkpoint of a multi-device DSP run, shared by the
-// host engine (package dsp/runner) and the device engine (package
-// dsp/gpurun).
+// Package ckpt is the checkpoint of a DSP run (package dsp/engine).
 //
 // After every epoch device 0 writes DIR/checkpoint.strata in package
 // train/checkpoint's format (a temporary file, synced and renamed): the
@@ -12,7 +10,9 @@
 // produces the numbers of an uninterrupted one.
 //
 // Open checks a checkpoint against the run before anything is loaded:
-// the format, the engine that wrote it, every setting that changes the
+// the format, the engine that wrote it (the host engine's checkpoints,
+// from before the host engine was removed, are refused with a message
+// saying so), every setting that changes the
 // numbers (the first difference is named), the dataset's fingerprint,
 // the schedule (a finished one is refused) and the tensors' shapes. It
 // also refuses to let a run that does not resume overwrite a checkpoint.

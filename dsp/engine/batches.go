@@ -1,4 +1,4 @@
-package runner
+package engine
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
+	"github.com/strata-gnn/strata/sample"
 )
 
 // The single-device trainer's tags (package train), so that one device
@@ -111,4 +112,38 @@ func assign(train []graph.NodeID, b *book.Book, batchSize int, mode string, seed
 // trainShuffleKey is the key of epoch's shuffle of the training nodes.
 func trainShuffleKey(seed uint64, epoch int) uint64 {
 	return rng.Derive(seed, tagShuffle, uint64(epoch))
+}
+
+// dropoutSeed keys the dropout masks of global batch global of epoch, as
+// the single-device trainer does.
+func dropoutSeed(seed uint64, epoch, global int) uint64 {
+	return rng.Derive(seed, tagDropout, uint64(epoch), uint64(global))
+}
+
+// presamplePlan is the pre-sampling pass's batches: every device's
+// epoch-0 batches dealt as assign does, with the pre-sampling key instead
+// of the training seed (so the pass draws other neighborhoods than the
+// first epoch). The host pass and the GPUs' pass sample exactly these.
+type presamplePlan struct {
+	batches [][][]graph.NodeID // batches[r][i] is device r's batch i
+	seed    uint64
+}
+
+// newPresamplePlan deals pd's training nodes for the pre-sampling pass
+// (cfg is normalized).
+func newPresamplePlan(pd *partitioned, cfg *Config) (*presamplePlan, error) {
+	if pd == nil || pd.book == nil || pd.ds == nil || cfg == nil {
+		return nil, fmt.Errorf("dsp: presample: missing partition or configuration")
+	}
+	seed := rng.Derive(cfg.Train.Seed, tagPresample)
+	p, err := assign(pd.ds.Train, pd.book, cfg.Train.BatchSize, cfg.Rebalance, seed, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dsp: presample: %w", err)
+	}
+	return &presamplePlan{batches: p.batches, seed: seed}, nil
+}
+
+// key is the sampling key of device r's batch i (global batch i*K+r).
+func (p *presamplePlan) key(r, i int) sample.Key {
+	return sample.Key{Seed: p.seed, Batch: i*len(p.batches) + r}
 }

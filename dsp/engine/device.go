@@ -1,4 +1,4 @@
-package gpurun
+package engine
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
-	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
@@ -42,7 +41,7 @@ type device struct {
 	loader *gpucache.Loader
 	model  nn.Model
 	opt    optim.Optimizer
-	eval   *runner.Evaluator
+	eval   *evaluator
 
 	// Gradients: every parameter's gradient is a view of flat, whose last
 	// element carries the step's loss; buckets are views of flat that are
@@ -131,8 +130,8 @@ func (d *device) setup() error {
 			return d.errf("fences", err)
 		}
 	}
-	spec := samplerSpec{devs: d.sdevs, workers: cfg.SamplerWorkers, csp: csp, layer: cfg.Scheme == runner.LayerWise, patch: patch,
-		offsets: s.pd.Book.Offsets(), m: d.m}
+	spec := samplerSpec{devs: d.sdevs, workers: cfg.SamplerWorkers, csp: csp, layer: cfg.Scheme == LayerWise, patch: patch,
+		offsets: s.pd.book.Offsets(), m: d.m}
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
@@ -155,12 +154,12 @@ func (d *device) setup() error {
 		return err
 	}
 	if s.resumed != nil {
-		if err := d.loadResumed(s.resumed); err != nil {
+		if err := s.resumed.Load(d.b, d.model.Params(), d.opt); err != nil {
 			return d.errf("resume", err)
 		}
 	}
 	s.mu.Lock()
-	s.info.PerDevice[r] = runner.DeviceInfo{Rank: r, Backend: d.b.Name(), Nodes: patch.NumRows(), Edges: patch.NumEdges(),
+	s.info.PerDevice[r] = DeviceInfo{Rank: r, Backend: d.b.Name(), Nodes: patch.NumRows(), Edges: patch.NumEdges(),
 		TopologyDeviceBytes: patch.DeviceBytes(), TopologyHostBytes: patch.HostBytes(), CachedRows: d.kit.store.HotRows(),
 		CacheBytes: 4 * int64(d.kit.store.HotRows()) * int64(s.dim), LocationTableBytes: s.plan.TableBytes()}
 	s.mu.Unlock()
@@ -175,7 +174,7 @@ func graphBytes(g *graph.CSR) int64 { return 8*(g.NumRows+1) + 4*int64(len(g.Ind
 func (d *device) buildModel() error {
 	s, cfg := d.s, &d.s.cfg
 	var err error
-	if d.model, err = nn.New(d.b, runner.ModelConfig(cfg.Train, s.dim, s.pd.Dataset.NumClasses)); err != nil {
+	if d.model, err = nn.New(d.b, modelConfig(cfg.Train, s.dim, s.pd.ds.NumClasses)); err != nil {
 		return d.errf("model", err)
 	}
 	params := d.model.Params()
@@ -217,7 +216,7 @@ func (d *device) buildModel() error {
 		s.mu.Unlock()
 	}
 	d.grads = s.deviceComm(d.rank, stTrainer)
-	d.opt = runner.NewOptimizer(d.b, params, cfg.Train)
+	d.opt = newOptimizer(d.b, params, cfg.Train)
 	rows := make([]int32, cfg.Train.BatchSize)
 	for i := range rows {
 		rows[i] = int32(i)
@@ -226,8 +225,8 @@ func (d *device) buildModel() error {
 		return d.errf("rows", err)
 	}
 	// At most ceil(ceil(T/K)/B) batches per device and epoch (see
-	// runner.AssignBatches).
-	t := len(s.pd.Dataset.Train)
+	// assign).
+	t := len(s.pd.ds.Train)
 	share := (t + cfg.Devices - 1) / cfg.Devices
 	if d.lossHist, err = d.b.Alloc(backend.Float32, max((share+cfg.Train.BatchSize-1)/cfg.Train.BatchSize, 1)); err != nil {
 		return d.errf("losses", err)
@@ -267,7 +266,7 @@ func (d *device) free() {
 			d.b.Free(x)
 		}
 	}
-	d.eval.Free()
+	d.eval.free()
 	d.later, d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil, nil
 }
 
@@ -322,23 +321,23 @@ func (d *device) start(ctx context.Context) error {
 // epochBatches is this device's batches of epoch e.
 func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
 	s, cfg := d.s, &d.s.cfg
-	all, dropped, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, e)
+	plan, err := assign(s.pd.ds.Train, s.pd.book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, e)
 	if err != nil {
 		return nil, d.errf("batches", err)
 	}
 	if d.rank == 0 {
 		s.mu.Lock()
-		s.info.BatchesPerDevice, s.info.DroppedSeeds = len(all[0]), dropped
+		s.info.BatchesPerDevice, s.info.DroppedSeeds = len(plan.batches[0]), plan.dropped
 		s.mu.Unlock()
 	}
-	return all[d.rank], nil
+	return plan.batches[d.rank], nil
 }
 
 // sampleOne draws batch i of epoch e with sampler worker w.
 func (d *device) sampleOne(ctx context.Context, w, e, i int, mine [][]graph.NodeID) (*item, error) {
 	cfg := &d.s.cfg
-	d.hook(ctx, "sampler")
 	d.trk.set(samplerStage(w), "sampling epoch %d batch %d", e+1, i)
+	d.hook(ctx, "sampler")
 	t0 := time.Now()
 	global := i*cfg.Devices + d.rank
 	bt, err := d.kit.smps[w].Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
@@ -351,8 +350,8 @@ func (d *device) sampleOne(ctx context.Context, w, e, i int, mine [][]graph.Node
 
 // loadOne fetches the batch's input features.
 func (d *device) loadOne(ctx context.Context, it *item) error {
-	d.hook(ctx, "loader")
 	d.trk.set(stLoader, "loading epoch %d batch %d", it.epoch+1, it.batch)
+	d.hook(ctx, "loader")
 	t0 := time.Now()
 	x, err := d.load(ctx, it)
 	if err != nil {
@@ -396,8 +395,8 @@ func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
 // trainOne runs the optimizer step and, after the epoch's last batch,
 // the epoch's bookkeeping.
 func (d *device) trainOne(ctx context.Context, it *item) error {
-	d.hook(ctx, "trainer")
 	d.trk.set(stTrainer, "training epoch %d batch %d", it.epoch+1, it.batch)
+	d.hook(ctx, "trainer")
 	t0 := time.Now()
 	if d.epochStart.IsZero() {
 		d.epochStart = t0
@@ -435,7 +434,7 @@ func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*i
 	st := samplerStage(w)
 	return d.sampleAll(ctx, w, func(it *item) error {
 		t := time.Now()
-		d.trk.set(st, "waiting for room in queue %s (epoch %d batch %d)", out.Name(), it.epoch+1, it.batch)
+		d.trk.wait(st, "waiting for room in queue %s (epoch %d batch %d)", out.Name(), it.epoch+1, it.batch)
 		if err := out.Push(ctx, stageNames[st], it); err != nil {
 			it.free()
 			return err
@@ -450,7 +449,7 @@ func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*i
 // workers) and hands each to use.
 func (d *device) sampleAll(ctx context.Context, w int, use func(*item) error) error {
 	n, seq := d.s.cfg.SamplerWorkers, 0
-	for e := d.s.resumeEpoch(); e < d.s.cfg.Train.Epochs; e++ {
+	for e := d.s.firstEpoch(); e < d.s.cfg.Train.Epochs; e++ {
 		mine, err := d.epochBatches(e)
 		if err != nil {
 			return err
@@ -478,7 +477,7 @@ func (d *device) loaderStage(ctx context.Context, ins []*pipeline.Queue[*item], 
 	for k := 0; ; k++ {
 		in := ins[k%len(ins)]
 		t := time.Now()
-		d.trk.set(stLoader, "waiting for a batch in queue %s", in.Name())
+		d.trk.wait(stLoader, "waiting for a batch in queue %s", in.Name())
 		it, ok, err := in.Pop(ctx, "loader")
 		if err != nil || !ok {
 			return err
@@ -489,7 +488,7 @@ func (d *device) loaderStage(ctx context.Context, ins []*pipeline.Queue[*item], 
 			return err
 		}
 		t = time.Now()
-		d.trk.set(stLoader, "waiting for room in queue loader->trainer (epoch %d batch %d)", it.epoch+1, it.batch)
+		d.trk.wait(stLoader, "waiting for room in queue loader->trainer (epoch %d batch %d)", it.epoch+1, it.batch)
 		if err := out.Push(ctx, "loader", it); err != nil {
 			it.free()
 			return err
@@ -501,7 +500,7 @@ func (d *device) loaderStage(ctx context.Context, ins []*pipeline.Queue[*item], 
 func (d *device) trainerStage(ctx context.Context, in *pipeline.Queue[*item]) error {
 	for {
 		t := time.Now()
-		d.trk.set(stTrainer, "waiting for a batch in queue loader->trainer")
+		d.trk.wait(stTrainer, "waiting for a batch in queue loader->trainer")
 		it, ok, err := in.Pop(ctx, "trainer")
 		if err != nil {
 			return err
@@ -573,7 +572,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	n := it.bt.NumInputs()
 	labels := make([]int32, len(it.seeds))
 	for i, v := range it.seeds {
-		labels[i] = s.pd.Dataset.Labels[v]
+		labels[i] = s.pd.ds.Labels[v]
 	}
 	lb, err := devbuf.Upload(b, labels)
 	if err != nil {
@@ -599,7 +598,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if err != nil {
 		return err
 	}
-	logits, err := d.model.Forward(t, xv, blocks, true, runner.DropoutSeed(cfg.Train.Seed, it.epoch, it.global))
+	logits, err := d.model.Forward(t, xv, blocks, true, dropoutSeed(cfg.Train.Seed, it.epoch, it.global))
 	if err != nil {
 		return err
 	}
@@ -712,7 +711,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
 		t0 := time.Now()
 		if d.eval == nil {
-			ev, err := runner.NewEvaluator(d.b, s.pd.Dataset, s.x, false, cfg.Train)
+			ev, err := newEvaluator(d.b, s.pd.ds, s.in, s.x, &cfg.Train)
 			if err != nil {
 				return fmt.Errorf("evaluator: %w", err)
 			}
@@ -721,9 +720,9 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		var er train.EpochRecord
 		var err error
 		if sharded {
-			er, err = d.eval.RunShard(d.model, d.rank, cfg.Devices, runner.SumOver(ctx, s.hostComm(d.rank, stTrainer)))
+			er, err = d.eval.runShard(d.model, d.rank, cfg.Devices, sumOver(ctx, s.hostComm(d.rank, stTrainer)))
 		} else {
-			er, err = d.eval.Run(d.model)
+			er, err = d.eval.run(d.model)
 		}
 		if err != nil {
 			var oom *cuda.OOMError
@@ -739,14 +738,14 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		return nil
 	}
 	s.mu.Lock()
-	s.gpu.EpochTrainSeconds = append(s.gpu.EpochTrainSeconds, trainSec)
-	s.gpu.EpochLosses = append(s.gpu.EpochLosses, rec.Loss)
-	s.gpu.EvalSeconds = append(s.gpu.EvalSeconds, evalSec)
+	s.run.EpochTrainSeconds = append(s.run.EpochTrainSeconds, trainSec)
+	s.run.EpochLosses = append(s.run.EpochLosses, rec.Loss)
+	s.run.EvalSeconds = append(s.run.EvalSeconds, evalSec)
 	if evaluated {
 		s.history = append(s.history, rec)
 	}
 	s.mu.Unlock()
-	em := s.epochs.Add(epoch+1, s.snapshot())
+	em := s.epochs.add(epoch+1, s.snapshot())
 	epochs := cfg.Train.Epochs
 	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		acc := ""
@@ -768,12 +767,12 @@ func (d *device) finish(ctx context.Context) error {
 			return d.errf("freeing batches", err)
 		}
 	}
-	if err := runner.CheckReplicas(ctx, d.b, d.model.Params(), d.s.hostComm(d.rank, stTrainer), d.s.cfg.Devices); err != nil {
+	if err := checkReplicas(ctx, d.b, d.model.Params(), d.s.hostComm(d.rank, stTrainer), d.s.cfg.Devices); err != nil {
 		return d.errf("replica check", err)
 	}
 	if d.rank == 0 {
 		d.s.mu.Lock()
-		d.s.gpu.ReplicasEqual = true
+		d.s.run.ReplicasEqual = true
 		d.s.mu.Unlock()
 	}
 	if d.last != nil {

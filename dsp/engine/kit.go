@@ -1,4 +1,4 @@
-package gpurun
+package engine
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
-	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
@@ -263,36 +262,23 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 	return dst, nil
 }
 
-// hostSampler samples on the host over the whole graph with
-// sample.NeighborSampler, the batches of collective sampling: the CPU back
-// ends' sampler "full".
-type hostSampler struct {
-	s    sample.Sampler
-	done func() error // releases s
-}
+// hostSampler samples on the host over the whole graph, the batches of
+// collective sampling (wholeGraphSamplers): the CPU back ends' sampler
+// "full".
+type hostSampler func([]graph.NodeID, sample.Key) (*sample.MiniBatch, error)
 
-func (h *hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
+func (h hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	mb, err := h.s.Sample(seeds, key)
+	mb, err := h(seeds, key)
 	if err != nil {
 		return nil, err
 	}
 	return &hostBatch{mb: mb}, nil
 }
 
-func (h *hostSampler) Close() error { return h.done() }
-
-// newHostSampler is the CPU back ends' sampler "full" (node-wise,
-// runner.WholeGraphSampler).
-func newHostSampler(in *graph.CSR, scfg gpusample.Config) (*hostSampler, error) {
-	s, done, err := runner.WholeGraphSampler(in, runner.NodeWise, scfg.Fanouts, scfg.Replace, scfg.Weighted)
-	if err != nil {
-		return nil, err
-	}
-	return &hostSampler{s: s, done: done}, nil
-}
+func (h hostSampler) Close() error { return nil }
 
 type hostBatch struct{ mb *sample.MiniBatch }
 
@@ -326,8 +312,8 @@ func (k *kit) close() error {
 // collectively over its patch (csp: patch, offsets and each worker's
 // sampler-stage communicator, nil with one device; the same on GPUs and
 // CPU back ends) or over the whole graph (gpusample on a GPU, the host's
-// sample.NeighborSampler on a CPU back end); layer: layer-wise
-// (runner.LayerWise, collective only), else node-wise.
+// wholeGraphSamplers' on a CPU back end); layer: layer-wise (LayerWise;
+// collective only on GPUs), else node-wise.
 type samplerSpec struct {
 	devs    []*cuda.Device
 	workers int
@@ -346,9 +332,6 @@ type samplerSpec struct {
 // rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
-	if spec.layer && !spec.csp {
-		return nil, errors.New("layer-wise sampling is collective (csp)")
-	}
 	dev, ok := b.(*cuda.Device)
 	if !ok {
 		k := &kit{store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
@@ -358,7 +341,11 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 			if spec.csp {
 				s, err = spec.collective(b, scfg, w, k.smps)
 			} else {
-				s, err = newHostSampler(in, scfg)
+				var ss []func([]graph.NodeID, sample.Key) (*sample.MiniBatch, error)
+				ss, err = wholeGraphSamplers(in, spec.layer, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted}, 1)
+				if err == nil {
+					s = hostSampler(ss[0])
+				}
 			}
 			if err != nil {
 				k.close()
@@ -367,6 +354,9 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 			k.smps = append(k.smps, s)
 		}
 		return k, nil
+	}
+	if spec.layer && !spec.csp {
+		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
 	}
 	if len(spec.devs) != 0 && len(spec.devs) != workers || len(spec.devs) == 0 && workers > 1 {
 		return nil, fmt.Errorf("%d sampler workers on %d handles", workers, len(spec.devs))

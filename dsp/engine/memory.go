@@ -1,11 +1,6 @@
-package runner
+package engine
 
-import (
-	"math"
-
-	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/train"
-)
+import "github.com/strata-gnn/strata/train"
 
 // EstimateMemory estimates the host memory a run of cfg (normalized) on a
 // dataset of shape s allocates besides the dataset itself, per device and
@@ -13,10 +8,9 @@ import (
 // before anything is sized (docs/limits.md explains each term).
 //
 // hostDevices says the devices' memory is host memory (CPU virtual
-// devices); for GPUs only the shared parts count. copyCache says each
-// device copies its cached feature rows (this package's loader); the
-// device engine's CPU devices read the host table in place (dsp/gpurun).
-func EstimateMemory(cfg Config, s train.Shape, hostDevices, copyCache bool) train.MemoryEstimate {
+// devices, which read the cached feature rows from the host table in
+// place); for GPUs only the shared parts count.
+func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEstimate {
 	k := max(cfg.Devices, 1)
 	n, e, f := float64(s.Nodes), float64(s.Edges), float64(s.FeatDim)
 	tc := &cfg.Train
@@ -43,11 +37,6 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices, copyCache bool) trai
 	// Per device.
 	m.Add("topology patch", "--topology-cache", 8*(n/float64(k)+1)+4*e/float64(k), k)
 	m.Add("cache location table", "--devices", 9*n, k)
-	if copyCache {
-		// The rows, and half as much again for the copy building them
-		// leaves until the collector runs (measured on Cora).
-		m.Add("feature cache", "--cache", 1.5*4*f*cachedRows(cfg, s.Nodes, s.FeatDim), k)
-	}
 	// Parameters, gradients, optimizer moments, and the host copies and
 	// buckets the gradient all-reduce uses.
 	p := tc.Params(s.FeatDim, s.Classes)
@@ -66,34 +55,4 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices, copyCache bool) trai
 	batches := (2*q+3)*(8*edges+8*rows) + 4*rows*f + tc.ActivationBytes(rows, edges, s.FeatDim, s.Classes, true)
 	m.Add("batches", "--batch-size", batches, k)
 	return m
-}
-
-// cachedRows is how many feature rows one device caches under cfg's
-// budget and policy (cache.NewPlan's rule).
-func cachedRows(cfg Config, nodes, featDim int64) float64 {
-	if featDim <= 0 || nodes <= 0 {
-		return 0
-	}
-	k := int64(max(cfg.Devices, 1))
-	budget := cfg.CacheBytes
-	if budget < 0 {
-		budget = 4 * nodes * featDim
-	}
-	capacity := min(budget/(4*featDim), math.MaxInt32)
-	if capacity == 0 {
-		return 0
-	}
-	group := k // partition: the devices split the rows
-	switch cfg.CachePolicy {
-	case cache.Replicate:
-		group = int64(max(cfg.CacheGroup, 1))
-	case cache.Auto:
-		for g := int64(1); g < k; g++ {
-			if k%g == 0 && g*capacity >= nodes {
-				group = g
-				break
-			}
-		}
-	}
-	return float64(min(capacity, (nodes+group-1)/group))
 }

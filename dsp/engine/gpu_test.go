@@ -1,4 +1,4 @@
-package gpurun
+package engine
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package runner
+package engine
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 
 // BenchmarkEvalFullGPU times the whole-graph evaluation on one GPU (the
 // device engine's evaluation on device 0) of a 3-layer GraphSAGE 256 on
-// the dataset in $STRATA_BENCH_DATASET: NewEvaluator (graph and
+// the dataset in $STRATA_BENCH_DATASET: newEvaluator (graph and
 // features to the device), then per evaluation the forward pass, the
 // logits' download and the host's scoring, and a per-op device profile
 // of one forward pass.
@@ -29,25 +29,25 @@ func BenchmarkEvalFullGPU(b *testing.B) {
 	}
 	cfg := train.Defaults("sage")
 	cfg.Layers, cfg.Hidden = 3, 256
-	x, _, sparse := Features(ds, cfg.RowNorm)
+	x, _, sparse := features(ds, cfg.RowNorm)
 	t0 := time.Now()
-	ev, err := NewEvaluator(dev, ds, x, sparse, cfg)
+	ev, err := newEvaluator(dev, ds, ds.InGraph(), x, &cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ev.Free()
-	b.Logf("NewEvaluator: %.3fs (%d nodes, %d edges, sparse %v)", time.Since(t0).Seconds(), ds.NumNodes(), ds.Graph.NumEdges(), sparse)
-	model, err := nn.New(dev, ModelConfig(cfg, ds.FeatDim, ds.NumClasses))
+	defer ev.free()
+	b.Logf("newEvaluator: %.3fs (%d nodes, %d edges, sparse %v: dense rows)", time.Since(t0).Seconds(), ds.NumNodes(), ds.Graph.NumEdges(), sparse)
+	model, err := nn.New(dev, modelConfig(cfg, ds.FeatDim, ds.NumClasses))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ev.Run(model); err != nil { // warm-up: allocator, modules
+	if _, err := ev.run(model); err != nil { // warm-up: allocator, modules
 		b.Fatal(err)
 	}
 	var fwd, score time.Duration
 	b.ResetTimer()
 	for range b.N {
-		_, f, s, err := ev.ev.runFull(model)
+		_, f, s, err := ev.runFull(model)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func BenchmarkEvalFullGPU(b *testing.B) {
 	if err := dev.StartProfile(); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ev.Run(model); err != nil {
+	if _, err := ev.run(model); err != nil {
 		b.Fatal(err)
 	}
 	ops, err := dev.StopProfile()

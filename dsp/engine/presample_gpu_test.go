@@ -1,22 +1,21 @@
-package gpurun
+package engine
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
 )
 
 // TestGPUPresampleMatchesHost: on 1 and 2 GPUs the pre-sampling pass on
-// the devices ranks the nodes exactly as runner.PresampleOrder does on
-// the host: node-wise with gpucsp and with the full sampler, layer-wise
+// the devices ranks the nodes exactly as presampleOnHost does: node-wise with gpucsp and with the full sampler, layer-wise
 // with and without replacement, with the topology split between device
 // and host memory, and with the histogram flushed every 2 batches.
 func TestGPUPresampleMatchesHost(t *testing.T) {
@@ -35,8 +34,8 @@ func TestGPUPresampleMatchesHost(t *testing.T) {
 		}{
 			{"csp", func(*Config) {}, 0},
 			{"full sampler", func(c *Config) { c.Sampler = SamplerFull }, 0},
-			{"layer", func(c *Config) { c.Scheme, c.Train.Fanouts = runner.LayerWise, []int{300, 600} }, 0},
-			{"layer with replacement", func(c *Config) { c.Scheme, c.Train.Fanouts, c.Replace = runner.LayerWise, []int{300, 600}, true }, 0},
+			{"layer", func(c *Config) { c.Scheme, c.Train.Fanouts = LayerWise, []int{300, 600} }, 0},
+			{"layer with replacement", func(c *Config) { c.Scheme, c.Train.Fanouts, c.Replace = LayerWise, []int{300, 600}, true }, 0},
 			// The whole tiny graph takes ~91 kB.
 			{"split topology", func(c *Config) { c.TopologyBytes = 40000 }, 0},
 			{"split topology, full sampler", func(c *Config) { c.TopologyBytes, c.Sampler = 40000, SamplerFull }, 0},
@@ -52,8 +51,8 @@ func TestGPUPresampleMatchesHost(t *testing.T) {
 				presampleFlushEvery = v.flush
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			s := presampleShared(t, cfg, gpus(t, k))
-			want, err := runner.PresampleOrder(ctx, s.in, s.pd, &s.cfg.Config)
+			s := setupShared(t, cfg, gpus(t, k))
+			want, err := s.presampleOnHost(ctx, runtime.GOMAXPROCS(0))
 			if err != nil {
 				cancel()
 				t.Fatal(err)
@@ -68,14 +67,14 @@ func TestGPUPresampleMatchesHost(t *testing.T) {
 				t.Fatalf("k=%d %s: %d nodes ranked (want %d); they differ at position %d", k, v.name, len(got), len(want), i)
 			}
 			t.Logf("k=%d %s: %d batches per device, the host pass's order (%.3fs)", k, v.name,
-				len(mustPlan(t, s).Batches[0]), time.Since(t0).Seconds())
+				len(mustPlan(t, s).batches[0]), time.Since(t0).Seconds())
 		}
 	}
 }
 
-func mustPlan(t *testing.T, s *shared) *runner.PresamplePlan {
+func mustPlan(t *testing.T, s *shared) *presamplePlan {
 	t.Helper()
-	p, err := runner.NewPresamplePlan(s.pd, &s.cfg.Config)
+	p, err := newPresamplePlan(s.pd, &s.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

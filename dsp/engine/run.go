@@ -1,11 +1,10 @@
-package gpurun
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,12 +17,11 @@ import (
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/internal/ckpt"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
-	"github.com/strata-gnn/strata/dsp/runner"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
@@ -38,9 +36,6 @@ const (
 	stTrainer
 	numFixedStages
 )
-
-// MaxSamplerWorkers bounds Config.SamplerWorkers.
-const MaxSamplerWorkers = 8
 
 const numStages = numFixedStages + MaxSamplerWorkers - 1
 
@@ -85,20 +80,11 @@ func stagePriority() bool {
 	return err != nil || v
 }
 
-// RunError reports a failure with what the run was doing.
-type RunError struct {
-	Op  string
-	Err error
-}
-
-func (e *RunError) Error() string { return "dsp/gpurun: " + e.Op + ": " + e.Err.Error() }
-func (e *RunError) Unwrap() error { return e.Err }
-
 // shared is what every device of a run reads.
 type shared struct {
 	cfg    Config
 	opts   Options
-	pd     *runner.Partitioned
+	pd     *partitioned
 	in     *graph.CSR
 	x      []float32
 	dim    int
@@ -113,59 +99,62 @@ type shared struct {
 	ldevs  []*cuda.Device   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
-	resumed *resumed         // the checkpoint this run continues from, or nil
-	dsID    *train.DatasetID // the caller's dataset's fingerprint (checkpoints)
+	ckpt    *ckpt.Run[Config]   // checkpoints; nil when off
+	resumed *ckpt.State[Config] // the checkpoint this run continues from, or nil
 
 	closeOnce sync.Once
 	mu        sync.Mutex
-	info      runner.Info
-	gpu       Info
+	info      Info
+	run       RunInfo
 	history   []train.EpochRecord
-	epochs    runner.EpochLog // device 0's, read after the run
+	epochs    epochLog // device 0's, read after the run
 }
 
 // Run trains cfg on ds with one device per opts.Backends entry and
 // returns the report.
 func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
 	start := time.Now()
-	if err := cfg.normalize(); err != nil {
+	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
 	k := cfg.Devices
 	if len(opts.Backends) != k {
-		return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices but %d back ends", k, len(opts.Backends))}
+		return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices but %d back ends", k, len(opts.Backends))}
 	}
 	nCUDA := 0
 	for i, b := range opts.Backends {
 		if b == nil {
-			return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d is nil", i)}
+			return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d is nil", i)}
 		}
 		if _, ok := b.(*cuda.Device); ok {
 			nCUDA++
 		}
 		for _, o := range opts.Backends[:i] {
 			if o == b {
-				return nil, &runner.ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d (%s) repeats an earlier one", i, b.Name())}
+				return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d (%s) repeats an earlier one", i, b.Name())}
 			}
 		}
 	}
 	if nCUDA != 0 && nCUDA != k {
-		return nil, &runner.ConfigError{Field: "devices", Msg: "mixes CUDA devices with other back ends"}
+		return nil, &ConfigError{Field: "devices", Msg: "mixes CUDA devices with other back ends"}
 	}
-	if err := runner.CheckDataset(ds); err != nil {
+	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
+		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
+	}
+	if err := checkDataset(ds); err != nil {
 		return nil, err
 	}
-	pd, err := runner.Partition(ctx, ds, &cfg.Config, opts.Log)
+	pd, err := partitionData(ctx, ds, &cfg, opts.Log)
 	if err != nil {
 		return nil, err
 	}
-	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.Dataset.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
+	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
 		queues: make([][]func() metrics.QueueSnapshot, k)}
-	if s.in = pd.Dataset.InGraph(); s.in == nil {
+	if s.in = pd.ds.InGraph(); s.in == nil {
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
 	var rowNorm, sparse bool
-	s.x, rowNorm, sparse = runner.Features(pd.Dataset, cfg.Train.RowNorm)
+	s.x, rowNorm, sparse = features(pd.ds, cfg.Train.RowNorm)
 	// Before the devices start: the plan decides what each device
 	// caches (pre-sampling runs on the GPUs themselves: presample.go).
 	hot, presampleSec, err := s.hotOrder(ctx, nCUDA == k)
@@ -176,7 +165,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if budget < 0 {
 		budget = int64(len(s.x)) * 4
 	}
-	if s.plan, err = cache.NewPlan(pd.Book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup}); err != nil {
+	if s.plan, err = cache.NewPlan(pd.book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup}); err != nil {
 		return nil, &RunError{Op: "cache plan", Err: err}
 	}
 	defer s.closeComms()
@@ -207,10 +196,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := s.openComms(ctx, nCUDA == k); err != nil {
 		return nil, err
 	}
-	s.info = runner.Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.Method, EdgeCut: pd.EdgeCut,
-		Book: pd.Book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
+	s.info = Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.method, EdgeCut: pd.edgeCut,
+		Book: pd.book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
-		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]runner.DeviceInfo, k), CacheLayout: runner.CacheLayout(s.plan)}
+		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
@@ -218,34 +207,37 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	switch {
 	case cfg.Sampler == SamplerFull && nCUDA == k:
 		sampler = SamplerStandIn
+	case cfg.Sampler == SamplerFull && cfg.Scheme == LayerWise:
+		sampler = "host (layer-wise over the whole graph on each device)"
 	case cfg.Sampler == SamplerFull:
 		sampler = "host (sample.NeighborSampler over the whole graph)"
-	case cfg.Scheme == runner.LayerWise:
+	case cfg.Scheme == LayerWise:
 		sampler = "collective layer-wise sampling over the device's patch (dsp/gpucsp)"
 	}
-	s.gpu = Info{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
+	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
-		s.gpu.StagePriority = s.sdevs[0][0].StreamPriority()
+		s.run.StagePriority = s.sdevs[0][0].StreamPriority()
 	}
-	s.gpu.PresampleSeconds = presampleSec
+	s.run.PresampleSeconds = presampleSec
 	if opts.CheckpointDir != "" {
 		if err := s.openCheckpoints(ds); err != nil {
 			return nil, err
 		}
 	}
 	if s.dcs[stTrainer] != nil && nCUDA == k {
-		s.gpu.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: true})
+		s.run.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: true})
 	}
 
 	g, gctx := pipeline.NewGroup(ctx)
 	s.group = g
-	// At the first failure, say where every stage was (a stalled run may
-	// not return from a device call; this is written at once).
+	// At the first failure, note where every stage was, and say so at
+	// once (a stalled run may not return from a device call).
+	var stalled, states []string
 	g.OnFail = func(err error) {
+		stalled, states = diagnose(s.trk, cfg.WaitTimeout/2)
 		if w := opts.Log; w != nil {
-			fmt.Fprintf(w, "failure: %v\nstages at the failure:\n", err)
-			dump(w, s.trk)
+			fmt.Fprintf(w, "failure: %v\nstages at the failure:\n  %s\n", err, strings.Join(states, "\n  "))
 		}
 	}
 	// A failure releases the stages waiting for their turn or a peer.
@@ -279,10 +271,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		})
 	}
 	err = g.Wait()
-	s.gpu.SetupSeconds = devs[0].setupSeconds
+	s.run.SetupSeconds = devs[0].setupSeconds
 	for r, d := range devs {
 		if cd, ok := d.b.(*cuda.Device); ok {
-			s.gpu.PeakDeviceBytes[r] = cd.Stats().PeakBytes
+			s.run.PeakDeviceBytes[r] = cd.Stats().PeakBytes
 		}
 		d.free()
 	}
@@ -290,40 +282,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		if ctx.Err() != nil { // the caller cancelled: whatever failed then was interrupted
 			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
 		}
-		return nil, &RunError{Op: "training", Err: err}
+		return nil, &RunError{Op: "training", Err: err, Stalled: stalled, States: states}
 	}
 	rep := s.report(ds, opts.Backends[0].Name())
 	rep.TotalSeconds = time.Since(start).Seconds()
 	return rep, nil
-}
-
-// openCheckpoints prepares the checkpoint directory and loads the
-// checkpoint to resume from, if any.
-func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
-	if err := os.MkdirAll(s.opts.CheckpointDir, 0o755); err != nil {
-		return &RunError{Op: "checkpoint directory", Err: err}
-	}
-	// Before any training: a checkpoint that cannot be written would
-	// otherwise fail after the first epoch.
-	if err := atomicfile.Check(filepath.Join(s.opts.CheckpointDir, train.CheckpointFile)); err != nil {
-		return &RunError{Op: "checkpoint directory", Err: err}
-	}
-	cfg := &s.cfg
-	all, dropped, err := runner.AssignBatches(s.pd.Dataset.Train, s.pd.Book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)
-	if err != nil {
-		return &RunError{Op: "batches", Err: err}
-	}
-	// The samplers set these again every epoch; a run resumed with every
-	// epoch done trains none.
-	s.info.BatchesPerDevice, s.info.DroppedSeeds = len(all[0]), dropped
-	s.datasetID(orig)
-	if s.resumed, err = s.restore(orig, len(all[0])); err != nil || s.resumed == nil {
-		return err
-	}
-	m := &s.resumed.meta
-	s.history = m.History
-	s.gpu.EpochTrainSeconds, s.gpu.EpochLosses, s.gpu.EvalSeconds = m.EpochTrainSeconds, m.EpochLosses, m.EvalSeconds
-	return nil
 }
 
 func exchangesOf(p *cache.Plan) bool {
@@ -437,7 +400,7 @@ func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
 	if topo <= 0 {
 		topo = layout.NoLimit
 	}
-	return layout.Build(s.in, s.pd.Book, rank, layout.Options{DeviceBytes: topo})
+	return layout.Build(s.in, s.pd.book, rank, layout.Options{DeviceBytes: topo})
 }
 
 // deviceComm is device rank's coordinated device communicator of stage.

@@ -1,0 +1,301 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/pipeline"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Sampling schemes.
+const (
+	NodeWise  = "node"
+	LayerWise = "layer"
+)
+
+// Partitioning methods.
+const (
+	// Multilevel partitions with package partition and renumbers the
+	// nodes (the default with several devices).
+	Multilevel = "multilevel"
+	// METIS is Multilevel with libmetis.
+	METIS = "metis"
+	// Range splits the existing node IDs into equal contiguous ranges
+	// (no partitioning, no renumbering).
+	Range = "range"
+)
+
+// Rebalancing modes.
+const (
+	Pad  = "pad"
+	Trim = "trim"
+)
+
+// Samplers.
+const (
+	// SamplerCSP is collective sampling over each device's patch
+	// (dsp/gpucsp), on GPUs and CPU back ends alike.
+	SamplerCSP = "csp"
+	// SamplerFull makes every device sample the whole graph alone: the
+	// same batches. On GPUs gpusample, node-wise only; on CPU back ends
+	// sample.NeighborSampler, or layer-wise gpucsp.LayerSampler on one
+	// rank.
+	SamplerFull = "full"
+)
+
+// MaxSamplerWorkers bounds Config.SamplerWorkers.
+const MaxSamplerWorkers = 8
+
+// MaxQueueCapacity bounds Config.QueueCapacity.
+const MaxQueueCapacity = 1024
+
+// maxDevices bounds Config.Devices.
+const maxDevices = 1 << 10
+
+// Config describes a run. The JSON field names are those of the
+// checkpoints' configuration (ckpt.Meta.Config).
+type Config struct {
+	// Train is the model, optimizer and schedule, as for the single-device
+	// trainer. Mode must be "sampled". Device 0 evaluates (Eval "full":
+	// the whole graph; "sampled": mini-batches, spread over the devices).
+	Train train.Config `json:"train"`
+	// Devices is the number of devices (ranks).
+	Devices int `json:"devices"`
+	// Scheme is NodeWise (default) or LayerWise; for LayerWise,
+	// Train.Fanouts are the edges drawn per layer.
+	Scheme string `json:"scheme"`
+	// Replace and Weighted select the sampling variant (default uniform
+	// without replacement, the single-device trainer's).
+	Replace  bool `json:"replace"`
+	Weighted bool `json:"weighted"`
+	// Partition is Multilevel (default), METIS or Range.
+	Partition string `json:"partition"`
+	// TopologyBytes is each device's budget for its patch's rows; the rest
+	// stays in host memory. 0 or negative: no limit.
+	TopologyBytes int64 `json:"topology_bytes"`
+	// CacheBytes is each device's budget for cached feature rows (0: every
+	// row comes from host memory; negative: room for every row).
+	CacheBytes  int64         `json:"cache_bytes"`
+	CachePolicy cache.Policy  `json:"cache_policy"` // partition (default) | replicate | auto
+	CacheGroup  int           `json:"cache_group"`  // replicate: devices per copy
+	Hotness     cache.Hotness `json:"hotness"`      // in-degree (default) | pagerank | reverse-pagerank | presample
+	// QueueCapacity bounds each queue between stages (default 2).
+	QueueCapacity int `json:"queue_capacity"`
+	// Rebalance is Pad (default) or Trim.
+	Rebalance string `json:"rebalance"`
+	// NoCoordinator lets the stages issue collectives without the
+	// launch-order coordinator (comm.Coordinator). That is safe with
+	// in-process communicators; GPUs need the coordinator.
+	NoCoordinator bool `json:"no_coordinator"`
+	// BucketBytes is the size of the gradient buckets all-reduced at once
+	// (default 10 MiB, as MegEngine's ParamPack).
+	BucketBytes int `json:"bucket_bytes"`
+	// WaitTimeout bounds every wait of a stage: for a queue, for its turn
+	// to launch a collective (default 10 minutes: it must exceed the
+	// longest legitimate wait, device 0's evaluation after an epoch).
+	// CommTimeout bounds each collective (default 5 minutes).
+	WaitTimeout time.Duration `json:"wait_timeout"`
+	CommTimeout time.Duration `json:"comm_timeout"`
+	// NoPipeline runs each device's sampler, loader and trainer one after
+	// another for every batch, in one goroutine (the pipeline turned off,
+	// for comparison). The numbers do not change.
+	NoPipeline bool `json:"no_pipeline"`
+	// EvalEvery makes device 0 evaluate after every EvalEvery-th epoch
+	// and after the last one (0 means 1; negative: after the last only).
+	EvalEvery int `json:"eval_every"`
+	// Sampler is SamplerCSP (default) or SamplerFull.
+	Sampler string `json:"sampler"`
+	// SharedStream runs a CUDA device's sampler on the trainer's stream
+	// (the back end's one stream per device handle) instead of on a
+	// second handle of the same GPU with its own stream; the numbers do
+	// not change.
+	SharedStream bool `json:"shared_stream"`
+	// SamplerWorkers is the number of samplers per device (0 means 1, at
+	// most MaxSamplerWorkers): worker w draws the device's batches w,
+	// w+N, w+2N, ... of the run (N workers), and the loader takes them
+	// in order. On CUDA devices each worker has its own stream and
+	// communicators and reads the first one's topology in place
+	// (layer-wise sampling: its own copy), so one worker samples while
+	// another waits for its peers' headers. The numbers do not change.
+	// Needs the pipeline and the samplers' own streams.
+	SamplerWorkers int `json:"sampler_workers"`
+}
+
+// Defaults returns the single-device defaults of model on k devices, with
+// a feature cache large enough for every row.
+func Defaults(model string, k int) Config {
+	return Config{Train: train.Defaults(model), Devices: k, CacheBytes: -1}
+}
+
+// Options are the run's environment; none of them changes its numbers.
+type Options struct {
+	// Backends are the devices, one per rank: all CUDA devices (GPUs:
+	// device sampling, NCCL) or all of other kinds (CPU back ends, "CPU
+	// virtual devices": the same code, with device communicators staged
+	// over in-process ones). Each device must be its own instance.
+	Backends []backend.Backend
+	// CheckpointDir, when set, makes device 0 write the run's state to
+	// DIR/checkpoint.strata after every epoch (atomically). An existing
+	// checkpoint is a *CheckpointError unless Resume is set, in which
+	// case the run continues after its last epoch, with the same numbers
+	// as an uninterrupted run.
+	CheckpointDir string
+	Resume        bool
+	// Log receives the per-epoch lines.
+	Log io.Writer
+	// OnBatch, when set, is called by every device after each step with
+	// the step's loss averaged over devices (it reads the loss at every
+	// step, which costs a synchronization).
+	OnBatch func(rank, epoch, batch int, loss float64)
+	// Hook is the test seam of package pipeline (stage steps and
+	// collectives).
+	Hook pipeline.Hook
+}
+
+// ConfigError reports an invalid field.
+type ConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return "dsp: config " + e.Field + ": " + e.Msg }
+
+// Normalize fills the defaults and validates, as Run does.
+func (c *Config) Normalize() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := c.Train.Validate(); err != nil {
+		return err
+	}
+	if c.Train.Mode != train.Sampled {
+		return bad("mode", "multi-device training is sampled mini-batch training, not %q", c.Train.Mode)
+	}
+	if c.Devices < 1 || c.Devices > maxDevices {
+		return bad("devices", "%d not in [1, %d]", c.Devices, maxDevices)
+	}
+	switch c.Scheme {
+	case "":
+		c.Scheme = NodeWise
+	case NodeWise, LayerWise:
+	default:
+		return bad("scheme", "unknown scheme %q (want node or layer)", c.Scheme)
+	}
+	if c.Scheme == LayerWise && c.Weighted && !c.Replace {
+		return bad("weighted", "weighted layer-wise sampling is with replacement only")
+	}
+	switch c.Partition {
+	case "":
+		c.Partition = Multilevel
+	case Multilevel, METIS, Range:
+	default:
+		return bad("partition", "unknown method %q (want multilevel, metis or range)", c.Partition)
+	}
+	if c.CachePolicy == "" {
+		c.CachePolicy = cache.Partition
+	}
+	if _, err := cache.ParsePolicy(string(c.CachePolicy)); err != nil {
+		return bad("cache_policy", "%v", err)
+	}
+	if c.CachePolicy == cache.Replicate && c.CacheGroup == 0 {
+		c.CacheGroup = 1
+	}
+	switch {
+	case c.CachePolicy == cache.Replicate && (c.CacheGroup < 1 || c.Devices%c.CacheGroup != 0):
+		return bad("cache_group", "%d does not divide %d devices", c.CacheGroup, c.Devices)
+	case c.CachePolicy == cache.Auto && c.CacheGroup != 0:
+		return bad("cache_group", "the auto policy chooses the group (got %d)", c.CacheGroup)
+	case c.CachePolicy == cache.Partition && c.CacheGroup != 0 && c.CacheGroup != c.Devices:
+		return bad("cache_group", "the partition policy spans all devices")
+	}
+	h, err := cache.ParseHotness(string(c.Hotness))
+	if err != nil {
+		return bad("hotness", "%v", err)
+	}
+	c.Hotness = h
+	if c.QueueCapacity == 0 {
+		c.QueueCapacity = 2
+	}
+	if c.QueueCapacity < 1 || c.QueueCapacity > MaxQueueCapacity {
+		return bad("queue_capacity", "%d not in [1, %d]", c.QueueCapacity, MaxQueueCapacity)
+	}
+	switch c.Rebalance {
+	case "":
+		c.Rebalance = Pad
+	case Pad, Trim:
+	default:
+		return bad("rebalance", "unknown mode %q (want pad or trim)", c.Rebalance)
+	}
+	if c.BucketBytes == 0 {
+		c.BucketBytes = 10 << 20
+	}
+	if c.BucketBytes < 4 {
+		return bad("bucket_bytes", "%d < 4", c.BucketBytes)
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = 10 * time.Minute
+	}
+	if c.CommTimeout == 0 {
+		c.CommTimeout = 5 * time.Minute
+	}
+	if c.WaitTimeout < 0 || c.CommTimeout < 0 {
+		return bad("wait_timeout", "timeouts must be positive")
+	}
+	if c.EvalEvery == 0 {
+		c.EvalEvery = 1
+	}
+	switch c.Sampler {
+	case "":
+		c.Sampler = SamplerCSP
+	case SamplerCSP, SamplerFull:
+	default:
+		return bad("sampler", "unknown sampler %q (want csp or full)", c.Sampler)
+	}
+	switch w := c.SamplerWorkers; {
+	case w == 0:
+		c.SamplerWorkers = 1
+	case w < 0 || w > MaxSamplerWorkers:
+		return bad("sampler_workers", "%d sampler workers: want 1 to %d", w, MaxSamplerWorkers)
+	case w > 1 && c.NoPipeline:
+		return bad("sampler_workers", "%d sampler workers need the pipeline (no_pipeline runs one sampler)", w)
+	case w > 1 && c.SharedStream:
+		return bad("sampler_workers", "%d sampler workers need their own streams (not shared_stream)", w)
+	}
+	return nil
+}
+
+// Diff names the first setting of c that differs from o's and would
+// change a run's numbers ("" if none): the training configuration
+// (train.Config.Diff: epochs may differ), the devices, partitioning,
+// sampling scheme and rebalancing. Caches, hotness, queues, buckets, the
+// coordinator, timeouts, the pipeline, the sampler and its workers move
+// work around without changing a number.
+func (c *Config) Diff(o *Config) string {
+	if d := c.Train.Diff(&o.Train); d != "" {
+		return d
+	}
+	for _, f := range []struct {
+		name string
+		x, y any
+	}{
+		{"devices", c.Devices, o.Devices}, {"partition", c.Partition, o.Partition}, {"scheme", c.Scheme, o.Scheme},
+		{"replace", c.Replace, o.Replace}, {"weighted", c.Weighted, o.Weighted}, {"rebalance", c.Rebalance, o.Rebalance},
+	} {
+		if f.x != f.y {
+			return fmt.Sprintf("%s is %v, the checkpoint has %v", f.name, f.x, f.y)
+		}
+	}
+	return ""
+}
+
+// evaluates reports whether device 0 evaluates after epoch e (0-based).
+func (c *Config) evaluates(e int) bool {
+	if e == c.Train.Epochs-1 {
+		return true
+	}
+	return c.EvalEvery > 0 && (e+1)%c.EvalEvery == 0
+}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/partition"
+	"github.com/strata-gnn/strata/partition/book"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// RunError reports a failure with what the run was doing. When a training
+// run fails, Stalled lists the stages that had been working (not waiting
+// for a queue, a turn or a collective) for half the wait timeout or more
+// at the first failure: the likely culprits; States lists what every
+// unfinished stage was doing.
+type RunError struct {
+	Op      string
+	Err     error
+	Stalled []string
+	States  []string
+}
+
+func (e *RunError) Error() string {
+	msg := "dsp: " + e.Op + ": " + e.Err.Error()
+	if len(e.Stalled) > 0 {
+		msg += "; stalled: " + strings.Join(e.Stalled, "; ")
+	}
+	return msg
+}
+func (e *RunError) Unwrap() error { return e.Err }
+
+// checkDataset rejects datasets that cannot be trained on.
+func checkDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error {
+		return &RunError{Op: "dataset", Err: fmt.Errorf(format, args...)}
+	}
+	if ds == nil || ds.Graph == nil {
+		return bad("no graph")
+	}
+	if err := ds.Graph.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	n := ds.NumNodes()
+	switch {
+	case ds.Graph.NumCols != n:
+		return bad("graph is %d x %d, want square", n, ds.Graph.NumCols)
+	case ds.Features == nil || ds.FeatDim <= 0 || int64(len(ds.Features)) != n*int64(ds.FeatDim):
+		return bad("features: %d values for %d nodes x %d", len(ds.Features), n, ds.FeatDim)
+	case ds.Labels == nil || ds.NumClasses <= 0 || int64(len(ds.Labels)) != n:
+		return bad("labels: %d for %d nodes (%d classes)", len(ds.Labels), n, ds.NumClasses)
+	case len(ds.Train) == 0 || len(ds.Val) == 0 || len(ds.Test) == 0:
+		return bad("need train, validation and test nodes (have %d, %d, %d)", len(ds.Train), len(ds.Val), len(ds.Test))
+	}
+	for _, s := range [][]int32{ds.Train, ds.Val, ds.Test} {
+		for _, v := range s {
+			if v < 0 || int64(v) >= n {
+				return bad("split node %d out of range [0, %d)", v, n)
+			}
+			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
+				return bad("node %d has label %d, want [0, %d)", v, l, ds.NumClasses)
+			}
+		}
+	}
+	return nil
+}
+
+// partitioned is the dataset as the devices see it: renumbered so that
+// device p owns the node IDs of book range p.
+type partitioned struct {
+	ds      *dataset.Dataset
+	book    *book.Book
+	method  string // "none", "range", "multilevel" or "metis"
+	edgeCut int64  // undirected edges between patches (multilevel), -1 if not computed
+}
+
+// partitionData splits ds into cfg.Devices patches (cfg is normalized),
+// saying on log (when not nil) that a partitioner runs and what it cut.
+func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io.Writer) (*partitioned, error) {
+	k := cfg.Devices
+	n := ds.NumNodes()
+	if k == 1 || cfg.Partition == Range {
+		b, err := book.Even(n, k)
+		if err != nil {
+			return nil, &RunError{Op: "partition", Err: err}
+		}
+		m := Range
+		if k == 1 {
+			m = "none"
+		}
+		return &partitioned{ds: ds, book: b, method: m, edgeCut: -1}, nil
+	}
+	s, err := partition.Symmetrize(ds.Graph)
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	// DSP balances edges and training nodes (balance_edges, balance_train).
+	w, err := partition.NodeWeights(s, ds.Train, partition.ConstraintEdges, partition.ConstraintTrain)
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	method := partition.Multilevel
+	if cfg.Partition == METIS {
+		method = partition.METIS
+	}
+	// On a large graph this takes a while (a minute for the products
+	// shape on 2 cores): say so.
+	start := time.Now()
+	if log != nil {
+		fmt.Fprintf(log, "partitioning %d nodes into %d patches (%s; --partition range skips it)\n", n, k, method)
+	}
+	res, err := partition.PartitionSymmetric(ctx, s, partition.Options{K: k, Seed: cfg.Train.Seed, Method: method, Weights: w})
+	if err != nil {
+		return nil, &RunError{Op: "partition", Err: err}
+	}
+	if log != nil {
+		fmt.Fprintf(log, "partitioned in %.1fs: %d of %d undirected edges cut\n", time.Since(start).Seconds(), res.EdgeCut, s.NumEdges()/2)
+	}
+	ren, err := partition.Renumber(res.Parts, k)
+	if err != nil {
+		return nil, &RunError{Op: "renumber", Err: err}
+	}
+	pds, err := ren.Apply(ds)
+	if err != nil {
+		return nil, &RunError{Op: "renumber", Err: err}
+	}
+	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut}, nil
+}
+
+// sparseThreshold is the trainer's: features denser than this are dense.
+const sparseThreshold = 0.25
+
+// features returns ds's feature table as the run trains on it:
+// row-normalized when rowNorm is on, or auto and every value is >= 0
+// (normalized reports which), and whether it counts as sparse (under a
+// quarter nonzero; the report says so, the devices keep the rows dense).
+func features(ds *dataset.Dataset, rowNorm string) (x []float32, normalized, sparse bool) {
+	x = ds.Features
+	normalized = rowNorm == train.RowNormOn || rowNorm == train.RowNormAuto && nonNegative(x)
+	if normalized {
+		x = dataset.RowNormalize(x, ds.FeatDim)
+	}
+	nnz := 0
+	for _, v := range x {
+		if v != 0 {
+			nnz++
+		}
+	}
+	return x, normalized, float64(nnz) < sparseThreshold*float64(len(x))
+}
+
+func nonNegative(x []float32) bool {
+	for _, v := range x {
+		if !(v >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// crossEdges counts the in-adjacency entries of in whose source another
+// device of b owns.
+func crossEdges(in *graph.CSR, b *book.Book) int64 {
+	var n int64
+	for r := range b.K() {
+		lo, hi := b.Range(r)
+		for _, u := range in.Indices[in.Indptr[lo]:in.Indptr[hi]] {
+			if int64(u) < lo || int64(u) >= hi {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// cacheLayout describes a plan's layout for Info.CacheLayout.
+func cacheLayout(p *cache.Plan) string {
+	if p.Policy() == cache.Replicate {
+		return fmt.Sprintf("%s/%d", p.Policy(), p.GroupSize())
+	}
+	return string(p.Policy())
+}
+
+// modelConfig is the model every device builds for cfg on features of
+// inDim columns and classes classes: the single-device trainer's initial
+// weights.
+func modelConfig(cfg train.Config, inDim, classes int) nn.Config {
+	mc := nn.Config{
+		Kind: cfg.Model, InDim: inDim, Hidden: cfg.Hidden, OutDim: classes, Layers: cfg.Layers,
+		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
+		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
+		ExactDropout: true, // a zero rate is none, not nn's default
+		Seed:         rng.Derive(cfg.Seed, tagInit),
+	}
+	if cfg.Model != train.GAT {
+		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
+	}
+	return mc
+}
+
+// newOptimizer is the single-device trainer's optimizer for cfg.
+func newOptimizer(b backend.Backend, params []*nn.Param, cfg train.Config) optim.Optimizer {
+	if cfg.Optimizer == "adam" {
+		return optim.NewAdam(b, params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
+	}
+	return optim.NewSGD(b, params, float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
+}
+
+// checkReplicas verifies that the k devices of c end with the same
+// parameters, bit for bit: each hashes its parameters on b and all-gathers
+// the hashes over c. Every device must call it.
+func checkReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c comm.Comm, k int) error {
+	h := fnv.New64a()
+	for _, p := range params {
+		data := make([]float32, p.Len())
+		if err := b.Download(data, p.Value); err != nil {
+			return err
+		}
+		for _, v := range data {
+			bits := math.Float32bits(v)
+			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
+		}
+	}
+	all := make([]int64, k)
+	if err := c.AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+		return err
+	}
+	for r, x := range all {
+		if x != all[0] {
+			return fmt.Errorf("device %d's parameters differ from device 0's", r)
+		}
+	}
+	return nil
+}
