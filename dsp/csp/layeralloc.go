@@ -9,13 +9,17 @@ import (
 	"github.com/strata-gnn/strata/sample"
 )
 
+// tagLayerAlloc is the domain tag of the requester's allocation of a
+// layer ("LAYA").
+const tagLayerAlloc = 0x4c415941
+
 // LayerAllocate splits hop's layer budget f over a frontier whose nodes
 // have deg edges (weights wt): with replacement, f i.i.d. draws of node i with probability
 // wt[i]/sum(wt); without, f distinct edges among all the frontier's edges
 // (Floyd's algorithm over its edge slots), counted per node; f = -1 (or f
 // at least the frontier's edges, without replacement) takes every edge.
-// It depends only on its arguments: GPU samplers (package dsp/gpucsp)
-// call it to draw what LayerSampler draws.
+// It depends only on its arguments, not on the number of devices: the
+// requester of every layer-wise hop calls it (package dsp/gpucsp).
 //
 // The result is defined by the plain algorithm (a binary search of each
 // draw in the frontier's running sums, Floyd's set in a map); the code
@@ -113,7 +117,7 @@ func (sc *allocScratch) allotReplace(alloc []int64, f int, st rng.Stream, wt []f
 		lo, hi := int(guide[b]), int(guide[b+1])
 		var i int
 		if hi-lo <= pad { // most buckets: count without branches
-			i = lo + b2i(cump[lo] <= u) + b2i(cump[lo+1] <= u) + b2i(cump[lo+2] <= u)
+			i = lo + b2int(cump[lo] <= u) + b2int(cump[lo+1] <= u) + b2int(cump[lo+2] <= u)
 		} else {
 			i = lo + firstAbove(cum[lo:hi], u)
 		}
@@ -132,7 +136,7 @@ func (sc *allocScratch) allotReplace(alloc []int64, f int, st rng.Stream, wt []f
 // entries, those past the bucket being above the draw.
 const pad = 3
 
-func b2i(b bool) int {
+func b2int(b bool) int {
 	if b {
 		return 1
 	}
@@ -310,7 +314,7 @@ func (sc *allocScratch) floydTable(alloc []int64, k, total int64, st rng.Stream,
 		lo, hi := int(guide[b]), int(guide[b+1])
 		var i int
 		if hi-lo <= pad {
-			i = lo + b2i(cump[lo] <= t) + b2i(cump[lo+1] <= t) + b2i(cump[lo+2] <= t)
+			i = lo + b2int(cump[lo] <= t) + b2int(cump[lo+1] <= t) + b2int(cump[lo+2] <= t)
 		} else {
 			i = lo + firstAbove(cum[lo:hi], t)
 		}

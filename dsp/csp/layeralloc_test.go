@@ -332,3 +332,69 @@ func TestLayerAllocateConcurrent(t *testing.T) {
 func BenchmarkLayerAllocateReference(b *testing.B) {
 	benchLayerAllocate(b, layerAllocateRef)
 }
+
+// TestLayerAllocateMatchesCounts pins LayerAllocate's totals: every
+// budget is spent on nodes with edges (with positive weight when
+// weighted), never more than a node's degree without replacement.
+func TestLayerAllocateMatchesCounts(t *testing.T) {
+	deg := []int64{3, 0, 5, 1, 0, 7}
+	wt := []float64{0.5, 0, 0, 2, 0, 1.25}
+	key := sample.Key{Seed: 4, Epoch: 1, Batch: 2}
+	for _, c := range []struct {
+		f       int
+		replace bool
+		wt      []float64
+		want    int64
+	}{{10, false, nil, 10}, {100, false, nil, 16}, {-1, false, nil, 16}, {25, true, nil, 25}, {25, true, wt, 25}, {-1, true, nil, 16}} {
+		w := c.wt
+		if w == nil {
+			w = make([]float64, len(deg))
+			for i, d := range deg {
+				w[i] = float64(d)
+			}
+		}
+		a := LayerAllocate(c.f, c.replace, key, 1, deg, w)
+		var sum int64
+		for i, k := range a {
+			sum += k
+			if k > 0 && (w[i] == 0 || (!c.replace && k > deg[i])) {
+				t.Errorf("f=%d replace=%v: node %d (degree %d, weight %v) gets %d", c.f, c.replace, i, deg[i], w[i], k)
+			}
+		}
+		if sum != c.want {
+			t.Errorf("f=%d replace=%v weights=%v: %d edges allotted, want %d", c.f, c.replace, c.wt != nil, sum, c.want)
+		}
+		if b := LayerAllocate(c.f, c.replace, key, 1, deg, w); !slices.Equal(a, b) {
+			t.Errorf("f=%d: not deterministic", c.f)
+		}
+	}
+}
+
+// BenchmarkLayerAllocate is the host's part of a layer-wise hop on GPUs:
+// the requester's allocation of a layer's budget over its frontier
+// (csp's RNG), for a frontier of 10k nodes of degree 1..200 and budgets
+// of 8192 edges; "sparse" has degrees 1..200,000 (Floyd's table instead
+// of its bitset).
+func BenchmarkLayerAllocate(b *testing.B) {
+	benchLayerAllocate(b, LayerAllocate)
+}
+
+func benchLayerAllocate(b *testing.B, alloc func(f int, replace bool, key sample.Key, hop int, deg []int64, wt []float64) []int64) {
+	const n = 10000
+	for _, c := range []struct {
+		name    string
+		replace bool
+		maxDeg  int
+	}{{"replace=false", false, 200}, {"replace=true", true, 200}, {"replace=false,sparse", false, 200_000}} {
+		deg, wt := make([]int64, n), make([]float64, n)
+		for i := range deg {
+			deg[i] = int64(1 + (i*7919)%c.maxDeg)
+			wt[i] = float64(deg[i])
+		}
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				alloc(8192, c.replace, sample.Key{Seed: 1, Batch: i}, 1, deg, wt)
+			}
+		})
+	}
+}

@@ -3,13 +3,11 @@ package gpucsp
 import (
 	"context"
 	"fmt"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/inproc"
-	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/partition/book"
@@ -79,8 +77,8 @@ func reportWaits(b *testing.B, before, after []Stats, steps int) {
 
 // BenchmarkLayerEpochProducts samples one epoch of the products shape
 // layer-wise (batch 1024 per rank, 4096, 8192 and 8192 edges per layer,
-// uniform without replacement) per iteration: "cpu" is csp.LayerSampler
-// alone on one rank (the same batches), "P=n" LayerSampler on n GPUs
+// uniform without replacement) per iteration: "cpu" is LayerSampler
+// alone on one rank of a CPU back end (the same batches), "P=n" LayerSampler on n GPUs
 // over NCCL with the node IDs split into n equal ranges. Reports
 // ms/epoch, sampled edges per second, bytes sent between GPUs per
 // epoch, and the host's waits per step and rank and the time in them
@@ -99,23 +97,23 @@ func BenchmarkLayerEpochProducts(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cs, err := inproc.New(1, comm.Options{Timeout: time.Minute})
+		be, err := cpu.New(cpu.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer cs[0].Close()
-		s, err := csp.NewLayerSampler(cs[0], bk, patch, csp.Config{Fanouts: cfg.Fanouts}, nil)
+		s, err := NewLayer(be, patch, one, nil, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer s.Close()
 		_, bt := epochPlan(train, one, 1024, 1)
 		edges := runEpochs(b, 1, len(bt[0]), bt, nil, func(_, it, i int, seeds []graph.NodeID) (int64, error) {
-			mb, err := s.Sample(seeds, sample.Key{Seed: 1, Epoch: it, Batch: i})
+			bt, err := s.Sample(context.Background(), seeds, sample.Key{Seed: 1, Epoch: it, Batch: i})
 			if err != nil {
 				return 0, err
 			}
 			var e int64
-			for _, k := range mb.Blocks {
+			for _, k := range bt.Host.Blocks {
 				e += int64(k.NumEdges())
 			}
 			return e, nil

@@ -38,8 +38,8 @@ func layerSampleAll(ctx context.Context, ss []*LayerSampler, seeds [][]graph.Nod
 }
 
 // TestLayerMatchesCPU: on 1, 2 and 4 GPUs (as available), every rank's
-// layer-wise batch equals csp.LayerSampler's alone on one rank with the
-// same seeds and key: seeds, SrcNodes, indptr, indices (and edge IDs
+// layer-wise batch equals the single-device reference's (layerRef) with
+// the same seeds and key: seeds, SrcNodes, indptr, indices (and edge IDs
 // when asked), for uniform sampling with and without replacement,
 // weighted sampling (also with the rows in mapped host memory, and with
 // the patches split between device and host memory), every
@@ -60,7 +60,6 @@ func TestLayerMatchesCPU(t *testing.T) {
 		{Fanouts: []int{2000, 4000}, Placement: gpusample.Split, EdgeIDs: true},
 		{Fanouts: []int{1500, 2500}, Replace: true, Weighted: true, Placement: gpusample.Split},
 	}
-	one := []int64{0, g.NumRows}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, P := range ps {
@@ -96,7 +95,7 @@ func TestLayerMatchesCPU(t *testing.T) {
 						if errs[r] != nil {
 							t.Fatalf("%s batch %d rank %d: %v", name, bi, r, errs[r])
 						}
-						want := cpuLayer(t, g, one, cfg, seeds[r:r+1], keys[r:r+1])[0]
+						want := refLayer(t, g, cfg, seeds[r], keys[r])
 						if !slices.Equal(got[r].Seeds, want.Seeds) {
 							t.Fatalf("%s batch %d rank %d: seeds differ", name, bi, r)
 						}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strata-gnn/strata/internal/rng"
+	"math"
 	"slices"
+	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/pipeline"
@@ -36,41 +36,174 @@ func wantLayerWaits(L int, remote, edgeIDs bool) int64 {
 	return 1 + int64(L)*(3+colls)
 }
 
-// cpuLayer samples with csp.LayerSampler on P in-process ranks over the
-// partition off (P = 1: the single-device reference), one batch per rank.
-func cpuLayer(t *testing.T, g *graph.CSR, off []int64, cfg Config, seeds [][]graph.NodeID, keys []sample.Key) []*sample.MiniBatch {
+// layerRef is layer-wise sampling on one device, written plainly from
+// its rules (the package doc): per hop, LayerAllocate splits the layer's
+// budget over the frontier by degree (or row weight), then frontier node
+// v draws its count from its row with the stream of (key, hop, v):
+// weighted and uniform draws with replacement in draw order, uniform
+// ones without replacement by Floyd's algorithm in row order. It shares
+// no code with the protocol or the machines: the tests' reference.
+type layerRef struct {
+	g   *graph.CSR
+	cfg Config
+}
+
+// refLayer samples seeds for key with layerRef over g.
+func refLayer(t testing.TB, g *graph.CSR, cfg Config, seeds []graph.NodeID, key sample.Key) *sample.MiniBatch {
 	t.Helper()
-	P := len(off) - 1
-	b, err := book.New(off)
+	mb, err := sample.NewBlockSampler(&layerRef{g: g, cfg: cfg}).Sample(seeds, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := inproc.New(P, comm.Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, errs := make([]*sample.MiniBatch, P), make([]error, P)
-	var wg sync.WaitGroup
-	for r := range P {
-		wg.Go(func() {
-			patch, err := layout.Build(g, b, r, layout.Options{DeviceBytes: layout.NoLimit})
-			if err != nil {
-				errs[r] = err
-				return
+	return mb
+}
+
+func (s *layerRef) NumNodes() int64 { return s.g.NumRows }
+func (s *layerRef) NumHops() int    { return len(s.cfg.Fanouts) }
+
+func (s *layerRef) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*sample.Neighbors, error) {
+	g := s.g
+	deg, wt := make([]int64, len(dst)), make([]float64, len(dst))
+	for i, v := range dst {
+		deg[i] = g.Degree(v)
+		wt[i] = float64(deg[i])
+		if s.cfg.Weighted {
+			wt[i] = 0
+			for _, w := range g.Weights[g.Indptr[v]:g.Indptr[v+1]] {
+				wt[i] += float64(w)
 			}
-			s, err := csp.NewLayerSampler(cs[r], b, patch, csp.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted}, nil)
-			if err != nil {
-				errs[r] = err
-				return
+		}
+	}
+	alloc := csp.LayerAllocate(s.cfg.Fanouts[hop], s.cfg.Replace, key, hop, deg, wt)
+	nodeKey := rng.Derive(key.Seed, tagLayerNode, uint64(key.Epoch), uint64(key.Batch), uint64(hop))
+	nb := &sample.Neighbors{Indptr: make([]int64, len(dst)+1)}
+	for i, v := range dst {
+		a, b := g.Indptr[v], g.Indptr[v+1]
+		st := rng.NewStream(rng.Derive(nodeKey, uint64(v)))
+		emit := func(pos int64) {
+			nb.Nodes = append(nb.Nodes, g.Indices[a+pos])
+			nb.EdgeIDs = append(nb.EdgeIDs, a+pos)
+		}
+		k := alloc[i]
+		switch {
+		case k == 0:
+		case s.cfg.Weighted:
+			var cum []float64
+			var sum float64
+			for _, w := range g.Weights[a:b] {
+				sum += float64(w)
+				cum = append(cum, sum)
 			}
-			out[r], errs[r] = s.Sample(seeds[r], keys[r])
-		})
+			for range k {
+				u := (1 - st.OpenFloat64()) * sum
+				j := sort.Search(len(cum), func(j int) bool { return cum[j] > u })
+				for j == len(cum) || g.Weights[a+int64(j)] == 0 { // the last positive weight
+					j--
+				}
+				emit(int64(j))
+			}
+		case s.cfg.Replace:
+			for range k {
+				emit(int64(st.Below(uint64(b - a))))
+			}
+		default:
+			chosen := map[int64]bool{}
+			for j := b - a - k; j < b-a; j++ {
+				t := int64(st.Below(uint64(j + 1)))
+				if chosen[t] {
+					t = j
+				}
+				chosen[t] = true
+			}
+			for pos := range b - a {
+				if chosen[pos] {
+					emit(pos)
+				}
+			}
+		}
+		nb.Indptr[i+1] = int64(len(nb.Nodes))
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+	return nb, nil
+}
+
+// checkLayerBatch verifies that every edge of a layer-wise batch exists,
+// leads where its block says, has a positive weight when weighted and is
+// drawn once without replacement, and that each layer has the number of
+// edges the config asks for.
+func checkLayerBatch(t *testing.T, g *graph.CSR, cfg Config, mb *sample.MiniBatch) {
+	t.Helper()
+	hops := len(mb.Blocks)
+	for h := range hops {
+		blk := &mb.Blocks[hops-1-h] // hop h builds block hops-1-h
+		var frontierEdges int64
+		var positive bool
+		for i := 0; i < blk.NumDst; i++ {
+			v := blk.SrcNodes[i]
+			frontierEdges += g.Degree(v)
+			for _, w := range g.Weights[g.Indptr[v]:g.Indptr[v+1]] {
+				positive = positive || w > 0
+			}
+			seen := map[int64]bool{}
+			for e := blk.Indptr[i]; e < blk.Indptr[i+1]; e++ {
+				eid := blk.EdgeIDs[e]
+				if eid < g.Indptr[v] || eid >= g.Indptr[v+1] || g.Indices[eid] != blk.SrcNodes[blk.Indices[e]] {
+					t.Fatalf("hop %d: edge %d of row %d leads to %d", h, eid, v, blk.SrcNodes[blk.Indices[e]])
+				}
+				if cfg.Weighted && g.Weights[eid] == 0 || !cfg.Replace && seen[eid] {
+					t.Fatalf("hop %d: edge %d drawn with weight 0 or twice without replacement", h, eid)
+				}
+				seen[eid] = true
+			}
+		}
+		f := int64(cfg.Fanouts[h])
+		want := f
+		switch {
+		case f < 0:
+			want = frontierEdges
+		case !cfg.Replace:
+			want = min(f, frontierEdges)
+		case frontierEdges == 0 || (cfg.Weighted && !positive):
+			want = 0
+		}
+		if got := int64(blk.NumEdges()); got != want {
+			t.Fatalf("hop %d: %d edges, want %d (fanout %d, frontier of %d edges)", h, got, want, f, frontierEdges)
+		}
 	}
-	return out
+}
+
+// TestLayerAllocationLaw: with replacement, a frontier node receives each
+// draw with probability degree/sum(degrees); over many batches on two
+// ranks the mean allotment of every seed is within 5 standard errors of
+// that.
+func TestLayerAllocationLaw(t *testing.T) {
+	g := randomGraph(12, 200, 6)
+	seeds := randomSeeds(7, g.NumRows, 12)
+	var sum int64
+	for _, v := range seeds {
+		sum += g.Degree(v)
+	}
+	const f, trials = 30, 300
+	ss, _ := cpuLayerGroup(t, g, []int64{0, 90, g.NumRows}, Config{Fanouts: []int{f}, Replace: true}, nil)
+	ctx := context.Background()
+	counts := make([]float64, len(seeds))
+	for i := range trials {
+		got, errs := layerSampleAll(ctx, ss, [][]graph.NodeID{seeds, nil}, []sample.Key{{Seed: 1, Batch: i}, {Seed: 1, Batch: i}})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		blk := &got[0].Blocks[0]
+		for j := range seeds {
+			counts[j] += float64(blk.Indptr[j+1] - blk.Indptr[j])
+		}
+	}
+	for j, v := range seeds {
+		p := float64(g.Degree(v)) / float64(sum)
+		mean := counts[j] / trials
+		se := math.Sqrt(f*p*(1-p)/trials) + 1e-9
+		if d := mean - f*p; math.Abs(d) > 5*se {
+			t.Errorf("seed %d (degree %d): mean allotment %.3f, want %.3f +- %.3f", v, g.Degree(v), mean, f*p, 5*se)
+		}
+	}
 }
 
 var layerModes = []Config{
@@ -89,14 +222,12 @@ var layerModes = []Config{
 // code GPUs run) on the CPU machines of 1-4 CPU back ends with random
 // delays before every collective, with equal and random partitions
 // (empty ranks and ranks without seeds included), and compares every
-// rank's batch with csp.LayerSampler's: on the same partition, and alone
-// on one rank (the single-device reference), for two steps in a row. It
-// also counts the host's waits.
+// rank's batch with the single-device reference's (layerRef), for two
+// steps in a row. It also counts the host's waits.
 func TestLayerProtocolMatchesCPU(t *testing.T) {
 	g := randomGraph(6, 1500, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	one := []int64{0, g.NumRows}
 	for mi, mode := range layerModes {
 		for P := 1; P <= 4; P++ {
 			trials := 2
@@ -128,15 +259,9 @@ func TestLayerProtocolMatchesCPU(t *testing.T) {
 					if err := errors.Join(errs...); err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
-					var same []*sample.MiniBatch
-					if trial == 0 && P > 1 {
-						same = cpuLayer(t, g, off, mode, seeds, keys)
-					}
 					for r := range P {
-						want := cpuLayer(t, g, one, mode, seeds[r:r+1], keys[r:r+1])[0]
-						if same != nil && !sameMiniBatch(same[r], want) {
-							t.Fatalf("%s rank %d: csp.LayerSampler differs between 1 and %d ranks", name, r, P)
-						}
+						want := refLayer(t, g, mode, seeds[r], keys[r])
+						checkLayerBatch(t, g, mode, want)
 						if !mode.EdgeIDs {
 							for i := range got[r].Blocks {
 								for _, e := range got[r].Blocks[i].EdgeIDs {
@@ -160,20 +285,6 @@ func TestLayerProtocolMatchesCPU(t *testing.T) {
 			}
 		}
 	}
-}
-
-func sameMiniBatch(a, b *sample.MiniBatch) bool {
-	if !slices.Equal(a.Seeds, b.Seeds) || len(a.Blocks) != len(b.Blocks) {
-		return false
-	}
-	for i := range a.Blocks {
-		x, y := a.Blocks[i], b.Blocks[i]
-		if x.NumDst != y.NumDst || !slices.Equal(x.SrcNodes, y.SrcNodes) || !slices.Equal(x.Indptr, y.Indptr) ||
-			!slices.Equal(x.Indices, y.Indices) || !slices.Equal(x.EdgeIDs, y.EdgeIDs) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestLayerProtocolFailures: bad seeds, a failure before a hop's header
