@@ -219,7 +219,7 @@ func (s *NeighborSampler) SampleHop(dst []graph.NodeID, hop int, key Key) (*Neig
 
 // SampleHopKey is SampleHop with the hop's key hk = HopKey(key, hop)
 // given instead of the batch key: for a distributed sampler whose owners
-// receive hop keys (dsp/gpucsp's protocol sends them in its headers).
+// receive hop keys (dsp/csp's protocol sends them in its headers).
 func (s *NeighborSampler) SampleHopKey(dst []graph.NodeID, hop int, hk uint64) (*Neighbors, error) {
 	return s.sampleHop("NeighborSampler.SampleHopKey", dst, hop, hk)
 }

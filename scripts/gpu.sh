@@ -26,7 +26,7 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, gpucache, gpucsp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
+#                 fullgraph, gpucache, dsp/csp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
 #                 SAGE), the DSP engine on 4 GPUs vs the single-GPU trainer on products
@@ -35,7 +35,7 @@
 #                 (per-op profile), feature gathers, `strata train --device cuda:0`, 2 epochs
 #   kernels       tensor/backend/cuda benchmarks (GEMM, SpMM, gathers, launch cost), then the
 #                 SpMM variants on the products graph (BenchmarkSpMMVariants)
-#   sampling      sampler epochs on products (dsp/gpucsp): collective sampling on 1, 2, 4 GPUs
+#   sampling      sampler epochs on products (dsp/csp): collective sampling on 1, 2, 4 GPUs
 #                 against gpusample over the whole graph, layer-wise epochs, random walks
 #   fullgraph     full-graph GraphSAGE on products on 1, 2, 4 GPUs (BenchmarkProductsSAGE)
 #   comm          all-reduce bus bandwidth on 2 GPUs: gpushm, NCCL and auto, P2P off and on,
@@ -109,10 +109,10 @@
 #   gpu-fg.sh test                 GPU_TEST_PKGS='backend/cuda|fullgraph' test
 #   gpu-fg.sh bench [DIR], all     fullgraph (FG_BENCH's default was 'ProductsSAGE/gpus=1$'), test fullgraph
 #   gpu-fg.sh spmm                 kernels (KERNEL_BENCH=XXX: the variants alone)
-#   gpu-csp.sh build, run          build test sampling; GPU_TEST_PKGS='gpusample|gpucsp' test,
+#   gpu-csp.sh build, run          build test sampling; GPU_TEST_PKGS='gpusample|dsp/csp' test,
 #                                  SAMPLING_BENCH='^BenchmarkEpochProducts$' sampling
 #   gpu-dsp.sh build               build dsp-speed dsp-variants parity (and the sets below)
-#   gpu-dsp.sh samplers            GPU_TEST_PKGS='gpusample|gpucsp' test (DSP_GPUSAMPLE_TESTS and
+#   gpu-dsp.sh samplers            GPU_TEST_PKGS='gpusample|dsp/csp' test (DSP_GPUSAMPLE_TESTS and
 #                                  DSP_SAMPLER_TESTS: GPU_TEST_FLAGS='-test.run PATTERN')
 #   gpu-dsp.sh four, repeat        dsp-speed test; DSP_ONLY='-r[0-9]' dsp-speed
 #   gpu-dsp.sh shake               test; DSP_EPOCHS=2 DSP_REPEAT=1 DSP_ONLY='^(d[14]-r1|d2)$' dsp-speed
@@ -152,7 +152,7 @@ test_pkgs=(
   "train/gputrain . 300"
   "fullgraph GPU 120 STRATA_CUDA_POISON=1"
   "dsp/gpucache . 120"
-  "dsp/gpucsp . 300"
+  "dsp/csp . 300"
   "dsp/engine GPU 300"
   "internal/cudacomm . 60"
   "internal/nccl GPU|OneRank|TwoGPUs 30"
@@ -180,7 +180,7 @@ needs() {
     parity) printf '%s\n' strata train/gputrain ;;
     single-gpu) printf '%s\n' strata sample/gpusample feature ;;
     kernels) printf '%s\n' strata tensor/backend/cuda ;;
-    sampling) printf '%s\n' strata dsp/gpucsp ;;
+    sampling) printf '%s\n' strata dsp/csp ;;
     fullgraph) printf '%s\n' strata fullgraph ;;
     comm) printf '%s\n' strata-commbench comm/gpushm ;;
     dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
@@ -655,7 +655,7 @@ set_kernels() {
 
 set_sampling() {
   gen_data products "$data" || return
-  STRATA_BENCH_DATASET=$data gotest sampling dsp/gpucsp "${SAMPLING_TIMEOUT:-360}" -test.run '^$' -test.v \
+  STRATA_BENCH_DATASET=$data gotest sampling dsp/csp "${SAMPLING_TIMEOUT:-360}" -test.run '^$' -test.v \
     -test.bench "${SAMPLING_BENCH:-EpochProducts|WalkProducts}" -test.benchtime "${BENCH_TIME:-3x}"
   check $? "sampler benchmarks"
   benchlines "$setlogs/sampling.log"

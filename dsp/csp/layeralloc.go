@@ -19,7 +19,7 @@ const tagLayerAlloc = 0x4c415941
 // (Floyd's algorithm over its edge slots), counted per node; f = -1 (or f
 // at least the frontier's edges, without replacement) takes every edge.
 // It depends only on its arguments, not on the number of devices: the
-// requester of every layer-wise hop calls it (package dsp/gpucsp).
+// requester of every layer-wise hop calls it (LayerSampler).
 //
 // The result is defined by the plain algorithm (a binary search of each
 // draw in the frontier's running sums, Floyd's set in a map); the code

@@ -38,11 +38,11 @@ const (
 // Samplers.
 const (
 	// SamplerCSP is collective sampling over each device's patch
-	// (dsp/gpucsp), on GPUs and CPU back ends alike.
+	// (dsp/csp), on GPUs and CPU back ends alike.
 	SamplerCSP = "csp"
 	// SamplerFull makes every device sample the whole graph alone: the
 	// same batches. On GPUs gpusample, node-wise only; on CPU back ends
-	// sample.NeighborSampler, or layer-wise gpucsp.LayerSampler on one
+	// sample.NeighborSampler, or layer-wise csp.LayerSampler on one
 	// rank.
 	SamplerFull = "full"
 )

@@ -15,7 +15,7 @@
 // by bounded queues (dsp/pipeline):
 //
 //   - sampler: draws the device's batches by collective sampling over
-//     its patch (dsp/gpucsp: the frontier goes to the owners of its nodes
+//     its patch (dsp/csp: the frontier goes to the owners of its nodes
 //     and the neighbors come back; node-wise, or layer-wise with the
 //     layer scheme), or, with Sampler "full", over the whole graph on
 //     every device (gpusample on GPUs, this package's host samplers on

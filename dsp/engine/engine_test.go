@@ -243,7 +243,7 @@ func TestOneDeviceEqualsTrainer(t *testing.T) {
 }
 
 // TestCollectiveEqualsWholeGraph: CPU virtual devices sample collectively
-// (gpucsp's protocols on the CPU machine, the code GPUs run: its exchanges
+// (csp's protocols on the CPU machine, the code GPUs run: its exchanges
 // count as sampling bytes between the devices), node-wise and
 // layer-wise, and draw the batches of the single-device samplers over the
 // whole graph (Sampler full: sample.NeighborSampler, the layer-wise

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/gpucache"
-	"github.com/strata-gnn/strata/dsp/gpucsp"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
@@ -83,7 +83,7 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 
 func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
 
-// cspSampler is collective sampling over the device's patch (dsp/gpucsp),
+// cspSampler is collective sampling over the device's patch (dsp/csp),
 // on a GPU or a CPU back end: every device calls Sample once per batch,
 // in the same order. It adds the sampler's exchange bytes to the device's
 // metrics. Sample returns once the batch is on the device: its last step
@@ -97,11 +97,11 @@ type cspSampler struct {
 	waited     time.Duration // the sampler's wait time already counted
 }
 
-// collective is what cspSampler uses of gpucsp's node-wise Sampler and
+// collective is what cspSampler uses of csp's node-wise Sampler and
 // LayerSampler.
 type collective interface {
-	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error)
-	Stats() gpucsp.Stats
+	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*csp.Batch, error)
+	Stats() csp.Stats
 	Close() error
 }
 
@@ -325,7 +325,7 @@ type samplerSpec struct {
 	m       *metrics.Counters
 }
 
-// newKit builds a device's samplers and feature store: gpucsp on spec's
+// newKit builds a device's samplers and feature store: csp on spec's
 // handles (or, not collective, gpusample over the whole graph on a GPU,
 // sample.NeighborSampler on the host otherwise) and the feature
 // package's store on b (a host table on a CPU back end). hot lists the
@@ -413,7 +413,7 @@ func (spec *samplerSpec) sampler(dev *cuda.Device, in *graph.CSR, scfg gpusample
 // before: workers 0..w-1). Node-wise workers after the first are its
 // siblings.
 func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
-	ccfg := gpucsp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
+	ccfg := csp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
 	var c comm.DeviceComm
 	if w < len(spec.comms) {
 		c = spec.comms[w]
@@ -422,11 +422,11 @@ func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w
 	var err error
 	switch {
 	case spec.layer:
-		cs, err = gpucsp.NewLayer(be, spec.patch, spec.offsets, c, ccfg)
+		cs, err = csp.NewLayer(be, spec.patch, spec.offsets, c, ccfg)
 	case w > 0:
-		cs, err = before[0].(*cspSampler).s.(*gpucsp.Sampler).Sibling(be, c)
+		cs, err = before[0].(*cspSampler).s.(*csp.Sampler).Sibling(be, c)
 	default:
-		cs, err = gpucsp.New(be, spec.patch, spec.offsets, c, ccfg)
+		cs, err = csp.New(be, spec.patch, spec.offsets, c, ccfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("collective sampler %d: %w", w+1, err)

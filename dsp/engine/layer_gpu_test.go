@@ -8,8 +8,8 @@ import (
 )
 
 // TestGPULayerMatchesCPU: with the layer scheme on 1, 2 and 4 GPUs
-// (gpucsp.LayerSampler) every batch loss agrees with the same run on CPU
-// back ends (the same protocol on gpucsp's CPU machine), replacement or not, and
+// (csp.LayerSampler) every batch loss agrees with the same run on CPU
+// back ends (the same protocol on csp's CPU machine), replacement or not, and
 // the pipeline off and a split topology give the same numbers bit for
 // bit.
 func TestGPULayerMatchesCPU(t *testing.T) {

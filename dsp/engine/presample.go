@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/gpucsp"
+	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
@@ -134,7 +134,7 @@ func (s *shared) presampleOnHost(ctx context.Context, workers int) ([]graph.Node
 // (node-wise, or layer-wise) over the whole graph in, which n goroutines
 // may use at once, one each: node-wise one sample.NeighborSampler (safe
 // for concurrent use; cfg.Workers goroutines per batch), layer-wise n
-// gpucsp.LayerSamplers on CPU back ends, each alone on the whole graph
+// csp.LayerSamplers on CPU back ends, each alone on the whole graph
 // (collective batches depend only on the graph, the seeds and the key,
 // not on the partition). Both are freed with the garbage.
 func wholeGraphSamplers(in *graph.CSR, layer bool, cfg sample.Config, n int) ([]func([]graph.NodeID, sample.Key) (*sample.MiniBatch, error), error) {
@@ -158,7 +158,7 @@ func wholeGraphSamplers(in *graph.CSR, layer bool, cfg sample.Config, n int) ([]
 		if err != nil {
 			return nil, err
 		}
-		ls, err := gpucsp.NewLayer(be, p, b.Offsets(), nil, gpucsp.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
+		ls, err := csp.NewLayer(be, p, b.Offsets(), nil, csp.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
 		if err != nil {
 			return nil, err
 		}
@@ -175,19 +175,19 @@ func wholeGraphSamplers(in *graph.CSR, layer bool, cfg sample.Config, n int) ([]
 
 // presampler is a temporary sampler of the pre-sampling pass.
 type presampler interface {
-	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error)
+	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*csp.Batch, error)
 	Close() error
 }
 
 // fullPresampler is gpusample over the whole graph (Config.Sampler full).
 type fullPresampler struct{ s *gpusample.Sampler }
 
-func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key sample.Key) (*gpucsp.Batch, error) {
+func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key sample.Key) (*csp.Batch, error) {
 	b, err := f.s.SampleDevice(seeds, key)
 	if err != nil {
 		return nil, err
 	}
-	return &gpucsp.Batch{Device: b}, nil
+	return &csp.Batch{Device: b}, nil
 }
 
 func (f fullPresampler) Close() error { return f.s.Close() }
@@ -200,9 +200,9 @@ var presampleFlushEvery = 1<<24 - 1
 
 // presampleOnDevices is presampleOnHost's pass on the CUDA devices.
 // Device r samples device r's batches of the presamplePlan with a temporary sampler of the kind it trains with
-// (gpucsp node- or layer-wise, or gpusample with the full sampler), alone
+// (csp node- or layer-wise, or gpusample with the full sampler), alone
 // over the whole graph: the collective samplers' batches depend only on
-// the graph, the seeds and the key, not on the partition (gpucsp's
+// the graph, the seeds and the key, not on the partition (csp's
 // guarantee), and no communicator is open yet. It counts each batch's
 // input nodes on the device (a scatter-add of ones), the host adds the
 // devices' counts (integers, so in any order) and ranks them with
@@ -299,13 +299,13 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev *cuda.Device, p
 		}
 		smp = fullPresampler{gs}
 	case cfg.Scheme == LayerWise:
-		ccfg := gpucsp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
-		if smp, err = gpucsp.NewLayer(dev, whole, offsets, nil, ccfg); err != nil {
+		ccfg := csp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
+		if smp, err = csp.NewLayer(dev, whole, offsets, nil, ccfg); err != nil {
 			return fmt.Errorf("layer-wise sampler: %w", err)
 		}
 	default:
-		ccfg := gpucsp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
-		if smp, err = gpucsp.New(dev, whole, offsets, nil, ccfg); err != nil {
+		ccfg := csp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
+		if smp, err = csp.New(dev, whole, offsets, nil, ccfg); err != nil {
 			return fmt.Errorf("sampler: %w", err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // TestGPUPresampleMatchesHost: on 1 and 2 GPUs the pre-sampling pass on
-// the devices ranks the nodes exactly as presampleOnHost does: node-wise with gpucsp and with the full sampler, layer-wise
+// the devices ranks the nodes exactly as presampleOnHost does: node-wise with csp and with the full sampler, layer-wise
 // with and without replacement, with the topology split between device
 // and host memory, and with the histogram flushed every 2 batches.
 func TestGPUPresampleMatchesHost(t *testing.T) {

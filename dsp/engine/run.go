@@ -203,7 +203,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
-	sampler := "collective sampling over the device's patch (dsp/gpucsp)"
+	sampler := "collective sampling over the device's patch (dsp/csp)"
 	switch {
 	case cfg.Sampler == SamplerFull && nCUDA == k:
 		sampler = SamplerStandIn
@@ -212,7 +212,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	case cfg.Sampler == SamplerFull:
 		sampler = "host (sample.NeighborSampler over the whole graph)"
 	case cfg.Scheme == LayerWise:
-		sampler = "collective layer-wise sampling over the device's patch (dsp/gpucsp)"
+		sampler = "collective layer-wise sampling over the device's patch (dsp/csp)"
 	}
 	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}

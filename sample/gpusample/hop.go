@@ -12,7 +12,7 @@ import (
 )
 
 // The hop API: the steps of one hop as separate calls, for collective
-// samplers (package dsp/gpucsp) that move frontier nodes to the device
+// samplers (package dsp/csp) that move frontier nodes to the device
 // owning their rows, draw there and bring the neighbors back. Every call
 // queues work on the device's stream inside Enqueue (the caller passes
 // its backend.Queue) and returns without waiting; sizes that the caller

@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 	if cs, ok := comms[P]; ok {
 		return cs
 	}
-	cs := openNCCL(t, ds, fmt.Sprintf("gpucsp-%d", P))
+	cs := openNCCL(t, ds, fmt.Sprintf("csp-%d", P))
 	comms[P] = cs
 	return cs
 }

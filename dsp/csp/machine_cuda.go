@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ func (g *gpuMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
 		for i, b := range srcs {
 			w := uint64(8 * n[i])
 			if at+w > g.pin.Len() {
-				return fmt.Errorf("gpucsp: a read of %d bytes exceeds the pinned buffer", at+w)
+				return fmt.Errorf("csp: a read of %d bytes exceeds the pinned buffer", at+w)
 			}
 			if err := l.CopyToHost(g.pin, at, cb(b), w); err != nil {
 				return err

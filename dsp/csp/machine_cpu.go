@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ type cpuMachine struct {
 
 // errContract marks a call that breaks a machine method's contract
 // (sizes, types): a bug in the protocol, reported instead of a panic.
-var errContract = errors.New("gpucsp: machine contract broken")
+var errContract = errors.New("csp: machine contract broken")
 
 func (m *cpuMachine) bad(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errContract, fmt.Sprintf(format, args...))

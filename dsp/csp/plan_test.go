@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"errors"
@@ -187,8 +187,8 @@ func TestTotals(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
-	e := &Error{Rank: 2, Op: "gpucsp.Sample", Hop: 1, Msg: "rank 0: failed", Err: ErrPeer}
-	if e.Error() != "gpucsp: rank 2: gpucsp.Sample hop 1: rank 0: failed: a peer rank failed" || !errors.Is(e, ErrPeer) {
+	e := &Error{Rank: 2, Op: "csp.Sample", Hop: 1, Msg: "rank 0: failed", Err: ErrPeer}
+	if e.Error() != "csp: rank 2: csp.Sample hop 1: rank 0: failed: a peer rank failed" || !errors.Is(e, ErrPeer) {
 		t.Fatal(e.Error())
 	}
 }
@@ -278,7 +278,7 @@ func TestNewValidates(t *testing.T) {
 		{"no fanouts", p, off, Config{}, "0 fanouts"},
 		{"zero fanout", p, off, Config{Fanouts: []int{3, 0}}, "fanout 0 of hop 1"},
 		{"nil device", p, off, ok, "nil device"},
-		{"other back end", p, off, ok, "back end other (gpucsp.otherBackend): want a CUDA device or the CPU back end"},
+		{"other back end", p, off, ok, "back end other (csp.otherBackend): want a CUDA device or the CPU back end"},
 	} {
 		var be backend.Backend
 		if c.name == "other back end" {
@@ -286,7 +286,7 @@ func TestNewValidates(t *testing.T) {
 		}
 		_, err := New(be, c.patch, c.off, nil, c.cfg)
 		var ge *Error
-		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.New" || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "csp.New" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)
 		}
 	}

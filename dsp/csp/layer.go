@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type LayerSampler struct {
 // running weight sums (on a GPU, per-edge arrays in host memory with
 // Mapped and Split placements).
 func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
-	const op = "gpucsp.NewLayer"
+	const op = "csp.NewLayer"
 	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*LayerSampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}

@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"

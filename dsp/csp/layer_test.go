@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
@@ -74,7 +73,7 @@ func (s *layerRef) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*samp
 			}
 		}
 	}
-	alloc := csp.LayerAllocate(s.cfg.Fanouts[hop], s.cfg.Replace, key, hop, deg, wt)
+	alloc := LayerAllocate(s.cfg.Fanouts[hop], s.cfg.Replace, key, hop, deg, wt)
 	nodeKey := rng.Derive(key.Seed, tagLayerNode, uint64(key.Epoch), uint64(key.Batch), uint64(hop))
 	nb := &sample.Neighbors{Indptr: make([]int64, len(dst)+1)}
 	for i, v := range dst {
@@ -385,7 +384,7 @@ func TestNewLayerValidates(t *testing.T) {
 		{"no weights", &noW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "needs edge weights"},
 		{"negative weight", &negW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "edge 3 of the patch has weight -1"},
 		{"nil device", p, off, ok, "nil device"},
-		{"other back end", p, off, ok, "back end other (gpucsp.otherBackend): want a CUDA device or the CPU back end"},
+		{"other back end", p, off, ok, "back end other (csp.otherBackend): want a CUDA device or the CPU back end"},
 	} {
 		var be backend.Backend
 		if c.name == "other back end" {
@@ -393,7 +392,7 @@ func TestNewLayerValidates(t *testing.T) {
 		}
 		_, err := NewLayer(be, c.patch, c.off, nil, c.cfg)
 		var ge *Error
-		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.NewLayer" || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "csp.NewLayer" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)
 		}
 	}

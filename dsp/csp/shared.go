@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"fmt"
@@ -119,7 +119,7 @@ func (p *placer) place(data any, mapped bool) (cu.DevPtr, error) {
 			ptr = unsafe.Pointer(&v[0])
 		}
 	default:
-		return 0, fmt.Errorf("gpucsp: place %T", data)
+		return 0, fmt.Errorf("csp: place %T", data)
 	}
 	if n == 0 {
 		return 0, nil

@@ -1,11 +1,10 @@
-package gpucsp
+package csp
 
 import (
 	"context"
 	"fmt"
 	"math"
 
-	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/sample"
@@ -307,7 +306,7 @@ func (lp *lproto) allocate(h, f int, key sample.Key, fi []int64, nF int64) (allo
 			}
 		}
 	}
-	a := csp.LayerAllocate(f, lp.replace, key, h, deg, wt)
+	a := LayerAllocate(f, lp.replace, key, h, deg, wt)
 	var E int64
 	for i, k := range a {
 		sendTot[owner[i]] += k

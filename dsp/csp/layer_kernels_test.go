@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"testing"
@@ -10,5 +10,5 @@ import (
 // TestLayerKernelsCompile compiles the layer-wise kernels with the
 // node-wise ones they share a module with (no GPU needed).
 func TestLayerKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+layerSrc, "gpucsp-layer.cu")
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+layerSrc, "csp-layer.cu")
 }

@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	_ "embed"
@@ -30,7 +30,7 @@ type gpuWalkMachine struct {
 }
 
 func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
-	gm, err := newGPUMachine(dev, nil, "gpucsp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
+	gm, err := newGPUMachine(dev, nil, "csp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
 	}

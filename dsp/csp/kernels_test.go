@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"testing"
@@ -10,5 +10,5 @@ import (
 // TestKernelsCompile compiles the collective sampling kernels with NVRTC
 // when the library is available (no GPU needed).
 func TestKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "gpucsp.cu")
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "csp.cu")
 }

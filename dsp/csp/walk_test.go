@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -215,7 +215,7 @@ func TestNewWalkerValidates(t *testing.T) {
 		{"long", p, off, 1 << 17, gpusample.OnDevice, "length 131072"},
 		{"placement", p, off, 3, gpusample.Placement(9), "unknown placement 9"},
 		{"nil device", p, off, 3, gpusample.OnDevice, "nil device"},
-		{"other back end", p, off, 3, gpusample.OnDevice, "back end other (gpucsp.otherBackend): want a CUDA device or the CPU back end"},
+		{"other back end", p, off, 3, gpusample.OnDevice, "back end other (csp.otherBackend): want a CUDA device or the CPU back end"},
 	} {
 		var be backend.Backend
 		if c.name == "other back end" {
@@ -223,7 +223,7 @@ func TestNewWalkerValidates(t *testing.T) {
 		}
 		_, err := NewWalker(be, c.patch, c.off, nil, c.length, c.pl)
 		var ge *Error
-		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "gpucsp.NewWalker" || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ErrInput) || !errors.As(err, &ge) || ge.Op != "csp.NewWalker" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)
 		}
 	}
@@ -232,5 +232,5 @@ func TestNewWalkerValidates(t *testing.T) {
 // TestWalkKernelsCompile compiles the walk kernels with the node-wise
 // ones they share a module with (no GPU needed).
 func TestWalkKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+walkSrc, "gpucsp-walk.cu")
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc+walkSrc, "csp-walk.cu")
 }

@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -136,7 +136,7 @@ func siblingComms(t *testing.T, hs []*cuda.Device) []comm.DeviceComm {
 	if P == 1 {
 		return nil
 	}
-	cs := openNCCL(t, hs, fmt.Sprintf("gpucsp-sibling-%d", P))
+	cs := openNCCL(t, hs, fmt.Sprintf("csp-sibling-%d", P))
 	t.Cleanup(func() {
 		for _, c := range cs {
 			c.Close()

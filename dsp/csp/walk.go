@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type Walker struct {
 // Config.Placement: OnDevice, or Mapped and Split, which keep the column
 // indices in host memory), the CPU back end reads them in place.
 func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, length int, placement gpusample.Placement) (*Walker, error) {
-	const op = "gpucsp.NewWalker"
+	const op = "csp.NewWalker"
 	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Walker, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
@@ -100,13 +100,13 @@ func (w *Walker) Close() error {
 // same number of times, in the same order (start counts may differ,
 // including 0). The walks live on this rank's back end and equal
 // sample.RandomWalk's over the whole in-adjacency with the same starts,
-// length and key. Errors are *Error with Op "gpucsp.Walk" and Hop the
+// length and key. Errors are *Error with Op "csp.Walk" and Hop the
 // step (Length: the traces' return).
 func (w *Walker) Walk(ctx context.Context, starts []graph.NodeID, key sample.Key) (*Walks, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return nil, &Error{Rank: w.rank, Op: "gpucsp.Walk", Hop: -1, Msg: "walker is closed", Err: ErrInput}
+		return nil, &Error{Rank: w.rank, Op: "csp.Walk", Hop: -1, Msg: "walker is closed", Err: ErrInput}
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -115,14 +115,14 @@ func (w *Walker) Walk(ctx context.Context, starts []graph.NodeID, key sample.Key
 	if err != nil {
 		var ge *Error
 		if errors.As(err, &ge) {
-			ge.Op = "gpucsp.Walk"
+			ge.Op = "csp.Walk"
 		}
 		return nil, err
 	}
 	b, err := w.p.m.shrink(out, int64(len(starts)*(w.length+1)))
 	if err != nil {
 		w.p.m.free(out)
-		return nil, &Error{Rank: w.rank, Op: "gpucsp.Walk", Hop: w.length, Err: err}
+		return nil, &Error{Rank: w.rank, Op: "csp.Walk", Hop: w.length, Err: err}
 	}
 	return &Walks{be: w.be, Length: w.length, Nodes: b}, nil
 }

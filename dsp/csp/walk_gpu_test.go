@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -136,8 +136,8 @@ func TestWalkBadStartFailsEveryRank(t *testing.T) {
 	checkFailedStep(t, errs, 1, 0, 0, ErrInput)
 	for r, err := range errs {
 		var ge *Error
-		if errors.As(err, &ge) && ge.Op != "gpucsp.Walk" {
-			t.Errorf("rank %d: %v from %s, want gpucsp.Walk", r, err, ge.Op)
+		if errors.As(err, &ge) && ge.Op != "csp.Walk" {
+			t.Errorf("rank %d: %v from %s, want csp.Walk", r, err, ge.Op)
 		}
 	}
 	if d := time.Since(start); d > 20*time.Second {

@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	_ "embed"
@@ -48,7 +48,7 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	if err != nil {
 		return nil, err
 	}
-	gm, err := newGPUMachine(dev, st, "gpucsp-layer", kernelSrc+layerSrc, append(append([]string{}, kernels...), layerKernels...), P, offsets, patch.EdgeBase)
+	gm, err := newGPUMachine(dev, st, "csp-layer", kernelSrc+layerSrc, append(append([]string{}, kernels...), layerKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
 	}

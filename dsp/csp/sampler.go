@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -128,7 +128,7 @@ type Sampler struct {
 // means one device: no communication). On a CUDA device the patch is
 // copied there (cfg.Placement); the CPU back end reads it in place.
 func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
-	const op = "gpucsp.New"
+	const op = "csp.New"
 	rank, size := groupOf(c)
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
@@ -198,7 +198,7 @@ func (s *Sampler) prepareGPU(dev *cuda.Device, p *proto) error {
 	if err != nil {
 		return err
 	}
-	gm, err := newGPUMachine(dev, st, "gpucsp", kernelSrc, kernels, s.size, p.off, s.edgeBase)
+	gm, err := newGPUMachine(dev, st, "csp", kernelSrc, kernels, s.size, p.off, s.edgeBase)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (s *Sampler) prepare(p *proto, m machine) error {
 // every rank calls its sibling's Sample in the same order. Close it
 // before s.
 func (s *Sampler) Sibling(dev backend.Backend, c comm.DeviceComm) (*Sampler, error) {
-	const op = "gpucsp.Sibling"
+	const op = "csp.Sibling"
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rank, size := groupOf(c)

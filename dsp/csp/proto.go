@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (c *carry) Error() string { return c.err.Error() }
 func (c *carry) Unwrap() error { return c.err }
 
 func (p *proto) errf(hop int, kind error, format string, args ...any) *Error {
-	return &Error{Rank: p.rank, Op: "gpucsp.Sample", Hop: hop, Msg: fmt.Sprintf(format, args...), Err: kind}
+	return &Error{Rank: p.rank, Op: "csp.Sample", Hop: hop, Msg: fmt.Sprintf(format, args...), Err: kind}
 }
 
 func (p *proto) wrapErr(hop int, what string, err error) *Error {
@@ -65,7 +65,7 @@ func (p *proto) wrapErr(hop int, what string, err error) *Error {
 	if errors.As(err, &ge) {
 		return ge
 	}
-	return &Error{Rank: p.rank, Op: "gpucsp.Sample", Hop: hop, Msg: what, Err: err}
+	return &Error{Rank: p.rank, Op: "csp.Sample", Hop: hop, Msg: what, Err: err}
 }
 
 // count adds an exchange that started at t to the stats: send[p]

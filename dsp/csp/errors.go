@@ -1,4 +1,4 @@
-package gpucsp
+package csp
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ var (
 // Error says which rank, operation and hop failed.
 type Error struct {
 	Rank int    // the reporting rank (-1 before one is known)
-	Op   string // "gpucsp.New", "gpucsp.Sample"
+	Op   string // "csp.New", "csp.Sample"
 	Hop  int    // -1 when not in a hop
 	Msg  string
 	Err  error // ErrInput, ErrPeer, ErrProtocol, ErrTooLarge, a comm or a device error
@@ -33,9 +33,9 @@ func (e *Error) Error() string {
 		where = fmt.Sprintf("%s hop %d", e.Op, e.Hop)
 	}
 	if e.Msg == "" {
-		return fmt.Sprintf("gpucsp: rank %d: %s: %v", e.Rank, where, e.Err)
+		return fmt.Sprintf("csp: rank %d: %s: %v", e.Rank, where, e.Err)
 	}
-	return fmt.Sprintf("gpucsp: rank %d: %s: %s: %v", e.Rank, where, e.Msg, e.Err)
+	return fmt.Sprintf("csp: rank %d: %s: %s: %v", e.Rank, where, e.Msg, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
