@@ -26,7 +26,7 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, gpucache, dsp/csp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
+#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
 #                 SAGE), the DSP engine on 4 GPUs vs the single-GPU trainer on products
@@ -151,7 +151,7 @@ test_pkgs=(
   "feature . 120"
   "train/gputrain . 300"
   "fullgraph GPU 120 STRATA_CUDA_POISON=1"
-  "dsp/gpucache . 120"
+  "dsp/cache . 120"
   "dsp/csp . 300"
   "dsp/engine GPU 300"
   "internal/cudacomm . 60"

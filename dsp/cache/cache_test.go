@@ -1,22 +1,14 @@
 package cache
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/inproc"
-	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
-	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 func randomGraph(t testing.TB, seed uint64, n int64, avg int) *graph.CSR {
@@ -55,119 +47,9 @@ func evenBook(t testing.TB, n int64, k int) *book.Book {
 	return b
 }
 
-func group(t testing.TB, k int, fn func(rank int, c comm.Comm) error) []error {
-	t.Helper()
-	cs, err := inproc.New(k, comm.Options{Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, k)
-	var wg sync.WaitGroup
-	for r := range k {
-		wg.Go(func() { errs[r] = fn(r, cs[r]) })
-	}
-	wg.Wait()
-	for _, c := range cs {
-		c.Close()
-	}
-	return errs
-}
-
 // TestLoaderReturnsTableRows: whatever the number of devices, policy,
 // group size, budget and hotness, every device gets exactly the table's
 // rows, and the hit counts add up.
-func TestLoaderReturnsTableRows(t *testing.T) {
-	const n, cols = 300, 5
-	g := randomGraph(t, 1, n, 4)
-	x := table(n, cols)
-	orders := map[string]func(*graph.CSR) ([]graph.NodeID, error){"in-degree": InDegree, "pagerank": PageRank, "reverse-pagerank": ReversePageRank}
-	for k := 1; k <= 4; k++ {
-		b := evenBook(t, n, k)
-		type pc struct {
-			pol   Policy
-			group int
-		}
-		pcs := []pc{{Partition, 0}, {Replicate, 1}, {Replicate, k}}
-		if k == 4 {
-			pcs = append(pcs, pc{Replicate, 2})
-		}
-		for _, p := range pcs {
-			for _, budget := range []int64{0, 7 * cols * 4, n * cols * 4} {
-				for name, ord := range orders {
-					t.Run(fmt.Sprintf("k=%d/%s-%d/budget=%d/%s", k, p.pol, p.group, budget, name), func(t *testing.T) {
-						hot, err := ord(g)
-						if err != nil {
-							t.Fatal(err)
-						}
-						plan, err := NewPlan(b, hot, cols, PlanConfig{BudgetBytes: budget, Policy: p.pol, GroupSize: p.group})
-						if err != nil {
-							t.Fatal(err)
-						}
-						ms := make([]metrics.Counters, k)
-						errs := group(t, k, func(r int, c comm.Comm) error {
-							be, err := cpu.New(cpu.Options{})
-							if err != nil {
-								return err
-							}
-							l, err := NewLoader(c, be, plan, x, n, cols, &ms[r])
-							if err != nil {
-								return err
-							}
-							defer l.Close()
-							for round := range 3 {
-								s := rng.NewStream(uint64(100*r + round))
-								var nodes []graph.NodeID
-								if !(r == 1 && round == 1) { // one empty request
-									for range 40 {
-										nodes = append(nodes, graph.NodeID(s.Below(n)))
-									}
-								}
-								got, err := l.Load(context.Background(), nodes)
-								if err != nil {
-									return err
-								}
-								if len(got) != len(nodes)*cols {
-									return fmt.Errorf("%d values for %d nodes", len(got), len(nodes))
-								}
-								for i, v := range nodes {
-									if !slices.Equal(got[i*cols:(i+1)*cols], x[int(v)*cols:(int(v)+1)*cols]) {
-										return fmt.Errorf("round %d: row of node %d differs", round, v)
-									}
-								}
-							}
-							return nil
-						})
-						for r, err := range errs {
-							if err != nil {
-								t.Fatalf("rank %d: %v", r, err)
-							}
-						}
-						for r := range k {
-							s := ms[r].Snapshot(r)
-							if s.Cache.Requests == 0 || s.Cache.Misses < 0 {
-								t.Fatalf("rank %d: cache counts %+v", r, s.Cache)
-							}
-							switch budget {
-							case 0:
-								if s.Cache.HitRate != 0 {
-									t.Fatalf("rank %d: budget 0 but hit rate %v", r, s.Cache.HitRate)
-								}
-							case n * cols * 4:
-								if s.Cache.HitRate != 1 {
-									t.Fatalf("rank %d: everything fits but hit rate %v", r, s.Cache.HitRate)
-								}
-							}
-							if k == 1 && s.Cache.PeerHits != 0 {
-								t.Fatalf("one device but %d peer hits", s.Cache.PeerHits)
-							}
-						}
-					})
-				}
-			}
-		}
-	}
-}
-
 func TestPlanPartition(t *testing.T) {
 	const n, cols, k = 100, 2, 3
 	b := evenBook(t, n, k)
@@ -314,42 +196,5 @@ func TestPageRank(t *testing.T) {
 	}
 	if got := ByCounts([]int64{1, 5, 5, 0}); !slices.Equal(got, []graph.NodeID{1, 2, 0, 3}) {
 		t.Fatalf("ByCounts %v", got)
-	}
-}
-
-// TestLoaderBadNodes: a bad node on one device fails every device at
-// once.
-func TestLoaderBadNodes(t *testing.T) {
-	const n, cols, k = 50, 3, 3
-	b := evenBook(t, n, k)
-	hot := ByCounts(make([]int64, n))
-	plan, _ := NewPlan(b, hot, cols, PlanConfig{BudgetBytes: 10 * cols * 4})
-	x := table(n, cols)
-	start := time.Now()
-	errs := group(t, k, func(r int, c comm.Comm) error {
-		be, _ := cpu.New(cpu.Options{})
-		l, err := NewLoader(c, be, plan, x, n, cols, nil)
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		nodes := []graph.NodeID{1, 2}
-		if r == 2 {
-			nodes = []graph.NodeID{1, n}
-		}
-		_, err = l.Load(context.Background(), nodes)
-		return err
-	})
-	if time.Since(start) > 5*time.Second {
-		t.Fatalf("took %v", time.Since(start))
-	}
-	for r, err := range errs {
-		want := ErrPeer
-		if r == 2 {
-			want = ErrInput
-		}
-		if !errors.Is(err, want) {
-			t.Fatalf("rank %d: %v, want %v", r, err, want)
-		}
 	}
 }

@@ -1,4 +1,5 @@
-// Package cache is DSP's partitioned feature cache and loader.
+// Package cache is DSP's partitioned feature cache and its loader, on
+// GPUs and CPU back ends with the same code.
 //
 // Every device has a byte budget of device memory for feature rows. The
 // cache Plan decides which rows each device holds:
@@ -12,19 +13,49 @@
 //     hottest rows, split round-robin among its members. g = 1 gives every
 //     device its own full copy; g = K is a partitioned cache ranked
 //     globally.
+//   - Auto: replicate over the fewest devices whose budgets hold every
+//     row, else partition.
 //
 // Hotness is an order of nodes, hottest first: InDegree (the default, as
 // DSP, GLT and Quiver), PageRank, ReversePageRank, or ByCounts from a
 // pre-sampling pass (how often each node was an input node).
 //
 // Rows that are not cached anywhere are cold: they stay in host memory
-// (pinned and read through UVA on GPUs; one shared table on the CPU).
+// (pinned and read through UVA on GPUs; the shared table on the CPU).
 //
-// The Loader serves a batch's input nodes: it dedupes them, looks up each
-// node's location in the plan (a table every device holds, 8 bytes per
-// node), then fetches hot rows from peers by all-to-all (the owner of a row
-// gathers it from its device buffer with Backend.GatherRows) while another
-// goroutine copies cold rows from host memory, and finally scatters the
-// rows into the batch's order. Whatever the budget and policy, the rows
-// returned equal the feature table's.
+// Each device keeps a Store: the rows the plan gives it in device memory,
+// every other row readable from host memory (CUDAStore: package
+// feature's store on a GPU; HostStore: the host table on a CPU back end).
+// A Loader serves one batch's input nodes (LoadDevice: IDs in a device
+// buffer, as the sampler left them; Load: host IDs, uploaded first):
+//
+//  1. the IDs are grouped on the device by the device that serves each
+//     row (a byte-per-node holder table in device memory, a counting sort
+//     in two kernels: own rows, cached and cold, first, then each peer's
+//     in rank order); the device writes the counts, read back once;
+//  2. the own rows are gathered into a staging buffer, and a header
+//     all-to-all on a host communicator carries each device's status and
+//     request counts (a device with bad input makes every device fail at
+//     once);
+//  3. the IDs go out by one all-to-all-v on the device communicator
+//     (NCCL between GPUs, staged over host communicators on the CPU),
+//     each holder gathers the asked rows from its cache (by its slot
+//     table), and the rows come back by a second all-to-all-v, into the
+//     staging buffer after the own rows;
+//  4. one kernel scatters the staging rows to their batch positions.
+//
+// With one device, or a plan in which no device serves another (nothing
+// cached, or replication on every device), a load is a single local
+// gather (plus the counting kernel for the cache metrics and the check of
+// the IDs). Whatever the budget and policy, the rows returned equal the
+// feature table's.
+//
+// The steps run through a small machine interface (machine_cpu.go): the
+// kernels of route.cu on a GPU (machine_cuda.go), their host mirror on
+// any other back end, which is what the CPU tests and CPU virtual devices
+// run; the GPU tests check the kernels against it.
+//
+// Metrics: local hits, peer hits and misses (cold rows); feature bytes per
+// link: local (own cache), peer (IDs and rows sent to peers, headers) and
+// host (cold rows).
 package cache

@@ -2,31 +2,126 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/strata-gnn/strata/graph"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/internal/exchange"
 	"github.com/strata-gnn/strata/dsp/metrics"
-	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
-// Loader fetches feature rows for one device. Load is a collective when
-// any device caches rows (all devices call it together, once per batch);
-// a Loader is not safe for concurrent use.
-type Loader struct {
-	x    exchange.Exchanger
-	b    backend.Backend
-	plan *Plan
-	rank int
-	host []float32 // the whole table, rows x cols: the cold tier
-	rows int
-	cols int
-	hot  backend.Buffer // this device's cached rows, plan.Rows(rank) order
-	nHot int
-	m    *metrics.Counters
-	pos  []int32 // dedup scratch: node -> position in the unique list, -1
+// ErrPeer is wrapped when another device reported bad input.
+var ErrPeer = errors.New("cache: a peer device failed")
+
+// Store gathers feature rows on one device: the rows the device caches
+// from device memory, any other row from the host tier.
+type Store interface {
+	// Gather writes the rows of nodes (int32 device buffer) into dst
+	// (float32, nodes.Len() x Cols), queued on the device.
+	Gather(dst, nodes backend.Buffer) error
+	// HotRows is the number of rows cached in device memory; DeviceBytes
+	// the device memory the store holds.
+	HotRows() int
+	DeviceBytes() int64
+	Close() error
 }
+
+// LoaderConfig configures a Loader.
+type LoaderConfig struct {
+	Plan       *Plan
+	Rank       int
+	Rows, Cols int // the feature table's shape
+	Backend    backend.Backend
+	Store      Store
+	// Dev carries the ID and row all-to-alls, Host the headers. Both are
+	// needed when the plan makes devices serve each other (Exchanges);
+	// they must be this device's handles of one group each.
+	Dev  comm.DeviceComm
+	Host comm.Comm
+	// Metrics receives the feature bytes and cache counts (nil: none).
+	Metrics *metrics.Counters
+}
+
+// Exchanges reports whether devices serve each other rows under plan:
+// more than one device shares a copy and something is cached. It is the
+// same on every device.
+func Exchanges(plan *Plan) bool {
+	return plan != nil && plan.GroupSize() > 1 && plan.CachedNodes() > 0
+}
+
+// Loader loads batches' feature rows on one device. Load is a collective
+// when Exchanges(plan): every device calls it once per batch, in the same
+// order. Not safe for concurrent use.
+type Loader struct {
+	cfg      LoaderConfig
+	mach     machine
+	exchange bool
+	x        exchange.Exchanger
+}
+
+// NewLoader checks cfg and returns a loader. On a CUDA back end the
+// routing runs on the GPU (the holder table goes to device memory); on
+// any other back end its host mirror runs.
+func NewLoader(cfg LoaderConfig) (*Loader, error) {
+	switch {
+	case cfg.Plan == nil || cfg.Backend == nil || cfg.Store == nil:
+		return nil, fmt.Errorf("%w: nil plan, back end or store", ErrInput)
+	case cfg.Cols != cfg.Plan.Cols() || cfg.Rows < 0:
+		return nil, fmt.Errorf("%w: table %d x %d for a plan of width %d", ErrInput, cfg.Rows, cfg.Cols, cfg.Plan.Cols())
+	}
+	holder, err := holderTable(cfg.Plan, cfg.Rank, cfg.Rows)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{cfg: cfg, exchange: Exchanges(cfg.Plan)}
+	k := cfg.Plan.Devices()
+	if l.exchange {
+		if cfg.Dev == nil || cfg.Host == nil || cfg.Dev.Size() != k || cfg.Host.Size() != k || cfg.Dev.Rank() != cfg.Rank || cfg.Host.Rank() != cfg.Rank {
+			return nil, fmt.Errorf("%w: the exchange needs device and host communicators of %d ranks with this rank %d", ErrInput, k, cfg.Rank)
+		}
+		l.x = exchange.Exchanger{C: cfg.Host, M: cfg.Metrics, Purpose: metrics.Feature}
+	}
+	if dev, ok := cfg.Backend.(*cuda.Device); ok {
+		if l.mach, err = newCUDAMachine(dev, holder, k, cfg.Rank, cfg.Rows); err != nil {
+			return nil, err
+		}
+	} else {
+		l.mach = &hostMachine{b: cfg.Backend, holder: holder, k: k, rank: cfg.Rank, rows: cfg.Rows}
+	}
+	return l, nil
+}
+
+// maxHolderDevices bounds the devices of a plan (the holder table
+// stores a device per node in a byte).
+const maxHolderDevices = 127
+
+// holderTable is a byte per node of rows: the device that serves the
+// node's row to rank (a peer, rank itself for its cached rows), or -1
+// for a cold row, read from host memory. A byte per node keeps the
+// lookups of a batch's random IDs in cache.
+func holderTable(plan *Plan, rank, rows int) ([]int8, error) {
+	switch {
+	case rank < 0 || rank >= plan.Devices() || rows < 0:
+		return nil, fmt.Errorf("%w: rank %d of %d devices, %d rows", ErrInput, rank, plan.Devices(), rows)
+	case int64(rows) != plan.TableBytes()/8:
+		return nil, fmt.Errorf("%w: %d rows for a plan over %d nodes", ErrInput, rows, plan.TableBytes()/8)
+	case plan.Devices() > maxHolderDevices:
+		return nil, fmt.Errorf("%w: %d devices, at most %d", ErrInput, plan.Devices(), maxHolderDevices)
+	}
+	h := make([]int8, rows)
+	for v := range h {
+		d, _ := plan.Holder(rank, graph.NodeID(v))
+		h[v] = int8(max(d, -1))
+	}
+	return h, nil
+}
+
+// Exchanges reports whether loads exchange rows with peers.
+func (l *Loader) Exchanges() bool { return l.exchange }
 
 // Error reports a failed load.
 type Error struct {
@@ -40,244 +135,284 @@ func (e *Error) Error() string {
 }
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrPeer is wrapped when another device reported invalid input.
-var ErrPeer = fmt.Errorf("cache: a peer device failed")
-
-// NewLoader uploads device c.Rank()'s cached rows (plan.Rows) from host,
-// the rows x cols feature table, into b's memory. host is shared, not
-// copied, and must not change while the loader is in use.
-func NewLoader(c comm.Comm, b backend.Backend, plan *Plan, host []float32, rows, cols int, m *metrics.Counters) (*Loader, error) {
-	if c == nil || b == nil || plan == nil {
-		return nil, inputErr("nil communicator, back end or plan")
-	}
-	if c.Size() != plan.Devices() {
-		return nil, inputErr("communicator of %d ranks, plan for %d devices", c.Size(), plan.Devices())
-	}
-	if cols != plan.Cols() || rows < 0 || int64(len(host)) != int64(rows)*int64(cols) || rows != len(plan.member) {
-		return nil, inputErr("table of %d values is not %d x %d for a plan of %d nodes x %d", len(host), rows, cols, len(plan.member), plan.Cols())
-	}
-	l := &Loader{x: exchange.Exchanger{C: c, M: m, Purpose: metrics.Feature}, b: b, plan: plan, rank: c.Rank(),
-		host: host, rows: rows, cols: cols, m: m, pos: make([]int32, rows)}
-	for i := range l.pos {
-		l.pos[i] = -1
-	}
-	mine := plan.Rows(l.rank)
-	if l.nHot = len(mine); l.nHot > 0 {
-		data := make([]float32, 0, l.nHot*cols)
-		for _, v := range mine {
-			data = append(data, host[int(v)*cols:(int(v)+1)*cols]...)
-		}
-		buf, err := b.Alloc(backend.Float32, len(data))
-		if err != nil {
-			return nil, fmt.Errorf("cache: rank %d: device cache of %d rows: %w", l.rank, l.nHot, err)
-		}
-		if err := b.Upload(buf, data); err != nil {
-			b.Free(buf)
-			return nil, fmt.Errorf("cache: rank %d: device cache: %w", l.rank, err)
-		}
-		l.hot = buf
-	}
-	return l, nil
+func (l *Loader) fail(msg string, err error) error {
+	return &Error{Rank: l.cfg.Rank, Msg: msg, Err: err}
 }
 
-// CachedRows is the number of rows this device holds.
-func (l *Loader) CachedRows() int { return l.nHot }
-
-// DeviceBytes is the device memory the cached rows take.
-func (l *Loader) DeviceBytes() int64 { return 4 * int64(l.nHot) * int64(l.cols) }
-
-// Close frees the device cache.
-func (l *Loader) Close() {
-	if l.hot != nil {
-		l.b.Free(l.hot)
-		l.hot = nil
-	}
-}
-
-// collective reports whether loads exchange data (some device caches rows).
-func (l *Loader) collective() bool { return l.plan.k > 1 && l.plan.CachedNodes() > 0 }
-
-// Load returns the feature rows of nodes (len(nodes) x cols, row-major,
-// in nodes' order; repeats allowed), together with the other devices.
-func (l *Loader) Load(ctx context.Context, nodes []graph.NodeID) ([]float32, error) {
-	bad := ""
-	for i, v := range nodes {
-		if v < 0 || int(v) >= l.rows {
-			bad = fmt.Sprintf("nodes[%d] = %d not in [0, %d)", i, v, l.rows)
-			break
-		}
-	}
-	// Dedupe: uniq lists each node once, inv maps positions to it.
-	var uniq []graph.NodeID
-	var inv []int32
-	if bad == "" {
-		inv = make([]int32, len(nodes))
-		for i, v := range nodes {
-			p := l.pos[v]
-			if p < 0 {
-				p = int32(len(uniq))
-				l.pos[v] = p
-				uniq = append(uniq, v)
-			}
-			inv[i] = p
-		}
-		for _, v := range uniq {
-			l.pos[v] = -1
-		}
-	}
-	// Where every unique node is: this device, a peer, or host memory.
-	k := l.plan.k
-	reqCounts := make([]int, k)
-	var cold, local []int32 // positions in uniq
-	var localSlots []int32
-	holders := make([]int32, len(uniq))
-	slots := make([]int32, len(uniq))
-	for i, v := range uniq {
-		dev, slot := l.plan.Holder(l.rank, v)
-		holders[i], slots[i] = int32(dev), slot
-		switch {
-		case dev < 0:
-			cold = append(cold, int32(i))
-		case dev == l.rank:
-			local = append(local, int32(i))
-			localSlots = append(localSlots, slot)
-		default:
-			reqCounts[dev]++
-		}
-	}
-	out := make([]float32, len(uniq)*l.cols)
-	// Cold rows from host memory, in parallel with the hot exchange.
-	coldDone := make(chan struct{})
-	go func() {
-		defer close(coldDone)
-		for _, i := range cold {
-			v := int(uniq[i])
-			copy(out[int(i)*l.cols:(int(i)+1)*l.cols], l.host[v*l.cols:(v+1)*l.cols])
-		}
-	}()
-	err := l.loadHot(ctx, bad, uniq, holders, slots, reqCounts, local, localSlots, out)
-	<-coldDone
+// Load returns a new float32 device buffer with the rows of the nodes
+// ids (host IDs), len(ids) x Cols, in ids' order. The caller frees it.
+// It uploads the IDs and runs LoadDevice.
+func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) {
+	nb, err := devbuf.Upload(l.cfg.Backend, ids)
 	if err != nil {
-		return nil, err
+		if l.exchange {
+			// Still take part in the collective, failing every device.
+			return l.loadExchange(ctx, nil, 0, l.fail("uploading the IDs", err))
+		}
+		return nil, l.fail("uploading the IDs", err)
 	}
-	if bad != "" {
-		return nil, &Error{Rank: l.rank, Msg: bad, Err: ErrInput}
-	}
-	l.m.AddBytes(metrics.Feature, metrics.Host, int64(len(cold)*l.cols*4))
-	l.m.AddCache(int64(len(uniq)), int64(len(local)), int64(len(uniq)-len(local)-len(cold)))
-	res := make([]float32, len(nodes)*l.cols)
-	for i, p := range inv {
-		copy(res[i*l.cols:(i+1)*l.cols], out[int(p)*l.cols:(int(p)+1)*l.cols])
-	}
-	return res, nil
+	defer l.cfg.Backend.Free(nb)
+	return l.LoadDevice(ctx, nb)
 }
 
-// loadHot fetches this device's own cached rows and, by all-to-all, the
-// rows peers cache. With bad != "" it only takes part in the first
-// exchange, reporting the failure.
-func (l *Loader) loadHot(ctx context.Context, bad string, uniq []graph.NodeID, holders, slots []int32, reqCounts []int, local, localSlots []int32, out []float32) error {
-	if len(local) > 0 {
-		rows, err := l.gather(localSlots)
-		if err != nil {
-			return err
-		}
-		for j, i := range local {
-			copy(out[int(i)*l.cols:(int(i)+1)*l.cols], rows[j*l.cols:(j+1)*l.cols])
-		}
-		l.m.AddBytes(metrics.Feature, metrics.Local, int64(len(rows)*4))
+// LoadDevice is Load for IDs already in an int32 buffer of the loader's
+// back end (on a GPU: a buffer of the loader's handle). The IDs are
+// checked on the device: an ID outside [0, Rows) fails the load (and,
+// when loads exchange rows, every device's load).
+func (l *Loader) LoadDevice(ctx context.Context, ids backend.Buffer) (backend.Buffer, error) {
+	var bad error
+	n := 0
+	if ids == nil || ids.DType() != backend.Int32 {
+		bad = l.fail("input nodes", fmt.Errorf("%w: the IDs must be an int32 buffer", ErrInput))
+	} else {
+		n = ids.Len()
 	}
-	if !l.collective() {
-		return nil
+	if l.exchange {
+		return l.loadExchange(ctx, ids, n, bad)
 	}
-	k := l.plan.k
-	status := int64(0)
-	if bad != "" {
-		status = 1
+	if bad != nil {
+		return nil, bad
 	}
-	hdr := make([]int64, 2*k)
+	return l.loadLocal(ids, n)
+}
+
+// checkCounts turns the route's counts into an error for bad IDs.
+func (l *Loader) checkCounts(cnt []int64, n int) error {
+	k := l.cfg.Plan.Devices()
+	var sum int64
 	for p := range k {
-		hdr[2*p], hdr[2*p+1] = status, int64(reqCounts[p])
-	}
-	recvHdr, err := l.x.Fixed(ctx, hdr, 2)
-	if err != nil {
-		return &Error{Rank: l.rank, Msg: "request sizes", Err: err}
-	}
-	if bad != "" {
-		return nil
-	}
-	serveCounts := make([]int, k)
-	var failed []int
-	for p := range k {
-		if recvHdr[2*p] != 0 {
-			failed = append(failed, p)
+		if cnt[p] < 0 {
+			return fmt.Errorf("%w: negative count %d", ErrInput, cnt[p])
 		}
-		c := recvHdr[2*p+1]
-		if c < 0 || c > int64(l.nHot) {
-			return &Error{Rank: l.rank, Msg: fmt.Sprintf("rank %d requests %d rows", p, c), Err: ErrInput}
-		}
-		serveCounts[p] = int(c)
+		sum += cnt[p]
 	}
-	if failed != nil {
-		return &Error{Rank: l.rank, Msg: fmt.Sprintf("ranks %v reported invalid input", failed), Err: ErrPeer}
-	}
-	// Requests: the slots wanted from each holder.
-	off := exchange.Offsets(reqCounts)
-	next := append([]int(nil), off[:k]...)
-	req := make([]int32, off[k])
-	where := make([]int32, off[k]) // position in uniq of each request
-	for i, h := range holders {
-		if h >= 0 && int(h) != l.rank {
-			req[next[h]], where[next[h]] = slots[i], int32(i)
-			next[h]++
-		}
-	}
-	asked, err := l.x.I32(ctx, req, reqCounts, serveCounts)
-	if err != nil {
-		return &Error{Rank: l.rank, Msg: "requests", Err: err}
-	}
-	for _, s := range asked {
-		if s < 0 || int(s) >= l.nHot {
-			return &Error{Rank: l.rank, Msg: fmt.Sprintf("a peer asked for cache slot %d of %d", s, l.nHot), Err: ErrInput}
-		}
-	}
-	var served []float32
-	if len(asked) > 0 {
-		if served, err = l.gather(asked); err != nil {
-			return err
-		}
-	}
-	got, err := l.x.F32(ctx, served, exchange.Scale(serveCounts, l.cols), exchange.Scale(reqCounts, l.cols))
-	if err != nil {
-		return &Error{Rank: l.rank, Msg: "rows", Err: err}
-	}
-	for j, i := range where {
-		copy(out[int(i)*l.cols:(int(i)+1)*l.cols], got[j*l.cols:(j+1)*l.cols])
+	if b := cnt[binBad(k)]; b != 0 || sum != int64(n) {
+		return fmt.Errorf("%w: %d of %d input nodes not in [0, %d)", ErrInput, b, n, l.cfg.Rows)
 	}
 	return nil
 }
 
-// gather reads cached rows (by slot) from device memory into host memory.
-func (l *Loader) gather(slots []int32) ([]float32, error) {
-	b := l.b
-	idx, err := b.Alloc(backend.Int32, len(slots))
+// loadLocal gathers every row on this device: the counts and the gather
+// are queued, then one wait.
+func (l *Loader) loadLocal(ids backend.Buffer, n int) (backend.Buffer, error) {
+	b := l.cfg.Backend
+	if err := l.mach.route(ids, n, nil, nil); err != nil {
+		return nil, l.fail("routing", err)
+	}
+	x, err := b.Alloc(backend.Float32, n*l.cfg.Cols)
 	if err != nil {
-		return nil, &Error{Rank: l.rank, Msg: "gather index", Err: err}
+		return nil, l.fail("feature rows", err)
 	}
-	defer b.Free(idx)
-	if err := b.Upload(idx, slots); err != nil {
-		return nil, &Error{Rank: l.rank, Msg: "gather index", Err: err}
+	cnt, err := l.mach.counts()
+	if err == nil {
+		err = l.checkCounts(cnt, n)
 	}
-	dst, err := b.Alloc(backend.Float32, len(slots)*l.cols)
 	if err != nil {
-		return nil, &Error{Rank: l.rank, Msg: "gather rows", Err: err}
+		b.Free(x)
+		return nil, l.fail("routing", err)
 	}
-	defer b.Free(dst)
-	if err := b.GatherRows(dst, l.hot, idx, l.nHot, l.cols); err != nil {
-		return nil, &Error{Rank: l.rank, Msg: "gather rows", Err: err}
+	if err := l.cfg.Store.Gather(x, ids); err != nil {
+		b.Free(x)
+		return nil, l.fail("gathering rows", err)
 	}
-	rows := make([]float32, len(slots)*l.cols)
-	if err := b.Download(rows, dst); err != nil {
-		return nil, &Error{Rank: l.rank, Msg: "gather rows", Err: err}
-	}
-	return rows, nil
+	k := l.cfg.Plan.Devices()
+	l.count(int(cnt[l.cfg.Rank]-cnt[binCold(k)]), int(cnt[binCold(k)]), n)
+	return x, nil
 }
+
+func (l *Loader) count(hits, cold, n int) {
+	m := l.cfg.Metrics
+	if m == nil {
+		return
+	}
+	row := int64(l.cfg.Cols) * 4
+	m.AddCache(int64(n), int64(hits), int64(n-hits-cold))
+	m.AddBytes(metrics.Feature, metrics.Local, int64(hits)*row)
+	m.AddBytes(metrics.Feature, metrics.Host, int64(cold)*row)
+}
+
+// loadExchange runs the collective part of a load:
+//
+//  1. the IDs are grouped by serving device on the device (own rows
+//     first, then each peer's), and the counts read back (one wait);
+//  2. the own rows (cached and cold) are gathered into the staging
+//     buffer, and a header all-to-all on the host communicator carries
+//     the status and request counts;
+//  3. the IDs go to the holders (all-to-all-v), the holders gather the
+//     rows by their slot tables, the rows come back (all-to-all-v) into
+//     the staging buffer after the own rows;
+//  4. one kernel scatters the staging rows to their batch positions.
+//
+// With bad != nil (bad input here) it only takes part in the header
+// exchange, which tells the peers to fail too.
+func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, bad error) (backend.Buffer, error) {
+	k, rank, cols := l.cfg.Plan.Devices(), l.cfg.Rank, l.cfg.Cols
+	b := l.cfg.Backend
+	var bufs []backend.Buffer
+	defer func() {
+		for _, x := range bufs {
+			b.Free(x)
+		}
+	}()
+	alloc := func(dt backend.DType, n int) (backend.Buffer, error) {
+		x, err := b.Alloc(dt, n)
+		if err == nil {
+			bufs = append(bufs, x)
+		}
+		return x, err
+	}
+	var verr error
+	view := func(x backend.Buffer, off, n int) backend.Buffer {
+		v, err := devbuf.View(x, off, n)
+		if err != nil && verr == nil {
+			verr = err
+		}
+		return v
+	}
+	var grouped, pos, stage backend.Buffer
+	var cnt []int64
+	a := 0
+	if bad == nil {
+		var e1, e2, e3 error
+		grouped, e1 = alloc(backend.Int32, n)
+		pos, e2 = alloc(backend.Int32, n)
+		stage, e3 = alloc(backend.Float32, n*cols)
+		if err := errors.Join(e1, e2, e3); err != nil {
+			bad = l.fail("staging buffers", err)
+		}
+	}
+	if bad == nil {
+		err := l.mach.route(ids, n, grouped, pos)
+		if err == nil {
+			cnt, err = l.mach.counts()
+		}
+		if err == nil {
+			err = l.checkCounts(cnt, n)
+		}
+		if err != nil {
+			bad = l.fail("routing", err)
+		}
+	}
+	if bad == nil {
+		// The own rows, queued before the header exchange.
+		a = int(cnt[rank])
+		if err := l.cfg.Store.Gather(view(stage, 0, a*cols), view(grouped, 0, a)); err != nil || verr != nil {
+			bad = l.fail("gathering local rows", errors.Join(err, verr))
+		}
+	}
+	hdr := make([]int64, 2*k)
+	sendCounts := make([]int, k)
+	for p := range k {
+		if bad != nil {
+			hdr[2*p] = 1
+		} else if p != rank {
+			hdr[2*p+1] = cnt[p]
+			sendCounts[p] = int(cnt[p])
+		}
+	}
+	got, err := l.x.Fixed(ctx, hdr, 2)
+	if err != nil {
+		return nil, l.fail("request counts", err)
+	}
+	if bad != nil {
+		return nil, bad
+	}
+	recv := make([]int, k)
+	var failed []int
+	nRecv := 0
+	for p := range k {
+		if got[2*p] != 0 {
+			failed = append(failed, p)
+		}
+		c := got[2*p+1]
+		if c < 0 || c > int64(l.cfg.Rows) || (p == rank && c != 0) {
+			return nil, l.fail(fmt.Sprintf("rank %d asks for %d rows", p, c), ErrInput)
+		}
+		recv[p] = int(c)
+		nRecv += int(c)
+	}
+	if failed != nil {
+		return nil, l.fail(fmt.Sprintf("ranks %v reported bad input", failed), ErrPeer)
+	}
+	s := n - a
+	asked, aerr := alloc(backend.Int32, nRecv)
+	served, serr := alloc(backend.Float32, nRecv*cols)
+	if err := errors.Join(aerr, serr); err != nil {
+		return nil, l.fail("staging buffers", err)
+	}
+	send, stagePeer := view(grouped, a, s), view(stage, a*cols, s*cols)
+	if verr != nil {
+		return nil, l.fail("staging buffers", verr)
+	}
+	if err := l.cfg.Dev.AllToAllV(ctx, asked, recv, send, sendCounts); err != nil {
+		return nil, l.fail("sending the requests", err)
+	}
+	if err := l.cfg.Store.Gather(served, asked); err != nil {
+		return nil, l.fail("gathering the asked rows", err)
+	}
+	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, exchange.Scale(sendCounts, cols), served, exchange.Scale(recv, cols)); err != nil {
+		return nil, l.fail("sending the rows", err)
+	}
+	x, err := b.Alloc(backend.Float32, n*cols)
+	if err != nil {
+		return nil, l.fail("feature rows", err)
+	}
+	if err := l.mach.scatter(x, stage, pos, n, cols); err != nil {
+		b.Free(x)
+		return nil, l.fail("ordering rows", err)
+	}
+	cold := int(cnt[binCold(k)])
+	l.count(a-cold, cold, n)
+	if m := l.cfg.Metrics; m != nil {
+		m.AddBytes(metrics.Feature, metrics.Peer, 4*int64(s)+4*int64(cols)*int64(nRecv))
+	}
+	return x, nil
+}
+
+// Close releases the routing tables and closes the store.
+func (l *Loader) Close() error {
+	var err error
+	if l.mach != nil {
+		err = l.mach.close()
+		l.mach = nil
+	}
+	return errors.Join(err, l.cfg.Store.Close())
+}
+
+// HostStore is a Store for back ends whose buffers the host can read (the
+// CPU back end, and any back end through Download/Upload): rows come from
+// the host table. Its cache is notional (HotRows counts the plan's rows
+// for this device); it serves tests and CPU runs.
+type HostStore struct {
+	B          backend.Backend
+	Table      []float32 // rows x Cols, shared, not copied
+	Rows, Cols int
+	Hot        int
+}
+
+// Gather copies the rows of nodes from the table.
+func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
+	n := nodes.Len()
+	if dst.Len() != n*s.Cols {
+		return fmt.Errorf("%w: gather of %d rows x %d into %d values", ErrInput, n, s.Cols, dst.Len())
+	}
+	if n == 0 {
+		return nil
+	}
+	ids := make([]int32, n)
+	if err := s.B.Download(ids, nodes); err != nil {
+		return err
+	}
+	out := make([]float32, n*s.Cols)
+	for i, v := range ids {
+		if v < 0 || int(v) >= s.Rows {
+			return fmt.Errorf("%w: node %d not in [0, %d)", ErrInput, v, s.Rows)
+		}
+		copy(out[i*s.Cols:(i+1)*s.Cols], s.Table[int(v)*s.Cols:(int(v)+1)*s.Cols])
+	}
+	return s.B.Upload(dst, out)
+}
+
+func (s *HostStore) HotRows() int       { return s.Hot }
+func (s *HostStore) DeviceBytes() int64 { return 4 * int64(s.Hot) * int64(s.Cols) }
+func (s *HostStore) Close() error       { return nil }

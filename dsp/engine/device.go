@@ -9,7 +9,7 @@ import (
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/dsp/gpucache"
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
@@ -38,7 +38,7 @@ type device struct {
 	lfence *devbuf.Fence   // waits for the loader's stream (ldev != nil)
 	later  *deferred       // frees sampler and loader buffers after the trainer's copies of them
 	trk    *tracker
-	loader *gpucache.Loader
+	loader *cache.Loader
 	model  nn.Model
 	opt    optim.Optimizer
 	eval   *evaluator
@@ -138,7 +138,7 @@ func (d *device) setup() error {
 	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec); err != nil {
 		return d.errf("device kit", err)
 	}
-	if d.loader, err = gpucache.New(gpucache.Config{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
+	if d.loader, err = cache.NewLoader(cache.LoaderConfig{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
 		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
 		return d.errf("feature loader", err)
 	}

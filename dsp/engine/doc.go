@@ -21,7 +21,7 @@
 //     every device (gpusample on GPUs, this package's host samplers on
 //     CPU back ends); both give the single-device sampler's batches.
 //     With SamplerWorkers > 1 several samplers take turns;
-//   - loader: the partitioned feature cache (dsp/gpucache): the plan's
+//   - loader: the partitioned feature cache (dsp/cache): the plan's
 //     hot rows in device memory, cold rows read from host memory (pinned,
 //     through UVA on GPUs), rows cached by peers fetched by all-to-all-v
 //     of IDs and rows;

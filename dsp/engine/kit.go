@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/csp"
-	"github.com/strata-gnn/strata/dsp/gpucache"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
@@ -293,7 +293,7 @@ func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) { return nn.U
 // sampler worker) and feature store.
 type kit struct {
 	smps  []sampler
-	store gpucache.Store
+	store cache.Store
 }
 
 // close closes the samplers, the workers' before the first (they may
@@ -334,7 +334,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	workers := max(spec.workers, 1)
 	dev, ok := b.(*cuda.Device)
 	if !ok {
-		k := &kit{store: &gpucache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
+		k := &kit{store: &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
 		for w := range workers {
 			var s sampler
 			var err error
@@ -370,7 +370,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		}
 		k.smps = append(k.smps, s)
 	}
-	st, err := gpucache.NewCUDAStore(dev, x, rows, cols, hot)
+	st, err := cache.NewCUDAStore(dev, x, rows, cols, hot)
 	if err != nil {
 		k.close()
 		return nil, fmt.Errorf("feature store: %w", err)

@@ -215,7 +215,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		sampler = "collective layer-wise sampling over the device's patch (dsp/csp)"
 	}
 	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
-		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: exchangesOf(s.plan), PeakDeviceBytes: make([]int64, k)}
+		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: cache.Exchanges(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
 		s.run.StagePriority = s.sdevs[0][0].StreamPriority()
 	}
@@ -289,10 +289,6 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	return rep, nil
 }
 
-func exchangesOf(p *cache.Plan) bool {
-	return p.GroupSize() > 1 && p.CachedNodes() > 0
-}
-
 // openComms opens the control communicator (coordinator), a host
 // communicator per stage (headers, the replica check) and a device
 // communicator per stage that needs one: NCCL on GPUs (one group per
@@ -321,7 +317,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		return nil
 	}
 	need := []int{stTrainer}
-	if exchangesOf(s.plan) {
+	if cache.Exchanges(s.plan) {
 		need = append(need, stLoader)
 	}
 	if cfg.Sampler == SamplerCSP {

@@ -1,5 +1,5 @@
 // Package devbuf has the small buffer helpers the device-side DSP packages
-// (dsp/gpucache, dsp/gpurun) share: views into back-end buffers, uploads
+// (dsp/cache, dsp/engine) share: views into back-end buffers, uploads
 // of host slices and fences, for any back end with the capabilities of
 // package backend (the CUDA and the CPU back end).
 package devbuf

@@ -1,4 +1,4 @@
-package gpucache
+package cache
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -17,7 +16,7 @@ import (
 // TestKernelsCompile compiles the routing kernels with NVRTC when the
 // library is available (no GPU needed).
 func TestKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "gpucache.cu")
+	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "cache.cu")
 }
 
 // TestHostMachineGroups: the grouping puts the own bin (with cold rows)
@@ -30,16 +29,16 @@ func TestHostMachineGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []int{1, 3, 4} {
-		plan, err := cache.NewPlan(evenBook(t, n, k), hotOrder(n, 3), cols, cache.PlanConfig{BudgetBytes: 40 * 4 * cols, Policy: cache.Partition})
+		plan, err := NewPlan(evenBook(t, n, k), hotOrder(n, 3), cols, PlanConfig{BudgetBytes: 40 * 4 * cols, Policy: Partition})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for rank := range k {
-			r, err := NewRouter(plan, rank, n)
+			holder, err := holderTable(plan, rank, n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := &hostMachine{b: be, holder: r.holder, k: k, rank: rank, rows: n}
+			m := &hostMachine{b: be, holder: holder, k: k, rank: rank, rows: n}
 			nodes := randomNodes(n, 120+rank, uint64(7*k+rank))
 			ib, err := devbuf.Upload(be, nodes)
 			if err != nil {
@@ -55,10 +54,10 @@ func TestHostMachineGroups(t *testing.T) {
 				t.Fatal(err)
 			}
 			gv, pv := cpu.I32(g.(*cpu.Buffer)), cpu.I32(p.(*cpu.Buffer))
-			// Expected bins from the router.
+			// Expected bins from the holder table.
 			want := make([]int64, k+2)
 			binOf := func(v int32) int {
-				h := int(r.holder[v])
+				h := int(holder[v])
 				if h < 0 {
 					return rank
 				}
@@ -66,7 +65,7 @@ func TestHostMachineGroups(t *testing.T) {
 			}
 			for _, v := range nodes {
 				want[binOf(v)]++
-				if r.holder[v] < 0 {
+				if holder[v] < 0 {
 					want[k]++
 				}
 			}
@@ -121,11 +120,11 @@ func TestLoadDeviceInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := cache.NewPlan(evenBook(t, n, 1), hotOrder(n, 1), cols, cache.PlanConfig{BudgetBytes: 5 * 4 * cols})
+	plan, err := NewPlan(evenBook(t, n, 1), hotOrder(n, 1), cols, PlanConfig{BudgetBytes: 5 * 4 * cols})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Config{Plan: plan, Rank: 0, Rows: n, Cols: cols, Backend: be, Store: &HostStore{B: be, Table: table(n, cols), Rows: n, Cols: cols}})
+	l, err := NewLoader(LoaderConfig{Plan: plan, Rank: 0, Rows: n, Cols: cols, Backend: be, Store: &HostStore{B: be, Table: table(n, cols), Rows: n, Cols: cols}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package gpucache
+package cache
 
 import (
 	_ "embed"
@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/feature"
+	"github.com/strata-gnn/strata/graph"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -36,9 +38,9 @@ func newCUDAMachine(dev *cuda.Device, holder []int8, k, rank, rows int) (*cudaMa
 		return nil, fmt.Errorf("%w: %d devices, the routing kernels handle at most 158", ErrInput, k)
 	}
 	m := &cudaMachine{dev: dev, fns: map[string]cu.Function{}, k: k, rank: rank, rows: rows}
-	mod, err := dev.LoadModule("gpucache", cuda.CommonSource()+kernelSrc)
+	mod, err := dev.LoadModule("cache", cuda.CommonSource()+kernelSrc)
 	if err != nil {
-		return nil, fmt.Errorf("gpucache: routing kernels: %w", err)
+		return nil, fmt.Errorf("cache: routing kernels: %w", err)
 	}
 	for _, name := range kernels {
 		if m.fns[name], err = mod.Func(name); err != nil {
@@ -134,7 +136,7 @@ func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buff
 
 func (m *cudaMachine) counts() ([]int64, error) {
 	if !m.routed {
-		return nil, fmt.Errorf("gpucache: counts before a route")
+		return nil, fmt.Errorf("cache: counts before a route")
 	}
 	if err := m.fence.Record(); err != nil {
 		return nil, err
@@ -198,3 +200,44 @@ func (m *cudaMachine) close() error {
 	}
 	return err
 }
+
+// CUDAStore is a Store on a GPU (package feature): hot rows in device
+// memory, the whole table in mapped pinned host memory for the rest
+// (read through UVA).
+type CUDAStore struct {
+	s *feature.Store
+}
+
+// NewCUDAStore copies the rows x cols table x into pinned host memory and
+// the rows of hot (in order: hot[i] is cache row i) into dev's memory.
+func NewCUDAStore(dev *cuda.Device, x []float32, rows, cols int, hot []graph.NodeID) (*CUDAStore, error) {
+	var budget int64
+	if len(hot) > 0 {
+		// The slot table (4 bytes a node) plus exactly the hot rows.
+		budget = 4*int64(rows) + 4*int64(len(hot))*int64(cols)
+	}
+	s, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot})
+	if err != nil {
+		return nil, err
+	}
+	if s.HotRows() != len(hot) {
+		s.Close()
+		return nil, fmt.Errorf("cache: feature store holds %d hot rows, want %d", s.HotRows(), len(hot))
+	}
+	return &CUDAStore{s: s}, nil
+}
+
+// Gather queues the gather of nodes' rows into dst (both on the store's
+// device).
+func (c *CUDAStore) Gather(dst, nodes backend.Buffer) error {
+	d, ok := dst.(*cuda.Buffer)
+	n, ok2 := nodes.(*cuda.Buffer)
+	if !ok || !ok2 {
+		return fmt.Errorf("%w: gather needs CUDA buffers, got %T and %T", ErrInput, dst, nodes)
+	}
+	return c.s.Gather(d, n)
+}
+
+func (c *CUDAStore) HotRows() int       { return c.s.HotRows() }
+func (c *CUDAStore) DeviceBytes() int64 { return c.s.DeviceBytes() }
+func (c *CUDAStore) Close() error       { return c.s.Close() }

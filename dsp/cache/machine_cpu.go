@@ -1,4 +1,4 @@
-package gpucache
+package cache
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ func (h *hostMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buff
 
 func (h *hostMachine) counts() ([]int64, error) {
 	if h.last == nil {
-		return nil, fmt.Errorf("gpucache: counts before a route")
+		return nil, fmt.Errorf("cache: counts before a route")
 	}
 	return h.last, nil
 }

@@ -1,0 +1,219 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+)
+
+// hotOrder is a fixed pseudo-random ranking of n nodes.
+func hotOrder(n int, seed uint64) []graph.NodeID {
+	s := rng.NewStream(seed)
+	out := make([]graph.NodeID, n)
+	for i := range out {
+		out[i] = graph.NodeID(i)
+	}
+	for i := n - 1; i > 0; i-- {
+		j := int(s.Below(uint64(i + 1)))
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func randomNodes(n, count int, seed uint64) []graph.NodeID {
+	s := rng.NewStream(seed)
+	out := make([]graph.NodeID, count)
+	for i := range out {
+		out[i] = graph.NodeID(s.Below(uint64(n)))
+	}
+	return out
+}
+
+// devices runs fn on k CPU "devices" with device communicators (staged
+// over inproc) and host communicators.
+func devices(t *testing.T, k int, fn func(rank int, b backend.Backend, dc comm.DeviceComm, hc comm.Comm) error) []error {
+	t.Helper()
+	o := comm.Options{Timeout: 20 * time.Second}
+	hs, err := inproc.New(k, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := inproc.New(k, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for r := range k {
+		wg.Go(func() {
+			b, err := cpu.New(cpu.Options{})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			dc := staged.Open(ds[r], b, o)
+			defer dc.Close()
+			errs[r] = fn(r, b, dc, hs[r])
+		})
+	}
+	wg.Wait()
+	for _, c := range hs {
+		c.Close()
+	}
+	return errs
+}
+
+// TestLoaderRowsEqualTable: for every policy and budget on 1-4 devices,
+// the loaded rows equal the table's, and the cache counts add up.
+func TestLoaderRowsEqualTable(t *testing.T) {
+	const n, cols = 400, 5
+	x := table(n, cols)
+	for _, k := range []int{1, 2, 3, 4} {
+		b := evenBook(t, n, k)
+		for _, pc := range []PlanConfig{
+			{BudgetBytes: 0},
+			{BudgetBytes: 30 * 4 * cols, Policy: Partition},
+			{BudgetBytes: n * 4 * cols, Policy: Partition},
+			{BudgetBytes: 50 * 4 * cols, Policy: Replicate, GroupSize: 1},
+			{BudgetBytes: 50 * 4 * cols, Policy: Replicate, GroupSize: k},
+		} {
+			plan, err := NewPlan(b, hotOrder(n, 7), cols, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("k=%d %s/%d budget %d", k, pc.Policy, pc.GroupSize, pc.BudgetBytes)
+			ms := make([]metrics.Counters, k)
+			errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
+				l, err := NewLoader(LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
+					Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(rank))},
+					Dev:   dc, Host: hc, Metrics: &ms[rank]})
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				if l.Exchanges() != (k > 1 && pc.BudgetBytes > 0 && !(pc.Policy == Replicate && pc.GroupSize == 1)) {
+					return fmt.Errorf("Exchanges() = %v", l.Exchanges())
+				}
+				for batch := range 3 {
+					// Different sizes on different devices, unique or not.
+					nodes := randomNodes(n, 50+37*rank+11*batch, uint64(100*rank+batch))
+					if batch == 2 {
+						nodes = nil // an empty batch
+					}
+					out, err := l.Load(context.Background(), nodes)
+					if err != nil {
+						return err
+					}
+					got := make([]float32, out.Len())
+					if err := be.Download(got, out); err != nil {
+						return err
+					}
+					be.Free(out)
+					if len(got) != len(nodes)*cols {
+						return fmt.Errorf("batch %d: %d values for %d nodes", batch, len(got), len(nodes))
+					}
+					for i, v := range nodes {
+						for c := range cols {
+							if got[i*cols+c] != x[int(v)*cols+c] {
+								return fmt.Errorf("batch %d row %d (node %d) col %d: %v, want %v", batch, i, v, c, got[i*cols+c], x[int(v)*cols+c])
+							}
+						}
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("%s: rank %d: %v", name, r, err)
+				}
+			}
+			for r := range k {
+				s := ms[r].Snapshot(r).Cache
+				want := int64(50+37*r) + int64(50+37*r+11)
+				if s.Requests != want || s.LocalHits+s.PeerHits+s.Misses != s.Requests {
+					t.Fatalf("%s: rank %d cache %+v, want %d requests", name, r, s, want)
+				}
+				if pc.BudgetBytes == 0 && s.Misses != s.Requests {
+					t.Fatalf("%s: nothing cached but %+v", name, s)
+				}
+				if k > 1 && pc.Policy == Partition && pc.BudgetBytes > 0 && s.PeerHits == 0 {
+					t.Fatalf("%s: rank %d got nothing from peers: %+v", name, r, s)
+				}
+			}
+		}
+	}
+}
+
+// TestLoaderBadInputFailsEveryDevice: one device's bad node makes every
+// device's load fail at once (ErrInput there, ErrPeer elsewhere).
+func TestLoaderBadInputFailsEveryDevice(t *testing.T) {
+	const n, cols, k = 100, 2, 3
+	x := table(n, cols)
+	plan, err := NewPlan(evenBook(t, n, k), hotOrder(n, 1), cols, PlanConfig{BudgetBytes: 20 * 4 * cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
+		l, err := NewLoader(LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
+			Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols}, Dev: dc, Host: hc})
+		if err != nil {
+			return err
+		}
+		nodes := []graph.NodeID{1, 2, 3}
+		if rank == 1 {
+			nodes[1] = n + 5
+		}
+		_, err = l.Load(context.Background(), nodes)
+		return err
+	})
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("failing took %v", time.Since(start))
+	}
+	for r, err := range errs {
+		want := ErrPeer
+		if r == 1 {
+			want = ErrInput
+		}
+		if !errors.Is(err, want) {
+			t.Fatalf("rank %d: %v, want %v", r, err, want)
+		}
+	}
+}
+
+func TestLoaderConfigErrors(t *testing.T) {
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := NewPlan(evenBook(t, 10, 2), hotOrder(10, 1), 2, PlanConfig{BudgetBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &HostStore{B: be, Rows: 10, Cols: 2, Table: table(10, 2)}
+	for name, cfg := range map[string]LoaderConfig{
+		"nil store":    {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Backend: be},
+		"nil plan":     {Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"wrong width":  {Plan: plan, Rank: 0, Rows: 10, Cols: 3, Backend: be, Store: st},
+		"no comms":     {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"bad rank":     {Plan: plan, Rank: 5, Rows: 10, Cols: 2, Backend: be, Store: st},
+		"rows":         {Plan: plan, Rank: 0, Rows: 11, Cols: 2, Backend: be, Store: st},
+		"nil back end": {Plan: plan, Rank: 0, Rows: 10, Cols: 2, Store: st},
+	} {
+		if _, err := NewLoader(cfg); !errors.Is(err, ErrInput) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
