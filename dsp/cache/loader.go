@@ -8,7 +8,6 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
-	"github.com/strata-gnn/strata/dsp/internal/exchange"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
@@ -60,7 +59,6 @@ type Loader struct {
 	cfg      LoaderConfig
 	mach     machine
 	exchange bool
-	x        exchange.Exchanger
 }
 
 // NewLoader checks cfg and returns a loader. On a CUDA back end the
@@ -83,7 +81,6 @@ func NewLoader(cfg LoaderConfig) (*Loader, error) {
 		if cfg.Dev == nil || cfg.Host == nil || cfg.Dev.Size() != k || cfg.Host.Size() != k || cfg.Dev.Rank() != cfg.Rank || cfg.Host.Rank() != cfg.Rank {
 			return nil, fmt.Errorf("%w: the exchange needs device and host communicators of %d ranks with this rank %d", ErrInput, k, cfg.Rank)
 		}
-		l.x = exchange.Exchanger{C: cfg.Host, M: cfg.Metrics, Purpose: metrics.Feature}
 	}
 	if dev, ok := cfg.Backend.(*cuda.Device); ok {
 		if l.mach, err = newCUDAMachine(dev, holder, k, cfg.Rank, cfg.Rows); err != nil {
@@ -310,7 +307,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 			sendCounts[p] = int(cnt[p])
 		}
 	}
-	got, err := l.x.Fixed(ctx, hdr, 2)
+	got, err := l.header(ctx, hdr)
 	if err != nil {
 		return nil, l.fail("request counts", err)
 	}
@@ -350,7 +347,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 	if err := l.cfg.Store.Gather(served, asked); err != nil {
 		return nil, l.fail("gathering the asked rows", err)
 	}
-	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, exchange.Scale(sendCounts, cols), served, exchange.Scale(recv, cols)); err != nil {
+	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(sendCounts, cols), served, scale(recv, cols)); err != nil {
 		return nil, l.fail("sending the rows", err)
 	}
 	x, err := b.Alloc(backend.Float32, n*cols)
@@ -416,3 +413,32 @@ func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
 func (s *HostStore) HotRows() int       { return s.Hot }
 func (s *HostStore) DeviceBytes() int64 { return 4 * int64(s.Hot) * int64(s.Cols) }
 func (s *HostStore) Close() error       { return nil }
+
+// header all-to-alls the loaders' headers (2 words per rank) on the host
+// communicator, counting them as feature bytes on each link: local to
+// itself, network to another host (tcp), peer otherwise.
+func (l *Loader) header(ctx context.Context, hdr []int64) ([]int64, error) {
+	c := l.cfg.Host
+	if m := l.cfg.Metrics; m != nil {
+		for p := range c.Size() {
+			link := metrics.Peer
+			if p == c.Rank() {
+				link = metrics.Local
+			} else if c.Kind() == "tcp" {
+				link = metrics.Network
+			}
+			m.AddBytes(metrics.Feature, link, 16)
+		}
+	}
+	got := make([]int64, len(hdr))
+	return got, c.AllToAll(ctx, comm.I64(got), comm.I64(hdr))
+}
+
+// scale multiplies counts by k (rows to floats).
+func scale(c []int, k int) []int {
+	out := make([]int, len(c))
+	for i, x := range c {
+		out[i] = x * k
+	}
+	return out
+}

@@ -204,14 +204,3 @@ func (p *Patch) DeviceBytes() int64 { return p.deviceBytes }
 
 // HostBytes is the topology left in host memory.
 func (p *Patch) HostBytes() int64 { return p.hostBytes }
-
-// ReadBytes is what sampling k entries of row v reads: its offsets and the
-// entries (and their weights when weighted), the cost of one UVA access
-// pattern. Used for link accounting.
-func (p *Patch) ReadBytes(k int64, weighted bool) int64 {
-	c := 16 + 4*k
-	if weighted {
-		c += 4 * k
-	}
-	return c
-}
