@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 )
 
 // tracker records what each stage of a device is doing, so that a failed
@@ -67,60 +65,4 @@ func diagnose(trk []tracker, stall time.Duration) (stalled, states []string) {
 		t.mu.Unlock()
 	}
 	return stalled, states
-}
-
-// deferred frees batches once the trainer's stream has run the work
-// queued before them (their blocks' copies): a ring of fences, so that a
-// batch is freed two steps later, when its fence has long passed.
-type deferred struct {
-	fences [3]*devbuf.Fence
-	items  [3][]func()
-	next   int
-}
-
-// add marks the trainer's stream and queues frees to run after the mark.
-func (q *deferred) add(frees ...func()) error {
-	i := q.next
-	q.next = (i + 1) % len(q.fences)
-	if q.items[i] != nil {
-		if err := q.fences[i].Wait(); err != nil {
-			return err
-		}
-		runAll(q.items[i])
-		q.items[i] = nil
-	}
-	if err := q.fences[i].Record(); err != nil {
-		return err // leaked: the run fails anyway
-	}
-	q.items[i] = frees
-	return nil
-}
-
-func runAll(fs []func()) {
-	for _, f := range fs {
-		f()
-	}
-}
-
-// drain waits for every mark and runs the frees.
-func (q *deferred) drain() error {
-	var first error
-	for i, fs := range q.items {
-		if fs == nil {
-			continue
-		}
-		if err := q.fences[i].Wait(); err != nil && first == nil {
-			first = err
-		}
-		runAll(fs)
-		q.items[i] = nil
-	}
-	return first
-}
-
-func (q *deferred) close() {
-	q.drain()
-	for _, f := range q.fences {
-		f.Close()
-	}
 }

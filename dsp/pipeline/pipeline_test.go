@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 func TestQueueFIFOAndStats(t *testing.T) {
@@ -152,5 +156,103 @@ func TestCommOrdersStages(t *testing.T) {
 		if _, ok := tracked.Load(want); !ok {
 			t.Fatalf("Track never got %q", want)
 		}
+	}
+}
+
+// TestWrappersPassEveryCollective: Comm and DeviceComm run every
+// collective of the wrapped communicators (host ones, and device ones
+// staged over host ones on CPU back ends) through the hook and the
+// launcher, with the wrapped results, and leave the tracked state
+// cleared after each.
+func TestWrappersPassEveryCollective(t *testing.T) {
+	const k = 2
+	o := comm.Options{Timeout: 10 * time.Second}
+	hs, err1 := inproc.New(k, o)
+	ds, err2 := inproc.New(k, o)
+	ctrl, err3 := inproc.New(k, o)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	var hooks atomic.Int64
+	hook := func(context.Context, int, string) { hooks.Add(1) }
+	g, ctx := NewGroup(context.Background())
+	for r := range k {
+		g.Go(fmt.Sprint(r), func() error {
+			b, err := cpu.New(cpu.Options{})
+			if err != nil {
+				return err
+			}
+			coord := comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: 10 * time.Second})
+			defer coord.Close()
+			var last atomic.Value
+			track := func(s string) { last.Store(s) }
+			hc := &Comm{Comm: hs[r], Launch: coord, Stage: 0, Name: "host", Hook: hook, Track: track}
+			dc := &DeviceComm{DeviceComm: staged.Open(ds[r], b, o), Launch: coord, Stage: 1, Name: "device", Hook: hook, Track: track}
+			defer dc.Close()
+			x := []float32{float32(r + 1), float32(10 * (r + 1))}
+			all := make([]float32, 2*k)
+			ops := []func() error{
+				func() error { return hc.AllReduce(ctx, comm.F32(x[:1]), comm.Sum) },
+				func() error { return hc.Broadcast(ctx, comm.F32(x[1:]), 0) },
+				func() error { return hc.AllGather(ctx, comm.F32(all), comm.F32(x)) },
+				func() error { return hc.AllGatherV(ctx, comm.F32(all[:k]), comm.F32(x[:1]), []int{1, 1}) },
+				func() error { return hc.AllToAll(ctx, comm.F32(all[:k]), comm.F32(x)) },
+				func() error { return hc.AllToAllV(ctx, comm.F32(all[:k]), []int{1, 1}, comm.F32(x), []int{1, 1}) },
+				func() error { return hc.ReduceScatter(ctx, comm.F32(all[:1]), comm.F32(x), comm.Sum) },
+				func() error { return hc.Barrier(ctx) },
+			}
+			dev := func(f func(v, w, u backend.Buffer) error) func() error {
+				return func() error {
+					var bufs []backend.Buffer
+					defer func() {
+						for _, x := range bufs {
+							b.Free(x)
+						}
+					}()
+					for _, n := range []int{2, 2 * k, 2} {
+						x, err := b.Alloc(backend.Float32, n)
+						if err != nil {
+							return err
+						}
+						bufs = append(bufs, x)
+					}
+					if err := b.Upload(bufs[0], x); err != nil {
+						return err
+					}
+					return f(bufs[0], bufs[1], bufs[2])
+				}
+			}
+			ops = append(ops,
+				dev(func(v, _, _ backend.Buffer) error { return dc.AllReduce(ctx, v, comm.Sum) }),
+				dev(func(v, _, _ backend.Buffer) error { return dc.Broadcast(ctx, v, 1) }),
+				dev(func(v, w, _ backend.Buffer) error { return dc.AllGather(ctx, w, v) }),
+				dev(func(v, w, _ backend.Buffer) error { return dc.AllGatherV(ctx, w, v, []int{2, 2}) }),
+				dev(func(v, _, u backend.Buffer) error { return dc.AllToAll(ctx, u, v) }),
+				dev(func(v, _, u backend.Buffer) error { return dc.AllToAllV(ctx, u, []int{1, 1}, v, []int{1, 1}) }),
+				dev(func(_, w, u backend.Buffer) error { return dc.ReduceScatter(ctx, u, w, comm.Sum) }),
+				func() error { return dc.Barrier(ctx) },
+			)
+			for i, op := range ops {
+				if err := op(); err != nil {
+					return fmt.Errorf("collective %d: %w", i, err)
+				}
+				if s, _ := last.Load().(string); s != "" {
+					return fmt.Errorf("collective %d: tracked %q after it returned", i, s)
+				}
+			}
+			if x[0] != 3 || x[1] != 10 {
+				return fmt.Errorf("all-reduce and broadcast gave %v", x)
+			}
+			if n := len(coord.Launched()); n != len(ops) {
+				return fmt.Errorf("%d collectives launched, want %d", n, len(ops))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if hooks.Load() != 2*16 {
+		t.Fatalf("%d hook calls, want %d", hooks.Load(), 2*16)
 	}
 }

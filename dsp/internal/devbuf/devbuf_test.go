@@ -84,3 +84,34 @@ func TestFenceOnCPU(t *testing.T) {
 
 // noFences hides the CPU back end's capabilities.
 type noFences struct{ backend.Backend }
+
+// TestInt64AndEdges: int64 buffers take views and uploads; an empty
+// upload allocates an empty buffer; another back end's buffer is
+// refused.
+func TestInt64AndEdges(t *testing.T) {
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := Upload(b, []int64{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := View(lb, 1, 2)
+	if err != nil || v.Len() != 2 || cpu.I64(v.(*cpu.Buffer))[1] != 3 {
+		t.Fatalf("int64 view: %v, %v", v, err)
+	}
+	e, err := Upload(b, []int32{})
+	if err != nil || e.Len() != 0 {
+		t.Fatalf("empty upload: %v, %v", e, err)
+	}
+	if _, err := View(otherBuffer{}, 0, 1); err == nil {
+		t.Fatal("a view of another back end's buffer: no error")
+	}
+}
+
+// otherBuffer is a buffer of neither the CPU nor the CUDA back end.
+type otherBuffer struct{}
+
+func (otherBuffer) DType() backend.DType { return backend.Float32 }
+func (otherBuffer) Len() int             { return 4 }
