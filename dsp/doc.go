@@ -2,34 +2,42 @@
 // sampling-based GNN training on several devices, each holding one patch
 // of a partitioned graph.
 //
-// The pieces live in sub-packages:
+// Every algorithm is written once, against a small per-package machine
+// interface (the kernels it needs), and runs on GPUs and on CPU "virtual
+// devices" alike: CPU back ends, one group of goroutines per device,
+// in-process communicators (device communicators staged over them). The
+// CPU machines run in production on CPU devices and in CI; the CUDA
+// machines (the *_cuda.go files and the .cu kernels) run on GPUs, where
+// the GPU tests check them against the CPU run.
+//
+// A newcomer reads the sub-packages in this order:
 //
 //   - layout: one device's patch of the topology (rows of the
 //     in-adjacency it owns, adjacency in global IDs), split between
-//     device memory and host memory by a byte budget, with the position
-//     list that says where each row lives.
-//   - csp: the collective sampling primitive. Per layer, shuffle (send
-//     every frontier node to the device owning its row), sample (each
-//     device samples everything it received in one pass) and reshuffle
-//     (send the neighbors back), over all-to-all. Node-wise sampling gives
-//     byte-identical MiniBatches to sample.NeighborSampler for the same
-//     key, whatever the number of devices; layer-wise sampling and random
-//     walks are also collective.
+//     device memory and host memory by a byte budget.
+//   - csp: collective sampling. Per hop, shuffle (send every frontier
+//     node to the device owning its row), sample (each device samples
+//     everything it received in one pass) and reshuffle (send the
+//     neighbors back), over all-to-all. Node-wise batches are
+//     byte-identical to sample.NeighborSampler's for the same key,
+//     whatever the number of devices; layer-wise sampling and random
+//     walks are collective too. The protocols run on a CPU machine or a
+//     CUDA one.
 //   - cache: the partitioned feature cache: each device keeps different
 //     hot rows within a byte budget (or a group of devices splits one
-//     copy), cold rows stay in host memory; the loader dedupes a batch's
-//     nodes, fetches hot rows by all-to-all and cold rows from host memory
-//     in parallel.
+//     copy), cold rows stay in host memory; the loader groups a batch's
+//     IDs by the device serving each row, exchanges IDs and rows by
+//     all-to-all-v and scatters them into the batch's order (kernels on
+//     a GPU, their host mirror on the CPU).
 //   - pipeline: bounded queues with deadlines, the launch-order
-//     coordinator for collectives issued by concurrent stages, and the
+//     coordination of collectives issued by concurrent stages, and the
 //     delay hook used to test for deadlocks.
-//   - metrics: stage times, queue occupancy, bytes per link, cache hits.
-//   - runner: the multi-device trainer: partition, per-device sampler,
-//     loader and trainer stages joined by queues, BSP data parallelism
-//     with bucketed gradient all-reduce, evaluation and a JSON report.
+//   - engine: the one DSP engine: partition, per-device sampler, loader
+//     and trainer stages joined by queues, BSP data parallelism with a
+//     bucketed gradient all-reduce, evaluation, checkpoints and a JSON
+//     report with the pipeline metrics.
 //
-// Devices are ranks of a comm.Comm group, each with its own
-// backend.Backend. On the CPU they are goroutines (comm/inproc, "CPU
-// virtual devices"); the code uses only the Backend and Comm interfaces,
-// so the same code drives GPUs when given CUDA back ends.
+// Beside them: metrics (stage times, queue occupancy, bytes per link,
+// cache hits), internal/ckpt (the checkpoint format) and internal/devbuf
+// (buffer views, uploads and CUDA stream fences).
 package dsp

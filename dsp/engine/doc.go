@@ -39,6 +39,11 @@
 // failed run's RunError names the stages that had been working too long
 // (Stalled) and the log gets every stage's state.
 //
+// The GPU-only pieces live in kit_cuda.go (the full sampler on a GPU,
+// batches in device memory and their hand-over between a GPU's handles,
+// deferred frees) and presample_cuda.go (the pre-sampling pass on GPUs);
+// everything else runs on CPU devices too.
+//
 // Streams: the CUDA back end runs one stream per device handle, and its
 // caching allocator relies on that (a block freed by the host is reused
 // at once by later work on the same stream). So every GPU gets three
