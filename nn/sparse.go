@@ -13,7 +13,7 @@ import (
 // on h made dense, up to float32 summation order, whichever way the
 // features are stored: a mini-batch trainer that keeps bag-of-words
 // features sparse gets the losses of one that keeps them dense (as
-// dsp/gpurun's device engine does). ForwardSparse instead draws its mask
+// the DSP engine, dsp/engine, does). ForwardSparse instead draws its mask
 // over the non-zeros: the same distribution, other masks.
 //
 // The mask is drawn on the host (one hash per non-zero, as the back end's

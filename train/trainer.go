@@ -581,7 +581,7 @@ func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool
 	if r.feats.sparse != nil {
 		// The dense rows' dropout masks: the loss does not depend on
 		// whether the features are stored sparse (here) or dense (a
-		// BatchSource, dsp/gpurun).
+		// BatchSource, dsp/engine).
 		h, err := r.feats.gatherSparse(inputs)
 		if err != nil {
 			return nil, cleanup, err

@@ -431,10 +431,10 @@ func checkMachines(t *testing.T, name string, ms []*checked, want int) {
 	}
 }
 
-// ---- Ranks on CPU back ends, as gpurun builds them.
+// ---- Ranks on CPU back ends, as dsp/engine builds them.
 
 // cpuComms returns the device communicators of P CPU back ends: staged
-// over in-process ones, as gpurun's CPU runs have them, with the debug
+// over in-process ones, as dsp/engine's CPU runs have them, with the debug
 // check of every call's sizes against the peers' (nil for P = 1). A
 // non-nil hook (pipeline.RandomDelays) runs before every collective.
 func cpuComms(t testing.TB, bs []*cpu.Backend, hook pipeline.Hook) []comm.DeviceComm {

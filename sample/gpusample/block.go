@@ -6,7 +6,7 @@ import (
 )
 
 // This file is the package's last CUDA-typed surface, kept only while
-// dsp/gpucsp and dsp/gpurun (being moved) read Block.A as a *cuda.Sparse
+// dsp/csp and dsp/engine (being moved) read Block.A as a *cuda.Sparse
 // (Indptr().Ptr() for their copies), pass InputNodes to code that takes a
 // *cuda.Buffer and keep CountHop's and Relabel's results in *cuda.Buffer
 // variables. Everything else in the package uses the capabilities of
