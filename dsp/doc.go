@@ -38,6 +38,6 @@
 //     report with the pipeline metrics.
 //
 // Beside them: metrics (stage times, queue occupancy, bytes per link,
-// cache hits), internal/ckpt (the checkpoint format) and internal/devbuf
-// (buffer views, uploads and CUDA stream fences).
+// cache hits) and internal/devbuf (buffer views, uploads and stream
+// fences).
 package dsp

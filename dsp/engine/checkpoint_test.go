@@ -229,6 +229,15 @@ func TestCheckpointCorrupt(t *testing.T) {
 		"host, new":   {func(m map[string]any) { m["engine"] = "host" }, false, "start again without --resume"},
 		"no engine":   {func(m map[string]any) { delete(m, "engine"); m["eval_seconds"] = []any{} }, true, "per-epoch records for 1/1/0"},
 		"dataset":     {func(m map[string]any) { m["dataset"].(map[string]any)["fingerprint"] = "00000000" }, true, "written for dataset tiny"},
+		"format":      {func(m map[string]any) { m["format"] = "strata-train/1" }, true, `metadata format "strata-train/1"`},
+		"unknown":     {func(m map[string]any) { m["cursor"] = 3 }, true, `unknown field "cursor"`},
+		"bad json":    {func(m map[string]any) { m["epochs_done"] = "one" }, true, "metadata:"},
+		"no epochs":   {func(m map[string]any) { m["epochs_done"] = 0 }, true, "0 epochs done"},
+		"batches":     {func(m map[string]any) { m["batches_per_device"] = 1 }, true, "1 batches per device and epoch, this run has"},
+		"step":        {func(m map[string]any) { m["optimizer_step"] = 1 }, true, "optimizer step 1, want"},
+		"history":     {func(m map[string]any) { m["history"].([]any)[0].(map[string]any)["epoch"] = 2 }, true, "history entry 0 is epoch 2"},
+		"shape":       {func(m map[string]any) { m["shapes"].(map[string]any)["param/"+firstParam(m)] = []int{1, 1} }, true, "values for shape 1x1"},
+		"no shape":    {func(m map[string]any) { delete(m["shapes"].(map[string]any), "param/"+firstParam(m)) }, true, "has no shape"},
 	} {
 		if err := os.WriteFile(path, good, 0o644); err != nil {
 			t.Fatal(err)
@@ -239,5 +248,37 @@ func TestCheckpointCorrupt(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Path != path || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v, want a one-line CheckpointError saying %q", name, err, tc.want)
 		}
+	}
+}
+
+// firstParam is the name of a parameter tensor in checkpoint metadata m.
+func firstParam(m map[string]any) string {
+	for name := range m["shapes"].(map[string]any) {
+		if rest, ok := strings.CutPrefix(name, "param/"); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// TestCheckpointNone: without a checkpoint a run that resumes starts from
+// the beginning, saying so, and the temporary file a run killed while
+// writing leaves behind is removed.
+func TestCheckpointNone(t *testing.T) {
+	dir := t.TempDir()
+	tmp := filepath.Join(dir, "."+train.CheckpointFile+".tmp-123")
+	if err := os.WriteFile(tmp, []byte("torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	rep := run(t, ckptConfig(1), Options{CheckpointDir: dir, Resume: true, Log: &log})
+	if rep.ResumedFrom != nil || !strings.Contains(log.String(), "no checkpoint in "+dir) {
+		t.Fatalf("resumed from %+v; log %q", rep.ResumedFrom, log.String())
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left: %v", err)
+	}
+	if m := meta(t, dir); m["format"] != CheckpointFormat || m["epochs_done"] != 1.0 {
+		t.Fatalf("checkpoint %v", m)
 	}
 }

@@ -57,7 +57,7 @@ const MaxQueueCapacity = 1024
 const maxDevices = 1 << 10
 
 // Config describes a run. The JSON field names are those of the
-// checkpoints' configuration (ckpt.Meta.Config).
+// checkpoints' configuration (ckptMeta.Config).
 type Config struct {
 	// Train is the model, optimizer and schedule, as for the single-device
 	// trainer. Mode must be "sampled". Device 0 evaluates (Eval "full":

@@ -154,7 +154,7 @@ func (d *device) setup() error {
 		return err
 	}
 	if s.resumed != nil {
-		if err := s.resumed.Load(d.b, d.model.Params(), d.opt); err != nil {
+		if err := d.loadResumed(); err != nil {
 			return d.errf("resume", err)
 		}
 	}

@@ -81,7 +81,7 @@
 // hits, per epoch and in total) and the run's timings (RunInfo).
 //
 // Checkpoints (checkpoint.go): with Options.CheckpointDir device 0
-// writes the run's state after every epoch (package dsp/internal/ckpt),
-// and Options.Resume continues from it with the numbers of an
-// uninterrupted run. Checkpoints of the removed host engine are refused.
+// writes the run's state after every epoch, and Options.Resume continues
+// from it with the numbers of an uninterrupted run. Checkpoints of the
+// removed host engine are refused.
 package engine

@@ -17,7 +17,6 @@ import (
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/internal/ckpt"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
@@ -99,8 +98,8 @@ type shared struct {
 	ldevs  []*cuda.Device   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
-	ckpt    *ckpt.Run[Config]   // checkpoints; nil when off
-	resumed *ckpt.State[Config] // the checkpoint this run continues from, or nil
+	dsID    train.DatasetID // the caller's dataset's fingerprint (checkpoints)
+	resumed *resumeState    // the checkpoint this run continues from, or nil
 
 	closeOnce sync.Once
 	mu        sync.Mutex
