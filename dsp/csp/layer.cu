@@ -2,7 +2,8 @@
 // follow csp.cu in the same module (csp_add_i64 is reused) and are
 // mirrored on the host in layer_test.go. Uniform draws are gpusample's
 // (gs_draw_row through Stepper.DrawHop); the weighted draw below is
-// package csp's LayerSampler rule, which differs from gpusample's.
+// the layer-wise rule (an inverse CDF over the row), which differs from
+// gpusample's.
 
 #define LW_OWNER_SHIFT 48
 #define LW_DEG_MASK ((1LL << LW_OWNER_SHIFT) - 1)
@@ -63,7 +64,7 @@ extern "C" __global__ void lw_pack_alloc(i64* allocG, i64* msg, const i64* alloc
 
 // The owner's draw counts: received node i of requester p (segment
 // [roff[p], roff[p+1])) was allotted k = msg[i + 2(p+1)] draws. A count
-// package csp's owner would refuse (negative, above maxk, from a node
+// an owner refuses (negative, above maxk, from a node
 // without neighbors, above the degree without replacement, from a node
 // whose weights are all 0) counts in bad and draws nothing. cnt[R] = 0.
 extern "C" __global__ void lw_owner_counts(i64* cnt, i64* bad, const i64* msg, const i64* info, const i64* roff, int P,
@@ -101,7 +102,7 @@ extern "C" __global__ void lw_guard(i64* qptr, const i64* bad, i64 R) {
 
 // Weighted draws with replacement, one thread per drawn edge t: node i
 // (qptr's row of t) draws its (t - qptr[i])-th edge with the stream
-// rng.Derive(key, v) as csp.LayerSampler.draw: u = (1 - OpenFloat64()) *
+// rng.Derive(key, v) as the CPU machine's draw: u = (1 - OpenFloat64()) *
 // sum, the first edge whose running weight sum exceeds u, else the row's
 // last positive-weight edge. seg holds nseg+1 offsets, then nseg keys.
 // eid gets global edge ids (positions plus edgebase).

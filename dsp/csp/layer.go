@@ -15,10 +15,10 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// LayerSampler is one rank's layer-wise collective sampler: the batches
-// of csp.LayerSampler (Fanouts[hop] edges for the whole layer, allotted
-// to the frontier by the requester and drawn by the owners) with the
-// frontiers, answers and blocks on the rank's back end. Its methods
+// LayerSampler is one rank's layer-wise collective sampler (Fanouts[hop]
+// edges for the whole layer, allotted to the frontier by the requester
+// and drawn by the owners) with the frontiers, answers and blocks on the
+// rank's back end. Its methods
 // serialize; Sample is a collective (see the package doc).
 type LayerSampler struct {
 	member
@@ -139,9 +139,10 @@ func (s *LayerSampler) Close() error {
 // Sample draws the layer-wise mini-batch of seeds (distinct global IDs)
 // with key. It is a collective: every rank calls it the same number of
 // times, in the same order (seed counts may differ, including 0). The
-// batch lives on this rank's back end and equals csp.LayerSampler's with
-// the same graph, seeds, key and configuration (edge IDs with
-// Config.EdgeIDs; -1 without).
+// batch lives on this rank's back end and depends only on the graph,
+// seeds, key and configuration (edge IDs with Config.EdgeIDs; -1
+// without), not on the number of ranks: one rank's batch is the
+// single-device layer-wise sampler's.
 func (s *LayerSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -228,8 +228,8 @@ func (m *cpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos back
 
 // layerWeights computes, for the rows at offsets rp into weights, each
 // row's weight sum (float64 bits), the running sums within each row, and
-// each row's last positive-weight edge (-1: none), with package csp's
-// float64 arithmetic (the CUDA machine places the same arrays).
+// each row's last positive-weight edge (-1: none), in float64
+// arithmetic (the CUDA machine places the same arrays).
 func layerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, last []int32) {
 	rows := len(rp) - 1
 	roww, last = make([]int64, rows), make([]int32, rows)

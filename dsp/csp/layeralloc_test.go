@@ -372,7 +372,7 @@ func TestLayerAllocateMatchesCounts(t *testing.T) {
 
 // BenchmarkLayerAllocate is the host's part of a layer-wise hop on GPUs:
 // the requester's allocation of a layer's budget over its frontier
-// (csp's RNG), for a frontier of 10k nodes of degree 1..200 and budgets
+// (LayerAllocate), for a frontier of 10k nodes of degree 1..200 and budgets
 // of 8192 edges; "sparse" has degrees 1..200,000 (Floyd's table instead
 // of its bitset).
 func BenchmarkLayerAllocate(b *testing.B) {

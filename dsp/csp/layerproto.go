@@ -11,13 +11,13 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// Domain tags of package csp's layer-wise streams: the GPU sampler draws
-// the same numbers (TestLayerProtocolMatchesCPU compares every batch).
+// Domain tags of the layer-wise streams (tagLayerAlloc, the allocation's,
+// is in layeralloc.go): the CPU and CUDA machines draw the same numbers.
 const (
 	tagLayerNode = 0x4c41594e // "LAYN": a frontier node's neighbor draws
 )
 
-// maxLayerFanout bounds a layer's edge budget, as in package csp.
+// maxLayerFanout bounds a layer's edge budget.
 const maxLayerFanout = 1 << 24
 
 // ownerShift: the requester reads each frontier node's degree with its
@@ -45,7 +45,7 @@ type layerMachine interface {
 	packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error
 	// drawLayer draws the received allotments: msg holds requester p's
 	// status, total and counts at roff[p]+2p; info is what info wrote.
-	// Counts csp's owner refuses, or segments that do not add up to tot,
+	// Counts an owner refuses, or segments that do not add up to tot,
 	// add to bad[0] and nothing is drawn. src (int32) and eid (int64
 	// global edge IDs) get the E draws, in received order, -1 where
 	// nothing was drawn.
@@ -75,7 +75,7 @@ func (lp *lproto) infoWords() int64 {
 }
 
 // layerNodeKey is the key of the owners' draws for the requester's batch
-// key at hop (csp's nodeKey): node v draws with rng.Derive(it, v).
+// key at hop: node v draws with rng.Derive(it, v).
 func layerNodeKey(key sample.Key, hop int) uint64 {
 	return rng.Derive(key.Seed, tagLayerNode, uint64(key.Epoch), uint64(key.Batch), uint64(hop))
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // Walker is one rank's collective random-walk sampler: the walks of
-// csp.Walker and sample.RandomWalk (uniform steps along the patch's
+// sample.RandomWalk (uniform steps along the patch's
 // in-adjacency rows) with the walkers, their steps and the walks on the
 // rank's back end. Its methods serialize; Walk is a collective.
 type Walker struct {
