@@ -16,6 +16,7 @@ import (
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/train"
 )
 
 // envBenchDataset names a Strata dataset directory for the products-shape
@@ -29,7 +30,7 @@ const envBenchDataset = "STRATA_BENCH_DATASET"
 // memory, the activation memory and the broadcast traffic.
 func benchEpochs(b *testing.B, ds *dataset.Dataset, cfg Config, bs []backend.Backend) *Report {
 	cfg.Epochs = b.N + 1
-	cfg.EvalEvery = maxEpochs // only after the last epoch
+	cfg.EvalEvery = train.MaxEpochs // only after the last epoch
 	b.ResetTimer()
 	rep, err := Run(context.Background(), ds, cfg, Options{Backends: bs})
 	if err != nil {
@@ -291,14 +292,14 @@ func BenchmarkProductsSAGE(b *testing.B) {
 			}
 			epochs := envInt(b, "STRATA_BENCH_EPOCHS", max(b.N, 2))
 			cfg.Epochs = epochs
-			cfg.EvalEvery = envInt(b, "STRATA_BENCH_EVAL_EVERY", maxEpochs)
+			cfg.EvalEvery = envInt(b, "STRATA_BENCH_EVAL_EVERY", train.MaxEpochs)
 			dev0 := bs[0].(*cuda.Device)
 			var prof []cuda.OpTime
 			if os.Getenv("STRATA_BENCH_PROFILE") != "" {
 				// Epoch epochs+1 is profiled; one more follows, so the
 				// final evaluation is not in the profile.
 				cfg.Epochs += 2
-				opts.OnEpoch = func(r EpochRecord) {
+				opts.OnEpoch = func(r train.EpochRecord) {
 					var err error
 					switch r.Epoch {
 					case epochs:
@@ -355,10 +356,10 @@ func sumSeconds(rep *Report) float64 {
 func report(b *testing.B, rep *Report, from, to int) {
 	var sec float64
 	var bytes, grad int64
-	for _, e := range rep.Epochs[from:to] {
-		sec += e.Seconds
-		bytes += e.BytesSent
-		grad += e.GradBytesSent
+	for i, e := range rep.Epochs[from:to] {
+		sec += e.Seconds - e.EvalSeconds
+		bytes += rep.EpochComm[from+i].BytesSent
+		grad += rep.EpochComm[from+i].GradBytesSent
 	}
 	n := float64(to - from)
 	b.ReportMetric(1e3*sec/n, "ms/epoch")

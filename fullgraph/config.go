@@ -1,16 +1,19 @@
 package fullgraph
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/strata-gnn/strata/train"
 )
 
-// Model kinds.
+// Model kinds (train's).
 const (
-	GCN  = "gcn"
-	SAGE = "sage"
-	GAT  = "gat"
+	GCN  = train.GCN
+	SAGE = train.SAGE
+	GAT  = train.GAT
 )
 
 // Partition methods: how the nodes are split into the devices' row blocks.
@@ -60,41 +63,17 @@ const (
 	// EngineAuto: the distributed engine, for every model and any number
 	// of devices.
 	EngineAuto = "auto"
-	// EngineTape runs the nn models on an autograd tape on one device:
+	// EngineTape runs the nn layers on an autograd tape on one device:
 	// the reference implementation the distributed engine is tested
 	// against.
 	EngineTape = "tape"
 )
 
-// Row normalization of the features (as package train).
-const (
-	RowNormAuto = "auto"
-	RowNormOn   = "on"
-	RowNormOff  = "off"
-)
-
-// Model selection of the headline accuracies.
-const (
-	SelectBest = "best"
-	SelectLast = "last"
-)
-
-// Config describes one full-graph training run.
+// Config describes one full-graph training run: the settings every
+// trainer shares (train.Common: model, optimizer, schedule, evaluation,
+// features), and how the graph is spread over the devices.
 type Config struct {
-	Model       string  `json:"model"`        // gcn | sage | gat
-	Layers      int     `json:"layers"`       // graph layers
-	Hidden      int     `json:"hidden"`       // hidden width (per head for gat)
-	Heads       int     `json:"heads"`        // gat: heads of hidden layers
-	OutHeads    int     `json:"out_heads"`    // gat: heads of the output layer (averaged)
-	Dropout     float64 `json:"dropout"`      // dropout on every layer's input (features included)
-	AttnDrop    float64 `json:"attn_dropout"` // gat: dropout on attention coefficients
-	RowNorm     string  `json:"row_norm"`     // auto | on | off
-	LR          float64 `json:"lr"`           // Adam learning rate
-	WeightDecay float64 `json:"weight_decay"` // L2 added to the gradient (torch.optim.Adam)
-	Epochs      int     `json:"epochs"`
-	EvalEvery   int     `json:"eval_every"` // evaluate every N epochs (and after the last)
-	Select      string  `json:"select"`     // best | last
-	Seed        uint64  `json:"seed"`       // weights and dropout masks
+	train.Common
 
 	Partition     string `json:"partition"`      // multilevel | metis | range (P > 1)
 	PartitionSeed uint64 `json:"partition_seed"` // seed of the partitioner
@@ -140,32 +119,17 @@ func DefaultStaleness() Staleness {
 	return Staleness{Enabled: true, EpochBound: 3, Epsilon: 0.5, AdaptiveFloor: 0.25}
 }
 
-// Defaults returns the published settings for a model:
-//
-//   - gcn: 2 layers, hidden 16, dropout 0.5, Adam lr 0.01, weight decay
-//     5e-4, 200 epochs (Kipf & Welling).
-//   - sage: the same with hidden 64.
-//   - gat: 2 layers, 8 heads of 8, one output head, dropout 0.6 on
-//     features and attention, lr 0.005, weight decay 5e-4, 200 epochs.
-//
-// Features are row-normalized when non-negative, every epoch is
-// evaluated and the headline accuracy is that of the best validation
-// epoch. Multi-device runs partition with the multilevel partitioner and
-// draw global dropout masks. Staleness is off (exact training).
+// Defaults returns a model's settings: train.Defaults' (the papers':
+// GCN 2 layers of 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4, 200
+// epochs; GAT 8 heads of 8, dropout 0.6 on features and attention, lr
+// 0.005; GraphSAGE hidden 64, 30 epochs; row-normalized non-negative
+// features, every epoch evaluated over the whole graph, the headline
+// accuracy that of the best validation epoch), with multi-device runs
+// partitioned by the multilevel partitioner and drawing global dropout
+// masks. Staleness is off (exact training).
 func Defaults(model string) Config {
-	c := Config{
-		Model: model, Layers: 2, Hidden: 16, Heads: 1, OutHeads: 1, Dropout: 0.5,
-		RowNorm: RowNormAuto, LR: 0.01, WeightDecay: 5e-4, Epochs: 200, EvalEvery: 1,
-		Select: SelectBest, Seed: 1, Partition: PartitionMultilevel, PartitionSeed: 1,
-		Masks: MasksGlobal, Order: OrderNone, Engine: EngineAuto,
-	}
-	switch model {
-	case SAGE:
-		c.Hidden = 64
-	case GAT:
-		c.Hidden, c.Heads, c.Dropout, c.AttnDrop, c.LR = 8, 8, 0.6, 0.6, 0.005
-	}
-	return c
+	return Config{Common: train.Defaults(model).Common, PartitionSeed: 1, Partition: PartitionMultilevel,
+		Masks: MasksGlobal, Order: OrderNone, Engine: EngineAuto}
 }
 
 // ConfigError reports an invalid Config or Options field.
@@ -180,68 +144,18 @@ func cfgErr(field, format string, args ...any) error {
 	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Bounds that keep a typo from allocating the machine away.
-const (
-	maxLayers  = 16
-	maxWidth   = 1 << 16
-	maxHeads   = 64
-	maxEpochs  = 1 << 20
-	maxDevices = 1024
-)
+// maxDevices bounds the number of devices of a run.
+const maxDevices = 1024
 
 // Validate checks every field and returns a *ConfigError naming the first
 // bad one.
 func (c *Config) Validate() error {
-	prob := func(field string, p float64) error {
-		if math.IsNaN(p) || p < 0 || p >= 1 {
-			return cfgErr(field, "%v not in [0, 1)", p)
+	if err := c.Common.Validate(); err != nil {
+		var te *train.ConfigError
+		if errors.As(err, &te) {
+			return &ConfigError{Field: te.Field, Msg: te.Msg}
 		}
-		return nil
-	}
-	switch c.Model {
-	case GCN, SAGE, GAT:
-	default:
-		return cfgErr("model", "unknown model %q (want gcn, sage or gat)", c.Model)
-	}
-	if c.Layers < 1 || c.Layers > maxLayers {
-		return cfgErr("layers", "%d not in [1, %d]", c.Layers, maxLayers)
-	}
-	if c.Hidden < 1 || c.Hidden > maxWidth {
-		return cfgErr("hidden", "%d not in [1, %d]", c.Hidden, maxWidth)
-	}
-	if c.Heads < 1 || c.Heads > maxHeads || c.OutHeads < 1 || c.OutHeads > maxHeads {
-		return cfgErr("heads", "heads %d, out_heads %d: want 1..%d", c.Heads, c.OutHeads, maxHeads)
-	}
-	if c.Model != GAT && (c.Heads != 1 || c.OutHeads != 1 || c.AttnDrop != 0) {
-		return cfgErr("heads", "only gat has attention heads and attention dropout")
-	}
-	if err := prob("dropout", c.Dropout); err != nil {
 		return err
-	}
-	if err := prob("attn_dropout", c.AttnDrop); err != nil {
-		return err
-	}
-	switch c.RowNorm {
-	case RowNormAuto, RowNormOn, RowNormOff:
-	default:
-		return cfgErr("row_norm", "unknown value %q (want auto, on or off)", c.RowNorm)
-	}
-	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
-		return cfgErr("lr", "%v must be a positive number", c.LR)
-	}
-	if !(c.WeightDecay >= 0) || math.IsInf(c.WeightDecay, 0) {
-		return cfgErr("weight_decay", "%v must be >= 0", c.WeightDecay)
-	}
-	if c.Epochs < 1 || c.Epochs > maxEpochs {
-		return cfgErr("epochs", "%d not in [1, %d]", c.Epochs, maxEpochs)
-	}
-	if c.EvalEvery < 1 || c.EvalEvery > maxEpochs {
-		return cfgErr("eval_every", "%d not in [1, %d]", c.EvalEvery, maxEpochs)
-	}
-	switch c.Select {
-	case SelectBest, SelectLast:
-	default:
-		return cfgErr("select", "unknown selection %q (want best or last)", c.Select)
 	}
 	switch c.Partition {
 	case PartitionMultilevel, PartitionMETIS, PartitionRange:
@@ -273,8 +187,8 @@ func (s *Staleness) validate() error {
 		}
 		return nil
 	}
-	if s.EpochBound < 1 || s.EpochBound > maxEpochs {
-		return cfgErr("staleness.epoch_bound", "%d not in [1, %d]", s.EpochBound, maxEpochs)
+	if s.EpochBound < 1 || s.EpochBound > train.MaxEpochs {
+		return cfgErr("staleness.epoch_bound", "%d not in [1, %d]", s.EpochBound, train.MaxEpochs)
 	}
 	if !(s.Epsilon >= 0) || math.IsInf(s.Epsilon, 0) {
 		return cfgErr("staleness.epsilon", "%v must be a finite number >= 0", s.Epsilon)
@@ -288,11 +202,10 @@ func (s *Staleness) validate() error {
 // String is a one-line summary for logs.
 func (c *Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s fullgraph, %d layers, hidden %d", c.Model, c.Layers, c.Hidden)
-	if c.Model == GAT {
-		fmt.Fprintf(&b, "x%d heads (out %d)", c.Heads, c.OutHeads)
+	fmt.Fprintf(&b, "%s full graph, %s, %s", c.Model, c.Layout(), c.Schedule())
+	if c.Eval == train.Sampled {
+		fmt.Fprintf(&b, ", sampled evaluation (fanouts %v)", c.EvalFanouts)
 	}
-	fmt.Fprintf(&b, ", adam lr %g wd %g, dropout %g, %d epochs, seed %d", c.LR, c.WeightDecay, c.Dropout, c.Epochs, c.Seed)
 	if c.Order == OrderDegree {
 		b.WriteString(", nodes by degree")
 	}
@@ -308,4 +221,27 @@ func (c *Config) String() string {
 		b.WriteString(", exact (no staleness)")
 	}
 	return b.String()
+}
+
+// Diff names the first setting of c that differs from o's and would
+// change a run's numbers, "" if none: the common settings (train.Common.
+// Diff: the epochs and the evaluation cadence may differ), the
+// partitioning, masks, node order and engine. (Staleness is not resumed:
+// Run refuses checkpoints with it.)
+func (c *Config) Diff(o *Config) string {
+	if d := c.Common.Diff(&o.Common); d != "" {
+		return d
+	}
+	for _, f := range []struct {
+		name string
+		x, y any
+	}{
+		{"partition", c.Partition, o.Partition}, {"partition_seed", c.PartitionSeed, o.PartitionSeed},
+		{"masks", c.Masks, o.Masks}, {"order", c.Order, o.Order}, {"engine", c.Engine, o.Engine},
+	} {
+		if f.x != f.y {
+			return fmt.Sprintf("%s is %v, the checkpoint has %v", f.name, f.x, f.y)
+		}
+	}
+	return ""
 }

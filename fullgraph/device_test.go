@@ -77,8 +77,8 @@ func TestDeviceCommEqualsHost(t *testing.T) {
 		for e := range want.Epochs {
 			x, y := want.Epochs[e], got.Epochs[e]
 			x.Seconds, y.Seconds, x.EvalSeconds, y.EvalSeconds = 0, 0, 0, 0
-			if x != y {
-				t.Fatalf("%s P=%d epoch %d:\nhost   %+v\ndevice %+v", tc.model, tc.p, e+1, x, y)
+			if !reflect.DeepEqual(x, y) || want.EpochComm[e] != got.EpochComm[e] {
+				t.Fatalf("%s P=%d epoch %d:\nhost   %+v %+v\ndevice %+v %+v", tc.model, tc.p, e+1, x, want.EpochComm[e], y, got.EpochComm[e])
 			}
 		}
 		if !reflect.DeepEqual(want.Comm, got.Comm) {

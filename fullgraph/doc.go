@@ -2,7 +2,32 @@
 // graph every epoch (no sampling), on one device or decentralized over
 // several, with Sancus's staleness-aware communication avoidance
 // (historical embeddings, skip-broadcast under bounded staleness).
-// 'strata train --mode fullgraph --devices cpu:4' runs it.
+// 'strata train --mode fullgraph --devices cpu:4' runs it, and 'strata
+// train --mode full' (GCN's and GAT's default) on one device: it is
+// Strata's one whole-graph trainer.
+//
+// # What it shares with package train
+//
+// Config embeds train.Common, the settings every trainer reads the same
+// way (model, Adam or SGD, schedule, evaluation cadence, whole-graph or
+// sampled evaluation, row normalization, model selection); features are
+// prepared by train.NewFeatures, evaluations scored by train.Score (each
+// device its rows, the tallies added in rank order; Eval "sampled" runs
+// train.Evaluator on device 0 with an nn model holding its parameters),
+// and the Report is train.Report with the engine's configuration,
+// devices, memory and communication. Initial weights and dropout masks
+// are keyed as train keys them (Common.ModelConfig, Common.DropoutSeed),
+// so one device gives, bit for bit, the run of package train's former
+// full-batch trainer.
+//
+// # Checkpoints
+//
+// With Options.CheckpointDir device 0 saves the parameters, the
+// optimizer state, the epochs done and the report so far every
+// CheckpointEvery epochs, when interrupted between epochs and at the end;
+// Resume goes on exactly as the uninterrupted run on the same devices.
+// Staleness carries the devices' historical embeddings from epoch to
+// epoch, which are not saved: Run refuses checkpoints with it.
 //
 // # One device
 //
@@ -124,7 +149,7 @@
 // CommStats counts broadcasts sent and skipped, bytes sent and avoided,
 // gradient messages and bytes, flag and all-reduce bytes, and per layer
 // and block the ages and drifts (mean, maximum, largest skipped drift);
-// every EpochRecord has the epoch's share. The progress line shows the
+// Report.EpochComm has every epoch's share. The progress line shows the
 // share of broadcast bytes skipped.
 //
 // # Devices

@@ -2,12 +2,15 @@ package fullgraph
 
 import (
 	"context"
+	"math"
+	"reflect"
 	"testing"
 
 	"github.com/strata-gnn/strata/autograd"
-	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/nn"
-	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 // TestExactEqualsSingleDevice: without staleness, training on P CPU
@@ -58,102 +61,160 @@ func TestExactEqualsSingleDevice(t *testing.T) {
 	}
 }
 
-// TestTapeMatchesNNModel: the single-device reference is nn's own model
-// (nn.New + ForwardSparse, as package train's full-batch mode runs it):
-// same initial weights and bit-identical losses.
-func TestTapeMatchesNNModel(t *testing.T) {
-	ds := cora(t)
-	b := cpuBackend(t)
-	for _, kind := range []string{GCN, SAGE, GAT} {
-		cfg := Defaults(kind)
-		cfg.Epochs = 3
-		if testing.Short() {
-			cfg.Epochs = 2
-		}
-		rep := run(t, ds, cfg, 1)
-
-		pr, err := prepare(context.Background(), ds, &cfg, 1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mc := nn.Config{Kind: kind, InDim: ds.FeatDim, Hidden: cfg.Hidden, OutDim: ds.NumClasses, Layers: cfg.Layers,
-			Heads: cfg.Heads, OutHeads: cfg.OutHeads, Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout),
-			AttnDropout: float32(cfg.AttnDrop), Seed: rng.Derive(cfg.Seed, tagInit)}
-		if kind != GAT {
-			mc.Heads, mc.OutHeads = 0, 0
-		}
-		model, err := nn.New(b, mc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The engine builds the same initial weights.
-		_, ps, err := buildParams(b, &cfg, ds.FeatDim, ds.NumClasses, mc.Seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, _ := nn.SaveParams(b, ps)
-		w, _ := nn.SaveParams(b, model.Params())
-		if len(a) != len(w) {
-			t.Fatalf("%s: %d params, nn has %d", kind, len(a), len(w))
-		}
-		for i := range a {
-			if a[i].Name != w[i].Name || len(a[i].Data) != len(w[i].Data) {
-				t.Fatalf("param %d: %s vs %s", i, a[i].Name, w[i].Name)
-			}
-			for j := range a[i].Data {
-				if a[i].Data[j] != w[i].Data[j] {
-					t.Fatalf("param %s differs at %d", a[i].Name, j)
-				}
-			}
-		}
-		nn.FreeParams(b, ps)
-
-		blk, err := nn.UploadGraph(b, pr.in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := pr.feats.sparse
-		xs, err := autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
-		if err != nil {
-			t.Fatal(err)
-		}
-		labels := make([]int32, len(ds.Train))
-		for i, v := range ds.Train {
-			labels[i] = ds.Labels[v]
-		}
-		rows, _ := uploadI32(b, ds.Train)
-		lab, _ := uploadI32(b, labels)
-		opt := optim.NewAdam(b, model.Params(), float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
-		blocks := make([]*nn.Block, cfg.Layers)
-		for i := range blocks {
-			blocks[i] = blk
-		}
-		for e := 0; e < cfg.Epochs; e++ {
-			tp := autograd.NewTape(b)
-			logits, err := model.ForwardSparse(tp, xs, blocks, true, rng.Derive(cfg.Seed, tagDropout, uint64(e)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			logp, _ := tp.LogSoftmax(logits)
-			lv, loss, err := tp.NLLLoss(logp, rows, lab)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opt.ZeroGrad()
-			if err := tp.Backward(lv); err != nil {
-				t.Fatal(err)
-			}
-			opt.Step()
-			tp.Release()
-			if loss != rep.Epochs[e].Loss {
-				t.Errorf("%s epoch %d: fullgraph loss %.9f, nn model %.9f", kind, e+1, rep.Epochs[e].Loss, loss)
-			}
-		}
-		opt.Free()
-		nn.FreeParams(b, model.Params())
-		blk.Free()
-		xs.Free(b)
-		b.Free(rows)
-		b.Free(lab)
+// TestOneDeviceIsTrainsFullBatch: on one device the engine is package
+// train's former full-batch trainer ('strata train --mode full' before it
+// became this engine on one device): nn's model (train.Common.ModelConfig)
+// over the whole graph on an autograd tape, one optimizer step an epoch
+// with dropout keyed by train.Common.DropoutSeed(epoch, 0), then
+// train.Evaluator's whole-graph evaluation. Same initial weights, and
+// bit-identical losses, accuracies and validation losses, with sparse
+// (Cora) and dense features, Adam and SGD with momentum, and GAT's heads.
+func TestOneDeviceIsTrainsFullBatch(t *testing.T) {
+	cases := []struct {
+		name string
+		ds   func(testing.TB) *dataset.Dataset
+		cfg  func() Config
+	}{
+		{"gcn cora", cora, func() Config { return Defaults(GCN) }},
+		{"sage cora", cora, func() Config { return Defaults(SAGE) }},
+		{"gat cora", cora, func() Config {
+			c := Defaults(GAT)
+			c.Heads, c.OutHeads, c.AttnDrop = 4, 2, 0.3
+			return c
+		}},
+		{"gcn dense", tiny, func() Config { return Defaults(GCN) }},
+		{"sage dense sgd", tiny, func() Config {
+			c := Defaults(SAGE)
+			c.Layers, c.Optimizer, c.LR, c.Momentum = 3, "sgd", 0.1, 0.9
+			return c
+		}},
+		{"gat dense", tiny, func() Config { return Defaults(GAT) }},
 	}
+	if testing.Short() {
+		cases = []struct {
+			name string
+			ds   func(testing.TB) *dataset.Dataset
+			cfg  func() Config
+		}{cases[0], cases[2], cases[4]}
+	}
+	b := cpuBackend(t)
+	for _, tc := range cases {
+		ds, cfg := tc.ds(t), tc.cfg()
+		cfg.Epochs = 3
+		rep := run(t, ds, cfg, 1)
+		want := trainFullBatch(t, b, ds, cfg)
+		if rep.RowNormalized != want.rowNorm {
+			t.Errorf("%s: row-normalized %v, train %v", tc.name, rep.RowNormalized, want.rowNorm)
+		}
+		for e, w := range want.epochs {
+			g := rep.Epochs[e]
+			if math.Float64bits(g.Loss) != math.Float64bits(w.Loss) || g.TrainAccuracy != w.TrainAccuracy ||
+				g.ValAccuracy != w.ValAccuracy || g.TestAccuracy != w.TestAccuracy || math.Float64bits(g.ValLoss) != math.Float64bits(w.ValLoss) {
+				t.Errorf("%s epoch %d: fullgraph %+v, train's full batch %+v", tc.name, e+1, g, w)
+			}
+		}
+	}
+}
+
+type fullBatch struct {
+	epochs  []train.EpochRecord
+	rowNorm bool
+}
+
+// trainFullBatch is package train's former full-batch training of cfg on
+// ds (its fullStep and evaluation).
+func trainFullBatch(t *testing.T, b backend.Backend, ds *dataset.Dataset, cfg Config) fullBatch {
+	t.Helper()
+	feats, err := train.NewFeatures(ds.Features, int(ds.NumNodes()), ds.FeatDim, cfg.RowNorm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := nn.New(b, cfg.ModelConfig(ds.FeatDim, ds.NumClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.FreeParams(b, model.Params())
+	// The engine builds the same initial weights.
+	_, ps, err := buildParams(b, &cfg, ds.FeatDim, ds.NumClasses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := nn.SaveParams(b, ps)
+	w, _ := nn.SaveParams(b, model.Params())
+	nn.FreeParams(b, ps)
+	if !reflect.DeepEqual(a, w) {
+		t.Fatalf("%s: the engine's initial parameters differ from nn.New's", cfg.Model)
+	}
+	opt := cfg.NewOptimizer(b, model.Params())
+	defer opt.Free()
+	in := ds.InGraph()
+	blk, err := nn.UploadGraph(b, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blk.Free()
+	blocks := make([]*nn.Block, cfg.Layers)
+	for i := range blocks {
+		blocks[i] = blk
+	}
+	var xs *autograd.SparseInput
+	var xd backend.Buffer
+	if h := feats.Sparse; h != nil {
+		if xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
+			t.Fatal(err)
+		}
+		defer xs.Free(b)
+	} else {
+		if xd, err = upload(b, feats.Dense); err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free(xd)
+	}
+	splits := train.DatasetSplits(ds)
+	rows, _ := uploadI32(b, splits[train.SplitTrain].Rows)
+	lab, _ := uploadI32(b, splits[train.SplitTrain].Labels)
+	defer b.Free(rows)
+	defer b.Free(lab)
+	ev, err := train.NewEvaluator(b, ds, in, feats, cfg.Common)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	out := fullBatch{rowNorm: feats.RowNormalized}
+	for e := 0; e < cfg.Epochs; e++ {
+		tp := autograd.NewTape(b)
+		var logits *autograd.Var
+		if xs != nil {
+			logits, err = model.ForwardSparse(tp, xs, blocks, true, cfg.DropoutSeed(e, 0))
+		} else {
+			x, _ := tp.Const(xd, feats.Rows, feats.Cols)
+			logits, err = model.Forward(tp, x, blocks, true, cfg.DropoutSeed(e, 0))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		logp, _ := tp.LogSoftmax(logits)
+		lv, loss, err := tp.NLLLoss(logp, rows, lab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := opt.ZeroGrad(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Backward(lv); err != nil {
+			t.Fatal(err)
+		}
+		if err := opt.Step(); err != nil {
+			t.Fatal(err)
+		}
+		tp.Release()
+		tally, err := ev.Run(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := train.EpochRecord{Epoch: e + 1, Loss: loss}
+		rec.SetEvaluation(&tally)
+		out.epochs = append(out.epochs, rec)
+	}
+	return out
 }

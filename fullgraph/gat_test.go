@@ -12,7 +12,6 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
-	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -184,7 +183,7 @@ func tapeGrads(t *testing.T, ds *dataset.Dataset, cfg Config) (float64, []nn.Nam
 		t.Fatal(err)
 	}
 	b := cpuBackend(t)
-	m, err := newTapeModel(b, &cfg, ds.FeatDim, ds.NumClasses, rng.Derive(cfg.Seed, tagInit))
+	m, err := newTapeModel(b, &cfg, ds.FeatDim, ds.NumClasses, cfg.ModelConfig(ds.FeatDim, ds.NumClasses).Seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +197,12 @@ func tapeGrads(t *testing.T, ds *dataset.Dataset, cfg Config) (float64, []nn.Nam
 	defer tp.Release()
 	var x *autograd.Var
 	var xs *autograd.SparseInput
-	if h := pr.feats.sparse; h != nil {
+	if h := pr.feats.Sparse; h != nil {
 		if xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
 			t.Fatal(err)
 		}
 		defer xs.Free(b)
-	} else if x, err = tp.Upload(pr.feats.dense, pr.feats.rows, pr.feats.cols); err != nil {
+	} else if x, err = tp.Upload(pr.feats.Dense, pr.feats.Rows, pr.feats.Cols); err != nil {
 		t.Fatal(err)
 	}
 	labels := make([]int32, len(ds.Train))
@@ -214,7 +213,7 @@ func tapeGrads(t *testing.T, ds *dataset.Dataset, cfg Config) (float64, []nn.Nam
 	lab, _ := uploadI32(b, labels)
 	defer b.Free(rows)
 	defer b.Free(lab)
-	logits, err := m.forward(tp, x, xs, blk, true, rng.Derive(cfg.Seed, tagDropout, 0), nil)
+	logits, err := m.forward(tp, x, xs, blk, true, cfg.DropoutSeed(0, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/internal/rng"
-	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 // fwd is what a layer's forward pass keeps for its backward pass: the
@@ -274,16 +274,6 @@ func (w *worker) backward(s *step, l int, fs []*fwd, dPre backend.Buffer, train 
 	return dx
 }
 
-// trainStep runs one epoch of training on this device's rows (gradients,
-// then the Adam step) and returns the global training loss.
-func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
-	loss, err := w.gradients(epoch, epsScale)
-	if err != nil {
-		return 0, err
-	}
-	return loss, w.opt.Step()
-}
-
 // gradients computes the parameter gradients of one epoch on this
 // device's rows: forward with dropout and the staleness policy, loss over
 // the local training nodes, backward with gradient reduction to block
@@ -293,7 +283,7 @@ func (w *worker) trainStep(epoch int, epsScale float64) (float64, error) {
 func (w *worker) gradients(epoch int, epsScale float64) (float64, error) {
 	s := newStep(w.b)
 	defer s.release()
-	seed := rng.Derive(w.cfg.Seed, tagDropout, uint64(epoch))
+	seed := w.cfg.DropoutSeed(epoch, 0)
 	L := len(w.specs)
 	fs := make([]*fwd, L)
 	var h backend.Buffer
@@ -467,16 +457,10 @@ func grow(b *[]float32, n int) []float32 {
 	return (*b)[:n]
 }
 
-// evalResult is the accuracy of the train, validation and test nodes and
-// the validation loss, over all devices.
-type evalResult struct {
-	acc     [3]float64
-	valLoss float64
-}
-
 // evaluate runs the model without dropout, every block exchanged exactly,
-// and scores the nodes of every device.
-func (w *worker) evaluate() (evalResult, error) {
+// and tallies the nodes of every device (train.Score on each, the tallies
+// summed in rank order).
+func (w *worker) evaluate() (train.Tally, error) {
 	// One step per layer: only the layer's output outlives it.
 	var h backend.Buffer
 	defer func() { w.b.Free(h) }()
@@ -485,67 +469,37 @@ func (w *worker) evaluate() (evalResult, error) {
 		f := w.forward(s, l, h, false, 0, 1)
 		if s.err != nil {
 			s.release()
-			return evalResult{}, fmt.Errorf("evaluation layer %d: %w", l, s.err)
+			return train.Tally{}, fmt.Errorf("evaluation layer %d: %w", l, s.err)
 		}
 		s.keep(f.out)
 		s.release()
 		w.b.Free(h)
 		h = f.out
 	}
-	c := w.classes
-	logits := make([]float32, w.n*c)
-	if err := w.b.Download(logits, h); err != nil {
-		return evalResult{}, err
+	t, err := train.Score(w.b, h, w.n, w.classes, &w.splits)
+	if err != nil || w.p == 1 {
+		return t, err
 	}
-	// correct[0..2], then the validation loss sum as float64 bits.
-	local := make([]int64, 4)
-	for i := range w.sets {
-		es := &w.sets[i]
-		correct, loss := score(logits, c, es.local, es.labels, i == 1)
-		local[i] = int64(correct)
-		if i == 1 {
-			local[3] = int64(math.Float64bits(loss))
-		}
+	// Correct and counted nodes of the three splits, then the validation
+	// loss as float64 bits.
+	const k = 7
+	local := make([]int64, k)
+	for s := range 3 {
+		local[s], local[3+s] = t.Correct[s], t.Count[s]
 	}
-	all := local
-	if w.p > 1 {
-		all = make([]int64, 4*w.p)
-		if err := w.c.AllGather(w.ctx, comm.I64(all), comm.I64(local)); err != nil {
-			return evalResult{}, err
-		}
+	local[6] = int64(math.Float64bits(t.ValLoss))
+	all := make([]int64, k*w.p)
+	if err := w.c.AllGather(w.ctx, comm.I64(all), comm.I64(local)); err != nil {
+		return train.Tally{}, err
 	}
-	var r evalResult
-	var correct [3]int64
+	var sum train.Tally
 	for d := 0; d < w.p; d++ {
-		for i := range 3 {
-			correct[i] += all[4*d+i]
+		var o train.Tally
+		for s := range 3 {
+			o.Correct[s], o.Count[s] = all[k*d+s], all[k*d+3+s]
 		}
-		r.valLoss += math.Float64frombits(uint64(all[4*d+3]))
+		o.ValLoss = math.Float64frombits(uint64(all[k*d+6]))
+		sum.Add(o)
 	}
-	for i := range 3 {
-		if t := w.sets[i].total; t > 0 {
-			r.acc[i] = float64(correct[i]) / float64(t)
-		}
-	}
-	if t := w.sets[1].total; t > 0 {
-		r.valLoss /= float64(t)
-	}
-	return r, nil
-}
-
-// score counts the rows whose argmax (ties to the lower class) is the
-// label and, withLoss, sums their cross-entropy (the exponentials cost
-// most: the large sets skip them).
-func score(logits []float32, c int, rows, labels []int32, withLoss bool) (correct int, loss float64) {
-	for i, r := range rows {
-		row := logits[int(r)*c : int(r+1)*c]
-		label := labels[i]
-		if withLoss {
-			loss += nn.CrossEntropy(row, label)
-		}
-		if int32(nn.Argmax(row)) == label {
-			correct++
-		}
-	}
-	return correct, loss
+	return sum, nil
 }

@@ -11,7 +11,7 @@ import "github.com/strata-gnn/strata/train"
 func EstimateMemory(cfg Config, devices int, s train.Shape, hostDevices bool) train.MemoryEstimate {
 	k := max(devices, 1)
 	n, e, f := float64(s.Nodes), float64(s.Edges), float64(s.FeatDim)
-	tc := train.Config{Model: cfg.Model, Layers: cfg.Layers, Hidden: cfg.Hidden, Heads: cfg.Heads, OutHeads: cfg.OutHeads, Optimizer: "adam"}
+	tc := &cfg.Common
 	var m train.MemoryEstimate
 	if k > 1 && cfg.Partition != PartitionRange {
 		m.Add("partitioned dataset copy", "", 4*n*f+12*n+4*e, 1)

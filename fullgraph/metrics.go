@@ -111,7 +111,32 @@ func (c *CommStats) finish() {
 	}
 }
 
-// epochComm is one epoch's share of CommStats, for the epoch record.
+// EpochComm is one epoch's share of CommStats (Report.EpochComm has one
+// per epoch): broadcasts sent and skipped and their bytes, gradient bytes
+// sent and avoided, the oldest cached block used, the mean drift measured
+// and the adaptive scale of the variation bound.
+type EpochComm struct {
+	Epoch            int     `json:"epoch"`
+	Broadcasts       int64   `json:"broadcasts"`
+	Skipped          int64   `json:"broadcasts_skipped"`
+	BytesSent        int64   `json:"bytes_sent"`
+	BytesAvoided     int64   `json:"bytes_avoided"`
+	GradBytesSent    int64   `json:"grad_bytes_sent"`
+	GradBytesAvoided int64   `json:"grad_bytes_avoided"`
+	MaxAge           int     `json:"max_age"`
+	MeanDrift        float64 `json:"mean_drift"`
+	EpsScale         float64 `json:"eps_scale"`
+}
+
+// SkippedShare is the share of the epoch's broadcast bytes avoided.
+func (e *EpochComm) SkippedShare() float64 {
+	if t := e.BytesSent + e.BytesAvoided; t > 0 {
+		return float64(e.BytesAvoided) / float64(t)
+	}
+	return 0
+}
+
+// epochComm accumulates one epoch's share of CommStats.
 type epochComm struct {
 	Broadcasts, Skipped             int64
 	BytesSent, BytesAvoided         int64
@@ -119,4 +144,14 @@ type epochComm struct {
 	MaxAge                          int
 	driftSum                        float64
 	driftN                          int64
+}
+
+// record is the epoch's EpochComm.
+func (c *epochComm) record(epoch int, scale float64) EpochComm {
+	e := EpochComm{Epoch: epoch, Broadcasts: c.Broadcasts, Skipped: c.Skipped, BytesSent: c.BytesSent, BytesAvoided: c.BytesAvoided,
+		GradBytesSent: c.GradBytesSent, GradBytesAvoided: c.GradBytesAvoided, MaxAge: c.MaxAge, EpsScale: scale}
+	if c.driftN > 0 {
+		e.MeanDrift = c.driftSum / float64(c.driftN)
+	}
+	return e
 }

@@ -5,42 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 
-	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/partition"
+	"github.com/strata-gnn/strata/train"
 )
-
-// sparseThreshold is the density below which features are kept sparse,
-// so the first layer's X*W is an SpMM (as package train decides).
-const sparseThreshold = 0.25
-
-// features is the host copy of the (possibly row-normalized) features.
-type features struct {
-	rows, cols int
-	dense      []float32
-	sparse     *autograd.HostSparse
-}
-
-func newFeatures(x []float32, rows, cols int) (*features, error) {
-	f := &features{rows: rows, cols: cols}
-	nnz := 0
-	for _, v := range x {
-		if v != 0 {
-			nnz++
-		}
-	}
-	if float64(nnz) >= sparseThreshold*float64(len(x)) {
-		f.dense = x
-		return f, nil
-	}
-	var err error
-	f.sparse, err = autograd.HostSparseFromDense(rows, cols, x)
-	return f, err
-}
 
 // PartitionStats describes the row blocks of a run.
 type PartitionStats struct {
@@ -61,8 +32,7 @@ type PartitionStats struct {
 type prepared struct {
 	ds      *dataset.Dataset
 	in      *graph.CSR
-	feats   *features
-	rowNorm bool
+	feats   *train.Features
 	offsets []int64
 	part    PartitionStats
 }
@@ -72,46 +42,13 @@ type DataError struct{ Msg string }
 
 func (e *DataError) Error() string { return "fullgraph: dataset: " + e.Msg }
 
+// checkDataset is train.CheckDataset, as a *DataError.
 func checkDataset(ds *dataset.Dataset) error {
-	bad := func(format string, args ...any) error { return &DataError{Msg: fmt.Sprintf(format, args...)} }
-	if ds == nil || ds.Graph == nil {
-		return bad("no graph")
-	}
-	n := ds.NumNodes()
-	name := ds.Name
-	switch {
-	case ds.Graph.NumCols != n || n < 1:
-		return bad("%s: graph is %d x %d, want square and non-empty", name, n, ds.Graph.NumCols)
-	case n > math.MaxInt32:
-		return bad("%s: %d nodes exceed int32 IDs", name, n)
-	case ds.Features == nil || ds.FeatDim <= 0:
-		return bad("%s has no node features: cannot train a node classifier on it", name)
-	case int64(len(ds.Features)) != n*int64(ds.FeatDim):
-		return bad("%s: %d feature values for %d nodes x %d", name, len(ds.Features), n, ds.FeatDim)
-	case ds.Labels == nil || ds.NumClasses <= 0:
-		return bad("%s has no labels: cannot train a node classifier on it", name)
-	case int64(len(ds.Labels)) != n:
-		return bad("%s: %d labels for %d nodes", name, len(ds.Labels), n)
-	case len(ds.Train) == 0:
-		return bad("%s has no training nodes", name)
-	case len(ds.Val) == 0 || len(ds.Test) == 0:
-		return bad("%s needs validation and test nodes (has %d and %d)", name, len(ds.Val), len(ds.Test))
-	}
-	for _, s := range []struct {
-		name string
-		ids  []int32
-	}{{"train", ds.Train}, {"val", ds.Val}, {"test", ds.Test}} {
-		for i, v := range s.ids {
-			if v < 0 || int64(v) >= n {
-				return bad("%s: %s node %d (position %d) out of range [0, %d)", name, s.name, v, i, n)
-			}
-			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
-				return bad("%s: %s node %d has label %d, want [0, %d)", name, s.name, v, l, ds.NumClasses)
-			}
-		}
-	}
-	if err := ds.Graph.Validate(); err != nil {
-		return bad("%s: %v", name, err)
+	var de *train.DataError
+	if err := train.CheckDataset(ds); errors.As(err, &de) {
+		return &DataError{Msg: de.Msg}
+	} else if err != nil {
+		return err
 	}
 	return nil
 }
@@ -216,11 +153,7 @@ func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offse
 		}
 		method += ", nodes by degree"
 	}
-	x := pr.ds.Features
-	if pr.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); pr.rowNorm {
-		x = dataset.RowNormalize(x, pr.ds.FeatDim)
-	}
-	if pr.feats, err = newFeatures(x, int(pr.ds.NumNodes()), pr.ds.FeatDim); err != nil {
+	if pr.feats, err = train.NewFeatures(pr.ds.Features, int(pr.ds.NumNodes()), pr.ds.FeatDim, cfg.RowNorm); err != nil {
 		return nil, &DataError{Msg: err.Error()}
 	}
 	pr.part = PartitionStats{Method: method, Parts: p}
@@ -248,13 +181,4 @@ func degreeOrder(in *graph.CSR, offsets []int64) []int32 {
 		oldToNew[old] = int32(nw)
 	}
 	return oldToNew
-}
-
-func nonNegative(x []float32) bool {
-	for _, v := range x {
-		if !(v >= 0) {
-			return false
-		}
-	}
-	return true
 }

@@ -13,7 +13,10 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 // Options are the run's environment: devices, communication and output.
@@ -42,11 +45,24 @@ type Options struct {
 	// CommTimeout bounds each collective of an in-process group made by
 	// Run (comm.DefaultTimeout if zero).
 	CommTimeout time.Duration
+	// CheckpointDir, when set, receives train.CheckpointFile (the
+	// parameters, the optimizer state, the epochs done and the report so
+	// far; device 0 writes it) every CheckpointEvery epochs (counted from
+	// the start of training; 0: none), when the context is cancelled and
+	// at the end. Not with Config.Staleness: the historical embeddings
+	// the devices keep are part of the state and are not saved.
+	CheckpointDir   string
+	CheckpointEvery int
+	// Resume continues from CheckpointDir's checkpoint when there is one
+	// (and starts afresh when there is none): on the same devices, it
+	// goes on exactly as the uninterrupted run. Without Resume an
+	// existing checkpoint is an error rather than being overwritten.
+	Resume bool
 	// Log receives a line per logged epoch (about 25 per run) and a
 	// summary; nil for none. Progress bars follow internal/progress.
 	Log io.Writer
 	// OnEpoch, when set, is called after every epoch with its record.
-	OnEpoch func(EpochRecord)
+	OnEpoch func(train.EpochRecord)
 }
 
 // RunError reports a failure of one device.
@@ -61,8 +77,9 @@ func (e *RunError) Error() string {
 }
 func (e *RunError) Unwrap() error { return e.Err }
 
-// ErrInterrupted is wrapped by Run's error when the context was cancelled.
-var ErrInterrupted = errors.New("interrupted")
+// ErrInterrupted is wrapped by Run's error when the context was cancelled
+// (train's: errors.Is matches either).
+var ErrInterrupted = train.ErrInterrupted
 
 // Run trains cfg on ds over the devices of opts and returns the report.
 // Every model runs on the distributed engine (any number of devices);
@@ -101,6 +118,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			}
 		}
 	}
+	switch {
+	case opts.CheckpointEvery < 0:
+		return nil, cfgErr("checkpoint_every", "%d is negative", opts.CheckpointEvery)
+	case opts.Resume && opts.CheckpointDir == "":
+		return nil, cfgErr("resume", "resuming needs a checkpoint directory")
+	case opts.CheckpointDir != "" && cfg.Staleness.Enabled:
+		return nil, cfgErr("staleness", "no checkpoints with staleness: the historical embeddings each device keeps are not saved")
+	}
 	if err := checkDataset(ds); err != nil {
 		return nil, err
 	}
@@ -130,15 +155,21 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, err
 	}
 	pr.part.Seconds = time.Since(t0).Seconds()
-	var rep *Report
+	s, err := newSession(ds, pr, &cfg, opts, p)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
 	if tape {
-		rep, err = runTape(ctx, pr, &cfg, opts)
+		err = runTape(ctx, s)
 	} else {
-		rep, err = runEngine(ctx, pr, &cfg, opts)
+		err = runEngine(ctx, s)
 	}
 	if err != nil {
 		return nil, err
 	}
+	rep := s.rep
+	rep.summarize()
 	rep.TotalSeconds = time.Since(start).Seconds()
 	if opts.Log != nil {
 		m := rep.Memory
@@ -155,17 +186,204 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	return rep, nil
 }
 
-// newReport fills the fields every engine shares.
-func newReport(pr *prepared, cfg *Config, opts Options, engine string) *Report {
+// replica is one device's share of a run: a worker of the distributed
+// engine, or the tape engine's model. Every device holds the same
+// parameters and takes the same optimizer steps.
+type replica interface {
+	// grads computes the parameter gradients of epoch (0-based) with
+	// dropout, scale being the adaptive scale of the staleness variation
+	// bound, and returns the training loss (the same on every device)
+	// and the epoch's communication. It does not step the optimizer.
+	grads(epoch int, scale float64) (float64, EpochComm, error)
+	// evaluate scores the model over the whole graph without dropout
+	// (every device takes part).
+	evaluate() (train.Tally, error)
+	// model is the device's back end, parameters and optimizer.
+	model() (backend.Backend, []*nn.Param, optim.Optimizer)
+	// comm is the communication statistics the device keeps.
+	comm() *CommStats
+}
+
+// session is what the devices of a run share: the configuration, the
+// report device 0 fills in, the checkpoint, and device 0's sampled
+// evaluation.
+type session struct {
+	cfg  *Config
+	opts Options
+	pr   *prepared
+	p    int
+	rep  *Report
+
+	ckpt  string          // the checkpoint file, "" for none
+	id    train.DatasetID // the original dataset's, with a checkpoint
+	saved *saved          // the checkpoint resumed, nil for none
+
+	mirror  nn.Model         // Eval sampled: device 0's model for the train.Evaluator
+	mirrorB backend.Backend  // the mirror's back end
+	eval    *train.Evaluator // Eval sampled, on device 0
+}
+
+func newSession(orig *dataset.Dataset, pr *prepared, cfg *Config, opts Options, p int) (*session, error) {
+	s := &session{cfg: cfg, opts: opts, pr: pr, p: p}
 	ds := pr.ds
-	rep := &Report{Schema: ReportVersion, Dataset: ds.Name, Model: cfg.Model, Mode: Mode, Engine: engine,
-		Seed: cfg.Seed, RowNormalized: pr.rowNorm, Partition: pr.part, Config: *cfg,
-		Graph: GraphStats{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim,
-			Classes: ds.NumClasses, Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)}}
+	rep := &Report{Report: *train.NewReport(ds, cfg.trainConfig(), opts.Backends[0].Name(), pr.feats.RowNormalized),
+		Config: *cfg, Partition: pr.part}
+	rep.Dataset = orig.Name
 	for _, b := range opts.Backends {
 		rep.Devices = append(rep.Devices, b.Name())
 	}
-	return rep
+	s.rep = rep
+	if err := s.openCheckpoint(orig); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// trainConfig is the train.Config of c's common settings (Mode
+// train.Full): train.Report's Config.
+func (c *Config) trainConfig() train.Config {
+	return train.Config{Common: c.Common, Mode: train.Full}
+}
+
+func (s *session) close() {
+	s.eval.Close()
+	if s.mirror != nil {
+		nn.FreeParams(s.mirrorB, s.mirror.Params())
+	}
+}
+
+// first is the first epoch to train.
+func (s *session) first() int {
+	if s.saved == nil {
+		return 0
+	}
+	return s.saved.meta.EpochsDone
+}
+
+// run trains every epoch from the first on device rank's replica r;
+// device 0 records them in the report, logs them and saves the
+// checkpoints.
+func (s *session) run(ctx context.Context, rank int, r replica) error {
+	cfg := s.cfg
+	if err := s.load(rank, r); err != nil {
+		return err
+	}
+	_, _, opt := r.model()
+	var el *epochLog
+	if rank == 0 {
+		el = newEpochLog(cfg.Epochs, s.opts.Log)
+	}
+	var firstLoss, lastLoss float64
+	for e := s.first(); e < cfg.Epochs; e++ {
+		if err := ctx.Err(); err != nil {
+			return s.interrupted(rank, r, e, err)
+		}
+		if el != nil {
+			el.start(e)
+		}
+		scale := 1.0
+		if pol := cfg.Staleness; pol.Enabled && pol.Adaptive && e > 0 && firstLoss > 0 {
+			scale = min(1, max(pol.AdaptiveFloor, lastLoss/firstLoss))
+		}
+		t0 := time.Now()
+		loss, ec, err := r.grads(e, scale)
+		if err != nil {
+			if ctx.Err() != nil { // no step was taken: the state is the last epoch's
+				return s.interrupted(rank, r, e, ctx.Err())
+			}
+			return fmt.Errorf("epoch %d: %w", e+1, err)
+		}
+		if err := opt.Step(); err != nil {
+			return fmt.Errorf("epoch %d: %w", e+1, err)
+		}
+		if e == 0 {
+			firstLoss = loss
+		}
+		lastLoss = loss
+		rec := train.EpochRecord{Epoch: e + 1, Loss: loss, BatchLosses: []float64{loss}}
+		if cfg.Evaluates(e) {
+			t1 := time.Now()
+			t, err := s.evaluate(rank, r)
+			if err != nil {
+				return fmt.Errorf("epoch %d evaluation: %w", e+1, err)
+			}
+			rec.SetEvaluation(&t)
+			rec.EvalSeconds = time.Since(t1).Seconds()
+		} else {
+			rec.SetEvaluation(nil)
+		}
+		rec.Seconds = time.Since(t0).Seconds()
+		if rank != 0 {
+			continue
+		}
+		s.rep.Epochs = append(s.rep.Epochs, rec)
+		s.rep.EpochComm = append(s.rep.EpochComm, ec)
+		el.done(e, &rec, &ec)
+		if s.opts.OnEpoch != nil {
+			s.opts.OnEpoch(rec)
+		}
+		if n := s.opts.CheckpointEvery; n > 0 && (e+1)%n == 0 {
+			if err := s.save(r, e+1); err != nil {
+				return err
+			}
+		}
+	}
+	if rank == 0 {
+		if s.opts.Log != nil && s.p > 1 {
+			st := *r.comm()
+			st.finish()
+			fmt.Fprintf(s.opts.Log, "broadcasts: %d of %d skipped, %s sent, %s avoided (%.1f%%); gradients: %s sent, %s avoided\n",
+				st.BroadcastsSkipped, st.Broadcasts, humanBytes(st.BytesSent), humanBytes(st.BytesAvoided), 100*st.AvoidedFraction,
+				humanBytes(st.GradBytesSent), humanBytes(st.GradBytesAvoided))
+		}
+		return s.save(r, cfg.Epochs)
+	}
+	return nil
+}
+
+// interrupted ends a run cancelled before epoch e's step: device 0 saves
+// the state after e epochs when checkpoints are on.
+func (s *session) interrupted(rank int, r replica, e int, cause error) error {
+	if rank == 0 {
+		if err := s.save(r, e); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrInterrupted, cause)
+}
+
+// evaluate scores the model after an epoch: over the whole graph on every
+// device, or (Eval sampled) on device 0 with train.Evaluator, on an nn
+// model holding this replica's parameters.
+func (s *session) evaluate(rank int, r replica) (train.Tally, error) {
+	if s.cfg.Eval != train.Sampled {
+		return r.evaluate()
+	}
+	if rank != 0 {
+		return train.Tally{}, nil
+	}
+	b, params, _ := r.model()
+	if s.eval == nil {
+		ds := s.pr.ds
+		m, err := nn.New(b, s.cfg.ModelConfig(ds.FeatDim, ds.NumClasses))
+		if err != nil {
+			return train.Tally{}, err
+		}
+		s.mirror, s.mirrorB = m, b
+		if s.eval, err = train.NewEvaluator(b, ds, s.pr.in, s.pr.feats, s.cfg.Common); err != nil {
+			return train.Tally{}, err
+		}
+	}
+	mp := s.mirror.Params()
+	if len(mp) != len(params) {
+		return train.Tally{}, fmt.Errorf("evaluation model has %d parameters, the engine %d", len(mp), len(params))
+	}
+	for i, p := range params {
+		if err := b.Copy(mp[i].Value, p.Value); err != nil {
+			return train.Tally{}, err
+		}
+	}
+	return s.eval.Run(s.mirror)
 }
 
 // epochLog drives the progress bar and log lines of a run.
@@ -177,11 +395,7 @@ type epochLog struct {
 }
 
 func newEpochLog(epochs int, log io.Writer) *epochLog {
-	every := 1
-	if epochs > 30 {
-		every = (epochs + 24) / 25
-	}
-	return &epochLog{epochs: epochs, every: every, log: log, barEnd: -1}
+	return &epochLog{epochs: epochs, every: train.LogEvery(epochs), log: log, barEnd: -1}
 }
 
 func (l *epochLog) start(e int) {
@@ -191,40 +405,36 @@ func (l *epochLog) start(e int) {
 	}
 }
 
-func (l *epochLog) done(e int, rec *EpochRecord, skip float64) {
+func (l *epochLog) done(e int, rec *train.EpochRecord, ec *EpochComm) {
 	l.bar.Add(1)
 	desc := fmt.Sprintf("epoch %d/%d loss %.4f", e+1, l.epochs, rec.Loss)
-	if rec.Broadcasts > 0 {
-		desc += fmt.Sprintf(" skip %.0f%% age<=%d drift %.2f", 100*skip, rec.MaxAge, rec.MeanDrift)
+	if ec.Broadcasts > 0 {
+		desc += fmt.Sprintf(" skip %.0f%% age<=%d drift %.2f", 100*ec.SkippedShare(), ec.MaxAge, ec.MeanDrift)
 	}
 	l.bar.Describe(desc)
 	if e == l.barEnd {
 		l.bar.Finish()
 	}
 	if l.log != nil && (e == l.barEnd || e == 0) {
-		w := len(fmt.Sprint(l.epochs))
-		line := fmt.Sprintf("epoch %*d/%d  loss %.4f", w, e+1, l.epochs, rec.Loss)
-		if rec.Evaluated {
-			line += fmt.Sprintf("  train %.4f  val %.4f  test %.4f", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy)
-		}
-		if rec.Broadcasts > 0 {
+		line := train.EpochLine(rec, l.epochs)
+		if ec.Broadcasts > 0 {
 			line += fmt.Sprintf("  skipped %d/%d broadcasts (%.0f%% of bytes), max age %d, mean drift %.3f",
-				rec.Skipped, rec.Broadcasts, 100*skip, rec.MaxAge, rec.MeanDrift)
+				ec.Skipped, ec.Broadcasts, 100*ec.SkippedShare(), ec.MaxAge, ec.MeanDrift)
 		}
-		fmt.Fprintf(l.log, "%s  (%.3fs)\n", line, rec.Seconds+rec.EvalSeconds)
+		fmt.Fprintln(l.log, line)
 	}
 }
 
 // runEngine runs the distributed engine: one goroutine per device.
-func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*Report, error) {
-	p := len(opts.Backends)
+func runEngine(ctx context.Context, s *session) error {
+	pr, cfg, opts, p := s.pr, s.cfg, s.opts, s.p
 	agg := AggGCN // GAT: the same self-loop structure (nn.Block.WithSelfLoops), its weights unused
 	if cfg.Model == SAGE {
 		agg = AggMean
 	}
 	lay, err := NewLayout(pr.in, pr.offsets, agg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pr.part.Edges, pr.part.RemoteEdges = lay.Edges()
 	if pr.part.Edges > 0 {
@@ -233,7 +443,7 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 	comms := opts.Comms
 	if comms == nil && p > 1 {
 		if comms, err = inproc.New(p, comm.Options{Timeout: opts.CommTimeout}); err != nil {
-			return nil, err
+			return err
 		}
 		defer func() {
 			for _, c := range comms {
@@ -241,7 +451,8 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 			}
 		}()
 	}
-	rep := newReport(pr, cfg, opts, "distributed")
+	rep := s.rep
+	rep.Engine = "distributed"
 	workers := make([]*worker, p)
 	errs := make([]error, p)
 	var wg sync.WaitGroup
@@ -260,7 +471,7 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 			w, err := newWorker(ctx, r, opts.Backends[r], c, dc, cfg, pr, lay)
 			if err == nil {
 				workers[r] = w
-				err = w.loop(ctx, rep, opts)
+				err = s.run(ctx, r, w)
 			}
 			if err != nil {
 				errs[r] = &RunError{Rank: r, Op: "training", Err: err}
@@ -280,9 +491,10 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 		}
 	}()
 	if err := firstError(ctx, errs); err != nil {
-		return nil, err
+		return err
 	}
 	w0 := workers[0]
+	rep.Partition = pr.part
 	rep.Comm = w0.stats
 	rep.Comm.finish()
 	mem := &rep.Memory
@@ -299,8 +511,7 @@ func runEngine(ctx context.Context, pr *prepared, cfg *Config, opts Options) (*R
 		mem.CacheBytes = append(mem.CacheBytes, cache)
 		mem.GraphBytes = append(mem.GraphBytes, w.b.SparseBytes())
 	}
-	rep.summarize()
-	return rep, nil
+	return nil
 }
 
 // firstError picks the error to report: an interruption, else the first
@@ -332,74 +543,17 @@ func firstError(ctx context.Context, errs []error) error {
 	return first
 }
 
-// loop runs every epoch on this device; rank 0 records them in rep.
-func (w *worker) loop(ctx context.Context, rep *Report, opts Options) error {
-	cfg := w.cfg
-	var el *epochLog
-	if w.rank == 0 {
-		el = newEpochLog(cfg.Epochs, opts.Log)
-	}
-	var firstLoss, lastLoss float64
-	for e := 0; e < cfg.Epochs; e++ {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%w: %v", ErrInterrupted, err)
-		}
-		if el != nil {
-			el.start(e)
-		}
-		scale := 1.0
-		if pol := cfg.Staleness; pol.Enabled && pol.Adaptive && e > 0 && firstLoss > 0 {
-			scale = min(1, max(pol.AdaptiveFloor, lastLoss/firstLoss))
-		}
-		w.epsScale = scale
-		w.ep = epochComm{}
-		t0 := time.Now()
-		loss, err := w.trainStep(e, scale)
-		if err != nil {
-			return fmt.Errorf("epoch %d: %w", e+1, err)
-		}
-		if e == 0 {
-			firstLoss = loss
-		}
-		lastLoss = loss
-		rec := EpochRecord{Epoch: e + 1, Loss: loss, Seconds: time.Since(t0).Seconds(), EpsScale: scale,
-			Broadcasts: w.ep.Broadcasts, Skipped: w.ep.Skipped, BytesSent: w.ep.BytesSent, BytesAvoided: w.ep.BytesAvoided,
-			GradBytesSent: w.ep.GradBytesSent, GradBytesAvoided: w.ep.GradBytesAvoided, MaxAge: w.ep.MaxAge}
-		if w.ep.driftN > 0 {
-			rec.MeanDrift = w.ep.driftSum / float64(w.ep.driftN)
-		}
-		if (e+1)%cfg.EvalEvery == 0 || e == cfg.Epochs-1 {
-			t1 := time.Now()
-			r, err := w.evaluate()
-			if err != nil {
-				return fmt.Errorf("epoch %d: %w", e+1, err)
-			}
-			rec.Evaluated = true
-			rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.ValLoss = r.acc[0], r.acc[1], r.acc[2], r.valLoss
-			rec.EvalSeconds = time.Since(t1).Seconds()
-		}
-		if w.rank != 0 {
-			continue
-		}
-		rep.Epochs = append(rep.Epochs, rec)
-		skip := 0.0
-		if t := rec.BytesSent + rec.BytesAvoided; t > 0 {
-			skip = float64(rec.BytesAvoided) / float64(t)
-		}
-		el.done(e, &rec, skip)
-		if opts.OnEpoch != nil {
-			opts.OnEpoch(rec)
-		}
-	}
-	if w.rank == 0 && opts.Log != nil && w.p > 1 {
-		st := w.stats
-		st.finish()
-		fmt.Fprintf(opts.Log, "broadcasts: %d of %d skipped, %s sent, %s avoided (%.1f%%); gradients: %s sent, %s avoided\n",
-			st.BroadcastsSkipped, st.Broadcasts, humanBytes(st.BytesSent), humanBytes(st.BytesAvoided), 100*st.AvoidedFraction,
-			humanBytes(st.GradBytesSent), humanBytes(st.GradBytesAvoided))
-	}
-	return nil
+// grads is replica.grads: the engine's gradients of the epoch, with
+// the epoch's communication.
+func (w *worker) grads(epoch int, scale float64) (float64, EpochComm, error) {
+	w.epsScale = scale
+	w.ep = epochComm{}
+	loss, err := w.gradients(epoch, scale)
+	return loss, w.ep.record(epoch+1, scale), err
 }
+
+func (w *worker) model() (backend.Backend, []*nn.Param, optim.Optimizer) { return w.b, w.params, w.opt }
+func (w *worker) comm() *CommStats                                       { return &w.stats }
 
 func humanBytes(n int64) string {
 	const unit = 1024

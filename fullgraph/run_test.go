@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 func TestConfigErrors(t *testing.T) {
@@ -116,7 +117,7 @@ func TestGATAndMemoryReport(t *testing.T) {
 		if min := int64(4 * ds.NumNodes() * int64(cfg.Hidden)); m.ActivationBytes[0] < min {
 			t.Errorf("%s: layer 0 keeps %d bytes, less than one %d-wide output (%d)", kind, m.ActivationBytes[0], cfg.Hidden, min)
 		}
-		if !rep.Epochs[1].Evaluated || rep.Epochs[1].TestAccuracy <= 0 {
+		if rep.Epochs[1].EvalSkipped || rep.Epochs[1].TestAccuracy <= 0 {
 			t.Errorf("%s: epoch record %+v", kind, rep.Epochs[1])
 		}
 		t.Logf("%s (%s engine): activations per layer %v bytes, peak %d bytes", kind, rep.Engine, m.ActivationBytes, m.PeakBytes[0])
@@ -129,8 +130,8 @@ func TestEvalEveryAndReportJSON(t *testing.T) {
 	cfg.Staleness = DefaultStaleness()
 	rep := run(t, cora(t), cfg, 2)
 	for _, e := range rep.Epochs {
-		if want := e.Epoch%2 == 0 || e.Epoch == 5; e.Evaluated != want {
-			t.Errorf("epoch %d evaluated %v", e.Epoch, e.Evaluated)
+		if want := e.Epoch%2 == 0 || e.Epoch == 5; e.EvalSkipped == want {
+			t.Errorf("epoch %d eval skipped %v", e.Epoch, e.EvalSkipped)
 		}
 	}
 	if rep.SelectedEpoch%2 != 0 && rep.SelectedEpoch != 5 {
@@ -192,7 +193,7 @@ func TestInterrupted(t *testing.T) {
 	cfg := Defaults(GCN)
 	cfg.Epochs = 1000
 	n := 0
-	_, err := Run(ctx, ds, cfg, Options{Backends: devices(t, 3), OnEpoch: func(EpochRecord) {
+	_, err := Run(ctx, ds, cfg, Options{Backends: devices(t, 3), OnEpoch: func(train.EpochRecord) {
 		if n++; n == 3 {
 			cancel()
 		}
@@ -244,6 +245,34 @@ func TestNoReadBeforeWrite(t *testing.T) {
 				t.Fatalf("%s epoch %d: loss %v acc %v with poisoned buffers, %v %v without", kind, e+1,
 					got.Epochs[e].Loss, got.Epochs[e].TestAccuracy, want.Epochs[e].Loss, want.Epochs[e].TestAccuracy)
 			}
+		}
+	}
+}
+
+// TestSampledEvaluation: Eval "sampled" scores device 0's model with
+// train.Evaluator on sampled neighborhoods; for GraphSAGE with every
+// neighbor sampled (fanouts -1) that is the whole-graph evaluation (the
+// mean over all in-neighbors), on one device and on two, and training is
+// not affected.
+func TestSampledEvaluation(t *testing.T) {
+	ds := cora(t)
+	for _, p := range []int{1, 2} {
+		cfg := Defaults(SAGE)
+		cfg.Epochs, cfg.Hidden = 3, 16
+		want := run(t, ds, cfg, p)
+		cfg.Eval, cfg.EvalFanouts, cfg.EvalBatchSize = train.Sampled, []int{-1, -1}, 400
+		got := run(t, ds, cfg, p)
+		for e := range want.Epochs {
+			g, w := got.Epochs[e], want.Epochs[e]
+			if g.Loss != w.Loss || g.TrainAccuracy != w.TrainAccuracy || g.ValAccuracy != w.ValAccuracy || g.TestAccuracy != w.TestAccuracy ||
+				math.Abs(g.ValLoss-w.ValLoss) > 1e-6*w.ValLoss {
+				t.Fatalf("P=%d epoch %d: sampled evaluation %+v, whole graph %+v", p, e+1, g, w)
+			}
+		}
+		cfg.EvalFanouts = []int{2, 2}
+		if small := run(t, ds, cfg, p); small.Epochs[2].Loss != want.Epochs[2].Loss || small.Epochs[2].ValLoss == want.Epochs[2].ValLoss {
+			t.Fatalf("P=%d: fanouts 2,2: loss %v (want %v), val loss %v (whole graph %v)", p, small.Epochs[2].Loss,
+				want.Epochs[2].Loss, small.Epochs[2].ValLoss, want.Epochs[2].ValLoss)
 		}
 	}
 }

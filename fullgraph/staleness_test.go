@@ -31,7 +31,7 @@ func checkBounds(t *testing.T, rep *Report, pol Staleness) {
 		sent += b.Sent
 		skipped += b.Skipped
 	}
-	for _, e := range rep.Epochs {
+	for _, e := range rep.EpochComm {
 		bytesSent += e.BytesSent
 		bytesAvoided += e.BytesAvoided
 		if e.MaxAge > pol.EpochBound {
@@ -108,7 +108,7 @@ func TestStalenessBounds(t *testing.T) {
 			t.Errorf("gradients %v but %d gradient messages skipped", cfg.Staleness.Gradients, c.GradSkipped)
 		}
 		if cfg.Staleness.Adaptive {
-			if last := rep.Epochs[len(rep.Epochs)-1]; !(last.EpsScale < 1 && last.EpsScale >= cfg.Staleness.AdaptiveFloor) {
+			if last := rep.EpochComm[len(rep.EpochComm)-1]; !(last.EpsScale < 1 && last.EpsScale >= cfg.Staleness.AdaptiveFloor) {
 				t.Errorf("adaptive scale at the end %v", last.EpsScale)
 			}
 		}
@@ -133,8 +133,8 @@ func TestDeterministic(t *testing.T) {
 	for i := range a.Epochs {
 		x, y := a.Epochs[i], b.Epochs[i]
 		x.Seconds, y.Seconds, x.EvalSeconds, y.EvalSeconds = 0, 0, 0, 0
-		if x != y {
-			t.Fatalf("epoch %d differs:\n%+v\n%+v", i+1, x, y)
+		if !reflect.DeepEqual(x, y) || a.EpochComm[i] != b.EpochComm[i] {
+			t.Fatalf("epoch %d differs:\n%+v %+v\n%+v %+v", i+1, x, a.EpochComm[i], y, b.EpochComm[i])
 		}
 	}
 	if !reflect.DeepEqual(a.Comm, b.Comm) {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 // tapeModel is a stack of nn layers run one at a time on an autograd
@@ -127,167 +127,163 @@ func (m *tapeModel) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.Spar
 	return h, nil
 }
 
-// runTape trains on one device with the nn layers on an autograd tape.
-func runTape(ctx context.Context, pr *prepared, cfg *Config, opts Options) (rep *Report, err error) {
-	b := newMeter(opts.Backends[0])
+// tapeReplica is the tape engine's one device: the nn layers on an
+// autograd tape.
+type tapeReplica struct {
+	cfg    *Config
+	b      *meter
+	m      *tapeModel
+	opt    optim.Optimizer
+	blk    *nn.Block
+	xs     *autograd.SparseInput
+	xd     backend.Buffer
+	rows   backend.Buffer // the training nodes
+	labels backend.Buffer // and their labels
+	n, dim int
+	splits *[3]train.Labeled
+	act    []int64 // activation bytes kept by each layer (first step)
+	stats  CommStats
+}
+
+func newTapeReplica(pr *prepared, cfg *Config, b0 backend.Backend) (_ *tapeReplica, err error) {
+	b := newMeter(b0)
 	ds := pr.ds
-	blk, err := nn.UploadGraph(b, pr.in)
-	if err != nil {
+	r := &tapeReplica{cfg: cfg, b: b, n: int(ds.NumNodes()), dim: ds.FeatDim, splits: train.DatasetSplits(ds)}
+	defer func() {
+		if err != nil {
+			r.free()
+		}
+	}()
+	if r.blk, err = nn.UploadGraph(b, pr.in); err != nil {
 		return nil, err
 	}
-	defer blk.Free()
 	// Build the block's cached weights now, so they are not counted as
 	// the first layer's activations.
 	switch cfg.Model {
 	case GCN:
-		_, err = blk.GCNWeights()
+		_, err = r.blk.GCNWeights()
 	case SAGE:
-		_, err = blk.MeanWeights()
+		_, err = r.blk.MeanWeights()
 	case GAT:
-		_, err = blk.WithSelfLoops()
+		_, err = r.blk.WithSelfLoops()
 	}
 	if err != nil {
 		return nil, err
 	}
-	var xs *autograd.SparseInput
-	var xd backend.Buffer
-	if h := pr.feats.sparse; h != nil {
-		if xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
+	if h := pr.feats.Sparse; h != nil {
+		if r.xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
 			return nil, err
 		}
-		defer xs.Free(b)
-	} else {
-		if xd, err = upload(b, pr.feats.dense); err != nil {
-			return nil, err
-		}
-		defer b.Free(xd)
-	}
-	m, err := newTapeModel(b, cfg, ds.FeatDim, ds.NumClasses, rng.Derive(cfg.Seed, tagInit))
-	if err != nil {
+	} else if r.xd, err = upload(b, pr.feats.Dense); err != nil {
 		return nil, err
 	}
-	defer nn.FreeParams(b, m.params)
-	opt := optim.NewAdam(b, m.params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
-	defer opt.Free()
-	labels := make([]int32, len(ds.Train))
-	for i, v := range ds.Train {
-		labels[i] = ds.Labels[v]
-	}
-	rows, err := uploadI32(b, ds.Train)
-	if err != nil {
+	if r.m, err = newTapeModel(b, cfg, ds.FeatDim, ds.NumClasses, cfg.ModelConfig(ds.FeatDim, ds.NumClasses).Seed); err != nil {
 		return nil, err
 	}
-	defer b.Free(rows)
-	lab, err := uploadI32(b, labels)
-	if err != nil {
+	r.opt = cfg.NewOptimizer(b, r.m.params)
+	tr := &r.splits[train.SplitTrain]
+	if r.rows, err = uploadI32(b, tr.Rows); err != nil {
 		return nil, err
 	}
-	defer b.Free(lab)
-	n := int(ds.NumNodes())
+	if r.labels, err = uploadI32(b, tr.Labels); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
-	rep = newReport(pr, cfg, opts, "tape")
-	act := make([]int64, len(m.layers))
-	run := func(train bool, seed uint64, measure bool) (*autograd.Tape, *autograd.Var, error) {
-		t := autograd.NewTape(b)
-		var x *autograd.Var
-		var err error
-		if xd != nil {
-			if x, err = t.Const(xd, n, ds.FeatDim); err != nil {
-				return t, nil, err
-			}
-		}
-		var after func(int)
-		if measure {
-			prev := b.Live()
-			after = func(l int) {
-				now := b.Live()
-				act[l] = now - prev
-				prev = now
-			}
-		}
-		out, err := m.forward(t, x, xs, blk, train, seed, after)
-		return t, out, err
+func (r *tapeReplica) free() {
+	b := r.b
+	if r.opt != nil {
+		r.opt.Free()
 	}
-	sets := [3]evalSet{}
-	for i, set := range [][]int32{ds.Train, ds.Val, ds.Test} {
-		sets[i] = evalSet{local: set, total: len(set)}
-		for _, v := range set {
-			sets[i].labels = append(sets[i].labels, ds.Labels[v])
-		}
+	if r.m != nil {
+		nn.FreeParams(b, r.m.params)
 	}
-	el := newEpochLog(cfg.Epochs, opts.Log)
-	for e := 0; e < cfg.Epochs; e++ {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("fullgraph: %w: %v", ErrInterrupted, err)
-		}
-		el.start(e)
-		t0 := time.Now()
-		loss, err := func() (float64, error) {
-			t, logits, err := run(true, rng.Derive(cfg.Seed, tagDropout, uint64(e)), e == 0)
-			defer t.Release()
-			if err != nil {
-				return 0, err
-			}
-			logp, err := t.LogSoftmax(logits)
-			if err != nil {
-				return 0, err
-			}
-			lv, loss, err := t.NLLLoss(logp, rows, lab)
-			if err != nil {
-				return 0, err
-			}
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
-			}
-			if err := opt.ZeroGrad(); err != nil {
-				return 0, err
-			}
-			if err := t.Backward(lv); err != nil {
-				return 0, err
-			}
-			return loss, opt.Step()
-		}()
-		if err != nil {
-			return nil, &RunError{Rank: 0, Op: fmt.Sprintf("epoch %d", e+1), Err: err}
-		}
-		rec := EpochRecord{Epoch: e + 1, Loss: loss, Seconds: time.Since(t0).Seconds(), EpsScale: 1}
-		if (e+1)%cfg.EvalEvery == 0 || e == cfg.Epochs-1 {
-			t1 := time.Now()
-			r, err := func() (evalResult, error) {
-				t, logits, err := run(false, 0, false)
-				defer t.Release()
-				if err != nil {
-					return evalResult{}, err
-				}
-				host := make([]float32, logits.Len())
-				if err := b.Download(host, logits.Value); err != nil {
-					return evalResult{}, err
-				}
-				var r evalResult
-				for i := range sets {
-					c, l := score(host, ds.NumClasses, sets[i].local, sets[i].labels, i == 1)
-					r.acc[i] = float64(c) / float64(sets[i].total)
-					if i == 1 {
-						r.valLoss = l / float64(sets[i].total)
-					}
-				}
-				return r, nil
-			}()
-			if err != nil {
-				return nil, &RunError{Rank: 0, Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
-			}
-			rec.Evaluated = true
-			rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.ValLoss = r.acc[0], r.acc[1], r.acc[2], r.valLoss
-			rec.EvalSeconds = time.Since(t1).Seconds()
-		}
-		rep.Epochs = append(rep.Epochs, rec)
-		el.done(e, &rec, 0)
-		if opts.OnEpoch != nil {
-			opts.OnEpoch(rec)
+	if r.blk != nil {
+		r.blk.Free()
+	}
+	r.xs.Free(b)
+	for _, x := range []backend.Buffer{r.xd, r.rows, r.labels} {
+		b.Free(x)
+	}
+	*r = tapeReplica{b: b}
+}
+
+// forward runs the model over the whole graph on a new tape (release
+// it); measure records the activation bytes of every layer.
+func (r *tapeReplica) forward(train bool, seed uint64, measure bool) (*autograd.Tape, *autograd.Var, error) {
+	t := autograd.NewTape(r.b)
+	var x *autograd.Var
+	var err error
+	if r.xd != nil {
+		if x, err = t.Const(r.xd, r.n, r.dim); err != nil {
+			return t, nil, err
 		}
 	}
-	rep.Memory = MemoryStats{ActivationBytes: act, PeakBytes: []int64{b.Peak()}, CacheBytes: []int64{0},
-		GraphBytes: []int64{b.SparseBytes()}}
-	rep.summarize()
-	return rep, nil
+	var after func(int)
+	if measure {
+		r.act = make([]int64, len(r.m.layers))
+		prev := r.b.Live()
+		after = func(l int) {
+			now := r.b.Live()
+			r.act[l] = now - prev
+			prev = now
+		}
+	}
+	out, err := r.m.forward(t, x, r.xs, r.blk, train, seed, after)
+	return t, out, err
+}
+
+func (r *tapeReplica) grads(epoch int, _ float64) (float64, EpochComm, error) {
+	ec := EpochComm{Epoch: epoch + 1, EpsScale: 1}
+	t, logits, err := r.forward(true, r.cfg.DropoutSeed(epoch, 0), r.act == nil)
+	defer t.Release()
+	if err != nil {
+		return 0, ec, err
+	}
+	logp, err := t.LogSoftmax(logits)
+	if err != nil {
+		return 0, ec, err
+	}
+	lv, loss, err := t.NLLLoss(logp, r.rows, r.labels)
+	if err != nil {
+		return 0, ec, err
+	}
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, ec, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
+	}
+	if err := r.opt.ZeroGrad(); err != nil {
+		return 0, ec, err
+	}
+	return loss, ec, t.Backward(lv)
+}
+
+func (r *tapeReplica) evaluate() (train.Tally, error) {
+	t, logits, err := r.forward(false, 0, false)
+	defer t.Release()
+	if err != nil {
+		return train.Tally{}, err
+	}
+	return train.Score(r.b, logits.Value, r.n, logits.Cols, r.splits)
+}
+
+func (r *tapeReplica) model() (backend.Backend, []*nn.Param, optim.Optimizer) {
+	return r.b, r.m.params, r.opt
+}
+func (r *tapeReplica) comm() *CommStats { return &r.stats }
+
+// runTape trains on one device with the nn layers on an autograd tape.
+func runTape(ctx context.Context, s *session) error {
+	r, err := newTapeReplica(s.pr, s.cfg, s.opts.Backends[0])
+	if err != nil {
+		return err
+	}
+	defer r.free()
+	s.rep.Engine = "tape"
+	if err := firstError(ctx, []error{s.run(ctx, 0, r)}); err != nil {
+		return err
+	}
+	s.rep.Memory = MemoryStats{ActivationBytes: r.act, PeakBytes: []int64{r.b.Peak()}, CacheBytes: []int64{0},
+		GraphBytes: []int64{r.b.SparseBytes()}}
+	return nil
 }

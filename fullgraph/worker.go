@@ -12,14 +12,13 @@ import (
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
-// Tags separating the random streams derived from Config.Seed.
-const (
-	tagInit uint64 = iota + 1
-	tagDropout
-	tagLocalMask
-)
+// tagLocalMask derives a device's own dropout seed from a layer's
+// (Masks "local"). The run's streams (initial weights, dropout) are
+// train.Common's, so one device draws what package train's models draw.
+const tagLocalMask uint64 = 3
 
 // Dropout seeds are rng.Derive(stepSeed, layer, purpose), as in package nn.
 const (
@@ -66,13 +65,6 @@ func (bm *blockMat) free(b backend.Backend) {
 	*bm = blockMat{}
 }
 
-// evalSet is the part of a node set (train, val, test) this device owns.
-type evalSet struct {
-	local  []int32 // row within the block
-	labels []int32
-	total  int // size of the whole set
-}
-
 // worker is one device's share of a run of the distributed engine.
 type worker struct {
 	rank, p int
@@ -105,7 +97,7 @@ type worker struct {
 
 	trainRows, trainLabels backend.Buffer
 	nTrain, nTrainAll      int
-	sets                   [3]evalSet // train, val, test
+	splits                 [3]train.Labeled // the train, val and test nodes of this block (rows within it)
 
 	st    []*layerState
 	stats CommStats // this device's view; the flag exchanges make it global
@@ -130,11 +122,12 @@ type worker struct {
 
 func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
 
-// buildParams creates the layers' parameters exactly as nn.New (and
-// newTapeModel) does for the same configuration (same names, shapes,
-// order and seeds).
-func buildParams(b backend.Backend, cfg *Config, inDim, outDim int, seed uint64) ([]layerSpec, []*nn.Param, error) {
+// buildParams creates the layers' parameters exactly as nn.New does for
+// cfg.ModelConfig (and newTapeModel: same names, shapes, order and
+// seeds).
+func buildParams(b backend.Backend, cfg *Config, inDim, outDim int) ([]layerSpec, []*nn.Param, error) {
 	kind, hidden, layers := cfg.Model, cfg.Hidden, cfg.Layers
+	seed := cfg.ModelConfig(inDim, outDim).Seed
 	specs := make([]layerSpec, layers)
 	var ps []*nn.Param
 	for l := range specs {
@@ -203,11 +196,11 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 	}()
 	mb := w.b
 	var err error
-	w.specs, w.params, err = buildParams(mb, cfg, pr.ds.FeatDim, pr.ds.NumClasses, rng.Derive(cfg.Seed, tagInit))
+	w.specs, w.params, err = buildParams(mb, cfg, pr.ds.FeatDim, pr.ds.NumClasses)
 	if err != nil {
 		return nil, err
 	}
-	sparse := pr.feats.sparse != nil
+	sparse := pr.feats.Sparse != nil
 	for l := range w.specs {
 		sp := &w.specs[l]
 		sp.project = (l == 0 && sparse) || sp.in > sp.out
@@ -220,7 +213,7 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 		}
 		sp.p = float32(cfg.Dropout)
 	}
-	w.opt = optim.NewAdam(mb, w.params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
+	w.opt = cfg.NewOptimizer(mb, w.params)
 
 	rows := &lay.Rows[rank]
 	if rows.NNZ() > 0 {
@@ -269,7 +262,7 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 	}
 
 	f := pr.feats
-	if h := f.sparse; h != nil {
+	if h := f.Sparse; h != nil {
 		base := h.Indptr[lo]
 		ip := make([]int64, w.n+1)
 		for i := range ip {
@@ -280,27 +273,27 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 			return nil, fmt.Errorf("fullgraph: device %d: features: %w", rank, err)
 		}
 		w.xsOff = base
-	} else if w.xd, err = upload(mb, f.dense[lo*f.cols:hi*f.cols]); err != nil {
+	} else if w.xd, err = upload(mb, f.Dense[lo*f.Cols:hi*f.Cols]); err != nil {
 		return nil, err
 	}
 
 	ds := pr.ds
 	for i, set := range [][]int32{ds.Train, ds.Val, ds.Test} {
-		es := &w.sets[i]
-		es.total = len(set)
+		sp := &w.splits[i]
 		for _, v := range set {
 			if int(v) >= lo && int(v) < hi {
-				es.local = append(es.local, v-int32(lo))
-				es.labels = append(es.labels, ds.Labels[v])
+				sp.Rows = append(sp.Rows, v-int32(lo))
+				sp.Labels = append(sp.Labels, ds.Labels[v])
 			}
 		}
 	}
-	w.nTrain, w.nTrainAll = len(w.sets[0].local), len(ds.Train)
+	tr := &w.splits[train.SplitTrain]
+	w.nTrain, w.nTrainAll = len(tr.Rows), len(ds.Train)
 	if w.nTrain > 0 {
-		if w.trainRows, err = uploadI32(mb, w.sets[0].local); err != nil {
+		if w.trainRows, err = uploadI32(mb, tr.Rows); err != nil {
 			return nil, err
 		}
-		if w.trainLabels, err = uploadI32(mb, w.sets[0].labels); err != nil {
+		if w.trainLabels, err = uploadI32(mb, tr.Labels); err != nil {
 			return nil, err
 		}
 	}

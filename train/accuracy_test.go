@@ -2,32 +2,21 @@ package train
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
-	"github.com/strata-gnn/strata/dataset/importer"
-	"github.com/strata-gnn/strata/internal/testkit"
 )
 
 // Accuracy tests reproduce published results on the standard Planetoid
 // splits. The headline is test accuracy at the best-validation epoch, the
-// papers' protocol; thresholds sit a little under the published numbers
-// (GCN 81.5 / 70.3, GAT 83.0) to allow for seed noise in the mean.
+// papers' protocol. The whole-graph reproductions (GCN on Cora and
+// CiteSeer, GAT on Cora) are package fullgraph's, which trains the whole
+// graph; this one is the sampled trainer's.
 
 func cora(t *testing.T) *dataset.Dataset {
 	t.Helper()
 	ds, err := builtin.Load("cora")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ds
-}
-
-func citeseer(t *testing.T) *dataset.Dataset {
-	t.Helper()
-	ds, err := importer.LoadShared(filepath.Join(testkit.DatasetsDir(t), "citeseer"), importer.Options{Quiet: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,27 +43,6 @@ func seedsAccuracy(t *testing.T, ds *dataset.Dataset, cfg Config, n int) (mean f
 func skipShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("accuracy reproduction: skipped in -short mode")
-	}
-}
-
-func TestAccuracyGCNCora(t *testing.T) {
-	skipShort(t)
-	if mean, _ := seedsAccuracy(t, cora(t), Defaults(GCN), 10); mean < 0.805 {
-		t.Fatalf("GCN on cora: mean test accuracy %.4f < 0.805", mean)
-	}
-}
-
-func TestAccuracyGCNCiteseer(t *testing.T) {
-	skipShort(t)
-	if mean, _ := seedsAccuracy(t, citeseer(t), Defaults(GCN), 10); mean < 0.695 {
-		t.Fatalf("GCN on citeseer: mean test accuracy %.4f < 0.695", mean)
-	}
-}
-
-func TestAccuracyGATCora(t *testing.T) {
-	skipShort(t)
-	if mean, _ := seedsAccuracy(t, cora(t), Defaults(GAT), 5); mean < 0.815 {
-		t.Fatalf("GAT on cora: mean test accuracy %.4f < 0.815", mean)
 	}
 }
 

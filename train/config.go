@@ -15,10 +15,13 @@ const (
 
 // Training and evaluation modes.
 const (
-	// Sampled trains on mini-batches of seed nodes whose neighborhoods a
-	// NeighborSampler samples (one fanout per hop, the first for the seeds).
+	// Sampled trains (or evaluates) on mini-batches of seed nodes whose
+	// neighborhoods a NeighborSampler samples (one fanout per hop, the
+	// first for the seeds): Run, and dsp/engine on several devices.
 	Sampled = "sampled"
-	// Full trains (or evaluates) on the whole graph in one batch.
+	// Full trains (or evaluates) on the whole graph in one batch. Whole-
+	// graph training is package fullgraph's (one device or several);
+	// Run evaluates the whole graph with it.
 	Full = "full"
 )
 
@@ -35,39 +38,54 @@ const (
 
 // Model-selection rules for the headline accuracies of a Report.
 const (
-	// SelectBest reports the epoch with the highest validation accuracy
-	// (ties: lower validation loss, then the earlier epoch), as the GCN and
-	// GAT papers select by validation.
+	// SelectBest reports the evaluated epoch with the highest validation
+	// accuracy (ties: lower validation loss, then the earlier epoch), as
+	// the GCN and GAT papers select by validation.
 	SelectBest = "best"
 	// SelectLast reports the last epoch.
 	SelectLast = "last"
 )
 
-// Config describes one training run. Every field is part of the run's
-// identity: a checkpoint records it and a resume must match it (only Epochs
-// may grow). Defaults fills a model's paper settings.
+// Common holds the settings every trainer reads the same way: the model,
+// its optimizer, the schedule, the evaluation and the features. Config
+// (Run: sampled mini-batches) and fullgraph.Config (whole-graph training
+// on one or more devices) embed it, so the command line builds it once
+// for every mode.
+type Common struct {
+	Model       string  `json:"model"`        // gcn | sage | gat
+	Layers      int     `json:"layers"`       // message-passing layers
+	Hidden      int     `json:"hidden"`       // hidden width (per head for gat)
+	Heads       int     `json:"heads"`        // gat: attention heads of hidden layers
+	OutHeads    int     `json:"out_heads"`    // gat: heads of the output layer (averaged)
+	Dropout     float64 `json:"dropout"`      // feature dropout probability
+	AttnDrop    float64 `json:"attn_dropout"` // gat: attention dropout probability
+	RowNorm     string  `json:"row_norm"`     // auto | on | off: divide each feature row by its sum
+	Optimizer   string  `json:"optimizer"`    // adam | sgd
+	LR          float64 `json:"lr"`
+	WeightDecay float64 `json:"weight_decay"`
+	Momentum    float64 `json:"momentum"` // sgd only
+	Epochs      int     `json:"epochs"`
+	// EvalEvery evaluates after every EvalEvery-th epoch and after the
+	// last (0 in checkpoints written before it existed: every epoch).
+	EvalEvery     int    `json:"eval_every"`
+	Eval          string `json:"eval"`            // full | sampled
+	EvalFanouts   []int  `json:"eval_fanouts"`    // eval=sampled only
+	EvalBatchSize int    `json:"eval_batch_size"` // eval=sampled only
+	Select        string `json:"select"`          // best | last
+	Seed          uint64 `json:"seed"`
+}
+
+// Config describes one run of Run (or of dsp/engine, which reads Mode
+// and the sampling settings too). Every field is part of the run's
+// identity: a checkpoint records it and a resume must match it (only
+// Epochs and EvalEvery may differ). Defaults fills a model's paper
+// settings. Mode Full names whole-graph training, which is package
+// fullgraph's (Run refuses it).
 type Config struct {
-	Model         string  `json:"model"`        // gcn | sage | gat
-	Mode          string  `json:"mode"`         // sampled | full
-	Layers        int     `json:"layers"`       // message-passing layers
-	Hidden        int     `json:"hidden"`       // hidden width (per head for gat)
-	Heads         int     `json:"heads"`        // gat: attention heads of hidden layers
-	OutHeads      int     `json:"out_heads"`    // gat: heads of the output layer (averaged)
-	Dropout       float64 `json:"dropout"`      // feature dropout probability
-	AttnDrop      float64 `json:"attn_dropout"` // gat: attention dropout probability
-	RowNorm       string  `json:"row_norm"`     // auto | on | off: divide each feature row by its sum
-	Optimizer     string  `json:"optimizer"`    // adam | sgd
-	LR            float64 `json:"lr"`
-	WeightDecay   float64 `json:"weight_decay"`
-	Momentum      float64 `json:"momentum"` // sgd only
-	Epochs        int     `json:"epochs"`
-	BatchSize     int     `json:"batch_size"`      // sampled mode: seeds per batch
-	Fanouts       []int   `json:"fanouts"`         // sampled mode: per hop, seeds' hop first; -1 = all
-	Eval          string  `json:"eval"`            // full | sampled
-	EvalFanouts   []int   `json:"eval_fanouts"`    // eval=sampled only
-	EvalBatchSize int     `json:"eval_batch_size"` // eval=sampled only
-	Select        string  `json:"select"`          // best | last
-	Seed          uint64  `json:"seed"`
+	Common
+	Mode      string `json:"mode"`       // sampled | full
+	BatchSize int    `json:"batch_size"` // sampled mode: seeds per batch
+	Fanouts   []int  `json:"fanouts"`    // sampled mode: per hop, seeds' hop first; -1 = all
 }
 
 // Defaults returns the settings used when a flag is not given:
@@ -83,12 +101,12 @@ type Config struct {
 //     5e-4, 30 epochs, full-neighbor evaluation.
 //
 // All models use RowNormAuto: non-negative features are row-normalized, as
-// in the papers.
+// in the papers. Every epoch is evaluated.
 func Defaults(model string) Config {
 	c := Config{
-		Model: model, Layers: 2, Optimizer: "adam", WeightDecay: 5e-4,
-		RowNorm: RowNormAuto, Eval: Full, Select: SelectBest, Seed: 1,
-		BatchSize: 32, Fanouts: []int{10, 10}, EvalBatchSize: 1024,
+		Common: Common{Model: model, Layers: 2, Optimizer: "adam", WeightDecay: 5e-4,
+			RowNorm: RowNormAuto, EvalEvery: 1, Eval: Full, Select: SelectBest, Seed: 1, EvalBatchSize: 1024},
+		BatchSize: 32, Fanouts: []int{10, 10},
 	}
 	switch model {
 	case GCN:
@@ -128,6 +146,26 @@ const (
 // Validate checks every field and returns a *ConfigError naming the first
 // bad one.
 func (c *Config) Validate() error {
+	switch c.Mode {
+	case Full, Sampled:
+	default:
+		return &ConfigError{Field: "mode", Msg: fmt.Sprintf("unknown mode %q (want sampled or full)", c.Mode)}
+	}
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.BatchSize < 1 || c.BatchSize > MaxBatch {
+		return &ConfigError{Field: "batch_size", Msg: fmt.Sprintf("%d not in [1, %d]", c.BatchSize, MaxBatch)}
+	}
+	if c.Mode == Sampled {
+		return checkFanouts("fanouts", c.Fanouts, c.Layers)
+	}
+	return nil
+}
+
+// Validate checks the common settings and returns a *ConfigError naming
+// the first bad one.
+func (c *Common) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -141,11 +179,6 @@ func (c *Config) Validate() error {
 	case GCN, SAGE, GAT:
 	default:
 		return bad("model", "unknown model %q (want gcn, sage or gat)", c.Model)
-	}
-	switch c.Mode {
-	case Full, Sampled:
-	default:
-		return bad("mode", "unknown mode %q (want sampled or full)", c.Mode)
 	}
 	if c.Layers < 1 || c.Layers > MaxLayers {
 		return bad("layers", "%d not in [1, %d]", c.Layers, MaxLayers)
@@ -167,6 +200,9 @@ func (c *Config) Validate() error {
 	}
 	if err := prob("attn_dropout", c.AttnDrop); err != nil {
 		return err
+	}
+	if c.Model != GAT && c.AttnDrop != 0 {
+		return bad("attn_dropout", "only gat has attention dropout (got %v for %s)", c.AttnDrop, c.Model)
 	}
 	switch c.RowNorm {
 	case RowNormAuto, RowNormOn, RowNormOff:
@@ -193,11 +229,8 @@ func (c *Config) Validate() error {
 	if c.Epochs < 1 || c.Epochs > MaxEpochs {
 		return bad("epochs", "%d not in [1, %d]", c.Epochs, MaxEpochs)
 	}
-	if c.BatchSize < 1 || c.BatchSize > MaxBatch {
-		return bad("batch_size", "%d not in [1, %d]", c.BatchSize, MaxBatch)
-	}
-	if err := checkFanouts("fanouts", c.Fanouts, c.Layers); err != nil && c.Mode == Sampled {
-		return err
+	if c.EvalEvery < 1 || c.EvalEvery > MaxEpochs {
+		return bad("eval_every", "%d not in [1, %d]", c.EvalEvery, MaxEpochs)
 	}
 	switch c.Eval {
 	case Full:
@@ -231,29 +264,44 @@ func checkFanouts(field string, f []int, layers int) error {
 	return nil
 }
 
-// diff names the first field in which a resumed run's config differs from
-// the checkpoint's; Epochs may differ (a finished run can be extended).
-// Diff names the first setting that differs from o's and would change the
-// run's numbers (Epochs excepted: a resumed run may go on longer), "" if
-// none. Resuming a checkpoint needs none.
-func (c *Config) Diff(o *Config) string { return c.diff(o) }
+// Evaluates reports whether the evaluation follows epoch (0-based): every
+// EvalEvery-th epoch and the last.
+func (c *Common) Evaluates(epoch int) bool {
+	return epoch == c.Epochs-1 || c.EvalEvery <= 1 || (epoch+1)%c.EvalEvery == 0
+}
 
-func (c *Config) diff(o *Config) string {
-	a, b := *c, *o
-	a.Epochs, b.Epochs = 0, 0
-	fields := []struct {
-		name string
-		x, y any
-	}{
-		{"model", a.Model, b.Model}, {"mode", a.Mode, b.Mode}, {"layers", a.Layers, b.Layers},
+// Diff names the first setting that differs from o's and would change the
+// run's numbers, "" if none: Epochs and EvalEvery excepted (a resumed run
+// may go on longer, and the evaluations change no loss). Resuming a
+// checkpoint needs none.
+func (c *Config) Diff(o *Config) string {
+	if d := c.Common.Diff(&o.Common); d != "" {
+		return d
+	}
+	return diffFields([]field{{"mode", c.Mode, o.Mode}, {"batch_size", c.BatchSize, o.BatchSize},
+		{"fanouts", fmt.Sprint(c.Fanouts), fmt.Sprint(o.Fanouts)}})
+}
+
+// Diff is Config.Diff for the common settings.
+func (c *Common) Diff(o *Common) string {
+	a, b := c, o
+	return diffFields([]field{
+		{"model", a.Model, b.Model}, {"layers", a.Layers, b.Layers},
 		{"hidden", a.Hidden, b.Hidden}, {"heads", a.Heads, b.Heads}, {"out_heads", a.OutHeads, b.OutHeads},
 		{"dropout", a.Dropout, b.Dropout}, {"attn_dropout", a.AttnDrop, b.AttnDrop},
 		{"row_norm", a.RowNorm, b.RowNorm}, {"optimizer", a.Optimizer, b.Optimizer},
 		{"lr", a.LR, b.LR}, {"weight_decay", a.WeightDecay, b.WeightDecay}, {"momentum", a.Momentum, b.Momentum},
-		{"batch_size", a.BatchSize, b.BatchSize}, {"fanouts", fmt.Sprint(a.Fanouts), fmt.Sprint(b.Fanouts)},
 		{"eval", a.Eval, b.Eval}, {"eval_fanouts", fmt.Sprint(a.EvalFanouts), fmt.Sprint(b.EvalFanouts)},
 		{"eval_batch_size", a.EvalBatchSize, b.EvalBatchSize}, {"select", a.Select, b.Select}, {"seed", a.Seed, b.Seed},
-	}
+	})
+}
+
+type field struct {
+	name string
+	x, y any
+}
+
+func diffFields(fields []field) string {
 	for _, f := range fields {
 		if f.x != f.y {
 			return fmt.Sprintf("%s is %v, the checkpoint has %v", f.name, f.x, f.y)
@@ -265,13 +313,28 @@ func (c *Config) diff(o *Config) string {
 // String is a one-line summary for logs.
 func (c *Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s, %d layers, hidden %d", c.Model, c.Mode, c.Layers, c.Hidden)
-	if c.Model == GAT {
-		fmt.Fprintf(&b, "x%d heads (out %d)", c.Heads, c.OutHeads)
-	}
+	fmt.Fprintf(&b, "%s %s, %s", c.Model, c.Mode, c.Common.Layout())
 	if c.Mode == Sampled {
 		fmt.Fprintf(&b, ", batch %d, fanouts %v", c.BatchSize, c.Fanouts)
 	}
-	fmt.Fprintf(&b, ", %s lr %g wd %g, dropout %g, %d epochs, seed %d", c.Optimizer, c.LR, c.WeightDecay, c.Dropout, c.Epochs, c.Seed)
+	b.WriteString(", " + c.Common.Schedule())
 	return b.String()
+}
+
+// Layout describes the model for logs: "2 layers, hidden 8x8 heads (out 1)".
+func (c *Common) Layout() string {
+	s := fmt.Sprintf("%d layers, hidden %d", c.Layers, c.Hidden)
+	if c.Model == GAT {
+		s += fmt.Sprintf("x%d heads (out %d)", c.Heads, c.OutHeads)
+	}
+	return s
+}
+
+// Schedule describes the optimizer and the schedule for logs.
+func (c *Common) Schedule() string {
+	s := fmt.Sprintf("%s lr %g wd %g, dropout %g, %d epochs", c.Optimizer, c.LR, c.WeightDecay, c.Dropout, c.Epochs)
+	if c.EvalEvery > 1 {
+		s += fmt.Sprintf(" (evaluated every %d)", c.EvalEvery)
+	}
+	return s + fmt.Sprintf(", seed %d", c.Seed)
 }

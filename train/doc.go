@@ -1,8 +1,13 @@
-// Package train runs node-classification training: full-batch or sampled
-// mini-batch (NeighborSampler) training of GCN, GraphSAGE and GAT models
-// with Adam or SGD, evaluation of train/validation/test accuracy after
-// every epoch, progress bars, JSON reports, loss/accuracy plots and
-// exactly resumable checkpoints.
+// Package train runs sampled mini-batch training of GCN, GraphSAGE and
+// GAT node classifiers (NeighborSampler batches, Adam or SGD, evaluation
+// of train/validation/test accuracy, progress bars, JSON reports,
+// loss/accuracy plots and exactly resumable checkpoints), and holds what
+// every trainer shares: the common settings (Common, embedded in Config
+// and in package fullgraph's and dsp's configurations), the feature
+// preparation (NewFeatures: row normalization, sparse storage), the
+// evaluation and its scoring (Evaluator, Score, Tally), the report
+// (Report, EpochRecord) and its plot. Whole-graph training, on one device
+// or several, is package fullgraph's.
 //
 // # Determinism
 //
@@ -10,32 +15,32 @@
 // position: the model's initial weights of (seed), the shuffled order of
 // the training nodes of (seed, epoch), a batch's sampled neighborhoods of
 // sample.Key{seed, epoch, batch} and its dropout masks of
-// (seed, epoch, batch). In sampled mode a batch's input dropout keeps the
-// same elements whether its features are gathered sparse (bag-of-words,
-// nn.ForwardSparseAsDense) or dense (a BatchSource), so the losses do not
-// depend on the storage; full-batch mode draws sparse features' masks over
-// the non-zeros (nn.Model.ForwardSparse), as package fullgraph does. The
-// back ends are deterministic for any number of goroutines. So two runs with the same Config produce bit-identical
-// losses, and a run resumed from a checkpoint taken after any batch
-// continues exactly as if it had never stopped.
+// (seed, epoch, batch) (Common.DropoutSeed; whole-graph training draws
+// batch 0's). A batch's input dropout keeps the same elements whether its
+// features are gathered sparse (bag-of-words, nn.ForwardSparseAsDense) or
+// dense (a BatchSource), so the losses do not depend on the storage. The
+// back ends are deterministic for any number of goroutines. So two runs
+// with the same Config produce bit-identical losses, and a run resumed
+// from a checkpoint taken after any batch continues exactly as if it had
+// never stopped.
 //
 // # Evaluation
 //
-// After each epoch the model is evaluated without dropout. With Eval
-// "full" (the default) every layer aggregates over all neighbors of the
-// whole graph in one pass, also for models trained on sampled
-// neighborhoods (full-neighbor inference, as GraphSAGE's authors do on
-// small graphs); Eval "sampled" evaluates mini-batches with EvalFanouts,
-// for graphs too large for one pass. Accuracy on the training nodes comes
-// from the same pass.
+// After every EvalEvery-th epoch and after the last the model is
+// evaluated without dropout. With Eval "full" (the default) every layer
+// aggregates over all neighbors of the whole graph in one pass, also for
+// models trained on sampled neighborhoods (full-neighbor inference, as
+// GraphSAGE's authors do on small graphs); Eval "sampled" evaluates
+// mini-batches with EvalFanouts, for graphs too large for one pass.
+// Accuracy on the training nodes comes from the same pass.
 //
 // # Model selection
 //
-// A Report gives validation and test accuracy of every epoch. Its headline
-// test_accuracy is that of the epoch with the best validation accuracy
-// (Select "best", the default; ties go to the lower validation loss, then
-// the earlier epoch), as the GCN and GAT papers report; last_test_accuracy
-// is that of the final epoch.
+// A Report gives validation and test accuracy of every evaluated epoch.
+// Its headline test_accuracy is that of the epoch with the best
+// validation accuracy (Select "best", the default; ties go to the lower
+// validation loss, then the earlier epoch), as the GCN and GAT papers
+// report; last_test_accuracy is that of the final epoch.
 //
 // # Checkpoints
 //

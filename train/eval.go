@@ -2,118 +2,242 @@ package train
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// evaluate runs the model without dropout and returns the accuracies on
-// the train, validation and test nodes and the validation loss.
-func (r *runner) evaluate() (EpochRecord, error) {
-	var class func(v int32) int
-	var valLogits func(i int, v int32) []float32 // i: v's position in Val
-	if r.cfg.Eval == Full {
-		cls, val, err := r.classifyFull()
-		if err != nil {
-			return EpochRecord{}, err
-		}
-		c := r.ds.NumClasses
-		class = func(v int32) int { return int(cls[v]) }
-		valLogits = func(i int, _ int32) []float32 { return val[i*c : (i+1)*c] }
-	} else {
-		m, err := r.logitsSampled()
-		if err != nil {
-			return EpochRecord{}, err
-		}
-		class = func(v int32) int { return nn.Argmax(m[v]) }
-		valLogits = func(_ int, v int32) []float32 { return m[v] }
-	}
-	var rec EpochRecord
-	rec.TrainAccuracy = r.accuracy(r.ds.Train, class)
-	rec.ValAccuracy = r.accuracy(r.ds.Val, class)
-	rec.TestAccuracy = r.accuracy(r.ds.Test, class)
-	for i, v := range r.ds.Val {
-		rec.ValLoss += nn.CrossEntropy(valLogits(i, v), r.ds.Labels[v])
-	}
-	rec.ValLoss /= float64(len(r.ds.Val))
-	return rec, nil
+// The splits of a Tally, in the order of Dataset.Train, Val and Test.
+const (
+	SplitTrain = iota
+	SplitVal
+	SplitTest
+)
+
+// Labeled lists rows of a logits matrix and their labels, in order.
+type Labeled struct {
+	Rows, Labels []int32
 }
 
-// accuracy is the share of nodes whose class is their label.
-func (r *runner) accuracy(nodes []int32, class func(int32) int) float64 {
-	correct := 0
-	for _, v := range nodes {
-		if int32(class(v)) == r.ds.Labels[v] {
-			correct++
-		}
-	}
-	return float64(correct) / float64(len(nodes))
+// Tally sums an evaluation: per split (SplitTrain, SplitVal, SplitTest)
+// the nodes counted and those whose class (the argmax of their logits,
+// ties to the lower class) is their label, and the validation nodes'
+// cross-entropy (nn.CrossEntropy, summed in their order). The tallies of
+// disjoint shards of the nodes add up (Add), so devices that each hold
+// some rows score them where they are.
+type Tally struct {
+	Correct, Count [3]int64
+	ValLoss        float64
 }
 
-// classifyFull runs the model over the whole graph and returns every
-// node's class and the validation nodes' logits (nn.Classify: the classes
-// come from the device, not NumNodes x NumClasses logits).
-func (r *runner) classifyFull() ([]int32, []float32, error) {
-	t := autograd.NewTape(r.b)
-	defer t.Release()
-	out, err := r.forwardFull(t, r.fullBlocks(), false, 0)
+// Add adds o's sums to t's.
+func (t *Tally) Add(o Tally) {
+	for s := range 3 {
+		t.Correct[s] += o.Correct[s]
+		t.Count[s] += o.Count[s]
+	}
+	t.ValLoss += o.ValLoss
+}
+
+// add counts one node of split s with class class and label label.
+func (t *Tally) add(s, class int, label int32) {
+	t.Count[s]++
+	if int32(class) == label {
+		t.Correct[s]++
+	}
+}
+
+// Record returns the accuracies (correct over counted; 0 for a split
+// with no node) and the mean validation loss as an EpochRecord's.
+func (t *Tally) Record() EpochRecord {
+	ratio := func(a int64, b int64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	rec := EpochRecord{TrainAccuracy: ratio(t.Correct[SplitTrain], t.Count[SplitTrain]),
+		ValAccuracy: ratio(t.Correct[SplitVal], t.Count[SplitVal]), TestAccuracy: ratio(t.Correct[SplitTest], t.Count[SplitTest])}
+	if n := t.Count[SplitVal]; n > 0 {
+		rec.ValLoss = t.ValLoss / float64(n)
+	}
+	return rec
+}
+
+// Score tallies the rows x classes logits on b: the classes come from the
+// device (nn.Classify: rows int32s cross to the host, not rows x classes
+// logits), and only the validation rows' logits, for their loss.
+func Score(b backend.Backend, logits backend.Buffer, rows, classes int, splits *[3]Labeled) (Tally, error) {
+	var t Tally
+	val := &splits[SplitVal]
+	class, vl, err := nn.Classify(b, logits, rows, classes, val.Rows)
 	if err != nil {
-		return nil, nil, err
+		return t, err
 	}
-	if out.Rows != int(r.ds.NumNodes()) || out.Cols != r.ds.NumClasses {
-		return nil, nil, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, r.ds.NumNodes(), r.ds.NumClasses)
+	for s := range splits {
+		sp := &splits[s]
+		for i, r := range sp.Rows {
+			t.add(s, int(class[r]), sp.Labels[i])
+		}
 	}
-	return nn.Classify(r.b, out.Value, out.Rows, out.Cols, r.ds.Val)
+	for i, l := range val.Labels {
+		t.ValLoss += nn.CrossEntropy(vl[i*classes:(i+1)*classes], l)
+	}
+	return t, nil
 }
 
-// logitsSampled evaluates the train, validation and test nodes in batches
-// of EvalBatchSize with EvalFanouts. The sampling key does not depend on
-// the epoch, so every epoch is scored on the same neighborhoods.
-func (r *runner) logitsSampled() (map[int32][]float32, error) {
-	seen := map[int32]bool{}
-	var nodes []int32
-	for _, s := range [][]int32{r.ds.Train, r.ds.Val, r.ds.Test} {
-		for _, v := range s {
-			if !seen[v] {
-				seen[v] = true
-				nodes = append(nodes, v)
+// DatasetSplits lists the train, validation and test nodes of ds (rows of
+// a whole-graph logits matrix) with their labels.
+func DatasetSplits(ds *dataset.Dataset) *[3]Labeled {
+	var out [3]Labeled
+	for s, nodes := range [][]int32{ds.Train, ds.Val, ds.Test} {
+		out[s].Rows = nodes
+		out[s].Labels = make([]int32, len(nodes))
+		for i, v := range nodes {
+			out[s].Labels[i] = ds.Labels[v]
+		}
+	}
+	return &out
+}
+
+// Evaluator scores a model on the train, validation and test nodes of a
+// dataset without dropout, as Run does after an epoch. With Eval "full"
+// every layer aggregates over all neighbors of the whole graph in one
+// pass; with Eval "sampled" the nodes are evaluated in batches of
+// EvalBatchSize whose neighborhoods are sampled with EvalFanouts, with a
+// key that does not depend on the epoch, so every epoch is scored on the
+// same neighborhoods.
+type Evaluator struct {
+	cfg    Common
+	in     *inputs
+	own    bool // in is the evaluator's own
+	splits *[3]Labeled
+	g      *graph.CSR
+	full   *nn.Block      // Eval full: the whole graph
+	smp    sample.Sampler // Eval sampled
+	nodes  []int32        // Eval sampled: the sorted union of the splits
+}
+
+// NewEvaluator prepares the evaluation of cfg's models on ds, whose
+// in-adjacency is in and whose features f are (NewFeatures), on b. Close
+// releases it.
+func NewEvaluator(b backend.Backend, ds *dataset.Dataset, in *graph.CSR, f *Features, cfg Common) (*Evaluator, error) {
+	ev, err := newEvaluator(&inputs{b: b, f: f}, ds, in, cfg)
+	if ev != nil {
+		ev.own = true
+	}
+	return ev, err
+}
+
+func newEvaluator(x *inputs, ds *dataset.Dataset, in *graph.CSR, cfg Common) (*Evaluator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ev := &Evaluator{cfg: cfg, in: x, splits: DatasetSplits(ds), g: in}
+	var err error
+	if cfg.Eval == Sampled {
+		if ev.smp, err = newSampler(in, cfg.EvalFanouts); err != nil {
+			return nil, &RunError{Op: "sampler", Err: err}
+		}
+		for _, sp := range ev.splits {
+			ev.nodes = append(ev.nodes, sp.Rows...)
+		}
+		slices.Sort(ev.nodes)
+		ev.nodes = slices.Compact(ev.nodes)
+		return ev, nil
+	}
+	if ev.full, err = nn.UploadGraph(x.b, in); err != nil {
+		return nil, &RunError{Op: "upload graph", Err: err}
+	}
+	return ev, nil
+}
+
+// Close frees what the evaluator uploaded.
+func (ev *Evaluator) Close() {
+	if ev == nil {
+		return
+	}
+	if ev.full != nil {
+		ev.full.Free()
+		ev.full = nil
+	}
+	if ev.own {
+		ev.in.free()
+	}
+}
+
+// Run evaluates model (built for cfg's model, layers and widths) and
+// returns the tally.
+func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
+	if ev.cfg.Eval == Sampled {
+		return ev.sampled(model)
+	}
+	t := autograd.NewTape(ev.in.b)
+	defer t.Release()
+	blocks := make([]*nn.Block, ev.cfg.Layers)
+	for i := range blocks {
+		blocks[i] = ev.full
+	}
+	out, err := ev.in.forwardFull(t, model, blocks, false, 0)
+	if err != nil {
+		return Tally{}, err
+	}
+	n, c := int(ev.g.NumRows), model.Config().OutDim
+	if out.Rows != n || out.Cols != c {
+		return Tally{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, n, c)
+	}
+	return Score(ev.in.b, out.Value, n, c, ev.splits)
+}
+
+// sampled evaluates the nodes in batches of EvalBatchSize with
+// EvalFanouts.
+func (ev *Evaluator) sampled(model nn.Model) (Tally, error) {
+	c := model.Config().OutDim
+	logits := make(map[int32][]float32, len(ev.nodes))
+	key := rng.Derive(ev.cfg.Seed, tagEval)
+	bs := ev.cfg.EvalBatchSize
+	for b := 0; b*bs < len(ev.nodes); b++ {
+		seeds := ev.nodes[b*bs : min((b+1)*bs, len(ev.nodes))]
+		mb, err := ev.smp.Sample(seeds, sample.Key{Seed: key, Batch: b})
+		if err != nil {
+			return Tally{}, fmt.Errorf("sampling: %w", err)
+		}
+		if err := ev.batch(model, mb, seeds, c, logits); err != nil {
+			return Tally{}, err
+		}
+	}
+	var t Tally
+	for s, sp := range ev.splits {
+		for i, v := range sp.Rows {
+			row := logits[v]
+			t.add(s, nn.Argmax(row), sp.Labels[i])
+			if s == SplitVal {
+				t.ValLoss += nn.CrossEntropy(row, sp.Labels[i])
 			}
 		}
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
-	out := make(map[int32][]float32, len(nodes))
-	key := rng.Derive(r.cfg.Seed, tagEval)
-	bs := r.cfg.EvalBatchSize
-	for b := 0; b*bs < len(nodes); b++ {
-		seeds := nodes[b*bs : min((b+1)*bs, len(nodes))]
-		mb, err := r.evalSampler.Sample(seeds, sample.Key{Seed: key, Batch: b})
-		if err != nil {
-			return nil, fmt.Errorf("sampling: %w", err)
-		}
-		if err := r.evalBatch(mb, seeds, out); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return t, nil
 }
 
-func (r *runner) evalBatch(mb *sample.MiniBatch, seeds []int32, out map[int32][]float32) error {
-	t := autograd.NewTape(r.b)
+func (ev *Evaluator) batch(model nn.Model, mb *sample.MiniBatch, seeds []int32, c int, out map[int32][]float32) error {
+	t := autograd.NewTape(ev.in.b)
 	defer t.Release()
-	logits, cleanup, err := r.forwardBatch(t, mb, false, 0)
+	logits, cleanup, err := ev.in.forwardBatch(t, model, mb, false, 0)
 	defer cleanup()
 	if err != nil {
 		return err
 	}
-	c := r.ds.NumClasses
 	if logits.Rows != len(seeds) || logits.Cols != c {
 		return fmt.Errorf("model produced %dx%d logits for %d seeds, want %dx%d", logits.Rows, logits.Cols, len(seeds), len(seeds), c)
 	}
 	host := make([]float32, logits.Len())
-	if err := r.b.Download(host, logits.Value); err != nil {
+	if err := ev.in.b.Download(host, logits.Value); err != nil {
 		return err
 	}
 	for i, v := range seeds {

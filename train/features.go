@@ -4,6 +4,10 @@ import (
 	"fmt"
 
 	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // sparseThreshold is the density below which features are kept sparse:
@@ -11,16 +15,26 @@ import (
 // X*W an SpMM that is tens of times cheaper than a dense product.
 const sparseThreshold = 0.25
 
-// features is the host copy of the (possibly row-normalized) feature
-// matrix, in CSR form when sparse enough.
-type features struct {
-	rows, cols int
-	dense      []float32            // rows x cols, when not sparse
-	sparse     *autograd.HostSparse // when sparse
+// Features is a dataset's feature matrix as the trainers feed it:
+// row-normalized as Common.RowNorm says, and in CSR form (Sparse) when
+// fewer than a quarter of its values are non-zero, else dense (Dense,
+// Rows x Cols). Run and package fullgraph prepare it with NewFeatures.
+type Features struct {
+	Rows, Cols int
+	Dense      []float32            // when not sparse
+	Sparse     *autograd.HostSparse // when sparse
+	// RowNormalized says whether the rows were divided by their sums
+	// (RowNormAuto decides by the features' sign).
+	RowNormalized bool
 }
 
-func newFeatures(x []float32, rows, cols int) (*features, error) {
-	f := &features{rows: rows, cols: cols}
+// NewFeatures prepares x (rows x cols, row-major; not modified) with the
+// row normalization rowNorm (RowNormAuto, RowNormOn or RowNormOff).
+func NewFeatures(x []float32, rows, cols int, rowNorm string) (*Features, error) {
+	f := &Features{Rows: rows, Cols: cols}
+	if f.RowNormalized = rowNorm == RowNormOn || (rowNorm == RowNormAuto && nonNegative(x)); f.RowNormalized {
+		x = dataset.RowNormalize(x, cols)
+	}
 	nnz := 0
 	for _, v := range x {
 		if v != 0 {
@@ -28,20 +42,29 @@ func newFeatures(x []float32, rows, cols int) (*features, error) {
 		}
 	}
 	if float64(nnz) >= sparseThreshold*float64(len(x)) {
-		f.dense = x
+		f.Dense = x
 		return f, nil
 	}
 	var err error
-	f.sparse, err = autograd.HostSparseFromDense(rows, cols, x)
+	f.Sparse, err = autograd.HostSparseFromDense(rows, cols, x)
 	return f, err
+}
+
+func nonNegative(x []float32) bool {
+	for _, v := range x {
+		if !(v >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // gatherSparse returns the listed rows of the sparse features (e.g. a
 // mini-batch's input nodes, in order) as a host CSR matrix: what
 // HostSparse.Gather uploads, kept on the host so that the input dropout
 // can draw the dense matrix's mask (nn.ForwardSparseAsDense).
-func (f *features) gatherSparse(rows []int32) (*autograd.HostSparse, error) {
-	h := f.sparse
+func (f *Features) gatherSparse(rows []int32) (*autograd.HostSparse, error) {
+	h := f.Sparse
 	nnz := int64(0)
 	for i, r := range rows {
 		if r < 0 || int(r) >= h.Rows {
@@ -58,4 +81,113 @@ func (f *features) gatherSparse(rows []int32) (*autograd.HostSparse, error) {
 		out.Indptr[i+1] = int64(len(out.Indices))
 	}
 	return out, nil
+}
+
+// inputs are the features on a back end, uploaded when first needed, and
+// the forward passes that read them.
+type inputs struct {
+	b  backend.Backend
+	f  *Features
+	xs *autograd.SparseInput // the whole sparse matrix
+	xd backend.Buffer        // the whole dense matrix
+}
+
+func (in *inputs) free() {
+	in.xs.Free(in.b)
+	if in.xd != nil {
+		in.b.Free(in.xd)
+	}
+	in.xs, in.xd = nil, nil
+}
+
+// upload puts the whole matrix on the back end (sparse or dense).
+func (in *inputs) upload() error {
+	if in.xs != nil || in.xd != nil {
+		return nil
+	}
+	f := in.f
+	var err error
+	if h := f.Sparse; h != nil {
+		in.xs, err = autograd.NewSparseInput(in.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
+	} else if in.xd, err = in.b.Alloc(backend.Float32, len(f.Dense)); err == nil {
+		if err = in.b.Upload(in.xd, f.Dense); err != nil {
+			in.b.Free(in.xd)
+			in.xd = nil
+		}
+	}
+	if err != nil {
+		return &RunError{Op: "upload features", Err: err}
+	}
+	return nil
+}
+
+// forwardFull runs model over the whole graph (blocks: the whole graph's
+// block, once per layer).
+func (in *inputs) forwardFull(t *autograd.Tape, model nn.Model, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
+	if err := in.upload(); err != nil {
+		return nil, err
+	}
+	if in.xs != nil {
+		return model.ForwardSparse(t, in.xs, blocks, train, seed)
+	}
+	x, err := t.Const(in.xd, in.f.Rows, in.f.Cols)
+	if err != nil {
+		return nil, err
+	}
+	return model.Forward(t, x, blocks, train, seed)
+}
+
+// forwardBatch uploads a mini-batch's blocks and input features and runs
+// model; the logits' rows are the batch's seeds in order. cleanup frees
+// what was uploaded (call it after the tape is done).
+func (in *inputs) forwardBatch(t *autograd.Tape, model nn.Model, mb *sample.MiniBatch, train bool, seed uint64) (*autograd.Var, func(), error) {
+	b := in.b
+	var blocks []*nn.Block
+	var xs *autograd.SparseInput
+	var idx backend.Buffer
+	cleanup := func() {
+		nn.FreeBlocks(blocks)
+		xs.Free(b)
+		if idx != nil {
+			b.Free(idx)
+		}
+	}
+	if layers := model.Config().Layers; len(mb.Blocks) != layers {
+		return nil, cleanup, fmt.Errorf("sampler returned %d blocks for %d layers", len(mb.Blocks), layers)
+	}
+	blocks, err := nn.UploadBlocks(b, mb)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	rows := mb.InputNodes()
+	if in.f.Sparse != nil {
+		// The dense rows' dropout masks: the loss does not depend on
+		// whether the features are stored sparse (here) or dense (a
+		// BatchSource, dsp/engine).
+		h, err := in.f.gatherSparse(rows)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		if xs, err = autograd.NewSparseInput(b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
+			return nil, cleanup, err
+		}
+		out, err := nn.ForwardSparseAsDense(model, t, xs, h, blocks, train, seed)
+		return out, cleanup, err
+	}
+	if err := in.upload(); err != nil {
+		return nil, cleanup, err
+	}
+	if idx, err = upload(b, rows); err != nil {
+		return nil, cleanup, err
+	}
+	all, err := t.Const(in.xd, in.f.Rows, in.f.Cols)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	x, err := t.GatherRows(all, idx)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	out, err := model.Forward(t, x, blocks, train, seed)
+	return out, cleanup, err
 }

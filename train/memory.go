@@ -86,7 +86,7 @@ func formatBytes(b float64) string {
 // the last: widths[0] is the feature dimension, widths[l+1] layer l's
 // output (for gat, heads times hidden; the output layer's heads are
 // averaged but computed side by side).
-func (c *Config) Widths(featDim, classes int64) []float64 {
+func (c *Common) Widths(featDim, classes int64) []float64 {
 	w := make([]float64, 0, c.Layers+1)
 	w = append(w, float64(featDim))
 	for l := range c.Layers {
@@ -108,7 +108,7 @@ func (c *Config) Widths(featDim, classes int64) []float64 {
 // Params estimates the model's parameter count: a weight matrix per layer
 // (two for GraphSAGE: self and neighbors) plus biases and, for gat, the
 // attention vectors.
-func (c *Config) Params(featDim, classes int64) float64 {
+func (c *Common) Params(featDim, classes int64) float64 {
 	w := c.Widths(featDim, classes)
 	mats := 1.0
 	if c.Model == SAGE {
@@ -123,7 +123,7 @@ func (c *Config) Params(featDim, classes int64) float64 {
 
 // StateBytes is the model's and optimizer's memory: the parameters, their
 // gradients and Adam's two moments (SGD: one momentum buffer).
-func (c *Config) StateBytes(featDim, classes int64) float64 {
+func (c *Common) StateBytes(featDim, classes int64) float64 {
 	copies := 4.0
 	if c.Optimizer == "sgd" {
 		copies = 3
@@ -137,7 +137,7 @@ func (c *Config) StateBytes(featDim, classes int64) float64 {
 // input: the features need no gradient), and per edge the indices and,
 // for gat, the attention coefficients of every head. Without backward
 // (evaluation) no gradients are kept.
-func (c *Config) ActivationBytes(rows, edges float64, featDim, classes int64, backward bool) float64 {
+func (c *Common) ActivationBytes(rows, edges float64, featDim, classes int64, backward bool) float64 {
 	w := c.Widths(featDim, classes)
 	keep := 1.0
 	if backward {
@@ -184,26 +184,22 @@ func SampledRows(s Shape, batch int, fanouts []int) (rows, edges float64) {
 	return rows, edges
 }
 
-// EstimateMemory estimates what Run allocates for cfg on a dataset of
-// shape s, besides the dataset itself: the model and optimizer state, a
-// row-normalized copy of the features, and the activations of a training
-// step (a sampled batch, or the whole graph in full mode) and of a
-// full-graph evaluation. docs/limits.md explains the terms.
+// EstimateMemory estimates what Run allocates for cfg (sampled mode) on
+// a dataset of shape s, besides the dataset itself: the model and
+// optimizer state, a row-normalized copy of the features, and the
+// activations of a training step on a sampled batch and of a full-graph
+// evaluation. docs/limits.md explains the terms.
 func EstimateMemory(cfg Config, s Shape) MemoryEstimate {
 	var m MemoryEstimate
 	m.Add("model and optimizer", "--hidden", cfg.StateBytes(s.FeatDim, s.Classes), 1)
 	m.Add("normalized features", "", 4*float64(s.Nodes)*float64(s.FeatDim), 1)
-	if cfg.Mode == Sampled {
-		seeds := cfg.BatchSize
-		if s.TrainNodes > 0 {
-			seeds = int(min(int64(seeds), s.TrainNodes))
-		}
-		rows, edges := SampledRows(s, seeds, cfg.Fanouts)
-		m.Add("batch", "--batch-size", 4*rows*float64(s.FeatDim)+cfg.ActivationBytes(rows, edges, s.FeatDim, s.Classes, true), 1)
-	} else {
-		m.Add("activations", "--hidden", cfg.ActivationBytes(float64(s.Nodes), float64(s.Edges), s.FeatDim, s.Classes, true), 1)
+	seeds := cfg.BatchSize
+	if s.TrainNodes > 0 {
+		seeds = int(min(int64(seeds), s.TrainNodes))
 	}
-	if cfg.Mode == Sampled && cfg.Eval == Full {
+	rows, edges := SampledRows(s, seeds, cfg.Fanouts)
+	m.Add("batch", "--batch-size", 4*rows*float64(s.FeatDim)+cfg.ActivationBytes(rows, edges, s.FeatDim, s.Classes, true), 1)
+	if cfg.Eval == Full {
 		m.Add("evaluation", "--hidden", cfg.ActivationBytes(float64(s.Nodes), float64(s.Edges), s.FeatDim, s.Classes, false), 1)
 	}
 	return m

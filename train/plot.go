@@ -39,8 +39,9 @@ func plotFormat(path string) (string, error) {
 }
 
 // WritePlot draws the report's curves, training and validation loss on
-// the left and train/validation/test accuracy on the right, to path. The
-// format follows the extension: .png, .svg or .pdf.
+// the left and train/validation/test accuracy on the right (of the
+// evaluated epochs), to path. The format follows the extension: .png,
+// .svg or .pdf.
 func WritePlot(r *Report, path string) error {
 	if len(r.Epochs) == 0 {
 		return fmt.Errorf("train: plot: the report has no epochs")
@@ -71,11 +72,12 @@ func WritePlot(r *Report, path string) error {
 	acc.Y.Label.Text = "accuracy"
 	acc.Y.Min, acc.Y.Max = 0, 1
 
-	series := func(get func(*EpochRecord) float64) plotter.XYs {
-		xy := make(plotter.XYs, len(r.Epochs))
+	series := func(get func(*EpochRecord) float64, evaluated bool) plotter.XYs {
+		xy := make(plotter.XYs, 0, len(r.Epochs))
 		for i := range r.Epochs {
-			xy[i].X = float64(r.Epochs[i].Epoch)
-			xy[i].Y = get(&r.Epochs[i])
+			if e := &r.Epochs[i]; !evaluated || !e.EvalSkipped {
+				xy = append(xy, plotter.XY{X: float64(e.Epoch), Y: get(e)})
+			}
 		}
 		return xy
 	}
@@ -102,14 +104,15 @@ func WritePlot(r *Report, path string) error {
 		col    color.Color
 		dashed bool
 		get    func(*EpochRecord) float64
+		eval   bool // of the evaluation: evaluated epochs only
 	}{
-		{loss, "train loss", blue, false, func(e *EpochRecord) float64 { return e.Loss }},
-		{loss, "val loss", orange, true, func(e *EpochRecord) float64 { return e.ValLoss }},
-		{acc, "train", blue, false, func(e *EpochRecord) float64 { return e.TrainAccuracy }},
-		{acc, "val", orange, true, func(e *EpochRecord) float64 { return e.ValAccuracy }},
-		{acc, "test", green, false, func(e *EpochRecord) float64 { return e.TestAccuracy }},
+		{loss, "train loss", blue, false, func(e *EpochRecord) float64 { return e.Loss }, false},
+		{loss, "val loss", orange, true, func(e *EpochRecord) float64 { return e.ValLoss }, true},
+		{acc, "train", blue, false, func(e *EpochRecord) float64 { return e.TrainAccuracy }, true},
+		{acc, "val", orange, true, func(e *EpochRecord) float64 { return e.ValAccuracy }, true},
+		{acc, "test", green, false, func(e *EpochRecord) float64 { return e.TestAccuracy }, true},
 	} {
-		if err := add(s.p, s.name, s.col, s.dashed, series(s.get)); err != nil {
+		if err := add(s.p, s.name, s.col, s.dashed, series(s.get, s.eval)); err != nil {
 			return err
 		}
 	}

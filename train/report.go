@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/atomicfile"
 )
 
@@ -19,10 +20,13 @@ var Version = "0.1.0-dev"
 //
 // Headline numbers: TestAccuracy and ValAccuracy are those of the
 // selected epoch (SelectedEpoch). With Config.Select "best" (the default)
-// that is the epoch with the highest validation accuracy — ties go to the
-// lower validation loss, then to the earlier epoch — which is how the GCN
-// and GAT papers report test accuracy. LastTestAccuracy and
-// LastValAccuracy are always those of the final epoch.
+// that is the evaluated epoch with the highest validation accuracy — ties
+// go to the lower validation loss, then to the earlier epoch — which is
+// how the GCN and GAT papers report test accuracy. LastTestAccuracy and
+// LastValAccuracy are always those of the final epoch (which is always
+// evaluated).
+//
+// Run writes it as is; package fullgraph and dsp/engine extend it.
 type Report struct {
 	Schema        int     `json:"schema"`
 	StrataVersion string  `json:"strata_version"`
@@ -51,6 +55,18 @@ type Report struct {
 	Epochs      []EpochRecord `json:"epochs"`
 }
 
+// NewReport starts the report of a run of cfg on ds on device (a back
+// end's name): everything but the timings, the epochs and the headline
+// (Summarize).
+func NewReport(ds *dataset.Dataset, cfg Config, device string, rowNormalized bool) *Report {
+	return &Report{
+		Schema: ReportVersion, StrataVersion: Version, Dataset: ds.Name, Model: cfg.Model, Mode: cfg.Mode,
+		Device: device, Seed: cfg.Seed, RowNormalized: rowNormalized, Config: cfg,
+		Graph: GraphStats{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
+			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
+	}
+}
+
 // GraphStats summarizes the dataset trained on.
 type GraphStats struct {
 	Nodes    int64 `json:"nodes"`
@@ -71,20 +87,37 @@ type Cursor struct {
 
 // EpochRecord is one epoch of training. Epoch is 1-based. Loss is the mean
 // of BatchLosses (the training loss of each batch, with dropout, before
-// that batch's update). The accuracies come from the evaluation after the
-// epoch (no dropout): TrainAccuracy on the training nodes, ValAccuracy and
-// TestAccuracy on the validation and test nodes; ValLoss is the validation
-// cross-entropy. Seconds is the wall time of the epoch's training and
-// evaluation.
+// that batch's update; whole-graph training has one batch an epoch). The
+// accuracies come from the evaluation after the epoch (no dropout):
+// TrainAccuracy on the training nodes, ValAccuracy and TestAccuracy on
+// the validation and test nodes; ValLoss is the validation cross-entropy.
+// EvalSkipped marks an epoch that was not evaluated (Common.EvalEvery):
+// its accuracies are zero and no headline selects it. Seconds is the wall
+// time of the epoch's training and evaluation, EvalSeconds the
+// evaluation's part.
 type EpochRecord struct {
 	Epoch         int       `json:"epoch"`
 	Loss          float64   `json:"loss"`
+	EvalSkipped   bool      `json:"eval_skipped,omitempty"`
 	TrainAccuracy float64   `json:"train_accuracy"`
 	ValAccuracy   float64   `json:"val_accuracy"`
 	TestAccuracy  float64   `json:"test_accuracy"`
 	ValLoss       float64   `json:"val_loss"`
 	Seconds       float64   `json:"seconds"`
+	EvalSeconds   float64   `json:"eval_seconds,omitempty"`
 	BatchLosses   []float64 `json:"batch_losses"`
+}
+
+// SetEvaluation copies an evaluation's accuracies and validation loss
+// (Tally.Record) into rec; nil marks rec EvalSkipped.
+func (rec *EpochRecord) SetEvaluation(t *Tally) {
+	if t == nil {
+		rec.EvalSkipped = true
+		return
+	}
+	r := t.Record()
+	rec.EvalSkipped = false
+	rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.ValLoss = r.TrainAccuracy, r.ValAccuracy, r.TestAccuracy, r.ValLoss
 }
 
 // better reports whether epoch record a beats b for best-validation
@@ -96,20 +129,23 @@ func better(a, b *EpochRecord) bool {
 	return a.ValLoss < b.ValLoss
 }
 
-// Summarize fills the headline fields from r.Epochs: the selected epoch
-// is the best by validation accuracy (ties: lower validation loss, then
-// earlier), or the last with Config.Select last.
+// Summarize fills the headline fields from the evaluated epochs of
+// r.Epochs, selecting by r.Config.Select.
 func (r *Report) Summarize() {
-	if len(r.Epochs) == 0 {
-		return
-	}
-	best := &r.Epochs[0]
-	for i := range r.Epochs[1:] {
-		if e := &r.Epochs[i+1]; better(e, best) {
+	var best, last *EpochRecord
+	for i := range r.Epochs {
+		e := &r.Epochs[i]
+		if e.EvalSkipped {
+			continue
+		}
+		if best == nil || better(e, best) {
 			best = e
 		}
+		last = e
 	}
-	last := &r.Epochs[len(r.Epochs)-1]
+	if last == nil {
+		return
+	}
 	r.BestValEpoch, r.BestValAcc, r.TestAtBestVal = best.Epoch, best.ValAccuracy, best.TestAccuracy
 	r.LastValAcc, r.LastTestAcc = last.ValAccuracy, last.TestAccuracy
 	sel := best

@@ -38,6 +38,38 @@ func TestSummarizeSelectsBestValidation(t *testing.T) {
 	}
 }
 
+// TestSummarizeSkipsUnevaluatedEpochs: epochs that were not evaluated
+// (EvalEvery) are never selected, with either rule, and round-trip.
+func TestSummarizeSkipsUnevaluatedEpochs(t *testing.T) {
+	for _, sel := range []string{SelectBest, SelectLast} {
+		r := fakeReport(sel)
+		r.Epochs = append(r.Epochs, EpochRecord{Epoch: 5, Loss: 0.5, EvalSkipped: true}, EpochRecord{Epoch: 6, Loss: 0.4, ValAccuracy: 0.2, TestAccuracy: 0.1})
+		r.Epochs[2].EvalSkipped = true // the best validation epoch
+		r.Epochs[2].ValAccuracy = 0.99
+		r.Summarize()
+		want := 2
+		if sel == SelectLast {
+			want = 6
+		}
+		if r.SelectedEpoch != want || r.LastTestAcc != 0.1 {
+			t.Errorf("%s: selected epoch %d, last test %v; want epoch %d, 0.1", sel, r.SelectedEpoch, r.LastTestAcc, want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "r.json")
+	r := fakeReport(SelectBest)
+	r.Epochs[1].EvalSkipped = true
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Epochs[1].EvalSkipped || got.Epochs[0].EvalSkipped {
+		t.Fatalf("eval_skipped did not round-trip: %+v", got.Epochs[:2])
+	}
+}
+
 func TestReportJSONRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.json")

@@ -25,7 +25,7 @@ func TestCheckpointDirectoryUnusable(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(blocked, CheckpointFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Defaults(GCN)
+	cfg := sampled(GCN)
 	cfg.Epochs = 1
 	for _, tc := range []struct{ dir, want string }{
 		{file, file},
@@ -52,7 +52,7 @@ func TestCheckpointDirectoryUnusable(t *testing.T) {
 func TestGATDropoutSettings(t *testing.T) {
 	run := func(dropout, attn float64) []float64 {
 		t.Helper()
-		cfg := Defaults(GAT)
+		cfg := sampled(GAT)
 		cfg.Epochs, cfg.Hidden, cfg.Heads = 3, 4, 2
 		cfg.Dropout, cfg.AttnDrop = dropout, attn
 		rep := quietRun(t, cfg, Options{})

@@ -39,10 +39,10 @@ type NewBatchSource func(b backend.Backend, in *graph.CSR, x []float32, rows, co
 // dense features (sparse features keep the host path and its sparse
 // first-layer product).
 func (r *runner) openSource() error {
-	if r.opts.Batches == nil || r.feats.dense == nil {
+	if r.opts.Batches == nil || r.feats.Dense == nil {
 		return nil
 	}
-	src, err := r.opts.Batches(r.b, r.in, r.feats.dense, r.feats.rows, r.feats.cols, r.cfg.Fanouts)
+	src, err := r.opts.Batches(r.b, r.in, r.feats.Dense, r.feats.Rows, r.feats.Cols, r.cfg.Fanouts)
 	if err != nil {
 		return &RunError{Op: "batch source", Err: err}
 	}
@@ -71,11 +71,11 @@ func (r *runner) sourceStep(epoch, batch int, seeds []int32) (float64, error) {
 	}
 	t := autograd.NewTape(r.b)
 	defer t.Release()
-	xv, err := t.Const(x, blocks[0].NumSrc, r.feats.cols)
+	xv, err := t.Const(x, blocks[0].NumSrc, r.feats.Cols)
 	if err != nil {
 		return 0, err
 	}
-	logits, err := r.model.Forward(t, xv, blocks, true, r.dropoutSeed(epoch, batch))
+	logits, err := r.model.Forward(t, xv, blocks, true, r.cfg.DropoutSeed(epoch, batch))
 	if err != nil {
 		return 0, err
 	}

@@ -227,7 +227,7 @@ func (r *runner) restore() error {
 	if m.Format != checkpointFormat {
 		return bad("metadata format %q, this build reads %q", m.Format, checkpointFormat)
 	}
-	if d := r.cfg.diff(&m.Config); d != "" {
+	if d := r.cfg.Diff(&m.Config); d != "" {
 		return bad("written by a different configuration: %s", d)
 	}
 	if id := r.datasetID(); id != m.Dataset {
@@ -281,17 +281,4 @@ func (r *runner) restore() error {
 	r.resumed = &rc
 	r.logf("resuming from %s at epoch %d, batch %d", r.ckpt, c.Epoch+1, c.Batch)
 	return nil
-}
-
-// report assembles the run's report from its history.
-func (r *runner) report() *Report {
-	ds := r.ds
-	rep := &Report{
-		Schema: ReportVersion, StrataVersion: Version, Dataset: ds.Name, Model: r.cfg.Model, Mode: r.cfg.Mode,
-		Device: r.b.Name(), Seed: r.cfg.Seed, RowNormalized: r.rowNorm, ResumedFrom: r.resumed, Config: r.cfg, Epochs: r.history,
-		Graph: GraphStats{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
-			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
-	}
-	rep.Summarize()
-	return rep
 }

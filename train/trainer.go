@@ -73,10 +73,11 @@ func (e *RunError) Unwrap() error { return e.Err }
 // ErrInterrupted is wrapped by Run's error when the context was cancelled.
 var ErrInterrupted = errors.New("interrupted")
 
-// Run trains cfg on ds and returns the report. Defaults are not applied:
-// start from Defaults(model). A cancelled ctx stops the run between batches
-// (after saving a checkpoint when CheckpointDir is set) with an error
-// wrapping ErrInterrupted.
+// Run trains cfg (Mode Sampled: whole-graph training is package
+// fullgraph's) on ds and returns the report. Defaults are not applied:
+// start from Defaults(model). A cancelled ctx stops the run between
+// batches (after saving a checkpoint when CheckpointDir is set) with an
+// error wrapping ErrInterrupted.
 func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
 	start := time.Now()
 	r, err := newRunner(ds, cfg, opts)
@@ -90,7 +91,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := r.loop(ctx); err != nil {
 		return nil, err
 	}
-	rep := r.report()
+	rep := NewReport(ds, r.cfg, r.b.Name(), r.feats.RowNormalized)
+	rep.ResumedFrom, rep.Epochs = r.resumed, r.history
+	rep.Summarize()
 	rep.TotalSeconds = time.Since(start).Seconds()
 	return rep, nil
 }
@@ -103,22 +106,18 @@ type runner struct {
 	ds   *dataset.Dataset
 	ckpt string // checkpoint path, "" for none
 
-	in                     *graph.CSR // in-adjacency
-	rowNorm                bool       // features were row-normalized
-	id                     *DatasetID // cached by datasetID
-	feats                  *features
-	model                  nn.Model
-	opt                    optim.Optimizer
-	full                   *nn.Block // whole graph, for full-batch training and evaluation
-	fullX                  *autograd.SparseInput
-	fullXD                 backend.Buffer // dense features when not sparse
-	trainRows, trainLabels backend.Buffer
+	in    *graph.CSR // in-adjacency
+	id    *DatasetID // cached by datasetID
+	feats *Features
+	x     *inputs // the features on the back end
+	model nn.Model
+	opt   optim.Optimizer
+	eval  *Evaluator
 
-	sampler     sample.Sampler
-	source      BatchSource // Options.Batches' source, or nil
-	upcoming    []int32     // seeds after the current batch, for prefetching
-	evalSampler sample.Sampler
-	numBatches  int
+	sampler    sample.Sampler
+	source     BatchSource // Options.Batches' source, or nil
+	upcoming   []int32     // seeds after the current batch, for prefetching
+	numBatches int
 
 	cursor  Cursor
 	partial partialEpoch
@@ -136,10 +135,13 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Mode != Sampled {
+		return nil, &ConfigError{Field: "mode", Msg: fmt.Sprintf("Run trains sampled mini-batches; mode %s (the whole graph) is package fullgraph's", cfg.Mode)}
+	}
 	if opts.Backend == nil {
 		return nil, &RunError{Op: "setup", Err: errors.New("no back end")}
 	}
-	if err := checkDataset(ds); err != nil {
+	if err := CheckDataset(ds); err != nil {
 		return nil, err
 	}
 	if opts.CheckpointEvery < 0 {
@@ -157,98 +159,103 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 			r.free()
 		}
 	}()
-	if opts.CheckpointDir != "" {
-		if err := os.MkdirAll(opts.CheckpointDir, 0o755); err != nil {
-			return nil, &RunError{Op: "checkpoint directory", Err: err}
-		}
-		r.ckpt = filepath.Join(opts.CheckpointDir, CheckpointFile)
-		// Before any training: a checkpoint that cannot be written
-		// would otherwise fail at the first save.
-		if err := atomicfile.Check(r.ckpt); err != nil {
-			return nil, &RunError{Op: "checkpoint directory", Err: err}
-		}
-	}
 	var err error
-	r.in = ds.InGraph()
-	x := ds.Features
-	if r.rowNorm = cfg.RowNorm == RowNormOn || (cfg.RowNorm == RowNormAuto && nonNegative(x)); r.rowNorm {
-		x = dataset.RowNormalize(x, ds.FeatDim)
+	if r.ckpt, err = CheckpointPath(opts.CheckpointDir); err != nil {
+		return nil, err
 	}
-	if r.feats, err = newFeatures(x, int(ds.NumNodes()), ds.FeatDim); err != nil {
+	r.in = ds.InGraph()
+	if r.feats, err = NewFeatures(ds.Features, int(ds.NumNodes()), ds.FeatDim, cfg.RowNorm); err != nil {
 		return nil, &RunError{Op: "features", Err: err}
 	}
-
-	mc := nn.Config{
-		Kind: cfg.Model, InDim: ds.FeatDim, Hidden: cfg.Hidden, OutDim: ds.NumClasses, Layers: cfg.Layers,
-		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
-		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
-		ExactDropout: true, // a zero rate is none, not nn's default
-		Seed:         rng.Derive(cfg.Seed, tagInit),
-	}
-	if cfg.Model != GAT {
-		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
-	}
-	if r.model, err = nn.New(r.b, mc); err != nil {
+	r.x = &inputs{b: r.b, f: r.feats}
+	if r.model, err = nn.New(r.b, cfg.ModelConfig(ds.FeatDim, ds.NumClasses)); err != nil {
 		return nil, &RunError{Op: "model", Err: err}
 	}
-	switch cfg.Optimizer {
-	case "adam":
-		r.opt = optim.NewAdam(r.b, r.model.Params(), float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
-	default:
-		r.opt = optim.NewSGD(r.b, r.model.Params(), float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
+	r.opt = cfg.NewOptimizer(r.b, r.model.Params())
+	r.numBatches = (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+	if err := r.openSource(); err != nil {
+		return nil, err
 	}
-
-	if cfg.Mode == Full || cfg.Eval == Full {
-		if r.full, err = nn.UploadGraph(r.b, r.in); err != nil {
-			return nil, &RunError{Op: "upload graph", Err: err}
-		}
-		if err := r.uploadFullFeatures(); err != nil {
-			return nil, err
-		}
+	if r.sampler, err = newSampler(r.in, cfg.Fanouts); err != nil {
+		return nil, &RunError{Op: "sampler", Err: err}
 	}
-	if cfg.Mode == Full {
-		r.numBatches = 1
-		labels := make([]int32, len(ds.Train))
-		for i, v := range ds.Train {
-			labels[i] = ds.Labels[v]
-		}
-		if r.trainRows, err = upload(r.b, ds.Train); err != nil {
-			return nil, err
-		}
-		if r.trainLabels, err = upload(r.b, labels); err != nil {
-			return nil, err
-		}
-	} else {
-		r.numBatches = (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
-		if err := r.openSource(); err != nil {
-			return nil, err
-		}
-		if r.sampler, err = newSampler(r.in, cfg.Fanouts); err != nil {
-			return nil, &RunError{Op: "sampler", Err: err}
-		}
-	}
-	if cfg.Eval == Sampled {
-		if r.evalSampler, err = newSampler(r.in, cfg.EvalFanouts); err != nil {
-			return nil, &RunError{Op: "sampler", Err: err}
-		}
+	if r.eval, err = newEvaluator(r.x, ds, r.in, cfg.Common); err != nil {
+		return nil, err
 	}
 	built = true
 	return r, nil
 }
 
-// checkDataset rejects datasets that cannot be trained on, naming why.
-func checkDataset(ds *dataset.Dataset) error {
-	bad := func(format string, args ...any) error {
-		return &RunError{Op: "dataset", Err: fmt.Errorf(format, args...)}
+// ModelConfig is the nn model of c for inDim features and classes
+// classes; its initial weights are keyed by the seed (every trainer
+// builds the same ones).
+func (c *Common) ModelConfig(inDim, classes int) nn.Config {
+	mc := nn.Config{
+		Kind: c.Model, InDim: inDim, Hidden: c.Hidden, OutDim: classes, Layers: c.Layers,
+		Heads: c.Heads, OutHeads: c.OutHeads,
+		Dropout: float32(c.Dropout), InputDropout: float32(c.Dropout), AttnDropout: float32(c.AttnDrop),
+		ExactDropout: true, // a zero rate is none, not nn's default
+		Seed:         rng.Derive(c.Seed, tagInit),
 	}
+	if c.Model != GAT {
+		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
+	}
+	return mc
+}
+
+// NewOptimizer is c's optimizer over params: Adam (betas 0.9, 0.999,
+// epsilon 1e-8) or SGD with c.Momentum, with c.WeightDecay added to the
+// gradient.
+func (c *Common) NewOptimizer(b backend.Backend, params []*nn.Param) optim.Optimizer {
+	if c.Optimizer == "sgd" {
+		return optim.NewSGD(b, params, float32(c.LR), float32(c.Momentum), float32(c.WeightDecay))
+	}
+	return optim.NewAdam(b, params, float32(c.LR), 0.9, 0.999, 1e-8, float32(c.WeightDecay))
+}
+
+// DropoutSeed keys the dropout masks of batch batch of epoch epoch (both
+// 0-based; whole-graph training has batch 0 only).
+func (c *Common) DropoutSeed(epoch, batch int) uint64 {
+	return rng.Derive(c.Seed, tagDropout, uint64(epoch), uint64(batch))
+}
+
+// CheckpointPath is the checkpoint file in dir ("" for none), after
+// making dir and checking, before any training, that the file can be
+// written there (a checkpoint that cannot be written would otherwise fail
+// at the first save).
+func CheckpointPath(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", &RunError{Op: "checkpoint directory", Err: err}
+	}
+	path := filepath.Join(dir, CheckpointFile)
+	if err := atomicfile.Check(path); err != nil {
+		return "", &RunError{Op: "checkpoint directory", Err: err}
+	}
+	return path, nil
+}
+
+// DataError reports a dataset that cannot be trained on.
+type DataError struct{ Msg string }
+
+func (e *DataError) Error() string { return "train: dataset: " + e.Msg }
+
+// CheckDataset returns a *DataError saying why ds cannot be trained on,
+// nil if it can.
+func CheckDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error { return &DataError{Msg: fmt.Sprintf(format, args...)} }
 	if ds == nil || ds.Graph == nil {
 		return bad("no graph")
 	}
 	n := ds.NumNodes()
 	name := ds.Name
 	switch {
-	case ds.Graph.NumCols != n:
-		return bad("%s: graph is %d x %d, want square", name, n, ds.Graph.NumCols)
+	case ds.Graph.NumCols != n || n < 1:
+		return bad("%s: graph is %d x %d, want square and non-empty", name, n, ds.Graph.NumCols)
+	case n > math.MaxInt32:
+		return bad("%s: %d nodes exceed int32 IDs", name, n)
 	case ds.Features == nil || ds.FeatDim <= 0:
 		return bad("%s has no node features: cannot train a node classifier on it", name)
 	case int64(len(ds.Features)) != n*int64(ds.FeatDim):
@@ -275,6 +282,9 @@ func checkDataset(ds *dataset.Dataset) error {
 			}
 		}
 	}
+	if err := ds.Graph.Validate(); err != nil {
+		return bad("%s: %v", name, err)
+	}
 	return nil
 }
 
@@ -290,22 +300,6 @@ func upload(b backend.Backend, v []int32) (backend.Buffer, error) {
 	return buf, nil
 }
 
-func (r *runner) uploadFullFeatures() error {
-	f := r.feats
-	var err error
-	if h := f.sparse; h != nil {
-		r.fullX, err = autograd.NewSparseInput(r.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
-	} else {
-		if r.fullXD, err = r.b.Alloc(backend.Float32, len(f.dense)); err == nil {
-			err = r.b.Upload(r.fullXD, f.dense)
-		}
-	}
-	if err != nil {
-		return &RunError{Op: "upload features", Err: err}
-	}
-	return nil
-}
-
 func (r *runner) free() {
 	b := r.b
 	if r.model != nil {
@@ -318,16 +312,11 @@ func (r *runner) free() {
 		r.source.Close()
 		r.source = nil
 	}
-	if r.full != nil {
-		r.full.Free()
+	r.eval.Close()
+	if r.x != nil {
+		r.x.free()
 	}
-	r.fullX.Free(b)
-	for _, buf := range []backend.Buffer{r.fullXD, r.trainRows, r.trainLabels} {
-		if buf != nil {
-			b.Free(buf)
-		}
-	}
-	r.fullXD, r.trainRows, r.trainLabels, r.full, r.fullX = nil, nil, nil, nil, nil
+	r.eval, r.x = nil, nil
 }
 
 // logf writes a line to the run's log.
@@ -350,10 +339,7 @@ func (r *runner) loop(ctx context.Context) error {
 			bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
 		}
 		epochStart := time.Now()
-		var order []int32
-		if cfg.Mode == Sampled {
-			order = shuffled(r.ds.Train, rng.Derive(cfg.Seed, tagShuffle, uint64(e)))
-		}
+		order := shuffled(r.ds.Train, rng.Derive(cfg.Seed, tagShuffle, uint64(e)))
 		for bi := r.cursor.Batch; bi < r.numBatches; bi++ {
 			if err := ctx.Err(); err != nil {
 				r.partial.Seconds += time.Since(epochStart).Seconds()
@@ -363,15 +349,9 @@ func (r *runner) loop(ctx context.Context) error {
 				}
 				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
 			}
-			var loss float64
-			var err error
-			if cfg.Mode == Full {
-				loss, err = r.fullStep(e)
-			} else {
-				lo := bi * cfg.BatchSize
-				r.upcoming = order[min(lo+cfg.BatchSize, len(order)):]
-				loss, err = r.sampledStep(e, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
-			}
+			lo := bi * cfg.BatchSize
+			r.upcoming = order[min(lo+cfg.BatchSize, len(order)):]
+			loss, err := r.sampledStep(e, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
 			if err != nil {
 				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
 			}
@@ -392,13 +372,18 @@ func (r *runner) loop(ctx context.Context) error {
 				}
 			}
 		}
-		rec, err := r.evaluate()
-		if err != nil {
-			return &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
+		rec := EpochRecord{Epoch: e + 1, BatchLosses: r.partial.BatchLosses, Loss: MeanLoss(r.partial.BatchLosses)}
+		if cfg.Evaluates(e) {
+			t0 := time.Now()
+			t, err := r.eval.Run(r.model)
+			if err != nil {
+				return &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
+			}
+			rec.SetEvaluation(&t)
+			rec.EvalSeconds = time.Since(t0).Seconds()
+		} else {
+			rec.SetEvaluation(nil)
 		}
-		rec.Epoch = e + 1
-		rec.BatchLosses = r.partial.BatchLosses
-		rec.Loss = MeanLoss(rec.BatchLosses)
 		rec.Seconds = r.partial.Seconds + time.Since(epochStart).Seconds()
 		r.history = append(r.history, rec)
 		r.cursor = Cursor{Epoch: e + 1}
@@ -407,8 +392,7 @@ func (r *runner) loop(ctx context.Context) error {
 			bar.Finish()
 		}
 		if e == barEnd || e == 0 {
-			r.logf("epoch %*d/%d  loss %.4f  train %.4f  val %.4f  test %.4f  (%.2fs)",
-				len(fmt.Sprint(cfg.Epochs)), e+1, cfg.Epochs, rec.Loss, rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.Seconds)
+			r.logf("%s", EpochLine(&rec, cfg.Epochs))
 		}
 	}
 	if r.ckpt != "" {
@@ -417,13 +401,14 @@ func (r *runner) loop(ctx context.Context) error {
 	return nil
 }
 
-func nonNegative(x []float32) bool {
-	for _, v := range x {
-		if !(v >= 0) {
-			return false
-		}
+// EpochLine is an epoch's log line: its loss, the accuracies when it was
+// evaluated, and its wall time.
+func EpochLine(rec *EpochRecord, epochs int) string {
+	line := fmt.Sprintf("epoch %*d/%d  loss %.4f", len(fmt.Sprint(epochs)), rec.Epoch, epochs, rec.Loss)
+	if !rec.EvalSkipped {
+		line += fmt.Sprintf("  train %.4f  val %.4f  test %.4f", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy)
 	}
-	return true
+	return line + fmt.Sprintf("  (%.2fs)", rec.Seconds)
 }
 
 // LogEvery returns how many epochs share one progress bar and log line:
@@ -457,42 +442,6 @@ func shuffled(ids []int32, key uint64) []int32 {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out
-}
-
-// dropoutSeed keys the dropout masks of one batch.
-func (r *runner) dropoutSeed(epoch, batch int) uint64 {
-	return rng.Derive(r.cfg.Seed, tagDropout, uint64(epoch), uint64(batch))
-}
-
-// fullStep runs one full-graph training step.
-func (r *runner) fullStep(epoch int) (float64, error) {
-	t := autograd.NewTape(r.b)
-	defer t.Release()
-	blocks := r.fullBlocks()
-	logits, err := r.forwardFull(t, blocks, true, r.dropoutSeed(epoch, 0))
-	if err != nil {
-		return 0, err
-	}
-	return r.optimize(t, logits, r.trainRows, r.trainLabels)
-}
-
-func (r *runner) fullBlocks() []*nn.Block {
-	blocks := make([]*nn.Block, r.cfg.Layers)
-	for i := range blocks {
-		blocks[i] = r.full
-	}
-	return blocks
-}
-
-func (r *runner) forwardFull(t *autograd.Tape, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
-	if r.fullX != nil {
-		return r.model.ForwardSparse(t, r.fullX, blocks, train, seed)
-	}
-	x, err := t.Const(r.fullXD, r.feats.rows, r.feats.cols)
-	if err != nil {
-		return nil, err
-	}
-	return r.model.Forward(t, x, blocks, train, seed)
 }
 
 // optimize computes the loss of logits' rows against labels, back-propagates
@@ -533,7 +482,7 @@ func (r *runner) sampledStep(epoch, batch int, seeds []int32) (float64, error) {
 	}
 	t := autograd.NewTape(r.b)
 	defer t.Release()
-	logits, cleanup, err := r.forwardBatch(t, mb, true, r.dropoutSeed(epoch, batch))
+	logits, cleanup, err := r.x.forwardBatch(t, r.model, mb, true, r.cfg.DropoutSeed(epoch, batch))
 	defer cleanup()
 	if err != nil {
 		return 0, err
@@ -554,60 +503,4 @@ func (r *runner) sampledStep(epoch, batch int, seeds []int32) (float64, error) {
 	}
 	defer r.b.Free(labelsBuf)
 	return r.optimize(t, logits, rowsBuf, labelsBuf)
-}
-
-// forwardBatch uploads a mini-batch's blocks and input features and runs
-// the model; the logits' rows are the batch's seeds in order. cleanup
-// frees what was uploaded (call it after the tape is done).
-func (r *runner) forwardBatch(t *autograd.Tape, mb *sample.MiniBatch, train bool, seed uint64) (*autograd.Var, func(), error) {
-	var blocks []*nn.Block
-	var xs *autograd.SparseInput
-	var idx backend.Buffer
-	cleanup := func() {
-		nn.FreeBlocks(blocks)
-		xs.Free(r.b)
-		if idx != nil {
-			r.b.Free(idx)
-		}
-	}
-	if len(mb.Blocks) != r.cfg.Layers {
-		return nil, cleanup, fmt.Errorf("sampler returned %d blocks for %d layers", len(mb.Blocks), r.cfg.Layers)
-	}
-	blocks, err := nn.UploadBlocks(r.b, mb)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	inputs := mb.InputNodes()
-	if r.feats.sparse != nil {
-		// The dense rows' dropout masks: the loss does not depend on
-		// whether the features are stored sparse (here) or dense (a
-		// BatchSource, dsp/engine).
-		h, err := r.feats.gatherSparse(inputs)
-		if err != nil {
-			return nil, cleanup, err
-		}
-		if xs, err = autograd.NewSparseInput(r.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values); err != nil {
-			return nil, cleanup, err
-		}
-		out, err := nn.ForwardSparseAsDense(r.model, t, xs, h, blocks, train, seed)
-		return out, cleanup, err
-	}
-	if r.fullXD == nil {
-		if err := r.uploadFullFeatures(); err != nil {
-			return nil, cleanup, err
-		}
-	}
-	if idx, err = upload(r.b, inputs); err != nil {
-		return nil, cleanup, err
-	}
-	all, err := t.Const(r.fullXD, r.feats.rows, r.feats.cols)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	x, err := t.GatherRows(all, idx)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	out, err := r.model.Forward(t, x, blocks, train, seed)
-	return out, cleanup, err
 }

@@ -64,8 +64,16 @@ func sameLosses(t *testing.T, a, b *Report) {
 	}
 }
 
-func TestFullBatchGCNLearns(t *testing.T) {
-	cfg := Defaults(GCN)
+// sampled is model's defaults in sampled mode: on the toy graph's 30
+// training nodes one batch of 32 an epoch.
+func sampled(model string) Config {
+	cfg := Defaults(model)
+	cfg.Mode = Sampled
+	return cfg
+}
+
+func TestSampledGCNLearns(t *testing.T) {
+	cfg := sampled(GCN)
 	cfg.Epochs = 60
 	rep := quietRun(t, cfg, Options{})
 	if len(rep.Epochs) != 60 || rep.Epochs[0].Epoch != 1 || len(rep.Epochs[0].BatchLosses) != 1 {
@@ -85,7 +93,7 @@ func TestFullBatchGCNLearns(t *testing.T) {
 
 func TestSameSeedSameLossesDifferentSeedDifferent(t *testing.T) {
 	for _, model := range []string{GCN, GAT} {
-		cfg := Defaults(model)
+		cfg := sampled(model)
 		cfg.Epochs = 5
 		a, b := quietRun(t, cfg, Options{}), quietRun(t, cfg, Options{})
 		sameLosses(t, a, b)
@@ -98,7 +106,7 @@ func TestSameSeedSameLossesDifferentSeedDifferent(t *testing.T) {
 }
 
 func TestResumeAfterInterruptMatchesUninterrupted(t *testing.T) {
-	cfg := Defaults(GCN)
+	cfg := sampled(GCN)
 	cfg.Epochs = 12
 	ref := quietRun(t, cfg, Options{})
 
@@ -148,7 +156,7 @@ func TestResumeAfterInterruptMatchesUninterrupted(t *testing.T) {
 }
 
 func TestCheckpointMisuse(t *testing.T) {
-	cfg := Defaults(GCN)
+	cfg := sampled(GCN)
 	cfg.Epochs = 2
 	dir := t.TempDir()
 	opts := Options{Backend: cpuBackend(t), CheckpointDir: dir}
@@ -188,14 +196,16 @@ func TestCheckpointMisuse(t *testing.T) {
 
 func TestRejectsBadInput(t *testing.T) {
 	b := cpuBackend(t)
-	cfg := Defaults(GCN)
+	cfg := sampled(GCN)
 	cases := []struct {
 		name string
 		edit func(c *Config, o *Options)
 		want string
 	}{
 		{"model", func(c *Config, o *Options) { c.Model = "mlp" }, "unknown model"},
-		{"fanouts", func(c *Config, o *Options) { c.Mode = Sampled; c.Fanouts = []int{5} }, "1 fanouts for 2 layers"},
+		{"fanouts", func(c *Config, o *Options) { c.Fanouts = []int{5} }, "1 fanouts for 2 layers"},
+		{"full mode", func(c *Config, o *Options) { c.Mode = Full }, "package fullgraph's"},
+		{"eval every", func(c *Config, o *Options) { c.EvalEvery = 0 }, "eval_every"},
 		{"lr", func(c *Config, o *Options) { c.LR = math.NaN() }, "lr"},
 		{"resume", func(c *Config, o *Options) { o.Resume = true }, "checkpoint directory"},
 		{"backend", func(c *Config, o *Options) { o.Backend = nil }, "no back end"},
@@ -270,7 +280,7 @@ func TestSampledSAGELearnsAndResumesMidEpoch(t *testing.T) {
 }
 
 func TestSGDMomentumResumeAndDirectedGraph(t *testing.T) {
-	cfg := Defaults(GCN)
+	cfg := sampled(GCN)
 	cfg.Optimizer, cfg.LR, cfg.Momentum, cfg.Epochs = "sgd", 0.2, 0.9, 10
 	ds := func() *dataset.Dataset {
 		d := toyDataset(300, 3)
@@ -312,4 +322,31 @@ func TestSGDMomentumResumeAndDirectedGraph(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameLosses(t, ref, got)
+}
+
+// TestEvalEvery: with EvalEvery 2 the sampled trainer evaluates epochs 2,
+// 4 and the last only, trains exactly as with every epoch evaluated, and
+// selects among the evaluated epochs.
+func TestEvalEvery(t *testing.T) {
+	cfg := sampled(SAGE)
+	cfg.Epochs, cfg.BatchSize, cfg.Hidden = 5, 8, 16
+	ref := quietRun(t, cfg, Options{})
+	cfg.EvalEvery = 2
+	got := quietRun(t, cfg, Options{})
+	if len(got.Epochs) != 5 {
+		t.Fatalf("%d epochs", len(got.Epochs))
+	}
+	for i, e := range got.Epochs {
+		want := e.Epoch == 2 || e.Epoch == 4 || e.Epoch == 5
+		if e.EvalSkipped == want {
+			t.Errorf("epoch %d: eval skipped %v", e.Epoch, e.EvalSkipped)
+		}
+		r := ref.Epochs[i]
+		if e.Loss != r.Loss || (want && (e.TestAccuracy != r.TestAccuracy || e.ValLoss != r.ValLoss)) {
+			t.Errorf("epoch %d: %+v, evaluating every epoch %+v", e.Epoch, e, r)
+		}
+	}
+	if s := got.SelectedEpoch; s != 2 && s != 4 && s != 5 {
+		t.Errorf("selected epoch %d was not evaluated", s)
+	}
 }

@@ -284,7 +284,6 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		{with(d, "--node-order", "degree"), "--node-order applies to --mode fullgraph only"},
 		{with(d, "--partition-file", "dsp_test.go"), "--partition-file applies to --mode fullgraph only"},
 		{[]string{"--model", "gcn", "--engine", "device"}, "--engine device: the host engine is gone"},
-		{[]string{"--eval-every", "3"}, "--eval-every needs --devices"},
 		{[]string{"--partition", "range"}, "--partition needs --devices"},
 		{with(fg, "--cache", "5MiB"), "--cache does not apply to --mode fullgraph"},
 		{with(fg, "--engine", "device"), "--engine device: the host engine is gone"},

@@ -15,7 +15,6 @@ import (
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/train"
 )
 
 // fullGraphFlags are the flags of 'strata train --mode fullgraph'
@@ -39,28 +38,27 @@ type fullGraphFlags struct {
 	GPUShm commcli.GPUShmFlags `embed:""` // fullgraph mode, --comm gpushm (or auto)
 }
 
-// fullGraphConfig turns the flags into a fullgraph.Config on top of the
-// model's defaults, refusing flags that mean nothing without mini-batches
-// or that fullgraph does not support.
-func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
+// fullGraphMode is --mode fullgraph: whole-graph training on one or more
+// devices (--mode full is the same engine on the one device of --device).
+const fullGraphMode = "fullgraph"
+
+// fullGraphConfig is the configuration of whole-graph training: the
+// common settings and the fullgraph flags. full is --mode full (one
+// device), which accepts the sampling flags as it always has (--fanouts
+// is --eval-fanouts' default; Run checks them with config); --mode
+// fullgraph refuses them.
+func (c *trainCmd) fullGraphConfig(full bool) (fullgraph.Config, error) {
 	cfg := fullgraph.Defaults(c.Model)
 	f := &c.FullGraph
 	refuse := func(flag string) error {
 		return usageError{fmt.Errorf("--%s does not apply to --mode fullgraph", flag)}
 	}
 	switch {
+	case full:
 	case c.BatchSize != nil:
 		return cfg, refuse("batch-size")
 	case c.Fanouts != nil:
 		return cfg, refuse("fanouts")
-	case c.Eval != train.Full:
-		return cfg, refuse("eval sampled")
-	case c.EvalFan != nil:
-		return cfg, refuse("eval-fanouts")
-	case c.Optimizer != "adam" || c.Momentum != 0:
-		return cfg, usageError{fmt.Errorf("--mode fullgraph trains with adam")}
-	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
-		return cfg, usageError{fmt.Errorf("--mode fullgraph does not write checkpoints")}
 	}
 	if set := c.DSP.set(); len(set) > 0 {
 		return cfg, refuse(set[0])
@@ -68,34 +66,19 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 	if set := f.GPUShm.Set(); len(set) > 0 && (f.Comm == fullgraph.CommNCCL || f.Comm == fullgraph.CommHost) {
 		return cfg, usageError{fmt.Errorf("--%s applies to --comm gpushm (or auto), not --comm %s", set[0], f.Comm)}
 	}
-	set := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
-		}
+	com, err := c.common()
+	if err != nil {
+		return cfg, err
 	}
-	setF := func(dst *float64, v *float64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	set(&cfg.Layers, c.Layers)
-	set(&cfg.Hidden, c.Hidden)
-	set(&cfg.Heads, c.Heads)
-	set(&cfg.OutHeads, c.OutHeads)
-	set(&cfg.Epochs, c.Epochs)
-	setF(&cfg.Dropout, c.Dropout)
-	setF(&cfg.AttnDrop, c.AttnDrop)
-	setF(&cfg.LR, c.LR)
-	setF(&cfg.WeightDecay, c.WeightDec)
-	cfg.RowNorm, cfg.Select, cfg.Seed = c.RowNorm, c.Select, c.Seed
-	cfg.Partition, cfg.EvalEvery = f.Partition, f.EvalEvery
+	cfg.Common = com
+	cfg.Partition = f.Partition
 	if f.Masks != "auto" {
 		cfg.Masks = f.Masks
 	}
 	if f.Staleness {
 		cfg.Staleness = fullgraph.DefaultStaleness()
-		set(&cfg.Staleness.EpochBound, f.StaleEp)
-		setF(&cfg.Staleness.Epsilon, f.StaleEps)
+		setInt(&cfg.Staleness.EpochBound, f.StaleEp)
+		setFloat(&cfg.Staleness.Epsilon, f.StaleEps)
 		cfg.Staleness.Adaptive, cfg.Staleness.Gradients = f.StaleAdapt, f.StaleGrad
 	} else if f.StaleEp != nil || f.StaleEps != nil || f.StaleAdapt || f.StaleGrad {
 		return cfg, usageError{fmt.Errorf("--staleness-* flags need --staleness")}
@@ -103,7 +86,23 @@ func (c *trainCmd) fullGraphConfig() (fullgraph.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, configFlag(err)
 	}
+	if c.Checkpoint != "" && cfg.Staleness.Enabled {
+		return cfg, usageError{fmt.Errorf("--checkpoint with --staleness: the historical embeddings each device keeps are not saved")}
+	}
 	return cfg, nil
+}
+
+// setInt and setFloat set *dst to a flag's value when it was given.
+func setInt(dst *int, v *int) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+func setFloat(dst *float64, v *float64) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // set names the flags of fullGraphFlags that only --mode fullgraph reads,
@@ -158,10 +157,15 @@ func multiGPUEnv() {
 	}
 }
 
-// runFullGraph is 'strata train --mode fullgraph'.
-func (c *trainCmd) runFullGraph(e *env) error {
-	cfg, err := c.fullGraphConfig()
+// runFullGraph is 'strata train --mode fullgraph', and with full 'strata
+// train --mode full': the same engine on the one device of --device, in
+// the dataset's node order.
+func (c *trainCmd) runFullGraph(e *env, full bool) error {
+	cfg, err := c.fullGraphConfig(full)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCheckpointFlags(); err != nil {
 		return err
 	}
 	if err := c.checkOutputs(); err != nil {
@@ -191,7 +195,7 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	}
 	switch c.FullGraph.NodeOrder {
 	case "auto":
-		if gpu {
+		if gpu && !full {
 			cfg.Order = fullgraph.OrderDegree
 		}
 	default:
@@ -213,7 +217,7 @@ func (c *trainCmd) runFullGraph(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	opts := fullgraph.Options{Backends: bs, Log: log}
+	opts := fullgraph.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume}
 	if f := c.FullGraph.PartFile; f != "" {
 		if ds, opts.Offsets, err = fullgraph.ApplyPartitionFile(ds, f); err != nil {
 			return err
@@ -240,33 +244,24 @@ func (c *trainCmd) runFullGraph(e *env) error {
 		fmt.Fprintf(log, "communication: %s (%s)\n", kind, why)
 	}
 	rep, err := fullgraph.Run(ctx, ds, cfg, opts)
+	if errors.Is(err, fullgraph.ErrInterrupted) && c.Checkpoint != "" {
+		return fmt.Errorf("%w\nthe last checkpoint is in %s: run the same command with --resume to continue", err, c.Checkpoint)
+	}
+	if errors.As(err, &ce) {
+		return configFlag(err)
+	}
 	if err != nil {
 		return err
 	}
-	sel := "best validation"
-	if rep.Selection == fullgraph.SelectLast {
-		sel = "last"
-	}
-	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
-		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
+	printAccuracy(e, &rep.Report)
 	if len(bs) > 1 {
 		fmt.Fprintf(e.stdout, "broadcasts          %d of %d skipped, %.1f%% of broadcast bytes avoided\n",
 			rep.Comm.BroadcastsSkipped, rep.Comm.Broadcasts, 100*rep.Comm.AvoidedFraction)
 	}
-	fmt.Fprintf(e.stdout, "time                %.1fs on %d device(s) (%.4fs per training epoch)\n", time.Since(start).Seconds(), len(bs), rep.EpochSeconds)
-	return c.writeOutputs(rep.WriteJSON, plotReport(rep))
-}
-
-// plotReport carries the curves of a fullgraph report into the report
-// type train.WritePlot draws.
-func plotReport(r *fullgraph.Report) *train.Report {
-	out := &train.Report{Dataset: r.Dataset, Model: r.Model, Mode: r.Mode}
-	for _, e := range r.Epochs {
-		if !e.Evaluated {
-			continue
-		}
-		out.Epochs = append(out.Epochs, train.EpochRecord{Epoch: e.Epoch, Loss: e.Loss, TrainAccuracy: e.TrainAccuracy,
-			ValAccuracy: e.ValAccuracy, TestAccuracy: e.TestAccuracy, ValLoss: e.ValLoss, Seconds: e.Seconds + e.EvalSeconds})
+	on := bs[0].Name()
+	if len(bs) > 1 {
+		on = fmt.Sprintf("%d device(s)", len(bs))
 	}
-	return out
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s (%.4fs per training epoch)\n", time.Since(start).Seconds(), on, rep.EpochSeconds)
+	return c.writeOutputs(rep.WriteJSON, &rep.Report)
 }

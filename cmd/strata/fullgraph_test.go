@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ func TestTrainFullGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Mode != "fullgraph" || len(rep.Devices) != 3 || len(rep.Epochs) != 4 || rep.Config.Staleness.EpochBound != 2 ||
+	if rep.Mode != "full" || len(rep.Devices) != 3 || len(rep.Epochs) != 4 || rep.Config.Staleness.EpochBound != 2 ||
 		rep.Config.Staleness.Epsilon != 0.8 || rep.Config.Masks != fullgraph.MasksGlobal || rep.Comm.Broadcasts == 0 ||
 		len(rep.Memory.ActivationBytes) != 2 {
 		t.Errorf("report: mode %s, devices %v, %d epochs, config %+v, comm %d broadcasts", rep.Mode, rep.Devices, len(rep.Epochs),
@@ -80,10 +81,11 @@ func TestTrainFullGraphUsageErrors(t *testing.T) {
 		{[]string{"--devices", "cpu:0"}, "cpu:N"},
 		{[]string{"--devices", "cpu,cpu"}, "repeated"},
 		{[]string{"--batch-size", "8"}, "--batch-size"},
-		{[]string{"--optimizer", "sgd"}, "adam"},
+		{[]string{"--momentum", "0.5"}, "--momentum: only sgd uses momentum"},
 		{[]string{"--staleness-eps", "0.1"}, "need --staleness"},
 		{[]string{"--staleness", "--staleness-epochs", "0"}, "--staleness-epochs 0"},
-		{[]string{"--checkpoint", "x"}, "checkpoints"},
+		{[]string{"--staleness", "--checkpoint", "x"}, "--checkpoint with --staleness"},
+		{[]string{"--resume"}, "--resume needs --checkpoint"},
 		{[]string{"--devices", "cpu:2", "--comm", "nccl"}, "distinct CUDA GPUs"},
 		{[]string{"--comm", "mpi"}, "--comm"},
 	} {
@@ -172,4 +174,74 @@ func TestTrainFullGraphBadPartitionFile(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q", tc.file, code, errOut, tc.want)
 		}
 	}
+}
+
+// TestModeFullIsFullGraphOnOneDevice: --mode full (gcn's and gat's
+// default) is the whole-graph engine on the one device of --device: its
+// report equals --mode fullgraph --devices cpu:1's epoch for epoch, the
+// losses bit for bit, for GCN, GraphSAGE with SGD and momentum, and GAT,
+// with dropout; the flags --mode full always took (--fanouts, an SGD
+// optimizer, --eval-every) work, and so do checkpoints: a run stopped
+// after 3 epochs and resumed for 5 is the 5-epoch run.
+func TestModeFullIsFullGraphOnOneDevice(t *testing.T) {
+	dir := t.TempDir()
+	report := func(name string, args ...string) *fullgraph.Report {
+		t.Helper()
+		path := filepath.Join(dir, name+".json")
+		code, out, errOut := strata(t, append([]string{"--quiet", "train", "--epochs", "5", "--report", path}, args...)...)
+		if code != 0 || !strings.Contains(out, "test accuracy") {
+			t.Fatalf("%v: exit %d\n%s\n%s", args, code, out, errOut)
+		}
+		rep, err := fullgraph.ReadReport(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	same := func(name string, got, want *fullgraph.Report) {
+		t.Helper()
+		if len(got.Epochs) != len(want.Epochs) || got.TestAccuracy != want.TestAccuracy || got.SelectedEpoch != want.SelectedEpoch {
+			t.Fatalf("%s: %d epochs, test %v at %d; want %d, %v at %d", name, len(got.Epochs), got.TestAccuracy, got.SelectedEpoch,
+				len(want.Epochs), want.TestAccuracy, want.SelectedEpoch)
+		}
+		for i, w := range want.Epochs {
+			g := got.Epochs[i]
+			if math.Float64bits(g.Loss) != math.Float64bits(w.Loss) || g.EvalSkipped != w.EvalSkipped || g.TrainAccuracy != w.TrainAccuracy ||
+				g.ValAccuracy != w.ValAccuracy || g.TestAccuracy != w.TestAccuracy || g.ValLoss != w.ValLoss {
+				t.Fatalf("%s epoch %d:\n got %+v\nwant %+v", name, i+1, g, w)
+			}
+		}
+	}
+	for _, args := range [][]string{
+		{"--model", "gcn", "--fanouts", "4,3"},
+		{"--model", "sage", "--hidden", "16", "--optimizer", "sgd", "--lr", "0.2", "--momentum", "0.9", "--eval-every", "2"},
+		{"--model", "gat", "--hidden", "4", "--heads", "2", "--dropout", "0.3"},
+	} {
+		name := args[1]
+		full := report(name+"-full", append([]string{"--mode", "full", "--device", "cpu"}, args...)...)
+		if name != "sage" {
+			def := report(name+"-default", args...) // full is the model's default mode
+			same(name+" default mode", def, full)
+		}
+		if full.Mode != "full" || full.Engine != "distributed" || len(full.Devices) != 1 || full.Config.Order != fullgraph.OrderNone {
+			t.Errorf("%s: mode %q, engine %q, devices %v, order %q", name, full.Mode, full.Engine, full.Devices, full.Config.Order)
+		}
+		fanouts := args[2] == "--fanouts"
+		if fanouts {
+			args = args[:2] // --mode fullgraph refuses the sampling flags
+		}
+		same(name+" --mode full vs fullgraph cpu:1", full, report(name+"-fullgraph", append([]string{"--mode", "fullgraph", "--devices", "cpu:1"}, args...)...))
+	}
+
+	want := report("uninterrupted", "--model", "gcn")
+	ck := filepath.Join(dir, "ck")
+	code, _, errOut := strata(t, "--quiet", "train", "--model", "gcn", "--epochs", "3", "--checkpoint", ck, "--checkpoint-every", "2")
+	if code != 0 {
+		t.Fatalf("checkpointed run: exit %d, %s", code, errOut)
+	}
+	got := report("resumed", "--model", "gcn", "--checkpoint", ck, "--resume")
+	if got.ResumedFrom == nil || got.ResumedFrom.Epoch != 3 {
+		t.Fatalf("resumed from %+v, want epoch 3", got.ResumedFrom)
+	}
+	same("resumed", got, want)
 }

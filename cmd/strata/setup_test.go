@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -58,7 +59,7 @@ func TestGATDropoutCombinations(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "test accuracy") {
 			t.Fatalf("--dropout %s --attn-dropout %s: exit %d, stderr %q", rates[0], rates[1], code, errOut)
 		}
-		r, err := train.ReadReport(rep)
+		r, err := fullgraph.ReadReport(rep)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -20,7 +19,7 @@ import (
 type trainCmd struct {
 	Dataset string `help:"Built-in dataset name (${builtins}), a Strata dataset directory, or a directory 'strata import' understands (default cora)." default:"cora" placeholder:"NAME|DIR"`
 	Model   string `help:"Model: gcn, sage (GraphSAGE-mean) or gat." enum:"gcn,sage,gat" default:"sage"`
-	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods), full (whole graph) or fullgraph (whole graph on one or more devices, see --devices). Default: sampled for sage, full for gcn and gat." default:""`
+	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods), full (whole graph on one device) or fullgraph (whole graph on one or more devices, see --devices; full is fullgraph on --device). Default: sampled for sage, full for gcn and gat." default:""`
 
 	Layers    *int     `help:"Message-passing layers (default 2)."`
 	Hidden    *int     `help:"Hidden width, per head for gat (default: gcn 16, sage 64, gat 8)."`
@@ -47,36 +46,25 @@ type trainCmd struct {
 	Report          string `help:"Write a JSON report (accuracies, per-epoch losses, config) to FILE." placeholder:"FILE" type:"path"`
 	Plot            string `help:"Draw loss and accuracy curves to FILE (.png, .svg or .pdf)." placeholder:"FILE" type:"path"`
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
-	CheckpointEvery int    `help:"Save a checkpoint every N batches (0: only at the end or on interrupt); not with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
+	CheckpointEvery int    `help:"Save a checkpoint every N batches, or N epochs training the whole graph (0: only at the end or on interrupt); not in sampled mode with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
 
 	FullGraph fullGraphFlags `embed:""`
 	DSP       dspFlags       `embed:""` // sampled mode with --devices (dsp.go)
 }
 
-// config turns the flags into a train.Config on top of the model's
-// defaults.
-func (c *trainCmd) config() (train.Config, error) {
-	cfg := train.Defaults(c.Model)
-	if c.Mode != "" {
-		cfg.Mode = c.Mode
-	}
-	setInt := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	setFloat := func(dst *float64, v *float64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
+// common turns the flags every mode reads into train.Common on top of
+// the model's defaults: the one translation of the model, optimizer,
+// schedule, evaluation and feature flags, from which config (sampled
+// training, one device or DSP's) and fullGraphConfig (whole-graph
+// training) derive theirs.
+func (c *trainCmd) common() (train.Common, error) {
+	cfg := train.Defaults(c.Model).Common
 	setInt(&cfg.Layers, c.Layers)
 	setInt(&cfg.Hidden, c.Hidden)
 	setInt(&cfg.Heads, c.Heads)
 	setInt(&cfg.OutHeads, c.OutHeads)
 	setInt(&cfg.Epochs, c.Epochs)
-	setInt(&cfg.BatchSize, c.BatchSize)
 	setFloat(&cfg.Dropout, c.Dropout)
 	setFloat(&cfg.AttnDrop, c.AttnDrop)
 	setFloat(&cfg.LR, c.LR)
@@ -86,24 +74,60 @@ func (c *trainCmd) config() (train.Config, error) {
 		return cfg, usageError{fmt.Errorf("--heads, --out-heads and --attn-dropout apply to --model gat only")}
 	}
 	cfg.Optimizer, cfg.Momentum = c.Optimizer, c.Momentum
-	if c.Fanouts != nil {
-		cfg.Fanouts = c.Fanouts
-	} else if c.Layers != nil && len(cfg.Fanouts) != cfg.Layers {
-		// Default fanouts follow the layer count: 10 per hop.
-		cfg.Fanouts = make([]int, cfg.Layers)
-		for i := range cfg.Fanouts {
-			cfg.Fanouts[i] = 10
-		}
-	}
-	cfg.Eval, cfg.EvalBatchSize, cfg.Select, cfg.Seed = c.Eval, c.EvalBatch, c.Select, c.Seed
+	cfg.EvalEvery, cfg.Eval, cfg.EvalBatchSize, cfg.Select, cfg.Seed = c.FullGraph.EvalEvery, c.Eval, c.EvalBatch, c.Select, c.Seed
 	cfg.EvalFanouts = c.EvalFan
 	if cfg.EvalFanouts == nil && cfg.Eval == train.Sampled {
-		cfg.EvalFanouts = cfg.Fanouts
+		cfg.EvalFanouts = c.fanouts(cfg.Layers)
+	}
+	return cfg, nil
+}
+
+// fanouts is --fanouts, by default 10 per hop.
+func (c *trainCmd) fanouts(layers int) []int {
+	if c.Fanouts != nil {
+		return c.Fanouts
+	}
+	f := make([]int, layers)
+	for i := range f {
+		f[i] = 10
+	}
+	return f
+}
+
+// config is the configuration of sampled training (train.Run on one
+// device, dsp's engines on several): the common settings, the mode and
+// the sampling flags.
+func (c *trainCmd) config() (train.Config, error) {
+	com, err := c.common()
+	if err != nil {
+		return train.Config{}, err
+	}
+	d := train.Defaults(c.Model)
+	cfg := train.Config{Common: com, Mode: d.Mode, BatchSize: d.BatchSize, Fanouts: c.fanouts(com.Layers)}
+	if c.Mode != "" {
+		cfg.Mode = c.Mode
+	}
+	if c.BatchSize != nil {
+		cfg.BatchSize = *c.BatchSize
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, configFlag(err)
 	}
 	return cfg, nil
+}
+
+// checkCheckpointFlags refuses --resume and --checkpoint-every without
+// --checkpoint.
+func (c *trainCmd) checkCheckpointFlags() error {
+	switch {
+	case c.Resume && c.Checkpoint == "":
+		return usageError{fmt.Errorf("--resume needs --checkpoint DIR")}
+	case c.CheckpointEvery < 0:
+		return usageError{fmt.Errorf("--checkpoint-every %d is negative", c.CheckpointEvery)}
+	case c.CheckpointEvery > 0 && c.Checkpoint == "":
+		return usageError{fmt.Errorf("--checkpoint-every needs --checkpoint DIR")}
+	}
+	return nil
 }
 
 func (c *trainCmd) Run(e *env) error {
@@ -112,8 +136,8 @@ func (c *trainCmd) Run(e *env) error {
 		return err
 	}
 	defer restore()
-	if c.Mode == fullgraph.Mode {
-		return c.runFullGraph(e)
+	if c.Mode == fullGraphMode {
+		return c.runFullGraph(e, false)
 	}
 	if set := c.FullGraph.set(); len(set) > 0 {
 		return usageError{fmt.Errorf("--%s applies to --mode fullgraph only", set[0])}
@@ -128,25 +152,19 @@ func (c *trainCmd) Run(e *env) error {
 	if c.FullGraph.Devices != "" {
 		return c.runDSP(e)
 	}
-	if c.FullGraph.EvalEvery != 1 || c.FullGraph.Partition != "multilevel" {
-		flag := "eval-every"
-		if c.FullGraph.Partition != "multilevel" {
-			flag = "partition"
-		}
-		return usageError{fmt.Errorf("--%s needs --devices (or --mode fullgraph)", flag)}
+	if c.FullGraph.Partition != "multilevel" {
+		return usageError{fmt.Errorf("--partition needs --devices (or --mode fullgraph)")}
 	}
 	cfg, err := c.config()
 	if err != nil {
 		return err
 	}
-	if c.Resume && c.Checkpoint == "" {
-		return usageError{fmt.Errorf("--resume needs --checkpoint DIR")}
+	if cfg.Mode == train.Full {
+		// The whole graph on one device: the full-graph engine's.
+		return c.runFullGraph(e, true)
 	}
-	if c.CheckpointEvery < 0 {
-		return usageError{fmt.Errorf("--checkpoint-every %d is negative", c.CheckpointEvery)}
-	}
-	if c.CheckpointEvery > 0 && c.Checkpoint == "" {
-		return usageError{fmt.Errorf("--checkpoint-every needs --checkpoint DIR")}
+	if err := c.checkCheckpointFlags(); err != nil {
+		return err
 	}
 	if err := c.checkOutputs(); err != nil {
 		return err
@@ -192,12 +210,17 @@ func (c *trainCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	printAccuracy(e, rep)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return c.writeOutputs(rep.WriteJSON, rep)
+}
+
+// printAccuracy prints a run's headline accuracies.
+func printAccuracy(e *env, rep *train.Report) {
 	sel := "best validation"
 	if rep.Selection == train.SelectLast {
 		sel = "last"
 	}
 	fmt.Fprintf(e.stdout, "validation accuracy %.4f\ntest accuracy       %.4f  (epoch %d of %d, %s; last epoch: val %.4f, test %.4f)\n",
 		rep.ValAccuracy, rep.TestAccuracy, rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastValAcc, rep.LastTestAcc)
-	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
-	return c.writeOutputs(rep.WriteJSON, rep)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/dataset/builtin"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dataset/importer"
+	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/testkit"
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
@@ -36,6 +37,16 @@ func cpuBackend(t testing.TB) backend.Backend {
 func run(t *testing.T, ds *dataset.Dataset, cfg train.Config, opts train.Options) *train.Report {
 	t.Helper()
 	rep, err := train.Run(context.Background(), ds, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// runFull trains the whole graph on b.
+func runFull(t *testing.T, ds *dataset.Dataset, cfg fullgraph.Config, b backend.Backend) *fullgraph.Report {
+	t.Helper()
+	rep, err := fullgraph.Run(context.Background(), ds, cfg, fullgraph.Options{Backends: []backend.Backend{b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +129,8 @@ func TestSampledMatchesCPU(t *testing.T) {
 // and dataset (default 3).
 const EnvParitySeeds = "STRATA_PARITY_SEEDS"
 
-// TestAccuracyParity trains GCN and GAT (paper settings, full batch) on
+// TestAccuracyParity trains GCN and GAT (paper settings, full batch:
+// package fullgraph on one device, as 'strata train --mode full') on
 // Cora and CiteSeer with the same seeds on the CPU and on cuda:0 and
 // requires the mean test accuracies to agree within 1 point and each
 // seed's within 2.5 points: the runs differ only in float rounding.
@@ -142,13 +154,13 @@ func TestAccuracyParity(t *testing.T) {
 	c := cpuBackend(t)
 	for _, ds := range []*dataset.Dataset{cora, citeseer} {
 		for _, model := range []string{train.GCN, train.GAT} {
-			cfg := train.Defaults(model)
+			cfg := fullgraph.Defaults(model)
 			var mc, mg float64
 			var accC, accG []float64
 			for s := 1; s <= n; s++ {
 				cfg.Seed = uint64(s)
-				rc := run(t, ds, cfg, train.Options{Backend: c})
-				rg := run(t, ds, cfg, train.Options{Backend: d})
+				rc := runFull(t, ds, cfg, c)
+				rg := runFull(t, ds, cfg, d)
 				accC, accG = append(accC, rc.TestAccuracy), append(accG, rg.TestAccuracy)
 				mc += rc.TestAccuracy / float64(n)
 				mg += rg.TestAccuracy / float64(n)

@@ -1,0 +1,200 @@
+package fullgraph
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/train"
+	"github.com/strata-gnn/strata/train/checkpoint"
+)
+
+// Checkpoints. With Options.CheckpointDir, device 0 writes
+// DIR/checkpoint.strata (package train/checkpoint's file: the parameters
+// and optimizer buffers as train.StateTensors lays them out, and the
+// metadata below) after every CheckpointEvery-th epoch, when the run is
+// interrupted between epochs, and at the end. Every device holds the same
+// parameters and optimizer state; dropout masks are a pure function of
+// the seed and the epoch, the partition of its seed; nothing else carries
+// from one epoch to the next without staleness (which Run refuses with
+// checkpoints). So a run resumed on the same devices goes on exactly as
+// if it had never stopped.
+
+// checkpointFormat names the metadata layout of a full-graph checkpoint.
+const checkpointFormat = "strata-fullgraph/1"
+
+// ckptMeta is a checkpoint's metadata: the configuration, the data, the
+// devices and their blocks, the epochs done, the optimizer, and the
+// report so far.
+type ckptMeta struct {
+	Format        string              `json:"format"`
+	StrataVersion string              `json:"strata_version"`
+	Config        Config              `json:"config"`
+	Dataset       train.DatasetID     `json:"dataset"`
+	Devices       int                 `json:"devices"`
+	Offsets       []int64             `json:"offsets"`
+	EpochsDone    int                 `json:"epochs_done"`
+	Optimizer     string              `json:"optimizer"`
+	OptimizerStep int                 `json:"optimizer_step"`
+	Shapes        map[string][2]int   `json:"shapes"`
+	History       []train.EpochRecord `json:"history"`
+	EpochComm     []EpochComm         `json:"epoch_comm"`
+	Comm          CommStats           `json:"comm"`
+}
+
+// saved is a checkpoint to resume from.
+type saved struct {
+	path   string
+	meta   ckptMeta
+	params []nn.NamedTensor
+	opt    optim.State
+}
+
+// openCheckpoint prepares the checkpoint file of Options.CheckpointDir
+// and, with Resume, reads the checkpoint to go on from (none: the run
+// starts afresh). orig is the caller's dataset, whose fingerprint
+// identifies the data.
+func (s *session) openCheckpoint(orig *dataset.Dataset) error {
+	var err error
+	if s.ckpt, err = train.CheckpointPath(s.opts.CheckpointDir); err != nil || s.ckpt == "" {
+		return err
+	}
+	// A run killed while writing leaves its temporary file behind.
+	stale, _ := filepath.Glob(filepath.Join(s.opts.CheckpointDir, "."+train.CheckpointFile+".tmp-*"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
+	s.id = train.Identify(orig)
+	f, err := checkpoint.ReadFile(s.ckpt)
+	if errors.Is(err, fs.ErrNotExist) {
+		if s.opts.Resume {
+			s.logf("no checkpoint in %s: starting from the beginning", s.opts.CheckpointDir)
+		}
+		return nil
+	}
+	if err != nil {
+		return &RunError{Op: "resume", Err: err}
+	}
+	if !s.opts.Resume {
+		return &train.CheckpointError{Path: s.ckpt, Msg: "a checkpoint already exists: resume it (--resume) or use another directory"}
+	}
+	sv := &saved{path: s.ckpt}
+	if msg := s.check(f.Meta, &sv.meta); msg != "" {
+		return &train.CheckpointError{Path: s.ckpt, Msg: msg}
+	}
+	m := &sv.meta
+	var bufs []nn.NamedTensor
+	if sv.params, bufs, err = train.SplitState(f.Tensors, m.Shapes); err != nil {
+		return &train.CheckpointError{Path: s.ckpt, Msg: err.Error()}
+	}
+	sv.opt = optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}
+	s.saved = sv
+	s.rep.Epochs, s.rep.EpochComm = m.History, m.EpochComm
+	s.rep.ResumedFrom = &train.Cursor{Epoch: m.EpochsDone}
+	s.logf("resuming from %s at epoch %d", s.ckpt, m.EpochsDone+1)
+	return nil
+}
+
+// check decodes a checkpoint's metadata into m and checks it against the
+// run; the message says what does not match ("" if all does).
+func (s *session) check(raw []byte, m *ckptMeta) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return fmt.Sprintf("metadata: %v", err)
+	}
+	if m.Format != checkpointFormat {
+		return fmt.Sprintf("metadata format %q, this build reads %q", m.Format, checkpointFormat)
+	}
+	if d := s.cfg.Diff(&m.Config); d != "" {
+		return "written by a different configuration: " + d
+	}
+	if id := s.id; id != m.Dataset {
+		return fmt.Sprintf("written for dataset %s (%d nodes, %d edges, fingerprint %s), not %s (%d nodes, %d edges, fingerprint %s)",
+			m.Dataset.Name, m.Dataset.Nodes, m.Dataset.Edges, m.Dataset.Fingerprint, id.Name, id.Nodes, id.Edges, id.Fingerprint)
+	}
+	done := m.EpochsDone
+	switch {
+	case m.Devices != s.p:
+		return fmt.Sprintf("written on %d devices, this run has %d (sums over devices differ in rounding)", m.Devices, s.p)
+	case !slices.Equal(m.Offsets, s.pr.offsets):
+		return fmt.Sprintf("the devices' blocks start at %v, this run's at %v", m.Offsets, s.pr.offsets)
+	case done < 0 || done > s.cfg.Epochs:
+		return fmt.Sprintf("%d epochs done, outside this run's %d", done, s.cfg.Epochs)
+	case m.OptimizerStep != done:
+		return fmt.Sprintf("optimizer step %d after %d epochs (one step an epoch)", m.OptimizerStep, done)
+	case len(m.History) != done || len(m.EpochComm) != done:
+		return fmt.Sprintf("%d epochs of history and %d of communication for %d epochs done", len(m.History), len(m.EpochComm), done)
+	}
+	for i, h := range m.History {
+		if h.Epoch != i+1 || m.EpochComm[i].Epoch != i+1 {
+			return fmt.Sprintf("history entry %d is epoch %d (communication: %d)", i, h.Epoch, m.EpochComm[i].Epoch)
+		}
+	}
+	return ""
+}
+
+// load puts the resumed checkpoint's parameters and optimizer state on
+// device rank's replica, and device 0's communication statistics.
+func (s *session) load(rank int, r replica) error {
+	sv := s.saved
+	if sv == nil {
+		return nil
+	}
+	b, params, opt := r.model()
+	if err := nn.LoadParams(b, params, sv.params); err != nil {
+		return &train.CheckpointError{Path: sv.path, Msg: err.Error()}
+	}
+	if err := opt.LoadState(sv.opt); err != nil {
+		return &train.CheckpointError{Path: sv.path, Msg: err.Error()}
+	}
+	if rank == 0 {
+		if st := r.comm(); len(st.Blocks) == len(sv.meta.Comm.Blocks) {
+			*st = sv.meta.Comm
+		}
+	}
+	return nil
+}
+
+// save writes the state of device 0's replica r after done epochs, with
+// the report so far; nothing without a checkpoint file.
+func (s *session) save(r replica, done int) error {
+	if s.ckpt == "" {
+		return nil
+	}
+	b, params, opt := r.model()
+	ps, err := nn.SaveParams(b, params)
+	if err != nil {
+		return &RunError{Op: "checkpoint", Err: err}
+	}
+	st, err := opt.State()
+	if err != nil {
+		return &RunError{Op: "checkpoint", Err: err}
+	}
+	m := ckptMeta{Format: checkpointFormat, StrataVersion: train.Version, Config: *s.cfg, Dataset: s.id, Devices: s.p,
+		Offsets: s.pr.offsets, EpochsDone: done, Optimizer: st.Kind, OptimizerStep: st.Step,
+		History: s.rep.Epochs, EpochComm: s.rep.EpochComm, Comm: *r.comm()}
+	f := &checkpoint.File{}
+	f.Tensors, m.Shapes = train.StateTensors(ps, st.Buffers)
+	if f.Meta, err = json.Marshal(&m); err != nil {
+		return &RunError{Op: "checkpoint", Err: err}
+	}
+	if err := checkpoint.WriteFile(s.ckpt, f); err != nil {
+		return &RunError{Op: "checkpoint", Err: err}
+	}
+	return nil
+}
+
+func (s *session) logf(format string, args ...any) {
+	if s.opts.Log != nil {
+		fmt.Fprintf(s.opts.Log, format+"\n", args...)
+	}
+}
