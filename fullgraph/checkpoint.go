@@ -106,13 +106,22 @@ func (s *session) openCheckpoint(orig *dataset.Dataset) error {
 // check decodes a checkpoint's metadata into m and checks it against the
 // run; the message says what does not match ("" if all does).
 func (s *session) check(raw []byte, m *ckptMeta) string {
+	// The format first: another trainer's metadata (package train's, or
+	// dsp's) has other fields, which the strict decoding would report
+	// instead.
+	var head struct {
+		Format string `json:"format"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return fmt.Sprintf("metadata: %v", err)
+	}
+	if head.Format != checkpointFormat {
+		return fmt.Sprintf("metadata format %q, this build's whole-graph trainer reads %q", head.Format, checkpointFormat)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(m); err != nil {
 		return fmt.Sprintf("metadata: %v", err)
-	}
-	if m.Format != checkpointFormat {
-		return fmt.Sprintf("metadata format %q, this build reads %q", m.Format, checkpointFormat)
 	}
 	if d := s.cfg.Diff(&m.Config); d != "" {
 		return "written by a different configuration: " + d

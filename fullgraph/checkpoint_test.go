@@ -148,6 +148,18 @@ func TestCheckpointMisuse(t *testing.T) {
 	if _, err := Run(context.Background(), ds, stale, opts); !errors.As(err, &cfe) || cfe.Field != "staleness" {
 		t.Fatalf("staleness: %v", err)
 	}
+	// The sampled trainer's checkpoint is another format.
+	sdir := t.TempDir()
+	tc := train.Defaults(SAGE)
+	tc.Epochs, tc.Hidden = 1, 8
+	if _, err := train.Run(context.Background(), ds, tc, train.Options{Backend: cpuBackend(t), CheckpointDir: sdir}); err != nil {
+		t.Fatal(err)
+	}
+	sampled := opts
+	sampled.CheckpointDir = sdir
+	if _, err := Run(context.Background(), ds, cfg, sampled); !errors.As(err, &ce) || !strings.Contains(err.Error(), `metadata format "strata-train/1"`) {
+		t.Fatalf("sampled trainer's checkpoint: %v", err)
+	}
 	path := filepath.Join(dir, train.CheckpointFile)
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -280,8 +280,8 @@ func runTape(ctx context.Context, s *session) error {
 	}
 	defer r.free()
 	s.rep.Engine = "tape"
-	if err := firstError(ctx, []error{s.run(ctx, 0, r)}); err != nil {
-		return err
+	if err := s.run(ctx, 0, r); err != nil {
+		return firstError(ctx, []error{&RunError{Rank: 0, Op: "training", Err: err}})
 	}
 	s.rep.Memory = MemoryStats{ActivationBytes: r.act, PeakBytes: []int64{r.b.Peak()}, CacheBytes: []int64{0},
 		GraphBytes: []int64{r.b.SparseBytes()}}
