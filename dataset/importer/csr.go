@@ -43,30 +43,13 @@ func buildCSR(n int64, src, dst []int32, symmetrize bool) *graph.CSR {
 	// Sort and dedupe each row in place; rows are split into contiguous
 	// ranges of about equal edge counts, one per worker.
 	newLen := make([]int64, n)
-	workers := int64(max(1, runtime.GOMAXPROCS(0)))
-	total := indptr[n]
-	var wg sync.WaitGroup
-	lo := int64(0)
-	for w := int64(1); w <= workers && lo < n; w++ {
-		target := total * w / workers
-		hi := lo
-		for hi < n && (indptr[hi] < target || hi == lo) {
-			hi++
+	byRowRanges(indptr, n, func(a, b int64) {
+		for v := a; v < b; v++ {
+			row := indices[indptr[v]:indptr[v+1]]
+			slices.Sort(row)
+			newLen[v] = int64(len(slices.Compact(row)))
 		}
-		if w == workers {
-			hi = n
-		}
-		a, b := lo, hi
-		wg.Go(func() {
-			for v := a; v < b; v++ {
-				row := indices[indptr[v]:indptr[v+1]]
-				slices.Sort(row)
-				newLen[v] = int64(len(slices.Compact(row)))
-			}
-		})
-		lo = hi
-	}
-	wg.Wait()
+	})
 
 	// Compact the rows towards the front.
 	w := int64(0)
@@ -117,46 +100,29 @@ func buildWeightedCSR(n int64, src, dst []int32, w []float32, symmetrize bool) *
 		w float32
 	}
 	newLen := make([]int64, n)
-	workers := int64(max(1, runtime.GOMAXPROCS(0)))
-	total := indptr[n]
-	var wg sync.WaitGroup
-	lo := int64(0)
-	for k := int64(1); k <= workers && lo < n; k++ {
-		target := total * k / workers
-		hi := lo
-		for hi < n && (indptr[hi] < target || hi == lo) {
-			hi++
-		}
-		if k == workers {
-			hi = n
-		}
-		a, b := lo, hi
-		wg.Go(func() {
-			var row []entry
-			for v := a; v < b; v++ {
-				base := indptr[v]
-				row = row[:0]
-				for e := base; e < indptr[v+1]; e++ {
-					row = append(row, entry{indices[e], weights[e]})
-				}
-				slices.SortStableFunc(row, func(x, y entry) int { return int(x.v) - int(y.v) })
-				m := int64(0)
-				for i := 0; i < len(row); {
-					j := i
-					sum := 0.0
-					for ; j < len(row) && row[j].v == row[i].v; j++ {
-						sum += float64(row[j].w)
-					}
-					indices[base+m], weights[base+m] = row[i].v, float32(sum)
-					m++
-					i = j
-				}
-				newLen[v] = m
+	byRowRanges(indptr, n, func(a, b int64) {
+		var row []entry
+		for v := a; v < b; v++ {
+			base := indptr[v]
+			row = row[:0]
+			for e := base; e < indptr[v+1]; e++ {
+				row = append(row, entry{indices[e], weights[e]})
 			}
-		})
-		lo = hi
-	}
-	wg.Wait()
+			slices.SortStableFunc(row, func(x, y entry) int { return int(x.v) - int(y.v) })
+			m := int64(0)
+			for i := 0; i < len(row); {
+				j := i
+				sum := 0.0
+				for ; j < len(row) && row[j].v == row[i].v; j++ {
+					sum += float64(row[j].w)
+				}
+				indices[base+m], weights[base+m] = row[i].v, float32(sum)
+				m++
+				i = j
+			}
+			newLen[v] = m
+		}
+	})
 
 	out := int64(0)
 	for v := int64(0); v < n; v++ {
@@ -168,4 +134,28 @@ func buildWeightedCSR(n int64, src, dst []int32, w []float32, symmetrize bool) *
 	}
 	indptr[n] = out
 	return &graph.CSR{NumRows: n, NumCols: n, Indptr: indptr, Indices: slices.Clip(indices[:out]), Weights: slices.Clip(weights[:out])}
+}
+
+// byRowRanges runs body over the rows [0, n) split into contiguous ranges
+// of about equal edge counts (indptr's), one goroutine per range, up to
+// GOMAXPROCS of them, and waits.
+func byRowRanges(indptr []int64, n int64, body func(a, b int64)) {
+	workers := int64(max(1, runtime.GOMAXPROCS(0)))
+	total := indptr[n]
+	var wg sync.WaitGroup
+	lo := int64(0)
+	for w := int64(1); w <= workers && lo < n; w++ {
+		target := total * w / workers
+		hi := lo
+		for hi < n && (indptr[hi] < target || hi == lo) {
+			hi++
+		}
+		if w == workers {
+			hi = n
+		}
+		a, b := lo, hi
+		wg.Go(func() { body(a, b) })
+		lo = hi
+	}
+	wg.Wait()
 }
