@@ -10,7 +10,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // ErrPeer is wrapped when another device reported bad input.
@@ -82,7 +81,7 @@ func NewLoader(cfg LoaderConfig) (*Loader, error) {
 			return nil, fmt.Errorf("%w: the exchange needs device and host communicators of %d ranks with this rank %d", ErrInput, k, cfg.Rank)
 		}
 	}
-	if dev, ok := cfg.Backend.(*cuda.Device); ok {
+	if dev, ok := asKernelDevice(cfg.Backend); ok {
 		if l.mach, err = newCUDAMachine(dev, holder, k, cfg.Rank, cfg.Rows); err != nil {
 			return nil, err
 		}

@@ -8,9 +8,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/feature"
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed route.cu
@@ -18,32 +16,48 @@ var kernelSrc string
 
 var kernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4"}
 
+// kernelDevice is what the routing kernels need of a back end: run-time
+// kernels, its queue, pinned host memory and fences (the CUDA back end).
+type kernelDevice interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.PinnedMemory
+	backend.Fences
+}
+
+// asKernelDevice returns b as a kernelDevice when it has every capability.
+func asKernelDevice(b backend.Backend) (kernelDevice, bool) {
+	d, ok := b.(kernelDevice)
+	return d, ok
+}
+
 // cudaMachine runs the routing kernels (route.cu) on the loader's GPU
 // handle: the holder table lives in device memory (a byte per node), the
 // counts are written by the device and read back once per batch through a
 // pinned buffer, waited for with a fence (without the device lock).
 type cudaMachine struct {
-	dev           *cuda.Device
-	fns           map[string]cu.Function
-	holder        *cuda.Buffer // int8 per node, packed in int32 words
-	ctr           *cuda.Buffer // k+2 counts, then k slot cursors (int64)
-	pin           *cuda.HostBuffer
+	dev           kernelDevice
+	fns           map[string]backend.Kernel
+	holder        backend.Buffer // int8 per node, packed in int32 words
+	ctr           backend.Buffer // k+2 counts, then k slot cursors (int64)
+	pin           backend.HostBuffer
 	fence         *devbuf.Fence
 	k, rank, rows int
 	routed        bool
 }
 
-func newCUDAMachine(dev *cuda.Device, holder []int8, k, rank, rows int) (*cudaMachine, error) {
+func newCUDAMachine(dev kernelDevice, holder []int8, k, rank, rows int) (*cudaMachine, error) {
 	if k+2 > 160 {
 		return nil, fmt.Errorf("%w: %d devices, the routing kernels handle at most 158", ErrInput, k)
 	}
-	m := &cudaMachine{dev: dev, fns: map[string]cu.Function{}, k: k, rank: rank, rows: rows}
-	mod, err := dev.LoadModule("cache", cuda.CommonSource()+kernelSrc)
+	m := &cudaMachine{dev: dev, fns: map[string]backend.Kernel{}, k: k, rank: rank, rows: rows}
+	mod, err := dev.LoadKernels("cache", kernelSrc)
 	if err != nil {
 		return nil, fmt.Errorf("cache: routing kernels: %w", err)
 	}
 	for _, name := range kernels {
-		if m.fns[name], err = mod.Func(name); err != nil {
+		if m.fns[name], err = mod.Kernel(name); err != nil {
 			return nil, err
 		}
 	}
@@ -55,21 +69,21 @@ func newCUDAMachine(dev *cuda.Device, holder []int8, k, rank, rows int) (*cudaMa
 		m.close()
 		return nil, err
 	}
-	err = dev.Do(func(l *cuda.Locked) error {
+	err = dev.Enqueue(func(q backend.Queue) error {
 		var err error
-		if m.holder, err = l.Alloc(backend.Int32, len(words)); err != nil {
+		if m.holder, err = q.AllocRaw(backend.Int32, len(words)); err != nil {
 			return err
 		}
-		if err := l.UploadFrom(m.holder, words); err != nil {
+		if err := q.UploadFrom(m.holder, words); err != nil {
 			return err
 		}
-		m.ctr, err = l.Alloc(backend.Int64, 2*k+2)
+		m.ctr, err = q.AllocRaw(backend.Int64, 2*k+2)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	if m.pin, err = dev.AllocHost(uint64(8*(k+2)), false); err != nil {
+	if m.pin, err = dev.AllocPinned(uint64(8*(k+2)), false); err != nil {
 		return fail(err)
 	}
 	if m.fence, err = devbuf.NewFence(dev); err != nil {
@@ -78,29 +92,30 @@ func newCUDAMachine(dev *cuda.Device, holder []int8, k, rank, rows int) (*cudaMa
 	return m, nil
 }
 
-func cbuf(b backend.Buffer) (*cuda.Buffer, error) {
-	c, ok := b.(*cuda.Buffer)
-	if !ok || c == nil {
-		return nil, fmt.Errorf("%w: a %T where a CUDA buffer is needed", ErrInput, b)
+// cbuf requires b to be a buffer; the queue refuses buffers of another
+// device (a *backend.ShapeError from Launch).
+func (m *cudaMachine) cbuf(b backend.Buffer) (backend.Buffer, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: a nil buffer where a buffer of %s is needed", ErrInput, m.dev.Name())
 	}
-	return c, nil
+	return b, nil
 }
 
 func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
 	m.routed = false
-	in, err := cbuf(ids)
+	in, err := m.cbuf(ids)
 	if err != nil {
 		return err
 	}
 	if in.DType() != backend.Int32 || n > in.Len() {
 		return fmt.Errorf("%w: routing %d IDs from a %v buffer of %d", ErrInput, n, in.DType(), in.Len())
 	}
-	var g, p *cuda.Buffer
+	var g, p backend.Buffer
 	if grouped != nil {
-		if g, err = cbuf(grouped); err != nil {
+		if g, err = m.cbuf(grouped); err != nil {
 			return err
 		}
-		if p, err = cbuf(pos); err != nil {
+		if p, err = m.cbuf(pos); err != nil {
 			return err
 		}
 		if g.Len() < n || p.Len() < n {
@@ -108,24 +123,31 @@ func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buff
 		}
 	}
 	k := m.k
-	err = m.dev.Do(func(l *cuda.Locked) error {
-		if err := l.Memset(m.ctr, 0); err != nil {
+	cnt, err := backend.View(m.ctr, 0, k+2)
+	if err != nil {
+		return err
+	}
+	cur, err := backend.View(m.ctr, k+2, k)
+	if err != nil {
+		return err
+	}
+	err = m.dev.Enqueue(func(q backend.Queue) error {
+		if err := q.Memset(m.ctr, 0); err != nil {
 			return err
 		}
-		cnt, cur := m.ctr.View(0, k+2), m.ctr.View(k+2, k)
-		args := []uint64{uint64(in.Ptr()), cu.I64(int64(n)), uint64(m.holder.Ptr()), cu.I64(int64(m.rows)), cu.I32(int32(k)), cu.I32(int32(m.rank))}
+		args := []backend.Arg{backend.Buf(in), backend.I64(int64(n)), backend.Buf(m.holder), backend.I64(int64(m.rows)), backend.I32(int32(k)), backend.I32(int32(m.rank))}
 		if n > 0 {
-			if err := l.Launch1D(m.fns["gc_route_count"], int64(n), append([]uint64{uint64(cnt.Ptr())}, args...)...); err != nil {
+			if err := q.Launch(m.fns["gc_route_count"], int64(n), append([]backend.Arg{backend.Buf(cnt)}, args...)...); err != nil {
 				return err
 			}
 			if g != nil {
-				if err := l.Launch1D(m.fns["gc_route_scatter"], int64(n),
-					append([]uint64{uint64(g.Ptr()), uint64(p.Ptr()), uint64(cur.Ptr()), uint64(cnt.Ptr())}, args...)...); err != nil {
+				if err := q.Launch(m.fns["gc_route_scatter"], int64(n),
+					append([]backend.Arg{backend.Buf(g), backend.Buf(p), backend.Buf(cur), backend.Buf(cnt)}, args...)...); err != nil {
 					return err
 				}
 			}
 		}
-		return l.CopyToHost(m.pin, 0, cnt, uint64(8*(k+2)))
+		return q.CopyToHost(m.pin, 0, cnt, uint64(8*(k+2)))
 	})
 	if err != nil {
 		return err
@@ -153,28 +175,28 @@ func (m *cudaMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	if n == 0 {
 		return nil
 	}
-	xb, err := cbuf(x)
+	xb, err := m.cbuf(x)
 	if err != nil {
 		return err
 	}
-	sb, err := cbuf(stage)
+	sb, err := m.cbuf(stage)
 	if err != nil {
 		return err
 	}
-	pb, err := cbuf(pos)
+	pb, err := m.cbuf(pos)
 	if err != nil {
 		return err
 	}
 	if sb.Len() < n*cols || pb.Len() < n || xb.Len() < n*cols {
 		return fmt.Errorf("%w: scatter of %d rows x %d from %d values and %d positions into %d", ErrInput, n, cols, sb.Len(), pb.Len(), xb.Len())
 	}
-	return m.dev.Do(func(l *cuda.Locked) error {
-		if cols%4 == 0 && xb.Ptr()%16 == 0 && sb.Ptr()%16 == 0 {
-			return l.Launch1D(m.fns["gc_scatter_rows4"], int64(n)*int64(cols/4), uint64(xb.Ptr()), uint64(sb.Ptr()), uint64(pb.Ptr()),
-				cu.I64(int64(n)), cu.I64(int64(cols/4)))
+	return m.dev.Enqueue(func(q backend.Queue) error {
+		if cols%4 == 0 && q.Aligned(xb, 16) && q.Aligned(sb, 16) {
+			return q.Launch(m.fns["gc_scatter_rows4"], int64(n)*int64(cols/4), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
+				backend.I64(int64(n)), backend.I64(int64(cols/4)))
 		}
-		return l.Launch1D(m.fns["gc_scatter_rows"], int64(n)*int64(cols), uint64(xb.Ptr()), uint64(sb.Ptr()), uint64(pb.Ptr()),
-			cu.I64(int64(n)), cu.I64(int64(cols)))
+		return q.Launch(m.fns["gc_scatter_rows"], int64(n)*int64(cols), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
+			backend.I64(int64(n)), backend.I64(int64(cols)))
 	})
 }
 
@@ -210,7 +232,7 @@ type CUDAStore struct {
 
 // NewCUDAStore copies the rows x cols table x into pinned host memory and
 // the rows of hot (in order: hot[i] is cache row i) into dev's memory.
-func NewCUDAStore(dev *cuda.Device, x []float32, rows, cols int, hot []graph.NodeID) (*CUDAStore, error) {
+func NewCUDAStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.NodeID) (*CUDAStore, error) {
 	var budget int64
 	if len(hot) > 0 {
 		// The slot table (4 bytes a node) plus exactly the hot rows.
@@ -230,12 +252,7 @@ func NewCUDAStore(dev *cuda.Device, x []float32, rows, cols int, hot []graph.Nod
 // Gather queues the gather of nodes' rows into dst (both on the store's
 // device).
 func (c *CUDAStore) Gather(dst, nodes backend.Buffer) error {
-	d, ok := dst.(*cuda.Buffer)
-	n, ok2 := nodes.(*cuda.Buffer)
-	if !ok || !ok2 {
-		return fmt.Errorf("%w: gather needs CUDA buffers, got %T and %T", ErrInput, dst, nodes)
-	}
-	return c.s.Gather(d, n)
+	return c.s.Gather(dst, nodes)
 }
 
 func (c *CUDAStore) HotRows() int       { return c.s.HotRows() }

@@ -7,16 +7,15 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
-	"github.com/strata-gnn/strata/internal/testkit"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // TestKernelsCompile compiles the routing kernels with NVRTC when the
 // library is available (no GPU needed).
 func TestKernelsCompile(t *testing.T) {
-	testkit.CompileCUDA(t, cuda.CommonSource()+kernelSrc, "cache.cu")
+	gputest.CompileKernels(t, kernelSrc, "cache.cu")
 }
 
 // TestHostMachineGroups: the grouping puts the own bin (with cold rows)
