@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // EnvBenchDataset names a Strata dataset directory for the benchmark;
@@ -179,7 +180,7 @@ func BenchmarkEpochProducts(b *testing.B) {
 			mallocs := int64(0)
 			for r := range P {
 				before[r] = ss[r].Stats()
-				mallocs -= all[r].Stats().Mallocs
+				mallocs -= all[r].(backend.Memory).Stats().Mallocs
 			}
 			edges := make([]int64, P)
 			b.ResetTimer()
@@ -196,7 +197,7 @@ func BenchmarkEpochProducts(b *testing.B) {
 				waits += st.Waits - before[r].Waits
 				waitT += st.WaitTime - before[r].WaitTime
 				total += edges[r]
-				mallocs += all[r].Stats().Mallocs
+				mallocs += all[r].(backend.Memory).Stats().Mallocs
 			}
 			stepsRun := float64(b.N * steps * P)
 			b.ReportMetric(sec/float64(b.N)*1e3, "ms/epoch")

@@ -18,12 +18,18 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // gpus returns the first n visible GPUs (up to 4), skipping the test
 // when there are fewer.
-func gpus(t testing.TB, n int) []*cuda.Device { return gputest.Devices(t, n) }
+func gpus(t testing.TB, n int) []backend.Backend {
+	ds := gputest.Devices(t, n)
+	bs := make([]backend.Backend, len(ds))
+	for i, d := range ds {
+		bs[i] = d
+	}
+	return bs
+}
 
 // groupSizes are the P to test: 1, and the visible GPUs up to 4, and 2
 // when 4 are visible.
@@ -71,15 +77,11 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 
 // openNCCL opens NCCL communicators over devs (prefix: the group's
 // name), with the tests' timeouts.
-func openNCCL(t testing.TB, devs []*cuda.Device, prefix string) []comm.DeviceComm {
+func openNCCL(t testing.TB, devs []backend.Backend, prefix string) []comm.DeviceComm {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	bs := make([]backend.Backend, len(devs))
-	for i, d := range devs {
-		bs[i] = d
-	}
-	cs, err := nccl.OpenLocal(ctx, bs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: prefix})
+	cs, err := nccl.OpenLocal(ctx, devs, nccl.Options{Options: comm.Options{Timeout: 15 * time.Second}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func group(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*Sampler, fun
 // groupWith is group; protocol makes a single rank run the collective
 // protocol (local exchanges) instead of sampling directly.
 func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol bool) ([]*Sampler, func()) {
-	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d *cuda.Device, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d backend.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
 		s, err := New(d, p, off, c, cfg)
 		if err == nil && protocol {
 			s.direct = false
@@ -106,7 +108,7 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 // openGroup opens one sampler per rank of offsets off over g on the
 // first P GPUs with open, each over its patch (with split, half of the
 // patch's bytes on the device: its longest rows).
-func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, split bool, open func(*cuda.Device, *layout.Patch, comm.DeviceComm) (S, error)) ([]S, func()) {
+func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, split bool, open func(backend.Backend, *layout.Patch, comm.DeviceComm) (S, error)) ([]S, func()) {
 	t.Helper()
 	P := len(off) - 1
 	ds := gpus(t, P)

@@ -4,10 +4,8 @@ import (
 	_ "embed"
 
 	"github.com/strata-gnn/strata/dsp/layout"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed layer.cu
@@ -34,16 +32,16 @@ type gpuLayerMachine struct {
 	*gpuMachine
 	lo, rows, n       int64
 	replace, weighted bool
-	rowptr            *cuda.Buffer // rows+1 offsets into the patch's indices
+	rowptr            backend.Buffer // rows+1 offsets into the patch's indices
 	// Weighted sampling: the patch's indices, running weight sums,
 	// each row's last positive-weight edge and weight sum (float64
 	// bits), placed as Config.Placement says.
-	indices, cum, lastpos, roww cu.DevPtr
+	indices, cum, lastpos, roww backend.Arg
 	placed                      placer
 }
 
 // newGPULayerMachine loads the kernels and places the rows of patch.
-func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (*gpuLayerMachine, error) {
+func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (*gpuLayerMachine, error) {
 	st, err := gs.Stepper()
 	if err != nil {
 		return nil, err
@@ -68,7 +66,7 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	if err != nil {
 		return nil, err
 	}
-	g.rowptr = rb.(*cuda.Buffer)
+	g.rowptr = rb
 	if err := gm.upload(g.rowptr, pg.Indptr[lo:hi+1]); err != nil {
 		return nil, err
 	}
@@ -82,7 +80,7 @@ func newGPULayerMachine(dev *cuda.Device, gs *gpusample.Sampler, patch *layout.P
 	rw, cum, last := layerWeights(pg.Indptr[lo:hi+1], pg.Weights)
 	edges, rowsAt := mappedEdges(cfg.Placement), cfg.Placement == gpusample.Mapped
 	for _, a := range []struct {
-		dst    *cu.DevPtr
+		dst    *backend.Arg
 		data   any
 		mapped bool
 	}{{&g.indices, pg.Indices, edges}, {&g.cum, cum, edges}, {&g.lastpos, last, rowsAt}, {&g.roww, rw, rowsAt}} {
@@ -101,7 +99,7 @@ func (g *gpuLayerMachine) read(dst []int64, srcs []backend.Buffer, n []int64) er
 	for _, k := range n {
 		total += k
 	}
-	if need := uint64(8 * max(total, 1)); g.pin == nil || g.pin.Len() < need {
+	if need := uint64(8 * max(total, 1)); g.pin == nil || uint64(len(g.pin.Bytes())) < need {
 		need = max(need, 2*g.pinLen())
 		if g.pin != nil {
 			if err := g.pin.Free(); err != nil {
@@ -110,7 +108,7 @@ func (g *gpuLayerMachine) read(dst []int64, srcs []backend.Buffer, n []int64) er
 			g.pin = nil
 		}
 		var err error
-		if g.pin, err = g.dev.AllocHost(need, false); err != nil {
+		if g.pin, err = g.dev.AllocPinned(need, false); err != nil {
 			return err
 		}
 	}
@@ -121,7 +119,7 @@ func (g *gpuLayerMachine) pinLen() uint64 {
 	if g.pin == nil {
 		return 0
 	}
-	return g.pin.Len()
+	return uint64(len(g.pin.Bytes()))
 }
 
 func (g *gpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
@@ -129,16 +127,16 @@ func (g *gpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buf
 	if g.weighted {
 		w = 2
 	}
-	return g.dev.Do(func(l *cuda.Locked) error {
-		return l.Launch1D(g.fns["lw_info"], R, ptr(out), ptr(bad), ptr(ids), cu.I64(R), uint64(g.rowptr.Ptr()), uint64(g.roww),
-			cu.I64(g.lo), cu.I64(g.rows), cu.I32(w))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		return l.Launch(g.fns["lw_info"], R, ptr(out), ptr(bad), ptr(ids), backend.I64(R), backend.Buf(g.rowptr), g.roww,
+			backend.I64(g.lo), backend.I64(g.rows), backend.I32(w))
 	})
 }
 
 // upload64 queues the upload of small host words to a new buffer, which
 // the caller frees (after the work using it is queued).
-func upload64(l *cuda.Locked, words []int64) (*cuda.Buffer, error) {
-	b, err := l.Alloc(backend.Int64, max(len(words), 1))
+func upload64(l backend.Queue, words []int64) (backend.Buffer, error) {
+	b, err := l.AllocRaw(backend.Int64, max(len(words), 1))
 	if err != nil {
 		return nil, err
 	}
@@ -154,26 +152,26 @@ func (g *gpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64
 	if g.weighted {
 		w = 2
 	}
-	return g.dev.Do(func(l *cuda.Locked) error {
+	return g.dev.Enqueue(func(l backend.Queue) error {
 		bb, err := upload64(l, bptr)
 		if err != nil {
 			return err
 		}
 		defer l.Free(bb)
-		return l.Launch1D(g.fns["lw_frontier_info"], nF, ptr(out), ptr(in), ptr(pos), uint64(bb.Ptr()), cu.I32(int32(g.P)), cu.I64(nF), cu.I32(w))
+		return l.Launch(g.fns["lw_frontier_info"], nF, ptr(out), ptr(in), ptr(pos), backend.Buf(bb), backend.I32(int32(g.P)), backend.I64(nF), backend.I32(w))
 	})
 }
 
 func (g *gpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
+	return g.dev.Enqueue(func(l backend.Queue) error {
 		bh, err := upload64(l, append(append(make([]int64, 0, len(bptr)+len(hdr)), bptr...), hdr...))
 		if err != nil {
 			return err
 		}
 		defer l.Free(bh)
 		P := g.P
-		return l.Launch1D(g.fns["lw_pack_alloc"], nF+1+int64(P), ptr(allocG), ptr(msg), ptr(allocF), ptr(pos),
-			uint64(bh.Ptr()), uint64(bh.View(P+1, 2*P).Ptr()), cu.I32(int32(P)), cu.I64(nF))
+		return l.Launch(g.fns["lw_pack_alloc"], nF+1+int64(P), ptr(allocG), ptr(msg), ptr(allocF), ptr(pos),
+			backend.Buf(bh), backend.Buf(sub(bh, P+1, 2*P)), backend.I32(int32(P)), backend.I64(nF))
 	})
 }
 
@@ -182,7 +180,7 @@ func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff
 	if g.weighted {
 		w = 2
 	}
-	return g.dev.Do(func(l *cuda.Locked) error {
+	return g.dev.Enqueue(func(l backend.Queue) error {
 		// roff, then tot, then the keys (as seg for lw_draw_weighted:
 		// roff followed by the keys is its seg argument).
 		words := make([]int64, 0, 3*P+1)
@@ -196,67 +194,67 @@ func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff
 			return err
 		}
 		defer l.Free(wb)
-		roffB, segB, totB := wb.View(0, P+1), wb.View(0, 2*P+1), wb.View(2*P+1, P)
-		cnt, err := l.Alloc(backend.Int64, int(R+1))
+		roffB, segB, totB := sub(wb, 0, P+1), sub(wb, 0, 2*P+1), sub(wb, 2*P+1, P)
+		cnt, err := l.AllocRaw(backend.Int64, int(R+1))
 		if err != nil {
 			return err
 		}
 		defer l.Free(cnt)
-		qptr, err := l.Alloc(backend.Int64, int(R+1))
+		qptr, err := l.AllocRaw(backend.Int64, int(R+1))
 		if err != nil {
 			return err
 		}
 		defer l.Free(qptr)
-		if err := l.Launch1D(g.fns["lw_owner_counts"], R+1, uint64(cnt.Ptr()), ptr(bad), ptr(msg), ptr(info), uint64(roffB.Ptr()),
-			cu.I32(int32(P)), cu.I64(R), cu.I32(w), cu.I32(b2i(g.replace)), cu.I64(maxLayerFanout)); err != nil {
+		if err := l.Launch(g.fns["lw_owner_counts"], R+1, backend.Buf(cnt), ptr(bad), ptr(msg), ptr(info), backend.Buf(roffB),
+			backend.I32(int32(P)), backend.I64(R), backend.I32(w), backend.I32(b2i(g.replace)), backend.I64(maxLayerFanout)); err != nil {
 			return err
 		}
 		if err := l.ScanI64(qptr, cnt, int(R+1)); err != nil {
 			return err
 		}
-		if err := l.Launch1D(g.fns["lw_owner_check"], int64(P), ptr(bad), uint64(qptr.Ptr()), uint64(roffB.Ptr()), uint64(totB.Ptr()), cu.I32(int32(P))); err != nil {
+		if err := l.Launch(g.fns["lw_owner_check"], int64(P), ptr(bad), backend.Buf(qptr), backend.Buf(roffB), backend.Buf(totB), backend.I32(int32(P))); err != nil {
 			return err
 		}
-		if err := l.Launch1D(g.fns["lw_guard"], R+1, uint64(qptr.Ptr()), ptr(bad), cu.I64(R)); err != nil {
+		if err := l.Launch(g.fns["lw_guard"], R+1, backend.Buf(qptr), ptr(bad), backend.I64(R)); err != nil {
 			return err
 		}
-		if err := l.Memset(cb(src), 0xff); err != nil {
+		if err := l.Memset(src, 0xff); err != nil {
 			return err
 		}
-		if err := l.Memset(cb(eid), 0xff); err != nil {
+		if err := l.Memset(eid, 0xff); err != nil {
 			return err
 		}
 		if g.weighted {
-			return l.Launch1D(g.fns["lw_draw_weighted"], E, ptr(src), ptr(eid), ptr(ids), uint64(qptr.Ptr()), cu.I64(R), uint64(segB.Ptr()),
-				cu.I32(int32(P)), uint64(g.rowptr.Ptr()), uint64(g.indices), uint64(g.cum), uint64(g.lastpos), cu.I64(g.lo),
-				cu.I64(g.edgeBase), cu.I64(E))
+			return l.Launch(g.fns["lw_draw_weighted"], E, ptr(src), ptr(eid), ptr(ids), backend.Buf(qptr), backend.I64(R), backend.Buf(segB),
+				backend.I32(int32(P)), backend.Buf(g.rowptr), g.indices, g.cum, g.lastpos, backend.I64(g.lo),
+				backend.I64(g.edgeBase), backend.I64(E))
 		}
 		if R == 0 {
 			return nil
 		}
-		if err := g.st.DrawHop(l, layerDrawHop, cb(ids), qptr, R, roff, keys, cb(eid), cb(src), E); err != nil {
+		if err := g.st.DrawHop(l, layerDrawHop, ids, qptr, R, roff, keys, eid, src, E); err != nil {
 			return err
 		}
-		return l.Launch1D(g.fns["csp_add_i64"], E, ptr(eid), cu.I64(E), cu.I64(g.edgeBase))
+		return l.Launch(g.fns["csp_add_i64"], E, ptr(eid), backend.I64(E), backend.I64(g.edgeBase))
 	})
 }
 
 func (g *gpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptrB, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
-		sptr, err := l.Alloc(backend.Int64, int(nF+1))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		sptr, err := l.AllocRaw(backend.Int64, int(nF+1))
 		if err != nil {
 			return err
 		}
 		defer l.Free(sptr)
-		if err := l.ScanI64(sptr, cb(allocG), int(nF+1)); err != nil {
+		if err := l.ScanI64(sptr, allocG, int(nF+1)); err != nil {
 			return err
 		}
-		var ansEP uint64 // 0: the kernel writes -1
+		var ansEP backend.Arg // 0: the kernel writes -1
 		if ansE != nil {
 			ansEP = ptr(ansE)
 		}
-		return l.Launch1D(g.fns["lw_unpack"], E, ptr(src), ptr(eid), ptr(bad), ptr(ans), ansEP, ptr(ptrB), uint64(sptr.Ptr()), ptr(pos),
-			cu.I64(nF), cu.I64(E), cu.I64(g.n))
+		return l.Launch(g.fns["lw_unpack"], E, ptr(src), ptr(eid), ptr(bad), ptr(ans), ansEP, ptr(ptrB), backend.Buf(sptr), ptr(pos),
+			backend.I64(nF), backend.I64(E), backend.I64(g.n))
 	})
 }
 

@@ -384,7 +384,7 @@ func TestNewLayerValidates(t *testing.T) {
 		{"no weights", &noW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "needs edge weights"},
 		{"negative weight", &negW, off, Config{Fanouts: []int{3}, Weighted: true, Replace: true}, "edge 3 of the patch has weight -1"},
 		{"nil device", p, off, ok, "nil device"},
-		{"other back end", p, off, ok, "back end other (csp.otherBackend): want a CUDA device or the CPU back end"},
+		{"other back end", p, off, ok, "back end other (csp.otherBackend): want the CPU back end or a device with run-time kernels"},
 	} {
 		var be backend.Backend
 		if c.name == "other back end" {

@@ -278,7 +278,7 @@ func TestNewValidates(t *testing.T) {
 		{"no fanouts", p, off, Config{}, "0 fanouts"},
 		{"zero fanout", p, off, Config{Fanouts: []int{3, 0}}, "fanout 0 of hop 1"},
 		{"nil device", p, off, ok, "nil device"},
-		{"other back end", p, off, ok, "back end other (csp.otherBackend): want a CUDA device or the CPU back end"},
+		{"other back end", p, off, ok, "back end other (csp.otherBackend): want the CPU back end or a device with run-time kernels"},
 	} {
 		var be backend.Backend
 		if c.name == "other back end" {

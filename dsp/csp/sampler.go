@@ -16,7 +16,6 @@ import (
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed csp.cu
@@ -193,7 +192,7 @@ func (s *Sampler) cpuMachine(host *cpu.Backend, off []int64) *cpuMachine {
 }
 
 // prepareGPU gives s (its gs set) the protocol p on dev's machine.
-func (s *Sampler) prepareGPU(dev *cuda.Device, p *proto) error {
+func (s *Sampler) prepareGPU(dev gpuDevice, p *proto) error {
 	st, err := s.gs.Stepper()
 	if err != nil {
 		return err

@@ -8,12 +8,10 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // What the node-wise and layer-wise samplers share besides the protocol
@@ -69,21 +67,32 @@ func newProto(be backend.Backend, c comm.DeviceComm, b *book.Book, rank int, st 
 	return p
 }
 
-// backendOf sorts a rank's back end: a CUDA device (the CUDA machine)
-// or the CPU back end (the CPU machine); msg says why neither.
-func backendOf(be backend.Backend) (dev *cuda.Device, host *cpu.Backend, msg string) {
+// gpuDevice is what the device machines need of a back end: kernels
+// compiled at run time and its queue to launch them on, pinned memory
+// (for reads, and mapped for the Mapped and Split placements) and
+// matrices over the blocks they build (the CUDA back end).
+type gpuDevice interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.PinnedMemory
+	backend.SparseBuilder
+}
+
+// backendOf sorts a rank's back end: a device with the capabilities of
+// gpuDevice (the device machines) or the CPU back end (the CPU machine);
+// msg says why neither.
+func backendOf(be backend.Backend) (dev gpuDevice, host *cpu.Backend, msg string) {
 	switch d := be.(type) {
 	case nil:
-	case *cuda.Device:
-		if d != nil {
-			return d, nil, ""
-		}
 	case *cpu.Backend:
 		if d != nil {
 			return nil, d, ""
 		}
+	case gpuDevice:
+		return d, nil, ""
 	default:
-		return nil, nil, fmt.Sprintf("back end %s (%T): want a CUDA device or the CPU back end", be.Name(), be)
+		return nil, nil, fmt.Sprintf("back end %s (%T): want the CPU back end or a device with run-time kernels, a queue, pinned memory and sparse matrices over its buffers (backend.Kernels, Enqueuer, PinnedMemory, SparseBuilder)", be.Name(), be)
 	}
 	return nil, nil, "nil device"
 }
@@ -92,14 +101,15 @@ func backendOf(be backend.Backend) (dev *cuda.Device, host *cpu.Backend, msg str
 // memory read through UVA, and frees them: the layer-wise and walk
 // machines' own copies of a patch's rows.
 type placer struct {
-	dev   *cuda.Device
-	owned []*cuda.Buffer
-	hosts []*cuda.HostBuffer
+	dev   gpuDevice
+	owned []backend.Buffer
+	hosts []backend.HostBuffer
 }
 
-// place copies data ([]int64, []int32 or []float64) and returns its
-// device address (0 for no elements).
-func (p *placer) place(data any, mapped bool) (cu.DevPtr, error) {
+// place copies data ([]int64, []int32 or []float64) and returns it as
+// a kernel argument: its device buffer, or its device address when
+// mapped (the address 0 for no elements).
+func (p *placer) place(data any, mapped bool) (backend.Arg, error) {
 	var n, size int
 	var ptr unsafe.Pointer
 	switch v := data.(type) {
@@ -119,28 +129,28 @@ func (p *placer) place(data any, mapped bool) (cu.DevPtr, error) {
 			ptr = unsafe.Pointer(&v[0])
 		}
 	default:
-		return 0, fmt.Errorf("csp: place %T", data)
+		return backend.Arg{}, fmt.Errorf("csp: place %T", data)
 	}
 	if n == 0 {
-		return 0, nil
+		return backend.Arg{}, nil
 	}
 	if mapped {
-		h, err := p.dev.AllocHost(uint64(n*size), true)
+		h, err := p.dev.AllocPinned(uint64(n*size), true)
 		if err != nil {
-			return 0, err
+			return backend.Arg{}, err
 		}
 		p.hosts = append(p.hosts, h)
 		copy(h.Bytes(), unsafe.Slice((*byte)(ptr), n*size))
-		return h.DevPtr(), nil
+		return backend.Addr(h.DeviceAddr()), nil
 	}
-	var b *cuda.Buffer
-	err := p.dev.Do(func(l *cuda.Locked) error {
+	var b backend.Buffer
+	err := p.dev.Enqueue(func(l backend.Queue) error {
 		var err error
 		if size == 8 {
-			if b, err = l.Alloc(backend.Int64, n); err == nil {
+			if b, err = l.AllocRaw(backend.Int64, n); err == nil {
 				err = l.UploadFrom(b, unsafe.Slice((*int64)(ptr), n))
 			}
-		} else if b, err = l.Alloc(backend.Int32, n); err == nil {
+		} else if b, err = l.AllocRaw(backend.Int32, n); err == nil {
 			err = l.UploadFrom(b, unsafe.Slice((*int32)(ptr), n))
 		}
 		return err
@@ -149,9 +159,9 @@ func (p *placer) place(data any, mapped bool) (cu.DevPtr, error) {
 		p.owned = append(p.owned, b)
 	}
 	if err != nil {
-		return 0, err
+		return backend.Arg{}, err
 	}
-	return b.Ptr(), nil
+	return backend.Buf(b), nil
 }
 
 // free releases everything placed.

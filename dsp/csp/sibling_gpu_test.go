@@ -11,7 +11,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // TestSiblingMatches: on 1 and all visible GPUs (up to 4), a sibling
@@ -114,11 +114,15 @@ func TestSiblingMatches(t *testing.T) {
 
 // siblingHandles opens a second handle of each of the first P GPUs,
 // closed when the test ends.
-func siblingHandles(t *testing.T, P int) []*cuda.Device {
+func siblingHandles(t *testing.T, P int) []backend.Backend {
 	t.Helper()
-	hs := make([]*cuda.Device, P)
+	hs := make([]backend.Backend, P)
 	for r, d := range gpus(t, P) {
-		h, err := cuda.Open(d.Ordinal(), cuda.Options{})
+		sb, ok := d.(backend.Siblings)
+		if !ok {
+			t.Fatalf("%s opens no sibling handles (backend.Siblings)", d.Name())
+		}
+		h, err := sb.Sibling(backend.SiblingOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +134,7 @@ func siblingHandles(t *testing.T, P int) []*cuda.Device {
 
 // siblingComms opens NCCL communicators over the handles hs (nil for
 // one), closed when the test ends (before the handles).
-func siblingComms(t *testing.T, hs []*cuda.Device) []comm.DeviceComm {
+func siblingComms(t *testing.T, hs []backend.Backend) []comm.DeviceComm {
 	t.Helper()
 	P := len(hs)
 	if P == 1 {

@@ -4,10 +4,8 @@ import (
 	_ "embed"
 
 	"github.com/strata-gnn/strata/dsp/layout"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 //go:embed walk.cu
@@ -20,16 +18,16 @@ var walkKernels = []string{"wk_init", "wk_pack", "wk_step", "wk_scatter"}
 // traces to their origins, and the rows this rank owns.
 type gpuWalkMachine struct {
 	*gpuMachine
-	idOff   *cuda.Buffer // 0, 1, ..., P
+	idOff   backend.Buffer // 0, 1, ..., P
 	length  int
 	lo, n   int64
 	rows    int64
-	rowptr  cu.DevPtr // rows+1 offsets into indices
-	indices cu.DevPtr // the patch's column indices
+	rowptr  backend.Arg // rows+1 offsets into indices
+	indices backend.Arg // the patch's column indices
 	placed  placer
 }
 
-func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
+func newGPUWalkMachine(dev gpuDevice, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
 	gm, err := newGPUMachine(dev, nil, "csp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
@@ -51,7 +49,7 @@ func newGPUWalkMachine(dev *cuda.Device, patch *layout.Patch, offsets []int64, P
 	if err != nil {
 		return nil, err
 	}
-	g.idOff = b.(*cuda.Buffer)
+	g.idOff = b
 	if err := gm.upload(b, id); err != nil {
 		return nil, err
 	}
@@ -74,21 +72,21 @@ func (g *gpuWalkMachine) routeOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buf
 }
 
 func (g *gpuWalkMachine) initWalks(out, starts backend.Buffer, n int64, L int) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
-		return l.Launch1D(g.fns["wk_init"], n*int64(L+1), ptr(out), ptr(starts), cu.I64(n), cu.I32(int32(L)))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		return l.Launch(g.fns["wk_init"], n*int64(L+1), ptr(out), ptr(starts), backend.I64(n), backend.I32(int32(L)))
 	})
 }
 
 func (g *gpuWalkMachine) pack(dst, src, pos backend.Buffer, n int64, w int) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
-		return l.Launch1D(g.fns["wk_pack"], n*int64(w), ptr(dst), ptr(src), ptr(pos), cu.I64(n), cu.I32(int32(w)))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		return l.Launch(g.fns["wk_pack"], n*int64(w), ptr(dst), ptr(src), ptr(pos), backend.I64(n), backend.I32(int32(w)))
 	})
 }
 
 func (g *gpuWalkMachine) step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
-		return l.Launch1D(g.fns["wk_step"], R, ptr(rec), ptr(F), ptr(trO), ptr(trR), ptr(bad), ptr(recv), cu.I64(R), cu.I32(int32(t)),
-			cu.I32(int32(g.length)), cu.I32(int32(g.P)), uint64(g.rowptr), uint64(g.indices), cu.I64(g.lo), cu.I64(g.rows))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		return l.Launch(g.fns["wk_step"], R, ptr(rec), ptr(F), ptr(trO), ptr(trR), ptr(bad), ptr(recv), backend.I64(R), backend.I32(int32(t)),
+			backend.I32(int32(g.length)), backend.I32(int32(g.P)), g.rowptr, g.indices, backend.I64(g.lo), backend.I64(g.rows))
 	})
 }
 
@@ -106,8 +104,8 @@ func (g *gpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []i
 }
 
 func (g *gpuWalkMachine) scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error {
-	return g.dev.Do(func(l *cuda.Locked) error {
-		return l.Launch1D(g.fns["wk_scatter"], m, ptr(out), ptr(bad), ptr(recv), cu.I64(m), cu.I64(n), cu.I32(int32(L)), cu.I64(g.n))
+	return g.dev.Enqueue(func(l backend.Queue) error {
+		return l.Launch(g.fns["wk_scatter"], m, ptr(out), ptr(bad), ptr(recv), backend.I64(m), backend.I64(n), backend.I32(int32(L)), backend.I64(g.n))
 	})
 }
 

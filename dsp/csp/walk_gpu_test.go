@@ -13,12 +13,12 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // walkGroup opens P walkers over g (offsets off) on the first P GPUs.
 func walkGroup(t testing.TB, g *graph.CSR, off []int64, length int, pl gpusample.Placement) ([]*Walker, func()) {
-	return openGroup(t, g, off, false, func(d *cuda.Device, p *layout.Patch, c comm.DeviceComm) (*Walker, error) {
+	return openGroup(t, g, off, false, func(d backend.Backend, p *layout.Patch, c comm.DeviceComm) (*Walker, error) {
 		return NewWalker(d, p, off, c, length, pl)
 	})
 }

@@ -434,6 +434,20 @@ func (s *Sampler) give(h backend.HostBuffer, f backend.Fence) {
 // NumHops is the number of blocks per batch.
 func (s *Sampler) NumHops() int { return len(s.cfg.Fanouts) }
 
+// Block is one hop's message-flow graph in device memory. A (rows =
+// destinations, columns = sources, local ids) is a back-end Sparse ready
+// for SpMM; SrcNodes holds the sources' global ids (destinations first).
+type Block struct {
+	NumDst, NumSrc, NumEdges int
+	A                        backend.Sparse // NumDst x NumSrc
+	SrcNodes                 backend.Buffer // int32, NumSrc
+	EdgeIDs                  backend.Buffer // int64, NumEdges: positions in the graph's indices
+}
+
+// InputNodes returns the device buffer of nodes whose features the first
+// layer reads.
+func (b *Batch) InputNodes() backend.Buffer { return b.Blocks[0].SrcNodes }
+
 // Batch is a MiniBatch whose blocks stay on the GPU. Blocks[0] consumes
 // the input features of Blocks[0].SrcNodes; the last block's destinations
 // are the seeds.
@@ -850,7 +864,7 @@ func (p *Pending) Wait() (*Batch, error) {
 		if werr == nil {
 			var a backend.Sparse
 			if a, werr = s.dev.SparseFromBuffers(blk.NumDst, blk.NumSrc, H.ptr, H.local); werr == nil {
-				blk.A = blockMatrix(a)
+				blk.A = a
 			}
 		}
 		if blk.A == nil {

@@ -115,8 +115,11 @@ func checkSeg(seg []int64, keys []uint64, n int64) error {
 	return nil
 }
 
-// countHop is CountHop.
-func (t *Stepper) countHop(q backend.Queue, h int, dst backend.Buffer, n int64) (backend.Buffer, error) {
+// CountHop queues, for the n nodes of dst (int32, global ids), the number
+// of edges each yields at hop h and their exclusive scan: ptr (new,
+// int64, n+1 entries; ptr[n] is the hop's edge count, to be read by the
+// caller).
+func (t *Stepper) CountHop(q backend.Queue, h int, dst backend.Buffer, n int64) (backend.Buffer, error) {
 	s := t.s
 	if h < 0 || h >= len(s.cfg.Fanouts) {
 		return nil, hopErr("hop", "%d not in [0, %d)", h, len(s.cfg.Fanouts))
@@ -264,8 +267,13 @@ func (t *Stepper) DrawStrided(q backend.Queue, h int, dst backend.Buffer, n int6
 		s.dpos, s.didx)
 }
 
-// relabel is Relabel.
-func (t *Stepper) relabel(q backend.Queue, dst backend.Buffer, nd int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
+// Relabel queues the deduplication of the hop [dst[0:nd), src[0:e)]
+// (ptr: nd+1 row offsets into src) exactly as SampleDevice does:
+// destinations keep ids 0..nd-1, new sources follow in first-seen order.
+// It returns srcNodes (int32, nd+e entries, the first numSrc valid),
+// local (int32, max(e,1) entries: the block's column indices) and sizes
+// (int64 {nd, e, numSrc} on the device, for the caller to read).
+func (t *Stepper) Relabel(q backend.Queue, dst backend.Buffer, nd int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
 	s := t.s
 	if nd < 0 || e < 0 || nd+e >= math.MaxInt32/2 {
 		return nil, nil, nil, hopErr("nd", "%d destinations and %d edges", nd, e)
