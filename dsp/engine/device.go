@@ -20,7 +20,6 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -32,11 +31,11 @@ type device struct {
 	m    *metrics.Counters
 
 	kit    *kit
-	sdevs  []*cuda.Device  // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
-	ldev   *cuda.Device    // the loader's, likewise
-	lb     backend.Backend // the loader's back end: ldev, or b
-	lfence *devbuf.Fence   // waits for the loader's stream (ldev != nil)
-	later  *deferred       // frees sampler and loader buffers after the trainer's copies of them
+	sdevs  []backend.Sibling // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
+	ldev   backend.Sibling   // the loader's, likewise
+	lb     backend.Backend   // the loader's back end: ldev, or b
+	lfence *devbuf.Fence     // waits for the loader's stream (ldev != nil)
+	later  *deferred         // frees sampler and loader buffers after the trainer's copies of them
 	trk    *tracker
 	loader *cache.Loader
 	model  nn.Model
@@ -145,7 +144,7 @@ func (d *device) setup() error {
 	if d.sdevs != nil || d.ldev != nil {
 		d.later = &deferred{}
 		for i := range d.later.fences {
-			if d.later.fences[i], err = devbuf.NewFence(d.b.(*cuda.Device)); err != nil {
+			if d.later.fences[i], err = devbuf.NewFence(d.b); err != nil {
 				return d.errf("fences", err)
 			}
 		}
@@ -380,7 +379,7 @@ func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
 	if in == nil {
 		return d.loader.Load(ctx, it.bt.IDs())
 	}
-	if cb, ok := in.(*cuda.Buffer); ok && cb.Device() != d.lb {
+	if sb, ok := d.lb.(backend.Siblings); ok && isGPU(d.lb) && !sb.Owns(in) {
 		// The sampler waited for its stream before handing the batch on.
 		c, err := adoptBuffer(d.lb, in)
 		if err != nil {
@@ -542,8 +541,8 @@ func (d *device) waitStep(ctx context.Context) error {
 	if d.grads != nil {
 		return d.grads.Sync(ctx)
 	}
-	if cd, ok := d.b.(*cuda.Device); ok {
-		return cd.Synchronize()
+	if isGPU(d.b) {
+		return d.b.Synchronize()
 	}
 	return nil
 }
@@ -725,8 +724,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 			er, err = d.eval.run(d.model)
 		}
 		if err != nil {
-			var oom *cuda.OOMError
-			if errors.As(err, &oom) && cfg.Train.Eval != train.Sampled {
+			if errors.Is(err, backend.ErrOutOfMemory) && cfg.Train.Eval != train.Sampled {
 				return fmt.Errorf("evaluation: the whole-graph forward pass over %d nodes does not fit on one GPU (use --eval sampled): %w", s.in.NumRows, err)
 			}
 			return fmt.Errorf("evaluation: %w", err)

@@ -47,7 +47,7 @@
 // Streams: the CUDA back end runs one stream per device handle, and its
 // caching allocator relies on that (a block freed by the host is reused
 // at once by later work on the same stream). So every GPU gets three
-// handles of its own (cuda.Open of the same ordinal: the trainer's, the
+// handles of its own (backend.Siblings.Sibling: the trainer's, the
 // sampler's and the loader's), each with its own stream, lock and
 // allocator, and each used by one stage only. Blocks and features reach
 // the trainer by device-to-device copies on its stream; their source

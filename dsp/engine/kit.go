@@ -16,7 +16,6 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // batch is a sampled mini-batch.
@@ -53,7 +52,7 @@ type sampler interface {
 // reads the blocks' sizes behind all of the batch's work on the
 // sampler's stream.
 type cspSampler struct {
-	dev        *cuda.Device // the sampler's handle; nil on a CPU back end
+	dev        backend.Backend // the sampler's handle; nil on a CPU back end
 	s          collective
 	m          *metrics.Counters
 	sent, kept int64         // totals already counted
@@ -144,7 +143,7 @@ func (k *kit) close() error {
 // wholeGraphSamplers' on a CPU back end); layer: layer-wise (LayerWise;
 // collective only on GPUs), else node-wise.
 type samplerSpec struct {
-	devs    []*cuda.Device
+	devs    []backend.Sibling
 	workers int
 	csp     bool
 	layer   bool
@@ -161,8 +160,7 @@ type samplerSpec struct {
 // rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
-	dev, ok := b.(*cuda.Device)
-	if !ok {
+	if !isGPU(b) {
 		k := &kit{store: &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
 		for w := range workers {
 			var s sampler
@@ -184,7 +182,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		}
 		return k, nil
 	}
-	return newCUDAKit(dev, in, x, rows, cols, hot, scfg, spec)
+	return newCUDAKit(b, in, x, rows, cols, hot, scfg, spec)
 }
 
 // collective builds collective sampler worker w on be (a GPU handle or a
@@ -210,6 +208,9 @@ func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w
 	if err != nil {
 		return nil, fmt.Errorf("collective sampler %d: %w", w+1, err)
 	}
-	dev, _ := be.(*cuda.Device)
+	var dev backend.Backend
+	if isGPU(be) {
+		dev = be
+	}
 	return &cspSampler{dev: dev, s: cs, m: spec.m}, nil
 }

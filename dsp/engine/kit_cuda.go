@@ -15,20 +15,33 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
-	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
+
+// gpuDevice is a back end that runs the engine's GPU paths: kernels
+// compiled at run time and a queue to launch them on (the CUDA back end).
+// The paths assert the further capabilities they use where they use them.
+type gpuDevice interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+}
+
+// isGPU reports whether b runs the engine's GPU paths.
+func isGPU(b backend.Backend) bool {
+	_, ok := b.(gpuDevice)
+	return ok
+}
 
 // gpuSampler samples with gpusample over the whole graph on the device:
 // it queues the batch, waits for the stream with a fence (without the
 // device lock, so that stages sharing the device keep queueing work) and
 // collects it.
 type gpuSampler struct {
-	dev   *cuda.Device
+	dev   backend.Backend
 	s     *gpusample.Sampler
 	fence *devbuf.Fence
 	m     *metrics.Counters
@@ -59,7 +72,7 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
 
 type gpuBatch struct {
-	dev *cuda.Device // the sampler's device
+	dev backend.Backend // the sampler's device
 	b   *gpusample.Batch
 }
 
@@ -79,14 +92,22 @@ func (g *gpuBatch) DeviceIDs() backend.Buffer {
 func (g *gpuBatch) Free() { g.b.Free() }
 
 func (g *gpuBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
-	t, ok := b.(*cuda.Device)
-	if !ok {
+	t, ok := b.(adopter)
+	if !ok || !isGPU(b) {
 		return nil, fmt.Errorf("a GPU batch for a %T back end", b)
 	}
-	if t == g.dev {
+	if b == g.dev {
 		return g.b.NNBlocks()
 	}
 	return adoptBlocks(t, g.b)
+}
+
+// adopter is a back end that takes a batch over from another handle of
+// its device: copies on its queue, and matrices over its own buffers.
+type adopter interface {
+	backend.Backend
+	backend.Enqueuer
+	backend.SparseBuilder
 }
 
 // adoptBlocks copies the batch's block matrices (row offsets and local
@@ -94,7 +115,7 @@ func (g *gpuBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
 // blocks there. The sampler's device (the same GPU, another stream) has
 // finished writing them: the sampler waited for its stream before handing
 // the batch on.
-func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
+func adoptBlocks(t adopter, b *gpusample.Batch) ([]*nn.Block, error) {
 	out := make([]*nn.Block, 0, len(b.Blocks))
 	fail := func(err error) ([]*nn.Block, error) {
 		for _, o := range out {
@@ -107,26 +128,30 @@ func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
 		if k.A == nil {
 			return fail(fmt.Errorf("block %d has no matrix", i))
 		}
-		sp, sc := k.A.Indptr(), k.A.Indices()
+		cs, ok := k.A.(backend.CSRBuffers)
+		if !ok {
+			return fail(fmt.Errorf("block %d: a %T matrix has no CSR buffers (backend.CSRBuffers)", i, k.A))
+		}
+		sp, sc := cs.CSR()
 		if sp.Len() != k.NumDst+1 || sc.Len() != k.NumEdges {
 			return fail(fmt.Errorf("block %d: %d row offsets and %d indices for %d rows and %d edges", i, sp.Len(), sc.Len(), k.NumDst, k.NumEdges))
 		}
-		var ptr, col *cuda.Buffer
-		err := t.Do(func(l *cuda.Locked) error {
+		var ptr, col backend.Buffer
+		err := t.Enqueue(func(l backend.Queue) error {
 			var err error
-			if ptr, err = l.Alloc(backend.Int64, k.NumDst+1); err != nil {
+			if ptr, err = l.AllocRaw(backend.Int64, k.NumDst+1); err != nil {
 				return err
 			}
-			if col, err = l.Alloc(backend.Int32, k.NumEdges); err != nil {
+			if col, err = l.AllocRaw(backend.Int32, k.NumEdges); err != nil {
 				l.Free(ptr)
 				ptr = nil
 				return err
 			}
-			if err := cu.MemcpyDtoDAsync(ptr.Ptr(), sp.Ptr(), uint64(8*(k.NumDst+1)), l.Stream()); err != nil {
+			if err := l.Copy(ptr, sp); err != nil {
 				return err
 			}
 			if k.NumEdges > 0 {
-				return cu.MemcpyDtoDAsync(col.Ptr(), sc.Ptr(), uint64(4*k.NumEdges), l.Stream())
+				return l.Copy(col, sc)
 			}
 			return nil
 		})
@@ -137,7 +162,7 @@ func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
 			}
 			return fail(err)
 		}
-		a, err := t.NewSparseFromDevice(k.NumDst, k.NumSrc, ptr, col)
+		a, err := t.SparseFromBuffers(k.NumDst, k.NumSrc, ptr, col)
 		if err != nil {
 			t.Free(ptr)
 			t.Free(col)
@@ -154,32 +179,30 @@ func adoptBlocks(t *cuda.Device, b *gpusample.Batch) ([]*nn.Block, error) {
 }
 
 // aliasBuffer returns src, a buffer of another handle of the same GPU, as
-// a buffer of b without copying (cuda.Device.Alias).
+// a buffer of b without copying (backend.Siblings.Alias).
 func aliasBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
-	t, ok := b.(*cuda.Device)
-	sb, ok2 := src.(*cuda.Buffer)
-	if !ok || !ok2 {
+	t, ok := b.(backend.Siblings)
+	if !ok || !isGPU(b) || src == nil {
 		return nil, fmt.Errorf("aliasing a %T into a %T", src, b)
 	}
-	return t.Alias(sb)
+	return t.Alias(src)
 }
 
 // adoptBuffer copies src (a buffer of another handle of the same GPU,
 // already written) into a new buffer of b on b's stream.
 func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
-	t, ok := b.(*cuda.Device)
-	sb, ok2 := src.(*cuda.Buffer)
-	if !ok || !ok2 {
+	t, ok := b.(gpuDevice)
+	if !ok || src == nil {
 		return nil, fmt.Errorf("adopting a %T into a %T", src, b)
 	}
-	var dst *cuda.Buffer
-	err := t.Do(func(l *cuda.Locked) error {
+	var dst backend.Buffer
+	err := t.Enqueue(func(l backend.Queue) error {
 		var err error
-		if dst, err = l.Alloc(sb.DType(), sb.Len()); err != nil {
+		if dst, err = l.AllocRaw(src.DType(), src.Len()); err != nil {
 			return err
 		}
-		if n := sb.Len() * sb.DType().Size(); n > 0 {
-			return cu.MemcpyDtoDAsync(dst.Ptr(), sb.Ptr(), uint64(n), l.Stream())
+		if n := src.Len() * src.DType().Size(); n > 0 {
+			return l.Copy(dst, src)
 		}
 		return nil
 	})
@@ -195,7 +218,7 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 // newCUDAKit is newKit on a GPU: the samplers on spec's handles and
 // package feature's store (hot rows in device memory, the table in pinned
 // host memory).
-func newCUDAKit(dev *cuda.Device, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
+func newCUDAKit(dev backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
 	if spec.layer && !spec.csp {
 		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
@@ -224,7 +247,7 @@ func newCUDAKit(dev *cuda.Device, in *graph.CSR, x []float32, rows, cols int, ho
 // sampler builds CUDA sampler worker w (dev: the trainer's handle;
 // before: workers 0..w-1). Workers after the first read the first one's
 // topology in place (layer-wise: their own copy).
-func (spec *samplerSpec) sampler(dev *cuda.Device, in *graph.CSR, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
+func (spec *samplerSpec) sampler(dev backend.Backend, in *graph.CSR, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
 	sd := dev
 	if len(spec.devs) > 0 {
 		sd = spec.devs[w]

@@ -16,7 +16,6 @@ import (
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -79,7 +78,7 @@ func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error)
 	var mu sync.Mutex // guards total and host
 	var host []float32
 	// add adds device r's histogram, counted over since batches, to total.
-	add := func(r int, dev *cuda.Device, hist backend.Buffer, since int) error {
+	add := func(r int, dev backend.Backend, hist backend.Buffer, since int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if host == nil {
@@ -97,12 +96,12 @@ func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error)
 		}
 		return nil
 	}
-	devs := make([]*cuda.Device, len(s.opts.Backends))
+	devs := make([]backend.Backend, len(s.opts.Backends))
 	for r, be := range s.opts.Backends {
-		var ok bool
-		if devs[r], ok = be.(*cuda.Device); !ok {
-			return nil, fmt.Errorf("presample: back end %d (%s) is not a CUDA device", r, be.Name())
+		if !isGPU(be) {
+			return nil, fmt.Errorf("presample: back end %d (%s) has no run-time kernels and queue (backend.Kernels, Enqueuer)", r, be.Name())
 		}
+		devs[r] = be
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for r, dev := range devs {
@@ -126,8 +125,8 @@ func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error)
 // whole graph (whole, with the one-device partition offsets) and hands
 // its histogram of input nodes to add (every presampleFlushEvery batches
 // and at the end).
-func (s *shared) presampleDevice(ctx context.Context, r int, dev *cuda.Device, plan *presamplePlan, whole *layout.Patch, offsets []int64,
-	add func(r int, dev *cuda.Device, hist backend.Buffer, since int) error) (err error) {
+func (s *shared) presampleDevice(ctx context.Context, r int, dev backend.Backend, plan *presamplePlan, whole *layout.Patch, offsets []int64,
+	add func(r int, dev backend.Backend, hist backend.Buffer, since int) error) (err error) {
 	cfg := &s.cfg
 	place := gpusample.OnDevice
 	if whole.HostBytes() > 0 {
@@ -207,7 +206,7 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev *cuda.Device, p
 // countInputs adds 1 to hist (float32, one entry per node of n) at every
 // input node in (int32 device IDs, distinct), with the back end's
 // scatter-add; ones holds at least len(in) ones and grows as needed.
-func countInputs(dev *cuda.Device, hist backend.Buffer, ones *backend.Buffer, in *cuda.Buffer, n int) error {
+func countInputs(dev backend.Backend, hist backend.Buffer, ones *backend.Buffer, in backend.Buffer, n int) error {
 	if in == nil || in.Len() == 0 {
 		return nil
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -94,8 +93,8 @@ type shared struct {
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
 	trk    []tracker
-	sdevs  [][]*cuda.Device // [rank][worker]: the sampler workers' sibling handles of the GPUs (own streams); nil when shared
-	ldevs  []*cuda.Device   // the loaders', likewise
+	sdevs  [][]backend.Sibling // [rank][worker]: the sampler workers' sibling handles of the GPUs (own streams); nil when shared
+	ldevs  []backend.Sibling   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
 	dsID    train.DatasetID // the caller's dataset's fingerprint (checkpoints)
@@ -125,7 +124,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		if b == nil {
 			return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("back end %d is nil", i)}
 		}
-		if _, ok := b.(*cuda.Device); ok {
+		if isGPU(b) {
 			nCUDA++
 		}
 		for _, o := range opts.Backends[:i] {
@@ -176,20 +175,26 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		// Their streams have the GPU's highest priority: their kernels
 		// are short and on the pipeline's critical path, and would
 		// otherwise queue behind the trainer's large ones.
-		s.sdevs, s.ldevs = make([][]*cuda.Device, k), make([]*cuda.Device, k)
-		prio := stagePriority()
+		s.sdevs, s.ldevs = make([][]backend.Sibling, k), make([]backend.Sibling, k)
+		o := backend.SiblingOptions{HighPriority: stagePriority()}
 		for r, b := range opts.Backends {
-			d := b.(*cuda.Device)
-			o := cuda.Options{TF32: d.TF32(), HighPriority: prio}
-			s.sdevs[r] = make([]*cuda.Device, cfg.SamplerWorkers)
+			d, ok := b.(backend.Siblings)
+			if !ok {
+				return nil, &RunError{Op: "sampler streams", Err: fmt.Errorf("%s opens no sibling handles (backend.Siblings)", b.Name())}
+			}
+			s.sdevs[r] = make([]backend.Sibling, cfg.SamplerWorkers)
 			for w := range s.sdevs[r] {
-				if s.sdevs[r][w], err = cuda.Open(d.Ordinal(), o); err != nil {
+				h, err := d.Sibling(o)
+				if err != nil {
 					return nil, &RunError{Op: "sampler streams", Err: err}
 				}
+				s.sdevs[r][w] = h
 			}
-			if s.ldevs[r], err = cuda.Open(d.Ordinal(), o); err != nil {
+			h, err := d.Sibling(o)
+			if err != nil {
 				return nil, &RunError{Op: "loader streams", Err: err}
 			}
+			s.ldevs[r] = h
 		}
 	}
 	if err := s.openComms(ctx, nCUDA == k); err != nil {
@@ -216,7 +221,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: cache.Exchanges(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
-		s.run.StagePriority = s.sdevs[0][0].StreamPriority()
+		if sb, ok := s.sdevs[0][0].(backend.Siblings); ok {
+			s.run.StagePriority = sb.QueuePriority()
+		}
 	}
 	s.run.PresampleSeconds = presampleSec
 	if opts.CheckpointDir != "" {
@@ -272,8 +279,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	err = g.Wait()
 	s.run.SetupSeconds = devs[0].setupSeconds
 	for r, d := range devs {
-		if cd, ok := d.b.(*cuda.Device); ok {
-			s.run.PeakDeviceBytes[r] = cd.Stats().PeakBytes
+		if m, ok := d.b.(backend.Memory); ok {
+			s.run.PeakDeviceBytes[r] = m.Stats().PeakBytes
 		}
 		d.free()
 	}
@@ -328,7 +335,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		if gpus {
 			devs := make([]backend.Backend, k)
 			for r, b := range s.opts.Backends {
-				devs[r] = b.(*cuda.Device)
+				devs[r] = b
 				if w := samplerWorker(st); w >= 0 && s.sdevs != nil {
 					devs[r] = s.sdevs[r][w] // a sampler's collectives go on its stream
 				}
