@@ -14,8 +14,8 @@ import (
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -98,31 +98,14 @@ func benchDataset(b *testing.B) *dataset.Dataset {
 	return benchDS
 }
 
-var (
-	gpuMu   sync.Mutex
-	gpuDevs = map[int]*cuda.Device{}
-)
-
-// gpus opens CUDA devices 0..n-1 (once per test binary), skipping when
-// there are fewer.
+// gpus returns CUDA devices 0..n-1 (gputest: opened once per test
+// binary, STRATA_CUDA_TF32 as in strata train, gpu.sh's FG_TF32),
+// skipping when there are fewer.
 func gpus(t testing.TB, n int) []backend.Backend {
-	gpuMu.Lock()
-	defer gpuMu.Unlock()
-	var bs []backend.Backend
-	for i := 0; i < n; i++ {
-		d, ok := gpuDevs[i]
-		if !ok {
-			// STRATA_CUDA_TF32 applies as in strata train (gpu.sh's FG_TF32).
-			o, _, err := cuda.FromEnv(cuda.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, err = cuda.Open(i, o); err != nil {
-				t.Skipf("%d GPUs needed, cuda:%d: %.120s", n, i, err.Error())
-			}
-			gpuDevs[i] = d
-		}
-		bs = append(bs, d)
+	ds := gputest.Devices(t, n)
+	bs := make([]backend.Backend, len(ds))
+	for i, d := range ds {
+		bs[i] = d
 	}
 	return bs
 }
@@ -261,7 +244,10 @@ func BenchmarkProductsSAGE(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			bs := gpus(b, tc.p)
 			for _, be := range bs {
-				d := be.(*cuda.Device)
+				d, ok := be.(backend.Memory)
+				if !ok {
+					b.Fatalf("%s has no allocator counters (backend.Memory)", be.Name())
+				}
 				if err := d.ReleaseCache(); err != nil {
 					b.Fatal(err)
 				}
@@ -293,8 +279,8 @@ func BenchmarkProductsSAGE(b *testing.B) {
 			epochs := envInt(b, "STRATA_BENCH_EPOCHS", max(b.N, 2))
 			cfg.Epochs = epochs
 			cfg.EvalEvery = envInt(b, "STRATA_BENCH_EVAL_EVERY", train.MaxEpochs)
-			dev0 := bs[0].(*cuda.Device)
-			var prof []cuda.OpTime
+			dev0 := bs[0]
+			var prof []gputest.OpTime
 			if os.Getenv("STRATA_BENCH_PROFILE") != "" {
 				// Epoch epochs+1 is profiled; one more follows, so the
 				// final evaluation is not in the profile.
@@ -303,9 +289,9 @@ func BenchmarkProductsSAGE(b *testing.B) {
 					var err error
 					switch r.Epoch {
 					case epochs:
-						err = dev0.StartProfile()
+						err = gputest.StartProfile(dev0)
 					case epochs + 1:
-						prof, err = dev0.StopProfile()
+						prof, err = gputest.StopProfile(dev0)
 					}
 					if err != nil {
 						b.Error(err)
@@ -322,7 +308,7 @@ func BenchmarkProductsSAGE(b *testing.B) {
 			report(b, rep, 1, epochs)
 			var devPeak int64
 			for _, d := range bs {
-				devPeak = max(devPeak, d.(*cuda.Device).Stats().PeakBytes)
+				devPeak = max(devPeak, d.(backend.Memory).Stats().PeakBytes)
 			}
 			b.ReportMetric(float64(devPeak)/(1<<30), "dev_peak_GiB")
 			b.Logf("setup %.1fs (partition %.1fs), %d epochs, test accuracy %.4f (best-val epoch %d: %.4f), skipped %.1f%% of broadcast bytes",

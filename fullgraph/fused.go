@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cpu"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // Optional back-end methods the engine uses when a back end has them (the
@@ -89,11 +87,9 @@ func view(buf backend.Buffer, off, n int) (backend.Buffer, error) {
 	if off < 0 || n < 0 || off+n > buf.Len() {
 		return nil, fmt.Errorf("fullgraph: view [%d, %d) of a %d-element buffer", off, off+n, buf.Len())
 	}
-	switch b := buf.(type) {
-	case *cuda.Buffer:
-		return b.View(off, n), nil
-	case *cpu.Buffer:
-		return cpu.WrapF32(cpu.F32(b)[off : off+n : off+n]), nil
+	v, err := backend.View(buf, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("fullgraph: %w", err)
 	}
-	return nil, fmt.Errorf("fullgraph: cannot view a %T (cpu and cuda buffers only)", buf)
+	return v, nil
 }

@@ -1,11 +1,13 @@
 package gputest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/internal/testkit"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
@@ -109,4 +111,27 @@ func Devices(t testing.TB, n int) []*cuda.Device {
 func CompileKernels(t testing.TB, src, name string) []byte {
 	t.Helper()
 	return testkit.CompileCUDA(t, cuda.CommonSource()+src, name)
+}
+
+// OpTime is one op's device time in a profile (the CUDA back end's).
+type OpTime = cuda.OpTime
+
+// StartProfile starts the CUDA back end's op profiler on b, for
+// benchmarks above the back end that hold b as a backend.Backend.
+func StartProfile(b backend.Backend) error {
+	d, ok := b.(*cuda.Device)
+	if !ok {
+		return fmt.Errorf("gputest: %s cannot profile (not a CUDA device)", b.Name())
+	}
+	return d.StartProfile()
+}
+
+// StopProfile stops the profiler StartProfile started on b and returns
+// each op's device time.
+func StopProfile(b backend.Backend) ([]OpTime, error) {
+	d, ok := b.(*cuda.Device)
+	if !ok {
+		return nil, fmt.Errorf("gputest: %s cannot profile (not a CUDA device)", b.Name())
+	}
+	return d.StopProfile()
 }
