@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -9,8 +8,6 @@ import (
 	// it loads libcuda, NVRTC and cuBLAS at run time, so the binary still
 	// builds with CGO_ENABLED=0 and runs on machines without a GPU.
 	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
-	"github.com/strata-gnn/strata/train"
-	"github.com/strata-gnn/strata/train/gputrain"
 )
 
 // writeCUDAInfo prints what `strata info` should show about CUDA: the
@@ -38,21 +35,19 @@ func openBackend(spec string) (backend.Backend, error) {
 	return backend.Open(spec)
 }
 
-// batchSource returns, for a CUDA back end, the source that samples
-// training batches and gathers their features on the GPU; nil (host
-// sampling) otherwise.
-func batchSource(b backend.Backend) train.NewBatchSource {
-	if _, ok := b.(*cudabk.Device); ok {
-		return gputrain.New(gputrain.Options{})
-	}
-	return nil
+// The variables of the CUDA back end that 'strata train' notes and
+// honours (env.go).
+const (
+	envTF32   = cudabk.EnvTF32
+	envPoison = cudabk.EnvPoison
+)
+
+// cudaOptionsFromEnv returns the options of the CUDA devices a run opens:
+// TF32 from --tf32 or STRATA_CUDA_TF32 (an error names a bad value).
+func cudaOptionsFromEnv(tf32 bool) (cudabk.Options, error) {
+	o, _, err := cudabk.FromEnv(cudabk.Options{TF32: tf32})
+	return o, err
 }
 
-// deviceSpecOf names the device b is as a --devices entry: "cuda:N" for a
-// GPU, "cpu" otherwise.
-func deviceSpecOf(b backend.Backend) string {
-	if d, ok := b.(*cudabk.Device); ok {
-		return fmt.Sprintf("cuda:%d", d.Ordinal())
-	}
-	return "cpu"
-}
+// cudaDriverErr is why libcuda cannot be used here (nil when it can).
+func cudaDriverErr() error { return cudabk.Probe().Driver.Err }

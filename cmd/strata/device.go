@@ -11,7 +11,32 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 	// Back ends register themselves with package backend when linked in.
 	_ "github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/train"
+	"github.com/strata-gnn/strata/train/gputrain"
 )
+
+// deviceSpecOf names the device b is as a --devices entry: its back
+// end's name ("cuda:N" for a GPU, "cpu").
+func deviceSpecOf(b backend.Backend) string { return b.Name() }
+
+// onDevice reports whether b samples and trains on the device itself:
+// it compiles kernels at run time and takes work on its queue
+// (backend.Kernels and Enqueuer: the CUDA back end).
+func onDevice(b backend.Backend) bool {
+	_, k := b.(backend.Kernels)
+	_, q := b.(backend.Enqueuer)
+	return k && q
+}
+
+// batchSource returns, for a back end that runs kernels on its own queue
+// (a GPU), the source that samples training batches and gathers their
+// features on the device; nil (host sampling) otherwise.
+func batchSource(b backend.Backend) train.NewBatchSource {
+	if onDevice(b) {
+		return gputrain.New(gputrain.Options{})
+	}
+	return nil
+}
 
 // devicesSyntax is the one description of a --devices list, shown in the
 // help of --devices and in docs/limits.md; every mode parses lists with

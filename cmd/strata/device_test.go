@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // skipIfCUDA skips tests of what happens without a GPU driver.
@@ -17,7 +15,7 @@ func skipIfCUDA(t *testing.T) {
 	if b, err := openDevice("cuda"); err == nil {
 		t.Skipf("a CUDA device is usable here (%s)", b.Name())
 	}
-	if err := cudabk.Probe().Driver.Err; err == nil || !notInstalled(err) {
+	if err := cudaDriverErr(); err == nil || !notInstalled(err) {
 		t.Skipf("libcuda is installed here (%v): the notice tests need a machine without it", err)
 	}
 }

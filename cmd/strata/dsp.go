@@ -15,7 +15,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/tensor/backend/cuda"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -182,7 +181,7 @@ func (f *dspFlags) set() []string {
 func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 	f := &c.DSP
 	for _, b := range bs {
-		if _, ok := b.(*cuda.Device); ok {
+		if onDevice(b) {
 			continue
 		}
 		switch {

@@ -9,7 +9,6 @@ import (
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/nccl"
 	"github.com/strata-gnn/strata/internal/excerpt"
-	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // runEnv lists the environment variables that change a training run
@@ -18,10 +17,10 @@ import (
 // shaped by its environment says so.
 var runEnv = func() []struct{ name, what string } {
 	v := []struct{ name, what string }{
-		{cudabk.EnvTF32, "the same switch as --tf32"},
+		{envTF32, "the same switch as --tf32"},
 		{nccl.EnvAsync, "not read by strata train: the DSP engine's NCCL collectives are asynchronous, fullgraph's synchronous"},
 		{"STRATA_DSP_STAGE_PRIORITY", "DSP engine on GPUs: 0 gives the samplers' and loaders' streams the default priority; no flag yet"},
-		{cudabk.EnvPoison, "debug: new GPU buffers of AllocRaw are filled with NaN"},
+		{envPoison, "debug: new GPU buffers of AllocRaw are filled with NaN"},
 		{gpushm.EnvTrace, "debug: gpushm prints its phase times when it closes"},
 	}
 	for _, name := range gpushm.EnvNames {
@@ -47,7 +46,7 @@ func noteEnv(w io.Writer) {
 // restores them.
 func (c *trainCmd) useEnvironment(e *env) (func(), error) {
 	noteEnv(e.stderr)
-	o, _, err := cudabk.FromEnv(cudabk.Options{TF32: c.TF32})
+	o, err := cudaOptionsFromEnv(c.TF32)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("environment: %w", err)}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/nccl"
-	cudabk "github.com/strata-gnn/strata/tensor/backend/cuda"
 )
 
 // clearRunEnv unsets every variable of runEnv for the test.
@@ -47,34 +46,34 @@ func TestTF32Flag(t *testing.T) {
 	}{
 		{nil, "", false}, {[]string{"--tf32"}, "", true}, {nil, "1", true}, {[]string{"--tf32"}, "0", true},
 	} {
-		t.Setenv(cudabk.EnvTF32, tc.env)
+		t.Setenv(envTF32, tc.env)
 		c := parseTrain(t, tc.args...)
 		var errb bytes.Buffer
 		restore, err := c.useEnvironment(&env{stdout: &errb, stderr: &errb, quiet: true})
 		if err != nil {
-			t.Fatalf("%v %s=%q: %v", tc.args, cudabk.EnvTF32, tc.env, err)
+			t.Fatalf("%v %s=%q: %v", tc.args, envTF32, tc.env, err)
 		}
 		if cudaOptions.TF32 != tc.want {
-			t.Errorf("%v %s=%q: CUDA devices open with TF32 %v, want %v", tc.args, cudabk.EnvTF32, tc.env, cudaOptions.TF32, tc.want)
+			t.Errorf("%v %s=%q: CUDA devices open with TF32 %v, want %v", tc.args, envTF32, tc.env, cudaOptions.TF32, tc.want)
 		}
-		if noted := strings.Contains(errb.String(), "environment: "+cudabk.EnvTF32+"="); noted != (tc.env != "") {
-			t.Errorf("%s=%q: notice %q", cudabk.EnvTF32, tc.env, errb.String())
+		if noted := strings.Contains(errb.String(), "environment: "+envTF32+"="); noted != (tc.env != "") {
+			t.Errorf("%s=%q: notice %q", envTF32, tc.env, errb.String())
 		}
 		restore()
 		if cudaOptions.TF32 {
 			t.Errorf("%v: TF32 left on after the run", tc.args)
 		}
 	}
-	t.Setenv(cudabk.EnvTF32, "")
+	t.Setenv(envTF32, "")
 	for _, args := range [][]string{{"--device", "cpu"}, {"--mode", "fullgraph", "--devices", "cpu:2"}} {
 		code, _, errOut := strata(t, append(append([]string{"--quiet", "train", "--tf32"}, args...), "--epochs", "1")...)
 		if code != 2 || !strings.Contains(errOut, "--tf32") {
 			t.Errorf("--tf32 %v: exit %d, %q; want 2 naming --tf32", args, code, errOut)
 		}
 	}
-	t.Setenv(cudabk.EnvTF32, "sometimes")
-	if code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1"); code != 2 || !strings.Contains(errOut, cudabk.EnvTF32) {
-		t.Errorf("%s=sometimes: exit %d, %q; want 2 naming it", cudabk.EnvTF32, code, errOut)
+	t.Setenv(envTF32, "sometimes")
+	if code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1"); code != 2 || !strings.Contains(errOut, envTF32) {
+		t.Errorf("%s=sometimes: exit %d, %q; want 2 naming it", envTF32, code, errOut)
 	}
 }
 
