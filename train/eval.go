@@ -128,7 +128,7 @@ type Evaluator struct {
 // in-adjacency is in and whose features f are (NewFeatures), on b. Close
 // releases it.
 func NewEvaluator(b backend.Backend, ds *dataset.Dataset, in *graph.CSR, f *Features, cfg Common) (*Evaluator, error) {
-	ev, err := newEvaluator(&inputs{b: b, f: f}, ds, in, cfg)
+	ev, err := newEvaluator(&inputs{b: b, f: f, hostRows: cfg.Eval == Sampled}, ds, in, cfg)
 	if ev != nil {
 		ev.own = true
 	}
@@ -176,7 +176,7 @@ func (ev *Evaluator) Close() {
 // returns the tally.
 func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
 	if ev.cfg.Eval == Sampled {
-		return ev.sampled(model)
+		return ev.sampled(model, 0, 1)
 	}
 	t := autograd.NewTape(ev.in.b)
 	defer t.Release()
@@ -195,14 +195,30 @@ func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
 	return Score(ev.in.b, out.Value, n, c, ev.splits)
 }
 
-// sampled evaluates the nodes in batches of EvalBatchSize with
-// EvalFanouts.
-func (ev *Evaluator) sampled(model nn.Model) (Tally, error) {
+// RunShard is Run's sampled evaluation spread over k devices: this one
+// (rank) evaluates every k-th batch from batch rank on and returns the
+// tally of the nodes of those batches. The k shards' tallies add up
+// (Tally.Add) to Run's: the same batches and neighborhoods, so the same
+// accuracies; the validation loss may differ in the last bits (the
+// summation order). Whole-graph evaluation cannot be spread.
+func (ev *Evaluator) RunShard(model nn.Model, rank, k int) (Tally, error) {
+	if ev.cfg.Eval != Sampled {
+		return Tally{}, fmt.Errorf("whole-graph evaluation cannot be split over devices (use sampled evaluation)")
+	}
+	if k < 1 || rank < 0 || rank >= k {
+		return Tally{}, fmt.Errorf("evaluation shard %d of %d", rank, k)
+	}
+	return ev.sampled(model, rank, k)
+}
+
+// sampled evaluates the nodes of every k-th batch (of EvalBatchSize, with
+// EvalFanouts) from batch rank on.
+func (ev *Evaluator) sampled(model nn.Model, rank, k int) (Tally, error) {
 	c := model.Config().OutDim
-	logits := make(map[int32][]float32, len(ev.nodes))
+	logits := make(map[int32][]float32, len(ev.nodes)/k+1)
 	key := rng.Derive(ev.cfg.Seed, tagEval)
 	bs := ev.cfg.EvalBatchSize
-	for b := 0; b*bs < len(ev.nodes); b++ {
+	for b := rank; b*bs < len(ev.nodes); b += k {
 		seeds := ev.nodes[b*bs : min((b+1)*bs, len(ev.nodes))]
 		mb, err := ev.smp.Sample(seeds, sample.Key{Seed: key, Batch: b})
 		if err != nil {
@@ -216,6 +232,9 @@ func (ev *Evaluator) sampled(model nn.Model) (Tally, error) {
 	for s, sp := range ev.splits {
 		for i, v := range sp.Rows {
 			row := logits[v]
+			if row == nil { // another shard's
+				continue
+			}
 			t.add(s, nn.Argmax(row), sp.Labels[i])
 			if s == SplitVal {
 				t.ValLoss += nn.CrossEntropy(row, sp.Labels[i])

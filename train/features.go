@@ -31,23 +31,36 @@ type Features struct {
 // NewFeatures prepares x (rows x cols, row-major; not modified) with the
 // row normalization rowNorm (RowNormAuto, RowNormOn or RowNormOff).
 func NewFeatures(x []float32, rows, cols int, rowNorm string) (*Features, error) {
-	f := &Features{Rows: rows, Cols: cols}
-	if f.RowNormalized = rowNorm == RowNormOn || (rowNorm == RowNormAuto && nonNegative(x)); f.RowNormalized {
-		x = dataset.RowNormalize(x, cols)
+	f := NewDenseFeatures(x, rows, cols, rowNorm)
+	if !MostlyZero(f.Dense) {
+		return f, nil
 	}
+	var err error
+	f.Sparse, err = autograd.HostSparseFromDense(rows, cols, f.Dense)
+	f.Dense = nil
+	return f, err
+}
+
+// NewDenseFeatures is NewFeatures keeping the rows dense whatever their
+// density (dsp/engine's devices gather and cache dense rows).
+func NewDenseFeatures(x []float32, rows, cols int, rowNorm string) *Features {
+	f := &Features{Rows: rows, Cols: cols, Dense: x}
+	if f.RowNormalized = rowNorm == RowNormOn || (rowNorm == RowNormAuto && nonNegative(x)); f.RowNormalized {
+		f.Dense = dataset.RowNormalize(x, cols)
+	}
+	return f
+}
+
+// MostlyZero reports whether fewer than a quarter of x's values are
+// non-zero: NewFeatures keeps such features sparse.
+func MostlyZero(x []float32) bool {
 	nnz := 0
 	for _, v := range x {
 		if v != 0 {
 			nnz++
 		}
 	}
-	if float64(nnz) >= sparseThreshold*float64(len(x)) {
-		f.Dense = x
-		return f, nil
-	}
-	var err error
-	f.Sparse, err = autograd.HostSparseFromDense(rows, cols, x)
-	return f, err
+	return float64(nnz) < sparseThreshold*float64(len(x))
 }
 
 func nonNegative(x []float32) bool {
@@ -86,10 +99,15 @@ func (f *Features) gatherSparse(rows []int32) (*autograd.HostSparse, error) {
 // inputs are the features on a back end, uploaded when first needed, and
 // the forward passes that read them.
 type inputs struct {
-	b  backend.Backend
-	f  *Features
-	xs *autograd.SparseInput // the whole sparse matrix
-	xd backend.Buffer        // the whole dense matrix
+	b backend.Backend
+	f *Features
+	// hostRows makes forwardBatch gather a batch's dense rows on the
+	// host and upload them alone, never the whole matrix (an
+	// evaluator's own inputs for sampled evaluation: graphs too large
+	// for one pass).
+	hostRows bool
+	xs       *autograd.SparseInput // the whole sparse matrix
+	xd       backend.Buffer        // the whole dense matrix
 }
 
 func (in *inputs) free() {
@@ -172,6 +190,28 @@ func (in *inputs) forwardBatch(t *autograd.Tape, model nn.Model, mb *sample.Mini
 			return nil, cleanup, err
 		}
 		out, err := nn.ForwardSparseAsDense(model, t, xs, h, blocks, train, seed)
+		return out, cleanup, err
+	}
+	if in.hostRows {
+		c := in.f.Cols
+		host := make([]float32, len(rows)*c)
+		for i, v := range rows {
+			copy(host[i*c:(i+1)*c], in.f.Dense[int(v)*c:(int(v)+1)*c])
+		}
+		xd, err := b.Alloc(backend.Float32, len(host))
+		if err != nil {
+			return nil, cleanup, err
+		}
+		free := cleanup
+		cleanup = func() { free(); b.Free(xd) }
+		if err := b.Upload(xd, host); err != nil {
+			return nil, cleanup, err
+		}
+		x, err := t.Const(xd, len(rows), c)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		out, err := model.Forward(t, x, blocks, train, seed)
 		return out, cleanup, err
 	}
 	if err := in.upload(); err != nil {

@@ -88,7 +88,7 @@ func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 	cfg := engine.Config{Train: tc, Devices: devices, Scheme: f.Scheme, Replace: f.Replace, Weighted: f.Weighted,
 		Partition: c.FullGraph.Partition, CachePolicy: cache.Policy(f.CachePolicy), Hotness: cache.Hotness(f.Hotness),
 		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator,
-		NoPipeline: f.NoPipeline, EvalEvery: c.FullGraph.EvalEvery, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
+		NoPipeline: f.NoPipeline, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
 		SamplerWorkers: f.SamplerWorkers}
 	if f.QueueCapacity < 1 || f.QueueCapacity > 1024 {
 		return cfg, usageError{fmt.Errorf("--queue-capacity %d: want 1..1024", f.QueueCapacity)}
@@ -230,7 +230,7 @@ func (c *trainCmd) runDSP(e *env) error {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d devices (%s), DSP %s-wise sampling\n",
 			cfg.Train.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name(), cfg.Scheme)
 		fmt.Fprintf(log, "config: %s\n", cfg.Train.String())
-		fmt.Fprintf(log, "pipeline %v, evaluation every %d epoch(s) and after the last\n", !cfg.NoPipeline, cfg.EvalEvery)
+		fmt.Fprintf(log, "pipeline %v, evaluation every %d epoch(s) and after the last\n", !cfg.NoPipeline, cfg.Train.EvalEvery)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -9,14 +9,10 @@ import (
 	"github.com/strata-gnn/strata/sample"
 )
 
-// The single-device trainer's tags (package train), so that one device
-// shuffles, initializes and drops out exactly as it does.
-const (
-	tagInit uint64 = iota + 1
-	tagShuffle
-	tagDropout
-	tagEval
-)
+// tagShuffle is the single-device trainer's shuffle tag (package train),
+// so that one device shuffles exactly as it does (train.Common builds
+// the models, optimizers, dropout seeds and evaluations).
+const tagShuffle uint64 = 2
 
 // tagPresample keys the pre-sampling pass that ranks nodes by use.
 const tagPresample uint64 = 0x505245 // "PRE"
@@ -112,12 +108,6 @@ func assign(train []graph.NodeID, b *book.Book, batchSize int, mode string, seed
 // trainShuffleKey is the key of epoch's shuffle of the training nodes.
 func trainShuffleKey(seed uint64, epoch int) uint64 {
 	return rng.Derive(seed, tagShuffle, uint64(epoch))
-}
-
-// dropoutSeed keys the dropout masks of global batch global of epoch, as
-// the single-device trainer does.
-func dropoutSeed(seed uint64, epoch, global int) uint64 {
-	return rng.Derive(seed, tagDropout, uint64(epoch), uint64(global))
 }
 
 // presamplePlan is the pre-sampling pass's batches: every device's

@@ -164,7 +164,7 @@ func TestCheckpointResume(t *testing.T) {
 func TestCheckpointResumeEveryEpoch(t *testing.T) {
 	cfg := ckptConfig(4)
 	cfg.Rebalance = Trim
-	cfg.EvalEvery = 2
+	cfg.Train.EvalEvery = 2
 	want := run(t, cfg, Options{})
 	dir := t.TempDir()
 	for stop := 1; stop < 4; stop++ {

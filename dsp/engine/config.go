@@ -104,9 +104,6 @@ type Config struct {
 	// another for every batch, in one goroutine (the pipeline turned off,
 	// for comparison). The numbers do not change.
 	NoPipeline bool `json:"no_pipeline"`
-	// EvalEvery makes device 0 evaluate after every EvalEvery-th epoch
-	// and after the last one (0 means 1; negative: after the last only).
-	EvalEvery int `json:"eval_every"`
 	// Sampler is SamplerCSP (default) or SamplerFull.
 	Sampler string `json:"sampler"`
 	// SharedStream runs a CUDA device's sampler on the trainer's stream
@@ -245,9 +242,6 @@ func (c *Config) Normalize() error {
 	if c.WaitTimeout < 0 || c.CommTimeout < 0 {
 		return bad("wait_timeout", "timeouts must be positive")
 	}
-	if c.EvalEvery == 0 {
-		c.EvalEvery = 1
-	}
 	switch c.Sampler {
 	case "":
 		c.Sampler = SamplerCSP
@@ -290,12 +284,4 @@ func (c *Config) Diff(o *Config) string {
 		}
 	}
 	return ""
-}
-
-// evaluates reports whether device 0 evaluates after epoch e (0-based).
-func (c *Config) evaluates(e int) bool {
-	if e == c.Train.Epochs-1 {
-		return true
-	}
-	return c.EvalEvery > 0 && (e+1)%c.EvalEvery == 0
 }

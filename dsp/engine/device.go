@@ -40,7 +40,7 @@ type device struct {
 	loader *cache.Loader
 	model  nn.Model
 	opt    optim.Optimizer
-	eval   *evaluator
+	eval   *train.Evaluator
 
 	// Gradients: every parameter's gradient is a view of flat, whose last
 	// element carries the step's loss; buckets are views of flat that are
@@ -173,7 +173,7 @@ func graphBytes(g *graph.CSR) int64 { return 8*(g.NumRows+1) + 4*int64(len(g.Ind
 func (d *device) buildModel() error {
 	s, cfg := d.s, &d.s.cfg
 	var err error
-	if d.model, err = nn.New(d.b, modelConfig(cfg.Train, s.dim, s.pd.ds.NumClasses)); err != nil {
+	if d.model, err = nn.New(d.b, cfg.Train.ModelConfig(s.dim, s.pd.ds.NumClasses)); err != nil {
 		return d.errf("model", err)
 	}
 	params := d.model.Params()
@@ -215,7 +215,7 @@ func (d *device) buildModel() error {
 		s.mu.Unlock()
 	}
 	d.grads = s.deviceComm(d.rank, stTrainer)
-	d.opt = newOptimizer(d.b, params, cfg.Train)
+	d.opt = cfg.Train.NewOptimizer(d.b, params)
 	rows := make([]int32, cfg.Train.BatchSize)
 	for i := range rows {
 		rows[i] = int32(i)
@@ -265,7 +265,7 @@ func (d *device) free() {
 			d.b.Free(x)
 		}
 	}
-	d.eval.free()
+	d.eval.Close()
 	d.later, d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil, nil
 }
 
@@ -597,7 +597,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if err != nil {
 		return err
 	}
-	logits, err := d.model.Forward(t, xv, blocks, true, dropoutSeed(cfg.Train.Seed, it.epoch, it.global))
+	logits, err := d.model.Forward(t, xv, blocks, true, cfg.Train.DropoutSeed(it.epoch, it.global))
 	if err != nil {
 		return err
 	}
@@ -705,23 +705,25 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	trainSec := rec.Seconds
 	epoch := rec.Epoch - 1
 	var evalSec float64
-	evaluated := cfg.evaluates(epoch)
+	evaluated := cfg.Train.Evaluates(epoch)
 	if evaluated {
 		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
 		t0 := time.Now()
 		if d.eval == nil {
-			ev, err := newEvaluator(d.b, s.pd.ds, s.in, s.x, &cfg.Train)
+			ev, err := train.NewEvaluator(d.b, s.pd.ds, s.in, s.feats, cfg.Train.Common)
 			if err != nil {
 				return fmt.Errorf("evaluator: %w", err)
 			}
 			d.eval = ev
 		}
-		var er train.EpochRecord
+		var tl train.Tally
 		var err error
 		if sharded {
-			er, err = d.eval.runShard(d.model, d.rank, cfg.Devices, sumOver(ctx, s.hostComm(d.rank, stTrainer)))
+			if tl, err = d.eval.RunShard(d.model, d.rank, cfg.Devices); err == nil {
+				tl, err = sumTallies(ctx, s.hostComm(d.rank, stTrainer), tl)
+			}
 		} else {
-			er, err = d.eval.run(d.model)
+			tl, err = d.eval.Run(d.model)
 		}
 		if err != nil {
 			if errors.Is(err, backend.ErrOutOfMemory) && cfg.Train.Eval != train.Sampled {
@@ -729,7 +731,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 			}
 			return fmt.Errorf("evaluation: %w", err)
 		}
-		rec.TrainAccuracy, rec.ValAccuracy, rec.ValLoss, rec.TestAccuracy = er.TrainAccuracy, er.ValAccuracy, er.ValLoss, er.TestAccuracy
+		rec.SetEvaluation(&tl)
 		evalSec = time.Since(t0).Seconds()
 	}
 	if d.rank != 0 {

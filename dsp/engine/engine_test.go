@@ -419,11 +419,11 @@ func TestStallNamesTheStage(t *testing.T) {
 
 // TestReportAndMetrics: the report (and its JSON) carries the DSP
 // settings, the timings, per-device information, cache and byte counts,
-// queue occupancy and only the evaluated epochs (EvalEvery).
+// queue occupancy and only the evaluated epochs (Train.EvalEvery).
 func TestReportAndMetrics(t *testing.T) {
 	cfg := small(2, 3)
 	cfg.CacheBytes = 100 * 16 * 4
-	cfg.EvalEvery = -1
+	cfg.Train.EvalEvery = cfg.Train.Epochs // after the last only
 	var mu sync.Mutex
 	batches := map[int]int{}
 	var lines bytes.Buffer
@@ -457,7 +457,7 @@ func TestReportAndMetrics(t *testing.T) {
 	if len(r.EpochTrainSeconds) != 3 || len(r.EpochLosses) != 3 || r.EvalSeconds[0] != 0 || r.EvalSeconds[2] <= 0 || r.SteadyEpochSeconds <= 0 {
 		t.Fatalf("timings %+v", r)
 	}
-	if !r.Pipeline || !r.Exchange || !r.ReplicasEqual || r.Sampler == "" || !r.FeaturesDense || r.EvalEvery != -1 {
+	if !r.Pipeline || !r.Exchange || !r.ReplicasEqual || r.Sampler == "" || !r.FeaturesDense || r.EvalEvery != 3 {
 		t.Fatalf("run info %+v", r)
 	}
 	nb := back.DSP.BatchesPerDevice

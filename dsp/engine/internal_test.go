@@ -127,34 +127,37 @@ func setupShared(t testing.TB, cfg Config, bs []backend.Backend) *shared {
 	if s.in == nil {
 		t.Fatal("invalid graph")
 	}
-	s.x, _, _ = features(pd.ds, cfg.Train.RowNorm)
+	s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
+	s.x = s.feats.Dense
 	return s
 }
 
-// TestEvaluatorShards: sampled evaluation spread over k devices gives
-// the one-device evaluation's accuracies exactly (the same batches and
-// neighborhoods), and its validation loss up to the summation order, on
-// every device; whole-graph evaluation cannot be spread.
+// TestEvaluatorShards: sampled evaluation spread over k devices
+// (train.Evaluator.RunShard, summed by sumTallies) gives the one-device
+// evaluation's accuracies exactly (the same batches and neighborhoods),
+// and its validation loss up to the summation order, on every device;
+// whole-graph evaluation cannot be spread.
 func TestEvaluatorShards(t *testing.T) {
 	b := cpus(t, 1)[0]
 	s := setupShared(t, small(1, 1), []backend.Backend{b})
 	ds := s.pd.ds
-	model, err := nn.New(b, modelConfig(s.cfg.Train, ds.FeatDim, ds.NumClasses))
+	model, err := nn.New(b, s.cfg.Train.ModelConfig(ds.FeatDim, ds.NumClasses))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nn.FreeParams(b, model.Params())
-	tc := s.cfg.Train
+	tc := s.cfg.Train.Common
 	tc.Eval, tc.EvalFanouts, tc.EvalBatchSize = train.Sampled, []int{5, 5}, 37
-	ev, err := newEvaluator(b, ds, s.in, s.x, &tc)
+	ev, err := train.NewEvaluator(b, ds, s.in, s.feats, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.free()
-	want, err := ev.run(model)
+	defer ev.Close()
+	wt, err := ev.Run(model)
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := wt.Record()
 	if want.TestAccuracy < 0 || want.TestAccuracy > 1 || !(want.ValLoss > 0) {
 		t.Fatalf("untrained model scored %+v", want)
 	}
@@ -169,25 +172,24 @@ func TestEvaluatorShards(t *testing.T) {
 		for r := range k {
 			wg.Go(func() {
 				// Each device has its own evaluator, as in a run.
-				e, err := newEvaluator(b, ds, s.in, s.x, &tc)
+				e, err := train.NewEvaluator(b, ds, s.in, s.feats, tc)
 				if err != nil {
 					errs[r] = err
 					return
 				}
-				defer e.free()
-				sum := sumOver(context.Background(), cs[r])
-				got[r], errs[r] = e.runShard(model, r, k, func(v []float64) error {
-					if err := sum(v); err != nil {
-						return err
-					}
-					// Every node counted once over the shards.
-					for split, nodes := range [][]int32{ds.Train, ds.Val, ds.Test} {
-						if v[tCount+split] != float64(len(nodes)) {
-							return fmt.Errorf("split %d: %v nodes counted, want %d", split, v[tCount+split], len(nodes))
-						}
-					}
-					return nil
-				})
+				defer e.Close()
+				tl, err := e.RunShard(model, r, k)
+				if err == nil {
+					tl, err = sumTallies(context.Background(), cs[r], tl)
+				}
+				if errs[r] = err; err != nil {
+					return
+				}
+				// Every node counted once over the shards.
+				if tl.Count != wt.Count || tl.Correct != wt.Correct {
+					errs[r] = fmt.Errorf("counted %v, correct %v; one device %v, %v", tl.Count, tl.Correct, wt.Count, wt.Correct)
+				}
+				got[r] = tl.Record()
 			})
 		}
 		wg.Wait()
@@ -208,23 +210,17 @@ func TestEvaluatorShards(t *testing.T) {
 			}
 		}
 	}
-	if _, err := ev.runShard(model, 2, 2, func([]float64) error { return nil }); err == nil {
+	if _, err := ev.RunShard(model, 2, 2); err == nil {
 		t.Fatal("shard 2 of 2 accepted")
 	}
-	s.cfg.Train.Eval = train.Full
-	full, err := newEvaluator(b, ds, s.in, s.x, &s.cfg.Train)
+	tc.Eval = train.Full
+	full, err := train.NewEvaluator(b, ds, s.in, s.feats, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer full.free()
-	if full.shardable() {
-		t.Fatal("whole-graph evaluation reported as shardable")
-	}
-	if _, err := full.runShard(model, 0, 2, func([]float64) error { return nil }); err == nil {
+	defer full.Close()
+	if _, err := full.RunShard(model, 0, 2); err == nil {
 		t.Fatal("whole-graph evaluation split")
-	}
-	if _, err := newEvaluator(b, ds, s.in, s.x[:len(s.x)-1], &tc); err == nil {
-		t.Fatal("short feature table accepted")
 	}
 }
 

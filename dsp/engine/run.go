@@ -84,7 +84,8 @@ type shared struct {
 	opts   Options
 	pd     *partitioned
 	in     *graph.CSR
-	x      []float32
+	feats  *train.Features // dense: the devices gather and cache rows
+	x      []float32       // feats.Dense
 	dim    int
 	plan   *cache.Plan
 	coords []*comm.Coordinator
@@ -151,8 +152,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if s.in = pd.ds.InGraph(); s.in == nil {
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
-	var rowNorm, sparse bool
-	s.x, rowNorm, sparse = features(pd.ds, cfg.Train.RowNorm)
+	s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
+	s.x = s.feats.Dense
 	// Before the devices start: the plan decides what each device
 	// caches (pre-sampling runs on the GPUs themselves: presample.go).
 	hot, presampleSec, err := s.hotOrder(ctx, nCUDA == k)
@@ -203,7 +204,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	s.info = Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.method, EdgeCut: pd.edgeCut,
 		Book: pd.book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
-		RowNormalized: rowNorm, SparseFeatures: sparse, PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
+		RowNormalized: s.feats.RowNormalized, SparseFeatures: train.MostlyZero(s.x), PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
 	if c := s.dcs[stTrainer]; c != nil {
 		s.info.Comm = c[0].Kind()
 	}
@@ -218,7 +219,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	case cfg.Scheme == LayerWise:
 		sampler = "collective layer-wise sampling over the device's patch (dsp/csp)"
 	}
-	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
+	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.Train.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: cache.Exchanges(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
 		if sb, ok := s.sdevs[0][0].(backend.Siblings); ok {

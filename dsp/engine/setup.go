@@ -13,13 +13,10 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
-	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/tensor/backend"
-	"github.com/strata-gnn/strata/train"
 )
 
 // RunError reports a failure with what the run was doing. When a training
@@ -140,37 +137,6 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io
 	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut}, nil
 }
 
-// sparseThreshold is the trainer's: features denser than this are dense.
-const sparseThreshold = 0.25
-
-// features returns ds's feature table as the run trains on it:
-// row-normalized when rowNorm is on, or auto and every value is >= 0
-// (normalized reports which), and whether it counts as sparse (under a
-// quarter nonzero; the report says so, the devices keep the rows dense).
-func features(ds *dataset.Dataset, rowNorm string) (x []float32, normalized, sparse bool) {
-	x = ds.Features
-	normalized = rowNorm == train.RowNormOn || rowNorm == train.RowNormAuto && nonNegative(x)
-	if normalized {
-		x = dataset.RowNormalize(x, ds.FeatDim)
-	}
-	nnz := 0
-	for _, v := range x {
-		if v != 0 {
-			nnz++
-		}
-	}
-	return x, normalized, float64(nnz) < sparseThreshold*float64(len(x))
-}
-
-func nonNegative(x []float32) bool {
-	for _, v := range x {
-		if !(v >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
 // crossEdges counts the in-adjacency entries of in whose source another
 // device of b owns.
 func crossEdges(in *graph.CSR, b *book.Book) int64 {
@@ -192,31 +158,6 @@ func cacheLayout(p *cache.Plan) string {
 		return fmt.Sprintf("%s/%d", p.Policy(), p.GroupSize())
 	}
 	return string(p.Policy())
-}
-
-// modelConfig is the model every device builds for cfg on features of
-// inDim columns and classes classes: the single-device trainer's initial
-// weights.
-func modelConfig(cfg train.Config, inDim, classes int) nn.Config {
-	mc := nn.Config{
-		Kind: cfg.Model, InDim: inDim, Hidden: cfg.Hidden, OutDim: classes, Layers: cfg.Layers,
-		Heads: cfg.Heads, OutHeads: cfg.OutHeads,
-		Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout), AttnDropout: float32(cfg.AttnDrop),
-		ExactDropout: true, // a zero rate is none, not nn's default
-		Seed:         rng.Derive(cfg.Seed, tagInit),
-	}
-	if cfg.Model != train.GAT {
-		mc.Heads, mc.OutHeads, mc.AttnDropout = 0, 0, 0
-	}
-	return mc
-}
-
-// newOptimizer is the single-device trainer's optimizer for cfg.
-func newOptimizer(b backend.Backend, params []*nn.Param, cfg train.Config) optim.Optimizer {
-	if cfg.Optimizer == "adam" {
-		return optim.NewAdam(b, params, float32(cfg.LR), 0.9, 0.999, 1e-8, float32(cfg.WeightDecay))
-	}
-	return optim.NewSGD(b, params, float32(cfg.LR), float32(cfg.Momentum), float32(cfg.WeightDecay))
 }
 
 // checkReplicas verifies that the k devices of c end with the same
