@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/dataset/builtin"
-	"github.com/strata-gnn/strata/internal/rng"
 )
 
 // BenchmarkEpoch times one sampled training epoch plus its evaluation on
@@ -30,7 +29,7 @@ func BenchmarkEpoch(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := cpuTime()
 			for i := 0; i < b.N; i++ {
-				order := shuffled(ds.Train, rng.Derive(cfg.Seed, tagShuffle, uint64(i)))
+				order := Shuffled(ds.Train, cfg.Seed, i)
 				for bi := 0; bi < r.numBatches && err == nil; bi++ {
 					lo := bi * cfg.BatchSize
 					_, err = r.sampledStep(i, bi, order[lo:min(lo+cfg.BatchSize, len(order))])

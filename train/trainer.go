@@ -339,7 +339,7 @@ func (r *runner) loop(ctx context.Context) error {
 			bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
 		}
 		epochStart := time.Now()
-		order := shuffled(r.ds.Train, rng.Derive(cfg.Seed, tagShuffle, uint64(e)))
+		order := Shuffled(r.ds.Train, cfg.Seed, e)
 		for bi := r.cursor.Batch; bi < r.numBatches; bi++ {
 			if err := ctx.Err(); err != nil {
 				r.partial.Seconds += time.Since(epochStart).Seconds()
@@ -433,10 +433,11 @@ func MeanLoss(v []float64) float64 {
 	return s / float64(len(v))
 }
 
-// shuffled returns a Fisher-Yates permutation of ids drawn from key.
-func shuffled(ids []int32, key uint64) []int32 {
+// Shuffled returns epoch's Fisher-Yates permutation of ids under seed
+// (Run's order of the training nodes; dsp/engine deals it to devices).
+func Shuffled(ids []int32, seed uint64, epoch int) []int32 {
 	out := append([]int32(nil), ids...)
-	s := rng.NewStream(key)
+	s := rng.NewStream(rng.Derive(seed, tagShuffle, uint64(epoch)))
 	for i := len(out) - 1; i > 0; i-- {
 		j := int(s.Below(uint64(i + 1)))
 		out[i], out[j] = out[j], out[i]

@@ -7,26 +7,11 @@ import (
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/train"
 )
-
-// tagShuffle is the single-device trainer's shuffle tag (package train),
-// so that one device shuffles exactly as it does (train.Common builds
-// the models, optimizers, dropout seeds and evaluations).
-const tagShuffle uint64 = 2
 
 // tagPresample keys the pre-sampling pass that ranks nodes by use.
 const tagPresample uint64 = 0x505245 // "PRE"
-
-// shuffled is the trainer's Fisher-Yates permutation of ids drawn from key.
-func shuffled(ids []int32, key uint64) []int32 {
-	out := append([]int32(nil), ids...)
-	s := rng.NewStream(key)
-	for i := len(out) - 1; i > 0; i-- {
-		j := int(s.Below(uint64(i + 1)))
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
-}
 
 // epochPlan is one epoch's batches: batches[r][i] is device r's batch i;
 // every device has the same number of batches.
@@ -39,13 +24,13 @@ type epochPlan struct {
 // epoch's key, give every node to the device owning it, move the excess of
 // devices above their share to devices below it (in rank order), and cut
 // each device's nodes into batches.
-func assign(train []graph.NodeID, b *book.Book, batchSize int, mode string, seed uint64, epoch int) (*epochPlan, error) {
+func assign(ids []graph.NodeID, b *book.Book, batchSize int, mode string, seed uint64, epoch int) (*epochPlan, error) {
 	k := b.K()
-	t := len(train)
+	t := len(ids)
 	if t == 0 {
 		return nil, fmt.Errorf("no training nodes")
 	}
-	order := shuffled(train, trainShuffleKey(seed, epoch))
+	order := train.Shuffled(ids, seed, epoch) // the single-device trainer's order
 	own := make([][]graph.NodeID, k)
 	for _, v := range order {
 		o := b.Owner(int64(v))
@@ -103,11 +88,6 @@ func assign(train []graph.NodeID, b *book.Book, batchSize int, mode string, seed
 		}
 	}
 	return p, nil
-}
-
-// trainShuffleKey is the key of epoch's shuffle of the training nodes.
-func trainShuffleKey(seed uint64, epoch int) uint64 {
-	return rng.Derive(seed, tagShuffle, uint64(epoch))
 }
 
 // presamplePlan is the pre-sampling pass's batches: every device's

@@ -38,8 +38,10 @@ import (
 // and the tensors' shapes. A run that does not resume never overwrites a
 // checkpoint.
 
-// CheckpointFormat names the metadata layout of a run's checkpoint.
-const CheckpointFormat = "strata-dsp/1"
+// CheckpointFormat names the metadata layout of a run's checkpoint
+// (2: the evaluation cadence is the training configuration's
+// train.eval_every; layout 1 had the engine's own eval_every).
+const CheckpointFormat = "strata-dsp/2"
 
 // The engines a checkpoint names. This engine writes "device" (the name
 // of its GPU engine before the engines were merged; its checkpoints from

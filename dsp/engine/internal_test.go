@@ -106,7 +106,7 @@ func TestAssignTrimAndOneDevice(t *testing.T) {
 	for _, s := range p.batches[0] {
 		flat = append(flat, s...)
 	}
-	if want := shuffled(trainIDs, trainShuffleKey(3, 2)); !slices.Equal(flat, want) {
+	if want := train.Shuffled(trainIDs, 3, 2); !slices.Equal(flat, want) {
 		t.Fatalf("one device: %v, want the trainer's order %v", flat, want)
 	}
 }

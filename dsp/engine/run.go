@@ -140,8 +140,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
 		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
 	}
-	if err := checkDataset(ds); err != nil {
-		return nil, err
+	var de *train.DataError
+	if err := train.CheckDataset(ds); errors.As(err, &de) {
+		return nil, &RunError{Op: "dataset", Err: errors.New(de.Msg)}
 	}
 	pd, err := partitionData(ctx, ds, &cfg, opts.Log)
 	if err != nil {

@@ -40,41 +40,6 @@ func (e *RunError) Error() string {
 }
 func (e *RunError) Unwrap() error { return e.Err }
 
-// checkDataset rejects datasets that cannot be trained on.
-func checkDataset(ds *dataset.Dataset) error {
-	bad := func(format string, args ...any) error {
-		return &RunError{Op: "dataset", Err: fmt.Errorf(format, args...)}
-	}
-	if ds == nil || ds.Graph == nil {
-		return bad("no graph")
-	}
-	if err := ds.Graph.Validate(); err != nil {
-		return bad("%v", err)
-	}
-	n := ds.NumNodes()
-	switch {
-	case ds.Graph.NumCols != n:
-		return bad("graph is %d x %d, want square", n, ds.Graph.NumCols)
-	case ds.Features == nil || ds.FeatDim <= 0 || int64(len(ds.Features)) != n*int64(ds.FeatDim):
-		return bad("features: %d values for %d nodes x %d", len(ds.Features), n, ds.FeatDim)
-	case ds.Labels == nil || ds.NumClasses <= 0 || int64(len(ds.Labels)) != n:
-		return bad("labels: %d for %d nodes (%d classes)", len(ds.Labels), n, ds.NumClasses)
-	case len(ds.Train) == 0 || len(ds.Val) == 0 || len(ds.Test) == 0:
-		return bad("need train, validation and test nodes (have %d, %d, %d)", len(ds.Train), len(ds.Val), len(ds.Test))
-	}
-	for _, s := range [][]int32{ds.Train, ds.Val, ds.Test} {
-		for _, v := range s {
-			if v < 0 || int64(v) >= n {
-				return bad("split node %d out of range [0, %d)", v, n)
-			}
-			if l := ds.Labels[v]; l < 0 || int(l) >= ds.NumClasses {
-				return bad("node %d has label %d, want [0, %d)", v, l, ds.NumClasses)
-			}
-		}
-	}
-	return nil
-}
-
 // partitioned is the dataset as the devices see it: renumbered so that
 // device p owns the node IDs of book range p.
 type partitioned struct {
