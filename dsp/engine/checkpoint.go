@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/strata-gnn/strata/dataset"
-	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/train"
@@ -89,25 +88,19 @@ type resumeState struct {
 	opt    optim.State
 }
 
-func (s *shared) checkpointPath() string {
-	return filepath.Join(s.opts.CheckpointDir, train.CheckpointFile)
-}
-
 // openCheckpoints makes the checkpoint directory and loads the checkpoint
 // to resume from, if any (a checkpoint that has done every epoch too: the
 // run then trains nothing and reports its history). It removes the
 // temporary file a run killed while writing leaves behind. orig is the
 // caller's dataset (its fingerprint identifies the data).
 func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
-	dir, path := s.opts.CheckpointDir, s.checkpointPath()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return &RunError{Op: "checkpoint directory", Err: err}
+	dir := s.opts.CheckpointDir
+	var re *train.RunError
+	path, err := train.CheckpointPath(dir) // checked before any training
+	if errors.As(err, &re) {
+		return &RunError{Op: re.Op, Err: re.Err}
 	}
-	// Before any training: a checkpoint that cannot be written would
-	// otherwise fail after the first epoch.
-	if err := atomicfile.Check(path); err != nil {
-		return &RunError{Op: "checkpoint directory", Err: err}
-	}
+	s.ckptPath = path
 	cfg := &s.cfg
 	plan, err := assign(s.pd.ds.Train, s.pd.book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, 0)
 	if err != nil {
@@ -276,5 +269,5 @@ func (d *device) saveCheckpoint(done int) error {
 	if f.Meta, err = json.Marshal(&m); err != nil {
 		return err
 	}
-	return checkpoint.WriteFile(s.checkpointPath(), f)
+	return checkpoint.WriteFile(s.ckptPath, f)
 }

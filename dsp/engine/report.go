@@ -177,19 +177,14 @@ func (s *shared) snapshot() Metrics {
 // headline fields come from the best evaluated epoch by validation
 // accuracy, or the last.
 func (s *shared) report(orig *dataset.Dataset, device string) *Report {
-	cfg, ds := &s.cfg, s.pd.ds
+	cfg := &s.cfg
 	info := s.info
 	info.CrossEdges = crossEdges(s.in, s.pd.book)
 	m := s.snapshot()
 	m.Epochs = s.epochs.epochs
 	rep := &Report{DSP: info, Metrics: m, Run: s.run}
-	rep.Report = train.Report{
-		Schema: train.ReportVersion, StrataVersion: train.Version, Dataset: ds.Name, Model: cfg.Train.Model, Mode: cfg.Train.Mode,
-		Device: fmt.Sprintf("%s x%d", device, cfg.Devices), Seed: cfg.Train.Seed, RowNormalized: info.RowNormalized,
-		Config: cfg.Train, Epochs: s.history,
-		Graph: train.GraphStats{Nodes: orig.NumNodes(), Edges: orig.Graph.NumEdges(), Features: ds.FeatDim, Classes: ds.NumClasses,
-			Train: len(ds.Train), Val: len(ds.Val), Test: len(ds.Test)},
-	}
+	rep.Report = *train.NewReport(orig, cfg.Train, fmt.Sprintf("%s x%d", device, cfg.Devices), info.RowNormalized)
+	rep.Epochs = s.history
 	rep.Summarize()
 	if s.resumed != nil {
 		rep.ResumedFrom = &train.Cursor{Epoch: s.firstEpoch()}

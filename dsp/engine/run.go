@@ -98,8 +98,9 @@ type shared struct {
 	ldevs  []backend.Sibling   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
 
-	dsID    train.DatasetID // the caller's dataset's fingerprint (checkpoints)
-	resumed *resumeState    // the checkpoint this run continues from, or nil
+	dsID     train.DatasetID // the caller's dataset's fingerprint (checkpoints)
+	ckptPath string          // the checkpoint file, "" for none
+	resumed  *resumeState    // the checkpoint this run continues from, or nil
 
 	closeOnce sync.Once
 	mu        sync.Mutex
