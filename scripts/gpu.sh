@@ -798,9 +798,8 @@ set_dsp_variants() {
   dsp_run "$p-topo" "$k" "$e" --topology-cache "${DSP_TOPO:-128MiB}"
   dsp_run "$p-off" "$k" "$e" --no-pipeline
   dsp_run "$p-full-off" "$k" "$e" --gpu-sampler full --no-pipeline
-  # (No "$p-sync" run: STRATA_NCCL_ASYNC=0 is no longer read by the DSP engine, whose
-  # collectives are asynchronous until it has a flag for it; docs/configuration.md.)
-  STRATA_DSP_STAGE_PRIORITY=0 dsp_run "$p-noprio" "$k" "$e"
+  dsp_run "$p-sync" "$k" "$e" --sync-collectives
+  dsp_run "$p-noprio" "$k" "$e" --no-stage-priority
   dsp_run "$p-nocoord" "$k" "$e" --no-coordinator
   dsp_run "$p-shared" "$k" "$e" --shared-stream
   for w in ${DSP_WORKERS:-2 3}; do dsp_run "$p-w$w" "$k" "$e" --sampler-workers "$w"; done

@@ -38,12 +38,14 @@ type dspFlags struct {
 	Rebalance     string `help:"sampled mode with --devices: equal batches per device by pad (use every training node) or trim (DSP: full batches only)." enum:"pad,trim" default:"pad"`
 	NoCoordinator bool   `help:"sampled mode with --devices: let the stages launch collectives without the launch-order coordinator."`
 	// Engine is refused (Validate): the host engine is gone.
-	Engine         string `hidden:"" help:"removed: --devices always runs the one DSP engine."`
-	NoPipeline     bool   `help:"sampled mode with --devices: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
-	SharedStream   bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
-	StallTimeout   string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
-	GPUSampler     string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
-	SamplerWorkers int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
+	Engine          string `hidden:"" help:"removed: --devices always runs the one DSP engine."`
+	NoPipeline      bool   `help:"sampled mode with --devices: run each device's sampler, loader and trainer one after another (the pipeline off, for comparison)."`
+	SharedStream    bool   `help:"sampled mode with CUDA --devices: run each GPU's sampler on the trainer's stream instead of its own."`
+	SyncCollectives bool   `help:"sampled mode with --devices: NCCL collectives wait for their completion instead of returning once queued (for comparison; nothing changes on the CPU)."`
+	NoStagePriority bool   `help:"sampled mode with --devices: the samplers' and loaders' GPU streams get the default priority instead of the highest (for comparison; nothing changes on the CPU)."`
+	StallTimeout    string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
+	GPUSampler      string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
+	SamplerWorkers  int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
 // parseBytes reads a byte count such as 0, 4096, 64MiB, 1.5GB or "all"
@@ -89,6 +91,7 @@ func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 		Partition: c.FullGraph.Partition, CachePolicy: cache.Policy(f.CachePolicy), Hotness: cache.Hotness(f.Hotness),
 		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator,
 		NoPipeline: f.NoPipeline, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
+		SyncCollectives: f.SyncCollectives, NoStagePriority: f.NoStagePriority,
 		SamplerWorkers: f.SamplerWorkers}
 	if f.QueueCapacity < 1 || f.QueueCapacity > 1024 {
 		return cfg, usageError{fmt.Errorf("--queue-capacity %d: want 1..1024", f.QueueCapacity)}
@@ -170,6 +173,8 @@ func (f *dspFlags) set() []string {
 	add(f.NoCoordinator, "no-coordinator")
 	add(f.NoPipeline, "no-pipeline")
 	add(f.SharedStream, "shared-stream")
+	add(f.SyncCollectives, "sync-collectives")
+	add(f.NoStagePriority, "no-stage-priority")
 	add(f.StallTimeout != "", "stall-timeout")
 	add(f.GPUSampler != "csp", "gpu-sampler")
 	add(f.SamplerWorkers != 1, "sampler-workers")

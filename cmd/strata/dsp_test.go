@@ -299,3 +299,28 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestComparisonFlags: --sync-collectives and --no-stage-priority set
+// the engine's Config (off by default: asynchronous collectives, stages
+// at high priority) and are accepted on CPU devices, where they change
+// nothing.
+func TestComparisonFlags(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		args := []string{"--devices", "cpu:2"}
+		if on {
+			args = append(args, "--sync-collectives", "--no-stage-priority")
+		}
+		cfg, err := parseTrain(t, args...).dspConfig(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.SyncCollectives != on || cfg.NoStagePriority != on {
+			t.Fatalf("%v: config has sync collectives %v, no stage priority %v", args, cfg.SyncCollectives, cfg.NoStagePriority)
+		}
+	}
+	code, _, errOut := strata(t, "train", "--devices", "cpu:2", "--epochs", "1", "--hidden", "16", "--cache", "64KiB",
+		"--sync-collectives", "--no-stage-priority")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+}

@@ -18,8 +18,8 @@ import (
 var runEnv = func() []struct{ name, what string } {
 	v := []struct{ name, what string }{
 		{envTF32, "the same switch as --tf32"},
-		{nccl.EnvAsync, "not read by strata train: the DSP engine's NCCL collectives are asynchronous, fullgraph's synchronous"},
-		{"STRATA_DSP_STAGE_PRIORITY", "DSP engine on GPUs: 0 gives the samplers' and loaders' streams the default priority; no flag yet"},
+		{nccl.EnvAsync, "not read by strata train: the DSP engine's NCCL collectives are asynchronous (--sync-collectives: synchronous), fullgraph's synchronous"},
+		{"STRATA_DSP_STAGE_PRIORITY", "no longer read: --no-stage-priority replaced it"},
 		{envPoison, "debug: new GPU buffers of AllocRaw are filled with NaN"},
 		{gpushm.EnvTrace, "debug: gpushm prints its phase times when it closes"},
 	}

@@ -104,6 +104,14 @@ type Config struct {
 	// another for every batch, in one goroutine (the pipeline turned off,
 	// for comparison). The numbers do not change.
 	NoPipeline bool `json:"no_pipeline"`
+	// SyncCollectives makes the NCCL collectives of GPUs wait for their
+	// completion instead of returning once queued (nccl.Options.Async;
+	// for comparison). NoStagePriority gives the samplers' and loaders'
+	// streams of GPUs the default priority instead of the highest (for
+	// comparison). Neither changes a number, nor anything on CPU back
+	// ends.
+	SyncCollectives bool `json:"sync_collectives"`
+	NoStagePriority bool `json:"no_stage_priority"`
 	// Sampler is SamplerCSP (default) or SamplerFull.
 	Sampler string `json:"sampler"`
 	// SharedStream runs a CUDA device's sampler on the trainer's stream

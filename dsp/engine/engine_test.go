@@ -301,24 +301,25 @@ func TestSettingsDoNotChangeNumbers(t *testing.T) {
 	base := small(k, 2)
 	want := run(t, base, Options{})
 	variants := map[string]func(*Config){
-		"pipeline off":     func(c *Config) { c.NoPipeline = true },
-		"no cache":         func(c *Config) { c.CacheBytes = 0 },
-		"small cache":      func(c *Config) { c.CacheBytes = 50 * 16 * 4 },
-		"replicate g=1":    func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
-		"replicate g=k":    func(c *Config) { c.CachePolicy, c.CacheGroup, c.CacheBytes = cache.Replicate, k, 100*16*4 },
-		"auto policy":      func(c *Config) { c.CachePolicy = cache.Auto },
-		"no coordinator":   func(c *Config) { c.NoCoordinator = true },
-		"queue 1":          func(c *Config) { c.QueueCapacity = 1 },
-		"queue 5":          func(c *Config) { c.QueueCapacity = 5 },
-		"tiny buckets":     func(c *Config) { c.BucketBytes = 4096 },
-		"pagerank hotness": func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPageRank, 80*16*4 },
-		"reverse pagerank": func(c *Config) { c.Hotness, c.CacheBytes = cache.ByReversePageRank, 80*16*4 },
-		"presample":        func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPreSampling, 80*16*4 },
-		"host topology":    func(c *Config) { c.TopologyBytes = 1 },
-		"half topology":    func(c *Config) { c.TopologyBytes = 8000 },
-		"2 samplers":       func(c *Config) { c.SamplerWorkers = 2 },
-		"3 samplers, q 1":  func(c *Config) { c.SamplerWorkers, c.QueueCapacity = 3, 1 },
-		"range partition":  func(c *Config) { c.Partition = Range }, // the numbers of another partition: see below
+		"pipeline off":      func(c *Config) { c.NoPipeline = true },
+		"no cache":          func(c *Config) { c.CacheBytes = 0 },
+		"small cache":       func(c *Config) { c.CacheBytes = 50 * 16 * 4 },
+		"replicate g=1":     func(c *Config) { c.CachePolicy, c.CacheGroup = cache.Replicate, 1 },
+		"replicate g=k":     func(c *Config) { c.CachePolicy, c.CacheGroup, c.CacheBytes = cache.Replicate, k, 100*16*4 },
+		"auto policy":       func(c *Config) { c.CachePolicy = cache.Auto },
+		"no coordinator":    func(c *Config) { c.NoCoordinator = true },
+		"queue 1":           func(c *Config) { c.QueueCapacity = 1 },
+		"queue 5":           func(c *Config) { c.QueueCapacity = 5 },
+		"tiny buckets":      func(c *Config) { c.BucketBytes = 4096 },
+		"pagerank hotness":  func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPageRank, 80*16*4 },
+		"reverse pagerank":  func(c *Config) { c.Hotness, c.CacheBytes = cache.ByReversePageRank, 80*16*4 },
+		"presample":         func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPreSampling, 80*16*4 },
+		"host topology":     func(c *Config) { c.TopologyBytes = 1 },
+		"half topology":     func(c *Config) { c.TopologyBytes = 8000 },
+		"2 samplers":        func(c *Config) { c.SamplerWorkers = 2 },
+		"3 samplers, q 1":   func(c *Config) { c.SamplerWorkers, c.QueueCapacity = 3, 1 },
+		"sync, no priority": func(c *Config) { c.SyncCollectives, c.NoStagePriority = true, true }, // GPUs only
+		"range partition":   func(c *Config) { c.Partition = Range },                               // the numbers of another partition: see below
 	}
 	var rng *Report
 	for name, f := range variants {

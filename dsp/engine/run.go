@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,15 +66,6 @@ var stageNames = func() (n [numStages]string) {
 // SamplerStandIn describes Config.Sampler "full": every device samples
 // the whole graph.
 const SamplerStandIn = "gpusample over the whole graph on every device"
-
-// EnvStagePriority, set to false, gives the samplers' and loaders'
-// streams the default priority instead of the highest (for comparison).
-const EnvStagePriority = "STRATA_DSP_STAGE_PRIORITY"
-
-func stagePriority() bool {
-	v, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(EnvStagePriority)))
-	return err != nil || v
-}
 
 // shared is what every device of a run reads.
 type shared struct {
@@ -175,11 +164,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		// of each GPU: their own streams, locks and allocators, so that
 		// no stage waits behind another's work or holds a lock another
 		// stage needs while it waits for a collective.
-		// Their streams have the GPU's highest priority: their kernels
+		// Their streams have the GPU's highest priority (unless NoStagePriority): their kernels
 		// are short and on the pipeline's critical path, and would
 		// otherwise queue behind the trainer's large ones.
 		s.sdevs, s.ldevs = make([][]backend.Sibling, k), make([]backend.Sibling, k)
-		o := backend.SiblingOptions{HighPriority: stagePriority()}
+		o := backend.SiblingOptions{HighPriority: !cfg.NoStagePriority}
 		for r, b := range opts.Backends {
 			d, ok := b.(backend.Siblings)
 			if !ok {
@@ -235,7 +224,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		}
 	}
 	if s.dcs[stTrainer] != nil && nCUDA == k {
-		s.run.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: true})
+		s.run.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: !cfg.SyncCollectives})
 	}
 
 	g, gctx := pipeline.NewGroup(ctx)
@@ -346,14 +335,14 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 					devs[r] = s.ldevs[r]
 				}
 			}
-			// Collectives return once queued: the trainer's optimizer step
+			// Collectives return once queued (unless SyncCollectives): the trainer's optimizer step
 			// and next batch follow its all-reduce on the stream while the
 			// GPUs reduce (waiting for it left each GPU idle during the
 			// host's launches), and the coordinator's turn ends at the
 			// launch, so one stage's long exchange does not hold back the
 			// others' launches. Results are read through the stage's own
 			// stream (downloads, or fences before a hand-over).
-			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: true}
+			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: !s.cfg.SyncCollectives}
 			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, no); err != nil {
 				return &RunError{Op: "NCCL communicators", Err: err}
 			}
