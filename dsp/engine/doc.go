@@ -69,7 +69,7 @@
 // for bit at the end. On one device a run is the single-device trainer's
 // run given the same dense feature rows, loss for loss and accuracy for
 // accuracy (the tests check it bit for bit). Device 0 evaluates as the
-// single-device trainer does (eval.go; every EvalEvery epochs and after
+// single-device trainer does (train.Evaluator; every Train.EvalEvery epochs and after
 // the last): the whole graph with all neighbors, or sampled mini-batches
 // spread over every device.
 //
