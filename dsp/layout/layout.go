@@ -187,9 +187,6 @@ func (p *Patch) Owns(v graph.NodeID) bool { return v >= p.Lo && v < p.Hi }
 // Place returns where row v lives; v must be owned by the patch.
 func (p *Patch) Place(v graph.NodeID) Place { return p.place[v-p.Lo] }
 
-// Degree returns the length of row v (0 for rows the patch does not own).
-func (p *Patch) Degree(v graph.NodeID) int64 { return p.Graph.Indptr[v+1] - p.Graph.Indptr[v] }
-
 // NumRows is the number of rows the patch owns.
 func (p *Patch) NumRows() int { return int(p.Hi - p.Lo) }
 
