@@ -541,3 +541,20 @@ func numericFlags(t *testing.T) []string {
 	}
 	return out
 }
+
+// TestLaunchSecuritySettingsAreUsageErrors: security settings that cannot
+// work (a certificate without its key and CA, a non-loopback master
+// without TLS) stop 'strata launch' with exit 2 and one line, before any
+// rank starts.
+func TestLaunchSecuritySettingsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"launch", "-n", "2", "--tls-cert", "/nonexistent.pem", "--", "true"},
+		{"launch", "-n", "2", "--master-addr", "10.1.2.3", "--", "true"},
+	} {
+		c := runChild(t, args...)
+		lines := strings.Split(strings.TrimSpace(c.stderr), "\n")
+		if c.code != 2 || len(lines) != 1 || !strings.Contains(c.stderr, "--tls-") {
+			t.Errorf("strata %q: exit %d, stderr %q; want exit 2 and one line naming the --tls- flags", args, c.code, c.stderr)
+		}
+	}
+}

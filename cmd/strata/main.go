@@ -85,7 +85,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err := ctx.Run(e); err != nil {
 		fmt.Fprintln(stderr, "strata:", err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		var lu interface{ Usage() bool } // a library's usage error (launch.ConfigError)
+		if errors.As(err, &ue) || errors.As(err, &lu) && lu.Usage() {
 			return 2
 		}
 		return 1

@@ -64,6 +64,17 @@ type Config struct {
 	Auth auth.Config
 }
 
+// ConfigError is a configuration that cannot work, found before any
+// process starts (the security settings); callers treat it as a usage
+// error.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Usage marks e as a mistake in the command's settings.
+func (e *ConfigError) Usage() bool { return true }
+
 // ExitError reports the first process that failed.
 type ExitError struct {
 	Rank    int
@@ -106,7 +117,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	extra := append(append([]string(nil), cfg.Env...), cfg.Auth.Env()...)
 	if err := checkSecurity(addr, extra); err != nil {
-		return nil, err
+		return nil, &ConfigError{err}
 	}
 	port := cfg.MasterPort
 	if port == 0 {
