@@ -180,23 +180,13 @@ func (s *session) save(r replica, done int) error {
 		return nil
 	}
 	b, params, opt := r.model()
-	ps, err := nn.SaveParams(b, params)
-	if err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
-	st, err := opt.State()
-	if err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
 	m := ckptMeta{Format: checkpointFormat, StrataVersion: train.Version, Config: *s.cfg, Dataset: s.id, Devices: s.p,
-		Offsets: s.pr.offsets, EpochsDone: done, Optimizer: st.Kind, OptimizerStep: st.Step,
-		History: s.rep.Epochs, EpochComm: s.rep.EpochComm, Comm: *r.comm()}
-	f := &checkpoint.File{}
-	f.Tensors, m.Shapes = train.StateTensors(ps, st.Buffers)
-	if f.Meta, err = json.Marshal(&m); err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
-	if err := checkpoint.WriteFile(s.ckpt, f); err != nil {
+		Offsets: s.pr.offsets, EpochsDone: done, History: s.rep.Epochs, EpochComm: s.rep.EpochComm, Comm: *r.comm()}
+	err := train.WriteCheckpoint(s.ckpt, b, params, opt, func(st optim.State, shapes map[string][2]int) any {
+		m.Optimizer, m.OptimizerStep, m.Shapes = st.Kind, st.Step, shapes
+		return &m
+	})
+	if err != nil {
 		return &RunError{Op: "checkpoint", Err: err}
 	}
 	return nil

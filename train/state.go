@@ -16,6 +16,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train/checkpoint"
 )
 
@@ -108,30 +109,43 @@ func (r *runner) datasetID() DatasetID {
 
 // save writes the run's state at the cursor to the checkpoint file.
 func (r *runner) save() error {
-	params, err := nn.SaveParams(r.b, r.model.Params())
-	if err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
-	st, err := r.opt.State()
-	if err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
 	meta := ckptMeta{
 		Format: checkpointFormat, StrataVersion: Version, Config: r.cfg, Dataset: r.datasetID(),
 		RNG:    rngState{Seed: r.cfg.Seed, Epoch: r.cursor.Epoch, Batch: r.cursor.Batch},
 		Cursor: r.cursor, NumBatches: r.numBatches,
-		Optimizer: st.Kind, OptimizerStep: st.Step,
 		Partial: r.partial, History: r.history,
 	}
-	f := &checkpoint.File{}
-	f.Tensors, meta.Shapes = StateTensors(params, st.Buffers)
-	if f.Meta, err = json.Marshal(&meta); err != nil {
-		return &RunError{Op: "checkpoint", Err: err}
-	}
-	if err := checkpoint.WriteFile(r.ckpt, f); err != nil {
+	err := WriteCheckpoint(r.ckpt, r.b, r.model.Params(), r.opt, func(st optim.State, shapes map[string][2]int) any {
+		meta.Optimizer, meta.OptimizerStep, meta.Shapes = st.Kind, st.Step, shapes
+		return &meta
+	})
+	if err != nil {
 		return &RunError{Op: "checkpoint", Err: err}
 	}
 	return nil
+}
+
+// WriteCheckpoint writes a model's parameters and its optimizer's state
+// to path (atomically, package checkpoint's file) with the metadata
+// that meta returns as JSON; meta gets the optimizer's state and the
+// tensors' shapes to record. Every trainer's checkpoint is written here.
+func WriteCheckpoint(path string, b backend.Backend, params []*nn.Param, opt optim.Optimizer,
+	meta func(st optim.State, shapes map[string][2]int) any) error {
+	ps, err := nn.SaveParams(b, params)
+	if err != nil {
+		return err
+	}
+	st, err := opt.State()
+	if err != nil {
+		return err
+	}
+	f := &checkpoint.File{}
+	var shapes map[string][2]int
+	f.Tensors, shapes = StateTensors(ps, st.Buffers)
+	if f.Meta, err = json.Marshal(meta(st, shapes)); err != nil {
+		return err
+	}
+	return checkpoint.WriteFile(path, f)
 }
 
 // StateTensors lays out model parameters and optimizer buffers as

@@ -255,19 +255,8 @@ func (d *device) saveCheckpoint(done int) error {
 		EpochTrainSeconds: slices.Clone(s.run.EpochTrainSeconds), EpochLosses: slices.Clone(s.run.EpochLosses),
 		EvalSeconds: slices.Clone(s.run.EvalSeconds)}
 	s.mu.Unlock()
-	ps, err := nn.SaveParams(d.b, d.model.Params())
-	if err != nil {
-		return err
-	}
-	st, err := d.opt.State()
-	if err != nil {
-		return err
-	}
-	m.Optimizer, m.OptimizerStep = st.Kind, st.Step
-	f := &checkpoint.File{}
-	f.Tensors, m.Shapes = train.StateTensors(ps, st.Buffers)
-	if f.Meta, err = json.Marshal(&m); err != nil {
-		return err
-	}
-	return checkpoint.WriteFile(s.ckptPath, f)
+	return train.WriteCheckpoint(s.ckptPath, d.b, d.model.Params(), d.opt, func(st optim.State, shapes map[string][2]int) any {
+		m.Optimizer, m.OptimizerStep, m.Shapes = st.Kind, st.Step, shapes
+		return &m
+	})
 }
