@@ -56,7 +56,7 @@ func Exchanges(plan *Plan) bool {
 // order. Not safe for concurrent use.
 type Loader struct {
 	cfg      LoaderConfig
-	mach     machine
+	mach     Machine
 	exchange bool
 }
 
@@ -192,14 +192,14 @@ func (l *Loader) checkCounts(cnt []int64, n int) error {
 // are queued, then one wait.
 func (l *Loader) loadLocal(ids backend.Buffer, n int) (backend.Buffer, error) {
 	b := l.cfg.Backend
-	if err := l.mach.route(ids, n, nil, nil); err != nil {
+	if err := l.mach.Route(ids, n, nil, nil); err != nil {
 		return nil, l.fail("routing", err)
 	}
 	x, err := b.Alloc(backend.Float32, n*l.cfg.Cols)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	cnt, err := l.mach.counts()
+	cnt, err := l.mach.Counts()
 	if err == nil {
 		err = l.checkCounts(cnt, n)
 	}
@@ -278,9 +278,9 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 		}
 	}
 	if bad == nil {
-		err := l.mach.route(ids, n, grouped, pos)
+		err := l.mach.Route(ids, n, grouped, pos)
 		if err == nil {
-			cnt, err = l.mach.counts()
+			cnt, err = l.mach.Counts()
 		}
 		if err == nil {
 			err = l.checkCounts(cnt, n)
@@ -353,7 +353,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	if err := l.mach.scatter(x, stage, pos, n, cols); err != nil {
+	if err := l.mach.Scatter(x, stage, pos, n, cols); err != nil {
 		b.Free(x)
 		return nil, l.fail("ordering rows", err)
 	}
@@ -369,7 +369,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 func (l *Loader) Close() error {
 	var err error
 	if l.mach != nil {
-		err = l.mach.close()
+		err = l.mach.Close()
 		l.mach = nil
 	}
 	return errors.Join(err, l.cfg.Store.Close())

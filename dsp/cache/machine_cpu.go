@@ -12,22 +12,22 @@ import (
 func binCold(k int) int { return k }
 func binBad(k int) int  { return k + 1 }
 
-// machine runs the loader's routing steps on one back end: kernels on a
+// Machine runs the loader's routing steps on one back end: kernels on a
 // GPU (cudaMachine), or their host mirror (hostMachine) on any other back
 // end, which is how CI covers the loader's protocol.
-type machine interface {
-	// route queues the bin counts of ids[0:n) and, when grouped and pos
+type Machine interface {
+	// Route queues the bin counts of ids[0:n) and, when grouped and pos
 	// are not nil (n int32 each), the grouping: the IDs of bin rank
 	// first, then each peer's in rank order (bad IDs left out), pos[j]
 	// the batch position of grouped[j]. The order inside a bin is
 	// unspecified.
-	route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error
-	// counts waits for the work queued so far and returns the last
-	// route's k+2 counts.
-	counts() ([]int64, error)
-	// scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats.
-	scatter(x, stage, pos backend.Buffer, n, cols int) error
-	close() error
+	Route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error
+	// Counts waits for the work queued so far and returns the last
+	// route's k+2 Counts.
+	Counts() ([]int64, error)
+	// Scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats.
+	Scatter(x, stage, pos backend.Buffer, n, cols int) error
+	Close() error
 }
 
 // hostMachine is the host mirror of the kernels in route.cu, for back
@@ -40,7 +40,7 @@ type hostMachine struct {
 	last          []int64
 }
 
-func (h *hostMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
+func (h *hostMachine) Route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
 	k := h.k
 	cnt := make([]int64, k+2)
 	h.last = nil
@@ -98,14 +98,14 @@ func (h *hostMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buff
 	return h.b.Upload(pos, ps)
 }
 
-func (h *hostMachine) counts() ([]int64, error) {
+func (h *hostMachine) Counts() ([]int64, error) {
 	if h.last == nil {
 		return nil, fmt.Errorf("cache: counts before a route")
 	}
 	return h.last, nil
 }
 
-func (h *hostMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
+func (h *hostMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	if n == 0 {
 		return nil
 	}
@@ -131,4 +131,4 @@ func (h *hostMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	return h.b.Upload(x, out)
 }
 
-func (h *hostMachine) close() error { return nil }
+func (h *hostMachine) Close() error { return nil }

@@ -66,7 +66,7 @@ func newCUDAMachine(dev kernelDevice, holder []int8, k, rank, rows int) (*cudaMa
 		copy(unsafe.Slice((*int8)(unsafe.Pointer(&words[0])), 4*len(words)), holder)
 	}
 	fail := func(err error) (*cudaMachine, error) {
-		m.close()
+		m.Close()
 		return nil, err
 	}
 	err = dev.Enqueue(func(q backend.Queue) error {
@@ -101,7 +101,7 @@ func (m *cudaMachine) cbuf(b backend.Buffer) (backend.Buffer, error) {
 	return b, nil
 }
 
-func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
+func (m *cudaMachine) Route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
 	m.routed = false
 	in, err := m.cbuf(ids)
 	if err != nil {
@@ -156,7 +156,7 @@ func (m *cudaMachine) route(ids backend.Buffer, n int, grouped, pos backend.Buff
 	return nil
 }
 
-func (m *cudaMachine) counts() ([]int64, error) {
+func (m *cudaMachine) Counts() ([]int64, error) {
 	if !m.routed {
 		return nil, fmt.Errorf("cache: counts before a route")
 	}
@@ -171,7 +171,7 @@ func (m *cudaMachine) counts() ([]int64, error) {
 	return out, nil
 }
 
-func (m *cudaMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
+func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	if n == 0 {
 		return nil
 	}
@@ -200,7 +200,7 @@ func (m *cudaMachine) scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	})
 }
 
-func (m *cudaMachine) close() error {
+func (m *cudaMachine) Close() error {
 	var err error
 	if m.holder != nil {
 		m.dev.Free(m.holder)

@@ -45,10 +45,10 @@ func TestHostMachineGroups(t *testing.T) {
 			}
 			g, _ := be.Alloc(backend.Int32, len(nodes))
 			p, _ := be.Alloc(backend.Int32, len(nodes))
-			if err := m.route(ib, len(nodes), g, p); err != nil {
+			if err := m.Route(ib, len(nodes), g, p); err != nil {
 				t.Fatal(err)
 			}
-			cnt, err := m.counts()
+			cnt, err := m.Counts()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func TestHostMachineGroups(t *testing.T) {
 			}
 			sb, _ := devbuf.Upload(be, stage)
 			x, _ := be.Alloc(backend.Float32, len(nodes)*cols)
-			if err := m.scatter(x, sb, p, len(nodes), cols); err != nil {
+			if err := m.Scatter(x, sb, p, len(nodes), cols); err != nil {
 				t.Fatal(err)
 			}
 			xv := cpu.F32(x.(*cpu.Buffer))

@@ -77,7 +77,7 @@ func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.D
 		}
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
 	}
-	var lm layerMachine
+	var lm LayerMachine
 	if host != nil {
 		lm = newCPULayerMachine(host, patch, p.off, size, cfg)
 	} else {
@@ -103,10 +103,10 @@ func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.D
 	p.m = lm
 	s.p = &lproto{proto: p, lm: lm, replace: cfg.Replace, weighted: cfg.Weighted}
 	var err error
-	if p.ctl, err = lm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
+	if p.ctl, err = lm.Alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
 		return wrap(err)
 	}
-	if s.p.bad, err = lm.alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
+	if s.p.bad, err = lm.Alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
 		return wrap(err)
 	}
 	return s, nil

@@ -32,7 +32,7 @@ func newCPULayerMachine(be *cpu.Backend, patch *layout.Patch, offsets []int64, P
 	m := &cpuLayerMachine{cpuMachine: &cpuMachine{be: be, P: P, off: offsets, g: patch.Graph, edgeBase: patch.EdgeBase},
 		lo: lo, hi: hi, n: patch.Graph.NumRows, replace: cfg.Replace, weighted: cfg.Weighted}
 	if cfg.Weighted {
-		m.roww, m.cum, m.last = layerWeights(patch.Graph.Indptr[lo:hi+1], patch.Graph.Weights)
+		m.roww, m.cum, m.last = LayerWeights(patch.Graph.Indptr[lo:hi+1], patch.Graph.Weights)
 	}
 	return m
 }
@@ -44,8 +44,8 @@ func (m *cpuLayerMachine) w() int64 {
 	return 1
 }
 
-// info is lw_info.
-func (m *cpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
+// Info is lw_info.
+func (m *cpuLayerMachine) Info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
 	w := m.w()
 	o := i64s(out)
 	if int64(len(o)) < R*w || int64(len(i32s(ids))) < R {
@@ -69,8 +69,8 @@ func (m *cpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buf
 	return nil
 }
 
-// frontierInfo is lw_frontier_info.
-func (m *cpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
+// FrontierInfo is lw_frontier_info.
+func (m *cpuLayerMachine) FrontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
 	w, P := m.w(), int64(m.P)
 	if len(bptr) != m.P+1 || bptr[P] != nF {
 		return m.bad("frontierInfo: bptr %v for %d nodes", bptr, nF)
@@ -87,8 +87,8 @@ func (m *cpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64
 	return nil
 }
 
-// packAlloc is lw_pack_alloc.
-func (m *cpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
+// PackAlloc is lw_pack_alloc.
+func (m *cpuLayerMachine) PackAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
 	P := int64(m.P)
 	g, ms := i64s(allocG), i64s(msg)
 	if len(hdr) != 2*m.P || len(bptr) != m.P+1 || int64(len(ms)) < nF+2*P || int64(len(g)) < nF+1 {
@@ -107,10 +107,10 @@ func (m *cpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bpt
 	return nil
 }
 
-// drawLayer is lw_owner_counts, the scan, lw_owner_check, lw_guard, the
+// DrawLayer is lw_owner_counts, the scan, lw_owner_check, lw_guard, the
 // -1 fill and the draws (gs_draw_row through DrawHop and csp_add_i64, or
 // lw_draw_weighted).
-func (m *cpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
+func (m *cpuLayerMachine) DrawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
 	P, w := int64(m.P), m.w()
 	s, ei, bd := i32s(src), i64s(eid), i64s(bad)
 	if len(roff) != m.P+1 || roff[P] != R || len(tot) != m.P || len(keys) != m.P || int64(len(s)) < E || int64(len(ei)) < E {
@@ -121,7 +121,7 @@ func (m *cpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff
 		p := edgeRow(roff, P, i)
 		k := i64s(msg)[i+2*(p+1)]
 		d := i64s(info)[i*w]
-		ok := k >= 0 && k <= maxLayerFanout && !(k > 0 && d == 0) && (m.replace || k <= d)
+		ok := k >= 0 && k <= MaxLayerFanout && !(k > 0 && d == 0) && (m.replace || k <= d)
 		if ok && m.weighted && k > 0 {
 			ok = math.Float64frombits(uint64(i64s(info)[i*w+1])) > 0
 		}
@@ -201,8 +201,8 @@ func (m *cpuLayerMachine) drawRow(key uint64, v graph.NodeID, k int64) []int64 {
 	return out
 }
 
-// unpackLayer is the scan and lw_unpack.
-func (m *cpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
+// UnpackLayer is the scan and lw_unpack.
+func (m *cpuLayerMachine) UnpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
 	sptr := make([]int64, nF+1)
 	exclusiveScan(sptr, i64s(allocG)[:nF+1])
 	pt := i64s(ptr)
@@ -226,11 +226,11 @@ func (m *cpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos back
 	return nil
 }
 
-// layerWeights computes, for the rows at offsets rp into weights, each
+// LayerWeights computes, for the rows at offsets rp into weights, each
 // row's weight sum (float64 bits), the running sums within each row, and
 // each row's last positive-weight edge (-1: none), in float64
 // arithmetic (the CUDA machine places the same arrays).
-func layerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, last []int32) {
+func LayerWeights(rp []int64, weights []float32) (roww []int64, cum []float64, last []int32) {
 	rows := len(rp) - 1
 	roww, last = make([]int64, rows), make([]int32, rows)
 	cum = make([]float64, rp[rows]) // indexed by position in the patch's indices

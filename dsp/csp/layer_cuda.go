@@ -57,17 +57,17 @@ func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patc
 	built := false
 	defer func() {
 		if !built {
-			g.close()
+			g.Close()
 		}
 	}()
 	pg := patch.Graph
 	lo, hi := int64(patch.Lo), int64(patch.Hi)
-	rb, err := gm.alloc(backend.Int64, g.rows+1)
+	rb, err := gm.Alloc(backend.Int64, g.rows+1)
 	if err != nil {
 		return nil, err
 	}
 	g.rowptr = rb
-	if err := gm.upload(g.rowptr, pg.Indptr[lo:hi+1]); err != nil {
+	if err := gm.Upload(g.rowptr, pg.Indptr[lo:hi+1]); err != nil {
 		return nil, err
 	}
 	if !cfg.Weighted {
@@ -77,7 +77,7 @@ func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patc
 	// Per-row arrays follow the placement's rows (on the device unless
 	// Mapped); per-edge ones its adjacency (in host memory with Mapped
 	// and Split: this copy is not split by row).
-	rw, cum, last := layerWeights(pg.Indptr[lo:hi+1], pg.Weights)
+	rw, cum, last := LayerWeights(pg.Indptr[lo:hi+1], pg.Weights)
 	edges, rowsAt := mappedEdges(cfg.Placement), cfg.Placement == gpusample.Mapped
 	for _, a := range []struct {
 		dst    *backend.Arg
@@ -92,9 +92,9 @@ func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patc
 	return g, nil
 }
 
-// read grows the pinned buffer to the read's size (the frontier's
-// degrees are read whole), then reads as gpuMachine does.
-func (g *gpuLayerMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
+// Read grows the pinned buffer to the Read's size (the frontier's
+// degrees are Read whole), then reads as gpuMachine does.
+func (g *gpuLayerMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	var total int64
 	for _, k := range n {
 		total += k
@@ -112,7 +112,7 @@ func (g *gpuLayerMachine) read(dst []int64, srcs []backend.Buffer, n []int64) er
 			return err
 		}
 	}
-	return g.gpuMachine.read(dst, srcs, n)
+	return g.gpuMachine.Read(dst, srcs, n)
 }
 
 func (g *gpuLayerMachine) pinLen() uint64 {
@@ -122,7 +122,7 @@ func (g *gpuLayerMachine) pinLen() uint64 {
 	return uint64(len(g.pin.Bytes()))
 }
 
-func (g *gpuLayerMachine) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
+func (g *gpuLayerMachine) Info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
 	w := int32(1)
 	if g.weighted {
 		w = 2
@@ -147,7 +147,7 @@ func upload64(l backend.Queue, words []int64) (backend.Buffer, error) {
 	return b, nil
 }
 
-func (g *gpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
+func (g *gpuLayerMachine) FrontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
 	w := int32(1)
 	if g.weighted {
 		w = 2
@@ -162,7 +162,7 @@ func (g *gpuLayerMachine) frontierInfo(out, in, pos backend.Buffer, bptr []int64
 	})
 }
 
-func (g *gpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
+func (g *gpuLayerMachine) PackAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		bh, err := upload64(l, append(append(make([]int64, 0, len(bptr)+len(hdr)), bptr...), hdr...))
 		if err != nil {
@@ -175,7 +175,7 @@ func (g *gpuLayerMachine) packAlloc(allocG, msg, allocF, pos backend.Buffer, bpt
 	})
 }
 
-func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
+func (g *gpuLayerMachine) DrawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
 	w, P := int32(1), g.P
 	if g.weighted {
 		w = 2
@@ -206,7 +206,7 @@ func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff
 		}
 		defer l.Free(qptr)
 		if err := l.Launch(g.fns["lw_owner_counts"], R+1, backend.Buf(cnt), ptr(bad), ptr(msg), ptr(info), backend.Buf(roffB),
-			backend.I32(int32(P)), backend.I64(R), backend.I32(w), backend.I32(b2i(g.replace)), backend.I64(maxLayerFanout)); err != nil {
+			backend.I32(int32(P)), backend.I64(R), backend.I32(w), backend.I32(b2i(g.replace)), backend.I64(MaxLayerFanout)); err != nil {
 			return err
 		}
 		if err := l.ScanI64(qptr, cnt, int(R+1)); err != nil {
@@ -239,7 +239,7 @@ func (g *gpuLayerMachine) drawLayer(ids, info, msg backend.Buffer, R int64, roff
 	})
 }
 
-func (g *gpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptrB, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
+func (g *gpuLayerMachine) UnpackLayer(src, eid, ans, ansE, ptrB, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		sptr, err := l.AllocRaw(backend.Int64, int(nF+1))
 		if err != nil {
@@ -258,12 +258,12 @@ func (g *gpuLayerMachine) unpackLayer(src, eid, ans, ansE, ptrB, allocG, pos bac
 	})
 }
 
-func (g *gpuLayerMachine) close() error {
+func (g *gpuLayerMachine) Close() error {
 	if g.rowptr != nil {
 		g.dev.Free(g.rowptr)
 		g.rowptr = nil
 	}
-	first := g.gpuMachine.close()
+	first := g.gpuMachine.Close()
 	if err := g.placed.free(); first == nil {
 		first = err
 	}

@@ -17,43 +17,43 @@ const (
 	tagLayerNode = 0x4c41594e // "LAYN": a frontier node's neighbor draws
 )
 
-// maxLayerFanout bounds a layer's edge budget.
-const maxLayerFanout = 1 << 24
+// MaxLayerFanout bounds a layer's edge budget.
+const MaxLayerFanout = 1 << 24
 
 // ownerShift: the requester reads each frontier node's degree with its
 // owner in the bits above (layer.cu's LW_OWNER_SHIFT).
 const ownerShift = 48
 
-// layerMachine is what the layer-wise protocol needs from one rank's
+// LayerMachine is what the layer-wise protocol needs from one rank's
 // device: the node-wise machine's buffers, routing and relabeling, and
 // the kernels of layer.cu. As in machine, every method but read queues
 // work and returns.
-type layerMachine interface {
-	machine
+type LayerMachine interface {
+	Machine
 
-	// info answers the R received nodes ids: out[i*w] their degree and,
+	// Info answers the R received nodes ids: out[i*w] their degree and,
 	// with weights (w == 2), out[i*w+1] the float64 bits of their row's
 	// weight sum. Nodes this rank does not own add to bad[0].
-	info(ids backend.Buffer, R int64, out, bad backend.Buffer) error
-	// frontierInfo takes the answers in grouped order (owner q's at
+	Info(ids backend.Buffer, R int64, out, bad backend.Buffer) error
+	// FrontierInfo takes the answers in grouped order (owner q's at
 	// bptr[q]) into frontier order (pos[j] is grouped j's position):
 	// out[i*w] = degree | owner<<ownerShift, out[i*w+1] the weight.
-	frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error
-	// packAlloc writes the allocation allocF (frontier order) in grouped
+	FrontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error
+	// PackAlloc writes the allocation allocF (frontier order) in grouped
 	// order to allocG (nF+1 entries, the last 0) and to msg, where owner
 	// q's part is hdr[2q], hdr[2q+1] (status, total), then its counts.
-	packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error
-	// drawLayer draws the received allotments: msg holds requester p's
+	PackAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error
+	// DrawLayer draws the received allotments: msg holds requester p's
 	// status, total and counts at roff[p]+2p; info is what info wrote.
 	// Counts an owner refuses, or segments that do not add up to tot,
 	// add to bad[0] and nothing is drawn. src (int32) and eid (int64
 	// global edge IDs) get the E draws, in received order, -1 where
 	// nothing was drawn.
-	drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error
-	// unpackLayer puts the answers (grouped order, allocG's counts) into
+	DrawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error
+	// UnpackLayer puts the answers (grouped order, allocG's counts) into
 	// the block's rows (ptr, frontier order): src, and eid from ansE (-1
 	// when nil). Neighbors outside [0, NumNodes) add to bad[0].
-	unpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error
+	UnpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error
 }
 
 // lproto is one rank's side of the layer-wise protocol (see the package
@@ -61,7 +61,7 @@ type layerMachine interface {
 // header; m is the same machine as proto.m.
 type lproto struct {
 	*proto
-	lm                layerMachine
+	lm                LayerMachine
 	replace, weighted bool
 	bad               backend.Buffer // int64, 2 per hop: the owner's and the requester's violations
 }
@@ -82,7 +82,7 @@ func layerNodeKey(key sample.Key, hop int) uint64 {
 
 // sample runs one step, as proto.sample: every hop, then one read of
 // every block's sizes and the owners' and requesters' violation counters.
-func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]hopOut, error) {
+func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]HopOut, error) {
 	p := lp.proto
 	L := len(p.fan)
 	return p.step(ctx, seeds, key, stepSpec{hop: lp.hop, exactEdges: true, extra: lp.bad, extraWords: int64(2 * L),
@@ -100,7 +100,7 @@ func (lp *lproto) sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 // device, at most fcap) into out and returns the next frontier's bound.
 // status != stOK takes part in the header exchange only, then returns
 // carried.
-func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
+func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *HopOut, nFOut *int64) (next int64, err error) {
 	p, lm := lp.proto, lp.lm
 	P, m := p.size, p.m
 	f := p.fan[h]
@@ -108,11 +108,11 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 	var tmp []backend.Buffer
 	defer func() {
 		for _, b := range tmp {
-			m.free(b)
+			m.Free(b)
 		}
 	}()
 	nk := layerNodeKey(key, h)
-	badO, badR := m.view(lp.bad, int64(2*h), 1), m.view(lp.bad, int64(2*h+1), 1)
+	badO, badR := m.View(lp.bad, int64(2*h), 1), m.View(lp.bad, int64(2*h+1), 1)
 
 	// 1. Shuffle, as node-wise hops: the header tells every owner how
 	// many nodes come and the requester's node key.
@@ -146,19 +146,19 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 		return 0, p.wrapErr(h, "allocating the hop's buffers", err)
 	}
 	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
-	if err := p.a2av(ctx, m.view(recvIDs, 0, R), recvN, m.view(sendIDs, 0, nF), sendN, 4); err != nil {
+	if err := p.a2av(ctx, m.View(recvIDs, 0, R), recvN, m.View(sendIDs, 0, nF), sendN, 4); err != nil {
 		return 0, p.wrapErr(h, "node exchange", err)
 	}
 
 	// 2. Owners answer each node's degree (and weight).
-	if err := lm.info(recvIDs, R, infoO, badO); err != nil {
+	if err := lm.Info(recvIDs, R, infoO, badO); err != nil {
 		return 0, p.wrapErr(h, "reading the degrees", err)
 	}
-	if err := p.a2av(ctx, m.view(infoI, 0, nF*w), scale(sendN, int(w)), m.view(infoO, 0, R*w), scale(recvN, int(w)), 8); err != nil {
+	if err := p.a2av(ctx, m.View(infoI, 0, nF*w), scale(sendN, int(w)), m.View(infoO, 0, R*w), scale(recvN, int(w)), 8); err != nil {
 		return 0, p.wrapErr(h, "degree exchange", err)
 	}
 	bptr := pl.bptr()
-	if err := lm.frontierInfo(infoF, infoI, pos, bptr, nF); err != nil {
+	if err := lm.FrontierInfo(infoF, infoI, pos, bptr, nF); err != nil {
 		return 0, p.wrapErr(h, "ordering the degrees", err)
 	}
 	fi, err := p.read([]backend.Buffer{infoF}, []int64{nF * w})
@@ -181,18 +181,18 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 			hdr[2*q+1] = sendTot[q]
 		}
 	}
-	if err := m.upload(allocF, alloc); err != nil {
+	if err := m.Upload(allocF, alloc); err != nil {
 		return 0, p.wrapErr(h, "uploading the allocation", err)
 	}
-	if err := lm.packAlloc(allocG, msg, allocF, pos, bptr, hdr, nF); err != nil {
+	if err := lm.PackAlloc(allocG, msg, allocF, pos, bptr, hdr, nF); err != nil {
 		return 0, p.wrapErr(h, "packing the allocation", err)
 	}
-	if err := p.a2av(ctx, m.view(rmsg, 0, R+int64(2*P)), plus(recvN, 2), m.view(msg, 0, nF+int64(2*P)), plus(sendN, 2), 8); err != nil {
+	if err := p.a2av(ctx, m.View(rmsg, 0, R+int64(2*P)), plus(recvN, 2), m.View(msg, 0, nF+int64(2*P)), plus(sendN, 2), 8); err != nil {
 		return 0, p.wrapErr(h, "allocation exchange", err)
 	}
 	hsrc, hn := make([]backend.Buffer, P), make([]int64, P)
 	for q := range P {
-		hsrc[q], hn[q] = m.view(rmsg, pl.roff[q]+int64(2*q), 2), 2
+		hsrc[q], hn[q] = m.View(rmsg, pl.roff[q]+int64(2*q), 2), 2
 	}
 	rh, err := p.read(hsrc, hn)
 	if err != nil {
@@ -229,7 +229,7 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 		if eidO, err = p.alloc(&tmp, backend.Int64, Eo); err != nil {
 			return err
 		}
-		if err := lm.drawLayer(recvIDs, infoO, rmsg, R, pl.roff, tot, pl.keys, srcO, eidO, Eo, badO); err != nil {
+		if err := lm.DrawLayer(recvIDs, infoO, rmsg, R, pl.roff, tot, pl.keys, srcO, eidO, Eo, badO); err != nil {
 			return err
 		}
 		if ans, err = p.alloc(&tmp, backend.Int32, E); err != nil {
@@ -244,36 +244,36 @@ func (lp *lproto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap in
 		return 0, p.wrapErr(h, "drawing", err)
 	}
 	back := ints(sendTot)
-	if err := p.a2av(ctx, m.view(ans, 0, E), back, m.view(srcO, 0, Eo), ints(tot), 4); err != nil {
+	if err := p.a2av(ctx, m.View(ans, 0, E), back, m.View(srcO, 0, Eo), ints(tot), 4); err != nil {
 		return 0, p.wrapErr(h, "answer exchange", err)
 	}
 	if p.edgeIDs {
-		if err := p.a2av(ctx, m.view(ansE, 0, E), back, m.view(eidO, 0, Eo), ints(tot), 8); err != nil {
+		if err := p.a2av(ctx, m.View(ansE, 0, E), back, m.View(eidO, 0, Eo), ints(tot), 8); err != nil {
 			return 0, p.wrapErr(h, "edge ID exchange", err)
 		}
 	}
 
 	// The block, in frontier order: failures from here on are carried.
-	out.nd, out.ecap = nF, E
+	out.NumDst, out.ecap = nF, E
 	err = func() error {
 		var err error
-		if out.ptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
+		if out.Indptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
 			return err
 		}
-		if err := m.upload(out.ptr, rowOffsets(alloc)); err != nil {
+		if err := m.Upload(out.Indptr, rowOffsets(alloc)); err != nil {
 			return err
 		}
-		if out.eid, err = p.alloc(nil, backend.Int64, E); err != nil {
+		if out.EdgeIDs, err = p.alloc(nil, backend.Int64, E); err != nil {
 			return err
 		}
 		src, err := p.alloc(&tmp, backend.Int32, E)
 		if err != nil {
 			return err
 		}
-		if err := lm.unpackLayer(src, out.eid, ans, ansE, out.ptr, allocG, pos, nF, E, badR); err != nil {
+		if err := lm.UnpackLayer(src, out.EdgeIDs, ans, ansE, out.Indptr, allocG, pos, nF, E, badR); err != nil {
 			return err
 		}
-		out.srcNodes, out.local, out.sizes, err = m.relabel(F, nF, src, out.ptr, E)
+		out.SrcNodes, out.Indices, out.Sizes, err = m.Relabel(F, nF, src, out.Indptr, E)
 		return err
 	}()
 	if err != nil {
@@ -350,8 +350,8 @@ func checkLayerConfig(cfg Config) error {
 		return fmt.Errorf("%d fanouts: want 1 to %d hops", len(cfg.Fanouts), maxHops)
 	}
 	for i, f := range cfg.Fanouts {
-		if f != -1 && (f <= 0 || f > maxLayerFanout) {
-			return fmt.Errorf("fanout %d of hop %d: want -1 (every edge) or 1..%d edges per layer", f, i, maxLayerFanout)
+		if f != -1 && (f <= 0 || f > MaxLayerFanout) {
+			return fmt.Errorf("fanout %d of hop %d: want -1 (every edge) or 1..%d edges per layer", f, i, MaxLayerFanout)
 		}
 	}
 	if cfg.Weighted && !cfg.Replace {

@@ -40,23 +40,23 @@ func (m *cpuMachine) bad(format string, args ...any) error {
 func i32s(b backend.Buffer) []int32 { return cpu.I32(b) }
 func i64s(b backend.Buffer) []int64 { return cpu.I64(b) }
 
-func (m *cpuMachine) alloc(dt backend.DType, n int64) (backend.Buffer, error) {
+func (m *cpuMachine) Alloc(dt backend.DType, n int64) (backend.Buffer, error) {
 	if dt != backend.Int32 && dt != backend.Int64 {
 		return nil, m.bad("alloc of %v", dt)
 	}
 	return m.be.Alloc(dt, int(max(n, 1)))
 }
 
-func (m *cpuMachine) free(b backend.Buffer) { m.be.Free(b) }
+func (m *cpuMachine) Free(b backend.Buffer) { m.be.Free(b) }
 
-func (m *cpuMachine) view(b backend.Buffer, off, n int64) backend.Buffer {
+func (m *cpuMachine) View(b backend.Buffer, off, n int64) backend.Buffer {
 	if b.DType() == backend.Int32 {
 		return cpu.WrapI32(i32s(b)[off : off+n : off+n])
 	}
 	return cpu.WrapI64(i64s(b)[off : off+n : off+n])
 }
 
-func (m *cpuMachine) upload(dst backend.Buffer, src any) error {
+func (m *cpuMachine) Upload(dst backend.Buffer, src any) error {
 	switch s := src.(type) {
 	case []int32:
 		d := i32s(dst)
@@ -76,7 +76,7 @@ func (m *cpuMachine) upload(dst backend.Buffer, src any) error {
 	return nil
 }
 
-func (m *cpuMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
+func (m *cpuMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	at := 0
 	for i, b := range srcs {
 		h := i64s(b)
@@ -91,7 +91,7 @@ func (m *cpuMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	return nil
 }
 
-func (m *cpuMachine) route(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
+func (m *cpuMachine) Route(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
 	return m.routeBy(m.off, hdr, sendIDs, pos, F, nFB, fcap, key, hop, fanout, hops)
 }
 
@@ -102,7 +102,7 @@ func (m *cpuMachine) routeBy(off []int64, hdr, sendIDs, pos, F, nFB backend.Buff
 	P := m.P
 	nF := i64s(nFB)[0]
 	f, ids, ps, h := i32s(F), i32s(sendIDs), i32s(pos), i64s(hdr)
-	if nF < 0 || nF > fcap || int64(len(f)) < nF || int64(len(ids)) < nF || int64(len(ps)) < nF || len(h) < P*hWords {
+	if nF < 0 || nF > fcap || int64(len(f)) < nF || int64(len(ids)) < nF || int64(len(ps)) < nF || len(h) < P*HeaderWords {
 		return m.bad("route: nF %d, fcap %d, F %d, sendIDs %d, pos %d", nF, fcap, len(f), len(ids), len(ps))
 	}
 	cnt := make([]int64, P+1) // per owner; P: outside the graph (counted, not routed)
@@ -120,7 +120,7 @@ func (m *cpuMachine) routeBy(off []int64, hdr, sendIDs, pos, F, nFB backend.Buff
 		}
 	}
 	for p := range P {
-		row := h[p*hWords : (p+1)*hWords]
+		row := h[p*HeaderWords : (p+1)*HeaderWords]
 		row[hStatus], row[hCount], row[hKey], row[hHop] = stOK, cnt[p], int64(key), int64(hop)
 		row[hFanout], row[hHops], row[hNF], row[hBad] = int64(fanout), int64(hops), nF, cnt[P]
 	}
@@ -141,9 +141,9 @@ func (m *cpuMachine) draws(h int, ids []int32, seg []int64, keys []uint64) ([]*s
 	return out, nil
 }
 
-// drawStrided is gs_sample_stride: node i's draws in slots [i*k, i*k+m)
+// DrawStrided is gs_sample_stride: node i's draws in slots [i*k, i*k+m)
 // of ans and ansE, -1 in the rest.
-func (m *cpuMachine) drawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
+func (m *cpuMachine) DrawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
 	k := int64(m.fan[h])
 	a, ae := i32s(ans), i64s(ansE)
 	if k <= 0 || len(seg) != len(keys)+1 || seg[len(keys)] != R || int64(len(i32s(ids))) < R || int64(len(a)) < R*k || int64(len(ae)) < R*k {
@@ -172,8 +172,8 @@ func (m *cpuMachine) drawStrided(h int, ids backend.Buffer, R int64, seg []int64
 	return nil
 }
 
-// unpackStrided is csp_stride_counts, the scan and csp_stride_compact.
-func (m *cpuMachine) unpackStrided(ptr, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
+// UnpackStrided is csp_stride_counts, the scan and csp_stride_compact.
+func (m *cpuMachine) UnpackStrided(ptr, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
 	K := int64(k)
 	a, p, pt := i32s(ans), i32s(pos), i64s(ptr)
 	if int64(len(a)) < nF*K || int64(len(p)) < nF || int64(len(pt)) < nF+1 {
@@ -206,16 +206,16 @@ func (m *cpuMachine) unpackStrided(ptr, src, eid, ans, ansE, pos backend.Buffer,
 	return nil
 }
 
-// countExact is CountHop (fanout -1: every neighbor) and csp_totals.
-func (m *cpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
+// CountExact is CountHop (fanout -1: every neighbor) and csp_totals.
+func (m *cpuMachine) CountExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
 	if m.fan[h] >= 0 || len(roff) != m.P+1 || roff[m.P] != R {
 		return nil, nil, m.bad("countExact at fanout %d, roff %v, R %d", m.fan[h], roff, R)
 	}
-	if qptr, err = m.alloc(backend.Int64, R+1); err != nil {
+	if qptr, err = m.Alloc(backend.Int64, R+1); err != nil {
 		return nil, nil, err
 	}
-	if tot, err = m.alloc(backend.Int64, int64(m.P+1)); err != nil {
-		m.free(qptr)
+	if tot, err = m.Alloc(backend.Int64, int64(m.P+1)); err != nil {
+		m.Free(qptr)
 		return nil, nil, err
 	}
 	qp, t := i64s(qptr), i64s(tot)
@@ -229,8 +229,8 @@ func (m *cpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64
 	return qptr, tot, nil
 }
 
-// drawExact is DrawHop, csp_pack and csp_add_i64.
-func (m *cpuMachine) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
+// DrawExact is DrawHop, csp_pack and csp_add_i64.
+func (m *cpuMachine) DrawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
 	nbs, err := m.draws(h, i32s(ids)[:R], roff, keys)
 	if err != nil {
 		return err
@@ -267,8 +267,8 @@ func (m *cpuMachine) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []
 	return nil
 }
 
-// unpackExact is csp_unpack_counts, the two scans and csp_unpack_src.
-func (m *cpuMachine) unpackExact(ptr, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
+// UnpackExact is csp_unpack_counts, the two scans and csp_unpack_src.
+func (m *cpuMachine) UnpackExact(ptr, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
 	P := int64(m.P)
 	rp, order, pt := i32s(ans), i32s(pos), i64s(ptr)
 	if len(bptr) != m.P+1 || bptr[P] != nF || len(S) != m.P || int64(len(pt)) < nF+1 {
@@ -301,8 +301,8 @@ func (m *cpuMachine) unpackExact(ptr, src, eid, ans, ansE, pos backend.Buffer, b
 	return nil
 }
 
-// relabel is gpusample's Relabel: sample.ToBlock's first-seen order.
-func (m *cpuMachine) relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
+// Relabel is gpusample's Relabel: sample.ToBlock's first-seen order.
+func (m *cpuMachine) Relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
 	pt := i64s(ptr)[:nF+1]
 	E := pt[nF]
 	if E < 0 || E > e || int64(len(i32s(src))) < e {
@@ -317,9 +317,9 @@ func (m *cpuMachine) relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer
 		dt backend.DType
 		n  int64
 	}{{backend.Int32, nF + e}, {backend.Int32, e}, {backend.Int64, 3}} {
-		if bufs[i], err = m.alloc(c.dt, c.n); err != nil {
+		if bufs[i], err = m.Alloc(c.dt, c.n); err != nil {
 			for _, b := range bufs[:i] {
-				m.free(b)
+				m.Free(b)
 			}
 			return nil, nil, nil, err
 		}
@@ -330,30 +330,30 @@ func (m *cpuMachine) relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer
 	return bufs[0], bufs[1], bufs[2], nil
 }
 
-// batch hands the parts over as a host MiniBatch: the blocks are the
+// Batch hands the parts over as a host MiniBatch: the blocks are the
 // parts' buffers (no copy).
-func (m *cpuMachine) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) {
+func (m *cpuMachine) Batch(outs []HopOut, seeds []graph.NodeID) (*Batch, error) {
 	L := len(outs)
 	mb := &sample.MiniBatch{Seeds: slices.Clone(seeds), Blocks: make([]sample.Block, L)}
 	for h := range outs {
 		o := &outs[h]
-		nd, ns, e := o.nd, o.ns, o.e
-		mb.Blocks[L-1-h] = sample.Block{NumDst: int(nd), SrcNodes: i32s(o.srcNodes)[:ns:ns], Indptr: i64s(o.ptr)[: nd+1 : nd+1],
-			Indices: i32s(o.local)[:e:e], EdgeIDs: i64s(o.eid)[:e:e]}
-		m.free(o.sizes)
-		*o = hopOut{}
+		nd, ns, e := o.NumDst, o.NumSrc, o.NumEdges
+		mb.Blocks[L-1-h] = sample.Block{NumDst: int(nd), SrcNodes: i32s(o.SrcNodes)[:ns:ns], Indptr: i64s(o.Indptr)[: nd+1 : nd+1],
+			Indices: i32s(o.Indices)[:e:e], EdgeIDs: i64s(o.EdgeIDs)[:e:e]}
+		m.Free(o.Sizes)
+		*o = HopOut{}
 	}
 	return &Batch{Host: mb}, nil
 }
 
-func (m *cpuMachine) shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
+func (m *cpuMachine) Shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
 	if n < 0 || n > int64(b.Len()) {
 		return nil, m.bad("shrink of %d elements to %d", b.Len(), n)
 	}
-	return m.view(b, 0, n), nil
+	return m.View(b, 0, n), nil
 }
 
-func (m *cpuMachine) close() error { return nil }
+func (m *cpuMachine) Close() error { return nil }
 
 // exclusiveScan writes the exclusive prefix sums of x into out.
 func exclusiveScan(out, x []int64) {

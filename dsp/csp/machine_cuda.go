@@ -33,7 +33,7 @@ func newGPUMachine(dev gpuDevice, st *gpusample.Stepper, name, src string, fns [
 	g = &gpuMachine{dev: dev, st: st, fns: map[string]backend.Kernel{}, P: P, edgeBase: edgeBase}
 	defer func() {
 		if err != nil {
-			g.close()
+			g.Close()
 			g = nil
 		}
 	}()
@@ -46,15 +46,15 @@ func newGPUMachine(dev gpuDevice, st *gpusample.Stepper, name, src string, fns [
 			return nil, err
 		}
 	}
-	ob, err := g.alloc(backend.Int64, int64(P+1))
+	ob, err := g.Alloc(backend.Int64, int64(P+1))
 	if err != nil {
 		return nil, err
 	}
 	g.offB = ob
-	if err := g.upload(g.offB, offsets); err != nil {
+	if err := g.Upload(g.offB, offsets); err != nil {
 		return nil, err
 	}
-	if g.pin, err = dev.AllocPinned(uint64(8*readWords(P)), false); err != nil {
+	if g.pin, err = dev.AllocPinned(uint64(8*ReadWords(P)), false); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -73,7 +73,7 @@ func sub(b backend.Buffer, off, n int) backend.Buffer {
 	return v
 }
 
-func (g *gpuMachine) alloc(dt backend.DType, n int64) (backend.Buffer, error) {
+func (g *gpuMachine) Alloc(dt backend.DType, n int64) (backend.Buffer, error) {
 	var b backend.Buffer
 	err := g.dev.Enqueue(func(l backend.Queue) error {
 		var err error
@@ -86,17 +86,17 @@ func (g *gpuMachine) alloc(dt backend.DType, n int64) (backend.Buffer, error) {
 	return b, nil
 }
 
-func (g *gpuMachine) free(b backend.Buffer) { g.dev.Free(b) }
+func (g *gpuMachine) Free(b backend.Buffer) { g.dev.Free(b) }
 
-func (g *gpuMachine) view(b backend.Buffer, off, n int64) backend.Buffer {
+func (g *gpuMachine) View(b backend.Buffer, off, n int64) backend.Buffer {
 	return sub(b, int(off), int(n))
 }
 
-func (g *gpuMachine) upload(dst backend.Buffer, src any) error {
+func (g *gpuMachine) Upload(dst backend.Buffer, src any) error {
 	return g.dev.Enqueue(func(l backend.Queue) error { return l.UploadFrom(dst, src) })
 }
 
-func (g *gpuMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
+func (g *gpuMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		var at uint64
 		for i, b := range srcs {
@@ -117,7 +117,7 @@ func (g *gpuMachine) read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	})
 }
 
-func (g *gpuMachine) route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
+func (g *gpuMachine) Route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
 	P := int64(g.P)
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		if err := l.Memset(ctr, 0); err != nil {
@@ -129,17 +129,17 @@ func (g *gpuMachine) route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap i
 			return err
 		}
 		return l.Launch(g.fns["csp_route_scatter"], n, ptr(sendIDs), ptr(pos), ptr(cur), ptr(cnt), ptr(F), ptr(nFB),
-			backend.Buf(g.offB), backend.I32(int32(P)), ptr(hdr), backend.I32(hWords), backend.U64(key), backend.I32(int32(hop)), backend.I32(int32(fanout)), backend.I32(int32(hops)))
+			backend.Buf(g.offB), backend.I32(int32(P)), ptr(hdr), backend.I32(HeaderWords), backend.U64(key), backend.I32(int32(hop)), backend.I32(int32(fanout)), backend.I32(int32(hops)))
 	})
 }
 
-func (g *gpuMachine) drawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
+func (g *gpuMachine) DrawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		return g.st.DrawStrided(l, h, ids, R, seg, keys, ansE, ans, g.edgeBase)
 	})
 }
 
-func (g *gpuMachine) unpackStrided(ptrB, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
+func (g *gpuMachine) UnpackStrided(ptrB, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		cnt, err := l.AllocRaw(backend.Int64, int(nF+1))
 		if err != nil {
@@ -174,7 +174,7 @@ func (g *gpuMachine) uploadRoff(l backend.Queue, roff []int64) (backend.Buffer, 
 	return b, nil
 }
 
-func (g *gpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
+func (g *gpuMachine) CountExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
 	var q, t backend.Buffer
 	err = g.dev.Enqueue(func(l backend.Queue) error {
 		var err error
@@ -203,7 +203,7 @@ func (g *gpuMachine) countExact(h int, ids backend.Buffer, R int64, roff []int64
 	return q, t, nil
 }
 
-func (g *gpuMachine) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
+func (g *gpuMachine) DrawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		src, err := l.AllocRaw(backend.Int32, int(max(E, 1)))
 		if err != nil {
@@ -225,7 +225,7 @@ func (g *gpuMachine) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []
 	})
 }
 
-func (g *gpuMachine) unpackExact(ptrB, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
+func (g *gpuMachine) UnpackExact(ptrB, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
 	P := g.P
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		var tmp []backend.Buffer
@@ -282,7 +282,7 @@ func (g *gpuMachine) unpackExact(ptrB, src, eid, ans, ansE, pos backend.Buffer, 
 	})
 }
 
-func (g *gpuMachine) relabel(F backend.Buffer, nF int64, src, ptrB backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
+func (g *gpuMachine) Relabel(F backend.Buffer, nF int64, src, ptrB backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
 	var a, b, c backend.Buffer
 	err = g.dev.Enqueue(func(l backend.Queue) error {
 		var err error
@@ -295,25 +295,25 @@ func (g *gpuMachine) relabel(F backend.Buffer, nF int64, src, ptrB backend.Buffe
 	return a, b, c, nil
 }
 
-// batch wraps the parts as a gpusample.Batch: buffers truncated to the
+// Batch wraps the parts as a gpusample.Batch: buffers truncated to the
 // device's sizes, each block's structure a backend.Sparse over its buffers. On failure
 // everything is freed.
-func (g *gpuMachine) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) {
+func (g *gpuMachine) Batch(outs []HopOut, seeds []graph.NodeID) (*Batch, error) {
 	L := len(outs)
 	blocks := make([]gpusample.Block, L)
 	var werr error
 	for h := range L {
 		o := &outs[h]
-		if o.sizes != nil {
-			g.dev.Free(o.sizes)
-			o.sizes = nil
+		if o.Sizes != nil {
+			g.dev.Free(o.Sizes)
+			o.Sizes = nil
 		}
 		blk := &blocks[L-1-h]
 		if werr == nil {
 			for _, t := range []struct {
 				b backend.Buffer
 				n int64
-			}{{o.srcNodes, o.ns}, {o.local, o.e}, {o.eid, o.e}} {
+			}{{o.SrcNodes, o.NumSrc}, {o.Indices, o.NumEdges}, {o.EdgeIDs, o.NumEdges}} {
 				if werr = backend.Truncate(t.b, int(t.n)); werr != nil {
 					break
 				}
@@ -321,15 +321,15 @@ func (g *gpuMachine) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) 
 		}
 		if werr == nil {
 			var a backend.Sparse
-			if a, werr = g.dev.SparseFromBuffers(int(o.nd), int(o.ns), o.ptr, o.local); werr == nil {
+			if a, werr = g.dev.SparseFromBuffers(int(o.NumDst), int(o.NumSrc), o.Indptr, o.Indices); werr == nil {
 				blk.A = a
 			}
 		}
 		if blk.A == nil {
-			o.free(g)
+			o.Free(g)
 			continue
 		}
-		*blk = gpusample.Block{NumDst: int(o.nd), NumSrc: int(o.ns), NumEdges: int(o.e), A: blk.A, SrcNodes: o.srcNodes, EdgeIDs: o.eid}
+		*blk = gpusample.Block{NumDst: int(o.NumDst), NumSrc: int(o.NumSrc), NumEdges: int(o.NumEdges), A: blk.A, SrcNodes: o.SrcNodes, EdgeIDs: o.EdgeIDs}
 	}
 	b := gpusample.NewBatch(g.dev, slices.Clone(seeds), blocks)
 	if werr != nil {
@@ -339,14 +339,14 @@ func (g *gpuMachine) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) 
 	return &Batch{Device: b}, nil
 }
 
-func (g *gpuMachine) shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
+func (g *gpuMachine) Shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
 	if err := backend.Truncate(b, int(n)); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func (g *gpuMachine) close() error {
+func (g *gpuMachine) Close() error {
 	var first error
 	if g.offB != nil {
 		g.dev.Free(g.offB)

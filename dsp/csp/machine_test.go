@@ -29,7 +29,7 @@ import (
 
 // checked wraps a rank's CPU machine (node-wise, layer-wise or walk).
 type checked struct {
-	in      machine
+	in      Machine
 	shuffle *rng.Stream
 
 	mu     sync.Mutex
@@ -55,7 +55,7 @@ type bufState struct {
 	view  bool
 }
 
-func newChecked(in machine, seed uint64) *checked {
+func newChecked(in Machine, seed uint64) *checked {
 	s := rng.NewStream(seed)
 	return &checked{in: in, shuffle: &s, bufs: map[backend.Buffer]bufState{}}
 }
@@ -143,14 +143,14 @@ func (m *checked) after(op string, err error) error {
 	return err
 }
 
-func (m *checked) alloc(dt backend.DType, n int64) (backend.Buffer, error) {
+func (m *checked) Alloc(dt backend.DType, n int64) (backend.Buffer, error) {
 	if err := m.enter("alloc"); err != nil {
 		return nil, err
 	}
 	if n < 0 || n > maxEntries {
 		return nil, m.bad("alloc of %d", n)
 	}
-	b, err := m.in.alloc(dt, n)
+	b, err := m.in.Alloc(dt, n)
 	if err != nil {
 		return nil, m.after("alloc", err)
 	}
@@ -164,13 +164,13 @@ func (m *checked) alloc(dt backend.DType, n int64) (backend.Buffer, error) {
 	return b, nil
 }
 
-func (m *checked) free(b backend.Buffer) {
+func (m *checked) Free(b backend.Buffer) {
 	if m.release("free", b) == nil {
-		m.in.free(b)
+		m.in.Free(b)
 	}
 }
 
-func (m *checked) view(b backend.Buffer, off, n int64) backend.Buffer {
+func (m *checked) View(b backend.Buffer, off, n int64) backend.Buffer {
 	m.mu.Lock()
 	st, ok := m.bufs[b]
 	m.mu.Unlock()
@@ -178,32 +178,32 @@ func (m *checked) view(b backend.Buffer, off, n int64) backend.Buffer {
 		m.bad("view [%d, %d) of a %d-element %s", off, off+n, b.Len(), describe(ok, st))
 		return cpu.WrapI64(nil)
 	}
-	v := m.in.view(b, off, n)
+	v := m.in.View(b, off, n)
 	m.mu.Lock()
 	m.bufs[v] = bufState{alive: st.alive, view: true}
 	m.mu.Unlock()
 	return v
 }
 
-func (m *checked) upload(dst backend.Buffer, src any) error {
+func (m *checked) Upload(dst backend.Buffer, src any) error {
 	if err := m.enter("upload", dst); err != nil {
 		return err
 	}
-	return m.after("upload", m.in.upload(dst, src))
+	return m.after("upload", m.in.Upload(dst, src))
 }
 
-func (m *checked) read(dst []int64, srcs []backend.Buffer, n []int64) error {
+func (m *checked) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	if err := m.enter("read", srcs...); err != nil {
 		return err
 	}
-	return m.after("read", m.in.read(dst, srcs, n))
+	return m.after("read", m.in.Read(dst, srcs, n))
 }
 
-func (m *checked) route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
+func (m *checked) Route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
 	if err := m.enter("route", hdr, sendIDs, pos, F, nFB, ctr); err != nil {
 		return err
 	}
-	if err := m.after("route", m.in.route(hdr, sendIDs, pos, F, nFB, ctr, fcap, key, hop, fanout, hops)); err != nil {
+	if err := m.after("route", m.in.Route(hdr, sendIDs, pos, F, nFB, ctr, fcap, key, hop, fanout, hops)); err != nil {
 		return err
 	}
 	m.shuffleRanges(hdr, sendIDs, pos)
@@ -215,8 +215,8 @@ func (m *checked) route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int6
 func (m *checked) shuffleRanges(hdr, sendIDs, pos backend.Buffer) {
 	ids, ps, h := i32s(sendIDs), i32s(pos), i64s(hdr)
 	at := 0
-	for p := range len(h) / hWords {
-		n := int(h[p*hWords+hCount])
+	for p := range len(h) / HeaderWords {
+		n := int(h[p*HeaderWords+hCount])
 		for i := n - 1; i > 0; i-- {
 			j := int(m.shuffle.Below(uint64(i + 1)))
 			ids[at+i], ids[at+j] = ids[at+j], ids[at+i]
@@ -226,95 +226,95 @@ func (m *checked) shuffleRanges(hdr, sendIDs, pos backend.Buffer) {
 	}
 }
 
-func (m *checked) drawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
+func (m *checked) DrawStrided(h int, ids backend.Buffer, R int64, seg []int64, keys []uint64, ans, ansE backend.Buffer) error {
 	if err := m.enter("drawStrided", ids, ans, ansE); err != nil {
 		return err
 	}
-	return m.after("drawStrided", m.in.drawStrided(h, ids, R, seg, keys, ans, ansE))
+	return m.after("drawStrided", m.in.DrawStrided(h, ids, R, seg, keys, ans, ansE))
 }
 
-func (m *checked) unpackStrided(ptr, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
+func (m *checked) UnpackStrided(ptr, src, eid, ans, ansE, pos backend.Buffer, nF int64, k int) error {
 	if err := m.enter("unpackStrided", ptr, src, eid, ans, ansE, pos); err != nil {
 		return err
 	}
-	return m.after("unpackStrided", m.in.unpackStrided(ptr, src, eid, ans, ansE, pos, nF, k))
+	return m.after("unpackStrided", m.in.UnpackStrided(ptr, src, eid, ans, ansE, pos, nF, k))
 }
 
-func (m *checked) countExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
+func (m *checked) CountExact(h int, ids backend.Buffer, R int64, roff []int64) (qptr, tot backend.Buffer, err error) {
 	if err := m.enter("countExact", ids); err != nil {
 		return nil, nil, err
 	}
-	if qptr, tot, err = m.in.countExact(h, ids, R, roff); err != nil {
+	if qptr, tot, err = m.in.CountExact(h, ids, R, roff); err != nil {
 		return nil, nil, m.after("countExact", err)
 	}
 	m.adopt(qptr, tot)
 	return qptr, tot, nil
 }
 
-func (m *checked) drawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
+func (m *checked) DrawExact(h int, ids, qptr backend.Buffer, R int64, roff []int64, keys []uint64, packed, eid backend.Buffer, E int64) error {
 	if err := m.enter("drawExact", ids, qptr, packed, eid); err != nil {
 		return err
 	}
-	return m.after("drawExact", m.in.drawExact(h, ids, qptr, R, roff, keys, packed, eid, E))
+	return m.after("drawExact", m.in.DrawExact(h, ids, qptr, R, roff, keys, packed, eid, E))
 }
 
-func (m *checked) unpackExact(ptr, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
+func (m *checked) UnpackExact(ptr, src, eid, ans, ansE, pos backend.Buffer, bptr, S []int64, nF, E int64) error {
 	if err := m.enter("unpackExact", ptr, src, eid, ans, ansE, pos); err != nil {
 		return err
 	}
-	return m.after("unpackExact", m.in.unpackExact(ptr, src, eid, ans, ansE, pos, bptr, S, nF, E))
+	return m.after("unpackExact", m.in.UnpackExact(ptr, src, eid, ans, ansE, pos, bptr, S, nF, E))
 }
 
-func (m *checked) relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
+func (m *checked) Relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (srcNodes, local, sizes backend.Buffer, err error) {
 	if err := m.enter("relabel", F, src, ptr); err != nil {
 		return nil, nil, nil, err
 	}
-	if srcNodes, local, sizes, err = m.in.relabel(F, nF, src, ptr, e); err != nil {
+	if srcNodes, local, sizes, err = m.in.Relabel(F, nF, src, ptr, e); err != nil {
 		return nil, nil, nil, m.after("relabel", err)
 	}
 	m.adopt(srcNodes, local, sizes)
 	return srcNodes, local, sizes, nil
 }
 
-// batch hands the parts over: they leave the wrapper's books.
-func (m *checked) batch(outs []hopOut, seeds []graph.NodeID) (*Batch, error) {
+// Batch hands the parts over: they leave the wrapper's books.
+func (m *checked) Batch(outs []HopOut, seeds []graph.NodeID) (*Batch, error) {
 	for _, o := range outs {
-		for _, b := range []backend.Buffer{o.ptr, o.local, o.srcNodes, o.eid, o.sizes} {
+		for _, b := range []backend.Buffer{o.Indptr, o.Indices, o.SrcNodes, o.EdgeIDs, o.Sizes} {
 			if err := m.release("batch", b); err != nil {
 				return nil, err
 			}
 		}
 	}
-	b, err := m.in.batch(outs, seeds)
+	b, err := m.in.Batch(outs, seeds)
 	return b, m.after("batch", err)
 }
 
-func (m *checked) shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
+func (m *checked) Shrink(b backend.Buffer, n int64) (backend.Buffer, error) {
 	if err := m.release("shrink", b); err != nil {
 		return nil, err
 	}
-	s, err := m.in.shrink(b, n)
+	s, err := m.in.Shrink(b, n)
 	return s, m.after("shrink", err)
 }
 
-func (m *checked) close() error { return m.in.close() }
+func (m *checked) Close() error { return m.in.Close() }
 
 // Layer-wise kernels.
 
-func (m *checked) lm() layerMachine { return m.in.(layerMachine) }
+func (m *checked) lm() LayerMachine { return m.in.(LayerMachine) }
 
-func (m *checked) info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
+func (m *checked) Info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
 	if err := m.enter("info", ids, out, bad); err != nil {
 		return err
 	}
-	return m.after("info", m.lm().info(ids, R, out, bad))
+	return m.after("info", m.lm().Info(ids, R, out, bad))
 }
 
-func (m *checked) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
+func (m *checked) FrontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int64) error {
 	if err := m.enter("frontierInfo", out, in, pos); err != nil {
 		return err
 	}
-	if err := m.after("frontierInfo", m.lm().frontierInfo(out, in, pos, bptr, nF)); err != nil {
+	if err := m.after("frontierInfo", m.lm().FrontierInfo(out, in, pos, bptr, nF)); err != nil {
 		return err
 	}
 	if m.corrupt == "owner" && nF > 0 {
@@ -324,11 +324,11 @@ func (m *checked) frontierInfo(out, in, pos backend.Buffer, bptr []int64, nF int
 	return nil
 }
 
-func (m *checked) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
+func (m *checked) PackAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr []int64, nF int64) error {
 	if err := m.enter("packAlloc", allocG, msg, allocF, pos); err != nil {
 		return err
 	}
-	if err := m.after("packAlloc", m.lm().packAlloc(allocG, msg, allocF, pos, bptr, hdr, nF)); err != nil {
+	if err := m.after("packAlloc", m.lm().PackAlloc(allocG, msg, allocF, pos, bptr, hdr, nF)); err != nil {
 		return err
 	}
 	if m.corrupt == "count" && nF > 0 {
@@ -339,47 +339,47 @@ func (m *checked) packAlloc(allocG, msg, allocF, pos backend.Buffer, bptr, hdr [
 	return nil
 }
 
-func (m *checked) drawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
+func (m *checked) DrawLayer(ids, info, msg backend.Buffer, R int64, roff, tot []int64, keys []uint64, src, eid backend.Buffer, E int64, bad backend.Buffer) error {
 	if err := m.enter("drawLayer", ids, info, msg, src, eid, bad); err != nil {
 		return err
 	}
-	return m.after("drawLayer", m.lm().drawLayer(ids, info, msg, R, roff, tot, keys, src, eid, E, bad))
+	return m.after("drawLayer", m.lm().DrawLayer(ids, info, msg, R, roff, tot, keys, src, eid, E, bad))
 }
 
-func (m *checked) unpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
+func (m *checked) UnpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buffer, nF, E int64, bad backend.Buffer) error {
 	if err := m.enter("unpackLayer", src, eid, ans, ansE, ptr, allocG, pos, bad); err != nil {
 		return err
 	}
-	return m.after("unpackLayer", m.lm().unpackLayer(src, eid, ans, ansE, ptr, allocG, pos, nF, E, bad))
+	return m.after("unpackLayer", m.lm().UnpackLayer(src, eid, ans, ansE, ptr, allocG, pos, nF, E, bad))
 }
 
 // Walk kernels.
 
-func (m *checked) wm() walkMachine { return m.in.(walkMachine) }
+func (m *checked) wm() WalkMachine { return m.in.(WalkMachine) }
 
-func (m *checked) routeOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
+func (m *checked) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
 	if err := m.enter("routeOrigins", hdr, sendIDs, pos, F, nFB, ctr); err != nil {
 		return err
 	}
-	if err := m.after("routeOrigins", m.wm().routeOrigins(hdr, sendIDs, pos, F, nFB, ctr, fcap, hop, length)); err != nil {
+	if err := m.after("routeOrigins", m.wm().RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr, fcap, hop, length)); err != nil {
 		return err
 	}
 	m.shuffleRanges(hdr, sendIDs, pos)
 	return nil
 }
 
-func (m *checked) initWalks(out, starts backend.Buffer, n int64, L int) error {
+func (m *checked) InitWalks(out, starts backend.Buffer, n int64, L int) error {
 	if err := m.enter("initWalks", out, starts); err != nil {
 		return err
 	}
-	return m.after("initWalks", m.wm().initWalks(out, starts, n, L))
+	return m.after("initWalks", m.wm().InitWalks(out, starts, n, L))
 }
 
-func (m *checked) pack(dst, src, pos backend.Buffer, n int64, w int) error {
+func (m *checked) Pack(dst, src, pos backend.Buffer, n int64, w int) error {
 	if err := m.enter("pack", dst, src, pos); err != nil {
 		return err
 	}
-	if err := m.after("pack", m.wm().pack(dst, src, pos, n, w)); err != nil {
+	if err := m.after("pack", m.wm().Pack(dst, src, pos, n, w)); err != nil {
 		return err
 	}
 	if m.corrupt == "walker" && n > 0 && w == walkWords {
@@ -393,25 +393,25 @@ func (m *checked) pack(dst, src, pos backend.Buffer, n int64, w int) error {
 	return nil
 }
 
-func (m *checked) step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
+func (m *checked) Step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
 	if err := m.enter("step", recv, rec, F, trO, trR, bad); err != nil {
 		return err
 	}
-	return m.after("step", m.wm().step(t, recv, R, rec, F, trO, trR, bad))
+	return m.after("step", m.wm().Step(t, recv, R, rec, F, trO, trR, bad))
 }
 
-func (m *checked) concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
+func (m *checked) Concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
 	if err := m.enter("concat", append([]backend.Buffer{dst}, srcs...)...); err != nil {
 		return err
 	}
-	return m.after("concat", m.wm().concat(dst, srcs, n))
+	return m.after("concat", m.wm().Concat(dst, srcs, n))
 }
 
-func (m *checked) scatter(out, recv backend.Buffer, k, n int64, L int, bad backend.Buffer) error {
+func (m *checked) Scatter(out, recv backend.Buffer, k, n int64, L int, bad backend.Buffer) error {
 	if err := m.enter("scatter", out, recv, bad); err != nil {
 		return err
 	}
-	return m.after("scatter", m.wm().scatter(out, recv, k, n, L, bad))
+	return m.after("scatter", m.wm().Scatter(out, recv, k, n, L, bad))
 }
 
 // checkMachines fails the test on any misuse of a checked machine, and

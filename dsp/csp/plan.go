@@ -8,7 +8,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 )
 
-// Header words: the first exchange of every hop sends one row of hWords
+// Header words: the first exchange of every hop sends one row of HeaderWords
 // int64 to every peer. The device writes them (csp_route_scatter); the
 // host only when it reports a failure.
 const (
@@ -20,7 +20,7 @@ const (
 	hHops          // the number of hops: must agree
 	hNF            // the sender's frontier size (device-known until now)
 	hBad           // frontier nodes outside [0, NumNodes) (a device bug)
-	hWords
+	HeaderWords
 )
 
 // Totals words: the second status exchange of a hop that takes every
@@ -98,9 +98,9 @@ func checkSeeds(seeds []graph.NodeID, n int64) error {
 // makeHeader is the header this rank sends (counts left 0: the device
 // fills them in).
 func makeHeader(P int, status int64, key uint64, hop, fanout, hops int) []int64 {
-	h := make([]int64, P*hWords)
+	h := make([]int64, P*HeaderWords)
 	for p := range P {
-		row := h[p*hWords : (p+1)*hWords]
+		row := h[p*HeaderWords : (p+1)*HeaderWords]
 		row[hStatus], row[hKey], row[hHop], row[hFanout], row[hHops] = status, int64(key), int64(hop), int64(fanout), int64(hops)
 	}
 	return h
@@ -139,7 +139,7 @@ func peerFailed(recv []int64, P, W, w, rank int) (int, int64) {
 // most fcap nodes and rows owned rows, and fills nF, sendN, recvN, keys,
 // roff and R. The caller has already handled its own status.
 func (pl *plan) readHeader(recv, sent []int64, hop, fanout, hops int, fcap, rows int64) (kind error, msg string) {
-	P, W := pl.P, hWords
+	P, W := pl.P, HeaderWords
 	if len(recv) != P*W || len(sent) != P*W {
 		return ErrProtocol, fmt.Sprintf("header of %d/%d words, want %d", len(recv), len(sent), P*W)
 	}

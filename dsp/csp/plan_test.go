@@ -62,7 +62,7 @@ func TestCheckSeeds(t *testing.T) {
 // headerFrom builds what rank `rank` receives when peer p sends counts[p]
 // with its own words (frontier nF[p]).
 func headerFrom(P int, counts, nF []int64, hop, fanout, hops int, status []int64) []int64 {
-	h := make([]int64, 0, P*hWords)
+	h := make([]int64, 0, P*HeaderWords)
 	for p := range P {
 		row := makeHeader(1, status[p], uint64(100+p), hop, fanout, hops)
 		row[hCount], row[hNF] = counts[p], nF[p]
@@ -110,8 +110,8 @@ func TestReadHeader(t *testing.T) {
 		{"negative", headerFrom(P, []int64{-1, 0, 0}, nF, 1, 5, 2, ok), sent, 8, ErrProtocol, "sends -1"},
 		{"frontier above its bound", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), sent, 4, ErrProtocol, "frontier of 5 nodes, at most 4"},
 		{"nodes outside the graph", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[hBad] = 1 }), 8, ErrProtocol, "1 of 5 frontier nodes outside"},
-		{"routing lost nodes", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[2*hWords+hCount] = 2 }), 8, ErrProtocol, "frontier of 5 nodes but 4 routed"},
-		{"rows disagree", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[hWords+hNF] = 6 }), 8, ErrProtocol, "for rank 1 out of a frontier of 5"},
+		{"routing lost nodes", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[2*HeaderWords+hCount] = 2 }), 8, ErrProtocol, "frontier of 5 nodes but 4 routed"},
+		{"rows disagree", headerFrom(P, []int64{0, 0, 0}, nF, 1, 5, 2, ok), badSent(func(s []int64) { s[HeaderWords+hNF] = 6 }), 8, ErrProtocol, "for rank 1 out of a frontier of 5"},
 		{"short", make([]int64, 3), sent, 8, ErrProtocol, "header of 3/24 words"},
 	} {
 		pl := &plan{P: P, rank: 1}

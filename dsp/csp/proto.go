@@ -15,7 +15,7 @@ import (
 // and an exchanger (see the package doc). It knows nothing of CUDA: CPU
 // devices run it on the CPU machine.
 type proto struct {
-	m          machine
+	m          Machine
 	x          exchanger
 	remote     bool // x is a communicator: count its exchanges (and their waits)
 	rank, size int
@@ -29,24 +29,24 @@ type proto struct {
 	hb         []int64 // host words of the last read
 }
 
-// hopOut is one hop's block parts; ns and e are known after the step's
+// HopOut is one hop's block parts; ns and e are known after the step's
 // final read.
-type hopOut struct {
-	nd, ns, e  int64
-	ecap       int64 // entries of local and eid
-	ptr, local backend.Buffer
-	srcNodes   backend.Buffer // the next hop's frontier
-	eid        backend.Buffer
-	sizes      backend.Buffer // {nd, e, ns} on the device
+type HopOut struct {
+	NumDst, NumSrc, NumEdges int64
+	ecap                     int64 // entries of local and eid
+	Indptr, Indices          backend.Buffer
+	SrcNodes                 backend.Buffer // the next hop's frontier
+	EdgeIDs                  backend.Buffer
+	Sizes                    backend.Buffer // {nd, e, ns} on the device
 }
 
-func (o *hopOut) free(m machine) {
-	for _, b := range []backend.Buffer{o.ptr, o.local, o.srcNodes, o.eid, o.sizes} {
+func (o *HopOut) Free(m Machine) {
+	for _, b := range []backend.Buffer{o.Indptr, o.Indices, o.SrcNodes, o.EdgeIDs, o.Sizes} {
 		if b != nil {
-			m.free(b)
+			m.Free(b)
 		}
 	}
-	*o = hopOut{}
+	*o = HopOut{}
 }
 
 // carry marks a failure in a hop's tail (after its last exchange): the
@@ -119,7 +119,7 @@ func (p *proto) read(srcs []backend.Buffer, n []int64) ([]int64, error) {
 	p.hb = p.hb[:total]
 	p.stats.Waits++
 	t := time.Now()
-	err := p.m.read(p.hb, srcs, n)
+	err := p.m.Read(p.hb, srcs, n)
 	p.stats.WaitTime += time.Since(t)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func (p *proto) alloc(tmp *[]backend.Buffer, dt backend.DType, n int64) (backend
 	if n < 0 || n > maxEntries {
 		return nil, fmt.Errorf("%w: a buffer of %d entries", ErrTooLarge, n)
 	}
-	b, err := p.m.alloc(dt, n)
+	b, err := p.m.Alloc(dt, n)
 	if err != nil {
 		return nil, err
 	}
@@ -152,12 +152,12 @@ func fill(P, v int) []int {
 
 // sampleBatch runs step (a protocol's sample) and hands its parts to
 // the machine as a Batch.
-func (p *proto) sampleBatch(ctx context.Context, seeds []graph.NodeID, key sample.Key, step func(context.Context, []graph.NodeID, sample.Key) ([]hopOut, error)) (*Batch, error) {
+func (p *proto) sampleBatch(ctx context.Context, seeds []graph.NodeID, key sample.Key, step func(context.Context, []graph.NodeID, sample.Key) ([]HopOut, error)) (*Batch, error) {
 	outs, err := step(ctx, seeds, key)
 	if err != nil {
 		return nil, err
 	}
-	b, err := p.m.batch(outs, seeds)
+	b, err := p.m.Batch(outs, seeds)
 	if err != nil {
 		return nil, p.wrapErr(len(outs)-1, "building the blocks", err)
 	}
@@ -173,22 +173,22 @@ func (p *proto) close(extra ...backend.Buffer) error {
 	}
 	for _, b := range append([]backend.Buffer{p.ctl}, extra...) {
 		if b != nil {
-			p.m.free(b)
+			p.m.Free(b)
 		}
 	}
-	return p.m.close()
+	return p.m.Close()
 }
 
 // sample runs one step: every hop, then one read of all hops' sizes. On
 // success the caller owns the returned parts; on failure they are freed.
-func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]hopOut, error) {
+func (p *proto) sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) ([]HopOut, error) {
 	return p.step(ctx, seeds, key, stepSpec{hop: p.hop})
 }
 
 // stepSpec is what a protocol's step adds to proto.step: its hop, and
 // device words read with the blocks' sizes (and checked) at the end.
 type stepSpec struct {
-	hop func(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error)
+	hop func(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *HopOut, nFOut *int64) (next int64, err error)
 	// exactEdges: a hop's edge count is its bound (else at most it).
 	exactEdges bool
 	// extra (extraWords words, zeroed before the first hop) is read
@@ -201,13 +201,13 @@ type stepSpec struct {
 // step runs every hop of a step with spec's hop, then one read of all
 // hops' sizes (and spec's extra words). On success the caller owns the
 // returned parts; on failure they are freed.
-func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, spec stepSpec) (_ []hopOut, err error) {
+func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, spec stepSpec) (_ []HopOut, err error) {
 	L := len(p.fan)
-	outs := make([]hopOut, L)
+	outs := make([]HopOut, L)
 	defer func() {
 		if err != nil {
 			for i := range outs {
-				outs[i].free(p.m)
+				outs[i].Free(p.m)
 			}
 		}
 	}()
@@ -225,24 +225,24 @@ func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, 
 			if F, err = p.alloc(nil, backend.Int32, nF0); err != nil {
 				return err
 			}
-			if err := p.m.upload(F, seeds); err != nil {
+			if err := p.m.Upload(F, seeds); err != nil {
 				return err
 			}
 			if spec.extra != nil {
-				if err := p.m.upload(spec.extra, make([]int64, spec.extraWords)); err != nil {
+				if err := p.m.Upload(spec.extra, make([]int64, spec.extraWords)); err != nil {
 					return err
 				}
 			}
-			return p.m.upload(p.m.view(p.ctl, cl.nSeeds(), 1), []int64{nF0})
+			return p.m.Upload(p.m.View(p.ctl, cl.nSeeds(), 1), []int64{nF0})
 		}()
 		if err != nil {
 			status, carried = stFailed, p.wrapErr(0, "uploading the seeds", err)
 		}
 	}
 	if F != nil {
-		defer p.m.free(F)
+		defer p.m.Free(F)
 	}
-	nFB, fcap := p.m.view(p.ctl, cl.nSeeds(), 1), nF0
+	nFB, fcap := p.m.View(p.ctl, cl.nSeeds(), 1), nF0
 	nF := make([]int64, L) // exact frontier sizes, from the headers
 	for h := range L {
 		if status != stOK {
@@ -263,12 +263,12 @@ func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, 
 			status, carried = stFailed, c.err
 			continue
 		}
-		F, nFB, fcap = outs[h].srcNodes, p.m.view(outs[h].sizes, 2, 1), next
+		F, nFB, fcap = outs[h].SrcNodes, p.m.View(outs[h].Sizes, 2, 1), next
 	}
 	// The step's only read of the blocks' sizes.
 	srcs, n := make([]backend.Buffer, L, L+1), make([]int64, L, L+1)
 	for h := range L {
-		srcs[h], n[h] = outs[h].sizes, 3
+		srcs[h], n[h] = outs[h].Sizes, 3
 	}
 	if spec.extra != nil {
 		srcs, n = append(srcs, spec.extra), append(n, spec.extraWords)
@@ -284,10 +284,10 @@ func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, 
 		if spec.exactEdges {
 			badE = e != o.ecap
 		}
-		if nd != o.nd || badE || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
-			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d (%d edges drawn)", nd, e, ns, o.nd, o.ecap)
+		if nd != o.NumDst || badE || ns < nd || ns > nd+e || (h+1 < L && ns != nF[h+1]) {
+			return nil, p.errf(h, ErrProtocol, "device sizes nd=%d E=%d src=%d for a frontier of %d (%d edges drawn)", nd, e, ns, o.NumDst, o.ecap)
 		}
-		o.e, o.ns = e, ns
+		o.NumEdges, o.NumSrc = e, ns
 	}
 	if spec.check != nil {
 		if err := spec.check(sz[3*L:]); err != nil {
@@ -301,13 +301,13 @@ func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, 
 // hop runs hop h for the frontier F (nFB[0] nodes on the device, at most
 // fcap) into out and returns the next frontier's bound. status != stOK
 // takes part in the header exchange only, then returns carried.
-func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *hopOut, nFOut *int64) (next int64, err error) {
+func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *HopOut, nFOut *int64) (next int64, err error) {
 	m := p.m
 	k := p.fan[h]
 	var tmp []backend.Buffer // freed when the hop ends (the device orders reuse)
 	defer func() {
 		for _, b := range tmp {
-			m.free(b)
+			m.Free(b)
 		}
 	}()
 	hk := sample.HopKey(key, h)
@@ -329,7 +329,7 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 		return 0, p.wrapErr(h, "allocating the received frontier", err)
 	}
 	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
-	if err := p.a2av(ctx, m.view(recvIDs, 0, pl.R), recvN, m.view(sendIDs, 0, nF), sendN, 4); err != nil {
+	if err := p.a2av(ctx, m.View(recvIDs, 0, pl.R), recvN, m.View(sendIDs, 0, nF), sendN, 4); err != nil {
 		return 0, p.wrapErr(h, "node exchange", err)
 	}
 
@@ -346,24 +346,24 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 	}
 
 	// The block, in frontier order: failures from here on are carried.
-	out.nd, out.ecap = nF, E
+	out.NumDst, out.ecap = nF, E
 	err = func() error {
 		var err error
-		if out.ptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
+		if out.Indptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
 			return err
 		}
-		if out.eid, err = p.alloc(nil, backend.Int64, E); err != nil {
+		if out.EdgeIDs, err = p.alloc(nil, backend.Int64, E); err != nil {
 			return err
 		}
 		if k > 0 {
-			err = m.unpackStrided(out.ptr, src, out.eid, ans, ansE, pos, nF, k)
+			err = m.UnpackStrided(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, nF, k)
 		} else {
-			err = m.unpackExact(out.ptr, src, out.eid, ans, ansE, pos, pl.bptr(), pl.S, nF, E)
+			err = m.UnpackExact(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, pl.bptr(), pl.S, nF, E)
 		}
 		if err != nil {
 			return err
 		}
-		out.srcNodes, out.local, out.sizes, err = m.relabel(F, nF, src, out.ptr, E)
+		out.SrcNodes, out.Indices, out.Sizes, err = m.Relabel(F, nF, src, out.Indptr, E)
 		return err
 	}()
 	if err != nil {
@@ -389,7 +389,7 @@ func (p *proto) shuffle(ctx context.Context, h int, F, nFB backend.Buffer, fcap 
 			if pos, err = p.alloc(tmp, backend.Int32, fcap); err != nil {
 				return err
 			}
-			return m.route(sendH, sendIDs, pos, F, nFB, ctr, fcap, hk, h, k, L)
+			return m.Route(sendH, sendIDs, pos, F, nFB, ctr, fcap, hk, h, k, L)
 		})
 	if err != nil {
 		return nil, nil, nil, err
@@ -409,18 +409,18 @@ func (p *proto) shuffle(ctx context.Context, h int, F, nFB backend.Buffer, fcap 
 // returns carried.
 func (p *proto) exchangeHeader(ctx context.Context, h int, status int64, carried error, failHdr func(status int64) []int64, route func(sendH, ctr backend.Buffer) error) (sent, recv []int64, err error) {
 	m, cl := p.m, ctlLayout{p.size}
-	sendH, recvH := m.view(p.ctl, cl.sendHdr(), cl.hdrWords()), m.view(p.ctl, cl.recvHdr(), cl.hdrWords())
+	sendH, recvH := m.View(p.ctl, cl.sendHdr(), cl.hdrWords()), m.View(p.ctl, cl.recvHdr(), cl.hdrWords())
 	if status == stOK {
-		if err := route(sendH, m.view(p.ctl, cl.ctr(), int64(2*(p.size+1)))); err != nil {
+		if err := route(sendH, m.View(p.ctl, cl.ctr(), int64(2*(p.size+1)))); err != nil {
 			status, carried = stFailed, p.wrapErr(h, "routing", err)
 		}
 	}
 	if status != stOK {
-		if err := m.upload(sendH, failHdr(status)); err != nil {
+		if err := m.Upload(sendH, failHdr(status)); err != nil {
 			return nil, nil, carried
 		}
 	}
-	if err := p.a2a(ctx, recvH, sendH, hWords, 8); err != nil {
+	if err := p.a2a(ctx, recvH, sendH, HeaderWords, 8); err != nil {
 		return nil, nil, p.wrapErr(h, "header exchange", err)
 	}
 	hw, err := p.read([]backend.Buffer{p.ctl}, []int64{2 * cl.hdrWords()})
@@ -452,7 +452,7 @@ func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *p
 		if outE, err = p.alloc(tmp, backend.Int64, RK); err != nil {
 			return err
 		}
-		if err := m.drawStrided(h, ids, pl.R, pl.roff, pl.keys, out, outE); err != nil {
+		if err := m.DrawStrided(h, ids, pl.R, pl.roff, pl.keys, out, outE); err != nil {
 			return err
 		}
 		if ans, err = p.alloc(tmp, backend.Int32, FK); err != nil {
@@ -470,11 +470,11 @@ func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *p
 		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
 	}
 	send, recv := pl.stridedCounts(k)
-	if err := p.a2av(ctx, m.view(ans, 0, FK), recv, m.view(out, 0, RK), send, 4); err != nil {
+	if err := p.a2av(ctx, m.View(ans, 0, FK), recv, m.View(out, 0, RK), send, 4); err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
 	if p.edgeIDs {
-		if err := p.a2av(ctx, m.view(ansE, 0, FK), recv, m.view(outE, 0, RK), send, 8); err != nil {
+		if err := p.a2av(ctx, m.View(ansE, 0, FK), recv, m.View(outE, 0, RK), send, 8); err != nil {
 			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
 	}
@@ -488,7 +488,7 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 	P, m, cl := p.size, p.m, ctlLayout{p.size}
 	var st3 int64
 	var err3 error
-	qptr, tot, err := m.countExact(h, ids, pl.R, pl.roff)
+	qptr, tot, err := m.CountExact(h, ids, pl.R, pl.roff)
 	if err != nil {
 		st3, err3 = stFailed, p.wrapErr(h, "counting the received nodes", err)
 	} else {
@@ -514,8 +514,8 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 			st3, err3 = stFailed, p.wrapErr(h, "allocating the drawn edges", err)
 		}
 	}
-	sendT, recvT := m.view(p.ctl, cl.sendTot(), int64(P*tWords)), m.view(p.ctl, cl.recvTot(), int64(P*tWords))
-	if err := m.upload(sendT, pl.totalsSend(st3)); err != nil {
+	sendT, recvT := m.View(p.ctl, cl.sendTot(), int64(P*tWords)), m.View(p.ctl, cl.recvTot(), int64(P*tWords))
+	if err := m.Upload(sendT, pl.totalsSend(st3)); err != nil {
 		if err3 != nil {
 			return 0, nil, nil, nil, err3
 		}
@@ -536,7 +536,7 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 	}
 	ansSend, ansRecv := pl.answerCounts()
 	err = func() error {
-		if err := m.drawExact(h, ids, qptr, pl.R, pl.roff, pl.keys, packed, eid, pl.E); err != nil {
+		if err := m.DrawExact(h, ids, qptr, pl.R, pl.roff, pl.keys, packed, eid, pl.E); err != nil {
 			return err
 		}
 		var err error
@@ -554,12 +554,12 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 	if err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
 	}
-	if err := p.a2av(ctx, m.view(ans, 0, pl.nF+pl.Erecv), ansRecv, m.view(packed, 0, pl.R+pl.E), ansSend, 4); err != nil {
+	if err := p.a2av(ctx, m.View(ans, 0, pl.nF+pl.Erecv), ansRecv, m.View(packed, 0, pl.R+pl.E), ansSend, 4); err != nil {
 		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
 	if p.edgeIDs {
 		eSend, eRecv := ints(pl.tot), ints(pl.rtot)
-		if err := p.a2av(ctx, m.view(ansE, 0, pl.Erecv), eRecv, m.view(eid, 0, pl.E), eSend, 8); err != nil {
+		if err := p.a2av(ctx, m.View(ansE, 0, pl.Erecv), eRecv, m.View(eid, 0, pl.E), eSend, 8); err != nil {
 			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
 	}

@@ -205,10 +205,10 @@ func (s *Sampler) prepareGPU(dev gpuDevice, p *proto) error {
 }
 
 // prepare gives s the protocol p on machine m, and p its control words.
-func (s *Sampler) prepare(p *proto, m machine) error {
+func (s *Sampler) prepare(p *proto, m Machine) error {
 	s.p, p.m = p, m
 	var err error
-	p.ctl, err = m.alloc(backend.Int64, ctlLayout{s.size}.words())
+	p.ctl, err = m.Alloc(backend.Int64, ctlLayout{s.size}.words())
 	return err
 }
 

@@ -172,39 +172,39 @@ func TestCPUMachineContract(t *testing.T) {
 	i32 := func(n int) backend.Buffer { return cpu.WrapI32(make([]int32, n)) }
 	i64 := func(v ...int64) backend.Buffer { return cpu.WrapI64(slices.Clone(v)) }
 	for name, f := range map[string]func() error{
-		"alloc of float32":    func() error { _, err := m.alloc(backend.Float32, 3); return err },
-		"upload too long":     func() error { return m.upload(i32(1), []int32{1, 2}) },
-		"upload int64 to i32": func() error { return m.upload(i32(2), []int64{1}) },
-		"upload float32":      func() error { return m.upload(i32(2), []float32{1}) },
-		"read of int32":       func() error { return m.read(make([]int64, 1), []backend.Buffer{i32(1)}, []int64{1}) },
-		"read short":          func() error { return m.read(make([]int64, 3), []backend.Buffer{i64(1)}, []int64{1}) },
+		"alloc of float32":    func() error { _, err := m.Alloc(backend.Float32, 3); return err },
+		"upload too long":     func() error { return m.Upload(i32(1), []int32{1, 2}) },
+		"upload int64 to i32": func() error { return m.Upload(i32(2), []int64{1}) },
+		"upload float32":      func() error { return m.Upload(i32(2), []float32{1}) },
+		"read of int32":       func() error { return m.Read(make([]int64, 1), []backend.Buffer{i32(1)}, []int64{1}) },
+		"read short":          func() error { return m.Read(make([]int64, 3), []backend.Buffer{i64(1)}, []int64{1}) },
 		"route beyond fcap": func() error {
-			return m.route(i64(make([]int64, 2*hWords)...), i32(1), i32(1), i32(1), i64(2), nil, 1, 0, 0, 3, 2)
+			return m.Route(i64(make([]int64, 2*HeaderWords)...), i32(1), i32(1), i32(1), i64(2), nil, 1, 0, 0, 3, 2)
 		},
-		"drawStrided, exact":  func() error { return m.drawStrided(1, i32(1), 1, []int64{0, 1}, []uint64{0}, i32(1), i64(0)) },
-		"unpackStrided short": func() error { return m.unpackStrided(i64(0), i32(0), i64(0), i32(1), nil, i32(1), 2, 3) },
-		"countExact, strided": func() error { _, _, err := m.countExact(0, i32(1), 1, []int64{0, 1, 1}); return err },
+		"drawStrided, exact":  func() error { return m.DrawStrided(1, i32(1), 1, []int64{0, 1}, []uint64{0}, i32(1), i64(0)) },
+		"unpackStrided short": func() error { return m.UnpackStrided(i64(0), i32(0), i64(0), i32(1), nil, i32(1), 2, 3) },
+		"countExact, strided": func() error { _, _, err := m.CountExact(0, i32(1), 1, []int64{0, 1, 1}); return err },
 		"drawExact, qptr": func() error {
-			return m.drawExact(1, i32(1), i64(0, 5), 1, []int64{0, 1, 1}, []uint64{0, 0}, i32(1), i64(0), 0)
+			return m.DrawExact(1, i32(1), i64(0, 5), 1, []int64{0, 1, 1}, []uint64{0, 0}, i32(1), i64(0), 0)
 		},
 		"unpackExact, bptr": func() error {
-			return m.unpackExact(i64(0), i32(0), i64(0), i32(0), nil, i32(0), []int64{0, 1}, nil, 1, 0)
+			return m.UnpackExact(i64(0), i32(0), i64(0), i32(0), nil, i32(0), []int64{0, 1}, nil, 1, 0)
 		},
-		"relabel beyond bound": func() error { _, _, _, err := m.relabel(i32(1), 1, i32(1), i64(0, 2), 1); return err },
-		"shrink beyond":        func() error { _, err := m.shrink(i32(1), 2); return err },
-		"info short":           func() error { return lm.info(i32(2), 2, i64(0), i64(0)) },
-		"frontierInfo, bptr":   func() error { return lm.frontierInfo(i64(0), i64(0), i32(0), []int64{0}, 1) },
-		"packAlloc, hdr":       func() error { return lm.packAlloc(i64(0, 0), i64(0), i64(0), i32(1), []int64{0, 1, 1}, nil, 1) },
+		"relabel beyond bound": func() error { _, _, _, err := m.Relabel(i32(1), 1, i32(1), i64(0, 2), 1); return err },
+		"shrink beyond":        func() error { _, err := m.Shrink(i32(1), 2); return err },
+		"info short":           func() error { return lm.Info(i32(2), 2, i64(0), i64(0)) },
+		"frontierInfo, bptr":   func() error { return lm.FrontierInfo(i64(0), i64(0), i32(0), []int64{0}, 1) },
+		"packAlloc, hdr":       func() error { return lm.PackAlloc(i64(0, 0), i64(0), i64(0), i32(1), []int64{0, 1, 1}, nil, 1) },
 		"drawLayer, roff": func() error {
-			return lm.drawLayer(i32(1), i64(0), i64(0), 1, []int64{0, 0, 0}, nil, nil, i32(0), i64(), 0, i64(0))
+			return lm.DrawLayer(i32(1), i64(0), i64(0), 1, []int64{0, 0, 0}, nil, nil, i32(0), i64(), 0, i64(0))
 		},
 		"unpackLayer, counts": func() error {
-			return lm.unpackLayer(i32(1), i64(0), i32(1), nil, i64(0, 1), i64(0, 0), i32(1), 1, 1, i64(0))
+			return lm.UnpackLayer(i32(1), i64(0), i32(1), nil, i64(0, 1), i64(0, 0), i32(1), 1, 1, i64(0))
 		},
-		"initWalks short": func() error { return wm.initWalks(i32(2), i32(1), 1, 2) },
-		"pack short":      func() error { return wm.pack(i64(0), i64(0, 0), i32(1), 1, 2) },
-		"step short":      func() error { return wm.step(0, i64(0), 1, i64(), i32(1), i32(1), i64(), i64(0)) },
-		"concat of int64": func() error { return wm.concat(i32(2), []backend.Buffer{i64(1)}, []int64{1}) },
+		"initWalks short": func() error { return wm.InitWalks(i32(2), i32(1), 1, 2) },
+		"pack short":      func() error { return wm.Pack(i64(0), i64(0, 0), i32(1), 1, 2) },
+		"step short":      func() error { return wm.Step(0, i64(0), 1, i64(), i32(1), i32(1), i64(), i64(0)) },
+		"concat of int64": func() error { return wm.Concat(i32(2), []backend.Buffer{i64(1)}, []int64{1}) },
 	} {
 		if err := f(); !errors.Is(err, errContract) {
 			t.Errorf("%s: %v, want errContract", name, err)

@@ -51,7 +51,7 @@ func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.
 	}
 	w := &Walker{member: member{be: be, rank: rank, size: size}, length: length}
 	p := newProto(be, c, b, rank, &w.stats, max(length, 1))
-	var wm walkMachine
+	var wm WalkMachine
 	if host != nil {
 		wm = newCPUWalkMachine(host, patch, p.off, size, length)
 	} else {
@@ -68,10 +68,10 @@ func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.
 		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: err}
 	}
 	var err error
-	if p.ctl, err = wm.alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
+	if p.ctl, err = wm.Alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
 		return fail(err)
 	}
-	if w.p.bad, err = wm.alloc(backend.Int64, 1); err != nil {
+	if w.p.bad, err = wm.Alloc(backend.Int64, 1); err != nil {
 		return fail(err)
 	}
 	return w, nil
@@ -119,9 +119,9 @@ func (w *Walker) Walk(ctx context.Context, starts []graph.NodeID, key sample.Key
 		}
 		return nil, err
 	}
-	b, err := w.p.m.shrink(out, int64(len(starts)*(w.length+1)))
+	b, err := w.p.m.Shrink(out, int64(len(starts)*(w.length+1)))
 	if err != nil {
-		w.p.m.free(out)
+		w.p.m.Free(out)
 		return nil, &Error{Rank: w.rank, Op: "csp.Walk", Hop: w.length, Err: err}
 	}
 	return &Walks{be: w.be, Length: w.length, Nodes: b}, nil

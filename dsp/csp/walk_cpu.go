@@ -26,12 +26,12 @@ func newCPUWalkMachine(be *cpu.Backend, patch *layout.Patch, offsets []int64, P,
 		idOff: id, lo: int64(patch.Lo), hi: int64(patch.Hi), n: patch.Graph.NumRows, length: length}
 }
 
-func (m *cpuWalkMachine) routeOrigins(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, hop, length int) error {
+func (m *cpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, hop, length int) error {
 	return m.routeBy(m.idOff, hdr, sendIDs, pos, F, nFB, fcap, 0, hop, length, walkHops)
 }
 
-// initWalks is wk_init.
-func (m *cpuWalkMachine) initWalks(out, starts backend.Buffer, n int64, L int) error {
+// InitWalks is wk_init.
+func (m *cpuWalkMachine) InitWalks(out, starts backend.Buffer, n int64, L int) error {
 	o, s := i32s(out), int64(L+1)
 	if int64(len(o)) < n*s || int64(len(i32s(starts))) < n {
 		return m.bad("initWalks: %d slots for %d walks of %d", len(o), n, s)
@@ -45,8 +45,8 @@ func (m *cpuWalkMachine) initWalks(out, starts backend.Buffer, n int64, L int) e
 	return nil
 }
 
-// pack is wk_pack.
-func (m *cpuWalkMachine) pack(dst, src, pos backend.Buffer, n int64, w int) error {
+// Pack is wk_pack.
+func (m *cpuWalkMachine) Pack(dst, src, pos backend.Buffer, n int64, w int) error {
 	W, d, s := int64(w), i64s(dst), i64s(src)
 	if int64(len(d)) < n*W || int64(len(i32s(pos))) < n {
 		return m.bad("pack: %d words for %d records of %d", len(d), n, w)
@@ -58,8 +58,8 @@ func (m *cpuWalkMachine) pack(dst, src, pos backend.Buffer, n int64, w int) erro
 	return nil
 }
 
-// step is wk_step.
-func (m *cpuWalkMachine) step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
+// Step is wk_step.
+func (m *cpuWalkMachine) Step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
 	in := i64s(recv)
 	if int64(len(in)) < walkWords*R || int64(len(i64s(trR))) < traceWords*R {
 		return m.bad("step: %d words for %d walkers", len(in), R)
@@ -86,7 +86,7 @@ func (m *cpuWalkMachine) step(t int, recv backend.Buffer, R int64, rec, F, trO, 
 	return nil
 }
 
-func (m *cpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
+func (m *cpuWalkMachine) Concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
 	at := 0
 	for i, s := range srcs {
 		if s.DType() != dst.DType() || at+int(n[i]) > dst.Len() {
@@ -101,8 +101,8 @@ func (m *cpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []i
 	return nil
 }
 
-// scatter is wk_scatter.
-func (m *cpuWalkMachine) scatter(out, recv backend.Buffer, k, n int64, L int, bad backend.Buffer) error {
+// Scatter is wk_scatter.
+func (m *cpuWalkMachine) Scatter(out, recv backend.Buffer, k, n int64, L int, bad backend.Buffer) error {
 	r := i64s(recv)
 	for j := range k {
 		idx, t, u := r[3*j], r[3*j+1], r[3*j+2]

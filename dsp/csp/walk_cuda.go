@@ -38,19 +38,19 @@ func newGPUWalkMachine(dev gpuDevice, patch *layout.Patch, offsets []int64, P, l
 	built := false
 	defer func() {
 		if !built {
-			g.close()
+			g.Close()
 		}
 	}()
 	id := make([]int64, P+1)
 	for i := range id {
 		id[i] = int64(i)
 	}
-	b, err := gm.alloc(backend.Int64, int64(P+1))
+	b, err := gm.Alloc(backend.Int64, int64(P+1))
 	if err != nil {
 		return nil, err
 	}
 	g.idOff = b
-	if err := gm.upload(b, id); err != nil {
+	if err := gm.Upload(b, id); err != nil {
 		return nil, err
 	}
 	pg := patch.Graph
@@ -64,37 +64,37 @@ func newGPUWalkMachine(dev gpuDevice, patch *layout.Patch, offsets []int64, P, l
 	return g, nil
 }
 
-func (g *gpuWalkMachine) routeOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
+func (g *gpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
 	saved := g.offB
 	g.offB = g.idOff
 	defer func() { g.offB = saved }()
-	return g.route(hdr, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, length, walkHops)
+	return g.Route(hdr, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, length, walkHops)
 }
 
-func (g *gpuWalkMachine) initWalks(out, starts backend.Buffer, n int64, L int) error {
+func (g *gpuWalkMachine) InitWalks(out, starts backend.Buffer, n int64, L int) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		return l.Launch(g.fns["wk_init"], n*int64(L+1), ptr(out), ptr(starts), backend.I64(n), backend.I32(int32(L)))
 	})
 }
 
-func (g *gpuWalkMachine) pack(dst, src, pos backend.Buffer, n int64, w int) error {
+func (g *gpuWalkMachine) Pack(dst, src, pos backend.Buffer, n int64, w int) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		return l.Launch(g.fns["wk_pack"], n*int64(w), ptr(dst), ptr(src), ptr(pos), backend.I64(n), backend.I32(int32(w)))
 	})
 }
 
-func (g *gpuWalkMachine) step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
+func (g *gpuWalkMachine) Step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		return l.Launch(g.fns["wk_step"], R, ptr(rec), ptr(F), ptr(trO), ptr(trR), ptr(bad), ptr(recv), backend.I64(R), backend.I32(int32(t)),
 			backend.I32(int32(g.length)), backend.I32(int32(g.P)), g.rowptr, g.indices, backend.I64(g.lo), backend.I64(g.rows))
 	})
 }
 
-func (g *gpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
+func (g *gpuWalkMachine) Concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error {
 	var at int64
 	for i, s := range srcs {
 		if n[i] > 0 {
-			if err := g.dev.Copy(g.view(dst, at, n[i]), g.view(s, 0, n[i])); err != nil {
+			if err := g.dev.Copy(g.View(dst, at, n[i]), g.View(s, 0, n[i])); err != nil {
 				return err
 			}
 		}
@@ -103,18 +103,18 @@ func (g *gpuWalkMachine) concat(dst backend.Buffer, srcs []backend.Buffer, n []i
 	return nil
 }
 
-func (g *gpuWalkMachine) scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error {
+func (g *gpuWalkMachine) Scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error {
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		return l.Launch(g.fns["wk_scatter"], m, ptr(out), ptr(bad), ptr(recv), backend.I64(m), backend.I64(n), backend.I32(int32(L)), backend.I64(g.n))
 	})
 }
 
-func (g *gpuWalkMachine) close() error {
+func (g *gpuWalkMachine) Close() error {
 	if g.idOff != nil {
 		g.dev.Free(g.idOff)
 		g.idOff = nil
 	}
-	first := g.gpuMachine.close()
+	first := g.gpuMachine.Close()
 	if err := g.placed.free(); first == nil {
 		first = err
 	}

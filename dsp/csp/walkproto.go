@@ -29,35 +29,35 @@ const (
 	traceWords = 3
 )
 
-// walkMachine is what the walk protocol needs from one rank's device:
+// WalkMachine is what the walk protocol needs from one rank's device:
 // the node-wise machine's buffers and routing, and the kernels of
 // walk.cu. As in machine, every method but read queues work and returns.
-type walkMachine interface {
-	machine
+type WalkMachine interface {
+	Machine
 
-	// routeOrigins is route with the identity offsets 0..P: F holds
+	// RouteOrigins is route with the identity offsets 0..P: F holds
 	// ranks (the traces' origins), -1 for none.
-	routeOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error
-	// initWalks writes the n walks' slots: starts, then -1.
-	initWalks(out, starts backend.Buffer, n int64, L int) error
-	// pack gathers n records of w int64: dst[j] = src[pos[j]].
-	pack(dst, src, pos backend.Buffer, n int64, w int) error
-	// step takes step t of the R walkers recv holds (this rank owns
+	RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error
+	// InitWalks writes the n walks' slots: starts, then -1.
+	InitWalks(out, starts backend.Buffer, n int64, L int) error
+	// Pack gathers n records of w int64: dst[j] = src[pos[j]].
+	Pack(dst, src, pos backend.Buffer, n int64, w int) error
+	// Step takes Step t of the R walkers recv holds (this rank owns
 	// their nodes): the walkers that go on into rec and F (-1 where
 	// none), the traces into trO (origin, -1 where none) and trR.
-	// Walkers this rank may not step add to bad[0].
-	step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error
-	// concat copies srcs[i][0:n[i]] one after another into dst.
-	concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error
-	// scatter writes the m traces recv holds into the n walks' slots;
+	// Walkers this rank may not Step add to bad[0].
+	Step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error
+	// Concat copies srcs[i][0:n[i]] one after another into dst.
+	Concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error
+	// Scatter writes the m traces recv holds into the n walks' slots;
 	// invalid ones add to bad[0].
-	scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error
+	Scatter(out, recv backend.Buffer, m, n int64, L int, bad backend.Buffer) error
 }
 
 // wproto is one rank's side of the walk protocol (see the package doc).
 type wproto struct {
 	*proto
-	wm     walkMachine
+	wm     WalkMachine
 	length int
 	bad    backend.Buffer // int64: walkers or traces this rank could not take
 }
@@ -88,7 +88,7 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 	freeAll := func(bs ...backend.Buffer) {
 		for _, b := range bs {
 			if b != nil {
-				m.free(b)
+				m.Free(b)
 			}
 		}
 	}
@@ -112,7 +112,7 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 			if rec, err = p.alloc(nil, backend.Int64, walkWords*n); err != nil {
 				return err
 			}
-			if err := m.upload(F, starts); err != nil {
+			if err := m.Upload(F, starts); err != nil {
 				return err
 			}
 			bk := rng.Derive(key.Seed, tagWalk, uint64(key.Epoch), uint64(key.Batch))
@@ -120,22 +120,22 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 			for i, v := range starts {
 				r = append(r, int64(p.rank), int64(i), int64(rng.Derive(bk, uint64(i))), int64(v))
 			}
-			if err := m.upload(rec, r); err != nil {
+			if err := m.Upload(rec, r); err != nil {
 				return err
 			}
-			if err := m.upload(wp.bad, []int64{0}); err != nil {
+			if err := m.Upload(wp.bad, []int64{0}); err != nil {
 				return err
 			}
-			if err := m.upload(m.view(p.ctl, cl.nSeeds(), 1), []int64{n}); err != nil {
+			if err := m.Upload(m.View(p.ctl, cl.nSeeds(), 1), []int64{n}); err != nil {
 				return err
 			}
-			return wm.initWalks(out, F, n, L)
+			return wm.InitWalks(out, F, n, L)
 		}()
 		if err != nil {
 			status, carried = stFailed, p.wrapErr(0, "uploading the starts", err)
 		}
 	}
-	nFB := m.view(p.ctl, cl.nSeeds(), 1)
+	nFB := m.View(p.ctl, cl.nSeeds(), 1)
 	fcap := n
 	for s := 0; s < max(L, 1); s++ {
 		var tmp []backend.Buffer
@@ -158,7 +158,7 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 		}
 		send, err := p.alloc(&tmp, backend.Int64, walkWords*live)
 		if err == nil {
-			err = wm.pack(send, rec, pos, live, walkWords)
+			err = wm.Pack(send, rec, pos, live, walkWords)
 		}
 		var recv backend.Buffer
 		if err == nil {
@@ -168,7 +168,7 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 			freeAll(tmp...)
 			return nil, p.wrapErr(s, "packing the walkers", err)
 		}
-		if err := p.a2av(ctx, m.view(recv, 0, walkWords*R), scale(ints(pl.recvN), walkWords), m.view(send, 0, walkWords*live), scale(ints(pl.sendN), walkWords), 8); err != nil {
+		if err := p.a2av(ctx, m.View(recv, 0, walkWords*R), scale(ints(pl.recvN), walkWords), m.View(send, 0, walkWords*live), scale(ints(pl.sendN), walkWords), 8); err != nil {
 			freeAll(tmp...)
 			return nil, p.wrapErr(s, "walker exchange", err)
 		}
@@ -193,10 +193,10 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 				return err
 			}
 			trR, trN = append(trR, r), append(trN, R)
-			if err := wm.step(s, recv, R, rec, F, o, r, wp.bad); err != nil {
+			if err := wm.Step(s, recv, R, rec, F, o, r, wp.bad); err != nil {
 				return err
 			}
-			return m.upload(nFB, []int64{R})
+			return m.Upload(nFB, []int64{R})
 		}()
 		freeAll(tmp...)
 		if err != nil {
@@ -236,13 +236,13 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 			if tR, err = p.alloc(nil, backend.Int64, traceWords*T); err != nil {
 				return err
 			}
-			if err := wm.concat(tO, trO, trN); err != nil {
+			if err := wm.Concat(tO, trO, trN); err != nil {
 				return err
 			}
-			if err := wm.concat(tR, trR, scale64(trN, traceWords)); err != nil {
+			if err := wm.Concat(tR, trR, scale64(trN, traceWords)); err != nil {
 				return err
 			}
-			return m.upload(nFB, []int64{T})
+			return m.Upload(nFB, []int64{T})
 		}()
 		if err != nil {
 			status, carried = stFailed, p.wrapErr(L, "gathering the traces", err)
@@ -258,7 +258,7 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 	live, R := pl.nF-pl.dead, pl.R
 	send, err := p.alloc(&tmp, backend.Int64, traceWords*live)
 	if err == nil {
-		err = wm.pack(send, tR, pos, live, traceWords)
+		err = wm.Pack(send, tR, pos, live, traceWords)
 	}
 	var recv backend.Buffer
 	if err == nil && traceWords*R > maxEntries {
@@ -270,10 +270,10 @@ func (wp *wproto) walk(ctx context.Context, starts []graph.NodeID, key sample.Ke
 	if err != nil {
 		return nil, p.wrapErr(L, "packing the traces", err)
 	}
-	if err := p.a2av(ctx, m.view(recv, 0, traceWords*R), scale(ints(pl.recvN), traceWords), m.view(send, 0, traceWords*live), scale(ints(pl.sendN), traceWords), 8); err != nil {
+	if err := p.a2av(ctx, m.View(recv, 0, traceWords*R), scale(ints(pl.recvN), traceWords), m.View(send, 0, traceWords*live), scale(ints(pl.sendN), traceWords), 8); err != nil {
 		return nil, p.wrapErr(L, "trace exchange", err)
 	}
-	if err := wm.scatter(out, recv, R, n, L, wp.bad); err != nil {
+	if err := wm.Scatter(out, recv, R, n, L, wp.bad); err != nil {
 		return nil, p.wrapErr(L, "writing the walks", err)
 	}
 	bad, err := p.read([]backend.Buffer{wp.bad}, []int64{1})
@@ -306,9 +306,9 @@ func (wp *wproto) header(ctx context.Context, hop int, F, nFB backend.Buffer, fc
 				return err
 			}
 			if origins {
-				return wp.wm.routeOrigins(sendH, sendIDs, pos, F, nFB, ctr, fcap, hop, wp.length)
+				return wp.wm.RouteOrigins(sendH, sendIDs, pos, F, nFB, ctr, fcap, hop, wp.length)
 			}
-			return m.route(sendH, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, wp.length, walkHops)
+			return m.Route(sendH, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, wp.length, walkHops)
 		})
 	if err != nil {
 		return nil, nil, err
@@ -333,7 +333,7 @@ type walkPlan struct {
 // rank has rows (walkers meet), and items routed nowhere are dead
 // walkers or steps without a trace.
 func (pl *walkPlan) read(recv, sent []int64, hop, L int, fcap int64) (kind error, msg string) {
-	P, W := pl.P, hWords
+	P, W := pl.P, HeaderWords
 	if len(recv) != P*W || len(sent) != P*W {
 		return ErrProtocol, fmt.Sprintf("header of %d/%d words, want %d", len(recv), len(sent), P*W)
 	}
