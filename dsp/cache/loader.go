@@ -61,8 +61,9 @@ type Loader struct {
 }
 
 // NewLoader checks cfg and returns a loader. On a CUDA back end the
-// routing runs on the GPU (the holder table goes to device memory); on
-// any other back end its host mirror runs.
+// routing runs on the GPU (the holder table goes to device memory: the
+// registered device machine); on any other back end its host mirror
+// runs.
 func NewLoader(cfg LoaderConfig) (*Loader, error) {
 	switch {
 	case cfg.Plan == nil || cfg.Backend == nil || cfg.Store == nil:
@@ -81,12 +82,8 @@ func NewLoader(cfg LoaderConfig) (*Loader, error) {
 			return nil, fmt.Errorf("%w: the exchange needs device and host communicators of %d ranks with this rank %d", ErrInput, k, cfg.Rank)
 		}
 	}
-	if dev, ok := asKernelDevice(cfg.Backend); ok {
-		if l.mach, err = newCUDAMachine(dev, holder, k, cfg.Rank, cfg.Rows); err != nil {
-			return nil, err
-		}
-	} else {
-		l.mach = &hostMachine{b: cfg.Backend, holder: holder, k: k, rank: cfg.Rank, rows: cfg.Rows}
+	if l.mach, err = newMachine(cfg.Backend, holder, k, cfg.Rank, cfg.Rows); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

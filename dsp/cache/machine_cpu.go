@@ -13,8 +13,9 @@ func binCold(k int) int { return k }
 func binBad(k int) int  { return k + 1 }
 
 // Machine runs the loader's routing steps on one back end: kernels on a
-// GPU (cudaMachine), or their host mirror (hostMachine) on any other back
-// end, which is how CI covers the loader's protocol.
+// GPU (the registered device machine), or their host mirror
+// (hostMachine) on any other back end, which is how CI covers the
+// loader's protocol.
 type Machine interface {
 	// Route queues the bin counts of ids[0:n) and, when grouped and pos
 	// are not nil (n int32 each), the grouping: the IDs of bin rank
@@ -23,11 +24,38 @@ type Machine interface {
 	// unspecified.
 	Route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error
 	// Counts waits for the work queued so far and returns the last
-	// route's k+2 Counts.
+	// Route's k+2 counts.
 	Counts() ([]int64, error)
 	// Scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats.
 	Scatter(x, stage, pos backend.Buffer, n, cols int) error
 	Close() error
+}
+
+// DeviceMachine returns the routing machine of a device back end for
+// the holder table (a byte per node: the device serving it, -1 cold), k
+// devices, this rank and rows nodes, or nil, nil when be is not a device
+// it runs on. Package internal/cudadsp registers the CUDA one.
+type DeviceMachine func(be backend.Backend, holder []int8, k, rank, rows int) (Machine, error)
+
+var deviceMachine DeviceMachine
+
+// RegisterDevice makes loaders use f's machines on the back ends it
+// takes. It is meant for an init function; it panics when called twice.
+func RegisterDevice(f DeviceMachine) {
+	if f == nil || deviceMachine != nil {
+		panic("cache: RegisterDevice called twice or with nil")
+	}
+	deviceMachine = f
+}
+
+// newMachine is the registered device machine of be, or the host mirror.
+func newMachine(be backend.Backend, holder []int8, k, rank, rows int) (Machine, error) {
+	if deviceMachine != nil {
+		if m, err := deviceMachine(be, holder, k, rank, rows); m != nil || err != nil {
+			return m, err
+		}
+	}
+	return &hostMachine{b: be, holder: holder, k: k, rank: rank, rows: rows}, nil
 }
 
 // hostMachine is the host mirror of the kernels in route.cu, for back

@@ -4,19 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
-	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
-
-// TestKernelsCompile compiles the routing kernels with NVRTC when the
-// library is available (no GPU needed).
-func TestKernelsCompile(t *testing.T) {
-	gputest.CompileKernels(t, kernelSrc, "cache.cu")
-}
 
 // TestHostMachineGroups: the grouping puts the own bin (with cold rows)
 // first, then the peers in rank order, pos inverts it, the counts match
@@ -139,5 +133,117 @@ func TestLoadDeviceInput(t *testing.T) {
 		if _, err := l.Load(context.Background(), bad); !errors.Is(err, ErrInput) {
 			t.Fatalf("Load(%v): %v", bad, err)
 		}
+	}
+}
+
+// countingMachine is a device machine for the registry test: the host
+// mirror, counting the routes that reach it.
+type countingMachine struct {
+	hostMachine
+	routes int
+}
+
+func (m *countingMachine) Route(ids backend.Buffer, n int, grouped, pos backend.Buffer) error {
+	m.routes++
+	return m.hostMachine.Route(ids, n, grouped, pos)
+}
+
+// TestDeviceMachineRegistry: a loader runs the registered device
+// machine on the back ends it takes (the rows still equal the table's),
+// the host mirror on the others (nil, nil), and fails with the device
+// machine's error; a second registration panics.
+func TestDeviceMachineRegistry(t *testing.T) {
+	if deviceMachine != nil {
+		t.Fatal("a device machine is registered in the cache tests")
+	}
+	const n, cols = 200, 3
+	x := table(n, cols)
+	plan, err := NewPlan(evenBook(t, n, 1), hotOrder(n, 3), cols, PlanConfig{BudgetBytes: 40 * 4 * cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made *countingMachine
+	mode := "take"
+	RegisterDevice(func(b backend.Backend, holder []int8, k, rank, rows int) (Machine, error) {
+		switch mode {
+		case "take":
+			made = &countingMachine{hostMachine: hostMachine{b: b, holder: holder, k: k, rank: rank, rows: rows}}
+			return made, nil
+		case "fail":
+			return nil, errors.New("no kernels today")
+		}
+		return nil, nil
+	})
+	defer func() { deviceMachine = nil }()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a second RegisterDevice did not panic")
+			}
+		}()
+		RegisterDevice(func(backend.Backend, []int8, int, int, int) (Machine, error) { return nil, nil })
+	}()
+	cfg := LoaderConfig{Plan: plan, Rows: n, Cols: cols, Backend: be, Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(0))}}
+	nodes := randomNodes(n, 70, 5)
+	for _, m := range []string{"take", "pass"} {
+		mode, made = m, nil
+		l, err := NewLoader(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := l.Load(context.Background(), nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, out.Len())
+		if err := be.Download(got, out); err != nil {
+			t.Fatal(err)
+		}
+		be.Free(out)
+		for i, v := range nodes {
+			for c := range cols {
+				if got[i*cols+c] != x[int(v)*cols+c] {
+					t.Fatalf("%s: row %d (node %d) col %d: %v, want %v", m, i, v, c, got[i*cols+c], x[int(v)*cols+c])
+				}
+			}
+		}
+		_, host := l.mach.(*hostMachine)
+		switch {
+		case m == "take" && (made == nil || l.mach != Machine(made) || made.routes == 0):
+			t.Errorf("the registered machine did not route the load: %+v", made)
+		case m == "pass" && (made != nil || !host):
+			t.Errorf("a back end the device machine passes on runs %T", l.mach)
+		}
+		l.Close()
+	}
+	mode = "fail"
+	if _, err := NewLoader(cfg); err == nil || err.Error() != "no kernels today" {
+		t.Errorf("NewLoader with a failing device machine: %v", err)
+	}
+}
+
+// TestParseNames: the policy and hotness names (empty: the defaults),
+// and unknown ones refused as ErrInput naming the value.
+func TestParseNames(t *testing.T) {
+	for s, want := range map[string]Policy{"": Partition, "partition": Partition, "replicate": Replicate, "auto": Auto} {
+		if p, err := ParsePolicy(s); err != nil || p != want {
+			t.Errorf("ParsePolicy(%q) = %q, %v; want %q", s, p, err, want)
+		}
+	}
+	for s, want := range map[string]Hotness{"": DefaultHotness, "in-degree": ByInDegree, "pagerank": ByPageRank,
+		"reverse-pagerank": ByReversePageRank, "presample": ByPreSampling} {
+		if h, err := ParseHotness(s); err != nil || h != want {
+			t.Errorf("ParseHotness(%q) = %q, %v; want %q", s, h, err, want)
+		}
+	}
+	if _, err := ParsePolicy("lru"); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), `"lru"`) {
+		t.Errorf("ParsePolicy(lru): %v", err)
+	}
+	if _, err := ParseHotness("degree"); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), `"degree"`) {
+		t.Errorf("ParseHotness(degree): %v", err)
 	}
 }

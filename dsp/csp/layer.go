@@ -2,7 +2,6 @@ package csp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
-	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -24,8 +22,7 @@ type LayerSampler struct {
 	member
 	cfg Config
 
-	gs *gpusample.Sampler // CUDA: the hop API (uniform draws and relabeling)
-	p  *lproto
+	p *lproto
 }
 
 // NewLayer prepares rank c.Rank()'s layer-wise sampler, with the
@@ -38,76 +35,41 @@ type LayerSampler struct {
 // running weight sums (on a GPU, per-edge arrays in host memory with
 // Mapped and Split placements).
 func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
-	const op = "csp.NewLayer"
-	rank, size := groupOf(c)
-	bad := func(format string, args ...any) (*LayerSampler, error) {
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
-	}
-	b, msg := checkGroup(patch, offsets, rank, size)
-	if msg != "" {
-		return bad("%s", msg)
-	}
-	if err := checkLayerConfig(cfg); err != nil {
-		return bad("%v", err)
-	}
-	if cfg.Weighted {
+	o, err := open("csp.NewLayer", be, patch, offsets, c, func() error {
+		if err := checkLayerConfig(cfg); err != nil || !cfg.Weighted {
+			return err
+		}
 		w := patch.Graph.Weights
 		if int64(len(w)) != patch.Graph.NumEdges() {
-			return bad("weighted sampling needs edge weights (%d for %d edges)", len(w), patch.Graph.NumEdges())
+			return fmt.Errorf("weighted sampling needs edge weights (%d for %d edges)", len(w), patch.Graph.NumEdges())
 		}
 		for e, x := range w {
 			if !(x >= 0) || math.IsInf(float64(x), 1) {
-				return bad("edge %d of the patch has weight %v", e, x)
+				return fmt.Errorf("edge %d of the patch has weight %v", e, x)
 			}
 		}
-	}
-	dev, host, msg := backendOf(be)
-	if msg != "" {
-		return bad("%s", msg)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &LayerSampler{member: member{be: be, rank: rank, size: size}, cfg: cfg}
-	p := newProto(be, c, b, rank, &s.stats, len(cfg.Fanouts))
+	s := &LayerSampler{cfg: cfg}
+	p := o.proto(&s.member, len(cfg.Fanouts))
 	p.fan, p.edgeIDs = cfg.Fanouts, cfg.EdgeIDs
-	wrap := func(err error) (*LayerSampler, error) {
-		s.Close()
-		kind := err
-		if errors.Is(err, sample.ErrConfig) || errors.Is(err, sample.ErrGraph) {
-			kind = fmt.Errorf("%w: %w", ErrInput, err)
-		}
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
-	}
 	var lm LayerMachine
-	if host != nil {
-		lm = newCPULayerMachine(host, patch, p.off, size, cfg)
-	} else {
-		// Uniform draws use gpusample's hop API over the patch; weighted
-		// ones read this package's copy of the rows, so gpusample then
-		// gets a one-node graph and serves relabeling only.
-		gcfg := gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}
-		if cfg.Placement == gpusample.Split {
-			gcfg.DeviceRows = patch.DeviceRowIDs()
-		}
-		g := patch.Graph
-		if cfg.Weighted {
-			g, gcfg.Placement, gcfg.DeviceRows = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}, gpusample.OnDevice, nil
-		}
-		var err error
-		if s.gs, err = gpusample.New(dev, g, gcfg); err != nil {
-			return wrap(err)
-		}
-		if lm, err = newGPULayerMachine(dev, s.gs, patch, p.off, size, cfg); err != nil {
-			return wrap(err)
-		}
+	if o.host != nil {
+		lm = newCPULayerMachine(o.host, patch, p.off, o.size, cfg)
+	} else if lm, err = device.Layer(be, patch, p.off, o.size, cfg); err != nil {
+		return nil, o.fail(err)
 	}
-	p.m = lm
 	s.p = &lproto{proto: p, lm: lm, replace: cfg.Replace, weighted: cfg.Weighted}
-	var err error
-	if p.ctl, err = lm.Alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
-		return wrap(err)
+	if err = p.setMachine(lm); err == nil {
+		s.p.bad, err = lm.Alloc(backend.Int64, int64(2*len(cfg.Fanouts)))
 	}
-	if s.p.bad, err = lm.Alloc(backend.Int64, int64(2*len(cfg.Fanouts))); err != nil {
-		return wrap(err)
+	if err != nil {
+		s.Close()
+		return nil, o.fail(err)
 	}
 	return s, nil
 }
@@ -124,16 +86,10 @@ func (s *LayerSampler) Close() error {
 		return nil
 	}
 	s.closed = true
-	var first error
 	if s.p != nil {
-		first = s.p.close(s.p.bad)
+		return s.p.close(s.p.bad)
 	}
-	if s.gs != nil {
-		if err := s.gs.Close(); first == nil {
-			first = err
-		}
-	}
-	return first
+	return nil
 }
 
 // Sample draws the layer-wise mini-batch of seeds (distinct global IDs)

@@ -3,17 +3,21 @@ package csp
 import (
 	"context"
 
+	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // Machine is what the protocol (proto) needs from one rank's device:
-// buffers and the protocol's kernels. Every method but read queues work
-// in order and returns without waiting for it; read waits (it is the
+// buffers and the protocol's kernels. Every method but Read queues work
+// in order and returns without waiting for it; Read waits (it is the
 // host's only way to learn a device-side size). Sizes passed in are
 // exact host-known counts unless a method says it reads one from the
-// device. gpuMachine runs on a GPU, cpuMachine on the CPU back end (the
-// kernels in Go, run when called): CPU devices run the protocol GPUs run.
+// device. The CPU back end's machine (cpuMachine: the kernels in Go, run
+// when called) is in this package; a GPU's comes from the registered
+// Device. CPU devices run the protocol GPUs run.
 type Machine interface {
 	// Alloc returns a buffer of max(n, 1) elements (n is checked by the
 	// caller); free returns it (work queued before stays ordered).
@@ -75,6 +79,51 @@ type Machine interface {
 	// Close releases the machine's own memory (not the buffers it
 	// returned).
 	Close() error
+}
+
+// SamplerMachine is the node-wise Sampler's machine: a Machine over the
+// rank's patch that can also sample it directly and open siblings.
+type SamplerMachine interface {
+	Machine
+	// Sample draws the batch of seeds from the patch with the back end's
+	// single-device sampler (one rank: the patch is the whole graph):
+	// sample.NeighborSampler on the CPU, gpusample's SampleDevice on a
+	// GPU. It is synchronous.
+	Sample(seeds []graph.NodeID, key sample.Key) (*Batch, error)
+	// Sibling returns the machine of the same patch on dev, another
+	// handle of the same device (the CPU back end for a CPU machine),
+	// reading this machine's topology in place. Close it before this one.
+	Sibling(dev backend.Backend) (SamplerMachine, error)
+}
+
+// Device builds the machines of the back ends other than the CPU one
+// that it accepts: package internal/cudadsp registers the CUDA machines
+// (its kernels and gpusample's hop API) with RegisterDevice. Each
+// constructor leaves nothing behind on failure; the machine's Close
+// releases what it allocated (its copy of the patch included).
+type Device interface {
+	// Accepts reports whether be is a device this Device runs on.
+	Accepts(be backend.Backend) bool
+	// Sampler is the node-wise machine of rank's patch for P ranks with
+	// partition offsets (cfg as New's).
+	Sampler(be backend.Backend, patch *layout.Patch, offsets []int64, P int, cfg Config) (SamplerMachine, error)
+	// Layer is the layer-wise machine (cfg as NewLayer's).
+	Layer(be backend.Backend, patch *layout.Patch, offsets []int64, P int, cfg Config) (LayerMachine, error)
+	// Walker is the walk machine for walks of length steps.
+	Walker(be backend.Backend, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (WalkMachine, error)
+}
+
+// device is the registered Device (nil: CPU back ends only).
+var device Device
+
+// RegisterDevice makes the constructors use d's machines on the back
+// ends d accepts. It is meant for an init function; it panics when
+// called twice, since two packages would then claim the same devices.
+func RegisterDevice(d Device) {
+	if d == nil || device != nil {
+		panic("csp: RegisterDevice called twice or with nil")
+	}
+	device = d
 }
 
 // exchanger is the part of comm.DeviceComm the sampler uses.

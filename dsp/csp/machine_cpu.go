@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -26,6 +27,37 @@ type cpuMachine struct {
 	owner    *sample.NeighborSampler // over the patch: node-wise draws (nil for the other protocols)
 	fan      []int                   // node-wise fanouts
 	edgeBase int64
+}
+
+// newCPUSamplerMachine is the node-wise machine of patch on host: its
+// draws are a sample.NeighborSampler's over the patch.
+func newCPUSamplerMachine(host *cpu.Backend, patch *layout.Patch, offsets []int64, P int, cfg Config) (SamplerMachine, error) {
+	owner, err := sample.NewNeighborSampler(patch.Graph, sample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted})
+	if err != nil {
+		return nil, err
+	}
+	return &cpuMachine{be: host, P: P, off: offsets, g: owner.Graph(), owner: owner, fan: cfg.Fanouts, edgeBase: patch.EdgeBase}, nil
+}
+
+// Sample is the owner's batch: the patch is the whole graph.
+func (m *cpuMachine) Sample(seeds []graph.NodeID, key sample.Key) (*Batch, error) {
+	mb, err := m.owner.Sample(seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	return &Batch{Host: mb}, nil
+}
+
+// Sibling is the same machine on another CPU back end (sharing the
+// owner's sampler, which is safe for concurrent use).
+func (m *cpuMachine) Sibling(dev backend.Backend) (SamplerMachine, error) {
+	host, ok := dev.(*cpu.Backend)
+	if !ok || host == nil {
+		return nil, m.bad("a sibling of a CPU machine on %T", dev)
+	}
+	t := *m
+	t.be = host
+	return &t, nil
 }
 
 // errContract marks a call that breaks a machine method's contract

@@ -46,6 +46,10 @@ type checked struct {
 	// sends a walker to a rank that does not own its node, "trace" a
 	// trace of a walk its origin does not have.
 	corrupt string
+	// readCap bounds a Read's words: a GPU's node-wise and walk machines
+	// read into a pinned buffer of ReadWords(P) words (the layer-wise
+	// one grows its own); 0 for no bound.
+	readCap int64
 }
 
 // bufState is a buffer's liveness flag (shared by an allocation and its
@@ -57,7 +61,14 @@ type bufState struct {
 
 func newChecked(in Machine, seed uint64) *checked {
 	s := rng.NewStream(seed)
-	return &checked{in: in, shuffle: &s, bufs: map[backend.Buffer]bufState{}}
+	m := &checked{in: in, shuffle: &s, bufs: map[backend.Buffer]bufState{}}
+	switch x := in.(type) {
+	case *cpuMachine:
+		m.readCap = ReadWords(x.P)
+	case *cpuWalkMachine:
+		m.readCap = ReadWords(x.P)
+	}
+	return m
 }
 
 func (m *checked) bad(format string, args ...any) error {
@@ -195,6 +206,13 @@ func (m *checked) Upload(dst backend.Buffer, src any) error {
 func (m *checked) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	if err := m.enter("read", srcs...); err != nil {
 		return err
+	}
+	var words int64
+	for _, k := range n {
+		words += k
+	}
+	if m.readCap > 0 && words > m.readCap {
+		return m.bad("a read of %d words, more than the %d of a GPU machine's pinned buffer (ReadWords)", words, m.readCap)
 	}
 	return m.after("read", m.in.Read(dst, srcs, n))
 }
@@ -357,11 +375,11 @@ func (m *checked) UnpackLayer(src, eid, ans, ansE, ptr, allocG, pos backend.Buff
 
 func (m *checked) wm() WalkMachine { return m.in.(WalkMachine) }
 
-func (m *checked) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
+func (m *checked) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, fanout, hops int) error {
 	if err := m.enter("routeOrigins", hdr, sendIDs, pos, F, nFB, ctr); err != nil {
 		return err
 	}
-	if err := m.after("routeOrigins", m.wm().RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr, fcap, hop, length)); err != nil {
+	if err := m.after("routeOrigins", m.wm().RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr, fcap, hop, fanout, hops)); err != nil {
 		return err
 	}
 	m.shuffleRanges(hdr, sendIDs, pos)

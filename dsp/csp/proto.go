@@ -29,17 +29,21 @@ type proto struct {
 	hb         []int64 // host words of the last read
 }
 
-// HopOut is one hop's block parts; ns and e are known after the step's
-// final read.
+// HopOut is one hop's block parts, as the protocol hands them to
+// Machine.Batch: NumDst destinations (the hop's frontier), SrcNodes
+// (NumSrc, the next hop's frontier), the CSR rows Indptr and Indices
+// (block-local columns) and the global EdgeIDs (NumEdges each); NumSrc
+// and NumEdges are known after the step's final read.
 type HopOut struct {
 	NumDst, NumSrc, NumEdges int64
-	ecap                     int64 // entries of local and eid
+	ecap                     int64 // entries of Indices and EdgeIDs
 	Indptr, Indices          backend.Buffer
-	SrcNodes                 backend.Buffer // the next hop's frontier
+	SrcNodes                 backend.Buffer
 	EdgeIDs                  backend.Buffer
-	Sizes                    backend.Buffer // {nd, e, ns} on the device
+	Sizes                    backend.Buffer // {NumDst, NumEdges, NumSrc} on the device
 }
 
+// Free returns the parts' buffers to m.
 func (o *HopOut) Free(m Machine) {
 	for _, b := range []backend.Buffer{o.Indptr, o.Indices, o.SrcNodes, o.EdgeIDs, o.Sizes} {
 		if b != nil {
@@ -162,6 +166,14 @@ func (p *proto) sampleBatch(ctx context.Context, seeds []graph.NodeID, key sampl
 		return nil, p.wrapErr(len(outs)-1, "building the blocks", err)
 	}
 	return b, nil
+}
+
+// setMachine gives p its machine and control words.
+func (p *proto) setMachine(m Machine) error {
+	p.m = m
+	var err error
+	p.ctl, err = m.Alloc(backend.Int64, ctlLayout{p.size}.words())
+	return err
 }
 
 // close frees the control words and the extra buffers (a protocol's

@@ -2,7 +2,6 @@ package csp
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,9 +16,6 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
-
-//go:embed csp.cu
-var kernelSrc string
 
 // Config configures a Sampler; Fanouts, Replace and Weighted mean what
 // they mean in sample.Config and must be the same on every rank.
@@ -111,13 +107,11 @@ type Sampler struct {
 	// the back end's single-device sampler, the same batch without the
 	// protocol's steps (tests turn it off to run the protocol on one
 	// device).
-	direct   bool
-	cfg      Config
-	edgeBase int64
+	direct bool
+	cfg    Config
 
-	gs    *gpusample.Sampler      // CUDA: over the patch
-	owner *sample.NeighborSampler // CPU: over the patch
-	p     *proto
+	m SamplerMachine // p.m: the patch's machine
+	p *proto
 }
 
 // New prepares rank c.Rank()'s sampler on be: patch is that rank's
@@ -127,89 +121,39 @@ type Sampler struct {
 // means one device: no communication). On a CUDA device the patch is
 // copied there (cfg.Placement); the CPU back end reads it in place.
 func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
-	const op = "csp.New"
-	rank, size := groupOf(c)
-	bad := func(format string, args ...any) (*Sampler, error) {
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
-	}
-	b, msg := checkGroup(patch, offsets, rank, size)
-	if msg != "" {
-		return bad("%s", msg)
-	}
-	if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > 64 {
-		return bad("%d fanouts: want 1 to 64 hops", len(cfg.Fanouts))
-	}
-	for i, f := range cfg.Fanouts {
-		if f != -1 && f <= 0 {
-			return bad("fanout %d of hop %d: want -1 (all) or > 0", f, i)
+	o, err := open("csp.New", be, patch, offsets, c, func() error {
+		if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > maxHops {
+			return fmt.Errorf("%d fanouts: want 1 to %d hops", len(cfg.Fanouts), maxHops)
 		}
-	}
-	dev, host, msg := backendOf(be)
-	if msg != "" {
-		return bad("%s", msg)
+		for i, f := range cfg.Fanouts {
+			if f != -1 && f <= 0 {
+				return fmt.Errorf("fanout %d of hop %d: want -1 (all) or > 0", f, i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	cfg.Fanouts = slices.Clone(cfg.Fanouts)
-	s := &Sampler{member: member{be: be, rank: rank, size: size}, cfg: cfg, edgeBase: patch.EdgeBase}
-	p := newProto(be, c, b, rank, &s.stats, len(cfg.Fanouts))
+	s := &Sampler{cfg: cfg}
+	p := o.proto(&s.member, len(cfg.Fanouts))
 	p.fan, p.edgeIDs, s.direct = cfg.Fanouts, cfg.EdgeIDs, !p.remote
-	wrap := func(err error) (*Sampler, error) {
-		s.Close()
-		var ge *Error
-		if errors.As(err, &ge) {
-			return nil, err
-		}
-		kind := err
-		if errors.Is(err, sample.ErrConfig) || errors.Is(err, sample.ErrGraph) {
-			kind = fmt.Errorf("%w: %w", ErrInput, err)
-		}
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: kind}
-	}
-	var err error
-	if host != nil {
-		if s.owner, err = sample.NewNeighborSampler(patch.Graph, sample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
-			return wrap(err)
-		}
-		err = s.prepare(p, s.cpuMachine(host, p.off))
+	var m SamplerMachine
+	if o.host != nil {
+		m, err = newCPUSamplerMachine(o.host, patch, p.off, o.size, cfg)
 	} else {
-		var rows []graph.NodeID
-		if cfg.Placement == gpusample.Split {
-			rows = patch.DeviceRowIDs()
-		}
-		if s.gs, err = gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows}); err != nil {
-			return wrap(err)
-		}
-		err = s.prepareGPU(dev, p)
+		m, err = device.Sampler(be, patch, p.off, o.size, cfg)
+	}
+	if err == nil {
+		s.p, s.m = p, m
+		err = p.setMachine(m)
 	}
 	if err != nil {
-		return wrap(err)
+		s.Close()
+		return nil, o.fail(err)
 	}
 	return s, nil
-}
-
-// cpuMachine is the CPU machine of s's patch on host.
-func (s *Sampler) cpuMachine(host *cpu.Backend, off []int64) *cpuMachine {
-	return &cpuMachine{be: host, P: s.size, off: off, g: s.owner.Graph(), owner: s.owner, fan: s.cfg.Fanouts, edgeBase: s.edgeBase}
-}
-
-// prepareGPU gives s (its gs set) the protocol p on dev's machine.
-func (s *Sampler) prepareGPU(dev gpuDevice, p *proto) error {
-	st, err := s.gs.Stepper()
-	if err != nil {
-		return err
-	}
-	gm, err := newGPUMachine(dev, st, "csp", kernelSrc, kernels, s.size, p.off, s.edgeBase)
-	if err != nil {
-		return err
-	}
-	return s.prepare(p, gm)
-}
-
-// prepare gives s the protocol p on machine m, and p its control words.
-func (s *Sampler) prepare(p *proto, m Machine) error {
-	s.p, p.m = p, m
-	var err error
-	p.ctl, err = m.Alloc(backend.Int64, ctlLayout{s.size}.words())
-	return err
 }
 
 // Sibling returns this rank's sampler on dev, another handle of the same
@@ -228,13 +172,14 @@ func (s *Sampler) Sibling(dev backend.Backend, c comm.DeviceComm) (*Sampler, err
 	bad := func(format string, args ...any) (*Sampler, error) {
 		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
 	}
-	cd, host, msg := backendOf(dev)
+	host, msg := backendOf(dev)
+	_, onCPU := s.be.(*cpu.Backend)
 	switch {
 	case s.closed:
 		return bad("sampler is closed")
 	case msg != "":
 		return bad("%s", msg)
-	case (cd != nil) != (s.gs != nil):
+	case (host != nil) != onCPU:
 		return bad("a sibling on %s of a sampler on %s", dev.Name(), s.be.Name())
 	case s.size > 1 && (c == nil || rank != s.rank || size != s.size), s.size == 1 && size != 1:
 		return bad("communicator of rank %d of %d for a sampler of rank %d of %d", rank, size, s.rank, s.size)
@@ -243,14 +188,14 @@ func (s *Sampler) Sibling(dev backend.Backend, c comm.DeviceComm) (*Sampler, err
 	if err != nil {
 		return nil, &Error{Rank: s.rank, Op: op, Hop: -1, Err: err}
 	}
-	t := &Sampler{member: member{be: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg, edgeBase: s.edgeBase, owner: s.owner}
+	t := &Sampler{member: member{be: dev, rank: s.rank, size: s.size}, direct: s.direct, cfg: s.cfg}
 	t.cfg.Fanouts = slices.Clone(s.cfg.Fanouts)
 	p := newProto(dev, c, b, s.rank, &t.stats, len(t.cfg.Fanouts))
 	p.fan, p.edgeIDs = t.cfg.Fanouts, t.cfg.EdgeIDs
-	if host != nil {
-		err = t.prepare(p, t.cpuMachine(host, p.off))
-	} else if t.gs, err = s.gs.Sibling(cd); err == nil {
-		err = t.prepareGPU(cd, p)
+	m, err := s.m.Sibling(dev)
+	if err == nil {
+		t.p, t.m = p, m
+		err = p.setMachine(m)
 	}
 	if err != nil {
 		t.closeLocked()
@@ -275,14 +220,7 @@ func (s *Sampler) closeLocked() error {
 		return nil
 	}
 	s.closed = true
-	var first error
-	if s.gs != nil {
-		first = s.gs.Close()
-	}
-	if err := s.p.close(); first == nil {
-		first = err
-	}
-	return first
+	return s.p.close()
 }
 
 // Sample draws the mini-batch of seeds (distinct global IDs; DSP passes
@@ -303,7 +241,7 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 	}
 	L := len(s.cfg.Fanouts)
 	if s.direct {
-		b, err := s.sampleDirect(seeds, key)
+		b, err := s.m.Sample(seeds, key)
 		s.stats.Waits++
 		for _, k := range s.cfg.Fanouts {
 			if k < 0 {
@@ -323,21 +261,4 @@ func (s *Sampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.K
 		return b, nil
 	}
 	return s.p.sampleBatch(ctx, seeds, key, s.p.sample)
-}
-
-// sampleDirect samples the patch (the whole graph) with the back end's
-// single-device sampler.
-func (s *Sampler) sampleDirect(seeds []graph.NodeID, key sample.Key) (*Batch, error) {
-	if s.gs != nil {
-		b, err := s.gs.SampleDevice(seeds, key)
-		if err != nil {
-			return nil, err
-		}
-		return &Batch{Device: b}, nil
-	}
-	mb, err := s.owner.Sample(seeds, key)
-	if err != nil {
-		return nil, err
-	}
-	return &Batch{Host: mb}, nil
 }

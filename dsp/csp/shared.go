@@ -1,15 +1,15 @@
 package csp
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"unsafe"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/partition/book"
-	"github.com/strata-gnn/strata/sample/gpusample"
+	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
@@ -43,6 +43,62 @@ func checkGroup(patch *layout.Patch, offsets []int64, rank, size int) (*book.Boo
 	return b, ""
 }
 
+// opening is a constructor's start: c's group (rank of size), the
+// partition's book, and host, the CPU back end (nil: a device of the
+// registered Device).
+type opening struct {
+	op         string
+	be         backend.Backend
+	c          comm.DeviceComm
+	rank, size int
+	b          *book.Book
+	host       *cpu.Backend
+}
+
+// open runs the checks every constructor (op) starts with: the patch
+// against the offsets and c's group, the constructor's own
+// configuration (check) and the back end. They fail with an *Error of
+// ErrInput.
+func open(op string, be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, check func() error) (*opening, error) {
+	o := &opening{op: op, be: be, c: c}
+	o.rank, o.size = groupOf(c)
+	var msg string
+	o.b, msg = checkGroup(patch, offsets, o.rank, o.size)
+	if msg == "" {
+		if err := check(); err != nil {
+			msg = err.Error()
+		}
+	}
+	if msg == "" {
+		o.host, msg = backendOf(be)
+	}
+	if msg != "" {
+		return nil, &Error{Rank: o.rank, Op: op, Hop: -1, Msg: msg, Err: ErrInput}
+	}
+	return o, nil
+}
+
+// proto makes m this rank's membership and returns its protocol over
+// hops hops, counting into m's stats.
+func (o *opening) proto(m *member, hops int) *proto {
+	m.be, m.rank, m.size = o.be, o.rank, o.size
+	return newProto(o.be, o.c, o.b, o.rank, &m.stats, hops)
+}
+
+// fail is the constructor's error for err, a failure after its checks
+// (building the machine or its buffers): an *Error as it is, a bad
+// graph or sampler configuration as ErrInput.
+func (o *opening) fail(err error) error {
+	var ge *Error
+	if errors.As(err, &ge) {
+		return err
+	}
+	if errors.Is(err, sample.ErrConfig) || errors.Is(err, sample.ErrGraph) {
+		err = fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	return &Error{Rank: o.rank, Op: o.op, Hop: -1, Err: err}
+}
+
 // groupOf is a communicator's rank and size (rank 0 of 1 without one).
 func groupOf(c comm.DeviceComm) (rank, size int) {
 	if c == nil {
@@ -67,123 +123,27 @@ func newProto(be backend.Backend, c comm.DeviceComm, b *book.Book, rank int, st 
 	return p
 }
 
-// gpuDevice is what the device machines need of a back end: kernels
-// compiled at run time and its queue to launch them on, pinned memory
-// (for reads, and mapped for the Mapped and Split placements) and
-// matrices over the blocks they build (the CUDA back end).
-type gpuDevice interface {
-	backend.Backend
-	backend.Kernels
-	backend.Enqueuer
-	backend.PinnedMemory
-	backend.SparseBuilder
-}
-
-// backendOf sorts a rank's back end: a device with the capabilities of
-// gpuDevice (the device machines) or the CPU back end (the CPU machine);
-// msg says why neither.
-func backendOf(be backend.Backend) (dev gpuDevice, host *cpu.Backend, msg string) {
+// backendOf sorts a rank's back end: the CPU back end (host, the CPU
+// machines) or a device the registered Device accepts (nil, ""); msg
+// says why neither.
+func backendOf(be backend.Backend) (host *cpu.Backend, msg string) {
 	switch d := be.(type) {
 	case nil:
 	case *cpu.Backend:
 		if d != nil {
-			return nil, d, ""
-		}
-	case gpuDevice:
-		return d, nil, ""
-	default:
-		return nil, nil, fmt.Sprintf("back end %s (%T): want the CPU back end or a device with run-time kernels, a queue, pinned memory and sparse matrices over its buffers (backend.Kernels, Enqueuer, PinnedMemory, SparseBuilder)", be.Name(), be)
-	}
-	return nil, nil, "nil device"
-}
-
-// placer copies host arrays to a device, or into mapped pinned host
-// memory read through UVA, and frees them: the layer-wise and walk
-// machines' own copies of a patch's rows.
-type placer struct {
-	dev   gpuDevice
-	owned []backend.Buffer
-	hosts []backend.HostBuffer
-}
-
-// place copies data ([]int64, []int32 or []float64) and returns it as
-// a kernel argument: its device buffer, or its device address when
-// mapped (the address 0 for no elements).
-func (p *placer) place(data any, mapped bool) (backend.Arg, error) {
-	var n, size int
-	var ptr unsafe.Pointer
-	switch v := data.(type) {
-	case []int64:
-		n, size = len(v), 8
-		if n > 0 {
-			ptr = unsafe.Pointer(&v[0])
-		}
-	case []int32:
-		n, size = len(v), 4
-		if n > 0 {
-			ptr = unsafe.Pointer(&v[0])
-		}
-	case []float64:
-		n, size = len(v), 8
-		if n > 0 {
-			ptr = unsafe.Pointer(&v[0])
+			return d, ""
 		}
 	default:
-		return backend.Arg{}, fmt.Errorf("csp: place %T", data)
-	}
-	if n == 0 {
-		return backend.Arg{}, nil
-	}
-	if mapped {
-		h, err := p.dev.AllocPinned(uint64(n*size), true)
-		if err != nil {
-			return backend.Arg{}, err
+		if device != nil && device.Accepts(be) {
+			return nil, ""
 		}
-		p.hosts = append(p.hosts, h)
-		copy(h.Bytes(), unsafe.Slice((*byte)(ptr), n*size))
-		return backend.Addr(h.DeviceAddr()), nil
-	}
-	var b backend.Buffer
-	err := p.dev.Enqueue(func(l backend.Queue) error {
-		var err error
-		if size == 8 {
-			if b, err = l.AllocRaw(backend.Int64, n); err == nil {
-				err = l.UploadFrom(b, unsafe.Slice((*int64)(ptr), n))
-			}
-		} else if b, err = l.AllocRaw(backend.Int32, n); err == nil {
-			err = l.UploadFrom(b, unsafe.Slice((*int32)(ptr), n))
+		linked := ""
+		if device == nil {
+			linked = "; no device machines are linked in (package internal/cudadsp registers the CUDA ones)"
 		}
-		return err
-	})
-	if b != nil {
-		p.owned = append(p.owned, b)
+		return nil, fmt.Sprintf("back end %s (%T): want the CPU back end or a device with run-time kernels, a queue, pinned memory and sparse matrices over its buffers (backend.Kernels, Enqueuer, PinnedMemory, SparseBuilder)%s", be.Name(), be, linked)
 	}
-	if err != nil {
-		return backend.Arg{}, err
-	}
-	return backend.Buf(b), nil
-}
-
-// free releases everything placed.
-func (p *placer) free() error {
-	for _, b := range p.owned {
-		p.dev.Free(b)
-	}
-	p.owned = nil
-	var first error
-	for _, h := range p.hosts {
-		if err := h.Free(); first == nil {
-			first = err
-		}
-	}
-	p.hosts = nil
-	return first
-}
-
-// mappedEdges is whether a placement keeps per-edge arrays in host
-// memory (Mapped, and Split: these copies are not split by row).
-func mappedEdges(pl gpusample.Placement) bool {
-	return pl == gpusample.Mapped || pl == gpusample.Split
+	return nil, "nil device"
 }
 
 // member is what every collective sampler of a rank holds: its back

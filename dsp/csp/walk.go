@@ -30,49 +30,33 @@ type Walker struct {
 // Config.Placement: OnDevice, or Mapped and Split, which keep the column
 // indices in host memory), the CPU back end reads them in place.
 func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, length int, placement gpusample.Placement) (*Walker, error) {
-	const op = "csp.NewWalker"
-	rank, size := groupOf(c)
-	bad := func(format string, args ...any) (*Walker, error) {
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf(format, args...), Err: ErrInput}
-	}
-	b, msg := checkGroup(patch, offsets, rank, size)
-	if msg != "" {
-		return bad("%s", msg)
-	}
-	if err := checkWalkLength(length); err != nil {
-		return bad("%v", err)
-	}
-	if placement != gpusample.OnDevice && placement != gpusample.Mapped && placement != gpusample.Split {
-		return bad("unknown placement %d", placement)
-	}
-	dev, host, msg := backendOf(be)
-	if msg != "" {
-		return bad("%s", msg)
-	}
-	w := &Walker{member: member{be: be, rank: rank, size: size}, length: length}
-	p := newProto(be, c, b, rank, &w.stats, max(length, 1))
-	var wm WalkMachine
-	if host != nil {
-		wm = newCPUWalkMachine(host, patch, p.off, size, length)
-	} else {
-		gm, err := newGPUWalkMachine(dev, patch, p.off, size, length, placement)
-		if err != nil {
-			return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: err}
+	o, err := open("csp.NewWalker", be, patch, offsets, c, func() error {
+		if err := checkWalkLength(length); err != nil {
+			return err
 		}
-		wm = gm
+		if placement != gpusample.OnDevice && placement != gpusample.Mapped && placement != gpusample.Split {
+			return fmt.Errorf("unknown placement %d", placement)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	p.m = wm
+	w := &Walker{length: length}
+	p := o.proto(&w.member, max(length, 1))
+	var wm WalkMachine
+	if o.host != nil {
+		wm = newCPUWalkMachine(o.host, patch, p.off, o.size, length)
+	} else if wm, err = device.Walker(be, patch, p.off, o.size, length, placement); err != nil {
+		return nil, o.fail(err)
+	}
 	w.p = &wproto{proto: p, wm: wm, length: length}
-	fail := func(err error) (*Walker, error) {
+	if err = p.setMachine(wm); err == nil {
+		w.p.bad, err = wm.Alloc(backend.Int64, 1)
+	}
+	if err != nil {
 		w.Close()
-		return nil, &Error{Rank: rank, Op: op, Hop: -1, Err: err}
-	}
-	var err error
-	if p.ctl, err = wm.Alloc(backend.Int64, ctlLayout{size}.words()); err != nil {
-		return fail(err)
-	}
-	if w.p.bad, err = wm.Alloc(backend.Int64, 1); err != nil {
-		return fail(err)
+		return nil, o.fail(err)
 	}
 	return w, nil
 }

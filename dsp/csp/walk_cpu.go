@@ -26,8 +26,8 @@ func newCPUWalkMachine(be *cpu.Backend, patch *layout.Patch, offsets []int64, P,
 		idOff: id, lo: int64(patch.Lo), hi: int64(patch.Hi), n: patch.Graph.NumRows, length: length}
 }
 
-func (m *cpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, hop, length int) error {
-	return m.routeBy(m.idOff, hdr, sendIDs, pos, F, nFB, fcap, 0, hop, length, walkHops)
+func (m *cpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, _ backend.Buffer, fcap int64, hop, fanout, hops int) error {
+	return m.routeBy(m.idOff, hdr, sendIDs, pos, F, nFB, fcap, 0, hop, fanout, hops)
 }
 
 // InitWalks is wk_init.

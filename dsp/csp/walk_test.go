@@ -12,7 +12,6 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
@@ -226,10 +225,4 @@ func TestNewWalkerValidates(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInput mentioning %q", c.name, err, c.want)
 		}
 	}
-}
-
-// TestWalkKernelsCompile compiles the walk kernels with the node-wise
-// ones they share a module with (no GPU needed).
-func TestWalkKernelsCompile(t *testing.T) {
-	gputest.CompileKernels(t, kernelSrc+walkSrc, "csp-walk.cu")
 }

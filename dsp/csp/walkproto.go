@@ -35,17 +35,17 @@ const (
 type WalkMachine interface {
 	Machine
 
-	// RouteOrigins is route with the identity offsets 0..P: F holds
-	// ranks (the traces' origins), -1 for none.
-	RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error
+	// RouteOrigins is Route with key 0 and the identity offsets 0..P:
+	// F holds ranks (the traces' origins), -1 for none.
+	RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, fanout, hops int) error
 	// InitWalks writes the n walks' slots: starts, then -1.
 	InitWalks(out, starts backend.Buffer, n int64, L int) error
 	// Pack gathers n records of w int64: dst[j] = src[pos[j]].
 	Pack(dst, src, pos backend.Buffer, n int64, w int) error
-	// Step takes Step t of the R walkers recv holds (this rank owns
+	// Step takes step t of the R walkers recv holds (this rank owns
 	// their nodes): the walkers that go on into rec and F (-1 where
 	// none), the traces into trO (origin, -1 where none) and trR.
-	// Walkers this rank may not Step add to bad[0].
+	// Walkers this rank may not step add to bad[0].
 	Step(t int, recv backend.Buffer, R int64, rec, F, trO, trR, bad backend.Buffer) error
 	// Concat copies srcs[i][0:n[i]] one after another into dst.
 	Concat(dst backend.Buffer, srcs []backend.Buffer, n []int64) error
@@ -306,7 +306,7 @@ func (wp *wproto) header(ctx context.Context, hop int, F, nFB backend.Buffer, fc
 				return err
 			}
 			if origins {
-				return wp.wm.RouteOrigins(sendH, sendIDs, pos, F, nFB, ctr, fcap, hop, wp.length)
+				return wp.wm.RouteOrigins(sendH, sendIDs, pos, F, nFB, ctr, fcap, hop, wp.length, walkHops)
 			}
 			return m.Route(sendH, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, wp.length, walkHops)
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/cudadsp"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/sample"
@@ -35,7 +36,7 @@ type device struct {
 	ldev   backend.Sibling   // the loader's, likewise
 	lb     backend.Backend   // the loader's back end: ldev, or b
 	lfence *devbuf.Fence     // waits for the loader's stream (ldev != nil)
-	later  *deferred         // frees sampler and loader buffers after the trainer's copies of them
+	later  *cudadsp.Deferred // frees sampler and loader buffers after the trainer's copies of them
 	trk    *tracker
 	loader *cache.Loader
 	model  nn.Model
@@ -142,11 +143,8 @@ func (d *device) setup() error {
 		return d.errf("feature loader", err)
 	}
 	if d.sdevs != nil || d.ldev != nil {
-		d.later = &deferred{}
-		for i := range d.later.fences {
-			if d.later.fences[i], err = devbuf.NewFence(d.b); err != nil {
-				return d.errf("fences", err)
-			}
+		if d.later, err = cudadsp.NewDeferred(d.b); err != nil {
+			return d.errf("fences", err)
 		}
 	}
 	if err := d.buildModel(); err != nil {
@@ -236,7 +234,7 @@ func (d *device) buildModel() error {
 // free releases everything the device holds.
 func (d *device) free() {
 	if d.later != nil {
-		d.later.close()
+		d.later.Close()
 	}
 	if d.lfence != nil {
 		d.lfence.Close()
@@ -381,7 +379,7 @@ func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
 	}
 	if sb, ok := d.lb.(backend.Siblings); ok && isGPU(d.lb) && !sb.Owns(in) {
 		// The sampler waited for its stream before handing the batch on.
-		c, err := adoptBuffer(d.lb, in)
+		c, err := cudadsp.AdoptBuffer(d.lb, in)
 		if err != nil {
 			return nil, err
 		}
@@ -413,7 +411,7 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 			it.x = nil
 		}
 		it.bt = nil
-		err = d.later.add(frees...)
+		err = d.later.Add(frees...)
 	}
 	it.free()
 	if err != nil {
@@ -587,7 +585,7 @@ func (d *device) step(ctx context.Context, it *item) error {
 		// Features from the loader's handle of this GPU: read them in
 		// place (the loader waited for its stream before handing them
 		// on; trainOne frees them once the trainer's stream is past).
-		if x, err = aliasBuffer(b, it.x); err != nil {
+		if x, err = cudadsp.AliasBuffer(b, it.x); err != nil {
 			return err
 		}
 	}
@@ -763,7 +761,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 func (d *device) finish(ctx context.Context) error {
 	d.trk.set(stTrainer, "checking the replicas")
 	if d.later != nil {
-		if err := d.later.drain(); err != nil {
+		if err := d.later.Drain(); err != nil {
 			return d.errf("freeing batches", err)
 		}
 	}

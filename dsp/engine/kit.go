@@ -12,6 +12,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/cudadsp"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
@@ -85,7 +86,7 @@ func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 	if b.Host != nil {
 		return &hostBatch{mb: b.Host}, nil
 	}
-	return &gpuBatch{dev: c.dev, b: b.Device}, nil
+	return cudadsp.NewBatch(c.dev, b.Device), nil
 }
 
 func (c *cspSampler) Close() error { return c.s.Close() }
@@ -107,6 +108,21 @@ func (h hostSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 }
 
 func (h hostSampler) Close() error { return nil }
+
+// gpuSampler is the full sampler on a GPU (package internal/cudadsp).
+type gpuSampler struct{ *cudadsp.FullSampler }
+
+func (g gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
+	b, err := g.FullSampler.Sample(ctx, seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// isGPU reports whether b runs the engine's GPU paths (kernels compiled
+// at run time and a queue: the CUDA back end).
+func isGPU(b backend.Backend) bool { return cudadsp.IsGPU(b) }
 
 type hostBatch struct{ mb *sample.MiniBatch }
 
@@ -160,29 +176,67 @@ type samplerSpec struct {
 // rows the device caches, in cache order.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
-	if !isGPU(b) {
-		k := &kit{store: &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}}
-		for w := range workers {
-			var s sampler
-			var err error
-			if spec.csp {
-				s, err = spec.collective(b, scfg, w, k.smps)
-			} else {
-				var ss []func([]graph.NodeID, sample.Key) (*sample.MiniBatch, error)
-				ss, err = wholeGraphSamplers(in, spec.layer, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted}, 1)
-				if err == nil {
-					s = hostSampler(ss[0])
-				}
-			}
-			if err != nil {
-				k.close()
-				return nil, err
-			}
-			k.smps = append(k.smps, s)
+	gpu := isGPU(b)
+	if gpu {
+		if spec.layer && !spec.csp {
+			return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
 		}
+		if len(spec.devs) != 0 && len(spec.devs) != workers || len(spec.devs) == 0 && workers > 1 {
+			return nil, fmt.Errorf("%d sampler workers on %d handles", workers, len(spec.devs))
+		}
+	}
+	k := &kit{}
+	for w := range workers {
+		s, err := spec.sampler(b, in, scfg, w, k.smps)
+		if err != nil {
+			k.close()
+			return nil, err
+		}
+		k.smps = append(k.smps, s)
+	}
+	if !gpu {
+		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}
 		return k, nil
 	}
-	return newCUDAKit(b, in, x, rows, cols, hot, scfg, spec)
+	st, err := cudadsp.NewStore(b, x, rows, cols, hot)
+	if err != nil {
+		k.close()
+		return nil, fmt.Errorf("feature store: %w", err)
+	}
+	k.store = st
+	return k, nil
+}
+
+// sampler builds sampler worker w (dev: the trainer's handle; before:
+// workers 0..w-1): collective, or over the whole graph (gpusample on a
+// GPU, whose workers after the first read the first one's topology in
+// place; the host's wholeGraphSamplers' on a CPU back end).
+func (spec *samplerSpec) sampler(dev backend.Backend, in *graph.CSR, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
+	sd := dev
+	if len(spec.devs) > 0 {
+		sd = spec.devs[w]
+	}
+	if spec.csp {
+		return spec.collective(sd, scfg, w, before)
+	}
+	if !isGPU(sd) {
+		ss, err := wholeGraphSamplers(in, spec.layer, sample.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted}, 1)
+		if err != nil {
+			return nil, err
+		}
+		return hostSampler(ss[0]), nil
+	}
+	var s *cudadsp.FullSampler
+	var err error
+	if w > 0 {
+		s, err = before[0].(gpuSampler).Sibling(sd)
+	} else {
+		s, err = cudadsp.NewFullSampler(sd, in, scfg, spec.m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sampler %d: %w", w+1, err)
+	}
+	return gpuSampler{s}, nil
 }
 
 // collective builds collective sampler worker w on be (a GPU handle or a

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/cudadsp"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"golang.org/x/sync/errgroup"
@@ -47,6 +48,55 @@ func (s *shared) hotOrder(ctx context.Context, gpus bool) (hot []graph.NodeID, s
 		fmt.Fprintf(s.opts.Log, "pre-sampling hotness on %s in %.2fs\n", where, seconds)
 	}
 	return hot, seconds, err
+}
+
+// presampleFlushEvery is how many batches a GPU counts before it adds
+// its float32 histogram to the host's counts (cudadsp.Presample's
+// FlushEvery). A variable for the tests.
+var presampleFlushEvery = 1<<24 - 1
+
+// presampleOnDevices is presampleOnHost's pass on the CUDA devices
+// (cudadsp.Presample): device r samples device r's batches of the
+// presamplePlan with a temporary sampler of the kind it trains with
+// (csp node- or layer-wise, or gpusample with the full sampler), alone
+// over the whole graph, and counts their input nodes on the device; the
+// order is presampleOnHost's, bit for bit. The whole topology goes to
+// every device for the pass, within the topology budget (the rest read
+// from host memory, as a full sampler does), and is freed before the
+// devices set up.
+func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error) {
+	cfg := &s.cfg
+	plan, err := newPresamplePlan(s.pd, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(plan.batches) != len(s.opts.Backends) {
+		return nil, fmt.Errorf("presample: %d devices' batches for %d back ends", len(plan.batches), len(s.opts.Backends))
+	}
+	topo := cfg.TopologyBytes
+	if topo <= 0 {
+		topo = layout.NoLimit
+	}
+	whole, b, err := layout.BuildWhole(s.in, layout.Options{DeviceBytes: topo})
+	if err != nil {
+		return nil, fmt.Errorf("presample: topology: %w", err)
+	}
+	for r, be := range s.opts.Backends {
+		if !isGPU(be) {
+			return nil, fmt.Errorf("presample: back end %d (%s) has no run-time kernels and queue (backend.Kernels, Enqueuer)", r, be.Name())
+		}
+	}
+	pass := cudadsp.Presample{Graph: s.in, Whole: whole, Offsets: b.Offsets(), Batches: plan.batches, Key: plan.key,
+		Full: cfg.Sampler == SamplerFull, Layer: cfg.Scheme == LayerWise, Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace,
+		Weighted: cfg.Weighted, FlushEvery: presampleFlushEvery}
+	total, err := pass.Run(ctx, s.opts.Backends)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return cache.ByCounts(total), nil
 }
 
 // presampleScratchBytes bounds the host pass's per-goroutine memory (a

@@ -1,9 +1,8 @@
-package engine
+package cudadsp
 
-// The engine's CUDA-only pieces: the full sampler on a GPU, batches in
+// The DSP engine's GPU pieces: the full sampler on a GPU, batches in
 // device memory and their hand-over between a GPU's handles (streams),
-// and the deferred frees behind the trainer's stream. CPU devices never
-// run this file (GPU tests do).
+// and the deferred frees behind the trainer's stream.
 
 import (
 	"context"
@@ -11,8 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
@@ -30,24 +27,64 @@ type gpuDevice interface {
 	backend.Enqueuer
 }
 
-// isGPU reports whether b runs the engine's GPU paths.
-func isGPU(b backend.Backend) bool {
+// IsGPU reports whether b runs the engine's GPU paths.
+func IsGPU(b backend.Backend) bool {
 	_, ok := b.(gpuDevice)
 	return ok
 }
 
-// gpuSampler samples with gpusample over the whole graph on the device:
-// it queues the batch, waits for the stream with a fence (without the
-// device lock, so that stages sharing the device keep queueing work) and
-// collects it.
-type gpuSampler struct {
+// newFence is a fence on dev's queue.
+func newFence(dev backend.Backend) (backend.Fence, error) {
+	fs, ok := dev.(backend.Fences)
+	if !ok {
+		return nil, fmt.Errorf("cudadsp: %s has no fences (backend.Fences)", dev.Name())
+	}
+	return fs.NewFence()
+}
+
+// FullSampler samples with gpusample over the whole graph on the device
+// (the engine's sampler "full"): it queues the batch, waits for the
+// stream with a fence (without the device lock, so that stages sharing
+// the device keep queueing work) and collects it.
+type FullSampler struct {
 	dev   backend.Backend
 	s     *gpusample.Sampler
-	fence *devbuf.Fence
+	fence backend.Fence
 	m     *metrics.Counters
 }
 
-func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
+// NewFullSampler is gpusample over in on dev (scfg), its waits counted
+// into m as the sampler stage's.
+func NewFullSampler(dev backend.Backend, in *graph.CSR, scfg gpusample.Config, m *metrics.Counters) (*FullSampler, error) {
+	s, err := gpusample.New(dev, in, scfg)
+	if err != nil {
+		return nil, err
+	}
+	return newFullSampler(dev, s, m)
+}
+
+// Sibling is a full sampler on dev, another handle of the same GPU,
+// reading g's topology in place. Close it before g.
+func (g *FullSampler) Sibling(dev backend.Backend) (*FullSampler, error) {
+	s, err := g.s.Sibling(dev)
+	if err != nil {
+		return nil, err
+	}
+	return newFullSampler(dev, s, g.m)
+}
+
+// newFullSampler adds a fence to s; on failure it closes s.
+func newFullSampler(dev backend.Backend, s *gpusample.Sampler, m *metrics.Counters) (*FullSampler, error) {
+	f, err := newFence(dev)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &FullSampler{dev: dev, s: s, fence: f, m: m}, nil
+}
+
+// Sample returns the batch of seeds once it is on the device.
+func (g *FullSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (*Batch, error) {
 	p, err := g.s.SampleAsync(seeds, key)
 	if err != nil {
 		return nil, err
@@ -66,34 +103,50 @@ func (g *gpuSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sampl
 		b.Free()
 		return nil, ferr
 	}
-	return &gpuBatch{dev: g.dev, b: b}, nil
+	return NewBatch(g.dev, b), nil
 }
 
-func (g *gpuSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
+func (g *FullSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Close()) }
 
-type gpuBatch struct {
+// Batch is a sampled batch in device memory, as the engine's stages use
+// it: the input nodes stay on the device and the blocks reach the
+// trainer's handle of the GPU by device-to-device copies.
+type Batch struct {
 	dev backend.Backend // the sampler's device
 	b   *gpusample.Batch
 }
 
-func (g *gpuBatch) NumInputs() int {
+// NewBatch wraps b, sampled on dev.
+func NewBatch(dev backend.Backend, b *gpusample.Batch) *Batch { return &Batch{dev: dev, b: b} }
+
+// NumInputs is the number of input nodes.
+func (g *Batch) NumInputs() int {
 	if in := g.b.InputNodes(); in != nil {
 		return in.Len()
 	}
 	return 0
 }
-func (g *gpuBatch) IDs() []int32 { return nil }
-func (g *gpuBatch) DeviceIDs() backend.Buffer {
+
+// IDs is nil: the input nodes are on the device (DeviceIDs).
+func (g *Batch) IDs() []int32 { return nil }
+
+// DeviceIDs are the input nodes (int32, on the sampler's handle), or nil.
+func (g *Batch) DeviceIDs() backend.Buffer {
 	if in := g.b.InputNodes(); in != nil {
 		return in
 	}
 	return nil
 }
-func (g *gpuBatch) Free() { g.b.Free() }
 
-func (g *gpuBatch) Blocks(b backend.Backend) ([]*nn.Block, error) {
+// Free releases the batch's device memory.
+func (g *Batch) Free() { g.b.Free() }
+
+// Blocks returns the blocks as nn blocks on b, the sampler's handle or
+// another handle of its GPU (copied there on b's stream); the caller
+// frees them.
+func (g *Batch) Blocks(b backend.Backend) ([]*nn.Block, error) {
 	t, ok := b.(adopter)
-	if !ok || !isGPU(b) {
+	if !ok || !IsGPU(b) {
 		return nil, fmt.Errorf("a GPU batch for a %T back end", b)
 	}
 	if b == g.dev {
@@ -178,19 +231,19 @@ func adoptBlocks(t adopter, b *gpusample.Batch) ([]*nn.Block, error) {
 	return out, nil
 }
 
-// aliasBuffer returns src, a buffer of another handle of the same GPU, as
+// AliasBuffer returns src, a buffer of another handle of the same GPU, as
 // a buffer of b without copying (backend.Siblings.Alias).
-func aliasBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
+func AliasBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
 	t, ok := b.(backend.Siblings)
-	if !ok || !isGPU(b) || src == nil {
+	if !ok || !IsGPU(b) || src == nil {
 		return nil, fmt.Errorf("aliasing a %T into a %T", src, b)
 	}
 	return t.Alias(src)
 }
 
-// adoptBuffer copies src (a buffer of another handle of the same GPU,
+// AdoptBuffer copies src (a buffer of another handle of the same GPU,
 // already written) into a new buffer of b on b's stream.
-func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
+func AdoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) {
 	t, ok := b.(gpuDevice)
 	if !ok || src == nil {
 		return nil, fmt.Errorf("adopting a %T into a %T", src, b)
@@ -215,75 +268,31 @@ func adoptBuffer(b backend.Backend, src backend.Buffer) (backend.Buffer, error) 
 	return dst, nil
 }
 
-// newCUDAKit is newKit on a GPU: the samplers on spec's handles and
-// package feature's store (hot rows in device memory, the table in pinned
-// host memory).
-func newCUDAKit(dev backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
-	workers := max(spec.workers, 1)
-	if spec.layer && !spec.csp {
-		return nil, errors.New("layer-wise sampling on GPUs is collective (csp)")
-	}
-	if len(spec.devs) != 0 && len(spec.devs) != workers || len(spec.devs) == 0 && workers > 1 {
-		return nil, fmt.Errorf("%d sampler workers on %d handles", workers, len(spec.devs))
-	}
-	k := &kit{}
-	for w := range workers {
-		s, err := spec.sampler(dev, in, scfg, w, k.smps)
-		if err != nil {
-			k.close()
-			return nil, err
-		}
-		k.smps = append(k.smps, s)
-	}
-	st, err := cache.NewCUDAStore(dev, x, rows, cols, hot)
-	if err != nil {
-		k.close()
-		return nil, fmt.Errorf("feature store: %w", err)
-	}
-	k.store = st
-	return k, nil
-}
-
-// sampler builds CUDA sampler worker w (dev: the trainer's handle;
-// before: workers 0..w-1). Workers after the first read the first one's
-// topology in place (layer-wise: their own copy).
-func (spec *samplerSpec) sampler(dev backend.Backend, in *graph.CSR, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
-	sd := dev
-	if len(spec.devs) > 0 {
-		sd = spec.devs[w]
-	}
-	if spec.csp {
-		return spec.collective(sd, scfg, w, before)
-	}
-	var s *gpusample.Sampler
-	var err error
-	if w > 0 {
-		s, err = before[0].(*gpuSampler).s.Sibling(sd)
-	} else {
-		s, err = gpusample.New(sd, in, scfg)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sampler %d: %w", w+1, err)
-	}
-	f, err := devbuf.NewFence(sd)
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return &gpuSampler{dev: sd, s: s, fence: f, m: spec.m}, nil
-}
-
-// deferred frees batches once the trainer's stream has run the work
+// Deferred frees batches once the trainer's stream has run the work
 // queued before them (their blocks' copies): a ring of fences, so that a
 // batch is freed two steps later, when its fence has long passed.
-type deferred struct {
-	fences [3]*devbuf.Fence
+type Deferred struct {
+	fences [3]backend.Fence
 	items  [3][]func()
 	next   int
 }
 
-// add marks the trainer's stream and queues frees to run after the mark.
-func (q *deferred) add(frees ...func()) error {
+// NewDeferred is a ring of fences on the trainer's handle dev.
+func NewDeferred(dev backend.Backend) (*Deferred, error) {
+	q := &Deferred{}
+	for i := range q.fences {
+		f, err := newFence(dev)
+		if err != nil {
+			q.Close()
+			return nil, err
+		}
+		q.fences[i] = f
+	}
+	return q, nil
+}
+
+// Add marks the trainer's stream and queues frees to run after the mark.
+func (q *Deferred) Add(frees ...func()) error {
 	i := q.next
 	q.next = (i + 1) % len(q.fences)
 	if q.items[i] != nil {
@@ -306,8 +315,8 @@ func runAll(fs []func()) {
 	}
 }
 
-// drain waits for every mark and runs the frees.
-func (q *deferred) drain() error {
+// Drain waits for every mark and runs the frees.
+func (q *Deferred) Drain() error {
 	var first error
 	for i, fs := range q.items {
 		if fs == nil {
@@ -322,9 +331,13 @@ func (q *deferred) drain() error {
 	return first
 }
 
-func (q *deferred) close() {
-	q.drain()
-	for _, f := range q.fences {
-		f.Close()
+// Close drains q and releases its fences.
+func (q *Deferred) Close() {
+	q.Drain()
+	for i, f := range q.fences {
+		if f != nil {
+			f.Close()
+			q.fences[i] = nil
+		}
 	}
 }

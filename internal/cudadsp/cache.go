@@ -1,24 +1,26 @@
-package cache
+package cudadsp
 
 import (
 	_ "embed"
 	"fmt"
 	"unsafe"
 
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/feature"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 //go:embed route.cu
-var kernelSrc string
+var routeSrc string
 
-var kernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4"}
+var routeKernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4"}
 
-// kernelDevice is what the routing kernels need of a back end: run-time
+func init() { cache.RegisterDevice(newRouteMachine) }
+
+// routeDevice is what the routing kernels need of a back end: run-time
 // kernels, its queue, pinned host memory and fences (the CUDA back end).
-type kernelDevice interface {
+type routeDevice interface {
 	backend.Backend
 	backend.Kernels
 	backend.Enqueuer
@@ -26,10 +28,18 @@ type kernelDevice interface {
 	backend.Fences
 }
 
-// asKernelDevice returns b as a kernelDevice when it has every capability.
-func asKernelDevice(b backend.Backend) (kernelDevice, bool) {
-	d, ok := b.(kernelDevice)
-	return d, ok
+// newRouteMachine is cache's device machine: the routing kernels on the
+// back ends with routeDevice's capabilities (nil, nil on any other).
+func newRouteMachine(be backend.Backend, holder []int8, k, rank, rows int) (cache.Machine, error) {
+	dev, ok := be.(routeDevice)
+	if !ok {
+		return nil, nil
+	}
+	m, err := newCUDAMachine(dev, holder, k, rank, rows)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // cudaMachine runs the routing kernels (route.cu) on the loader's GPU
@@ -37,26 +47,26 @@ func asKernelDevice(b backend.Backend) (kernelDevice, bool) {
 // counts are written by the device and read back once per batch through a
 // pinned buffer, waited for with a fence (without the device lock).
 type cudaMachine struct {
-	dev           kernelDevice
+	dev           routeDevice
 	fns           map[string]backend.Kernel
 	holder        backend.Buffer // int8 per node, packed in int32 words
 	ctr           backend.Buffer // k+2 counts, then k slot cursors (int64)
 	pin           backend.HostBuffer
-	fence         *devbuf.Fence
+	fence         backend.Fence
 	k, rank, rows int
 	routed        bool
 }
 
-func newCUDAMachine(dev kernelDevice, holder []int8, k, rank, rows int) (*cudaMachine, error) {
+func newCUDAMachine(dev routeDevice, holder []int8, k, rank, rows int) (*cudaMachine, error) {
 	if k+2 > 160 {
-		return nil, fmt.Errorf("%w: %d devices, the routing kernels handle at most 158", ErrInput, k)
+		return nil, fmt.Errorf("%w: %d devices, the routing kernels handle at most 158", cache.ErrInput, k)
 	}
 	m := &cudaMachine{dev: dev, fns: map[string]backend.Kernel{}, k: k, rank: rank, rows: rows}
-	mod, err := dev.LoadKernels("cache", kernelSrc)
+	mod, err := dev.LoadKernels("cache", routeSrc)
 	if err != nil {
 		return nil, fmt.Errorf("cache: routing kernels: %w", err)
 	}
-	for _, name := range kernels {
+	for _, name := range routeKernels {
 		if m.fns[name], err = mod.Kernel(name); err != nil {
 			return nil, err
 		}
@@ -86,7 +96,7 @@ func newCUDAMachine(dev kernelDevice, holder []int8, k, rank, rows int) (*cudaMa
 	if m.pin, err = dev.AllocPinned(uint64(8*(k+2)), false); err != nil {
 		return fail(err)
 	}
-	if m.fence, err = devbuf.NewFence(dev); err != nil {
+	if m.fence, err = dev.NewFence(); err != nil {
 		return fail(err)
 	}
 	return m, nil
@@ -96,7 +106,7 @@ func newCUDAMachine(dev kernelDevice, holder []int8, k, rank, rows int) (*cudaMa
 // device (a *backend.ShapeError from Launch).
 func (m *cudaMachine) cbuf(b backend.Buffer) (backend.Buffer, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: a nil buffer where a buffer of %s is needed", ErrInput, m.dev.Name())
+		return nil, fmt.Errorf("%w: a nil buffer where a buffer of %s is needed", cache.ErrInput, m.dev.Name())
 	}
 	return b, nil
 }
@@ -108,7 +118,7 @@ func (m *cudaMachine) Route(ids backend.Buffer, n int, grouped, pos backend.Buff
 		return err
 	}
 	if in.DType() != backend.Int32 || n > in.Len() {
-		return fmt.Errorf("%w: routing %d IDs from a %v buffer of %d", ErrInput, n, in.DType(), in.Len())
+		return fmt.Errorf("%w: routing %d IDs from a %v buffer of %d", cache.ErrInput, n, in.DType(), in.Len())
 	}
 	var g, p backend.Buffer
 	if grouped != nil {
@@ -119,7 +129,7 @@ func (m *cudaMachine) Route(ids backend.Buffer, n int, grouped, pos backend.Buff
 			return err
 		}
 		if g.Len() < n || p.Len() < n {
-			return fmt.Errorf("%w: grouping %d IDs into buffers of %d and %d", ErrInput, n, g.Len(), p.Len())
+			return fmt.Errorf("%w: grouping %d IDs into buffers of %d and %d", cache.ErrInput, n, g.Len(), p.Len())
 		}
 	}
 	k := m.k
@@ -188,7 +198,7 @@ func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
 		return err
 	}
 	if sb.Len() < n*cols || pb.Len() < n || xb.Len() < n*cols {
-		return fmt.Errorf("%w: scatter of %d rows x %d from %d values and %d positions into %d", ErrInput, n, cols, sb.Len(), pb.Len(), xb.Len())
+		return fmt.Errorf("%w: scatter of %d rows x %d from %d values and %d positions into %d", cache.ErrInput, n, cols, sb.Len(), pb.Len(), xb.Len())
 	}
 	return m.dev.Enqueue(func(q backend.Queue) error {
 		if cols%4 == 0 && q.Aligned(xb, 16) && q.Aligned(sb, 16) {
@@ -223,16 +233,16 @@ func (m *cudaMachine) Close() error {
 	return err
 }
 
-// CUDAStore is a Store on a GPU (package feature): hot rows in device
+// Store is a cache.Store on a GPU (package feature): hot rows in device
 // memory, the whole table in mapped pinned host memory for the rest
 // (read through UVA).
-type CUDAStore struct {
+type Store struct {
 	s *feature.Store
 }
 
-// NewCUDAStore copies the rows x cols table x into pinned host memory and
+// NewStore copies the rows x cols table x into pinned host memory and
 // the rows of hot (in order: hot[i] is cache row i) into dev's memory.
-func NewCUDAStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.NodeID) (*CUDAStore, error) {
+func NewStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.NodeID) (*Store, error) {
 	var budget int64
 	if len(hot) > 0 {
 		// The slot table (4 bytes a node) plus exactly the hot rows.
@@ -244,17 +254,17 @@ func NewCUDAStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.
 	}
 	if s.HotRows() != len(hot) {
 		s.Close()
-		return nil, fmt.Errorf("cache: feature store holds %d hot rows, want %d", s.HotRows(), len(hot))
+		return nil, fmt.Errorf("cudadsp: feature store holds %d hot rows, want %d", s.HotRows(), len(hot))
 	}
-	return &CUDAStore{s: s}, nil
+	return &Store{s: s}, nil
 }
 
 // Gather queues the gather of nodes' rows into dst (both on the store's
 // device).
-func (c *CUDAStore) Gather(dst, nodes backend.Buffer) error {
+func (c *Store) Gather(dst, nodes backend.Buffer) error {
 	return c.s.Gather(dst, nodes)
 }
 
-func (c *CUDAStore) HotRows() int       { return c.s.HotRows() }
-func (c *CUDAStore) DeviceBytes() int64 { return c.s.DeviceBytes() }
-func (c *CUDAStore) Close() error       { return c.s.Close() }
+func (c *Store) HotRows() int       { return c.s.HotRows() }
+func (c *Store) DeviceBytes() int64 { return c.s.DeviceBytes() }
+func (c *Store) Close() error       { return c.s.Close() }

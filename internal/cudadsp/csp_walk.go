@@ -1,4 +1,4 @@
-package csp
+package cudadsp
 
 import (
 	_ "embed"
@@ -27,8 +27,8 @@ type gpuWalkMachine struct {
 	placed  placer
 }
 
-func newGPUWalkMachine(dev gpuDevice, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
-	gm, err := newGPUMachine(dev, nil, "csp-walk", kernelSrc+walkSrc, append(append([]string{}, kernels...), walkKernels...), P, offsets, patch.EdgeBase)
+func newGPUWalkMachine(dev sampleDevice, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (*gpuWalkMachine, error) {
+	gm, err := newGPUMachine(dev, nil, "csp-walk", cspSrc+walkSrc, append(append([]string{}, cspKernels...), walkKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
 	}
@@ -64,11 +64,11 @@ func newGPUWalkMachine(dev gpuDevice, patch *layout.Patch, offsets []int64, P, l
 	return g, nil
 }
 
-func (g *gpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, length int) error {
+func (g *gpuWalkMachine) RouteOrigins(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, hop, fanout, hops int) error {
 	saved := g.offB
 	g.offB = g.idOff
 	defer func() { g.offB = saved }()
-	return g.Route(hdr, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, length, walkHops)
+	return g.Route(hdr, sendIDs, pos, F, nFB, ctr, fcap, 0, hop, fanout, hops)
 }
 
 func (g *gpuWalkMachine) InitWalks(out, starts backend.Buffer, n int64, L int) error {

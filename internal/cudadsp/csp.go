@@ -1,19 +1,163 @@
-package csp
+package cudadsp
 
 import (
+	_ "embed"
 	"fmt"
 	"slices"
 
+	"github.com/strata-gnn/strata/dsp/csp"
+	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
+
+func init() { csp.RegisterDevice(cspDevice{}) }
+
+// sampleDevice is what the sampling machines need of a back end: kernels
+// compiled at run time and its queue to launch them on, pinned memory
+// (for reads, and mapped for the Mapped and Split placements) and
+// matrices over the blocks they build (the CUDA back end).
+type sampleDevice interface {
+	backend.Backend
+	backend.Kernels
+	backend.Enqueuer
+	backend.PinnedMemory
+	backend.SparseBuilder
+}
+
+// cspDevice is csp's Device: the machines of this package's kernels on
+// the back ends with sampleDevice's capabilities.
+type cspDevice struct{}
+
+func (cspDevice) Accepts(be backend.Backend) bool {
+	_, ok := be.(sampleDevice)
+	return ok
+}
+
+func asSampleDevice(be backend.Backend) (sampleDevice, error) {
+	d, ok := be.(sampleDevice)
+	if !ok {
+		return nil, fmt.Errorf("cudadsp: %s (%T) cannot run the sampling kernels (backend.Kernels, Enqueuer, PinnedMemory, SparseBuilder)", be.Name(), be)
+	}
+	return d, nil
+}
+
+// Sampler is gpusample over the patch (cfg's placement) and the
+// node-wise kernels over its hop API.
+func (cspDevice) Sampler(be backend.Backend, patch *layout.Patch, offsets []int64, P int, cfg csp.Config) (csp.SamplerMachine, error) {
+	dev, err := asSampleDevice(be)
+	if err != nil {
+		return nil, err
+	}
+	var rows []graph.NodeID
+	if cfg.Placement == gpusample.Split {
+		rows = patch.DeviceRowIDs()
+	}
+	gs, err := gpusample.New(dev, patch.Graph, gpusample.Config{Fanouts: cfg.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: cfg.Placement, DeviceRows: rows})
+	if err != nil {
+		return nil, err
+	}
+	return newSamplerMachine(dev, gs, P, offsets, patch.EdgeBase)
+}
+
+// Layer is the layer-wise machine: uniform draws use gpusample's hop API
+// over the patch; weighted ones read the machine's copy of the rows, so
+// gpusample then gets a one-node graph and serves relabeling only.
+func (cspDevice) Layer(be backend.Backend, patch *layout.Patch, offsets []int64, P int, cfg csp.Config) (csp.LayerMachine, error) {
+	dev, err := asSampleDevice(be)
+	if err != nil {
+		return nil, err
+	}
+	gcfg := gpusample.Config{Fanouts: layerGSFanouts, Replace: cfg.Replace, Placement: cfg.Placement}
+	if cfg.Placement == gpusample.Split {
+		gcfg.DeviceRows = patch.DeviceRowIDs()
+	}
+	g := patch.Graph
+	if cfg.Weighted {
+		g, gcfg.Placement, gcfg.DeviceRows = &graph.CSR{NumRows: 1, NumCols: 1, Indptr: []int64{0, 0}}, gpusample.OnDevice, nil
+	}
+	gs, err := gpusample.New(dev, g, gcfg)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := newGPULayerMachine(dev, gs, patch, offsets, P, cfg)
+	if err != nil {
+		gs.Close()
+		return nil, err
+	}
+	lm.gs = gs
+	return lm, nil
+}
+
+// Walker is the walk machine over the rows this rank owns.
+func (cspDevice) Walker(be backend.Backend, patch *layout.Patch, offsets []int64, P, length int, placement gpusample.Placement) (csp.WalkMachine, error) {
+	dev, err := asSampleDevice(be)
+	if err != nil {
+		return nil, err
+	}
+	return newGPUWalkMachine(dev, patch, offsets, P, length, placement)
+}
+
+// samplerMachine is the node-wise machine: gpuMachine over the hop API
+// of gs, which it owns (direct sampling and siblings use it too).
+type samplerMachine struct {
+	*gpuMachine
+	gs      *gpusample.Sampler
+	offsets []int64
+}
+
+// newSamplerMachine loads the node-wise kernels over gs's hop API; on
+// failure it closes gs.
+func newSamplerMachine(dev sampleDevice, gs *gpusample.Sampler, P int, offsets []int64, edgeBase int64) (*samplerMachine, error) {
+	st, err := gs.Stepper()
+	if err != nil {
+		gs.Close()
+		return nil, err
+	}
+	gm, err := newGPUMachine(dev, st, "csp", cspSrc, cspKernels, P, offsets, edgeBase)
+	if err != nil {
+		gs.Close()
+		return nil, err
+	}
+	return &samplerMachine{gpuMachine: gm, gs: gs, offsets: offsets}, nil
+}
+
+func (m *samplerMachine) Sample(seeds []graph.NodeID, key sample.Key) (*csp.Batch, error) {
+	b, err := m.gs.SampleDevice(seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	return &csp.Batch{Device: b}, nil
+}
+
+func (m *samplerMachine) Sibling(dev backend.Backend) (csp.SamplerMachine, error) {
+	d, err := asSampleDevice(dev)
+	if err != nil {
+		return nil, err
+	}
+	gs, err := m.gs.Sibling(d)
+	if err != nil {
+		return nil, err
+	}
+	return newSamplerMachine(d, gs, m.P, m.offsets, m.edgeBase)
+}
+
+// Close closes the sampler, then the kernels' buffers.
+func (m *samplerMachine) Close() error {
+	first := m.gs.Close()
+	if err := m.gpuMachine.Close(); first == nil {
+		first = err
+	}
+	return first
+}
 
 // gpuMachine is the machine of a CUDA device: the patch's sampler and
 // hop API (package gpusample), this package's kernels (csp.cu) and a
 // pinned buffer for reads.
 type gpuMachine struct {
-	dev      gpuDevice
+	dev      sampleDevice
 	st       *gpusample.Stepper
 	fns      map[string]backend.Kernel
 	offB     backend.Buffer     // partition offsets on the device
@@ -22,14 +166,17 @@ type gpuMachine struct {
 	edgeBase int64
 }
 
-var kernels = []string{"csp_route_count", "csp_route_scatter", "csp_stride_counts", "csp_stride_compact",
+//go:embed csp.cu
+var cspSrc string
+
+var cspKernels = []string{"csp_route_count", "csp_route_scatter", "csp_stride_counts", "csp_stride_compact",
 	"csp_totals", "csp_pack", "csp_add_i64", "csp_unpack_counts", "csp_unpack_src"}
 
 // newGPUMachine loads module name (src after the common source, kernels
 // fns) on dev and prepares the machine of a rank of P: the partition
 // offsets on the device and the pinned read area. st is the patch's hop
 // API (nil where no hop step is used). On failure nothing is left.
-func newGPUMachine(dev gpuDevice, st *gpusample.Stepper, name, src string, fns []string, P int, offsets []int64, edgeBase int64) (g *gpuMachine, err error) {
+func newGPUMachine(dev sampleDevice, st *gpusample.Stepper, name, src string, fns []string, P int, offsets []int64, edgeBase int64) (g *gpuMachine, err error) {
 	g = &gpuMachine{dev: dev, st: st, fns: map[string]backend.Kernel{}, P: P, edgeBase: edgeBase}
 	defer func() {
 		if err != nil {
@@ -54,7 +201,7 @@ func newGPUMachine(dev gpuDevice, st *gpusample.Stepper, name, src string, fns [
 	if err := g.Upload(g.offB, offsets); err != nil {
 		return nil, err
 	}
-	if g.pin, err = dev.AllocPinned(uint64(8*ReadWords(P)), false); err != nil {
+	if g.pin, err = dev.AllocPinned(uint64(8*csp.ReadWords(P)), false); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -129,7 +276,7 @@ func (g *gpuMachine) Route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap i
 			return err
 		}
 		return l.Launch(g.fns["csp_route_scatter"], n, ptr(sendIDs), ptr(pos), ptr(cur), ptr(cnt), ptr(F), ptr(nFB),
-			backend.Buf(g.offB), backend.I32(int32(P)), ptr(hdr), backend.I32(HeaderWords), backend.U64(key), backend.I32(int32(hop)), backend.I32(int32(fanout)), backend.I32(int32(hops)))
+			backend.Buf(g.offB), backend.I32(int32(P)), ptr(hdr), backend.I32(csp.HeaderWords), backend.U64(key), backend.I32(int32(hop)), backend.I32(int32(fanout)), backend.I32(int32(hops)))
 	})
 }
 
@@ -298,7 +445,7 @@ func (g *gpuMachine) Relabel(F backend.Buffer, nF int64, src, ptrB backend.Buffe
 // Batch wraps the parts as a gpusample.Batch: buffers truncated to the
 // device's sizes, each block's structure a backend.Sparse over its buffers. On failure
 // everything is freed.
-func (g *gpuMachine) Batch(outs []HopOut, seeds []graph.NodeID) (*Batch, error) {
+func (g *gpuMachine) Batch(outs []csp.HopOut, seeds []graph.NodeID) (*csp.Batch, error) {
 	L := len(outs)
 	blocks := make([]gpusample.Block, L)
 	var werr error
@@ -336,7 +483,7 @@ func (g *gpuMachine) Batch(outs []HopOut, seeds []graph.NodeID) (*Batch, error) 
 		b.Free()
 		return nil, werr
 	}
-	return &Batch{Device: b}, nil
+	return &csp.Batch{Device: b}, nil
 }
 
 func (g *gpuMachine) Shrink(b backend.Buffer, n int64) (backend.Buffer, error) {

@@ -1,16 +1,14 @@
-package engine
+package cudadsp
 
-// The pre-sampling pass on CUDA devices (presampleOnHost's, counted on
-// the GPUs).
+// The pre-sampling pass of the DSP engine on GPUs: the hotness ranking
+// by input-node counts, counted on the devices.
 
 import (
 	"context"
 	"fmt"
 	"sync"
 
-	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/csp"
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
@@ -25,7 +23,7 @@ type presampler interface {
 	Close() error
 }
 
-// fullPresampler is gpusample over the whole graph (Config.Sampler full).
+// fullPresampler is gpusample over the whole graph (the full sampler).
 type fullPresampler struct{ s *gpusample.Sampler }
 
 func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key sample.Key) (*csp.Batch, error) {
@@ -38,42 +36,40 @@ func (f fullPresampler) Sample(_ context.Context, seeds []graph.NodeID, key samp
 
 func (f fullPresampler) Close() error { return f.s.Close() }
 
-// presampleFlushEvery is how many batches a device counts before it adds
-// its histogram to the host's counts and clears it: the histogram is
-// float32 (the back end's scatter-add), whose integers are exact up to
-// 2^24, and a batch adds at most 1 to a node. A variable for the tests.
-var presampleFlushEvery = 1<<24 - 1
+// Presample is a pre-sampling pass: every device samples its batches
+// with a temporary sampler of the kind it trains with, alone over the
+// whole graph (no communicator is open yet), and counts how often each
+// node is an input node.
+type Presample struct {
+	Graph   *graph.CSR    // the whole graph (the full sampler's topology)
+	Whole   *layout.Patch // its one-device patch (csp's), within the topology budget
+	Offsets []int64       // the one-device partition offsets
+	// Batches[r] are device r's batches' seeds, Key(r, i) the key of
+	// its batch i.
+	Batches [][][]graph.NodeID
+	Key     func(r, i int) sample.Key
+	// Full: gpusample over Graph; else csp, layer-wise with Layer.
+	Full, Layer       bool
+	Fanouts           []int
+	Replace, Weighted bool
+	// FlushEvery is how many batches a device counts before it adds its
+	// histogram to the host's counts and clears it: the histogram is
+	// float32 (the back end's scatter-add), whose integers are exact up
+	// to 2^24, and a batch adds at most 1 to a node.
+	FlushEvery int
+}
 
-// presampleOnDevices is presampleOnHost's pass on the CUDA devices.
-// Device r samples device r's batches of the presamplePlan with a temporary sampler of the kind it trains with
-// (csp node- or layer-wise, or gpusample with the full sampler), alone
-// over the whole graph: the collective samplers' batches depend only on
-// the graph, the seeds and the key, not on the partition (csp's
-// guarantee), and no communicator is open yet. It counts each batch's
-// input nodes on the device (a scatter-add of ones), the host adds the
-// devices' counts (integers, so in any order) and ranks them with
-// cache.ByCounts: the order is presampleOnHost's, bit for bit.
-// The whole topology goes to every device for the pass, within the
-// topology budget (the rest read from host memory, as a full sampler
-// does), and is freed before the devices set up.
-func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error) {
-	cfg := &s.cfg
-	plan, err := newPresamplePlan(s.pd, cfg)
-	if err != nil {
-		return nil, err
+// Run samples device r's batches on devs[r], all devices at once: it
+// counts each batch's input nodes on the device (a scatter-add of ones)
+// and returns the counts per node, added on the host (integers, so in
+// any order): the collective samplers' batches depend only on the
+// graph, the seeds and the key, not on the partition (csp's guarantee),
+// so the counts are the host pass's, bit for bit.
+func (p *Presample) Run(ctx context.Context, devs []backend.Backend) ([]int64, error) {
+	if len(p.Batches) != len(devs) || p.FlushEvery < 1 || p.FlushEvery >= 1<<24 {
+		return nil, fmt.Errorf("presample: %d devices' batches for %d devices, flushing every %d batches", len(p.Batches), len(devs), p.FlushEvery)
 	}
-	if len(plan.batches) != len(s.opts.Backends) {
-		return nil, fmt.Errorf("presample: %d devices' batches for %d back ends", len(plan.batches), len(s.opts.Backends))
-	}
-	topo := cfg.TopologyBytes
-	if topo <= 0 {
-		topo = layout.NoLimit
-	}
-	whole, b, err := layout.BuildWhole(s.in, layout.Options{DeviceBytes: topo})
-	if err != nil {
-		return nil, fmt.Errorf("presample: topology: %w", err)
-	}
-	n := int(s.in.NumRows)
+	n := int(p.Graph.NumRows)
 	total := make([]int64, n)
 	var mu sync.Mutex // guards total and host
 	var host []float32
@@ -96,62 +92,50 @@ func (s *shared) presampleOnDevices(ctx context.Context) ([]graph.NodeID, error)
 		}
 		return nil
 	}
-	devs := make([]backend.Backend, len(s.opts.Backends))
-	for r, be := range s.opts.Backends {
-		if !isGPU(be) {
-			return nil, fmt.Errorf("presample: back end %d (%s) has no run-time kernels and queue (backend.Kernels, Enqueuer)", r, be.Name())
-		}
-		devs[r] = be
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	for r, dev := range devs {
 		g.Go(func() error {
-			if err := s.presampleDevice(gctx, r, dev, plan, whole, b.Offsets(), add); err != nil {
+			if err := p.device(gctx, r, dev, add); err != nil {
 				return fmt.Errorf("presample on device %d: %w", r, err)
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
 		return nil, err
 	}
-	return cache.ByCounts(total), nil
+	return total, nil
 }
 
-// presampleDevice samples device r's batches of plan on dev over the
-// whole graph (whole, with the one-device partition offsets) and hands
-// its histogram of input nodes to add (every presampleFlushEvery batches
+// device samples device r's batches on dev over the whole graph and
+// hands its histogram of input nodes to add (every FlushEvery batches
 // and at the end).
-func (s *shared) presampleDevice(ctx context.Context, r int, dev backend.Backend, plan *presamplePlan, whole *layout.Patch, offsets []int64,
-	add func(r int, dev backend.Backend, hist backend.Buffer, since int) error) (err error) {
-	cfg := &s.cfg
+func (p *Presample) device(ctx context.Context, r int, dev backend.Backend, add func(r int, dev backend.Backend, hist backend.Buffer, since int) error) (err error) {
+	whole := p.Whole
 	place := gpusample.OnDevice
 	if whole.HostBytes() > 0 {
 		place = gpusample.Split
 	}
 	var smp presampler
 	switch {
-	case cfg.Sampler == SamplerFull:
-		scfg := gpusample.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
+	case p.Full:
+		scfg := gpusample.Config{Fanouts: p.Fanouts, Replace: p.Replace, Weighted: p.Weighted, Placement: place}
 		if place == gpusample.Split {
 			scfg.DeviceRows = whole.DeviceRowIDs()
 		}
-		gs, err := gpusample.New(dev, s.in, scfg)
+		gs, err := gpusample.New(dev, p.Graph, scfg)
 		if err != nil {
 			return fmt.Errorf("sampler: %w", err)
 		}
 		smp = fullPresampler{gs}
-	case cfg.Scheme == LayerWise:
-		ccfg := csp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
-		if smp, err = csp.NewLayer(dev, whole, offsets, nil, ccfg); err != nil {
+	case p.Layer:
+		ccfg := csp.Config{Fanouts: p.Fanouts, Replace: p.Replace, Weighted: p.Weighted, Placement: place}
+		if smp, err = csp.NewLayer(dev, whole, p.Offsets, nil, ccfg); err != nil {
 			return fmt.Errorf("layer-wise sampler: %w", err)
 		}
 	default:
-		ccfg := csp.Config{Fanouts: cfg.Train.Fanouts, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}
-		if smp, err = csp.New(dev, whole, offsets, nil, ccfg); err != nil {
+		ccfg := csp.Config{Fanouts: p.Fanouts, Replace: p.Replace, Weighted: p.Weighted, Placement: place}
+		if smp, err = csp.New(dev, whole, p.Offsets, nil, ccfg); err != nil {
 			return fmt.Errorf("sampler: %w", err)
 		}
 	}
@@ -166,7 +150,7 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev backend.Backend
 			err = fmt.Errorf("closing the sampler: %w", cerr)
 		}
 	}()
-	n := int(s.in.NumRows)
+	n := int(p.Graph.NumRows)
 	if hist, err = dev.Alloc(backend.Float32, n); err != nil {
 		return err
 	}
@@ -174,11 +158,11 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev backend.Backend
 		return err
 	}
 	since := 0
-	for i, seeds := range plan.batches[r] {
+	for i, seeds := range p.Batches[r] {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		bt, err := smp.Sample(ctx, seeds, plan.key(r, i))
+		bt, err := smp.Sample(ctx, seeds, p.Key(r, i))
 		if err != nil {
 			return fmt.Errorf("batch %d: %w", i, err)
 		}
@@ -187,7 +171,7 @@ func (s *shared) presampleDevice(ctx context.Context, r int, dev backend.Backend
 		if err != nil {
 			return fmt.Errorf("batch %d: counting input nodes: %w", i, err)
 		}
-		if since++; since == presampleFlushEvery {
+		if since++; since == p.FlushEvery {
 			if err := add(r, dev, hist, since); err != nil {
 				return err
 			}
@@ -227,7 +211,7 @@ func countInputs(dev backend.Backend, hist backend.Buffer, ones *backend.Buffer,
 			return err
 		}
 	}
-	src, err := devbuf.View(*ones, 0, m)
+	src, err := backend.View(*ones, 0, m)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
-package csp
+package cudadsp
 
 import (
 	_ "embed"
 
+	"github.com/strata-gnn/strata/dsp/csp"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -38,15 +39,16 @@ type gpuLayerMachine struct {
 	// bits), placed as Config.Placement says.
 	indices, cum, lastpos, roww backend.Arg
 	placed                      placer
+	gs                          *gpusample.Sampler // the hop API, closed last
 }
 
 // newGPULayerMachine loads the kernels and places the rows of patch.
-func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg Config) (*gpuLayerMachine, error) {
+func newGPULayerMachine(dev sampleDevice, gs *gpusample.Sampler, patch *layout.Patch, offsets []int64, P int, cfg csp.Config) (*gpuLayerMachine, error) {
 	st, err := gs.Stepper()
 	if err != nil {
 		return nil, err
 	}
-	gm, err := newGPUMachine(dev, st, "csp-layer", kernelSrc+layerSrc, append(append([]string{}, kernels...), layerKernels...), P, offsets, patch.EdgeBase)
+	gm, err := newGPUMachine(dev, st, "csp-layer", cspSrc+layerSrc, append(append([]string{}, cspKernels...), layerKernels...), P, offsets, patch.EdgeBase)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patc
 	// Per-row arrays follow the placement's rows (on the device unless
 	// Mapped); per-edge ones its adjacency (in host memory with Mapped
 	// and Split: this copy is not split by row).
-	rw, cum, last := LayerWeights(pg.Indptr[lo:hi+1], pg.Weights)
+	rw, cum, last := csp.LayerWeights(pg.Indptr[lo:hi+1], pg.Weights)
 	edges, rowsAt := mappedEdges(cfg.Placement), cfg.Placement == gpusample.Mapped
 	for _, a := range []struct {
 		dst    *backend.Arg
@@ -92,8 +94,8 @@ func newGPULayerMachine(dev gpuDevice, gs *gpusample.Sampler, patch *layout.Patc
 	return g, nil
 }
 
-// Read grows the pinned buffer to the Read's size (the frontier's
-// degrees are Read whole), then reads as gpuMachine does.
+// Read grows the pinned buffer to the read's size (the frontier's
+// degrees are read whole), then reads as gpuMachine does.
 func (g *gpuLayerMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
 	var total int64
 	for _, k := range n {
@@ -206,7 +208,7 @@ func (g *gpuLayerMachine) DrawLayer(ids, info, msg backend.Buffer, R int64, roff
 		}
 		defer l.Free(qptr)
 		if err := l.Launch(g.fns["lw_owner_counts"], R+1, backend.Buf(cnt), ptr(bad), ptr(msg), ptr(info), backend.Buf(roffB),
-			backend.I32(int32(P)), backend.I64(R), backend.I32(w), backend.I32(b2i(g.replace)), backend.I64(MaxLayerFanout)); err != nil {
+			backend.I32(int32(P)), backend.I64(R), backend.I32(w), backend.I32(b2i(g.replace)), backend.I64(csp.MaxLayerFanout)); err != nil {
 			return err
 		}
 		if err := l.ScanI64(qptr, cnt, int(R+1)); err != nil {
@@ -266,6 +268,12 @@ func (g *gpuLayerMachine) Close() error {
 	first := g.gpuMachine.Close()
 	if err := g.placed.free(); first == nil {
 		first = err
+	}
+	if g.gs != nil {
+		if err := g.gs.Close(); first == nil {
+			first = err
+		}
+		g.gs = nil
 	}
 	return first
 }

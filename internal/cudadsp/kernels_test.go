@@ -1,0 +1,22 @@
+package cudadsp
+
+import (
+	"testing"
+
+	"github.com/strata-gnn/strata/internal/testkit/gputest"
+)
+
+// TestKernelsCompile compiles every module this package loads with NVRTC
+// when the library is available (no GPU needed): the collective sampling
+// kernels alone and with the layer-wise and walk kernels they share a
+// module with, and the feature loader's routing kernels.
+func TestKernelsCompile(t *testing.T) {
+	for _, m := range []struct{ name, src string }{
+		{"csp.cu", cspSrc},
+		{"csp-layer.cu", cspSrc + layerSrc},
+		{"csp-walk.cu", cspSrc + walkSrc},
+		{"cache.cu", routeSrc},
+	} {
+		t.Run(m.name, func(t *testing.T) { gputest.CompileKernels(t, m.src, m.name) })
+	}
+}
