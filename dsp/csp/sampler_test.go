@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/layout"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
@@ -201,13 +203,70 @@ func TestCPUMachineContract(t *testing.T) {
 		"unpackLayer, counts": func() error {
 			return lm.UnpackLayer(i32(1), i64(0), i32(1), nil, i64(0, 1), i64(0, 0), i32(1), 1, 1, i64(0))
 		},
-		"initWalks short": func() error { return wm.InitWalks(i32(2), i32(1), 1, 2) },
-		"pack short":      func() error { return wm.Pack(i64(0), i64(0, 0), i32(1), 1, 2) },
-		"step short":      func() error { return wm.Step(0, i64(0), 1, i64(), i32(1), i32(1), i64(), i64(0)) },
-		"concat of int64": func() error { return wm.Concat(i32(2), []backend.Buffer{i64(1)}, []int64{1}) },
+		"initWalks short":   func() error { return wm.InitWalks(i32(2), i32(1), 1, 2) },
+		"pack short":        func() error { return wm.Pack(i64(0), i64(0, 0), i32(1), 1, 2) },
+		"step short":        func() error { return wm.Step(0, i64(0), 1, i64(), i32(1), i32(1), i64(), i64(0)) },
+		"concat of int64":   func() error { return wm.Concat(i32(2), []backend.Buffer{i64(1)}, []int64{1}) },
+		"sibling elsewhere": func() error { _, err := m.Sibling(otherBackend{}); return err },
 	} {
 		if err := f(); !errors.Is(err, errContract) {
 			t.Errorf("%s: %v, want errContract", name, err)
 		}
+	}
+}
+
+// TestDeviceRegistry: the test binary links internal/cudadsp's machines
+// (device_test.go); a second registration panics, and without a
+// registered device a back end other than the CPU's is refused, naming
+// the package that registers the CUDA machines.
+func TestDeviceRegistry(t *testing.T) {
+	if device == nil {
+		t.Fatal("no device registered although device_test.go imports internal/cudadsp")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a second RegisterDevice did not panic")
+			}
+		}()
+		RegisterDevice(device)
+	}()
+	if device.Accepts(otherBackend{}) {
+		t.Error("the CUDA machines accept a back end without kernels")
+	}
+	saved := device
+	device = nil
+	defer func() { device = saved }()
+	g := randomGraph(2, 100, 4)
+	b, _ := book.New([]int64{0, 100})
+	p, err := layout.Build(g, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(otherBackend{}, p, b.Offsets(), nil, Config{Fanouts: []int{2}})
+	if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "no device machines are linked in (package internal/cudadsp") {
+		t.Errorf("New on another back end without a device: %v", err)
+	}
+}
+
+// TestNewMachineErrors: a failure building the CPU machine (weighted
+// sampling over a graph without weights) is the constructor's *Error,
+// of kind ErrInput and wrapping package sample's error.
+func TestNewMachineErrors(t *testing.T) {
+	g := randomGraph(2, 100, 4)
+	g.Weights = nil
+	b, _ := book.New([]int64{0, 100})
+	p, err := layout.Build(g, b, 0, layout.Options{DeviceBytes: layout.NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(be, p, b.Offsets(), nil, Config{Fanouts: []int{2}, Weighted: true})
+	var ge *Error
+	if !errors.Is(err, ErrInput) || !errors.Is(err, sample.ErrGraph) || !errors.As(err, &ge) || ge.Op != "csp.New" || ge.Hop != -1 || ge.Rank != 0 {
+		t.Errorf("weighted sampling without weights: %v, want csp.New's ErrInput wrapping sample.ErrGraph", err)
 	}
 }

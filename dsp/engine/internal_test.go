@@ -17,10 +17,13 @@ import (
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/graph/graphtest"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -376,5 +379,71 @@ func BenchmarkPresampleOnHost(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*batches), "ms/batch")
 		})
+	}
+}
+
+// TestSamplerStages: every sampler worker has its own stage, after the
+// fixed ones for workers past the first, and maps back to itself; the
+// loader's and trainer's stages are no worker's.
+func TestSamplerStages(t *testing.T) {
+	seen := map[int]bool{}
+	for w := range MaxSamplerWorkers {
+		st := samplerStage(w)
+		if st < 0 || st >= numStages || seen[st] || (w > 0 && st < numFixedStages) || samplerWorker(st) != w {
+			t.Fatalf("worker %d: stage %d (worker %d, seen %v)", w, st, samplerWorker(st), seen[st])
+		}
+		seen[st] = true
+	}
+	for _, st := range []int{stLoader, stTrainer, -1, numStages} {
+		if w := samplerWorker(st); w != -1 {
+			t.Errorf("stage %d is worker %d's", st, w)
+		}
+	}
+}
+
+// TestHostKit: on a CPU back end the kit of the full sampler has one
+// host sampler per worker, each drawing the whole-graph sampler's batch,
+// a host store reporting the hot rows, and refuses a cancelled context.
+func TestHostKit(t *testing.T) {
+	g := graphtest.Skewed(5, 500, 6, 20)
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cols = 4
+	x := make([]float32, 500*cols)
+	hot := []graph.NodeID{7, 3, 11}
+	scfg := gpusample.Config{Fanouts: []int{4, 3}}
+	k, err := newKit(b, g, x, 500, cols, hot, scfg, samplerSpec{workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	if len(k.smps) != 2 || k.store.HotRows() != len(hot) {
+		t.Fatalf("%d samplers, %d hot rows; want 2 and %d", len(k.smps), k.store.HotRows(), len(hot))
+	}
+	ref, err := sample.NewNeighborSampler(g, sample.Config{Fanouts: scfg.Fanouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds, key := []graph.NodeID{1, 50, 499}, sample.Key{Seed: 9, Batch: 2}
+	want, err := ref.Sample(seeds, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w, s := range k.smps {
+		bt, err := s.Sample(context.Background(), seeds, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(bt.IDs(), want.InputNodes()) || bt.NumInputs() != len(want.InputNodes()) || bt.DeviceIDs() != nil {
+			t.Errorf("worker %d: input nodes %v, want %v", w, bt.IDs(), want.InputNodes())
+		}
+		bt.Free()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := k.smps[1].Sample(ctx, seeds, key); !errors.Is(err, context.Canceled) {
+		t.Errorf("sampling with a cancelled context: %v", err)
 	}
 }
