@@ -7,8 +7,9 @@
 // devices" alike: CPU back ends, one group of goroutines per device,
 // in-process communicators (device communicators staged over them). The
 // CPU machines run in production on CPU devices and in CI; the CUDA
-// machines (the *_cuda.go files and the .cu kernels) run on GPUs, where
-// the GPU tests check them against the CPU run.
+// machines (package internal/cudadsp, with the .cu kernels, which
+// registers them with csp and cache; the engine imports it) run on
+// GPUs, where the GPU tests check them against the CPU run.
 //
 // A newcomer reads the sub-packages in this order:
 //

@@ -24,8 +24,9 @@
 // (pinned and read through UVA on GPUs; the shared table on the CPU).
 //
 // Each device keeps a Store: the rows the plan gives it in device memory,
-// every other row readable from host memory (CUDAStore: package
-// feature's store on a GPU; HostStore: the host table on a CPU back end).
+// every other row readable from host memory (package feature's store on
+// a GPU, internal/cudadsp.Store; HostStore: the host table on a CPU back
+// end).
 // A Loader serves one batch's input nodes (LoadDevice: IDs in a device
 // buffer, as the sampler left them; Load: host IDs, uploaded first):
 //
@@ -50,10 +51,11 @@
 // the IDs). Whatever the budget and policy, the rows returned equal the
 // feature table's.
 //
-// The steps run through a small machine interface (machine_cpu.go): the
-// kernels of route.cu on a GPU (machine_cuda.go), their host mirror on
-// any other back end, which is what the CPU tests and CPU virtual devices
-// run; the GPU tests check the kernels against it.
+// The steps run through a small machine interface (Machine,
+// machine_cpu.go): the kernels of route.cu on a GPU (the registered
+// DeviceMachine: package internal/cudadsp), their host mirror on any
+// other back end, which is what the CPU tests and CPU virtual devices
+// run.
 //
 // Metrics: local hits, peer hits and misses (cold rows); feature bytes per
 // link: local (own cache), peer (IDs and rows sent to peers, headers) and

@@ -52,13 +52,15 @@
 // # Machines
 //
 // The protocols (proto.go, layerproto.go, walkproto.go) are written once
-// against a small machine interface (machine.go): the buffers and kernels
-// they need. The constructors pick the machine from the back end they are
-// given: a CUDA device gets gpuMachine (machine_cuda.go, layer_cuda.go,
-// walk_cuda.go: csp.cu, layer.cu, walk.cu and gpusample's hop API), the
-// CPU back end (tensor/backend/cpu) cpuMachine, every kernel in Go over
-// the back end's host buffers (machine_cpu.go, layer_cpu.go,
-// walk_cpu.go), whose draws are package sample's. CPU devices thus run
+// against small machine interfaces (Machine, SamplerMachine,
+// LayerMachine, WalkMachine): the buffers and kernels they need. The
+// constructors pick the machine from the back end they are given: the
+// CPU back end (tensor/backend/cpu) gets cpuMachine, every kernel in Go
+// over the back end's host buffers (machine_cpu.go, layer_cpu.go,
+// walk_cpu.go), whose draws are package sample's; a device the
+// registered Device accepts gets its machines: package
+// internal/cudadsp registers the CUDA ones (csp.cu, layer.cu, walk.cu
+// and gpusample's hop API), and this package never imports it. CPU devices thus run
 // the code GPUs run, with device communicators staged over host ones
 // (comm/staged), and the CPU machine is the reference the kernels are
 // checked against: the tests run every protocol on it, 1-4 ranks with
@@ -69,7 +71,7 @@
 //
 // Read the package in this order: machine.go, proto.go (node-wise),
 // machine_cpu.go, then layerproto.go with layeralloc.go and walkproto.go;
-// the *_cuda.go files and the kernels last.
+// internal/cudadsp's machines and kernels last.
 //
 // # Layer-wise sampling
 //

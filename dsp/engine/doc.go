@@ -39,9 +39,10 @@
 // failed run's RunError names the stages that had been working too long
 // (Stalled) and the log gets every stage's state.
 //
-// The GPU-only pieces live in kit_cuda.go (the full sampler on a GPU,
-// batches in device memory and their hand-over between a GPU's handles,
-// deferred frees) and presample_cuda.go (the pre-sampling pass on GPUs);
+// The GPU-only pieces live in package internal/cudadsp (the full
+// sampler on a GPU, batches in device memory and their hand-over between
+// a GPU's handles, deferred frees, the pre-sampling pass on GPUs, and
+// the CUDA machines of csp and cache, which importing it registers);
 // everything else runs on CPU devices too.
 //
 // Streams: the CUDA back end runs one stream per device handle, and its
