@@ -154,6 +154,7 @@ test_pkgs=(
   "dsp/cache . 120"
   "dsp/csp . 300"
   "dsp/engine GPU 300"
+  "internal/cudadsp . 60"
   "internal/cudacomm . 60"
   "internal/nccl GPU|OneRank|TwoGPUs 30"
   "comm/nccl GPU|OneRank|TwoGPUs 60"
