@@ -165,6 +165,9 @@ func ReadManifest(dir string) (*Manifest, error) {
 
 // ParseManifest decodes and checks a manifest; path is used in errors.
 func ParseManifest(path string, b []byte) (*Manifest, error) {
+	if _, v, ok := peekVersion(b); ok && v == FormatVersionHetero {
+		return nil, heteroVersionErr(path) // a typed dataset: OpenHetero reads it
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var m Manifest

@@ -35,6 +35,9 @@ func TestV1GoldenOpens(t *testing.T) {
 	if s.Version != 1 || s.NumNodes != 5 || s.NumEdges != 8 {
 		t.Fatalf("summary %+v", s)
 	}
+	if v, err := ManifestVersion(v1Golden); err != nil || v != 1 {
+		t.Fatalf("ManifestVersion = %d, %v; want 1", v, err)
+	}
 }
 
 // TestV1WriteUnchanged checks that Write still produces the committed

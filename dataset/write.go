@@ -37,14 +37,29 @@ type outArray struct {
 	data  []byte                       // raw host bytes
 	conv  func(dst []byte, off, n int) // big-endian hosts: encode elements [off, off+n) into dst
 	esize int
+	dtype DType
 }
 
 func makeOut[T element](name string, s []T, shape ...int64) outArray {
-	a := outArray{name: name, shape: shape, data: asBytes(s), esize: sizeOf[T]()}
+	a := outArray{name: name, shape: shape, data: asBytes(s), esize: sizeOf[T](), dtype: dtypeOf[T]()}
 	if !hostLE {
 		a.conv = func(dst []byte, off, n int) { encodeLE(dst, s[off:off+n]) }
 	}
 	return a
+}
+
+// dtypeOf is the manifest name of element type T.
+func dtypeOf[T element]() DType {
+	var z T
+	switch any(z).(type) {
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	case float32:
+		return Float32
+	}
+	return ""
 }
 
 // outArrays lists the arrays of d that a writer stores, in manifest
@@ -83,12 +98,34 @@ func Write(dir string, d *Dataset, opts WriteOptions) error {
 	if err := Validate(d); err != nil {
 		return fmt.Errorf("dataset: refusing to write invalid dataset: %w", err)
 	}
+	n, e := d.Graph.NumRows, d.Graph.NumEdges()
+	m := &Manifest{
+		Magic: Magic, Version: FormatVersion, Name: d.Name,
+		NumNodes: n, NumEdges: e, Directed: d.Directed,
+		FeatDim: int64(d.FeatDim), NumClasses: int64(d.NumClasses),
+		Checksum: ChecksumAlgo,
+	}
+	return writeDir(dir, outArrays(d), opts,
+		func(arrays []ArrayMeta) ([]byte, error) {
+			m.Arrays = arrays
+			var err error
+			if m.ManifestCRC32C, err = manifestCRC(m); err != nil {
+				return nil, err
+			}
+			return json.MarshalIndent(m, "", "  ")
+		})
+}
+
+// writeDir is the writing sequence of every format version: it writes
+// arrs (their checksums computed on the way) into a
+// temporary sibling of dir, then the manifest that manifest encodes from
+// the arrays' metadata (in arrs' order), fsyncs, and renames the
+// directory to dir.
+func writeDir(dir string, arrs []outArray, opts WriteOptions, manifest func([]ArrayMeta) ([]byte, error)) error {
 	dir = filepath.Clean(dir)
 	if err := checkTarget(dir, opts.Overwrite); err != nil {
 		return err
 	}
-	n, e := d.Graph.NumRows, d.Graph.NumEdges()
-	arrs := outArrays(d)
 	var total int64
 	for _, a := range arrs {
 		total += int64(len(a.data))
@@ -113,13 +150,7 @@ func Write(dir string, d *Dataset, opts WriteOptions) error {
 	if !opts.Quiet && total >= progressMin {
 		bar = progress.New(total, "writing "+filepath.Base(dir))
 	}
-	m := &Manifest{
-		Magic: Magic, Version: FormatVersion, Name: d.Name,
-		NumNodes: n, NumEdges: e, Directed: d.Directed,
-		FeatDim: int64(d.FeatDim), NumClasses: int64(d.NumClasses),
-		Checksum: ChecksumAlgo,
-		Arrays:   make([]ArrayMeta, len(arrs)),
-	}
+	metas := make([]ArrayMeta, len(arrs))
 	var g errgroup.Group
 	g.SetLimit(max(2, min(runtime.GOMAXPROCS(0), 4)))
 	for i, a := range arrs {
@@ -129,7 +160,7 @@ func Write(dir string, d *Dataset, opts WriteOptions) error {
 			if err != nil {
 				return err
 			}
-			m.Arrays[i] = ArrayMeta{Name: a.name, DType: arrayDType[a.name], Shape: a.shape,
+			metas[i] = ArrayMeta{Name: a.name, DType: a.dtype, Shape: a.shape,
 				Bytes: int64(len(a.data)), BlockBytes: block, CRC32C: crcs}
 			return nil
 		})
@@ -138,10 +169,7 @@ func Write(dir string, d *Dataset, opts WriteOptions) error {
 		return err
 	}
 	bar.Finish()
-	if m.ManifestCRC32C, err = manifestCRC(m); err != nil {
-		return fmt.Errorf("dataset: encoding manifest: %w", err)
-	}
-	mb, err := json.MarshalIndent(m, "", "  ")
+	mb, err := manifest(metas)
 	if err != nil {
 		return fmt.Errorf("dataset: encoding manifest: %w", err)
 	}
