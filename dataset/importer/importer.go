@@ -66,8 +66,9 @@ type Options struct {
 }
 
 // Detect guesses the layout of src: a directory with meta.json is Shared,
-// one with (raw/)edge.csv[.gz] is OGB, one with .npy edges is NPY, and a
-// regular file is SNAP.
+// one with (raw/)edge.csv[.gz] is OGB, one with .npy edges is NPY, one
+// with (raw/)num-node-dict.csv[.gz] is OGBHetero, one with nodes/ and
+// edges/ folders is TypedNPY, and a regular file is SNAP.
 func Detect(src string) (Kind, error) {
 	fi, err := os.Stat(src)
 	if err != nil {
@@ -98,6 +99,9 @@ func Detect(src string) (Kind, error) {
 			return NPY, nil
 		}
 	}
+	if k, ok := detectTyped(src); ok { // typed layouts (typed.go)
+		return k, nil
+	}
 	if statErr != nil {
 		return "", statErr
 	}
@@ -127,6 +131,9 @@ func Load(kind Kind, src string, opts Options) (*dataset.Dataset, error) {
 		return LoadSNAP(src, opts)
 	case NPY:
 		return LoadNPY(src, opts)
+	}
+	if IsTyped(kind) {
+		return nil, fmt.Errorf("importer: %s is a typed layout (%s): use LoadHetero", src, kind)
 	}
 	return nil, fmt.Errorf("importer: unknown kind %q (want one of %v)", kind, Kinds())
 }
