@@ -46,6 +46,10 @@ type HeteroConfig struct {
 	// AddReverse trains on dataset.Hetero.AddReverse of the dataset (PyG's
 	// ToUndirected), so that types that are only sources receive messages.
 	AddReverse bool `json:"add_reverse,omitempty"`
+	// Replace and Weighted are the samplers' (sample.HeteroConfig), for
+	// every relation; Weighted needs every relation's weights.
+	Replace  bool `json:"replace,omitempty"`
+	Weighted bool `json:"weighted,omitempty"`
 }
 
 // HeteroDefaults returns the settings of a typed model when a flag is
@@ -259,6 +263,13 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 			return nil, &RunError{Op: "reverse relations", Err: err}
 		}
 	}
+	if cfg.Weighted {
+		for e, et := range h.EdgeTypes {
+			if et.In.Weights == nil {
+				return nil, &ConfigError{Field: "weighted", Msg: fmt.Sprintf("relation %s of %s has no edge weights", h.EdgeTypeName(e), h.Name)}
+			}
+		}
+	}
 	r, err := newHeteroRunner(h, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -302,7 +313,7 @@ func newHeteroRunner(h *dataset.Hetero, cfg HeteroConfig, opts Options) (*hetero
 		return nil, &RunError{Op: "model", Err: err}
 	}
 	r.opt = cfg.NewOptimizer(r.b, r.model.Params())
-	if r.smp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: r.fan}); err != nil {
+	if r.smp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: r.fan, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
 		return nil, &RunError{Op: "sampler", Err: err}
 	}
 	if cfg.Eval == Sampled {
@@ -310,7 +321,7 @@ func newHeteroRunner(h *dataset.Hetero, cfg HeteroConfig, opts Options) (*hetero
 		for e := range ef {
 			ef[e] = cfg.EvalFanouts
 		}
-		if r.evSmp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: ef}); err != nil {
+		if r.evSmp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: ef, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
 			return nil, &RunError{Op: "sampler", Err: err}
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -43,6 +44,9 @@ func openDataset(spec string, quiet bool) (*dataset.Dataset, func(), error) {
 		return nil, noop, err
 	} else if isDir {
 		ds, err := dataset.Open(spec, dataset.OpenOptions{Quiet: quiet})
+		if errors.Is(err, dataset.ErrHeterogeneous) {
+			return nil, noop, usageError{fmt.Errorf("--dataset %s is a typed dataset (format version %d): train it with --model rgcn or hsage", spec, dataset.FormatVersionHetero)}
+		}
 		if err != nil {
 			return nil, noop, err
 		}

@@ -16,7 +16,7 @@ import (
 type genCmd struct {
 	Dst string `arg:"" help:"Output Strata dataset directory (must not exist unless --overwrite)." type:"path"`
 
-	Preset    string   `help:"Starting configuration: ${presets}." default:"small"`
+	Preset    string   `help:"Starting configuration: ${presets}; or hetero, a typed dataset (3 node types, 4 relations) whose classes only the edge types separate." default:"small"`
 	Scale     float64  `help:"Multiply the preset's node count by this factor (degree cap scaled by its square root)." default:"1"`
 	Name      *string  `help:"Dataset name (default: the preset's)."`
 	Seed      *uint64  `help:"Generator seed; the output is a pure function of the configuration."`
@@ -87,6 +87,9 @@ func (c *genCmd) config() (gen.Config, error) {
 }
 
 func (c *genCmd) Run(e *env) error {
+	if c.Preset == gen.HeteroPresetName {
+		return c.runHetero(e) // typed (hetero.go)
+	}
 	cfg, err := c.config()
 	if err != nil {
 		return err

@@ -17,7 +17,7 @@ type importCmd struct {
 	Src string `arg:"" help:"Input: a shared-datasets folder (meta.json + *.bin.gz), an OGB node-property folder (raw/edge.csv.gz ...), a folder of .npy arrays, or an edge-list text file (SNAP, optionally .gz; lines 'src dst' or 'src dst weight')." type:"path"`
 	Dst string `arg:"" help:"Output Strata dataset directory (must not exist unless --overwrite)." type:"path"`
 
-	Kind       string `help:"Input layout: ${kinds} (default: detected)." enum:"shared,ogb,snap,npy," default:""`
+	Kind       string `help:"Input layout: ${kinds} (default: detected)." enum:"shared,ogb,snap,npy,npy-typed,ogb-hetero," default:""`
 	Name       string `help:"Dataset name (default: the input's base name)."`
 	Symmetrize bool   `help:"Store every edge in both directions and mark the graph undirected."`
 	Split      int    `help:"shared: Geom-GCN split K (0 = the top-level split files)." default:"0"`
@@ -25,6 +25,7 @@ type importCmd struct {
 	RemapIDs   bool   `name:"remap-ids" help:"snap: renumber the node IDs found to 0..n-1 in ascending order."`
 	NumNodes   int64  `help:"snap, npy: node count when larger than the largest ID + 1." default:"0"`
 	Overwrite  bool   `help:"Replace an existing dataset directory at DST."`
+	AddReverse bool   `name:"add-reverse" help:"npy-typed, ogb-hetero: add the reverse of every relation (rev_REL), as PyG's ToUndirected."`
 }
 
 func (c *importCmd) Run(e *env) error {
@@ -38,6 +39,12 @@ func (c *importCmd) Run(e *env) error {
 	}
 	if err := os.MkdirAll(filepath.Dir(c.Dst), 0o755); err != nil {
 		return err
+	}
+	if importer.IsTyped(kind) {
+		return c.runHetero(e, kind) // typed layouts (hetero.go)
+	}
+	if c.AddReverse {
+		return usageError{fmt.Errorf("--add-reverse applies to the typed layouts %v, not %s", importer.TypedKinds(), kind)}
 	}
 	start := time.Now()
 	opts := importer.Options{
@@ -62,7 +69,7 @@ func (c *importCmd) Run(e *env) error {
 
 func kindNames() string {
 	var s []string
-	for _, k := range importer.Kinds() {
+	for _, k := range append(importer.Kinds(), importer.TypedKinds()...) {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ", ")

@@ -50,6 +50,9 @@ func (c *infoCmd) Run(e *env) error {
 		return err
 	}
 	if isDir {
+		if v, err := dataset.ManifestVersion(c.Dataset); err == nil && v == dataset.FormatVersionHetero {
+			return c.infoHetero(e) // typed (hetero.go)
+		}
 		if !c.Fast {
 			// Verify everything train's open does, so info never calls
 			// a dataset fine that train would refuse.

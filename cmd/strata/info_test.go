@@ -145,7 +145,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"type.yaml", "model: gcn\nepochs: abc\n", []string{"type.yaml: line 2: key \"epochs\": expected a valid 64 bit int but got \"abc\""}},
 		{"huge.yaml", "epochs: " + huge + "\n", []string{"huge.yaml: line 1: key \"epochs\"", "(100000 bytes)"}},
-		{"enum.yaml", "model: \"gcn\\x1b[31m\"\n", []string{"enum.yaml: line 1: key \"model\": want one of gcn, sage, gat, got \"gcn\\x1b[31m\""}},
+		{"enum.yaml", "model: \"gcn\\x1b[31m\"\n", []string{"enum.yaml: line 1: key \"model\": want one of gcn, sage, gat, rgcn, hsage, got \"gcn\\x1b[31m\""}},
 		{"list.yaml", "fanouts: [5, \"" + strings.Repeat("a", 5000) + "\"]\n", []string{"list.yaml: line 1: key \"fanouts\"", "(5000 bytes)"}},
 		{"key.yaml", strings.Repeat("k", 1000) + ": 1\n", []string{"key.yaml: line 1: unknown key \"kkkk", "(1000 bytes)"}},
 	} {

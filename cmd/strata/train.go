@@ -18,7 +18,7 @@ import (
 // defaults (train.Defaults): pointers tell "unset" from zero.
 type trainCmd struct {
 	Dataset string `help:"Built-in dataset name (${builtins}), a Strata dataset directory, or a directory 'strata import' understands (default cora)." default:"cora" placeholder:"NAME|DIR"`
-	Model   string `help:"Model: gcn, sage (GraphSAGE-mean) or gat." enum:"gcn,sage,gat" default:"sage"`
+	Model   string `help:"Model: gcn, sage (GraphSAGE-mean) or gat; rgcn (R-GCN) or hsage (heterogeneous GraphSAGE) for typed datasets (docs/training.md)." enum:"gcn,sage,gat,rgcn,hsage" default:"sage"`
 	Mode    string `help:"Training mode: sampled (mini-batches of sampled neighborhoods), full (whole graph on one device) or fullgraph (whole graph on one or more devices, see --devices; full is fullgraph on --device). Default: sampled for sage, full for gcn and gat." default:""`
 
 	Layers    *int     `help:"Message-passing layers (default 2)."`
@@ -48,6 +48,9 @@ type trainCmd struct {
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
 	CheckpointEvery int    `help:"Save a checkpoint every N batches, or N epochs training the whole graph (0: only at the end or on interrupt); not in sampled mode with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
+
+	RelFanouts []string `name:"rel-fanouts" sep:"none" help:"rgcn, hsage: fanouts of one relation, REL=F1,F2 (REL its name or src___rel___dst; 0 leaves it out at a hop); repeat for several (others take --fanouts)." placeholder:"REL=F1,F2"`
+	AddReverse bool     `name:"add-reverse" help:"rgcn, hsage: add the reverse of every relation (rev_REL; relations within one type made symmetric), as PyG's ToUndirected."`
 
 	FullGraph fullGraphFlags `embed:""`
 	DSP       dspFlags       `embed:""` // sampled mode with --devices (dsp.go)
@@ -136,6 +139,12 @@ func (c *trainCmd) Run(e *env) error {
 		return err
 	}
 	defer restore()
+	if err := c.checkTypedFlags(); err != nil {
+		return err
+	}
+	if train.IsHetero(c.Model) {
+		return c.runHetero(e) // typed datasets (hetero.go)
+	}
 	if c.Mode == fullGraphMode {
 		return c.runFullGraph(e, false)
 	}

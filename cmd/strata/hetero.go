@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/gen"
+	"github.com/strata-gnn/strata/dataset/importer"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Typed (heterogeneous) datasets on the command line: train --model
+// rgcn|hsage, gen --preset hetero, import of the typed layouts, info of
+// a format version 2 directory. Each is entered from its command's Run
+// by one call, so the homogeneous paths stay as they were.
+
+// checkTypedFlags refuses the typed-only flags for homogeneous models.
+func (c *trainCmd) checkTypedFlags() error {
+	if train.IsHetero(c.Model) {
+		return nil
+	}
+	switch {
+	case len(c.RelFanouts) > 0:
+		return usageError{fmt.Errorf("--rel-fanouts applies to --model rgcn or hsage (typed datasets)")}
+	case c.AddReverse:
+		return usageError{fmt.Errorf("--add-reverse applies to --model rgcn or hsage (typed datasets)")}
+	}
+	return nil
+}
+
+// heteroConfig turns the flags into train.HeteroConfig on top of
+// train.HeteroDefaults, refusing the flags typed training does not read.
+func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
+	refuse := func(flag string) error {
+		return usageError{fmt.Errorf("--%s does not apply to --model %s (typed training: one device, sampled mini-batches)", flag, c.Model)}
+	}
+	switch {
+	case c.Mode != "" && c.Mode != train.Sampled:
+		return train.HeteroConfig{}, refuse("mode " + c.Mode)
+	case c.Heads != nil:
+		return train.HeteroConfig{}, refuse("heads")
+	case c.OutHeads != nil:
+		return train.HeteroConfig{}, refuse("out-heads")
+	case c.AttnDrop != nil:
+		return train.HeteroConfig{}, refuse("attn-dropout")
+	case c.RowNorm == train.RowNormOn:
+		return train.HeteroConfig{}, refuse("row-norm on")
+	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}
+	case c.FullGraph.Devices != "":
+		return train.HeteroConfig{}, refuse("devices")
+	case c.FullGraph.Partition != "multilevel":
+		return train.HeteroConfig{}, refuse("partition")
+	}
+	if set := c.FullGraph.set(); len(set) > 0 {
+		return train.HeteroConfig{}, refuse(set[0])
+	}
+	for _, f := range c.DSP.set() {
+		if f != "replace" && f != "weighted" {
+			return train.HeteroConfig{}, refuse(f)
+		}
+	}
+	cfg := train.HeteroDefaults(c.Model)
+	setInt(&cfg.Layers, c.Layers)
+	setInt(&cfg.Hidden, c.Hidden)
+	setInt(&cfg.Epochs, c.Epochs)
+	setInt(&cfg.BatchSize, c.BatchSize)
+	setFloat(&cfg.Dropout, c.Dropout)
+	setFloat(&cfg.LR, c.LR)
+	setFloat(&cfg.WeightDecay, c.WeightDec)
+	cfg.Optimizer, cfg.Momentum = c.Optimizer, c.Momentum
+	cfg.EvalEvery, cfg.Eval, cfg.EvalBatchSize, cfg.Select, cfg.Seed = c.FullGraph.EvalEvery, c.Eval, c.EvalBatch, c.Select, c.Seed
+	cfg.Fanouts = c.fanouts(cfg.Layers)
+	cfg.EvalFanouts = c.EvalFan
+	if cfg.EvalFanouts == nil && cfg.Eval == train.Sampled {
+		cfg.EvalFanouts = cfg.Fanouts
+	}
+	cfg.Replace, cfg.Weighted, cfg.AddReverse = c.DSP.Replace, c.DSP.Weighted, c.AddReverse
+	rf, err := parseRelFanouts(c.RelFanouts)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.RelFanouts = rf
+	if err := cfg.Validate(); err != nil {
+		return cfg, configFlag(err)
+	}
+	return cfg, nil
+}
+
+// parseRelFanouts reads --rel-fanouts values "REL=F1,F2,...".
+func parseRelFanouts(vals []string) (map[string][]int, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]int, len(vals))
+	for _, v := range vals {
+		name, list, ok := strings.Cut(v, "=")
+		if !ok || name == "" || list == "" {
+			return nil, usageError{fmt.Errorf("--rel-fanouts %q: want REL=F1,F2,... (REL a relation name or src___rel___dst)", truncateFlag(v))}
+		}
+		if _, dup := out[name]; dup {
+			return nil, usageError{fmt.Errorf("--rel-fanouts: %s given twice", truncateFlag(name))}
+		}
+		var f []int
+		for _, s := range strings.Split(list, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k < -1 || k > train.MaxFanout || len(f) >= train.MaxLayers {
+				return nil, usageError{fmt.Errorf("--rel-fanouts %s: want at most %d fanouts, each in 0..%d or -1 (got %q)", truncateFlag(name), train.MaxLayers, train.MaxFanout, truncateFlag(list))}
+			}
+			f = append(f, k)
+		}
+		out[name] = f
+	}
+	return out, nil
+}
+
+func truncateFlag(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// openHetero resolves --dataset for a typed model: a typed dataset
+// directory (format version 2) or a typed layout the importer reads.
+func openHetero(spec string, quiet bool) (*dataset.Hetero, func(), error) {
+	noop := func() {}
+	if slices.Contains(builtinNames, spec) {
+		return nil, noop, usageError{fmt.Errorf("--dataset %s is a built-in homogeneous dataset; rgcn and hsage train typed datasets (strata gen DIR --preset hetero, or strata import of a typed layout)", spec)}
+	}
+	if _, err := os.Stat(spec); err != nil {
+		return nil, noop, usageError{fmt.Errorf("--dataset %q is not a readable path: %w", spec, err)}
+	}
+	isDir, err := hasManifest(spec)
+	if err != nil {
+		return nil, noop, err
+	}
+	if isDir {
+		v, err := dataset.ManifestVersion(spec)
+		if err != nil {
+			return nil, noop, err
+		}
+		if v != dataset.FormatVersionHetero {
+			return nil, noop, usageError{fmt.Errorf("--dataset %s is a format version %d (homogeneous) dataset; rgcn and hsage train typed datasets (format version %d): use --model sage, gcn or gat", spec, v, dataset.FormatVersionHetero)}
+		}
+		h, err := dataset.OpenHetero(spec, dataset.OpenOptions{Quiet: quiet})
+		if err != nil {
+			return nil, noop, err
+		}
+		return h, func() { h.Close() }, nil
+	}
+	kind, err := importer.Detect(spec)
+	if err != nil {
+		return nil, noop, fmt.Errorf("--dataset %s: no %s and not importable: %w", spec, dataset.ManifestFile, err)
+	}
+	if !importer.IsTyped(kind) {
+		return nil, noop, usageError{fmt.Errorf("--dataset %s is a homogeneous %s layout; rgcn and hsage train typed layouts (%v)", spec, kind, importer.TypedKinds())}
+	}
+	h, err := importer.LoadHetero(kind, spec, importer.Options{Quiet: quiet})
+	if err != nil {
+		return nil, noop, err
+	}
+	return h, noop, nil
+}
+
+// runHetero is 'strata train --model rgcn|hsage'.
+func (c *trainCmd) runHetero(e *env) error {
+	cfg, err := c.heteroConfig()
+	if err != nil {
+		return err
+	}
+	if err := c.checkOutputs(); err != nil {
+		return err
+	}
+	var log io.Writer = e.stderr
+	if e.quiet {
+		log = nil
+	}
+	b, err := openDeviceNote(c.Device, log)
+	if err != nil {
+		return err
+	}
+	h, closeDS, err := openHetero(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+	if log != nil {
+		fmt.Fprintf(log, "training %s on %s (%d nodes in %d types, %d edges in %d relations, target %s, %d classes) on %s\n",
+			cfg.Model, h.Name, h.NumNodes(), len(h.NodeTypes), h.NumEdges(), len(h.EdgeTypes), targetName(h), h.NumClasses, b.Name())
+		fmt.Fprintf(log, "config: %s %s, %s, batch %d, fanouts %v per relation", cfg.Model, train.Sampled, cfg.Common.Layout(), cfg.BatchSize, cfg.Fanouts)
+		for _, name := range slices.Sorted(func(yield func(string) bool) {
+			for k := range cfg.RelFanouts {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
+		}
+		fmt.Fprintf(log, ", %s\n", cfg.Common.Schedule())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := train.RunHetero(ctx, h, cfg, train.Options{Backend: b, Log: log})
+	var ce *train.ConfigError
+	if errors.As(err, &ce) {
+		return configFlag(err)
+	}
+	if err != nil {
+		return err
+	}
+	printAccuracy(e, rep.Report)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return c.writeOutputs(rep.WriteJSON, rep.Report)
+}
+
+func targetName(h *dataset.Hetero) string {
+	if h.Labels == nil || h.Target < 0 || h.Target >= len(h.NodeTypes) {
+		return "none"
+	}
+	return h.NodeTypes[h.Target].Name
+}
+
+// runHetero is 'strata gen --preset hetero'. The flags that have a
+// meaning there are mapped onto gen.HeteroConfig; the others are refused.
+func (c *genCmd) runHetero(e *env) error {
+	refused := []struct {
+		set  bool
+		flag string
+	}{{c.AvgDegree != nil, "avg-degree"}, {c.MaxDegree != nil, "max-degree"}, {c.Exponent != nil, "exponent"},
+		{c.Skew != nil, "class-skew"}, {c.Homophily != nil, "homophily"}}
+	for _, r := range refused {
+		if r.set {
+			return usageError{fmt.Errorf("--%s does not apply to --preset %s (typed: 3 node types, 4 relations)", r.flag, gen.HeteroPresetName)}
+		}
+	}
+	cfg := gen.HeteroPreset()
+	if c.Name != nil {
+		cfg.Name = *c.Name
+	}
+	if c.Seed != nil {
+		cfg.Seed = *c.Seed
+	}
+	if c.Nodes != nil {
+		cfg.Papers = *c.Nodes
+	}
+	if c.Scale != 1 {
+		cfg.Papers = int64(float64(cfg.Papers) * c.Scale)
+	}
+	if c.Classes != nil {
+		if *c.Classes%2 != 0 {
+			return usageError{fmt.Errorf("--classes %d: the hetero preset plants classes in pairs, want an even number", *c.Classes)}
+		}
+		cfg.Pairs = *c.Classes / 2
+	}
+	if c.Features != nil {
+		cfg.OtherDim, cfg.PaperDim = *c.Features, max(1, *c.Features/2)
+	}
+	for _, p := range []struct {
+		dst *float64
+		v   *float64
+	}{{&cfg.Noise, c.Noise}, {&cfg.TrainFrac, c.Train}, {&cfg.ValFrac, c.Val}, {&cfg.TestFrac, c.Test}} {
+		if p.v != nil {
+			*p.dst = *p.v
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *gen.ConfigError
+		if errors.As(err, &ce) {
+			if flag, ok := heteroGenFlags[ce.Field]; ok {
+				return usageError{fmt.Errorf("%s: %s", flag, ce.Msg)}
+			}
+		}
+		return usageError{err}
+	}
+	start := time.Now()
+	h, err := gen.GenerateHetero(cfg)
+	if err != nil {
+		return err
+	}
+	if err := dataset.WriteHetero(c.Dst, h, dataset.WriteOptions{Overwrite: c.Overwrite, Quiet: e.quiet}); err != nil {
+		return err
+	}
+	s, err := dataset.HeteroInfo(c.Dst)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "generated %s (seed %d) into %s in %.1fs\n", cfg.Name, cfg.Seed, c.Dst, time.Since(start).Seconds())
+	fmt.Fprint(e.stdout, s.String())
+	return nil
+}
+
+// heteroGenFlags maps gen.HeteroConfig fields to the flags that set them.
+var heteroGenFlags = map[string]string{
+	"Papers": "--nodes, --scale", "Pairs": "--classes", "PaperDim": "--features", "OtherDim": "--features",
+	"Degree": "--nodes", "Noise": "--noise", "TrainFrac": "--train-frac", "ValFrac": "--val-frac",
+	"TestFrac": "--test-frac, --train-frac, --val-frac",
+}
+
+// runHetero is 'strata import' of a typed layout.
+func (c *importCmd) runHetero(e *env, kind importer.Kind) error {
+	refused := []struct {
+		set  bool
+		flag string
+	}{{c.Symmetrize, "symmetrize (use --add-reverse)"}, {c.Split != 0, "split"}, {c.RemapIDs, "remap-ids"}, {c.NumNodes != 0, "num-nodes"}}
+	for _, r := range refused {
+		if r.set {
+			return usageError{fmt.Errorf("--%s does not apply to the typed layout %s", r.flag, kind)}
+		}
+	}
+	start := time.Now()
+	opts := importer.Options{Name: c.Name, OGBSplit: c.OGBSplit, Quiet: e.quiet, Overwrite: c.Overwrite}
+	h, err := importer.LoadHetero(kind, c.Src, opts)
+	if err != nil {
+		return err
+	}
+	if c.AddReverse {
+		if h, err = h.AddReverse(); err != nil {
+			return err
+		}
+	}
+	if err := dataset.WriteHetero(c.Dst, h, dataset.WriteOptions{Overwrite: c.Overwrite, Quiet: e.quiet}); err != nil {
+		return err
+	}
+	s, err := dataset.HeteroInfo(c.Dst)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "imported %s (%s layout) into %s in %.1fs\n", c.Src, kind, c.Dst, time.Since(start).Seconds())
+	fmt.Fprint(e.stdout, s.String())
+	return nil
+}
+
+// infoHetero is 'strata info DIR' of a typed dataset directory.
+func (c *infoCmd) infoHetero(e *env) error {
+	if !c.Fast {
+		h, err := dataset.OpenHetero(c.Dataset, dataset.OpenOptions{Quiet: e.quiet})
+		if err != nil {
+			return err
+		}
+		if err := h.Close(); err != nil {
+			return err
+		}
+	}
+	s, err := dataset.HeteroInfo(c.Dataset)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(e.stdout, s.String())
+	if c.Fast {
+		fmt.Fprintln(e.stdout, "verified    no (--fast: manifest and file sizes only)")
+	} else {
+		fmt.Fprintln(e.stdout, "verified    checksums, structure, ID ranges, finite values")
+	}
+	return nil
+}
