@@ -440,7 +440,7 @@ func cases() []gcase {
 			cs = append(cs, gcase{name: name, build: modelCase(kind, sparse), model: true})
 		}
 	}
-	return cs
+	return append(cs, heteroCases()...) // typed models (hetero.go)
 }
 
 func binary(t *autograd.Tape, a, b Tensor, op func(a, b *autograd.Var) (*autograd.Var, error)) (*autograd.Var, error) {
