@@ -26,9 +26,34 @@
 // for a manifest from a newer format). Declared lengths are checked against
 // the actual file sizes before anything is mapped or allocated.
 //
+// # Typed datasets
+//
+// Hetero is a typed (heterogeneous) dataset, format version 2
+// (WriteHetero, OpenHetero, HeteroInfo; Open refuses it with
+// ErrHeterogeneous): node types with their own features and widths,
+// relations (src, rel, dst), labels and splits on one target type.
+//
+// In memory, node IDs are local to their type, with global IDs (the
+// types' ranges one after the other, Offsets) only where the types are
+// erased; each relation is its own CSR grouped by destination (row v, a
+// node of the destination type, lists its sources of the source type),
+// stored that way on disk too. This layout was chosen for sampling and
+// message passing: a node's neighbors through one relation are one
+// contiguous row found in O(1), so per-relation fanouts draw exactly as
+// homogeneous sampling does (sample.HeteroSampler hands each relation to
+// the homogeneous sampler's code) and each relation becomes one sparse
+// matrix of a typed block; the alternative, one CSR over global IDs with
+// an edge-type array, would need a search per row and relation to find a
+// relation's neighbors (or a per-node, per-relation offset table as large
+// as the relations' indptrs together); and storing relations by source,
+// as version 1 stores its graph, would cost a transpose at load.
+// Homogeneous code is untouched: Dataset, Open and the trainers never see
+// a Hetero, and Erased/ToHomogeneous turn one into the graph with its
+// types erased for comparisons.
+//
 // # Helpers for trainers
 //
-// Validate checks an in-memory dataset; InAdjacency/InGraph give the
-// in-neighbor CSR that message passing reads; RowNormalize is the GCN/GAT
-// feature preprocessing.
+// Validate checks an in-memory dataset (ValidateHetero a typed one);
+// InAdjacency/InGraph give the in-neighbor CSR that message passing
+// reads; RowNormalize is the GCN/GAT feature preprocessing.
 package dataset

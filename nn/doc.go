@@ -19,6 +19,12 @@
 // (NewBlockFromSparse, e.g. the GPU sampler's blocks), which never leave
 // the device.
 //
+// Typed graphs have HeteroModel (NewHetero): R-GCN ("rgcn") and
+// heterogeneous GraphSAGE ("hsage"), one conv per relation summed per
+// destination type, over HeteroBlocks (per node type destinations first
+// among sources, per relation a sparse matrix), built from
+// sample.HeteroBlock or a whole typed graph with NewHeteroBlock.
+//
 // NLLLoss is the mean negative log-likelihood computed without a host
 // round trip, for training loops that keep a device busy.
 //

@@ -20,6 +20,10 @@
 //     Because the stream of a destination is keyed by its global node ID
 //     (not its position or the machine), such a sampler returns exactly
 //     the batch a single-machine NeighborSampler would.
+//   - HeteroSampler: typed graphs (one CSR per relation, grouped by
+//     destination), a fanout per relation and hop, producing
+//     HeteroMiniBatch (per node type source lists, per relation CSRs). It
+//     is a sibling, not a Sampler: its seeds carry a node type.
 //   - Layer-wise samplers (FastGCN, LADIES, LABOR) draw a set per layer
 //     instead of per node; they implement Sampler directly and reuse ToBlock
 //     for relabeling, so the Block layout is the same.

@@ -7,7 +7,10 @@
 // preparation (NewFeatures: row normalization, sparse storage), the
 // evaluation and its scoring (Evaluator, Score, Tally), the report
 // (Report, EpochRecord) and its plot. Whole-graph training, on one device
-// or several, is package fullgraph's.
+// or several, is package fullgraph's. RunHetero trains the typed models
+// (rgcn, hsage) on typed datasets (dataset.Hetero) the same way: sampled
+// mini-batches of target-type seeds, a fanout per relation, the same keying
+// of every random choice, a Report with a hetero summary (HeteroReport).
 //
 // # Determinism
 //

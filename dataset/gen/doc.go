@@ -63,6 +63,11 @@
 // differences between training setups show; products-hard-s is it at 2%
 // scale (49K nodes) for CPU checks.
 //
+// The hetero preset (HeteroPreset, GenerateHetero) is a typed dataset:
+// papers, authors and fields, four relations, classes that only the edge
+// types separate (HeteroConfig says how), so a type-aware model beats the
+// same model with the types erased.
+//
 // Use Preset and Presets for named shapes, Config.Scaled to resize one, and
 // Generate to build it; dataset.Write stores the result.
 package gen

@@ -14,6 +14,15 @@
 //   - NPY: a directory of NumPy .npy arrays (edges, features, labels,
 //     splits as IDs or boolean masks).
 //
+// Typed (heterogeneous) layouts are read by LoadHetero / ImportHetero into
+// a dataset.Hetero (Load refuses them, naming LoadHetero):
+//
+//   - TypedNPY: nodes/<type>/ (features, labels and splits of the target,
+//     num_nodes) and edges/<src>___<rel>___<dst>/ (edge_index, weights);
+//   - OGBHetero: OGB's heterogeneous raw layout as ogbn-mag ships it
+//     (num-node-dict, triplet-type-list, relations/<src>___<rel>___<dst>/,
+//     node-feat/<type>/, node-label/<type>/, split/<name>/<type>/).
+//
 // Every parser bounds declared sizes by what the input actually holds
 // before allocating, refuses input files that are not regular files (a
 // FIFO would block forever), and reports malformed input as *ParseError
