@@ -200,11 +200,10 @@ func (r *RelBlock) NumEdges() int { return len(r.Indices) }
 
 // HeteroMiniBatch is a sampled typed batch: Blocks[0] reads the input
 // features of Blocks[0].SrcNodes (per type); the last block's
-// destinations are the seeds, all of type SeedType.
+// destinations of type t are Seeds[t].
 type HeteroMiniBatch struct {
-	SeedType int
-	Seeds    []graph.NodeID
-	Blocks   []HeteroBlock
+	Seeds  [][]graph.NodeID
+	Blocks []HeteroBlock
 }
 
 // heteroRelabeler maps a type's local IDs to positions in the type's
@@ -243,15 +242,35 @@ func (s *HeteroSampler) Sample(seedType int, seeds []graph.NodeID, key Key) (*He
 	if seedType < 0 || seedType >= len(s.numNodes) {
 		return nil, errorf(op, "seedType", -1, ErrConfig, "%d not in [0, %d)", seedType, len(s.numNodes))
 	}
-	if err := checkNodes(op, "seeds", seeds, s.numNodes[seedType]); err != nil {
-		return nil, err
+	typed := make([][]graph.NodeID, len(s.numNodes))
+	typed[seedType] = seeds
+	return s.sample(op, typed, key)
+}
+
+// SampleTypes is Sample with seeds of several types: seeds[t] lists
+// distinct nodes of type t (nil for none), e.g. both endpoints of a batch
+// of edges of one relation for link prediction, as PyG's
+// LinkNeighborLoader seeds them. The last block's destinations of type t
+// are seeds[t], in order.
+func (s *HeteroSampler) SampleTypes(seeds [][]graph.NodeID, key Key) (*HeteroMiniBatch, error) {
+	const op = "HeteroSampler.SampleTypes"
+	if len(seeds) != len(s.numNodes) {
+		return nil, errorf(op, "seeds", -1, ErrConfig, "%d seed lists for %d node types", len(seeds), len(s.numNodes))
 	}
-	T := len(s.numNodes)
-	mb := &HeteroMiniBatch{SeedType: seedType, Seeds: slices.Clone(seeds), Blocks: make([]HeteroBlock, s.hops)}
-	dst := make([][]graph.NodeID, T)
-	dst[seedType] = mb.Seeds
+	return s.sample(op, seeds, key)
+}
+
+func (s *HeteroSampler) sample(op string, seeds [][]graph.NodeID, key Key) (*HeteroMiniBatch, error) {
+	mb := &HeteroMiniBatch{Seeds: make([][]graph.NodeID, len(s.numNodes)), Blocks: make([]HeteroBlock, s.hops)}
+	for t, ids := range seeds {
+		if err := checkNodes(op, "seeds", ids, s.numNodes[t]); err != nil {
+			return nil, err
+		}
+		mb.Seeds[t] = slices.Clone(ids)
+	}
 	rl := s.get()
 	defer s.put(rl)
+	dst := mb.Seeds
 	for hop := 0; hop < s.hops; hop++ {
 		blk, err := s.hop(op, rl, dst, hop, HopKey(key, hop))
 		if err != nil {

@@ -185,6 +185,22 @@ func TestHeteroSamplerDeterministic(t *testing.T) {
 	if reflect.DeepEqual(other.Blocks, ref.Blocks) {
 		t.Fatal("another batch key drew the same batch")
 	}
+	// Seeds of several types: papers and fields at once.
+	two := [][]int32{{4, 9}, nil, {0, 3, 1}}
+	mb2, err := s.SampleTypes(two, Key{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := mb2.Blocks[len(mb2.Blocks)-1]
+	if !reflect.DeepEqual(last.SrcNodes[0][:2], two[0]) || !reflect.DeepEqual(last.SrcNodes[2][:3], two[2]) || last.NumDst[1] != 0 {
+		t.Fatalf("typed seeds: %v", last.NumDst)
+	}
+	if _, err := s.SampleTypes(two[:2], Key{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("seed lists: %v", err)
+	}
+	if _, err := s.SampleTypes([][]int32{nil, {3, 3}, nil}, Key{}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("duplicate typed seeds: %v", err)
+	}
 	// Replacement draws exactly the fanout for nodes with neighbors.
 	rs, err := NewHeteroSampler(sizes, rels, HeteroConfig{Fanouts: fan, Replace: true})
 	if err != nil {
