@@ -97,7 +97,12 @@ func TestHeteroErasedIsHomogeneousSAGE(t *testing.T) {
 // bit for bit, whatever GOMAXPROCS; R-GCN learns the preset too, also
 // with sampled evaluation.
 func TestHeteroDeterministic(t *testing.T) {
-	h := heteroPreset(t, 2)
+	c := gen.HeteroPreset()
+	c.Papers, c.Seed = 1000, 2
+	h, err := gen.GenerateHetero(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := quickHetero(RGCN, 5)
 	cfg.Epochs = 2
 	cfg.Eval, cfg.EvalFanouts, cfg.EvalBatchSize = Sampled, []int{5, 5}, 300
@@ -107,8 +112,9 @@ func TestHeteroDeterministic(t *testing.T) {
 	b := runHetero(t, h, cfg)
 	runtime.GOMAXPROCS(old)
 	sameLosses(t, a.Report, b.Report)
-	if a.TestAccuracy != b.TestAccuracy || a.TestAccuracy < 0.8 {
-		t.Fatalf("test accuracy %.3f and %.3f, want equal and >= 0.8", a.TestAccuracy, b.TestAccuracy)
+	t.Logf("rgcn, 2 epochs, sampled evaluation: test %.3f", a.TestAccuracy)
+	if a.TestAccuracy != b.TestAccuracy || a.TestAccuracy < 0.75 {
+		t.Fatalf("test accuracy %.3f and %.3f, want equal and >= 0.75", a.TestAccuracy, b.TestAccuracy)
 	}
 	cfg.Seed = 6
 	if c := runHetero(t, h, cfg); losses(c.Report)[0] == losses(a.Report)[0] {
