@@ -97,29 +97,35 @@ func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
 	return cfg, nil
 }
 
-// parseRelFanouts reads --rel-fanouts values "REL=F1,F2,...".
-func parseRelFanouts(vals []string) (map[string][]int, error) {
-	if len(vals) == 0 {
+// parseRelFanouts reads --rel-fanouts. Kong (and a config file's list)
+// split the values at commas, so "writes=5,5,cites=3,0" arrives as
+// writes=5, 5, cites=3, 0: an item with '=' starts a relation, the items
+// after it are its further fanouts.
+func parseRelFanouts(items []string) (map[string][]int, error) {
+	if len(items) == 0 {
 		return nil, nil
 	}
-	out := make(map[string][]int, len(vals))
-	for _, v := range vals {
-		name, list, ok := strings.Cut(v, "=")
-		if !ok || name == "" || list == "" {
-			return nil, usageError{fmt.Errorf("--rel-fanouts %q: want REL=F1,F2,... (REL a relation name or src___rel___dst)", truncateFlag(v))}
-		}
-		if _, dup := out[name]; dup {
-			return nil, usageError{fmt.Errorf("--rel-fanouts: %s given twice", truncateFlag(name))}
-		}
-		var f []int
-		for _, s := range strings.Split(list, ",") {
-			k, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || k < -1 || k > train.MaxFanout || len(f) >= train.MaxLayers {
-				return nil, usageError{fmt.Errorf("--rel-fanouts %s: want at most %d fanouts, each in 0..%d or -1 (got %q)", truncateFlag(name), train.MaxLayers, train.MaxFanout, truncateFlag(list))}
+	out := map[string][]int{}
+	name := ""
+	for _, it := range items {
+		it = strings.TrimSpace(it)
+		val := it
+		if n, v, ok := strings.Cut(it, "="); ok {
+			if n == "" {
+				return nil, usageError{fmt.Errorf("--rel-fanouts %q: want REL=F1,F2,... (REL a relation's name or src___rel___dst)", truncateFlag(it))}
 			}
-			f = append(f, k)
+			if _, dup := out[n]; dup {
+				return nil, usageError{fmt.Errorf("--rel-fanouts: %s given twice", truncateFlag(n))}
+			}
+			name, val = n, v
+		} else if name == "" {
+			return nil, usageError{fmt.Errorf("--rel-fanouts %q: want REL=F1,F2,... (REL a relation's name or src___rel___dst)", truncateFlag(it))}
 		}
-		out[name] = f
+		k, err := strconv.Atoi(val)
+		if err != nil || k < -1 || k > train.MaxFanout || len(out[name]) >= train.MaxLayers {
+			return nil, usageError{fmt.Errorf("--rel-fanouts %s: want at most %d fanouts, each in 0..%d or -1 (got %q)", truncateFlag(name), train.MaxLayers, train.MaxFanout, truncateFlag(val))}
+		}
+		out[name] = append(out[name], k)
 	}
 	return out, nil
 }
