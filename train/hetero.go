@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -86,7 +86,7 @@ func (c *HeteroConfig) Validate() error {
 	if err := checkFanouts("fanouts", c.Fanouts, c.Layers); err != nil {
 		return err
 	}
-	for _, name := range slices.Sorted(mapKeys(c.RelFanouts)) {
+	for _, name := range slices.Sorted(maps.Keys(c.RelFanouts)) {
 		f := c.RelFanouts[name]
 		if len(f) != c.Layers {
 			return &ConfigError{Field: "rel_fanouts", Msg: fmt.Sprintf("%s: %d fanouts for %d layers", name, len(f), c.Layers)}
@@ -100,16 +100,6 @@ func (c *HeteroConfig) Validate() error {
 	return nil
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 // RelationFanouts resolves c's fanouts against h's relations: one list per
 // relation, RelFanouts where it names the relation, Fanouts elsewhere. A
 // name that matches no relation, or a bare name several carry, is a
@@ -119,7 +109,7 @@ func (c *HeteroConfig) RelationFanouts(h *dataset.Hetero) ([][]int, error) {
 	for r := range out {
 		out[r] = slices.Clone(c.Fanouts)
 	}
-	for _, name := range slices.Sorted(mapKeys(c.RelFanouts)) {
+	for _, name := range slices.Sorted(maps.Keys(c.RelFanouts)) {
 		switch r := h.EdgeType(name); r {
 		case -1:
 			return nil, &ConfigError{Field: "rel_fanouts", Msg: fmt.Sprintf("%s names no relation of %s (has %s)", name, h.Name, relationNames(h))}
@@ -621,7 +611,7 @@ func (r *heteroRunner) evaluateSampled() (Tally, error) {
 	for _, sp := range r.splits {
 		nodes = append(nodes, sp.Rows...)
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
+	slices.Sort(nodes)
 	nodes = slices.Compact(nodes)
 	c := r.h.NumClasses
 	logits := make(map[int32][]float32, len(nodes))

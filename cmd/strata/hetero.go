@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -205,13 +206,7 @@ func (c *trainCmd) runHetero(e *env) error {
 		fmt.Fprintf(log, "training %s on %s (%d nodes in %d types, %d edges in %d relations, target %s, %d classes) on %s\n",
 			cfg.Model, h.Name, h.NumNodes(), len(h.NodeTypes), h.NumEdges(), len(h.EdgeTypes), targetName(h), h.NumClasses, b.Name())
 		fmt.Fprintf(log, "config: %s %s, %s, batch %d, fanouts %v per relation", cfg.Model, train.Sampled, cfg.Common.Layout(), cfg.BatchSize, cfg.Fanouts)
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for k := range cfg.RelFanouts {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(cfg.RelFanouts)) {
 			fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
 		}
 		fmt.Fprintf(log, ", %s\n", cfg.Common.Schedule())
