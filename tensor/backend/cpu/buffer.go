@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -73,6 +74,60 @@ func WrapI32(x []int32) *Buffer { return &Buffer{dt: backend.Int32, i32: x} }
 
 // WrapI64 makes a Buffer that shares x (no copy).
 func WrapI64(x []int64) *Buffer { return &Buffer{dt: backend.Int64, i64: x} }
+
+// Bytes views the elements of b, a CPU buffer, as bytes (no copy; nil
+// when b is empty). ok is false when b is not a buffer of this back end
+// (another back end's, a nil one or one without a dtype): host code that
+// hands buffers to byte-oriented I/O (the host collectives of package
+// comm) tells the two apart with it.
+func Bytes(b backend.Buffer) (data []byte, ok bool) {
+	cb, ok := b.(*Buffer)
+	if !ok || cb == nil || cb.dt.Size() == 0 {
+		return nil, false
+	}
+	var p unsafe.Pointer
+	switch cb.dt {
+	case backend.Float32:
+		p = unsafe.Pointer(unsafe.SliceData(cb.f32))
+	case backend.Int32:
+		p = unsafe.Pointer(unsafe.SliceData(cb.i32))
+	case backend.Int64:
+		p = unsafe.Pointer(unsafe.SliceData(cb.i64))
+	}
+	n := cb.Len() * cb.dt.Size()
+	if p == nil || n == 0 {
+		return nil, true
+	}
+	return unsafe.Slice((*byte)(p), n), true
+}
+
+// WrapBytes makes a Buffer of dt over p (no copy): p's length must be a
+// multiple of dt's size and its start aligned to it. For memory that
+// arrives as bytes (a shared-memory segment).
+func WrapBytes(dt backend.DType, p []byte) (*Buffer, error) {
+	es := dt.Size()
+	if es == 0 {
+		return nil, fmt.Errorf("cpu: WrapBytes of dtype %v", dt)
+	}
+	if len(p)%es != 0 {
+		return nil, fmt.Errorf("cpu: WrapBytes: %d bytes is not a whole number of %v elements", len(p), dt)
+	}
+	n := len(p) / es
+	if n == 0 {
+		return &Buffer{dt: dt}, nil
+	}
+	ptr := unsafe.Pointer(unsafe.SliceData(p))
+	if uintptr(ptr)%uintptr(es) != 0 {
+		return nil, fmt.Errorf("cpu: WrapBytes: memory at %#x is not aligned to %d bytes for %v", uintptr(ptr), es, dt)
+	}
+	switch dt {
+	case backend.Float32:
+		return WrapF32(unsafe.Slice((*float32)(ptr), n)), nil
+	case backend.Int32:
+		return WrapI32(unsafe.Slice((*int32)(ptr), n)), nil
+	}
+	return WrapI64(unsafe.Slice((*int64)(ptr), n)), nil
+}
 
 // asBuf checks that b is a live buffer of this back end with dtype dt and
 // n elements.

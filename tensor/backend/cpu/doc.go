@@ -32,5 +32,7 @@
 //
 // Buffers are host slices; F32, I32 and I64 return them without copying, and
 // WrapF32 etc. turn a host slice into a Buffer, so host code never needs
-// Upload/Download on this back end.
+// Upload/Download on this back end. Bytes views a buffer as bytes and
+// WrapBytes makes one over bytes (both without copying): the host
+// collectives of package comm take CPU buffers through them.
 package cpu
