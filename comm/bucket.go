@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // DefaultBucketBytes is the default gradient bucket capacity (10 MB, as
@@ -59,7 +60,7 @@ type Bucketer struct {
 }
 
 type gradBucket struct {
-	buf     Buf
+	buf     backend.Buffer
 	data    []float32
 	params  []int
 	missing int // parameters not yet ready this step
@@ -99,7 +100,12 @@ func NewBucketer(c Comm, sizes []int, o BucketOptions) (*Bucketer, error) {
 		if err != nil {
 			return err
 		}
-		g := &gradBucket{buf: buf, data: buf.Float32s(), params: cur}
+		data := cpu.F32(buf)
+		if data == nil && fill > 0 {
+			c.Free(buf)
+			return fmt.Errorf("comm: gradient buckets need host memory; the %s communicator allocates %T buffers", c.Kind(), buf)
+		}
+		g := &gradBucket{buf: buf, data: data, params: cur}
 		for _, p := range cur {
 			b.bucket[p] = len(b.buckets)
 		}

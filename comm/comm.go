@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -79,131 +78,76 @@ func (r ReduceOp) String() string {
 // Valid reports whether r is one of the defined reductions.
 func (r ReduceOp) Valid() bool { return r >= Sum && r <= Max }
 
-// Buf is a host slice of float32, int32 or int64 elements handed to a
-// collective. It refers to the caller's memory; the collective reads and
-// writes it only until it returns. The zero Buf is invalid.
-type Buf struct {
-	dt  backend.DType
-	n   int
-	ptr unsafe.Pointer
-}
-
-// F32 wraps a float32 slice.
-func F32(s []float32) Buf {
-	return Buf{dt: backend.Float32, n: len(s), ptr: unsafe.Pointer(unsafe.SliceData(s))}
-}
-
-// I32 wraps an int32 slice.
-func I32(s []int32) Buf {
-	return Buf{dt: backend.Int32, n: len(s), ptr: unsafe.Pointer(unsafe.SliceData(s))}
-}
-
-// I64 wraps an int64 slice.
-func I64(s []int64) Buf {
-	return Buf{dt: backend.Int64, n: len(s), ptr: unsafe.Pointer(unsafe.SliceData(s))}
-}
-
-// DType is the element type (0 for the zero Buf).
-func (b Buf) DType() backend.DType { return b.dt }
-
-// Len is the number of elements.
-func (b Buf) Len() int { return b.n }
-
-// BufOf views b (whose length must be a multiple of dt's size and whose
-// start must be aligned to it) as a Buf of dt.
-func BufOf(dt backend.DType, b []byte) Buf {
-	if len(b) == 0 {
-		return Buf{dt: dt}
-	}
-	return Buf{dt: dt, n: len(b) / dt.Size(), ptr: unsafe.Pointer(unsafe.SliceData(b))}
-}
-
-// Bytes views the elements as bytes (no copy).
-func (b Buf) Bytes() []byte {
-	if b.n == 0 || b.ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(b.ptr), b.n*b.dt.Size())
-}
-
-// Float32s returns the float32 slice (nil unless DType is Float32).
-func (b Buf) Float32s() []float32 {
-	if b.dt != backend.Float32 || b.ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*float32)(b.ptr), b.n)
-}
-
-// Int32s returns the int32 slice (nil unless DType is Int32).
-func (b Buf) Int32s() []int32 {
-	if b.dt != backend.Int32 || b.ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*int32)(b.ptr), b.n)
-}
-
-// Int64s returns the int64 slice (nil unless DType is Int64).
-func (b Buf) Int64s() []int64 {
-	if b.dt != backend.Int64 || b.ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*int64)(b.ptr), b.n)
-}
-
-// Comm is one rank's handle on a communicator of Size() ranks, working on
-// host memory. All ranks must issue the same collectives in the same order
-// (use a Coordinator when several goroutines issue them); calls on one Comm
-// are serialized. Every call has a deadline: the context's, or
-// Options.Timeout from the call's start when the context has none.
+// Comm is one rank's handle on a communicator of Size() ranks. Buffers
+// are compute back-end buffers (backend.Buffer): the host back ends
+// (inproc, shm, tcp) take the CPU back end's, whose memory they read and
+// write in place (cpu.WrapF32, WrapI32 and WrapI64 wrap a Go slice
+// without copying); the device back ends (nccl, gpushm, staged) take
+// buffers of their compute back end. All ranks must issue the same
+// collectives in the same order (use a Coordinator when several
+// goroutines issue them); calls on one Comm are serialized. Every call
+// has a deadline: the context's, or Options.Timeout from the call's start
+// when the context has none.
 //
-// Buffers: for AllReduce and Broadcast buf is updated in place. Source and
-// destination of the other operations must not overlap. Counts and
-// displacements are in elements.
+// Buffers: for AllReduce and Broadcast buf is updated in place. Source
+// and destination of the other operations must not overlap. Counts and
+// displacements are in elements. Operations may complete asynchronously
+// on a device back end (enqueued on the device's stream in call order,
+// ordered before later work on it); Sync waits for them. On the host back
+// ends an operation is complete when it returns.
 type Comm interface {
 	// Rank is this rank's index in [0, Size()).
 	Rank() int
 	// Size is the number of ranks.
 	Size() int
-	// Kind names the back end ("inproc", "shm", "tcp", ...).
+	// Kind names the back end ("inproc", "shm", "tcp", "nccl", ...).
 	Kind() string
 	// Caps describes what the back end allows.
 	Caps() Caps
 
 	// AllReduce combines buf across ranks with op; every rank gets the
 	// result. Float32, int32 and int64.
-	AllReduce(ctx context.Context, buf Buf, op ReduceOp) error
+	AllReduce(ctx context.Context, buf backend.Buffer, op ReduceOp) error
 	// Broadcast copies root's buf into every other rank's buf (same length
 	// everywhere).
-	Broadcast(ctx context.Context, buf Buf, root int) error
+	Broadcast(ctx context.Context, buf backend.Buffer, root int) error
 	// AllGather concatenates every rank's src in rank order into dst, which
 	// holds Size()*src.Len() elements.
-	AllGather(ctx context.Context, dst, src Buf) error
+	AllGather(ctx context.Context, dst, src backend.Buffer) error
 	// AllGatherV is AllGather with counts[r] elements from rank r (the same
 	// counts on every rank; counts[Rank()] == src.Len(), sum == dst.Len()).
-	AllGatherV(ctx context.Context, dst, src Buf, counts []int) error
+	AllGatherV(ctx context.Context, dst, src backend.Buffer, counts []int) error
 	// AllToAll sends block r of src (src.Len()/Size() elements) to rank r,
 	// which stores it as block Rank() of its dst. dst.Len() == src.Len().
-	AllToAll(ctx context.Context, dst, src Buf) error
+	AllToAll(ctx context.Context, dst, src backend.Buffer) error
 	// AllToAllV sends sendCounts[r] elements to rank r (blocks packed in
 	// rank order in src) and receives recvCounts[r] elements from rank r
 	// (packed in rank order in dst). Rank a's sendCounts[b] must equal rank
 	// b's recvCounts[a].
-	AllToAllV(ctx context.Context, dst Buf, recvCounts []int, src Buf, sendCounts []int) error
+	AllToAllV(ctx context.Context, dst backend.Buffer, recvCounts []int, src backend.Buffer, sendCounts []int) error
 	// ReduceScatter combines src (Size() blocks of dst.Len() elements)
 	// across ranks with op; rank r receives block r of the result in dst.
-	ReduceScatter(ctx context.Context, dst, src Buf, op ReduceOp) error
+	ReduceScatter(ctx context.Context, dst, src backend.Buffer, op ReduceOp) error
 	// Barrier returns once every rank has entered it.
 	Barrier(ctx context.Context) error
+	// Sync waits (within the context's deadline, else Options.Timeout)
+	// for every operation issued so far to complete and reports the first
+	// failure; it consumes no sequence number. On the host back ends
+	// there is nothing to wait for.
+	Sync(ctx context.Context) error
 
 	// Alloc returns a zeroed buffer of n elements in the memory the back
-	// end handles best: on shm, this rank's part of the shared segment, so
-	// collectives whose buffers all come from Alloc read and write the
-	// peers' buffers directly instead of staging through shared slots;
-	// elsewhere (or when that memory is used up) the Go heap. Release it
-	// with Free; it must not be used after Free or Close.
-	Alloc(dt backend.DType, n int) (Buf, error)
-	// Free releases a buffer from Alloc (heap buffers are left to the GC).
-	Free(b Buf) error
+	// end handles best: on shm, this rank's part of the shared segment,
+	// so collectives whose buffers all come from Alloc read and write
+	// the peers' buffers directly instead of staging through shared
+	// slots; on the other host back ends (or when that memory is used up)
+	// the Go heap, as a CPU buffer; on the device back ends, their
+	// compute back end's memory. Release it with Free; it must not be
+	// used after Free or Close.
+	Alloc(dt backend.DType, n int) (backend.Buffer, error)
+	// Free releases a buffer from Alloc (heap buffers are left to the GC;
+	// a device buffer goes back to its compute back end).
+	Free(b backend.Buffer) error
 
 	// History returns the most recent operations, oldest first, for
 	// diagnosing a failure.
@@ -233,31 +177,4 @@ type Record struct {
 	Start   time.Time
 	Elapsed time.Duration
 	Err     string // empty on success
-}
-
-// DeviceComm is the sibling of Comm for buffers that live in a compute
-// back end's memory (backend.Buffer): NCCL on CUDA devices, or the GPU
-// variant of the shared-memory all-reduce (device-to-host copies into the
-// shared segment, host reduction, host-to-device copies). It has the same
-// operations, argument rules, sequence numbering, deadlines and *OpError
-// reporting as Comm. Operations are enqueued on the back end's stream in
-// call order and may complete asynchronously; Sync waits (within the
-// context's deadline) for every enqueued operation and reports the first
-// failure. NewDevice puts this front end on a DeviceTransport; comm/nccl,
-// comm/gpushm and comm/staged implement it (comm/devdist opens one from
-// the environment).
-type DeviceComm interface {
-	Rank() int
-	Size() int
-	Kind() string
-	AllReduce(ctx context.Context, buf backend.Buffer, op ReduceOp) error
-	Broadcast(ctx context.Context, buf backend.Buffer, root int) error
-	AllGather(ctx context.Context, dst, src backend.Buffer) error
-	AllGatherV(ctx context.Context, dst, src backend.Buffer, counts []int) error
-	AllToAll(ctx context.Context, dst, src backend.Buffer) error
-	AllToAllV(ctx context.Context, dst backend.Buffer, recvCounts []int, src backend.Buffer, sendCounts []int) error
-	ReduceScatter(ctx context.Context, dst, src backend.Buffer, op ReduceOp) error
-	Barrier(ctx context.Context) error
-	Sync(ctx context.Context) error
-	Close() error
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // Coordinator fixes one global launch order for collectives that several
@@ -203,7 +205,7 @@ func (c *Coordinator) loop() {
 			c.mu.Unlock()
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
-		err := c.ctrl.Broadcast(ctx, I64(token), 0)
+		err := c.ctrl.Broadcast(ctx, cpu.WrapI64(token), 0)
 		cancel()
 		if err != nil {
 			c.fail(fmt.Errorf("%w: agreeing on the next stage: %w", ErrCoordinator, err))

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/tcp"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // TestCoordinator: three stages per rank issue collectives on one shared
@@ -64,7 +65,7 @@ func TestCoordinator(t *testing.T) {
 								x[k] = int64(r*1000 + s*100 + i)
 							}
 							err := coords[r].Do(context.Background(), s, func(ctx context.Context) error {
-								return data[r].AllReduce(ctx, comm.I64(x), comm.Sum)
+								return data[r].AllReduce(ctx, cpu.WrapI64(x), comm.Sum)
 							})
 							if err != nil {
 								errs <- fmt.Errorf("rank %d stage %d round %d: %w", r, s, i, err)

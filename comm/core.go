@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // DefaultTimeout bounds an operation whose context has no deadline.
@@ -39,42 +40,83 @@ func (o Options) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// New wraps a transport in the standard front end.
+// New puts the standard front end on a host transport, whose buffers
+// are the CPU back end's: the front end hands the transport byte views of
+// them (no copies).
 func New(t Transport, o Options) Comm {
-	c := &front{t: t}
+	c := &front{host: t}
 	c.gate.init(t, o)
 	return c
 }
 
+// NewDevice puts the standard front end on a device transport, whose
+// buffers are its compute back end's.
+func NewDevice(t DeviceTransport, o Options) Comm {
+	c := &front{dev: t}
+	c.gate.init(t, o)
+	return c
+}
+
+// front is the one front end: argument checks, then the gate. Exactly one
+// of host and dev is set.
 type front struct {
 	gate
-	t Transport
+	host Transport
+	dev  DeviceTransport
 }
 
-func (c *front) Caps() Caps { return c.t.Caps() }
-
-func checkDType(b Buf) bool {
-	switch b.dt {
-	case backend.Float32, backend.Int32, backend.Int64:
-		return true
+func (c *front) Caps() Caps {
+	if c.host != nil {
+		return c.host.Caps()
 	}
-	return false
+	return c.dev.Caps()
 }
 
-func (c *front) checkBuf(op Op, name string, b Buf) error {
-	if !checkDType(b) {
-		return c.argErr(op, "%s: unsupported or missing dtype %v (use comm.F32, comm.I32 or comm.I64)", name, b.dt)
+func (c *front) checkBuf(op Op, name string, b backend.Buffer) error {
+	if b == nil {
+		return c.argErr(op, "%s is nil", name)
+	}
+	switch b.DType() {
+	case backend.Float32, backend.Int32, backend.Int64:
+	default:
+		return c.argErr(op, "%s: unsupported dtype %v (float32, int32 or int64)", name, b.DType())
+	}
+	if c.host != nil {
+		if _, ok := cpu.Bytes(b); !ok {
+			return c.argErr(op, "%s: a %T, not a host buffer of the CPU back end (cpu.WrapF32 and friends wrap a slice)", name, b)
+		}
+		return nil
+	}
+	if err := c.dev.Check(b); err != nil {
+		return c.argErr(op, "%s: %v", name, err)
 	}
 	return nil
 }
 
-func overlap(a, b Buf) bool {
-	if a.n == 0 || b.n == 0 {
+func (c *front) overlap(a, b backend.Buffer) bool {
+	if a.Len() == 0 || b.Len() == 0 {
 		return false
 	}
-	pa, pb := uintptr(a.ptr), uintptr(b.ptr)
-	ea, eb := pa+uintptr(a.n*a.dt.Size()), pb+uintptr(b.n*b.dt.Size())
-	return pa < eb && pb < ea
+	if c.host != nil {
+		return backend.Overlap(a, b)
+	}
+	return c.dev.Overlap(a, b)
+}
+
+func (c *front) pair(op Op, dst, src backend.Buffer) error {
+	if err := c.checkBuf(op, "dst", dst); err != nil {
+		return err
+	}
+	if err := c.checkBuf(op, "src", src); err != nil {
+		return err
+	}
+	if dst.DType() != src.DType() {
+		return c.argErr(op, "dst is %v but src is %v", dst.DType(), src.DType())
+	}
+	if c.overlap(dst, src) {
+		return c.argErr(op, "dst and src overlap")
+	}
+	return nil
 }
 
 // counts validates a per-rank count vector and returns its prefix sums.
@@ -105,56 +147,38 @@ func equalCounts(n, each int) ([]int, []int) {
 	return cs, ds
 }
 
-func (c *front) AllReduce(ctx context.Context, buf Buf, op ReduceOp) error {
+func (c *front) AllReduce(ctx context.Context, buf backend.Buffer, op ReduceOp) error {
 	if err := c.checkBuf(OpAllReduce, "buf", buf); err != nil {
 		return err
 	}
 	if !op.Valid() {
 		return c.argErr(OpAllReduce, "invalid reduction %v", op)
 	}
-	b := buf.Bytes()
-	return c.do(ctx, &Call{Op: OpAllReduce, DType: buf.dt, Red: op, Send: b, Recv: b}, buf.n)
+	return c.do(ctx, &DeviceCall{Op: OpAllReduce, DType: buf.DType(), Red: op, Send: buf, Recv: buf}, buf.Len())
 }
 
-func (c *front) Broadcast(ctx context.Context, buf Buf, root int) error {
+func (c *front) Broadcast(ctx context.Context, buf backend.Buffer, root int) error {
 	if err := c.checkBuf(OpBroadcast, "buf", buf); err != nil {
 		return err
 	}
 	if root < 0 || root >= c.size {
 		return c.argErr(OpBroadcast, "root %d out of range [0, %d)", root, c.size)
 	}
-	b := buf.Bytes()
-	return c.do(ctx, &Call{Op: OpBroadcast, DType: buf.dt, Root: root, Send: b, Recv: b}, buf.n)
+	return c.do(ctx, &DeviceCall{Op: OpBroadcast, DType: buf.DType(), Root: root, Send: buf, Recv: buf}, buf.Len())
 }
 
-func (c *front) pair(op Op, dst, src Buf) error {
-	if err := c.checkBuf(op, "dst", dst); err != nil {
-		return err
-	}
-	if err := c.checkBuf(op, "src", src); err != nil {
-		return err
-	}
-	if dst.dt != src.dt {
-		return c.argErr(op, "dst is %v but src is %v", dst.dt, src.dt)
-	}
-	if overlap(dst, src) {
-		return c.argErr(op, "dst and src overlap")
-	}
-	return nil
-}
-
-func (c *front) AllGather(ctx context.Context, dst, src Buf) error {
+func (c *front) AllGather(ctx context.Context, dst, src backend.Buffer) error {
 	if err := c.pair(OpAllGather, dst, src); err != nil {
 		return err
 	}
-	if dst.n/c.size != src.n || dst.n%c.size != 0 {
-		return c.argErr(OpAllGather, "dst has %d elements, want %d (size %d x src %d)", dst.n, c.size*src.n, c.size, src.n)
+	if dst.Len()%c.size != 0 || dst.Len()/c.size != src.Len() {
+		return c.argErr(OpAllGather, "dst has %d elements, want %d (size %d x src %d)", dst.Len(), c.size*src.Len(), c.size, src.Len())
 	}
-	cs, ds := equalCounts(c.size, src.n)
-	return c.do(ctx, &Call{Op: OpAllGather, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(), RecvCounts: cs, RecvDispls: ds}, src.n)
+	cs, ds := equalCounts(c.size, src.Len())
+	return c.do(ctx, &DeviceCall{Op: OpAllGather, DType: src.DType(), Send: src, Recv: dst, RecvCounts: cs, RecvDispls: ds}, src.Len())
 }
 
-func (c *front) AllGatherV(ctx context.Context, dst, src Buf, counts []int) error {
+func (c *front) AllGatherV(ctx context.Context, dst, src backend.Buffer, counts []int) error {
 	if err := c.pair(OpAllGatherV, dst, src); err != nil {
 		return err
 	}
@@ -162,33 +186,33 @@ func (c *front) AllGatherV(ctx context.Context, dst, src Buf, counts []int) erro
 	if err != nil {
 		return err
 	}
-	if counts[c.rank] != src.n {
-		return c.argErr(OpAllGatherV, "counts[%d] = %d but src has %d elements", c.rank, counts[c.rank], src.n)
+	if counts[c.rank] != src.Len() {
+		return c.argErr(OpAllGatherV, "counts[%d] = %d but src has %d elements", c.rank, counts[c.rank], src.Len())
 	}
-	if total != dst.n {
-		return c.argErr(OpAllGatherV, "counts sum to %d but dst has %d elements", total, dst.n)
+	if total != dst.Len() {
+		return c.argErr(OpAllGatherV, "counts sum to %d but dst has %d elements", total, dst.Len())
 	}
 	cs := append([]int(nil), counts...)
-	return c.do(ctx, &Call{Op: OpAllGatherV, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(), RecvCounts: cs, RecvDispls: ds}, src.n)
+	return c.do(ctx, &DeviceCall{Op: OpAllGatherV, DType: src.DType(), Send: src, Recv: dst, RecvCounts: cs, RecvDispls: ds}, src.Len())
 }
 
-func (c *front) AllToAll(ctx context.Context, dst, src Buf) error {
+func (c *front) AllToAll(ctx context.Context, dst, src backend.Buffer) error {
 	if err := c.pair(OpAllToAll, dst, src); err != nil {
 		return err
 	}
-	if src.n%c.size != 0 {
-		return c.argErr(OpAllToAll, "src has %d elements, not a multiple of the size %d", src.n, c.size)
+	if src.Len()%c.size != 0 {
+		return c.argErr(OpAllToAll, "src has %d elements, not a multiple of the size %d", src.Len(), c.size)
 	}
-	if dst.n != src.n {
-		return c.argErr(OpAllToAll, "dst has %d elements but src has %d", dst.n, src.n)
+	if dst.Len() != src.Len() {
+		return c.argErr(OpAllToAll, "dst has %d elements but src has %d", dst.Len(), src.Len())
 	}
-	cs, ds := equalCounts(c.size, src.n/c.size)
-	rc, rd := equalCounts(c.size, src.n/c.size)
-	return c.do(ctx, &Call{Op: OpAllToAll, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(),
-		SendCounts: cs, SendDispls: ds, RecvCounts: rc, RecvDispls: rd}, src.n)
+	cs, ds := equalCounts(c.size, src.Len()/c.size)
+	rc, rd := equalCounts(c.size, src.Len()/c.size)
+	return c.do(ctx, &DeviceCall{Op: OpAllToAll, DType: src.DType(), Send: src, Recv: dst,
+		SendCounts: cs, SendDispls: ds, RecvCounts: rc, RecvDispls: rd}, src.Len())
 }
 
-func (c *front) AllToAllV(ctx context.Context, dst Buf, recvCounts []int, src Buf, sendCounts []int) error {
+func (c *front) AllToAllV(ctx context.Context, dst backend.Buffer, recvCounts []int, src backend.Buffer, sendCounts []int) error {
 	if err := c.pair(OpAllToAllV, dst, src); err != nil {
 		return err
 	}
@@ -200,51 +224,107 @@ func (c *front) AllToAllV(ctx context.Context, dst Buf, recvCounts []int, src Bu
 	if err != nil {
 		return err
 	}
-	if stotal != src.n {
-		return c.argErr(OpAllToAllV, "sendCounts sum to %d but src has %d elements", stotal, src.n)
+	if stotal != src.Len() {
+		return c.argErr(OpAllToAllV, "sendCounts sum to %d but src has %d elements", stotal, src.Len())
 	}
-	if rtotal != dst.n {
-		return c.argErr(OpAllToAllV, "recvCounts sum to %d but dst has %d elements", rtotal, dst.n)
+	if rtotal != dst.Len() {
+		return c.argErr(OpAllToAllV, "recvCounts sum to %d but dst has %d elements", rtotal, dst.Len())
 	}
 	if sendCounts[c.rank] != recvCounts[c.rank] {
 		return c.argErr(OpAllToAllV, "sendCounts[%d] = %d but recvCounts[%d] = %d (the block to itself)", c.rank, sendCounts[c.rank], c.rank, recvCounts[c.rank])
 	}
-	return c.do(ctx, &Call{Op: OpAllToAllV, DType: src.dt, Send: src.Bytes(), Recv: dst.Bytes(),
+	return c.do(ctx, &DeviceCall{Op: OpAllToAllV, DType: src.DType(), Send: src, Recv: dst,
 		SendCounts: append([]int(nil), sendCounts...), SendDispls: sd,
-		RecvCounts: append([]int(nil), recvCounts...), RecvDispls: rd}, src.n)
+		RecvCounts: append([]int(nil), recvCounts...), RecvDispls: rd}, src.Len())
 }
 
-func (c *front) ReduceScatter(ctx context.Context, dst, src Buf, op ReduceOp) error {
+func (c *front) ReduceScatter(ctx context.Context, dst, src backend.Buffer, op ReduceOp) error {
 	if err := c.pair(OpReduceScatter, dst, src); err != nil {
 		return err
 	}
 	if !op.Valid() {
 		return c.argErr(OpReduceScatter, "invalid reduction %v", op)
 	}
-	if src.n/c.size != dst.n || src.n%c.size != 0 {
-		return c.argErr(OpReduceScatter, "src has %d elements, want %d (size %d x dst %d)", src.n, c.size*dst.n, c.size, dst.n)
+	if src.Len()%c.size != 0 || src.Len()/c.size != dst.Len() {
+		return c.argErr(OpReduceScatter, "src has %d elements, want %d (size %d x dst %d)", src.Len(), c.size*dst.Len(), c.size, dst.Len())
 	}
-	cs, ds := equalCounts(c.size, dst.n)
-	return c.do(ctx, &Call{Op: OpReduceScatter, DType: src.dt, Red: op, Send: src.Bytes(), Recv: dst.Bytes(), SendCounts: cs, SendDispls: ds}, src.n)
+	cs, ds := equalCounts(c.size, dst.Len())
+	return c.do(ctx, &DeviceCall{Op: OpReduceScatter, DType: src.DType(), Red: op, Send: src, Recv: dst, SendCounts: cs, SendDispls: ds}, src.Len())
 }
 
 func (c *front) Barrier(ctx context.Context) error {
-	return c.do(ctx, &Call{Op: OpBarrier}, 0)
+	return c.do(ctx, &DeviceCall{Op: OpBarrier}, 0)
 }
 
-// do runs one validated call through the gate: a group of one copies
-// locally; debug mode checks the descriptors first.
-func (c *front) do(ctx context.Context, call *Call, count int) error {
+// do runs one validated call through the gate. A host transport gets the
+// call as byte views of the CPU buffers, and a group of one copies
+// locally; a device transport gets the buffers (and handles a group of
+// one itself). Debug mode checks the descriptors first.
+func (c *front) do(ctx context.Context, call *DeviceCall, count int) error {
 	g := gated{op: call.Op, dtype: call.DType, count: count,
 		bind: func(seq uint64, dl time.Time) { call.Seq, call.Deadline = seq, dl },
-		run:  func(ctx context.Context) error { return c.t.Run(ctx, call) }}
-	switch {
-	case c.size == 1:
-		g.run = func(context.Context) error { return local(call) }
-	case c.o.Debug:
+		run:  func(ctx context.Context) error { return c.dev.Run(ctx, call) }}
+	if c.host != nil {
+		hc := hostCall(call)
+		g.bind = func(seq uint64, dl time.Time) {
+			call.Seq, call.Deadline = seq, dl
+			hc.Seq, hc.Deadline = seq, dl
+		}
+		g.run = func(ctx context.Context) error { return c.host.Run(ctx, hc) }
+		if c.size == 1 {
+			g.run = func(context.Context) error { return local(hc) }
+		}
+	}
+	if c.o.Debug && c.size > 1 {
 		g.check = func(ctx context.Context) error { return c.debugCheck(ctx, call) }
 	}
 	return c.gate.do(ctx, g)
+}
+
+// hostCall is c as a host transport sees it: the CPU buffers' bytes
+// (validated by checkBuf, so the views cannot fail).
+func hostCall(c *DeviceCall) *Call {
+	hc := &Call{Op: c.Op, DType: c.DType, Red: c.Red, Root: c.Root,
+		SendCounts: c.SendCounts, SendDispls: c.SendDispls, RecvCounts: c.RecvCounts, RecvDispls: c.RecvDispls}
+	if c.Send != nil {
+		hc.Send, _ = cpu.Bytes(c.Send)
+	}
+	if c.Recv != nil {
+		hc.Recv, _ = cpu.Bytes(c.Recv)
+	}
+	return hc
+}
+
+// Sync waits for the operations run so far (within ctx's deadline, else
+// Options.Timeout). It does not consume a sequence number.
+func (c *front) Sync(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.o.timeout())
+	defer cancel()
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return wrapCtx(ctx.Err(), "waiting for this rank's previous operation to finish")
+	}
+	defer func() { <-c.sem }()
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if c.broken != nil {
+		return fmt.Errorf("%w: %v", ErrBroken, c.broken)
+	}
+	if c.host != nil {
+		return nil // host operations are complete when they return
+	}
+	if err := c.dev.Sync(ctx); err != nil {
+		if isTimeout(err) {
+			err = fmt.Errorf("%w: waiting for the device: %w", ErrTimeout, err)
+		}
+		return fmt.Errorf("comm %s rank %d: sync: %w", c.dev.Kind(), c.rank, err)
+	}
+	return nil
 }
 
 func isTimeout(err error) bool {
@@ -268,36 +348,60 @@ func wrapCtx(err error, what string) error {
 // maxAlloc bounds Alloc (elements).
 const maxAlloc = 1 << 40
 
-func (c *front) Alloc(dt backend.DType, n int) (Buf, error) {
+func (c *front) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
 	if dt != backend.Float32 && dt != backend.Int32 && dt != backend.Int64 {
-		return Buf{}, fmt.Errorf("comm: Alloc of unsupported dtype %v", dt)
+		return nil, fmt.Errorf("comm: Alloc of unsupported dtype %v", dt)
 	}
 	if n < 0 || n > maxAlloc {
-		return Buf{}, fmt.Errorf("comm: Alloc of %d elements", n)
+		return nil, fmt.Errorf("comm: Alloc of %d elements", n)
 	}
 	if c.isClosed() {
-		return Buf{}, ErrClosed
+		return nil, ErrClosed
 	}
-	if a, ok := c.t.(Allocator); ok && n > 0 {
-		if b, err := a.Alloc(n * dt.Size()); err == nil {
-			return BufOf(dt, b[:n*dt.Size()]), nil
+	if c.dev != nil {
+		b, err := c.dev.Backend().Alloc(dt, n)
+		if err != nil {
+			return nil, fmt.Errorf("comm %s rank %d: Alloc of %d elements of %v: %w", c.dev.Kind(), c.rank, n, dt, err)
+		}
+		return b, nil
+	}
+	if a, ok := c.host.(Allocator); ok && n > 0 {
+		if p, err := a.Alloc(n * dt.Size()); err == nil {
+			if b, err := cpu.WrapBytes(dt, p[:n*dt.Size()]); err == nil {
+				return b, nil
+			}
+			a.Free(p)
 		}
 	}
 	switch dt {
 	case backend.Float32:
-		return F32(make([]float32, n)), nil
+		return cpu.WrapF32(make([]float32, n)), nil
 	case backend.Int32:
-		return I32(make([]int32, n)), nil
+		return cpu.WrapI32(make([]int32, n)), nil
 	}
-	return I64(make([]int64, n)), nil
+	return cpu.WrapI64(make([]int64, n)), nil
 }
 
-func (c *front) Free(b Buf) error {
-	if a, ok := c.t.(Allocator); ok && b.n > 0 {
+func (c *front) Free(b backend.Buffer) error {
+	if b == nil {
+		return nil
+	}
+	if c.dev != nil {
+		if err := c.dev.Check(b); err != nil {
+			return fmt.Errorf("comm %s rank %d: Free: %w", c.dev.Kind(), c.rank, err)
+		}
+		c.dev.Backend().Free(b)
+		return nil
+	}
+	p, ok := cpu.Bytes(b)
+	if !ok {
+		return fmt.Errorf("comm %s rank %d: Free of a %T, not a host buffer", c.host.Kind(), c.rank, b)
+	}
+	if a, ok := c.host.(Allocator); ok && len(p) > 0 {
 		if c.isClosed() {
 			return nil // the memory went with the transport
 		}
-		err := a.Free(b.Bytes())
+		err := a.Free(p)
 		if errors.Is(err, ErrNotAllocated) {
 			return nil // a heap fallback buffer
 		}

@@ -19,14 +19,17 @@ const (
 	dFixed
 )
 
-func descriptor(c *Call, n int) []int64 {
+// descriptor is what the debug check exchanges about call c in a group
+// of n.
+func descriptor(c *DeviceCall, n int) []int64 {
 	d := make([]int64, dFixed+2*n)
-	es := c.DType.Size()
-	if es == 0 {
-		es = 1
-	}
 	d[dOp], d[dDType], d[dRed], d[dRoot] = int64(c.Op), int64(c.DType), int64(c.Red), int64(c.Root)
-	d[dSend], d[dRecv] = int64(len(c.Send)/es), int64(len(c.Recv)/es)
+	if c.Send != nil {
+		d[dSend] = int64(c.Send.Len())
+	}
+	if c.Recv != nil {
+		d[dRecv] = int64(c.Recv.Len())
+	}
 	if c.Op == OpAllToAllV {
 		for r := 0; r < n; r++ {
 			d[dFixed+r] = int64(c.SendCounts[r])
@@ -62,17 +65,29 @@ func describe(d []int64, n int) string {
 	return op.String()
 }
 
-// debugCheck exchanges descriptors of the pending call through the
-// transport (an all-gather with the same sequence number, PhaseDebug) and
-// returns a *MismatchError if the ranks disagree.
-func (c *front) debugCheck(ctx context.Context, call *Call) error {
+// debugCheck exchanges descriptors of the pending call and returns a
+// *MismatchError if the ranks disagree: through a host transport as an
+// all-gather with the call's sequence number (PhaseDebug), through a
+// device transport's Gather.
+func (c *front) debugCheck(ctx context.Context, call *DeviceCall) error {
 	n := c.size
 	mine := descriptor(call, n)
 	return c.checkDescriptors(call.Seq, mine, func(all []int64) error {
-		cs, ds := equalCounts(n, len(mine))
-		dc := &Call{Op: OpAllGather, Phase: PhaseDebug, Seq: call.Seq, DType: backend.Int64, Deadline: call.Deadline,
-			Send: bytesOf(mine), Recv: bytesOf(all), RecvCounts: cs, RecvDispls: ds}
-		return c.t.Run(ctx, dc)
+		if c.host != nil {
+			cs, ds := equalCounts(n, len(mine))
+			dc := &Call{Op: OpAllGather, Phase: PhaseDebug, Seq: call.Seq, DType: backend.Int64, Deadline: call.Deadline,
+				Send: bytesOf(mine), Recv: bytesOf(all), RecvCounts: cs, RecvDispls: ds}
+			return c.host.Run(ctx, dc)
+		}
+		got, err := c.dev.Gather(ctx, call.Seq, mine)
+		if err != nil {
+			return err
+		}
+		if len(got) != len(all) {
+			return fmt.Errorf("%w: debug exchange returned %d words, want %d", ErrProtocol, len(got), len(all))
+		}
+		copy(all, got)
+		return nil
 	})
 }
 

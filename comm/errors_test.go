@@ -81,26 +81,14 @@ func TestDescOf(t *testing.T) {
 	}
 }
 
-// TestNamesAndErrors: operation and reduction names, validity, Buf
-// accessors and the error types' texts and unwrapping.
+// TestNamesAndErrors: operation and reduction names, validity and the
+// error types' texts and unwrapping.
 func TestNamesAndErrors(t *testing.T) {
 	if comm.Op(0).Valid() || comm.Op(9).Valid() || !comm.OpBarrier.Valid() || comm.Op(9).String() != "op(9)" {
 		t.Fatal("Op.Valid/String out of range")
 	}
 	if comm.ReduceOp(0).Valid() || !comm.Max.Valid() || comm.Max.String() != "max" || comm.Mean.String() != "mean" {
 		t.Fatal("ReduceOp.Valid/String")
-	}
-	i32 := comm.I32([]int32{1, 2})
-	i64 := comm.I64([]int64{3})
-	if !slices.Equal(i32.Int32s(), []int32{1, 2}) || i32.Float32s() != nil || i32.Int64s() != nil ||
-		!slices.Equal(i64.Int64s(), []int64{3}) || i64.Int32s() != nil || len(i64.Bytes()) != 8 {
-		t.Fatal("Buf accessors")
-	}
-	if b := comm.BufOf(backend.Int64, nil); b.Len() != 0 || b.DType() != backend.Int64 || b.Bytes() != nil || b.Int64s() != nil {
-		t.Fatalf("BufOf(empty) = %v x %d", b.DType(), b.Len())
-	}
-	if b := comm.BufOf(backend.Int32, make([]byte, 12)); b.Len() != 3 || len(b.Int32s()) != 3 {
-		t.Fatalf("BufOf(12 bytes, int32) has %d elements", b.Len())
 	}
 	ae := &comm.AbortError{By: 2, Seq: 7, Missing: []int{1}, Reason: "boom"}
 	if ae.Error() != "aborted by a peer by rank 2 at #7: boom" || !errors.Is(ae, comm.ErrAborted) || !slices.Equal(ae.MissingRanks(), []int{1}) {

@@ -61,7 +61,7 @@ func TestFrontAllOps(t *testing.T) {
 	cases := commtest.Cases(7, 11)
 	errs := onAll(t, n, func(ctx context.Context, r int) error {
 		for _, c := range cases {
-			if err := commtest.RunCase(ctx, cs[r], c); err != nil {
+			if err := commtest.RunCase(ctx, cs[r], nil, c); err != nil {
 				return err
 			}
 		}
@@ -110,62 +110,66 @@ func TestFrontArgErrors(t *testing.T) {
 		want string
 		call func() error
 	}{
-		{"zero buf", comm.OpAllReduce, "buf: unsupported or missing dtype", func() error { return c.AllReduce(ctx, comm.Buf{}, comm.Sum) }},
-		{"bad reduction", comm.OpAllReduce, "invalid reduction reduce(9)", func() error { return c.AllReduce(ctx, comm.F32(f), comm.ReduceOp(9)) }},
-		{"root", comm.OpBroadcast, "root 2 out of range [0, 2)", func() error { return c.Broadcast(ctx, comm.F32(f), 2) }},
-		{"bcast dtype", comm.OpBroadcast, "buf: unsupported", func() error { return c.Broadcast(ctx, comm.Buf{}, 0) }},
-		{"src dtype", comm.OpAllGather, "src: unsupported", func() error { return c.AllGather(ctx, comm.F32(f), comm.Buf{}) }},
-		{"dst dtype", comm.OpAllGather, "dst: unsupported", func() error { return c.AllGather(ctx, comm.Buf{}, comm.F32(f)) }},
-		{"mixed dtypes", comm.OpAllGather, "dst is float32 but src is int32", func() error { return c.AllGather(ctx, comm.F32(f), comm.I32(i32[:4])) }},
-		{"overlap", comm.OpAllGather, "dst and src overlap", func() error { return c.AllGather(ctx, comm.F32(f), comm.F32(f[3:7])) }},
-		{"gather size", comm.OpAllGather, "dst has 8 elements, want 6", func() error { return c.AllGather(ctx, comm.F32(f), comm.F32(make([]float32, 3))) }},
+		{"nil buf", comm.OpAllReduce, "buf is nil", func() error { return c.AllReduce(ctx, nil, comm.Sum) }},
+		{"no dtype", comm.OpAllReduce, "buf: unsupported dtype dtype(0)", func() error { return c.AllReduce(ctx, &cpu.Buffer{}, comm.Sum) }},
+		{"not host memory", comm.OpAllReduce, "buf: a comm_test.deviceBuf, not a host buffer of the CPU back end", func() error {
+			return c.AllReduce(ctx, deviceBuf{}, comm.Sum)
+		}},
+		{"bad reduction", comm.OpAllReduce, "invalid reduction reduce(9)", func() error { return c.AllReduce(ctx, cpu.WrapF32(f), comm.ReduceOp(9)) }},
+		{"root", comm.OpBroadcast, "root 2 out of range [0, 2)", func() error { return c.Broadcast(ctx, cpu.WrapF32(f), 2) }},
+		{"bcast nil", comm.OpBroadcast, "buf is nil", func() error { return c.Broadcast(ctx, nil, 0) }},
+		{"src nil", comm.OpAllGather, "src is nil", func() error { return c.AllGather(ctx, cpu.WrapF32(f), nil) }},
+		{"dst not host", comm.OpAllGather, "dst: a comm_test.deviceBuf", func() error { return c.AllGather(ctx, deviceBuf{}, cpu.WrapF32(f)) }},
+		{"mixed dtypes", comm.OpAllGather, "dst is float32 but src is int32", func() error { return c.AllGather(ctx, cpu.WrapF32(f), cpu.WrapI32(i32[:4])) }},
+		{"overlap", comm.OpAllGather, "dst and src overlap", func() error { return c.AllGather(ctx, cpu.WrapF32(f), cpu.WrapF32(f[3:7])) }},
+		{"gather size", comm.OpAllGather, "dst has 8 elements, want 6", func() error { return c.AllGather(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3))) }},
 		{"gatherv entries", comm.OpAllGatherV, "counts has 1 entries, want one per rank (2)", func() error {
-			return c.AllGatherV(ctx, comm.F32(f), comm.F32(make([]float32, 3)), []int{3})
+			return c.AllGatherV(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3)), []int{3})
 		}},
 		{"gatherv negative", comm.OpAllGatherV, "counts[1] = -1 is negative", func() error {
-			return c.AllGatherV(ctx, comm.F32(f), comm.F32(make([]float32, 3)), []int{3, -1})
+			return c.AllGatherV(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3)), []int{3, -1})
 		}},
 		{"gatherv overflow", comm.OpAllGatherV, "counts overflows", func() error {
-			return c.AllGatherV(ctx, comm.F32(f), comm.F32(make([]float32, 3)), []int{3, int(^uint(0) >> 1)})
+			return c.AllGatherV(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3)), []int{3, int(^uint(0) >> 1)})
 		}},
 		{"gatherv own", comm.OpAllGatherV, "counts[0] = 2 but src has 3 elements", func() error {
-			return c.AllGatherV(ctx, comm.F32(f), comm.F32(make([]float32, 3)), []int{2, 6})
+			return c.AllGatherV(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3)), []int{2, 6})
 		}},
 		{"gatherv sum", comm.OpAllGatherV, "counts sum to 7 but dst has 8 elements", func() error {
-			return c.AllGatherV(ctx, comm.F32(f), comm.F32(make([]float32, 3)), []int{3, 4})
+			return c.AllGatherV(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 3)), []int{3, 4})
 		}},
 		{"alltoall multiple", comm.OpAllToAll, "src has 3 elements, not a multiple of the size 2", func() error {
-			return c.AllToAll(ctx, comm.F32(make([]float32, 3)), comm.F32(make([]float32, 3)))
+			return c.AllToAll(ctx, cpu.WrapF32(make([]float32, 3)), cpu.WrapF32(make([]float32, 3)))
 		}},
 		{"alltoall len", comm.OpAllToAll, "dst has 8 elements but src has 4", func() error {
-			return c.AllToAll(ctx, comm.F32(f), comm.F32(make([]float32, 4)))
+			return c.AllToAll(ctx, cpu.WrapF32(f), cpu.WrapF32(make([]float32, 4)))
 		}},
 		{"alltoallv pair", comm.OpAllToAllV, "dst is int32 but src is float32", func() error {
-			return c.AllToAllV(ctx, comm.I32(i32), []int{4, 4}, comm.F32(f), []int{4, 4})
+			return c.AllToAllV(ctx, cpu.WrapI32(i32), []int{4, 4}, cpu.WrapF32(f), []int{4, 4})
 		}},
 		{"alltoallv send entries", comm.OpAllToAllV, "sendCounts has 3 entries", func() error {
-			return c.AllToAllV(ctx, comm.F32(f), []int{4, 4}, comm.F32(make([]float32, 8)), []int{4, 4, 0})
+			return c.AllToAllV(ctx, cpu.WrapF32(f), []int{4, 4}, cpu.WrapF32(make([]float32, 8)), []int{4, 4, 0})
 		}},
 		{"alltoallv recv negative", comm.OpAllToAllV, "recvCounts[0] = -4 is negative", func() error {
-			return c.AllToAllV(ctx, comm.F32(f), []int{-4, 4}, comm.F32(make([]float32, 8)), []int{4, 4})
+			return c.AllToAllV(ctx, cpu.WrapF32(f), []int{-4, 4}, cpu.WrapF32(make([]float32, 8)), []int{4, 4})
 		}},
 		{"alltoallv send sum", comm.OpAllToAllV, "sendCounts sum to 7 but src has 8 elements", func() error {
-			return c.AllToAllV(ctx, comm.F32(f), []int{4, 4}, comm.F32(make([]float32, 8)), []int{4, 3})
+			return c.AllToAllV(ctx, cpu.WrapF32(f), []int{4, 4}, cpu.WrapF32(make([]float32, 8)), []int{4, 3})
 		}},
 		{"alltoallv recv sum", comm.OpAllToAllV, "recvCounts sum to 9 but dst has 8 elements", func() error {
-			return c.AllToAllV(ctx, comm.F32(f), []int{4, 5}, comm.F32(make([]float32, 8)), []int{4, 4})
+			return c.AllToAllV(ctx, cpu.WrapF32(f), []int{4, 5}, cpu.WrapF32(make([]float32, 8)), []int{4, 4})
 		}},
 		{"alltoallv self", comm.OpAllToAllV, "sendCounts[0] = 3 but recvCounts[0] = 4", func() error {
-			return c.AllToAllV(ctx, comm.F32(f), []int{4, 4}, comm.F32(make([]float32, 8)), []int{3, 5})
+			return c.AllToAllV(ctx, cpu.WrapF32(f), []int{4, 4}, cpu.WrapF32(make([]float32, 8)), []int{3, 5})
 		}},
-		{"reducescatter pair", comm.OpReduceScatter, "src: unsupported", func() error {
-			return c.ReduceScatter(ctx, comm.F32(f), comm.Buf{}, comm.Sum)
+		{"reducescatter pair", comm.OpReduceScatter, "src is nil", func() error {
+			return c.ReduceScatter(ctx, cpu.WrapF32(f), nil, comm.Sum)
 		}},
 		{"reducescatter reduction", comm.OpReduceScatter, "invalid reduction reduce(0)", func() error {
-			return c.ReduceScatter(ctx, comm.F32(f[:4]), comm.F32(make([]float32, 8)), 0)
+			return c.ReduceScatter(ctx, cpu.WrapF32(f[:4]), cpu.WrapF32(make([]float32, 8)), 0)
 		}},
 		{"reducescatter size", comm.OpReduceScatter, "src has 8 elements, want 6", func() error {
-			return c.ReduceScatter(ctx, comm.F32(f[:3]), comm.F32(make([]float32, 8)), comm.Max)
+			return c.ReduceScatter(ctx, cpu.WrapF32(f[:3]), cpu.WrapF32(make([]float32, 8)), comm.Max)
 		}},
 	}
 	for _, tc := range tests {
@@ -204,7 +208,7 @@ func TestFrontDebugMismatch(t *testing.T) {
 	type call func(ctx context.Context, c comm.Comm) error
 	allReduce := func(l int, red comm.ReduceOp) call {
 		return func(ctx context.Context, c comm.Comm) error {
-			return c.AllReduce(ctx, comm.F32(make([]float32, l)), red)
+			return c.AllReduce(ctx, cpu.WrapF32(make([]float32, l)), red)
 		}
 	}
 	tests := []struct {
@@ -216,66 +220,74 @@ func TestFrontDebugMismatch(t *testing.T) {
 		{"op", [n]call{allReduce(4, comm.Sum), func(ctx context.Context, c comm.Comm) error { return c.Barrier(ctx) }},
 			"rank 0 issued all_reduce but rank 1 issued barrier", "rank 1 barrier"},
 		{"dtype", [n]call{allReduce(4, comm.Sum), func(ctx context.Context, c comm.Comm) error {
-			return c.AllReduce(ctx, comm.I64(make([]int64, 4)), comm.Sum)
+			return c.AllReduce(ctx, cpu.WrapI64(make([]int64, 4)), comm.Sum)
 		}}, "rank 0 used float32 but rank 1 used int64", "rank 1 all_reduce(int64, 4, sum)"},
 		{"reduction", [n]call{allReduce(4, comm.Sum), allReduce(4, comm.Max)},
 			"reduction differs: rank 0 has 1, rank 1 has 3", "rank 1 all_reduce(float32, 4, max)"},
 		{"count", [n]call{allReduce(4, comm.Mean), allReduce(5, comm.Mean)},
 			"element count differs: rank 0 has 4, rank 1 has 5", "rank 0 all_reduce(float32, 4, mean)"},
 		{"root", [n]call{
-			func(ctx context.Context, c comm.Comm) error { return c.Broadcast(ctx, comm.I32(make([]int32, 3)), 0) },
-			func(ctx context.Context, c comm.Comm) error { return c.Broadcast(ctx, comm.I32(make([]int32, 3)), 1) },
+			func(ctx context.Context, c comm.Comm) error {
+				return c.Broadcast(ctx, cpu.WrapI32(make([]int32, 3)), 0)
+			},
+			func(ctx context.Context, c comm.Comm) error {
+				return c.Broadcast(ctx, cpu.WrapI32(make([]int32, 3)), 1)
+			},
 		}, "root differs: rank 0 has 0, rank 1 has 1", "broadcast(int32, 3, root 1)"},
 		{"bcast count", [n]call{
-			func(ctx context.Context, c comm.Comm) error { return c.Broadcast(ctx, comm.I32(make([]int32, 3)), 0) },
-			func(ctx context.Context, c comm.Comm) error { return c.Broadcast(ctx, comm.I32(make([]int32, 2)), 0) },
+			func(ctx context.Context, c comm.Comm) error {
+				return c.Broadcast(ctx, cpu.WrapI32(make([]int32, 3)), 0)
+			},
+			func(ctx context.Context, c comm.Comm) error {
+				return c.Broadcast(ctx, cpu.WrapI32(make([]int32, 2)), 0)
+			},
 		}, "element count differs: rank 0 has 3, rank 1 has 2", "broadcast(int32, 2, root 0)"},
 		{"gather", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllGather(ctx, comm.F32(make([]float32, 4)), comm.F32(make([]float32, 2)))
+				return c.AllGather(ctx, cpu.WrapF32(make([]float32, 4)), cpu.WrapF32(make([]float32, 2)))
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllGather(ctx, comm.F32(make([]float32, 6)), comm.F32(make([]float32, 3)))
+				return c.AllGather(ctx, cpu.WrapF32(make([]float32, 6)), cpu.WrapF32(make([]float32, 3)))
 			},
 		}, "element count differs: rank 0 has 2, rank 1 has 3", "all_gather(float32, send 3)"},
 		{"gatherv counts", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllGatherV(ctx, comm.F32(make([]float32, 3)), comm.F32(make([]float32, 1)), []int{1, 2})
+				return c.AllGatherV(ctx, cpu.WrapF32(make([]float32, 3)), cpu.WrapF32(make([]float32, 1)), []int{1, 2})
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllGatherV(ctx, comm.F32(make([]float32, 4)), comm.F32(make([]float32, 3)), []int{1, 3})
+				return c.AllGatherV(ctx, cpu.WrapF32(make([]float32, 4)), cpu.WrapF32(make([]float32, 3)), []int{1, 3})
 			},
 		}, "counts differ: rank 0 has [1 2], rank 1 has [1 3]", "all_gather_v(float32, send 3, counts [1 3])"},
 		{"alltoallv", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllToAllV(ctx, comm.F32(make([]float32, 3)), []int{1, 2}, comm.F32(make([]float32, 3)), []int{1, 2})
+				return c.AllToAllV(ctx, cpu.WrapF32(make([]float32, 3)), []int{1, 2}, cpu.WrapF32(make([]float32, 3)), []int{1, 2})
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllToAllV(ctx, comm.F32(make([]float32, 3)), []int{1, 2}, comm.F32(make([]float32, 3)), []int{1, 2})
+				return c.AllToAllV(ctx, cpu.WrapF32(make([]float32, 3)), []int{1, 2}, cpu.WrapF32(make([]float32, 3)), []int{1, 2})
 			},
 		}, "rank 0 sends 2 elements to rank 1, which expects 1", "all_to_all_v(float32, sendCounts [1 2], recvCounts [1 2])"},
 		{"reducescatter red", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.ReduceScatter(ctx, comm.F32(make([]float32, 2)), comm.F32(make([]float32, 4)), comm.Sum)
+				return c.ReduceScatter(ctx, cpu.WrapF32(make([]float32, 2)), cpu.WrapF32(make([]float32, 4)), comm.Sum)
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.ReduceScatter(ctx, comm.F32(make([]float32, 2)), comm.F32(make([]float32, 4)), comm.Mean)
+				return c.ReduceScatter(ctx, cpu.WrapF32(make([]float32, 2)), cpu.WrapF32(make([]float32, 4)), comm.Mean)
 			},
 		}, "reduction differs: rank 0 has 1, rank 1 has 2", "reduce_scatter(float32, recv 2, mean)"},
 		{"reducescatter block", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.ReduceScatter(ctx, comm.F32(make([]float32, 2)), comm.F32(make([]float32, 4)), comm.Sum)
+				return c.ReduceScatter(ctx, cpu.WrapF32(make([]float32, 2)), cpu.WrapF32(make([]float32, 4)), comm.Sum)
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.ReduceScatter(ctx, comm.F32(make([]float32, 1)), comm.F32(make([]float32, 2)), comm.Sum)
+				return c.ReduceScatter(ctx, cpu.WrapF32(make([]float32, 1)), cpu.WrapF32(make([]float32, 2)), comm.Sum)
 			},
 		}, "block size differs: rank 0 has 2, rank 1 has 1", "reduce_scatter(float32, recv 1, sum)"},
 		{"alltoall", [n]call{
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllToAll(ctx, comm.I64(make([]int64, 4)), comm.I64(make([]int64, 4)))
+				return c.AllToAll(ctx, cpu.WrapI64(make([]int64, 4)), cpu.WrapI64(make([]int64, 4)))
 			},
 			func(ctx context.Context, c comm.Comm) error {
-				return c.AllToAll(ctx, comm.I64(make([]int64, 2)), comm.I64(make([]int64, 2)))
+				return c.AllToAll(ctx, cpu.WrapI64(make([]int64, 2)), cpu.WrapI64(make([]int64, 2)))
 			},
 		}, "element count differs: rank 0 has 4, rank 1 has 2", "all_to_all(int64, send 2)"},
 	}
@@ -298,7 +310,7 @@ func TestFrontDebugMismatch(t *testing.T) {
 	// Still usable: a matching all-reduce sums.
 	errs := onAll(t, n, func(ctx context.Context, r int) error {
 		x := []int32{int32(r + 1)}
-		if err := cs[r].AllReduce(ctx, comm.I32(x), comm.Sum); err != nil {
+		if err := cs[r].AllReduce(ctx, cpu.WrapI32(x), comm.Sum); err != nil {
 			return err
 		}
 		if x[0] != 3 {
@@ -330,7 +342,7 @@ func TestFrontTimeoutAndClose(t *testing.T) {
 	if !strings.Contains(err.Error(), "ranks [1] did not take part") || !strings.Contains(err.Error(), "ms after the call)") {
 		t.Fatalf("Error() = %q", err)
 	}
-	err = cs[0].AllReduce(context.Background(), comm.F32(make([]float32, 2)), comm.Sum)
+	err = cs[0].AllReduce(context.Background(), cpu.WrapF32(make([]float32, 2)), comm.Sum)
 	if !errors.Is(err, comm.ErrBroken) || !errors.As(err, &oe) || oe.Seq != 2 {
 		t.Fatalf("after a timeout: got %v, want ErrBroken at #2", err)
 	}
@@ -344,7 +356,7 @@ func TestFrontTimeoutAndClose(t *testing.T) {
 	if err := cs[1].Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	err = cs[1].Broadcast(context.Background(), comm.F32(make([]float32, 2)), 0)
+	err = cs[1].Broadcast(context.Background(), cpu.WrapF32(make([]float32, 2)), 0)
 	if !errors.Is(err, comm.ErrClosed) || !errors.As(err, &oe) || oe.Op != comm.OpBroadcast {
 		t.Fatalf("after Close: got %v, want ErrClosed", err)
 	}
@@ -359,10 +371,11 @@ func TestFrontAlloc(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.DType() != dt || b.Len() != 5 || len(b.Bytes()) != 5*dt.Size() {
-			t.Fatalf("Alloc(%v, 5) = %v x %d (%d bytes)", dt, b.DType(), b.Len(), len(b.Bytes()))
+		p, ok := cpu.Bytes(b)
+		if b.DType() != dt || b.Len() != 5 || !ok || len(p) != 5*dt.Size() {
+			t.Fatalf("Alloc(%v, 5) = %v x %d (%d bytes of host memory: %v)", dt, b.DType(), b.Len(), len(p), ok)
 		}
-		for _, x := range b.Bytes() {
+		for _, x := range p {
 			if x != 0 {
 				t.Fatalf("Alloc(%v) not zeroed", dt)
 			}
@@ -377,6 +390,12 @@ func TestFrontAlloc(t *testing.T) {
 	if _, err := cs[0].Alloc(backend.Float32, -1); err == nil {
 		t.Fatal("Alloc of -1 elements succeeded")
 	}
+	if err := cs[0].Free(deviceBuf{}); err == nil {
+		t.Fatal("Free of a buffer that is not host memory succeeded")
+	}
+	if err := cs[0].Sync(context.Background()); err != nil {
+		t.Fatalf("Sync of a host communicator: %v", err)
+	}
 	cs[1].Close()
 	if _, err := cs[1].Alloc(backend.Int32, 3); !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("Alloc after Close: got %v, want ErrClosed", err)
@@ -385,7 +404,7 @@ func TestFrontAlloc(t *testing.T) {
 
 // deviceGroup returns n device communicators staging CPU buffers through
 // an inproc group.
-func deviceGroup(t *testing.T, n int, o comm.Options) ([]comm.DeviceComm, backend.Backend) {
+func deviceGroup(t *testing.T, n int, o comm.Options) ([]comm.Comm, backend.Backend) {
 	t.Helper()
 	be, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -395,7 +414,7 @@ func deviceGroup(t *testing.T, n int, o comm.Options) ([]comm.DeviceComm, backen
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := make([]comm.DeviceComm, n)
+	ds := make([]comm.Comm, n)
 	for r, h := range hs {
 		ds[r] = staged.Open(h, be, o)
 	}
@@ -409,14 +428,14 @@ func deviceGroup(t *testing.T, n int, o comm.Options) ([]comm.DeviceComm, backen
 
 // TestDeviceFrontAllOps runs every case through NewDevice's front end
 // (staged over inproc, CPU buffers) in Debug mode, then Sync, and checks
-// HistoryOf.
+// the history.
 func TestDeviceFrontAllOps(t *testing.T) {
 	const n = 3
 	ds, be := deviceGroup(t, n, comm.Options{Timeout: 10 * time.Second, Debug: true})
 	cases := commtest.Cases(5, 3)
 	errs := onAll(t, n, func(ctx context.Context, r int) error {
 		for _, c := range cases {
-			if err := commtest.RunDeviceCase(ctx, ds[r], be, true, c); err != nil {
+			if err := commtest.RunCase(ctx, ds[r], be, c); err != nil {
 				return err
 			}
 		}
@@ -427,25 +446,17 @@ func TestDeviceFrontAllOps(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	h := comm.HistoryOf(ds[2])
+	h := ds[2].History()
 	if len(h) < len(cases) {
-		t.Fatalf("HistoryOf: %d records, want at least %d (one per case)", len(h), len(cases))
+		t.Fatalf("History: %d records, want at least %d (one per case)", len(h), len(cases))
 	}
 	for i, rec := range h {
 		if rec.Seq != uint64(i+1) || rec.Err != "" {
-			t.Fatalf("HistoryOf[%d] = seq %d err %q, want seq %d, no error", i, rec.Seq, rec.Err, i+1)
+			t.Fatalf("History[%d] = seq %d err %q, want seq %d, no error", i, rec.Seq, rec.Err, i+1)
 		}
 	}
 	if ds[0].Kind() != "staged-inproc" || ds[1].Rank() != 1 || ds[1].Size() != n {
 		t.Fatalf("Kind/Rank/Size = %q/%d/%d", ds[0].Kind(), ds[1].Rank(), ds[1].Size())
-	}
-}
-
-type noHistory struct{ comm.DeviceComm }
-
-func TestHistoryOfWithoutHistory(t *testing.T) {
-	if h := comm.HistoryOf(noHistory{}); h != nil {
-		t.Fatalf("HistoryOf(no History method) = %v, want nil", h)
 	}
 }
 
@@ -501,7 +512,7 @@ func TestDeviceFrontArgErrors(t *testing.T) {
 			t.Fatalf("%s: got %v, want a %v *ArgError containing %q", tc.name, err, tc.op, tc.want)
 		}
 	}
-	if h := comm.HistoryOf(d); len(h) != 0 {
+	if h := d.History(); len(h) != 0 {
 		t.Fatalf("argument errors left %d history records", len(h))
 	}
 }
@@ -539,3 +550,9 @@ func TestDeviceFrontDebugMismatchAndTimeout(t *testing.T) {
 		t.Fatalf("Sync after Close: got %v, want ErrClosed", err)
 	}
 }
+
+// deviceBuf is a buffer of no back end (not host memory).
+type deviceBuf struct{}
+
+func (deviceBuf) Len() int             { return 4 }
+func (deviceBuf) DType() backend.DType { return backend.Float32 }

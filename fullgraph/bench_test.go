@@ -125,7 +125,7 @@ func envInt(t testing.TB, name string, def int) int {
 var (
 	partMu    sync.Mutex
 	partCache = map[int]partitioned{}
-	commCache = map[int][]comm.DeviceComm{}
+	commCache = map[int][]comm.Comm{}
 )
 
 type partitioned struct {
@@ -187,7 +187,7 @@ func benchPartition(b *testing.B, ds *dataset.Dataset, p int) partitioned {
 
 // benchComms opens the device communicators of $STRATA_BENCH_COMM (auto
 // by default) for bs, once per device count.
-func benchComms(b *testing.B, bs []backend.Backend) []comm.DeviceComm {
+func benchComms(b *testing.B, bs []backend.Backend) []comm.Comm {
 	partMu.Lock()
 	defer partMu.Unlock()
 	if cs, ok := commCache[len(bs)]; ok {

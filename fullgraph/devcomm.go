@@ -40,7 +40,7 @@ const (
 // else gpushm, and host for one device or devices that are not distinct
 // CUDA GPUs. It returns the communicators (nil for host), the kind used
 // and why. Close every communicator when done.
-func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co CommOptions) ([]comm.DeviceComm, string, string, error) {
+func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co CommOptions) ([]comm.Comm, string, string, error) {
 	kind = strings.ToLower(strings.TrimSpace(kind))
 	seen := map[backend.Backend]bool{}
 	gpus := len(bs) > 1
@@ -68,7 +68,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co 
 		why := "NCCL not available"
 		err := nccl.Available()
 		if err == nil {
-			var cs []comm.DeviceComm
+			var cs []comm.Comm
 			if cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o}); err == nil {
 				return cs, CommNCCL, "NCCL loads", nil
 			}
@@ -85,7 +85,7 @@ func OpenDeviceComms(ctx context.Context, kind string, bs []backend.Backend, co 
 		if !gpus {
 			return nil, "", "", cfgErr("comm", "%s needs two or more distinct CUDA GPUs", kind)
 		}
-		var cs []comm.DeviceComm
+		var cs []comm.Comm
 		var err error
 		if kind == CommNCCL {
 			cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o})

@@ -21,13 +21,13 @@ import (
 // deviceComms returns p device communicators staging CPU back-end buffers
 // through an in-process group: the device path of the engine, without a
 // GPU.
-func deviceComms(t *testing.T, b backend.Backend, p int) []comm.DeviceComm {
+func deviceComms(t *testing.T, b backend.Backend, p int) []comm.Comm {
 	t.Helper()
 	hs, err := inproc.New(p, comm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dcs := make([]comm.DeviceComm, p)
+	dcs := make([]comm.Comm, p)
 	for r, h := range hs {
 		dcs[r] = staged.Open(h, b, comm.Options{})
 	}

@@ -3,8 +3,8 @@ package fullgraph
 import (
 	"math"
 
-	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // layerState is one layer's historical data on one device.
@@ -184,7 +184,7 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 		if send {
 			mine[0] = 1
 		}
-		s.do(w.c.AllGather(w.ctx, comm.I32(flags), comm.I32(mine)))
+		s.do(w.c.AllGather(w.ctx, cpu.WrapI32(flags), cpu.WrapI32(mine)))
 		w.stats.FlagBytes += 8 * int64(w.p-1)
 		if !s.ok() {
 			return
@@ -288,7 +288,7 @@ func (w *worker) allGatherV(s *step, src backend.Buffer, counts []int) []float32
 	}
 	recv := grow(&w.hostB, total)
 	if s.ok() {
-		s.do(w.c.AllGatherV(w.ctx, comm.F32(recv), comm.F32(send), counts))
+		s.do(w.c.AllGatherV(w.ctx, cpu.WrapF32(recv), cpu.WrapF32(send), counts))
 	}
 	return recv
 }
@@ -405,7 +405,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	// Who sends to whom: flags[r*p+t].
 	flags := make([]int32, p*p)
 	if gstale {
-		s.do(w.c.AllGather(w.ctx, comm.I32(flags), comm.I32(sendFlags)))
+		s.do(w.c.AllGather(w.ctx, cpu.WrapI32(flags), cpu.WrapI32(sendFlags)))
 		w.stats.FlagBytes += 4 * int64(p) * int64(p-1)
 		if !s.ok() {
 			return
@@ -462,7 +462,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 			}
 		}
 		if s.ok() {
-			s.do(w.c.AllToAllV(w.ctx, comm.F32(recv), recvCounts, comm.F32(send), sendCounts))
+			s.do(w.c.AllToAllV(w.ctx, cpu.WrapF32(recv), recvCounts, cpu.WrapF32(send), sendCounts))
 		}
 		part = func(_, off, n int) backend.Buffer {
 			c := s.f32(n)

@@ -75,7 +75,7 @@ func TestGPUDeviceComms(t *testing.T) {
 	}
 }
 
-func runOn(t *testing.T, ds *dataset.Dataset, cfg Config, bs []backend.Backend, dcs []comm.DeviceComm) *Report {
+func runOn(t *testing.T, ds *dataset.Dataset, cfg Config, bs []backend.Backend, dcs []comm.Comm) *Report {
 	t.Helper()
 	rep, err := Run(context.Background(), ds, cfg, Options{Backends: bs, DeviceComms: dcs})
 	if err != nil {

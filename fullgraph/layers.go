@@ -8,6 +8,7 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -371,7 +372,7 @@ func (w *worker) globalLoss(local float64) (float64, error) {
 	}
 	v := local * float64(w.nTrain)
 	all := make([]int64, w.p)
-	if err := w.c.AllGather(w.ctx, comm.I64(all), comm.I64([]int64{int64(math.Float64bits(v))})); err != nil {
+	if err := w.c.AllGather(w.ctx, cpu.WrapI64(all), cpu.WrapI64([]int64{int64(math.Float64bits(v))})); err != nil {
 		return 0, err
 	}
 	var sum float64
@@ -404,7 +405,7 @@ func (w *worker) allReduceGrads() error {
 		}
 		off += p.Len()
 	}
-	if err := w.c.AllReduce(w.ctx, comm.F32(buf), comm.Sum); err != nil {
+	if err := w.c.AllReduce(w.ctx, cpu.WrapF32(buf), comm.Sum); err != nil {
 		return err
 	}
 	off = 0
@@ -489,7 +490,7 @@ func (w *worker) evaluate() (train.Tally, error) {
 	}
 	local[6] = int64(math.Float64bits(t.ValLoss))
 	all := make([]int64, k*w.p)
-	if err := w.c.AllGather(w.ctx, comm.I64(all), comm.I64(local)); err != nil {
+	if err := w.c.AllGather(w.ctx, cpu.WrapI64(all), cpu.WrapI64(local)); err != nil {
 		return train.Tally{}, err
 	}
 	var sum train.Tally

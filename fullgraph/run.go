@@ -36,7 +36,7 @@ type Options struct {
 	// comm/gpushm.NewLocal), so the bulk data never stages through host
 	// memory. Comms (or the in-process group Run makes) still carry the
 	// small control messages. Nil: everything goes through Comms.
-	DeviceComms []comm.DeviceComm
+	DeviceComms []comm.Comm
 	// Offsets, when set, says the dataset is already renumbered into
 	// len(Offsets)-1 contiguous blocks, one per device (as
 	// PartitionDataset or a partition file gives it): Run uses them
@@ -461,7 +461,7 @@ func runEngine(ctx context.Context, s *session) error {
 		if comms != nil {
 			c = comms[r]
 		}
-		var dc comm.DeviceComm
+		var dc comm.Comm
 		if opts.DeviceComms != nil && p > 1 {
 			dc = opts.DeviceComms[r]
 		}

@@ -113,7 +113,7 @@ type worker struct {
 	// gradients between device buffers (NCCL, GPU shared memory); nil
 	// stages them through host memory over c. c still carries the small
 	// control messages (staleness flags, losses, evaluation counts).
-	dc       comm.DeviceComm
+	dc       comm.Comm
 	gradFlat backend.Buffer // the parameter gradients, packed for dc's all-reduce
 	fused    fusedOps       // BiasAct and ReLUMaskScale, the back end's or composed
 
@@ -180,7 +180,7 @@ func buildParams(b backend.Backend, cfg *Config, inDim, outDim int) ([]layerSpec
 // newWorker sets up device rank: its rows of the adjacency, its features,
 // labels and a replica of the model (every device initializes the same
 // weights from the same seed).
-func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.DeviceComm, cfg *Config, pr *prepared, lay *Layout) (*worker, error) {
+func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.Comm, cfg *Config, pr *prepared, lay *Layout) (*worker, error) {
 	p := lay.P()
 	lo, hi := lay.Range(rank)
 	w := &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, dc: dc, ctx: ctx, lay: lay, lo: lo, n: hi - lo,

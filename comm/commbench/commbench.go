@@ -29,6 +29,7 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/launch"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // ChildEnv carries a child's job (JSON) from Run to ChildMain.
@@ -380,7 +381,7 @@ func measure(ctx context.Context, c comm.Comm, cfg Config, op comm.Op, plain boo
 				}
 			}
 			el := []float32{float32(time.Since(start).Seconds())}
-			if err := c.AllReduce(ctx, comm.F32(el), comm.Max); err != nil {
+			if err := c.AllReduce(ctx, cpu.WrapF32(el), comm.Max); err != nil {
 				return nil, err
 			}
 			times[k] = float64(el[0])
@@ -399,10 +400,10 @@ func measure(ctx context.Context, c comm.Comm, cfg Config, op comm.Op, plain boo
 func prepare(c comm.Comm, op comm.Op, size int64, plain bool) (func(context.Context) error, func(), error) {
 	n := int64(c.Size())
 	elems := size / 4
-	var bufs []comm.Buf
-	get := func(k int64) (comm.Buf, error) {
+	var bufs []backend.Buffer
+	get := func(k int64) (backend.Buffer, error) {
 		if plain {
-			return comm.F32(make([]float32, k)), nil
+			return cpu.WrapF32(make([]float32, k)), nil
 		}
 		b, err := c.Alloc(backend.Float32, int(k))
 		if err == nil {
@@ -429,16 +430,21 @@ func prepare(c comm.Comm, op comm.Op, size int64, plain bool) (func(context.Cont
 		free()
 		return nil, nil, err
 	}
-	var b comm.Buf
+	var b backend.Buffer = cpu.WrapF32(nil)
 	if two > 0 {
 		if b, err = get(two); err != nil {
 			free()
 			return nil, nil, err
 		}
 	}
-	for _, x := range []comm.Buf{a, b} {
-		for i := range x.Float32s() {
-			x.Float32s()[i] = 1
+	for _, x := range []backend.Buffer{a, b} {
+		v := cpu.F32(x)
+		if v == nil && x.Len() > 0 {
+			free()
+			return nil, nil, fmt.Errorf("commbench: the %s communicator's buffers are not host memory (use MeasureDevice)", c.Kind())
+		}
+		for i := range v {
+			v[i] = 1
 		}
 	}
 	var run func(context.Context) error

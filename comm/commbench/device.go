@@ -18,7 +18,7 @@ import (
 )
 
 // Device back ends: the ranks' buffers live on GPUs (one process per GPU,
-// rank r on cuda:LOCAL_RANK) and the communicator is a comm.DeviceComm
+// rank r on cuda:LOCAL_RANK) and the communicator is a comm.Comm
 // opened by comm/devdist: "nccl", "gpushm", "gpu-auto" (what --comm auto
 // picks for device buffers) and "gpu-tcp" (device buffers staged through
 // the TCP back end).
@@ -109,7 +109,7 @@ func deviceChildMain(ctx context.Context, job child, cfg Config, op comm.Op) err
 // MeasureDevice times op for every size of cfg on the device communicator
 // dc with buffers of be (float32, filled with ones); every rank calls it
 // and gets the same points. Each timed run ends with Sync.
-func MeasureDevice(ctx context.Context, dc comm.DeviceComm, be backend.Backend, cfg Config, op comm.Op) ([]Point, error) {
+func MeasureDevice(ctx context.Context, dc comm.Comm, be backend.Backend, cfg Config, op comm.Op) ([]Point, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}

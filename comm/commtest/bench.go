@@ -13,14 +13,20 @@ import (
 // BenchmarkAllReduce times a float32 sum all-reduce of each size on a
 // group of goroutine ranks (buffers from Comm.Alloc), reporting bytes per
 // second of buffer. Run it from a back end's Benchmark function.
-func BenchmarkAllReduce(b *testing.B, newGroup NewGroup, n int, sizes ...int) {
+func BenchmarkAllReduce(b *testing.B, open NewGroup, n int, sizes ...int) {
 	for _, size := range sizes {
 		b.Run(fmt.Sprintf("n=%d/%dKiB", n, size>>10), func(b *testing.B) {
-			comms := newGroup(b, n, comm.Options{})
-			defer closeAll(comms)
-			bufs := make([]comm.Buf, n)
+			comms, err := open(n, comm.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+			bufs := make([]backend.Buffer, n)
 			for r, c := range comms {
-				var err error
 				if bufs[r], err = c.Alloc(backend.Float32, size/4); err != nil {
 					b.Fatal(err)
 				}

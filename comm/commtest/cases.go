@@ -22,7 +22,7 @@ type Case struct {
 	// bound of the variable counts of AllGatherV and AllToAllV.
 	Len  int
 	Seed uint64
-	// Alloc takes the buffers from Comm.Alloc instead of the Go heap.
+	// Alloc takes the buffers from Comm.Alloc instead of the back end.
 	Alloc bool
 }
 
@@ -44,99 +44,132 @@ func vcount(seed uint64, max, s, d int) int {
 	return int(rng.Below(h>>3, uint64(max)+1))
 }
 
-// RunCase runs c on this rank and checks the result. All ranks must call
-// it with the same Case. The returned error describes the first wrong
+// RunCase runs c on this rank with buffers of be (nil: the CPU back end,
+// for host communicators) and checks the result. All ranks must call it
+// with the same Case. The returned error describes the first wrong
 // element, or is the collective's own error.
-func RunCase(ctx context.Context, cm comm.Comm, c Case) (rerr error) {
+func RunCase(ctx context.Context, cm comm.Comm, be backend.Backend, c Case) (rerr error) {
 	n, r := cm.Size(), cm.Rank()
-	var (
-		err   error
-		check func() error
-		out   host // compared across ranks for reductions
-		al    *allocator
-	)
-	if c.Alloc {
-		al = &allocator{cm: cm}
-		defer func() {
-			if e := al.free(); e != nil && rerr == nil {
-				rerr = fmt.Errorf("%v: Free: %w", c, e)
-			}
-		}()
+	be, err := orCPU(be)
+	if err != nil {
+		return err
 	}
-	newHost := al.host
+	d := &bufs{be: be}
+	if c.Alloc {
+		d.cm = cm
+	}
+	defer func() {
+		if e := d.free(); e != nil && rerr == nil {
+			rerr = fmt.Errorf("rank %d: %v: Free: %w", r, c, e)
+		}
+	}()
+	fail := func(err error) error { return fmt.Errorf("rank %d: %v: %w", r, c, err) }
+	// in and out are the case's buffers; after the collective, out is
+	// read back (and in, to check it was left alone).
+	var in, out host
+	var bin, bout backend.Buffer
+	run := func(f func() error) error {
+		var err error
+		if bin, err = d.put(in); err != nil {
+			return err
+		}
+		bout = bin
+		if out.dt != 0 {
+			if bout, err = d.put(out); err != nil {
+				return err
+			}
+		}
+		if err := f(); err != nil {
+			return err
+		}
+		if out.dt == 0 {
+			out = in
+		} else {
+			in.poison() // must come back unchanged from the device
+			if err := d.get(in, bin); err != nil {
+				return err
+			}
+		}
+		out.poison()
+		return d.get(out, bout)
+	}
+	var check func() error
+	reduced := false // out must be bit-identical on every rank
 	switch c.Op {
 	case comm.OpAllReduce:
-		buf := newHost(c.DType, c.Len)
-		fill(buf, c.Seed, r, 0)
-		err = cm.AllReduce(ctx, buf.buf(), c.Red)
-		check = func() error { return checkReduced(cm, c, buf, 0) }
-		out = buf
+		in = newHost(c.DType, c.Len)
+		fill(in, c.Seed, r, 0)
+		err = run(func() error { return cm.AllReduce(ctx, bin, c.Red) })
+		check = func() error { return checkReduced(cm, c, out, 0) }
+		reduced = true
 	case comm.OpReduceScatter:
-		src := newHost(c.DType, n*c.Len)
-		fill(src, c.Seed, r, 0)
-		dst := newHost(c.DType, c.Len)
-		dst.poison()
-		err = cm.ReduceScatter(ctx, dst.buf(), src.buf(), c.Red)
+		in = newHost(c.DType, n*c.Len)
+		fill(in, c.Seed, r, 0)
+		out = newHost(c.DType, c.Len)
+		out.poison()
+		err = run(func() error { return cm.ReduceScatter(ctx, bout, bin, c.Red) })
 		check = func() error {
-			if e := checkReduced(cm, c, dst, r*c.Len); e != nil {
+			if e := checkReduced(cm, c, out, r*c.Len); e != nil {
 				return e
 			}
-			return checkUnchanged(c, src, r)
+			return checkUnchanged(c, in, r)
 		}
 	case comm.OpBroadcast:
 		root := int(c.Seed % uint64(n))
-		buf := newHost(c.DType, c.Len)
+		in = newHost(c.DType, c.Len)
 		if r == root {
-			fill(buf, c.Seed, root, 0)
+			fill(in, c.Seed, root, 0)
 		} else {
-			buf.poison()
+			in.poison()
 		}
-		err = cm.Broadcast(ctx, buf.buf(), root)
-		check = func() error { return checkCopy(c, "buf", buf, 0, c.Len, root, 0) }
+		err = run(func() error { return cm.Broadcast(ctx, bin, root) })
+		check = func() error { return checkCopy(c, "buf", out, 0, c.Len, root, 0) }
 	case comm.OpAllGather, comm.OpAllGatherV:
 		counts := make([]int, n)
+		total := 0
 		for s := range counts {
 			counts[s] = c.Len
 			if c.Op == comm.OpAllGatherV {
 				counts[s] = vcount(c.Seed, c.Len, s, -1)
 			}
+			total += counts[s]
 		}
-		total := 0
-		for _, k := range counts {
-			total += k
-		}
-		src := newHost(c.DType, counts[r])
-		fill(src, c.Seed, r, 0)
-		dst := newHost(c.DType, total)
-		dst.poison()
-		if c.Op == comm.OpAllGather {
-			err = cm.AllGather(ctx, dst.buf(), src.buf())
-		} else {
-			err = cm.AllGatherV(ctx, dst.buf(), src.buf(), counts)
-		}
+		in = newHost(c.DType, counts[r])
+		fill(in, c.Seed, r, 0)
+		out = newHost(c.DType, total)
+		out.poison()
+		err = run(func() error {
+			if c.Op == comm.OpAllGather {
+				return cm.AllGather(ctx, bout, bin)
+			}
+			return cm.AllGatherV(ctx, bout, bin, counts)
+		})
 		check = func() error {
 			off := 0
 			for s, k := range counts {
-				if e := checkCopy(c, "dst", dst, off, k, s, 0); e != nil {
+				if e := checkCopy(c, "dst", out, off, k, s, 0); e != nil {
 					return e
 				}
 				off += k
 			}
-			return checkUnchanged(c, src, r)
+			return checkUnchanged(c, in, r)
 		}
 	case comm.OpAllToAll, comm.OpAllToAllV:
 		send, recv := make([]int, n), make([]int, n)
-		for d := range send {
-			send[d], recv[d] = c.Len, c.Len
+		st, rt := 0, 0
+		for p := range send {
+			send[p], recv[p] = c.Len, c.Len
 			if c.Op == comm.OpAllToAllV {
-				send[d], recv[d] = vcount(c.Seed, c.Len, r, d), vcount(c.Seed, c.Len, d, r)
+				send[p], recv[p] = vcount(c.Seed, c.Len, r, p), vcount(c.Seed, c.Len, p, r)
 			}
+			st += send[p]
+			rt += recv[p]
 		}
-		// Rank s's input is one logical vector; its block for rank d starts
-		// at the sum of its earlier counts.
-		offsetIn := func(s, d int) int {
+		// Rank s's input is one logical vector; its block for rank t
+		// starts at the sum of its earlier counts.
+		offsetIn := func(s, t int) int {
 			o := 0
-			for k := 0; k < d; k++ {
+			for k := 0; k < t; k++ {
 				if c.Op == comm.OpAllToAllV {
 					o += vcount(c.Seed, c.Len, s, k)
 				} else {
@@ -145,29 +178,25 @@ func RunCase(ctx context.Context, cm comm.Comm, c Case) (rerr error) {
 			}
 			return o
 		}
-		st, rt := 0, 0
-		for d := range send {
-			st += send[d]
-			rt += recv[d]
-		}
-		src := newHost(c.DType, st)
-		fill(src, c.Seed, r, 0)
-		dst := newHost(c.DType, rt)
-		dst.poison()
-		if c.Op == comm.OpAllToAll {
-			err = cm.AllToAll(ctx, dst.buf(), src.buf())
-		} else {
-			err = cm.AllToAllV(ctx, dst.buf(), recv, src.buf(), send)
-		}
+		in = newHost(c.DType, st)
+		fill(in, c.Seed, r, 0)
+		out = newHost(c.DType, rt)
+		out.poison()
+		err = run(func() error {
+			if c.Op == comm.OpAllToAll {
+				return cm.AllToAll(ctx, bout, bin)
+			}
+			return cm.AllToAllV(ctx, bout, recv, bin, send)
+		})
 		check = func() error {
 			off := 0
 			for s, k := range recv {
-				if e := checkCopy(c, "dst", dst, off, k, s, offsetIn(s, r)); e != nil {
+				if e := checkCopy(c, "dst", out, off, k, s, offsetIn(s, r)); e != nil {
 					return e
 				}
 				off += k
 			}
-			return checkUnchanged(c, src, r)
+			return checkUnchanged(c, in, r)
 		}
 	case comm.OpBarrier:
 		err = cm.Barrier(ctx)
@@ -176,17 +205,16 @@ func RunCase(ctx context.Context, cm comm.Comm, c Case) (rerr error) {
 		return fmt.Errorf("commtest: unknown op %v", c.Op)
 	}
 	if err != nil {
-		return fmt.Errorf("%v: %w", c, err)
+		return fail(err)
 	}
 	bad := check()
-	if out.dt != 0 {
-		// Every rank must hold bit-identical all-reduce results.
-		if e := sameEverywhere(ctx, cm, out); e != nil && bad == nil {
+	if reduced {
+		if e := sameEverywhere(ctx, cm, d, out); e != nil && bad == nil {
 			bad = e
 		}
 	}
 	if bad != nil {
-		return fmt.Errorf("rank %d: %v: %w", r, c, bad)
+		return fail(bad)
 	}
 	return nil
 }
@@ -284,29 +312,41 @@ func checkReduced(cm comm.Comm, c Case, got host, base int) error {
 	return nil
 }
 
-// sameEverywhere all-gathers a hash of h and checks all ranks agree.
-func sameEverywhere(ctx context.Context, cm comm.Comm, h host) error {
+// sameEverywhere all-gathers a hash of h through cm and checks that all
+// ranks hold the same result.
+func sameEverywhere(ctx context.Context, cm comm.Comm, d *bufs, h host) error {
 	n := cm.Size()
-	mine := []int64{h.hash()}
-	all := make([]int64, n)
-	if err := cm.AllGather(ctx, comm.I64(all), comm.I64(mine)); err != nil {
+	mine := host{dt: backend.Int64, i64: []int64{h.hash()}}
+	all := newHost(backend.Int64, n)
+	bm, err := d.put(mine)
+	if err != nil {
+		return err
+	}
+	ba, err := d.put(all)
+	if err != nil {
+		return err
+	}
+	if err := cm.AllGather(ctx, ba, bm); err != nil {
 		return fmt.Errorf("exchanging result hashes: %w", err)
 	}
-	for s, x := range all {
-		if x != all[0] {
-			return fmt.Errorf("rank %d's result differs from rank 0's (hash %x vs %x)", s, x, all[0])
+	if err := d.get(all, ba); err != nil {
+		return err
+	}
+	for s, x := range all.i64 {
+		if x != all.i64[0] {
+			return fmt.Errorf("rank %d's result differs from rank 0's (hash %x vs %x)", s, x, all.i64[0])
 		}
 	}
 	return nil
 }
 
 // RunProgram runs every case of Cases for each length, with seeds derived
-// from seed, on this rank (every rank of the group must call it with the
-// same arguments). For multi-process tests.
-func RunProgram(ctx context.Context, cm comm.Comm, lens []int, seed uint64) error {
+// from seed, on this rank with buffers of be (nil: the CPU back end);
+// every rank of the group must call it with the same arguments.
+func RunProgram(ctx context.Context, cm comm.Comm, be backend.Backend, lens []int, seed uint64) error {
 	for i, l := range lens {
 		for _, c := range Cases(l, seed+uint64(i)) {
-			if err := RunCase(ctx, cm, c); err != nil {
+			if err := RunCase(ctx, cm, be, c); err != nil {
 				return err
 			}
 		}

@@ -3,53 +3,21 @@ package commtest
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
-// host is a typed slice of one dtype with its Buf.
+// host is a typed host slice of one dtype: a case's inputs, expected and
+// received values.
 type host struct {
 	dt  backend.DType
 	f32 []float32
 	i32 []int32
 	i64 []int64
-}
-
-// alloc makes a host slice with cm.Alloc (when cm is not nil) and
-// records how to free it.
-type allocator struct {
-	cm    comm.Comm
-	bufs  []comm.Buf
-	fails int
-}
-
-func (a *allocator) host(dt backend.DType, n int) host {
-	if a == nil || a.cm == nil {
-		return newHost(dt, n)
-	}
-	b, err := a.cm.Alloc(dt, n)
-	if err != nil {
-		a.fails++
-		return newHost(dt, n)
-	}
-	a.bufs = append(a.bufs, b)
-	return host{dt: dt, f32: b.Float32s(), i32: b.Int32s(), i64: b.Int64s()}
-}
-
-func (a *allocator) free() error {
-	if a == nil || a.cm == nil {
-		return nil
-	}
-	var err error
-	for _, b := range a.bufs {
-		if e := a.cm.Free(b); e != nil && err == nil {
-			err = e
-		}
-	}
-	a.bufs = nil
-	return err
 }
 
 func newHost(dt backend.DType, n int) host {
@@ -65,30 +33,18 @@ func newHost(dt backend.DType, n int) host {
 	return h
 }
 
-func (h host) buf() comm.Buf {
+// slice is the typed slice, for Upload and Download.
+func (h host) slice() any {
 	switch h.dt {
 	case backend.Float32:
-		return comm.F32(h.f32)
+		return h.f32
 	case backend.Int32:
-		return comm.I32(h.i32)
+		return h.i32
 	}
-	return comm.I64(h.i64)
+	return h.i64
 }
 
 func (h host) len() int { return len(h.f32) + len(h.i32) + len(h.i64) }
-
-func (h host) slice(lo, hi int) host {
-	s := host{dt: h.dt}
-	switch h.dt {
-	case backend.Float32:
-		s.f32 = h.f32[lo:hi]
-	case backend.Int32:
-		s.i32 = h.i32[lo:hi]
-	case backend.Int64:
-		s.i64 = h.i64[lo:hi]
-	}
-	return s
-}
 
 // poison fills h with values an operation must overwrite.
 func (h host) poison() {
@@ -154,12 +110,94 @@ func equalAt(a, b host, i, j int) bool {
 	return a.i64[i] == b.i64[j]
 }
 
-// hash is an FNV-1a hash of h's bytes, for cross-rank comparison.
+// hash is an FNV-1a hash of h's elements, for cross-rank comparison.
 func (h host) hash() int64 {
 	x := uint64(14695981039346656037)
-	for _, b := range h.buf().Bytes() {
-		x ^= uint64(b)
-		x *= 1099511628211
+	mix := func(v uint64, bytes int) {
+		for k := 0; k < bytes; k++ {
+			x ^= v >> (8 * k) & 0xff
+			x *= 1099511628211
+		}
+	}
+	for _, v := range h.f32 {
+		mix(uint64(math.Float32bits(v)), 4)
+	}
+	for _, v := range h.i32 {
+		mix(uint64(uint32(v)), 4)
+	}
+	for _, v := range h.i64 {
+		mix(uint64(v), 8)
 	}
 	return int64(x)
+}
+
+var (
+	cpuOnce sync.Once
+	cpuBE   backend.Backend
+	cpuErr  error
+)
+
+// orCPU returns be, or for nil the CPU back end (the host communicators'
+// buffers).
+func orCPU(be backend.Backend) (backend.Backend, error) {
+	if be != nil {
+		return be, nil
+	}
+	cpuOnce.Do(func() { cpuBE, cpuErr = cpu.New(cpu.Options{}) })
+	return cpuBE, cpuErr
+}
+
+// bufs makes the back-end buffers of one case (from the communicator's
+// Alloc when cm is set, else from the back end) and frees them.
+type bufs struct {
+	be   backend.Backend
+	cm   comm.Comm // Alloc from it when not nil
+	list []backend.Buffer
+	from []bool // list[i] came from cm.Alloc
+}
+
+// put allocates a buffer of h's dtype and length and copies h into it.
+func (d *bufs) put(h host) (backend.Buffer, error) {
+	var b backend.Buffer
+	var err error
+	if d.cm != nil {
+		b, err = d.cm.Alloc(h.dt, h.len())
+	} else {
+		b, err = d.be.Alloc(h.dt, h.len())
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.list = append(d.list, b)
+	d.from = append(d.from, d.cm != nil)
+	if h.len() > 0 {
+		if err := d.be.Upload(b, h.slice()); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// get copies b into h.
+func (d *bufs) get(h host, b backend.Buffer) error {
+	if h.len() == 0 {
+		return nil
+	}
+	return d.be.Download(h.slice(), b)
+}
+
+// free releases the buffers (Free errors are reported).
+func (d *bufs) free() error {
+	var err error
+	for i, b := range d.list {
+		if d.from[i] {
+			if e := d.cm.Free(b); e != nil && err == nil {
+				err = e
+			}
+		} else {
+			d.be.Free(b)
+		}
+	}
+	d.list, d.from = nil, nil
+	return err
 }

@@ -1,4 +1,4 @@
-// Package devdist opens a device communicator (comm.DeviceComm) for this
+// Package devdist opens a communicator of device buffers (comm.Comm) for this
 // process from the torchrun-style environment (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT), the way comm/dist opens a host one: it joins
 // the rank-0 store, finds out whether all ranks share a host, probes the
@@ -61,7 +61,7 @@ type Info struct {
 
 // Init opens this rank's device communicator on be (normally the CUDA
 // device of LOCAL_RANK). Closing it also leaves the store.
-func Init(ctx context.Context, be backend.Backend, o Options) (comm.DeviceComm, Info, error) {
+func Init(ctx context.Context, be backend.Backend, o Options) (comm.Comm, Info, error) {
 	env, err := rendezvous.FromEnv()
 	if err != nil {
 		return nil, Info{}, err
@@ -70,7 +70,7 @@ func Init(ctx context.Context, be backend.Backend, o Options) (comm.DeviceComm, 
 }
 
 // InitEnv is Init with an explicit environment.
-func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Options) (comm.DeviceComm, Info, error) {
+func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Options) (comm.Comm, Info, error) {
 	info := Info{Env: env}
 	if _, ok := ctx.Deadline(); !ok {
 		to := o.SetupTimeout
@@ -95,7 +95,7 @@ func InitEnv(ctx context.Context, env rendezvous.Env, be backend.Backend, o Opti
 		store.Close()
 		return nil, info, fmt.Errorf("devdist rank %d: %w", env.Rank, err)
 	}
-	return &withStore{DeviceComm: c, store: store}, info, nil
+	return &withStore{Comm: c, store: store}, info, nil
 }
 
 // Probe publishes this rank's view of the GPUs and NCCL through the store
@@ -132,7 +132,7 @@ func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info
 	return top, nil
 }
 
-func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be backend.Backend, o Options, sec auth.Security, info *Info) (comm.DeviceComm, error) {
+func open(ctx context.Context, store rendezvous.Store, env rendezvous.Env, be backend.Backend, o Options, sec auth.Security, info *Info) (comm.Comm, error) {
 	top, err := Probe(ctx, store, be, info)
 	if err != nil {
 		return nil, err
@@ -222,14 +222,12 @@ func peerAccess(ctx context.Context, store rendezvous.Store, be backend.Backend)
 }
 
 type withStore struct {
-	comm.DeviceComm
+	comm.Comm
 	store rendezvous.Store
 }
 
-func (w *withStore) History() []comm.Record { return comm.HistoryOf(w.DeviceComm) }
-
 func (w *withStore) Close() error {
-	err := w.DeviceComm.Close()
+	err := w.Comm.Close()
 	w.store.Close()
 	return err
 }

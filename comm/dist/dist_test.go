@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/comm/dist"
 	"github.com/strata-gnn/strata/comm/launch"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // Child roles. The back end comes from STRATA_TEST_COMM.
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 				lens = []int{0, 7, 20011}
 			}
 			start := time.Now()
-			if err := commtest.RunProgram(context.Background(), c, lens, 42); err != nil {
+			if err := commtest.RunProgram(context.Background(), c, nil, lens, 42); err != nil {
 				return err
 			}
 			fmt.Printf("ok: %d cases on %s in %v\n", len(lens)*len(commtest.Cases(0, 0)), info.Kind, time.Since(start))
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 			}
 			start := time.Now()
 			x := make([]float32, 1<<16)
-			err = c.AllReduce(context.Background(), comm.F32(x), comm.Sum)
+			err = c.AllReduce(context.Background(), cpu.WrapF32(x), comm.Sum)
 			if e := commtest.CheckOpError(err, comm.OpAllReduce, 2, []int{2}, nil); e != nil {
 				return e
 			}
@@ -81,7 +82,7 @@ func TestMain(m *testing.M) {
 			if c.Rank() == 2 {
 				time.Sleep(d + 1500*time.Millisecond)
 				start = time.Now()
-				err := c.AllReduce(context.Background(), comm.F32(x), comm.Sum)
+				err := c.AllReduce(context.Background(), cpu.WrapF32(x), comm.Sum)
 				if !errors.As(err, new(*comm.OpError)) {
 					return fmt.Errorf("late call: %v", err)
 				}
@@ -91,7 +92,7 @@ func TestMain(m *testing.M) {
 				fmt.Println("ok:", err)
 				return nil
 			}
-			err = c.AllReduce(context.Background(), comm.F32(x), comm.Sum)
+			err = c.AllReduce(context.Background(), cpu.WrapF32(x), comm.Sum)
 			if e := commtest.CheckOpError(err, comm.OpAllReduce, 2, []int{2}, nil); e != nil {
 				return e
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/strata-gnn/strata/comm/auth"
 	"github.com/strata-gnn/strata/comm/dist"
 	"github.com/strata-gnn/strata/comm/rendezvous"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // initGroup runs InitEnv for n goroutine ranks on a loopback store and
@@ -80,7 +81,7 @@ func TestInitEnvBackends(t *testing.T) {
 			for r := range cs {
 				go func() {
 					x := []int64{int64(r + 5)}
-					err := cs[r].AllReduce(context.Background(), comm.I64(x), comm.Sum)
+					err := cs[r].AllReduce(context.Background(), cpu.WrapI64(x), comm.Sum)
 					if err == nil && x[0] != 11 {
 						err = errors.New("sum is not 11")
 					}
@@ -98,7 +99,7 @@ func TestInitEnvBackends(t *testing.T) {
 				}
 			}
 			// With Alloc on shm a heap of -1 means none: still served (from the Go heap).
-			if b, err := cs[0].Alloc(comm.I64(nil).DType(), 4); err != nil || b.Len() != 4 {
+			if b, err := cs[0].Alloc(cpu.WrapI64(nil).DType(), 4); err != nil || b.Len() != 4 {
 				t.Fatalf("Alloc: %v (%d elements)", err, b.Len())
 			}
 		})
@@ -116,7 +117,7 @@ func TestInitEnvSingle(t *testing.T) {
 		t.Fatalf("Info = %+v, Kind %q", infos[0], cs[0].Kind())
 	}
 	x := []float32{2.5}
-	if err := cs[0].AllReduce(context.Background(), comm.F32(x), comm.Mean); err != nil || x[0] != 2.5 {
+	if err := cs[0].AllReduce(context.Background(), cpu.WrapF32(x), comm.Mean); err != nil || x[0] != 2.5 {
 		t.Fatalf("single-rank all-reduce: %v, %v", err, x)
 	}
 }

@@ -215,6 +215,8 @@ func (t *transport) failDevice(seq uint64, cause error) error {
 		missing = pe.Ranks
 	case errors.Is(cause, context.DeadlineExceeded), errors.Is(cause, context.Canceled):
 		missing = t.Missing(context.Background(), seq)
+	case errors.Is(cause, comm.ErrClosed):
+		missing = []int{t.rank} // closed mid-operation: this rank will not take part
 	}
 	t.seg.PublishAbort(t.rank, &comm.OpError{Kind: comm.KindGPUShm, Rank: t.rank, Op: comm.OpAllReduce, Seq: seq, Missing: missing, Err: cause})
 	for _, p := range t.pend {

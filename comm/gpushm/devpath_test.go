@@ -27,33 +27,16 @@ func emuOptions(async bool) Options {
 }
 
 func TestEmulatedDeviceConformance(t *testing.T) {
-	for _, n := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			es := localEnvs(t, n, emuOptions(false))
-			if err := commtest.RunLocalRanks(n, func(r int) error {
-				return commtest.DeviceConformance(context.Background(), es[r], cpuLens())
-			}); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	be, open := localGroup(t, emuOptions(false))
+	commtest.Conformance(t, be, open)
 }
 
 func TestEmulatedDeviceFaults(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			es := localEnvs(t, n, emuOptions(false))
-			for r := range es {
-				es[r].UncheckedCounts = uncheckedDevicePath
-			}
-			if err := commtest.RunLocalRanks(n, func(r int) error { return commtest.DeviceFaults(context.Background(), es[r]) }); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	be, open := localGroup(t, emuOptions(false))
+	commtest.Faults(t, be, open, map[string]string{"counts": uncheckedDevicePath})
 }
 
-func openEmu(t *testing.T, n int, o Options) []comm.DeviceComm {
+func openEmu(t *testing.T, n int, o Options) []comm.Comm {
 	t.Helper()
 	be, _ := cpu.New(cpu.Options{})
 	bes := make([]backend.Backend, n)

@@ -14,10 +14,10 @@ import (
 // ErrUnsupported: the GPU shared-memory back end needs Linux.
 var ErrUnsupported = errors.New("gpushm: the GPU shared-memory back end needs Linux")
 
-func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Options) (comm.DeviceComm, error) {
+func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Options) (comm.Comm, error) {
 	return nil, ErrUnsupported
 }
 
-func NewLocal(bes []backend.Backend, o Options) ([]comm.DeviceComm, error) {
+func NewLocal(bes []backend.Backend, o Options) ([]comm.Comm, error) {
 	return nil, ErrUnsupported
 }

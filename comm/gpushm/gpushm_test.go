@@ -32,55 +32,44 @@ func testOptions(async bool) Options {
 	return o
 }
 
-// cpuLens adds lengths spanning many 64 KiB chunks to the short lengths.
-func cpuLens() []int { return append(commtest.Lens(), 70001) }
-
-func localEnvs(t *testing.T, n int, o Options) []commtest.DeviceEnv {
+// localGroup returns the CPU back end and an opener of groups of n
+// goroutine ranks on it with options o.
+func localGroup(t *testing.T, o Options) (backend.Backend, commtest.NewGroup) {
 	be, err := cpu.New(cpu.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bes := make([]backend.Backend, n)
-	for r := range bes {
-		bes[r] = be
-	}
-	opens := commtest.LocalOpeners(n, func(fo comm.Options) ([]comm.DeviceComm, error) {
+	return be, func(n int, fo comm.Options) ([]comm.Comm, error) {
+		bes := make([]backend.Backend, n)
+		for r := range bes {
+			bes[r] = be
+		}
 		oo := o
 		oo.Options = fo
 		return NewLocal(bes, oo)
-	})
-	bar := commtest.LocalBarrier(n)
-	es := make([]commtest.DeviceEnv, n)
-	for r := range es {
-		es[r] = commtest.DeviceEnv{Rank: r, Size: n, Backend: be, Open: opens[r], Barrier: bar, Exact: true, Logf: t.Logf}
 	}
-	return es
 }
 
+// The suites on the CPU back end: small chunks and few slots (see
+// testOptions), with copies made on the pipeline's goroutine or by the
+// reducers.
 func TestLocalConformance(t *testing.T) {
 	for _, async := range []bool{false, true} {
-		for _, n := range []int{1, 2, 3} {
-			t.Run(fmt.Sprintf("async=%v/n=%d", async, n), func(t *testing.T) {
-				es := localEnvs(t, n, testOptions(async))
-				if err := commtest.RunLocalRanks(n, func(r int) error {
-					return commtest.DeviceConformance(context.Background(), es[r], cpuLens())
-				}); err != nil {
-					t.Fatal(err)
-				}
-			})
-		}
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			be, open := localGroup(t, testOptions(async))
+			commtest.Conformance(t, be, open)
+		})
 	}
+}
+
+func TestLocalConformanceAlloc(t *testing.T) {
+	be, open := localGroup(t, testOptions(true))
+	commtest.ConformanceAlloc(t, be, open)
 }
 
 func TestLocalFaults(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			es := localEnvs(t, n, testOptions(true))
-			if err := commtest.RunLocalRanks(n, func(r int) error { return commtest.DeviceFaults(context.Background(), es[r]) }); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	be, open := localGroup(t, testOptions(true))
+	commtest.Faults(t, be, open, nil)
 }
 
 // TestPipelineSumOrder checks a float sum over three ranks against the
@@ -160,13 +149,13 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			o := testOptions(false)
-			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
-				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+			return commtest.RunJob(context.Background(), commtest.Job{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.Comm, error) {
 					oo := o
 					oo.Options, oo.Prefix = fo, prefix
 					return Open(ctx, store, be, oo)
 				},
-				Backend: be, Exact: true, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
+				Backend: be, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
 			})
 		},
 		// The same with the device path emulated (processes share the
@@ -177,14 +166,14 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			o := emuOptions(false)
-			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
-				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+			return commtest.RunJob(context.Background(), commtest.Job{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.Comm, error) {
 					oo := o
 					oo.Options, oo.Prefix = fo, prefix
 					return Open(ctx, store, be, oo)
 				},
-				Backend: be, Exact: true, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
-				UncheckedCounts: uncheckedDevicePath,
+				Backend: be, Lens: []int{0, 3, 1025, 70001}, Conformance: true, Faults: true,
+				Skip: map[string]string{"counts": uncheckedDevicePath},
 			})
 		},
 		// One process per GPU (LOCAL_RANK picks it): both suites with
@@ -205,23 +194,23 @@ func gpuJob(o Options, faults bool) error {
 		return err
 	}
 	defer closeGPU(dev)
-	return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
-		Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.DeviceComm, error) {
+	return commtest.RunJob(context.Background(), commtest.Job{
+		Open: func(ctx context.Context, store rendezvous.Store, prefix string, fo comm.Options) (comm.Comm, error) {
 			oo := o
 			oo.Options, oo.Prefix = fo, prefix
 			return Open(ctx, store, dev, oo)
 		},
-		Backend: dev, Exact: true, Conformance: true, Faults: faults,
-		UncheckedCounts: unchecked(o),
+		Backend: dev, Conformance: true, Faults: faults,
+		Skip: skipped(o),
 	})
 }
 
-// unchecked is DeviceEnv.UncheckedCounts for o.
-func unchecked(o Options) string {
+// skipped is the fault scenarios a GPU job with options o skips (Env.Skip).
+func skipped(o Options) map[string]string {
 	if o.DeviceMax < 0 {
-		return ""
+		return nil
 	}
-	return uncheckedDevicePath
+	return map[string]string{"counts": uncheckedDevicePath}
 }
 
 // uncheckedDevicePath is why the fault suite's count-mismatch scenario
@@ -233,7 +222,7 @@ func TestProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	for _, role := range []string{"cpu", "cpu-emu"} {
-		out, err := commtest.LaunchDevice(context.Background(), 2, role, nil, "conformance", "faults")
+		out, err := commtest.Launch(context.Background(), 2, role, nil, "conformance", "faults")
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", role, err, out)
 		}
@@ -271,7 +260,7 @@ func TestTwoGPUs(t *testing.T) {
 		t.Skipf("needs 2 GPUs, found %d", n)
 	}
 	start := time.Now()
-	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", nil, "conformance", "faults")
+	out, err := commtest.Launch(context.Background(), 2, "gpu", nil, "conformance", "faults")
 	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +271,7 @@ func TestTwoGPUs(t *testing.T) {
 			suites = append(suites, "faults")
 		}
 		start = time.Now()
-		out, err = commtest.LaunchDevice(context.Background(), 2, role, nil, suites...)
+		out, err = commtest.Launch(context.Background(), 2, role, nil, suites...)
 		t.Logf("2 GPUs, %s: %v\n%s", role, time.Since(start).Round(time.Millisecond), out)
 		if err != nil {
 			t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 // openRanks calls Open on n goroutine ranks sharing an in-process store,
 // within a 20 s deadline, and returns the communicators and errors.
-func openRanks(t *testing.T, n int, o Options, before func(stores []rendezvous.Store)) ([]comm.DeviceComm, []error) {
+func openRanks(t *testing.T, n int, o Options, before func(stores []rendezvous.Store)) ([]comm.Comm, []error) {
 	t.Helper()
 	be, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -31,7 +31,7 @@ func openRanks(t *testing.T, n int, o Options, before func(stores []rendezvous.S
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dcs, errs := make([]comm.DeviceComm, n), make([]error, n)
+	dcs, errs := make([]comm.Comm, n), make([]error, n)
 	done := make(chan struct{}, n)
 	for r := 0; r < n; r++ {
 		go func() {

@@ -45,7 +45,7 @@ func withTimeout(ctx context.Context, o Options) (context.Context, context.Cance
 // and page-locks it, and rank 0 removes the name once all have mapped it.
 // A host shm communicator for the other operations is opened the same way
 // (prefix o.Prefix+"/host"). All ranks must be on one host.
-func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Options) (comm.DeviceComm, error) {
+func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Options) (comm.Comm, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func Open(ctx context.Context, store rendezvous.Store, be backend.Backend, o Opt
 // NewLocal opens a group of n communicators in this process (goroutine
 // ranks, rank r on bes[r]) on one memfd segment, with an shm.NewLocal
 // host group; for tests.
-func NewLocal(bes []backend.Backend, o Options) ([]comm.DeviceComm, error) {
+func NewLocal(bes []backend.Backend, o Options) ([]comm.Comm, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func NewLocal(bes []backend.Backend, o Options) ([]comm.DeviceComm, error) {
 		}
 		return nil, err
 	}
-	cs := make([]comm.DeviceComm, n)
+	cs := make([]comm.Comm, n)
 	for r, t := range ts {
 		cs[r] = comm.NewDevice(t, o.Options)
 	}
@@ -260,6 +260,10 @@ type transport struct {
 }
 
 func (t *transport) Kind() string { return comm.KindGPUShm }
+
+// Caps: the segment's all-reduce adds in rank order on the host and on
+// the device path alike (the other operations move data unchanged).
+func (t *transport) Caps() comm.Caps { return comm.Caps{Overlap: true, RankOrderSum: true} }
 
 // closeWait bounds how long Close waits for queued device-path ops.
 const closeWait = 10 * time.Second

@@ -3,25 +3,18 @@ package inproc_test
 import (
 	"testing"
 
-	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commtest"
 	"github.com/strata-gnn/strata/comm/inproc"
 )
 
-func newGroup(t testing.TB, n int, o comm.Options) []comm.Comm {
-	cs, err := inproc.New(n, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
+// The host suites run on CPU back-end buffers (the nil back end).
 
-func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
+func TestConformance(t *testing.T) { commtest.Conformance(t, nil, inproc.New) }
 
-func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
+func TestFaults(t *testing.T) { commtest.Faults(t, nil, inproc.New, nil) }
 
-func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, newGroup) }
+func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, nil, inproc.New) }
 
 func BenchmarkAllReduce(b *testing.B) {
-	commtest.BenchmarkAllReduce(b, newGroup, 2, 64<<10, 1<<20, 16<<20)
+	commtest.BenchmarkAllReduce(b, inproc.New, 2, 64<<10, 1<<20, 16<<20)
 }

@@ -15,7 +15,7 @@ import (
 
 // openTwoAsync opens two GPUs and an asynchronous in-process communicator
 // over them (needs two GPUs and NCCL).
-func openTwoAsync(t *testing.T, timeout time.Duration) ([]backend.Backend, []comm.DeviceComm) {
+func openTwoAsync(t *testing.T, timeout time.Duration) ([]backend.Backend, []comm.Comm) {
 	t.Helper()
 	if n := gpus(t); n < 2 {
 		t.Skipf("needs 2 GPUs, found %d", n)
@@ -131,7 +131,7 @@ func TestGPUAsyncStall(t *testing.T) {
 	}
 }
 
-// TestTwoGPUsAsyncConformance runs the device conformance suite with
+// TestTwoGPUsAsyncConformance runs the conformance suite with
 // every operation asynchronous (one process per GPU; the suite downloads
 // each result, which waits for the stream).
 func TestTwoGPUsAsyncConformance(t *testing.T) {
@@ -139,7 +139,7 @@ func TestTwoGPUsAsyncConformance(t *testing.T) {
 		t.Skipf("needs 2 GPUs, found %d", n)
 	}
 	start := time.Now()
-	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", []string{EnvAsync + "=1"}, "conformance")
+	out, err := commtest.Launch(context.Background(), 2, "gpu", []string{EnvAsync + "=1"}, "conformance")
 	t.Logf("2 GPUs, asynchronous: %v\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)

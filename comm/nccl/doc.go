@@ -1,4 +1,4 @@
-// Package nccl is the device communicator (comm.DeviceComm) on NVIDIA's
+// Package nccl is the communicator (comm.Comm) of GPU buffers on NVIDIA's
 // NCCL (bindings in internal/nccl), for ranks whose GPUs reach each other
 // directly (NVLink or PCIe peer-to-peer), one process per GPU.
 //

@@ -87,7 +87,7 @@ func Available() error { return lib.Load() }
 // bounded by ctx's deadline (else o.Timeout). When NCCL_NVLS_ENABLE is
 // unset it is set to 0 (NVLink multicast off), and NCCL_RUNTIME_CONNECT
 // to 0 (peers connected at initialization).
-func Open(ctx context.Context, store rendezvous.Store, dev backend.Backend, o Options) (comm.DeviceComm, error) {
+func Open(ctx context.Context, store rendezvous.Store, dev backend.Backend, o Options) (comm.Comm, error) {
 	if store == nil || dev == nil {
 		return nil, &OpenError{Rank: -1, Msg: "Open needs a store and a device"}
 	}
@@ -128,7 +128,7 @@ func Open(ctx context.Context, store rendezvous.Store, dev backend.Backend, o Op
 	if t.gpu, err = cudacomm.Retain(dev); err != nil {
 		return nil, err
 	}
-	fail := func(err error) (comm.DeviceComm, error) {
+	fail := func(err error) (comm.Comm, error) {
 		t.release()
 		return nil, fmt.Errorf("nccl rank %d: %w", rank, err)
 	}
@@ -221,6 +221,13 @@ type transport struct {
 func (t *transport) Kind() string { return comm.KindNCCL }
 func (t *transport) Rank() int    { return t.rank }
 func (t *transport) Size() int    { return t.n }
+
+// Caps: NCCL's reduction order depends on its algorithm (ring, tree),
+// not on the ranks' order.
+func (t *transport) Caps() comm.Caps { return comm.Caps{} }
+
+// Backend is the GPU whose buffers the communicator takes.
+func (t *transport) Backend() backend.Backend { return t.dev }
 
 func (t *transport) Check(b backend.Buffer) error     { return staged.CheckBuffer(t.dev, b) }
 func (t *transport) Overlap(a, b backend.Buffer) bool { return backend.Overlap(a, b) }
@@ -772,7 +779,7 @@ func (e *OpenError) Error() string { return fmt.Sprintf("nccl: open rank %d: %s"
 // in-memory store: what a single-process multi-GPU trainer uses. The
 // ranks initialize concurrently, as ncclCommInitRank requires; if any
 // fails, the others are closed and the first error is returned.
-func OpenLocal(ctx context.Context, devs []backend.Backend, o Options) ([]comm.DeviceComm, error) {
+func OpenLocal(ctx context.Context, devs []backend.Backend, o Options) ([]comm.Comm, error) {
 	n := len(devs)
 	if n == 0 {
 		return nil, &OpenError{Rank: -1, Msg: "OpenLocal needs at least one device"}
@@ -796,7 +803,7 @@ func OpenLocal(ctx context.Context, devs []backend.Backend, o Options) ([]comm.D
 		}
 	}
 	stores := rendezvous.NewLocal(n)
-	out := make([]comm.DeviceComm, n)
+	out := make([]comm.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range devs {

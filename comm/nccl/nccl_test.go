@@ -47,8 +47,8 @@ func TestMain(m *testing.M) {
 			if err != nil {
 				return err
 			}
-			return commtest.RunDeviceJob(context.Background(), commtest.DeviceJob{
-				Open: func(ctx context.Context, store rendezvous.Store, prefix string, o comm.Options) (comm.DeviceComm, error) {
+			return commtest.RunJob(context.Background(), commtest.Job{
+				Open: func(ctx context.Context, store rendezvous.Store, prefix string, o comm.Options) (comm.Comm, error) {
 					no.Options, no.Prefix = o, prefix
 					return Open(ctx, store, dev, no)
 				},
@@ -56,7 +56,12 @@ func TestMain(m *testing.M) {
 				// asynchronous calls report a failure at the next call
 				// (TestGPUAsyncStall covers that).
 				Backend: dev, Conformance: true, Faults: !AsyncFor(no),
-				UncheckedCounts: "NCCL exchanges no header with the data (Debug checks counts)",
+				Skip: map[string]string{
+					"counts": "NCCL exchanges no header with the data (Debug checks counts)",
+					// The host suite's scenario, new to NCCL when the
+					// suites merged: enable it once a two-GPU run passes.
+					"close-during-op": "not yet checked on NCCL (a rank closed while its all-reduce waits for the peers)",
+				},
 			})
 		},
 	})
@@ -97,7 +102,7 @@ func gpus(t *testing.T) int {
 	return n
 }
 
-// TestOneRank runs the device conformance suite on a communicator of one
+// TestOneRank runs the conformance suite on a communicator of one
 // rank (needs a GPU and NCCL).
 func TestOneRank(t *testing.T) {
 	if gpus(t) < 1 {
@@ -110,26 +115,27 @@ func TestOneRank(t *testing.T) {
 	defer closeGPU(dev)
 	store := rendezvous.NewLocal(1)[0]
 	k := 0
-	e := commtest.DeviceEnv{Rank: 0, Size: 1, Backend: dev, Logf: t.Logf,
-		Open: func(o comm.Options) (comm.DeviceComm, error) {
+	e := commtest.Env{Rank: 0, Size: 1, Backend: dev, Logf: t.Logf,
+		Open: func(o comm.Options) (comm.Comm, error) {
 			k++
 			return Open(context.Background(), store, dev, Options{Options: o, Prefix: "one/" + strconv.Itoa(k)})
 		},
 		Barrier: func(string) error { return nil },
+		Add:     commtest.LocalCounters(),
 	}
-	if err := commtest.DeviceConformance(context.Background(), e, commtest.Lens()); err != nil {
+	if err := commtest.RankConformance(context.Background(), e, commtest.Lens(), false); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestTwoGPUs runs the device conformance and fault suites with one
+// TestTwoGPUs runs the conformance and fault suites with one
 // process per GPU (needs two GPUs and NCCL).
 func TestTwoGPUs(t *testing.T) {
 	if n := gpus(t); n < 2 {
 		t.Skipf("needs 2 GPUs, found %d", n)
 	}
 	start := time.Now()
-	out, err := commtest.LaunchDevice(context.Background(), 2, "gpu", nil, "conformance", "faults")
+	out, err := commtest.Launch(context.Background(), 2, "gpu", nil, "conformance", "faults")
 	t.Logf("2 GPUs: %v\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)

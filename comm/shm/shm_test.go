@@ -22,19 +22,16 @@ import (
 // Small slots so the conformance lengths stream through many chunks and
 // reuse every slot.
 func group(reducer string) commtest.NewGroup {
-	return func(t testing.TB, n int, o comm.Options) []comm.Comm {
-		cs, err := shm.NewLocal(n, shm.Options{Options: o, SlotBytes: 4096, Reducer: reducer, HeapBytes: 4 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+	return func(n int, o comm.Options) ([]comm.Comm, error) {
+		return shm.NewLocal(n, shm.Options{Options: o, SlotBytes: 4096, Reducer: reducer, HeapBytes: 4 << 20})
 	}
 }
 
-func TestConformance(t *testing.T)       { commtest.Conformance(t, group("goroutine")) }
-func TestConformanceInline(t *testing.T) { commtest.Conformance(t, group("inline")) }
-func TestConformanceAlloc(t *testing.T)  { commtest.ConformanceAlloc(t, group("")) }
-func TestFaults(t *testing.T)            { commtest.Faults(t, group("")) }
+// The suites run on CPU back-end buffers (the nil back end).
+func TestConformance(t *testing.T)       { commtest.Conformance(t, nil, group("goroutine")) }
+func TestConformanceInline(t *testing.T) { commtest.Conformance(t, nil, group("inline")) }
+func TestConformanceAlloc(t *testing.T)  { commtest.ConformanceAlloc(t, nil, group("")) }
+func TestFaults(t *testing.T)            { commtest.Faults(t, nil, group(""), nil) }
 
 func TestMain(m *testing.M) {
 	commtest.Main(m, map[string]func() error{
@@ -50,7 +47,7 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			defer c.Close()
-			if err := commtest.RunProgram(context.Background(), c, []int{0, 5, 3001}, 7); err != nil {
+			if err := commtest.RunProgram(context.Background(), c, nil, []int{0, 5, 3001}, 7); err != nil {
 				return err
 			}
 			fmt.Println("ok")
@@ -116,12 +113,8 @@ func TestAttachErrors(t *testing.T) {
 }
 
 func BenchmarkAllReduce(b *testing.B) {
-	heap := func(t testing.TB, n int, o comm.Options) []comm.Comm {
-		cs, err := shm.NewLocal(n, shm.Options{Options: o, HeapBytes: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+	heap := func(n int, o comm.Options) ([]comm.Comm, error) {
+		return shm.NewLocal(n, shm.Options{Options: o, HeapBytes: 64 << 20})
 	}
 	commtest.BenchmarkAllReduce(b, heap, 2, 64<<10, 1<<20, 16<<20)
 }
@@ -158,7 +151,7 @@ func TestNoRoomForHeap(t *testing.T) {
 		}
 	}()
 	for _, err := range commtest.OnAll(cs, func(c comm.Comm) error {
-		return commtest.RunCase(context.Background(), c, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 40000, Seed: 3, Alloc: true})
+		return commtest.RunCase(context.Background(), c, nil, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 40000, Seed: 3, Alloc: true})
 	}) {
 		if err != nil {
 			t.Fatal(err)
@@ -173,12 +166,8 @@ func TestNoRoomForHeap(t *testing.T) {
 // BenchmarkAllReduceSlots streams through the slots (no shared heap):
 // the path whose flags carry the slot headers.
 func BenchmarkAllReduceSlots(b *testing.B) {
-	slots := func(t testing.TB, n int, o comm.Options) []comm.Comm {
-		cs, err := shm.NewLocal(n, shm.Options{Options: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+	slots := func(n int, o comm.Options) ([]comm.Comm, error) {
+		return shm.NewLocal(n, shm.Options{Options: o})
 	}
 	commtest.BenchmarkAllReduce(b, slots, 2, 4<<10, 64<<10, 1<<20, 16<<20)
 }

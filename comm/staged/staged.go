@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // Transport implements comm.DeviceTransport over a host communicator.
@@ -25,14 +26,21 @@ func New(host comm.Comm, be backend.Backend, kind string) *Transport {
 	return &Transport{host: host, be: be, kind: kind}
 }
 
-// Open returns the device communicator over host with front-end options o.
-func Open(host comm.Comm, be backend.Backend, o comm.Options) comm.DeviceComm {
+// Open returns the communicator of be's buffers over host with front-end
+// options o.
+func Open(host comm.Comm, be backend.Backend, o comm.Options) comm.Comm {
 	return comm.NewDevice(New(host, be, ""), o)
 }
 
 func (t *Transport) Kind() string { return t.kind }
 func (t *Transport) Rank() int    { return t.host.Rank() }
 func (t *Transport) Size() int    { return t.host.Size() }
+
+// Caps are the host communicator's: it does the reductions.
+func (t *Transport) Caps() comm.Caps { return t.host.Caps() }
+
+// Backend is the back end whose buffers the transport stages.
+func (t *Transport) Backend() backend.Backend { return t.be }
 
 // Host returns the host communicator.
 func (t *Transport) Host() comm.Comm { return t.host }
@@ -53,35 +61,45 @@ func CheckBuffer(be backend.Backend, b backend.Buffer) error {
 	return nil
 }
 
-// hostSlice returns the typed slice behind a host Buf, for Download and
+// hostSlice returns the typed slice behind a CPU buffer, for Download and
 // Upload.
-func hostSlice(b comm.Buf) any {
+func hostSlice(b backend.Buffer) any {
 	switch b.DType() {
 	case backend.Float32:
-		return b.Float32s()
+		return cpu.F32(b)
 	case backend.Int32:
-		return b.Int32s()
+		return cpu.I32(b)
 	}
-	return b.Int64s()
+	return cpu.I64(b)
+}
+
+// inHost reports whether the host communicator takes b as it is (a CPU
+// buffer, or none).
+func inHost(b backend.Buffer) bool {
+	if b == nil {
+		return true
+	}
+	_, ok := cpu.Bytes(b)
+	return ok
 }
 
 // stage holds the host buffers of one call.
 type stage struct {
 	t    *Transport
-	bufs []comm.Buf
+	bufs []backend.Buffer
 }
 
-func (s *stage) alloc(dt backend.DType, n int) (comm.Buf, error) {
+func (s *stage) alloc(dt backend.DType, n int) (backend.Buffer, error) {
 	b, err := s.t.host.Alloc(dt, n)
 	if err != nil {
-		return comm.Buf{}, fmt.Errorf("staging %d elements of %v in host memory: %w", n, dt, err)
+		return nil, fmt.Errorf("staging %d elements of %v in host memory: %w", n, dt, err)
 	}
 	s.bufs = append(s.bufs, b)
 	return b, nil
 }
 
 // down allocates host memory for b and downloads b into it.
-func (s *stage) down(b backend.Buffer) (comm.Buf, error) {
+func (s *stage) down(b backend.Buffer) (backend.Buffer, error) {
 	h, err := s.alloc(b.DType(), b.Len())
 	if err != nil {
 		return h, err
@@ -94,7 +112,7 @@ func (s *stage) down(b backend.Buffer) (comm.Buf, error) {
 	return h, nil
 }
 
-func (s *stage) up(dst backend.Buffer, h comm.Buf) error {
+func (s *stage) up(dst, h backend.Buffer) error {
 	if dst.Len() == 0 {
 		return nil
 	}
@@ -110,15 +128,19 @@ func (s *stage) free() {
 	}
 }
 
-// Run stages c through the host communicator.
+// Run stages c through the host communicator (host buffers go as they
+// are).
 func (t *Transport) Run(ctx context.Context, c *comm.DeviceCall) error {
+	if inHost(c.Send) && inHost(c.Recv) {
+		return t.direct(ctx, c)
+	}
 	s := &stage{t: t}
 	defer s.free()
 	switch c.Op {
 	case comm.OpBarrier:
 		return t.host.Barrier(ctx)
 	case comm.OpAllReduce, comm.OpBroadcast:
-		var h comm.Buf
+		var h backend.Buffer
 		var err error
 		if c.Op == comm.OpBroadcast && t.Rank() != c.Root {
 			h, err = s.alloc(c.DType, c.Recv.Len())
@@ -146,30 +168,40 @@ func (t *Transport) Run(ctx context.Context, c *comm.DeviceCall) error {
 	if err != nil {
 		return err
 	}
-	switch c.Op {
-	case comm.OpAllGather:
-		err = t.host.AllGather(ctx, dst, src)
-	case comm.OpAllGatherV:
-		err = t.host.AllGatherV(ctx, dst, src, c.RecvCounts)
-	case comm.OpAllToAll:
-		err = t.host.AllToAll(ctx, dst, src)
-	case comm.OpAllToAllV:
-		err = t.host.AllToAllV(ctx, dst, c.RecvCounts, src, c.SendCounts)
-	case comm.OpReduceScatter:
-		err = t.host.ReduceScatter(ctx, dst, src, c.Red)
-	default:
-		err = fmt.Errorf("staged: unsupported op %v", c.Op)
-	}
-	if err != nil {
+	if err := t.direct(ctx, &comm.DeviceCall{Op: c.Op, DType: c.DType, Red: c.Red, Root: c.Root, Send: src, Recv: dst,
+		SendCounts: c.SendCounts, RecvCounts: c.RecvCounts}); err != nil {
 		return err
 	}
 	return s.up(c.Recv, dst)
 }
 
+// direct runs c on the host communicator with c's own buffers.
+func (t *Transport) direct(ctx context.Context, c *comm.DeviceCall) error {
+	switch c.Op {
+	case comm.OpBarrier:
+		return t.host.Barrier(ctx)
+	case comm.OpAllReduce:
+		return t.host.AllReduce(ctx, c.Send, c.Red)
+	case comm.OpBroadcast:
+		return t.host.Broadcast(ctx, c.Send, c.Root)
+	case comm.OpAllGather:
+		return t.host.AllGather(ctx, c.Recv, c.Send)
+	case comm.OpAllGatherV:
+		return t.host.AllGatherV(ctx, c.Recv, c.Send, c.RecvCounts)
+	case comm.OpAllToAll:
+		return t.host.AllToAll(ctx, c.Recv, c.Send)
+	case comm.OpAllToAllV:
+		return t.host.AllToAllV(ctx, c.Recv, c.RecvCounts, c.Send, c.SendCounts)
+	case comm.OpReduceScatter:
+		return t.host.ReduceScatter(ctx, c.Recv, c.Send, c.Red)
+	}
+	return fmt.Errorf("staged: unsupported op %v", c.Op)
+}
+
 // Gather all-gathers words through the host communicator.
 func (t *Transport) Gather(ctx context.Context, seq uint64, words []int64) ([]int64, error) {
 	all := make([]int64, len(words)*t.Size())
-	if err := t.host.AllGather(ctx, comm.I64(all), comm.I64(words)); err != nil {
+	if err := t.host.AllGather(ctx, cpu.WrapI64(all), cpu.WrapI64(words)); err != nil {
 		return nil, err
 	}
 	return all, nil

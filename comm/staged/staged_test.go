@@ -2,6 +2,7 @@ package staged_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/strata-gnn/strata/comm"
@@ -12,51 +13,116 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
-// envs returns the per-rank environments of n goroutine ranks whose
-// device communicators stage CPU back-end buffers through inproc.
-func envs(t *testing.T, n int) []commtest.DeviceEnv {
-	be, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opens := commtest.LocalOpeners(n, func(o comm.Options) ([]comm.DeviceComm, error) {
+// group opens n communicators of be's buffers staged through inproc.
+func group(be backend.Backend) commtest.NewGroup {
+	return func(n int, o comm.Options) ([]comm.Comm, error) {
 		hs, err := inproc.New(n, o)
 		if err != nil {
 			return nil, err
 		}
-		ds := make([]comm.DeviceComm, n)
+		ds := make([]comm.Comm, n)
 		for r, h := range hs {
 			ds[r] = staged.Open(h, be, o)
 		}
 		return ds, nil
+	}
+}
+
+func cpuBackend(t *testing.T) backend.Backend {
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+// The suites on the CPU back end, whose buffers go to the host
+// communicator as they are.
+
+func TestConformance(t *testing.T) {
+	be := cpuBackend(t)
+	commtest.Conformance(t, be, group(be))
+}
+
+func TestConformanceAlloc(t *testing.T) {
+	be := cpuBackend(t)
+	commtest.ConformanceAlloc(t, be, group(be))
+}
+
+func TestFaults(t *testing.T) {
+	be := cpuBackend(t)
+	commtest.Faults(t, be, group(be), nil)
+}
+
+// TestStagedCopies runs cases on buffers of a back end that is not host
+// memory (hostOnly: a CPU back end whose buffers the host communicator
+// does not take), so every operation downloads, runs the host collective
+// and uploads.
+func TestStagedCopies(t *testing.T) {
+	c, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &notHost{Backend: c}
+	const n = 3
+	cs, err := group(be)(n, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	err = commtest.RunLocalRanks(n, func(r int) error {
+		return commtest.RunProgram(context.Background(), cs[r], be, []int{0, 1, 7, 1000}, 3)
 	})
-	bar := commtest.LocalBarrier(n)
-	es := make([]commtest.DeviceEnv, n)
-	for r := range es {
-		es[r] = commtest.DeviceEnv{Rank: r, Size: n, Backend: be, Open: opens[r], Barrier: bar, Exact: true, Logf: t.Logf}
+	if err != nil {
+		t.Fatal(err)
 	}
-	return es
-}
-
-func TestDeviceConformance(t *testing.T) {
-	for _, n := range []int{1, 2, 3} {
-		es := envs(t, n)
-		err := commtest.RunLocalRanks(n, func(r int) error {
-			return commtest.DeviceConformance(context.Background(), es[r], commtest.Lens())
-		})
-		if err != nil {
-			t.Fatalf("n=%d: %v", n, err)
-		}
+	if be.downloads.Load() == 0 || be.uploads.Load() == 0 {
+		t.Fatalf("%d downloads and %d uploads: the buffers were not staged", be.downloads.Load(), be.uploads.Load())
 	}
 }
 
-func TestDeviceFaults(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		es := envs(t, n)
-		if err := commtest.RunLocalRanks(n, func(r int) error { return commtest.DeviceFaults(context.Background(), es[r]) }); err != nil {
-			t.Fatalf("n=%d: %v", n, err)
-		}
+// notHost is a CPU back end whose buffers are wrapped in boxed, which
+// is not a CPU buffer: the host communicator refuses it, so the staged
+// transport must copy.
+type notHost struct {
+	*cpu.Backend
+	uploads, downloads atomic.Int64
+}
+
+type boxed struct{ backend.Buffer }
+
+func (b *notHost) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
+	x, err := b.Backend.Alloc(dt, n)
+	if err != nil {
+		return nil, err
 	}
+	return boxed{x}, nil
+}
+
+func (b *notHost) Free(x backend.Buffer) {
+	if bx, ok := x.(boxed); ok {
+		b.Backend.Free(bx.Buffer)
+	}
+}
+
+// Owns takes the boxed buffers (staged.CheckBuffer asks).
+func (b *notHost) Owns(x backend.Buffer) bool {
+	_, ok := x.(boxed)
+	return ok
+}
+
+func (b *notHost) Upload(dst backend.Buffer, src any) error {
+	b.uploads.Add(1)
+	return b.Backend.Upload(dst.(boxed).Buffer, src)
+}
+
+func (b *notHost) Download(dst any, src backend.Buffer) error {
+	b.downloads.Add(1)
+	return b.Backend.Download(dst, src.(boxed).Buffer)
 }
 
 func TestCheckAndOverlap(t *testing.T) {
@@ -73,6 +139,9 @@ func TestCheckAndOverlap(t *testing.T) {
 	var foreign backend.Buffer = fakeBuf{}
 	if err := staged.CheckBuffer(be, foreign); err == nil {
 		t.Error("a foreign buffer passed")
+	}
+	if tr.Backend() != be {
+		t.Error("Backend")
 	}
 }
 

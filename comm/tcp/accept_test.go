@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // flaky fails its first accepts with EMFILE, as a process out of file
@@ -50,7 +51,7 @@ func TestAcceptRetriesTemporaryErrors(t *testing.T) {
 	}()
 	errs := make(chan error, 3)
 	for _, c := range cs {
-		go func() { errs <- c.AllReduce(context.Background(), comm.F32(make([]float32, 100)), comm.Sum) }()
+		go func() { errs <- c.AllReduce(context.Background(), cpu.WrapF32(make([]float32, 100)), comm.Sum) }()
 	}
 	for range cs {
 		if err := <-errs; err != nil {

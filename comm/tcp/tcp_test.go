@@ -16,19 +16,17 @@ import (
 )
 
 // Small segments so the conformance lengths span many of them.
-func newGroup(t testing.TB, n int, o comm.Options) []comm.Comm {
-	cs, err := tcp.NewLocal(n, tcp.Options{Options: o, SegmentBytes: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+func newGroup(n int, o comm.Options) ([]comm.Comm, error) {
+	return tcp.NewLocal(n, tcp.Options{Options: o, SegmentBytes: 1 << 10})
 }
 
-func TestConformance(t *testing.T) { commtest.Conformance(t, newGroup) }
+// The suites run on CPU back-end buffers (the nil back end).
 
-func TestFaults(t *testing.T) { commtest.Faults(t, newGroup) }
+func TestConformance(t *testing.T) { commtest.Conformance(t, nil, newGroup) }
 
-func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, newGroup) }
+func TestFaults(t *testing.T) { commtest.Faults(t, nil, newGroup, nil) }
+
+func TestConformanceAlloc(t *testing.T) { commtest.ConformanceAlloc(t, nil, newGroup) }
 
 // openAll opens a group through local stores with per-rank options.
 func openAll(n int, opts func(r int) tcp.Options, timeout time.Duration) ([]comm.Comm, []error) {
@@ -59,7 +57,7 @@ func closeAll(cs []comm.Comm) {
 func allReduceWorks(t *testing.T, cs []comm.Comm) {
 	t.Helper()
 	for _, err := range commtest.OnAll(cs, func(c comm.Comm) error {
-		return commtest.RunCase(context.Background(), c, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 1000, Seed: 1})
+		return commtest.RunCase(context.Background(), c, nil, commtest.Case{Op: comm.OpAllReduce, DType: commtest.DTypes[0], Red: comm.Sum, Len: 1000, Seed: 1})
 	}) {
 		if err != nil {
 			t.Fatal(err)
@@ -169,12 +167,8 @@ func TestSetupNamesMissingRank(t *testing.T) {
 }
 
 func BenchmarkAllReduce(b *testing.B) {
-	def := func(t testing.TB, n int, o comm.Options) []comm.Comm {
-		cs, err := tcp.NewLocal(n, tcp.Options{Options: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+	def := func(n int, o comm.Options) ([]comm.Comm, error) {
+		return tcp.NewLocal(n, tcp.Options{Options: o})
 	}
 	commtest.BenchmarkAllReduce(b, def, 2, 64<<10, 1<<20, 16<<20)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // ErrPeer is wrapped when another device reported bad input.
@@ -38,7 +39,7 @@ type LoaderConfig struct {
 	// Dev carries the ID and row all-to-alls, Host the headers. Both are
 	// needed when the plan makes devices serve each other (Exchanges);
 	// they must be this device's handles of one group each.
-	Dev  comm.DeviceComm
+	Dev  comm.Comm
 	Host comm.Comm
 	// Metrics receives the feature bytes and cache counts (nil: none).
 	Metrics *metrics.Counters
@@ -427,7 +428,7 @@ func (l *Loader) header(ctx context.Context, hdr []int64) ([]int64, error) {
 		}
 	}
 	got := make([]int64, len(hdr))
-	return got, c.AllToAll(ctx, comm.I64(got), comm.I64(hdr))
+	return got, c.AllToAll(ctx, cpu.WrapI64(got), cpu.WrapI64(hdr))
 }
 
 // scale multiplies counts by k (rows to floats).

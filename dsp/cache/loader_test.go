@@ -43,7 +43,7 @@ func randomNodes(n, count int, seed uint64) []graph.NodeID {
 
 // devices runs fn on k CPU "devices" with device communicators (staged
 // over inproc) and host communicators.
-func devices(t *testing.T, k int, fn func(rank int, b backend.Backend, dc comm.DeviceComm, hc comm.Comm) error) []error {
+func devices(t *testing.T, k int, fn func(rank int, b backend.Backend, dc comm.Comm, hc comm.Comm) error) []error {
 	t.Helper()
 	o := comm.Options{Timeout: 20 * time.Second}
 	hs, err := inproc.New(k, o)
@@ -95,7 +95,7 @@ func TestLoaderRowsEqualTable(t *testing.T) {
 			}
 			name := fmt.Sprintf("k=%d %s/%d budget %d", k, pc.Policy, pc.GroupSize, pc.BudgetBytes)
 			ms := make([]metrics.Counters, k)
-			errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
+			errs := devices(t, k, func(rank int, be backend.Backend, dc comm.Comm, hc comm.Comm) error {
 				l, err := NewLoader(LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
 					Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(rank))},
 					Dev:   dc, Host: hc, Metrics: &ms[rank]})
@@ -166,7 +166,7 @@ func TestLoaderBadInputFailsEveryDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	errs := devices(t, k, func(rank int, be backend.Backend, dc comm.DeviceComm, hc comm.Comm) error {
+	errs := devices(t, k, func(rank int, be backend.Backend, dc comm.Comm, hc comm.Comm) error {
 		l, err := NewLoader(LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
 			Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols}, Dev: dc, Host: hc})
 		if err != nil {

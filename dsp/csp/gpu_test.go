@@ -50,13 +50,13 @@ func numGPUs(t testing.TB) int { return len(gputest.All(t)) }
 
 var (
 	commsMu sync.Mutex
-	comms   = map[int][]comm.DeviceComm{}
+	comms   = map[int][]comm.Comm{}
 )
 
 // commsFor returns NCCL communicators over the first P GPUs (nil for
 // P = 1), opened once per process and shared by the tests and
 // benchmarks (samplers do not own them).
-func commsFor(t testing.TB, P int) []comm.DeviceComm {
+func commsFor(t testing.TB, P int) []comm.Comm {
 	t.Helper()
 	ds := gpus(t, P)
 	if P == 1 {
@@ -77,7 +77,7 @@ func commsFor(t testing.TB, P int) []comm.DeviceComm {
 
 // openNCCL opens NCCL communicators over devs (prefix: the group's
 // name), with the tests' timeouts.
-func openNCCL(t testing.TB, devs []backend.Backend, prefix string) []comm.DeviceComm {
+func openNCCL(t testing.TB, devs []backend.Backend, prefix string) []comm.Comm {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -96,7 +96,7 @@ func group(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*Sampler, fun
 // groupWith is group; protocol makes a single rank run the collective
 // protocol (local exchanges) instead of sampling directly.
 func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol bool) ([]*Sampler, func()) {
-	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d backend.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d backend.Backend, p *layout.Patch, c comm.Comm) (*Sampler, error) {
 		s, err := New(d, p, off, c, cfg)
 		if err == nil && protocol {
 			s.direct = false
@@ -108,7 +108,7 @@ func groupWith(t testing.TB, g *graph.CSR, off []int64, cfg Config, protocol boo
 // openGroup opens one sampler per rank of offsets off over g on the
 // first P GPUs with open, each over its patch (with split, half of the
 // patch's bytes on the device: its longest rows).
-func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, split bool, open func(backend.Backend, *layout.Patch, comm.DeviceComm) (S, error)) ([]S, func()) {
+func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, split bool, open func(backend.Backend, *layout.Patch, comm.Comm) (S, error)) ([]S, func()) {
 	t.Helper()
 	P := len(off) - 1
 	ds := gpus(t, P)
@@ -128,7 +128,7 @@ func openGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []i
 				t.Fatal(err)
 			}
 		}
-		var c comm.DeviceComm
+		var c comm.Comm
 		if cs != nil {
 			c = cs[r]
 		}

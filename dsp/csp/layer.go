@@ -34,7 +34,7 @@ type LayerSampler struct {
 // sampling keeps this package's copy of the patch's rows with their
 // running weight sums (on a GPU, per-edge arrays in host memory with
 // Mapped and Split placements).
-func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*LayerSampler, error) {
+func NewLayer(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.Comm, cfg Config) (*LayerSampler, error) {
 	o, err := open("csp.NewLayer", be, patch, offsets, c, func() error {
 		if err := checkLayerConfig(cfg); err != nil || !cfg.Weighted {
 			return err

@@ -19,7 +19,7 @@ import (
 // layerGroup opens P layer-wise samplers over g (offsets off) on the
 // first P GPUs.
 func layerGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config) ([]*LayerSampler, func()) {
-	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d backend.Backend, p *layout.Patch, c comm.DeviceComm) (*LayerSampler, error) {
+	return openGroup(t, g, off, cfg.Placement == gpusample.Split, func(d backend.Backend, p *layout.Patch, c comm.Comm) (*LayerSampler, error) {
 		return NewLayer(d, p, off, c, cfg)
 	})
 }

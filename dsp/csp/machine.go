@@ -126,7 +126,7 @@ func RegisterDevice(d Device) {
 	device = d
 }
 
-// exchanger is the part of comm.DeviceComm the sampler uses.
+// exchanger is the part of comm.Comm the sampler uses.
 type exchanger interface {
 	AllToAll(ctx context.Context, dst, src backend.Buffer) error
 	AllToAllV(ctx context.Context, dst backend.Buffer, recvCounts []int, src backend.Buffer, sendCounts []int) error

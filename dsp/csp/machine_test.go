@@ -455,7 +455,7 @@ func checkMachines(t *testing.T, name string, ms []*checked, want int) {
 // over in-process ones, as dsp/engine's CPU runs have them, with the debug
 // check of every call's sizes against the peers' (nil for P = 1). A
 // non-nil hook (pipeline.RandomDelays) runs before every collective.
-func cpuComms(t testing.TB, bs []*cpu.Backend, hook pipeline.Hook) []comm.DeviceComm {
+func cpuComms(t testing.TB, bs []*cpu.Backend, hook pipeline.Hook) []comm.Comm {
 	t.Helper()
 	P := len(bs)
 	if P == 1 {
@@ -466,11 +466,11 @@ func cpuComms(t testing.TB, bs []*cpu.Backend, hook pipeline.Hook) []comm.Device
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := make([]comm.DeviceComm, P)
+	cs := make([]comm.Comm, P)
 	for r := range P {
 		cs[r] = staged.Open(hs[r], bs[r], o)
 		if hook != nil {
-			cs[r] = &pipeline.DeviceComm{DeviceComm: cs[r], Name: "sampler", Hook: hook}
+			cs[r] = &pipeline.Comm{Comm: cs[r], Name: "sampler", Hook: hook}
 		}
 	}
 	t.Cleanup(func() {
@@ -497,7 +497,7 @@ func cpuBackends(t testing.TB, P int) []*cpu.Backend {
 // openCPUGroup opens one sampler per rank of offsets off over g with
 // open, each on its own CPU back end over its patch, the communicators
 // from cpuComms.
-func openCPUGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, hook pipeline.Hook, open func(*cpu.Backend, *layout.Patch, comm.DeviceComm) (S, error)) []S {
+func openCPUGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off []int64, hook pipeline.Hook, open func(*cpu.Backend, *layout.Patch, comm.Comm) (S, error)) []S {
 	t.Helper()
 	P := len(off) - 1
 	bs := cpuBackends(t, P)
@@ -512,7 +512,7 @@ func openCPUGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off 
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c comm.DeviceComm
+		var c comm.Comm
 		if cs != nil {
 			c = cs[r]
 		}
@@ -533,7 +533,7 @@ func openCPUGroup[S interface{ Close() error }](t testing.TB, g *graph.CSR, off 
 func cpuGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config, hook pipeline.Hook) ([]*Sampler, []*checked) {
 	t.Helper()
 	var ms []*checked
-	ss := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+	ss := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.Comm) (*Sampler, error) {
 		s, err := New(be, p, off, c, cfg)
 		if err != nil {
 			return nil, err
@@ -553,7 +553,7 @@ func cpuGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config, hook pipeline
 func cpuLayerGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config, hook pipeline.Hook) ([]*LayerSampler, []*checked) {
 	t.Helper()
 	var ms []*checked
-	ss := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*LayerSampler, error) {
+	ss := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.Comm) (*LayerSampler, error) {
 		s, err := NewLayer(be, p, off, c, cfg)
 		if err != nil {
 			return nil, err
@@ -571,7 +571,7 @@ func cpuLayerGroup(t testing.TB, g *graph.CSR, off []int64, cfg Config, hook pip
 func cpuWalkGroup(t testing.TB, g *graph.CSR, off []int64, length int, hook pipeline.Hook) ([]*Walker, []*checked) {
 	t.Helper()
 	var ms []*checked
-	ws := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*Walker, error) {
+	ws := openCPUGroup(t, g, off, hook, func(be *cpu.Backend, p *layout.Patch, c comm.Comm) (*Walker, error) {
 		w, err := NewWalker(be, p, off, c, length, 0)
 		if err != nil {
 			return nil, err

@@ -79,7 +79,7 @@ func TestProtocolMatchesCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		direct := openCPUGroup(t, g, []int64{0, g.NumRows}, nil, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+		direct := openCPUGroup(t, g, []int64{0, g.NumRows}, nil, func(be *cpu.Backend, p *layout.Patch, c comm.Comm) (*Sampler, error) {
 			return New(be, p, []int64{0, g.NumRows}, c, mode)
 		})
 		for P := 1; P <= 4; P++ {

@@ -120,7 +120,7 @@ type Sampler struct {
 // c the sampler stage's device communicator on be (nil or Size()==1
 // means one device: no communication). On a CUDA device the patch is
 // copied there (cfg.Placement); the CPU back end reads it in place.
-func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, cfg Config) (*Sampler, error) {
+func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.Comm, cfg Config) (*Sampler, error) {
 	o, err := open("csp.New", be, patch, offsets, c, func() error {
 		if len(cfg.Fanouts) == 0 || len(cfg.Fanouts) > maxHops {
 			return fmt.Errorf("%d fanouts: want 1 to %d hops", len(cfg.Fanouts), maxHops)
@@ -164,7 +164,7 @@ func New(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.Device
 // batches while s's rank waits for its peers. Like s it is a collective:
 // every rank calls its sibling's Sample in the same order. Close it
 // before s.
-func (s *Sampler) Sibling(dev backend.Backend, c comm.DeviceComm) (*Sampler, error) {
+func (s *Sampler) Sibling(dev backend.Backend, c comm.Comm) (*Sampler, error) {
 	const op = "csp.Sibling"
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -34,14 +34,14 @@ func TestSiblingCPU(t *testing.T) {
 			off[p] = g.NumRows * int64(p) / int64(P)
 		}
 		cfg := Config{Fanouts: []int{6, 4}, EdgeIDs: true}
-		ss := openCPUGroup(t, g, off, nil, func(be *cpu.Backend, p *layout.Patch, c comm.DeviceComm) (*Sampler, error) {
+		ss := openCPUGroup(t, g, off, nil, func(be *cpu.Backend, p *layout.Patch, c comm.Comm) (*Sampler, error) {
 			return New(be, p, off, c, cfg)
 		})
 		bs := cpuBackends(t, P)
 		cs := cpuComms(t, bs, nil)
 		sibs := make([]*Sampler, P)
 		for r := range P {
-			var c comm.DeviceComm
+			var c comm.Comm
 			if cs != nil {
 				c = cs[r]
 			}
@@ -76,7 +76,7 @@ func TestSiblingCPU(t *testing.T) {
 			}
 		}
 		if P > 1 {
-			for name, c := range map[string]comm.DeviceComm{"another rank's communicator": cs[1], "no communicator": nil} {
+			for name, c := range map[string]comm.Comm{"another rank's communicator": cs[1], "no communicator": nil} {
 				if _, err := ss[0].Sibling(bs[0], c); !errors.Is(err, ErrInput) {
 					t.Errorf("sibling with %s: %v, want ErrInput", name, err)
 				}
@@ -115,7 +115,7 @@ func TestClosedAndDirectErrors(t *testing.T) {
 	off := []int64{0, g.NumRows}
 	ctx := context.Background()
 	open := func(f func(be *cpu.Backend, p *layout.Patch) (interface{ Close() error }, error)) any {
-		return openCPUGroup(t, g, off, nil, func(be *cpu.Backend, p *layout.Patch, _ comm.DeviceComm) (interface{ Close() error }, error) {
+		return openCPUGroup(t, g, off, nil, func(be *cpu.Backend, p *layout.Patch, _ comm.Comm) (interface{ Close() error }, error) {
 			return f(be, p)
 		})[0]
 	}

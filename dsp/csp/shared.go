@@ -49,7 +49,7 @@ func checkGroup(patch *layout.Patch, offsets []int64, rank, size int) (*book.Boo
 type opening struct {
 	op         string
 	be         backend.Backend
-	c          comm.DeviceComm
+	c          comm.Comm
 	rank, size int
 	b          *book.Book
 	host       *cpu.Backend
@@ -59,7 +59,7 @@ type opening struct {
 // against the offsets and c's group, the constructor's own
 // configuration (check) and the back end. They fail with an *Error of
 // ErrInput.
-func open(op string, be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, check func() error) (*opening, error) {
+func open(op string, be backend.Backend, patch *layout.Patch, offsets []int64, c comm.Comm, check func() error) (*opening, error) {
 	o := &opening{op: op, be: be, c: c}
 	o.rank, o.size = groupOf(c)
 	var msg string
@@ -100,7 +100,7 @@ func (o *opening) fail(err error) error {
 }
 
 // groupOf is a communicator's rank and size (rank 0 of 1 without one).
-func groupOf(c comm.DeviceComm) (rank, size int) {
+func groupOf(c comm.Comm) (rank, size int) {
 	if c == nil {
 		return 0, 1
 	}
@@ -110,7 +110,7 @@ func groupOf(c comm.DeviceComm) (rank, size int) {
 // newProto is rank's protocol over the partition b: exchanges through c
 // (local copies on be when the group has one rank), counted into st,
 // whose per-peer and per-hop counters it sizes.
-func newProto(be backend.Backend, c comm.DeviceComm, b *book.Book, rank int, st *Stats, hops int) *proto {
+func newProto(be backend.Backend, c comm.Comm, b *book.Book, rank int, st *Stats, hops int) *proto {
 	size := b.K()
 	lo, hi := b.Range(rank)
 	st.BytesSent, st.Frontier = make([]int64, size), make([]int64, hops)

@@ -40,7 +40,7 @@ func TestSiblingMatches(t *testing.T) {
 			ss, done := group(t, g, off, cfg)
 			sibs := make([]*Sampler, P)
 			for r, h := range hs {
-				var c comm.DeviceComm
+				var c comm.Comm
 				if sibComms != nil {
 					c = sibComms[r]
 				}
@@ -134,7 +134,7 @@ func siblingHandles(t *testing.T, P int) []backend.Backend {
 
 // siblingComms opens NCCL communicators over the handles hs (nil for
 // one), closed when the test ends (before the handles).
-func siblingComms(t *testing.T, hs []backend.Backend) []comm.DeviceComm {
+func siblingComms(t *testing.T, hs []backend.Backend) []comm.Comm {
 	t.Helper()
 	P := len(hs)
 	if P == 1 {

@@ -29,7 +29,7 @@ type Walker struct {
 // CUDA device the patch's rows are copied there (placement as
 // Config.Placement: OnDevice, or Mapped and Split, which keep the column
 // indices in host memory), the CPU back end reads them in place.
-func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.DeviceComm, length int, placement gpusample.Placement) (*Walker, error) {
+func NewWalker(be backend.Backend, patch *layout.Patch, offsets []int64, c comm.Comm, length int, placement gpusample.Placement) (*Walker, error) {
 	o, err := open("csp.NewWalker", be, patch, offsets, c, func() error {
 		if err := checkWalkLength(length); err != nil {
 			return err

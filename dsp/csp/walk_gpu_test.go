@@ -18,7 +18,7 @@ import (
 
 // walkGroup opens P walkers over g (offsets off) on the first P GPUs.
 func walkGroup(t testing.TB, g *graph.CSR, off []int64, length int, pl gpusample.Placement) ([]*Walker, func()) {
-	return openGroup(t, g, off, false, func(d backend.Backend, p *layout.Patch, c comm.DeviceComm) (*Walker, error) {
+	return openGroup(t, g, off, false, func(d backend.Backend, p *layout.Patch, c comm.Comm) (*Walker, error) {
 		return NewWalker(d, p, off, c, length, pl)
 	})
 }

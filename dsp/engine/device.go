@@ -52,7 +52,7 @@ type device struct {
 	lossSlot backend.Buffer
 	lossHist backend.Buffer // this epoch's averaged losses, one per batch
 	rows     backend.Buffer // 0..BatchSize-1 (the seeds' rows of the logits)
-	grads    comm.DeviceComm
+	grads    comm.Comm
 	gradN    int
 
 	setupSeconds float64

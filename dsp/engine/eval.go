@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -24,7 +25,7 @@ func sumTallies(ctx context.Context, c comm.Comm, t train.Tally) (train.Tally, e
 	mine = append(mine, t.Count[:]...)
 	mine = append(mine, int64(math.Float64bits(t.ValLoss)))
 	all := make([]int64, c.Size()*len(mine))
-	if err := c.AllGather(ctx, comm.I64(all), comm.I64(mine)); err != nil {
+	if err := c.AllGather(ctx, cpu.WrapI64(all), cpu.WrapI64(mine)); err != nil {
 		return train.Tally{}, err
 	}
 	var sum train.Tally

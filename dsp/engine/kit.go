@@ -165,7 +165,7 @@ type samplerSpec struct {
 	layer   bool
 	patch   *layout.Patch
 	offsets []int64
-	comms   []comm.DeviceComm
+	comms   []comm.Comm
 	m       *metrics.Counters
 }
 
@@ -245,7 +245,7 @@ func (spec *samplerSpec) sampler(dev backend.Backend, in *graph.CSR, scfg gpusam
 // siblings.
 func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w int, before []sampler) (sampler, error) {
 	ccfg := csp.Config{Fanouts: scfg.Fanouts, Replace: scfg.Replace, Weighted: scfg.Weighted, Placement: scfg.Placement}
-	var c comm.DeviceComm
+	var c comm.Comm
 	if w < len(spec.comms) {
 		c = spec.comms[w]
 	}

@@ -78,7 +78,7 @@ type shared struct {
 	dim    int
 	plan   *cache.Plan
 	coords []*comm.Coordinator
-	dcs    [numStages][]comm.DeviceComm // nil groups are not used
+	dcs    [numStages][]comm.Comm // nil groups are not used
 	hcs    [numStages][]comm.Comm
 	group  *pipeline.Group
 	ctrs   []metrics.Counters
@@ -352,7 +352,7 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		if err != nil {
 			return &RunError{Op: "communicators", Err: err}
 		}
-		s.dcs[st] = make([]comm.DeviceComm, k)
+		s.dcs[st] = make([]comm.Comm, k)
 		for r := range k {
 			s.dcs[st][r] = staged.Open(hs[r], s.opts.Backends[r], o)
 		}
@@ -400,12 +400,12 @@ func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
 // deviceComm is device rank's coordinated device communicator of stage.
 // The coordinator gives every device the same launch order across
 // stages; on NCCL a collective's turn ends once it is queued.
-func (s *shared) deviceComm(rank, stage int) comm.DeviceComm {
+func (s *shared) deviceComm(rank, stage int) comm.Comm {
 	if s.dcs[stage] == nil {
 		return nil
 	}
 	t := &s.trk[rank]
-	c := &pipeline.DeviceComm{DeviceComm: s.dcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook,
+	c := &pipeline.Comm{Comm: s.dcs[stage][rank], Stage: stage, Name: stageNames[stage], Hook: s.opts.Hook,
 		Track: func(b string) { t.blocked(stage, b) }}
 	if s.coords != nil {
 		c.Launch = s.coords[rank]

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // RunError reports a failure with what the run was doing. When a training
@@ -141,7 +142,7 @@ func checkReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c
 		}
 	}
 	all := make([]int64, k)
-	if err := c.AllGather(ctx, comm.I64(all), comm.I64([]int64{int64(h.Sum64())})); err != nil {
+	if err := c.AllGather(ctx, cpu.WrapI64(all), cpu.WrapI64([]int64{int64(h.Sum64())})); err != nil {
 		return err
 	}
 	for r, x := range all {

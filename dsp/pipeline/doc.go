@@ -15,7 +15,7 @@
 //     SMs while waiting for a peer that launched another one first; the
 //     leader fixes one launch order that every device follows). It also
 //     tells a tracker what the stage is blocked on, for stall diagnosis.
-//     DeviceComm does the same for a device communicator.
+//     It wraps communicators of host and device buffers alike.
 //   - Group runs a device's stages and cancels them all on the first
 //     error.
 //   - Hook is a test seam called at every stage step and before every

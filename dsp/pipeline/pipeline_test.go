@@ -130,7 +130,7 @@ func TestCommOrdersStages(t *testing.T) {
 					for j := range buf {
 						buf[j] = float32(100*r + 10*s + i)
 					}
-					if err := c.AllReduce(ctx, comm.F32(buf), comm.Sum); err != nil {
+					if err := c.AllReduce(ctx, cpu.WrapF32(buf), comm.Sum); err != nil {
 						return err
 					}
 					want := float32(100*(0+1+2) + 3*(10*s+i))
@@ -159,11 +159,10 @@ func TestCommOrdersStages(t *testing.T) {
 	}
 }
 
-// TestWrappersPassEveryCollective: Comm and DeviceComm run every
-// collective of the wrapped communicators (host ones, and device ones
-// staged over host ones on CPU back ends) through the hook and the
-// launcher, with the wrapped results, and leave the tracked state
-// cleared after each.
+// TestWrappersPassEveryCollective: Comm runs every collective of the
+// wrapped communicators (host ones, and staged ones over host ones on
+// CPU back ends) through the hook and the launcher, with the wrapped
+// results, and leaves the tracked state cleared after each.
 func TestWrappersPassEveryCollective(t *testing.T) {
 	const k = 2
 	o := comm.Options{Timeout: 10 * time.Second}
@@ -187,18 +186,18 @@ func TestWrappersPassEveryCollective(t *testing.T) {
 			var last atomic.Value
 			track := func(s string) { last.Store(s) }
 			hc := &Comm{Comm: hs[r], Launch: coord, Stage: 0, Name: "host", Hook: hook, Track: track}
-			dc := &DeviceComm{DeviceComm: staged.Open(ds[r], b, o), Launch: coord, Stage: 1, Name: "device", Hook: hook, Track: track}
+			dc := &Comm{Comm: staged.Open(ds[r], b, o), Launch: coord, Stage: 1, Name: "device", Hook: hook, Track: track}
 			defer dc.Close()
 			x := []float32{float32(r + 1), float32(10 * (r + 1))}
 			all := make([]float32, 2*k)
 			ops := []func() error{
-				func() error { return hc.AllReduce(ctx, comm.F32(x[:1]), comm.Sum) },
-				func() error { return hc.Broadcast(ctx, comm.F32(x[1:]), 0) },
-				func() error { return hc.AllGather(ctx, comm.F32(all), comm.F32(x)) },
-				func() error { return hc.AllGatherV(ctx, comm.F32(all[:k]), comm.F32(x[:1]), []int{1, 1}) },
-				func() error { return hc.AllToAll(ctx, comm.F32(all[:k]), comm.F32(x)) },
-				func() error { return hc.AllToAllV(ctx, comm.F32(all[:k]), []int{1, 1}, comm.F32(x), []int{1, 1}) },
-				func() error { return hc.ReduceScatter(ctx, comm.F32(all[:1]), comm.F32(x), comm.Sum) },
+				func() error { return hc.AllReduce(ctx, cpu.WrapF32(x[:1]), comm.Sum) },
+				func() error { return hc.Broadcast(ctx, cpu.WrapF32(x[1:]), 0) },
+				func() error { return hc.AllGather(ctx, cpu.WrapF32(all), cpu.WrapF32(x)) },
+				func() error { return hc.AllGatherV(ctx, cpu.WrapF32(all[:k]), cpu.WrapF32(x[:1]), []int{1, 1}) },
+				func() error { return hc.AllToAll(ctx, cpu.WrapF32(all[:k]), cpu.WrapF32(x)) },
+				func() error { return hc.AllToAllV(ctx, cpu.WrapF32(all[:k]), []int{1, 1}, cpu.WrapF32(x), []int{1, 1}) },
+				func() error { return hc.ReduceScatter(ctx, cpu.WrapF32(all[:1]), cpu.WrapF32(x), comm.Sum) },
 				func() error { return hc.Barrier(ctx) },
 			}
 			dev := func(f func(v, w, u backend.Buffer) error) func() error {

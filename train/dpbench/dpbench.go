@@ -123,7 +123,7 @@ func FlatGrads(b backend.Backend, params []*nn.Param) (backend.Buffer, func(), e
 // cfg.Steps. Rank r takes every Size-th batch of a shuffled epoch from r
 // on; the model starts the same on every rank, so the all-reduced mean
 // gradient keeps the parameters equal.
-func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.BatchSource, d Data, cfg Config) (Result, error) {
+func Run(ctx context.Context, b backend.Backend, c comm.Comm, src train.BatchSource, d Data, cfg Config) (Result, error) {
 	res := Result{Rank: c.Rank(), Size: c.Size(), Kind: c.Kind(), Steps: cfg.Steps}
 	switch {
 	case cfg.Steps <= 0, cfg.Warmup < 0, cfg.BatchSize <= 0, cfg.Hidden <= 0, cfg.Layers <= 0:
@@ -294,7 +294,7 @@ func Run(ctx context.Context, b backend.Backend, c comm.DeviceComm, src train.Ba
 }
 
 // settle waits for outstanding work and lines the ranks up.
-func settle(ctx context.Context, b backend.Backend, c comm.DeviceComm) error {
+func settle(ctx context.Context, b backend.Backend, c comm.Comm) error {
 	if err := c.Sync(ctx); err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ const variantTimeout = 30 * time.Second
 
 // runVariant opens v's communicator (its environment set) and trains.
 func runVariant(ctx context.Context, be backend.Backend, store rendezvous.Store, src train.BatchSource, d Data, cfg Config, v variant, prefix string) (Result, error) {
-	var c comm.DeviceComm
+	var c comm.Comm
 	var err error
 	o := comm.Options{Timeout: variantTimeout}
 	if v.kind == "nccl" {

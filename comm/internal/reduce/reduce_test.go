@@ -3,12 +3,22 @@ package reduce
 import (
 	"math"
 	"testing"
+	"unsafe"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-func bytesF(s []float32) []byte { return comm.F32(s).Bytes() }
+// bytesOf views a typed slice as bytes, as the transports hand them over.
+func bytesOf[T float32 | int32 | int64](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
+func bytesF(s []float32) []byte { return bytesOf(s) }
 
 func TestAddAndFinish(t *testing.T) {
 	for _, n := range []int{0, 1, 7, 8, 9, 17, 100} {
@@ -28,8 +38,8 @@ func TestAddAndFinish(t *testing.T) {
 	}
 	x := []int64{-7, 7, math.MaxInt64}
 	y := []int64{0, 0, 1}
-	Into(backend.Int64, comm.Mean, comm.I64(x).Bytes(), comm.I64(y).Bytes())
-	Finish(backend.Int64, comm.Mean, comm.I64(x).Bytes(), 2)
+	Into(backend.Int64, comm.Mean, bytesOf(x), bytesOf(y))
+	Finish(backend.Int64, comm.Mean, bytesOf(x), 2)
 	if x[0] != -3 || x[1] != 3 || x[2] != math.MinInt64/2 {
 		t.Fatalf("int64 mean = %v, want [-3 3 %d] (truncation, wrap)", x, math.MinInt64/2)
 	}
@@ -48,7 +58,7 @@ func TestMax(t *testing.T) {
 		}
 	}
 	ia, ib := []int32{-1, 9, 3}, []int32{-2, 10, 3}
-	Into(backend.Int32, comm.Max, comm.I32(ia).Bytes(), comm.I32(ib).Bytes())
+	Into(backend.Int32, comm.Max, bytesOf(ia), bytesOf(ib))
 	if ia[0] != -1 || ia[1] != 10 || ia[2] != 3 {
 		t.Fatalf("int32 max = %v", ia)
 	}
