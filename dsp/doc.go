@@ -5,7 +5,7 @@
 // Every algorithm is written once, against a small per-package machine
 // interface (the kernels it needs), and runs on GPUs and on CPU "virtual
 // devices" alike: CPU back ends, one group of goroutines per device,
-// in-process communicators (device communicators staged over them). The
+// in-process communicators (which take their buffers as they are). The
 // CPU machines run in production on CPU devices and in CI; the CUDA
 // machines (package internal/cudadsp, with the .cu kernels, which
 // registers them with csp and cache; the engine imports it) run on

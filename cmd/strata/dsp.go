@@ -12,8 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
+	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -92,7 +95,13 @@ func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator,
 		NoPipeline: f.NoPipeline, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
 		SyncCollectives: f.SyncCollectives, NoStagePriority: f.NoStagePriority,
-		SamplerWorkers: f.SamplerWorkers}
+		SamplerWorkers: f.SamplerWorkers, Comm: c.FullGraph.Comm}
+	if cfg.Comm == fullgraph.CommHost {
+		return cfg, usageError{fmt.Errorf("--comm host applies to --mode fullgraph; sampled --devices take %s", strings.Join(engine.CommKinds, ", "))}
+	}
+	if set := c.FullGraph.GPUShm.Set(); len(set) > 0 && cfg.Comm != comm.KindGPUShm {
+		return cfg, usageError{fmt.Errorf("--%s applies to --comm gpushm, not --comm %s", set[0], cfg.Comm)}
+	}
 	if f.QueueCapacity < 1 || f.QueueCapacity > 1024 {
 		return cfg, usageError{fmt.Errorf("--queue-capacity %d: want 1..1024", f.QueueCapacity)}
 	}
@@ -194,6 +203,8 @@ func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 			return usageError{fmt.Errorf("--shared-stream needs CUDA --devices")}
 		case f.GPUSampler != engine.SamplerCSP:
 			return usageError{fmt.Errorf("--gpu-sampler %s needs CUDA --devices", f.GPUSampler)}
+		case c.FullGraph.Comm == comm.KindNCCL:
+			return usageError{fmt.Errorf("--comm nccl needs CUDA --devices, not %s (use auto, gpushm, shm or tcp)", b.Name())}
 		}
 	}
 	return nil
@@ -219,6 +230,10 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
+	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{}) // the flags, then STRATA_GPUSHM_*
+	if err != nil {
+		return usageError{err}
+	}
 	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
 	if err != nil {
 		return err
@@ -240,7 +255,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume})
+	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}

@@ -14,11 +14,12 @@ import (
 )
 
 // TestTrainDevicesCPU: 'strata train --devices cpu:2' runs DSP training
-// and writes its report with the pipeline metrics.
+// (here with --comm shm) and writes its report with the pipeline metrics
+// and the communication back end, named in the log too.
 func TestTrainDevicesCPU(t *testing.T) {
 	rep := filepath.Join(t.TempDir(), "out", "report.json")
 	code, out, errOut := strata(t, "train", "--devices", "cpu:2", "--epochs", "2", "--hidden", "16",
-		"--cache", "1MiB", "--hotness", "pagerank", "--report", rep)
+		"--cache", "1MiB", "--hotness", "pagerank", "--comm", "shm", "--report", rep)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
@@ -27,7 +28,7 @@ func TestTrainDevicesCPU(t *testing.T) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(errOut, "on 2 devices") || !strings.Contains(errOut, "epoch 2/2") {
+	if !strings.Contains(errOut, "on 2 devices") || !strings.Contains(errOut, "epoch 2/2") || !strings.Contains(errOut, "communication: shm (requested)") {
 		t.Fatalf("log:\n%s", errOut)
 	}
 	data, err := os.ReadFile(rep)
@@ -37,9 +38,11 @@ func TestTrainDevicesCPU(t *testing.T) {
 	var r struct {
 		Epochs []json.RawMessage `json:"epochs"`
 		DSP    struct {
-			Devices   int    `json:"devices"`
-			Hotness   string `json:"hotness"`
-			PerDevice []struct {
+			Devices    int    `json:"devices"`
+			Comm       string `json:"comm"`
+			CommReason string `json:"comm_reason"`
+			Hotness    string `json:"hotness"`
+			PerDevice  []struct {
 				CacheBytes int64 `json:"cache_bytes"`
 			} `json:"per_device"`
 		} `json:"dsp"`
@@ -54,7 +57,8 @@ func TestTrainDevicesCPU(t *testing.T) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Epochs) != 2 || r.DSP.Devices != 2 || r.DSP.Hotness != "pagerank" || len(r.DSP.PerDevice) != 2 {
+	if len(r.Epochs) != 2 || r.DSP.Devices != 2 || r.DSP.Hotness != "pagerank" || len(r.DSP.PerDevice) != 2 ||
+		r.DSP.Comm != "shm" || r.DSP.CommReason != "requested" {
 		t.Fatalf("report: %+v", r.DSP)
 	}
 	for _, d := range r.DSP.PerDevice {
@@ -278,7 +282,13 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		{with(d, "--sampler-workers", "2", "--no-pipeline"), "--sampler-workers: 2 sampler workers need the pipeline"},
 		{with(d, "--shared-stream"), "--shared-stream needs CUDA --devices"},
 		{with(d, "--gpu-sampler", "full"), "--gpu-sampler full needs CUDA --devices"},
-		{with(d, "--comm", "nccl"), "--comm applies to --mode fullgraph only"},
+		{with(d, "--comm", "nccl"), "--comm nccl needs CUDA --devices, not cpu"},
+		{with(d, "--comm", "host"), "--comm host applies to --mode fullgraph"},
+		{with(d, "--comm", "mpi"), `--comm must be one of`},
+		{with(d, "--comm", "shm", "--gpushm-slots", "4"), "--gpushm-slots applies to --comm gpushm, not --comm shm"},
+		{[]string{"--comm", "shm"}, "--comm needs several devices"},
+		{[]string{"--gpushm-slots", "4"}, "--gpushm-slots needs several devices"},
+		{with(fg, "--comm", "tcp"), "--comm tcp applies to sampled mode with --devices"},
 		{with(d, "--masks", "local"), "--masks applies to --mode fullgraph only"},
 		{with(d, "--staleness-eps", "0.1"), "--staleness-eps applies to --mode fullgraph only"},
 		{with(d, "--node-order", "degree"), "--node-order applies to --mode fullgraph only"},

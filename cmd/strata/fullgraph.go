@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commcli"
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/fullgraph"
@@ -32,10 +33,10 @@ type fullGraphFlags struct {
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"Evaluate every N epochs and after the last (every mode)." default:"1" placeholder:"N"`
 	NodeOrder  string   `name:"node-order" help:"fullgraph mode: node order within the devices' blocks: degree (descending in-degree: the most gathered rows stay in the GPU's cache), none, or auto (degree on GPUs, none on CPU devices)." enum:"auto,none,degree" default:"auto"`
-	Comm       string   `help:"fullgraph mode on several GPUs: how embedding blocks, gradient contributions and weight gradients move between the GPUs: nccl, gpushm (GPU shared-memory collectives), host (staged through host memory) or auto (NCCL when it loads, else gpushm; host for CPU devices)." enum:"auto,nccl,gpushm,host" default:"auto"`
+	Comm       string   `help:"several devices: how their collectives move data. Sampled mode with --devices (DSP: the gradient all-reduce and the feature and sampling exchanges): nccl (CUDA devices), gpushm (GPU shared-memory all-reduce; its host pipeline on CPU devices), shm or tcp (host collectives; GPU buffers staged through host memory) or auto (NCCL on CUDA devices, in-process on CPU devices). --mode fullgraph (embedding blocks, gradient contributions and weight gradients between GPUs): nccl, gpushm, host (staged through host memory) or auto (NCCL when it loads, else gpushm; host for CPU devices)." enum:"auto,nccl,gpushm,shm,tcp,host" default:"auto"`
 	PartFile   string   `name:"partition-file" help:"fullgraph mode: use the partition in this file (partition.bin written by 'strata partition' for the same dataset, with as many parts as devices) instead of partitioning." placeholder:"FILE" type:"existingfile"`
 
-	GPUShm commcli.GPUShmFlags `embed:""` // fullgraph mode, --comm gpushm (or auto)
+	GPUShm commcli.GPUShmFlags `embed:""` // --comm gpushm (or auto in fullgraph mode)
 }
 
 // fullGraphMode is --mode fullgraph: whole-graph training on one or more
@@ -62,6 +63,10 @@ func (c *trainCmd) fullGraphConfig(full bool) (fullgraph.Config, error) {
 	}
 	if set := c.DSP.set(); len(set) > 0 {
 		return cfg, refuse(set[0])
+	}
+	switch f.Comm {
+	case comm.KindShm, comm.KindTCP:
+		return cfg, usageError{fmt.Errorf("--comm %s applies to sampled mode with --devices; --mode fullgraph takes auto, nccl, gpushm or host", f.Comm)}
 	}
 	if set := f.GPUShm.Set(); len(set) > 0 && (f.Comm == fullgraph.CommNCCL || f.Comm == fullgraph.CommHost) {
 		return cfg, usageError{fmt.Errorf("--%s applies to --comm gpushm (or auto), not --comm %s", set[0], f.Comm)}
@@ -106,7 +111,8 @@ func setFloat(dst *float64, v *float64) {
 }
 
 // set names the flags of fullGraphFlags that only --mode fullgraph reads,
-// given values other than their defaults.
+// given values other than their defaults (--comm and --gpushm-* are
+// commSet's).
 func (f *fullGraphFlags) set() []string {
 	var out []string
 	add := func(on bool, name string) {
@@ -121,8 +127,17 @@ func (f *fullGraphFlags) set() []string {
 	add(f.StaleGrad, "staleness-gradients")
 	add(f.Masks != "auto", "masks")
 	add(f.NodeOrder != "auto", "node-order")
-	add(f.Comm != "auto", "comm")
 	add(f.PartFile != "", "partition-file")
+	return out
+}
+
+// commSet names --comm and the --gpushm-* flags when given: they apply
+// to several devices (--devices, or --mode fullgraph).
+func (f *fullGraphFlags) commSet() []string {
+	var out []string
+	if f.Comm != "auto" {
+		out = append(out, "comm")
+	}
 	return append(out, f.GPUShm.Set()...)
 }
 

@@ -151,6 +151,9 @@ func (c *trainCmd) Run(e *env) error {
 	if set := c.FullGraph.set(); len(set) > 0 {
 		return usageError{fmt.Errorf("--%s applies to --mode fullgraph only", set[0])}
 	}
+	if set := c.FullGraph.commSet(); len(set) > 0 && c.FullGraph.Devices == "" {
+		return usageError{fmt.Errorf("--%s needs several devices: --devices (or --mode fullgraph)", set[0])}
+	}
 	if set := c.DSP.set(); len(set) > 0 && c.FullGraph.Devices == "" {
 		// The DSP engine's flags on one device: run it as --devices with
 		// the one device of --device (cpu:1 on the CPU).

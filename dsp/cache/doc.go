@@ -39,7 +39,7 @@
 //     request counts (a device with bad input makes every device fail at
 //     once);
 //  3. the IDs go out by one all-to-all-v on the device communicator
-//     (NCCL between GPUs, staged over host communicators on the CPU),
+//     (NCCL between GPUs, in-process on the CPU, or what --comm picks),
 //     each holder gathers the asked rows from its cache (by its slot
 //     table), and the rows come back by a second all-to-all-v, into the
 //     staging buffer after the own rows;

@@ -61,8 +61,8 @@
 // registered Device accepts gets its machines: package
 // internal/cudadsp registers the CUDA ones (csp.cu, layer.cu, walk.cu
 // and gpusample's hop API), and this package never imports it. CPU devices thus run
-// the code GPUs run, with device communicators staged over host ones
-// (comm/staged), and the CPU machine is the reference the kernels are
+// the code GPUs run, with host communicators (one comm.Comm interface
+// for both), and the CPU machine is the reference the kernels are
 // checked against: the tests run every protocol on it, 1-4 ranks with
 // random delays and injected failures, against package sample's
 // single-device samplers (and the tests' plain single-device layer-wise

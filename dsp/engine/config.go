@@ -3,8 +3,11 @@ package engine
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -46,6 +49,9 @@ const (
 	// rank.
 	SamplerFull = "full"
 )
+
+// CommKinds are the values of Config.Comm.
+var CommKinds = []string{comm.KindAuto, comm.KindNCCL, comm.KindGPUShm, comm.KindShm, comm.KindTCP}
 
 // MaxSamplerWorkers bounds Config.SamplerWorkers.
 const MaxSamplerWorkers = 8
@@ -112,6 +118,19 @@ type Config struct {
 	// ends.
 	SyncCollectives bool `json:"sync_collectives"`
 	NoStagePriority bool `json:"no_stage_priority"`
+	// Comm is how the devices' collectives move data (the gradient
+	// all-reduce, the feature rows and the collective sampler's
+	// exchanges): comm.KindAuto (the default: NCCL on CUDA devices,
+	// in-process on other back ends), comm.KindNCCL (CUDA devices),
+	// comm.KindGPUShm (the GPU shared-memory all-reduce, package
+	// comm/gpushm; its host pipeline on CPU back ends), comm.KindShm or
+	// comm.KindTCP (host collectives in this process; GPU buffers staged
+	// through host memory). Headers and control messages always use
+	// in-process communicators. Float sums are added in rank order
+	// (bit-identical across these kinds) except by tcp (ring order) and
+	// NCCL, whose sums differ in the last bits; a resume may use another
+	// kind.
+	Comm string `json:"comm,omitempty"`
 	// Sampler is SamplerCSP (default) or SamplerFull.
 	Sampler string `json:"sampler"`
 	// SharedStream runs a CUDA device's sampler on the trainer's stream
@@ -139,9 +158,9 @@ func Defaults(model string, k int) Config {
 // Options are the run's environment; none of them changes its numbers.
 type Options struct {
 	// Backends are the devices, one per rank: all CUDA devices (GPUs:
-	// device sampling, NCCL) or all of other kinds (CPU back ends, "CPU
-	// virtual devices": the same code, with device communicators staged
-	// over in-process ones). Each device must be its own instance.
+	// device sampling, NCCL by default) or all of other kinds (CPU back
+	// ends, "CPU virtual devices": the same code, with in-process
+	// communicators by default). Each device must be its own instance.
 	Backends []backend.Backend
 	// CheckpointDir, when set, makes device 0 write the run's state to
 	// DIR/checkpoint.strata after every epoch (atomically). An existing
@@ -159,6 +178,10 @@ type Options struct {
 	// Hook is the test seam of package pipeline (stage steps and
 	// collectives).
 	Hook pipeline.Hook
+	// GPUShm tunes the communicators of Config.Comm gpushm (strata
+	// train's --gpushm-* flags); its comm.Options are replaced by
+	// Config.CommTimeout.
+	GPUShm gpushm.Options
 }
 
 // ConfigError reports an invalid field.
@@ -250,6 +273,13 @@ func (c *Config) Normalize() error {
 	if c.WaitTimeout < 0 || c.CommTimeout < 0 {
 		return bad("wait_timeout", "timeouts must be positive")
 	}
+	switch c.Comm {
+	case "":
+		c.Comm = comm.KindAuto
+	case comm.KindAuto, comm.KindNCCL, comm.KindGPUShm, comm.KindShm, comm.KindTCP:
+	default:
+		return bad("comm", "unknown kind %q (want %s)", c.Comm, strings.Join(CommKinds, ", "))
+	}
 	switch c.Sampler {
 	case "":
 		c.Sampler = SamplerCSP
@@ -275,7 +305,8 @@ func (c *Config) Normalize() error {
 // (train.Config.Diff: epochs may differ), the devices, partitioning,
 // sampling scheme and rebalancing. Caches, hotness, queues, buckets, the
 // coordinator, timeouts, the pipeline, the sampler and its workers move
-// work around without changing a number.
+// work around without changing a number; the communication back end
+// (Comm) changes at most the last bits of the gradient sums.
 func (c *Config) Diff(o *Config) string {
 	if d := c.Train.Diff(&o.Train); d != "" {
 		return d

@@ -30,8 +30,9 @@
 //     element), mean all-reduce in buckets of BucketBytes, optimizer
 //     step. Losses stay on the device until the epoch ends.
 //
-// Each stage has its own communicators (a device one: NCCL, or staged
-// over in-process ones on the CPU; and a host one for small headers), and
+// Each stage has its own communicators (one for its data, of the kind
+// Config.Comm picks: NCCL on GPUs and in-process on CPU back ends by
+// default, or gpushm, shm or tcp; and a host one for small headers), and
 // every collective waits for its turn in the launch order of a
 // comm.Coordinator, so stages of different devices never wait for each
 // other's collectives in opposite orders. With NoPipeline the three run

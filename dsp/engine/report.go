@@ -21,10 +21,13 @@ type Report struct {
 
 // Info describes the multi-device setup.
 type Info struct {
-	Devices   int    `json:"devices"`
-	Comm      string `json:"comm"`
-	Scheme    string `json:"scheme"`
-	Partition string `json:"partition"`
+	Devices int `json:"devices"`
+	// Comm is the kind of the devices' communicators (Config.Comm
+	// resolved; "none" on one device) and CommReason why it was chosen.
+	Comm       string `json:"comm"`
+	CommReason string `json:"comm_reason"`
+	Scheme     string `json:"scheme"`
+	Partition  string `json:"partition"`
 	// EdgeCut is the partitioner's count of undirected edges between
 	// patches (-1 when not partitioned); CrossEdges counts in-adjacency
 	// entries whose source another device owns.

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/comm/shm"
 	"github.com/strata-gnn/strata/comm/staged"
+	"github.com/strata-gnn/strata/comm/tcp"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -127,6 +130,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if nCUDA != 0 && nCUDA != k {
 		return nil, &ConfigError{Field: "devices", Msg: "mixes CUDA devices with other back ends"}
 	}
+	if _, _, err := commKind(cfg.Comm, nCUDA == k); err != nil {
+		return nil, err
+	}
 	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
 		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
 	}
@@ -192,13 +198,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := s.openComms(ctx, nCUDA == k); err != nil {
 		return nil, err
 	}
-	s.info = Info{Devices: k, Comm: "none", Scheme: cfg.Scheme, Partition: pd.method, EdgeCut: pd.edgeCut,
+	s.info = Info{Devices: k, Comm: s.info.Comm, CommReason: s.info.CommReason, Scheme: cfg.Scheme, Partition: pd.method, EdgeCut: pd.edgeCut,
 		Book: pd.book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
 		RowNormalized: s.feats.RowNormalized, SparseFeatures: train.MostlyZero(s.x), PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
-	if c := s.dcs[stTrainer]; c != nil {
-		s.info.Comm = c[0].Kind()
-	}
 	sampler := "collective sampling over the device's patch (dsp/csp)"
 	switch {
 	case cfg.Sampler == SamplerFull && nCUDA == k:
@@ -223,7 +226,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			return nil, err
 		}
 	}
-	if s.dcs[stTrainer] != nil && nCUDA == k {
+	if s.dcs[stTrainer] != nil && s.info.Comm == comm.KindNCCL {
 		s.run.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: !cfg.SyncCollectives})
 	}
 
@@ -288,9 +291,9 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 }
 
 // openComms opens the control communicator (coordinator), a host
-// communicator per stage (headers, the replica check) and a device
-// communicator per stage that needs one: NCCL on GPUs (one group per
-// stage), staged over in-process ones otherwise. One device needs none.
+// communicator per stage (headers, the replica check) and a communicator
+// of device buffers per stage that needs one, of the kind Config.Comm
+// picks (commKind). One device needs none.
 func (s *shared) openComms(ctx context.Context, gpus bool) error {
 	cfg := &s.cfg
 	k := cfg.Devices
@@ -311,8 +314,17 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 			return &RunError{Op: "communicators", Err: err}
 		}
 	}
+	kind, why, err := commKind(cfg.Comm, gpus)
+	if err != nil {
+		return err
+	}
+	s.info.Comm, s.info.CommReason = kind, why
 	if k == 1 {
+		s.info.Comm, s.info.CommReason = "none", "one device"
 		return nil
+	}
+	if w := s.opts.Log; w != nil {
+		fmt.Fprintf(w, "communication: %s (%s)\n", kind, why)
 	}
 	need := []int{stTrainer}
 	if cache.Exchanges(s.plan) {
@@ -324,40 +336,84 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		}
 	}
 	for _, st := range need {
-		if gpus {
-			devs := make([]backend.Backend, k)
-			for r, b := range s.opts.Backends {
-				devs[r] = b
-				if w := samplerWorker(st); w >= 0 && s.sdevs != nil {
-					devs[r] = s.sdevs[r][w] // a sampler's collectives go on its stream
-				}
-				if st == stLoader && s.ldevs != nil {
-					devs[r] = s.ldevs[r]
-				}
+		devs := make([]backend.Backend, k)
+		for r, b := range s.opts.Backends {
+			devs[r] = b
+			if w := samplerWorker(st); w >= 0 && s.sdevs != nil {
+				devs[r] = s.sdevs[r][w] // a sampler's collectives go on its stream
 			}
-			// Collectives return once queued (unless SyncCollectives): the trainer's optimizer step
-			// and next batch follow its all-reduce on the stream while the
-			// GPUs reduce (waiting for it left each GPU idle during the
-			// host's launches), and the coordinator's turn ends at the
-			// launch, so one stage's long exchange does not hold back the
-			// others' launches. Results are read through the stage's own
-			// stream (downloads, or fences before a hand-over).
-			no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: !s.cfg.SyncCollectives}
-			if s.dcs[st], err = nccl.OpenLocal(ctx, devs, no); err != nil {
-				return &RunError{Op: "NCCL communicators", Err: err}
+			if st == stLoader && s.ldevs != nil {
+				devs[r] = s.ldevs[r]
 			}
-			continue
 		}
-		hs, err := inproc.New(k, o)
-		if err != nil {
-			return &RunError{Op: "communicators", Err: err}
-		}
-		s.dcs[st] = make([]comm.Comm, k)
-		for r := range k {
-			s.dcs[st][r] = staged.Open(hs[r], s.opts.Backends[r], o)
+		if s.dcs[st], err = s.openGroup(ctx, kind, st, devs, gpus, o); err != nil {
+			return &RunError{Op: kind + " communicators", Err: err}
 		}
 	}
 	return nil
+}
+
+// commKind resolves Config.Comm for the devices (gpus: CUDA devices) and
+// says why.
+func commKind(kind string, gpus bool) (string, string, error) {
+	switch kind {
+	case "", comm.KindAuto:
+		if gpus {
+			return comm.KindNCCL, "auto: NCCL between CUDA devices", nil
+		}
+		return comm.KindInproc, "auto: the devices are goroutines of this process", nil
+	case comm.KindNCCL:
+		if !gpus {
+			return "", "", &ConfigError{Field: "comm", Msg: "nccl needs CUDA devices"}
+		}
+	case comm.KindGPUShm, comm.KindShm, comm.KindTCP:
+	default:
+		return "", "", &ConfigError{Field: "comm", Msg: fmt.Sprintf("unknown kind %q (want %s)", kind, strings.Join(CommKinds, ", "))}
+	}
+	return kind, "requested", nil
+}
+
+// openGroup opens the communicators of stage st on devs, one rank each
+// (gpus: CUDA devices). The host kinds (inproc, shm, tcp) take CPU
+// buffers as they are and stage GPU buffers through host memory
+// (comm/staged).
+func (s *shared) openGroup(ctx context.Context, kind string, st int, devs []backend.Backend, gpus bool, o comm.Options) ([]comm.Comm, error) {
+	k := len(devs)
+	var hs []comm.Comm
+	var err error
+	switch kind {
+	case comm.KindNCCL:
+		// Collectives return once queued (unless SyncCollectives): the
+		// trainer's optimizer step and next batch follow its all-reduce
+		// on the stream while the GPUs reduce (waiting for it left each
+		// GPU idle during the host's launches), and the coordinator's
+		// turn ends at the launch, so one stage's long exchange does not
+		// hold back the others' launches. Results are read through the
+		// stage's own stream (downloads, or fences before a hand-over).
+		no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: !s.cfg.SyncCollectives}
+		return nccl.OpenLocal(ctx, devs, no)
+	case comm.KindGPUShm:
+		g := s.opts.GPUShm
+		g.Options = o
+		return gpushm.NewLocal(devs, g)
+	case comm.KindShm:
+		hs, err = shm.NewLocal(k, shm.Options{Options: o})
+	case comm.KindTCP:
+		hs, err = tcp.NewLocal(k, tcp.Options{Options: o})
+	default:
+		hs, err = inproc.New(k, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !gpus {
+		return hs, nil // CPU buffers are host memory
+	}
+	cs := make([]comm.Comm, k)
+	for r, h := range hs {
+		cs[r] = staged.Open(h, devs[r], o)
+	}
+	return cs, nil
 }
 
 func (s *shared) closeCoordinators() {
