@@ -70,3 +70,40 @@ func TestCommKindErrors(t *testing.T) {
 		t.Fatalf("one device: %q (%q)", rep.DSP.Comm, rep.DSP.CommReason)
 	}
 }
+
+// TestGPUCommKinds: on two GPUs every --comm kind (NCCL by default,
+// gpushm, and shm and tcp staging the GPU buffers through host memory)
+// trains to the losses of the CPU devices' run within the tolerance of
+// TestGPUMatchesCPU, with the feature exchange on, and the report names
+// the kind.
+func TestGPUCommKinds(t *testing.T) {
+	bs := gpus(t, 2)
+	cfg := small(2, 2)
+	cfg.CacheBytes = 300 * 16 * 4
+	want := losses(run(t, cfg, Options{}))
+	for _, kind := range []string{comm.KindAuto, comm.KindGPUShm, comm.KindShm, comm.KindTCP} {
+		c := cfg
+		c.Comm = kind
+		got := run(t, c, Options{Backends: bs})
+		wantKind := kind
+		if kind == comm.KindAuto {
+			wantKind = comm.KindNCCL
+		}
+		if got.DSP.Comm != wantKind {
+			t.Fatalf("--comm %s: the report says %q, want %q", kind, got.DSP.Comm, wantKind)
+		}
+		gl := losses(got)
+		if len(gl) != len(want) || len(want) == 0 {
+			t.Fatalf("--comm %s: %d losses, want %d", kind, len(gl), len(want))
+		}
+		worst := 0.0
+		for i := range want {
+			worst = max(worst, math.Abs(gl[i]-want[i])/math.Abs(want[i]))
+		}
+		t.Logf("--comm %s (%s): largest relative difference to the CPU %.2e", kind, got.DSP.CommReason, worst)
+		if worst > 1e-3 || !got.Run.ReplicasEqual || !got.Run.Exchange {
+			t.Fatalf("--comm %s: losses differ from the CPU run by up to %.2e relative; replicas equal %v, exchange %v",
+				kind, worst, got.Run.ReplicasEqual, got.Run.Exchange)
+		}
+	}
+}
