@@ -8,10 +8,12 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// Transport is what a back end implements; New adds validation, numbering,
-// deadlines, debug checks and error reporting on top. The front end calls
-// Run for one collective at a time, with Size() >= 2 (a group of one is
-// handled without the transport) and arguments already validated.
+// Transport is what a host back end implements (a device back end
+// implements DeviceTransport); New adds validation, numbering, deadlines,
+// debug checks and error reporting on top, and hands the transport byte
+// views of the callers' CPU buffers. The front end calls Run for one
+// collective at a time, with Size() >= 2 (a group of one is handled
+// without the transport) and arguments already validated.
 type Transport interface {
 	// Kind names the back end ("inproc", "shm", "tcp").
 	Kind() string
