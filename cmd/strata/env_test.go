@@ -79,8 +79,8 @@ func TestTF32Flag(t *testing.T) {
 
 // TestGPUShmFlags: the --gpushm-* flags reach gpushm.Options (below them,
 // STRATA_GPUSHM_* for the fields they leave unset), are checked (exit 2
-// naming the flag or the variable) and apply to fullgraph mode with
-// --comm gpushm or auto only.
+// naming the flag or the variable) and apply to several devices with
+// --comm gpushm (fullgraph mode: or auto) only.
 func TestGPUShmFlags(t *testing.T) {
 	clearRunEnv(t)
 	t.Setenv(gpushm.EnvWorkers, "3")
@@ -98,8 +98,9 @@ func TestGPUShmFlags(t *testing.T) {
 		{[]string{"--mode", "fullgraph", "--devices", "cpu:2", "--gpushm-slots", "1"}, "--gpushm-slots 1"},
 		{[]string{"--mode", "fullgraph", "--devices", "cpu:2", "--gpushm-idle", "nap"}, "--gpushm-idle"},
 		{[]string{"--mode", "fullgraph", "--devices", "cpu:2", "--comm", "host", "--gpushm-slots", "4"}, "--comm gpushm"},
-		{[]string{"--gpushm-async"}, "--gpushm-async applies to --mode fullgraph only"},
-		{[]string{"--devices", "cpu:2", "--gpushm-workers", "2"}, "--gpushm-workers applies to --mode fullgraph only"},
+		{[]string{"--gpushm-async"}, "--gpushm-async needs several devices"},
+		{[]string{"--devices", "cpu:2", "--gpushm-workers", "2"}, "--gpushm-workers applies to --comm gpushm, not --comm auto"},
+		{[]string{"--devices", "cpu:2", "--comm", "gpushm", "--gpushm-slots", "1"}, "--gpushm-slots 1"},
 	} {
 		code, _, errOut := strata(t, append([]string{"--quiet", "train", "--epochs", "1"}, tc.args...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
