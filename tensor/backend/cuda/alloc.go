@@ -33,11 +33,23 @@ func (e *OOMError) Unwrap() error { return e.Err }
 // allocation 512-byte aligned for vector loads.
 const minBlock = 512
 
+// largeBlock is where size classes stop: larger blocks (feature tables,
+// graph arrays: a few per run, each up to tens of GB) are rounded to
+// largeStep only, since a 20% class step would waste gigabytes there.
+const (
+	largeBlock = 64 << 20
+	largeStep  = 2 << 20
+)
+
 // classSize rounds n up to its size class: 512 bytes, then four classes
-// per power of two (x1, x1.25, x1.5, x1.75), so a block wastes at most 20%.
+// per power of two (x1, x1.25, x1.5, x1.75), so a block wastes at most 20%;
+// above largeBlock, a multiple of largeStep.
 func classSize(n uint64) uint64 {
 	if n <= minBlock {
 		return minBlock
+	}
+	if n > largeBlock {
+		return (n + largeStep - 1) / largeStep * largeStep
 	}
 	p := uint64(1) << (63 - bits.LeadingZeros64(n)) // largest power of two <= n
 	if p == n {

@@ -58,15 +58,15 @@ extern "C" __global__ void c (int x) {}`
 }
 
 func TestClassSize(t *testing.T) {
-	cases := map[uint64]uint64{1: 512, 512: 512, 513: 1024, 4096: 4096, 4097: 5120, 5121: 6144, 7169: 8192, 1 << 30: 1 << 30, 1<<30 + 1: 1<<30 + 1<<28}
+	cases := map[uint64]uint64{1: 512, 512: 512, 513: 1024, 4096: 4096, 4097: 5120, 5121: 6144, 7169: 8192, 64 << 20: 64 << 20, 64<<20 + 1: 66 << 20, 1 << 30: 1 << 30, 1<<30 + 1: 1<<30 + 2<<20, 80<<30 - 1: 80 << 30}
 	for n, want := range cases {
 		if got := classSize(n); got != want {
 			t.Errorf("classSize(%d) = %d, want %d", n, got, want)
 		}
 	}
-	for n := uint64(1); n < 1<<22; n = n*3/2 + 7 {
+	for n := uint64(1); n < 1<<36; n = n*3/2 + 7 {
 		c := classSize(n)
-		if c < n || c%512 != 0 || (n > 4096 && float64(c) > 1.25*float64(n)+512) {
+		if c < n || c%512 != 0 || (n > 4096 && float64(c) > 1.25*float64(n)+512) || (n > largeBlock && c-n >= largeStep) {
 			t.Fatalf("classSize(%d) = %d", n, c)
 		}
 	}
