@@ -1,0 +1,150 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/serve/servepb"
+)
+
+// ClientOptions configure Dial.
+type ClientOptions struct {
+	TLS          *tls.Config // mutual TLS (auth.MutualTLS); nil: plain
+	Secret       []byte      // sent with every request when set
+	MaxRecvBytes int         // largest reply accepted (default DefaultMaxSendBytes)
+	MaxSendBytes int         // largest request sent (default DefaultMaxRecvBytes)
+	Timeout      time.Duration
+	// WindowBytes is the receive window of a stream and of the
+	// connection (default DefaultWindowBytes; fixed, no growth).
+	WindowBytes int32
+}
+
+// Client is a connection to a `strata serve`; its errors name the server.
+type Client struct {
+	Addr    string
+	conn    *grpc.ClientConn
+	c       servepb.SamplerClient
+	secret  string
+	timeout time.Duration
+}
+
+// Dial connects to a server at addr ("HOST:PORT" or "unix:PATH"); the
+// connection is made lazily, by the first request.
+func Dial(addr string, opt ClientOptions) (*Client, error) {
+	if opt.MaxRecvBytes == 0 {
+		opt.MaxRecvBytes = DefaultMaxSendBytes
+	}
+	if opt.MaxSendBytes == 0 {
+		opt.MaxSendBytes = DefaultMaxRecvBytes
+	}
+	if opt.WindowBytes == 0 {
+		opt.WindowBytes = DefaultWindowBytes
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = 30 * time.Second
+	}
+	creds := insecure.NewCredentials()
+	if opt.TLS != nil {
+		creds = credentials.NewTLS(opt.TLS)
+	}
+	target := addr
+	if p, ok := UnixPath(addr); ok {
+		target = "unix://" + p
+	} else {
+		target = "passthrough:///" + addr
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opt.MaxRecvBytes), grpc.MaxCallSendMsgSize(opt.MaxSendBytes)),
+		grpc.WithInitialWindowSize(opt.WindowBytes), grpc.WithInitialConnWindowSize(opt.WindowBytes))
+	if err != nil {
+		return nil, fmt.Errorf("serve: server %s: %w", addr, err)
+	}
+	return &Client{Addr: addr, conn: conn, c: servepb.NewSamplerClient(conn), secret: string(opt.Secret), timeout: opt.Timeout}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+func (c *Client) ctx(parent context.Context) context.Context {
+	if c.secret != "" {
+		parent = metadata.AppendToOutgoingContext(parent, SecretMetadata, c.secret)
+	}
+	return parent
+}
+
+func (c *Client) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("serve: server %s: %w", c.Addr, err)
+}
+
+// Info asks for the server's description, within the client's timeout.
+func (c *Client) Info(ctx context.Context) (*servepb.InfoReply, error) {
+	ctx, cancel := context.WithTimeout(c.ctx(ctx), c.timeout)
+	defer cancel()
+	r, err := c.c.Info(ctx, &servepb.InfoRequest{ProtocolVersion: ProtocolVersion})
+	return r, c.wrap(err)
+}
+
+// Features looks up feature rows and/or labels of ids.
+func (c *Client) Features(ctx context.Context, ids []graph.NodeID, x, y bool) (*servepb.FeaturesReply, error) {
+	ctx, cancel := context.WithTimeout(c.ctx(ctx), c.timeout)
+	defer cancel()
+	r, err := c.c.Features(ctx, &servepb.FeaturesRequest{ProtocolVersion: ProtocolVersion,
+		Ids: Int32Tensor(ids, int64(len(ids))), Features: x, Labels: y})
+	return r, c.wrap(err)
+}
+
+// Sample opens a stream of batches; req.ProtocolVersion is filled in.
+// Each Recv waits at most the client's timeout (an idle-stream deadline:
+// the stream is cancelled and Recv fails naming the server).
+func (c *Client) Sample(ctx context.Context, req *servepb.SampleRequest) (*BatchStream, error) {
+	ctx, cancel := context.WithCancel(c.ctx(ctx))
+	req.ProtocolVersion = ProtocolVersion
+	s, err := c.c.Sample(ctx, req)
+	if err != nil {
+		cancel()
+		return nil, c.wrap(err)
+	}
+	return &BatchStream{c: c, s: s, cancel: cancel}, nil
+}
+
+// BatchStream is an open Sample stream.
+type BatchStream struct {
+	c      *Client
+	s      grpc.ServerStreamingClient[servepb.Batch]
+	cancel context.CancelFunc
+}
+
+// ErrIdle is wrapped by Recv's error when no batch came within the
+// client's timeout.
+var ErrIdle = errors.New("no batch within the timeout")
+
+// Recv returns the next batch, io.EOF after the last.
+func (b *BatchStream) Recv() (*servepb.Batch, error) {
+	t := time.AfterFunc(b.c.timeout, b.cancel)
+	m, err := b.s.Recv()
+	if !t.Stop() && err != nil {
+		return nil, b.c.wrap(fmt.Errorf("%w (%v): %v", ErrIdle, b.c.timeout, err))
+	}
+	if err == io.EOF {
+		b.cancel()
+		return nil, io.EOF
+	}
+	return m, b.c.wrap(err)
+}
+
+// Close cancels the stream.
+func (b *BatchStream) Close() { b.cancel() }

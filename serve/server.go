@@ -1,0 +1,807 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/serve/servepb"
+)
+
+// ProtocolVersion is the protocol version of servepb this server speaks.
+const ProtocolVersion = uint32(servepb.ProtocolVersion_PROTOCOL_VERSION_CURRENT)
+
+// SecretMetadata is the metadata key that carries the shared secret.
+const SecretMetadata = "strata-secret"
+
+// Limits on request fields that are not derived from the dataset.
+const (
+	MaxHops      = 16
+	MaxFanout    = 1 << 20
+	MaxWorld     = 1 << 16
+	MaxBatchSize = 1 << 22
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxSendBytes = 512 << 20
+	DefaultMaxRecvBytes = 64 << 20
+	DefaultPrefetch     = 4
+	DefaultMaxPrefetch  = 64
+	DefaultMaxWorkers   = 64
+	DefaultMaxStreams   = 256
+	DefaultMaxSamplers  = 8
+	// DefaultWindowBytes is the initial HTTP/2 flow-control window of a
+	// stream and of a connection (it disables gRPC's window growth, so a
+	// stream's bytes in flight stay bounded).
+	DefaultWindowBytes = 8 << 20
+)
+
+// Options configure a Server. Dataset is required; zero values of the
+// others take the defaults above.
+type Options struct {
+	Dataset *dataset.Dataset
+	// In is the in-adjacency to sample (nil: Dataset.InGraph()).
+	In *graph.CSR
+	// NewSamplers makes the samplers of one fanout list, one per device
+	// (batch i of a stream uses sampler i mod len); nil samples on the CPU
+	// with a sample.NeighborSampler. A sampler that implements
+	// sample.HopSampler is used through SampleFrontier, any other through
+	// its MiniBatches (FromMiniBatch). Samplers that implement io.Closer
+	// are closed by Stop and Drain.
+	NewSamplers func(fanouts []int, replace bool) ([]sample.Sampler, error)
+	// Device names where sampling runs, for Info ("cpu" if empty).
+	Device string
+
+	MaxSendBytes int // largest reply message
+	MaxRecvBytes int // largest request message
+	Workers      int // batches a stream samples at once unless the request says (default 1)
+	MaxWorkers   int
+	Prefetch     int // batches a stream keeps ready unless the request says
+	MaxPrefetch  int
+	MaxStreams   int // Sample streams open at once
+	MaxSamplers  int // distinct (fanouts, replace) configurations kept
+	WindowBytes  int32
+
+	// Secret, when set, must come with every request (SecretMetadata).
+	Secret []byte
+	// TLS, when set, is the server side of mutual TLS (auth.MutualTLS).
+	TLS *tls.Config
+	// Metrics receives the server's series (nil: NewMetrics()).
+	Metrics *Metrics
+}
+
+// Server is a sampling and feature server. Create it with New, run it
+// with Serve, stop it with Drain or Stop.
+type Server struct {
+	servepb.UnimplementedSamplerServer
+	opt     Options
+	ds      *dataset.Dataset
+	in      *graph.CSR
+	n       int64
+	grpc    *grpc.Server
+	health  *health.Server
+	metrics *Metrics
+
+	mu       sync.Mutex
+	samplers map[string]*samplerSet
+	order    []string // configurations in creation order
+	closed   bool
+
+	relabelers sync.Pool
+	streams    atomic.Int64
+	stats      statCounters
+	active     sync.Map // *stream -> struct{}: the streams running now
+}
+
+// samplerSet is the samplers of one configuration, one per device.
+type samplerSet struct {
+	s   []sample.Sampler
+	hop []sample.HopSampler // nil entries: not hop samplers
+}
+
+type statCounters struct {
+	produced, sent, queued atomic.Int64
+}
+
+// Stats are counters of a server's Sample streams, for tests and logs.
+type Stats struct {
+	Produced int64 // batches sampled and encoded
+	Sent     int64 // batches handed to gRPC
+	Queued   int64 // sampled, waiting to be sent
+	Blocked  int64 // streams waiting for their client to read
+	Streams  int64 // open Sample streams
+}
+
+// Stats returns the current counters.
+func (s *Server) Stats() Stats {
+	return Stats{Produced: s.stats.produced.Load(), Sent: s.stats.sent.Load(), Queued: s.stats.queued.Load(),
+		Blocked: s.blocked(), Streams: s.streams.Load()}
+}
+
+// blocked counts the streams whose sender waits in gRPC's Send while
+// every slot of their queue is taken: sampling waits for the client.
+func (s *Server) blocked() int64 {
+	var n int64
+	s.active.Range(func(k, _ any) bool {
+		st := k.(*stream)
+		if st.inSend.Load() && len(st.slots) == cap(st.slots) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// New checks opt and builds the server (not yet listening).
+func New(opt Options) (*Server, error) {
+	if opt.Dataset == nil || opt.Dataset.Graph == nil {
+		return nil, errors.New("serve: no dataset")
+	}
+	ds := opt.Dataset
+	in := opt.In
+	if in == nil {
+		var err error
+		if in, err = ds.InAdjacency(); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	if in.NumRows != ds.NumNodes() || in.NumCols != in.NumRows {
+		return nil, fmt.Errorf("serve: in-adjacency is %d x %d for %d nodes", in.NumRows, in.NumCols, ds.NumNodes())
+	}
+	def := func(p *int, d int, name string) error {
+		if *p < 0 {
+			return fmt.Errorf("serve: %s %d < 0", name, *p)
+		}
+		if *p == 0 {
+			*p = d
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		p    *int
+		d    int
+		name string
+	}{
+		{&opt.MaxSendBytes, DefaultMaxSendBytes, "MaxSendBytes"}, {&opt.MaxRecvBytes, DefaultMaxRecvBytes, "MaxRecvBytes"},
+		{&opt.Workers, 1, "Workers"}, {&opt.MaxWorkers, DefaultMaxWorkers, "MaxWorkers"},
+		{&opt.Prefetch, DefaultPrefetch, "Prefetch"}, {&opt.MaxPrefetch, DefaultMaxPrefetch, "MaxPrefetch"},
+		{&opt.MaxStreams, DefaultMaxStreams, "MaxStreams"}, {&opt.MaxSamplers, DefaultMaxSamplers, "MaxSamplers"},
+	} {
+		if err := def(c.p, c.d, c.name); err != nil {
+			return nil, err
+		}
+	}
+	if opt.MaxRecvBytes < 4096 || opt.MaxSendBytes < 4096 {
+		return nil, fmt.Errorf("serve: message limits %d (send) and %d (receive) bytes: at least 4096", opt.MaxSendBytes, opt.MaxRecvBytes)
+	}
+	if opt.Workers > opt.MaxWorkers || opt.Prefetch > opt.MaxPrefetch {
+		return nil, fmt.Errorf("serve: default workers %d and prefetch %d exceed their maxima %d and %d", opt.Workers, opt.Prefetch, opt.MaxWorkers, opt.MaxPrefetch)
+	}
+	if opt.WindowBytes == 0 {
+		opt.WindowBytes = DefaultWindowBytes
+	}
+	if opt.WindowBytes < 64<<10 {
+		return nil, fmt.Errorf("serve: window %d bytes: at least 64 KiB", opt.WindowBytes)
+	}
+	if opt.Device == "" {
+		opt.Device = "cpu"
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = NewMetrics()
+	}
+	s := &Server{opt: opt, ds: ds, in: in, n: ds.NumNodes(), metrics: opt.Metrics, samplers: map[string]*samplerSet{}}
+	s.relabelers.New = func() any { return NewRelabeler(s.n) }
+	s.metrics.watch(s)
+	sopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(opt.MaxRecvBytes),
+		grpc.MaxSendMsgSize(opt.MaxSendBytes),
+		grpc.InitialWindowSize(opt.WindowBytes),
+		grpc.InitialConnWindowSize(opt.WindowBytes),
+		// Dead peers (a client killed without closing its connection) are
+		// found by pings; a client may ping every 10 s.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := s.authorize(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+	if opt.TLS != nil {
+		cfg := opt.TLS.Clone()
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	s.grpc = grpc.NewServer(sopts...)
+	servepb.RegisterSamplerServer(s.grpc, s)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(servepb.Sampler_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// authorize checks the shared secret of a request (the health service
+// needs none: it tells nothing about the data).
+func (s *Server) authorize(ctx context.Context, method string) error {
+	if len(s.opt.Secret) == 0 || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	got := md.Get(SecretMetadata)
+	if len(got) == 1 && secretEqual([]byte(got[0]), s.opt.Secret) {
+		return nil
+	}
+	s.metrics.failed(method, codes.Unauthenticated)
+	return status.Error(codes.Unauthenticated, "serve: missing or wrong shared secret (the "+SecretMetadata+" metadata must equal the server's secret)")
+}
+
+// secretEqual compares in time independent of where the inputs differ
+// and of their lengths.
+func secretEqual(a, b []byte) bool {
+	ha, hb := sha256.Sum256(a), sha256.Sum256(b)
+	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+// Serve accepts connections on ln until Stop or Drain; it returns nil
+// after those.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Drain stops the server gracefully: the health service reports
+// NOT_SERVING, no new connections or requests are accepted, and running
+// requests may finish for up to timeout; then the rest are cut (clients
+// see UNAVAILABLE) and the samplers are closed. It reports whether every
+// request finished in time.
+func (s *Server) Drain(timeout time.Duration) bool {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	clean := true
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		clean = false
+		s.grpc.Stop()
+		<-done
+	}
+	s.closeSamplers()
+	return clean
+}
+
+// Stop cuts every connection and request at once and closes the samplers.
+func (s *Server) Stop() {
+	s.health.Shutdown()
+	s.grpc.Stop()
+	s.closeSamplers()
+}
+
+func (s *Server) closeSamplers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for _, k := range s.order {
+		for _, sm := range s.samplers[k].s {
+			if c, ok := sm.(io.Closer); ok {
+				c.Close()
+			}
+		}
+	}
+	s.samplers = nil
+}
+
+// samplersFor returns (making them the first time) the samplers of one
+// configuration. At most MaxSamplers configurations are kept: the oldest
+// is dropped (not closed: streams may still use it) when a new one comes,
+// except that samplers that must be closed are never dropped, and a new
+// configuration is then refused.
+func (s *Server) samplersFor(fanouts []int, replace bool) (*samplerSet, error) {
+	key := fmt.Sprint(fanouts, replace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, status.Error(codes.Unavailable, "serve: the server is stopping")
+	}
+	if set, ok := s.samplers[key]; ok {
+		return set, nil
+	}
+	if len(s.order) >= s.opt.MaxSamplers {
+		old := s.samplers[s.order[0]]
+		for _, sm := range old.s {
+			if _, ok := sm.(io.Closer); ok {
+				return nil, reqErr(ErrTooLarge, "fanouts", -1, "the server keeps samplers for %d configurations of fanouts and replace, all in use (--max-samplers)", s.opt.MaxSamplers)
+			}
+		}
+		delete(s.samplers, s.order[0])
+		s.order = s.order[1:]
+	}
+	var list []sample.Sampler
+	if s.opt.NewSamplers == nil {
+		ns, err := sample.NewNeighborSampler(s.in, sample.Config{Fanouts: fanouts, Replace: replace})
+		if err != nil {
+			return nil, reqErr(ErrInvalid, "fanouts", -1, "%v", err)
+		}
+		list = []sample.Sampler{ns}
+	} else {
+		var err error
+		if list, err = s.opt.NewSamplers(slices.Clone(fanouts), replace); err != nil {
+			return nil, err
+		}
+		if len(list) == 0 {
+			return nil, errors.New("serve: NewSamplers returned no sampler")
+		}
+	}
+	set := &samplerSet{s: list, hop: make([]sample.HopSampler, len(list))}
+	for i, sm := range list {
+		if h, ok := sm.(sample.HopSampler); ok && h.NumHops() == len(fanouts) && h.NumNodes() == s.n {
+			set.hop[i] = h
+		}
+	}
+	s.samplers[key] = set
+	s.order = append(s.order, key)
+	return set, nil
+}
+
+// Info describes the dataset and the server's limits.
+func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.InfoReply, error) {
+	if err := checkVersion(req.GetProtocolVersion()); err != nil {
+		s.metrics.failed("Info", codes.FailedPrecondition)
+		return nil, grpcError(err)
+	}
+	ds := s.ds
+	return &servepb.InfoReply{
+		ProtocolVersion: ProtocolVersion, ServerVersion: Version, Dataset: ds.Name,
+		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(featDim(ds)), NumClasses: int64(numClasses(ds)),
+		NumTrain: int64(len(ds.Train)), NumVal: int64(len(ds.Val)), NumTest: int64(len(ds.Test)),
+		Directed: ds.Directed, MaxSendBytes: int64(s.opt.MaxSendBytes), MaxRecvBytes: int64(s.opt.MaxRecvBytes),
+		Device: s.opt.Device,
+	}, nil
+}
+
+// Version is the server version Info reports (cmd/strata sets Strata's).
+var Version = "dev"
+
+func featDim(ds *dataset.Dataset) int {
+	if ds.Features == nil {
+		return 0
+	}
+	return ds.FeatDim
+}
+
+func numClasses(ds *dataset.Dataset) int {
+	if ds.Labels == nil {
+		return 0
+	}
+	return ds.NumClasses
+}
+
+func checkVersion(v uint32) error {
+	if v != ProtocolVersion {
+		return reqErr(ErrVersion, "protocol_version", -1, "the client speaks protocol %d, this server %d (update the client or the server so that they match)", v, ProtocolVersion)
+	}
+	return nil
+}
+
+// Features returns rows of the features and labels.
+func (s *Server) Features(ctx context.Context, req *servepb.FeaturesRequest) (*servepb.FeaturesReply, error) {
+	rep, err := s.features(req)
+	if err != nil {
+		err = grpcError(err)
+		s.metrics.failed("Features", status.Code(err))
+		return nil, err
+	}
+	s.metrics.bytes.WithLabelValues("Features").Add(float64(proto.Size(rep)))
+	return rep, nil
+}
+
+func (s *Server) features(req *servepb.FeaturesRequest) (*servepb.FeaturesReply, error) {
+	if err := checkVersion(req.GetProtocolVersion()); err != nil {
+		return nil, err
+	}
+	if !req.Features && !req.Labels {
+		return nil, reqErr(ErrInvalid, "features", -1, "asks for neither features nor labels")
+	}
+	if req.Features && s.ds.Features == nil {
+		return nil, reqErr(ErrUnavailable, "features", -1, "the dataset %q has no node features", s.ds.Name)
+	}
+	if req.Labels && s.ds.Labels == nil {
+		return nil, reqErr(ErrUnavailable, "labels", -1, "the dataset %q has no labels", s.ds.Name)
+	}
+	row := 0
+	if req.Features {
+		row += 4 * featDim(s.ds)
+	}
+	if req.Labels {
+		row += 4
+	}
+	// The reply must fit: bound the rows before reading the IDs.
+	maxRows := (s.opt.MaxSendBytes - 256) / row
+	ids, err := DecodeIDs(req.Ids, "ids", s.n, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	rep := &servepb.FeaturesReply{}
+	if req.Features {
+		rep.X = gatherRows(s.ds.Features, s.ds.FeatDim, ids)
+	}
+	if req.Labels {
+		rep.Y = gatherLabels(s.ds.Labels, ids)
+	}
+	s.metrics.featureRows.Add(float64(len(ids)))
+	return rep, nil
+}
+
+// seedsOf returns the request's seed set.
+func (s *Server) seedsOf(req *servepb.SampleRequest) ([]graph.NodeID, error) {
+	if req.Seeds != nil {
+		if req.Split != servepb.Split_SPLIT_UNSPECIFIED {
+			return nil, reqErr(ErrInvalid, "split", -1, "%s given with seeds: give one of them", req.Split)
+		}
+		ids, err := DecodeIDs(req.Seeds, "seeds", s.n, int(min(s.n, math.MaxInt32)))
+		if err != nil {
+			return nil, err
+		}
+		// Seeds must be distinct (PyG's batches, and ours, need it).
+		seen := make([]uint64, (s.n+63)/64)
+		for i, v := range ids {
+			if seen[v/64]&(1<<(v%64)) != 0 {
+				return nil, reqErr(ErrInvalid, "seeds", i, "node %d appears twice (seeds must be distinct)", v)
+			}
+			seen[v/64] |= 1 << (v % 64)
+		}
+		return ids, nil
+	}
+	var ids []int32
+	switch req.Split {
+	case servepb.Split_SPLIT_TRAIN:
+		ids = s.ds.Train
+	case servepb.Split_SPLIT_VAL:
+		ids = s.ds.Val
+	case servepb.Split_SPLIT_TEST:
+		ids = s.ds.Test
+	case servepb.Split_SPLIT_ALL:
+		all := make([]graph.NodeID, s.n)
+		for i := range all {
+			all[i] = graph.NodeID(i)
+		}
+		return all, nil
+	case servepb.Split_SPLIT_UNSPECIFIED:
+		return nil, reqErr(ErrInvalid, "seeds", -1, "neither seeds nor a split given")
+	default:
+		return nil, reqErr(ErrInvalid, "split", -1, "unknown split %d", int32(req.Split))
+	}
+	if ids == nil {
+		return nil, reqErr(ErrUnavailable, "split", -1, "the dataset %q has no %s split", s.ds.Name, req.Split)
+	}
+	return ids, nil
+}
+
+// stream is one Sample request being served.
+type stream struct {
+	s        *Server
+	req      *servepb.SampleRequest
+	set      *samplerSet
+	seeds    []graph.NodeID
+	order    []int32 // positions in seeds, this rank's epoch
+	epoch    Epoch
+	jobs     []int // batch indices this part serves
+	nb       int   // batches in the rank's epoch
+	withX    bool
+	withY    bool
+	workers  int
+	prefetch int
+	slots    chan struct{} // one per batch sampled ahead of gRPC
+	inSend   atomic.Bool   // the sender is in gRPC's Send
+}
+
+// check validates a SampleRequest and prepares its stream.
+func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
+	if err := checkVersion(req.GetProtocolVersion()); err != nil {
+		return nil, err
+	}
+	if req.BatchSize == 0 || req.BatchSize > MaxBatchSize {
+		return nil, reqErr(ErrInvalid, "batch_size", -1, "%d: want 1..%d", req.BatchSize, MaxBatchSize)
+	}
+	if len(req.Fanouts) == 0 || len(req.Fanouts) > MaxHops {
+		return nil, reqErr(ErrInvalid, "fanouts", -1, "%d hops: want 1..%d", len(req.Fanouts), MaxHops)
+	}
+	fanouts := make([]int, len(req.Fanouts))
+	for i, f := range req.Fanouts {
+		if f != -1 && (f <= 0 || f > MaxFanout) {
+			return nil, reqErr(ErrInvalid, "fanouts", i, "%d: want -1 (all neighbors) or 1..%d", f, MaxFanout)
+		}
+		fanouts[i] = int(f)
+	}
+	world, parts := max(int(req.WorldSize), 1), max(int(req.NumParts), 1)
+	if world > MaxWorld || int(req.Rank) >= world {
+		return nil, reqErr(ErrInvalid, "rank", -1, "rank %d of world_size %d: want rank < world_size <= %d", req.Rank, world, MaxWorld)
+	}
+	if parts > MaxWorld || int(req.Part) >= parts {
+		return nil, reqErr(ErrInvalid, "part", -1, "part %d of num_parts %d: want part < num_parts <= %d", req.Part, parts, MaxWorld)
+	}
+	if req.Epoch > math.MaxInt32 {
+		return nil, reqErr(ErrInvalid, "epoch", -1, "%d: at most 2^31-1", req.Epoch)
+	}
+	workers, prefetch := int(req.Workers), int(req.Prefetch)
+	if workers == 0 {
+		workers = s.opt.Workers
+	}
+	if prefetch == 0 {
+		prefetch = s.opt.Prefetch
+	}
+	if workers > s.opt.MaxWorkers {
+		return nil, reqErr(ErrInvalid, "workers", -1, "%d: this server allows at most %d", workers, s.opt.MaxWorkers)
+	}
+	if prefetch > s.opt.MaxPrefetch {
+		return nil, reqErr(ErrInvalid, "prefetch", -1, "%d: this server allows at most %d", prefetch, s.opt.MaxPrefetch)
+	}
+	if req.WithFeatures && s.ds.Features == nil {
+		return nil, reqErr(ErrUnavailable, "with_features", -1, "the dataset %q has no node features", s.ds.Name)
+	}
+	if req.WithLabels && s.ds.Labels == nil {
+		return nil, reqErr(ErrUnavailable, "with_labels", -1, "the dataset %q has no labels", s.ds.Name)
+	}
+	seeds, err := s.seedsOf(req)
+	if err != nil {
+		return nil, err
+	}
+	e := Epoch{BatchSize: int(req.BatchSize), Shuffle: req.Shuffle, Seed: req.Seed, Epoch: int(req.Epoch),
+		DropLast: req.DropLast, Rank: int(req.Rank), World: world}
+	order, err := Plan(len(seeds), e)
+	if err != nil {
+		return nil, err
+	}
+	nb := NumBatches(len(seeds), e.BatchSize, world, e.DropLast)
+	st := &stream{s: s, req: req, seeds: seeds, order: order, epoch: e, nb: nb, withX: req.WithFeatures, withY: req.WithLabels,
+		workers: workers, prefetch: max(prefetch, workers)}
+	for i := int(req.Part); i < nb; i += parts {
+		st.jobs = append(st.jobs, i)
+	}
+	if st.set, err = s.samplersFor(fanouts, req.Replace); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Sample streams the batches of one epoch (see SampleRequest).
+func (s *Server) Sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleServer) error {
+	err := s.sample(req, ss)
+	if err != nil {
+		err = grpcError(err)
+		s.metrics.failed("Sample", status.Code(err))
+	}
+	return err
+}
+
+func (s *Server) sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleServer) error {
+	if n := s.streams.Add(1); n > int64(s.opt.MaxStreams) {
+		s.streams.Add(-1)
+		return status.Errorf(codes.ResourceExhausted, "serve: %d Sample streams are open, the most this server allows (--max-streams)", s.opt.MaxStreams)
+	}
+	s.metrics.streams.Inc()
+	defer func() {
+		s.streams.Add(-1)
+		s.metrics.streams.Dec()
+	}()
+	st, err := s.prepare(req)
+	if err != nil {
+		return err
+	}
+	return st.run(ss.Context(), ss.Send)
+}
+
+type result struct {
+	msg  *servepb.Batch
+	size int
+	err  error
+}
+
+// run samples the stream's batches with st.workers goroutines and sends
+// them in order. A worker takes a slot before taking the next batch and
+// the sender frees it once gRPC has taken the batch, so at most
+// st.prefetch batches are sampled ahead of the client; slots are taken
+// in batch order, so the batch the sender waits for always has one.
+func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) error {
+	s := st.s
+	if len(st.jobs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	P := st.prefetch
+	ring := make([]chan result, P)
+	for i := range ring {
+		ring[i] = make(chan result, 1)
+	}
+	slots := make(chan struct{}, P)
+	st.slots = slots
+	s.active.Store(st, struct{}{})
+	defer s.active.Delete(st)
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
+	for range min(st.workers, len(st.jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := s.relabelers.Get().(*Relabeler)
+			defer s.relabelers.Put(r)
+			for {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				mu.Lock()
+				j := next
+				next++
+				mu.Unlock()
+				if j >= len(st.jobs) {
+					<-slots
+					return
+				}
+				t0 := time.Now()
+				msg, err := st.batch(r, st.jobs[j])
+				res := result{msg: msg, err: err}
+				if err == nil {
+					res.size = proto.Size(msg)
+					if res.size > s.opt.MaxSendBytes {
+						res.err = reqErr(ErrTooLarge, "batch_size", -1, "batch %d is a %d-byte message, over this server's limit of %d (--max-message-mb): use a smaller batch_size or fanouts, or gather the features on the client (strata_pyg does when it has them)",
+							st.jobs[j], res.size, s.opt.MaxSendBytes)
+					}
+				}
+				s.metrics.latency.Observe(time.Since(t0).Seconds())
+				s.stats.produced.Add(1)
+				s.stats.queued.Add(1)
+				s.metrics.queue.Inc()
+				ring[j%P] <- res // empty: batch j-P was sent before slot j was free
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		// Batches sampled but never sent leave the queue.
+		for _, ch := range ring {
+			select {
+			case <-ch:
+				s.stats.queued.Add(-1)
+				s.metrics.queue.Dec()
+			default:
+			}
+		}
+	}()
+	for j := range st.jobs {
+		var res result
+		select {
+		case res = <-ring[j%P]:
+		default:
+			// Not ready: wait, and count the stream as blocked on sampling
+			// only when its queue is empty; otherwise it is the client.
+			select {
+			case res = <-ring[j%P]:
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		s.stats.queued.Add(-1)
+		s.metrics.queue.Dec()
+		if res.err != nil {
+			return res.err
+		}
+		st.inSend.Store(true)
+		err := send(res.msg)
+		st.inSend.Store(false)
+		if err != nil {
+			return err
+		}
+		<-slots
+		s.stats.sent.Add(1)
+		s.metrics.batches.Inc()
+		s.metrics.bytes.WithLabelValues("Sample").Add(float64(res.size))
+	}
+	return nil
+}
+
+// batch samples batch i of the stream's epoch and builds its message.
+func (st *stream) batch(r *Relabeler, i int) (*servepb.Batch, error) {
+	bs := st.epoch.BatchSize
+	lo, hi := i*bs, min((i+1)*bs, len(st.order))
+	pos := st.order[lo:hi]
+	seeds := make([]graph.NodeID, len(pos))
+	inputID := make([]int64, len(pos))
+	for k, p := range pos {
+		seeds[k], inputID[k] = st.seeds[p], int64(p)
+	}
+	key := st.epoch.Key(i)
+	d := i % len(st.set.s)
+	var b *PyGBatch
+	var err error
+	if h := st.set.hop[d]; h != nil {
+		b, err = SampleFrontier(h, r, seeds, key)
+	} else {
+		var mb *sample.MiniBatch
+		if mb, err = st.set.s[d].Sample(seeds, key); err == nil {
+			b, err = FromMiniBatch(mb, r, st.s.n)
+		}
+	}
+	if err != nil {
+		var se *sample.Error
+		if errors.As(err, &se) && (errors.Is(err, sample.ErrNode) || errors.Is(err, sample.ErrDuplicate) || errors.Is(err, sample.ErrConfig)) {
+			return nil, reqErr(ErrInvalid, "seeds", -1, "batch %d: %v", i, err)
+		}
+		if errors.Is(err, sample.ErrTooLarge) {
+			return nil, reqErr(ErrTooLarge, "batch_size", -1, "batch %d: %v", i, err)
+		}
+		return nil, fmt.Errorf("serve: batch %d: %w", i, err)
+	}
+	return st.message(b, i, inputID), nil
+}
+
+// message encodes b as batch i of the stream.
+func (st *stream) message(b *PyGBatch, i int, inputID []int64) *servepb.Batch {
+	ne := len(b.Src)
+	ei := make([]int32, 2*ne)
+	copy(ei, b.Src)
+	copy(ei[ne:], b.Dst)
+	m := &servepb.Batch{
+		Index: uint32(i), NumBatches: uint32(st.nb),
+		NId:             Int32Tensor(b.NodeIDs, int64(len(b.NodeIDs))),
+		EdgeIndex:       Int32Tensor(ei, 2, int64(ne)),
+		NumSampledNodes: b.NumSampledNodes, NumSampledEdges: b.NumSampledEdges,
+		BatchSize: uint32(b.BatchSize), InputId: Int64Tensor(inputID),
+	}
+	if st.withX {
+		m.X = gatherRows(st.s.ds.Features, st.s.ds.FeatDim, b.NodeIDs)
+	}
+	if st.withY {
+		m.Y = gatherLabels(st.s.ds.Labels, b.NodeIDs)
+	}
+	return m
+}
