@@ -43,8 +43,8 @@ func CheckListen(addr string, withTLS bool) error {
 	if withTLS || (host != "" && auth.IsLoopback(addr)) {
 		return nil
 	}
-	return fmt.Errorf("serve: --listen %s is not a loopback address, so mutual TLS is required: give --tls-cert, --tls-key and --tls-ca "+
-		"(or %s, %s, %s), or listen on 127.0.0.1, [::1] or a unix socket", addr, auth.EnvTLSCert, auth.EnvTLSKey, auth.EnvTLSCA)
+	return fmt.Errorf("serve: --listen %s is not a loopback address, so mutual TLS is required: give --tls-cert, --tls-key and --tls-ca, "+
+		"or listen on 127.0.0.1, [::1] or a unix socket", addr)
 }
 
 // Listen opens addr ("HOST:PORT" or "unix:PATH"). A unix socket is made

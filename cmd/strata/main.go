@@ -30,6 +30,7 @@ type cli struct {
 	Partition partitionCmd      `cmd:"" help:"Partition a dataset into K parts for multi-device training; renumbers it so each part owns a contiguous ID range."`
 	Launch    commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; stop all of them if one fails."`
 	Bench     benchCmd          `cmd:"" help:"Benchmarks."`
+	Serve     serveCmd          `cmd:"" help:"Serve sampled batches and features over gRPC to PyTorch/PyG trainers (python/strata_pyg) and other processes."`
 }
 
 // benchCmd groups the benchmark subcommands.
