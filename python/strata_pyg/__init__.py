@@ -1,0 +1,15 @@
+"""strata_pyg: PyTorch Geometric loaders whose batches a Strata server
+samples (`strata serve`; see docs/pytorch.md).
+
+    from strata_pyg import NeighborLoader
+    loader = NeighborLoader(data, num_neighbors=[15, 10, 5], batch_size=1024,
+                            input_nodes=data.train_mask, shuffle=True)
+"""
+
+from ._rpc import PROTOCOL_VERSION, Connection
+from ._server import LocalServer, find_strata
+from .errors import StrataError
+from .loader import Batch, NeighborLoader
+
+__all__ = ["NeighborLoader", "StrataError", "Batch", "Connection", "LocalServer", "find_strata", "PROTOCOL_VERSION"]
+__version__ = "0.1.0"

@@ -1,0 +1,578 @@
+"""strata_pyg.NeighborLoader: PyG's NeighborLoader, with the sampling done
+by a Strata server (a child process in worker mode, remote ones in
+server-client mode)."""
+
+import os
+import queue
+import re
+import threading
+import warnings
+
+import numpy as np
+import torch
+
+from ._pb import sampler_pb2 as pb
+from ._rpc import Connection
+from ._server import LocalServer, acquire_graph_server, release_server
+from ._tensor import TensorError, decode, encode
+from .errors import StrataError
+
+try:  # batches are PyG Data objects when PyG is installed
+    from torch_geometric.data import Data as _PyGData
+except Exception:  # noqa: BLE001 - any import failure means: no PyG
+    _PyGData = None
+
+_SPLITS = {"train": pb.SPLIT_TRAIN, "val": pb.SPLIT_VAL, "valid": pb.SPLIT_VAL, "test": pb.SPLIT_TEST}
+
+# DataLoader arguments accepted as PyG passes them on, and what they do here.
+_LOADER_ARGS = {"batch_size", "shuffle", "drop_last", "num_workers", "persistent_workers", "pin_memory",
+                "prefetch_factor", "timeout", "generator"}
+# Arguments refused unless left at these defaults (sampler, transform or
+# worker hooks that would run inside PyG's own pipeline).
+_REFUSED = {
+    "sampler": None, "batch_sampler": None, "collate_fn": None, "worker_init_fn": None,
+    "multiprocessing_context": None, "pin_memory_device": "", "in_order": True,
+}
+
+
+class Batch:
+    """A sampled batch when torch_geometric is not installed: the attributes
+    of PyG's Data that NeighborLoader sets (x, y, edge_index, n_id,
+    batch_size, num_sampled_nodes, num_sampled_edges, input_id, and the
+    other node attributes of the input Data)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def keys(self):
+        return list(self.__dict__)
+
+    @property
+    def num_nodes(self):
+        return int(self.n_id.numel())
+
+    def to(self, device, non_blocking=False):
+        for k, v in self.__dict__.items():
+            if torch.is_tensor(v):
+                self.__dict__[k] = v.to(device, non_blocking=non_blocking)
+        return self
+
+    def __repr__(self):
+        parts = []
+        for k, v in self.__dict__.items():
+            parts.append(f"{k}={list(v.shape)}" if torch.is_tensor(v) else f"{k}={v}")
+        return f"Batch({', '.join(parts)})"
+
+
+def _is_address(s):
+    return s.startswith(("unix:", "grpc://")) or re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d+", s) is not None
+
+
+def _is_graph(data):
+    return hasattr(data, "edge_index") and torch.is_tensor(getattr(data, "edge_index"))
+
+
+def _node_attrs(data, num_nodes):
+    """Node-level tensors of a PyG Data (or a look-alike): what PyG indexes
+    by n_id in every batch."""
+    out = {}
+    if hasattr(data, "is_node_attr") and hasattr(data, "keys"):
+        keys = data.keys() if callable(data.keys) else data.keys
+        for k in keys:
+            v = data[k]
+            if k != "edge_index" and torch.is_tensor(v) and data.is_node_attr(k):
+                out[k] = v
+        return out
+    for k, v in vars(data).items():
+        if k != "edge_index" and torch.is_tensor(v) and v.dim() > 0 and v.size(0) == num_nodes:
+            out[k] = v
+    return out
+
+
+def _edge_attrs(data, num_edges):
+    if hasattr(data, "is_edge_attr") and hasattr(data, "keys"):
+        keys = data.keys() if callable(data.keys) else data.keys
+        return [k for k in keys if k != "edge_index" and torch.is_tensor(data[k]) and data.is_edge_attr(k)]
+    return [k for k, v in vars(data).items()
+            if k not in ("edge_index",) and torch.is_tensor(v) and v.dim() > 0 and v.size(0) == num_edges
+            and k.startswith("edge")]
+
+
+def _num_nodes_of(data):
+    n = getattr(data, "num_nodes", None)
+    if n is None:
+        x = getattr(data, "x", None)
+        n = x.size(0) if torch.is_tensor(x) else int(data.edge_index.max()) + 1 if data.edge_index.numel() else 0
+    return int(n)
+
+
+class NeighborLoader:
+    r"""PyG's ``torch_geometric.loader.NeighborLoader``, sampled by Strata.
+
+    ``data`` is one of
+
+    * a PyG ``Data`` (``edge_index`` plus node attributes such as ``x`` and
+      ``y``, on the CPU or a GPU): worker mode. The loader starts a
+      ``strata serve`` child over the graph (its edges written once, as
+      ``edge_index.npy``, to a private memory-backed directory that the
+      server imports and that is deleted once it is loaded), and gathers the
+      node attributes of each batch itself, on the device they live on,
+      exactly as PyG does (``x[n_id]``, ``y[n_id]``, ...). With
+      ``servers=[...]`` it samples on those servers instead (they must
+      serve the same graph) and still gathers locally.
+    * a Strata dataset directory or built-in name (``"cora"``): worker mode
+      on that dataset; features and labels come from the server.
+    * a server address (``"host:port"``, ``"unix:/path"``) or a list of
+      them: server-client mode; the batches of an epoch are shared
+      round-robin over the servers (batch ``i`` from server ``i % S``),
+      features and labels come from them.
+
+    PyG's arguments keep their meaning: ``num_neighbors`` (per hop, the
+    seeds' hop first; -1 = all), ``input_nodes`` (None for all nodes, a
+    tensor of node IDs, a boolean mask, or for a dataset ``"train"``,
+    ``"val"``, ``"test"``), ``replace``, ``batch_size``, ``shuffle``,
+    ``drop_last``, ``transform``; ``num_workers`` is the number of batches
+    the server samples at once, ``prefetch_factor`` times it (at least 2)
+    the batches kept ready; ``persistent_workers`` and ``filter_per_worker``
+    are accepted (the server persists anyway); ``pin_memory`` pins the
+    batches when CUDA is there; ``timeout`` (seconds, 0 for the default of
+    ``request_timeout``) bounds the wait for one batch; ``generator`` gives
+    the shuffle seed. Values PyG supports and Strata does not
+    (``disjoint=True``, temporal sampling, ``weight_attr``, other
+    ``subgraph_type``\ s, edge attributes, heterogeneous graphs, custom
+    samplers) raise ValueError.
+
+    Strata's own keyword arguments: ``seed`` (shuffle and sampling seed;
+    default: drawn from torch's generator, or 0 with several ranks, which
+    must agree), ``rank`` and ``world_size`` (default: torch.distributed's
+    when initialized, else 0 and 1: every rank gets the same number of
+    batches, see ``set_epoch``), ``servers``, ``secret`` and ``tls`` (a
+    dict of ``cert``, ``key``, ``ca`` PEM files and ``name``) for remote
+    servers (the secret defaults to $STRATA_SERVE_SECRET), ``strata_bin``
+    (default $STRATA_BIN, else ``strata`` on PATH), ``sampler_device``
+    (``"cpu"``, ``"cuda:0"``, ``"auto"``: where the child server samples),
+    ``request_timeout`` (seconds) and ``start_timeout`` (for the child to
+    come up).
+
+    Every failure of a server (it died, timed out, refused the request,
+    speaks another protocol version, or a batch was over its message
+    limit) raises one ``StrataError`` naming the server and the cause.
+    """
+
+    def __init__(self, data, num_neighbors, input_nodes=None, input_time=None, replace=False,
+                 subgraph_type="directional", disjoint=False, temporal_strategy="uniform", time_attr=None,
+                 weight_attr=None, transform=None, transform_sampler_output=None, is_sorted=False,
+                 filter_per_worker=None, neighbor_sampler=None, directed=True, *,
+                 seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
+                 sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, **kwargs):
+        self._server = None
+        self._conns = []
+        self._shared = False
+        self._check_args(num_neighbors, input_time, subgraph_type, disjoint, temporal_strategy, time_attr,
+                         weight_attr, transform_sampler_output, neighbor_sampler, directed, kwargs)
+        self.num_neighbors = [int(f) for f in num_neighbors]
+        self.replace = bool(replace)
+        self.transform = transform
+        self.batch_size = int(kwargs.get("batch_size", 1))
+        self.shuffle = bool(kwargs.get("shuffle", False))
+        self.drop_last = bool(kwargs.get("drop_last", False))
+        nw = int(kwargs.get("num_workers", 0) or 0)
+        if nw < 0:
+            raise ValueError(f"num_workers={nw}: want >= 0")
+        self.workers = max(1, nw)
+        pf = kwargs.get("prefetch_factor")
+        self.prefetch = max(2, int(pf if pf is not None else 2) * self.workers)
+        self.pin_memory = bool(kwargs.get("pin_memory", False)) and torch.cuda.is_available()
+        t = kwargs.get("timeout", 0) or 0
+        if t < 0:
+            raise ValueError(f"timeout={t}: want >= 0")
+        self.timeout = float(t) if t > 0 else float(request_timeout)
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size={self.batch_size}: want > 0")
+
+        self.rank, self.world_size = self._ddp(rank, world_size)
+        if seed is None:
+            g = kwargs.get("generator")
+            if g is not None:
+                seed = int(g.initial_seed())
+            elif self.world_size > 1:
+                seed = 0  # every rank must shuffle alike
+            else:
+                seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.seed = int(seed) & (2**64 - 1)
+        self._epoch = 0
+        self._epoch_set = False
+
+        self.data = None
+        self._local = {}
+        if secret is None:
+            secret = os.environ.get("STRATA_SERVE_SECRET") or None
+        try:
+            self._connect(data, servers, secret, tls, strata_bin, sampler_device, request_timeout, start_timeout)
+            self._input(input_nodes)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- arguments ------------------------------------------------------
+
+    @staticmethod
+    def _check_args(num_neighbors, input_time, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr,
+                    transform_sampler_output, neighbor_sampler, directed, kwargs):
+        def refuse(what):
+            raise ValueError(f"strata_pyg.NeighborLoader: {what} is not supported (Strata samples directional, "
+                             "non-disjoint, uniform neighborhoods of homogeneous graphs; leave it at PyG's default)")
+        if isinstance(num_neighbors, dict) or not hasattr(num_neighbors, "__len__") or len(num_neighbors) == 0:
+            refuse(f"num_neighbors={num_neighbors!r} (want a non-empty list of ints, one per hop)")
+        for f in num_neighbors:
+            if int(f) != f or (int(f) <= 0 and int(f) != -1):
+                raise ValueError(f"num_neighbors={list(num_neighbors)!r}: each must be -1 (all) or > 0")
+        if disjoint:
+            refuse("disjoint=True")
+        if str(getattr(subgraph_type, "value", subgraph_type)) != "directional":
+            refuse(f"subgraph_type={subgraph_type!r}")
+        if not directed:
+            refuse("directed=False")
+        if input_time is not None or time_attr is not None:
+            refuse("temporal sampling (input_time, time_attr)")
+        if temporal_strategy != "uniform":
+            refuse(f"temporal_strategy={temporal_strategy!r}")
+        if weight_attr is not None:
+            refuse(f"weight_attr={weight_attr!r}")
+        if transform_sampler_output is not None:
+            refuse("transform_sampler_output")
+        if neighbor_sampler is not None:
+            refuse("neighbor_sampler")
+        for k, v in kwargs.items():
+            if k in _REFUSED:
+                if v != _REFUSED[k]:
+                    refuse(f"{k}={v!r}")
+            elif k not in _LOADER_ARGS:
+                raise TypeError(f"strata_pyg.NeighborLoader: unexpected argument {k!r}")
+
+    @staticmethod
+    def _ddp(rank, world_size):
+        if rank is None and world_size is None:
+            d = torch.distributed
+            if d.is_available() and d.is_initialized():
+                return d.get_rank(), d.get_world_size()
+            return 0, 1
+        rank = 0 if rank is None else int(rank)
+        world_size = 1 if world_size is None else int(world_size)
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank}, world_size={world_size}: want 0 <= rank < world_size")
+        return rank, world_size
+
+    def _connect(self, data, servers, secret, tls, strata_bin, device, request_timeout, start_timeout):
+        if isinstance(servers, str):
+            servers = [servers]
+        if _is_graph(data):
+            if _PyGData is not None and hasattr(data, "is_homogeneous") and not data.is_homogeneous:
+                raise ValueError("strata_pyg.NeighborLoader: heterogeneous graphs are not supported")
+            self.data = data
+            self.num_nodes = _num_nodes_of(data)
+            ne = int(data.edge_index.size(1))
+            ea = _edge_attrs(data, ne)
+            if ea:
+                raise ValueError(f"strata_pyg.NeighborLoader: edge attributes ({', '.join(ea)}) are not supported: "
+                                 "batches carry no e_id to index them by")
+            self._local = _node_attrs(data, self.num_nodes)
+            if servers:
+                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout) for a in servers]
+            else:
+                self._server = acquire_graph_server(data.edge_index, self.num_nodes, device=device,
+                                                    strata_bin=strata_bin, start_timeout=start_timeout)
+                self._shared = True
+                self._conns = [self._server.conn]
+            self.with_features = self.with_labels = False
+        else:
+            addrs = None
+            if isinstance(data, (list, tuple)):
+                addrs = [str(a) for a in data]
+            elif isinstance(data, (str, os.PathLike)):
+                s = os.fspath(data)
+                if not os.path.exists(s) and _is_address(s):
+                    addrs = [s]
+                else:
+                    self._server = LocalServer(s, strata_bin=strata_bin, device=device, start_timeout=start_timeout)
+                    self._conns = [self._server.conn]
+            else:
+                raise TypeError(f"strata_pyg.NeighborLoader: data must be a PyG Data, a dataset directory or name, or "
+                                f"server addresses, not {type(data).__name__}")
+            if addrs is not None:
+                if servers:
+                    raise ValueError("strata_pyg.NeighborLoader: servers= is for a PyG Data; pass the addresses as data")
+                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout) for a in addrs]
+        infos = [self._server.info] if self._server is not None and self._conns == [self._server.conn] else \
+            [c.info() for c in self._conns]
+        self.info = infos[0]
+        for c, i in zip(self._conns, infos):
+            if (i.num_nodes, i.num_edges) != (self.info.num_nodes, self.info.num_edges):
+                raise StrataError(c.address, "MISMATCH", f"serves {i.num_nodes} nodes and {i.num_edges} edges, "
+                                  f"{self._conns[0].address} {self.info.num_nodes} and {self.info.num_edges}")
+        if self.data is not None:
+            if self.info.num_nodes != self.num_nodes:
+                raise StrataError(self._conns[0].address, "MISMATCH",
+                                  f"serves {self.info.num_nodes} nodes, the Data has {self.num_nodes}")
+        else:
+            self.num_nodes = int(self.info.num_nodes)
+            self.with_features = self.info.feat_dim > 0
+            self.with_labels = self.info.num_classes > 0
+
+    def _input(self, input_nodes):
+        self._split = pb.SPLIT_UNSPECIFIED
+        self._seeds = None
+        if isinstance(input_nodes, tuple):
+            raise ValueError("strata_pyg.NeighborLoader: input_nodes as (node type, nodes) is for heterogeneous "
+                             "graphs, which are not supported")
+        if input_nodes is None:
+            self._split = pb.SPLIT_ALL
+            self.num_seeds = self.num_nodes
+            return
+        if isinstance(input_nodes, str):
+            if self.data is not None:
+                mask = getattr(self.data, f"{input_nodes}_mask", None)
+                if mask is None:
+                    raise ValueError(f"input_nodes={input_nodes!r}: the Data has no {input_nodes}_mask")
+                input_nodes = mask
+            else:
+                if input_nodes not in _SPLITS:
+                    raise ValueError(f"input_nodes={input_nodes!r}: want 'train', 'val' or 'test'")
+                self._split = _SPLITS[input_nodes]
+                self.num_seeds = {pb.SPLIT_TRAIN: self.info.num_train, pb.SPLIT_VAL: self.info.num_val,
+                                  pb.SPLIT_TEST: self.info.num_test}[self._split]
+                return
+        t = input_nodes if torch.is_tensor(input_nodes) else torch.as_tensor(np.asarray(input_nodes))
+        t = t.detach().cpu()
+        if t.dtype == torch.bool:
+            if t.dim() != 1 or t.numel() != self.num_nodes:
+                raise ValueError(f"input_nodes: a mask of shape {list(t.shape)} for {self.num_nodes} nodes")
+            t = t.nonzero().view(-1)
+        if t.is_floating_point() or t.dim() != 1:
+            raise ValueError(f"input_nodes: want node IDs (1-D integers) or a mask, got {t.dtype} {list(t.shape)}")
+        t = t.to(torch.int64)
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.num_nodes):
+            raise ValueError(f"input_nodes: IDs must lie in [0, {self.num_nodes})")
+        if torch.unique(t).numel() != t.numel():
+            raise ValueError("input_nodes: node IDs repeat (each seed once)")
+        self._seeds = t.numpy()
+        self.num_seeds = int(t.numel())
+
+    # -- epochs ---------------------------------------------------------
+
+    def __len__(self):
+        n, bs, w = self.num_seeds, self.batch_size, self.world_size
+        if n <= 0:
+            return 0
+        per = n // w if self.drop_last else -(-n // w)
+        return per // bs if self.drop_last else -(-per // bs)
+
+    def set_epoch(self, epoch):
+        """Fixes the epoch of the next iteration (as DistributedSampler's
+        set_epoch); without it every iteration starts the next epoch."""
+        self._epoch = int(epoch)
+        self._epoch_set = True
+
+    def __iter__(self):
+        if not self._conns:
+            raise RuntimeError("strata_pyg.NeighborLoader: closed")
+        epoch = self._epoch
+        if not self._epoch_set:
+            self._epoch += 1
+        self._epoch_set = False
+        return _EpochIter(self, epoch)
+
+    def _request(self, epoch, part, parts):
+        r = pb.SampleRequest(batch_size=self.batch_size, fanouts=self.num_neighbors, replace=self.replace,
+                             shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=self.drop_last,
+                             rank=self.rank, world_size=self.world_size, part=part, num_parts=parts,
+                             with_features=self.with_features, with_labels=self.with_labels,
+                             workers=self.workers, prefetch=self.prefetch)
+        if self._seeds is not None:
+            r.seeds.CopyFrom(encode(self._seeds, "seeds"))
+        else:
+            r.split = self._split
+        return r
+
+    def _describe(self, conn):
+        """Why a connection failed, with the child server's fate if it died."""
+        if self._server is not None and conn is self._server.conn:
+            try:  # a killed server's socket may close before it is reaped
+                self._server.proc.wait(timeout=1.0)
+            except Exception:  # noqa: BLE001 - still running: not why
+                pass
+            return self._server.exited()
+        return None
+
+    def close(self):
+        """Stops the child server (worker mode) and closes the connections."""
+        if self._server is not None:
+            if self._shared:
+                release_server(self._server)
+            else:
+                self._server.close()
+            self._server = None
+        elif self._conns:
+            for c in self._conns:
+                c.close()
+        self._conns = []
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"strata_pyg.NeighborLoader(num_neighbors={self.num_neighbors}, batch_size={self.batch_size}, " \
+               f"servers={[c.address for c in self._conns]})"
+
+
+_END = object()
+
+
+class _EpochIter:
+    """One epoch: a thread reads the servers' streams in batch order
+    (batch i from server i % S), decodes each batch and keeps at most
+    ``prefetch`` of them ready; gRPC's flow control holds the servers back
+    beyond that."""
+
+    def __init__(self, loader, epoch):
+        self.loader = loader
+        self.n = len(loader)
+        self.i = 0
+        S = len(loader._conns)
+        self.calls = [c.sample(loader._request(epoch, k, S)) for k, c in enumerate(loader._conns)]
+        self.q = queue.Queue(maxsize=loader.prefetch)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, name="strata_pyg-reader", daemon=True)
+        self.thread.start()
+
+    def _put(self, item):
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                pass
+
+    def _read(self):
+        L = self.loader
+        S = len(self.calls)
+        conn = None
+        try:
+            for i in range(self.n):
+                conn = L._conns[i % S]
+                try:
+                    m = next(self.calls[i % S])
+                except StopIteration:
+                    raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {i} of {self.n} batches")
+                if m.index != i or m.num_batches != self.n:
+                    raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
+                                      f"expected {i} of {self.n} (is it another version of strata?)")
+                self._put(self._decode(m, conn))
+                if self.stop.is_set():
+                    return
+            self._put(_END)
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            if self.stop.is_set():
+                return
+            if not isinstance(e, StrataError):
+                e = conn.error(e) if conn is not None and hasattr(e, "code") else \
+                    StrataError(conn.address if conn else "?", "BAD_REPLY", str(e))
+                died = L._describe(conn)
+                if died is not None:
+                    e = StrataError(died.server, "EXITED", f"{died.details}\n(the stream failed with {e.code}: {e.details})")
+            self._put(e)
+
+    def _decode(self, m, conn):
+        try:
+            n_id = torch.from_numpy(decode(m.n_id, "n_id").astype(np.int64))
+            ei = decode(m.edge_index, "edge_index")
+            if ei.ndim != 2 or ei.shape[0] != 2:
+                raise TensorError(f"edge_index: shape {ei.shape}")
+            edge_index = torch.from_numpy(ei.astype(np.int64))
+            input_id = torch.from_numpy(decode(m.input_id, "input_id", writable=True))
+            out = dict(edge_index=edge_index, n_id=n_id, batch_size=int(m.batch_size),
+                       num_sampled_nodes=list(m.num_sampled_nodes), num_sampled_edges=list(m.num_sampled_edges),
+                       input_id=input_id)
+            if m.HasField("x"):
+                out["x"] = torch.from_numpy(decode(m.x, "x", writable=True))
+            if m.HasField("y"):
+                out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
+        except TensorError as e:
+            raise StrataError(conn.address, "BAD_REPLY", str(e)) from None
+        if self.loader.pin_memory:
+            out = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in out.items()}
+        return out
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return self.n
+
+    def __next__(self):
+        if self.i >= self.n:
+            self.close()
+            raise StopIteration
+        L = self.loader
+        try:
+            item = self.q.get(timeout=L.timeout)
+        except queue.Empty:
+            conn = L._conns[self.i % len(L._conns)]
+            died = L._describe(conn)
+            self.close()
+            if died is not None:
+                raise died from None
+            raise StrataError(conn.address, "TIMEOUT", f"no batch {self.i} within {L.timeout:g} s "
+                              "(timeout / request_timeout)") from None
+        if isinstance(item, Exception):
+            self.close()
+            raise item
+        if item is _END:
+            self.close()
+            raise StopIteration
+        self.i += 1
+        return self._batch(item)
+
+    def _batch(self, f):
+        L = self.loader
+        if L.data is not None:
+            # PyG's filter_data: every node attribute indexed by n_id, on
+            # the device it lives on.
+            idx = {}
+            for k, v in L._local.items():
+                d = v.device
+                if d not in idx:
+                    idx[d] = f["n_id"].to(d, non_blocking=True)
+                f[k] = v[idx[d]]
+        if _PyGData is not None:
+            b = _PyGData(**{k: f[k] for k in ("x", "edge_index", "y") if k in f})
+            for k, v in f.items():
+                if k not in ("x", "edge_index", "y"):
+                    b[k] = v
+        else:
+            b = Batch(**f)
+        if L.transform is not None:
+            b = L.transform(b)
+        return b
+
+    def close(self):
+        self.stop.set()
+        for c in self.calls:
+            c.cancel()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
