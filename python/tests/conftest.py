@@ -42,7 +42,7 @@ def strata_bin(bindir):
 
 @pytest.fixture(scope="session")
 def pygref_bin(bindir):
-    return os.environ.get("STRATA_PYGREF") or _go_build(bindir, "./serve/internal/pygref", "pygref")
+    return _go_build(bindir, "./serve/internal/pygref", "pygref")
 
 
 @pytest.fixture(scope="session")

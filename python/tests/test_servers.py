@@ -112,6 +112,10 @@ def test_timeout(tiny):
     try:
         pid = loader._server.proc.pid
         os.kill(pid, signal.SIGSTOP)  # alive, silent
+        end = time.monotonic() + 10
+        while open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "T":
+            assert time.monotonic() < end
+            time.sleep(0.01)
         with pytest.raises(StrataError) as e:
             next(iter(loader))
         assert e.value.code == "TIMEOUT" and f"pid {pid}" in str(e.value)
