@@ -8,8 +8,9 @@ samples (`strata serve`; see docs/pytorch.md).
 
 from ._rpc import PROTOCOL_VERSION, Connection
 from ._server import LocalServer, find_strata
+from .dataset import load_dataset
 from .errors import StrataError
 from .loader import Batch, NeighborLoader
 
-__all__ = ["NeighborLoader", "StrataError", "Batch", "Connection", "LocalServer", "find_strata", "PROTOCOL_VERSION"]
+__all__ = ["NeighborLoader", "StrataError", "load_dataset", "Batch", "Connection", "LocalServer", "find_strata", "PROTOCOL_VERSION"]
 __version__ = "0.1.0"

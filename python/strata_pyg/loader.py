@@ -49,6 +49,8 @@ class Batch:
 
     @property
     def num_nodes(self):
+        if "num_nodes" in self.__dict__:
+            return self.__dict__["num_nodes"]
         return int(self.n_id.numel())
 
     def to(self, device, non_blocking=False):

@@ -140,3 +140,19 @@ def test_unsupported_arguments(strata_bin, tiny):
     d.edge_attr = torch.zeros(d.edge_index.size(1), 3)
     with pytest.raises(ValueError, match="edge attributes"):
         strata_pyg.NeighborLoader(d, num_neighbors=[2])
+
+
+def test_load_dataset_matches_the_server(tiny, pygref_bin):
+    """A Strata dataset read into a Data, served from the Data (edges
+    re-imported by the child server, x gathered locally): the same batches
+    as the server over the dataset itself."""
+    d = strata_pyg.load_dataset(tiny)
+    assert d.num_nodes == 2000 and d.x.shape == (2000, 16) and d.edge_index.shape == (2, 18736)
+    assert int(d.train_mask.sum()) == 608  # strata info: train [608]
+    with strata_pyg.NeighborLoader(d, num_neighbors=[3, 3], input_nodes=d.train_mask, batch_size=100, seed=4) as L:
+        got = list(L)
+    ref = reference(pygref_bin, tiny, fanouts=[3, 3], batch_size=100, split="train", seed=4, epoch=0)
+    assert len(got) == len(ref) == 7
+    for b, r in zip(got, ref):
+        same(b, r)
+        assert torch.equal(b.x, d.x[b.n_id]) and torch.equal(b.y, d.y[b.n_id])
