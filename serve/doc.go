@@ -49,7 +49,7 @@
 // then whatever remains is cut. `strata serve` drains on SIGTERM and
 // SIGINT, and with --exit-with-parent when its parent process goes away.
 //
-// Metrics (Prometheus, package metrics.go) count batches, bytes, errors,
+// Metrics (Prometheus; metrics.go) count batches, bytes, errors,
 // sampling latency and queue depth; `strata serve --metrics-listen`
 // serves them on /metrics.
 package serve
