@@ -19,6 +19,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/importer"
 	"github.com/strata-gnn/strata/internal/sysmem"
 )
@@ -230,6 +231,8 @@ func TestFlagValues(t *testing.T) {
 		"repeats": "int", "budget": "int", "timeout": "dur",
 		"gpushm-chunk-bytes": "int", "gpushm-slots": "int", "gpushm-workers": "int", "gpushm-chunks": "int",
 		"gpushm-device-max": "int", "gpushm-device-chunk": "int",
+		"max-message-mb": "int", "max-request-mb": "int", "workers": "int", "max-workers": "int", "prefetch": "int",
+		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -363,6 +366,22 @@ func TestFlagValues(t *testing.T) {
 			{flag: "repeats", legal: intRange(1, 1000), extra: []string{"1001"}},
 			{flag: "budget", legal: intRange(1, 1<<40), extra: []string{"1099511627777"}},
 			{flag: "timeout", legal: durRange(0, 24*time.Hour, true), extra: []string{"24h", "24h1s"}},
+		}},
+		{name: "serve", args: func(*testing.T, string) []string {
+			return []string{"serve", "--quiet", "--dataset", missing, "--device", "cpu", "--listen", "127.0.0.1:0"}
+		}, sentinel: "no-such-dataset", flags: []flagSpec{
+			{flag: "num-nodes", legal: intRange(0, dataset.MaxNodes), extra: []string{"2147483647", "2147483648"}},
+			{flag: "max-message-mb", legal: intRange(1, 2047), extra: []string{"2047", "2048"}},
+			{flag: "max-request-mb", legal: intRange(1, 2047), extra: []string{"2047", "2048"}},
+			{flag: "workers", legal: intRange(1, 64), extra: []string{"64", "65"}},
+			{flag: "max-workers", legal: intRange(1, 1024), extra: []string{"1024", "1025"}},
+			// --prefetch is 4 unless set: a smaller maximum is refused.
+			{flag: "prefetch", legal: intRange(1, 64), extra: []string{"64", "65"}},
+			{flag: "max-prefetch", legal: intRange(4, 1024), extra: []string{"3", "4", "1024", "1025"}},
+			{flag: "max-streams", legal: intRange(1, 1<<20), extra: []string{"1048576", "1048577"}},
+			{flag: "max-samplers", legal: intRange(1, 1024), extra: []string{"1024", "1025"}},
+			{flag: "drain-timeout", legal: durRange(0, 24*time.Hour, false), extra: []string{"24h", "24h1s"}},
+			{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63, "cpu:abc", "cuda:" + p63}},
 		}},
 		{name: "bench comm gpushm", args: func(t *testing.T, d string) []string {
 			return []string{"bench", "comm", "--comm", "bogus", "--max-bytes", "4096", "--json", filepath.Join(d, "b.json")}

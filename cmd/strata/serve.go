@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,18 +61,28 @@ type serveCmd struct {
 }
 
 func (c *serveCmd) Validate() error {
-	return firstError(
+	err := firstError(
 		intIn("max-message-mb", c.MaxMessageMB, 1, 2047),
 		intIn("max-request-mb", c.MaxRequestMB, 1, 2047),
 		intIn("max-workers", c.MaxWorkers, 1, 1024),
-		intIn("workers", c.Workers, 1, c.MaxWorkers),
+		intIn("workers", c.Workers, 1, 1024),
 		intIn("max-prefetch", c.MaxPrefetch, 1, 1024),
-		intIn("prefetch", c.Prefetch, 1, c.MaxPrefetch),
+		intIn("prefetch", c.Prefetch, 1, 1024),
 		intIn("max-streams", c.MaxStreams, 1, 1<<20),
 		intIn("max-samplers", c.MaxSamplers, 1, 1024),
 		intIn("num-nodes", c.NumNodes, 0, dataset.MaxNodes),
 		durationIn("drain-timeout", c.Drain, 0, 24*time.Hour),
 	)
+	if err != nil {
+		return err
+	}
+	if c.Workers > c.MaxWorkers {
+		return usageError{fmt.Errorf("--workers %d exceeds --max-workers %d", c.Workers, c.MaxWorkers)}
+	}
+	if c.Prefetch > c.MaxPrefetch {
+		return usageError{fmt.Errorf("--prefetch %d exceeds --max-prefetch %d", c.Prefetch, c.MaxPrefetch)}
+	}
+	return nil
 }
 
 func durationIn(flag string, v, lo, hi time.Duration) error {
@@ -107,6 +118,9 @@ func (c *serveCmd) security() (auth.Security, error) {
 func (c *serveCmd) openServeDataset(quiet bool) (*dataset.Dataset, func(), error) {
 	if c.NumNodes == 0 {
 		return openDataset(c.Dataset, quiet)
+	}
+	if _, err := os.Stat(c.Dataset); err != nil && !slices.Contains(builtinNames, c.Dataset) {
+		return nil, func() {}, usageError{fmt.Errorf("--dataset %q is not a readable path: %w", c.Dataset, err)}
 	}
 	kind, err := importer.Detect(c.Dataset)
 	if err != nil || (kind != importer.NPY && kind != importer.SNAP) {
