@@ -156,3 +156,24 @@ def test_load_dataset_matches_the_server(tiny, pygref_bin):
     for b, r in zip(got, ref):
         same(b, r)
         assert torch.equal(b.x, d.x[b.n_id]) and torch.equal(b.y, d.y[b.n_id])
+
+
+def test_transform_break_and_reuse(tiny):
+    seen = []
+
+    def transform(b):
+        seen.append(b.batch_size)
+        b.tag = "t"
+        return b
+    with strata_pyg.NeighborLoader(tiny, num_neighbors=[2], input_nodes="test", batch_size=100, drop_last=True,
+                                   transform=transform, seed=1) as L:
+        assert len(L) == 9  # 988 test nodes, drop_last
+        for b in L:  # abandon the epoch after one batch
+            assert b.tag == "t"
+            break
+        L.set_epoch(0)
+        again = list(L)
+        assert len(again) == 9 and all(b.batch_size == 100 for b in again)
+        L.set_epoch(0)
+        assert [b.input_id.tolist() for b in list(L)] == [b.input_id.tolist() for b in again]
+    assert len(seen) == 1 + 9 + 9
