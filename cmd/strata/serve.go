@@ -178,6 +178,11 @@ func (c *serveCmd) samplers(note io.Writer) (func(in *graph.CSR) func([]int, boo
 }
 
 func (c *serveCmd) Run(e *env) error {
+	// Signals are caught from the start: one that comes before the server
+	// is up still ends it cleanly, after the ready file.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	sec, err := c.security()
 	if err != nil {
 		return err
@@ -247,9 +252,6 @@ func (c *serveCmd) Run(e *env) error {
 
 	// Stop on a signal (a second one cuts the drain short) or, with
 	// --exit-with-parent, when the parent goes.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	orphan := make(chan string, 1)
 	if c.ExitParent {
 		watchParent(orphan)
