@@ -150,14 +150,15 @@ def metric(addr, name):
     raise KeyError(name)
 
 
-def test_flow_control(tiny, server):
+def test_flow_control(server):
     import socket
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         maddr = "127.0.0.1:%d" % sk.getsockname()[1]
-    s = server("--dataset", tiny, "--metrics-listen", maddr)
-    # 2,000 batches of one seed with its features (~40 KB each).
-    L = strata_pyg.NeighborLoader(s.address, num_neighbors=[30, 30], batch_size=1, prefetch_factor=2)
+    s = server("--dataset", "cora", "--metrics-listen", maddr)
+    # 2,708 batches of one seed with the 1,433 features of its ~100-node
+    # neighborhood: ~0.6 MB each, so the client's buffers hold few.
+    L = strata_pyg.NeighborLoader(s.address, num_neighbors=[10, 10], batch_size=1, prefetch_factor=2)
     it = iter(L)
     next(it)  # then stop reading
     end = time.monotonic() + 30
@@ -166,12 +167,13 @@ def test_flow_control(tiny, server):
         time.sleep(0.02)
     produced = metric(maddr, "strata_serve_batch_seconds_count")
     sent = metric(maddr, "strata_serve_batches_total")
-    # The server's queue holds prefetch batches; the rest of what was sent
-    # sits in gRPC's windows and the loader's own prefetch queue.
+    # The server's queue holds prefetch batches; what it sent sits in
+    # gRPC's windows and the loader's own prefetch queue.
     assert produced - sent <= 2
-    assert produced < 1000, f"{produced} of 2000 batches sampled for a client that stopped reading"
-    n = 1 + sum(1 for _ in it)
-    assert n == 2000 == len(L)
+    assert produced < 300, f"{produced} of 2708 batches sampled for a client that stopped reading"
+    # Reading resumes the stream, in order.
+    for i, b in zip(range(1, 200), it):
+        assert b.input_id.tolist() == [i]
     L.close()
 
 
