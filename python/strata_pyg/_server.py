@@ -163,7 +163,10 @@ class LocalServer:
             _live.discard(self)
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (e.g. at interpreter exit)
+            pass
 
 
 # Servers over in-memory PyG graphs, shared by the loaders of one graph
