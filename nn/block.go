@@ -37,6 +37,7 @@ type Block struct {
 	selAll  backend.Sparse // NumSrc x 1, every row -> column 0
 	selDst  backend.Sparse // NumSrc x 1, rows < NumDst -> column 0
 	isLoops bool
+	srcDeg  []int64 // SetSourceDegrees: GCN out-degrees of the sources, nil to count them
 }
 
 // BlockError reports an invalid block or graph.
@@ -396,12 +397,41 @@ func (k *Block) WithSelfLoops() (*Block, error) {
 	return k.loops, nil
 }
 
+// SetSourceDegrees makes GCNWeights take deg[j] (>= 1) as the
+// out-degree of source j instead of counting the self-loop block's
+// column j. A block that holds some destinations of a larger graph with
+// all their in-edges (a chunk of layer-wise inference) then gets the
+// whole graph's normalization: pass the whole self-loop graph's
+// out-degrees of the block's sources. Only for blocks with a host copy
+// of their structure, before the weights are first computed.
+func (k *Block) SetSourceDegrees(deg []int64) error {
+	if err := k.live(); err != nil {
+		return err
+	}
+	switch {
+	case k.onDevice():
+		return blockErr("source degrees of a device-built block")
+	case len(deg) != k.NumSrc:
+		return blockErr("%d source degrees for %d sources", len(deg), k.NumSrc)
+	case k.gcn != nil || (k.loops != nil && k.loops.gcn != nil):
+		return blockErr("source degrees set after the GCN weights were computed")
+	}
+	for j, d := range deg {
+		if d < 1 {
+			return blockErr("source %d has degree %d, want >= 1", j, d)
+		}
+	}
+	k.srcDeg = deg
+	return nil
+}
+
 // GCNWeights returns the symmetric normalization of the self-loop block
 // (DGL GraphConv norm='both' on the block with self-loops): for edge
 // e = (dst i, src j), w_e = 1/sqrt(max(outdeg(j),1) * max(indeg(i),1)),
 // degrees counted in the self-loop block. On a full symmetric graph this is
 // D^-1/2 (A+I) D^-1/2. The weights align with WithSelfLoops().A.
 func (k *Block) GCNWeights() (backend.Buffer, error) {
+	srcDeg := k.srcDeg
 	l, err := k.WithSelfLoops()
 	if err != nil {
 		return nil, err
@@ -422,9 +452,12 @@ func (k *Block) GCNWeights() (backend.Buffer, error) {
 		l.gcn = w
 	}
 	if l.gcn == nil {
-		out := make([]int64, l.NumSrc)
-		for _, j := range l.indices {
-			out[j]++
+		out := srcDeg
+		if out == nil {
+			out = make([]int64, l.NumSrc)
+			for _, j := range l.indices {
+				out[j]++
+			}
 		}
 		w := make([]float32, len(l.indices))
 		for i := 0; i < l.NumDst; i++ {

@@ -29,6 +29,53 @@ type stack struct {
 func (s *stack) Params() []*Param { return s.params }
 func (s *stack) Config() Config   { return s.cfg }
 
+// Layered is implemented by the models New builds: their layers one at
+// a time, for layer-wise inference (package infer), which computes
+// every node's output of a layer before the next layer starts.
+type Layered interface {
+	// ForwardLayer applies layer l (0-based) without dropout to the
+	// rows of x (dense) or xs (sparse: exactly one is non-nil) over blk,
+	// followed by the activation between layers when l is not the last:
+	// what Forward computes for that layer in evaluation.
+	ForwardLayer(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error)
+	// LayerWidth returns the output width of layer l (the class count
+	// for the last).
+	LayerWidth(l int) int
+}
+
+func (s *stack) ForwardLayer(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
+	if t == nil {
+		return nil, layerErr(s.cfg.Kind, "nil tape")
+	}
+	if l < 0 || l >= s.cfg.Layers {
+		return nil, layerErr(s.cfg.Kind, "layer %d of %d", l, s.cfg.Layers)
+	}
+	if (x == nil) == (xs == nil) {
+		return nil, layerErr(s.cfg.Kind, "layer %d needs exactly one of a dense and a sparse input", l)
+	}
+	if err := blk.live(); err != nil {
+		return nil, layerErr(s.cfg.Kind, "block: %v", err)
+	}
+	h, err := s.layer(t, l, x, xs, blk, false, 0)
+	if err != nil || l == s.cfg.Layers-1 {
+		return h, err
+	}
+	return s.act(t, h)
+}
+
+func (s *stack) LayerWidth(l int) int {
+	if l < 0 || l >= s.cfg.Layers {
+		return 0
+	}
+	if l == s.cfg.Layers-1 {
+		return s.cfg.OutDim
+	}
+	if s.cfg.Kind == KindGAT {
+		return s.cfg.Heads * s.cfg.Hidden
+	}
+	return s.cfg.Hidden
+}
+
 func (s *stack) Forward(t *autograd.Tape, x *autograd.Var, blocks []*Block, train bool, seed uint64) (*autograd.Var, error) {
 	if x == nil {
 		return nil, layerErr(s.cfg.Kind, "nil input")

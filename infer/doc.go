@@ -1,0 +1,50 @@
+// Package infer runs a trained model over every node of a graph layer by
+// layer, with all neighbors (full-neighbor inference), on one device or
+// several, within a memory budget per device: what 'strata predict',
+// 'strata embed', 'strata evaluate' and training's whole-graph evaluation
+// (train.Evaluator, Eval "full") compute.
+//
+// # Layer-wise
+//
+// A sampled model evaluated on a whole graph in one pass needs every
+// layer's activations of every node on the device at once. Here each
+// layer is computed for every node before the next starts, as DGL's
+// layer-wise inference does: the previous layer's output H (N x width)
+// stays in host memory (pinned, through the back end's
+// backend.PinnedMemory, where it has one), and a device computes its
+// destination nodes in chunks: for a chunk, the block of its nodes'
+// in-edges (the nodes first among the sources, as nn.Block wants), the
+// rows of H of its sources gathered on the host and uploaded, the layer
+// applied (nn.Layered.ForwardLayer: the layer, then the activation between
+// layers, no dropout), and the chunk's rows downloaded into the next H.
+// A chunk takes destination nodes until its estimated memory (sources'
+// rows, projections, edges) reaches Options.Budget.
+//
+// Only what the request needs is computed: the last layer for the
+// requested nodes, each earlier layer for the nodes the next one reads
+// (the requested nodes and their in-neighbors, hop by hop), so
+// evaluating the labeled nodes of a large graph skips the rest of the
+// last layers.
+//
+// # Devices
+//
+// With several back ends each takes a contiguous range of node IDs
+// (Options.Offsets, by default equal ranges, or a partition's ranges) and
+// computes the chunks of its range, all devices at once; every device
+// holds a replica of the model (NewModels). The algorithm is written once
+// against the backend.Backend interface: CPU back ends (and CPU virtual
+// devices, as CI runs it) and CUDA back ends run the same code.
+//
+// # Determinism
+//
+// A node's output is computed from the same rows, summed in the same
+// edge order (the in-adjacency's), whatever chunk or device computes it:
+// GCN's normalization takes the whole graph's degrees
+// (nn.Block.SetSourceDegrees), SAGE's mean and GAT's softmax run over the
+// node's whole in-neighborhood. On the CPU back end the logits are the
+// same bit for bit whatever the budget and the number of devices, and
+// equal to the nn model's one-pass forward over the whole graph (the
+// tests check both); a back end whose matrix products round differently
+// for different row counts (cuBLAS may pick other kernels) agrees to
+// float32 rounding, within 1e-5 relative to the largest logit.
+package infer

@@ -1,0 +1,575 @@
+package infer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// Budgets of a chunk on a device, in bytes (Options.Budget).
+const (
+	// DefaultBudget is the budget on back ends that do not report
+	// their memory (the CPU).
+	DefaultBudget = 512 << 20
+	// MaxAutoBudget caps the budget taken from a device's free memory
+	// (a quarter of it).
+	MaxAutoBudget = 4 << 30
+	// MinBudget is the smallest budget accepted: below it a chunk would
+	// hold a handful of nodes and the launches would dominate.
+	MinBudget = 1 << 20
+)
+
+// DefaultStallTimeout is how long Run waits for a device that finishes
+// no chunk before it gives up naming it.
+const DefaultStallTimeout = 10 * time.Minute
+
+// Input is the feature matrix the first layer reads (Rows x Cols): dense
+// row-major, or sparse (Sparse non-nil), prepared as the model was trained
+// (row normalization).
+type Input struct {
+	Rows, Cols int
+	Dense      []float32
+	Sparse     *autograd.HostSparse
+}
+
+// Request says what to compute.
+type Request struct {
+	// Layer is the layer (1-based) whose output is wanted: the hidden
+	// representation after the activation for a hidden layer, the
+	// logits for the last. 0 means the last.
+	Layer int
+	// Nodes are the rows wanted, in order (repeats allowed); nil means
+	// every node in ID order.
+	Nodes []int32
+}
+
+// Options are where and how Run computes; none changes the numbers on
+// the CPU back end.
+type Options struct {
+	// Backends are the devices, one goroutine each; Models[i] is the
+	// model on Backends[i] (NewModels builds them), all with the same
+	// parameters.
+	Backends []backend.Backend
+	Models   []nn.Model
+	// Budget is the memory in bytes a chunk may take on a device; 0
+	// picks one: a quarter of the device's free memory, at most
+	// MaxAutoBudget, on back ends that report it (backend.Memory), else
+	// DefaultBudget.
+	Budget int64
+	// Offsets split the node IDs over the devices: device i computes
+	// [Offsets[i], Offsets[i+1]); nil gives equal ranges.
+	Offsets []int64
+	// StallTimeout bounds the wait for a device that finishes no chunk
+	// (0: DefaultStallTimeout).
+	StallTimeout time.Duration
+	// Progress, when set, describes a progress bar (with ETA) over the
+	// chunks of every layer.
+	Progress string
+}
+
+// Result is the requested output on the host.
+type Result struct {
+	Rows, Cols int
+	// Data is Rows x Cols, row-major: row i is Request.Nodes[i] (node i
+	// without Nodes).
+	Data []float32
+	// Layers reports every layer run.
+	Layers []LayerStats
+}
+
+// LayerStats describes one layer of a run.
+type LayerStats struct {
+	Layer   int     `json:"layer"` // 1-based
+	Nodes   int64   `json:"nodes"` // destination nodes computed
+	Chunks  int     `json:"chunks"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Error reports a request or an input that cannot run, or a failure
+// while running, with where it happened.
+type Error struct {
+	Op  string
+	Err error
+}
+
+func (e *Error) Error() string { return "infer: " + e.Op + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func errf(op, format string, args ...any) error {
+	return &Error{Op: op, Err: fmt.Errorf(format, args...)}
+}
+
+// NewModels builds cfg's model on every back end and loads params into
+// each (nn.LoadParams). free releases them.
+func NewModels(bs []backend.Backend, cfg nn.Config, params []nn.NamedTensor) (models []nn.Model, free func(), err error) {
+	free = func() {
+		for i, m := range models {
+			nn.FreeParams(bs[i], m.Params())
+		}
+	}
+	for _, b := range bs {
+		m, err := nn.New(b, cfg)
+		if err != nil {
+			free()
+			return nil, func() {}, &Error{Op: "model on " + b.Name(), Err: err}
+		}
+		models = append(models, m)
+		if err := nn.LoadParams(b, m.Params(), params); err != nil {
+			free()
+			return nil, func() {}, &Error{Op: "parameters on " + b.Name(), Err: err}
+		}
+	}
+	return models, free, nil
+}
+
+// Run computes req over the graph whose in-adjacency is in (row v lists
+// the sources of v's incoming edges; square, valid) from the features x.
+func Run(ctx context.Context, in *graph.CSR, x *Input, req Request, opts Options) (*Result, error) {
+	r, err := newRun(in, x, req, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.free()
+	return r.run(ctx)
+}
+
+// run is one Run's state.
+type run struct {
+	in      *graph.CSR
+	x       *Input
+	opts    Options
+	req     Request
+	layers  []nn.Layered
+	cfg     nn.Config
+	n       int
+	last    int     // 0-based index of the requested layer
+	need    [][]int32 // per layer, the sorted nodes computed; nil: all
+	gcnDeg  []int64   // GCN: out-degrees of the whole self-loop graph
+	budgets []int64
+	hosts   []hostMatrix // per layer up to last, its output
+	scratch []*scratch   // per device
+	bar     *progress.Bar
+}
+
+// hostMatrix is a layer's output for every node, in host memory.
+type hostMatrix struct {
+	data  []float32
+	width int
+	pin   backend.HostBuffer // the pinned memory holding data, if any
+}
+
+func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
+	const op = "setup"
+	p := len(opts.Backends)
+	switch {
+	case in == nil || x == nil:
+		return nil, errf(op, "no graph or no features")
+	case p == 0:
+		return nil, errf(op, "no back end")
+	case len(opts.Models) != p:
+		return nil, errf(op, "%d models for %d back ends", len(opts.Models), p)
+	case in.NumRows != in.NumCols || in.NumRows < 1 || in.NumRows > math.MaxInt32 || int64(len(in.Indptr)) != in.NumRows+1:
+		return nil, errf(op, "graph is %d x %d with %d row offsets, want square with 1 to %d nodes", in.NumRows, in.NumCols, len(in.Indptr), int64(math.MaxInt32))
+	case int64(x.Rows) != in.NumRows:
+		return nil, errf(op, "%d feature rows for %d nodes", x.Rows, in.NumRows)
+	case x.Sparse == nil && len(x.Dense) != x.Rows*x.Cols:
+		return nil, errf(op, "%d feature values for %d x %d", len(x.Dense), x.Rows, x.Cols)
+	case x.Sparse != nil && (x.Sparse.Rows != x.Rows || x.Sparse.Cols != x.Cols || len(x.Sparse.Indptr) != x.Rows+1):
+		return nil, errf(op, "sparse features are %d x %d, want %d x %d", x.Sparse.Rows, x.Sparse.Cols, x.Rows, x.Cols)
+	case opts.Budget != 0 && opts.Budget < MinBudget:
+		return nil, errf(op, "budget %d bytes is below the minimum %d", opts.Budget, MinBudget)
+	case opts.StallTimeout < 0:
+		return nil, errf(op, "negative stall timeout %v", opts.StallTimeout)
+	}
+	r := &run{in: in, x: x, opts: opts, n: int(in.NumRows)}
+	for i, m := range opts.Models {
+		if m == nil || opts.Backends[i] == nil {
+			return nil, errf(op, "device %d has no model or no back end", i)
+		}
+		l, ok := m.(nn.Layered)
+		if !ok {
+			return nil, errf(op, "the model on %s cannot run layer by layer (%T is not nn.Layered)", opts.Backends[i].Name(), m)
+		}
+		r.layers = append(r.layers, l)
+	}
+	r.cfg = opts.Models[0].Config()
+	for i, m := range opts.Models[1:] {
+		if c := m.Config(); c.Kind != r.cfg.Kind || c.Layers != r.cfg.Layers || c.InDim != r.cfg.InDim || c.OutDim != r.cfg.OutDim {
+			return nil, errf(op, "the model on device %d is a %s of %d layers (%d -> %d), device 0's a %s of %d (%d -> %d)",
+				i+1, c.Kind, c.Layers, c.InDim, c.OutDim, r.cfg.Kind, r.cfg.Layers, r.cfg.InDim, r.cfg.OutDim)
+		}
+	}
+	if r.cfg.InDim != x.Cols {
+		return nil, errf(op, "the model reads %d features, the graph has %d", r.cfg.InDim, x.Cols)
+	}
+	L := r.cfg.Layers
+	r.last = L - 1
+	if req.Layer != 0 {
+		if req.Layer < 1 || req.Layer > L {
+			return nil, errf(op, "layer %d of a %d-layer model (want 1 to %d)", req.Layer, L, L)
+		}
+		r.last = req.Layer - 1
+	}
+	for i, v := range req.Nodes {
+		if v < 0 || int(v) >= r.n {
+			return nil, errf(op, "node %d (position %d) out of range [0, %d)", v, i, r.n)
+		}
+	}
+	if err := r.checkOffsets(); err != nil {
+		return nil, err
+	}
+	r.plan(req.Nodes)
+	r.req = req
+	r.scratch = make([]*scratch, p)
+	if r.cfg.Kind == nn.KindGCN {
+		r.gcnDeg = selfLoopOutDegrees(in)
+	}
+	if err := r.setBudgets(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *run) checkOffsets() error {
+	p := len(r.opts.Backends)
+	off := r.opts.Offsets
+	if off == nil {
+		off = make([]int64, p+1)
+		for i := range off {
+			off[i] = int64(r.n) * int64(i) / int64(p)
+		}
+		r.opts.Offsets = off
+		return nil
+	}
+	if len(off) != p+1 || off[0] != 0 || off[p] != int64(r.n) {
+		return errf("setup", "%d offsets for %d devices running from %v to %v, want %d from 0 to %d", len(off), p, off[0], off[len(off)-1], p+1, r.n)
+	}
+	for i := range p {
+		if off[i+1] < off[i] {
+			return errf("setup", "device %d's range [%d, %d) is reversed", i, off[i], off[i+1])
+		}
+	}
+	return nil
+}
+
+// plan fills need: the requested layer computes the requested nodes, and
+// every earlier layer the nodes the next reads.
+func (r *run) plan(nodes []int32) {
+	r.need = make([][]int32, r.last+1)
+	if nodes == nil {
+		return // every node at every layer
+	}
+	cur := slices.Clone(nodes)
+	slices.Sort(cur)
+	cur = slices.Compact(cur)
+	r.need[r.last] = cur
+	mark := make([]bool, r.n)
+	for l := r.last - 1; l >= 0; l-- {
+		count := 0
+		for _, v := range cur {
+			if !mark[v] {
+				mark[v] = true
+				count++
+			}
+			for _, u := range r.in.Indices[r.in.Indptr[v]:r.in.Indptr[v+1]] {
+				if !mark[u] {
+					mark[u] = true
+					count++
+				}
+			}
+		}
+		if count == r.n { // the rest of the way down every node is needed
+			return
+		}
+		next := make([]int32, 0, count)
+		for v, m := range mark {
+			if m {
+				next = append(next, int32(v))
+				mark[v] = false
+			}
+		}
+		r.need[l], cur = next, next
+	}
+}
+
+// selfLoopOutDegrees counts, for every node j, the in-adjacency rows that
+// list j plus one when j's own row lacks j: the out-degree of j in the
+// self-loop graph GCN normalizes by (nn.Block.GCNWeights).
+func selfLoopOutDegrees(in *graph.CSR) []int64 {
+	deg := make([]int64, in.NumRows)
+	for v := int64(0); v < in.NumRows; v++ {
+		self := false
+		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
+			deg[u]++
+			self = self || int64(u) == v
+		}
+		if !self {
+			deg[v]++
+		}
+	}
+	return deg
+}
+
+func (r *run) setBudgets() error {
+	for _, b := range r.opts.Backends {
+		budget := r.opts.Budget
+		if budget == 0 {
+			budget = DefaultBudget
+			if m, ok := b.(backend.Memory); ok {
+				free, _, err := m.MemInfo()
+				if err != nil {
+					return &Error{Op: "memory of " + b.Name(), Err: err}
+				}
+				budget = max(MinBudget, min(MaxAutoBudget, int64(free/4)))
+			}
+		}
+		r.budgets = append(r.budgets, budget)
+	}
+	return nil
+}
+
+func (r *run) free() {
+	for _, h := range r.hosts {
+		if h.pin != nil {
+			h.pin.Free()
+		}
+	}
+	r.hosts = nil
+	r.bar.Finish()
+}
+
+// width returns the input width of layer l.
+func (r *run) width(l int) int {
+	if l == 0 {
+		return r.x.Cols
+	}
+	return r.layers[0].LayerWidth(l - 1)
+}
+
+// nodesOf returns device d's destination nodes of layer l: its part of
+// need[l], starting at need[l][base] (nil: its whole range, [lo, hi)).
+func (r *run) nodesOf(l, d int) (nodes []int32, lo, hi int64, base int) {
+	lo, hi = r.opts.Offsets[d], r.opts.Offsets[d+1]
+	need := r.need[l]
+	if need == nil {
+		return nil, lo, hi, 0
+	}
+	a, _ := slices.BinarySearch(need, int32(lo))
+	b := len(need)
+	if hi <= math.MaxInt32 {
+		b, _ = slices.BinarySearch(need, int32(hi))
+	}
+	return need[a:b], lo, hi, a
+}
+
+// chunks splits device d's destinations of layer l into chunks within
+// its budget: the returned bounds index the device's destination list.
+func (r *run) chunks(l, d int) []int {
+	nodes, lo, hi, _ := r.nodesOf(l, d)
+	count := int(hi - lo)
+	if nodes != nil {
+		count = len(nodes)
+	}
+	inW := float64(r.width(l))
+	if l == 0 && r.x.Sparse != nil && r.x.Rows > 0 {
+		inW = 2 * float64(len(r.x.Sparse.Indices)) / float64(r.x.Rows) // indices and values
+	}
+	outW := float64(r.layers[0].LayerWidth(l))
+	heads := 1.0
+	if r.cfg.Kind == nn.KindGAT {
+		heads = float64(max(r.cfg.Heads, r.cfg.OutHeads))
+		outW = max(outW, float64(r.cfg.Hidden*max(r.cfg.Heads, r.cfg.OutHeads)))
+	}
+	budget := float64(r.budgets[d])
+	bounds := []int{0}
+	var used float64
+	for i := range count {
+		v := lo + int64(i)
+		if nodes != nil {
+			v = int64(nodes[i])
+		}
+		e := float64(r.in.Indptr[v+1]-r.in.Indptr[v]) + 1
+		// Per destination: its sources' input rows, their projection and
+		// aggregation, the edges' indices and weights (and attention
+		// scores), its own output rows.
+		cost := 4 * (e*(inW+2*outW+3+3*heads) + 4*outW)
+		if used > 0 && used+cost > budget {
+			bounds = append(bounds, i)
+			used = 0
+		}
+		used += cost
+	}
+	if count > 0 {
+		bounds = append(bounds, count)
+	}
+	return bounds
+}
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	p := len(r.opts.Backends)
+	bounds := make([][][]int, r.last+1) // layer, device -> chunk bounds
+	total := 0
+	for l := range bounds {
+		bounds[l] = make([][]int, p)
+		for d := range p {
+			bounds[l][d] = r.chunks(l, d)
+			total += max(len(bounds[l][d])-1, 0)
+		}
+	}
+	if r.opts.Progress != "" {
+		r.bar = progress.New(int64(total), r.opts.Progress)
+	}
+	res := &Result{}
+	for l := 0; l <= r.last; l++ {
+		t0 := time.Now()
+		out, err := r.output(l)
+		if err != nil {
+			return nil, err
+		}
+		st := LayerStats{Layer: l + 1, Nodes: int64(r.n)}
+		if r.need[l] != nil {
+			st.Nodes = int64(len(r.need[l]))
+		}
+		for d := range p {
+			st.Chunks += max(len(bounds[l][d])-1, 0)
+		}
+		r.bar.Describe(fmt.Sprintf("%s: layer %d/%d", r.opts.Progress, l+1, r.last+1))
+		if err := r.layer(ctx, l, bounds[l], out); err != nil {
+			return nil, err
+		}
+		st.Seconds = time.Since(t0).Seconds()
+		res.Layers = append(res.Layers, st)
+		if l > 0 { // the layer below is read no more
+			if h := r.hosts[l-1]; h.pin != nil {
+				h.pin.Free()
+			}
+			r.hosts[l-1] = hostMatrix{}
+		}
+	}
+	final := r.hosts[r.last]
+	r.hosts[r.last] = hostMatrix{} // handed over, or copied below
+	res.Cols = final.width
+	if r.req.Nodes == nil {
+		res.Rows, res.Data = r.n, final.data
+		if final.pin != nil { // pinned memory is freed with the run: copy it out
+			res.Data = slices.Clone(final.data)
+			final.pin.Free()
+		}
+		return res, nil
+	}
+	need := r.need[r.last]
+	w := final.width
+	res.Rows = len(r.req.Nodes)
+	res.Data = make([]float32, len(r.req.Nodes)*w)
+	for i, v := range r.req.Nodes {
+		k, _ := slices.BinarySearch(need, v)
+		copy(res.Data[i*w:(i+1)*w], final.data[k*w:(k+1)*w])
+	}
+	if final.pin != nil {
+		final.pin.Free()
+	}
+	return res, nil
+}
+
+// output allocates layer l's output matrix: every node's row below the
+// requested layer, the needed nodes' rows (in need's order) at it.
+func (r *run) output(l int) (hostMatrix, error) {
+	w := r.layers[0].LayerWidth(l)
+	rows := r.n
+	if l == r.last && r.need[l] != nil {
+		rows = len(r.need[l])
+	}
+	n := int64(rows) * int64(w)
+	if n > math.MaxInt || n*4 > math.MaxInt64/2 {
+		return hostMatrix{}, errf(fmt.Sprintf("layer %d", l+1), "output of %d x %d values is too large", rows, w)
+	}
+	h := hostMatrix{width: w}
+	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 {
+		if buf, err := pm.AllocPinned(uint64(n)*4, false); err == nil {
+			h.pin, h.data = buf, buf.Float32s()[:n]
+			clear(h.data)
+		}
+	}
+	if h.data == nil {
+		h.data = make([]float32, n)
+	}
+	for len(r.hosts) <= l {
+		r.hosts = append(r.hosts, hostMatrix{})
+	}
+	r.hosts[l] = h
+	return h, nil
+}
+
+// layer computes layer l on every device at once and waits for them,
+// giving up on a device that finishes no chunk for the stall timeout.
+func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix) error {
+	p := len(r.opts.Backends)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make([]atomic.Int64, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for d := range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l}
+			if err := w.run(ctx, bounds[d], out, &done[d]); err != nil {
+				errs[d] = err
+				cancel()
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	stall := r.opts.StallTimeout
+	if stall == 0 {
+		stall = DefaultStallTimeout
+	}
+	tick := time.NewTicker(min(stall/4, 5*time.Second) + time.Millisecond)
+	defer tick.Stop()
+	last := make([]int64, p)
+	seen := make([]time.Time, p)
+	for d := range seen {
+		seen[d] = time.Now()
+	}
+	for {
+		select {
+		case <-finished:
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return &Error{Op: fmt.Sprintf("layer %d", l+1), Err: err}
+			}
+			return nil
+		case now := <-tick.C:
+			var stuck []string
+			for d := range p {
+				c := done[d].Load()
+				if want := int64(max(len(bounds[d])-1, 0)); c != last[d] || c == want {
+					last[d], seen[d] = c, now
+					continue
+				}
+				if now.Sub(seen[d]) > stall {
+					stuck = append(stuck, fmt.Sprintf("%s (chunk %d of %d)", r.opts.Backends[d].Name(), last[d]+1, len(bounds[d])-1))
+				}
+			}
+			if len(stuck) > 0 {
+				cancel()
+				return errf(fmt.Sprintf("layer %d", l+1), "no chunk finished for %v on %v", stall, stuck)
+			}
+		}
+	}
+}

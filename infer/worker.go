@@ -1,0 +1,172 @@
+package infer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// scratch maps global node IDs to a chunk's local source IDs without
+// clearing anything between chunks: stamp[v] == cur marks v as a source
+// of the current chunk, with local ID local[v].
+type scratch struct {
+	stamp, local []int32
+	cur          int32
+}
+
+func (s *scratch) next() {
+	s.cur++
+	if s.cur == 0 || s.cur == 1<<31-1 { // wrapped: start the stamps afresh
+		clear(s.stamp)
+		s.cur = 1
+	}
+}
+
+// worker computes one layer's chunks on one device.
+type worker struct {
+	r     *run
+	d     int
+	b     backend.Backend
+	layer nn.Layered
+	l     int
+}
+
+func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
+	r := w.r
+	if len(bounds) < 2 {
+		return nil
+	}
+	if r.scratch[w.d] == nil {
+		r.scratch[w.d] = &scratch{stamp: make([]int32, r.n), local: make([]int32, r.n)}
+	}
+	nodes, lo, _, base := r.nodesOf(w.l, w.d)
+	for c := 0; c+1 < len(bounds); c++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		a, b := bounds[c], bounds[c+1]
+		dst := make([]int32, b-a)
+		for i := range dst {
+			if nodes != nil {
+				dst[i] = nodes[a+i]
+			} else {
+				dst[i] = int32(lo + int64(a+i))
+			}
+		}
+		// Output rows: node IDs, or positions in need at the requested
+		// layer when only some nodes are wanted.
+		row0 := int(lo) + a
+		if nodes != nil {
+			row0 = -1
+			if w.l == r.last {
+				row0 = base + a
+			}
+		}
+		if err := w.chunk(dst, out, row0); err != nil {
+			return &Error{Op: fmt.Sprintf("layer %d on %s, chunk %d of %d (nodes %d to %d)", w.l+1, w.b.Name(), c+1, len(bounds)-1, dst[0], dst[len(dst)-1]), Err: err}
+		}
+		done.Add(1)
+		r.bar.Add(1)
+	}
+	return nil
+}
+
+// chunk computes the layer for the destination nodes dst and writes their
+// rows of out: rows row0.. in order when row0 >= 0, else rows dst[i].
+func (w *worker) chunk(dst []int32, out hostMatrix, row0 int) error {
+	r, b := w.r, w.b
+	s := r.scratch[w.d]
+	s.next()
+	in := r.in
+	src := make([]int32, len(dst), len(dst)*2)
+	for i, v := range dst {
+		s.stamp[v], s.local[v] = s.cur, int32(i)
+		src[i] = v
+	}
+	indptr := make([]int64, len(dst)+1)
+	edges := int64(0)
+	for _, v := range dst {
+		edges += in.Indptr[v+1] - in.Indptr[v]
+	}
+	indices := make([]int32, 0, edges)
+	for i, v := range dst {
+		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
+			if s.stamp[u] != s.cur {
+				s.stamp[u], s.local[u] = s.cur, int32(len(src))
+				src = append(src, u)
+			}
+			indices = append(indices, s.local[u])
+		}
+		indptr[i+1] = int64(len(indices))
+	}
+	blk, err := nn.NewBlock(b, len(dst), len(src), indptr, indices)
+	if err != nil {
+		return err
+	}
+	defer blk.Free()
+	if r.gcnDeg != nil {
+		deg := make([]int64, len(src))
+		for i, u := range src {
+			deg[i] = r.gcnDeg[u]
+		}
+		if err := blk.SetSourceDegrees(deg); err != nil {
+			return err
+		}
+	}
+	t := autograd.NewTape(b)
+	defer t.Release()
+	var x *autograd.Var
+	var xs *autograd.SparseInput
+	if w.l == 0 && r.x.Sparse != nil {
+		if xs, err = r.x.Sparse.Gather(b, src); err != nil {
+			return err
+		}
+		defer xs.Free(b)
+	} else {
+		var rows []float32
+		width := r.x.Cols
+		if w.l == 0 {
+			rows = r.x.Dense
+		} else {
+			rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
+		}
+		host := make([]float32, len(src)*width)
+		for i, u := range src {
+			copy(host[i*width:(i+1)*width], rows[int(u)*width:(int(u)+1)*width])
+		}
+		buf, err := b.Alloc(backend.Float32, len(host))
+		if err != nil {
+			return err
+		}
+		defer b.Free(buf)
+		if err := b.Upload(buf, host); err != nil {
+			return err
+		}
+		if x, err = t.Const(buf, len(src), width); err != nil {
+			return err
+		}
+	}
+	y, err := w.layer.ForwardLayer(t, w.l, x, xs, blk)
+	if err != nil {
+		return err
+	}
+	wd := out.width
+	if y.Rows != len(dst) || y.Cols != wd {
+		return fmt.Errorf("layer produced %d x %d for %d nodes, want width %d", y.Rows, y.Cols, len(dst), wd)
+	}
+	if row0 >= 0 { // consecutive rows: straight into the output
+		return b.Download(out.data[row0*wd:(row0+len(dst))*wd], y.Value)
+	}
+	host := make([]float32, len(dst)*wd)
+	if err := b.Download(host, y.Value); err != nil {
+		return err
+	}
+	for i, v := range dst {
+		copy(out.data[int(v)*wd:(int(v)+1)*wd], host[i*wd:(i+1)*wd])
+	}
+	return nil
+}
