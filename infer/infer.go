@@ -153,7 +153,7 @@ type run struct {
 	layers  []nn.Layered
 	cfg     nn.Config
 	n       int
-	last    int     // 0-based index of the requested layer
+	last    int       // 0-based index of the requested layer
 	need    [][]int32 // per layer, the sorted nodes computed; nil: all
 	gcnDeg  []int64   // GCN: out-degrees of the whole self-loop graph
 	budgets []int64
