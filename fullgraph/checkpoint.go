@@ -98,6 +98,7 @@ func (s *session) openCheckpoint(orig *dataset.Dataset) error {
 	sv.opt = optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}
 	s.saved = sv
 	s.rep.Epochs, s.rep.EpochComm = m.History, m.EpochComm
+	s.opts.Keep.Resumed(m.History)
 	s.rep.ResumedFrom = &train.Cursor{Epoch: m.EpochsDone}
 	s.logf("resuming from %s at epoch %d", s.ckpt, m.EpochsDone+1)
 	return nil

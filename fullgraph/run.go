@@ -63,6 +63,9 @@ type Options struct {
 	Log io.Writer
 	// OnEpoch, when set, is called after every epoch with its record.
 	OnEpoch func(train.EpochRecord)
+	// Keep, when set, keeps the parameters of the epoch a saved model
+	// holds (device 0's, after each epoch).
+	Keep *train.Keeper
 }
 
 // RunError reports a failure of one device.
@@ -315,6 +318,11 @@ func (s *session) run(ctx context.Context, rank int, r replica) error {
 		rec.Seconds = time.Since(t0).Seconds()
 		if rank != 0 {
 			continue
+		}
+		if b, params, _ := r.model(); s.opts.Keep != nil {
+			if err := s.opts.Keep.Offer(&rec, e == cfg.Epochs-1, b, params); err != nil {
+				return err
+			}
 		}
 		s.rep.Epochs = append(s.rep.Epochs, rec)
 		s.rep.EpochComm = append(s.rep.EpochComm, ec)

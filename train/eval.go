@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"slices"
 
+	"context"
+
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/infer"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/sample"
@@ -108,8 +111,11 @@ func DatasetSplits(ds *dataset.Dataset) *[3]Labeled {
 
 // Evaluator scores a model on the train, validation and test nodes of a
 // dataset without dropout, as Run does after an epoch. With Eval "full"
-// every layer aggregates over all neighbors of the whole graph in one
-// pass; with Eval "sampled" the nodes are evaluated in batches of
+// every layer aggregates over all neighbors of the whole graph, layer by
+// layer in chunks within a memory budget (package infer: the logits of
+// the one-pass forward over the whole graph, bit for bit on the CPU,
+// without holding every layer of every node on the device); with Eval
+// "sampled" the nodes are evaluated in batches of
 // EvalBatchSize whose neighborhoods are sampled with EvalFanouts, with a
 // key that does not depend on the epoch, so every epoch is scored on the
 // same neighborhoods.
@@ -119,9 +125,9 @@ type Evaluator struct {
 	own    bool // in is the evaluator's own
 	splits *[3]Labeled
 	g      *graph.CSR
-	full   *nn.Block      // Eval full: the whole graph
 	smp    sample.Sampler // Eval sampled
-	nodes  []int32        // Eval sampled: the sorted union of the splits
+	nodes  []int32        // the sorted union of the splits
+	budget int64          // Eval full: infer.Options.Budget
 }
 
 // NewEvaluator prepares the evaluation of cfg's models on ds, whose
@@ -140,32 +146,31 @@ func newEvaluator(x *inputs, ds *dataset.Dataset, in *graph.CSR, cfg Common) (*E
 		return nil, err
 	}
 	ev := &Evaluator{cfg: cfg, in: x, splits: DatasetSplits(ds), g: in}
-	var err error
+	for _, sp := range ev.splits {
+		ev.nodes = append(ev.nodes, sp.Rows...)
+	}
+	slices.Sort(ev.nodes)
+	ev.nodes = slices.Compact(ev.nodes)
+	if in == nil || in.NumRows != ds.NumNodes() {
+		return nil, &RunError{Op: "evaluator", Err: fmt.Errorf("no in-adjacency of the %d nodes", ds.NumNodes())}
+	}
 	if cfg.Eval == Sampled {
+		var err error
 		if ev.smp, err = newSampler(in, cfg.EvalFanouts); err != nil {
 			return nil, &RunError{Op: "sampler", Err: err}
 		}
-		for _, sp := range ev.splits {
-			ev.nodes = append(ev.nodes, sp.Rows...)
-		}
-		slices.Sort(ev.nodes)
-		ev.nodes = slices.Compact(ev.nodes)
-		return ev, nil
-	}
-	if ev.full, err = nn.UploadGraph(x.b, in); err != nil {
-		return nil, &RunError{Op: "upload graph", Err: err}
 	}
 	return ev, nil
 }
+
+// SetBudget sets the memory a chunk of the whole-graph evaluation may
+// take on the device (infer.Options.Budget; 0 picks one).
+func (ev *Evaluator) SetBudget(bytes int64) { ev.budget = bytes }
 
 // Close frees what the evaluator uploaded.
 func (ev *Evaluator) Close() {
 	if ev == nil {
 		return
-	}
-	if ev.full != nil {
-		ev.full.Free()
-		ev.full = nil
 	}
 	if ev.own {
 		ev.in.free()
@@ -178,22 +183,44 @@ func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
 	if ev.cfg.Eval == Sampled {
 		return ev.sampled(model, 0, 1)
 	}
-	t := autograd.NewTape(ev.in.b)
-	defer t.Release()
-	blocks := make([]*nn.Block, ev.cfg.Layers)
-	for i := range blocks {
-		blocks[i] = ev.full
-	}
-	out, err := ev.in.forwardFull(t, model, blocks, false, 0)
+	f := ev.in.f
+	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
+		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: []backend.Backend{ev.in.b}, Models: []nn.Model{model}, Budget: ev.budget})
 	if err != nil {
 		return Tally{}, err
 	}
-	n, c := int(ev.g.NumRows), model.Config().OutDim
-	if out.Rows != n || out.Cols != c {
-		return Tally{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, n, c)
+	if c := model.Config().OutDim; res.Cols != c || res.Rows != len(ev.nodes) {
+		return Tally{}, fmt.Errorf("inference produced %dx%d logits, want %dx%d", res.Rows, res.Cols, len(ev.nodes), c)
 	}
-	return Score(ev.in.b, out.Value, n, c, ev.splits)
+	return ScoreRows(res.Data, res.Cols, ev.nodes, ev.splits), nil
 }
+
+// ScoreRows tallies host logits (one row of classes values per node of
+// nodes, which is sorted and holds every node of the splits) as Score
+// does on a device: the same argmax (ties to the lower class) and
+// cross-entropy.
+func ScoreRows(logits []float32, classes int, nodes []int32, splits *[3]Labeled) Tally {
+	var t Tally
+	for s := range splits {
+		sp := &splits[s]
+		for i, v := range sp.Rows {
+			k, ok := slices.BinarySearch(nodes, v)
+			if !ok {
+				continue
+			}
+			row := logits[k*classes : (k+1)*classes]
+			t.add(s, nn.Argmax(row), sp.Labels[i])
+			if s == SplitVal {
+				t.ValLoss += nn.CrossEntropy(row, sp.Labels[i])
+			}
+		}
+	}
+	return t
+}
+
+// Nodes returns the sorted union of the splits' nodes: the rows Run
+// computes.
+func (ev *Evaluator) Nodes() []int32 { return ev.nodes }
 
 // RunShard is Run's sampled evaluation spread over k devices: this one
 // (rank) evaluates every k-th batch from batch rank on and returns the

@@ -139,22 +139,6 @@ func (in *inputs) upload() error {
 	return nil
 }
 
-// forwardFull runs model over the whole graph (blocks: the whole graph's
-// block, once per layer).
-func (in *inputs) forwardFull(t *autograd.Tape, model nn.Model, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
-	if err := in.upload(); err != nil {
-		return nil, err
-	}
-	if in.xs != nil {
-		return model.ForwardSparse(t, in.xs, blocks, train, seed)
-	}
-	x, err := t.Const(in.xd, in.f.Rows, in.f.Cols)
-	if err != nil {
-		return nil, err
-	}
-	return model.Forward(t, x, blocks, train, seed)
-}
-
 // forwardBatch uploads a mini-batch's blocks and input features and runs
 // model; the logits' rows are the batch's seeds in order. cleanup frees
 // what was uploaded (call it after the tape is done).

@@ -291,6 +291,7 @@ func (r *runner) restore() error {
 		return bad("%v", err)
 	}
 	r.cursor, r.partial, r.history = c, m.Partial, m.History
+	r.opts.Keep.Resumed(m.History)
 	rc := c
 	r.resumed = &rc
 	r.logf("resuming from %s at epoch %d, batch %d", r.ckpt, c.Epoch+1, c.Batch)

@@ -59,6 +59,9 @@ type Options struct {
 	// gathering: package train/gputrain) instead of sampling on the host.
 	// It draws the same batches, so only device rounding differs.
 	Batches NewBatchSource
+	// Keep, when set, keeps the parameters of the epoch a saved model
+	// holds (Keeper).
+	Keep *Keeper
 }
 
 // RunError reports a failure of a run with what it was doing.
@@ -385,6 +388,9 @@ func (r *runner) loop(ctx context.Context) error {
 			rec.SetEvaluation(nil)
 		}
 		rec.Seconds = r.partial.Seconds + time.Since(epochStart).Seconds()
+		if err := r.opts.Keep.Offer(&rec, e == cfg.Epochs-1, r.b, r.model.Params()); err != nil {
+			return &RunError{Op: fmt.Sprintf("epoch %d", e+1), Err: err}
+		}
 		r.history = append(r.history, rec)
 		r.cursor = Cursor{Epoch: e + 1}
 		r.partial = partialEpoch{}

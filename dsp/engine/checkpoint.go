@@ -149,6 +149,7 @@ func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 		}
 	}
 	s.history = m.History
+	s.opts.Keep.Resumed(m.History)
 	s.run.EpochTrainSeconds, s.run.EpochLosses, s.run.EvalSeconds = m.EpochTrainSeconds, m.EpochLosses, m.EvalSeconds
 	return nil
 }

@@ -182,6 +182,9 @@ type Options struct {
 	// train's --gpushm-* flags); its comm.Options are replaced by
 	// Config.CommTimeout.
 	GPUShm gpushm.Options
+	// Keep, when set, keeps the parameters of the epoch a saved model
+	// holds (device 0's, as it records each epoch).
+	Keep *train.Keeper
 }
 
 // ConfigError reports an invalid field.

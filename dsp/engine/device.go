@@ -735,6 +735,9 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	if d.rank != 0 {
 		return nil
 	}
+	if err := s.opts.Keep.Offer(&rec, epoch == cfg.Train.Epochs-1, d.b, d.model.Params()); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.run.EpochTrainSeconds = append(s.run.EpochTrainSeconds, trainSec)
 	s.run.EpochLosses = append(s.run.EpochLosses, rec.Loss)

@@ -1,0 +1,106 @@
+package npy
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWriteFloat32(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.npy")
+	data := []float32{1, -2.5, float32(math.Pi), 0, 7, 8}
+	if err := WriteFloat32(path, 2, 3, data); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ParseHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Descr != "<f4" || h.FortranOrder || len(h.Shape) != 2 || h.Shape[0] != 2 || h.Shape[1] != 3 {
+		t.Fatalf("header %+v", h)
+	}
+	if h.DataOffset%64 != 0 {
+		t.Errorf("data at byte %d, NumPy aligns it to 64", h.DataOffset)
+	}
+	if !strings.HasSuffix(string(b[:h.DataOffset]), "\n") {
+		t.Errorf("header does not end with a newline")
+	}
+	for i, v := range data {
+		got := math.Float32frombits(binary.LittleEndian.Uint32(b[h.DataOffset+int64(4*i):]))
+		if got != v {
+			t.Fatalf("value %d is %v, want %v", i, got, v)
+		}
+	}
+	if err := WriteFloat32(path, 4, 3, data); err == nil {
+		t.Fatal("a wrong shape was written")
+	}
+}
+
+// vector is a .npy file of the int vector v as descr ('<i4' or '<i8').
+func vector(descr string, shape []int, v []int64) []byte {
+	b := header(descr, shape)
+	for _, x := range v {
+		if descr == "<i4" {
+			b = binary.LittleEndian.AppendUint32(b, uint32(int32(x)))
+		} else {
+			b = binary.LittleEndian.AppendUint64(b, uint64(x))
+		}
+	}
+	return b
+}
+
+func TestParseInts(t *testing.T) {
+	for _, descr := range []string{"<i4", "<i8"} {
+		got, err := ParseInts(vector(descr, []int{3}, []int64{5, -1, 2707}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || got[0] != 5 || got[1] != -1 || got[2] != 2707 {
+			t.Fatalf("%s: %v", descr, got)
+		}
+	}
+	if got, err := ParseInts(vector("<i8", []int{2, 1}, []int64{1, 2})); err != nil || len(got) != 2 {
+		t.Fatalf("(2, 1): %v %v", got, err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"float", vector("<f4", []int{1}, []int64{0}), `dtype "<f4"`},
+		{"matrix", vector("<i4", []int{2, 2}, []int64{1, 2, 3, 4}), "want a vector"},
+		{"short", vector("<i8", []int{3}, []int64{1, 2}), "needs 24 bytes, the file has 16"},
+		{"huge", vector("<i8", []int{1 << 50}, nil), "needs"},
+		{"magic", []byte("hello world"), "not a .npy file"},
+		{"version", append([]byte(Magic+"\x09\x00"), 0, 0), "format version 9.0"},
+	} {
+		_, err := ParseInts(tc.b)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseInts: no input panics; an accepted one has as many values
+// as its bytes hold.
+func FuzzParseInts(f *testing.F) {
+	f.Add(vector("<i4", []int{3}, []int64{1, 2, 3}))
+	f.Add(vector("<i8", []int{2, 1}, []int64{7, 8}))
+	f.Add([]byte(Magic + "\x01\x00\x10\x00{'descr': '<i8'}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := ParseInts(b)
+		if err != nil {
+			return
+		}
+		if len(v) > len(b)/4 {
+			t.Fatalf("%d values from %d bytes", len(v), len(b))
+		}
+	})
+}
