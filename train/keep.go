@@ -15,10 +15,10 @@ import (
 // dsp/engine.Run), which downloads the parameters only when the epoch
 // becomes the selected one. A nil Keeper keeps nothing.
 type Keeper struct {
-	rule    string
-	sel     *EpochRecord     // the selected epoch so far
-	params  []nn.NamedTensor // its parameters, nil when it came before a resume
-	note    string
+	rule   string
+	sel    *EpochRecord     // the selected epoch so far
+	params []nn.NamedTensor // its parameters, nil when it came before a resume
+	note   string
 }
 
 // NewKeeper keeps by rule (SelectBest or SelectLast).
