@@ -17,6 +17,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/fullgraph"
+	"github.com/strata-gnn/strata/model"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -234,6 +235,10 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err != nil {
 		return usageError{err}
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
 	if err != nil {
 		return err
@@ -255,7 +260,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso})
+	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}
@@ -271,5 +276,10 @@ func (c *trainCmd) runDSP(e *env) error {
 	fmt.Fprintf(e.stdout, "pipeline (total)    %s\n", rep.Metrics.Summary)
 	fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", rep.Run.SteadyEpochSeconds, rep.Run.Pipeline)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	// The engine's devices evaluate dense feature rows (engine.Run keeps
+	// them dense on every device).
+	if err := c.saveModel(e, keep, ds, cfg.Train.Common, cfg.Train.Mode, rep.Report.Config, rep.RowNormalized, model.Dense); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, &rep.Report)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
 )
 
 // fullGraphFlags are the flags of 'strata train --mode fullgraph'
@@ -186,6 +187,10 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{}) // the flags, then STRATA_GPUSHM_*
 	if err != nil {
 		return usageError{err}
@@ -232,7 +237,8 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	opts := fullgraph.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume}
+	opts := fullgraph.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Keep: keep}
+	orig := ds // the dataset the user gave, before a partition file renumbers it
 	if f := c.FullGraph.PartFile; f != "" {
 		if ds, opts.Offsets, err = fullgraph.ApplyPartitionFile(ds, f); err != nil {
 			return err
@@ -278,5 +284,12 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 		on = fmt.Sprintf("%d device(s)", len(bs))
 	}
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s (%.4fs per training epoch)\n", time.Since(start).Seconds(), on, rep.EpochSeconds)
+	mode := fullGraphMode
+	if full {
+		mode = train.Full
+	}
+	if err := c.saveModel(e, keep, orig, cfg.Common, mode, rep.Config, rep.RowNormalized, storageOf(orig.Features)); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, &rep.Report)
 }

@@ -24,6 +24,9 @@ type cli struct {
 	Version kong.VersionFlag `help:"Print the version and exit."`
 
 	Train     trainCmd          `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
+	Predict   predictCmd        `cmd:"" help:"Score nodes with a saved model (train --save): float32 logits as .npy."`
+	Embed     embedCmd          `cmd:"" help:"Write a saved model's hidden representations of a layer as .npy."`
+	Evaluate  evaluateCmd       `cmd:"" help:"Train, validation and test accuracy of a saved model on a dataset (on its own dataset: the training report's)."`
 	Import    importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
 	Gen       genCmd            `cmd:"" help:"Generate a synthetic dataset."`
 	Info      infoCmd           `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`

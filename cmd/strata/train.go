@@ -48,6 +48,7 @@ type trainCmd struct {
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
 	CheckpointEvery int    `help:"Save a checkpoint every N batches, or N epochs training the whole graph (0: only at the end or on interrupt); not in sampled mode with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
+	Save            string `help:"Save the trained model into DIR (model.safetensors with PyTorch Geometric's tensor names, and model.json): the epoch --select picks (best validation, or last). 'strata predict', 'embed' and 'evaluate' read it; docs/models.md." placeholder:"DIR" type:"path"`
 
 	RelFanouts []string `name:"rel-fanouts" help:"rgcn, hsage: fanouts of some relations, REL=F1,F2,REL2=F1,F2,... (REL a relation's name or src___rel___dst; 0 leaves it out at a hop; the others take --fanouts)." placeholder:"REL=F1,F2"`
 	AddReverse bool     `name:"add-reverse" help:"rgcn, hsage: add the reverse of every relation (rev_REL; relations within one type made symmetric), as PyG's ToUndirected."`
@@ -181,6 +182,10 @@ func (c *trainCmd) Run(e *env) error {
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	var note io.Writer = e.stderr
 	if e.quiet {
 		note = nil
@@ -214,7 +219,7 @@ func (c *trainCmd) Run(e *env) error {
 	start := time.Now()
 	rep, err := train.Run(ctx, ds, cfg, train.Options{
 		Backend: b, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Log: log,
-		Batches: batchSource(b),
+		Batches: batchSource(b), Keep: keep,
 	})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" {
 		return fmt.Errorf("%w\ncheckpoint saved in %s: run the same command with --resume to continue", err, c.Checkpoint)
@@ -224,6 +229,9 @@ func (c *trainCmd) Run(e *env) error {
 	}
 	printAccuracy(e, rep)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	if err := c.saveModel(e, keep, ds, cfg.Common, cfg.Mode, cfg, rep.RowNormalized, storageOf(ds.Features)); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, rep)
 }
 
