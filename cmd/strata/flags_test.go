@@ -233,6 +233,7 @@ func TestFlagValues(t *testing.T) {
 		"gpushm-device-max": "int", "gpushm-device-chunk": "int",
 		"max-message-mb": "int", "max-request-mb": "int", "workers": "int", "max-workers": "int", "prefetch": "int",
 		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
+		"infer-budget": "bytes", "layer": "int",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -264,6 +265,11 @@ func TestFlagValues(t *testing.T) {
 		}
 	}
 	bytesOK := func(v string) bool { _, err := parseBytes("x", v); return err == nil }
+	// predict, embed and evaluate: a missing --model fails after the flags.
+	modelCmdFlags := []flagSpec{
+		{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63}},
+		{flag: "infer-budget", legal: func(v string) bool { b, err := parseBytes("x", v); return err == nil && b >= 1<<20 }, extra: []string{"1MiB", "1048575"}},
+	}
 	dsp := []string{"--devices", "cpu:2", "--hidden", "8"}
 	ctxs := []flagCtx{
 		{name: "train sampled", args: trainArgs("--model", "sage", "--mode", "sampled"), sentinel: "--dataset", flags: append(append([]flagSpec{}, common...),
@@ -320,6 +326,16 @@ func TestFlagValues(t *testing.T) {
 			{flag: "sampler-workers", legal: intRange(1, 8), extra: []string{"8", "9"}},
 			{flag: "eval-every", legal: intRange(1, 1<<20)},
 		}},
+		{name: "predict", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "predict", "--model", missing, "--out", filepath.Join(d, "p.npy")}
+		}, sentinel: "model.json", flags: modelCmdFlags},
+		{name: "embed", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "embed", "--model", missing, "--out", filepath.Join(d, "e.npy")}
+		}, sentinel: "model.json", flags: append(append([]flagSpec{}, modelCmdFlags...),
+			flagSpec{flag: "layer", legal: intRange(0, 16), extra: []string{"16", "17"}})},
+		{name: "evaluate", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "evaluate", "--model", missing}
+		}, sentinel: "model.json", flags: modelCmdFlags},
 		{name: "import", args: func(t *testing.T, d string) []string {
 			return []string{"--quiet", "import", edges, filepath.Join(d, "out")}
 		}, flags: []flagSpec{
@@ -528,7 +544,7 @@ func numericFlags(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	numericStrings := map[string]bool{"cache": true, "topology-cache": true, "stall-timeout": true, "devices": true}
+	numericStrings := map[string]bool{"cache": true, "topology-cache": true, "stall-timeout": true, "devices": true, "infer-budget": true}
 	dur := reflect.TypeFor[time.Duration]()
 	var out []string
 	var walk func(n *kong.Node, path string)

@@ -104,12 +104,10 @@ type loaded struct {
 // load reads --model and --dataset, checks they fit, prepares the
 // features as the model's were and builds the model on every device.
 func (f *modelFlags) load(e *env, needLabels bool) (*loaded, error) {
-	m, err := model.Load(f.Model)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--model: %w", err)}
-	}
+	// The flags first (exit 2 naming the flag), then the model.
 	var budget int64
 	if f.Budget != "" {
+		var err error
 		if budget, err = parseBytes("infer-budget", f.Budget); err != nil {
 			return nil, err
 		}
@@ -124,6 +122,10 @@ func (f *modelFlags) load(e *env, needLabels bool) (*loaded, error) {
 	bs, err := openDevices(f.Devices, f.Device, note)
 	if err != nil {
 		return nil, err
+	}
+	m, err := model.Load(f.Model)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--model: %w", err)}
 	}
 	ds, closeDS, err := openDataset(f.Dataset, e.quiet)
 	if err != nil {
@@ -224,6 +226,9 @@ func (c *embedCmd) Run(e *env) error {
 func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed bool) error {
 	if err := atomicfile.Check(out); err != nil {
 		return usageError{fmt.Errorf("--out: %w", err)}
+	}
+	if layer < 0 || layer > train.MaxLayers {
+		return usageError{fmt.Errorf("--layer %d: want 1 to %d (0: the default)", layer, train.MaxLayers)}
 	}
 	l, err := f.load(e, false)
 	if err != nil {
