@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -404,4 +405,49 @@ func FuzzParseNodes(f *testing.F) {
 			}
 		}
 	})
+}
+
+// numpyPython returns a Python interpreter that has NumPy, or skips.
+func numpyPython(t *testing.T) string {
+	t.Helper()
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		if err := exec.Command(py, "-c", "import numpy").Run(); err == nil {
+			return py
+		}
+	}
+	t.Skip("no python3 with numpy here: the PyG mapping is checked by scripts/pyg_check.py on the GPU host")
+	return ""
+}
+
+// TestPyGNumpyReference: scripts/pyg_check.py --numpy (PyG 2.8's GCNConv,
+// SAGEConv and GATConv written out in NumPy, reading model.safetensors by
+// PyG's names) gives strata predict's logits within 1e-4, for each model.
+func TestPyGNumpyReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: about 20 s of NumPy")
+	}
+	py := numpyPython(t)
+	dir := t.TempDir()
+	cora := filepath.Join(dir, "cora")
+	if err := dataset.Write(cora, loadCora(t), dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--model", "sage", "--epochs", "2"},
+		{"--model", "gcn", "--epochs", "10", "--layers", "3"},
+		{"--model", "gat", "--epochs", "3", "--heads", "3", "--out-heads", "2", "--hidden", "4"},
+	} {
+		m := filepath.Join(dir, args[1])
+		if code, _, errOut := strata(t, append([]string{"--quiet", "train", "--dataset", cora, "--save", m}, args...)...); code != 0 {
+			t.Fatalf("train %v: exit %d: %s", args, code, errOut)
+		}
+		logits := filepath.Join(m, "logits.npy")
+		if code, _, errOut := strata(t, "--quiet", "predict", "--model", m, "--dataset", cora, "--out", logits); code != 0 {
+			t.Fatalf("predict: exit %d: %s", code, errOut)
+		}
+		out, err := exec.Command(py, "../../scripts/pyg_check.py", "--numpy", "--model", m, "--dataset", cora, "--logits", logits).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "argmax agreement 1.0000") {
+			t.Errorf("%v: pyg_check.py --numpy: %v\n%s", args, err, out)
+		}
+	}
 }
