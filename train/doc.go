@@ -31,10 +31,11 @@
 //
 // After every EvalEvery-th epoch and after the last the model is
 // evaluated without dropout. With Eval "full" (the default) every layer
-// aggregates over all neighbors of the whole graph in one pass, also for
-// models trained on sampled neighborhoods (full-neighbor inference, as
-// GraphSAGE's authors do on small graphs); Eval "sampled" evaluates
-// mini-batches with EvalFanouts, for graphs too large for one pass.
+// aggregates over all neighbors of the whole graph, also for models
+// trained on sampled neighborhoods (full-neighbor inference), layer by
+// layer in chunks within a memory budget (package infer): the logits of
+// a one-pass forward over the whole graph; Eval "sampled" evaluates
+// mini-batches with EvalFanouts.
 // Accuracy on the training nodes comes from the same pass.
 //
 // # Model selection
@@ -44,6 +45,12 @@
 // validation accuracy (Select "best", the default; ties go to the lower
 // validation loss, then the earlier epoch), as the GCN and GAT papers
 // report; last_test_accuracy is that of the final epoch.
+//
+// # Saved models
+//
+// A Keeper (Options.Keep, and fullgraph's and dsp/engine's options) keeps
+// a host copy of the parameters of the epoch the headline selects, for
+// 'strata train --save' (package model writes them).
 //
 // # Checkpoints
 //

@@ -2,6 +2,9 @@
 //
 //	strata train [flags]          train GCN, GraphSAGE or GAT (default: sampled
 //	                              GraphSAGE on the built-in Cora)
+//	strata predict --model DIR    logits of a model saved by train --save (.npy)
+//	strata embed --model DIR      a layer's hidden representations (.npy)
+//	strata evaluate --model DIR   a saved model's accuracies
 //	strata import SRC DST         convert a dataset into Strata's format
 //	strata gen DST [flags]        generate a synthetic dataset
 //	strata info [DIR|NAME]        show back ends and devices; summarize a dataset
