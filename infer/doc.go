@@ -18,7 +18,11 @@
 // applied (nn.Layered.ForwardLayer: the layer, then the activation between
 // layers, no dropout), and the chunk's rows downloaded into the next H.
 // A chunk takes destination nodes until its estimated memory (sources'
-// rows, projections, edges) reaches Options.Budget.
+// rows, projections, edges) reaches Options.Budget. When H takes at most
+// half of a device's free memory (back ends with backend.Memory: GPUs) it
+// is uploaded once per layer and the chunks gather their sources on the
+// device instead (Options.Placement); dense features are read the same
+// way, sparse ones are gathered as sparse rows on the host.
 //
 // Only what the request needs is computed: the last layer for the
 // requested nodes, each earlier layer for the nodes the next one reads

@@ -76,7 +76,27 @@ type Options struct {
 	// Progress, when set, describes a progress bar (with ETA) over the
 	// chunks of every layer.
 	Progress string
+	// Placement says where a layer's input matrix is read from:
+	// PlaceAuto keeps it in device memory on back ends with memory of
+	// their own (backend.Memory) when it takes at most half of what is
+	// free, else host memory; PlaceHost and PlaceDevice force one (a
+	// device that cannot hold it falls back to the host).
+	Placement Placement
 }
+
+// Placement is where a layer's input rows are gathered (Options.Placement).
+type Placement int
+
+// Placements.
+const (
+	PlaceAuto Placement = iota
+	// PlaceHost gathers each chunk's source rows on the host and uploads
+	// them.
+	PlaceHost
+	// PlaceDevice uploads the whole input matrix to every device once
+	// per layer and gathers there (backend GatherRows).
+	PlaceDevice
+)
 
 // Result is the requested output on the host.
 type Result struct {
@@ -445,7 +465,17 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			st.Chunks += max(len(bounds[l][d])-1, 0)
 		}
 		r.bar.Describe(fmt.Sprintf("%s: layer %d/%d", r.opts.Progress, l+1, r.last+1))
-		if err := r.layer(ctx, l, bounds[l], out); err != nil {
+		resident, err := r.place(l)
+		if err != nil {
+			return nil, err
+		}
+		err = r.layer(ctx, l, bounds[l], out, resident)
+		for d, buf := range resident {
+			if buf != nil && slices.Index(resident, buf) == d { // shared by virtual devices: freed once
+				r.opts.Backends[d].Free(buf)
+			}
+		}
+		if err != nil {
 			return nil, err
 		}
 		st.Seconds = time.Since(t0).Seconds()
@@ -482,6 +512,61 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// place uploads layer l's input matrix to the devices that read it from
+// their own memory (Options.Placement); nil entries gather on the host.
+func (r *run) place(l int) ([]backend.Buffer, error) {
+	p := len(r.opts.Backends)
+	out := make([]backend.Buffer, p)
+	if r.opts.Placement == PlaceHost || (l == 0 && r.x.Sparse != nil) {
+		return out, nil // sparse features are gathered as sparse rows
+	}
+	rows := r.x.Dense
+	if l > 0 {
+		rows = r.hosts[l-1].data
+	}
+	bytes := uint64(len(rows)) * 4
+	for d, b := range r.opts.Backends {
+		if r.opts.Placement == PlaceAuto {
+			m, ok := b.(backend.Memory)
+			if !ok {
+				continue
+			}
+			free, _, err := m.MemInfo()
+			if err != nil || bytes > free/2 {
+				continue
+			}
+		}
+		if d > 0 && sameBackend(r.opts.Backends[:d], b) >= 0 {
+			out[d] = out[sameBackend(r.opts.Backends[:d], b)]
+			continue
+		}
+		buf, err := b.Alloc(backend.Float32, len(rows))
+		if err != nil {
+			if errors.Is(err, backend.ErrOutOfMemory) {
+				continue // this device gathers on the host
+			}
+			return nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
+		}
+		if err := b.Upload(buf, rows); err != nil {
+			b.Free(buf)
+			return nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
+		}
+		out[d] = buf
+	}
+	return out, nil
+}
+
+// sameBackend returns the index in bs of b (virtual devices may share one
+// back end), or -1.
+func sameBackend(bs []backend.Backend, b backend.Backend) int {
+	for i, x := range bs {
+		if x == b {
+			return i
+		}
+	}
+	return -1
+}
+
 // output allocates layer l's output matrix: every node's row below the
 // requested layer, the needed nodes' rows (in need's order) at it.
 func (r *run) output(l int) (hostMatrix, error) {
@@ -495,7 +580,9 @@ func (r *run) output(l int) (hostMatrix, error) {
 		return hostMatrix{}, errf(fmt.Sprintf("layer %d", l+1), "output of %d x %d values is too large", rows, w)
 	}
 	h := hostMatrix{width: w}
-	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 {
+	// Pinned below the requested layer (the requested one is handed to
+	// the caller as a Go slice).
+	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 && l < r.last {
 		if buf, err := pm.AllocPinned(uint64(n)*4, false); err == nil {
 			h.pin, h.data = buf, buf.Float32s()[:n]
 			clear(h.data)
@@ -513,7 +600,7 @@ func (r *run) output(l int) (hostMatrix, error) {
 
 // layer computes layer l on every device at once and waits for them,
 // giving up on a device that finishes no chunk for the stall timeout.
-func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix) error {
+func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, resident []backend.Buffer) error {
 	p := len(r.opts.Backends)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -524,7 +611,7 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l}
+			w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l, input: resident[d]}
 			if err := w.run(ctx, bounds[d], out, &done[d]); err != nil {
 				errs[d] = err
 				cancel()

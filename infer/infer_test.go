@@ -131,17 +131,24 @@ func TestMatchesOnePass(t *testing.T) {
 			}
 			for _, devices := range []int{1, 3} {
 				for _, budget := range []int64{MinBudget, 0} {
+					place := PlaceHost
+					if budget == 0 {
+						place = PlaceDevice // the GPUs' path, on CPU back ends
+					}
 					t.Run(fmt.Sprintf("%s/sparse=%v/devices=%d/budget=%d", kind, sparse, devices, budget), func(t *testing.T) {
 						bs := make([]backend.Backend, devices)
 						for i := range bs {
 							bs[i] = newCPU(t)
+						}
+						if devices == 3 && budget == 0 {
+							bs[2] = bs[1] // virtual devices sharing a back end
 						}
 						models, free, err := NewModels(bs, m.Config(), params)
 						if err != nil {
 							t.Fatal(err)
 						}
 						defer free()
-						res, err := Run(context.Background(), in, x, Request{}, Options{Backends: bs, Models: models, Budget: budget})
+						res, err := Run(context.Background(), in, x, Request{}, Options{Backends: bs, Models: models, Budget: budget, Placement: place})
 						if err != nil {
 							t.Fatal(err)
 						}

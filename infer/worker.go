@@ -33,6 +33,7 @@ type worker struct {
 	b     backend.Backend
 	layer nn.Layered
 	l     int
+	input backend.Buffer // the layer's input matrix on the device, nil: gather on the host
 }
 
 func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
@@ -126,6 +127,27 @@ func (w *worker) chunk(dst []int32, out hostMatrix, row0 int) error {
 			return err
 		}
 		defer xs.Free(b)
+	} else if w.input != nil {
+		width := r.width(w.l)
+		idx, err := b.Alloc(backend.Int32, len(src))
+		if err != nil {
+			return err
+		}
+		defer b.Free(idx)
+		if err := b.Upload(idx, src); err != nil {
+			return err
+		}
+		buf, err := b.Alloc(backend.Float32, len(src)*width)
+		if err != nil {
+			return err
+		}
+		defer b.Free(buf)
+		if err := b.GatherRows(buf, w.input, idx, r.n, width); err != nil {
+			return err
+		}
+		if x, err = t.Const(buf, len(src), width); err != nil {
+			return err
+		}
 	} else {
 		var rows []float32
 		width := r.x.Cols
