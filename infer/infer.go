@@ -556,6 +556,27 @@ func (r *run) place(l int) ([]backend.Buffer, error) {
 	return out, nil
 }
 
+// fits reports whether a layer input of bytes would be kept in the
+// memory of every device (place's rule).
+func (r *run) fits(bytes uint64) bool {
+	switch r.opts.Placement {
+	case PlaceHost:
+		return false
+	case PlaceDevice:
+		return true
+	}
+	for _, b := range r.opts.Backends {
+		m, ok := b.(backend.Memory)
+		if !ok {
+			return false
+		}
+		if free, _, err := m.MemInfo(); err != nil || bytes > free/2 {
+			return false
+		}
+	}
+	return true
+}
+
 // sameBackend returns the index in bs of b (virtual devices may share one
 // back end), or -1.
 func sameBackend(bs []backend.Backend, b backend.Backend) int {
@@ -581,8 +602,11 @@ func (r *run) output(l int) (hostMatrix, error) {
 	}
 	h := hostMatrix{width: w}
 	// Pinned below the requested layer (the requested one is handed to
-	// the caller as a Go slice).
-	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 && l < r.last {
+	// the caller as a Go slice) when the next layer gathers from it on
+	// the host: pinning costs time, worth it for the many uploads of
+	// gathered rows, not for the one upload of a matrix that fits on the
+	// devices.
+	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 && l < r.last && !r.fits(uint64(n)*4) {
 		if buf, err := pm.AllocPinned(uint64(n)*4, false); err == nil {
 			h.pin, h.data = buf, buf.Float32s()[:n]
 			clear(h.data)
