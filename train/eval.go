@@ -183,13 +183,28 @@ func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
 	if ev.cfg.Eval == Sampled {
 		return ev.sampled(model, 0, 1)
 	}
+	return ev.RunDevices([]backend.Backend{ev.in.b}, []nn.Model{model})
+}
+
+// RunDevices is Run's whole-graph evaluation (Eval "full") spread over
+// several devices, each computing a range of node IDs with its replica
+// of the model (models[i] on bs[i], all with the same parameters): the
+// same tally as Run's, bit for bit (package infer's outputs do not depend
+// on the number of devices).
+func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally, error) {
+	if ev.cfg.Eval == Sampled {
+		return Tally{}, fmt.Errorf("sampled evaluation is spread over devices with RunShard")
+	}
+	if len(models) == 0 || len(models) != len(bs) {
+		return Tally{}, fmt.Errorf("%d models for %d devices", len(models), len(bs))
+	}
 	f := ev.in.f
 	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
-		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: []backend.Backend{ev.in.b}, Models: []nn.Model{model}, Budget: ev.budget})
+		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Budget: ev.budget})
 	if err != nil {
 		return Tally{}, err
 	}
-	if c := model.Config().OutDim; res.Cols != c || res.Rows != len(ev.nodes) {
+	if c := models[0].Config().OutDim; res.Cols != c || res.Rows != len(ev.nodes) {
 		return Tally{}, fmt.Errorf("inference produced %dx%d logits, want %dx%d", res.Rows, res.Cols, len(ev.nodes), c)
 	}
 	return ScoreRows(res.Data, res.Cols, ev.nodes, ev.splits), nil
@@ -227,7 +242,7 @@ func (ev *Evaluator) Nodes() []int32 { return ev.nodes }
 // tally of the nodes of those batches. The k shards' tallies add up
 // (Tally.Add) to Run's: the same batches and neighborhoods, so the same
 // accuracies; the validation loss may differ in the last bits (the
-// summation order). Whole-graph evaluation cannot be spread.
+// summation order). Whole-graph evaluation is spread by RunDevices.
 func (ev *Evaluator) RunShard(model nn.Model, rank, k int) (Tally, error) {
 	if ev.cfg.Eval != Sampled {
 		return Tally{}, fmt.Errorf("whole-graph evaluation cannot be split over devices (use sampled evaluation)")

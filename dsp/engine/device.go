@@ -686,9 +686,13 @@ func (d *device) endEpoch(ctx context.Context, it *item) error {
 	return d.saveCheckpoint(it.epoch + 1)
 }
 
-// shardedEval reports whether every device takes part in the evaluation.
+// shardedEval reports whether every device takes part in the evaluation:
+// sampled evaluation spreads the batches (Evaluator.RunShard); the
+// whole-graph evaluation runs on device 0's goroutine over every device
+// (Evaluator.RunDevices: layer-wise inference, a node range per device)
+// while the other ranks wait for the tally.
 func (s *shared) shardedEval() bool {
-	return s.cfg.Devices > 1 && s.cfg.Train.Eval == train.Sampled
+	return s.cfg.Devices > 1
 }
 
 // record evaluates when due and, on device 0, records and logs the epoch.
@@ -707,7 +711,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	if evaluated {
 		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
 		t0 := time.Now()
-		if d.eval == nil {
+		if d.eval == nil && (d.rank == 0 || cfg.Train.Eval == train.Sampled) {
 			ev, err := train.NewEvaluator(d.b, s.pd.ds, s.in, s.feats, cfg.Train.Common)
 			if err != nil {
 				return fmt.Errorf("evaluator: %w", err)
@@ -716,11 +720,27 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		}
 		var tl train.Tally
 		var err error
-		if sharded {
+		switch {
+		case sharded && cfg.Train.Eval == train.Sampled:
 			if tl, err = d.eval.RunShard(d.model, d.rank, cfg.Devices); err == nil {
 				tl, err = sumTallies(ctx, s.hostComm(d.rank, stTrainer), tl)
 			}
-		} else {
+		case sharded:
+			// Device 0 runs the inference on every device (the others
+			// are here, waiting for the tally, their replicas equal);
+			// the others add nothing.
+			if d.rank == 0 {
+				bs := make([]backend.Backend, len(s.devs))
+				ms := make([]nn.Model, len(s.devs))
+				for i, o := range s.devs {
+					bs[i], ms[i] = o.b, o.model
+				}
+				tl, err = d.eval.RunDevices(bs, ms)
+			}
+			if err == nil {
+				tl, err = sumTallies(ctx, s.hostComm(d.rank, stTrainer), tl)
+			}
+		default:
 			tl, err = d.eval.Run(d.model)
 		}
 		if err != nil {

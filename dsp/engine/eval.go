@@ -10,10 +10,13 @@ import (
 )
 
 // Device 0 evaluates as the single-device trainer does, with its
-// evaluator (train.Evaluator: the whole graph with all neighbors, or
-// sampled mini-batches of the train, validation and test nodes drawn on
-// the host from the whole graph). A sampled evaluation is spread over
-// the devices (Evaluator.RunShard), whose tallies sumTallies adds up.
+// evaluator (train.Evaluator: the whole graph with all neighbors, layer
+// by layer, or sampled mini-batches of the train, validation and test
+// nodes drawn on the host from the whole graph). With several devices
+// both are spread over them: the sampled batches (Evaluator.RunShard),
+// or the whole graph's node ranges, one per device, run from device 0's
+// goroutine while the others wait for the tally (Evaluator.RunDevices);
+// sumTallies adds the tallies up.
 
 // sumTallies adds every rank's tally t over c: it all-gathers them (the
 // validation loss as bits) and adds them in rank order, so every rank

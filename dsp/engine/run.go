@@ -100,6 +100,7 @@ type shared struct {
 	run       RunInfo
 	history   []train.EpochRecord
 	epochs    epochLog // device 0's, read after the run
+	devs      []*device // every rank's, for device 0's whole-graph evaluation over all of them
 }
 
 // Run trains cfg on ds with one device per opts.Backends entry and
@@ -245,6 +246,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	stop := context.AfterFunc(gctx, s.closeCoordinators)
 	defer stop()
 	devs := make([]*device, k)
+	s.devs = devs
 	setupDone := make(chan struct{})
 	var setupOnce sync.Once
 	var setupWG sync.WaitGroup
