@@ -99,7 +99,7 @@ type shared struct {
 	info      Info
 	run       RunInfo
 	history   []train.EpochRecord
-	epochs    epochLog // device 0's, read after the run
+	epochs    epochLog  // device 0's, read after the run
 	devs      []*device // every rank's, for device 0's whole-graph evaluation over all of them
 }
 
