@@ -272,8 +272,11 @@ func (r *run) checkOffsets() error {
 		r.opts.Offsets = off
 		return nil
 	}
-	if len(off) != p+1 || off[0] != 0 || off[p] != int64(r.n) {
-		return errf("setup", "%d offsets for %d devices running from %v to %v, want %d from 0 to %d", len(off), p, off[0], off[len(off)-1], p+1, r.n)
+	if len(off) != p+1 {
+		return errf("setup", "%d offsets for %d devices, want %d", len(off), p, p+1)
+	}
+	if off[0] != 0 || off[p] != int64(r.n) {
+		return errf("setup", "offsets run from %d to %d, want 0 to %d", off[0], off[p], r.n)
 	}
 	for i := range p {
 		if off[i+1] < off[i] {
@@ -487,15 +490,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			r.hosts[l-1] = hostMatrix{}
 		}
 	}
-	final := r.hosts[r.last]
-	r.hosts[r.last] = hostMatrix{} // handed over, or copied below
+	final := r.hosts[r.last] // Go memory (output), handed over
+	r.hosts[r.last] = hostMatrix{}
 	res.Cols = final.width
 	if r.req.Nodes == nil {
 		res.Rows, res.Data = r.n, final.data
-		if final.pin != nil { // pinned memory is freed with the run: copy it out
-			res.Data = slices.Clone(final.data)
-			final.pin.Free()
-		}
 		return res, nil
 	}
 	need := r.need[r.last]
@@ -505,9 +504,6 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	for i, v := range r.req.Nodes {
 		k, _ := slices.BinarySearch(need, v)
 		copy(res.Data[i*w:(i+1)*w], final.data[k*w:(k+1)*w])
-	}
-	if final.pin != nil {
-		final.pin.Free()
 	}
 	return res, nil
 }

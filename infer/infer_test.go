@@ -242,7 +242,8 @@ func TestBadRequests(t *testing.T) {
 		{name: "negative node", req: Request{Nodes: []int32{-1}}, want: "node -1 (position 0)"},
 		{name: "budget", opts: func(o *Options) { o.Budget = 10 }, want: "below the minimum"},
 		{name: "models", opts: func(o *Options) { o.Models = nil }, want: "0 models for 1 back ends"},
-		{name: "offsets", opts: func(o *Options) { o.Offsets = []int64{0, 5} }, want: "from 0 to 2708"},
+		{name: "offsets", opts: func(o *Options) { o.Offsets = []int64{0, 5} }, want: "want 0 to 2708"},
+		{name: "offset count", opts: func(o *Options) { o.Offsets = []int64{} }, want: "0 offsets for 1 devices"},
 		{name: "features", x: &Input{Rows: x.Rows, Cols: 10, Dense: make([]float32, x.Rows*10)}, want: "reads 1433 features, the graph has 10"},
 		{name: "rows", x: &Input{Rows: 3, Cols: 1, Dense: make([]float32, 3)}, want: "3 feature rows for 2708 nodes"},
 	} {
