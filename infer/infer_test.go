@@ -122,6 +122,9 @@ func TestMatchesOnePass(t *testing.T) {
 	b := newCPU(t)
 	for _, kind := range []string{nn.KindSAGE, nn.KindGCN, nn.KindGAT} {
 		for _, sparse := range []bool{true, false} {
+			if testing.Short() && !sparse && kind != nn.KindSAGE {
+				continue // -short: dense features with SAGE only
+			}
 			x := inputs(t, ds, sparse)
 			m := model(t, b, kind, ds)
 			want := reference(t, b, m, in, x)
