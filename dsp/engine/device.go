@@ -726,9 +726,15 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 				tl, err = sumTallies(ctx, s.hostComm(d.rank, stTrainer), tl)
 			}
 		case sharded:
-			// Device 0 runs the inference on every device (the others
-			// are here, waiting for the tally, their replicas equal);
-			// the others add nothing.
+			// Device 0 runs the inference on every device, once all of
+			// them are here (the first all-gather: a device may still be
+			// stepping after the last all-reduce), waiting for the tally,
+			// their replicas equal; the others add nothing. Each device's
+			// work is queued on its own handle, after its last step.
+			hc := s.hostComm(d.rank, stTrainer)
+			if _, err = sumTallies(ctx, hc, train.Tally{}); err != nil {
+				break
+			}
 			if d.rank == 0 {
 				bs := make([]backend.Backend, len(s.devs))
 				ms := make([]nn.Model, len(s.devs))
@@ -738,7 +744,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 				tl, err = d.eval.RunDevices(bs, ms)
 			}
 			if err == nil {
-				tl, err = sumTallies(ctx, s.hostComm(d.rank, stTrainer), tl)
+				tl, err = sumTallies(ctx, hc, tl)
 			}
 		default:
 			tl, err = d.eval.Run(d.model)
