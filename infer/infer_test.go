@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
@@ -277,5 +278,45 @@ func TestCancelled(t *testing.T) {
 	_, err := Run(ctx, in, inputs(t, ds, true), Request{}, Options{Backends: []backend.Backend{b}, Models: []nn.Model{m}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
+	}
+}
+
+// stuck is a back end whose NewSparse blocks until release is closed: a
+// device that stops making progress.
+type stuck struct {
+	backend.Backend
+	release chan struct{}
+}
+
+func (s *stuck) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
+	<-s.release
+	return s.Backend.NewSparse(rows, cols, indptr, indices)
+}
+
+func (s *stuck) Name() string { return "stuck:1" }
+
+// TestStalledDevice: a device that finishes no chunk within the stall
+// timeout fails the run with an error naming it, instead of a hang.
+func TestStalledDevice(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	m := model(t, b, nn.KindSAGE, ds)
+	params, err := nn.SaveParams(b, m.Params())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stuck{Backend: newCPU(t), release: make(chan struct{})}
+	// Released at the end; the models are left to the garbage collector,
+	// as the stalled goroutine may still be using them.
+	defer close(s.release)
+	bs := []backend.Backend{b, s}
+	models, _, err := NewModels(bs, m.Config(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), in, inputs(t, ds, true), Request{}, Options{Backends: bs, Models: models, StallTimeout: 20 * time.Millisecond})
+	var ie *Error
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no chunk finished") || !strings.Contains(err.Error(), "stuck:1 (chunk 1 of") {
+		t.Fatalf("error %v, want an *infer.Error naming the stalled device stuck:1", err)
 	}
 }
