@@ -1,10 +1,9 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"slices"
-
-	"context"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
@@ -127,7 +126,6 @@ type Evaluator struct {
 	g      *graph.CSR
 	smp    sample.Sampler // Eval sampled
 	nodes  []int32        // the sorted union of the splits
-	budget int64          // Eval full: infer.Options.Budget
 }
 
 // NewEvaluator prepares the evaluation of cfg's models on ds, whose
@@ -163,11 +161,7 @@ func newEvaluator(x *inputs, ds *dataset.Dataset, in *graph.CSR, cfg Common) (*E
 	return ev, nil
 }
 
-// SetBudget sets the memory a chunk of the whole-graph evaluation may
-// take on the device (infer.Options.Budget; 0 picks one).
-func (ev *Evaluator) SetBudget(bytes int64) { ev.budget = bytes }
-
-// Close frees what the evaluator uploaded.
+// Close frees the features the evaluator uploaded (its own inputs).
 func (ev *Evaluator) Close() {
 	if ev == nil {
 		return
@@ -200,7 +194,7 @@ func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally,
 	}
 	f := ev.in.f
 	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
-		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Budget: ev.budget})
+		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models})
 	if err != nil {
 		return Tally{}, err
 	}
@@ -233,9 +227,6 @@ func ScoreRows(logits []float32, classes int, nodes []int32, splits *[3]Labeled)
 	return t
 }
 
-// Nodes returns the sorted union of the splits' nodes: the rows Run
-// computes.
-func (ev *Evaluator) Nodes() []int32 { return ev.nodes }
 
 // RunShard is Run's sampled evaluation spread over k devices: this one
 // (rank) evaluates every k-th batch from batch rank on and returns the
