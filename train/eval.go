@@ -227,7 +227,6 @@ func ScoreRows(logits []float32, classes int, nodes []int32, splits *[3]Labeled)
 	return t
 }
 
-
 // RunShard is Run's sampled evaluation spread over k devices: this one
 // (rank) evaluates every k-th batch from batch rank on and returns the
 // tally of the nodes of those batches. The k shards' tallies add up
