@@ -411,3 +411,38 @@ func TestFirstBadParallel(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestWriteSidecar: files the Sidecar hook adds land in the dataset
+// directory with it (and Open ignores them); a hook that fails, or writes
+// a manifest, leaves nothing behind.
+func TestWriteSidecar(t *testing.T) {
+	d := tiny()
+	dir := filepath.Join(t.TempDir(), "ds")
+	err := Write(dir, d, WriteOptions{NoSync: true, Sidecar: func(tmp string) error {
+		return os.WriteFile(filepath.Join(tmp, "node_ids.csv"), []byte("node,id\n"), 0o644)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "node_ids.csv")); err != nil || string(b) != "node,id\n" {
+		t.Fatalf("side file: %v %q", err, b)
+	}
+	got, err := Open(dir, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Close()
+	for _, hook := range []func(string) error{
+		func(string) error { return os.ErrPermission },
+		func(tmp string) error { return os.WriteFile(filepath.Join(tmp, ManifestFile), []byte("{}"), 0o644) },
+	} {
+		dir2 := filepath.Join(t.TempDir(), "ds")
+		if err := Write(dir2, d, WriteOptions{NoSync: true, Sidecar: hook}); err == nil {
+			t.Fatal("a failing or manifest-writing Sidecar was accepted")
+		}
+		ents, _ := os.ReadDir(filepath.Dir(dir2))
+		if len(ents) != 0 {
+			t.Fatalf("left behind: %v", ents)
+		}
+	}
+}

@@ -26,6 +26,12 @@ type WriteOptions struct {
 	NoSync bool
 	// Quiet disables the progress bar (otherwise shown for >= 64 MiB).
 	Quiet bool
+	// Sidecar, when set, is called with the temporary directory after the
+	// arrays are written and before the manifest, to add files that belong
+	// with the dataset (an importer's ID mapping, edge splits). They land
+	// atomically with it; Open ignores them and no checksum covers them.
+	// It must not write manifest.json or any array file.
+	Sidecar func(tmpDir string) error
 }
 
 // progressMin is the total size above which Write and Open show a bar.
@@ -169,6 +175,14 @@ func writeDir(dir string, arrs []outArray, opts WriteOptions, manifest func([]Ar
 		return err
 	}
 	bar.Finish()
+	if opts.Sidecar != nil {
+		if err := opts.Sidecar(tmp); err != nil {
+			return err
+		}
+		if _, err := os.Lstat(filepath.Join(tmp, ManifestFile)); err == nil {
+			return fmt.Errorf("dataset: Sidecar wrote %s", ManifestFile)
+		}
+	}
 	mb, err := manifest(metas)
 	if err != nil {
 		return fmt.Errorf("dataset: encoding manifest: %w", err)
