@@ -12,7 +12,17 @@
 //     weight" on every line), optionally gzip-compressed, with optional
 //     dense renumbering of sparse IDs;
 //   - NPY: a directory of NumPy .npy arrays (edges, features, labels,
-//     splits as IDs or boolean masks).
+//     splits as IDs or boolean masks);
+//   - tables (LoadTables): a CSV or Parquet edge table and an optional
+//     node table (IDs, feature columns or a list column, labels, splits),
+//     streamed row by row (CSV) or page by page (Parquet), with integer or
+//     string IDs mapped to 0..N-1 (NodeIDs). Parquet sizes are all checked
+//     before the Parquet library reads them (parquet_check.go).
+//
+// Attach adds .npy features, labels and splits to any of them. Table
+// errors are *TableError naming the file, row and column; typed input
+// (several edge or node types) is *UnsupportedError until the format
+// stores types.
 //
 // Typed (heterogeneous) layouts are read by LoadHetero / ImportHetero into
 // a dataset.Hetero (Load refuses them, naming LoadHetero):
