@@ -6,6 +6,8 @@
 //	strata embed --model DIR      a layer's hidden representations (.npy)
 //	strata evaluate --model DIR   a saved model's accuracies
 //	strata import SRC DST         convert a dataset into Strata's format
+//	strata import --edges F DST   import CSV/Parquet edge (and --nodes) tables
+//	strata split DIR [flags]      make seeded node and edge splits
 //	strata gen DST [flags]        generate a synthetic dataset
 //	strata info [DIR|NAME]        show back ends and devices; summarize a dataset
 //

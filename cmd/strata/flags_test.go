@@ -148,6 +148,24 @@ func floatRange(lo, hi float64, openLo, openHi bool) func(string) bool {
 	}
 }
 
+// fractionsOK accepts three comma-separated fractions in [0, 1] whose sum
+// is in (0, 1] (--node-split, --edge-split).
+func fractionsOK(v string) bool {
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return false
+	}
+	sum := 0.0
+	for _, p := range parts {
+		x, err := strconv.ParseFloat(p, 64)
+		if err != nil || math.IsNaN(x) || x < 0 || x > 1 {
+			return false
+		}
+		sum += x
+	}
+	return sum > 0 && sum <= 1+1e-9
+}
+
 func anyUint(v string) bool { _, err := strconv.ParseUint(v, 10, 64); return err == nil }
 
 func durRange(lo, hi time.Duration, openLo bool) func(string) bool {
@@ -163,6 +181,7 @@ var (
 	uintVals  = []string{"-1", "0", p63, "18446744073709551616", bad}
 	durVals   = []string{"-1s", "0", "0s", "1s", e12, "2562047h", bad, none}
 	byteVals  = []string{"-1", "0", "4096", "64MiB", e12, p63, "NaN", "1e30GiB", bad, "all"}
+	fracVals  = []string{"0.6,0.2,0.2", "1,0,0", "0,0,0", "0.5", "0.6,0.6,0.2", "-1,0.5,0.5", "NaN,0,0", "1e309,0,0", "0.5,0.2,0.2,0.1", bad, none}
 	fanVals   = []string{"-1", "-1,-1", "10,5", "0,0", "-2,5", "65537,1", "10,abc", e12, p63, "5", "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1"}
 )
 
@@ -182,6 +201,8 @@ func values(f flagSpec, kind string) []string {
 		v = byteVals
 	case "fanouts":
 		v = fanVals
+	case "fractions":
+		v = fracVals
 	}
 	return append(append([]string{}, v...), f.extra...)
 }
@@ -223,7 +244,7 @@ func TestFlagValues(t *testing.T) {
 		"dropout": "float", "attn-dropout": "float", "lr": "float", "weight-decay": "float", "momentum": "float",
 		"staleness-eps": "float", "seed": "uint", "fanouts": "fanouts", "eval-fanouts": "fanouts",
 		"cache": "bytes", "topology-cache": "bytes", "stall-timeout": "dur", "devices": "devices",
-		"split": "int", "num-nodes": "int", "parts": "int", "imbalance": "float",
+		"split": "int", "num-nodes": "int", "node-split": "fractions", "edge-split": "fractions", "split-seed": "uint", "parts": "int", "imbalance": "float",
 		"scale": "float", "nodes": "int", "avg-degree": "float", "max-degree": "float", "exponent": "float",
 		"classes": "int", "class-skew": "float", "homophily": "float", "features": "int", "noise": "float",
 		"train-frac": "float", "val-frac": "float", "test-frac": "float",
@@ -341,6 +362,24 @@ func TestFlagValues(t *testing.T) {
 		}, flags: []flagSpec{
 			{flag: "split", legal: intRange(0, math.MaxInt32)},
 			{flag: "num-nodes", legal: oneOf("0", "1", "5", "2000"), extra: []string{"5", "2000"}},
+		}},
+		{name: "import splits", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "import", missing, filepath.Join(d, "out")}
+		}, sentinel: "no-such-dataset", flags: []flagSpec{
+			{flag: "node-split", legal: fractionsOK},
+			{flag: "edge-split", legal: fractionsOK},
+			{flag: "split-seed", legal: anyUint},
+		}},
+		{name: "split edges", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "split", missing, "--node-split", "0.6,0.2,0.2"}
+		}, sentinel: "no-such-dataset", flags: []flagSpec{
+			{flag: "edge-split", legal: fractionsOK},
+			{flag: "split-seed", legal: anyUint},
+		}},
+		{name: "split nodes", args: func(t *testing.T, d string) []string {
+			return []string{"--quiet", "split", missing, "--edge-split", "0.8,0.1,0.1"}
+		}, sentinel: "no-such-dataset", flags: []flagSpec{
+			{flag: "node-split", legal: fractionsOK},
 		}},
 		{name: "gen", args: func(*testing.T, string) []string {
 			return []string{"--quiet", "gen", filepath.Join(notDir, "out"), "--preset", "tiny", "--train-frac", "0.1", "--val-frac", "0.1", "--test-frac", "0.1"}

@@ -28,6 +28,7 @@ type cli struct {
 	Embed     embedCmd          `cmd:"" help:"Write a saved model's hidden representations of a layer as .npy."`
 	Evaluate  evaluateCmd       `cmd:"" help:"Train, validation and test accuracy of a saved model on a dataset (on its own dataset: the training report's)."`
 	Import    importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
+	Split     splitCmd          `cmd:"" help:"Make seeded node splits (random or stratified) and edge splits (link prediction) of a dataset."`
 	Gen       genCmd            `cmd:"" help:"Generate a synthetic dataset."`
 	Info      infoCmd           `cmd:"" help:"Show the version, compute devices and back ends, and optionally summarize a dataset."`
 	Partition partitionCmd      `cmd:"" help:"Partition a dataset into K parts for multi-device training; renumbers it so each part owns a contiguous ID range."`

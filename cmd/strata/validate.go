@@ -181,6 +181,7 @@ func (c *importCmd) Validate() error {
 	return firstError(
 		intIn("split", c.Split, 0, math.MaxInt32),
 		intIn("num-nodes", c.NumNodes, 0, dataset.MaxNodes),
+		c.validateTables(),
 	)
 }
 
