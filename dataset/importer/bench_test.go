@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/importer/tabletest"
+	"github.com/strata-gnn/strata/graph"
 )
 
 // ogbFixture writes an OGB-layout dataset of n nodes, n*deg edges and
@@ -83,5 +87,47 @@ func BenchmarkNPY(b *testing.B) {
 		if _, err := LoadNPY(dir, Options{Quiet: true}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// tableFixture writes an edge table of m edges on n nodes (src, dst,
+// weight) as CSV and as snappy Parquet.
+func tableFixture(b *testing.B, n, m int) (csvPath, pqPath string) {
+	dir := b.TempDir()
+	g := &graph.CSR{NumRows: int64(n), NumCols: int64(n), Indptr: make([]int64, n+1)}
+	x := uint64(1)
+	per := m / n
+	for u := range n {
+		for range per {
+			x = x*6364136223846793005 + 1442695040888963407
+			g.Indices = append(g.Indices, int32((x>>33)%uint64(n)))
+			g.Weights = append(g.Weights, float32(x>>54)/8)
+		}
+		g.Indptr[u+1] = int64(len(g.Indices))
+	}
+	d := &dataset.Dataset{Graph: g, Directed: true}
+	c, _, err := tabletest.WriteCSV(dir, d, tabletest.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, _, err := tabletest.WriteParquet(dir, d, tabletest.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, p
+}
+
+// go test -run XXX -bench Tables -benchtime 3x ./dataset/importer
+func BenchmarkTables(b *testing.B) {
+	c, p := tableFixture(b, 100_000, 1_000_000)
+	for _, tc := range []struct{ name, path string }{{"csv", c}, {"parquet", p}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: tc.path}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(1_000_000*b.N)/b.Elapsed().Seconds()/1e6, "Medges/s")
+		})
 	}
 }
