@@ -12,6 +12,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
 	"github.com/strata-gnn/strata/dataset/importer/tabletest"
+	"github.com/strata-gnn/strata/graph"
 )
 
 func cora(t testing.TB) *dataset.Dataset {
@@ -208,24 +209,40 @@ func TestTableErrors(t *testing.T) {
 // TestParquetErrorsNameRowAndColumn: a bad cell of a Parquet table is
 // reported with its row (across row groups) and column.
 func TestParquetErrorsNameRowAndColumn(t *testing.T) {
-	d := cora(t)
-	d.Labels[1500] = 99 // fine as an int, but make the ID unknown instead:
+	// 2500 nodes: rows span three row groups of 1000.
+	const n = 2500
+	g := &graph.CSR{NumRows: n, NumCols: n, Indptr: make([]int64, n+1)}
+	d := &dataset.Dataset{Graph: g, Directed: true, FeatDim: 2, Features: make([]float32, 2*n), NumClasses: 2, Labels: make([]int32, n)}
+	for v := range n {
+		if v%3 == 0 {
+			d.Test = append(d.Test, int32(v))
+		}
+	}
 	dir := t.TempDir()
-	_, n, err := tabletest.WriteParquet(dir, d, tabletest.Options{ListFeatures: true, SplitCodes: true})
+	_, nodes, err := tabletest.WriteParquet(dir, d, tabletest.Options{ListFeatures: true, SplitCodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := writeFile(t, dir, "e.csv", []byte("src,dst\n0,1\n"))
-	// The label column as node IDs: 99 repeats... use the split column as
-	// IDs: row 2 repeats row 1's code.
-	_, err = LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: e, Nodes: n, ID: "split", Label: "-", Split: "-"})
-	if err == nil || !strings.Contains(err.Error(), "nodes.parquet: row ") || !strings.Contains(err.Error(), "column \"split\"") || !strings.Contains(err.Error(), "repeats the ID of row") {
+	// The split column as IDs: codes -1, 2 repeat from row 3 on.
+	_, err = LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: e, Nodes: nodes, ID: "split", Label: "-", Split: "-"})
+	if err == nil || !strings.Contains(err.Error(), "nodes.parquet: row 3, column \"split\": node ID -1 repeats the ID of row 2") {
 		t.Fatalf("error %v: want the Parquet file, a row and column \"split\"", err)
 	}
 	// A list column where a scalar is wanted.
-	_, err = LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: e, Nodes: n, Label: "feat", Features: []string{"-"}})
+	_, err = LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: e, Nodes: nodes, Label: "feat", Features: []string{"-"}})
 	if err == nil || !strings.Contains(err.Error(), "nodes.parquet: row 1, column \"feat\"") {
 		t.Fatalf("list as label: %v", err)
+	}
+	// A bad label in the third row group: row 2001.
+	d.Labels[2000] = -7
+	_, nodes, err = tabletest.WriteParquet(dir, d, tabletest.Options{ListFeatures: true, SplitCodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadTables(TableOptions{Options: Options{Quiet: true}, Edges: e, Nodes: nodes})
+	if err == nil || !strings.Contains(err.Error(), "nodes.parquet: row 2001, column \"label\": label -7 out of range") {
+		t.Fatalf("bad label in row group 3: %v", err)
 	}
 }
 
