@@ -68,13 +68,8 @@ func TestCoraTablesRoundTrip(t *testing.T) {
 		{"parquet list", true, tabletest.Options{ListFeatures: true}, 0},
 		{"parquet columns string-ids codes", true, tabletest.Options{ID: strID, SplitCodes: true}, 0},
 	}
-	if testing.Short() {
-		cases = []struct {
-			name    string
-			parquet bool
-			o       tabletest.Options
-			delim   byte
-		}{cases[1], cases[3]}
+	if testing.Short() { // cmd/strata's TestImportCoraTablesTrainsTheSame covers Parquet
+		cases = cases[1:2]
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
