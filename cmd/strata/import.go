@@ -42,12 +42,12 @@ type tableFlags struct {
 	SrcCol      string   `group:"tables" name:"src-col" help:"Source ID column (default: src, source, src_id, from or u)."`
 	DstCol      string   `group:"tables" name:"dst-col" help:"Destination ID column (default: dst, target, dst_id, to or v)."`
 	WeightCol   string   `group:"tables" name:"weight-col" help:"Edge weight column (default: weight, edge_weight or w if present; '-' ignores it). Weights let 'train --weighted' sample by weight."`
-	EdgeTypeCol string   `group:"tables" name:"edge-type-col" help:"Edge type column (default: etype or edge_type); more than one type is refused until typed graphs land."`
+	EdgeTypeCol string   `group:"tables" name:"edge-type-col" help:"Edge type column (default: etype or edge_type); more than one type is refused (typed tables are not supported yet: use --kind npy-typed or ogb-hetero)."`
 	IDCol       string   `group:"tables" name:"id-col" help:"Node ID column of the node table (default: id, node_id or nid; none: node i is row i). IDs may be integers or strings."`
 	FeatureCols []string `group:"tables" name:"feature-cols" help:"Feature columns: names or globs in order (feat_*), or one list column (default: feat, features, x, emb, embedding, else feat_*, feature_*, x_*; '-' = none)."`
 	LabelCol    string   `group:"tables" name:"label-col" help:"Label column: integers (-1 or empty = unlabeled) or class names (default: label, y or labels)."`
 	SplitCol    string   `group:"tables" name:"split-col" help:"Split column: train/val/test or 0/1/2, empty = none (default: split; else train_mask/val_mask/test_mask columns)."`
-	NodeTypeCol string   `group:"tables" name:"node-type-col" help:"Node type column (default: ntype or node_type); more than one type is refused until typed graphs land."`
+	NodeTypeCol string   `group:"tables" name:"node-type-col" help:"Node type column (default: ntype or node_type); more than one type is refused, as for edge types."`
 }
 
 // attachFlags add .npy arrays to any import.
@@ -260,12 +260,14 @@ func (c *importCmd) Run(e *env) error {
 // plainOnly refuses the attach and split flags for a typed layout (they
 // write the arrays of a plain dataset).
 func (c *importCmd) plainOnly(kind importer.Kind) error {
+	a := c.attachFlags
 	for _, x := range []struct {
 		set  bool
 		flag string
-	}{{c.attachFlags != (attachFlags{}), "features, --labels and --*-idx"}, {c.NodeSplit != nil, "node-split"}, {c.EdgeSplit != nil, "edge-split"}} {
+	}{{a.Features != "", "features"}, {a.Labels != "", "labels"}, {a.TrainIdx != "", "train-idx"}, {a.ValIdx != "", "val-idx"},
+		{a.TestIdx != "", "test-idx"}, {c.NodeSplit != nil, "node-split"}, {c.EdgeSplit != nil, "edge-split"}} {
 		if x.set {
-			return usageError{fmt.Errorf("--%s do(es) not apply to the typed layout %s yet", x.flag, kind)}
+			return usageError{fmt.Errorf("--%s does not apply to the typed layout %s yet", x.flag, kind)}
 		}
 	}
 	return nil

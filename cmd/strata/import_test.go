@@ -265,6 +265,8 @@ func TestImportTableUsageErrors(t *testing.T) {
 		{[]string{"import", "--edges", e, "--label-col", "y", out}, "--label-col needs --nodes"},
 		{[]string{"import", "--edges", e, "--stratify", out}, "--stratify needs --node-split"},
 		{[]string{"split", out}, "want --node-split and/or --edge-split"},
+		{[]string{"import", "--kind", "npy-typed", dir, out, "--node-split", "0.6,0.2,0.2"}, "--node-split does not apply to the typed layout"},
+		{[]string{"import", "--edges", e, "--add-reverse", out}, "--add-reverse applies to the typed layouts"},
 	} {
 		code, _, errOut := strata(t, tc.args...)
 		if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {

@@ -82,7 +82,8 @@ type TableImport struct {
 // bytewise). IDs compare as text: see key.
 //
 // Typed input (an edge or node type column with more than one type) is
-// refused with *UnsupportedError until the dataset format stores types.
+// refused with *UnsupportedError: typed datasets (format version 2) come
+// from the typed layouts (LoadHetero) for now.
 func LoadTables(opts TableOptions) (*TableImport, error) {
 	if opts.Edges == "" {
 		return nil, fmt.Errorf("importer: no edge table")
@@ -578,7 +579,7 @@ func (t *typeColumn) see(row int64, c *cell) error {
 
 func (t *typeColumn) refuse(file, col string) error {
 	return &UnsupportedError{Path: file, Column: col, Msg: fmt.Sprintf(
-		"typed graphs are not supported yet: more than one %s type (%s at row %d, %s at row %d); import one type at a time, or drop the column with --%s-type-col=-",
+		"typed tables are not supported yet: more than one %s type (%s at row %d, %s at row %d); import a typed graph from .npy files per type (--kind npy-typed) or OGB's heterogeneous layout (--kind ogb-hetero), one type at a time from tables, or ignore the column with --%s-type-col=-",
 		t.kind, quote([]byte(t.first)), t.firstRow+1, quote([]byte(t.second)), t.secondRow+1, t.kind)}
 }
 
