@@ -2,9 +2,9 @@
 // engine over a backend.Backend.
 //
 // Each op computes its forward result with back-end primitives and appends
-// a backward closure to the Tape. Dense: MatMul, AddBias, Add, Scale,
-// Reshape, Activation (ReLU, LeakyReLU, ELU), Dropout, GatherRows,
-// LogSoftmax, NLLLoss. Graph: SpMM (sum, constant or learned per-edge
+// a backward closure to the Tape. Dense: MatMul, AddBias, Add, Mul
+// (elementwise), Scale, Reshape, Activation (ReLU, LeakyReLU, ELU),
+// Dropout, GatherRows, LogSoftmax, NLLLoss, BCEWithLogits. Graph: SpMM (sum, constant or learned per-edge
 // weights, multi-head), SDDMM (dot, add), EdgeSoftmax. Sparse input:
 // SparseDropout and SparseMatMul (X*W for a sparse feature matrix X, the
 // cheap first layer for bag-of-words features). Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the

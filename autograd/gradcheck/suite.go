@@ -271,6 +271,36 @@ func cases() []gcase {
 				return l, err
 			}
 		}},
+		{name: "Mul_and_reuse", build: func(e *env) ([]Tensor, Func) {
+			a, b := e.tensor("a", 3, 4, 0), e.tensor("b", 3, 4, 0)
+			return []Tensor{a, b}, func(t *autograd.Tape) (*autograd.Var, error) {
+				return binary(t, a, b, func(va, vb *autograd.Var) (*autograd.Var, error) {
+					p, err := t.Mul(va, vb)
+					if err != nil {
+						return nil, err
+					}
+					// a is used again: its gradient must be the sum.
+					return t.Mul(p, va)
+				})
+			}
+		}},
+		{name: "BCEWithLogits", build: func(e *env) ([]Tensor, Func) {
+			x := e.tensor("x", 6, 1, 0)
+			labels := e.int32s([]int32{1, 0, 0, 1, 1, 0})
+			return []Tensor{x}, func(t *autograd.Tape) (*autograd.Var, error) {
+				v, err := leaf(t, x)
+				if err != nil {
+					return nil, err
+				}
+				// Scaled so that the logits reach the flat ends of σ.
+				s, err := t.Scale(v, 3)
+				if err != nil {
+					return nil, err
+				}
+				l, _, err := t.BCEWithLogits(s, labels)
+				return l, err
+			}
+		}},
 		{name: "SpMM_sum", build: func(e *env) ([]Tensor, Func) {
 			k := e.block(5, 7)
 			x := e.tensor("x", 7, 4, 0)
