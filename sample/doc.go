@@ -31,7 +31,7 @@
 // Other tasks get sibling interfaces with the same contract (inputs + Key
 // -> output, deterministic): Walker for random walks (RandomWalker,
 // RandomWalk) and NegativeSampler for link prediction
-// (UniformNegativeSampler). SeedBatches turns a training set into the
+// (UniformNegativeSampler; WeightedNegativeSampler, e.g. degree-biased). SeedBatches turns a training set into the
 // epoch's shuffled batches.
 //
 // # Layout of a MiniBatch
