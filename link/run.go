@@ -1,0 +1,522 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/internal/rng"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/optim"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Options are the run's environment; none of them changes its numbers.
+type Options struct {
+	// Backend computes; required.
+	Backend backend.Backend
+	// Log receives one line per epoch (about 25 for long runs); nil for
+	// none.
+	Log io.Writer
+	// OnBatch, when set, is called after every optimizer step with the
+	// step's position and loss.
+	OnBatch func(epoch, batch int, loss float64)
+}
+
+// RunError reports a failure of a run with what it was doing.
+type RunError struct {
+	Op  string
+	Err error
+}
+
+func (e *RunError) Error() string { return "link: " + e.Op + ": " + e.Err.Error() }
+func (e *RunError) Unwrap() error { return e.Err }
+
+// DataError reports a dataset that cannot be trained on.
+type DataError struct{ Msg string }
+
+func (e *DataError) Error() string { return "link: dataset: " + e.Msg }
+
+// ErrInterrupted is wrapped by Run's error when the context was
+// cancelled (train's: errors.Is matches either).
+var ErrInterrupted = train.ErrInterrupted
+
+// Run trains cfg on ds's graph and features (labels and node splits are
+// not read) and returns the report. Defaults are not applied: start from
+// Defaults(model). A cancelled ctx stops the run between steps with an
+// error wrapping ErrInterrupted.
+func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
+	start := time.Now()
+	r, err := newRunner(ds, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.free()
+	if err := r.loop(ctx); err != nil {
+		return nil, err
+	}
+	rep := &Report{
+		Schema: ReportVersion, StrataVersion: train.Version, Task: "link", Dataset: ds.Name, Model: cfg.Model,
+		Mode: cfg.Mode, Decoder: cfg.Decoder, Device: r.b.Name(), Seed: cfg.Seed, HitsK: cfg.HitsK,
+		RowNormalized: r.feats.RowNormalized, Config: cfg, Epochs: r.history, Split: r.split.Stats(),
+		Graph: Graph{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim},
+	}
+	rep.Summarize()
+	rep.TotalSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// CheckDataset returns a *DataError saying why ds cannot be trained on,
+// nil if it can: a valid square graph and a feature matrix.
+func CheckDataset(ds *dataset.Dataset) error {
+	bad := func(format string, args ...any) error { return &DataError{Msg: fmt.Sprintf(format, args...)} }
+	if ds == nil || ds.Graph == nil {
+		return bad("no graph")
+	}
+	n := ds.NumNodes()
+	switch {
+	case ds.Graph.NumCols != n || n < 2:
+		return bad("%s: graph is %d x %d, want square with at least 2 nodes", ds.Name, n, ds.Graph.NumCols)
+	case n > math.MaxInt32:
+		return bad("%s: %d nodes exceed int32 IDs", ds.Name, n)
+	case ds.Features == nil || ds.FeatDim <= 0:
+		return bad("%s has no node features: the encoder needs them", ds.Name)
+	case int64(len(ds.Features)) != n*int64(ds.FeatDim):
+		return bad("%s: %d feature values for %d nodes x %d", ds.Name, len(ds.Features), n, ds.FeatDim)
+	}
+	if err := ds.Graph.Validate(); err != nil {
+		return bad("%s: %v", ds.Name, err)
+	}
+	return nil
+}
+
+// runner holds one run's state.
+type runner struct {
+	cfg  Config
+	opts Options
+	b    backend.Backend
+	ds   *dataset.Dataset
+
+	split   *Split
+	feats   *train.Features
+	x       *train.Inputs
+	model   nn.Model
+	dec     Decoder
+	opt     optim.Optimizer
+	params  []*nn.Param
+	neg     *Negatives
+	sampler sample.Sampler // sampled mode
+	full    *nn.Block      // the message-passing graph: full mode, full evaluation
+	ev      evalPairs
+
+	batchSize, numBatches int
+	history               []EpochRecord
+}
+
+func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Backend == nil {
+		return nil, &RunError{Op: "setup", Err: errors.New("no back end")}
+	}
+	if err := CheckDataset(ds); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds}
+	built := false
+	defer func() {
+		if !built {
+			r.free()
+		}
+	}()
+	var err error
+	if r.split, err = NewSplit(ds.Graph, cfg.Split, cfg.Seed); err != nil {
+		return nil, err
+	}
+	n := int(ds.NumNodes())
+	if r.feats, err = train.NewFeatures(ds.Features, n, ds.FeatDim, cfg.RowNorm); err != nil {
+		return nil, &RunError{Op: "features", Err: err}
+	}
+	r.x = train.NewInputs(r.b, r.feats)
+	if r.model, err = nn.New(r.b, cfg.ModelConfig(ds.FeatDim, cfg.Hidden)); err != nil {
+		return nil, &RunError{Op: "encoder", Err: err}
+	}
+	if r.dec, err = NewDecoder(r.b, cfg.Decoder, r.model.Config().OutDim, rng.Derive(cfg.Seed, tagDecoder)); err != nil {
+		return nil, &RunError{Op: "decoder", Err: err}
+	}
+	r.params = append(slices.Clone(r.model.Params()), r.dec.Params()...)
+	r.opt = cfg.NewOptimizer(r.b, r.params)
+	if r.neg, err = NewNegatives(r.split, &r.cfg); err != nil {
+		return nil, &RunError{Op: "negative sampler", Err: err}
+	}
+	r.batchSize = cfg.BatchSize
+	if r.batchSize == 0 {
+		r.batchSize = r.split.Train.Len()
+	}
+	r.numBatches = (r.split.Train.Len() + r.batchSize - 1) / r.batchSize
+	if cfg.Mode == train.Sampled {
+		if r.sampler, err = sample.NewNeighborSampler(r.split.In, sample.Config{Fanouts: cfg.Fanouts}); err != nil {
+			return nil, &RunError{Op: "sampler", Err: err}
+		}
+	}
+	if cfg.Mode == train.Full || cfg.Eval == train.Full {
+		if r.full, err = nn.UploadGraph(r.b, r.split.In); err != nil {
+			return nil, &RunError{Op: "upload graph", Err: err}
+		}
+	}
+	if err := r.ev.prepare(r.b, r.split, &r.cfg); err != nil {
+		return nil, err
+	}
+	built = true
+	return r, nil
+}
+
+func (r *runner) free() {
+	if r.model != nil {
+		nn.FreeParams(r.b, r.model.Params())
+	}
+	if r.dec != nil {
+		nn.FreeParams(r.b, r.dec.Params())
+	}
+	if r.opt != nil {
+		r.opt.Free()
+	}
+	if r.full != nil {
+		r.full.Free()
+	}
+	if r.x != nil {
+		r.x.Free()
+	}
+	r.ev.free(r.b)
+	r.model, r.dec, r.opt, r.full, r.x = nil, nil, nil, nil, nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, format+"\n", args...)
+	}
+}
+
+// loop runs the epochs.
+func (r *runner) loop(ctx context.Context) error {
+	cfg := r.cfg
+	every := train.LogEvery(cfg.Epochs)
+	var bar *progress.Bar
+	barEnd := -1
+	for e := 0; e < cfg.Epochs; e++ {
+		if e > barEnd {
+			barEnd = min(cfg.Epochs-1, (e/every+1)*every-1)
+			bar = progress.New(int64(barEnd-e+1)*int64(r.numBatches), fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
+		}
+		start := time.Now()
+		edges := r.epochEdges(e)
+		rec := EpochRecord{Epoch: e + 1}
+		for bi := 0; bi < r.numBatches; bi++ {
+			if err := ctx.Err(); err != nil {
+				bar.Finish()
+				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
+			}
+			lo, hi := bi*r.batchSize, min((bi+1)*r.batchSize, edges.Len())
+			loss, err := r.step(e, bi, Edges{Src: edges.Src[lo:hi], Dst: edges.Dst[lo:hi]})
+			if err != nil {
+				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
+			}
+			rec.BatchLosses = append(rec.BatchLosses, loss)
+			bar.Add(1)
+			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, cfg.Epochs, loss))
+			if r.opts.OnBatch != nil {
+				r.opts.OnBatch(e, bi, loss)
+			}
+		}
+		rec.Loss = train.MeanLoss(rec.BatchLosses)
+		rec.EvalSkipped = !cfg.Evaluates(e)
+		if !rec.EvalSkipped {
+			t0 := time.Now()
+			var err error
+			if rec.Val, rec.Test, err = r.evaluate(); err != nil {
+				return &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
+			}
+			rec.EvalSeconds = time.Since(t0).Seconds()
+		}
+		rec.Seconds = time.Since(start).Seconds()
+		r.history = append(r.history, rec)
+		if e == barEnd {
+			bar.Finish()
+		}
+		if e == barEnd || e == 0 {
+			r.logf("%s", EpochLine(&rec, cfg.Epochs, cfg.HitsK))
+		}
+	}
+	return nil
+}
+
+// epochEdges returns the training links in epoch's order (a permutation
+// keyed by seed and epoch), each undirected link in a random
+// orientation: a link stored u < v would otherwise make the smaller ID
+// the source of every negative drawn for it.
+func (r *runner) epochEdges(epoch int) Edges {
+	tr := r.split.Train
+	n := tr.Len()
+	perm := make([]int32, n)
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	st := rng.NewStream(rng.Derive(r.cfg.Seed, tagOrder, uint64(epoch)))
+	for i := n - 1; i > 0; i-- {
+		j := int(st.Below(uint64(i + 1)))
+		perm[i], perm[j] = perm[j], perm[i]
+	}
+	out := Edges{Src: make([]int32, n), Dst: make([]int32, n)}
+	for i, p := range perm {
+		u, v := tr.Src[p], tr.Dst[p]
+		if r.split.Undirected && st.Uint64()&1 == 1 {
+			u, v = v, u
+		}
+		out.Src[i], out.Dst[i] = u, v
+	}
+	return out
+}
+
+// step runs one optimizer step on positives pos and their negatives.
+func (r *runner) step(epoch, bi int, pos Edges) (float64, error) {
+	neg, err := r.neg.Draw(pos, epoch, bi)
+	if err != nil {
+		return 0, fmt.Errorf("negative sampling: %w", err)
+	}
+	batch := NewBatch(pos, neg)
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	seed := r.cfg.DropoutSeed(epoch, bi)
+	var h *autograd.Var
+	src, dst := batch.Src, batch.Dst // rows of h: node IDs over the whole graph
+	if r.cfg.Mode == train.Sampled {
+		mb, err := r.sampler.Sample(batch.Seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: bi})
+		if err != nil {
+			return 0, fmt.Errorf("sampling: %w", err)
+		}
+		ExcludeTargets(mb, pos)
+		var cleanup func()
+		h, cleanup, err = r.x.ForwardBatch(t, r.model, mb, true, seed)
+		defer cleanup()
+		if err != nil {
+			return 0, err
+		}
+		src, dst = batch.SrcRow, batch.DstRow // rows of h: the seeds
+	} else if h, err = r.x.ForwardFull(t, r.model, r.fullBlocks(), true, seed); err != nil {
+		return 0, err
+	}
+	bufs, err := uploadAll(r.b, src, dst, batch.Labels)
+	defer freeAll(r.b, bufs)
+	if err != nil {
+		return 0, err
+	}
+	scores, err := r.dec.Score(t, h, bufs[0], bufs[1])
+	if err != nil {
+		return 0, err
+	}
+	lv, loss, err := t.BCEWithLogits(scores, bufs[2])
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
+	}
+	if err := r.opt.ZeroGrad(); err != nil {
+		return 0, err
+	}
+	if err := t.Backward(lv); err != nil {
+		return 0, err
+	}
+	return loss, r.opt.Step()
+}
+
+func (r *runner) fullBlocks() []*nn.Block {
+	blocks := make([]*nn.Block, r.cfg.Layers)
+	for i := range blocks {
+		blocks[i] = r.full
+	}
+	return blocks
+}
+
+// uploadAll uploads int32 slices; the buffers are returned even on error
+// so that freeAll releases those made.
+func uploadAll(b backend.Backend, vs ...[]int32) ([]backend.Buffer, error) {
+	var out []backend.Buffer
+	for _, v := range vs {
+		buf, err := b.Alloc(backend.Int32, len(v))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, buf)
+		if err := b.Upload(buf, v); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func freeAll(b backend.Backend, bufs []backend.Buffer) {
+	for _, x := range bufs {
+		b.Free(x)
+	}
+}
+
+// evalPairs are the fixed evaluation pairs: validation positives and
+// negatives, then test positives and negatives, in one list.
+type evalPairs struct {
+	n     [4]int // pairs of each part
+	pairs Edges
+	// Eval full: the pairs on the device (node IDs). Eval sampled: the
+	// distinct endpoints (nodes), and the pairs as rows of nodes.
+	src, dst backend.Buffer
+	nodes    []int32
+	smp      sample.Sampler
+}
+
+func (ev *evalPairs) prepare(b backend.Backend, s *Split, cfg *Config) error {
+	parts := []Edges{s.Val, s.ValNeg, s.Test, s.TestNeg}
+	for i, p := range parts {
+		ev.n[i] = p.Len()
+		ev.pairs.Src = append(ev.pairs.Src, p.Src...)
+		ev.pairs.Dst = append(ev.pairs.Dst, p.Dst...)
+	}
+	src, dst := ev.pairs.Src, ev.pairs.Dst
+	if cfg.Eval == train.Sampled {
+		var err error
+		if ev.smp, err = sample.NewNeighborSampler(s.In, sample.Config{Fanouts: cfg.EvalFanouts}); err != nil {
+			return &RunError{Op: "evaluation sampler", Err: err}
+		}
+		ev.nodes = slices.Concat(src, dst)
+		slices.Sort(ev.nodes)
+		ev.nodes = slices.Compact(ev.nodes)
+		row := func(v int32) int32 {
+			return int32(sort.Search(len(ev.nodes), func(i int) bool { return ev.nodes[i] >= v }))
+		}
+		src, dst = make([]int32, len(src)), make([]int32, len(dst))
+		for i := range src {
+			src[i], dst[i] = row(ev.pairs.Src[i]), row(ev.pairs.Dst[i])
+		}
+	}
+	bufs, err := uploadAll(b, src, dst)
+	if len(bufs) > 0 {
+		ev.src = bufs[0]
+	}
+	if len(bufs) > 1 {
+		ev.dst = bufs[1]
+	}
+	if err != nil {
+		return &RunError{Op: "upload evaluation pairs", Err: err}
+	}
+	return nil
+}
+
+func (ev *evalPairs) free(b backend.Backend) {
+	freeAll(b, []backend.Buffer{ev.src, ev.dst})
+	ev.src, ev.dst = nil, nil
+}
+
+// evaluate scores the fixed validation and test pairs without dropout
+// and returns their metrics.
+func (r *runner) evaluate() (val, test Metrics, err error) {
+	var scores []float32
+	if r.cfg.Eval == train.Sampled {
+		scores, err = r.scoreSampled()
+	} else {
+		scores, err = r.scoreFull()
+	}
+	if err != nil {
+		return val, test, err
+	}
+	n := r.ev.n
+	at := func(i int) []float32 {
+		lo := 0
+		for j := range i {
+			lo += n[j]
+		}
+		return scores[lo : lo+n[i]]
+	}
+	if val, err = Evaluate(at(0), at(1), r.cfg.HitsK); err != nil {
+		return val, test, fmt.Errorf("validation: %w", err)
+	}
+	if test, err = Evaluate(at(2), at(3), r.cfg.HitsK); err != nil {
+		return val, test, fmt.Errorf("test: %w", err)
+	}
+	return val, test, nil
+}
+
+// scoreFull embeds every node over the whole message-passing graph and
+// scores the pairs.
+func (r *runner) scoreFull() ([]float32, error) {
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	h, err := r.x.ForwardFull(t, r.model, r.fullBlocks(), false, 0)
+	if err != nil {
+		return nil, err
+	}
+	return r.score(t, h)
+}
+
+// scoreSampled embeds the pairs' endpoints in batches of EvalBatchSize
+// over neighborhoods sampled with EvalFanouts (keyed by the seed alone,
+// so every epoch is scored on the same neighborhoods), then scores the
+// pairs.
+func (r *runner) scoreSampled() ([]float32, error) {
+	nodes, bs := r.ev.nodes, r.cfg.EvalBatchSize
+	d := r.model.Config().OutDim
+	emb := make([]float32, len(nodes)*d)
+	key := rng.Derive(r.cfg.Seed, tagEval)
+	for b := 0; b*bs < len(nodes); b++ {
+		seeds := nodes[b*bs : min((b+1)*bs, len(nodes))]
+		mb, err := r.ev.smp.Sample(seeds, sample.Key{Seed: key, Batch: b})
+		if err != nil {
+			return nil, fmt.Errorf("sampling: %w", err)
+		}
+		if err := r.embedBatch(mb, emb[b*bs*d:(b*bs+len(seeds))*d]); err != nil {
+			return nil, err
+		}
+	}
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	h, err := t.Upload(emb, len(nodes), d)
+	if err != nil {
+		return nil, err
+	}
+	return r.score(t, h)
+}
+
+// embedBatch writes the embeddings of mb's seeds into dst.
+func (r *runner) embedBatch(mb *sample.MiniBatch, dst []float32) error {
+	t := autograd.NewTape(r.b)
+	defer t.Release()
+	h, cleanup, err := r.x.ForwardBatch(t, r.model, mb, false, 0)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	if h.Len() != len(dst) {
+		return fmt.Errorf("encoder produced %dx%d embeddings for %d seeds", h.Rows, h.Cols, len(mb.Seeds))
+	}
+	return r.b.Download(dst, h.Value)
+}
+
+// score decodes the evaluation pairs (rows of h) and downloads the
+// scores.
+func (r *runner) score(t *autograd.Tape, h *autograd.Var) ([]float32, error) {
+	s, err := r.dec.Score(t, h, r.ev.src, r.ev.dst)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, s.Len())
+	return out, r.b.Download(out, s.Value)
+}

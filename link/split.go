@@ -1,0 +1,270 @@
+package link
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
+)
+
+// Tags separating the random streams derived from the run's seed (those
+// of the encoder's weights, dropout and neighbor sampling are package
+// train's, so an encoder starts from the weights a node classifier with
+// the same seed would).
+const (
+	tagSplit uint64 = 0x4c494e4b00 + iota // "LINK"
+	tagEvalNeg
+	tagOrder
+	tagNegative
+	tagDecoder
+	tagEval
+)
+
+// Fractions are the shares of the links that train, validate and test:
+// each in [0, 1), validation and test above 0, summing to 1.
+type Fractions struct {
+	Train float64 `json:"train"`
+	Val   float64 `json:"val"`
+	Test  float64 `json:"test"`
+}
+
+// DefaultFractions is GAE's and PyG's link-prediction split (85/5/10).
+var DefaultFractions = Fractions{0.85, 0.05, 0.10}
+
+// Validate returns a *ConfigError when f is not a split of all links.
+func (f Fractions) Validate() error {
+	for _, v := range []float64{f.Train, f.Val, f.Test} {
+		if !(v >= 0 && v < 1) {
+			return cfgErr("split_edges", "%v: each fraction must be in [0, 1)", f)
+		}
+	}
+	if f.Train == 0 || f.Val == 0 || f.Test == 0 {
+		return cfgErr("split_edges", "%v: train, validation and test each need a positive fraction", f)
+	}
+	if s := f.Train + f.Val + f.Test; math.Abs(s-1) > 1e-6 {
+		return cfgErr("split_edges", "%v sum to %v, want 1", f, s)
+	}
+	return nil
+}
+
+func (f Fractions) String() string { return fmt.Sprintf("%g,%g,%g", f.Train, f.Val, f.Test) }
+
+// ParseFractions reads "train,val,test" ("0.85,0.05,0.10") and
+// validates it.
+func ParseFractions(s string) (Fractions, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return Fractions{}, cfgErr("split_edges", "%q: want three fractions train,val,test (e.g. 0.85,0.05,0.10)", s)
+	}
+	var v [3]float64
+	for i, p := range parts {
+		x, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return Fractions{}, cfgErr("split_edges", "%q: fraction %d (%q) is not a number", s, i+1, p)
+		}
+		v[i] = x
+	}
+	f := Fractions{v[0], v[1], v[2]}
+	return f, f.Validate()
+}
+
+// Edges are node pairs (Src[i], Dst[i]).
+type Edges struct {
+	Src, Dst []int32
+}
+
+// Len is the number of pairs.
+func (e Edges) Len() int { return len(e.Src) }
+
+func (e *Edges) add(u, v int32) {
+	e.Src, e.Dst = append(e.Src, u), append(e.Dst, v)
+}
+
+// Split is a random edge split of a graph for link prediction, as PyG's
+// RandomLinkSplit makes it.
+//
+// The links are the graph's edges, each once: for a symmetric graph
+// (every edge u->v has v->u: an undirected graph stored both ways) a link
+// is the pair u < v and holding it out removes both directions; for a
+// directed graph every edge u->v is a link. Self-loops are no links:
+// they stay in the message-passing graph and are never held out.
+// Duplicate entries count once. Edge weights are not carried.
+//
+// The links are shuffled with the seed and the first floor(Val x L) go
+// to validation, the next floor(Test x L) to test, the rest to training
+// (PyG's rounding). The message-passing graph, which every evaluation
+// and training step aggregates over, holds the training links (both
+// directions when undirected) and the self-loops: no held-out edge leaks
+// into it.
+//
+// ValNeg and TestNeg are fixed negatives, as many as the split's
+// positives (PyG's neg_sampling_ratio 1): uniform random pairs u != v
+// that are no edge of the whole graph, drawn once from the seed, so
+// every epoch and every run with the seed is scored on the same pairs.
+type Split struct {
+	NumNodes   int64
+	Undirected bool
+	Train      Edges
+	Val        Edges
+	Test       Edges
+	ValNeg     Edges
+	TestNeg    Edges
+	// Out is the message-passing graph's out-adjacency (rows sorted):
+	// the known edges negatives may exclude. In is its in-adjacency,
+	// what the encoder aggregates (Out itself when undirected).
+	Out, In   *graph.CSR
+	SelfLoops int
+}
+
+// SplitError reports a graph that cannot be split.
+type SplitError struct{ Msg string }
+
+func (e *SplitError) Error() string { return "link: split: " + e.Msg }
+
+// maxNegTrials bounds the draws of one evaluation negative: a graph so
+// dense that this many uniform pairs are all edges has no room for
+// negatives.
+const maxNegTrials = 1000
+
+// NewSplit splits the links of g, an out-adjacency (a dataset's Graph),
+// by f with seed. g is not modified.
+func NewSplit(g *graph.CSR, f Fractions, seed uint64) (*Split, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, &SplitError{Msg: "no graph"}
+	}
+	if err := g.Validate(); err != nil {
+		return nil, &SplitError{Msg: err.Error()}
+	}
+	n := g.NumRows
+	if g.NumCols != n || n < 2 || n > math.MaxInt32 {
+		return nil, &SplitError{Msg: fmt.Sprintf("graph is %d x %d: want square with 2 to 2^31-1 nodes", n, g.NumCols)}
+	}
+	if sorted, _ := graph.RowsSorted(g); !sorted {
+		g = graph.Clone(g)
+		if err := graph.SortRows(g); err != nil {
+			return nil, &SplitError{Msg: err.Error()}
+		}
+	}
+	s := &Split{NumNodes: n, Undirected: symmetric(g)}
+	var links Edges
+	var loops []int32
+	for u := int32(0); int64(u) < n; u++ {
+		row := g.Neighbors(u)
+		for i, v := range row {
+			switch {
+			case i > 0 && v == row[i-1]: // a duplicate entry
+			case v == u:
+				loops = append(loops, u)
+			case s.Undirected && v < u: // counted from v's row
+			default:
+				links.add(u, v)
+			}
+		}
+	}
+	s.SelfLoops = len(loops)
+	l := links.Len()
+	nVal, nTest := int(f.Val*float64(l)), int(f.Test*float64(l))
+	if nVal < 1 || nTest < 1 || l-nVal-nTest < 1 {
+		return nil, &SplitError{Msg: fmt.Sprintf("%d links split %v leave %d validation, %d test and %d training links: each needs at least one",
+			l, f, nVal, nTest, l-nVal-nTest)}
+	}
+	st := rng.NewStream(rng.Derive(seed, tagSplit))
+	for i := l - 1; i > 0; i-- {
+		j := int(st.Below(uint64(i + 1)))
+		links.Src[i], links.Src[j] = links.Src[j], links.Src[i]
+		links.Dst[i], links.Dst[j] = links.Dst[j], links.Dst[i]
+	}
+	cut := func(lo, hi int) Edges {
+		return Edges{Src: links.Src[lo:hi:hi], Dst: links.Dst[lo:hi:hi]}
+	}
+	s.Val, s.Test, s.Train = cut(0, nVal), cut(nVal, nVal+nTest), cut(nVal+nTest, l)
+
+	src := slices.Concat(s.Train.Src, loops)
+	dst := slices.Concat(s.Train.Dst, loops)
+	if s.Undirected {
+		src, dst = slices.Concat(src, s.Train.Dst), slices.Concat(dst, s.Train.Src)
+	}
+	var err error
+	if s.Out, err = graph.FromEdges(n, src, dst); err != nil {
+		return nil, &SplitError{Msg: err.Error()}
+	}
+	s.In = s.Out
+	if !s.Undirected {
+		if s.In, err = graph.Transpose(s.Out); err != nil {
+			return nil, &SplitError{Msg: err.Error()}
+		}
+	}
+	if s.ValNeg, err = evalNegatives(g, s.Val.Len(), rng.Derive(seed, tagEvalNeg, 0)); err != nil {
+		return nil, err
+	}
+	if s.TestNeg, err = evalNegatives(g, s.Test.Len(), rng.Derive(seed, tagEvalNeg, 1)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// symmetric reports whether every entry u->v of g (rows sorted) has v->u.
+func symmetric(g *graph.CSR) bool {
+	for u := int32(0); int64(u) < g.NumRows; u++ {
+		for _, v := range g.Neighbors(u) {
+			if !hasEdge(g, v, u) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hasEdge reports whether sorted-row g has u->v.
+func hasEdge(g *graph.CSR, u, v int32) bool {
+	_, ok := slices.BinarySearch(g.Neighbors(u), v)
+	return ok
+}
+
+// evalNegatives draws count uniform pairs u != v that are no edge of g
+// (rows sorted) from the stream of key, in order.
+func evalNegatives(g *graph.CSR, count int, key uint64) (Edges, error) {
+	st := rng.NewStream(key)
+	n := uint64(g.NumRows)
+	out := Edges{Src: make([]int32, 0, count), Dst: make([]int32, 0, count)}
+	for i := 0; i < count; i++ {
+		ok := false
+		for range maxNegTrials {
+			u, v := int32(st.Below(n)), int32(st.Below(n))
+			if u != v && !hasEdge(g, u, v) {
+				out.add(u, v)
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return Edges{}, &SplitError{Msg: fmt.Sprintf("negative %d: %d random pairs were all edges or self-pairs: the graph is too dense for negatives", i, maxNegTrials)}
+		}
+	}
+	return out, nil
+}
+
+// Stats are a split's sizes, for the report.
+type Stats struct {
+	Undirected   bool  `json:"undirected"`
+	Train        int   `json:"train_links"`
+	Val          int   `json:"val_links"`
+	Test         int   `json:"test_links"`
+	ValNeg       int   `json:"val_negatives"`
+	TestNeg      int   `json:"test_negatives"`
+	MessageEdges int64 `json:"message_passing_edges"`
+	SelfLoops    int   `json:"self_loops"`
+}
+
+// Stats summarizes s.
+func (s *Split) Stats() Stats {
+	return Stats{Undirected: s.Undirected, Train: s.Train.Len(), Val: s.Val.Len(), Test: s.Test.Len(),
+		ValNeg: s.ValNeg.Len(), TestNeg: s.TestNeg.Len(), MessageEdges: s.Out.NumEdges(), SelfLoops: s.SelfLoops}
+}

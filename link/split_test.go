@@ -1,0 +1,248 @@
+package link
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/builtin"
+	"github.com/strata-gnn/strata/graph"
+)
+
+func cora(t testing.TB) *dataset.Dataset {
+	t.Helper()
+	ds, err := builtin.Load("cora")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+type pair struct{ u, v int32 }
+
+func pairs(e Edges) []pair {
+	out := make([]pair, e.Len())
+	for i := range out {
+		out[i] = pair{e.Src[i], e.Dst[i]}
+	}
+	return out
+}
+
+// TestSplitCora: on Cora (undirected, both directions stored) the links
+// are the 5,278 pairs u < v; the three parts have PyG's sizes, are
+// disjoint and cover every link; the message-passing graph holds both
+// directions of every training link and neither direction of any held-out
+// link; the fixed negatives are non-edges; the split is a function of the
+// seed.
+func TestSplitCora(t *testing.T) {
+	g := cora(t).Graph
+	s, err := NewSplit(g, DefaultFractions, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Undirected {
+		t.Fatal("Cora not recognized as undirected")
+	}
+	const links = 10556 / 2
+	if s.Val.Len() != 263 || s.Test.Len() != 527 || s.Train.Len() != links-263-527 {
+		t.Fatalf("split %d/%d/%d, want 4488/263/527 (floor(0.05 L), floor(0.1 L), rest)", s.Train.Len(), s.Val.Len(), s.Test.Len())
+	}
+	seen := map[pair]string{}
+	for name, e := range map[string]Edges{"train": s.Train, "val": s.Val, "test": s.Test} {
+		for _, p := range pairs(e) {
+			if p.u >= p.v {
+				t.Fatalf("%s link %v is not u < v", name, p)
+			}
+			if !hasEdge(g, p.u, p.v) {
+				t.Fatalf("%s link %v is no edge of the graph", name, p)
+			}
+			if other, dup := seen[p]; dup {
+				t.Fatalf("link %v is in %s and %s", p, other, name)
+			}
+			seen[p] = name
+		}
+	}
+	if len(seen) != links {
+		t.Fatalf("%d links in the split, the graph has %d", len(seen), links)
+	}
+	if s.Out.NumEdges() != int64(2*s.Train.Len()) || s.In != s.Out {
+		t.Fatalf("message passing has %d entries, want both directions of %d links (and In == Out)", s.Out.NumEdges(), s.Train.Len())
+	}
+	for _, p := range pairs(s.Train) {
+		if !hasEdge(s.Out, p.u, p.v) || !hasEdge(s.Out, p.v, p.u) {
+			t.Fatalf("training link %v lacks a direction in message passing", p)
+		}
+	}
+	for _, held := range []Edges{s.Val, s.Test} {
+		for _, p := range pairs(held) {
+			if hasEdge(s.Out, p.u, p.v) || hasEdge(s.Out, p.v, p.u) {
+				t.Fatalf("held-out link %v leaks into message passing", p)
+			}
+		}
+	}
+	for name, neg := range map[string]Edges{"val": s.ValNeg, "test": s.TestNeg} {
+		want := s.Val.Len()
+		if name == "test" {
+			want = s.Test.Len()
+		}
+		if neg.Len() != want {
+			t.Fatalf("%d %s negatives for %d positives", neg.Len(), name, want)
+		}
+		for _, p := range pairs(neg) {
+			if p.u == p.v || hasEdge(g, p.u, p.v) {
+				t.Fatalf("%s negative %v is a self-pair or an edge", name, p)
+			}
+		}
+	}
+	again, err := NewSplit(g, DefaultFractions, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]Edges{{s.Train, again.Train}, {s.Val, again.Val}, {s.Test, again.Test}, {s.ValNeg, again.ValNeg}, {s.TestNeg, again.TestNeg}} {
+		if !slices.Equal(pairs(c[0]), pairs(c[1])) {
+			t.Fatal("the same seed gave another split")
+		}
+	}
+	other, err := NewSplit(g, DefaultFractions, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(pairs(s.Test), pairs(other.Test)) || slices.Equal(pairs(s.TestNeg), pairs(other.TestNeg)) {
+		t.Fatal("seeds 7 and 8 gave the same test links or negatives")
+	}
+}
+
+// TestSplitDirected: in a directed graph every edge is a link; holding
+// out u->v keeps v->u when that is a training link; the in-adjacency is
+// the transpose; self-loops stay in message passing and duplicates count
+// once.
+func TestSplitDirected(t *testing.T) {
+	var src, dst []int32
+	const n = 40
+	for u := int32(0); u < n; u++ {
+		for _, d := range []int32{1, 3, 7} {
+			src, dst = append(src, u), append(dst, (u+d)%n)
+		}
+		if u%4 == 0 { // a few reverse edges, a self-loop and a duplicate
+			src, dst = append(src, (u+1)%n, u, u), append(dst, u, u, (u+1)%n)
+		}
+	}
+	g, err := graph.FromEdges(n, src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSplit(g, Fractions{0.6, 0.2, 0.2}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Undirected {
+		t.Fatal("directed graph taken as undirected")
+	}
+	links := n*3 + n/4 // the duplicates and self-loops are no links
+	if got := s.Train.Len() + s.Val.Len() + s.Test.Len(); got != links {
+		t.Fatalf("%d links, want %d", got, links)
+	}
+	if s.SelfLoops != n/4 {
+		t.Fatalf("%d self-loops, want %d", s.SelfLoops, n/4)
+	}
+	if s.Out.NumEdges() != int64(s.Train.Len()+s.SelfLoops) {
+		t.Fatalf("message passing has %d edges, want %d training links + %d self-loops", s.Out.NumEdges(), s.Train.Len(), s.SelfLoops)
+	}
+	for u := int32(0); u < n; u += 4 {
+		if !hasEdge(s.Out, u, u) {
+			t.Fatalf("self-loop of %d left message passing", u)
+		}
+	}
+	train := map[pair]bool{}
+	for _, p := range pairs(s.Train) {
+		train[p] = true
+	}
+	for _, held := range []Edges{s.Val, s.Test} {
+		for _, p := range pairs(held) {
+			if hasEdge(s.Out, p.u, p.v) {
+				t.Fatalf("held-out %v in message passing", p)
+			}
+			if hasEdge(s.Out, p.v, p.u) != train[pair{p.v, p.u}] {
+				t.Fatalf("reverse of held-out %v: in message passing %v, a training link %v", p, hasEdge(s.Out, p.v, p.u), train[pair{p.v, p.u}])
+			}
+		}
+	}
+	want, err := graph.Transpose(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(want.Indptr, s.In.Indptr) || !slices.Equal(want.Indices, s.In.Indices) {
+		t.Fatal("In is not the transpose of Out")
+	}
+}
+
+func TestSplitErrors(t *testing.T) {
+	tiny, _ := graph.FromEdges(3, []int32{0, 1}, []int32{1, 2})
+	var se *SplitError
+	if _, err := NewSplit(tiny, DefaultFractions, 1); !errors.As(err, &se) {
+		t.Errorf("2 links split 85/5/10: %v, want a *SplitError", err)
+	}
+	if _, err := NewSplit(nil, DefaultFractions, 1); !errors.As(err, &se) {
+		t.Errorf("nil graph: %v", err)
+	}
+	rect := &graph.CSR{NumRows: 2, NumCols: 3, Indptr: []int64{0, 1, 1}, Indices: []int32{2}}
+	if _, err := NewSplit(rect, DefaultFractions, 1); !errors.As(err, &se) {
+		t.Errorf("2 x 3 graph: %v", err)
+	}
+	bad := &graph.CSR{NumRows: 2, NumCols: 2, Indptr: []int64{0, 1, 1}, Indices: []int32{5}}
+	if _, err := NewSplit(bad, DefaultFractions, 1); !errors.As(err, &se) {
+		t.Errorf("index out of range: %v", err)
+	}
+	// A complete graph has no negatives to draw.
+	var src, dst []int32
+	for u := range int32(30) {
+		for v := range int32(30) {
+			if u != v {
+				src, dst = append(src, u), append(dst, v)
+			}
+		}
+	}
+	full, _ := graph.FromEdges(30, src, dst)
+	if _, err := NewSplit(full, DefaultFractions, 1); !errors.As(err, &se) {
+		t.Errorf("complete graph: %v, want a *SplitError (no negatives)", err)
+	}
+}
+
+func TestParseFractions(t *testing.T) {
+	good := map[string]Fractions{
+		"0.85,0.05,0.10":  {0.85, 0.05, 0.10},
+		"0.8, 0.1, 0.1":   {0.8, 0.1, 0.1},
+		"0.5,0.25,0.25":   {0.5, 0.25, 0.25},
+		"0.98,0.01,0.010": {0.98, 0.01, 0.01},
+	}
+	for s, want := range good {
+		got, err := ParseFractions(s)
+		if err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "0.85,0.05", "0.85,0.05,0.1,0", "a,b,c", "0.9,0.05,0.1", "1,0,0", "0.9,0.1,0",
+		"0,0.5,0.5", "-0.1,0.6,0.5", "NaN,0.5,0.5", "Inf,0,0", "0.85,0.05,0.1e400"} {
+		if _, err := ParseFractions(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+// FuzzParseFractions: any string is refused with an error or yields
+// fractions that validate (never a panic).
+func FuzzParseFractions(f *testing.F) {
+	for _, s := range []string{"0.85,0.05,0.10", "0.8,0.1,0.1", ",,", "1e309,0,0", "NaN,NaN,NaN", "0.5,0.25,0.25"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fr, err := ParseFractions(s)
+		if err != nil {
+			return
+		}
+		if err := fr.Validate(); err != nil {
+			t.Fatalf("%q parsed to %v, which does not validate: %v", s, fr, err)
+		}
+	})
+}
