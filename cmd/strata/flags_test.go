@@ -255,6 +255,7 @@ func TestFlagValues(t *testing.T) {
 		"max-message-mb": "int", "max-request-mb": "int", "workers": "int", "max-workers": "int", "prefetch": "int",
 		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
 		"infer-budget": "bytes", "layer": "int",
+		"neg-ratio": "int", "hits-k": "int",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -302,6 +303,11 @@ func TestFlagValues(t *testing.T) {
 			flagSpec{flag: "eval-batch-size", legal: intRange(1, 1<<24)},
 			flagSpec{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63, "cpu:abc", "cuda:" + p63}},
 		)},
+		{name: "train link", args: trainArgs("--task", "link"), sentinel: "--dataset", flags: []flagSpec{
+			{flag: "neg-ratio", legal: intRange(1, 1024), extra: []string{"1024", "1025"}},
+			{flag: "hits-k", legal: intRange(1, 1<<20), extra: []string{"1048576", "1048577"}},
+			{flag: "batch-size", legal: intRange(1, 1<<24)},
+		}},
 		{name: "train sampled sgd", args: trainArgs("--optimizer", "sgd"), sentinel: "--dataset", flags: []flagSpec{
 			{flag: "momentum", legal: floatRange(0, 1, false, true)},
 		}},

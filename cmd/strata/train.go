@@ -55,6 +55,7 @@ type trainCmd struct {
 
 	FullGraph fullGraphFlags `embed:""`
 	DSP       dspFlags       `embed:""` // sampled mode with --devices (dsp.go)
+	Link      linkFlags      `embed:""` // --task link (link.go)
 }
 
 // common turns the flags every mode reads into train.Common on top of
@@ -63,7 +64,12 @@ type trainCmd struct {
 // training, one device or DSP's) and fullGraphConfig (whole-graph
 // training) derive theirs.
 func (c *trainCmd) common() (train.Common, error) {
-	cfg := train.Defaults(c.Model).Common
+	return c.commonFrom(train.Defaults(c.Model).Common)
+}
+
+// commonFrom is common on top of base (another task's defaults).
+func (c *trainCmd) commonFrom(base train.Common) (train.Common, error) {
+	cfg := base
 	setInt(&cfg.Layers, c.Layers)
 	setInt(&cfg.Hidden, c.Hidden)
 	setInt(&cfg.Heads, c.Heads)
@@ -140,6 +146,12 @@ func (c *trainCmd) Run(e *env) error {
 		return err
 	}
 	defer restore()
+	if c.Link.Task == taskLink {
+		return c.runLink(e)
+	}
+	if set := c.Link.set(); len(set) > 0 {
+		return usageError{fmt.Errorf("--%s applies to --task link only", set[0])}
+	}
 	if err := c.checkTypedFlags(); err != nil {
 		return err
 	}

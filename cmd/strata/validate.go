@@ -156,6 +156,7 @@ func (c *trainCmd) Validate() error {
 		intIn("queue-capacity", d.QueueCapacity, 1, maxQueueCapacity),
 		intIn("sampler-workers", d.SamplerWorkers, 1, engine.MaxSamplerWorkers),
 		durationFlag("stall-timeout", d.StallTimeout, maxStallTimeout),
+		c.Link.validate(),
 	)
 	if err != nil {
 		return err

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-gnn/strata/link"
+	"github.com/strata-gnn/strata/train"
+)
+
+// Tasks of 'strata train'.
+const (
+	taskNode = "node"
+	taskLink = "link"
+)
+
+// linkFlags are the flags of 'strata train --task link' (package link),
+// embedded in trainCmd. Unset flags take link.Defaults of the model.
+type linkFlags struct {
+	Task        string `help:"Task: node (node classification) or link (link prediction: edge splits, negative sampling, AUC/MRR/Hits@K; see --split-edges)." enum:"node,link" default:"node"`
+	SplitEdges  string `name:"split-edges" help:"link: train,val,test fractions of the edges, split at random with --seed; held-out edges leave the message-passing graph, both directions when the graph is undirected (default 0.85,0.05,0.10)." placeholder:"T,V,T"`
+	NegRatio    *int   `name:"neg-ratio" help:"link: negative edges drawn per positive training edge (default 1)."`
+	NegSampling string `name:"neg-sampling" help:"link: distribution of the negatives' destinations: uniform, or degree (in-degree^0.75) (default uniform)." placeholder:"uniform|degree"`
+	NegExclude  bool   `name:"neg-exclude" help:"link: redraw training negatives that are training edges or self-pairs."`
+	Decoder     string `help:"link: pair scorer: dot (inner product of the embeddings) or mlp (MLP on their elementwise product) (default dot)." placeholder:"dot|mlp"`
+	HitsK       *int   `name:"hits-k" help:"link: K of the Hits@K metric (default 50, OGB's ogbl-collab)." placeholder:"K"`
+}
+
+// set names the link flags given in a node-classification run.
+func (f *linkFlags) set() []string {
+	var out []string
+	add := func(on bool, name string) {
+		if on {
+			out = append(out, name)
+		}
+	}
+	add(f.SplitEdges != "", "split-edges")
+	add(f.NegRatio != nil, "neg-ratio")
+	add(f.NegSampling != "", "neg-sampling")
+	add(f.NegExclude, "neg-exclude")
+	add(f.Decoder != "", "decoder")
+	add(f.HitsK != nil, "hits-k")
+	return out
+}
+
+// validate checks the link flags' values (kong's Validate hook).
+func (f *linkFlags) validate() error {
+	if f.SplitEdges != "" {
+		if _, err := link.ParseFractions(f.SplitEdges); err != nil {
+			return configFlag(err)
+		}
+	}
+	switch f.NegSampling {
+	case "", link.NegUniform, link.NegDegree:
+	default:
+		return usageError{fmt.Errorf("--neg-sampling %q: want uniform or degree", f.NegSampling)}
+	}
+	switch f.Decoder {
+	case "", link.DecoderDot, link.DecoderMLP:
+	default:
+		return usageError{fmt.Errorf("--decoder %q: want dot or mlp", f.Decoder)}
+	}
+	return firstError(optInt("neg-ratio", f.NegRatio, 1, link.MaxNegRatio), optInt("hits-k", f.HitsK, 1, link.MaxHitsK))
+}
+
+// linkConfig is the configuration of 'strata train --task link': the
+// model's link defaults under the common flags and the link flags.
+func (c *trainCmd) linkConfig() (link.Config, error) {
+	cfg := link.Defaults(c.Model)
+	com, err := c.commonFrom(cfg.Common)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Common = com
+	if c.Mode != "" {
+		cfg.Mode = c.Mode
+	}
+	if c.BatchSize != nil {
+		cfg.BatchSize = *c.BatchSize
+	}
+	if c.Fanouts != nil || len(cfg.Fanouts) != com.Layers {
+		cfg.Fanouts = c.fanouts(com.Layers)
+	}
+	f := &c.Link
+	if f.SplitEdges != "" {
+		if cfg.Split, err = link.ParseFractions(f.SplitEdges); err != nil {
+			return cfg, configFlag(err)
+		}
+	}
+	setInt(&cfg.NegRatio, f.NegRatio)
+	setInt(&cfg.HitsK, f.HitsK)
+	if f.NegSampling != "" {
+		cfg.NegSample = f.NegSampling
+	}
+	if f.Decoder != "" {
+		cfg.Decoder = f.Decoder
+	}
+	cfg.NegExclude = f.NegExclude
+	if err := cfg.Validate(); err != nil {
+		return cfg, configFlag(err)
+	}
+	return cfg, nil
+}
+
+// runLink is 'strata train --task link': link prediction on one device,
+// sampled or whole-graph.
+func (c *trainCmd) runLink(e *env) error {
+	refuse := func(flag, why string) error {
+		return usageError{fmt.Errorf("--%s: %s", flag, why)}
+	}
+	if err := c.checkTypedFlags(); err != nil {
+		return err
+	}
+	switch {
+	case train.IsHetero(c.Model):
+		return refuse("model", fmt.Sprintf("--task link takes gcn, sage or gat, not %s (link prediction on typed graphs is not built yet)", c.Model))
+	case strings.TrimSpace(c.FullGraph.Devices) != "":
+		return refuse("devices", "--task link runs on one device (--device); link prediction on several devices is not built yet")
+	case c.Mode == fullGraphMode:
+		return refuse("mode", "--task link trains the whole graph with --mode full (one device), not --mode fullgraph")
+	case c.Checkpoint != "":
+		return refuse("checkpoint", "--task link does not checkpoint yet (a run starts afresh)")
+	case c.Resume:
+		return refuse("resume", "--task link does not checkpoint yet (a run starts afresh)")
+	case c.CheckpointEvery != 0:
+		return refuse("checkpoint-every", "--task link does not checkpoint yet (a run starts afresh)")
+	case c.Plot != "":
+		return refuse("plot", "--task link draws no plot yet; --report has every epoch's loss and metrics")
+	case c.FullGraph.Partition != "multilevel":
+		return refuse("partition", "applies to runs on several devices")
+	}
+	if set := c.FullGraph.set(); len(set) > 0 {
+		return refuse(set[0], "applies to --mode fullgraph only")
+	}
+	if set := c.FullGraph.commSet(); len(set) > 0 {
+		return refuse(set[0], "applies to several devices; --task link runs on one")
+	}
+	if set := c.DSP.set(); len(set) > 0 {
+		return refuse(set[0], "applies to sampled node classification on several devices only")
+	}
+	cfg, err := c.linkConfig()
+	if err != nil {
+		return err
+	}
+	if err := c.checkOutputs(); err != nil {
+		return err
+	}
+	var log io.Writer = e.stderr
+	if e.quiet {
+		log = nil
+	}
+	b, err := openDeviceNote(c.Device, log)
+	if err != nil {
+		return err
+	}
+	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+	if log != nil {
+		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %s\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, b.Name())
+		fmt.Fprintf(log, "config: %s\n", cfg.String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log})
+	var ce *train.ConfigError
+	if errors.As(err, &ce) {
+		return configFlag(err)
+	}
+	if err != nil {
+		return err
+	}
+	sel := "best validation AUC"
+	if rep.Selection == train.SelectLast {
+		sel = "last"
+	}
+	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", rep.Split.Train, rep.Split.Val, rep.Split.Test, undirected(rep.Split.Undirected))
+	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(rep.Val, rep.HitsK))
+	fmt.Fprintf(e.stdout, "test                %s  (epoch %d of %d, %s; last epoch: val auc %.4f, test auc %.4f)\n",
+		link.MetricsLine(rep.Test, rep.HitsK), rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastVal.AUC, rep.LastTest.AUC)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return c.writeOutputs(rep.WriteJSON, nil)
+}
+
+func undirected(u bool) string {
+	if u {
+		return "undirected: both directions held out"
+	}
+	return "directed"
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-gnn/strata/link"
+)
+
+// TestTrainLink runs 'strata train --task link' on the built-in Cora for
+// a few epochs in both modes and checks the printed metrics and the
+// report.
+func TestTrainLink(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--model", "gcn", "--epochs", "3", "--hidden", "16"},
+		{"--model", "sage", "--epochs", "1", "--hidden", "16", "--batch-size", "2048", "--fanouts", "5,5", "--decoder", "mlp", "--neg-sampling", "degree", "--neg-exclude", "--neg-ratio", "2", "--hits-k", "20", "--split-edges", "0.8,0.1,0.1"},
+	} {
+		report := filepath.Join(dir, args[1]+".json")
+		code, out, errOut := strata(t, append([]string{"train", "--quiet", "--task", "link", "--report", report}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		for _, want := range []string{"links", "validation", "test", "auc", "mrr", "hits@"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("%v: stdout lacks %q:\n%s", args, want, out)
+			}
+		}
+		data, err := os.ReadFile(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep link.Report
+		if err := json.Unmarshal(data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Task != "link" || rep.Model != args[1] || rep.Test.AUC <= 0.5 || len(rep.Epochs) == 0 {
+			t.Fatalf("%v: report task %q model %q test %+v, %d epochs", args, rep.Task, rep.Model, rep.Test, len(rep.Epochs))
+		}
+		if args[1] == "sage" {
+			c := rep.Config
+			if rep.Mode != "sampled" || c.Decoder != "mlp" || c.NegSample != "degree" || !c.NegExclude || c.NegRatio != 2 || rep.HitsK != 20 || c.Split != (link.Fractions{Train: 0.8, Val: 0.1, Test: 0.1}) {
+				t.Fatalf("flags not in the report's config: %+v", c)
+			}
+			if rep.Split.Val != rep.Split.Test || rep.Split.Train < 7*rep.Split.Test {
+				t.Fatalf("split 0.8,0.1,0.1 gave %+v", rep.Split)
+			}
+		}
+	}
+}
+
+// TestTrainLinkUsageErrors: link flags in node mode, and settings the
+// link task does not take, are usage errors naming the flag.
+func TestTrainLinkUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--neg-ratio", "2"}, "--neg-ratio applies to --task link"},
+		{[]string{"--decoder", "mlp"}, "--decoder applies to --task link"},
+		{[]string{"--task", "link", "--devices", "cpu:2"}, "--devices"},
+		{[]string{"--task", "link", "--mode", "fullgraph"}, "--mode"},
+		{[]string{"--task", "link", "--checkpoint", t.TempDir()}, "--checkpoint"},
+		{[]string{"--task", "link", "--resume"}, "--resume"},
+		{[]string{"--task", "link", "--plot", "x.png"}, "--plot"},
+		{[]string{"--task", "link", "--staleness"}, "--staleness"},
+		{[]string{"--task", "link", "--split-edges", "0.9,0.1,0.1"}, "--split-edges"},
+		{[]string{"--task", "link", "--split-edges", "0.9,0.1"}, "--split-edges"},
+		{[]string{"--task", "link", "--decoder", "bilinear"}, "--decoder"},
+		{[]string{"--task", "link", "--neg-sampling", "popular"}, "--neg-sampling"},
+		{[]string{"--task", "link", "--neg-ratio", "0"}, "--neg-ratio"},
+		{[]string{"--task", "link", "--hits-k", "0"}, "--hits-k"},
+		{[]string{"--task", "link", "--fanouts", "5", "--mode", "sampled"}, "fanouts"},
+		{[]string{"--task", "triangle"}, "--task"},
+	} {
+		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
+		oneLineError(t, strings.Join(tc.args, " "), code, errOut, tc.want)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage)", tc.args, code)
+		}
+	}
+}
