@@ -54,7 +54,7 @@ func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
 		return train.HeteroConfig{}, refuse("out-heads")
 	case c.AttnDrop != nil:
 		return train.HeteroConfig{}, refuse("attn-dropout")
-	case c.RowNorm == train.RowNormOn:
+	case c.RowNorm != nil && *c.RowNorm == train.RowNormOn:
 		return train.HeteroConfig{}, refuse("row-norm on")
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}

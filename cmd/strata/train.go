@@ -27,7 +27,7 @@ type trainCmd struct {
 	OutHeads  *int     `help:"gat: heads of the output layer, averaged (default 1)."`
 	Dropout   *float64 `help:"Dropout on layer inputs (default: gcn/sage 0.5, gat 0.6)."`
 	AttnDrop  *float64 `name:"attn-dropout" help:"gat: dropout on attention coefficients (default 0.6)."`
-	RowNorm   string   `help:"Divide every feature row by its sum: auto (when all features are >= 0, e.g. bag-of-words), on or off." enum:"auto,on,off" default:"auto"`
+	RowNorm   *string  `help:"Divide every feature row by its sum: auto (when all features are >= 0, e.g. bag-of-words), on or off (default auto; off for --task link with gcn or gat)." enum:"auto,on,off" placeholder:"auto|on|off"`
 	Optimizer string   `help:"Optimizer: adam or sgd." enum:"adam,sgd" default:"adam"`
 	LR        *float64 `name:"lr" help:"Learning rate (default: gcn/sage 0.01, gat 0.005)."`
 	WeightDec *float64 `name:"weight-decay" help:"L2 weight decay added to the gradient (default 5e-4)."`
@@ -79,7 +79,9 @@ func (c *trainCmd) commonFrom(base train.Common) (train.Common, error) {
 	setFloat(&cfg.AttnDrop, c.AttnDrop)
 	setFloat(&cfg.LR, c.LR)
 	setFloat(&cfg.WeightDecay, c.WeightDec)
-	cfg.RowNorm = c.RowNorm
+	if c.RowNorm != nil {
+		cfg.RowNorm = *c.RowNorm
+	}
 	if c.Model != train.GAT && (c.Heads != nil || c.OutHeads != nil || c.AttnDrop != nil) {
 		return cfg, usageError{fmt.Errorf("--heads, --out-heads and --attn-dropout apply to --model gat only")}
 	}
