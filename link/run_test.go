@@ -374,3 +374,27 @@ func TestExcludeTargets(t *testing.T) {
 		t.Fatalf("removed %d edges, want %d (> 0)", removed, want)
 	}
 }
+
+// TestEstimateMemory: the estimate grows with what sizes it (the width,
+// the batch in sampled mode, the negatives per edge, the MLP decoder).
+func TestEstimateMemory(t *testing.T) {
+	s := train.Shape{Nodes: 100000, Edges: 2000000, FeatDim: 128}
+	total := func(edit func(*Config)) float64 {
+		c := Defaults(train.SAGE)
+		edit(&c)
+		m := EstimateMemory(c, s)
+		return m.Total()
+	}
+	base := total(func(*Config) {})
+	for name, edit := range map[string]func(*Config){
+		"hidden":    func(c *Config) { c.Hidden *= 4 },
+		"batch":     func(c *Config) { c.BatchSize *= 8 },
+		"neg ratio": func(c *Config) { c.NegRatio = 5 },
+		"mlp":       func(c *Config) { c.Decoder = DecoderMLP },
+		"full":      func(c *Config) { c.Mode, c.BatchSize = train.Full, 0 },
+	} {
+		if got := total(edit); !(got > base) {
+			t.Errorf("%s: estimate %.0f not above the default's %.0f", name, got, base)
+		}
+	}
+}

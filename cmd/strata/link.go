@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/link"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -165,6 +166,11 @@ func (c *trainCmd) runLink(e *env) error {
 		return err
 	}
 	defer closeDS()
+	if onHost([]backend.Backend{b}) {
+		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), "", nil); err != nil {
+			return err
+		}
+	}
 	if log != nil {
 		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %s\n",
 			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, b.Name())

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/internal/sysmem"
 	"github.com/strata-gnn/strata/link"
 )
 
@@ -86,5 +87,22 @@ func TestTrainLinkUsageErrors(t *testing.T) {
 		if code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage)", tc.args, code)
 		}
+	}
+}
+
+// TestTrainLinkMemory: a link run whose estimate exceeds the memory left
+// is refused before anything is sized, naming the flag and the estimate.
+func TestTrainLinkMemory(t *testing.T) {
+	saved := memoryBudget
+	defer func() { memoryBudget = saved }()
+	memoryBudget = func() (sysmem.Budget, bool) { return sysmem.Budget{Bytes: 100 << 20, Source: "test"}, true }
+	code, _, errOut := strata(t, "train", "--quiet", "--task", "link", "--model", "gcn", "--hidden", "4096", "--epochs", "1")
+	if code != 2 || !strings.Contains(errOut, "--hidden: this run needs about") || !strings.Contains(errOut, "more than the 100 MiB available (test)") {
+		t.Fatalf("exit %d, %q", code, errOut)
+	}
+	// The defaults fit.
+	code, _, errOut = strata(t, "train", "--quiet", "--task", "link", "--model", "gcn", "--epochs", "1")
+	if code != 0 {
+		t.Fatalf("default gcn link run refused under 100 MiB: exit %d, %q", code, errOut)
 	}
 }
