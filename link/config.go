@@ -97,6 +97,11 @@ func Defaults(model string) Config {
 // Validate checks every field and returns a *train.ConfigError naming
 // the first bad one.
 func (c *Config) Validate() error {
+	switch c.Model {
+	case train.GCN, train.SAGE, train.GAT:
+	default:
+		return cfgErr("model", "%q: link prediction takes gcn, sage or gat", c.Model)
+	}
 	if err := c.Common.Validate(); err != nil {
 		return err
 	}

@@ -246,6 +246,7 @@ func TestRunRefuses(t *testing.T) {
 		"sampled batch": func(c *Config) { c.Mode, c.BatchSize = train.Sampled, 0 },
 		"fanouts":       func(c *Config) { c.Mode, c.BatchSize, c.Fanouts = train.Sampled, 8, []int{5} },
 		"mode":          func(c *Config) { c.Mode = "fullgraph" },
+		"typed model":   func(c *Config) { c.Model = "rgcn" },
 		"lr":            func(c *Config) { c.LR = math.NaN() },
 	} {
 		cfg := quick(train.GCN)

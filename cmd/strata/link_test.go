@@ -81,6 +81,9 @@ func TestTrainLinkUsageErrors(t *testing.T) {
 		{[]string{"--task", "link", "--hits-k", "0"}, "--hits-k"},
 		{[]string{"--task", "link", "--fanouts", "5", "--mode", "sampled"}, "fanouts"},
 		{[]string{"--task", "triangle"}, "--task"},
+		{[]string{"--task", "link", "--model", "rgcn"}, "--model"},
+		{[]string{"--task", "link", "--comm", "nccl"}, "--comm"},
+		{[]string{"--task", "link", "--rel-fanouts", "cites=5,5"}, "--rel-fanouts"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
 		oneLineError(t, strings.Join(tc.args, " "), code, errOut, tc.want)
