@@ -10,4 +10,9 @@
 // most often), as DSP, GLT and Quiver do. A budget of 0 serves everything
 // from host memory; a budget of rows*cols*4 plus the 4-byte-per-node slot
 // table puts everything on the device.
+//
+// With Options.BFloat16 (trainers at --precision bf16) the table, on the
+// host and on the device, holds bfloat16 values: half the memory, so a
+// budget holds twice the rows, and half the bytes read per gathered row;
+// Gather widens them to float32 exactly (rows*cols*2 then fits all).
 package feature

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -21,6 +22,10 @@ type Options struct {
 	// Hot lists nodes hottest first (nil: node order). Nodes not listed
 	// are never hot.
 	Hot []graph.NodeID
+	// BFloat16 keeps the table (host and hot rows) as bfloat16, rounded
+	// to nearest even (backend.BF16Bits): half the memory and half the
+	// bytes a gather reads; Gather widens the rows to float32 exactly.
+	BFloat16 bool
 }
 
 // Store gathers feature rows on one GPU. It is safe for concurrent use.
@@ -32,6 +37,7 @@ type Store struct {
 	hot        backend.Buffer     // hotRows x cols
 	slot       backend.Buffer     // int32 per node: hot row or -1 (nil when nothing is hot)
 	hotRows    int
+	vbytes     int64 // bytes a value: 4, or 2 for bfloat16
 	gather     backend.Kernel
 	gather4    backend.Kernel
 }
@@ -84,26 +90,34 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if opt.BudgetBytes < 0 {
 		return nil, fmt.Errorf("feature: negative budget %d", opt.BudgetBytes)
 	}
-	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols}
+	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols, vbytes: 4}
+	gather, gather4 := "feat_gather", "feat_gather4"
+	if opt.BFloat16 {
+		s.vbytes, gather, gather4 = 2, "feat_gather_bf16", "feat_gather_bf16x4"
+	}
 	mod, err := dev.LoadKernels("feature", kernelSrc)
 	if err != nil {
 		return nil, err
 	}
-	if s.gather, err = mod.Kernel("feat_gather"); err != nil {
+	if s.gather, err = mod.Kernel(gather); err != nil {
 		return nil, err
 	}
-	if s.gather4, err = mod.Kernel("feat_gather4"); err != nil {
+	if s.gather4, err = mod.Kernel(gather4); err != nil {
 		return nil, err
 	}
 	if rows == 0 {
 		return s, nil
 	}
-	if s.host, err = dev.AllocPinned(uint64(len(feats))*4, true); err != nil {
+	if s.host, err = dev.AllocPinned(uint64(len(feats))*uint64(s.vbytes), true); err != nil {
 		return nil, fmt.Errorf("feature: pinning the %d x %d table: %w", rows, cols, err)
 	}
-	copy(s.host.Float32s(), feats)
+	if opt.BFloat16 {
+		backend.ToBF16(bf16s(s.host), feats)
+	} else {
+		copy(s.host.Float32s(), feats)
+	}
 	// Hot rows: what the budget allows after the slot table.
-	rowBytes := int64(cols) * 4
+	rowBytes := int64(cols) * s.vbytes
 	if avail := opt.BudgetBytes - 4*int64(rows); avail >= rowBytes {
 		order := opt.Hot
 		if order == nil {
@@ -134,7 +148,14 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 			s.Close()
 			return nil, err
 		}
-		if err := s.upload(&s.hot, backend.Float32, hot); err != nil {
+		var data any = hot
+		dt := backend.Float32
+		if opt.BFloat16 {
+			enc := make([]uint16, len(hot))
+			backend.ToBF16(enc, hot)
+			data, dt = enc, backend.BFloat16
+		}
+		if err := s.upload(&s.hot, dt, data); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -148,6 +169,8 @@ func (s *Store) upload(dst *backend.Buffer, dt backend.DType, data any) error {
 	case []int32:
 		n = len(v)
 	case []float32:
+		n = len(v)
+	case []uint16:
 		n = len(v)
 	}
 	b, err := s.dev.Alloc(dt, n)
@@ -172,7 +195,19 @@ func (s *Store) DeviceBytes() int64 {
 	if s.slot == nil {
 		return 0
 	}
-	return 4*int64(s.rows) + 4*int64(s.hotRows)*int64(s.cols)
+	return 4*int64(s.rows) + s.vbytes*int64(s.hotRows)*int64(s.cols)
+}
+
+// BFloat16 reports whether the table is kept as bfloat16 (Options).
+func (s *Store) BFloat16() bool { return s.vbytes == 2 }
+
+// bf16s is h's memory as bfloat16 encodings.
+func bf16s(h backend.HostBuffer) []uint16 {
+	b := h.Bytes()
+	if len(b) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
 }
 
 // Gather writes the rows of nodes (an int32 device buffer, each in
@@ -201,6 +236,9 @@ func (s *Store) Gather(dst, nodes backend.Buffer) error {
 		if s.host != nil {
 			cold = s.host.DeviceAddr()
 		}
+		// Vector loads of four values: 16 bytes (float32) or 8
+		// (bfloat16); the table's and the hot rows' starts are
+		// allocation starts, so row alignment follows from cols % 4.
 		if s.cols%4 == 0 && q.Aligned(dst, 16) {
 			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot))

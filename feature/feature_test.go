@@ -32,27 +32,46 @@ func TestKernelsCompile(t *testing.T) {
 }
 
 // TestGatherSplits gathers random rows with the whole table cold, part
-// hot and all hot, widths with and without the 16-byte path, and
-// compares with the host table exactly.
+// hot and all hot, widths with and without the vector path, float32 and
+// bfloat16 tables, and compares with the host table exactly (rounded to
+// bfloat16 for those: the budget then holds twice the hot rows).
 func TestGatherSplits(t *testing.T) {
+	for _, bf16 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bf16=%v", bf16), func(t *testing.T) { testGatherSplits(t, bf16) })
+	}
+}
+
+func testGatherSplits(t *testing.T, bf16 bool) {
 	d := gpu(t)
 	r := rand.New(rand.NewPCG(1, 2))
+	vb, partHot := 4, 1000
+	if bf16 {
+		vb, partHot = 2, 2000
+	}
 	for _, cols := range []int{1, 3, 100, 128} {
 		rows := 5000
 		feats := make([]float32, rows*cols)
 		for i := range feats {
 			feats[i] = float32(r.NormFloat64())
 		}
+		want := feats
+		if bf16 {
+			want = append([]float32(nil), feats...)
+			backend.BF16.RoundSlice(want)
+		}
 		hot := make([]graph.NodeID, rows)
 		for i, v := range r.Perm(rows) {
 			hot[i] = graph.NodeID(v)
 		}
 		for _, budget := range []int64{0, int64(4*rows + 4*cols*1000), 1 << 40} {
-			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot})
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot, BFloat16: bf16})
 			if err != nil {
 				t.Fatal(err)
 			}
 			name := fmt.Sprintf("cols=%d budget=%d hot=%d", cols, budget, s.HotRows())
+			if s.BFloat16() != bf16 || s.HotRows() > 0 && s.DeviceBytes() != int64(4*rows+vb*cols*s.HotRows()) {
+				t.Fatalf("%s: BFloat16 %v, %d device bytes", name, s.BFloat16(), s.DeviceBytes())
+			}
 			nodes := make([]int32, 7777)
 			for i := range nodes {
 				nodes[i] = int32(r.IntN(rows))
@@ -69,12 +88,12 @@ func TestGatherSplits(t *testing.T) {
 			}
 			for i, v := range nodes {
 				for c := 0; c < cols; c++ {
-					if got[i*cols+c] != feats[int(v)*cols+c] {
-						t.Fatalf("%s: row %d (node %d) col %d = %v, want %v", name, i, v, c, got[i*cols+c], feats[int(v)*cols+c])
+					if got[i*cols+c] != want[int(v)*cols+c] {
+						t.Fatalf("%s: row %d (node %d) col %d = %v, want %v", name, i, v, c, got[i*cols+c], want[int(v)*cols+c])
 					}
 				}
 			}
-			if budget == 0 && s.HotRows() != 0 || budget == 1<<40 && s.HotRows() != rows || budget > 0 && budget < 1<<40 && s.HotRows() != 1000 {
+			if budget == 0 && s.HotRows() != 0 || budget == 1<<40 && s.HotRows() != rows || budget > 0 && budget < 1<<40 && s.HotRows() != partHot {
 				t.Fatalf("%s: unexpected hot rows", name)
 			}
 			// A bad node id is reported at the next Synchronize.
@@ -149,9 +168,11 @@ func BenchmarkGather(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
 		budget int64
-	}{{"allhot", 1 << 40}, {"hot20pct", 4*rows + rows/5*cols*4}, {"allcold", 0}} {
+		bf16   bool
+	}{{"allhot", 1 << 40, false}, {"hot20pct", 4*rows + rows/5*cols*4, false}, {"allcold", 0, false},
+		{"allhot-bf16", 1 << 40, true}, {"hot20pct-bf16", 4*rows + rows/5*cols*2, true}, {"allcold-bf16", 0, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			s, err := New(d, feats, rows, cols, Options{BudgetBytes: tc.budget})
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: tc.budget, BFloat16: tc.bf16})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -168,18 +189,22 @@ func BenchmarkGather(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			// TB/s counts the feature bytes read plus written (2 x rows x
-			// 400 bytes); GB/s-host only the bytes read from pinned host
-			// memory over the bus (the cold rows).
+			// TB/s counts the feature bytes read plus written (rows x
+			// 100 x (4 or 2 read + 4 written)); GB/s-host only the bytes
+			// read from pinned host memory over the bus (the cold rows).
 			cold := 0
 			for _, v := range nodes {
 				if int(v) >= s.HotRows() {
 					cold++
 				}
 			}
+			vb := 4.0
+			if tc.bf16 {
+				vb = 2
+			}
 			sec := b.Elapsed().Seconds() / float64(b.N)
-			b.ReportMetric(2*4*float64(n*cols)/sec/1e12, "TB/s")
-			b.ReportMetric(4*float64(cold*cols)/sec/1e9, "GB/s-host")
+			b.ReportMetric((vb+4)*float64(n*cols)/sec/1e12, "TB/s")
+			b.ReportMetric(vb*float64(cold*cols)/sec/1e9, "GB/s-host")
 		})
 	}
 }

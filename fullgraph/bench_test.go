@@ -99,8 +99,8 @@ func benchDataset(b *testing.B) *dataset.Dataset {
 }
 
 // gpus returns CUDA devices 0..n-1 (gputest: opened once per test
-// binary, STRATA_CUDA_TF32 as in strata train, gpu.sh's FG_TF32),
-// skipping when there are fewer.
+// binary, at STRATA_TEST_PRECISION, gpu.sh's FG_PRECISION), skipping
+// when there are fewer.
 func gpus(t testing.TB, n int) []backend.Backend {
 	ds := gputest.Devices(t, n)
 	bs := make([]backend.Backend, len(ds))

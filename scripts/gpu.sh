@@ -86,7 +86,8 @@
 #             take FG_ORDER and FG_TIMEOUT (240).
 #   fullgraph FG_BENCH (ProductsSAGE; e.g. 'ProductsSAGE/gpus=1$'), FG_EPOCHS (5, the first
 #             untimed), FG_PROFILE=1 (device time per op of one more epoch on GPU 0),
-#             FG_EVAL_EVERY, FG_LR, FG_COMM (auto, nccl, gpushm, host), FG_TF32=1,
+#             FG_EVAL_EVERY, FG_LR, FG_COMM (auto, nccl, gpushm, host), FG_PRECISION
+#             (fp32, tf32, bf16; FG_TF32=1 is tf32),
 #             FG_ORDER=K (node order of .gpu/parts/pK.bin), FG_TIMEOUT (300).
 #   comm      COMM_SWEEPS ("wide gradient"), COMM_MAX_BYTES (256 MiB), COMM_VARIANTS (gpushm
 #             settings, comma-separated within one variant), DP_SWEEP_MAX (13241280),
@@ -671,7 +672,8 @@ set_fullgraph() {
   [ -z "${FG_EVAL_EVERY:-}" ] || local -x STRATA_BENCH_EVAL_EVERY=$FG_EVAL_EVERY
   [ -z "${FG_COMM:-}" ] || local -x STRATA_BENCH_COMM=$FG_COMM
   [ -z "${FG_LR:-}" ] || local -x STRATA_BENCH_LR=$FG_LR
-  [ -z "${FG_TF32:-}" ] || local -x STRATA_CUDA_TF32=1
+  [ -z "${FG_TF32:-}" ] || local -x STRATA_TEST_PRECISION=tf32
+  [ -z "${FG_PRECISION:-}" ] || local -x STRATA_TEST_PRECISION=$FG_PRECISION
   [ -z "${FG_ORDER:-}" ] || local -x STRATA_BENCH_ORDER=$gpu/parts/p$FG_ORDER.bin
   gotest fullgraph fullgraph "$lim" -test.run '^$' -test.v -test.benchtime 1x -test.bench "${FG_BENCH:-ProductsSAGE}"
   check $? "BenchmarkProductsSAGE (epochs $STRATA_BENCH_EPOCHS)"

@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	// Linking the CUDA back end registers the device kind "cuda" (cuda:N);
 	// it loads libcuda, NVRTC and cuBLAS at run time, so the binary still
 	// builds with CGO_ENABLED=0 and runs on machines without a GPU.
@@ -17,37 +18,39 @@ import (
 // says what is missing and where it looked.
 func writeCUDAInfo(w io.Writer) error { return cudabk.Probe().WriteText(w) }
 
-// cudaOptions are the options of the CUDA devices this command opens
-// (openBackend): 'strata train' sets TF32 for the length of a run
-// (useEnvironment).
-var cudaOptions cudabk.Options
+// devicePrecision is the precision every device this command opens
+// computes in (openBackend): 'strata train' sets it from --precision for
+// the length of a run (useEnvironment).
+var devicePrecision backend.Precision
 
-// openBackend opens one device spec ("cpu", "cuda:1"): CUDA devices with
-// cudaOptions, other kinds through package backend's registry.
+// openBackend opens one device spec ("cpu", "cuda:1") with
+// devicePrecision: CUDA devices and the CPU back end directly, other
+// kinds through package backend's registry (which opens them in fp32).
 func openBackend(spec string) (backend.Backend, error) {
-	if kind, index, err := backend.ParseDevice(spec); err == nil && kind == "cuda" {
-		d, err := cudabk.Open(index, cudaOptions)
+	kind, index, err := backend.ParseDevice(spec)
+	switch {
+	case err == nil && kind == "cuda":
+		d, err := cudabk.Open(index, cudabk.Options{Precision: devicePrecision})
 		if err != nil {
 			return nil, err
 		}
 		return d, nil
+	case err == nil && kind == "cpu" && index == 0:
+		b, err := cpu.New(cpu.Options{Precision: devicePrecision})
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
 	}
 	return backend.Open(spec)
 }
 
-// The variables of the CUDA back end that 'strata train' notes and
-// honours (env.go).
+// The variables of the CUDA back end that 'strata train' notes (env.go).
 const (
-	envTF32   = cudabk.EnvTF32
+	// envTF32 was --tf32's variable; --precision replaced both.
+	envTF32   = "STRATA_CUDA_TF32"
 	envPoison = cudabk.EnvPoison
 )
-
-// cudaOptionsFromEnv returns the options of the CUDA devices a run opens:
-// TF32 from --tf32 or STRATA_CUDA_TF32 (an error names a bad value).
-func cudaOptionsFromEnv(tf32 bool) (cudabk.Options, error) {
-	o, _, err := cudabk.FromEnv(cudabk.Options{TF32: tf32})
-	return o, err
-}
 
 // cudaDriverErr is why libcuda cannot be used here (nil when it can).
 func cudaDriverErr() error { return cudabk.Probe().Driver.Err }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/nccl"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // clearRunEnv unsets every variable of runEnv for the test.
@@ -33,18 +34,21 @@ func parseTrain(t *testing.T, args ...string) *trainCmd {
 	return &c.Train
 }
 
-// TestTF32Flag: --tf32 (or STRATA_CUDA_TF32, the same switch) reaches the
-// options every CUDA device of the run opens with, only for the run; a
-// variable that changes the run is announced; --tf32 on the CPU is a
-// usage error.
-func TestTF32Flag(t *testing.T) {
+// TestPrecisionFlag: --precision (or the deprecated --tf32, which warns)
+// sets the precision every device of the run opens with, CPU back ends
+// included, only for the run; --tf32 with another --precision is a usage
+// error; STRATA_CUDA_TF32 is no longer read, and said so.
+func TestPrecisionFlag(t *testing.T) {
 	clearRunEnv(t)
 	for _, tc := range []struct {
 		args []string
 		env  string
-		want bool
+		want backend.Precision
+		warn bool
 	}{
-		{nil, "", false}, {[]string{"--tf32"}, "", true}, {nil, "1", true}, {[]string{"--tf32"}, "0", true},
+		{nil, "", backend.FP32, false}, {[]string{"--precision", "bf16"}, "", backend.BF16, false},
+		{[]string{"--precision", "tf32"}, "", backend.TF32, false}, {[]string{"--tf32"}, "", backend.TF32, true},
+		{[]string{"--tf32", "--precision", "tf32"}, "", backend.TF32, true}, {nil, "1", backend.FP32, false},
 	} {
 		t.Setenv(envTF32, tc.env)
 		c := parseTrain(t, tc.args...)
@@ -53,27 +57,33 @@ func TestTF32Flag(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v %s=%q: %v", tc.args, envTF32, tc.env, err)
 		}
-		if cudaOptions.TF32 != tc.want {
-			t.Errorf("%v %s=%q: CUDA devices open with TF32 %v, want %v", tc.args, envTF32, tc.env, cudaOptions.TF32, tc.want)
+		for _, spec := range []string{"cpu"} {
+			b, err := openBackend(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Precision() != tc.want {
+				t.Errorf("%v: %s opens with precision %s, want %s", tc.args, spec, b.Precision(), tc.want)
+			}
 		}
-		if noted := strings.Contains(errb.String(), "environment: "+envTF32+"="); noted != (tc.env != "") {
+		if warned := strings.Contains(errb.String(), "--tf32 is deprecated"); warned != tc.warn {
+			t.Errorf("%v: deprecation warning %v, want %v (%q)", tc.args, warned, tc.warn, errb.String())
+		}
+		if noted := strings.Contains(errb.String(), "environment: "+envTF32+"=") && strings.Contains(errb.String(), "no longer read"); noted != (tc.env != "") {
 			t.Errorf("%s=%q: notice %q", envTF32, tc.env, errb.String())
 		}
 		restore()
-		if cudaOptions.TF32 {
-			t.Errorf("%v: TF32 left on after the run", tc.args)
+		if devicePrecision != backend.FP32 {
+			t.Errorf("%v: precision %s left set after the run", tc.args, devicePrecision)
 		}
 	}
 	t.Setenv(envTF32, "")
-	for _, args := range [][]string{{"--device", "cpu"}, {"--mode", "fullgraph", "--devices", "cpu:2"}} {
-		code, _, errOut := strata(t, append(append([]string{"--quiet", "train", "--tf32"}, args...), "--epochs", "1")...)
-		if code != 2 || !strings.Contains(errOut, "--tf32") {
-			t.Errorf("--tf32 %v: exit %d, %q; want 2 naming --tf32", args, code, errOut)
-		}
+	code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1", "--tf32", "--precision", "bf16")
+	if code != 2 || !strings.Contains(errOut, "--tf32") || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
+		t.Errorf("--tf32 --precision bf16: exit %d, %q; want 2 naming --tf32", code, errOut)
 	}
-	t.Setenv(envTF32, "sometimes")
-	if code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1"); code != 2 || !strings.Contains(errOut, envTF32) {
-		t.Errorf("%s=sometimes: exit %d, %q; want 2 naming it", envTF32, code, errOut)
+	if code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1", "--precision", "fp16"); code != 2 || !strings.Contains(errOut, "--precision") {
+		t.Errorf("--precision fp16: exit %d, %q; want 2 naming --precision", code, errOut)
 	}
 }
 
@@ -141,7 +151,7 @@ func TestHelpNamesConfiguration(t *testing.T) {
 		t.Errorf("--help: exit %d, no docs/configuration.md:\n%s", code, out)
 	}
 	code, out, _ := strata(t, "train", "--help")
-	for _, f := range []string{"--tf32", "--gpushm-chunk-bytes", "--gpushm-device-max", "--gpushm-idle"} {
+	for _, f := range []string{"--precision", "--gpushm-chunk-bytes", "--gpushm-device-max", "--gpushm-idle"} {
 		if code != 0 || !strings.Contains(out, f) {
 			t.Errorf("train --help: exit %d, no %s", code, f)
 		}

@@ -40,7 +40,7 @@ func check(call string, r uintptr) error {
 type lib struct {
 	found                                        *cudalib.Found
 	create, destroy, setStream, setMath, version uintptr
-	sgemm, getProperty                           uintptr
+	sgemm, getProperty, gemmEx                   uintptr
 }
 
 var (
@@ -71,7 +71,7 @@ func open() (*lib, error) {
 		{&x.create, "cublasCreate_v2"}, {&x.destroy, "cublasDestroy_v2"},
 		{&x.setStream, "cublasSetStream_v2"}, {&x.setMath, "cublasSetMathMode"},
 		{&x.version, "cublasGetVersion_v2"}, {&x.sgemm, "cublasSgemm_v2"},
-		{&x.getProperty, "cublasGetProperty"},
+		{&x.getProperty, "cublasGetProperty"}, {&x.gemmEx, "cublasGemmEx"},
 	} {
 		p, err := cudalib.Sym(f.Handle, s.name)
 		if err != nil || p == 0 {
@@ -166,22 +166,65 @@ func (h *Handle) SetTF32(on bool) error {
 	return check("cublasSetMathMode", call(l.setMath, h.h, mode))
 }
 
+// ComputeType is a cublasComputeType_t for GemmEx.
+type ComputeType int
+
+const (
+	// Compute32F is full float32 (CUBLAS_COMPUTE_32F).
+	Compute32F ComputeType = 68
+	// Compute32FFast16BF lets the tensor cores read float32 operands
+	// converted to bfloat16, accumulating in float32
+	// (CUBLAS_COMPUTE_32F_FAST_16BF).
+	Compute32FFast16BF ComputeType = 75
+	// Compute32FFastTF32 is the same with TF32 operands
+	// (CUBLAS_COMPUTE_32F_FAST_TF32).
+	Compute32FFastTF32 ComputeType = 77
+)
+
+// gemmArgs checks the dimensions of a row-major Gemm and returns the
+// column-major operations and leading dimensions of A and B.
+func gemmArgs(call string, transA, transB bool, m, n, k int) (opA, opB uintptr, lda, ldb int, err error) {
+	const maxI32 = 1<<31 - 1
+	if m < 1 || n < 1 || k < 1 || m > maxI32 || n > maxI32 || k > maxI32 {
+		return 0, 0, 0, 0, fmt.Errorf("cublas: %s: dimensions m=%d n=%d k=%d must be in [1, 2^31)", call, m, n, k)
+	}
+	opA, lda = 0, k // CUBLAS_OP_N
+	if transA {
+		opA, lda = 1, m // CUBLAS_OP_T
+	}
+	opB, ldb = 0, n
+	if transB {
+		opB, ldb = 1, k
+	}
+	return opA, opB, lda, ldb, nil
+}
+
+// GemmEx is Gemm on float32 matrices (CUDA_R_32F A, B and C) with the
+// compute type ct, through cublasGemmEx with the default algorithm.
+func (h *Handle) GemmEx(ct ComputeType, transA, transB bool, m, n, k int, alpha float32, a uintptr, b uintptr, beta float32, c uintptr) error {
+	opA, opB, lda, ldb, err := gemmArgs("GemmEx", transA, transB, m, n, k)
+	if err != nil {
+		return err
+	}
+	const r32f = 0                  // CUDA_R_32F
+	const algoDefault = ^uintptr(0) // CUBLAS_GEMM_DEFAULT (-1)
+	s := (*[2]float32)(h.scalars)
+	s[0], s[1] = alpha, beta
+	// Column-major view as in Gemm: C^T = op(B)^T op(A)^T.
+	r := call(l.gemmEx, h.h, opB, opA, uintptr(n), uintptr(m), uintptr(k),
+		uintptr(h.scalars), b, r32f, uintptr(ldb), a, r32f, uintptr(lda),
+		uintptr(unsafe.Add(h.scalars, 4)), c, r32f, uintptr(n), uintptr(ct), algoDefault)
+	return check("cublasGemmEx", r)
+}
+
 // Gemm computes C = alpha*op(A)*op(B) + beta*C for row-major device
 // matrices: C is m x n, op(A) m x k, op(B) k x n; A is stored m x k (k x m
 // when transA), B k x n (n x k when transB). All dimensions must be >= 1
 // and fit in int32; callers handle empty cases.
 func (h *Handle) Gemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, b uintptr, beta float32, c uintptr) error {
-	const maxI32 = 1<<31 - 1
-	if m < 1 || n < 1 || k < 1 || m > maxI32 || n > maxI32 || k > maxI32 {
-		return fmt.Errorf("cublas: Gemm: dimensions m=%d n=%d k=%d must be in [1, 2^31)", m, n, k)
-	}
-	opA, lda := uintptr(0), k // CUBLAS_OP_N
-	if transA {
-		opA, lda = 1, m // CUBLAS_OP_T
-	}
-	opB, ldb := uintptr(0), n
-	if transB {
-		opB, ldb = 1, k
+	opA, opB, lda, ldb, err := gemmArgs("Gemm", transA, transB, m, n, k)
+	if err != nil {
+		return err
 	}
 	s := (*[2]float32)(h.scalars)
 	s[0], s[1] = alpha, beta

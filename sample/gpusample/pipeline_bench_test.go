@@ -64,7 +64,9 @@ func benchEpoch(b *testing.B, v epochVariant) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	fs, err := feature.New(d, ds.Features, int(ds.NumNodes()), ds.FeatDim, feature.Options{BudgetBytes: 1 << 40})
+	// At STRATA_TEST_PRECISION=bf16 the features are bfloat16, as strata
+	// train --precision bf16 keeps them.
+	fs, err := feature.New(d, ds.Features, int(ds.NumNodes()), ds.FeatDim, feature.Options{BudgetBytes: 1 << 40, BFloat16: d.Precision() == backend.BF16})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,10 @@ const (
 	Float32 DType = iota + 1
 	Int32
 	Int64
+	// BFloat16 is a storage type: the top 16 bits of a float32 (host
+	// form []uint16, encoded by BF16Bits). Only the memory methods,
+	// Convert and GatherRows (as x) accept it; nothing computes in it.
+	BFloat16
 )
 
 // Size returns the element size in bytes.
@@ -18,6 +22,8 @@ func (d DType) Size() int {
 		return 4
 	case Int64:
 		return 8
+	case BFloat16:
+		return 2
 	}
 	return 0
 }
@@ -30,6 +36,8 @@ func (d DType) String() string {
 		return "int32"
 	case Int64:
 		return "int64"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -112,6 +120,10 @@ const (
 type Backend interface {
 	// Name is the device name, e.g. "cpu" or "cuda:0".
 	Name() string
+	// Precision is the back end's arithmetic policy, set when it is
+	// opened (see the package doc, # Precision): what Gemm rounds its
+	// inputs to. Every other primitive computes in float32.
+	Precision() Precision
 
 	// --- memory ---
 
@@ -119,8 +131,9 @@ type Backend interface {
 	Alloc(dt DType, n int) (Buffer, error)
 	// Free returns a buffer to the back end. Freeing nil is a no-op.
 	Free(b Buffer)
-	// Upload copies host data into dst; src must be []float32, []int32 or
-	// []int64 matching dst's dtype, with len(src) == dst.Len().
+	// Upload copies host data into dst; src must be []float32, []int32,
+	// []int64 or []uint16 (BFloat16 encodings) matching dst's dtype, with
+	// len(src) == dst.Len().
 	Upload(dst Buffer, src any) error
 	// Download copies src into host memory dst (same rules as Upload).
 	Download(dst any, src Buffer) error
@@ -128,6 +141,11 @@ type Backend interface {
 	Copy(dst, src Buffer) error
 	// Fill sets every float32 element of dst to v.
 	Fill(dst Buffer, v float32) error
+	// Convert copies src into dst of the same length, one Float32 and
+	// the other BFloat16 (or both of one of those types: a Copy):
+	// float32 to bfloat16 rounds to nearest, ties to even (BF16Bits),
+	// bfloat16 to float32 is exact.
+	Convert(dst, src Buffer) error
 
 	// --- dense ---
 
@@ -193,7 +211,9 @@ type Backend interface {
 	// --- indexing ---
 
 	// GatherRows: dst[i,:] = x[idx[i],:]; x has xrows rows of width cols,
-	// idx is int32 of any length (each in [0, xrows)).
+	// idx is int32 of any length (each in [0, xrows)). dst is float32; x
+	// is float32 or BFloat16 (widened exactly while gathered: features
+	// stored in bfloat16 cost half the bytes read).
 	GatherRows(dst, x, idx Buffer, xrows, cols int) error
 	// ScatterAddRows: dst[idx[i],:] += src[i,:] (accumulates). src has
 	// len(idx) rows; duplicate indices accumulate, summed in the order of i

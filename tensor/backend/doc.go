@@ -7,6 +7,37 @@
 // device spec such as "cuda:1". Every back end runs the same conformance
 // suite, tensor/backendtest.
 //
+// # Precision
+//
+// A back end is opened with a Precision (cpu.Options, cuda.Options; the
+// zero value FP32), which only Gemm reads: FP32 multiplies float32
+// inputs, TF32 and BF16 round both inputs to TF32 (10-bit mantissa) or
+// bfloat16 (7-bit mantissa), to nearest with ties to even, and
+// accumulate in float32. Weights, gradients, optimizer state and
+// activations stay float32 buffers (the optimizer updates float32 master
+// weights), and every other primitive computes in float32 as always.
+// The CUDA back end runs TF32 on tensor cores through cuBLAS's TF32 math
+// mode and BF16 through cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF,
+// which converts float32 operands to bfloat16 inside the tensor-core
+// GEMM; the CPU back end rounds copies of the inputs and runs its float32
+// GEMM, so CI checks the same numerics (up to the order of the float32
+// sums, as in FP32). bfloat16 keeps float32's 8-bit exponent, so BF16
+// needs no loss scaling (float16, with 5 exponent bits, would).
+//
+// BFloat16 is a storage type for data read far more often than it is
+// computed on: input features. Trainers at BF16 store features as
+// BFloat16 (host tables, the device copy, feature caches), so gathering a
+// batch's rows reads half the bytes and a cache holds twice the rows;
+// GatherRows widens them to float32 exactly, and Convert casts whole
+// buffers. Why not bfloat16 activations: every elementwise, sparse and
+// loss primitive would need a second dtype on both back ends, for
+// buffers that live one step and are read once or twice; rounding at the
+// product's inputs gives the numerics of bfloat16 operands (what the
+// tensor cores see) with one code path, and the feature tables, the
+// bytes that dominate a GNN's gathers, are where halving pays.
+// backendtest runs every primitive in each precision with that
+// precision's tolerances.
+//
 // # Capabilities
 //
 // Beyond Backend, a back end may implement small optional interfaces

@@ -31,9 +31,28 @@
 // 100*Tol times max(|ref_i|, rms(ref)). The default Tol is 1e-5: float32 has
 // a unit round-off of 6e-8, and the longest sums here (k = 256 in Gemm,
 // rows of a few dozen edges) accumulate typical relative errors near 1e-6.
-// Gemm has its own Options.GemmTol for back ends that use reduced-precision
-// tensor cores (TF32 has a 2^-11 round-off: use about 2e-3). Index copies,
-// Fill, Copy, Dropout masks and RowDegreeInv must be exact.
+// Index copies, Fill, Copy, Dropout masks and RowDegreeInv must be exact.
+//
+// # Precision
+//
+// The suite runs at the back end's Precision, with the tolerances stated
+// per precision by Tolerances (Options.Tol and GemmTol override them):
+//
+//	precision  Gemm                  every other primitive
+//	fp32       1e-5                  1e-5
+//	tf32       4*2^-11 (about 2e-3)  1e-5
+//	bf16       4*2^-8 (about 1.6e-2) 1e-5
+//
+// Only Gemm reduces its precision (it rounds its operands), so only its
+// tolerance changes; the Precision subtest also fails a back end whose
+// Gemm at tf32 or bf16 is as exact as float32 (the precision ignored),
+// and logs the distance from the CPU back end's emulation (operands
+// rounded to nearest even). The BFloat16 subtest checks the storage type
+// in every precision: memory methods, Convert against package backend's
+// rounding bit for bit (ties, subnormals, infinities, NaN), and exact
+// widening by GatherRows. The CPU back end runs the suite at all three
+// precisions in CI; the CUDA back end on a GPU host
+// (TestConformancePrecision).
 //
 // Bench* helpers measure dense-product GFLOP/s and SpMM throughput through
 // the same interface.

@@ -14,10 +14,11 @@ import (
 
 // Options tune the suite for a back end.
 type Options struct {
-	// Tol is the relative-norm tolerance for float results (default 1e-5).
+	// Tol is the relative-norm tolerance for float results (default:
+	// Tolerances of the back end's precision, 1e-5).
 	Tol float64
-	// GemmTol is the tolerance for Gemm (default Tol). A back end using
-	// TF32 tensor cores needs about 2e-3.
+	// GemmTol is the tolerance for Gemm (default: Tolerances of the back
+	// end's precision).
 	GemmTol float64
 	// VaryGOMAXPROCS also checks that results are bit-identical under
 	// GOMAXPROCS = 1, 2, 3 and 8 (1 and 3 with -short), for host back
@@ -25,23 +26,45 @@ type Options struct {
 	VaryGOMAXPROCS bool
 }
 
+// Tolerances are the relative-norm tolerances the suite holds a back end
+// of precision p to: tol for every primitive but Gemm, which computes in
+// float32 at every precision (1e-5), and gemm for Gemm: 1e-5 at FP32,
+// and at TF32 and BF16 four unit round-offs of the operands' format,
+// 4*2^-11 (about 2e-3) and 4*2^-8 (about 1.6e-2). A product of two
+// rounded operands is off by at most 2u (round to nearest) or 4u
+// (hardware that truncates); sums of many terms average it down.
+func Tolerances(p backend.Precision) (tol, gemm float64) {
+	switch p {
+	case backend.TF32:
+		return 1e-5, 4 * 0x1p-11
+	case backend.BF16:
+		return 1e-5, 4 * 0x1p-8
+	}
+	return 1e-5, 1e-5
+}
+
 // Run checks b against the conformance suite with default options.
 func Run(t *testing.T, b backend.Backend) { RunWith(t, b, Options{}) }
 
-// RunWith checks b against the conformance suite.
+// RunWith checks b against the conformance suite, at the tolerances of its
+// precision (Tolerances) unless opt sets them.
 func RunWith(t *testing.T, b backend.Backend, opt Options) {
+	tol, gemmTol := Tolerances(b.Precision())
 	if opt.Tol <= 0 {
-		opt.Tol = 1e-5
+		opt.Tol = tol
 	}
 	if opt.GemmTol <= 0 {
-		opt.GemmTol = opt.Tol
+		opt.GemmTol = max(gemmTol, opt.Tol)
 	}
+	t.Logf("%s: precision %s, tolerance %.3g (Gemm %.3g)", b.Name(), b.Precision(), opt.Tol, opt.GemmTol)
 	tests := []struct {
 		name string
 		fn   func(*suite)
 	}{
 		{"Memory", testMemory},
 		{"Gemm", testGemm},
+		{"Precision", testPrecision},
+		{"BFloat16", testBFloat16},
 		{"Elementwise", testElementwise},
 		{"Unary", testUnary},
 		{"Dropout", testDropout},

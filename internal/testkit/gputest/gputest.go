@@ -2,6 +2,7 @@ package gputest
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 
@@ -10,6 +11,20 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cuda"
 )
+
+// EnvPrecision is the precision (fp32, tf32 or bf16; default fp32) the
+// GPUs of the tests and benchmarks open with, as strata train's
+// --precision.
+const EnvPrecision = "STRATA_TEST_PRECISION"
+
+// Precision reads EnvPrecision; a bad value is an error naming it.
+func Precision() (backend.Precision, error) {
+	p, err := backend.ParsePrecision(os.Getenv(EnvPrecision))
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", EnvPrecision, err)
+	}
+	return p, nil
+}
 
 // maxDevices bounds how many GPUs All opens.
 const maxDevices = 4
@@ -36,11 +51,12 @@ func open(i int) (*cuda.Device, error) {
 		return nil, err
 	}
 	var d *cuda.Device
-	// STRATA_CUDA_TF32 applies to the tests' GPUs as to strata's
-	// (benchmarks compare with it: docs/configuration.md).
-	o, _, err := cuda.FromEnv(cuda.Options{})
+	// STRATA_TEST_PRECISION sets the tests' GPUs' precision as
+	// --precision sets strata's (benchmarks compare with it:
+	// docs/configuration.md).
+	p, err := Precision()
 	if err == nil {
-		d, err = cuda.Open(i, o)
+		d, err = cuda.Open(i, cuda.Options{Precision: p})
 	}
 	if err != nil {
 		failed[i] = err

@@ -15,6 +15,7 @@ type Buffer struct {
 	f32 []float32
 	i32 []int32
 	i64 []int64
+	u16 []uint16 // BFloat16 encodings
 }
 
 // Len returns the number of elements (0 for a nil or freed buffer).
@@ -29,6 +30,8 @@ func (b *Buffer) Len() int {
 		return len(b.i32)
 	case backend.Int64:
 		return len(b.i64)
+	case backend.BFloat16:
+		return len(b.u16)
 	}
 	return 0
 }
@@ -66,6 +69,14 @@ func I64(b backend.Buffer) []int64 {
 	return nil
 }
 
+// BF16 returns the bfloat16 encodings behind b without copying, or nil.
+func BF16(b backend.Buffer) []uint16 {
+	if cb, ok := b.(*Buffer); ok && cb != nil && cb.dt == backend.BFloat16 {
+		return cb.u16
+	}
+	return nil
+}
+
 // WrapF32 makes a Buffer that shares x (no copy).
 func WrapF32(x []float32) *Buffer { return &Buffer{dt: backend.Float32, f32: x} }
 
@@ -93,6 +104,8 @@ func Bytes(b backend.Buffer) (data []byte, ok bool) {
 		p = unsafe.Pointer(unsafe.SliceData(cb.i32))
 	case backend.Int64:
 		p = unsafe.Pointer(unsafe.SliceData(cb.i64))
+	case backend.BFloat16:
+		p = unsafe.Pointer(unsafe.SliceData(cb.u16))
 	}
 	n := cb.Len() * cb.dt.Size()
 	if p == nil || n == 0 {
@@ -125,9 +138,13 @@ func WrapBytes(dt backend.DType, p []byte) (*Buffer, error) {
 		return WrapF32(unsafe.Slice((*float32)(ptr), n)), nil
 	case backend.Int32:
 		return WrapI32(unsafe.Slice((*int32)(ptr), n)), nil
+	case backend.BFloat16:
+		return WrapBF16(unsafe.Slice((*uint16)(ptr), n)), nil
 	}
 	return WrapI64(unsafe.Slice((*int64)(ptr), n)), nil
 }
+// WrapBF16 makes a BFloat16 Buffer that shares the encodings x (no copy).
+func WrapBF16(x []uint16) *Buffer { return &Buffer{dt: backend.BFloat16, u16: x} }
 
 // asBuf checks that b is a live buffer of this back end with dtype dt and
 // n elements.

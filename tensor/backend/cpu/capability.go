@@ -39,6 +39,8 @@ func (b *Buffer) Slice(off, n int) (backend.Buffer, error) {
 		v.i32 = b.i32[off : off+n : off+n]
 	case backend.Int64:
 		v.i64 = b.i64[off : off+n : off+n]
+	case backend.BFloat16:
+		v.u16 = b.u16[off : off+n : off+n]
 	}
 	return v, nil
 }
@@ -56,6 +58,8 @@ func (b *Buffer) span() (lo, hi uintptr) {
 		p = unsafe.Pointer(unsafe.SliceData(b.i32))
 	case backend.Int64:
 		p = unsafe.Pointer(unsafe.SliceData(b.i64))
+	case backend.BFloat16:
+		p = unsafe.Pointer(unsafe.SliceData(b.u16))
 	}
 	n := uintptr(b.Len() * b.dt.Size())
 	if p == nil || n == 0 {
@@ -87,6 +91,8 @@ func (b *Buffer) Truncate(n int) error {
 		b.i32 = b.i32[:n]
 	case backend.Int64:
 		b.i64 = b.i64[:n]
+	case backend.BFloat16:
+		b.u16 = b.u16[:n]
 	}
 	return nil
 }
@@ -94,7 +100,7 @@ func (b *Buffer) Truncate(n int) error {
 // Sibling returns another CPU back end with the same settings: the host
 // has one memory and no queue, so handles are interchangeable.
 func (b *Backend) Sibling(backend.SiblingOptions) (backend.Sibling, error) {
-	return &Backend{useBLAS: b.useBLAS, maxBytes: b.maxBytes}, nil
+	return &Backend{useBLAS: b.useBLAS, maxBytes: b.maxBytes, prec: b.prec}, nil
 }
 
 // Close does nothing (a CPU back end holds no resources).
@@ -122,7 +128,7 @@ func (b *Backend) Alias(src backend.Buffer) (backend.Buffer, error) {
 	if !ok || s == nil || s.dt == 0 {
 		return nil, fmt.Errorf("cpu: Alias of a %T, not a cpu buffer", src)
 	}
-	return &Buffer{dt: s.dt, f32: s.f32, i32: s.i32, i64: s.i64}, nil
+	return &Buffer{dt: s.dt, f32: s.f32, i32: s.i32, i64: s.i64, u16: s.u16}, nil
 }
 
 // hostFence is the CPU's fence: work is done when its call returns.

@@ -36,19 +36,26 @@ type Options struct {
 	// MaxAllocBytes bounds a single Alloc (default 64 GiB) so that a
 	// corrupt size fails with an error instead of exhausting memory.
 	MaxAllocBytes int64
+	// Precision is what Gemm rounds its inputs to (default FP32); TF32
+	// and BF16 emulate the CUDA back end's tensor-core products.
+	Precision backend.Precision
 }
 
 // Backend implements backend.Backend on the host.
 type Backend struct {
 	useBLAS  bool
 	maxBytes int64
+	prec     backend.Precision
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
 // New returns a CPU back end.
 func New(opt Options) (*Backend, error) {
-	b := &Backend{maxBytes: opt.MaxAllocBytes}
+	if !opt.Precision.Valid() {
+		return nil, fmt.Errorf("cpu: unknown precision %v", opt.Precision)
+	}
+	b := &Backend{maxBytes: opt.MaxAllocBytes, prec: opt.Precision}
 	if b.maxBytes <= 0 {
 		b.maxBytes = 64 << 30
 	}
@@ -70,12 +77,20 @@ func New(opt Options) (*Backend, error) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// GemmImpl names the GEMM in use: "openblas" or "gonum".
+// Precision is what Gemm rounds its inputs to (Options.Precision).
+func (b *Backend) Precision() backend.Precision { return b.prec }
+
+// GemmImpl names the GEMM in use: "openblas" or "gonum", followed by
+// the precision when it is not fp32 ("gonum bf16").
 func (b *Backend) GemmImpl() string {
+	name := "gonum"
 	if b.useBLAS {
-		return "openblas"
+		name = "openblas"
 	}
-	return "gonum"
+	if b.prec != backend.FP32 {
+		name += " " + b.prec.String()
+	}
+	return name
 }
 
 // Synchronize is a no-op: every CPU method completes before it returns.
@@ -96,6 +111,8 @@ func (b *Backend) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
 		return &Buffer{dt: dt, f32: make([]float32, n)}, nil
 	case backend.Int32:
 		return &Buffer{dt: dt, i32: make([]int32, n)}, nil
+	case backend.BFloat16:
+		return &Buffer{dt: dt, u16: make([]uint16, n)}, nil
 	default:
 		return &Buffer{dt: dt, i64: make([]int64, n)}, nil
 	}
@@ -106,7 +123,7 @@ func (b *Backend) Alloc(dt backend.DType, n int) (backend.Buffer, error) {
 // the Wrap functions may be freed too (the wrapped slice is untouched).
 func (b *Backend) Free(buf backend.Buffer) {
 	if cb, ok := buf.(*Buffer); ok && cb != nil {
-		cb.f32, cb.i32, cb.i64 = nil, nil, nil
+		cb.f32, cb.i32, cb.i64, cb.u16 = nil, nil, nil, nil
 	}
 }
 
@@ -133,8 +150,10 @@ func copyHost(op string, buf backend.Buffer, host any, upload bool) error {
 		n, dt = len(h), backend.Int32
 	case []int64:
 		n, dt = len(h), backend.Int64
+	case []uint16:
+		n, dt = len(h), backend.BFloat16
 	default:
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("host slice is %T, want []float32, []int32 or []int64", host)}
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("host slice is %T, want []float32, []int32, []int64 or []uint16", host)}
 	}
 	cb, err := asBuf(op, "buffer", buf, dt, n)
 	if err != nil {
@@ -159,6 +178,12 @@ func copyHost(op string, buf backend.Buffer, host any, upload bool) error {
 		} else {
 			copy(h, cb.i64)
 		}
+	case []uint16:
+		if upload {
+			copy(cb.u16, h)
+		} else {
+			copy(h, cb.u16)
+		}
 	}
 	return nil
 }
@@ -179,6 +204,42 @@ func (b *Backend) Copy(dst, src backend.Buffer) error {
 	copy(d.f32, s.f32)
 	copy(d.i32, s.i32)
 	copy(d.i64, s.i64)
+	copy(d.u16, s.u16)
+	return nil
+}
+
+// Convert casts src into dst: float32 to bfloat16 rounds to nearest even,
+// bfloat16 to float32 is exact; same dtypes copy.
+func (b *Backend) Convert(dst, src backend.Buffer) error {
+	const op = "Convert"
+	if src == nil || dst == nil {
+		return &backend.ShapeError{Op: op, Msg: "nil buffer"}
+	}
+	for _, x := range []struct {
+		name string
+		buf  backend.Buffer
+	}{{"src", src}, {"dst", dst}} {
+		if dt := x.buf.DType(); dt != backend.Float32 && dt != backend.BFloat16 {
+			return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%s has dtype %s, want float32 or bfloat16", x.name, dt)}
+		}
+	}
+	s, err := asBuf(op, "src", src, src.DType(), src.Len())
+	if err != nil {
+		return err
+	}
+	d, err := asBuf(op, "dst", dst, dst.DType(), s.Len())
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.dt == d.dt:
+		copy(d.f32, s.f32)
+		copy(d.u16, s.u16)
+	case s.dt == backend.Float32:
+		parFor(len(s.f32), grainElem, func(lo, hi int) { backend.ToBF16(d.u16[lo:hi], s.f32[lo:hi]) })
+	default:
+		parFor(len(s.u16), grainElem, func(lo, hi int) { backend.FromBF16(d.f32[lo:hi], s.u16[lo:hi]) })
+	}
 	return nil
 }
 
@@ -225,6 +286,11 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, a, bb ba
 		scale(cv, beta)
 		return nil
 	}
+	if b.prec != backend.FP32 {
+		// Emulate the tensor cores: the same float32 product of rounded
+		// copies of the inputs.
+		av, bv = b.rounded(av), b.rounded(bv)
+	}
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -244,6 +310,18 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, a, bb ba
 	}
 	gonum.Implementation{}.Sgemm(ta, tb, m, n, k, alpha, av, lda, bv, ldb, beta, cv, n)
 	return nil
+}
+
+// rounded returns a copy of x rounded to the back end's precision.
+func (b *Backend) rounded(x []float32) []float32 {
+	r := make([]float32, len(x))
+	p := b.prec
+	parFor(len(x), grainElem, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			r[lo+i] = p.Round(v)
+		}
+	})
+	return r
 }
 
 // scale sets c = beta*c, with beta == 0 meaning "set to zero" (c not read).

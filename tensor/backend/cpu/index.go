@@ -25,6 +25,22 @@ func (b *Backend) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error 
 	if err != nil {
 		return err
 	}
+	if x != nil && x.DType() == backend.BFloat16 {
+		xb, err := asBuf(op, "x", x, backend.BFloat16, xn)
+		if err != nil {
+			return err
+		}
+		if err := checkIdx(op, "idx", iv, xrows); err != nil {
+			return err
+		}
+		parFor(len(iv), rowGrain(cols), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				j := int(iv[i])
+				backend.FromBF16(d[i*cols:(i+1)*cols], xb.u16[j*cols:(j+1)*cols])
+			}
+		})
+		return nil
+	}
 	xv, err := f32(op, "x", x, xn)
 	if err != nil {
 		return err

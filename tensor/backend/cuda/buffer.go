@@ -276,8 +276,13 @@ func hostSlice(op string, host any) (int, backend.DType, unsafe.Pointer, error) 
 			return 0, backend.Int64, nil, nil
 		}
 		return len(h), backend.Int64, unsafe.Pointer(&h[0]), nil
+	case []uint16:
+		if len(h) == 0 {
+			return 0, backend.BFloat16, nil, nil
+		}
+		return len(h), backend.BFloat16, unsafe.Pointer(&h[0]), nil
 	}
-	return 0, 0, nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("host slice is %T, want []float32, []int32 or []int64", host)}
+	return 0, 0, nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("host slice is %T, want []float32, []int32, []int64 or []uint16", host)}
 }
 
 // Upload copies host data into dst.
@@ -366,6 +371,41 @@ func (d *Device) Copy(dst, src backend.Buffer) error {
 	}
 	defer leave()
 	return d.timed("memcpy DtoD", func() error { return cu.MemcpyDtoDAsync(t.ptr, s.ptr, uint64(s.n*s.dt.Size()), d.stream) })
+}
+
+// Convert casts src into dst (float32 to bfloat16 rounds to nearest even,
+// bfloat16 to float32 is exact; the same dtype copies).
+func (d *Device) Convert(dst, src backend.Buffer) error {
+	const op = "Convert"
+	if src == nil || dst == nil {
+		return &backend.ShapeError{Op: op, Msg: "nil buffer"}
+	}
+	for _, x := range []struct {
+		name string
+		buf  backend.Buffer
+	}{{"src", src}, {"dst", dst}} {
+		if dt := x.buf.DType(); dt != backend.Float32 && dt != backend.BFloat16 {
+			return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%s has dtype %s, want float32 or bfloat16", x.name, dt)}
+		}
+	}
+	s, err := d.asBuf(op, "src", src, src.DType(), src.Len())
+	if err != nil {
+		return err
+	}
+	t, err := d.asBuf(op, "dst", dst, dst.DType(), s.n)
+	if err != nil {
+		return err
+	}
+	if s.dt == t.dt {
+		return d.Copy(dst, src)
+	}
+	kernel := "convert_f32_bf16"
+	if s.dt == backend.BFloat16 {
+		kernel = "convert_bf16_f32"
+	}
+	return d.run(func() error {
+		return d.launchN(kernel, int64(s.n), uint64(t.ptr), uint64(s.ptr), cu.I64(int64(s.n)))
+	})
 }
 
 // Fill sets every element of the float32 buffer dst to v.

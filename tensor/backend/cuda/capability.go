@@ -48,10 +48,10 @@ func (d *Device) Enqueue(fn func(q backend.Queue) error) error {
 }
 
 // Sibling opens another handle of this GPU (Open with the same ordinal
-// and TF32 setting): its own stream, lock and allocator in the same
+// and precision): its own stream, lock and allocator in the same
 // context.
 func (d *Device) Sibling(opt backend.SiblingOptions) (backend.Sibling, error) {
-	s, err := Open(d.ordinal, Options{TF32: d.tf32, HighPriority: opt.HighPriority})
+	s, err := Open(d.ordinal, Options{Precision: d.prec, HighPriority: opt.HighPriority})
 	if err != nil {
 		return nil, err
 	}

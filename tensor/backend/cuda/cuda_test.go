@@ -45,6 +45,35 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, d)
 }
 
+// TestConformancePrecision runs the suite on handles of cuda:0 opened at
+// TF32 and BF16 (TestConformance is FP32), each at its precision's
+// tolerances; -v logs how far Gemm is from the CPU back end's emulation
+// (operands rounded to nearest even).
+func TestConformancePrecision(t *testing.T) {
+	gpu(t)
+	for _, p := range []backend.Precision{backend.TF32, backend.BF16} {
+		t.Run(p.String(), func(t *testing.T) {
+			d, err := Open(0, Options{Precision: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if d.Precision() != p || d.GemmImpl() != "cublas "+p.String() {
+				t.Fatalf("opened at %v: Precision %v, GemmImpl %q", p, d.Precision(), d.GemmImpl())
+			}
+			s, err := d.Sibling(backend.SiblingOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Precision() != p {
+				t.Errorf("sibling precision %v, want %v", s.Precision(), p)
+			}
+			s.Close()
+			backendtest.Run(t, d)
+		})
+	}
+}
+
 func TestGradCheck(t *testing.T) {
 	gradcheck.Run(t, gpu(t))
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/strata-gnn/strata/internal/cublas"
 	cu "github.com/strata-gnn/strata/internal/cuda"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -42,6 +43,11 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 	if k == 0 || alpha == 0 {
 		// BLAS semantics: beta == 0 sets C to zero without reading it.
 		return d.launchN("scale_f32", int64(mn), uint64(cv.ptr), cu.F32(beta), cu.I64(int64(mn)))
+	}
+	if d.prec == backend.BF16 {
+		return d.timed("gemm bf16", func() error {
+			return d.blas.GemmEx(cublas.Compute32FFast16BF, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
+		})
 	}
 	return d.timed("sgemm", func() error {
 		return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
@@ -535,7 +541,11 @@ func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	if err != nil {
 		return err
 	}
-	xv, err := d.f32(op, "x", x, xn)
+	xdt := backend.Float32
+	if x != nil && x.DType() == backend.BFloat16 {
+		xdt = backend.BFloat16
+	}
+	xv, err := d.asBuf(op, "x", x, xdt, xn)
 	if err != nil {
 		return err
 	}
@@ -551,7 +561,19 @@ func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	if err != nil {
 		return err
 	}
+	if xdt == backend.BFloat16 {
+		return d.gatherBF16Locked(dv.ptr, xv.ptr, iv.ptr, int64(iv.n), int64(xrows), int64(cols), slot)
+	}
 	return d.gatherLocked(dv.ptr, xv.ptr, iv.ptr, int64(iv.n), int64(xrows), int64(cols), slot)
+}
+
+// gatherBF16Locked queues dst[i,:] = float32(x[idx[i],:]) for a bfloat16 x:
+// 8-byte loads of four values when the rows allow.
+func (d *Device) gatherBF16Locked(dst, x, idx cu.DevPtr, n, xrows, cols int64, slot uint64) error {
+	if cols%4 == 0 && dst%16 == 0 && x%8 == 0 {
+		return d.launchN("gather_rows_bf16x4", n*cols/4, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols/4), slot)
+	}
+	return d.launchN("gather_rows_bf16", n*cols, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols), slot)
 }
 
 // gatherLocked queues dst[i,:] = x[idx[i],:] for device or mapped host x.

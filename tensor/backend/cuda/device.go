@@ -25,32 +25,13 @@ func init() {
 	})
 }
 
-// EnvTF32 is the environment's form of Options.TF32 (strata train
-// --tf32): 1 or true turns TF32 on. Open does not read it; FromEnv
-// does, for the programs that honour it.
-const EnvTF32 = "STRATA_CUDA_TF32"
-
-// FromEnv returns o with TF32 turned on when $STRATA_CUDA_TF32 is true,
-// and whether the variable was set. A value that is not a boolean is an
-// error naming the variable.
-func FromEnv(o Options) (Options, bool, error) {
-	s := strings.TrimSpace(os.Getenv(EnvTF32))
-	if s == "" {
-		return o, false, nil
-	}
-	v, err := strconv.ParseBool(s)
-	if err != nil {
-		return o, false, fmt.Errorf("cuda: %s=%q: want 1 or 0 (true or false)", EnvTF32, s)
-	}
-	o.TF32 = o.TF32 || v
-	return o, true, nil
-}
-
 // Options configure a Device. The zero value is the default.
 type Options struct {
-	// TF32 makes Gemm use TF32 tensor cores (about 1e-3 relative error).
-	// Off by default (FromEnv turns it on for STRATA_CUDA_TF32=1).
-	TF32 bool
+	// Precision is what Gemm rounds its inputs to (default FP32, full
+	// float32 products): TF32 runs cuBLAS in TF32 tensor-core math,
+	// BF16 runs cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF (package
+	// backend's doc, # Precision).
+	Precision backend.Precision
 	// HighPriority gives the handle's stream the device's greatest
 	// scheduling priority: its kernels take free SMs before those of
 	// default streams. Pipelines use it for short, latency-bound stages
@@ -117,7 +98,7 @@ type Device struct {
 	sms     int
 	cc      [2]int
 	total   uint64
-	tf32    bool
+	prec    backend.Precision
 	poison  bool // AllocRaw fills with NaN (EnvPoison)
 
 	highPriority bool // Options.HighPriority
@@ -164,8 +145,11 @@ func Open(ordinal int, opt Options) (*Device, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if !opt.Precision.Valid() {
+		return fail(fmt.Errorf("unknown precision %v", opt.Precision))
+	}
 	d := &Device{ordinal: ordinal, name: spec, dev: dev, mods: map[string]*Module{}, fns: map[string]cu.Function{}}
-	d.tf32 = opt.TF32
+	d.prec = opt.Precision
 	d.highPriority = opt.HighPriority
 	d.poison = envBool(EnvPoison)
 	if err := d.init(); err != nil {
@@ -219,7 +203,7 @@ func (d *Device) init() error {
 	if err = d.blas.SetStream(uintptr(d.stream)); err != nil {
 		return err
 	}
-	if err = d.blas.SetTF32(d.tf32); err != nil {
+	if err = d.blas.SetTF32(d.prec == backend.TF32); err != nil {
 		return err
 	}
 	if err = d.checks.init(d); err != nil {
@@ -324,8 +308,8 @@ func (d *Device) ComputeCapability() (int, int) { return d.cc[0], d.cc[1] }
 // Multiprocessors returns the number of SMs.
 func (d *Device) Multiprocessors() int { return d.sms }
 
-// TF32 reports whether Gemm uses TF32 tensor cores.
-func (d *Device) TF32() bool { return d.tf32 }
+// Precision is what Gemm rounds its inputs to (Options.Precision).
+func (d *Device) Precision() backend.Precision { return d.prec }
 
 // StreamPriority returns the stream's scheduling priority: 0 by default,
 // negative (higher) with Options.HighPriority where the driver has
@@ -513,8 +497,5 @@ func kernelNames(src string) []string {
 
 // GemmImpl names the dense product in use (shown by `strata info`).
 func (d *Device) GemmImpl() string {
-	if d.tf32 {
-		return "cublas tf32"
-	}
-	return "cublas fp32"
+	return "cublas " + d.prec.String()
 }

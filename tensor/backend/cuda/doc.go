@@ -44,12 +44,19 @@
 // with the *Locked as the backend.Queue. Code above the back end uses
 // those interfaces, never these types.
 //
-// # Precision and TF32
+// # Precision
 //
-// Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH),
-// which is what the conformance suite checks. Options.TF32 (strata train
-// --tf32; STRATA_CUDA_TF32=1 through FromEnv) switches to TF32 tensor
-// cores: several times faster, about 1e-3 relative error. Reductions
+// Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH).
+// Options.Precision (strata train --precision) switches it: TF32 runs
+// cublasSgemm in CUBLAS_TF32_TENSOR_OP_MATH (about 1e-3 relative error),
+// BF16 runs cublasGemmEx on the same float32 matrices with
+// CUBLAS_COMPUTE_32F_FAST_16BF (tensor cores read the operands as
+// bfloat16 and sum in float32, about 1e-2), with no conversion pass and
+// no bfloat16 copies. Every other primitive computes in float32; the
+// storage type backend.BFloat16 has its own kernels (Convert, GatherRows
+// from a bfloat16 table) with the rounding of package backend, bit for
+// bit (common.cuh: f32_to_bf16). Siblings keep the precision. The
+// conformance suite runs at each precision's tolerances. Reductions
 // accumulate in double. The package reads no environment variable that
 // changes results but the debug switch STRATA_CUDA_POISON (EnvPoison);
 // docs/configuration.md lists them all.

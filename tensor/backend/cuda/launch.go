@@ -176,7 +176,7 @@ func (l *Locked) Memset(b backend.Buffer, v byte) error {
 }
 
 // UploadFrom queues a copy of len(src) elements into dst from a host
-// slice ([]float32, []int32 or []int64 of dst's dtype, at most dst.Len()
+// slice ([]float32, []int32, []int64 or []uint16 of dst's dtype, at most dst.Len()
 // elements). Small copies go through the device's pinned ring, so src may
 // be reused as soon as UploadFrom returns.
 func (l *Locked) UploadFrom(dst backend.Buffer, src any) error {

@@ -66,3 +66,24 @@ __device__ __forceinline__ float warp_max_float(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+
+// bfloat16 as its 16-bit encoding (NVRTC runs without system headers, so
+// no cuda_bf16.h): package backend's BF16Value and BF16Bits bit for bit
+// (round to nearest, ties to even; NaN stays a quiet NaN).
+typedef unsigned short bf16;
+
+__device__ __forceinline__ float bf16_to_f32(bf16 h) { return __uint_as_float((u32)h << 16); }
+
+__device__ __forceinline__ bf16 f32_to_bf16(float x) {
+  u32 b = __float_as_uint(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (bf16)((b | 0x00400000u) >> 16);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return (bf16)(b >> 16);
+}
+
+// Four bfloat16 values packed in a uint2 (little-endian: element 0 in the
+// low half of .x) widened to a float4.
+__device__ __forceinline__ float4 bf16x4_to_f32x4(uint2 v) {
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                     __uint_as_float(v.y & 0xffff0000u));
+}

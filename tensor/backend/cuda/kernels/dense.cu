@@ -240,6 +240,46 @@ extern "C" __global__ void gather_rows4(float4* d, const float4* x, const int* i
   }
 }
 
+// gather_rows from a bfloat16 x, widened to float32 (exact).
+extern "C" __global__ void gather_rows_bf16(float* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                            u64* err) {
+  GRID_STRIDE(k, n * cols) {
+    i64 i = k / cols, c = k - i * cols;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = 0.0f;
+    } else {
+      d[k] = bf16_to_f32(x[(i64)j * cols + c]);
+    }
+  }
+}
+
+// gather_rows_bf16x4 is gather_rows_bf16 for cols % 4 == 0: 8-byte loads
+// of four values, 16-byte stores.
+extern "C" __global__ void gather_rows_bf16x4(float4* d, const uint2* x, const int* idx, i64 n, i64 xrows, i64 cols4,
+                                              u64* err) {
+  GRID_STRIDE(k, n * cols4) {
+    i64 i = k / cols4, c = k - i * cols4;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+      d[k] = bf16x4_to_f32x4(x[(i64)j * cols4 + c]);
+    }
+  }
+}
+
+// Convert: float32 to bfloat16 (round to nearest even) and back (exact).
+extern "C" __global__ void convert_f32_bf16(bf16* d, const float* x, i64 n) {
+  GRID_STRIDE(i, n) d[i] = f32_to_bf16(x[i]);
+}
+
+extern "C" __global__ void convert_bf16_f32(float* d, const bf16* x, i64 n) {
+  GRID_STRIDE(i, n) d[i] = bf16_to_f32(x[i]);
+}
+
 // ScatterAddRows after bucketing: destination row r adds the source rows
 // order[ptr[r]..ptr[r+1]) in that (increasing i) order.
 extern "C" __global__ void scatter_add_bucketed(float* d, const float* src, const i64* ptr, const int* order,
