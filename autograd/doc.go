@@ -7,7 +7,9 @@
 // Dropout, GatherRows, LogSoftmax, NLLLoss, BCEWithLogits. Graph: SpMM (sum, constant or learned per-edge
 // weights, multi-head), SDDMM (dot, add), EdgeSoftmax. Sparse input:
 // SparseDropout and SparseMatMul (X*W for a sparse feature matrix X, the
-// cheap first layer for bag-of-words features). Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the
+// cheap first layer for bag-of-words features). Constants from bfloat16
+// storage (backend.BFloat16 feature tables): Widen, GatherConst.
+// Tape.Backward(loss) seeds d(loss)/d(loss) = 1 and runs the
 // closures in reverse order; since ops are recorded in execution order, the
 // reversed tape is a valid topological order, as in micrograd.
 //

@@ -156,6 +156,7 @@ func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offse
 	if pr.feats, err = train.NewFeatures(pr.ds.Features, int(pr.ds.NumNodes()), pr.ds.FeatDim, cfg.RowNorm); err != nil {
 		return nil, &DataError{Msg: err.Error()}
 	}
+	pr.feats.Round(cfg.Prec()) // bf16: the values a bfloat16 table holds
 	pr.part = PartitionStats{Method: method, Parts: p}
 	for b := 0; b < p; b++ {
 		pr.part.Sizes = append(pr.part.Sizes, pr.offsets[b+1]-pr.offsets[b])

@@ -101,6 +101,13 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			return nil, cfgErr("devices", "device %d has no back end", i)
 		}
 	}
+	if err := cfg.ResolvePrecision(opts.Backends...); err != nil {
+		var te *train.ConfigError
+		if errors.As(err, &te) {
+			return nil, &ConfigError{Field: te.Field, Msg: te.Msg}
+		}
+		return nil, err
+	}
 	if opts.Comms != nil {
 		if len(opts.Comms) != p {
 			return nil, cfgErr("comms", "%d communicators for %d devices", len(opts.Comms), p)

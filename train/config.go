@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // Model kinds.
@@ -73,6 +75,11 @@ type Common struct {
 	EvalBatchSize int    `json:"eval_batch_size"` // eval=sampled only
 	Select        string `json:"select"`          // best | last
 	Seed          uint64 `json:"seed"`
+	// Precision is fp32, tf32 or bf16: the back ends' arithmetic, and
+	// bfloat16 features at bf16 (precision.go). "" (the default) is the
+	// back ends' precision, which the trainers fill in; in checkpoints
+	// written before the field it reads as fp32.
+	Precision string `json:"precision"`
 }
 
 // Config describes one run of Run (or of dsp/engine, which reads Mode
@@ -249,6 +256,9 @@ func (c *Common) Validate() error {
 	default:
 		return bad("select", "unknown selection %q (want best or last)", c.Select)
 	}
+	if _, err := backend.ParsePrecision(c.Precision); err != nil {
+		return bad("precision", "unknown precision %q (want fp32, tf32 or bf16)", c.Precision)
+	}
 	return nil
 }
 
@@ -293,6 +303,7 @@ func (c *Common) Diff(o *Common) string {
 		{"lr", a.LR, b.LR}, {"weight_decay", a.WeightDecay, b.WeightDecay}, {"momentum", a.Momentum, b.Momentum},
 		{"eval", a.Eval, b.Eval}, {"eval_fanouts", fmt.Sprint(a.EvalFanouts), fmt.Sprint(b.EvalFanouts)},
 		{"eval_batch_size", a.EvalBatchSize, b.EvalBatchSize}, {"select", a.Select, b.Select}, {"seed", a.Seed, b.Seed},
+		{"precision", a.Prec().String(), b.Prec().String()},
 	})
 }
 
@@ -335,6 +346,9 @@ func (c *Common) Schedule() string {
 	s := fmt.Sprintf("%s lr %g wd %g, dropout %g, %d epochs", c.Optimizer, c.LR, c.WeightDecay, c.Dropout, c.Epochs)
 	if c.EvalEvery > 1 {
 		s += fmt.Sprintf(" (evaluated every %d)", c.EvalEvery)
+	}
+	if p := c.Prec(); p != backend.FP32 {
+		s += ", " + p.String()
 	}
 	return s + fmt.Sprintf(", seed %d", c.Seed)
 }

@@ -27,6 +27,16 @@
 // from a checkpoint taken after any batch continues exactly as if it had
 // never stopped.
 //
+// # Precision
+//
+// Common.Precision (fp32, tf32, bf16; strata train --precision) must be
+// the precision the back ends were opened with (ResolvePrecision; empty:
+// theirs). At bf16 the trainers round the features to bfloat16
+// (Features.Round) and keep dense ones as bfloat16 on the device, so a
+// batch's gather reads half the bytes; weights and the optimizer stay
+// float32, and bfloat16's float32 exponent range needs no loss scaling.
+// precision.go has the policy, package backend's doc the design.
+//
 // # Evaluation
 //
 // After every EvalEvery-th epoch and after the last the model is

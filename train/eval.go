@@ -132,6 +132,9 @@ type Evaluator struct {
 // in-adjacency is in and whose features f are (NewFeatures), on b. Close
 // releases it.
 func NewEvaluator(b backend.Backend, ds *dataset.Dataset, in *graph.CSR, f *Features, cfg Common) (*Evaluator, error) {
+	if err := cfg.ResolvePrecision(b); err != nil {
+		return nil, err
+	}
 	ev, err := newEvaluator(&inputs{b: b, f: f, hostRows: cfg.Eval == Sampled}, ds, in, cfg)
 	if ev != nil {
 		ev.own = true

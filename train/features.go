@@ -26,6 +26,11 @@ type Features struct {
 	// RowNormalized says whether the rows were divided by their sums
 	// (RowNormAuto decides by the features' sign).
 	RowNormalized bool
+	// BF16 says that every value is a bfloat16 (Round): devices store
+	// the dense rows as backend.BFloat16.
+	BF16 bool
+
+	ownDense bool // Dense is not NewFeatures' x
 }
 
 // NewFeatures prepares x (rows x cols, row-major; not modified) with the
@@ -46,7 +51,7 @@ func NewFeatures(x []float32, rows, cols int, rowNorm string) (*Features, error)
 func NewDenseFeatures(x []float32, rows, cols int, rowNorm string) *Features {
 	f := &Features{Rows: rows, Cols: cols, Dense: x}
 	if f.RowNormalized = rowNorm == RowNormOn || (rowNorm == RowNormAuto && nonNegative(x)); f.RowNormalized {
-		f.Dense = dataset.RowNormalize(x, cols)
+		f.Dense, f.ownDense = dataset.RowNormalize(x, cols), true
 	}
 	return f
 }
@@ -118,7 +123,8 @@ func (in *inputs) free() {
 	in.xs, in.xd = nil, nil
 }
 
-// upload puts the whole matrix on the back end (sparse or dense).
+// upload puts the whole matrix on the back end (sparse or dense; dense
+// bfloat16 features as a BFloat16 buffer).
 func (in *inputs) upload() error {
 	if in.xs != nil || in.xd != nil {
 		return nil
@@ -127,6 +133,8 @@ func (in *inputs) upload() error {
 	var err error
 	if h := f.Sparse; h != nil {
 		in.xs, err = autograd.NewSparseInput(in.b, h.Rows, h.Cols, h.Indptr, h.Indices, h.Values)
+	} else if f.BF16 {
+		in.xd, err = uploadBF16(in.b, f.Dense)
 	} else if in.xd, err = in.b.Alloc(backend.Float32, len(f.Dense)); err == nil {
 		if err = in.b.Upload(in.xd, f.Dense); err != nil {
 			in.b.Free(in.xd)
@@ -137,6 +145,48 @@ func (in *inputs) upload() error {
 		return &RunError{Op: "upload features", Err: err}
 	}
 	return nil
+}
+
+// uploadBF16 puts x (whose values are bfloat16s) on b as a BFloat16
+// buffer.
+func uploadBF16(b backend.Backend, x []float32) (backend.Buffer, error) {
+	enc := make([]uint16, len(x))
+	backend.ToBF16(enc, x)
+	buf, err := b.Alloc(backend.BFloat16, len(enc))
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Upload(buf, enc); err != nil {
+		b.Free(buf)
+		return nil, err
+	}
+	return buf, nil
+}
+
+// dense returns the whole dense matrix as a float32 Var of t: the
+// uploaded buffer itself, or its float32 widening owned by t when it is
+// bfloat16.
+func (in *inputs) dense(t *autograd.Tape) (*autograd.Var, error) {
+	if in.xd.DType() == backend.BFloat16 {
+		return t.Widen(in.xd, in.f.Rows, in.f.Cols)
+	}
+	return t.Const(in.xd, in.f.Rows, in.f.Cols)
+}
+
+// forwardFull runs model over the whole graph (blocks: the whole graph's
+// block, once per layer).
+func (in *inputs) forwardFull(t *autograd.Tape, model nn.Model, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
+	if err := in.upload(); err != nil {
+		return nil, err
+	}
+	if in.xs != nil {
+		return model.ForwardSparse(t, in.xs, blocks, train, seed)
+	}
+	x, err := in.dense(t)
+	if err != nil {
+		return nil, err
+	}
+	return model.Forward(t, x, blocks, train, seed)
 }
 
 // forwardBatch uploads a mini-batch's blocks and input features and runs
@@ -204,11 +254,9 @@ func (in *inputs) forwardBatch(t *autograd.Tape, model nn.Model, mb *sample.Mini
 	if idx, err = upload(b, rows); err != nil {
 		return nil, cleanup, err
 	}
-	all, err := t.Const(in.xd, in.f.Rows, in.f.Cols)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	x, err := t.GatherRows(all, idx)
+	// The features are a constant: gathering them needs no gradient
+	// (and reads a bfloat16 table directly).
+	x, err := t.GatherConst(in.xd, in.f.Rows, in.f.Cols, idx)
 	if err != nil {
 		return nil, cleanup, err
 	}

@@ -34,19 +34,3 @@ func (x *Inputs) ForwardBatch(t *autograd.Tape, model nn.Model, mb *sample.MiniB
 
 // Free releases the uploaded features.
 func (x *Inputs) Free() { x.in.free() }
-
-// forwardFull runs model over the whole graph (blocks: the whole graph's
-// block once per layer) on the uploaded features.
-func (in *inputs) forwardFull(t *autograd.Tape, model nn.Model, blocks []*nn.Block, train bool, seed uint64) (*autograd.Var, error) {
-	if err := in.upload(); err != nil {
-		return nil, err
-	}
-	if in.xs != nil {
-		return model.ForwardSparse(t, in.xs, blocks, train, seed)
-	}
-	x, err := t.Const(in.xd, in.f.Rows, in.f.Cols)
-	if err != nil {
-		return nil, err
-	}
-	return model.Forward(t, x, blocks, train, seed)
-}

@@ -144,6 +144,9 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if opts.Backend == nil {
 		return nil, &RunError{Op: "setup", Err: errors.New("no back end")}
 	}
+	if err := cfg.ResolvePrecision(opts.Backend); err != nil {
+		return nil, err
+	}
 	if err := CheckDataset(ds); err != nil {
 		return nil, err
 	}
@@ -170,6 +173,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if r.feats, err = NewFeatures(ds.Features, int(ds.NumNodes()), ds.FeatDim, cfg.RowNorm); err != nil {
 		return nil, &RunError{Op: "features", Err: err}
 	}
+	r.feats.Round(cfg.Prec())
 	r.x = &inputs{b: r.b, f: r.feats}
 	if r.model, err = nn.New(r.b, cfg.ModelConfig(ds.FeatDim, ds.NumClasses)); err != nil {
 		return nil, &RunError{Op: "model", Err: err}

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,6 +88,63 @@ func TestPrecisionFlag(t *testing.T) {
 	}
 	if code, _, errOut := strata(t, "--quiet", "train", "--device", "cpu", "--epochs", "1", "--precision", "fp16"); code != 2 || !strings.Contains(errOut, "--precision") {
 		t.Errorf("--precision fp16: exit %d, %q; want 2 naming --precision", code, errOut)
+	}
+}
+
+// TestPrecisionRuns: every mode trains at --precision bf16 on CPU
+// devices and reports the precision; its final loss differs from fp32's
+// (the products and features really are rounded) but stays close to it.
+func TestPrecisionRuns(t *testing.T) {
+	clearRunEnv(t)
+	dir := t.TempDir()
+	type rep struct {
+		Config struct {
+			Precision string `json:"precision"`
+		} `json:"config"`
+		Epochs []struct {
+			Loss float64 `json:"loss"`
+		} `json:"epochs"`
+	}
+	read := func(p string) rep {
+		t.Helper()
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r rep
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	losses := map[string]float64{}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"sampled", []string{"--epochs", "2"}},
+		{"fullgraph", []string{"--model", "gcn", "--mode", "fullgraph", "--devices", "cpu:2", "--epochs", "3"}},
+		{"dsp", []string{"--devices", "cpu:2", "--hidden", "8", "--epochs", "1"}},
+	} {
+		for _, p := range []string{"fp32", "bf16"} {
+			out := filepath.Join(dir, tc.name+"-"+p+".json")
+			args := append([]string{"--quiet", "train", "--precision", p, "--report", out}, tc.args...)
+			if code, _, errOut := strata(t, args...); code != 0 {
+				t.Fatalf("%s --precision %s: exit %d: %s", tc.name, p, code, errOut)
+			}
+			r := read(out)
+			if r.Config.Precision != p || len(r.Epochs) == 0 {
+				t.Fatalf("%s --precision %s: report says precision %q, %d epochs", tc.name, p, r.Config.Precision, len(r.Epochs))
+			}
+			losses[tc.name+p] = r.Epochs[len(r.Epochs)-1].Loss
+		}
+	}
+	t.Logf("final losses: %v", losses)
+	for _, mode := range []string{"sampled", "fullgraph", "dsp"} {
+		a, b := losses[mode+"fp32"], losses[mode+"bf16"]
+		if a == b || math.Abs(a-b) > 0.05*math.Abs(a) {
+			t.Errorf("%s final loss: fp32 %v, bf16 %v: want different but within 5%%", mode, a, b)
+		}
 	}
 }
 

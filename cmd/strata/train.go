@@ -89,6 +89,10 @@ func (c *trainCmd) commonFrom(base train.Common) (train.Common, error) {
 	cfg.Optimizer, cfg.Momentum = c.Optimizer, c.Momentum
 	cfg.EvalEvery, cfg.Eval, cfg.EvalBatchSize, cfg.Select, cfg.Seed = c.FullGraph.EvalEvery, c.Eval, c.EvalBatch, c.Select, c.Seed
 	cfg.EvalFanouts = c.EvalFan
+	var err error
+	if cfg.Precision, err = c.precisionName(); err != nil {
+		return cfg, err
+	}
 	if cfg.EvalFanouts == nil && cfg.Eval == train.Sampled {
 		cfg.EvalFanouts = c.fanouts(cfg.Layers)
 	}

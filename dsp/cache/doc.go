@@ -57,6 +57,12 @@
 // other back end, which is what the CPU tests and CPU virtual devices
 // run.
 //
+// At BF16 (the devices' precision, ValueBytes) a CUDAStore holds bfloat16
+// rows, on the device and in pinned memory, and the plan fits twice the
+// rows in a budget; a HostStore reads the shared table, whose values the
+// trainer rounded to bfloat16, and counts its rows at 2 bytes a value.
+// Loads return float32 rows, widened exactly.
+//
 // Metrics: local hits, peer hits and misses (cold rows); feature bytes per
 // link: local (own cache), peer (IDs and rows sent to peers, headers) and
 // host (cold rows).

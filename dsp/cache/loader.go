@@ -219,7 +219,7 @@ func (l *Loader) count(hits, cold, n int) {
 	if m == nil {
 		return
 	}
-	row := int64(l.cfg.Cols) * 4
+	row := int64(l.cfg.Cols) * l.cfg.Plan.ValueBytes() // read from the store
 	m.AddCache(int64(n), int64(hits), int64(n-hits-cold))
 	m.AddBytes(metrics.Feature, metrics.Local, int64(hits)*row)
 	m.AddBytes(metrics.Feature, metrics.Host, int64(cold)*row)
@@ -408,7 +408,7 @@ func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
 }
 
 func (s *HostStore) HotRows() int       { return s.Hot }
-func (s *HostStore) DeviceBytes() int64 { return 4 * int64(s.Hot) * int64(s.Cols) }
+func (s *HostStore) DeviceBytes() int64 { return ValueBytes(s.B.Precision()) * int64(s.Hot*s.Cols) }
 func (s *HostStore) Close() error       { return nil }
 
 // header all-to-alls the loaders' headers (2 words per rank) on the host

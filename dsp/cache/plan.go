@@ -56,6 +56,9 @@ type PlanConfig struct {
 	// GroupSize is the number of devices sharing one copy under
 	// Replicate; it must divide the number of devices. 0 means 1.
 	GroupSize int
+	// ValueBytes is the size of a cached value: 4 (float32, the
+	// default for 0) or 2 (bfloat16 stores, ValueBytes(BF16)).
+	ValueBytes int64
 }
 
 // Plan says which device caches which rows. Every device builds the same
@@ -64,6 +67,7 @@ type PlanConfig struct {
 type Plan struct {
 	k, group int
 	cols     int
+	vbytes   int64
 	member   []int32 // per node: member of the requester's group caching it, -1 = cold
 	slot     []int32 // per node: row in that member's cache
 	rows     [][]graph.NodeID
@@ -83,12 +87,20 @@ func NewPlan(b *book.Book, hot []graph.NodeID, cols int, cfg PlanConfig) (*Plan,
 	if cfg.BudgetBytes < 0 {
 		return nil, inputErr("negative budget %d", cfg.BudgetBytes)
 	}
+	vb := cfg.ValueBytes
+	switch vb {
+	case 0:
+		vb = 4
+	case 2, 4:
+	default:
+		return nil, inputErr("%d bytes a value (want 2 or 4)", vb)
+	}
 	pol := cfg.Policy
 	if pol == "" {
 		pol = Partition
 	}
 	k, n := b.K(), b.NumNodes()
-	capacity := cfg.BudgetBytes / (4 * int64(cols))
+	capacity := cfg.BudgetBytes / (vb * int64(cols))
 	capacity = min(capacity, math.MaxInt32)
 	if pol == Auto {
 		if cfg.GroupSize != 0 {
@@ -113,7 +125,7 @@ func NewPlan(b *book.Book, hot []graph.NodeID, cols int, cfg PlanConfig) (*Plan,
 	default:
 		return nil, inputErr("unknown policy %q", pol)
 	}
-	p := &Plan{k: k, group: g, cols: cols, member: make([]int32, n), slot: make([]int32, n), rows: make([][]graph.NodeID, g), policy: pol}
+	p := &Plan{k: k, group: g, cols: cols, vbytes: vb, member: make([]int32, n), slot: make([]int32, n), rows: make([][]graph.NodeID, g), policy: pol}
 	for v := range p.member {
 		p.member[v] = -1
 	}
@@ -182,6 +194,9 @@ func (p *Plan) CachedNodes() int {
 	}
 	return t
 }
+
+// ValueBytes is the size of a cached value (PlanConfig.ValueBytes).
+func (p *Plan) ValueBytes() int64 { return p.vbytes }
 
 // TableBytes is the location table every device holds (8 bytes a node).
 func (p *Plan) TableBytes() int64 { return 8 * int64(len(p.member)) }

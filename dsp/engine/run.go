@@ -134,6 +134,10 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if _, _, err := commKind(cfg.Comm, nCUDA == k); err != nil {
 		return nil, err
 	}
+	var tce *train.ConfigError
+	if err := cfg.Train.ResolvePrecision(opts.Backends...); errors.As(err, &tce) {
+		return nil, &ConfigError{Field: tce.Field, Msg: tce.Msg}
+	}
 	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
 		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
 	}
@@ -151,6 +155,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
 	s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
+	s.feats.Round(cfg.Train.Prec()) // bf16: the stores hold bfloat16 rows (cache.ValueBytes)
 	s.x = s.feats.Dense
 	// Before the devices start: the plan decides what each device
 	// caches (pre-sampling runs on the GPUs themselves: presample.go).
@@ -158,11 +163,12 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err != nil {
 		return nil, &RunError{Op: "hotness", Err: err}
 	}
+	vb := cache.ValueBytes(cfg.Train.Prec())
 	budget := cfg.CacheBytes
 	if budget < 0 {
-		budget = int64(len(s.x)) * 4
+		budget = int64(len(s.x)) * vb
 	}
-	if s.plan, err = cache.NewPlan(pd.book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup}); err != nil {
+	if s.plan, err = cache.NewPlan(pd.book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup, ValueBytes: vb}); err != nil {
 		return nil, &RunError{Op: "cache plan", Err: err}
 	}
 	defer s.closeComms()

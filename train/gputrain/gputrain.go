@@ -67,11 +67,17 @@ func New(opt Options) train.NewBatchSource {
 			}
 			budget = int64(free / 2)
 		}
+		// At bf16 the store holds bfloat16 rows (x's values are
+		// bfloat16s: train.Features.Round): twice the rows fit.
+		bf16, vb := dev.Precision() == backend.BF16, int64(4)
+		if bf16 {
+			vb = 2
+		}
 		var hot []graph.NodeID
-		if budget < 4*int64(rows)+4*int64(rows)*int64(cols) {
+		if budget < 4*int64(rows)+vb*int64(rows)*int64(cols) {
 			hot = feature.HotByInDegree(in) // only part fits: keep the hottest
 		}
-		fs, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot})
+		fs, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot, BFloat16: bf16})
 		if err != nil {
 			s.Close()
 			return nil, err
