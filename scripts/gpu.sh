@@ -26,7 +26,7 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/nccl, comm/nccl, comm/gpushm);
+#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/cudadsp, link, serve, internal/nccl, comm/nccl, comm/gpushm);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
 #                 SAGE), the DSP engine on 4 GPUs vs the single-GPU trainer on products
@@ -156,6 +156,8 @@ test_pkgs=(
   "dsp/csp . 300"
   "dsp/engine GPU 300"
   "internal/cudadsp . 60"
+  "link GPU 200"
+  "serve GPU 120"
   "internal/cudacomm . 60"
   "internal/nccl GPU|OneRank|TwoGPUs 30"
   "comm/nccl GPU|OneRank|TwoGPUs 60"
