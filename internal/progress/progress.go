@@ -1,13 +1,3 @@
-// Package progress shows progress bars with rate and ETA on long work
-// (imports, generation, epochs). On a terminal it redraws one line in place
-// at most ten times a second; on a pipe or file it prints at most one line
-// every five seconds (the first only after five seconds, so short tasks
-// print nothing) so logs stay readable. A nil *Bar is valid and does
-// nothing, so library code can take an optional bar.
-//
-// It draws the bar itself rather than using a terminal-bar library: the one
-// we used pulled net/http into the binary, adding seconds to every cold
-// build of `go run ./cmd/strata`.
 package progress
 
 import (
@@ -128,6 +118,11 @@ func (b *Bar) draw(now time.Time) {
 
 func (b *Bar) line(now time.Time) string {
 	el := now.Sub(b.start).Seconds()
+	if b.total <= 0 && b.done == 0 {
+		// Nothing counted (a phase that cannot count its work): say how
+		// long it has been running.
+		return fmt.Sprintf("%s: running for %s", b.desc, time.Duration(el*float64(time.Second)).Round(time.Second))
+	}
 	rate := float64(b.done) / max(el, 1e-9)
 	s := fmt.Sprintf("%s: %d", b.desc, b.done)
 	if b.total > 0 {
