@@ -64,10 +64,20 @@ func (d *Dataset) Fingerprint() string {
 }
 
 // openedFP is the manifest fingerprint of a dataset returned by Open, with
-// the identity of what Open returned.
+// the identity of what Open returned; readOnly says every array is a
+// read-only mapping (nobody can change its contents).
 type openedFP struct {
-	fp string
-	id identity
+	fp       string
+	id       identity
+	readOnly bool
+}
+
+// Validated reports whether d is exactly what Open returned after
+// validating it (the same arrays and counts) and its arrays are read-only
+// mappings, so that Validate would pass without being run again: trainers
+// skip their own pass over the edges then. False for any other dataset.
+func (d *Dataset) Validated() bool {
+	return d != nil && d.Graph != nil && d.opened.readOnly && d.opened.id == d.identity()
 }
 
 // sliceID identifies a slice by its first element and length.

@@ -6,28 +6,32 @@ import "github.com/strata-gnn/strata/graph"
 // numRows x dim row-major matrix x is divided by its sum (the GCN/GAT
 // preprocessing); rows summing to zero are copied unchanged. x is never
 // modified, so it may be a read-only mapping. Sums are accumulated in
-// float64 in row order, so the result is deterministic.
+// float64 in row order, so the result is deterministic; rows are
+// independent, so chunks of them are normalized in parallel (the same
+// result for any GOMAXPROCS).
 func RowNormalize(x []float32, dim int) []float32 {
 	out := make([]float32, len(x))
 	if dim <= 0 {
 		return out
 	}
-	for r := 0; r+dim <= len(x); r += dim {
-		row := x[r : r+dim]
-		var s float64
-		for _, v := range row {
-			s += float64(v)
+	forChunks(len(x)/dim, max(parallelMin/dim, 1), func(lo, hi int) {
+		for r := lo * dim; r < hi*dim; r += dim {
+			row := x[r : r+dim]
+			var s float64
+			for _, v := range row {
+				s += float64(v)
+			}
+			dst := out[r : r+dim]
+			if s == 0 {
+				copy(dst, row)
+				continue
+			}
+			inv := 1 / s
+			for i, v := range row {
+				dst[i] = float32(float64(v) * inv)
+			}
 		}
-		dst := out[r : r+dim]
-		if s == 0 {
-			copy(dst, row)
-			continue
-		}
-		inv := 1 / s
-		for i, v := range row {
-			dst[i] = float32(float64(v) * inv)
-		}
-	}
+	})
 	return out
 }
 

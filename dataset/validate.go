@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/graph"
 )
@@ -77,10 +78,16 @@ func validate(d *Dataset, loc func(string) string) error {
 		if int64(len(d.Labels)) != n {
 			return formatErr(loc(ArrLabels), -1, "labels has %d entries, want %d", len(d.Labels), n)
 		}
-		for i, l := range d.Labels {
-			if l < -1 || int64(l) >= int64(d.NumClasses) {
-				return formatErr(loc(ArrLabels), int64(i)*4, "label %d of node %d out of range [-1, %d)", l, i, d.NumClasses)
+		labels, classes := d.Labels, int32(d.NumClasses)
+		if i := firstBad(len(labels), func(lo, hi int) int {
+			for i, l := range labels[lo:hi] {
+				if l < -1 || l >= classes {
+					return lo + i
+				}
 			}
+			return -1
+		}); i >= 0 {
+			return formatErr(loc(ArrLabels), int64(i)*4, "label %d of node %d out of range [-1, %d)", labels[i], i, d.NumClasses)
 		}
 	}
 	for _, s := range []struct {
@@ -112,10 +119,15 @@ func checkIndptr(path string, p []int64, e int64) error {
 	if p[0] != 0 {
 		return formatErr(path, 0, "indptr[0] = %d, want 0", p[0])
 	}
-	for i := 1; i < len(p); i++ {
-		if p[i] < p[i-1] {
-			return formatErr(path, int64(i)*8, "indptr decreases at row %d (%d < %d)", i-1, p[i], p[i-1])
+	if i := firstBad(len(p)-1, func(lo, hi int) int {
+		for i := lo + 1; i <= hi; i++ {
+			if p[i] < p[i-1] {
+				return i
+			}
 		}
+		return -1
+	}); i >= 0 {
+		return formatErr(path, int64(i)*8, "indptr decreases at row %d (%d < %d)", i-1, p[i], p[i-1])
 	}
 	if last := p[len(p)-1]; last != e {
 		return formatErr(path, int64(len(p)-1)*8, "indptr ends at %d, want the edge count %d", last, e)
@@ -143,6 +155,22 @@ func checkIDs(path string, ids []graph.NodeID, n int64) error {
 
 // parallelMin is the slice length from which firstBad splits the work.
 const parallelMin = 1 << 20
+
+// forChunks calls fn on one contiguous chunk of [0, n) per CPU, chunks of
+// at least minChunk items (one call when n is smaller), and waits.
+func forChunks(n, minChunk int, fn func(lo, hi int)) {
+	parts := max(min(runtime.GOMAXPROCS(0), n/max(minChunk, 1)), 1)
+	if parts == 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
+}
 
 // firstBad runs scan over [0, n) split into one part per CPU and returns
 // the smallest index any part reports (-1 if none), so the answer is the
@@ -212,15 +240,109 @@ func checkSplit(path string, ids []int32, n int64) error {
 // checkDegreeSymmetry checks in-degree == out-degree for every node, which
 // every symmetric graph satisfies. IDs must already be in range.
 func checkDegreeSymmetry(path string, g *graph.CSR) error {
-	n := g.NumRows
-	in := make([]int64, n)
-	for _, v := range g.Indices {
-		in[v]++
+	procs := runtime.GOMAXPROCS(0)
+	if int64(len(g.Indices)) < math.MaxInt32 {
+		return compareDegrees(path, g, inDegrees[int32](g.Indices, g.NumRows, procs))
 	}
-	for v := int64(0); v < n; v++ {
-		if out := g.Indptr[v+1] - g.Indptr[v]; out != in[v] {
-			return formatErr(path, -1, "dataset is marked undirected but node %d has out-degree %d and in-degree %d", v, out, in[v])
+	return compareDegrees(path, g, inDegrees[int64](g.Indices, g.NumRows, procs))
+}
+
+// compareDegrees reports the lowest node whose out-degree in g is not its
+// in-degree in, comparing node ranges in parallel.
+func compareDegrees[T int32 | int64](path string, g *graph.CSR, in []T) error {
+	v := firstBad(int(g.NumRows), func(lo, hi int) int {
+		for v := lo; v < hi; v++ {
+			if g.Indptr[v+1]-g.Indptr[v] != int64(in[v]) {
+				return v
+			}
 		}
+		return -1
+	})
+	if v >= 0 {
+		return formatErr(path, -1, "dataset is marked undirected but node %d has out-degree %d and in-degree %d", v, g.Indptr[v+1]-g.Indptr[v], in[v])
 	}
 	return nil
+}
+
+// Counting in-degrees: one increment per edge at a random place of an
+// array of a count per node (444 MB for papers100M) misses the caches at
+// almost every edge. inDegrees sorts the edges' targets into blocks of
+// degreeBlock nodes first (a counting sort of their high bits, keeping the
+// low 16), so that each block's increments stay within 256 KiB.
+const (
+	degreeBlockBits = 16
+	degreeBlock     = 1 << degreeBlockBits
+)
+
+// degreeRound is how many edges are bucketed at a time (2 bytes each):
+// 512 MiB of scratch at most. A variable for the tests.
+var degreeRound = 1 << 28
+
+// inDegrees counts how often each of the n nodes appears in ids (all in
+// [0, n); T must hold len(ids)). Chunks of each round of edges are
+// bucketed by block on up to procs goroutines, then the blocks are
+// counted concurrently, each by one goroutine: integer counts, the same
+// for any procs.
+func inDegrees[T int32 | int64](ids []graph.NodeID, n int64, procs int) []T {
+	counts := make([]T, n)
+	blocks := int((n + degreeBlock - 1) >> degreeBlockBits)
+	scratch := make([]uint16, min(len(ids), degreeRound))
+	starts := make([]int, blocks+1)
+	for at := 0; at < len(ids); at += degreeRound {
+		round := ids[at:min(at+degreeRound, len(ids))]
+		parts := max(min(procs, len(round)/parallelMin), 1)
+		chunk := func(p int) []graph.NodeID { return round[len(round)*p/parts : len(round)*(p+1)/parts] }
+		// Per chunk, its edges per block; then where each (block,
+		// chunk) run starts in scratch, block-major.
+		offs := make([][]int, parts)
+		forParts(parts, func(p int) {
+			h := make([]int, blocks)
+			for _, v := range chunk(p) {
+				h[v>>degreeBlockBits]++
+			}
+			offs[p] = h
+		})
+		pos := 0
+		for b := range blocks {
+			starts[b] = pos
+			for p := range parts {
+				c := offs[p][b]
+				offs[p][b] = pos
+				pos += c
+			}
+		}
+		starts[blocks] = pos
+		forParts(parts, func(p int) {
+			off := offs[p]
+			for _, v := range chunk(p) {
+				b := v >> degreeBlockBits
+				scratch[off[b]] = uint16(v)
+				off[b]++
+			}
+		})
+		var next atomic.Int64
+		forParts(min(procs, blocks), func(int) {
+			for b := int(next.Add(1) - 1); b < blocks; b = int(next.Add(1) - 1) {
+				c := counts[b<<degreeBlockBits : min(int64(b+1)<<degreeBlockBits, n)]
+				for _, x := range scratch[starts[b]:starts[b+1]] {
+					c[x]++
+				}
+			}
+		})
+	}
+	return counts
+}
+
+// forParts runs fn(0), ..., fn(parts-1) on a goroutine each (inline for
+// one) and waits.
+func forParts(parts int, fn func(p int)) {
+	if parts <= 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() { fn(p) })
+	}
+	wg.Wait()
 }
