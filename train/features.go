@@ -2,6 +2,9 @@ package train
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
@@ -57,24 +60,63 @@ func NewDenseFeatures(x []float32, rows, cols int, rowNorm string) *Features {
 }
 
 // MostlyZero reports whether fewer than a quarter of x's values are
-// non-zero: NewFeatures keeps such features sparse.
+// non-zero: NewFeatures keeps such features sparse. Chunks of x are
+// counted in parallel, and the count stops once a quarter of the values
+// are known to be non-zero (dense features), so the answer is the same
+// for any GOMAXPROCS.
 func MostlyZero(x []float32) bool {
-	nnz := 0
-	for _, v := range x {
-		if v != 0 {
-			nnz++
+	limit := sparseThreshold * float64(len(x))
+	var nnz atomic.Int64
+	scanChunks(len(x), func(lo, hi int) bool {
+		n := 0
+		for _, v := range x[lo:hi] {
+			if v != 0 {
+				n++
+			}
 		}
-	}
-	return float64(nnz) < sparseThreshold*float64(len(x))
+		return float64(nnz.Add(int64(n))) < limit
+	})
+	return float64(nnz.Load()) < limit
 }
 
+// nonNegative reports whether every value of x is >= 0 (no NaN), in
+// parallel chunks, stopping at the first negative one any chunk finds.
 func nonNegative(x []float32) bool {
-	for _, v := range x {
-		if !(v >= 0) {
-			return false
+	var neg atomic.Bool
+	scanChunks(len(x), func(lo, hi int) bool {
+		for _, v := range x[lo:hi] {
+			if !(v >= 0) {
+				neg.Store(true)
+				return false
+			}
 		}
+		return !neg.Load()
+	})
+	return !neg.Load()
+}
+
+// scanBlock is how many values scanChunks hands over at a time: large
+// enough that its bookkeeping is noise, small enough to stop early.
+const scanBlock = 1 << 16
+
+// scanChunks splits [0, n) into one contiguous chunk per CPU and calls
+// scan on consecutive blocks of each chunk until it returns false (for
+// any block of any chunk: stop everywhere) or the chunk ends.
+func scanChunks(n int, scan func(lo, hi int) bool) {
+	parts := max(min(runtime.GOMAXPROCS(0), n/scanBlock), 1)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Go(func() {
+			for b := lo; b < hi && !stop.Load(); b += scanBlock {
+				if !scan(b, min(b+scanBlock, hi)) {
+					stop.Store(true)
+				}
+			}
+		})
 	}
-	return true
+	wg.Wait()
 }
 
 // gatherSparse returns the listed rows of the sparse features (e.g. a
