@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/graph"
 )
@@ -46,27 +47,24 @@ func ParseHotness(s string) (Hotness, error) {
 }
 
 // InDegree orders nodes by decreasing in-degree: the length of their row
-// in the in-adjacency in. Ties go to the lower ID.
+// in the in-adjacency in. Ties go to the lower ID. It reads only in's row
+// offsets (checked), not its edges.
 func InDegree(in *graph.CSR) ([]graph.NodeID, error) {
-	if err := checkGraph(in); err != nil {
+	if err := checkRows(in); err != nil {
 		return nil, err
 	}
-	score := make([]float64, in.NumRows)
-	for v := range score {
-		score[v] = float64(in.Indptr[v+1] - in.Indptr[v])
-	}
-	return order(score), nil
+	deg := make([]int64, in.NumRows)
+	parallelRows(len(deg), func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			deg[v] = in.Indptr[v+1] - in.Indptr[v]
+		}
+	})
+	return orderCounts(deg), nil
 }
 
 // ByCounts orders nodes by decreasing count (e.g. how often pre-sampling
 // drew each node as an input node); ties go to the lower ID.
-func ByCounts(counts []int64) []graph.NodeID {
-	score := make([]float64, len(counts))
-	for v, c := range counts {
-		score[v] = float64(c)
-	}
-	return order(score)
-}
+func ByCounts(counts []int64) []graph.NodeID { return orderCounts(counts) }
 
 // PageRank orders nodes by decreasing PageRank over the graph whose
 // in-adjacency is in (row v lists the sources of v's incoming edges), with
@@ -91,6 +89,40 @@ func ReversePageRank(in *graph.CSR) ([]graph.NodeID, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	return PageRank(out)
+}
+
+// checkRows checks what InDegree reads: a square graph whose row offsets
+// start at 0, never decrease and end at the edge count.
+func checkRows(in *graph.CSR) error {
+	if in == nil {
+		return inputErr("nil graph")
+	}
+	if in.NumRows != in.NumCols || in.NumRows < 0 || in.NumRows > graph.MaxNodes {
+		return inputErr("graph is %d x %d, not square with at most %d rows", in.NumRows, in.NumCols, graph.MaxNodes)
+	}
+	n := int(in.NumRows)
+	if len(in.Indptr) != n+1 || in.Indptr[0] != 0 || in.Indptr[n] != int64(len(in.Indices)) {
+		return inputErr("row offsets: %d of them for %d rows, want %d from 0 to the edge count %d", len(in.Indptr), n, n+1, len(in.Indices))
+	}
+	var bad atomic.Int64
+	bad.Store(math.MaxInt64)
+	parallelRows(n, func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			if in.Indptr[v+1] < in.Indptr[v] {
+				for {
+					old := bad.Load()
+					if int64(v) >= old || bad.CompareAndSwap(old, int64(v)) {
+						break
+					}
+				}
+				return
+			}
+		}
+	})
+	if v := bad.Load(); v != math.MaxInt64 {
+		return inputErr("row offsets decrease at row %d (%d after %d)", v, in.Indptr[v+1], in.Indptr[v])
+	}
+	return nil
 }
 
 func checkGraph(in *graph.CSR) error {
@@ -169,6 +201,75 @@ func parallelRows(n int, fn func(lo, hi int)) {
 		wg.Go(func() { fn(lo, hi) })
 	}
 	wg.Wait()
+}
+
+// countHistBytes bounds the per-chunk histograms of orderCounts.
+const countHistBytes = 512 << 20
+
+// orderCounts orders nodes by decreasing count, ties by ID: order's
+// result for these scores, by a counting sort in O(n + max count) instead
+// of a comparison sort (papers100M: 111M nodes in under a second rather
+// than a minute). Chunks of nodes count their keys into histograms of
+// their own and scatter their nodes in ID order into their slots, so the
+// result does not depend on the chunking. Counts larger than the node
+// count, or negative ones, go to the comparison sort.
+func orderCounts(counts []int64) []graph.NodeID {
+	n := len(counts)
+	var top int64
+	for _, c := range counts {
+		if c < 0 || c > int64(n) {
+			return orderScores(counts)
+		}
+		top = max(top, c)
+	}
+	keys := int(top) + 1
+	parts := max(min(runtime.GOMAXPROCS(0), n/(1<<16), countHistBytes/(8*keys)), 1)
+	hist := make([][]int64, parts)
+	bound := func(p int) (int, int) { return n * p / parts, n * (p + 1) / parts }
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			h := make([]int64, keys)
+			lo, hi := bound(p)
+			for _, c := range counts[lo:hi] {
+				h[c]++
+			}
+			hist[p] = h
+		})
+	}
+	wg.Wait()
+	// Slots: the highest count first; within a count, chunk by chunk.
+	var at int64
+	for k := keys - 1; k >= 0; k-- {
+		for p := range parts {
+			c := hist[p][k]
+			hist[p][k] = at
+			at += c
+		}
+	}
+	ids := make([]graph.NodeID, n)
+	for p := range parts {
+		wg.Go(func() {
+			off := hist[p]
+			lo, hi := bound(p)
+			for v := lo; v < hi; v++ {
+				c := counts[v]
+				ids[off[c]] = graph.NodeID(v)
+				off[c]++
+			}
+		})
+	}
+	wg.Wait()
+	return ids
+}
+
+// orderScores is order for integer scores.
+func orderScores(counts []int64) []graph.NodeID {
+	score := make([]float64, len(counts))
+	for v, c := range counts {
+		score[v] = float64(c)
+	}
+	return order(score)
 }
 
 // order sorts node IDs by decreasing score, ties by ID.

@@ -107,10 +107,12 @@ func holderTable(plan *Plan, rank, rows int) ([]int8, error) {
 		return nil, fmt.Errorf("%w: %d devices, at most %d", ErrInput, plan.Devices(), maxHolderDevices)
 	}
 	h := make([]int8, rows)
-	for v := range h {
-		d, _ := plan.Holder(rank, graph.NodeID(v))
-		h[v] = int8(max(d, -1))
-	}
+	parallelRows(rows, func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			d, _ := plan.Holder(rank, graph.NodeID(v))
+			h[v] = int8(max(d, -1))
+		}
+	})
 	return h, nil
 }
 

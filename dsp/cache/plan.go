@@ -2,6 +2,9 @@ package cache
 
 import (
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/partition/book"
@@ -126,39 +129,126 @@ func NewPlan(b *book.Book, hot []graph.NodeID, cols int, cfg PlanConfig) (*Plan,
 		return nil, inputErr("unknown policy %q", pol)
 	}
 	p := &Plan{k: k, group: g, cols: cols, vbytes: vb, member: make([]int32, n), slot: make([]int32, n), rows: make([][]graph.NodeID, g), policy: pol}
-	for v := range p.member {
-		p.member[v] = -1
-	}
-	seen := make([]bool, n)
-	for i, v := range hot {
-		if v < 0 || int64(v) >= n {
-			return nil, inputErr("hot[%d] = %d not in [0, %d)", i, v, n)
+	parallelRows(int(n), func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			p.member[v] = -1
 		}
-		if seen[v] {
-			return nil, inputErr("hot[%d] = %d repeats an earlier node", i, v)
-		}
-		seen[v] = true
+	})
+	if err := checkHot(hot, n); err != nil {
+		return nil, err
 	}
 	if capacity == 0 {
 		return p, nil
 	}
 	if pol == Partition {
-		for _, v := range hot {
-			o := b.Owner(int64(v))
-			if int64(len(p.rows[o])) < capacity {
-				p.member[v], p.slot[v] = int32(o), int32(len(p.rows[o]))
-				p.rows[o] = append(p.rows[o], v)
-			}
-		}
+		p.assignOwners(b, hot, capacity)
 		return p, nil
 	}
-	top := min(int64(len(hot)), capacity*int64(g))
-	for j, v := range hot[:top] {
-		m := j % g
-		p.member[v], p.slot[v] = int32(m), int32(len(p.rows[m]))
-		p.rows[m] = append(p.rows[m], v)
-	}
+	p.assignMembers(hot[:min(int64(len(hot)), capacity*int64(g))])
 	return p, nil
+}
+
+// planChunks splits [0, n) into the chunks NewPlan's passes share: one
+// per CPU, at least 1<<16 items each.
+func planChunks(n int) []int {
+	parts := max(min(runtime.GOMAXPROCS(0), n>>16), 1)
+	b := make([]int, parts+1)
+	for i := range b {
+		b[i] = n * i / parts
+	}
+	return b
+}
+
+// forChunks runs fn on every chunk of bounds at once and waits.
+func forChunks(bounds []int, fn func(c, lo, hi int)) {
+	var wg sync.WaitGroup
+	for c := range len(bounds) - 1 {
+		wg.Go(func() { fn(c, bounds[c], bounds[c+1]) })
+	}
+	wg.Wait()
+}
+
+// checkHot checks that every node of hot is in [0, n) and listed once:
+// in parallel chunks marking a bit per node, then, only when something
+// is wrong, again in order to name the first bad entry as a serial check
+// would.
+func checkHot(hot []graph.NodeID, n int64) error {
+	seen := make([]uint64, (n+63)/64)
+	var bad atomic.Bool
+	forChunks(planChunks(len(hot)), func(_, lo, hi int) {
+		for _, v := range hot[lo:hi] {
+			if v < 0 || int64(v) >= n || atomic.OrUint64(&seen[v>>6], 1<<(v&63))&(1<<(v&63)) != 0 {
+				bad.Store(true)
+				return
+			}
+		}
+	})
+	if !bad.Load() {
+		return nil
+	}
+	clear(seen)
+	for i, v := range hot {
+		if v < 0 || int64(v) >= n {
+			return inputErr("hot[%d] = %d not in [0, %d)", i, v, n)
+		}
+		if seen[v>>6]&(1<<(v&63)) != 0 {
+			return inputErr("hot[%d] = %d repeats an earlier node", i, v)
+		}
+		seen[v>>6] |= 1 << (v & 63)
+	}
+	return nil
+}
+
+// assignOwners is the Partition policy: every device caches the hottest
+// capacity nodes it owns, in hot order. Chunks of hot count their nodes
+// per owner, then place them from their owners' running counts, so the
+// result is that of one pass in order.
+func (p *Plan) assignOwners(b *book.Book, hot []graph.NodeID, capacity int64) {
+	bounds := planChunks(len(hot))
+	counts := make([][]int64, len(bounds)-1)
+	forChunks(bounds, func(c, lo, hi int) {
+		cnt := make([]int64, p.k)
+		for _, v := range hot[lo:hi] {
+			cnt[b.Owner(int64(v))]++
+		}
+		counts[c] = cnt
+	})
+	// counts[c][o] becomes the rank, among owner o's nodes, of chunk
+	// c's first one.
+	for o := range p.k {
+		var at int64
+		for _, cnt := range counts {
+			at, cnt[o] = at+cnt[o], at
+		}
+		p.rows[o] = make([]graph.NodeID, min(at, capacity))
+	}
+	forChunks(bounds, func(c, lo, hi int) {
+		next := counts[c]
+		for _, v := range hot[lo:hi] {
+			o := b.Owner(int64(v))
+			if r := next[o]; r < capacity {
+				p.member[v], p.slot[v] = int32(o), int32(r)
+				p.rows[o][r] = v
+			}
+			next[o]++
+		}
+	})
+}
+
+// assignMembers is the Replicate policy: node j of top (the hottest
+// nodes a group holds) goes to member j%g's cache, at row j/g.
+func (p *Plan) assignMembers(top []graph.NodeID) {
+	g := p.group
+	for m := range g {
+		p.rows[m] = make([]graph.NodeID, (len(top)-m+g-1)/g)
+	}
+	forChunks(planChunks(len(top)), func(_, lo, hi int) {
+		for j := lo; j < hi; j++ {
+			v, m, r := top[j], j%g, j/g
+			p.member[v], p.slot[v] = int32(m), int32(r)
+			p.rows[m][r] = v
+		}
+	})
 }
 
 // Devices is the number of devices.
