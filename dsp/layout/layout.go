@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/partition/book"
@@ -69,21 +70,50 @@ type Patch struct {
 // the sources of v's incoming edges, global IDs): the rows that b assigns
 // to rank. in must be valid and square with b.NumNodes() nodes.
 func Build(in *graph.CSR, b *book.Book, rank int, opt Options) (*Patch, error) {
-	if in == nil || b == nil {
-		return nil, inputErr("nil graph or book")
-	}
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	if in.NumRows != in.NumCols {
-		return nil, inputErr("graph is %d x %d, not square", in.NumRows, in.NumCols)
-	}
-	if b.NumNodes() != in.NumRows {
-		return nil, inputErr("book covers %d nodes, graph has %d", b.NumNodes(), in.NumRows)
+	if err := check(in, b); err != nil {
+		return nil, err
 	}
 	if rank < 0 || rank >= b.K() {
 		return nil, inputErr("rank %d not in [0, %d)", rank, b.K())
 	}
+	return build(in, b, rank, opt), nil
+}
+
+// BuildAll builds every rank's patch (Build for each), checking in once
+// (a pass over every edge) and building the patches concurrently: patch
+// r is the one Build gives for rank r.
+func BuildAll(in *graph.CSR, b *book.Book, opt Options) ([]*Patch, error) {
+	if err := check(in, b); err != nil {
+		return nil, err
+	}
+	ps := make([]*Patch, b.K())
+	var wg sync.WaitGroup
+	for r := range ps {
+		wg.Go(func() { ps[r] = build(in, b, r, opt) })
+	}
+	wg.Wait()
+	return ps, nil
+}
+
+// check validates Build's inputs but the rank.
+func check(in *graph.CSR, b *book.Book) error {
+	if in == nil || b == nil {
+		return inputErr("nil graph or book")
+	}
+	if err := in.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	if in.NumRows != in.NumCols {
+		return inputErr("graph is %d x %d, not square", in.NumRows, in.NumCols)
+	}
+	if b.NumNodes() != in.NumRows {
+		return inputErr("book covers %d nodes, graph has %d", b.NumNodes(), in.NumRows)
+	}
+	return nil
+}
+
+// build cuts rank's patch out of in (checked).
+func build(in *graph.CSR, b *book.Book, rank int, opt Options) *Patch {
 	lo, hi := b.Range(rank)
 	n := in.NumRows
 	base := in.Indptr[lo]
@@ -101,7 +131,7 @@ func Build(in *graph.CSR, b *book.Book, rank int, opt Options) (*Patch, error) {
 	}
 	p := &Patch{Rank: rank, Lo: graph.NodeID(lo), Hi: graph.NodeID(hi), Graph: g, EdgeBase: base}
 	p.placeRows(opt.DeviceBytes)
-	return p, nil
+	return p
 }
 
 // BuildWhole lays out the whole graph in as the single patch of a

@@ -105,9 +105,37 @@ func TestBuildErrors(t *testing.T) {
 		"book":     func() error { _, err := Build(g, short, 0, Options{}); return err },
 		"invalid":  func() error { _, err := Build(bad, b, 0, Options{}); return err },
 		"nil book": func() error { _, err := Build(g, nil, 0, Options{}); return err },
+		"all book": func() error { _, err := BuildAll(g, short, Options{}); return err },
+		"all bad":  func() error { _, err := BuildAll(bad, b, Options{}); return err },
 	} {
 		if err := f(); !errors.Is(err, ErrInput) {
 			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// BuildAll's patches, built concurrently, are Build's, rank by rank.
+func TestBuildAll(t *testing.T) {
+	g := testGraph()
+	b, _ := book.New([]int64{0, 2, 2, 5, 6}) // an empty range too
+	for _, opt := range []Options{{DeviceBytes: NoLimit}, {DeviceBytes: 30}} {
+		all, err := BuildAll(g, b, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != b.K() {
+			t.Fatalf("%d patches for %d ranks", len(all), b.K())
+		}
+		for r, p := range all {
+			want, err := Build(g, b, r, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Rank != r || p.Lo != want.Lo || p.Hi != want.Hi || p.EdgeBase != want.EdgeBase ||
+				!slices.Equal(p.Graph.Indptr, want.Graph.Indptr) || !slices.Equal(p.Graph.Indices, want.Graph.Indices) ||
+				!slices.Equal(p.place, want.place) || p.DeviceBytes() != want.DeviceBytes() || p.HostBytes() != want.HostBytes() {
+				t.Fatalf("budget %d rank %d: BuildAll's patch differs from Build's", opt.DeviceBytes, r)
+			}
 		}
 	}
 }
