@@ -9,7 +9,8 @@
 // HotByInDegree, ranks by in-degree (the nodes neighbor sampling reaches
 // most often), as DSP, GLT and Quiver do. A budget of 0 serves everything
 // from host memory; a budget of rows*cols*4 plus the 4-byte-per-node slot
-// table puts everything on the device.
+// table puts everything on the device, in the table's own order, and then
+// keeps no copy in host memory.
 //
 // With Options.BFloat16 (trainers at --precision bf16) the table, on the
 // host and on the device, holds bfloat16 values: half the memory, so a

@@ -3,7 +3,9 @@ package feature
 import (
 	_ "embed"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/strata-gnn/strata/graph"
@@ -26,7 +28,16 @@ type Options struct {
 	// to nearest even (backend.BF16Bits): half the memory and half the
 	// bytes a gather reads; Gather widens the rows to float32 exactly.
 	BFloat16 bool
+	// OnUpload, when set, is told of every chunk of hot rows copied to
+	// the device (its bytes, 2 a value with BFloat16; the rows go in
+	// chunks of at most 256 MiB): an upload of tens of GB shows its
+	// progress.
+	OnUpload func(bytes int64)
 }
+
+// uploadChunk is the most bytes of hot rows one Upload copies (each
+// chunk is reported to Options.OnUpload). A variable for the tests.
+var uploadChunk = 256 << 20
 
 // Store gathers feature rows on one GPU. It is safe for concurrent use.
 type Store struct {
@@ -76,6 +87,14 @@ func HotByInDegree(in *graph.CSR) []graph.NodeID {
 // host memory and the hottest rows, within opt.BudgetBytes, into device
 // memory. dev must compile and launch kernels and map pinned memory
 // (backend.Kernels, Enqueuer and PinnedMemory: the CUDA back end).
+//
+// When the budget holds every row, nothing is read from host memory:
+// the table goes to the device as it is (cache row v is node v, whatever
+// opt.Hot's order, which is still checked) and no pinned copy is made,
+// which at papers100M's size (57 GB) saves a pinned allocation, a copy
+// and a reordered copy per GPU; with BFloat16 it is encoded chunk by
+// chunk on its way. Otherwise the pinned copy (bfloat16 with BFloat16)
+// and the gathering of the hot rows run in parallel chunks.
 func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Store, error) {
 	if b == nil {
 		return nil, fmt.Errorf("feature: nil device")
@@ -108,59 +127,151 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if rows == 0 {
 		return s, nil
 	}
-	if s.host, err = dev.AllocPinned(uint64(len(feats))*uint64(s.vbytes), true); err != nil {
-		return nil, fmt.Errorf("feature: pinning the %d x %d table: %w", rows, cols, err)
-	}
-	if opt.BFloat16 {
-		backend.ToBF16(bf16s(s.host), feats)
-	} else {
-		copy(s.host.Float32s(), feats)
-	}
 	// Hot rows: what the budget allows after the slot table.
+	order := opt.Hot
+	if order == nil {
+		order = make([]graph.NodeID, rows)
+		for i := range order {
+			order[i] = graph.NodeID(i)
+		}
+	}
 	rowBytes := int64(cols) * s.vbytes
 	if avail := opt.BudgetBytes - 4*int64(rows); avail >= rowBytes {
-		order := opt.Hot
-		if order == nil {
-			order = make([]graph.NodeID, rows)
-			for i := range order {
-				order[i] = graph.NodeID(i)
-			}
-		}
 		s.hotRows = int(min(avail/rowBytes, int64(len(order))))
-		slot := make([]int32, rows)
-		for i := range slot {
-			slot[i] = -1
+	}
+	if s.hotRows < rows {
+		// Some rows are read from host memory (all of them without a
+		// budget): the whole table, pinned and mapped, vbytes a value.
+		if s.host, err = dev.AllocPinned(uint64(len(feats))*uint64(s.vbytes), true); err != nil {
+			return nil, fmt.Errorf("feature: pinning the %d x %d table: %w", rows, cols, err)
 		}
-		hot := make([]float32, 0, s.hotRows*cols)
-		for i, v := range order[:s.hotRows] {
-			if v < 0 || int(v) >= rows {
-				s.Close()
-				return nil, &backend.IndexError{Op: "feature.New", Name: "Hot", Pos: i, Value: int64(v), Limit: rows}
-			}
-			if slot[v] >= 0 {
-				s.Close()
-				return nil, fmt.Errorf("feature: Hot[%d] = %d repeats an earlier node", i, v)
-			}
-			slot[v] = int32(i)
-			hot = append(hot, feats[int(v)*cols:(int(v)+1)*cols]...)
-		}
-		if err := s.upload(&s.slot, backend.Int32, slot); err != nil {
-			s.Close()
-			return nil, err
-		}
-		var data any = hot
-		dt := backend.Float32
 		if opt.BFloat16 {
-			enc := make([]uint16, len(hot))
-			backend.ToBF16(enc, hot)
-			data, dt = enc, backend.BFloat16
-		}
-		if err := s.upload(&s.hot, dt, data); err != nil {
-			s.Close()
-			return nil, err
+			host := bf16s(s.host)
+			chunks(rows, func(lo, hi int) { backend.ToBF16(host[lo*cols:hi*cols], feats[lo*cols:hi*cols]) })
+		} else {
+			host := s.host.Float32s()
+			chunks(rows, func(lo, hi int) { copy(host[lo*cols:hi*cols], feats[lo*cols:hi*cols]) })
 		}
 	}
+	if s.hotRows == 0 {
+		return s, nil
+	}
+	slot := make([]int32, rows)
+	for i := range slot {
+		slot[i] = -1
+	}
+	for i, v := range order[:s.hotRows] {
+		if v < 0 || int(v) >= rows {
+			s.Close()
+			return nil, &backend.IndexError{Op: "feature.New", Name: "Hot", Pos: i, Value: int64(v), Limit: rows}
+		}
+		if slot[v] >= 0 {
+			s.Close()
+			return nil, fmt.Errorf("feature: Hot[%d] = %d repeats an earlier node", i, v)
+		}
+		slot[v] = int32(i)
+	}
+	all := s.hotRows == rows
+	if all {
+		// Every row is hot: keep the table's own order.
+		for v := range slot {
+			slot[v] = int32(v)
+		}
+	}
+	if err := s.upload(&s.slot, backend.Int32, slot); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.uploadHot(feats, order[:s.hotRows], all, opt.OnUpload); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// uploadHot copies the hot rows (order's, or with all the table in its
+// own order) into a new device buffer, as bfloat16 in a bfloat16 store,
+// in chunks of at most uploadChunk bytes. A chunk that is not the table
+// as it is (reordered, or encoded as bfloat16) is built in one staging
+// slice reused for the next chunk (Upload has read its source when it
+// returns), so no second whole copy of the hot rows is made in host
+// memory: at papers100M's size that copy would be 57 GB (28 GB bf16).
+func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, onUpload func(int64)) error {
+	cols := s.cols
+	dt := backend.Float32
+	if s.vbytes == 2 {
+		dt = backend.BFloat16
+	}
+	b, err := s.dev.Alloc(dt, len(order)*cols)
+	if err != nil {
+		return fmt.Errorf("feature: device cache: %w", err)
+	}
+	s.hot = b
+	step := int(max(int64(uploadChunk)/(int64(cols)*s.vbytes), 1)) // rows a chunk
+	var f32 []float32
+	var b16 []uint16
+	for lo := 0; lo < len(order); lo += step {
+		hi := min(lo+step, len(order))
+		n := (hi - lo) * cols
+		// row is the table row of cache row lo+i.
+		row := func(i int) []float32 {
+			v := lo + i
+			if !all {
+				v = int(order[v])
+			}
+			return feats[v*cols : (v+1)*cols]
+		}
+		var src any
+		switch {
+		case s.vbytes == 2:
+			if b16 == nil {
+				b16 = make([]uint16, min(step, len(order))*cols)
+			}
+			dst := b16[:n]
+			chunks(hi-lo, func(a, z int) {
+				for i := a; i < z; i++ {
+					backend.ToBF16(dst[i*cols:(i+1)*cols], row(i))
+				}
+			})
+			src = dst
+		case all:
+			src = feats[lo*cols : hi*cols]
+		default:
+			if f32 == nil {
+				f32 = make([]float32, min(step, len(order))*cols)
+			}
+			dst := f32[:n]
+			chunks(hi-lo, func(a, z int) {
+				for i := a; i < z; i++ {
+					copy(dst[i*cols:(i+1)*cols], row(i))
+				}
+			})
+			src = dst
+		}
+		v, err := backend.View(b, lo*cols, n)
+		if err != nil {
+			return fmt.Errorf("feature: device cache: %w", err)
+		}
+		if err := s.dev.Upload(v, src); err != nil {
+			return err
+		}
+		if onUpload != nil {
+			onUpload(int64(n) * s.vbytes)
+		}
+	}
+	return nil
+}
+
+// chunks calls fn on one contiguous chunk of rows [0, n) per CPU (at
+// least 4096 rows each) and waits: rows are independent, so the result
+// does not depend on the split.
+func chunks(n int, fn func(lo, hi int)) {
+	parts := max(min(runtime.GOMAXPROCS(0), n/4096), 1)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() { fn(n*p/parts, n*(p+1)/parts) })
+	}
+	wg.Wait()
 }
 
 func (s *Store) upload(dst *backend.Buffer, dt backend.DType, data any) error {

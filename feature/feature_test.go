@@ -64,13 +64,25 @@ func testGatherSplits(t *testing.T, bf16 bool) {
 			hot[i] = graph.NodeID(v)
 		}
 		for _, budget := range []int64{0, int64(4*rows + 4*cols*1000), 1 << 40} {
-			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot, BFloat16: bf16})
+			// The hot rows go up in chunks of 64 KiB, each counted.
+			var uploaded int64
+			old := uploadChunk
+			uploadChunk = 64 << 10
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot, BFloat16: bf16, OnUpload: func(n int64) { uploaded += n }})
+			uploadChunk = old
 			if err != nil {
 				t.Fatal(err)
 			}
 			name := fmt.Sprintf("cols=%d budget=%d hot=%d", cols, budget, s.HotRows())
 			if s.BFloat16() != bf16 || s.HotRows() > 0 && s.DeviceBytes() != int64(4*rows+vb*cols*s.HotRows()) {
 				t.Fatalf("%s: BFloat16 %v, %d device bytes", name, s.BFloat16(), s.DeviceBytes())
+			}
+			if uploaded != int64(vb)*int64(s.HotRows())*int64(cols) {
+				t.Fatalf("%s: %d bytes reported uploaded, want %d", name, uploaded, vb*s.HotRows()*cols)
+			}
+			// Every row hot: no pinned copy of the table.
+			if (s.host == nil) != (s.HotRows() == rows) {
+				t.Fatalf("%s: pinned host table %v with %d of %d rows hot", name, s.host != nil, s.HotRows(), rows)
 			}
 			nodes := make([]int32, 7777)
 			for i := range nodes {
@@ -111,6 +123,73 @@ func testGatherSplits(t *testing.T, bf16 bool) {
 				d.Free(b)
 			}
 			s.Close()
+		}
+	}
+}
+
+// TestGatherBF16AllHot: a bfloat16 table whose every row is hot goes to
+// the device as it is, encoded chunk by chunk (chunks of 10 KiB here:
+// many, the last one partial, none a whole number of 4-value groups), with
+// no pinned host copy; a gather equals the CPU's widening of the CPU's
+// encoding (backend.ToBF16 then FromBF16), whatever Hot's order.
+func TestGatherBF16AllHot(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	const rows, cols = 3001, 37
+	feats := make([]float32, rows*cols)
+	for i := range feats {
+		feats[i] = float32(r.NormFloat64() * 100)
+	}
+	enc := make([]uint16, len(feats))
+	backend.ToBF16(enc, feats)
+	want := make([]float32, len(feats))
+	backend.FromBF16(want, enc)
+	hot := make([]graph.NodeID, rows)
+	for i, v := range r.Perm(rows) {
+		hot[i] = graph.NodeID(v)
+	}
+	var uploaded int64
+	var calls int
+	old := uploadChunk
+	uploadChunk = 10 << 10
+	s, err := New(d, feats, rows, cols, Options{BudgetBytes: 4*rows + 2*rows*cols, Hot: hot, BFloat16: true,
+		OnUpload: func(n int64) { uploaded += n; calls++ }})
+	uploadChunk = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.HotRows() != rows || s.host != nil || !s.BFloat16() || s.DeviceBytes() != 4*rows+2*rows*cols {
+		t.Fatalf("hot %d of %d, pinned copy %v, bf16 %v, %d device bytes", s.HotRows(), rows, s.host != nil, s.BFloat16(), s.DeviceBytes())
+	}
+	chunkRows := (10 << 10) / (2 * cols)
+	if uploaded != 2*rows*cols || calls != (rows+chunkRows-1)/chunkRows {
+		t.Fatalf("%d bytes uploaded in %d chunks, want %d in %d", uploaded, calls, 2*rows*cols, (rows+chunkRows-1)/chunkRows)
+	}
+	nodes := make([]int32, rows+500)
+	for i := range nodes {
+		nodes[i] = int32(i % rows) // every row, then some again
+	}
+	r.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	nb, _ := d.Alloc(backend.Int32, len(nodes))
+	defer d.Free(nb)
+	if err := d.Upload(nb, nodes); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := d.Alloc(backend.Float32, len(nodes)*cols)
+	defer d.Free(out)
+	if err := s.Gather(out, nb); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(nodes)*cols)
+	if err := d.Download(got, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range nodes {
+		for c := range cols {
+			if g, w := got[i*cols+c], want[int(v)*cols+c]; g != w {
+				t.Fatalf("row %d (node %d) col %d = %v, want %v (bf16 of %v)", i, v, c, g, w, feats[int(v)*cols+c])
+			}
 		}
 	}
 }
