@@ -185,6 +185,12 @@ type Options struct {
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (device 0's, as it records each epoch).
 	Keep *train.Keeper
+	// Start is when the run started, for RunInfo.FirstBatchSeconds
+	// (strata train gives its process's start); zero: when Run is
+	// called. Phases are the setup phases the caller timed before Run
+	// (opening the devices and the dataset), reported first.
+	Start  time.Time
+	Phases []SetupPhase
 }
 
 // ConfigError reports an invalid field.

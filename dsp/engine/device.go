@@ -97,10 +97,8 @@ func (d *device) hook(ctx context.Context, point string) {
 func (d *device) setup() error {
 	t0 := time.Now()
 	s, cfg, r := d.s, &d.s.cfg, d.rank
-	patch, err := s.topologyPatch(r)
-	if err != nil {
-		return d.errf("patch", err)
-	}
+	patch := s.patches[r]
+	var err error
 	csp := cfg.Sampler == SamplerCSP
 	// The topology a device samples from: its patch (csp) or the whole
 	// graph; all of it in device memory within the topology budget. Over
@@ -135,9 +133,12 @@ func (d *device) setup() error {
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
-	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec); err != nil {
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add); err != nil {
 		return d.errf("device kit", err)
 	}
+	s.clock.device("topology", r, d.kit.topology)
+	s.clock.device("feature cache", r, d.kit.features)
+	tm := time.Now()
 	if d.loader, err = cache.NewLoader(cache.LoaderConfig{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
 		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
 		return d.errf("feature loader", err)
@@ -150,6 +151,7 @@ func (d *device) setup() error {
 	if err := d.buildModel(); err != nil {
 		return err
 	}
+	s.clock.device("model", r, time.Since(tm))
 	if s.resumed != nil {
 		if err := d.loadResumed(); err != nil {
 			return d.errf("resume", err)
@@ -161,6 +163,7 @@ func (d *device) setup() error {
 		CacheBytes: 4 * int64(d.kit.store.HotRows()) * int64(s.dim), LocationTableBytes: s.plan.TableBytes()}
 	s.mu.Unlock()
 	d.setupSeconds = time.Since(t0).Seconds()
+	s.clock.device("placement", r, time.Since(t0))
 	return nil
 }
 
@@ -399,6 +402,9 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 		d.epochStart = t0
 	}
 	err := d.step(ctx, it)
+	if err == nil && d.rank == 0 {
+		d.s.firstBatch()
+	}
 	if err == nil && d.later != nil {
 		// The step copied the batch's blocks and features on the
 		// trainer's stream: free them once that has run.

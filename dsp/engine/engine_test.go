@@ -314,6 +314,7 @@ func TestSettingsDoNotChangeNumbers(t *testing.T) {
 		"pagerank hotness":  func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPageRank, 80*16*4 },
 		"reverse pagerank":  func(c *Config) { c.Hotness, c.CacheBytes = cache.ByReversePageRank, 80*16*4 },
 		"presample":         func(c *Config) { c.Hotness, c.CacheBytes = cache.ByPreSampling, 80*16*4 },
+		"all cached":        func(c *Config) { c.Hotness, c.CachePolicy = cache.ByPreSampling, cache.Auto }, // no ranking computed
 		"host topology":     func(c *Config) { c.TopologyBytes = 1 },
 		"half topology":     func(c *Config) { c.TopologyBytes = 8000 },
 		"2 samplers":        func(c *Config) { c.SamplerWorkers = 2 },
@@ -342,6 +343,10 @@ func TestSettingsDoNotChangeNumbers(t *testing.T) {
 		case "no cache":
 			if hit != 0 {
 				t.Fatalf("no cache: hit rate %v", hit)
+			}
+		case "all cached":
+			if hit != 1 || got.Run.PresampleSeconds != 0 || got.DSP.CacheLayout != "replicate/1" {
+				t.Fatalf("all cached: hit rate %v, pre-sampling %.3fs, layout %s", hit, got.Run.PresampleSeconds, got.DSP.CacheLayout)
 			}
 		case "small cache", "pagerank hotness", "presample":
 			if hit <= 0 || hit >= 1 {

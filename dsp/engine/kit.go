@@ -138,6 +138,9 @@ func (h *hostBatch) Blocks(b backend.Backend) ([]*nn.Block, error) { return nn.U
 type kit struct {
 	smps  []sampler
 	store cache.Store
+	// How long building the samplers (the topology on the device) and
+	// the store (the feature cache) took.
+	topology, features time.Duration
 }
 
 // close closes the samplers, the workers' before the first (they may
@@ -173,8 +176,9 @@ type samplerSpec struct {
 // handles (or, not collective, gpusample over the whole graph on a GPU,
 // sample.NeighborSampler on the host otherwise) and the feature
 // package's store on b (a host table on a CPU back end). hot lists the
-// rows the device caches, in cache order.
-func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec) (*kit, error) {
+// rows the device caches, in cache order; onUpload hears of the bytes of
+// rows copied to a GPU.
+func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64)) (*kit, error) {
 	workers := max(spec.workers, 1)
 	gpu := isGPU(b)
 	if gpu {
@@ -186,6 +190,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		}
 	}
 	k := &kit{}
+	t0 := time.Now()
 	for w := range workers {
 		s, err := spec.sampler(b, in, scfg, w, k.smps)
 		if err != nil {
@@ -194,16 +199,20 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		}
 		k.smps = append(k.smps, s)
 	}
+	k.topology = time.Since(t0)
+	t0 = time.Now()
 	if !gpu {
 		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}
+		k.features = time.Since(t0)
 		return k, nil
 	}
-	st, err := cudadsp.NewStore(b, x, rows, cols, hot)
+	st, err := cudadsp.NewStore(b, x, rows, cols, hot, onUpload)
 	if err != nil {
 		k.close()
 		return nil, fmt.Errorf("feature store: %w", err)
 	}
 	k.store = st
+	k.features = time.Since(t0)
 	return k, nil
 }
 

@@ -50,6 +50,35 @@ func (s *shared) hotOrder(ctx context.Context, gpus bool) (hot []graph.NodeID, s
 	return hot, seconds, err
 }
 
+// cachesEverything reports whether the cache plan of budget bytes per
+// device puts every row on every device: the budget holds the whole
+// table and each device keeps its own copy (replicate over groups of
+// one, which auto chooses then). The hotness order cannot change what
+// the devices cache then (the feature stores look rows up by node).
+// A value takes cache.ValueBytes at the run's precision (2 at bf16).
+func (s *shared) cachesEverything(budget int64) bool {
+	n, cols := s.pd.ds.NumNodes(), int64(s.dim)
+	if cols <= 0 || budget/(cache.ValueBytes(s.cfg.Train.Prec())*cols) < n {
+		return false
+	}
+	switch s.cfg.CachePolicy {
+	case cache.Auto:
+		return true
+	case cache.Replicate:
+		return s.cfg.CacheGroup <= 1
+	}
+	return s.cfg.Devices == 1
+}
+
+// nodeOrder is 0, 1, ..., n-1.
+func nodeOrder(n int64) []graph.NodeID {
+	ids := make([]graph.NodeID, n)
+	for v := range ids {
+		ids[v] = graph.NodeID(v)
+	}
+	return ids
+}
+
 // presampleFlushEvery is how many batches a GPU counts before it adds
 // its float32 histogram to the host's counts (cudadsp.Presample's
 // FlushEvery). A variable for the tests.

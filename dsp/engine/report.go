@@ -94,7 +94,14 @@ type RunInfo struct {
 	// SteadyEpochSeconds is the mean training time of the epochs after
 	// the first (the first's with one epoch).
 	SteadyEpochSeconds float64 `json:"steady_epoch_seconds"`
-	SetupSeconds       float64 `json:"setup_seconds"`
+	// SetupSeconds is device 0's own setup (its placement).
+	SetupSeconds float64 `json:"setup_seconds"`
+	// FirstBatchSeconds is the time from the run's start (Options.Start:
+	// strata train's process start; else Run's call) to the end of
+	// device 0's first training step, and SetupPhases what it went to
+	// (SetupPhase). Both 0 and empty when no batch was trained.
+	FirstBatchSeconds float64      `json:"first_batch_seconds"`
+	SetupPhases       []SetupPhase `json:"setup_phases"`
 	// PresampleSeconds is the wall time of the pre-sampling pass that
 	// ranks the nodes for the cache (hotness presample; 0 otherwise): on
 	// the GPUs with CUDA back ends, else on the host.

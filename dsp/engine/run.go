@@ -22,6 +22,7 @@ import (
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -78,6 +79,7 @@ type shared struct {
 	in     *graph.CSR
 	feats  *train.Features // dense: the devices gather and cache rows
 	x      []float32       // feats.Dense
+	sparse bool            // train.MostlyZero(x)
 	dim    int
 	plan   *cache.Plan
 	coords []*comm.Coordinator
@@ -89,6 +91,10 @@ type shared struct {
 	sdevs  [][]backend.Sibling // [rank][worker]: the sampler workers' sibling handles of the GPUs (own streams); nil when shared
 	ldevs  []backend.Sibling   // the loaders', likewise
 	queues [][]func() metrics.QueueSnapshot
+
+	clock   *setupClock
+	placing *progress.Phase // the placement phase: Add the feature bytes uploaded
+	patches []*layout.Patch // per device: its patch of the topology
 
 	dsID     train.DatasetID // the caller's dataset's fingerprint (checkpoints)
 	ckptPath string          // the checkpoint file, "" for none
@@ -141,37 +147,71 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
 		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
 	}
+	clock := newSetupClock(&opts, start)
+	defer clock.close()
+	// The setup, phase by phase (SetupPhase): each reads the data once
+	// at most, in parallel where it is large.
+	ph := clock.begin("check", 0)
 	var de *train.DataError
 	if err := train.CheckDataset(ds); errors.As(err, &de) {
 		return nil, &RunError{Op: "dataset", Err: errors.New(de.Msg)}
 	}
+	ph.End()
+	ph = clock.begin("partition", 0)
 	pd, err := partitionData(ctx, ds, &cfg, opts.Log)
 	if err != nil {
 		return nil, err
 	}
-	s := &shared{cfg: cfg, opts: opts, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
+	ph.End()
+	s := &shared{cfg: cfg, opts: opts, clock: clock, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
 		queues: make([][]func() metrics.QueueSnapshot, k)}
+	ph = clock.begin("graph", 0)
 	if s.in = pd.ds.InGraph(); s.in == nil {
 		return nil, &RunError{Op: "dataset", Err: errors.New("invalid graph")}
 	}
+	ph.End()
+	ph = clock.begin("features", 0)
 	s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
 	s.feats.Round(cfg.Train.Prec()) // bf16: the stores hold bfloat16 rows (cache.ValueBytes)
 	s.x = s.feats.Dense
+	s.sparse = train.MostlyZero(s.x)
+	ph.End()
 	// Before the devices start: the plan decides what each device
 	// caches (pre-sampling runs on the GPUs themselves: presample.go).
-	hot, presampleSec, err := s.hotOrder(ctx, nCUDA == k)
-	if err != nil {
-		return nil, &RunError{Op: "hotness", Err: err}
-	}
 	vb := cache.ValueBytes(cfg.Train.Prec())
 	budget := cfg.CacheBytes
 	if budget < 0 {
 		budget = int64(len(s.x)) * vb
 	}
+	ph = clock.begin("hotness", 0)
+	var hot []graph.NodeID
+	var presampleSec float64
+	if s.cachesEverything(budget) {
+		// Every device caches every row: no ranking changes what is
+		// cached, so none is computed (a pre-sampling pass would sample
+		// a whole epoch for nothing).
+		hot = nodeOrder(pd.ds.NumNodes())
+		if opts.Log != nil && cfg.Hotness != cache.ByInDegree {
+			fmt.Fprintf(opts.Log, "every device caches every row: hotness %s not computed\n", cfg.Hotness)
+		}
+	} else if hot, presampleSec, err = s.hotOrder(ctx, nCUDA == k); err != nil {
+		return nil, &RunError{Op: "hotness", Err: err}
+	}
+	ph.End()
+	ph = clock.begin("plan", 0)
 	if s.plan, err = cache.NewPlan(pd.book, hot, s.dim, cache.PlanConfig{BudgetBytes: budget, Policy: cfg.CachePolicy, GroupSize: cfg.CacheGroup, ValueBytes: vb}); err != nil {
 		return nil, &RunError{Op: "cache plan", Err: err}
 	}
+	ph.End()
+	// Every device's patch at once: one check of the graph, the patches
+	// built concurrently.
+	ph = clock.begin("patches", 0)
+	if s.patches, err = s.topologyPatches(); err != nil {
+		return nil, &RunError{Op: "patches", Err: err}
+	}
+	ph.End()
 	defer s.closeComms()
+	ph = clock.begin("comms", 0)
 	if nCUDA == k && !cfg.SharedStream {
 		// The samplers and the loaders run on second and third handles
 		// of each GPU: their own streams, locks and allocators, so that
@@ -205,10 +245,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := s.openComms(ctx, nCUDA == k); err != nil {
 		return nil, err
 	}
+	ph.End()
 	s.info = Info{Devices: k, Comm: s.info.Comm, CommReason: s.info.CommReason, Scheme: cfg.Scheme, Partition: pd.method, EdgeCut: pd.edgeCut,
 		Book: pd.book.Offsets(), CachePolicy: string(cfg.CachePolicy), CacheGroup: cfg.CacheGroup, Hotness: string(cfg.Hotness),
 		QueueCapacity: cfg.QueueCapacity, Rebalance: cfg.Rebalance, Coordinated: !cfg.NoCoordinator, BucketBytes: cfg.BucketBytes,
-		RowNormalized: s.feats.RowNormalized, SparseFeatures: train.MostlyZero(s.x), PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
+		RowNormalized: s.feats.RowNormalized, SparseFeatures: s.sparse, PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
 	sampler := "collective sampling over the device's patch (dsp/csp)"
 	switch {
 	case cfg.Sampler == SamplerFull && nCUDA == k:
@@ -229,9 +270,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	}
 	s.run.PresampleSeconds = presampleSec
 	if opts.CheckpointDir != "" {
+		ph = clock.begin("checkpoint", 0)
 		if err := s.openCheckpoints(ds); err != nil {
 			return nil, err
 		}
+		ph.End()
 	}
 	if s.dcs[stTrainer] != nil && s.info.Comm == comm.KindNCCL {
 		s.run.AsyncCollectives = nccl.AsyncFor(nccl.Options{Async: !cfg.SyncCollectives})
@@ -257,7 +300,17 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	var setupOnce sync.Once
 	var setupWG sync.WaitGroup
 	setupWG.Add(k)
-	go func() { setupWG.Wait(); setupOnce.Do(func() { close(setupDone) }) }()
+	// The GPUs' feature caches are what takes long to place: count their
+	// bytes (the CPU devices' read the host table in place).
+	var upload int64
+	for r, b := range opts.Backends {
+		if isGPU(b) {
+			upload += s.plan.ValueBytes() * int64(len(s.plan.Rows(r))) * int64(s.dim)
+		}
+	}
+	ph = clock.begin("placement", upload)
+	s.placing = ph
+	go func() { setupWG.Wait(); ph.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
 	for r := range k {
 		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
 		if s.sdevs != nil {
@@ -451,14 +504,14 @@ func (s *shared) closeComms() {
 	}
 }
 
-// topologyPatch builds device rank's patch of the topology (its rows in
-// global IDs, placed on the device up to the topology budget).
-func (s *shared) topologyPatch(rank int) (*layout.Patch, error) {
+// topologyPatches builds every device's patch of the topology (its rows
+// in global IDs, placed on the device up to the topology budget).
+func (s *shared) topologyPatches() ([]*layout.Patch, error) {
 	topo := s.cfg.TopologyBytes
 	if topo <= 0 {
 		topo = layout.NoLimit
 	}
-	return layout.Build(s.in, s.pd.book, rank, layout.Options{DeviceBytes: topo})
+	return layout.BuildAll(s.in, s.pd.book, layout.Options{DeviceBytes: topo})
 }
 
 // deviceComm is device rank's coordinated device communicator of stage.

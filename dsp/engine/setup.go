@@ -12,7 +12,6 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
-	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/partition/book"
@@ -101,21 +100,6 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io
 		return nil, &RunError{Op: "renumber", Err: err}
 	}
 	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut}, nil
-}
-
-// crossEdges counts the in-adjacency entries of in whose source another
-// device of b owns.
-func crossEdges(in *graph.CSR, b *book.Book) int64 {
-	var n int64
-	for r := range b.K() {
-		lo, hi := b.Range(r)
-		for _, u := range in.Indices[in.Indptr[lo]:in.Indptr[hi]] {
-			if int64(u) < lo || int64(u) >= hi {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // cacheLayout describes a plan's layout for Info.CacheLayout.
