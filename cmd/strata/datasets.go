@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
@@ -29,11 +30,25 @@ func loadBuiltin(name string) (ds *dataset.Dataset, ok bool, err error) {
 // understands (loaded in memory without writing anything). The returned
 // function releases the dataset.
 func openDataset(spec string, quiet bool) (*dataset.Dataset, func(), error) {
+	return openDatasetTimed(spec, quiet, nil)
+}
+
+// openDatasetTimed is openDataset telling onPhase (when not nil) how long
+// its steps took: dataset.Open's (OpenOptions.OnPhase) for a dataset
+// directory, the whole load as "open" otherwise.
+func openDatasetTimed(spec string, quiet bool, onPhase func(string, time.Duration)) (*dataset.Dataset, func(), error) {
 	noop := func() {}
+	t0 := time.Now()
+	whole := func() {
+		if onPhase != nil {
+			onPhase("open", time.Since(t0))
+		}
+	}
 	if ds, ok, err := loadBuiltin(spec); ok || err != nil {
 		if err != nil {
 			return nil, noop, err
 		}
+		whole()
 		return ds, noop, nil
 	}
 	if _, err := os.Stat(spec); err != nil {
@@ -43,7 +58,7 @@ func openDataset(spec string, quiet bool) (*dataset.Dataset, func(), error) {
 	if isDir, err := hasManifest(spec); err != nil {
 		return nil, noop, err
 	} else if isDir {
-		ds, err := dataset.Open(spec, dataset.OpenOptions{Quiet: quiet})
+		ds, err := dataset.Open(spec, dataset.OpenOptions{Quiet: quiet, OnPhase: onPhase})
 		if errors.Is(err, dataset.ErrHeterogeneous) {
 			return nil, noop, usageError{fmt.Errorf("--dataset %s is a typed dataset (format version %d): train it with --model rgcn or hsage", spec, dataset.FormatVersionHetero)}
 		}
@@ -60,5 +75,6 @@ func openDataset(spec string, quiet bool) (*dataset.Dataset, func(), error) {
 	if err != nil {
 		return nil, noop, err
 	}
+	whole()
 	return ds, noop, nil
 }

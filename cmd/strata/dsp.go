@@ -213,14 +213,21 @@ func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 
 // runDSP is 'strata train --devices LIST' in sampled mode.
 func (c *trainCmd) runDSP(e *env) error {
+	// The setup's phases before the engine's (engine.SetupPhase).
+	var phases []engine.SetupPhase
+	phase := func(name string, d time.Duration) {
+		phases = append(phases, engine.SetupPhase{Phase: name, Device: -1, Seconds: d.Seconds()})
+	}
 	set, err := parseDevices(c.FullGraph.Devices)
 	if err != nil {
 		return err
 	}
+	t0 := time.Now()
 	bs, err := set.open(false)
 	if err != nil {
 		return err
 	}
+	phase("devices", time.Since(t0))
 	cfg, err := c.dspConfig(len(bs))
 	if err != nil {
 		return err
@@ -239,7 +246,7 @@ func (c *trainCmd) runDSP(e *env) error {
 	if err != nil {
 		return err
 	}
-	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
+	ds, closeDS, err := openDatasetTimed(c.Dataset, e.quiet, phase)
 	if err != nil {
 		return err
 	}
@@ -260,7 +267,8 @@ func (c *trainCmd) runDSP(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep})
+	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep,
+		Start: processStart, Phases: phases})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}

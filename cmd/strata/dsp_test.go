@@ -334,3 +334,51 @@ func TestComparisonFlags(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
 }
+
+// TestTrainDevicesSetupPhases: a multi-device run on a dataset directory
+// reports its time to the first batch and every phase of its setup, from
+// opening the devices and verifying the dataset to each device's
+// placement, and logs them in one line.
+func TestTrainDevicesSetupPhases(t *testing.T) {
+	dir := t.TempDir()
+	ds := filepath.Join(dir, "tiny")
+	if code, _, errOut := strata(t, "--quiet", "gen", ds, "--preset", "tiny"); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, errOut)
+	}
+	rep := filepath.Join(dir, "report.json")
+	code, _, errOut := strata(t, "train", "--dataset", ds, "--devices", "cpu:2", "--partition", "range", "--epochs", "1",
+		"--hidden", "8", "--eval", "sampled", "--report", rep)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "first batch ") || !strings.Contains(errOut, "setup: devices ") {
+		t.Fatalf("log lacks the first batch's line:\n%s", errOut)
+	}
+	data, err := os.ReadFile(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Run struct {
+			FirstBatchSeconds float64 `json:"first_batch_seconds"`
+			SetupPhases       []struct {
+				Phase   string  `json:"phase"`
+				Device  int     `json:"device"`
+				Seconds float64 `json:"seconds"`
+			} `json:"setup_phases"`
+		} `json:"device_run"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range r.Run.SetupPhases {
+		if p.Device < 0 {
+			names = append(names, p.Phase)
+		}
+	}
+	want := []string{"devices", "open", "verify", "validate", "check", "partition", "graph", "features", "hotness", "plan", "patches", "comms", "placement", "first batch", "other"}
+	if !slices.Equal(names, want) || r.Run.FirstBatchSeconds <= 0 {
+		t.Fatalf("first batch after %.3fs, phases %v; want > 0 and %v", r.Run.FirstBatchSeconds, names, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -47,6 +48,10 @@ type env struct {
 	stdout, stderr io.Writer
 	quiet          bool
 }
+
+// processStart is when the process started (near enough: package
+// initialization), the origin of the setup times that reports give.
+var processStart = time.Now()
 
 // exitCode is panicked by kong's exit hook so run can return it.
 type exitCode int
