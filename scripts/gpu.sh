@@ -52,6 +52,10 @@
 #   dsp-papers    papers-m (11.1M nodes, 5.3 GiB of features): 1 GiB cache per GPU vs every
 #                 row through UVA on 4 GPUs, the cache on 1; time to the first epoch
 #   dsp-run       one products run: $DSP_NAME on $DSP_DEVICES with $DSP_FLAGS
+#   dsp-setup     issue 15's start-to-first-batch run: `strata train --devices cuda:0,..,K-1
+#                 --partition range --eval sampled` on the papers shape (generated once into
+#                 $DSP_SETUP_DATA, 71 GB; about as long to write), stopped at its first batch;
+#                 prints the setup's phases (the "first batch" line)
 #   ab            a speed claim: the current build against the base build (.gpu/base, see
 #                 base) in the same call: products sampled epochs on $AB_GPUS (1 2 4) GPUs,
 #                 base and new alternating, $AB_REPEAT (2) rounds, then BenchmarkProductsSAGE
@@ -75,7 +79,9 @@
 #             DSP_ONLY (a regexp: only the runs whose names match), DSP_REPEAT (3 pairs),
 #             DSP_GPUS (variants: the visible GPUs, at most 4), DSP_TOPO (128MiB),
 #             DSP_WORKERS ("2 3"), DSP_PAPERS (/tmp/papers-m), DSP_CACHE (1GiB),
-#             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run).
+#             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run); dsp-setup:
+#             DSP_SETUP_DATA (/tmp/papers), DSP_SETUP_PRESET (papers), DSP_GPUS (4), DSP_FLAGS,
+#             DSP_RUN_TIMEOUT (300 s to the first batch).
 #   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
 #             DSP_HARD_SEEDS ("1 2").
 #   single-gpu BENCH_EPOCH (SampleEpochDevice|TrainEpochGPU), BENCH_TIME (3x),
@@ -138,7 +144,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(ab test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run quick all)
+host_sets=(ab test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -189,7 +195,7 @@ needs() {
     comm) printf '%s\n' strata-commbench comm/gpushm ;;
     dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
     dsp-variants) printf '%s\n' strata dsp/engine ;;
-    dsp-speed | dsp-papers | dsp-run) printf '%s\n' strata ;;
+    dsp-speed | dsp-papers | dsp-run | dsp-setup) printf '%s\n' strata ;;
     ab) printf '%s\n' strata fullgraph ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
     all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
@@ -838,6 +844,41 @@ set_dsp_run() {
   gen_data products "$ds" || return
   # shellcheck disable=SC2086 # DSP_FLAGS is a list of flags
   DSP_ONLY='' dsp_run "${DSP_NAME:-custom}" "${DSP_DEVICES:-cuda:0,1}" "${DSP_EPOCHS:-3}" ${DSP_FLAGS:-}
+}
+
+# dsp-setup: the time from the start of `strata train` to its first batch
+# on the papers shape, and its phases; the run is interrupted once its
+# first batch is logged (the evaluation after the epoch is not timed here).
+set_dsp_setup() {
+  local ds=${DSP_SETUP_DATA:-/tmp/papers} k=${DSP_GPUS:-4} devs=cuda:0 i t0 pid out=$setlogs/setup
+  if [ "$k" -gt "$ngpus" ]; then
+    echo "   skipped: needs $k GPUs ($ngpus visible)"
+    return 0
+  fi
+  for ((i = 1; i < k; i++)); do devs+=,$i; done
+  gen_data "${DSP_SETUP_PRESET:-papers}" "$ds" || return
+  t0=$(now)
+  : >"$out.log" # no earlier call's line
+  # shellcheck disable=SC2086 # DSP_FLAGS is a list of flags
+  "$bin/strata" train --dataset "$ds" --devices "$devs" --partition range --eval sampled --epochs 1 ${DSP_FLAGS:-} \
+    >"$out.out" 2>"$out.log" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if grep -q '^first batch ' "$out.log"; then
+      kill -INT "$pid"
+      break
+    fi
+    if awk -v s="$(since "$t0")" -v m="${DSP_RUN_TIMEOUT:-300}" 'BEGIN { exit !(s > m) }'; then
+      kill -QUIT "$pid"
+      check 1 "no first batch within ${DSP_RUN_TIMEOUT:-300}s"
+      break
+    fi
+    sleep 0.5
+  done
+  wait "$pid"
+  echo "   $devs on $ds ($(build_id)):"
+  grep -E '^(memory|training|first batch|failure|strata:)' "$out.log" | cut -c1-600 | indent
+  grep -q '^first batch ' "$out.log" || check 1 "first batch"
 }
 
 # ab: the current build against .gpu/base, alternating on the same GPUs.
