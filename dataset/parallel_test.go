@@ -42,7 +42,12 @@ func withProcs(p int, f func()) {
 // several goroutines; its answer names the same node for any number of
 // CPUs and rounds, and the counts are a plain count's.
 func TestDegreeSymmetryBlocked(t *testing.T) {
-	g := symmetricGraph(140_000, 8, 1) // 1.1M edges, 3 blocks of nodes: past parallelMin
+	// 1.1M edges (past parallelMin); 3 blocks of nodes once the direct
+	// count's limit is lowered.
+	g := symmetricGraph(140_000, 8, 1)
+	oldDirect := degreeDirectMax
+	degreeDirectMax = 100_000
+	defer func() { degreeDirectMax = oldDirect }()
 	if err := checkDegreeSymmetry("indices", g); err != nil {
 		t.Fatalf("symmetric graph: %v", err)
 	}
@@ -85,6 +90,21 @@ func TestDegreeSymmetryBlocked(t *testing.T) {
 				t.Errorf("GOMAXPROCS %d: %v, want %s", procs, err, wantErr)
 			}
 		})
+	}
+	// Counted directly, node counts per goroutine (under degreeDirectMax
+	// nodes): the same counts for any number of CPUs.
+	direct := symmetricGraph(50_000, 24, 4) // 1.2M edges
+	want = make([]int64, direct.NumRows)
+	for _, v := range direct.Indices {
+		want[v]++
+	}
+	for _, procs := range []int{1, 3} {
+		got := inDegrees[int32](direct.Indices, direct.NumRows, procs)
+		for v := range want {
+			if int64(got[v]) != want[v] {
+				t.Fatalf("%d CPUs, direct count: node %d counted %d times, want %d", procs, v, got[v], want[v])
+			}
+		}
 	}
 	// A graph smaller than a block.
 	small := symmetricGraph(100, 4, 3)

@@ -278,12 +278,38 @@ const (
 // 512 MiB of scratch at most. A variable for the tests.
 var degreeRound = 1 << 28
 
+// degreeDirectMax is the most nodes whose counts inDegrees keeps whole
+// per goroutine (8 MiB of int32 each: in cache, where bucketing first
+// costs more than it saves). A variable for the tests.
+var degreeDirectMax int64 = 1 << 21
+
 // inDegrees counts how often each of the n nodes appears in ids (all in
-// [0, n); T must hold len(ids)). Chunks of each round of edges are
-// bucketed by block on up to procs goroutines, then the blocks are
-// counted concurrently, each by one goroutine: integer counts, the same
-// for any procs.
+// [0, n); T must hold len(ids)). Up to degreeDirectMax nodes, chunks of
+// the edges are counted into arrays of their own, then summed. Beyond,
+// chunks of each round of edges are bucketed by block on up to procs
+// goroutines, then the blocks are counted concurrently, each by one
+// goroutine. Integer counts either way: the same for any procs.
 func inDegrees[T int32 | int64](ids []graph.NodeID, n int64, procs int) []T {
+	if n <= degreeDirectMax {
+		// As many arrays as stay in a shared cache of 32 MiB together.
+		parts := max(min(procs, len(ids)/parallelMin, int((32<<20)/(4*max(n, 1)))), 1)
+		counts := make([][]T, parts)
+		forParts(parts, func(p int) {
+			c := make([]T, n)
+			for _, v := range ids[len(ids)*p/parts : len(ids)*(p+1)/parts] {
+				c[v]++
+			}
+			counts[p] = c
+		})
+		forChunks(int(n), parallelMin/16, func(lo, hi int) {
+			for _, c := range counts[1:] {
+				for v := lo; v < hi; v++ {
+					counts[0][v] += c[v]
+				}
+			}
+		})
+		return counts[0]
+	}
 	counts := make([]T, n)
 	blocks := int((n + degreeBlock - 1) >> degreeBlockBits)
 	scratch := make([]uint16, min(len(ids), degreeRound))
