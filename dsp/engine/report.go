@@ -98,8 +98,9 @@ type RunInfo struct {
 	SetupSeconds float64 `json:"setup_seconds"`
 	// FirstBatchSeconds is the time from the run's start (Options.Start:
 	// strata train's process start; else Run's call) to the end of
-	// device 0's first training step, and SetupPhases what it went to
-	// (SetupPhase). Both 0 and empty when no batch was trained.
+	// device 0's first training step (on a GPU, whose steps run
+	// asynchronously, the end of its launch), and SetupPhases what it
+	// went to (SetupPhase). Both 0 and empty when no batch was trained.
 	FirstBatchSeconds float64      `json:"first_batch_seconds"`
 	SetupPhases       []SetupPhase `json:"setup_phases"`
 	// PresampleSeconds is the wall time of the pre-sampling pass that
