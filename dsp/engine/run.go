@@ -301,16 +301,15 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	var setupWG sync.WaitGroup
 	setupWG.Add(k)
 	// The GPUs' feature caches are what takes long to place: count their
-	// bytes (the CPU devices' read the host table in place).
+	// bytes (CPU devices read the host table in place).
 	var upload int64
 	for r, b := range opts.Backends {
 		if isGPU(b) {
 			upload += s.plan.ValueBytes() * int64(len(s.plan.Rows(r))) * int64(s.dim)
 		}
 	}
-	ph = clock.begin("placement", upload)
-	s.placing = ph
-	go func() { setupWG.Wait(); ph.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
+	s.placing = clock.begin("placement", upload)
+	go func() { setupWG.Wait(); s.placing.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
 	for r := range k {
 		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
 		if s.sdevs != nil {
