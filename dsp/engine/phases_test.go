@@ -69,3 +69,26 @@ func TestSetupPhases(t *testing.T) {
 		t.Fatalf("no Start: first batch after %.3fs, phases %+v", r.FirstBatchSeconds, r.SetupPhases)
 	}
 }
+
+// TestCachesEverythingPrecision: whether every row fits the budget counts
+// the stores' value size (cache.ValueBytes): a budget of 2 bytes a value
+// holds the whole table at bf16 (no hotness is computed then) but not at
+// fp32, where it takes 4.
+func TestCachesEverythingPrecision(t *testing.T) {
+	for _, tc := range []struct {
+		prec string
+		vb   int64
+	}{{"fp32", 4}, {"bf16", 2}} {
+		cfg := small(1, 1)
+		cfg.Train.Precision = tc.prec
+		s := setupShared(t, cfg, nil)
+		whole := s.pd.ds.NumNodes() * int64(s.dim)
+		if !s.cachesEverything(tc.vb*whole) || s.cachesEverything(tc.vb*whole-1) {
+			t.Errorf("%s: %d bytes a value: budgets %d / %d cache everything: %v / %v, want true / false",
+				tc.prec, tc.vb, tc.vb*whole, tc.vb*whole-1, s.cachesEverything(tc.vb*whole), s.cachesEverything(tc.vb*whole-1))
+		}
+		if tc.prec == "fp32" && s.cachesEverything(2*whole) {
+			t.Errorf("fp32: half the table's bytes cache everything")
+		}
+	}
+}
