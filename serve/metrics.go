@@ -17,6 +17,8 @@ type Metrics struct {
 	queue       prometheus.Gauge
 	streams     prometheus.Gauge
 	featureRows prometheus.Counter
+	ringBytes   prometheus.Counter
+	ringInline  prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them, with the Go and
@@ -39,8 +41,12 @@ func NewMetrics() *Metrics {
 			Help: "Sample streams open now."}),
 		featureRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_serve_feature_rows_total",
 			Help: "Rows returned by Features."}),
+		ringBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_serve_ring_bytes_total",
+			Help: "Bytes of batches written into shared-memory rings (SampleShm)."}),
+		ringInline: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_serve_ring_inline_total",
+			Help: "SampleShm batches sent inline: over the ring's slot size, or no ring could be made."}),
 	}
-	m.Registry.MustRegister(m.batches, m.bytes, m.errors, m.latency, m.queue, m.streams, m.featureRows,
+	m.Registry.MustRegister(m.batches, m.bytes, m.errors, m.latency, m.queue, m.streams, m.featureRows, m.ringBytes, m.ringInline,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -53,6 +59,6 @@ func (m *Metrics) failed(method string, code codes.Code) {
 // the same Metrics keeps the first one's.
 func (m *Metrics) watch(s *Server) {
 	m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "strata_serve_blocked_streams",
-		Help: "Streams whose queue is full while gRPC holds back their next batch: sampling waits for the client to read."},
+		Help: "Streams whose queue is full while gRPC holds back their next batch, or waiting for their client to release a ring slot: sampling waits for the client."},
 		func() float64 { return float64(s.blocked()) }))
 }

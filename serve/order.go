@@ -17,6 +17,9 @@ type Epoch struct {
 	DropLast  bool
 	Rank      int
 	World     int // data-parallel ranks sharing the seeds
+	// Part of Parts: set for the seeds one part of a partition owns
+	// (partition routing), so that the parts' batches get distinct keys.
+	Part, Parts int
 }
 
 // NumBatches is the number of batches each rank gets from n seeds:
@@ -88,7 +91,11 @@ func Plan(n int, e Epoch) ([]int32, error) {
 }
 
 // Key is the sampling key of batch i of e's rank: distinct for every
-// (rank, batch) of an epoch.
+// (rank, batch) of an epoch, and with Parts > 0 for every part too.
 func (e Epoch) Key(i int) sample.Key {
-	return sample.Key{Seed: e.Seed, Epoch: e.Epoch, Batch: i*e.World + e.Rank}
+	b := i*e.World + e.Rank
+	if e.Parts > 0 {
+		b = b*e.Parts + e.Part
+	}
+	return sample.Key{Seed: e.Seed, Epoch: e.Epoch, Batch: b}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/serve/servepb"
+	"github.com/strata-gnn/strata/serve/shmring"
 )
 
 // ProtocolVersion is the protocol version of servepb this server speaks.
@@ -59,6 +61,12 @@ const (
 	// stream and of a connection (it disables gRPC's window growth, so a
 	// stream's bytes in flight stay bounded).
 	DefaultWindowBytes = 8 << 20
+	// DefaultRingBytes bounds a SampleShm stream's ring.
+	DefaultRingBytes = 2 << 30
+	// DefaultReleaseTimeout is how long a SampleShm stream waits for its
+	// client to release a slot: long, since a trainer may evaluate between
+	// two batches; a dead client ends the stream at once anyway.
+	DefaultReleaseTimeout = time.Hour
 )
 
 // Options configure a Server. Dataset is required; zero values of the
@@ -93,6 +101,23 @@ type Options struct {
 	TLS *tls.Config
 	// Metrics receives the server's series (nil: NewMetrics()).
 	Metrics *Metrics
+
+	// RingDir, when set, enables SampleShm: each stream's shared-memory
+	// ring is a file there (a directory on a memory file system, private
+	// to the client: strata_pyg passes the child server its own).
+	RingDir string
+	// RingBytes bounds one ring (default DefaultRingBytes; a stream may
+	// ask for less), and each ring takes at most half the free space of
+	// RingDir's file system.
+	RingBytes int64
+	// ReleaseTimeout is how long a SampleShm stream waits for its client
+	// to release a slot, unless the request says (default
+	// DefaultReleaseTimeout).
+	ReleaseTimeout time.Duration
+
+	// Partition, when set, is the part of a partition this server owns
+	// (Info reports it; SampleRequest.owned streams sample only its seeds).
+	Partition *Partition
 }
 
 // Server is a sampling and feature server. Create it with New, run it
@@ -144,12 +169,13 @@ func (s *Server) Stats() Stats {
 }
 
 // blocked counts the streams whose sender waits in gRPC's Send while
-// every slot of their queue is taken: sampling waits for the client.
+// every slot of their queue is taken, or that wait for their client to
+// release a ring slot: sampling waits for the client.
 func (s *Server) blocked() int64 {
 	var n int64
 	s.active.Range(func(k, _ any) bool {
 		st := k.(*stream)
-		if st.inSend.Load() && len(st.slots) == cap(st.slots) {
+		if (st.inSend.Load() && len(st.slots) == cap(st.slots)) || (st.shm != nil && st.shm.waiting.Load() > 0) {
 			n++
 		}
 		return true
@@ -211,6 +237,28 @@ func New(opt Options) (*Server, error) {
 	if opt.Device == "" {
 		opt.Device = "cpu"
 	}
+	if opt.RingBytes < 0 || opt.ReleaseTimeout < 0 {
+		return nil, fmt.Errorf("serve: RingBytes %d and ReleaseTimeout %v: want >= 0", opt.RingBytes, opt.ReleaseTimeout)
+	}
+	if opt.RingBytes == 0 {
+		opt.RingBytes = DefaultRingBytes
+	}
+	if opt.ReleaseTimeout == 0 {
+		opt.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if opt.RingDir != "" {
+		if !shmring.Supported {
+			return nil, fmt.Errorf("serve: RingDir %s: %w", opt.RingDir, errors.ErrUnsupported)
+		}
+		if fi, err := os.Stat(opt.RingDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("serve: ring directory %s: not a directory (%v)", opt.RingDir, err)
+		}
+	}
+	if p := opt.Partition; p != nil {
+		if err := p.check(ds); err != nil {
+			return nil, err
+		}
+	}
 	if opt.Metrics == nil {
 		opt.Metrics = NewMetrics()
 	}
@@ -218,6 +266,7 @@ func New(opt Options) (*Server, error) {
 	s.relabelers.New = func() any { return NewRelabeler(s.n) }
 	s.metrics.watch(s)
 	sopts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()), // sends the hand-encoded batches (wireMsg)
 		grpc.MaxRecvMsgSize(opt.MaxRecvBytes),
 		grpc.MaxSendMsgSize(opt.MaxSendBytes),
 		grpc.InitialWindowSize(opt.WindowBytes),
@@ -400,7 +449,7 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(featDim(ds)), NumClasses: int64(numClasses(ds)),
 		NumTrain: int64(len(ds.Train)), NumVal: int64(len(ds.Val)), NumTest: int64(len(ds.Test)),
 		Directed: ds.Directed, MaxSendBytes: int64(s.opt.MaxSendBytes), MaxRecvBytes: int64(s.opt.MaxRecvBytes),
-		Device: s.opt.Device,
+		Device: s.opt.Device, Shm: s.opt.RingDir != "", Partition: s.opt.Partition.info(ds),
 	}, nil
 }
 
@@ -522,12 +571,13 @@ func (s *Server) seedsOf(req *servepb.SampleRequest) ([]graph.NodeID, error) {
 	return ids, nil
 }
 
-// stream is one Sample request being served.
+// stream is one Sample or SampleShm request being served.
 type stream struct {
 	s        *Server
 	req      *servepb.SampleRequest
 	set      *samplerSet
 	seeds    []graph.NodeID
+	posOf    []int32 // owned streams: the position of seeds[k] in the request's full seed set
 	order    []int32 // positions in seeds, this rank's epoch
 	epoch    Epoch
 	jobs     []int // batch indices this part serves
@@ -538,6 +588,7 @@ type stream struct {
 	prefetch int
 	slots    chan struct{} // one per batch sampled ahead of gRPC
 	inSend   atomic.Bool   // the sender is in gRPC's Send
+	shm      *shmStream    // SampleShm: the ring
 }
 
 // check validates a SampleRequest and prepares its stream.
@@ -565,6 +616,14 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	if parts > MaxWorld || int(req.Part) >= parts {
 		return nil, reqErr(ErrInvalid, "part", -1, "part %d of num_parts %d: want part < num_parts <= %d", req.Part, parts, MaxWorld)
 	}
+	if req.Owned {
+		if s.opt.Partition == nil {
+			return nil, reqErr(ErrUnavailable, "owned", -1, "this server owns no part of a partition (strata serve --part): route round-robin")
+		}
+		if parts > 1 {
+			return nil, reqErr(ErrInvalid, "part", -1, "owned streams split the seeds by partition: leave part and num_parts unset")
+		}
+	}
 	if req.Epoch > math.MaxInt32 {
 		return nil, reqErr(ErrInvalid, "epoch", -1, "%d: at most 2^31-1", req.Epoch)
 	}
@@ -591,14 +650,19 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	var posOf []int32
 	e := Epoch{BatchSize: int(req.BatchSize), Shuffle: req.Shuffle, Seed: req.Seed, Epoch: int(req.Epoch),
 		DropLast: req.DropLast, Rank: int(req.Rank), World: world}
+	if req.Owned {
+		seeds, posOf = s.opt.Partition.owned(seeds)
+		e.Part, e.Parts = s.opt.Partition.Part, s.opt.Partition.Book.K()
+	}
 	order, err := Plan(len(seeds), e)
 	if err != nil {
 		return nil, err
 	}
 	nb := NumBatches(len(seeds), e.BatchSize, world, e.DropLast)
-	st := &stream{s: s, req: req, seeds: seeds, order: order, epoch: e, nb: nb, withX: req.WithFeatures, withY: req.WithLabels,
+	st := &stream{s: s, req: req, seeds: seeds, posOf: posOf, order: order, epoch: e, nb: nb, withX: req.WithFeatures, withY: req.WithLabels,
 		workers: workers, prefetch: max(prefetch, workers)}
 	for i := int(req.Part); i < nb; i += parts {
 		st.jobs = append(st.jobs, i)
@@ -619,27 +683,39 @@ func (s *Server) Sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleSer
 	return err
 }
 
-func (s *Server) sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleServer) error {
+// openStream counts a new stream against MaxStreams; done uncounts it.
+func (s *Server) openStream() (done func(), err error) {
 	if n := s.streams.Add(1); n > int64(s.opt.MaxStreams) {
 		s.streams.Add(-1)
-		return status.Errorf(codes.ResourceExhausted, "serve: %d Sample streams are open, the most this server allows (--max-streams)", s.opt.MaxStreams)
+		return nil, status.Errorf(codes.ResourceExhausted, "serve: %d Sample streams are open, the most this server allows (--max-streams)", s.opt.MaxStreams)
 	}
 	s.metrics.streams.Inc()
-	defer func() {
+	return func() {
 		s.streams.Add(-1)
 		s.metrics.streams.Dec()
-	}()
+	}, nil
+}
+
+func (s *Server) sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleServer) error {
+	done, err := s.openStream()
+	if err != nil {
+		return err
+	}
+	defer done()
 	st, err := s.prepare(req)
 	if err != nil {
 		return err
 	}
-	return st.run(ss.Context(), ss.Send)
+	// The messages are encoded by hand (wireMsg): send them through the
+	// stream's generic SendMsg, which the server's codec understands.
+	return st.run(ss.Context(), ss.SendMsg)
 }
 
 type result struct {
-	msg  *servepb.Batch
+	msg  *wireMsg
 	size int
 	err  error
+	wait time.Duration // spent waiting for the client (a ring slot)
 }
 
 // run samples the stream's batches with st.workers goroutines and sends
@@ -647,13 +723,14 @@ type result struct {
 // the sender frees it once gRPC has taken the batch, so at most
 // st.prefetch batches are sampled ahead of the client; slots are taken
 // in batch order, so the batch the sender waits for always has one.
-func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) error {
+// (SampleShm streams are further bounded by their ring: shm.go.)
+func (st *stream) run(ctx context.Context, send func(any) error) error {
 	s := st.s
 	if len(st.jobs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	P := st.prefetch
 	ring := make([]chan result, P)
 	for i := range ring {
@@ -663,6 +740,9 @@ func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) erro
 	st.slots = slots
 	s.active.Store(st, struct{}{})
 	defer s.active.Delete(st)
+	if st.shm != nil {
+		st.shm.start(ctx, cancel)
+	}
 	var mu sync.Mutex
 	next := 0
 	var wg sync.WaitGroup
@@ -687,16 +767,8 @@ func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) erro
 					return
 				}
 				t0 := time.Now()
-				msg, err := st.batch(r, st.jobs[j])
-				res := result{msg: msg, err: err}
-				if err == nil {
-					res.size = proto.Size(msg)
-					if res.size > s.opt.MaxSendBytes {
-						res.err = reqErr(ErrTooLarge, "batch_size", -1, "batch %d is a %d-byte message, over this server's limit of %d (--max-message-mb): use a smaller batch_size or fanouts, or gather the features on the client (strata_pyg does when it has them)",
-							st.jobs[j], res.size, s.opt.MaxSendBytes)
-					}
-				}
-				s.metrics.latency.Observe(time.Since(t0).Seconds())
+				res := st.produce(ctx, r, j)
+				s.metrics.latency.Observe((time.Since(t0) - res.wait).Seconds())
 				s.stats.produced.Add(1)
 				s.stats.queued.Add(1)
 				s.metrics.queue.Inc()
@@ -705,12 +777,13 @@ func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) erro
 		}()
 	}
 	defer func() {
-		cancel()
+		cancel(nil)
 		wg.Wait()
 		// Batches sampled but never sent leave the queue.
 		for _, ch := range ring {
 			select {
-			case <-ch:
+			case res := <-ch:
+				res.msg.free()
 				s.stats.queued.Add(-1)
 				s.metrics.queue.Dec()
 			default:
@@ -721,24 +794,24 @@ func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) erro
 		var res result
 		select {
 		case res = <-ring[j%P]:
-		default:
-			// Not ready: wait, and count the stream as blocked on sampling
-			// only when its queue is empty; otherwise it is the client.
-			select {
-			case res = <-ring[j%P]:
-			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
-			}
+		case <-ctx.Done():
+			return streamEnd(ctx)
 		}
 		s.stats.queued.Add(-1)
 		s.metrics.queue.Dec()
 		if res.err != nil {
 			return res.err
 		}
+		if st.shm != nil {
+			// Before Send: the client may release the batch as soon as it
+			// has it.
+			st.shm.sent.Add(1)
+		}
 		st.inSend.Store(true)
 		err := send(res.msg)
 		st.inSend.Store(false)
 		if err != nil {
+			res.msg.free()
 			return err
 		}
 		<-slots
@@ -746,18 +819,46 @@ func (st *stream) run(ctx context.Context, send func(*servepb.Batch) error) erro
 		s.metrics.batches.Inc()
 		s.metrics.bytes.WithLabelValues("Sample").Add(float64(res.size))
 	}
+	if st.shm != nil {
+		return st.shm.finish(ctx, len(st.jobs))
+	}
 	return nil
 }
 
-// batch samples batch i of the stream's epoch and builds its message.
-func (st *stream) batch(r *Relabeler, i int) (*servepb.Batch, error) {
+// streamEnd is the error of a stream whose context ended: the cause
+// given to cancel (a SampleShm protocol or release error), else the
+// context's.
+func streamEnd(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil && c != ctx.Err() {
+		return c
+	}
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// produce samples the stream's j-th batch and encodes it for its
+// transport.
+func (st *stream) produce(ctx context.Context, r *Relabeler, j int) result {
+	i := st.jobs[j]
+	b, pos, err := st.sample(r, i)
+	if err != nil {
+		return result{err: err}
+	}
+	if st.shm != nil {
+		return st.shm.produce(ctx, st, j, b, pos)
+	}
+	msg, size, err := st.encodeWire(b, i, pos, nil, "", st.s.opt.MaxSendBytes)
+	return result{msg: msg, size: size, err: err}
+}
+
+// sample draws batch i of the stream's epoch; pos are its seeds'
+// positions in st.seeds.
+func (st *stream) sample(r *Relabeler, i int) (*PyGBatch, []int32, error) {
 	bs := st.epoch.BatchSize
 	lo, hi := i*bs, min((i+1)*bs, len(st.order))
 	pos := st.order[lo:hi]
 	seeds := make([]graph.NodeID, len(pos))
-	inputID := make([]int64, len(pos))
 	for k, p := range pos {
-		seeds[k], inputID[k] = st.seeds[p], int64(p)
+		seeds[k] = st.seeds[p]
 	}
 	key := st.epoch.Key(i)
 	d := i % len(st.set.s)
@@ -774,34 +875,12 @@ func (st *stream) batch(r *Relabeler, i int) (*servepb.Batch, error) {
 	if err != nil {
 		var se *sample.Error
 		if errors.As(err, &se) && (errors.Is(err, sample.ErrNode) || errors.Is(err, sample.ErrDuplicate) || errors.Is(err, sample.ErrConfig)) {
-			return nil, reqErr(ErrInvalid, "seeds", -1, "batch %d: %v", i, err)
+			return nil, nil, reqErr(ErrInvalid, "seeds", -1, "batch %d: %v", i, err)
 		}
 		if errors.Is(err, sample.ErrTooLarge) {
-			return nil, reqErr(ErrTooLarge, "batch_size", -1, "batch %d: %v", i, err)
+			return nil, nil, reqErr(ErrTooLarge, "batch_size", -1, "batch %d: %v", i, err)
 		}
-		return nil, fmt.Errorf("serve: batch %d: %w", i, err)
+		return nil, nil, fmt.Errorf("serve: batch %d: %w", i, err)
 	}
-	return st.message(b, i, inputID), nil
-}
-
-// message encodes b as batch i of the stream.
-func (st *stream) message(b *PyGBatch, i int, inputID []int64) *servepb.Batch {
-	ne := len(b.Src)
-	ei := make([]int32, 2*ne)
-	copy(ei, b.Src)
-	copy(ei[ne:], b.Dst)
-	m := &servepb.Batch{
-		Index: uint32(i), NumBatches: uint32(st.nb),
-		NId:             Int32Tensor(b.NodeIDs, int64(len(b.NodeIDs))),
-		EdgeIndex:       Int32Tensor(ei, 2, int64(ne)),
-		NumSampledNodes: b.NumSampledNodes, NumSampledEdges: b.NumSampledEdges,
-		BatchSize: uint32(b.BatchSize), InputId: Int64Tensor(inputID),
-	}
-	if st.withX {
-		m.X = gatherRows(st.s.ds.Features, st.s.ds.FeatDim, b.NodeIDs)
-	}
-	if st.withY {
-		m.Y = gatherLabels(st.s.ds.Labels, b.NodeIDs)
-	}
-	return m
+	return b, pos, nil
 }

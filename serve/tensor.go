@@ -116,29 +116,16 @@ func Int64Tensor(v []int64) *servepb.Tensor {
 }
 
 // gatherRows returns the [len(ids), dim] float32 tensor of rows ids of
-// the row-major matrix x, written straight into the message's bytes.
+// the row-major matrix x.
 func gatherRows(x []float32, dim int, ids []graph.NodeID) *servepb.Tensor {
 	b := make([]byte, 4*dim*len(ids))
-	if littleEndian && len(b) > 0 {
-		out := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), dim*len(ids))
-		for i, v := range ids {
-			copy(out[i*dim:(i+1)*dim], x[int(v)*dim:(int(v)+1)*dim])
-		}
-	} else {
-		for i, v := range ids {
-			for j, f := range x[int(v)*dim : (int(v)+1)*dim] {
-				binary.LittleEndian.PutUint32(b[4*(i*dim+j):], math.Float32bits(f))
-			}
-		}
-	}
+	gatherRowsInto(b, x, dim, ids)
 	return &servepb.Tensor{Dtype: servepb.DType_DTYPE_FLOAT32, Shape: []int64{int64(len(ids)), int64(dim)}, Data: b}
 }
 
 // gatherLabels returns the int32 [len(ids)] tensor of labels[ids].
 func gatherLabels(labels []int32, ids []graph.NodeID) *servepb.Tensor {
-	v := make([]int32, len(ids))
-	for i, id := range ids {
-		v[i] = labels[id]
-	}
-	return Int32Tensor(v, int64(len(v)))
+	b := make([]byte, 4*len(ids))
+	gatherLabelsInto(b, labels, ids, false)
+	return &servepb.Tensor{Dtype: servepb.DType_DTYPE_INT32, Shape: []int64{int64(len(ids))}, Data: b}
 }

@@ -256,6 +256,7 @@ func TestFlagValues(t *testing.T) {
 		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
 		"infer-budget": "bytes", "layer": "int",
 		"neg-ratio": "int", "hits-k": "int",
+		"ring-mb": "int", "release-timeout": "dur", "part": "int",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -442,6 +443,9 @@ func TestFlagValues(t *testing.T) {
 			{flag: "max-streams", legal: intRange(1, 1<<20), extra: []string{"1048576", "1048577"}},
 			{flag: "max-samplers", legal: intRange(1, 1024), extra: []string{"1024", "1025"}},
 			{flag: "drain-timeout", legal: durRange(0, 24*time.Hour, false), extra: []string{"24h", "24h1s"}},
+			{flag: "ring-mb", legal: intRange(1, 1<<20), extra: []string{"1048576", "1048577"}},
+			{flag: "release-timeout", legal: durRange(time.Second, 24*time.Hour, false), extra: []string{"999ms", "24h", "24h1s"}},
+			{flag: "part", legal: intRange(-1, 1<<16-1), extra: []string{"-2", "65535", "65536"}},
 			{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63, "cpu:abc", "cuda:" + p63}},
 		}},
 		{name: "bench comm gpushm", args: func(t *testing.T, d string) []string {

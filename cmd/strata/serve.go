@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -20,6 +22,7 @@ import (
 	"github.com/strata-gnn/strata/dataset/importer"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/partition"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/sample/gpusample"
 	"github.com/strata-gnn/strata/serve"
@@ -58,6 +61,11 @@ type serveCmd struct {
 	MaxSamplers  int           `name:"max-samplers" help:"Distinct fanout lists kept ready (each GPU sampler holds its own copy of the graph)." default:"8"`
 	Drain        time.Duration `name:"drain-timeout" help:"On SIGTERM or SIGINT, how long running streams may take to finish before they are cut." default:"30s"`
 	ExitParent   bool          `name:"exit-with-parent" help:"Drain and exit when the parent process exits or standard input closes (how strata_pyg starts its child server)."`
+
+	RingDir        string        `name:"ring-dir" type:"path" help:"Offer SampleShm, worker mode's shared-memory ring: each stream's ring is a file in DIR (on a memory file system such as /dev/shm; strata_pyg passes its child its private directory)." placeholder:"DIR"`
+	RingMB         int           `name:"ring-mb" help:"Most MiB one stream's ring takes (and at most half the free space of --ring-dir)." default:"2048"`
+	ReleaseTimeout time.Duration `name:"release-timeout" help:"How long a SampleShm stream waits for its client to release a ring slot, unless the client says." default:"1h"`
+	Part           int           `name:"part" help:"Own part P of a partition: --dataset is then the output directory of 'strata partition' (partition.bin and dataset/), and clients route each seed to the server of its part (-1: none)." default:"-1" placeholder:"P"`
 }
 
 func (c *serveCmd) Validate() error {
@@ -72,6 +80,9 @@ func (c *serveCmd) Validate() error {
 		intIn("max-samplers", c.MaxSamplers, 1, 1024),
 		intIn("num-nodes", c.NumNodes, 0, dataset.MaxNodes),
 		durationIn("drain-timeout", c.Drain, 0, 24*time.Hour),
+		intIn("ring-mb", c.RingMB, 1, 1<<20),
+		durationIn("release-timeout", c.ReleaseTimeout, time.Second, 24*time.Hour),
+		intIn("part", c.Part, -1, partition.MaxParts-1),
 	)
 	if err != nil {
 		return err
@@ -114,8 +125,35 @@ func (c *serveCmd) security() (auth.Security, error) {
 	return sec, nil
 }
 
-// openServeDataset is openDataset with --num-nodes for imports.
-func (c *serveCmd) openServeDataset(quiet bool) (*dataset.Dataset, func(), error) {
+// openServeDataset is openDataset with --num-nodes for imports, and with
+// --part the renumbered dataset of a partition with the part it owns.
+func (c *serveCmd) openServeDataset(quiet bool) (*dataset.Dataset, *serve.Partition, func(), error) {
+	if c.Part >= 0 {
+		if c.NumNodes != 0 {
+			return nil, nil, func() {}, usageError{fmt.Errorf("--num-nodes applies to imported datasets, not to a partition's (--part=%d)", c.Part)}
+		}
+		saved, ds, err := partition.Load(c.Dataset, dataset.OpenOptions{Quiet: quiet})
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil, func() {}, usageError{fmt.Errorf("--dataset %s is not an output directory of 'strata partition', which --part=%d needs: %w", c.Dataset, c.Part, err)}
+			}
+			return nil, nil, func() {}, err
+		}
+		if c.Part >= saved.Book.K() {
+			ds.Close()
+			return nil, nil, func() {}, usageError{fmt.Errorf("--part=%d: the partition in %s has %d parts (0..%d)", c.Part, c.Dataset, saved.Book.K(), saved.Book.K()-1)}
+		}
+		fp := saved.Meta.OutputFingerprint
+		if fp == "" {
+			fp = ds.Fingerprint()
+		}
+		return ds, &serve.Partition{Book: saved.Book, Part: c.Part, Fingerprint: fp}, func() { ds.Close() }, nil
+	}
+	ds, closeDS, err := c.openImported(quiet)
+	return ds, nil, closeDS, err
+}
+
+func (c *serveCmd) openImported(quiet bool) (*dataset.Dataset, func(), error) {
 	if c.NumNodes == 0 {
 		return openDataset(c.Dataset, quiet)
 	}
@@ -198,7 +236,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	ds, closeDS, err := c.openServeDataset(e.quiet)
+	ds, part, closeDS, err := c.openServeDataset(e.quiet)
 	if err != nil {
 		return err
 	}
@@ -209,7 +247,8 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	opt := serve.Options{Dataset: ds, In: in, Device: device, MaxSendBytes: c.MaxMessageMB << 20, MaxRecvBytes: c.MaxRequestMB << 20,
 		Workers: c.Workers, MaxWorkers: c.MaxWorkers, Prefetch: c.Prefetch, MaxPrefetch: c.MaxPrefetch,
-		MaxStreams: c.MaxStreams, MaxSamplers: c.MaxSamplers, Secret: sec.Secret, TLS: sec.TLS, Metrics: serve.NewMetrics()}
+		MaxStreams: c.MaxStreams, MaxSamplers: c.MaxSamplers, Secret: sec.Secret, TLS: sec.TLS, Metrics: serve.NewMetrics(),
+		RingDir: c.RingDir, RingBytes: int64(c.RingMB) << 20, ReleaseTimeout: c.ReleaseTimeout, Partition: part}
 	if mk != nil {
 		opt.NewSamplers = mk(in)
 	}
@@ -247,8 +286,13 @@ func (c *serveCmd) Run(e *env) error {
 			return fmt.Errorf("--ready-file: %w", err)
 		}
 	}
-	fmt.Fprintf(e.stderr, "strata serve: %s (%d nodes, %d edges, %d features, %d classes) sampled on %s, serving on %s\n",
-		ds.Name, ds.NumNodes(), in.NumEdges(), ds.FeatDim, ds.NumClasses, device, addr)
+	owns := ""
+	if part != nil {
+		lo, hi := part.Book.Range(part.Part)
+		owns = fmt.Sprintf(", owning part %d of %d (nodes %d..%d)", part.Part, part.Book.K(), lo, hi-1)
+	}
+	fmt.Fprintf(e.stderr, "strata serve: %s (%d nodes, %d edges, %d features, %d classes) sampled on %s%s, serving on %s\n",
+		ds.Name, ds.NumNodes(), in.NumEdges(), ds.FeatDim, ds.NumClasses, device, owns, addr)
 
 	// Stop on a signal (a second one cuts the drain short) or, with
 	// --exit-with-parent, when the parent goes.

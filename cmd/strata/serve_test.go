@@ -186,3 +186,50 @@ func TestServeNPYNumNodes(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// --part serves a part of a `strata partition` output, --ring-dir offers
+// the shared-memory ring: Info says both.
+func TestServePartAndRing(t *testing.T) {
+	dir := t.TempDir()
+	data, parts := filepath.Join(dir, "tiny"), filepath.Join(dir, "parts")
+	for _, args := range [][]string{{"--quiet", "gen", data, "--preset", "tiny"}, {"--quiet", "partition", data, parts, "-k", "2"}} {
+		if code, _, stderr := strata(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"serve", "--dataset", parts, "--part", "2"}, "--part=2: the partition"},
+		{[]string{"serve", "--dataset", data, "--part", "0"}, "not an output directory of 'strata partition'"},
+		{[]string{"serve", "--dataset", parts, "--part", "0", "--num-nodes", "5"}, "--num-nodes"},
+	} {
+		code, _, stderr := strata(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.says) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, %q; want 2 and one line naming %q", c.args, code, stderr, c.says)
+		}
+	}
+	ring := t.TempDir()
+	cmd, addr, out := startServe(t, nil, "--dataset", parts, "--part", "1", "--device", "cpu", "--ring-dir", ring)
+	c, err := serve.Dial(addr, serve.ClientOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Partition
+	if !info.Shm || p == nil || p.Part != 1 || p.NumParts != 2 || len(p.Offsets) != 3 || p.Offsets[2] != 2000 || p.Fingerprint == "" {
+		t.Fatalf("info %+v", info)
+	}
+	if !strings.Contains(out.String(), "owning part 1 of 2") {
+		t.Fatalf("output:\n%s", out)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := waitExit(t, cmd, out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

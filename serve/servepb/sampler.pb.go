@@ -309,8 +309,14 @@ type InfoReply struct {
 	MaxSendBytes    int64                  `protobuf:"varint,12,opt,name=max_send_bytes,json=maxSendBytes,proto3" json:"max_send_bytes,omitempty"` // the largest message the server sends
 	MaxRecvBytes    int64                  `protobuf:"varint,13,opt,name=max_recv_bytes,json=maxRecvBytes,proto3" json:"max_recv_bytes,omitempty"` // the largest request it accepts
 	Device          string                 `protobuf:"bytes,14,opt,name=device,proto3" json:"device,omitempty"`                                    // where it samples ("cpu", "cuda:0", ...)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// shm: SampleShm is available (the server was given a ring directory:
+	// it is on the client's host).
+	Shm bool `protobuf:"varint,15,opt,name=shm,proto3" json:"shm,omitempty"`
+	// partition: set when the server owns one part of a partition
+	// (`strata serve --partition DIR --part P`).
+	Partition     *PartitionInfo `protobuf:"bytes,16,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoReply) Reset() {
@@ -441,6 +447,116 @@ func (x *InfoReply) GetDevice() string {
 	return ""
 }
 
+func (x *InfoReply) GetShm() bool {
+	if x != nil {
+		return x.Shm
+	}
+	return false
+}
+
+func (x *InfoReply) GetPartition() *PartitionInfo {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+// PartitionInfo describes the part of a partition (the output of
+// `strata partition`) that a server owns: the node IDs
+// [offsets[part], offsets[part+1]) of the renumbered dataset it serves.
+// Clients route seeds by it (SampleRequest.owned).
+type PartitionInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Part          uint32                 `protobuf:"varint,1,opt,name=part,proto3" json:"part,omitempty"`
+	NumParts      uint32                 `protobuf:"varint,2,opt,name=num_parts,json=numParts,proto3" json:"num_parts,omitempty"`
+	Offsets       []int64                `protobuf:"varint,3,rep,packed,name=offsets,proto3" json:"offsets,omitempty"`            // num_parts + 1, offsets[0] = 0, non-decreasing
+	Fingerprint   string                 `protobuf:"bytes,4,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`            // the renumbered dataset's: the servers of one partition agree
+	NumTrain      int64                  `protobuf:"varint,5,opt,name=num_train,json=numTrain,proto3" json:"num_train,omitempty"` // nodes of each split in this part
+	NumVal        int64                  `protobuf:"varint,6,opt,name=num_val,json=numVal,proto3" json:"num_val,omitempty"`
+	NumTest       int64                  `protobuf:"varint,7,opt,name=num_test,json=numTest,proto3" json:"num_test,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionInfo) Reset() {
+	*x = PartitionInfo{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionInfo) ProtoMessage() {}
+
+func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
+func (*PartitionInfo) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PartitionInfo) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetNumParts() uint32 {
+	if x != nil {
+		return x.NumParts
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetOffsets() []int64 {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+func (x *PartitionInfo) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *PartitionInfo) GetNumTrain() int64 {
+	if x != nil {
+		return x.NumTrain
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetNumVal() int64 {
+	if x != nil {
+		return x.NumVal
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetNumTest() int64 {
+	if x != nil {
+		return x.NumTest
+	}
+	return 0
+}
+
 // SampleRequest asks for one epoch of node-wise neighbor-sampled batches
 // over a seed set, for one rank of a data-parallel job and one part of the
 // servers that serve it.
@@ -474,13 +590,20 @@ type SampleRequest struct {
 	WithLabels      bool                   `protobuf:"varint,16,opt,name=with_labels,json=withLabels,proto3" json:"with_labels,omitempty"`       // send y = labels[n_id]
 	Workers         uint32                 `protobuf:"varint,17,opt,name=workers,proto3" json:"workers,omitempty"`                               // batches sampled at once (0: the server's default)
 	Prefetch        uint32                 `protobuf:"varint,18,opt,name=prefetch,proto3" json:"prefetch,omitempty"`                             // batches queued ahead of the client (0: the server's default)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// owned: partition routing. The seed set (seeds or split) is cut down to
+	// the nodes this server's part owns, in their order; input_id keeps
+	// their positions in the full set, and batch i is drawn with the key
+	// batch (i * world_size + rank) * num_parts + part, so the batches of
+	// the parts differ. Needs a server with a partition (Info.partition);
+	// part and num_parts must then be unset.
+	Owned         bool `protobuf:"varint,19,opt,name=owned,proto3" json:"owned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SampleRequest) Reset() {
 	*x = SampleRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	mi := &file_strata_v1_sampler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +615,7 @@ func (x *SampleRequest) String() string {
 func (*SampleRequest) ProtoMessage() {}
 
 func (x *SampleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	mi := &file_strata_v1_sampler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +628,7 @@ func (x *SampleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRequest.ProtoReflect.Descriptor instead.
 func (*SampleRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{3}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SampleRequest) GetProtocolVersion() uint32 {
@@ -634,6 +757,13 @@ func (x *SampleRequest) GetPrefetch() uint32 {
 	return 0
 }
 
+func (x *SampleRequest) GetOwned() bool {
+	if x != nil {
+		return x.Owned
+	}
+	return false
+}
+
 // Batch is one sampled mini-batch in PyG's NeighborLoader layout: n_id
 // lists the nodes, the seeds first, then each hop's new nodes in first-seen
 // order; edge_index [2, E] holds local indices into n_id, row 0 the source
@@ -653,13 +783,19 @@ type Batch struct {
 	InputId         *Tensor                `protobuf:"bytes,8,opt,name=input_id,json=inputId,proto3" json:"input_id,omitempty"` // int64 [batch_size]
 	X               *Tensor                `protobuf:"bytes,9,opt,name=x,proto3" json:"x,omitempty"`                            // float32 [N, F] when asked for
 	Y               *Tensor                `protobuf:"bytes,10,opt,name=y,proto3" json:"y,omitempty"`                           // int32 [N] when asked for; -1 = unlabeled
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// shm: in SampleShm streams, where the batch's tensors lie in the
+	// shared-memory ring (then n_id, edge_index, input_id, x and y are not
+	// in the message). Unset: the tensors are in the message (a batch over
+	// the ring's slot size, or no ring could be made: see note).
+	Shm           *ShmSlot `protobuf:"bytes,11,opt,name=shm,proto3" json:"shm,omitempty"`
+	Note          string   `protobuf:"bytes,12,opt,name=note,proto3" json:"note,omitempty"` // why a SampleShm batch came inline, once per stream
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	mi := &file_strata_v1_sampler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +807,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	mi := &file_strata_v1_sampler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +820,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{4}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Batch) GetIndex() uint32 {
@@ -757,6 +893,248 @@ func (x *Batch) GetY() *Tensor {
 	return nil
 }
 
+func (x *Batch) GetShm() *ShmSlot {
+	if x != nil {
+		return x.Shm
+	}
+	return nil
+}
+
+func (x *Batch) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// SampleShm is the worker mode's transport on one host: the server writes
+// each batch's tensors into a ring of fixed-size slots in a shared-memory
+// file and sends only small Batch messages (with shm set); the client
+// maps the file and releases slots over the same stream.
+//
+// Ring file (little-endian): a 4096-byte header ("STRATARG", uint32
+// version 1, uint32 num_slots, uint64 slot_bytes, uint64 nonce, uint32
+// CRC-32 (IEEE) of the 32 bytes before it), then num_slots slots of
+// slot_bytes (a multiple of 4096). Slot header ("STRATASL", uint32
+// version 1, uint32 tensor count <= 8, uint64 sequence, uint64 bytes
+// used, 4 reserved bytes, uint32 CRC-32 of bytes [0, 36) and of the
+// table), then a table of 72-byte entries (16-byte NUL-padded name,
+// uint32 dtype, uint32 rank <= 4, 4 x int64 shape, uint64 offset from the
+// slot's start (a multiple of 64, at least 1024), uint64 bytes). In the
+// ring n_id, edge_index, input_id and y are int64 and x float32 (what
+// PyG uses), so the client wraps them without converting.
+//
+// Batch sequence s (the s-th batch of the stream) uses slot s % num_slots;
+// the server writes it only once the client has released batch
+// s - num_slots, and waits at most the release timeout for that.
+type ShmControl struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *SampleRequest         `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"` // the first message only
+	Ring    *ShmRequest            `protobuf:"bytes,2,opt,name=ring,proto3" json:"ring,omitempty"`       // the first message only
+	// released: later messages say that the batches of sequence
+	// [0, released) are released (cumulative, never decreasing, at most
+	// the batches sent).
+	Released      uint64 `protobuf:"varint,3,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShmControl) Reset() {
+	*x = ShmControl{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShmControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShmControl) ProtoMessage() {}
+
+func (x *ShmControl) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShmControl.ProtoReflect.Descriptor instead.
+func (*ShmControl) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ShmControl) GetRequest() *SampleRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ShmControl) GetRing() *ShmRequest {
+	if x != nil {
+		return x.Ring
+	}
+	return nil
+}
+
+func (x *ShmControl) GetReleased() uint64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+type ShmRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	RingBytes        uint64                 `protobuf:"varint,1,opt,name=ring_bytes,json=ringBytes,proto3" json:"ring_bytes,omitempty"`                        // the ring's size budget (0: the server's; at most the server's)
+	Slots            uint32                 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`                                                 // slots wanted (0: prefetch + 3)
+	ReleaseTimeoutMs uint32                 `protobuf:"varint,3,opt,name=release_timeout_ms,json=releaseTimeoutMs,proto3" json:"release_timeout_ms,omitempty"` // how long the server waits for a slot (0: the server's default)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ShmRequest) Reset() {
+	*x = ShmRequest{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShmRequest) ProtoMessage() {}
+
+func (x *ShmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShmRequest.ProtoReflect.Descriptor instead.
+func (*ShmRequest) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ShmRequest) GetRingBytes() uint64 {
+	if x != nil {
+		return x.RingBytes
+	}
+	return 0
+}
+
+func (x *ShmRequest) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *ShmRequest) GetReleaseTimeoutMs() uint32 {
+	if x != nil {
+		return x.ReleaseTimeoutMs
+	}
+	return 0
+}
+
+// ShmSlot says where a batch lies in the stream's ring.
+type ShmSlot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`    // the ring file, the same for the whole stream
+	Nonce         uint64                 `protobuf:"varint,2,opt,name=nonce,proto3" json:"nonce,omitempty"` // also in the ring's header
+	NumSlots      uint32                 `protobuf:"varint,3,opt,name=num_slots,json=numSlots,proto3" json:"num_slots,omitempty"`
+	SlotBytes     uint64                 `protobuf:"varint,4,opt,name=slot_bytes,json=slotBytes,proto3" json:"slot_bytes,omitempty"`
+	Slot          uint32                 `protobuf:"varint,5,opt,name=slot,proto3" json:"slot,omitempty"`
+	Sequence      uint64                 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"` // also in the slot's header
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShmSlot) Reset() {
+	*x = ShmSlot{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShmSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShmSlot) ProtoMessage() {}
+
+func (x *ShmSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShmSlot.ProtoReflect.Descriptor instead.
+func (*ShmSlot) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ShmSlot) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ShmSlot) GetNonce() uint64 {
+	if x != nil {
+		return x.Nonce
+	}
+	return 0
+}
+
+func (x *ShmSlot) GetNumSlots() uint32 {
+	if x != nil {
+		return x.NumSlots
+	}
+	return 0
+}
+
+func (x *ShmSlot) GetSlotBytes() uint64 {
+	if x != nil {
+		return x.SlotBytes
+	}
+	return 0
+}
+
+func (x *ShmSlot) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *ShmSlot) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // FeaturesRequest looks up rows of the served node features and labels:
 // a generic feature store for clients that sample elsewhere.
 type FeaturesRequest struct {
@@ -771,7 +1149,7 @@ type FeaturesRequest struct {
 
 func (x *FeaturesRequest) Reset() {
 	*x = FeaturesRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[5]
+	mi := &file_strata_v1_sampler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1161,7 @@ func (x *FeaturesRequest) String() string {
 func (*FeaturesRequest) ProtoMessage() {}
 
 func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[5]
+	mi := &file_strata_v1_sampler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1174,7 @@ func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesRequest.ProtoReflect.Descriptor instead.
 func (*FeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{5}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FeaturesRequest) GetProtocolVersion() uint32 {
@@ -837,7 +1215,7 @@ type FeaturesReply struct {
 
 func (x *FeaturesReply) Reset() {
 	*x = FeaturesReply{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1227,7 @@ func (x *FeaturesReply) String() string {
 func (*FeaturesReply) ProtoMessage() {}
 
 func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1240,7 @@ func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesReply.ProtoReflect.Descriptor instead.
 func (*FeaturesReply) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{6}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FeaturesReply) GetX() *Tensor {
@@ -889,7 +1267,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"8\n" +
 	"\vInfoRequest\x12)\n" +
-	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\xbe\x03\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\x88\x04\n" +
 	"\tInfoReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\x18\n" +
@@ -906,7 +1284,17 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\bdirected\x18\v \x01(\bR\bdirected\x12$\n" +
 	"\x0emax_send_bytes\x18\f \x01(\x03R\fmaxSendBytes\x12$\n" +
 	"\x0emax_recv_bytes\x18\r \x01(\x03R\fmaxRecvBytes\x12\x16\n" +
-	"\x06device\x18\x0e \x01(\tR\x06device\"\x9f\x04\n" +
+	"\x06device\x18\x0e \x01(\tR\x06device\x12\x10\n" +
+	"\x03shm\x18\x0f \x01(\bR\x03shm\x126\n" +
+	"\tpartition\x18\x10 \x01(\v2\x18.strata.v1.PartitionInfoR\tpartition\"\xcd\x01\n" +
+	"\rPartitionInfo\x12\x12\n" +
+	"\x04part\x18\x01 \x01(\rR\x04part\x12\x1b\n" +
+	"\tnum_parts\x18\x02 \x01(\rR\bnumParts\x12\x18\n" +
+	"\aoffsets\x18\x03 \x03(\x03R\aoffsets\x12 \n" +
+	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12\x1b\n" +
+	"\tnum_train\x18\x05 \x01(\x03R\bnumTrain\x12\x17\n" +
+	"\anum_val\x18\x06 \x01(\x03R\x06numVal\x12\x19\n" +
+	"\bnum_test\x18\a \x01(\x03R\anumTest\"\xb5\x04\n" +
 	"\rSampleRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12'\n" +
 	"\x05seeds\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x05seeds\x12&\n" +
@@ -929,7 +1317,8 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\vwith_labels\x18\x10 \x01(\bR\n" +
 	"withLabels\x12\x18\n" +
 	"\aworkers\x18\x11 \x01(\rR\aworkers\x12\x1a\n" +
-	"\bprefetch\x18\x12 \x01(\rR\bprefetch\"\xfd\x02\n" +
+	"\bprefetch\x18\x12 \x01(\rR\bprefetch\x12\x14\n" +
+	"\x05owned\x18\x13 \x01(\bR\x05owned\"\xb7\x03\n" +
 	"\x05Batch\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1f\n" +
 	"\vnum_batches\x18\x02 \x01(\rR\n" +
@@ -944,7 +1333,28 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\binput_id\x18\b \x01(\v2\x11.strata.v1.TensorR\ainputId\x12\x1f\n" +
 	"\x01x\x18\t \x01(\v2\x11.strata.v1.TensorR\x01x\x12\x1f\n" +
 	"\x01y\x18\n" +
-	" \x01(\v2\x11.strata.v1.TensorR\x01y\"\x95\x01\n" +
+	" \x01(\v2\x11.strata.v1.TensorR\x01y\x12$\n" +
+	"\x03shm\x18\v \x01(\v2\x12.strata.v1.ShmSlotR\x03shm\x12\x12\n" +
+	"\x04note\x18\f \x01(\tR\x04note\"\x87\x01\n" +
+	"\n" +
+	"ShmControl\x122\n" +
+	"\arequest\x18\x01 \x01(\v2\x18.strata.v1.SampleRequestR\arequest\x12)\n" +
+	"\x04ring\x18\x02 \x01(\v2\x15.strata.v1.ShmRequestR\x04ring\x12\x1a\n" +
+	"\breleased\x18\x03 \x01(\x04R\breleased\"o\n" +
+	"\n" +
+	"ShmRequest\x12\x1d\n" +
+	"\n" +
+	"ring_bytes\x18\x01 \x01(\x04R\tringBytes\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\rR\x05slots\x12,\n" +
+	"\x12release_timeout_ms\x18\x03 \x01(\rR\x10releaseTimeoutMs\"\x9f\x01\n" +
+	"\aShmSlot\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12\x1b\n" +
+	"\tnum_slots\x18\x03 \x01(\rR\bnumSlots\x12\x1d\n" +
+	"\n" +
+	"slot_bytes\x18\x04 \x01(\x04R\tslotBytes\x12\x12\n" +
+	"\x04slot\x18\x05 \x01(\rR\x04slot\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x04R\bsequence\"\x95\x01\n" +
 	"\x0fFeaturesRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12#\n" +
 	"\x03ids\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x03ids\x12\x1a\n" +
@@ -967,11 +1377,12 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\tSPLIT_VAL\x10\x02\x12\x0e\n" +
 	"\n" +
 	"SPLIT_TEST\x10\x03\x12\r\n" +
-	"\tSPLIT_ALL\x10\x042\xb9\x01\n" +
+	"\tSPLIT_ALL\x10\x042\xf3\x01\n" +
 	"\aSampler\x124\n" +
 	"\x04Info\x12\x16.strata.v1.InfoRequest\x1a\x14.strata.v1.InfoReply\x126\n" +
 	"\x06Sample\x12\x18.strata.v1.SampleRequest\x1a\x10.strata.v1.Batch0\x01\x12@\n" +
-	"\bFeatures\x12\x1a.strata.v1.FeaturesRequest\x1a\x18.strata.v1.FeaturesReplyB4Z2github.com/strata-gnn/strata/serve/servepb;servepbb\x06proto3"
+	"\bFeatures\x12\x1a.strata.v1.FeaturesRequest\x1a\x18.strata.v1.FeaturesReply\x128\n" +
+	"\tSampleShm\x12\x15.strata.v1.ShmControl\x1a\x10.strata.v1.Batch(\x010\x01B4Z2github.com/strata-gnn/strata/serve/servepb;servepbb\x06proto3"
 
 var (
 	file_strata_v1_sampler_proto_rawDescOnce sync.Once
@@ -986,7 +1397,7 @@ func file_strata_v1_sampler_proto_rawDescGZIP() []byte {
 }
 
 var file_strata_v1_sampler_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_strata_v1_sampler_proto_goTypes = []any{
 	(ProtocolVersion)(0),    // 0: strata.v1.ProtocolVersion
 	(DType)(0),              // 1: strata.v1.DType
@@ -994,34 +1405,44 @@ var file_strata_v1_sampler_proto_goTypes = []any{
 	(*Tensor)(nil),          // 3: strata.v1.Tensor
 	(*InfoRequest)(nil),     // 4: strata.v1.InfoRequest
 	(*InfoReply)(nil),       // 5: strata.v1.InfoReply
-	(*SampleRequest)(nil),   // 6: strata.v1.SampleRequest
-	(*Batch)(nil),           // 7: strata.v1.Batch
-	(*FeaturesRequest)(nil), // 8: strata.v1.FeaturesRequest
-	(*FeaturesReply)(nil),   // 9: strata.v1.FeaturesReply
+	(*PartitionInfo)(nil),   // 6: strata.v1.PartitionInfo
+	(*SampleRequest)(nil),   // 7: strata.v1.SampleRequest
+	(*Batch)(nil),           // 8: strata.v1.Batch
+	(*ShmControl)(nil),      // 9: strata.v1.ShmControl
+	(*ShmRequest)(nil),      // 10: strata.v1.ShmRequest
+	(*ShmSlot)(nil),         // 11: strata.v1.ShmSlot
+	(*FeaturesRequest)(nil), // 12: strata.v1.FeaturesRequest
+	(*FeaturesReply)(nil),   // 13: strata.v1.FeaturesReply
 }
 var file_strata_v1_sampler_proto_depIdxs = []int32{
 	1,  // 0: strata.v1.Tensor.dtype:type_name -> strata.v1.DType
-	3,  // 1: strata.v1.SampleRequest.seeds:type_name -> strata.v1.Tensor
-	2,  // 2: strata.v1.SampleRequest.split:type_name -> strata.v1.Split
-	3,  // 3: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
-	3,  // 4: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
-	3,  // 5: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
-	3,  // 6: strata.v1.Batch.x:type_name -> strata.v1.Tensor
-	3,  // 7: strata.v1.Batch.y:type_name -> strata.v1.Tensor
-	3,  // 8: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
-	3,  // 9: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
-	3,  // 10: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
-	4,  // 11: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
-	6,  // 12: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
-	8,  // 13: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
-	5,  // 14: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
-	7,  // 15: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
-	9,  // 16: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 1: strata.v1.InfoReply.partition:type_name -> strata.v1.PartitionInfo
+	3,  // 2: strata.v1.SampleRequest.seeds:type_name -> strata.v1.Tensor
+	2,  // 3: strata.v1.SampleRequest.split:type_name -> strata.v1.Split
+	3,  // 4: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
+	3,  // 5: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
+	3,  // 6: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
+	3,  // 7: strata.v1.Batch.x:type_name -> strata.v1.Tensor
+	3,  // 8: strata.v1.Batch.y:type_name -> strata.v1.Tensor
+	11, // 9: strata.v1.Batch.shm:type_name -> strata.v1.ShmSlot
+	7,  // 10: strata.v1.ShmControl.request:type_name -> strata.v1.SampleRequest
+	10, // 11: strata.v1.ShmControl.ring:type_name -> strata.v1.ShmRequest
+	3,  // 12: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
+	3,  // 13: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
+	3,  // 14: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
+	4,  // 15: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
+	7,  // 16: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
+	12, // 17: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
+	9,  // 18: strata.v1.Sampler.SampleShm:input_type -> strata.v1.ShmControl
+	5,  // 19: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
+	8,  // 20: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
+	13, // 21: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
+	8,  // 22: strata.v1.Sampler.SampleShm:output_type -> strata.v1.Batch
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_strata_v1_sampler_proto_init() }
@@ -1035,7 +1456,7 @@ func file_strata_v1_sampler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_strata_v1_sampler_proto_rawDesc), len(file_strata_v1_sampler_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,9 +30,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Sampler_Info_FullMethodName     = "/strata.v1.Sampler/Info"
-	Sampler_Sample_FullMethodName   = "/strata.v1.Sampler/Sample"
-	Sampler_Features_FullMethodName = "/strata.v1.Sampler/Features"
+	Sampler_Info_FullMethodName      = "/strata.v1.Sampler/Info"
+	Sampler_Sample_FullMethodName    = "/strata.v1.Sampler/Sample"
+	Sampler_Features_FullMethodName  = "/strata.v1.Sampler/Features"
+	Sampler_SampleShm_FullMethodName = "/strata.v1.Sampler/SampleShm"
 )
 
 // SamplerClient is the client API for Sampler service.
@@ -45,6 +46,7 @@ type SamplerClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoReply, error)
 	Sample(ctx context.Context, in *SampleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Batch], error)
 	Features(ctx context.Context, in *FeaturesRequest, opts ...grpc.CallOption) (*FeaturesReply, error)
+	SampleShm(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShmControl, Batch], error)
 }
 
 type samplerClient struct {
@@ -94,6 +96,19 @@ func (c *samplerClient) Features(ctx context.Context, in *FeaturesRequest, opts 
 	return out, nil
 }
 
+func (c *samplerClient) SampleShm(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShmControl, Batch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Sampler_ServiceDesc.Streams[1], Sampler_SampleShm_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ShmControl, Batch]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sampler_SampleShmClient = grpc.BidiStreamingClient[ShmControl, Batch]
+
 // SamplerServer is the server API for Sampler service.
 // All implementations must embed UnimplementedSamplerServer
 // for forward compatibility.
@@ -104,6 +119,7 @@ type SamplerServer interface {
 	Info(context.Context, *InfoRequest) (*InfoReply, error)
 	Sample(*SampleRequest, grpc.ServerStreamingServer[Batch]) error
 	Features(context.Context, *FeaturesRequest) (*FeaturesReply, error)
+	SampleShm(grpc.BidiStreamingServer[ShmControl, Batch]) error
 	mustEmbedUnimplementedSamplerServer()
 }
 
@@ -122,6 +138,9 @@ func (UnimplementedSamplerServer) Sample(*SampleRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedSamplerServer) Features(context.Context, *FeaturesRequest) (*FeaturesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Features not implemented")
+}
+func (UnimplementedSamplerServer) SampleShm(grpc.BidiStreamingServer[ShmControl, Batch]) error {
+	return status.Error(codes.Unimplemented, "method SampleShm not implemented")
 }
 func (UnimplementedSamplerServer) mustEmbedUnimplementedSamplerServer() {}
 func (UnimplementedSamplerServer) testEmbeddedByValue()                 {}
@@ -191,6 +210,13 @@ func _Sampler_Features_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sampler_SampleShm_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SamplerServer).SampleShm(&grpc.GenericServerStream[ShmControl, Batch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sampler_SampleShmServer = grpc.BidiStreamingServer[ShmControl, Batch]
+
 // Sampler_ServiceDesc is the grpc.ServiceDesc for Sampler service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +238,12 @@ var Sampler_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Sample",
 			Handler:       _Sampler_Sample_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "SampleShm",
+			Handler:       _Sampler_SampleShm_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "strata/v1/sampler.proto",
