@@ -65,6 +65,9 @@ class Connection:
         self._sample = self.channel.unary_stream(
             _SERVICE + "Sample", request_serializer=pb.SampleRequest.SerializeToString,
             response_deserializer=pb.Batch.FromString)
+        self._sample_shm = self.channel.stream_stream(
+            _SERVICE + "SampleShm", request_serializer=pb.ShmControl.SerializeToString,
+            response_deserializer=pb.Batch.FromString)
         self._features = self.channel.unary_unary(
             _SERVICE + "Features", request_serializer=pb.FeaturesRequest.SerializeToString,
             response_deserializer=pb.FeaturesReply.FromString)
@@ -101,6 +104,12 @@ class Connection:
         cancel() method. Errors surface from next() as grpc.RpcError."""
         req.protocol_version = PROTOCOL_VERSION
         return self._sample(req, metadata=self.metadata)
+
+    def sample_shm(self, control):
+        """Opens a SampleShm stream whose requests are the iterator
+        ``control`` (the request first, then releases): an iterator of
+        Batch messages with a cancel() method."""
+        return self._sample_shm(iter(control), metadata=self.metadata)
 
     def close(self):
         self.channel.close()

@@ -1,5 +1,6 @@
 """Worker mode: a `strata serve` child process on a unix socket, which
-never outlives the loader that uses it.
+never outlives the loader that uses it, and writes the batches into
+shared-memory rings in its directory (in /dev/shm).
 
 The child gets a random shared secret, listens on a socket in a private
 directory (mode 0700), and runs with --exit-with-parent: it drains and
@@ -44,13 +45,21 @@ def find_strata(strata_bin=None):
     return b
 
 
+SHM_ROOT = "/dev/shm"
+
+
 def _scratch_root():
     # Memory-backed when possible: the arrays handed to the server are
-    # read once and deleted.
-    d = "/dev/shm"
+    # read once and deleted, and the shared-memory rings live there.
+    d = SHM_ROOT
     if os.path.isdir(d) and os.access(d, os.W_OK):
         return d
     return None
+
+
+def _on_shm(d):
+    root = _scratch_root()
+    return root is not None and os.path.dirname(os.path.abspath(d)) == os.path.abspath(root)
 
 
 class LocalServer:
@@ -68,6 +77,11 @@ class LocalServer:
         self._log = tempfile.TemporaryFile()
         cmd = [find_strata(strata_bin), "--quiet", "serve", "--dataset", str(dataset), "--listen", self.address,
                "--exit-with-parent", "--device", device, *args]
+        # The shared-memory rings of worker mode go into the same private
+        # directory when it is in /dev/shm (SampleShm; else gRPC only).
+        self.ring_dir = self.dir if _on_shm(self.dir) else None
+        if self.ring_dir:
+            cmd += ["--ring-dir", self.ring_dir]
         if num_nodes:
             cmd += ["--num-nodes", str(int(num_nodes))]
         env = dict(os.environ, STRATA_SERVE_SECRET=self.secret)

@@ -11,7 +11,9 @@ import warnings
 import numpy as np
 import torch
 
+from . import _rpc
 from ._pb import sampler_pb2 as pb
+from ._ring import Ring, RingError
 from ._rpc import Connection
 from ._server import LocalServer, acquire_graph_server, release_server
 from ._tensor import TensorError, decode, encode
@@ -144,6 +146,13 @@ class NeighborLoader:
     ``subgraph_type``\ s, edge attributes, heterogeneous graphs, custom
     samplers) raise ValueError.
 
+    Worker mode takes the batches through a shared-memory ring in
+    /dev/shm (``transport="shm"``, the default there; ``"grpc"`` sends
+    them over the child's socket instead): the tensors of a batch (n_id,
+    edge_index, input_id, and x, y from a dataset) are views of a ring
+    slot, valid as long as they are referenced: a batch kept past the next
+    iteration is moved out of the ring first (see docs/pytorch.md).
+
     Strata's own keyword arguments: ``seed`` (shuffle and sampling seed;
     default: drawn from torch's generator, or 0 with several ranks, which
     must agree), ``rank`` and ``world_size`` (default: torch.distributed's
@@ -154,7 +163,12 @@ class NeighborLoader:
     (default $STRATA_BIN, else ``strata`` on PATH), ``sampler_device``
     (``"cpu"``, ``"cuda:0"``, ``"auto"``: where the child server samples),
     ``request_timeout`` (seconds) and ``start_timeout`` (for the child to
-    come up).
+    come up), ``transport`` (``"auto"``, ``"shm"``, ``"grpc"``),
+    ``ring_bytes`` (the ring's size at most; default the server's 2 GiB)
+    and ``release_timeout`` (seconds the server waits for the trainer to
+    release a slot; default one hour), ``routing`` (``None``: by partition
+    when every server owns a part of one, else ``"round_robin"``;
+    ``"partition"`` sends each seed to the server that owns it).
 
     Every failure of a server (it died, timed out, refused the request,
     speaks another protocol version, or a batch was over its message
@@ -166,7 +180,8 @@ class NeighborLoader:
                  weight_attr=None, transform=None, transform_sampler_output=None, is_sorted=False,
                  filter_per_worker=None, neighbor_sampler=None, directed=True, *,
                  seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
-                 sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, **kwargs):
+                 sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, transport="auto",
+                 ring_bytes=None, release_timeout=None, routing=None, **kwargs):
         self._server = None
         self._conns = []
         self._shared = False
@@ -205,12 +220,23 @@ class NeighborLoader:
         self._epoch = 0
         self._epoch_set = False
 
+        if transport not in ("auto", "shm", "grpc"):
+            raise ValueError(f"transport={transport!r}: want 'auto', 'shm' or 'grpc'")
+        if routing not in (None, "partition", "round_robin"):
+            raise ValueError(f"routing={routing!r}: want None, 'partition' or 'round_robin'")
+        if ring_bytes is not None and int(ring_bytes) <= 0:
+            raise ValueError(f"ring_bytes={ring_bytes}: want > 0")
+        if release_timeout is not None and not 0 < float(release_timeout) <= 86400:
+            raise ValueError(f"release_timeout={release_timeout}: want seconds in (0, 86400]")
+        self.ring_bytes = int(ring_bytes or 0)
+        self.release_timeout = float(release_timeout or 0)
         self.data = None
         self._local = {}
         if secret is None:
             secret = os.environ.get("STRATA_SERVE_SECRET") or None
         try:
             self._connect(data, servers, secret, tls, strata_bin, sampler_device, request_timeout, start_timeout)
+            self._choose(transport, routing)
             self._input(input_nodes)
         except BaseException:
             self.close()
@@ -308,6 +334,7 @@ class NeighborLoader:
         infos = [self._server.info] if self._server is not None and self._conns == [self._server.conn] else \
             [c.info() for c in self._conns]
         self.info = infos[0]
+        self._infos = infos
         for c, i in zip(self._conns, infos):
             if (i.num_nodes, i.num_edges) != (self.info.num_nodes, self.info.num_edges):
                 raise StrataError(c.address, "MISMATCH", f"serves {i.num_nodes} nodes and {i.num_edges} edges, "
@@ -320,6 +347,49 @@ class NeighborLoader:
             self.num_nodes = int(self.info.num_nodes)
             self.with_features = self.info.feat_dim > 0
             self.with_labels = self.info.num_classes > 0
+
+    def _choose(self, transport, routing):
+        """Picks the transport (the ring for the loader's own child, or any
+        single server that offers it when asked) and the routing."""
+        own = self._server is not None and self._conns == [self._server.conn]
+        shm_ok = len(self._conns) == 1 and self._infos[0].shm
+        if transport == "shm" and not shm_ok:
+            raise ValueError(f"strata_pyg.NeighborLoader: transport='shm' needs one server on this host with a "
+                             f"shared-memory ring ({self._conns[0].address} has none: strata serve --ring-dir)"
+                             if len(self._conns) == 1 else
+                             "strata_pyg.NeighborLoader: transport='shm' needs exactly one server")
+        self.transport = "shm" if shm_ok and (transport == "shm" or (transport == "auto" and own)) else "grpc"
+        parts = [i.partition if i.HasField("partition") else None for i in self._infos]
+        if routing is None:
+            routing = "partition" if len(parts) > 1 and all(p is not None for p in parts) else "round_robin"
+        self.routing = routing
+        self._parts = None
+        if routing == "round_robin":
+            return
+        for c, p in zip(self._conns, parts):
+            if p is None:
+                raise StrataError(c.address, "MISMATCH", "owns no part of a partition (strata serve --part), "
+                                  "so seeds cannot be routed to it: routing='round_robin'")
+        ref, a0 = parts[0], self._conns[0].address
+        for c, p in zip(self._conns, parts):
+            if (p.num_parts, list(p.offsets), p.fingerprint) != (ref.num_parts, list(ref.offsets), ref.fingerprint):
+                raise StrataError(c.address, "MISMATCH", f"serves part {p.part} of a partition into {p.num_parts} "
+                                  f"(fingerprint {p.fingerprint or '?'}), {a0} one into {ref.num_parts} "
+                                  f"({ref.fingerprint or '?'}): not the same partition")
+        owners = {}
+        for c, p in zip(self._conns, parts):
+            if p.part in owners:
+                raise StrataError(c.address, "MISMATCH", f"serves part {p.part}, as {owners[p.part]} does")
+            owners[p.part] = c.address
+        missing = sorted(set(range(ref.num_parts)) - set(owners))
+        if missing:
+            raise StrataError(a0, "MISMATCH", f"the servers own parts {sorted(owners)} of {ref.num_parts}: no server "
+                              f"for part(s) {missing} (give one server per part, or routing='round_robin')")
+        off = np.asarray(ref.offsets, dtype=np.int64)
+        if len(off) != ref.num_parts + 1 or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] != self.num_nodes:
+            raise StrataError(a0, "BAD_REPLY", f"partition offsets {list(off)[:8]}... do not cover {self.num_nodes} nodes")
+        self._parts = parts
+        self._offsets = off
 
     def _input(self, input_nodes):
         self._split = pb.SPLIT_UNSPECIFIED
@@ -362,12 +432,42 @@ class NeighborLoader:
 
     # -- epochs ---------------------------------------------------------
 
-    def __len__(self):
-        n, bs, w = self.num_seeds, self.batch_size, self.world_size
+    def _num_batches(self, n):
+        """Batches of this rank over n seeds (serve.NumBatches)."""
+        bs, w = self.batch_size, self.world_size
         if n <= 0:
             return 0
         per = n // w if self.drop_last else -(-n // w)
         return per // bs if self.drop_last else -(-per // bs)
+
+    def _owned_counts(self):
+        """Partition routing: the seeds each server owns, in server order."""
+        if self._seeds is not None:
+            owner = np.searchsorted(self._offsets, self._seeds, side="right") - 1
+            per_part = np.bincount(owner, minlength=len(self._offsets) - 1)
+        elif self._split == pb.SPLIT_ALL:
+            per_part = np.diff(self._offsets)
+        else:
+            field = {pb.SPLIT_TRAIN: "num_train", pb.SPLIT_VAL: "num_val", pb.SPLIT_TEST: "num_test"}[self._split]
+            return [int(getattr(p, field)) for p in self._parts]
+        return [int(per_part[p.part]) for p in self._parts]
+
+    def _plan(self):
+        """Which server yields each batch of an epoch: a list of (server,
+        its batch index, its batch count). Round-robin: batch i from server
+        i % S (indices are the epoch's); by partition: each server's own
+        batches, interleaved a batch per server in turn."""
+        S = len(self._conns)
+        if self._parts is None:
+            n = self._num_batches(self.num_seeds)
+            return [(i % S, i, n) for i in range(n)]
+        counts = [self._num_batches(c) for c in self._owned_counts()]
+        return [(k, r, nb) for r in range(max(counts, default=0)) for k, nb in enumerate(counts) if r < nb]
+
+    def __len__(self):
+        if self._parts is None:
+            return self._num_batches(self.num_seeds)
+        return sum(self._num_batches(c) for c in self._owned_counts())
 
     def set_epoch(self, epoch):
         """Fixes the epoch of the next iteration (as DistributedSampler's
@@ -384,12 +484,15 @@ class NeighborLoader:
         self._epoch_set = False
         return _EpochIter(self, epoch)
 
-    def _request(self, epoch, part, parts):
+    def _request(self, epoch, k):
+        """The SampleRequest of server k for an epoch."""
+        owned = self._parts is not None
+        part, parts = (0, 1) if owned else (k, len(self._conns))
         r = pb.SampleRequest(batch_size=self.batch_size, fanouts=self.num_neighbors, replace=self.replace,
                              shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=self.drop_last,
                              rank=self.rank, world_size=self.world_size, part=part, num_parts=parts,
                              with_features=self.with_features, with_labels=self.with_labels,
-                             workers=self.workers, prefetch=self.prefetch)
+                             workers=self.workers, prefetch=self.prefetch, owned=owned)
         if self._seeds is not None:
             r.seeds.CopyFrom(encode(self._seeds, "seeds"))
         else:
@@ -398,12 +501,13 @@ class NeighborLoader:
 
     def _describe(self, conn):
         """Why a connection failed, with the child server's fate if it died."""
-        if self._server is not None and conn is self._server.conn:
+        srv = self._server  # close() may drop it meanwhile (another thread)
+        if srv is not None and conn is srv.conn:
             try:  # a killed server's socket may close before it is reaped
-                self._server.proc.wait(timeout=1.0)
+                srv.proc.wait(timeout=1.0)
             except Exception:  # noqa: BLE001 - still running: not why
                 pass
-            return self._server.exited()
+            return srv.exited()
         return None
 
     def close(self):
@@ -433,25 +537,66 @@ class NeighborLoader:
 
     def __repr__(self):
         return f"strata_pyg.NeighborLoader(num_neighbors={self.num_neighbors}, batch_size={self.batch_size}, " \
-               f"servers={[c.address for c in self._conns]})"
+               f"servers={[c.address for c in self._conns]}, transport={getattr(self, 'transport', None)!r}, " \
+               f"routing={getattr(self, 'routing', None)!r})"
 
 
 _END = object()
 
 
+class _Control:
+    """The request side of a SampleShm stream: the request, then the
+    releases. grpc reads it on its own thread; a release made while CUDA
+    may still be copying from the slots waits for that copy (an event)."""
+
+    def __init__(self, first):
+        self.q = queue.Queue()
+        self.q.put((None, first))
+
+    def __iter__(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            event, msg = item
+            if event is not None:
+                event.synchronize()
+            yield msg
+
+    def release(self, n, event=None):
+        self.q.put((event, pb.ShmControl(released=n)))
+
+    def close(self):
+        self.q.put(None)
+
+
 class _EpochIter:
-    """One epoch: a thread reads the servers' streams in batch order
-    (batch i from server i % S), decodes each batch and keeps at most
-    ``prefetch`` of them ready; gRPC's flow control holds the servers back
-    beyond that."""
+    """One epoch: a thread reads the servers' streams in the order of the
+    loader's plan (round-robin or by partition), decodes each batch (or
+    maps it in the ring) and keeps at most ``prefetch`` of them ready;
+    gRPC's flow control, or the ring's slots, hold the servers back beyond
+    that. In ring mode the consumer releases slots (see _ring.py)."""
 
     def __init__(self, loader, epoch):
-        self.loader = loader
-        self.n = len(loader)
+        L = self.loader = loader
+        self.plan = L._plan()
+        self.n = len(self.plan)
         self.i = 0
-        S = len(loader._conns)
-        self.calls = [c.sample(loader._request(epoch, k, S)) for k, c in enumerate(loader._conns)]
-        self.q = queue.Queue(maxsize=loader.prefetch)
+        self.ring = None
+        self.ctl = None
+        self.held = []  # (sequence, slot or None): batches handed out, not yet released
+        self.released = 0
+        self.noted = False
+        self.closed = False
+        if L.transport == "shm":
+            ring = pb.ShmRequest(ring_bytes=L.ring_bytes, release_timeout_ms=int(L.release_timeout * 1000))
+            req = L._request(epoch, 0)
+            req.protocol_version = _rpc.PROTOCOL_VERSION
+            self.ctl = _Control(pb.ShmControl(request=req, ring=ring))
+            self.calls = [L._conns[0].sample_shm(self.ctl)]
+        else:
+            self.calls = [c.sample(L._request(epoch, k)) for k, c in enumerate(L._conns)]
+        self.q = queue.Queue(maxsize=L.prefetch)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._read, name="strata_pyg-reader", daemon=True)
         self.thread.start()
@@ -466,19 +611,18 @@ class _EpochIter:
 
     def _read(self):
         L = self.loader
-        S = len(self.calls)
         conn = None
         try:
-            for i in range(self.n):
-                conn = L._conns[i % S]
+            for pos, (k, index, count) in enumerate(self.plan):
+                conn = L._conns[k]
                 try:
-                    m = next(self.calls[i % S])
+                    m = next(self.calls[k])
                 except StopIteration:
-                    raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {i} of {self.n} batches")
-                if m.index != i or m.num_batches != self.n:
+                    raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {pos} of {self.n} batches")
+                if m.index != index or m.num_batches != count:
                     raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
-                                      f"expected {i} of {self.n} (is it another version of strata?)")
-                self._put(self._decode(m, conn))
+                                      f"expected {index} of {count} (is it another version of strata?)")
+                self._put(self._decode(m, conn, pos))
                 if self.stop.is_set():
                     return
             self._put(_END)
@@ -493,26 +637,52 @@ class _EpochIter:
                     e = StrataError(died.server, "EXITED", f"{died.details}\n(the stream failed with {e.code}: {e.details})")
             self._put(e)
 
-    def _decode(self, m, conn):
+    def _decode(self, m, conn, seq):
+        L = self.loader
+        slot = None
         try:
-            n_id = torch.from_numpy(decode(m.n_id, "n_id").astype(np.int64))
-            ei = decode(m.edge_index, "edge_index")
-            if ei.ndim != 2 or ei.shape[0] != 2:
-                raise TensorError(f"edge_index: shape {ei.shape}")
-            edge_index = torch.from_numpy(ei.astype(np.int64))
-            input_id = torch.from_numpy(decode(m.input_id, "input_id", writable=True))
-            out = dict(edge_index=edge_index, n_id=n_id, batch_size=int(m.batch_size),
-                       num_sampled_nodes=list(m.num_sampled_nodes), num_sampled_edges=list(m.num_sampled_edges),
-                       input_id=input_id)
-            if m.HasField("x"):
-                out["x"] = torch.from_numpy(decode(m.x, "x", writable=True))
-            if m.HasField("y"):
-                out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
-        except TensorError as e:
+            if m.note and not self.noted:
+                self.noted = True
+                warnings.warn(f"strata_pyg: server {conn.address}: {m.note}", RuntimeWarning, stacklevel=2)
+            if m.HasField("shm"):
+                if m.shm.sequence != seq:
+                    raise RingError(f"batch {m.index} is sequence {m.shm.sequence} of the stream, expected {seq}")
+                if self.ring is None:
+                    srv = L._server
+                    own = srv is not None and conn is srv.conn
+                    self.ring = Ring(m.shm, pin=L.pin_memory, unlink=own)
+                t = self.ring.tensors(m.shm)
+                slot = m.shm.slot
+                need = ("n_id", "edge_index", "input_id") + (("x",) if L.with_features else ()) + \
+                    (("y",) if L.with_labels else ())
+                missing = [k for k in need if k not in t]
+                if missing:
+                    raise RingError(f"slot {slot} lacks {', '.join(missing)}")
+                ei = t["edge_index"]
+                if ei.dim() != 2 or ei.size(0) != 2 or t["n_id"].dim() != 1 or t["input_id"].dim() != 1:
+                    raise RingError(f"slot {slot}: n_id {list(t['n_id'].shape)}, edge_index {list(ei.shape)}")
+                out = dict(edge_index=ei, n_id=t["n_id"], input_id=t["input_id"])
+                for k in ("x", "y"):
+                    if k in t:
+                        out[k] = t[k]
+            else:
+                n_id = torch.from_numpy(decode(m.n_id, "n_id").astype(np.int64))
+                ei = decode(m.edge_index, "edge_index")
+                if ei.ndim != 2 or ei.shape[0] != 2:
+                    raise TensorError(f"edge_index: shape {ei.shape}")
+                out = dict(edge_index=torch.from_numpy(ei.astype(np.int64)), n_id=n_id,
+                           input_id=torch.from_numpy(decode(m.input_id, "input_id", writable=True)))
+                if m.HasField("x"):
+                    out["x"] = torch.from_numpy(decode(m.x, "x", writable=True))
+                if m.HasField("y"):
+                    out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
+                if L.pin_memory:
+                    out = {k: v.pin_memory() for k, v in out.items()}
+            out.update(batch_size=int(m.batch_size), num_sampled_nodes=list(m.num_sampled_nodes),
+                       num_sampled_edges=list(m.num_sampled_edges))
+        except (TensorError, RingError, OSError) as e:
             raise StrataError(conn.address, "BAD_REPLY", str(e)) from None
-        if self.loader.pin_memory:
-            out = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in out.items()}
-        return out
+        return out, slot
 
     def __iter__(self):
         return self
@@ -520,15 +690,42 @@ class _EpochIter:
     def __len__(self):
         return self.n
 
+    def _release(self, final=False):
+        """Releases the ring slots of the batches handed out, in order: a
+        batch nothing points into any more at once, one still referenced
+        after the next batch was handed out (or at the end) after moving
+        it out of the ring. The batch just handed out may be referenced by
+        the loop variable while the next one is fetched: it waits."""
+        if self.ctl is None:
+            return
+        n = self.released
+        while self.held:
+            seq, slot = self.held[0]
+            if slot is not None and self.ring.in_use(slot):
+                if not final and seq >= self.i - 1:
+                    break
+                self.ring.detach(slot)
+            self.held.pop(0)
+            n = seq + 1
+        if n > self.released:
+            self.released = n
+            event = None
+            if self.ring is not None and self.ring.pin:
+                event = torch.cuda.Event()
+                event.record()
+            self.ctl.release(n, event)
+
     def __next__(self):
         if self.i >= self.n:
             self.close()
             raise StopIteration
         L = self.loader
+        self._release()
         try:
             item = self.q.get(timeout=L.timeout)
         except queue.Empty:
-            conn = L._conns[self.i % len(L._conns)]
+            k = self.plan[self.i][0]
+            conn = L._conns[k]
             died = L._describe(conn)
             self.close()
             if died is not None:
@@ -541,8 +738,10 @@ class _EpochIter:
         if item is _END:
             self.close()
             raise StopIteration
+        f, slot = item
+        self.held.append((self.i, slot))
         self.i += 1
-        return self._batch(item)
+        return self._batch(f)
 
     def _batch(self, f):
         L = self.loader
@@ -567,11 +766,44 @@ class _EpochIter:
         return b
 
     def close(self):
+        """Ends the epoch: stops the reader, releases every slot (moving
+        the batches still referenced out of the ring), closes the streams
+        and the ring. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
         self.stop.set()
-        for c in self.calls:
-            c.cancel()
+        finished = self.i >= self.n
+        if not finished:
+            # Abandoned or failed: the reader may wait on a silent server.
+            for c in self.calls:
+                c.cancel()
+        if self.ctl is not None:
+            # Unblock the reader (it may wait on a full queue holding
+            # batches in slots), then drop what it left there.
+            while True:
+                try:
+                    self.q.get_nowait()
+                except queue.Empty:
+                    break
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=10)
+        if self.ctl is not None:
+            try:
+                self._release(final=True)
+            finally:
+                self.ctl.close()
+            if finished:
+                # A finished epoch: the server ends the stream once it has
+                # the last release (cancelling would count as an error).
+                try:
+                    self.calls[0].exception(timeout=5)
+                except Exception:  # noqa: BLE001 - cancelled below anyway
+                    pass
+        for c in self.calls:
+            c.cancel()
+        if self.ring is not None:
+            self.ring.close()
 
     def __del__(self):
         try:

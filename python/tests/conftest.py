@@ -53,6 +53,15 @@ def tiny(strata_bin, tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="session")
+def tiny_parts(strata_bin, tiny, tmp_path_factory):
+    """tiny partitioned in 2 (`strata partition`): partition.bin and the
+    renumbered dataset/."""
+    d = str(tmp_path_factory.mktemp("parts") / "tiny-p2")
+    subprocess.run([strata_bin, "--quiet", "partition", tiny, d, "-k", "2"], check=True, stdout=subprocess.DEVNULL)
+    return d
+
+
 def reference(pygref_bin, dataset, **kw):
     """The batches pygref computes: a list of dicts."""
     args = [pygref_bin, "--dataset", dataset]
