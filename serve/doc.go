@@ -19,6 +19,26 @@
 // and key each batch has (shuffle, data-parallel rank, servers sharing an
 // epoch), so batches never depend on threads, workers or servers.
 //
+// SampleShm is Sample for a client on the same host (strata_pyg's worker
+// mode): the batches' tensors go into a shared-memory ring (package
+// shmring; only with Options.RingDir) and the bidirectional stream
+// carries which slot holds which batch one way and the client's releases
+// the other. Batch s of the stream uses slot s mod S and is written once
+// the client has released batch s-S (waiting at most the release
+// timeout); the slots are sized from the first batch, and a batch that
+// does not fit goes inline. The stream, and so the ring, lasts until the
+// client has released every batch.
+//
+// Batches are encoded once: the tensors go from the sampler's output and
+// the dataset straight into the bytes of the outgoing message (encode.go:
+// a hand-encoded Batch in a reused buffer, which the server's codec hands
+// to gRPC as it is) or into the ring slot.
+//
+// With Options.Partition the server owns one part of a partition
+// (`strata partition`); Info says which, and SampleRequest.owned streams
+// sample only the seeds of that part, with keys of their own, so that a
+// client can route each seed to the server of its part.
+//
 // Features looks up rows of the features and labels by node ID: a
 // generic feature store for clients that sample elsewhere. Info describes
 // the dataset and the server's limits; grpc.health.v1.Health says whether
@@ -32,7 +52,8 @@
 // in a request is checked against the dataset before anything is sized
 // from it, and a stream keeps at most max(prefetch, workers) batches
 // sampled ahead of what gRPC has taken: a client that stops reading stops
-// the sampling of its stream once gRPC's window is full.
+// the sampling of its stream once gRPC's window is full (a SampleShm
+// stream: once every ring slot waits for a release).
 //
 // # Security
 //

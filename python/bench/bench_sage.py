@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) trained with
 PyG on a Strata dataset, fed by strata_pyg's NeighborLoader in worker mode
-and in server-client mode over loopback, and by PyG's own NeighborLoader
+(through the shared-memory ring, or the socket: worker-grpc) and in
+server-client mode over loopback, and by PyG's own NeighborLoader
 when pyg-lib or torch-sparse is installed. Prints the epoch times and the
 test accuracy of every mode, then a JSON summary.
 
@@ -154,7 +155,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", required=True, help="Strata dataset directory (strata gen DIR --preset products-hard)")
     ap.add_argument("--modes", default="worker,server,server-local-x,pyg",
-                    help="comma list of worker, server, server-local-x, pyg")
+                    help="comma list of worker (the shared-memory ring), worker-grpc (worker mode through the "
+                         "socket), server, server-local-x, pyg")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu", help="training device")
     ap.add_argument("--sampler-device", default="cpu", help="where worker mode's child server samples (cpu, cuda:0)")
@@ -192,9 +194,10 @@ def main():
             server, addr = start_server(args)
             print(f"server-client: strata serve on {addr} (sampling on {args.server_device})", flush=True)
         for mode in modes:
-            if mode == "worker":
+            if mode in ("worker", "worker-grpc"):
                 def make():
-                    kw = dict(common, sampler_device=args.sampler_device, strata_bin=args.strata_bin)
+                    kw = dict(common, sampler_device=args.sampler_device, strata_bin=args.strata_bin,
+                              transport="grpc" if mode == "worker-grpc" else "auto")
                     return (strata_pyg.NeighborLoader(gdata, input_nodes=train_idx, batch_size=args.batch_size,
                                                       shuffle=True, **kw),
                             strata_pyg.NeighborLoader(gdata, input_nodes=test_idx, batch_size=args.eval_batch_size, **kw))
@@ -230,7 +233,7 @@ def main():
         else:
             print(f"  {k:16s} {r['mean_epoch_s_after_first']:8.3f} s   {r['test_accuracy']:.4f}")
     w = results.get("worker", {}).get("mean_epoch_s_after_first")
-    for other in ("server", "server-local-x", "pyg"):
+    for other in ("worker-grpc", "server", "server-local-x", "pyg"):
         o = results.get(other, {}).get("mean_epoch_s_after_first")
         if w and o:
             print(f"  {other} / worker epoch time: {o / w:.2f}x")

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Loader-only epochs of strata_pyg (no model): how fast batches arrive in
+worker mode through the shared-memory ring and through the socket, with
+the features from the server (a dataset directory) or gathered from a
+PyG Data in Python. Prints one JSON line per mode.
+
+    strata gen /tmp/s200k --preset small --nodes 200000 --features 100
+    STRATA_BIN=$PWD/strata python3 python/bench/loader_speed.py --dataset /tmp/s200k
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import strata_pyg  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", required=True, help="Strata dataset directory")
+    ap.add_argument("--modes", default="shm,grpc,data-shm,data-grpc",
+                    help="shm, grpc (features from the server), data-shm, data-grpc (a PyG Data, x gathered locally)")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--fanouts", default="15,10,5")
+    ap.add_argument("--strata-bin", default=None)
+    args = ap.parse_args()
+    data = None
+    for mode in args.modes.split(","):
+        kw = dict(num_neighbors=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size, shuffle=True,
+                  seed=1, num_workers=args.num_workers, strata_bin=args.strata_bin, transport=mode.split("-")[-1])
+        if mode.startswith("data"):
+            data = data or strata_pyg.load_dataset(args.dataset)
+            L = strata_pyg.NeighborLoader(data, input_nodes=data.train_mask, **kw)
+        else:
+            L = strata_pyg.NeighborLoader(args.dataset, input_nodes="train", **kw)
+        times = []
+        for _ in range(args.epochs):
+            t = time.perf_counter()
+            n = nodes = xbytes = 0
+            for b in L:
+                n += 1
+                nodes += b.n_id.numel()
+                xbytes += b.x.numel() * b.x.element_size()
+                float(b.x[:, 0].sum())  # touch the features
+            times.append(time.perf_counter() - t)
+        x_mib = xbytes / n / 2**20
+        L.close()
+        print(json.dumps(dict(mode=mode, batches=n, nodes_per_batch=nodes // n, x_mib_per_batch=round(x_mib, 1),
+                              epoch_s=[round(t, 2) for t in times], best_ms_per_batch=round(1000 * min(times) / n, 1),
+                              load_average=round(os.getloadavg()[0], 1), torch=torch.__version__)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
