@@ -309,6 +309,12 @@ func (c *serveCmd) Run(e *env) error {
 		why = "signal " + s.String()
 	case why = <-orphan:
 		timeout = min(timeout, 5*time.Second) // nobody is left to read long streams
+		if c.RingDir != "" {
+			// The ring directory is the dead parent's private one, which it
+			// cannot remove now: once the server is down (socket and rings
+			// gone), remove it if nothing else is left there.
+			defer os.Remove(c.RingDir)
+		}
 	}
 	fmt.Fprintf(e.stderr, "strata serve: %s: draining (streams may finish within %v)\n", why, timeout)
 	cut := make(chan struct{})

@@ -197,12 +197,14 @@ def test_child_gone_when_trainer_is_killed(tiny, strata_bin):
         import sys; sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
         import strata_pyg
         L = strata_pyg.NeighborLoader({tiny!r}, num_neighbors=[2])
-        print(L._server.proc.pid, flush=True)
+        print(L._server.proc.pid, L._server.dir, flush=True)
         import time; time.sleep(600)
     """)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          env=dict(os.environ, STRATA_BIN=strata_bin))
-    pid = int(p.stdout.readline())
+    pid, d = p.stdout.readline().split()
     p.kill()
     p.wait()
-    assert gone(pid), f"strata serve {pid} outlived its killed parent"
+    assert gone(int(pid)), f"strata serve {pid} outlived its killed parent"
+    if d.startswith("/dev/shm/"):  # its ring directory: the server removes it (empty) on its way out
+        assert not os.path.exists(d)
