@@ -143,6 +143,7 @@ func WrapBytes(dt backend.DType, p []byte) (*Buffer, error) {
 	}
 	return WrapI64(unsafe.Slice((*int64)(ptr), n)), nil
 }
+
 // WrapBF16 makes a BFloat16 Buffer that shares the encodings x (no copy).
 func WrapBF16(x []uint16) *Buffer { return &Buffer{dt: backend.BFloat16, u16: x} }
 
