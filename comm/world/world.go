@@ -1,0 +1,538 @@
+package world
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-gnn/strata/comm/auth"
+	"github.com/strata-gnn/strata/comm/rendezvous"
+)
+
+// MaxRanks bounds the job's ranks (every process's devices together).
+const MaxRanks = 1 << 16
+
+// DefaultTimeout bounds the setup waits (joining, agreeing, opening
+// communicators) when Options.Timeout is zero: processes load and
+// partition the dataset between them, which takes a while on large
+// graphs.
+const DefaultTimeout = 10 * time.Minute
+
+// Process describes one process of a job.
+type Process struct {
+	Index int    `json:"process"`
+	Host  string `json:"host"` // STRATA_HOST_ID, NCCL_HOSTID or the host name
+	Addr  string `json:"addr"` // the address it advertises to peers
+	PID   int    `json:"pid"`
+	// Ranks are its devices' global ranks, First .. First+Devices-1.
+	First   int `json:"first_rank"`
+	Devices int `json:"devices"`
+
+	hostID string // what decides "same machine"
+	realID string // boot id and host name, whatever the overrides say
+}
+
+// Ranks lists p's global ranks.
+func (p Process) Ranks() []int {
+	r := make([]int, p.Devices)
+	for i := range r {
+		r[i] = p.First + i
+	}
+	return r
+}
+
+// String names the process for messages: "process 1 (host h2 at
+// 10.0.0.2, pid 77, ranks 2-3)".
+func (p Process) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "process %d (host %s", p.Index, p.Host)
+	if p.Addr != "" && p.Addr != p.Host {
+		fmt.Fprintf(&b, " at %s", p.Addr)
+	}
+	if p.PID > 0 {
+		fmt.Fprintf(&b, ", pid %d", p.PID)
+	}
+	switch p.Devices {
+	case 0:
+	case 1:
+		fmt.Fprintf(&b, ", rank %d", p.First)
+	default:
+		fmt.Fprintf(&b, ", ranks %d-%d", p.First, p.First+p.Devices-1)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Info is a job's layout for reports ('report.world').
+type Info struct {
+	// Machines counts the distinct hosts.
+	Machines  int `json:"machines"`
+	Processes int `json:"processes"`
+	Ranks     int `json:"ranks"`
+	// Comm is the host communicators' back end across processes
+	// ("inproc" in one process, "shm" or "tcp").
+	Comm       string    `json:"comm"`
+	PerProcess []Process `json:"per_process"`
+}
+
+// World is this process's view of a job.
+type World struct {
+	store rendezvous.Store // nil for a lone process
+	env   rendezvous.Env
+	sec   auth.Security
+	procs []Process
+	me    int // this process's index
+	size  int
+	wait  time.Duration
+	same  bool // every process on one host (hostID)
+	real  bool // every process on one physical host
+
+	mu     sync.Mutex
+	groups map[string]bool // names opened so far
+	closed bool
+}
+
+// Single is the world of a lone process that owns all n ranks.
+func Single(n int) *World {
+	host, _ := os.Hostname()
+	p := Process{Index: 0, Host: host, PID: os.Getpid(), Devices: n}
+	return &World{procs: []Process{p}, size: n, same: true, real: true, wait: DefaultTimeout, groups: map[string]bool{}}
+}
+
+// Options configure Join.
+type Options struct {
+	// Devices is the number of ranks this process owns (its devices).
+	Devices int
+	// Config is what every process must pass identically (the training
+	// settings as JSON); nil checks nothing.
+	Config []byte
+	// Timeout bounds every setup wait (DefaultTimeout if zero).
+	Timeout time.Duration
+	// Security for the store and TCP; nil reads the environment
+	// (auth.FromEnv). Off loopback mutual TLS is required.
+	Security *auth.Security
+	// Host is the address advertised to peers
+	// (rendezvous.AdvertiseHost when empty).
+	Host string
+	// HostID overrides the host identity (HostID() when empty).
+	HostID string
+}
+
+// HostID is this process's machine identity: STRATA_HOST_ID, else
+// NCCL_HOSTID, else the boot id and host name.
+func HostID() string {
+	for _, v := range []string{"STRATA_HOST_ID", "NCCL_HOSTID"} {
+		if s := strings.TrimSpace(os.Getenv(v)); s != "" {
+			return s
+		}
+	}
+	return realHostID()
+}
+
+func realHostID() string {
+	name, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(boot)) + "/" + name
+}
+
+// announce is what a process publishes about itself.
+type announce struct {
+	Devices int    `json:"devices"`
+	Host    string `json:"host"`
+	HostID  string `json:"host_id"`
+	RealID  string `json:"real_id"`
+	Addr    string `json:"addr"`
+	PID     int    `json:"pid"`
+}
+
+// maxField bounds every string of an announcement (host names, ids and
+// addresses are short).
+const maxField = 512
+
+// parseAnnounce decodes process p's announcement, checking every field
+// before anything is sized from it.
+func parseAnnounce(p int, b []byte) (announce, error) {
+	var a announce
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, fmt.Errorf("world: process %d published a malformed description (%d bytes): %v", p, len(b), err)
+	}
+	if dec.More() {
+		return a, fmt.Errorf("world: process %d published a description with trailing data", p)
+	}
+	switch {
+	case a.Devices < 1 || a.Devices > MaxRanks:
+		return a, fmt.Errorf("world: process %d owns %d devices, want 1..%d", p, a.Devices, MaxRanks)
+	case a.PID < 0:
+		return a, fmt.Errorf("world: process %d published pid %d", p, a.PID)
+	case len(a.Host) > maxField || len(a.HostID) > maxField || len(a.RealID) > maxField || len(a.Addr) > maxField:
+		return a, fmt.Errorf("world: process %d published a field longer than %d bytes", p, maxField)
+	case a.HostID == "":
+		return a, fmt.Errorf("world: process %d published no host id", p)
+	}
+	return a, nil
+}
+
+// Join brings this process into the job env describes: it joins the
+// rank-0 store (process env.Rank of env.WorldSize), publishes its device
+// count, host and address, learns everyone's, and checks that every
+// process passed the same configuration. Every wait is bounded by the
+// timeout and a process that never arrives is named.
+func Join(ctx context.Context, env rendezvous.Env, o Options) (*World, error) {
+	if o.Devices < 1 || o.Devices > MaxRanks {
+		return nil, fmt.Errorf("world: %d devices, want 1..%d", o.Devices, MaxRanks)
+	}
+	wait := o.Timeout
+	if wait <= 0 {
+		wait = DefaultTimeout
+	}
+	jctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var sec auth.Security
+	if o.Security != nil {
+		sec = *o.Security
+	} else {
+		var err error
+		if sec, err = auth.FromEnv(); err != nil {
+			return nil, fmt.Errorf("world: %w", err)
+		}
+	}
+	store, err := rendezvous.Join(jctx, env, rendezvous.Options{Timeout: wait, Security: sec})
+	if err != nil {
+		return nil, fmt.Errorf("world: process %d of %d joining the store at %s: %w", env.Rank, env.WorldSize, env.Addr(), processWait(err))
+	}
+	w := &World{store: store, env: env, sec: sec, me: env.Rank, wait: wait, groups: map[string]bool{}}
+	if err := w.introduce(jctx, o); err != nil {
+		w.Leave(err)
+		return nil, err
+	}
+	return w, nil
+}
+
+// processWait rewords the store's wait errors, whose ranks are process
+// indices.
+func processWait(err error) error {
+	var we *rendezvous.WaitError
+	if errors.As(err, &we) && len(we.Missing) > 0 {
+		return fmt.Errorf("processes %v did not arrive: %w", we.Missing, err)
+	}
+	return err
+}
+
+func (w *World) introduce(ctx context.Context, o Options) error {
+	host := o.HostID
+	if host == "" {
+		host = HostID()
+	}
+	name := host
+	if os.Getenv("STRATA_HOST_ID") == "" && os.Getenv("NCCL_HOSTID") == "" && o.HostID == "" {
+		name, _ = os.Hostname()
+	}
+	addr := o.Host
+	if addr == "" {
+		addr = rendezvous.AdvertiseHost("", w.env)
+	}
+	me := announce{Devices: o.Devices, Host: name, HostID: host, RealID: realHostID(), Addr: addr, PID: os.Getpid()}
+	b, err := json.Marshal(me)
+	if err != nil {
+		return err
+	}
+	if err := w.store.Set(ctx, "world/proc/"+strconv.Itoa(w.me), b); err != nil {
+		return fmt.Errorf("world: publishing this process: %w", err)
+	}
+	if o.Config != nil {
+		if err := w.store.Set(ctx, "world/config/"+strconv.Itoa(w.me), o.Config); err != nil {
+			return fmt.Errorf("world: publishing the configuration: %w", err)
+		}
+	}
+	n := w.env.WorldSize
+	w.procs = make([]Process, n)
+	first := 0
+	w.same, w.real = true, true
+	for p := range n {
+		v, err := w.get(ctx, "world/proc/"+strconv.Itoa(p))
+		if err != nil {
+			return fmt.Errorf("world: process %d never described itself: %w", p, err)
+		}
+		a, err := parseAnnounce(p, v)
+		if err != nil {
+			return err
+		}
+		if first+a.Devices > MaxRanks {
+			return fmt.Errorf("world: the processes own more than %d devices together", MaxRanks)
+		}
+		w.procs[p] = Process{Index: p, Host: a.Host, Addr: a.Addr, PID: a.PID, First: first, Devices: a.Devices, hostID: a.HostID, realID: a.RealID}
+		first += a.Devices
+		w.same = w.same && a.HostID == w.procs[0].hostID
+		w.real = w.real && a.RealID == w.procs[0].realID
+	}
+	w.size = first
+	if o.Config != nil {
+		if err := w.agree(ctx, "world/config/", o.Config); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// agree compares every process's value under prefix+index with process
+// 0's; the first that differs is a *MismatchError (the same on every
+// process).
+func (w *World) agree(ctx context.Context, prefix string, mine []byte) error {
+	var ref []byte
+	for p := range w.procs {
+		v := mine
+		if p != w.me {
+			var err error
+			if v, err = w.get(ctx, prefix+strconv.Itoa(p)); err != nil {
+				return fmt.Errorf("world: %s never published its %s: %w", w.procs[p], strings.TrimSuffix(strings.TrimPrefix(prefix, "world/"), "/"), err)
+			}
+		}
+		if p == 0 {
+			ref = v
+			continue
+		}
+		if !bytes.Equal(v, ref) {
+			path, a, b := jsonDiff(ref, v)
+			return &MismatchError{What: strings.TrimSuffix(strings.TrimPrefix(prefix, "world/"), "/"), Process: w.procs[p], Path: path, Theirs: b, Ref: a}
+		}
+	}
+	return nil
+}
+
+// Agree checks that every process passed the same value under name
+// (e.g. a summary of the dataset it loaded); every process must call it
+// with the same name. The first process whose value differs from process
+// 0's is a *MismatchError on every process.
+func (w *World) Agree(ctx context.Context, name string, value []byte) error {
+	if w.store == nil {
+		return nil
+	}
+	ctx, cancel := w.bound(ctx)
+	defer cancel()
+	prefix := "world/agree/" + name + "/"
+	if err := w.store.Set(ctx, prefix+strconv.Itoa(w.me), value); err != nil {
+		return fmt.Errorf("world: publishing %s: %w", name, err)
+	}
+	return w.agree(ctx, prefix, value)
+}
+
+// MismatchError reports a process started differently from process 0.
+type MismatchError struct {
+	What    string // "config", or the name given to Agree
+	Process Process
+	Path    string // the first setting that differs ("train.lr"), "" if unknown
+	Theirs  string // its value there
+	Ref     string // process 0's
+}
+
+func (e *MismatchError) Error() string {
+	if e.Path == "" {
+		return fmt.Sprintf("world: %s has another %s than process 0 (every process must be started with the same training flags)", e.Process, e.What)
+	}
+	return fmt.Sprintf("world: %s has another %s than process 0: %s is %s there, %s on process 0 (every process must be started with the same training flags)",
+		e.Process, e.What, e.Path, e.Theirs, e.Ref)
+}
+
+// bound gives ctx the world's setup timeout when it has no deadline.
+func (w *World) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, w.wait)
+}
+
+// abortPoll is how often a wait on the store checks whether a process
+// has given up.
+const abortPoll = 500 * time.Millisecond
+
+// get is the store's Get, also ending when some process has left with
+// an error (Leave): then it returns that process's *AbortError.
+func (w *World) get(ctx context.Context, key string) ([]byte, error) {
+	for {
+		dl, ok := ctx.Deadline()
+		slice := abortPoll
+		if ok {
+			slice = min(slice, time.Until(dl))
+		}
+		sctx, cancel := context.WithTimeout(ctx, max(slice, time.Millisecond))
+		v, err := w.store.Get(sctx, key)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		if ae := w.aborted(ctx); ae != nil {
+			return nil, ae
+		}
+		if ctx.Err() != nil || (ok && !time.Now().Before(dl)) {
+			return nil, err
+		}
+		var we *rendezvous.WaitError
+		if !errors.As(err, &we) {
+			return nil, err // the store is gone or refused: no use retrying
+		}
+	}
+}
+
+// AbortError is what the other processes' waits return once a process
+// has left with an error.
+type AbortError struct {
+	Process Process
+	Msg     string
+}
+
+func (e *AbortError) Error() string { return fmt.Sprintf("world: %s failed: %s", e.Process, e.Msg) }
+
+// MissingRanks names the ranks of the process that gave up.
+func (e *AbortError) MissingRanks() []int { return e.Process.Ranks() }
+
+// aborted returns the first process's *AbortError once one has left with
+// an error, else nil.
+func (w *World) aborted(ctx context.Context) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortPoll)
+	defer cancel()
+	n, err := w.store.Add(actx, "world/abort", 0)
+	if err != nil || n == 0 {
+		return nil
+	}
+	v, err := w.store.Get(actx, "world/abort/msg")
+	if err != nil {
+		return nil
+	}
+	var m struct {
+		Process int    `json:"process"`
+		Msg     string `json:"msg"`
+	}
+	if json.Unmarshal(v, &m) != nil || m.Process < 0 || m.Process >= len(w.procs) {
+		return &AbortError{Process: Process{Index: -1, Host: "?"}, Msg: "a process gave up (unreadable message)"}
+	}
+	return &AbortError{Process: w.procs[m.Process], Msg: m.Msg}
+}
+
+// Leave ends this process's part in the job. With err it first tells the
+// other processes (best effort, within a second), so that their setup
+// waits end at once with its message. It closes the store (process 0
+// stops serving it: call Leave once every process is past setup, i.e.
+// after training, or on failure).
+func (w *World) Leave(err error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	w.mu.Unlock()
+	if w.store == nil {
+		return
+	}
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		msg := err.Error()
+		if len(msg) > 4096 {
+			msg = msg[:4096] + "..."
+		}
+		b, _ := json.Marshal(struct {
+			Process int    `json:"process"`
+			Msg     string `json:"msg"`
+		}{w.me, msg})
+		if w.store.Set(ctx, "world/abort/msg", b) == nil {
+			w.store.Add(ctx, "world/abort", 1)
+		}
+		cancel()
+	}
+	w.store.Close()
+}
+
+// Barrier waits until every process has reached it under the same name,
+// within the setup timeout; a process that gives up or never arrives is
+// named.
+func (w *World) Barrier(ctx context.Context, name string) error {
+	if w.store == nil {
+		return nil
+	}
+	ctx, cancel := w.bound(ctx)
+	defer cancel()
+	key := "world/barrier/" + name
+	if err := w.store.Set(ctx, key+"/"+strconv.Itoa(w.me), []byte{1}); err != nil {
+		return err
+	}
+	for p := range w.procs {
+		if _, err := w.get(ctx, key+"/"+strconv.Itoa(p)); err != nil {
+			var ae *AbortError
+			if errors.As(err, &ae) {
+				return err
+			}
+			return &PeerError{Processes: []Process{w.procs[p]}, Ranks: w.procs[p].Ranks(), Err: fmt.Errorf("did not reach %q: %w", name, err)}
+		}
+	}
+	return nil
+}
+
+// Size is the job's number of ranks.
+func (w *World) Size() int { return w.size }
+
+// Local is the number of ranks of this process.
+func (w *World) Local() int { return w.procs[w.me].Devices }
+
+// First is the global rank of this process's first device.
+func (w *World) First() int { return w.procs[w.me].First }
+
+// Rank is the global rank of local device i.
+func (w *World) Rank(i int) int { return w.procs[w.me].First + i }
+
+// Ranks lists this process's global ranks.
+func (w *World) Ranks() []int { return w.procs[w.me].Ranks() }
+
+// IsLocal reports whether global rank r is one of this process's.
+func (w *World) IsLocal(r int) bool {
+	p := w.procs[w.me]
+	return r >= p.First && r < p.First+p.Devices
+}
+
+// Process is this process's index; Processes describes all of them.
+func (w *World) Process() int            { return w.me }
+func (w *World) Processes() []Process    { return slices.Clone(w.procs) }
+func (w *World) Self() Process           { return w.procs[w.me] }
+func (w *World) Multi() bool             { return len(w.procs) > 1 }
+func (w *World) SameHost() bool          { return w.same }
+func (w *World) Env() rendezvous.Env     { return w.env }
+func (w *World) Security() auth.Security { return w.sec }
+
+// Owner is the process that owns global rank r.
+func (w *World) Owner(r int) Process {
+	i, _ := slices.BinarySearchFunc(w.procs, r, func(p Process, r int) int {
+		switch {
+		case r < p.First:
+			return 1
+		case r >= p.First+p.Devices:
+			return -1
+		}
+		return 0
+	})
+	if i >= len(w.procs) {
+		return Process{Index: -1, Host: "?"}
+	}
+	return w.procs[i]
+}
+
+// Info describes the layout for reports.
+func (w *World) Info() Info {
+	hosts := map[string]bool{}
+	for _, p := range w.procs {
+		id := p.hostID
+		if id == "" {
+			id = p.Host
+		}
+		hosts[id] = true
+	}
+	return Info{Machines: len(hosts), Processes: len(w.procs), Ranks: w.size, Comm: w.hostKind(), PerProcess: w.Processes()}
+}
