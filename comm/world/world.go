@@ -333,14 +333,19 @@ type MismatchError struct {
 	Path    string // the first setting that differs ("train.lr"), "" if unknown
 	Theirs  string // its value there
 	Ref     string // process 0's
+	Hint    string // what to do ("" : start every process with the same flags)
 }
 
 func (e *MismatchError) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("world: %s has another %s than process 0 (every process must be started with the same training flags)", e.Process, e.What)
+	hint := e.Hint
+	if hint == "" {
+		hint = "every process must be started with the same training flags"
 	}
-	return fmt.Sprintf("world: %s has another %s than process 0: %s is %s there, %s on process 0 (every process must be started with the same training flags)",
-		e.Process, e.What, e.Path, e.Theirs, e.Ref)
+	if e.Path == "" {
+		return fmt.Sprintf("world: %s has another %s than process 0 (%s)", e.Process, e.What, hint)
+	}
+	return fmt.Sprintf("world: %s has another %s than process 0: %s is %s there, %s on process 0 (%s)",
+		e.Process, e.What, e.Path, e.Theirs, e.Ref, hint)
 }
 
 // bound gives ctx the world's setup timeout when it has no deadline.
@@ -355,31 +360,47 @@ func (w *World) bound(ctx context.Context) (context.Context, context.CancelFunc)
 // has given up.
 const abortPoll = 500 * time.Millisecond
 
+// maxPoll bounds the interval between a wait's looks at the store.
+const maxPoll = 50 * time.Millisecond
+
 // get is the store's Get, also ending when some process has left with
 // an error (Leave): then it returns that process's *AbortError.
+//
+// It polls instead of letting the store wait: the process has one
+// connection to the store, which serves one request at a time, and its
+// local ranks open their communicators concurrently through it (one
+// rank's wait must not hold back another's Set).
 func (w *World) get(ctx context.Context, key string) ([]byte, error) {
+	start, lastCheck := time.Now(), time.Now()
+	delay := time.Millisecond
 	for {
-		dl, ok := ctx.Deadline()
-		slice := abortPoll
-		if ok {
-			slice = min(slice, time.Until(dl))
-		}
-		sctx, cancel := context.WithTimeout(ctx, max(slice, time.Millisecond))
-		v, err := w.store.Get(sctx, key)
+		now, cancel := context.WithDeadline(ctx, time.Now()) // answered at once
+		v, err := w.store.Get(now, key)
 		cancel()
 		if err == nil {
 			return v, nil
-		}
-		if ae := w.aborted(ctx); ae != nil {
-			return nil, ae
-		}
-		if ctx.Err() != nil || (ok && !time.Now().Before(dl)) {
-			return nil, err
 		}
 		var we *rendezvous.WaitError
 		if !errors.As(err, &we) {
 			return nil, err // the store is gone or refused: no use retrying
 		}
+		if time.Since(lastCheck) >= abortPoll {
+			if ae := w.aborted(ctx); ae != nil {
+				return nil, ae
+			}
+			lastCheck = time.Now()
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if ae := w.aborted(ctx); ae != nil {
+				return nil, ae
+			}
+			return nil, &rendezvous.WaitError{What: fmt.Sprintf("key %q", key), Timeout: time.Since(start), Addr: w.env.Addr()}
+		}
+		delay = min(2*delay, maxPoll)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -449,6 +450,93 @@ func FuzzParseAnnounce(f *testing.F) {
 		}
 		if a.Devices < 1 || a.Devices > MaxRanks || a.PID < 0 || a.HostID == "" || len(a.Host) > maxField || len(a.Addr) > maxField {
 			t.Fatalf("accepted %+v", a)
+		}
+	})
+}
+
+func TestRankState(t *testing.T) {
+	ws, errs := joinAll(t, []proc{{devices: 2, host: "m1"}, {devices: 1, host: "m2"}}, 20*time.Second)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	w := ws[1]
+	if st, err := w.ReadState(dir); st != nil || err != nil {
+		t.Fatalf("no file: %v %v", st, err)
+	}
+	if err := w.CheckState(dir, 3, 42); err != nil {
+		t.Fatalf("no file must pass: %v", err)
+	}
+	if err := w.WriteState(dir, 3, 0xabc); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.ReadState(dir)
+	if err != nil || st.Process != 1 || st.Processes != 2 || len(st.Ranks) != 1 || st.Ranks[0] != 2 || st.EpochsDone != 3 || st.ParamsFNV != "abc" {
+		t.Fatalf("read back %+v %v", st, err)
+	}
+	for _, tc := range []struct {
+		epochs int
+		hash   uint64
+		want   string
+	}{{3, 0xabc, ""}, {4, 1, ""}, {3, 0xabd, "other parameters"}} {
+		err := w.CheckState(dir, tc.epochs, tc.hash)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("epoch %d hash %x: %v, want %q", tc.epochs, tc.hash, err, tc.want)
+		}
+	}
+	// Process 0 reading process 1's file (a renamed copy) is refused.
+	b, _ := os.ReadFile(w.StatePath(dir))
+	if err := os.WriteFile(ws[0].StatePath(dir), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws[0].CheckState(dir, 3, 0xabc); err == nil || !strings.Contains(err.Error(), "written by process 1 of 2") {
+		t.Fatalf("foreign state: %v", err)
+	}
+	if d := ws[0].LayoutDiff([]int{2, 1}); d != "" {
+		t.Fatalf("same layout: %q", d)
+	}
+	if d := ws[0].LayoutDiff([]int{3}); !strings.Contains(d, "written by 1 process with 3 devices, this run is 2 processes with [2 1] devices") {
+		t.Fatalf("layout diff %q", d)
+	}
+}
+
+func TestParseStateRefuses(t *testing.T) {
+	ok := `{"format":"strata-rank-state/1","process":1,"processes":2,"host":"h","ranks":[2,3],"epochs_done":1,"params_fnv":"ff"}`
+	if _, err := ParseState("p.json", []byte(ok)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{`strata-rank-state/1`, `strata-rank-state/9`, "format"},
+		{`"process":1`, `"process":2`, "process 2 of 2"},
+		{`[2,3]`, `[2,4]`, "not consecutive"},
+		{`[2,3]`, `[]`, "0 ranks"},
+		{`"epochs_done":1`, `"epochs_done":-1`, "-1 epochs"},
+		{`"ff"`, `"xyz"`, "hex"},
+		{`"host":"h"`, `"host":"h","x":1`, "malformed"},
+	} {
+		_, err := ParseState("p.json", []byte(strings.Replace(ok, tc.from, tc.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "p.json") {
+			t.Errorf("%s -> %s: %v, want %q and the path", tc.from, tc.to, err, tc.want)
+		}
+	}
+	if _, err := ParseState("p.json", make([]byte, maxStateBytes+1)); err == nil || !strings.Contains(err.Error(), "bytes") {
+		t.Fatalf("oversize: %v", err)
+	}
+}
+
+func FuzzParseState(f *testing.F) {
+	f.Add([]byte(`{"format":"strata-rank-state/1","process":1,"processes":2,"host":"h","ranks":[2,3],"epochs_done":1,"params_fnv":"ff"}`))
+	f.Add([]byte(`{"format":"strata-rank-state/1","process":0,"processes":1,"ranks":[65535],"params_fnv":"0"}`))
+	f.Add([]byte(`{"ranks":[1,2,3,`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := ParseState("f", b)
+		if err != nil {
+			return
+		}
+		if st.Process < 0 || st.Process >= st.Processes || len(st.Ranks) == 0 || st.EpochsDone < 0 {
+			t.Fatalf("accepted %+v", st)
 		}
 	})
 }

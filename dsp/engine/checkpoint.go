@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,17 @@ import (
 // so a resumed run's losses and accuracies are an uninterrupted run's.
 // The pipeline metrics count the work of this process only.
 //
+// A job of several processes (Options.World) checkpoints the same way:
+// the state is replicated, so process 0's file is the one copy, and its
+// metadata records the job's layout (devices per process); every
+// process also writes DIR/process-P.json, its ranks' state (world.
+// RankState: the epochs done and a hash of its replica). A resume needs
+// DIR on every process (shared, or copied): every process loads the one
+// copy, the processes check through the store that they loaded the same
+// one (world.AgreeCheckpoint), and each checks its own state file
+// against it (world.CheckState). A resume with another layout (world
+// size, devices per process) is refused naming both.
+//
 // Before anything is loaded the checkpoint is checked against the run:
 // the format, the engine that wrote it (the removed host engine's
 // checkpoints are refused), every setting that changes the numbers (the
@@ -38,9 +50,13 @@ import (
 // checkpoint.
 
 // CheckpointFormat names the metadata layout of a run's checkpoint
-// (2: the evaluation cadence is the training configuration's
-// train.eval_every; layout 1 had the engine's own eval_every).
-const CheckpointFormat = "strata-dsp/2"
+// (3: the job's layout, devices per process; 2, still read: the
+// evaluation cadence is the training configuration's train.eval_every,
+// and one process; layout 1 had the engine's own eval_every).
+const CheckpointFormat = "strata-dsp/3"
+
+// ckptFormat2 is the previous layout, read as a one-process job's.
+const ckptFormat2 = "strata-dsp/2"
 
 // The engines a checkpoint names. This engine writes "device" (the name
 // of its GPU engine before the engines were merged; its checkpoints from
@@ -53,17 +69,20 @@ const (
 
 // ckptMeta is a checkpoint's metadata.
 type ckptMeta struct {
-	Format           string              `json:"format"`
-	StrataVersion    string              `json:"strata_version"`
-	Engine           string              `json:"engine,omitempty"`
-	Config           Config              `json:"config"`
-	Dataset          train.DatasetID     `json:"dataset"`
-	EpochsDone       int                 `json:"epochs_done"`
-	BatchesPerDevice int                 `json:"batches_per_device"`
-	Optimizer        string              `json:"optimizer"`
-	OptimizerStep    int                 `json:"optimizer_step"`
-	Shapes           map[string][2]int   `json:"shapes"`
-	History          []train.EpochRecord `json:"history"`
+	Format           string          `json:"format"`
+	StrataVersion    string          `json:"strata_version"`
+	Engine           string          `json:"engine,omitempty"`
+	Config           Config          `json:"config"`
+	Dataset          train.DatasetID `json:"dataset"`
+	EpochsDone       int             `json:"epochs_done"`
+	BatchesPerDevice int             `json:"batches_per_device"`
+	// Layout is the job's devices per process ([Devices] when absent:
+	// format 2).
+	Layout        []int               `json:"layout,omitempty"`
+	Optimizer     string              `json:"optimizer"`
+	OptimizerStep int                 `json:"optimizer_step"`
+	Shapes        map[string][2]int   `json:"shapes"`
+	History       []train.EpochRecord `json:"history"`
 	// The per-epoch training times, mean losses and evaluation times
 	// (the report's device_run).
 	EpochTrainSeconds []float64 `json:"epoch_train_seconds,omitempty"`
@@ -93,7 +112,7 @@ type resumeState struct {
 // run then trains nothing and reports its history). It removes the
 // temporary file a run killed while writing leaves behind. orig is the
 // caller's dataset (its fingerprint identifies the data).
-func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
+func (s *shared) openCheckpoints(ctx context.Context, orig *dataset.Dataset) error {
 	dir := s.opts.CheckpointDir
 	var re *train.RunError
 	path, err := train.CheckpointPath(dir) // checked before any training
@@ -110,14 +129,19 @@ func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 	// epoch done trains none.
 	s.info.BatchesPerDevice, s.info.DroppedSeeds = len(plan.batches[0]), plan.dropped
 	s.dsID = train.Identify(orig)
-	stale, _ := filepath.Glob(filepath.Join(dir, "."+train.CheckpointFile+".tmp-*"))
-	for _, p := range stale {
-		os.Remove(p)
+	if s.w.Process() == 0 { // the one writer: nobody writes before every process is set up
+		stale, _ := filepath.Glob(filepath.Join(dir, "."+train.CheckpointFile+".tmp-*"))
+		for _, p := range stale {
+			os.Remove(p)
+		}
 	}
 	f, err := checkpoint.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if s.opts.Resume && s.opts.Log != nil {
 			fmt.Fprintf(s.opts.Log, "no checkpoint in %s: starting from the beginning\n", dir)
+		}
+		if s.opts.Resume {
+			return s.w.AgreeCheckpoint(ctx, 0, nil)
 		}
 		return nil
 	}
@@ -139,6 +163,9 @@ func (s *shared) openCheckpoints(orig *dataset.Dataset) error {
 	params, bufs, err := train.SplitState(f.Tensors, m.Shapes)
 	if err != nil {
 		return bad(err.Error())
+	}
+	if err := s.w.AgreeCheckpoint(ctx, m.EpochsDone, f.Meta); err != nil {
+		return err
 	}
 	s.resumed = &resumeState{path: path, meta: *m, params: params, opt: optim.State{Kind: m.Optimizer, Step: m.OptimizerStep, Buffers: bufs}}
 	if log := s.opts.Log; log != nil {
@@ -181,7 +208,7 @@ func (s *shared) checkMeta(raw []byte, nb int) (*ckptMeta, string) {
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return nil, fmt.Sprintf("metadata: %v", err)
 	}
-	if head.Format != CheckpointFormat {
+	if head.Format != CheckpointFormat && head.Format != ckptFormat2 {
 		return nil, fmt.Sprintf("metadata format %q, this build reads %q", head.Format, CheckpointFormat)
 	}
 	if e := ckptEngineOf(raw); e != ckptEngine {
@@ -195,6 +222,13 @@ func (s *shared) checkMeta(raw []byte, nb int) (*ckptMeta, string) {
 	}
 	if d := s.cfg.Diff(&m.Config); d != "" {
 		return nil, "written by a different configuration: " + d
+	}
+	layout := m.Layout
+	if layout == nil {
+		layout = []int{m.Config.Devices}
+	}
+	if d := s.w.LayoutDiff(layout); d != "" {
+		return nil, "another layout: " + d
 	}
 	if id := s.dsID; id != m.Dataset {
 		return nil, fmt.Sprintf("written for dataset %s (%d nodes, %d edges, fingerprint %s), not %s (%d nodes, %d edges, fingerprint %s)",
@@ -230,29 +264,50 @@ func (s *shared) firstEpoch() int {
 }
 
 // loadResumed puts the resumed parameters and optimizer state on the
-// device.
+// device; the first device of a job's process checks its state file
+// against them.
 func (d *device) loadResumed() error {
-	r := d.s.resumed
+	r, w := d.s.resumed, d.s.w
 	if err := nn.LoadParams(d.b, d.model.Params(), r.params); err != nil {
 		return &CheckpointError{Path: r.path, Msg: err.Error()}
 	}
 	if err := d.opt.LoadState(r.opt); err != nil {
 		return &CheckpointError{Path: r.path, Msg: err.Error()}
 	}
+	if w.Multi() && d.rank == w.First() {
+		h, err := paramsHash(d.b, d.model.Params())
+		if err != nil {
+			return err
+		}
+		return w.CheckState(d.s.opts.CheckpointDir, r.meta.EpochsDone, h)
+	}
 	return nil
 }
 
 // saveCheckpoint writes the state after done epochs (device 0, when
-// checkpoints are on). The device's queued steps are complete: reading
-// the parameters waits for them.
+// checkpoints are on; in a job of several processes, the first device of
+// each process writes its process's state file first). The device's
+// queued steps are complete: reading the parameters waits for them.
 func (d *device) saveCheckpoint(done int) error {
 	s := d.s
-	if d.rank != 0 || s.opts.CheckpointDir == "" {
+	if s.opts.CheckpointDir == "" {
+		return nil
+	}
+	if s.w.Multi() && d.rank == s.w.First() {
+		h, err := paramsHash(d.b, d.model.Params())
+		if err != nil {
+			return err
+		}
+		if err := s.w.WriteState(s.opts.CheckpointDir, done, h); err != nil {
+			return err
+		}
+	}
+	if d.rank != 0 {
 		return nil
 	}
 	s.mu.Lock()
 	m := ckptMeta{Format: CheckpointFormat, StrataVersion: train.Version, Engine: ckptEngine, Config: s.cfg, Dataset: s.dsID,
-		EpochsDone: done, BatchesPerDevice: s.info.BatchesPerDevice, History: slices.Clone(s.history),
+		EpochsDone: done, BatchesPerDevice: s.info.BatchesPerDevice, Layout: s.w.Layout(), History: slices.Clone(s.history),
 		EpochTrainSeconds: slices.Clone(s.run.EpochTrainSeconds), EpochLosses: slices.Clone(s.run.EpochLosses),
 		EvalSeconds: slices.Clone(s.run.EvalSeconds)}
 	s.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -103,7 +104,10 @@ type Config struct {
 	// WaitTimeout bounds every wait of a stage: for a queue, for its turn
 	// to launch a collective (default 10 minutes: it must exceed the
 	// longest legitimate wait, device 0's evaluation after an epoch).
-	// CommTimeout bounds each collective (default 5 minutes).
+	// CommTimeout bounds each collective (default 5 minutes). In a job
+	// of several processes a stage waits up to WaitTimeout+CommTimeout,
+	// so that a collective's failure, naming the process missing, comes
+	// first.
 	WaitTimeout time.Duration `json:"wait_timeout"`
 	CommTimeout time.Duration `json:"comm_timeout"`
 	// NoPipeline runs each device's sampler, loader and trainer one after
@@ -161,7 +165,16 @@ type Options struct {
 	// device sampling, NCCL by default) or all of other kinds (CPU back
 	// ends, "CPU virtual devices": the same code, with in-process
 	// communicators by default). Each device must be its own instance.
+	// With World they are this process's devices: its ranks
+	// World.Ranks().
 	Backends []backend.Backend
+	// World, when set, is the job this process is part of (comm/world):
+	// Config.Devices is then the job's ranks, every process runs Run
+	// with its own devices, and the communicators span the processes.
+	// Rank 0 (process 0) evaluates, logs, checkpoints and reports; the
+	// others' reports hold their own devices' metrics. Nil: this process
+	// owns every rank.
+	World *world.World
 	// CheckpointDir, when set, makes device 0 write the run's state to
 	// DIR/checkpoint.strata after every epoch (atomically). An existing
 	// checkpoint is a *CheckpointError unless Resume is set, in which

@@ -282,9 +282,9 @@ func (d *device) start(ctx context.Context) error {
 	// them in turn, which is their order.
 	toLoader := make([]*pipeline.Queue[*item], cfg.SamplerWorkers)
 	for w := range toLoader {
-		toLoader[w] = pipeline.NewQueue[*item](stageNames[samplerStage(w)]+"->loader", r, cfg.QueueCapacity, cfg.WaitTimeout)
+		toLoader[w] = pipeline.NewQueue[*item](stageNames[samplerStage(w)]+"->loader", r, cfg.QueueCapacity, s.waitTimeout())
 	}
-	toTrainer := pipeline.NewQueue[*item]("loader->trainer", r, cfg.QueueCapacity, cfg.WaitTimeout)
+	toTrainer := pipeline.NewQueue[*item]("loader->trainer", r, cfg.QueueCapacity, s.waitTimeout())
 	s.mu.Lock()
 	for _, q := range toLoader {
 		s.queues[r] = append(s.queues[r], q.Stats)

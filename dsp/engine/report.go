@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/internal/atomicfile"
@@ -17,6 +18,8 @@ type Report struct {
 	DSP     Info    `json:"dsp"`
 	Metrics Metrics `json:"metrics"`
 	Run     RunInfo `json:"device_run"`
+	// World is the job's layout: machines, processes, ranks.
+	World world.Info `json:"world"`
 }
 
 // Info describes the multi-device setup.
@@ -113,7 +116,7 @@ type RunInfo struct {
 }
 
 // Metrics are the pipeline's counters. Summary and Ranks are totals over
-// the run (this process's work): all devices' and every device's. Epochs
+// the run (this process's work): all its devices' and every device's. Epochs
 // holds each epoch's figures, those of the epoch's log line.
 type Metrics struct {
 	Summary metrics.Summary        `json:"summary"`
@@ -168,10 +171,11 @@ func (r *Report) WriteJSON(path string) error {
 	return nil
 }
 
-// snapshot collects every device's counters and queues and sums them.
+// snapshot collects every device's counters and queues (this process's)
+// and sums them.
 func (s *shared) snapshot() Metrics {
 	var m Metrics
-	for r := range s.ctrs {
+	for _, r := range s.w.Ranks() {
 		rs := s.ctrs[r].Snapshot(r)
 		s.mu.Lock()
 		for _, q := range s.queues[r] {
@@ -191,9 +195,14 @@ func (s *shared) report(orig *dataset.Dataset, device string) *Report {
 	cfg := &s.cfg
 	info := s.info
 	info.CrossEdges = crossEdges(s.in, s.pd.book)
+	var mine []DeviceInfo // this process's devices
+	for _, r := range s.w.Ranks() {
+		mine = append(mine, info.PerDevice[r])
+	}
+	info.PerDevice = mine
 	m := s.snapshot()
 	m.Epochs = s.epochs.epochs
-	rep := &Report{DSP: info, Metrics: m, Run: s.run}
+	rep := &Report{DSP: info, Metrics: m, Run: s.run, World: s.w.Info()}
 	rep.Report = *train.NewReport(orig, cfg.Train, fmt.Sprintf("%s x%d", device, cfg.Devices), info.RowNormalized)
 	rep.Epochs = s.history
 	rep.Summarize()

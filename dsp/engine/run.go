@@ -16,6 +16,7 @@ import (
 	"github.com/strata-gnn/strata/comm/shm"
 	"github.com/strata-gnn/strata/comm/staged"
 	"github.com/strata-gnn/strata/comm/tcp"
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/layout"
@@ -75,6 +76,7 @@ const SamplerStandIn = "gpusample over the whole graph on every device"
 type shared struct {
 	cfg    Config
 	opts   Options
+	w      *world.World // the job's processes; this one owns w.Ranks()
 	pd     *partitioned
 	in     *graph.CSR
 	feats  *train.Features // dense: the devices gather and cache rows
@@ -86,6 +88,7 @@ type shared struct {
 	dcs    [numStages][]comm.Comm // nil groups are not used
 	hcs    [numStages][]comm.Comm
 	group  *pipeline.Group
+	// Indexed by global rank; only this process's ranks are filled.
 	ctrs   []metrics.Counters
 	trk    []tracker
 	sdevs  [][]backend.Sibling // [rank][worker]: the sampler workers' sibling handles of the GPUs (own streams); nil when shared
@@ -110,15 +113,29 @@ type shared struct {
 }
 
 // Run trains cfg on ds with one device per opts.Backends entry and
-// returns the report.
+// returns the report. With opts.World the devices are this process's
+// share of a job's cfg.Devices ranks; the error of a failed job names
+// the processes behind it (world.Explain).
 func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
+	w := opts.World
+	if w == nil {
+		w = world.Single(len(opts.Backends))
+	}
+	rep, err := runJob(ctx, ds, cfg, opts, w)
+	return rep, w.Explain(err)
+}
+
+func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, w *world.World) (*Report, error) {
 	start := time.Now()
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
 	k := cfg.Devices
-	if len(opts.Backends) != k {
-		return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices but %d back ends", k, len(opts.Backends))}
+	if w.Size() != k {
+		return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices but the job has %d ranks", k, w.Size())}
+	}
+	if len(opts.Backends) != w.Local() {
+		return nil, &ConfigError{Field: "devices", Msg: fmt.Sprintf("%d back ends for this process's %d devices", len(opts.Backends), w.Local())}
 	}
 	nCUDA := 0
 	for i, b := range opts.Backends {
@@ -134,10 +151,11 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			}
 		}
 	}
-	if nCUDA != 0 && nCUDA != k {
+	gpus := nCUDA == len(opts.Backends)
+	if nCUDA != 0 && !gpus {
 		return nil, &ConfigError{Field: "devices", Msg: "mixes CUDA devices with other back ends"}
 	}
-	if _, _, err := commKind(cfg.Comm, nCUDA == k); err != nil {
+	if _, _, err := jobCommKind(w, cfg.Comm, gpus); err != nil {
 		return nil, err
 	}
 	var tce *train.ConfigError
@@ -163,7 +181,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, err
 	}
 	ph.End()
-	s := &shared{cfg: cfg, opts: opts, clock: clock, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
+	s := &shared{cfg: cfg, opts: opts, w: w, clock: clock, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),
 		queues: make([][]func() metrics.QueueSnapshot, k)}
 	ph = clock.begin("graph", 0)
 	if s.in = pd.ds.InGraph(); s.in == nil {
@@ -194,7 +212,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		if opts.Log != nil && cfg.Hotness != cache.ByInDegree {
 			fmt.Fprintf(opts.Log, "every device caches every row: hotness %s not computed\n", cfg.Hotness)
 		}
-	} else if hot, presampleSec, err = s.hotOrder(ctx, nCUDA == k); err != nil {
+	} else if hot, presampleSec, err = s.hotOrder(ctx, gpus && !w.Multi()); err != nil {
 		return nil, &RunError{Op: "hotness", Err: err}
 	}
 	ph.End()
@@ -203,8 +221,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, &RunError{Op: "cache plan", Err: err}
 	}
 	ph.End()
-	// Every device's patch at once: one check of the graph, the patches
-	// built concurrently.
+	// This process's devices' patches at once: one check of the graph,
+	// the patches built concurrently.
 	ph = clock.begin("patches", 0)
 	if s.patches, err = s.topologyPatches(); err != nil {
 		return nil, &RunError{Op: "patches", Err: err}
@@ -212,7 +230,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	ph.End()
 	defer s.closeComms()
 	ph = clock.begin("comms", 0)
-	if nCUDA == k && !cfg.SharedStream {
+	if gpus && !cfg.SharedStream {
 		// The samplers and the loaders run on second and third handles
 		// of each GPU: their own streams, locks and allocators, so that
 		// no stage waits behind another's work or holds a lock another
@@ -222,7 +240,8 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		// otherwise queue behind the trainer's large ones.
 		s.sdevs, s.ldevs = make([][]backend.Sibling, k), make([]backend.Sibling, k)
 		o := backend.SiblingOptions{HighPriority: !cfg.NoStagePriority}
-		for r, b := range opts.Backends {
+		for _, r := range w.Ranks() {
+			b := s.backend(r)
 			d, ok := b.(backend.Siblings)
 			if !ok {
 				return nil, &RunError{Op: "sampler streams", Err: fmt.Errorf("%s opens no sibling handles (backend.Siblings)", b.Name())}
@@ -242,7 +261,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 			s.ldevs[r] = h
 		}
 	}
-	if err := s.openComms(ctx, nCUDA == k); err != nil {
+	if err := s.openComms(ctx, gpus); err != nil {
 		return nil, err
 	}
 	ph.End()
@@ -252,7 +271,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		RowNormalized: s.feats.RowNormalized, SparseFeatures: s.sparse, PerDevice: make([]DeviceInfo, k), CacheLayout: cacheLayout(s.plan)}
 	sampler := "collective sampling over the device's patch (dsp/csp)"
 	switch {
-	case cfg.Sampler == SamplerFull && nCUDA == k:
+	case cfg.Sampler == SamplerFull && gpus:
 		sampler = SamplerStandIn
 	case cfg.Sampler == SamplerFull && cfg.Scheme == LayerWise:
 		sampler = "host (layer-wise over the whole graph on each device)"
@@ -264,14 +283,14 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	s.run = RunInfo{Pipeline: !cfg.NoPipeline, EvalEvery: cfg.Train.EvalEvery, Sampler: sampler, SamplerWorkers: cfg.SamplerWorkers,
 		SamplerStream: s.sdevs != nil, FeaturesDense: true, Exchange: cache.Exchanges(s.plan), PeakDeviceBytes: make([]int64, k)}
 	if s.sdevs != nil {
-		if sb, ok := s.sdevs[0][0].(backend.Siblings); ok {
+		if sb, ok := s.sdevs[w.First()][0].(backend.Siblings); ok {
 			s.run.StagePriority = sb.QueuePriority()
 		}
 	}
 	s.run.PresampleSeconds = presampleSec
 	if opts.CheckpointDir != "" {
 		ph = clock.begin("checkpoint", 0)
-		if err := s.openCheckpoints(ds); err != nil {
+		if err := s.openCheckpoints(ctx, ds); err != nil {
 			return nil, err
 		}
 		ph.End()
@@ -294,48 +313,52 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	// A failure releases the stages waiting for their turn or a peer.
 	stop := context.AfterFunc(gctx, s.closeCoordinators)
 	defer stop()
-	devs := make([]*device, k)
+	devs := make([]*device, w.Local())
 	s.devs = devs
 	setupDone := make(chan struct{})
 	var setupOnce sync.Once
 	var setupWG sync.WaitGroup
-	setupWG.Add(k)
+	setupWG.Add(len(devs))
 	// The GPUs' feature caches are what takes long to place: count their
-	// bytes (CPU devices read the host table in place).
+	// bytes (CPU devices read the host table in place), this process's
+	// ranks only.
 	var upload int64
-	for r, b := range opts.Backends {
-		if isGPU(b) {
+	for i, r := range w.Ranks() {
+		if isGPU(opts.Backends[i]) {
 			upload += s.plan.ValueBytes() * int64(len(s.plan.Rows(r))) * int64(s.dim)
 		}
 	}
 	s.placing = clock.begin("placement", upload)
 	go func() { setupWG.Wait(); s.placing.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
-	for r := range k {
-		devs[r] = &device{s: s, rank: r, b: opts.Backends[r], m: &s.ctrs[r], trk: &s.trk[r]}
+	for i, r := range w.Ranks() {
+		d := &device{s: s, rank: r, b: opts.Backends[i], m: &s.ctrs[r], trk: &s.trk[r]}
+		devs[i] = d
 		if s.sdevs != nil {
-			devs[r].sdevs, devs[r].ldev = s.sdevs[r], s.ldevs[r]
+			d.sdevs, d.ldev = s.sdevs[r], s.ldevs[r]
 		}
 		g.Go(fmt.Sprintf("rank %d", r), func() error {
-			err := devs[r].setup()
+			err := d.setup()
 			setupWG.Done()
 			if err != nil {
 				return err
 			}
-			// Start training when every device is ready, so that no
-			// collective waits for another device's setup.
+			// Start training when every device of this process is
+			// ready, so that no collective waits for another device's
+			// setup (the devices of other processes are ready once
+			// their first collective answers).
 			select {
 			case <-setupDone:
 			case <-gctx.Done():
 				return gctx.Err()
 			}
-			return devs[r].start(gctx)
+			return d.start(gctx)
 		})
 	}
 	err = g.Wait()
 	s.run.SetupSeconds = devs[0].setupSeconds
-	for r, d := range devs {
+	for _, d := range devs {
 		if m, ok := d.b.(backend.Memory); ok {
-			s.run.PeakDeviceBytes[r] = m.Stats().PeakBytes
+			s.run.PeakDeviceBytes[d.rank] = m.Stats().PeakBytes
 		}
 		d.free()
 	}
@@ -352,29 +375,33 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 
 // openComms opens the control communicator (coordinator), a host
 // communicator per stage (headers, the replica check) and a communicator
-// of device buffers per stage that needs one, of the kind Config.Comm
-// picks (commKind). One device needs none.
+// of device buffers per stage that needs one, each spanning the job's
+// ranks with this process's devices as its local members (comm/world).
+// In one process the kind is Config.Comm's (commKind, openGroup); in a
+// job of several processes jobCommKind's (nccl, shm or tcp through
+// World.DeviceGroup). One device needs no device communicator.
 func (s *shared) openComms(ctx context.Context, gpus bool) error {
-	cfg := &s.cfg
+	cfg, w := &s.cfg, s.w
 	k := cfg.Devices
 	o := comm.Options{Timeout: cfg.CommTimeout}
-	var err error
 	if !cfg.NoCoordinator {
-		ctrl, err := inproc.New(k, o)
+		ctrl, err := w.HostGroup(ctx, "dsp-control", o)
 		if err != nil {
 			return &RunError{Op: "communicators", Err: err}
 		}
 		s.coords = make([]*comm.Coordinator, k)
-		for r := range k {
-			s.coords[r] = comm.NewCoordinator(ctrl[r], comm.CoordOptions{Timeout: cfg.WaitTimeout})
+		for i, r := range w.Ranks() {
+			s.coords[r] = comm.NewCoordinator(ctrl[i], comm.CoordOptions{Timeout: s.waitTimeout()})
 		}
 	}
 	for st := range numFixedStages {
-		if s.hcs[st], err = inproc.New(k, o); err != nil {
+		hs, err := w.HostGroup(ctx, fmt.Sprintf("dsp-host%d", st), o)
+		if err != nil {
 			return &RunError{Op: "communicators", Err: err}
 		}
+		s.hcs[st] = byRank(w, k, hs)
 	}
-	kind, why, err := commKind(cfg.Comm, gpus)
+	kind, why, err := jobCommKind(w, cfg.Comm, gpus)
 	if err != nil {
 		return err
 	}
@@ -396,19 +423,28 @@ func (s *shared) openComms(ctx context.Context, gpus bool) error {
 		}
 	}
 	for _, st := range need {
-		devs := make([]backend.Backend, k)
-		for r, b := range s.opts.Backends {
-			devs[r] = b
-			if w := samplerWorker(st); w >= 0 && s.sdevs != nil {
-				devs[r] = s.sdevs[r][w] // a sampler's collectives go on its stream
+		devs := make([]backend.Backend, w.Local())
+		for i, r := range w.Ranks() {
+			devs[i] = s.backend(r)
+			if wk := samplerWorker(st); wk >= 0 && s.sdevs != nil {
+				devs[i] = s.sdevs[r][wk] // a sampler's collectives go on its stream
 			}
 			if st == stLoader && s.ldevs != nil {
-				devs[r] = s.ldevs[r]
+				devs[i] = s.ldevs[r]
 			}
 		}
-		if s.dcs[st], err = s.openGroup(ctx, kind, st, devs, gpus, o); err != nil {
+		var dcs []comm.Comm
+		if w.Multi() {
+			// See openGroup on NCCL's Async.
+			dcs, _, err = w.DeviceGroup(ctx, fmt.Sprintf("dsp-dev%d", st), devs,
+				world.DeviceOptions{Options: o, Kind: kind, Prefix: "dsp-" + stageNames[st], Async: !cfg.SyncCollectives})
+		} else {
+			dcs, err = s.openGroup(ctx, kind, st, devs, gpus, o)
+		}
+		if err != nil {
 			return &RunError{Op: kind + " communicators", Err: err}
 		}
+		s.dcs[st] = byRank(w, k, dcs)
 	}
 	return nil
 }
@@ -431,6 +467,36 @@ func commKind(kind string, gpus bool) (string, string, error) {
 		return "", "", &ConfigError{Field: "comm", Msg: fmt.Sprintf("unknown kind %q (want %s)", kind, strings.Join(CommKinds, ", "))}
 	}
 	return kind, "requested", nil
+}
+
+// jobCommKind is commKind for a job: in one process Config.Comm as
+// commKind resolves it; across processes only the kinds that span them
+// (nccl, shm on one host, tcp), auto picking NCCL on GPUs and else the
+// world's host transport (shm on one host, tcp across hosts).
+func jobCommKind(w *world.World, kind string, gpus bool) (string, string, error) {
+	got, why, err := commKind(kind, gpus)
+	if err != nil || !w.Multi() {
+		return got, why, err
+	}
+	n := len(w.Processes())
+	switch got {
+	case comm.KindInproc:
+		if gpus {
+			return comm.KindNCCL, "auto: NCCL between CUDA devices", nil
+		}
+		hk := w.HostKind()
+		if hk == comm.KindShm {
+			return hk, fmt.Sprintf("auto: the job's %d processes share one host", n), nil
+		}
+		return hk, fmt.Sprintf("auto: the job's %d processes span hosts", n), nil
+	case comm.KindGPUShm:
+		return "", "", &ConfigError{Field: "comm", Msg: fmt.Sprintf("gpushm cannot span processes (a job of %d); use nccl, shm or tcp", n)}
+	case comm.KindShm:
+		if !w.SameHost() {
+			return "", "", &ConfigError{Field: "comm", Msg: fmt.Sprintf("shm needs the job's %d processes on one host; use tcp or nccl", n)}
+		}
+	}
+	return got, why, nil
 }
 
 // openGroup opens the communicators of stage st on devs, one rank each
@@ -476,10 +542,38 @@ func (s *shared) openGroup(ctx context.Context, kind string, st int, devs []back
 	return cs, nil
 }
 
+// byRank spreads this process's communicators (local order) over a
+// slice indexed by global rank.
+func byRank[T any](w *world.World, k int, local []T) []T {
+	out := make([]T, k)
+	for i, r := range w.Ranks() {
+		out[r] = local[i]
+	}
+	return out
+}
+
+// waitTimeout bounds a stage's waits for a queue or its turn: the
+// configured WaitTimeout, plus CommTimeout in a job of several
+// processes. There a stage may wait for one of another process that
+// waits in a collective, and the collective's failure, which names the
+// process missing, must come first: a queue's timeout can only say that
+// the stage feeding it stalled.
+func (s *shared) waitTimeout() time.Duration {
+	if s.w.Multi() {
+		return s.cfg.WaitTimeout + s.cfg.CommTimeout
+	}
+	return s.cfg.WaitTimeout
+}
+
+// backend is global rank r's back end (one of this process's).
+func (s *shared) backend(r int) backend.Backend { return s.opts.Backends[r-s.w.First()] }
+
 func (s *shared) closeCoordinators() {
 	s.closeOnce.Do(func() {
 		for _, c := range s.coords {
-			c.Close()
+			if c != nil {
+				c.Close()
+			}
 		}
 	})
 }
@@ -488,10 +582,14 @@ func (s *shared) closeComms() {
 	s.closeCoordinators()
 	for st := range numStages {
 		for _, c := range s.dcs[st] {
-			c.Close()
+			if c != nil {
+				c.Close()
+			}
 		}
 		for _, c := range s.hcs[st] {
-			c.Close()
+			if c != nil {
+				c.Close()
+			}
 		}
 	}
 	for _, ds := range append(slices.Clone(s.sdevs), s.ldevs) {
@@ -503,14 +601,15 @@ func (s *shared) closeComms() {
 	}
 }
 
-// topologyPatches builds every device's patch of the topology (its rows
-// in global IDs, placed on the device up to the topology budget).
+// topologyPatches builds this process's devices' patches of the topology
+// (their rows in global IDs, placed on the device up to the topology
+// budget), indexed by rank: nil for the ranks of other processes.
 func (s *shared) topologyPatches() ([]*layout.Patch, error) {
 	topo := s.cfg.TopologyBytes
 	if topo <= 0 {
 		topo = layout.NoLimit
 	}
-	return layout.BuildAll(s.in, s.pd.book, layout.Options{DeviceBytes: topo})
+	return layout.BuildRanks(s.in, s.pd.book, s.w.Ranks(), layout.Options{DeviceBytes: topo})
 }
 
 // deviceComm is device rank's coordinated device communicator of stage.

@@ -3,13 +3,12 @@ package engine
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/nn"
@@ -114,19 +113,12 @@ func cacheLayout(p *cache.Plan) string {
 // parameters, bit for bit: each hashes its parameters on b and all-gathers
 // the hashes over c. Every device must call it.
 func checkReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c comm.Comm, k int) error {
-	h := fnv.New64a()
-	for _, p := range params {
-		data := make([]float32, p.Len())
-		if err := b.Download(data, p.Value); err != nil {
-			return err
-		}
-		for _, v := range data {
-			bits := math.Float32bits(v)
-			h.Write([]byte{byte(bits), byte(bits >> 8), byte(bits >> 16), byte(bits >> 24)})
-		}
+	h, err := paramsHash(b, params)
+	if err != nil {
+		return err
 	}
 	all := make([]int64, k)
-	if err := c.AllGather(ctx, cpu.WrapI64(all), cpu.WrapI64([]int64{int64(h.Sum64())})); err != nil {
+	if err := c.AllGather(ctx, cpu.WrapI64(all), cpu.WrapI64([]int64{int64(h)})); err != nil {
 		return err
 	}
 	for r, x := range all {
@@ -135,4 +127,16 @@ func checkReplicas(ctx context.Context, b backend.Backend, params []*nn.Param, c
 		}
 	}
 	return nil
+}
+
+// paramsHash hashes the parameters' values on b (world.ParamsHash).
+func paramsHash(b backend.Backend, params []*nn.Param) (uint64, error) {
+	vals := make([][]float32, len(params))
+	for i, p := range params {
+		vals[i] = make([]float32, p.Len())
+		if err := b.Download(vals[i], p.Value); err != nil {
+			return 0, err
+		}
+	}
+	return world.ParamsHash(vals), nil
 }

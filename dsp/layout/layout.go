@@ -95,6 +95,27 @@ func BuildAll(in *graph.CSR, b *book.Book, opt Options) ([]*Patch, error) {
 	return ps, nil
 }
 
+// BuildRanks is BuildAll for the given ranks only (a process's own in a
+// job of several): patch r is Build's for rank r where r is in ranks, nil
+// for the others.
+func BuildRanks(in *graph.CSR, b *book.Book, ranks []int, opt Options) ([]*Patch, error) {
+	if err := check(in, b); err != nil {
+		return nil, err
+	}
+	for _, r := range ranks {
+		if r < 0 || r >= b.K() {
+			return nil, inputErr("rank %d not in [0, %d)", r, b.K())
+		}
+	}
+	ps := make([]*Patch, b.K())
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Go(func() { ps[r] = build(in, b, r, opt) })
+	}
+	wg.Wait()
+	return ps, nil
+}
+
 // check validates Build's inputs but the rank.
 func check(in *graph.CSR, b *book.Book) error {
 	if in == nil || b == nil {
