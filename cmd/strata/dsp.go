@@ -133,6 +133,11 @@ func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 		}
 		cfg.WaitTimeout, cfg.CommTimeout = d, d
 	}
+	if c.World.CommTimeout != "" {
+		if cfg.CommTimeout, err = c.commTimeout(); err != nil {
+			return cfg, err
+		}
+	}
 	// The engine's own checks, on a copy (Normalize fills defaults), so
 	// that a bad combination is a usage error before any device opens.
 	chk := cfg
@@ -211,8 +216,10 @@ func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 	return nil
 }
 
-// runDSP is 'strata train --devices LIST' in sampled mode.
-func (c *trainCmd) runDSP(e *env) error {
+// runDSP is 'strata train --devices LIST' in sampled mode: the devices
+// are this process's share of a job when it is one of several processes
+// (joinJob).
+func (c *trainCmd) runDSP(e *env) (err error) {
 	// The setup's phases before the engine's (engine.SetupPhase).
 	var phases []engine.SetupPhase
 	phase := func(name string, d time.Duration) {
@@ -228,7 +235,18 @@ func (c *trainCmd) runDSP(e *env) error {
 		return err
 	}
 	phase("devices", time.Since(t0))
-	cfg, err := c.dspConfig(len(bs))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	w, err := c.joinJob(ctx, e, set)
+	if err != nil {
+		return err
+	}
+	ranks := len(bs)
+	if w != nil {
+		ranks = w.Size()
+		defer func() { w.Leave(err) }() // tells the others why this one failed
+	}
+	cfg, err := c.dspConfig(ranks)
 	if err != nil {
 		return err
 	}
@@ -251,29 +269,36 @@ func (c *trainCmd) runDSP(e *env) error {
 		return err
 	}
 	defer closeDS()
+	if err := agreeDataset(ctx, w, ds); err != nil {
+		return err
+	}
 	var log io.Writer = e.stderr
 	if e.quiet {
 		log = nil
 	}
-	if err := checkMemory(engine.EstimateMemory(cfg, shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
+	local := cfg
+	local.Devices = len(bs) // what this process holds
+	if err := checkMemory(engine.EstimateMemory(local, shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
 		return err
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d devices (%s), DSP %s-wise sampling\n",
-			cfg.Train.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name(), cfg.Scheme)
+			cfg.Train.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, ranks, bs[0].Name(), cfg.Scheme)
 		fmt.Fprintf(log, "config: %s\n", cfg.Train.String())
 		fmt.Fprintf(log, "pipeline %v, evaluation every %d epoch(s) and after the last\n", !cfg.NoPipeline, cfg.Train.EvalEvery)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	start := time.Now()
-	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep,
+	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep, World: w,
 		Start: processStart, Phases: phases})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}
 	if err != nil {
 		return err
+	}
+	if w != nil && w.Process() != 0 {
+		jobSummary(e, w, fmt.Sprintf("trained %d epochs", cfg.Train.Epochs))
+		return nil
 	}
 	sel := "best validation"
 	if rep.Selection == train.SelectLast {
@@ -284,6 +309,9 @@ func (c *trainCmd) runDSP(e *env) error {
 	fmt.Fprintf(e.stdout, "pipeline (total)    %s\n", rep.Metrics.Summary)
 	fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; pipeline %v)\n", rep.Run.SteadyEpochSeconds, rep.Run.Pipeline)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	if w != nil {
+		fmt.Fprintf(e.stdout, "job                 %d ranks over %d processes on %d machine(s) (%s)\n", rep.World.Ranks, rep.World.Processes, rep.World.Machines, rep.World.Comm)
+	}
 	// The engine's devices evaluate dense feature rows (engine.Run keeps
 	// them dense on every device).
 	if err := c.saveModel(e, keep, ds, cfg.Train.Common, cfg.Train.Mode, rep.Report.Config, rep.RowNormalized, model.Dense); err != nil {

@@ -57,6 +57,7 @@ type trainCmd struct {
 	FullGraph fullGraphFlags `embed:""`
 	DSP       dspFlags       `embed:""` // sampled mode with --devices (dsp.go)
 	Link      linkFlags      `embed:""` // --task link (link.go)
+	World     worldFlags     `embed:""` // jobs of several processes (world.go)
 }
 
 // common turns the flags every mode reads into train.Common on top of
