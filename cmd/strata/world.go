@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/world"
@@ -85,18 +88,57 @@ func (c *trainCmd) joinJob(ctx context.Context, e *env, set deviceSet) (*world.W
 }
 
 // jobConfig is what every process of a job must pass identically: the
-// training flags, less those that are each process's own (its devices,
-// of which only the kind must agree, and where process 0 writes the
-// report and plot).
+// training flags by name, less those that are each process's own (its
+// devices, of which only the kind must agree, and where process 0 writes
+// the report and plot).
 func (c *trainCmd) jobConfig(set deviceSet) ([]byte, error) {
-	cp := *c
-	cp.Device, cp.Report, cp.Plot = "", "", ""
-	cp.FullGraph.Devices = set.Kind
-	b, err := json.Marshal(cp)
+	flags := map[string]any{}
+	flagValues(reflect.ValueOf(*c), flags)
+	for _, own := range []string{"device", "report", "plot"} {
+		delete(flags, own)
+	}
+	flags["devices"] = set.Kind
+	b, err := json.Marshal(flags)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration: %w", err)
 	}
 	return b, nil
+}
+
+// flagValues adds the flags of the kong command struct v to out, by flag
+// name (the name tag, else the field name in kebab case, as kong names
+// them; embedded structs flattened).
+func flagValues(v reflect.Value, out map[string]any) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Tag.Get("kong") == "-" {
+			continue
+		}
+		if _, ok := f.Tag.Lookup("embed"); ok && f.Type.Kind() == reflect.Struct {
+			flagValues(v.Field(i), out)
+			continue
+		}
+		name := f.Tag.Get("name")
+		if name == "" {
+			name = kebab(f.Name)
+		}
+		out[name] = v.Field(i).Interface()
+	}
+}
+
+// kebab turns a Go field name into kong's flag name (BatchSize ->
+// batch-size, TF32 -> tf32).
+func kebab(s string) string {
+	var b strings.Builder
+	rs := []rune(s)
+	for i, r := range rs {
+		if unicode.IsUpper(r) && i > 0 && (unicode.IsLower(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // agreeDataset checks that every process of w loaded the same dataset

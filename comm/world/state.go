@@ -41,6 +41,7 @@ type RankState struct {
 	Process    int    `json:"process"`
 	Processes  int    `json:"processes"`
 	Host       string `json:"host"`
+	PID        int    `json:"pid"`
 	Ranks      []int  `json:"ranks"`
 	EpochsDone int    `json:"epochs_done"`
 	// ParamsFNV is the FNV-64a hash of the replica's parameters after
@@ -105,7 +106,7 @@ func (w *World) StatePath(dir string) string {
 // WriteState writes this process's state after epochs, atomically.
 func (w *World) WriteState(dir string, epochs int, paramsHash uint64) error {
 	p := w.procs[w.me]
-	st := RankState{Format: StateFormat, Process: w.me, Processes: len(w.procs), Host: p.Host, Ranks: p.Ranks(),
+	st := RankState{Format: StateFormat, Process: w.me, Processes: len(w.procs), Host: p.Host, PID: p.PID, Ranks: p.Ranks(),
 		EpochsDone: epochs, ParamsFNV: strconv.FormatUint(paramsHash, 16)}
 	if err := atomicfile.WriteJSON(w.StatePath(dir), st); err != nil {
 		return fmt.Errorf("world: writing this process's state: %w", err)

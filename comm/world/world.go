@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/strata-gnn/strata/comm/auth"
@@ -98,6 +99,18 @@ type World struct {
 	mu     sync.Mutex
 	groups map[string]bool // names opened so far
 	closed bool
+
+	// Heartbeats: every process bumps its counter in the store; a setup
+	// wait fails, naming the process, when another's has not moved for
+	// peer (a dead or stopped process, or one that lost the store).
+	peer     time.Duration
+	stopBeat chan struct{}
+	beatMu   sync.Mutex
+	beats    []int64     // last seen counters
+	beatAt   []time.Time // when each last moved
+	checked  time.Time   // last look at them
+
+	acked atomic.Bool // this process has seen another's abort
 }
 
 // Single is the world of a lone process that owns all n ranks.
@@ -124,7 +137,15 @@ type Options struct {
 	Host string
 	// HostID overrides the host identity (HostID() when empty).
 	HostID string
+	// PeerTimeout is how long a process may go without a heartbeat
+	// before the others' setup waits fail naming it (DefaultPeerTimeout
+	// if zero; the communicators' own deadlines bound the waits during
+	// training).
+	PeerTimeout time.Duration
 }
+
+// DefaultPeerTimeout is Options.PeerTimeout's default.
+const DefaultPeerTimeout = time.Minute
 
 // HostID is this process's machine identity: STRATA_HOST_ID, else
 // NCCL_HOSTID, else the boot id and host name.
@@ -210,7 +231,17 @@ func Join(ctx context.Context, env rendezvous.Env, o Options) (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("world: process %d of %d joining the store at %s: %w", env.Rank, env.WorldSize, env.Addr(), processWait(err))
 	}
-	w := &World{store: store, env: env, sec: sec, me: env.Rank, wait: wait, groups: map[string]bool{}}
+	peer := o.PeerTimeout
+	if peer <= 0 {
+		peer = DefaultPeerTimeout
+	}
+	w := &World{store: store, env: env, sec: sec, me: env.Rank, wait: wait, groups: map[string]bool{}, peer: peer,
+		stopBeat: make(chan struct{}), beats: make([]int64, env.WorldSize), beatAt: make([]time.Time, env.WorldSize)}
+	now := time.Now()
+	for i := range w.beatAt {
+		w.beatAt[i] = now
+	}
+	go w.heartbeat()
 	if err := w.introduce(jctx, o); err != nil {
 		w.Leave(err)
 		return nil, err
@@ -382,11 +413,17 @@ func (w *World) get(ctx context.Context, key string) ([]byte, error) {
 		}
 		var we *rendezvous.WaitError
 		if !errors.As(err, &we) {
-			return nil, err // the store is gone or refused: no use retrying
+			// The store is gone or refused: no use retrying. It lives in
+			// process 0.
+			p := w.known(0)
+			return nil, &PeerError{Processes: []Process{p}, Ranks: p.Ranks(), Err: fmt.Errorf("the store it serves: %w", err)}
 		}
 		if time.Since(lastCheck) >= abortPoll {
 			if ae := w.aborted(ctx); ae != nil {
 				return nil, ae
+			}
+			if pe := w.silent(ctx); pe != nil {
+				return nil, pe
 			}
 			lastCheck = time.Now()
 		}
@@ -425,6 +462,9 @@ func (w *World) aborted(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return nil
 	}
+	if !w.acked.Swap(true) {
+		w.store.Add(actx, "world/abort/acks", 1) // process 0 keeps the store up until we know
+	}
 	v, err := w.store.Get(actx, "world/abort/msg")
 	if err != nil {
 		return nil
@@ -455,6 +495,7 @@ func (w *World) Leave(err error) {
 	if w.store == nil {
 		return
 	}
+	close(w.stopBeat)
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		msg := err.Error()
@@ -469,8 +510,88 @@ func (w *World) Leave(err error) {
 			w.store.Add(ctx, "world/abort", 1)
 		}
 		cancel()
+		if w.me == 0 {
+			// The store lives in this process: keep it up until the
+			// others waiting on it have read why (or a little while;
+			// those training fail through their communicators anyway).
+			dl := time.Now().Add(3 * abortPoll)
+			for time.Now().Before(dl) {
+				ctx, cancel := context.WithTimeout(context.Background(), abortPoll)
+				n, err := w.store.Add(ctx, "world/abort/acks", 0)
+				cancel()
+				if err != nil || n >= int64(len(w.procs)-1) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	}
 	w.store.Close()
+}
+
+// heartbeat bumps this process's counter in the store until Leave.
+func (w *World) heartbeat() {
+	every := min(time.Second, w.peer/5)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	key := "world/beat/" + strconv.Itoa(w.me)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		w.store.Add(ctx, key, 1)
+		cancel()
+		select {
+		case <-t.C:
+		case <-w.stopBeat:
+			return
+		}
+	}
+}
+
+// silent returns a *PeerError naming the processes whose heartbeat has
+// not moved for the peer timeout (looked at once per abortPoll).
+func (w *World) silent(ctx context.Context) error {
+	w.beatMu.Lock()
+	defer w.beatMu.Unlock()
+	if len(w.beats) == 0 || time.Since(w.checked) < abortPoll {
+		return nil
+	}
+	w.checked = time.Now()
+	var gone []Process
+	var ranks []int
+	for p := range w.beats {
+		if p == w.me {
+			continue
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortPoll)
+		v, err := w.store.Add(actx, "world/beat/"+strconv.Itoa(p), 0)
+		cancel()
+		if err != nil {
+			return nil // the store's own failure is reported by the wait
+		}
+		now := time.Now()
+		if v != w.beats[p] {
+			w.beats[p], w.beatAt[p] = v, now
+			continue
+		}
+		if now.Sub(w.beatAt[p]) >= w.peer {
+			q := w.known(p)
+			gone = append(gone, q)
+			ranks = append(ranks, q.Ranks()...)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return &PeerError{Processes: gone, Ranks: ranks, Err: fmt.Errorf("no heartbeat for %v: the process died, stopped or lost the store", w.peer)}
+}
+
+// known is process p as far as this one knows it (while joining, only
+// its index).
+func (w *World) known(p int) Process {
+	if p < len(w.procs) && w.procs[p].hostID != "" {
+		return w.procs[p]
+	}
+	return Process{Index: p, Host: "unknown"}
 }
 
 // Barrier waits until every process has reached it under the same name,

@@ -24,6 +24,7 @@ type proc struct {
 	devices int
 	host    string // host id ("" : all the same)
 	config  string
+	peer    time.Duration // heartbeat timeout
 }
 
 // joinAll joins one goroutine per process; each gets its world or error.
@@ -47,7 +48,7 @@ func joinAll(t *testing.T, procs []proc, timeout time.Duration) ([]*World, []err
 			if host == "" {
 				host = "testhost"
 			}
-			o := Options{Devices: p.devices, Timeout: timeout, HostID: host, Host: "127.0.0.1", Security: &noSecurity}
+			o := Options{Devices: p.devices, Timeout: timeout, HostID: host, Host: "127.0.0.1", Security: &noSecurity, PeerTimeout: p.peer}
 			if p.config != "" {
 				o.Config = []byte(p.config)
 			}
@@ -110,8 +111,20 @@ func TestJoinRefusesAnotherConfigByName(t *testing.T) {
 	ref := `{"train":{"lr":0.01,"epochs":3},"devices":4}`
 	ws, errs := joinAll(t, []proc{{devices: 2, config: ref}, {devices: 2, config: `{"train":{"lr":0.02,"epochs":3},"devices":4}`}}, 20*time.Second)
 	for i, err := range errs {
+		// Each process finds the difference itself, or learns it from
+		// the one that found it first.
 		var me *MismatchError
-		if !errors.As(err, &me) || me.Process.Index != 1 || me.Path != "train.lr" || me.Theirs != "0.02" || me.Ref != "0.01" {
+		var ae *AbortError
+		switch {
+		case errors.As(err, &me):
+			if me.Process.Index != 1 || me.Path != "train.lr" || me.Theirs != "0.02" || me.Ref != "0.01" {
+				t.Fatalf("process %d: %v, want a mismatch of train.lr naming process 1", i, err)
+			}
+		case errors.As(err, &ae):
+			if !strings.Contains(ae.Msg, "process 1 (host testhost") || !strings.Contains(ae.Msg, "train.lr is 0.02 there, 0.01 on process 0") {
+				t.Fatalf("process %d: %v, want process %d's mismatch of train.lr", i, err, 1-i)
+			}
+		default:
 			t.Fatalf("process %d: %v (world %v), want a mismatch of train.lr naming process 1", i, err, ws[i])
 		}
 	}
@@ -539,4 +552,31 @@ func FuzzParseState(f *testing.F) {
 			t.Fatalf("accepted %+v", st)
 		}
 	})
+}
+
+// TestSilentProcessNamed: a process that stops beating (dead, stopped,
+// or gone from the store) fails the others' setup waits, named.
+func TestSilentProcessNamed(t *testing.T) {
+	ws, errs := joinAll(t, []proc{{devices: 1, host: "m1", peer: time.Second}, {devices: 2, host: "m2", peer: time.Second}}, time.Minute)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws[1].Leave(nil) // stops beating, says nothing
+	done := make(chan error, 1)
+	go func() {
+		_, err := ws[0].HostGroup(context.Background(), "g", comm.Options{})
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("process 0 still waits a minute after process 1 went silent")
+	}
+	var pe *PeerError
+	if !errors.As(err, &pe) || len(pe.Processes) != 1 || pe.Processes[0].Index != 1 || !strings.Contains(err.Error(), "no heartbeat") {
+		t.Fatalf("got %v, want process 1 named", err)
+	}
 }
