@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/strata-gnn/strata/comm/world"
 	"os"
 
 	"github.com/strata-gnn/strata/internal/atomicfile"
@@ -28,6 +29,9 @@ type Report struct {
 	Comm         CommStats      `json:"comm"`
 	// EpochComm is every epoch's share of Comm.
 	EpochComm []EpochComm `json:"epoch_comm"`
+	// World is the job's layout (machines, processes, ranks); Devices
+	// and Memory are this process's devices'.
+	World world.Info `json:"world"`
 }
 
 // MemoryStats is measured by counting the bytes of every buffer and

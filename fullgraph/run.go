@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/comm"
-	"github.com/strata-gnn/strata/comm/inproc"
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/nn"
@@ -66,6 +66,15 @@ type Options struct {
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (device 0's, after each epoch).
 	Keep *train.Keeper
+	// World, when set, is the job this process is part of (comm/world):
+	// the devices of every process are the run's ranks (World.Size()),
+	// Backends (and Comms, DeviceComms when given) are this process's
+	// (its ranks World.Ranks()), and without Comms the host
+	// communicators are a World.HostGroup spanning the job. Device 0
+	// (process 0) logs, checkpoints and reports; the other processes'
+	// reports hold their own devices' memory. Nil: one process owns
+	// every rank.
+	World *world.World
 }
 
 // RunError reports a failure of one device.
@@ -88,13 +97,25 @@ var ErrInterrupted = train.ErrInterrupted
 // Every model runs on the distributed engine (any number of devices);
 // Engine "tape" runs the nn layers on one device with the autograd tape.
 func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*Report, error) {
+	w := opts.World
+	if w == nil {
+		w = world.Single(len(opts.Backends))
+	}
+	rep, err := runJob(ctx, ds, cfg, opts, w)
+	return rep, w.Explain(err)
+}
+
+func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, w *world.World) (*Report, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := len(opts.Backends)
+	p := w.Size()
 	if p < 1 || p > maxDevices {
 		return nil, cfgErr("devices", "%d devices, want 1..%d", p, maxDevices)
+	}
+	if len(opts.Backends) != w.Local() {
+		return nil, cfgErr("devices", "%d back ends for this process's %d devices", len(opts.Backends), w.Local())
 	}
 	for i, b := range opts.Backends {
 		if b == nil {
@@ -109,22 +130,22 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, err
 	}
 	if opts.Comms != nil {
-		if len(opts.Comms) != p {
-			return nil, cfgErr("comms", "%d communicators for %d devices", len(opts.Comms), p)
+		if len(opts.Comms) != w.Local() {
+			return nil, cfgErr("comms", "%d communicators for %d devices", len(opts.Comms), w.Local())
 		}
 		for i, c := range opts.Comms {
-			if c == nil || c.Rank() != i || c.Size() != p {
-				return nil, cfgErr("comms", "communicator %d is not rank %d of %d", i, i, p)
+			if c == nil || c.Rank() != w.Rank(i) || c.Size() != p {
+				return nil, cfgErr("comms", "communicator %d is not rank %d of %d", i, w.Rank(i), p)
 			}
 		}
 	}
 	if opts.DeviceComms != nil {
-		if len(opts.DeviceComms) != p {
-			return nil, cfgErr("comms", "%d device communicators for %d devices", len(opts.DeviceComms), p)
+		if len(opts.DeviceComms) != w.Local() {
+			return nil, cfgErr("comms", "%d device communicators for %d devices", len(opts.DeviceComms), w.Local())
 		}
 		for i, c := range opts.DeviceComms {
-			if c == nil || c.Rank() != i || c.Size() != p {
-				return nil, cfgErr("comms", "device communicator %d is not rank %d of %d", i, i, p)
+			if c == nil || c.Rank() != w.Rank(i) || c.Size() != p {
+				return nil, cfgErr("comms", "device communicator %d is not rank %d of %d", i, w.Rank(i), p)
 			}
 		}
 	}
@@ -165,7 +186,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 		return nil, err
 	}
 	pr.part.Seconds = time.Since(t0).Seconds()
-	s, err := newSession(ds, pr, &cfg, opts, p)
+	s, err := newSession(ctx, ds, pr, &cfg, opts, w)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +243,7 @@ type session struct {
 	opts Options
 	pr   *prepared
 	p    int
+	w    *world.World // the job's processes; this one runs w.Ranks()
 	rep  *Report
 
 	ckpt  string          // the checkpoint file, "" for none
@@ -233,17 +255,17 @@ type session struct {
 	eval    *train.Evaluator // Eval sampled, on device 0
 }
 
-func newSession(orig *dataset.Dataset, pr *prepared, cfg *Config, opts Options, p int) (*session, error) {
-	s := &session{cfg: cfg, opts: opts, pr: pr, p: p}
+func newSession(ctx context.Context, orig *dataset.Dataset, pr *prepared, cfg *Config, opts Options, w *world.World) (*session, error) {
+	s := &session{cfg: cfg, opts: opts, pr: pr, p: w.Size(), w: w}
 	ds := pr.ds
 	rep := &Report{Report: *train.NewReport(ds, cfg.trainConfig(), opts.Backends[0].Name(), pr.feats.RowNormalized),
-		Config: *cfg, Partition: pr.part}
+		Config: *cfg, Partition: pr.part, World: w.Info()}
 	rep.Dataset = orig.Name
 	for _, b := range opts.Backends {
 		rep.Devices = append(rep.Devices, b.Name())
 	}
 	s.rep = rep
-	if err := s.openCheckpoint(orig); err != nil {
+	if err := s.openCheckpoint(ctx, orig); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -324,6 +346,11 @@ func (s *session) run(ctx context.Context, rank int, r replica) error {
 		}
 		rec.Seconds = time.Since(t0).Seconds()
 		if rank != 0 {
+			if n := s.opts.CheckpointEvery; n > 0 && (e+1)%n == 0 {
+				if err := s.saveState(rank, r, e+1); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if b, params, _ := r.model(); s.opts.Keep != nil {
@@ -343,26 +370,30 @@ func (s *session) run(ctx context.Context, rank int, r replica) error {
 			}
 		}
 	}
-	if rank == 0 {
-		if s.opts.Log != nil && s.p > 1 {
-			st := *r.comm()
-			st.finish()
-			fmt.Fprintf(s.opts.Log, "broadcasts: %d of %d skipped, %s sent, %s avoided (%.1f%%); gradients: %s sent, %s avoided\n",
-				st.BroadcastsSkipped, st.Broadcasts, humanBytes(st.BytesSent), humanBytes(st.BytesAvoided), 100*st.AvoidedFraction,
-				humanBytes(st.GradBytesSent), humanBytes(st.GradBytesAvoided))
-		}
-		return s.save(r, cfg.Epochs)
+	if rank != 0 {
+		return s.saveState(rank, r, cfg.Epochs)
 	}
-	return nil
+	if s.opts.Log != nil && s.p > 1 {
+		st := *r.comm()
+		st.finish()
+		fmt.Fprintf(s.opts.Log, "broadcasts: %d of %d skipped, %s sent, %s avoided (%.1f%%); gradients: %s sent, %s avoided\n",
+			st.BroadcastsSkipped, st.Broadcasts, humanBytes(st.BytesSent), humanBytes(st.BytesAvoided), 100*st.AvoidedFraction,
+			humanBytes(st.GradBytesSent), humanBytes(st.GradBytesAvoided))
+	}
+	return s.save(r, cfg.Epochs)
 }
 
 // interrupted ends a run cancelled before epoch e's step: device 0 saves
 // the state after e epochs when checkpoints are on.
 func (s *session) interrupted(rank int, r replica, e int, cause error) error {
+	var err error
 	if rank == 0 {
-		if err := s.save(r, e); err != nil {
-			return err
-		}
+		err = s.save(r, e)
+	} else {
+		err = s.saveState(rank, r, e)
+	}
+	if err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: %v", ErrInterrupted, cause)
 }
@@ -457,7 +488,7 @@ func runEngine(ctx context.Context, s *session) error {
 	}
 	comms := opts.Comms
 	if comms == nil && p > 1 {
-		if comms, err = inproc.New(p, comm.Options{Timeout: opts.CommTimeout}); err != nil {
+		if comms, err = s.w.HostGroup(ctx, "fullgraph", comm.Options{Timeout: opts.CommTimeout}); err != nil {
 			return err
 		}
 		defer func() {
@@ -468,28 +499,28 @@ func runEngine(ctx context.Context, s *session) error {
 	}
 	rep := s.rep
 	rep.Engine = "distributed"
-	workers := make([]*worker, p)
-	errs := make([]error, p)
+	workers := make([]*worker, s.w.Local())
+	errs := make([]error, s.w.Local())
 	var wg sync.WaitGroup
-	for r := 0; r < p; r++ {
+	for i, r := range s.w.Ranks() {
 		var c comm.Comm
 		if comms != nil {
-			c = comms[r]
+			c = comms[i]
 		}
 		var dc comm.Comm
 		if opts.DeviceComms != nil && p > 1 {
-			dc = opts.DeviceComms[r]
+			dc = opts.DeviceComms[i]
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := newWorker(ctx, r, opts.Backends[r], c, dc, cfg, pr, lay)
+			w, err := newWorker(ctx, r, opts.Backends[i], c, dc, cfg, pr, lay)
 			if err == nil {
-				workers[r] = w
+				workers[i] = w
 				err = s.run(ctx, r, w)
 			}
 			if err != nil {
-				errs[r] = &RunError{Rank: r, Op: "training", Err: err}
+				errs[i] = &RunError{Rank: r, Op: "training", Err: err}
 				if c != nil {
 					c.Close() // make the other ranks fail now, not at their deadline
 				}

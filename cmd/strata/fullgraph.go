@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/commcli"
 	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
@@ -175,8 +176,9 @@ func multiGPUEnv() {
 
 // runFullGraph is 'strata train --mode fullgraph', and with full 'strata
 // train --mode full': the same engine on the one device of --device, in
-// the dataset's node order.
-func (c *trainCmd) runFullGraph(e *env, full bool) error {
+// the dataset's node order. Under a launcher the devices are this
+// process's share of a job (joinJob).
+func (c *trainCmd) runFullGraph(e *env, full bool) (err error) {
 	cfg, err := c.fullGraphConfig(full)
 	if err != nil {
 		return err
@@ -203,6 +205,25 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kind, _, _ := backend.ParseDevice(deviceSpecOf(bs[0]))
+	w, err := c.joinJob(ctx, e, deviceSet{Kind: kind, Specs: make([]string, len(bs))})
+	if err != nil {
+		return err
+	}
+	ranks := len(bs)
+	if w != nil {
+		ranks = w.Size()
+		defer func() { w.Leave(err) }() // tells the others why this one failed
+		if e.quiet {
+			log = nil
+		}
+	}
+	commTimeout, err := c.commTimeout()
+	if err != nil {
+		return err
+	}
 	gpu := false
 	for _, b := range bs {
 		gpu = gpu || b.Name() != "cpu"
@@ -226,28 +247,30 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 		return err
 	}
 	defer closeDS()
+	if err := agreeDataset(ctx, w, ds); err != nil {
+		return err
+	}
 	if err := checkMemory(fullgraph.EstimateMemory(cfg, len(bs), shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
 		return err
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training %s on %s (%d nodes, %d edges, %d features, %d classes) on %d device(s): %s\n",
-			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, len(bs), bs[0].Name())
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, ds.NumClasses, ranks, bs[0].Name())
 		fmt.Fprintf(log, "config: %s\n", cfg.String())
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	start := time.Now()
-	opts := fullgraph.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Keep: keep}
+	opts := fullgraph.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Resume: c.Resume, Keep: keep,
+		World: w, CommTimeout: commTimeout}
 	orig := ds // the dataset the user gave, before a partition file renumbers it
 	if f := c.FullGraph.PartFile; f != "" {
 		if ds, opts.Offsets, err = fullgraph.ApplyPartitionFile(ds, f); err != nil {
 			return err
 		}
-		if len(opts.Offsets) != len(bs)+1 {
-			return usageError{fmt.Errorf("--partition-file %s has %d parts for %d devices", f, len(opts.Offsets)-1, len(bs))}
+		if len(opts.Offsets) != ranks+1 {
+			return usageError{fmt.Errorf("--partition-file %s has %d parts for %d devices", f, len(opts.Offsets)-1, ranks)}
 		}
 	}
-	dcs, kind, why, err := fullgraph.OpenDeviceComms(ctx, c.FullGraph.Comm, bs, fullgraph.CommOptions{GPUShm: gso})
+	dcs, kind, why, err := c.fullGraphComms(ctx, w, bs, gso, commTimeout)
 	var ce *fullgraph.ConfigError
 	if errors.As(err, &ce) {
 		return usageError{err}
@@ -261,7 +284,7 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 		}
 	}()
 	opts.DeviceComms = dcs
-	if log != nil && len(bs) > 1 {
+	if log != nil && ranks > 1 {
 		fmt.Fprintf(log, "communication: %s (%s)\n", kind, why)
 	}
 	rep, err := fullgraph.Run(ctx, ds, cfg, opts)
@@ -274,14 +297,21 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 	if err != nil {
 		return err
 	}
+	if w != nil && w.Process() != 0 {
+		jobSummary(e, w, fmt.Sprintf("trained %d epochs", cfg.Epochs))
+		return nil
+	}
 	printAccuracy(e, &rep.Report)
-	if len(bs) > 1 {
+	if ranks > 1 {
 		fmt.Fprintf(e.stdout, "broadcasts          %d of %d skipped, %.1f%% of broadcast bytes avoided\n",
 			rep.Comm.BroadcastsSkipped, rep.Comm.Broadcasts, 100*rep.Comm.AvoidedFraction)
 	}
 	on := bs[0].Name()
-	if len(bs) > 1 {
-		on = fmt.Sprintf("%d device(s)", len(bs))
+	if ranks > 1 {
+		on = fmt.Sprintf("%d device(s)", ranks)
+	}
+	if w != nil {
+		on += fmt.Sprintf(" in %d processes on %d machine(s)", rep.World.Processes, rep.World.Machines)
 	}
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s (%.4fs per training epoch)\n", time.Since(start).Seconds(), on, rep.EpochSeconds)
 	mode := fullGraphMode
@@ -292,4 +322,31 @@ func (c *trainCmd) runFullGraph(e *env, full bool) error {
 		return err
 	}
 	return c.writeOutputs(rep.WriteJSON, &rep.Report)
+}
+
+// fullGraphComms opens the device communicators of --comm for bs: in one
+// process fullgraph.OpenDeviceComms; in a job of several processes NCCL
+// across them when the devices are GPUs (auto or nccl), else none (the
+// blocks go through the job's host communicators: host).
+func (c *trainCmd) fullGraphComms(ctx context.Context, w *world.World, bs []backend.Backend, gso gpushm.Options, timeout time.Duration) ([]comm.Comm, string, string, error) {
+	kind := c.FullGraph.Comm
+	if w == nil {
+		return fullgraph.OpenDeviceComms(ctx, kind, bs, fullgraph.CommOptions{GPUShm: gso, Timeout: timeout})
+	}
+	gpus := true
+	for _, b := range bs {
+		gpus = gpus && onDevice(b)
+	}
+	switch {
+	case kind == fullgraph.CommHost || kind == fullgraph.CommAuto && !gpus:
+		return nil, fullgraph.CommHost, "staged through the job's " + w.Info().Comm + " communicators", nil
+	case kind == fullgraph.CommGPUShm:
+		return nil, "", "", usageError{fmt.Errorf("--comm gpushm works within one process; a job of several processes uses nccl or host")}
+	case kind != fullgraph.CommAuto && kind != fullgraph.CommNCCL:
+		return nil, "", "", usageError{fmt.Errorf("--comm %s: want auto, nccl or host in a job of several processes", kind)}
+	case !gpus:
+		return nil, "", "", usageError{fmt.Errorf("--comm nccl needs CUDA devices")}
+	}
+	dcs, k, err := w.DeviceGroup(ctx, "fullgraph-dev", bs, world.DeviceOptions{Options: comm.Options{Timeout: timeout}, Kind: comm.KindNCCL, Prefix: "fullgraph"})
+	return dcs, k, "NCCL across the job's processes", err
 }

@@ -401,3 +401,50 @@ func TestTwoMachinesInNetworkNamespaces(t *testing.T) {
 	}
 	t.Logf("%d batch losses identical across namespaces %v over mutual TLS", n, ns)
 }
+
+// TestTwoMachinesFullGraph: full-graph training with skip-broadcast
+// (Sancus) on two simulated machines x cpu:2 equals one process with
+// cpu:4: losses, accuracies and the broadcasts skipped.
+func TestTwoMachinesFullGraph(t *testing.T) {
+	dir := t.TempDir()
+	args := func(devices, report string) []string {
+		return []string{"--quiet", "train", "--mode", "fullgraph", "--model", "gcn", "--devices", devices, "--staleness",
+			"--epochs", "12", "--seed", "3", "--comm-timeout", "30s", "--report", report}
+	}
+	ref, got := filepath.Join(dir, "one.json"), filepath.Join(dir, "job.json")
+	if code, _, errs := strata(t, args("cpu:4", ref)...); code != 0 {
+		t.Fatalf("one process: exit %d\n%s", code, errs)
+	}
+	j := startJob(t, 2, false, args("cpu:2", got)...)
+	if err := j.wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("job: %v\n%s", err, j.out.String())
+	}
+	want, rep := readReport(t, ref), readReport(t, got)
+	for i, w := range want.Epochs {
+		g := rep.Epochs[i]
+		if math.Float64bits(g.Loss) != math.Float64bits(w.Loss) || g.TestAccuracy != w.TestAccuracy {
+			t.Fatalf("epoch %d: loss %v test %v, one process %v %v", w.Epoch, g.Loss, g.TestAccuracy, w.Loss, w.TestAccuracy)
+		}
+	}
+	skipped := func(path string) (n int64) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Comm struct {
+				Skipped int64 `json:"broadcasts_skipped"`
+			} `json:"comm"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Comm.Skipped
+	}
+	if s, w := skipped(got), skipped(ref); s != w || s == 0 {
+		t.Fatalf("skipped %d broadcasts, one process %d", s, w)
+	}
+	if w := reportWorld(t, got); w.Processes != 2 || w.Machines != 2 || w.Comm != "tcp" {
+		t.Fatalf("report.world %+v", w)
+	}
+}

@@ -678,3 +678,44 @@ func (w *World) Info() Info {
 	}
 	return Info{Machines: len(hosts), Processes: len(w.procs), Ranks: w.size, Comm: w.hostKind(), PerProcess: w.Processes()}
 }
+
+// JoinLocal joins len(layout) simulated processes of this one
+// (goroutines, each with its own World and store connection), process p
+// owning layout[p] devices and counting as machine "machine<p>", so
+// their groups talk over TCP on loopback as machines would: for tests
+// and experiments. o gives the other options (Devices and HostID are
+// set here). Leave every world when done.
+func JoinLocal(ctx context.Context, layout []int, o Options) ([]*World, error) {
+	port, err := rendezvous.FreePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	if o.Security == nil {
+		o.Security = &auth.Security{} // loopback: nothing required
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	ws, errs := make([]*World, len(layout)), make([]error, len(layout))
+	var wg sync.WaitGroup
+	for p, n := range layout {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			env := rendezvous.Env{Rank: p, WorldSize: len(layout), LocalRank: -1, LocalWorldSize: -1, MasterAddr: "127.0.0.1", MasterPort: port}
+			po := o
+			po.Devices, po.HostID = n, fmt.Sprintf("machine%d", p)
+			ws[p], errs[p] = Join(ctx, env, po)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, w := range ws {
+			if w != nil {
+				w.Leave(err)
+			}
+		}
+		return nil, err
+	}
+	return ws, nil
+}

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-gnn/strata/comm/auth"
-	"github.com/strata-gnn/strata/comm/rendezvous"
 	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 )
@@ -23,26 +21,9 @@ import (
 // host ids, so their communicators go over TCP as between machines.
 func joinJob(t *testing.T, layout []int) []*world.World {
 	t.Helper()
-	port, err := rendezvous.FreePort("127.0.0.1")
+	ws, err := world.JoinLocal(context.Background(), layout, world.Options{Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
-	}
-	ws, errs := make([]*world.World, len(layout)), make([]error, len(layout))
-	var wg sync.WaitGroup
-	for p, n := range layout {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			env := rendezvous.Env{Rank: p, WorldSize: len(layout), LocalRank: -1, LocalWorldSize: -1, MasterAddr: "127.0.0.1", MasterPort: port}
-			ws[p], errs[p] = world.Join(context.Background(), env, world.Options{Devices: n, Timeout: 30 * time.Second,
-				Security: &auth.Security{}, Host: "127.0.0.1", HostID: fmt.Sprintf("machine%d", p)})
-		}()
-	}
-	wg.Wait()
-	for p, err := range errs {
-		if err != nil {
-			t.Fatalf("process %d: %v", p, err)
-		}
 	}
 	t.Cleanup(func() {
 		for _, w := range ws {
