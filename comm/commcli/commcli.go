@@ -30,9 +30,11 @@ import (
 
 // LaunchCmd is 'strata launch -n N [flags] -- <cmd> [args...]'.
 type LaunchCmd struct {
-	N          int           `short:"n" required:"" help:"Number of processes (ranks)."`
-	MasterAddr string        `default:"127.0.0.1" help:"Address of rank 0's rendezvous store (MASTER_ADDR)."`
-	MasterPort int           `help:"Port of the store (MASTER_PORT); 0 picks a free one."`
+	N          int           `short:"n" required:"" help:"Number of processes (ranks) on this machine."`
+	Nodes      int           `name:"nnodes" default:"1" help:"Machines in the job, each running one 'strata launch' with the same -n, --nnodes, --master-addr and --master-port (torchrun's --nnodes)."`
+	NodeRank   int           `name:"node-rank" default:"0" help:"This machine's index in 0..nnodes-1 (its processes are ranks node-rank*n .. node-rank*n+n-1; machine 0 runs rank 0, which serves the store at --master-addr)."`
+	MasterAddr string        `default:"127.0.0.1" help:"Address of rank 0's rendezvous store (MASTER_ADDR): machine 0's, with --nnodes."`
+	MasterPort int           `help:"Port of the store (MASTER_PORT); 0 picks a free one (one machine only)."`
 	Grace      time.Duration `default:"5s" help:"After a rank fails, how long the others get between SIGTERM and SIGKILL."`
 	NoPrefix   bool          `help:"Do not prefix output lines with [rank r]."`
 	TLSCert    string        `name:"tls-cert" type:"path" help:"PEM certificate of the ranks (STRATA_COMM_TLS_CERT); with --tls-key and --tls-ca, mutual TLS, required when --master-addr is not on loopback."`
@@ -57,7 +59,7 @@ func (c *LaunchCmd) Run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, err := launch.Run(ctx, launch.Config{N: c.N, Command: cmd, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort,
+	_, err := launch.Run(ctx, launch.Config{N: c.N, Nodes: c.Nodes, NodeRank: c.NodeRank, Command: cmd, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort,
 		Grace: c.Grace, Prefix: !c.NoPrefix, Stdout: c.Stdout, Stderr: c.Stderr,
 		Auth: auth.Config{TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSCA: c.TLSCA, TLSName: c.TLSName, InsecureTrustedNetwork: c.Insecure}})
 	return err

@@ -1,6 +1,9 @@
 // Package launch starts the N local processes of a job with the
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and supervises them: when one
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), on one machine or as one
+// machine's share of a job over several (Config.Nodes, NodeRank: one
+// launch per machine, as torchrun's --nnodes and --node_rank), and
+// supervises them: when one
 // fails, the others are stopped (SIGTERM, then SIGKILL after a grace
 // period) and the failure is reported naming the rank. On Linux the
 // processes also die (SIGKILL) when the launcher itself dies, even by
@@ -32,8 +35,16 @@ const MaxProcs = 1024
 
 // Config describes a launch.
 type Config struct {
-	N       int      // processes
+	N       int      // processes (on this machine)
 	Command []string // argv of each process
+	// Nodes and NodeRank place this launch in a job over several
+	// machines, as torchrun's --nnodes and --node_rank: each machine runs
+	// one launch of N processes, the same Nodes and MasterAddr:MasterPort
+	// (machine 0's address, where rank 0 serves the store), and its own
+	// NodeRank; its processes get RANK NodeRank*N+i, WORLD_SIZE Nodes*N,
+	// LOCAL_RANK i and LOCAL_WORLD_SIZE N. Nodes 0 means 1. With
+	// several nodes MasterPort must be given.
+	Nodes, NodeRank int
 	// Env is added to this process's environment (after it, so it wins),
 	// before the rendezvous variables.
 	Env []string
@@ -111,6 +122,16 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Command) == 0 {
 		return nil, errors.New("launch: no command given")
 	}
+	nodes := max(cfg.Nodes, 1)
+	switch {
+	case cfg.Nodes < 0 || nodes*cfg.N > rendezvous.MaxWorldSize:
+		return nil, &ConfigError{fmt.Errorf("launch: --nnodes %d with -n %d: want a job of 1..%d processes", cfg.Nodes, cfg.N, rendezvous.MaxWorldSize)}
+	case cfg.NodeRank < 0 || cfg.NodeRank >= nodes:
+		return nil, &ConfigError{fmt.Errorf("launch: --node-rank %d, want 0..%d (--nnodes %d)", cfg.NodeRank, nodes-1, nodes)}
+	case nodes > 1 && cfg.MasterPort == 0:
+		return nil, &ConfigError{fmt.Errorf("launch: --nnodes %d needs --master-port (the same on every machine) and --master-addr (machine 0's address)", nodes)}
+	}
+	first := cfg.NodeRank * cfg.N // global rank of this machine's first process
 	addr := cfg.MasterAddr
 	if addr == "" {
 		addr = "127.0.0.1"
@@ -167,7 +188,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			default:
 			}
 			p.stopped = true
-			stopped = append(stopped, r)
+			stopped = append(stopped, first+r)
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			go func() {
 				select {
@@ -181,17 +202,17 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 
 	for r := 0; r < cfg.N; r++ {
-		env := rendezvous.Env{Rank: r, WorldSize: cfg.N, LocalRank: r, LocalWorldSize: cfg.N, MasterAddr: addr, MasterPort: port}
+		env := rendezvous.Env{Rank: first + r, WorldSize: nodes * cfg.N, LocalRank: r, LocalWorldSize: cfg.N, MasterAddr: addr, MasterPort: port}
 		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 		cmd.Env = append(append(os.Environ(), extra...), env.Vars()...)
 		if cfg.PerRank != nil {
-			cmd.Env = append(cmd.Env, cfg.PerRank(r)...)
+			cmd.Env = append(cmd.Env, cfg.PerRank(first+r)...)
 		}
 		p := &proc{cmd: cmd, done: make(chan struct{})}
 		p.out = &prefixWriter{w: stdout, mu: &outMu}
 		p.errw = &prefixWriter{w: stderr, mu: &outMu}
 		if cfg.Prefix {
-			p.out.prefix = []byte(fmt.Sprintf("[rank %d] ", r))
+			p.out.prefix = []byte(fmt.Sprintf("[rank %d] ", first+r))
 			p.errw.prefix = p.out.prefix
 		}
 		cmd.Stdout, cmd.Stderr = p.out, p.errw
@@ -204,7 +225,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			for _, q := range procs[:r] {
 				<-q.done
 			}
-			return nil, &ExitError{Rank: r, Err: err, Stopped: stopped}
+			return nil, &ExitError{Rank: first + r, Err: err, Stopped: stopped}
 		}
 		procs[r] = p
 		go func() {
@@ -216,7 +237,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}()
 	}
 
-	var first *ExitError
+	var failed *ExitError
 	var ctxErr error
 	ctxDone := ctx.Done()
 	for left := cfg.N; left > 0; {
@@ -227,11 +248,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			mu.Lock()
 			stopped := p.stopped
 			mu.Unlock()
-			results[r] = Result{Rank: r, Err: p.err, Stopped: stopped, Elapsed: time.Since(p.start)}
-			if p.err != nil && !stopped && first == nil && ctxErr == nil {
-				first = &ExitError{Rank: r, Err: p.err}
+			results[r] = Result{Rank: first + r, Err: p.err, Stopped: stopped, Elapsed: time.Since(p.start)}
+			if p.err != nil && !stopped && failed == nil && ctxErr == nil {
+				failed = &ExitError{Rank: first + r, Err: p.err}
 				if !cfg.KeepGoing {
-					first.Stopped = stopAll()
+					failed.Stopped = stopAll()
 				}
 			}
 		case <-ctxDone:
@@ -240,9 +261,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			stopAll()
 		}
 	}
-	if first != nil {
-		sort.Ints(first.Stopped)
-		return results, first
+	if failed != nil {
+		sort.Ints(failed.Stopped)
+		return results, failed
 	}
 	if ctxErr != nil {
 		return results, fmt.Errorf("launch: %w", ctxErr)

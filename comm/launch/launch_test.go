@@ -109,6 +109,43 @@ func TestEnv(t *testing.T) {
 	}
 }
 
+// TestNodes: machine 1 of a job of 2 machines x 2 processes gives its
+// processes ranks 2 and 3 of 4, local ranks 0 and 1; bad node settings
+// are refused before anything starts.
+func TestNodes(t *testing.T) {
+	var out bytes.Buffer
+	port, err := rendezvous.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := launch.Run(context.Background(), launch.Config{N: 2, Nodes: 2, NodeRank: 1, MasterPort: port, Command: commtest.Command(),
+		Env: role("env"), Stdout: &out, Prefix: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		want := fmt.Sprintf("[rank %d] rank=%d world=4 local=%d/2 master=127.0.0.1:%d", 2+i, 2+i, i, port)
+		if r.Rank != 2+i || !strings.Contains(out.String(), want) {
+			t.Errorf("result %+v; missing %q in:\n%s", r, want, out.String())
+		}
+	}
+	for _, c := range []struct {
+		cfg  launch.Config
+		want string
+	}{
+		{launch.Config{N: 2, Nodes: 2, NodeRank: 2, MasterPort: port}, "--node-rank 2, want 0..1"},
+		{launch.Config{N: 2, Nodes: -1}, "--nnodes -1"},
+		{launch.Config{N: 2, Nodes: 2}, "needs --master-port"},
+	} {
+		c.cfg.Command = []string{"true"}
+		_, err := launch.Run(context.Background(), c.cfg)
+		var ce *launch.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want a ConfigError naming %q", c.cfg, err, c.want)
+		}
+	}
+}
+
 func TestFailureStopsOthers(t *testing.T) {
 	start := time.Now()
 	res, err := launch.Run(context.Background(), launch.Config{N: 3, Command: commtest.Command(), Env: role("fail"), Stderr: &bytes.Buffer{}})
