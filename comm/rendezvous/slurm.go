@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // SLURMPortBase is where FromSLURM's default MASTER_PORT range starts:
@@ -114,10 +115,20 @@ const (
 // RANK or WORLD_SIZE is set, else SLURM's when this is a task of an srun
 // step (SLURM_STEP_ID set: an sbatch script itself is not a task) of more
 // than one task, else none.
+//
+// Under torchrun's elastic agent (TORCHELASTIC_USE_AGENT_STORE=True) the
+// agent of node 0 already serves its own store at MASTER_PORT: the job's
+// store then uses MASTER_PORT+1.
 func Detect(lookup func(string) (string, bool)) (Env, Source, error) {
 	set := func(n string) bool { v, ok := lookup(n); return ok && v != "" }
 	if set("RANK") || set("WORLD_SIZE") {
 		e, err := FromLookup(lookup)
+		if v, _ := lookup("TORCHELASTIC_USE_AGENT_STORE"); err == nil && (strings.EqualFold(v, "true") || v == "1") {
+			if e.MasterPort == 65535 {
+				return Env{}, SourceTorchrun, fmt.Errorf("rendezvous: MASTER_PORT=65535 is torchrun's store, and the job's would be the next port: pick a lower --master-port")
+			}
+			e.MasterPort++
+		}
 		return e, SourceTorchrun, err
 	}
 	if set("SLURM_PROCID") && set("SLURM_STEP_ID") && (set("SLURM_NTASKS") || set("SLURM_NPROCS")) {

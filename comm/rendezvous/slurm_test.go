@@ -64,6 +64,7 @@ func TestDetect(t *testing.T) {
 		{"torchrun", []string{"RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "9"}, SourceTorchrun, 1, ""},
 		{"torchrun wins over slurm", append([]string{"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "9"}, srun...), SourceTorchrun, 0, ""},
 		{"torchrun incomplete", []string{"WORLD_SIZE", "2"}, SourceTorchrun, 0, "RANK"},
+		{"torchrun agent's port", []string{"RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "65535", "TORCHELASTIC_USE_AGENT_STORE", "True"}, SourceTorchrun, 0, "65535"},
 		{"srun task", srun, SourceSLURM, 1, ""},
 		{"sbatch script", []string{"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_JOB_ID", "7"}, SourceNone, 0, ""},
 		{"one task", []string{"SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_STEP_ID", "0", "SLURM_JOB_ID", "7", "SLURM_LAUNCH_NODE_IPADDR", "h"}, SourceNone, 0, ""},
@@ -79,5 +80,16 @@ func TestDetect(t *testing.T) {
 		if err != nil || src != tc.src || e.Rank != tc.rank {
 			t.Errorf("%s: %+v %q %v, want source %q rank %d", tc.name, e, src, err, tc.src, tc.rank)
 		}
+	}
+}
+
+func TestDetectUnderTorchrunsAgent(t *testing.T) {
+	e, src, err := Detect(lookupOf("RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "29500", "TORCHELASTIC_USE_AGENT_STORE", "True"))
+	if err != nil || src != SourceTorchrun || e.MasterPort != 29501 {
+		t.Fatalf("%+v %q %v: want the port after the agent's", e, src, err)
+	}
+	e, _, err = Detect(lookupOf("RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "29500", "TORCHELASTIC_USE_AGENT_STORE", "False"))
+	if err != nil || e.MasterPort != 29500 {
+		t.Fatalf("%+v %v: want MASTER_PORT itself", e, err)
 	}
 }
