@@ -167,6 +167,16 @@
 // Masks "local" draws them on each device instead (equal in distribution,
 // but the run then depends on P).
 //
+// # Processes and machines
+//
+// With Options.World (comm/world) the devices of every process of a job
+// are the ranks: each process runs Run with its own devices (workers for
+// its ranks only), the host communicators are a World.HostGroup spanning
+// the job (TCP across machines, shared memory on one, float sums in rank
+// order) and device communicators NCCL across processes, so the run
+// (skip-broadcast included) equals one process's with every device.
+// Device 0 logs, checkpoints and reports (Report.World).
+//
 // # Determinism
 //
 // The same configuration and device count give bit-identical runs:

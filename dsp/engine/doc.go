@@ -86,4 +86,15 @@
 // writes the run's state after every epoch, and Options.Resume continues
 // from it with the numbers of an uninterrupted run. Checkpoints of the
 // removed host engine are refused.
+//
+// Several processes (Options.World, comm/world): the devices of every
+// process of a job are its ranks; each process runs Run with its own
+// devices and builds only their patches, caches and replicas, and every
+// communicator (the coordinator's control group, each stage's host and
+// device groups: openComms) spans the job with this process's devices as
+// its local members. Over TCP the float sums are taken in rank order, so
+// a job's numbers equal one process's with every device. Rank 0 logs,
+// evaluates, checkpoints (recording the layout; every process writes its
+// own state file) and reports (Report.World). A failure names the
+// processes behind it (world.Explain). See docs/distributed.md.
 package engine
