@@ -248,7 +248,7 @@ func TestFlagValues(t *testing.T) {
 		"scale": "float", "nodes": "int", "avg-degree": "float", "max-degree": "float", "exponent": "float",
 		"classes": "int", "class-skew": "float", "homophily": "float", "features": "int", "noise": "float",
 		"train-frac": "float", "val-frac": "float", "test-frac": "float",
-		"n": "int", "procs": "int", "master-port": "int", "grace": "dur", "min-bytes": "int", "max-bytes": "int", "factor": "int",
+		"n": "int", "procs": "int", "master-port": "int", "nnodes": "int", "node-rank": "int", "grace": "dur", "min-bytes": "int", "max-bytes": "int", "factor": "int",
 		"repeats": "int", "budget": "int", "timeout": "dur",
 		"gpushm-chunk-bytes": "int", "gpushm-slots": "int", "gpushm-workers": "int", "gpushm-chunks": "int",
 		"gpushm-device-max": "int", "gpushm-device-chunk": "int",
@@ -416,6 +416,8 @@ func TestFlagValues(t *testing.T) {
 		{name: "launch", args: func(*testing.T, string) []string { return []string{"launch", "--no-prefix", "--n=1"} }, after: []string{"--", "true"}, flags: []flagSpec{
 			{flag: "n", legal: intRange(1, 2), extra: []string{"2", "1025"}},
 			{flag: "master-port", legal: intRange(0, 65535), extra: []string{"65535", "65536"}},
+			{flag: "nnodes", legal: intRange(1, 1), extra: []string{"2"}},    // 2 needs --master-port
+			{flag: "node-rank", legal: intRange(0, 0), extra: []string{"1"}}, // one machine
 			{flag: "grace", legal: durRange(0, time.Hour, false), extra: []string{"1h1m"}},
 		}},
 		{name: "bench comm", args: func(t *testing.T, d string) []string {

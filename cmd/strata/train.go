@@ -182,6 +182,17 @@ func (c *trainCmd) Run(e *env) error {
 			return err
 		}
 	}
+	job, err := inJob()
+	if err != nil {
+		return err
+	}
+	if c.FullGraph.Devices == "" && job && c.sampled() {
+		// A process of a job: the one device of --device is its share,
+		// trained by the DSP engine with the others' (world.go).
+		if err := c.dspOnOneDevice("device"); err != nil {
+			return err
+		}
+	}
 	if c.FullGraph.Devices != "" {
 		return c.runDSP(e)
 	}

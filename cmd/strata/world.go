@@ -14,6 +14,7 @@ import (
 	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/progress"
+	"github.com/strata-gnn/strata/train"
 )
 
 // worldFlags are the flags of a job of several processes ('strata train'
@@ -164,4 +165,24 @@ func jobSummary(e *env, w *world.World, what string) {
 		ranks = fmt.Sprintf("ranks %d-%d", me.First, me.First+me.Devices-1)
 	}
 	fmt.Fprintf(e.stdout, "process %d of %d (host %s, %s): %s; process 0 reports the results\n", me.Index, len(w.Processes()), me.Host, ranks, what)
+}
+
+// inJob reports whether the environment describes a job of several
+// processes (joinJob joins it), or what is wrong with the description.
+func inJob() (bool, error) {
+	env, src, err := rendezvous.Detect(os.LookupEnv)
+	if err != nil {
+		return false, usageError{fmt.Errorf("environment: %w", err)}
+	}
+	return src != rendezvous.SourceNone && env.WorldSize > 1, nil
+}
+
+// sampled reports whether the run trains sampled mini-batches (--mode,
+// else the model's default).
+func (c *trainCmd) sampled() bool {
+	mode := c.Mode
+	if mode == "" {
+		mode = train.Defaults(c.Model).Mode
+	}
+	return mode == train.Sampled
 }

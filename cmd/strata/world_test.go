@@ -448,3 +448,18 @@ func TestTwoMachinesFullGraph(t *testing.T) {
 		t.Fatalf("report.world %+v", w)
 	}
 }
+
+// TestJobEnvironmentErrors: a job's environment that cannot work is a
+// usage error naming the variable, whatever the mode.
+func TestJobEnvironmentErrors(t *testing.T) {
+	for _, args := range [][]string{{"--quiet", "train", "--epochs", "1"}, {"--quiet", "train", "--devices", "cpu:2", "--epochs", "1"},
+		{"--quiet", "train", "--mode", "fullgraph", "--model", "gcn", "--devices", "cpu:2", "--epochs", "1"}} {
+		t.Setenv("RANK", "1")
+		t.Setenv("WORLD_SIZE", "2")
+		t.Setenv("MASTER_PORT", "29500") // no MASTER_ADDR
+		code, _, errs := strata(t, args...)
+		if code != 2 || !strings.Contains(errs, "MASTER_ADDR is not set") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("%v: exit %d, %q; want exit 2 and one line naming MASTER_ADDR", args, code, errs)
+		}
+	}
+}

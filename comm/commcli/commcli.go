@@ -57,6 +57,9 @@ func (c *LaunchCmd) Run() error {
 	if len(cmd) == 0 {
 		return fmt.Errorf("launch: give the command after --, e.g. strata launch -n 2 -- strata train ...")
 	}
+	if c.Nodes < 1 {
+		return &launch.ConfigError{Err: fmt.Errorf("launch: --nnodes %d, want 1 or more machines", c.Nodes)}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err := launch.Run(ctx, launch.Config{N: c.N, Nodes: c.Nodes, NodeRank: c.NodeRank, Command: cmd, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort,
