@@ -26,7 +26,8 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/cudadsp, link, serve, internal/nccl, comm/nccl, comm/gpushm);
+#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/cudadsp, link, serve, internal/nccl, comm/nccl,
+#                 comm/gpushm, comm/world);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
 #                 SAGE), the DSP engine on 4 GPUs vs the single-GPU trainer on products
@@ -168,6 +169,7 @@ test_pkgs=(
   "internal/nccl GPU|OneRank|TwoGPUs 30"
   "comm/nccl GPU|OneRank|TwoGPUs 60"
   "comm/gpushm GPU|OneRank|TwoGPUs 100"
+  "comm/world GPU 60"
 )
 
 usage() {

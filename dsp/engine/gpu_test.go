@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,3 +127,47 @@ func TestGPURandomDelays(t *testing.T) {
 }
 
 func randomDelays() pipeline.Hook { return pipeline.RandomDelays(11, 3*time.Millisecond, 0.3) }
+
+// TestGPUJobAcrossProcesses: two simulated processes of one GPU each
+// (comm/world.JoinLocal: their NCCL groups found through the job's
+// store, host groups over TCP) train as one process with both GPUs.
+// With two ranks every sum has one order, so the losses agree closely.
+func TestGPUJobAcrossProcesses(t *testing.T) {
+	bs := gpus(t, 2)
+	cfg := small(2, 2)
+	cfg.CacheBytes = 300 * 16 * 4
+	want := run(t, cfg, Options{Backends: bs})
+	ws := joinJob(t, []int{1, 1})
+	reps, errs := make([]*Report, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for p, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			reps[p], errs[p] = Run(ctx, tiny(t), cfg, Options{Backends: bs[p : p+1], World: w})
+			if errs[p] != nil {
+				w.Leave(errs[p])
+			}
+		}()
+	}
+	wg.Wait()
+	for p, err := range errs {
+		if err != nil {
+			t.Fatalf("process %d: %v", p, err)
+		}
+	}
+	wl, gl := losses(want), losses(reps[0])
+	if len(wl) != len(gl) || len(wl) == 0 {
+		t.Fatalf("%d losses, want %d", len(gl), len(wl))
+	}
+	worst := 0.0
+	for i := range wl {
+		worst = max(worst, math.Abs(gl[i]-wl[i])/math.Abs(wl[i]))
+	}
+	t.Logf("%d losses, largest relative difference to one process %.2e; comm %s; world %+v", len(wl), worst, reps[0].DSP.Comm, reps[0].World)
+	if worst > 1e-5 || reps[0].DSP.Comm != "nccl" || !reps[0].Run.ReplicasEqual {
+		t.Fatalf("losses differ by up to %.2e relative; comm %s; replicas equal %v", worst, reps[0].DSP.Comm, reps[0].Run.ReplicasEqual)
+	}
+}
