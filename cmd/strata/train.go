@@ -199,6 +199,9 @@ func (c *trainCmd) Run(e *env) error {
 	if c.FullGraph.Partition != "multilevel" {
 		return usageError{fmt.Errorf("--partition needs --devices (or --mode fullgraph)")}
 	}
+	if c.World.CommTimeout != "" && c.sampled() {
+		return usageError{fmt.Errorf("--comm-timeout applies to several devices (--devices) or processes")}
+	}
 	cfg, err := c.config()
 	if err != nil {
 		return err

@@ -463,3 +463,19 @@ func TestJobEnvironmentErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestCommTimeoutFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--quiet", "train", "--comm-timeout", "1m"}, "--comm-timeout applies to several devices"},
+		{[]string{"--quiet", "train", "--devices", "cpu:2", "--comm-timeout", "soon"}, `--comm-timeout "soon"`},
+		{[]string{"--quiet", "train", "--mode", "fullgraph", "--model", "gcn", "--devices", "cpu:2", "--comm-timeout=-1s"}, `--comm-timeout "-1s"`},
+	} {
+		code, _, errs := strata(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
