@@ -49,5 +49,15 @@
 // processes, hosts and ranks missing. A process that fails before the
 // others have finished setting up calls Leave with its error, which
 // tells them through the store, so they stop at once with its message
-// instead of waiting for their deadline.
+// instead of waiting for their deadline; every process also beats a
+// heartbeat counter in the store, and a setup wait fails naming a process
+// silent for Options.PeerTimeout (dead, stopped, or cut off).
+//
+// # Checkpoints
+//
+// The trainers' state is replicated, so process 0 writes the one copy;
+// every process writes its own ranks' state beside it (WriteState,
+// DIR/process-P.json), a resume agrees on the checkpoint through the
+// store (AgreeCheckpoint), checks the process's state against it
+// (CheckState) and refuses another layout by name (LayoutDiff).
 package world
