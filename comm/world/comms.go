@@ -18,6 +18,7 @@ import (
 	"github.com/strata-gnn/strata/comm/tcp"
 	"github.com/strata-gnn/strata/internal/cudacomm"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // shmSlotBytes is the slot size of the world's shared-memory groups: a
@@ -56,21 +57,44 @@ func (w *World) claim(name string) error {
 	return nil
 }
 
+// HostKind is the kind of the job's host communicators: inproc in one
+// process, else comm.Select's choice for the job's hosts (shm on one,
+// tcp across).
+func (w *World) HostKind() string { return w.hostKind() }
+
 // HostGroup opens a communicator on host memory for every local rank,
 // ranked globally over the job (Rank() is the global rank, Size() the
 // job's): every process must call it with the same name, in the same
 // order. One process: comm/inproc. Across processes: shm or tcp (see
-// the package doc), float sums in rank order.
+// the package doc), float sums in rank order. Its buffers are the CPU
+// back end's (cpu.WrapF32 and the like).
 func (w *World) HostGroup(ctx context.Context, name string, o comm.Options) ([]comm.Comm, error) {
+	return w.hostGroup(ctx, name, "", o)
+}
+
+// hostGroup is HostGroup of a given kind across processes (shm or tcp;
+// "" or auto: hostKind).
+func (w *World) hostGroup(ctx context.Context, name, kind string, o comm.Options) ([]comm.Comm, error) {
 	if err := w.claim(name); err != nil {
 		return nil, err
 	}
 	if !w.Multi() {
 		return inproc.New(w.size, o)
 	}
+	if kind == "" || kind == comm.KindAuto {
+		kind = w.hostKind()
+	}
+	switch kind {
+	case comm.KindShm:
+		if !w.same {
+			return nil, fmt.Errorf("world: group %q: shm needs every process on one host", name)
+		}
+	case comm.KindTCP:
+	default:
+		return nil, fmt.Errorf("world: group %q: %s cannot span processes (want shm or tcp)", name, kind)
+	}
 	ctx, cancel := w.bound(ctx)
 	defer cancel()
-	kind := w.hostKind()
 	cs, err := w.each(ctx, name, func(ctx context.Context, v rendezvous.Store, _ int) (closer, error) {
 		switch kind {
 		case comm.KindShm:
@@ -96,6 +120,10 @@ func (w *World) HostGroup(ctx context.Context, name string, o comm.Options) ([]c
 // DeviceOptions configure DeviceGroup.
 type DeviceOptions struct {
 	comm.Options
+	// Kind is the communicators' back end: "" or auto (NCCL when every
+	// device is a CUDA GPU, else the job's host kind), nccl, or a host
+	// kind (shm, tcp; in one process inproc stands for them).
+	Kind string
 	// Async: NCCL operations return once queued (nccl.Options.Async).
 	Async bool
 	// Prefix names the NCCL group in this process (nccl.Options.Prefix).
@@ -104,10 +132,10 @@ type DeviceOptions struct {
 
 // DeviceGroup opens a communicator on device buffers for every local
 // rank, devs[i] being local rank i's device (the handle whose stream its
-// collectives use): NCCL when every device is a CUDA GPU, else device
-// buffers staged through a HostGroup of the same name. It returns the
-// communicators and their kind.
-func (w *World) DeviceGroup(ctx context.Context, name string, devs []backend.Backend, o DeviceOptions) ([]comm.DeviceComm, string, error) {
+// collectives use): NCCL, or a HostGroup of the same name whose buffers
+// are the CPU devices' own and through which GPU buffers are staged
+// (comm/staged). It returns the communicators and their kind.
+func (w *World) DeviceGroup(ctx context.Context, name string, devs []backend.Backend, o DeviceOptions) ([]comm.Comm, string, error) {
 	if len(devs) != w.Local() {
 		return nil, "", fmt.Errorf("world: group %q: %d devices for %d local ranks", name, len(devs), w.Local())
 	}
@@ -115,16 +143,32 @@ func (w *World) DeviceGroup(ctx context.Context, name string, devs []backend.Bac
 	for _, d := range devs {
 		gpus = gpus && d != nil && cudacomm.IsGPU(d)
 	}
-	if !gpus {
-		hs, err := w.HostGroup(ctx, name, o.Options)
+	kind := o.Kind
+	if kind == "" || kind == comm.KindAuto {
+		kind = comm.KindNCCL
+		if !gpus {
+			kind = w.hostKind()
+		}
+	}
+	if kind != comm.KindNCCL {
+		if kind == comm.KindInproc {
+			kind = ""
+		}
+		hs, err := w.hostGroup(ctx, name, kind, o.Options)
 		if err != nil {
 			return nil, "", err
 		}
-		out := make([]comm.DeviceComm, len(hs))
+		if !gpus {
+			return hs, hs[0].Kind(), nil // CPU buffers are host memory
+		}
+		out := make([]comm.Comm, len(hs))
 		for i, h := range hs {
 			out[i] = staged.Open(h, devs[i], o.Options)
 		}
 		return out, "staged-" + hs[0].Kind(), nil
+	}
+	if !gpus {
+		return nil, "", fmt.Errorf("world: group %q: nccl needs CUDA devices", name)
 	}
 	if err := w.claim(name); err != nil {
 		return nil, "", err
@@ -150,9 +194,9 @@ func (w *World) DeviceGroup(ctx context.Context, name string, devs []backend.Bac
 	if err != nil {
 		return nil, "", fmt.Errorf("world: NCCL group %q: %w", name, err)
 	}
-	out := make([]comm.DeviceComm, len(cs))
+	out := make([]comm.Comm, len(cs))
 	for i, c := range cs {
-		out[i] = c.(comm.DeviceComm)
+		out[i] = c.(comm.Comm)
 	}
 	return out, comm.KindNCCL, nil
 }
@@ -267,16 +311,19 @@ func (c rankOrder) Caps() comm.Caps {
 	return caps
 }
 
-func (c rankOrder) AllReduce(ctx context.Context, buf comm.Buf, op comm.ReduceOp) error {
-	if buf.DType() != backend.Float32 || (op != comm.Sum && op != comm.Mean) || c.Size() == 1 {
+func (c rankOrder) AllReduce(ctx context.Context, buf backend.Buffer, op comm.ReduceOp) error {
+	if buf == nil || buf.DType() != backend.Float32 || (op != comm.Sum && op != comm.Mean) || c.Size() == 1 {
 		return c.Comm.AllReduce(ctx, buf, op)
+	}
+	out := cpu.F32(buf)
+	if out == nil {
+		return c.Comm.AllReduce(ctx, buf, op) // not a CPU buffer: the back end says so
 	}
 	n, m := c.Size(), buf.Len()
 	all := make([]float32, n*m)
-	if err := c.Comm.AllGather(ctx, comm.F32(all), buf); err != nil {
+	if err := c.Comm.AllGather(ctx, cpu.WrapF32(all), buf); err != nil {
 		return err
 	}
-	out := buf.Float32s()
 	copy(out, all[:m])
 	for r := 1; r < n; r++ {
 		for i, x := range all[r*m : (r+1)*m] {

@@ -17,9 +17,14 @@
 // # Communicators
 //
 // HostGroup and DeviceGroup open, per call, one communicator per local
-// rank, ranked globally. In one process they are what the trainers used
-// before (comm/inproc, device buffers staged over it, NCCL through
-// nccl.OpenLocal). Across processes, CPU ranks use shared memory
+// rank, ranked globally; like every comm.Comm they take back-end
+// buffers (the CPU back end's for host groups: cpu.WrapF32 and the
+// like). In one process they are what the trainers used before
+// (comm/inproc, NCCL through nccl.OpenLocal). DeviceOptions.Kind picks
+// the device groups' back end (a trainer's --comm): NCCL, or a host kind
+// whose buffers are the CPU devices' own and through which GPU buffers
+// are staged (comm/staged); kinds that cannot span processes (gpushm,
+// inproc) are refused there. Across processes, CPU ranks use shared memory
 // (comm/shm) when every process is on one host and TCP (comm/tcp) across
 // hosts, chosen by comm.Select, with one transport endpoint per local
 // rank, all found through the one store (each rank sees the store as a

@@ -27,7 +27,7 @@ func TestGPUDeviceGroupNCCL(t *testing.T) {
 		}
 	}()
 	mine := [][]backend.Backend{{devs[0], devs[1]}, {devs[2]}}
-	groups := make([][]comm.DeviceComm, 2)
+	groups := make([][]comm.Comm, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for p, w := range ws {
@@ -47,7 +47,7 @@ func TestGPUDeviceGroupNCCL(t *testing.T) {
 			t.Fatalf("process %d: %v", p, err)
 		}
 	}
-	var cs []comm.DeviceComm
+	var cs []comm.Comm
 	var bs []backend.Backend
 	for p, g := range groups {
 		for i, c := range g {

@@ -213,7 +213,7 @@ func allReduce(t *testing.T, cs []comm.Comm, n int) [][]float32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.AllReduce(context.Background(), comm.F32(out[i]), comm.Mean)
+			errs[i] = c.AllReduce(context.Background(), cpu.WrapF32(out[i]), comm.Mean)
 		}()
 	}
 	wg.Wait()
@@ -287,7 +287,7 @@ func TestDeviceGroupStagesCPUBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dcs := make([][]comm.DeviceComm, 2)
+	dcs := make([][]comm.Comm, 2)
 	var wg sync.WaitGroup
 	for p, w := range ws {
 		wg.Add(1)
@@ -299,7 +299,7 @@ func TestDeviceGroupStagesCPUBuffers(t *testing.T) {
 			}
 			var kind string
 			dcs[p], kind, errs[p] = w.DeviceGroup(context.Background(), "dev", devs, DeviceOptions{Options: comm.Options{Timeout: 20 * time.Second}})
-			if errs[p] == nil && kind != "staged-tcp" {
+			if errs[p] == nil && kind != comm.KindTCP {
 				errs[p] = fmt.Errorf("kind %s", kind)
 			}
 		}()
@@ -311,7 +311,7 @@ func TestDeviceGroupStagesCPUBuffers(t *testing.T) {
 		}
 	}
 	bufs := make([]backend.Buffer, 0, 3)
-	var cs []comm.DeviceComm
+	var cs []comm.Comm
 	for _, g := range dcs {
 		for _, c := range g {
 			x, err := b.Alloc(backend.Float32, 3)
@@ -392,7 +392,7 @@ func TestExplainNamesTheProcess(t *testing.T) {
 	for _, c := range gs[1] {
 		c.Close() // process 1 dies
 	}
-	err := gs[0][0].AllReduce(context.Background(), comm.F32(make([]float32, 4)), comm.Sum)
+	err := gs[0][0].AllReduce(context.Background(), cpu.WrapF32(make([]float32, 4)), comm.Sum)
 	if err == nil {
 		t.Fatal("all-reduce succeeded without process 1")
 	}

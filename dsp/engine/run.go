@@ -480,10 +480,7 @@ func jobCommKind(w *world.World, kind string, gpus bool) (string, string, error)
 	}
 	n := len(w.Processes())
 	switch got {
-	case comm.KindInproc:
-		if gpus {
-			return comm.KindNCCL, "auto: NCCL between CUDA devices", nil
-		}
+	case comm.KindInproc: // auto on CPU devices
 		hk := w.HostKind()
 		if hk == comm.KindShm {
 			return hk, fmt.Sprintf("auto: the job's %d processes share one host", n), nil

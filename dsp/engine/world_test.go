@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/train"
 )
 
 // joinJob joins one simulated process per entry of layout (goroutines of
@@ -88,8 +89,8 @@ func TestJobAcrossProcessesEqualsOneProcess(t *testing.T) {
 		w.PerProcess[1].First != 2 || w.PerProcess[1].Devices != 2 {
 		t.Fatalf("world %+v", w)
 	}
-	if reps[0].DSP.Comm != "staged-tcp" {
-		t.Fatalf("device communicators %q, want staged-tcp", reps[0].DSP.Comm)
+	if reps[0].DSP.Comm != "tcp" {
+		t.Fatalf("device communicators %q, want tcp", reps[0].DSP.Comm)
 	}
 	for p, rep := range reps {
 		if len(rep.Metrics.Ranks) != 2 || rep.Metrics.Ranks[0].Rank != 2*p || len(rep.DSP.PerDevice) != 2 || rep.DSP.PerDevice[1].Rank != 2*p+1 {
@@ -176,5 +177,74 @@ func TestJobCheckpointLayout(t *testing.T) {
 	sameEpochs(t, &reps[0].Report, &want.Report)
 	if reps[0].ResumedFrom == nil || reps[0].ResumedFrom.Epoch != 1 {
 		t.Fatalf("resumed from %+v", reps[0].ResumedFrom)
+	}
+}
+
+// TestJobCommKinds: in a job of several processes Config.Comm keeps only
+// the kinds that span processes: auto picks the world's host transport
+// (tcp between simulated machines), tcp is taken as asked, gpushm and
+// (across machines) shm are refused with a ConfigError on "comm" before
+// any communicator opens; one process keeps commKind's choices.
+func TestJobCommKinds(t *testing.T) {
+	ws := joinJob(t, []int{1, 1})
+	for _, tc := range []struct {
+		kind, want string
+		bad        bool
+	}{
+		{"auto", "tcp", false},
+		{"", "tcp", false},
+		{"tcp", "tcp", false},
+		{"shm", "", true},
+		{"gpushm", "", true},
+		{"nccl", "", true}, // CPU devices
+	} {
+		got, why, err := jobCommKind(ws[0], tc.kind, false)
+		var ce *ConfigError
+		if tc.bad {
+			if !errors.As(err, &ce) || ce.Field != "comm" {
+				t.Errorf("%q: %q, %v; want a ConfigError on comm", tc.kind, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want || why == "" {
+			t.Errorf("%q: %q (%q), %v; want %q", tc.kind, got, why, err, tc.want)
+		}
+	}
+	one := world.Single(2)
+	if got, _, err := jobCommKind(one, "gpushm", true); err != nil || got != "gpushm" {
+		t.Errorf("one process, gpushm: %q, %v", got, err)
+	}
+	if got, _, err := jobCommKind(one, "auto", false); err != nil || got != "inproc" {
+		t.Errorf("one process, auto: %q, %v", got, err)
+	}
+	// The refusal comes from Run on every process, naming the flag.
+	cfg := small(2, 2)
+	cfg.Comm = "gpushm"
+	_, errs := runJobs(t, tiny(t), cfg, joinJob(t, []int{1, 1}), func(int) Options { return Options{} })
+	for p, err := range errs {
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "comm" || !strings.Contains(err.Error(), "cannot span processes") {
+			t.Errorf("process %d: %v, want gpushm refused", p, err)
+		}
+	}
+}
+
+// TestJobFullEvaluation: with the whole-graph evaluation, only process 0
+// evaluates (device 0 runs the inference on its process's devices after
+// the job's barrier) and the job's accuracies equal one process's with
+// every device.
+func TestJobFullEvaluation(t *testing.T) {
+	cfg := small(4, 2)
+	cfg.Train.Eval, cfg.Train.EvalFanouts = train.Full, nil
+	want := runOn(t, cora(t), cfg, Options{})
+	reps, errs := runJobs(t, cora(t), cfg, joinJob(t, []int{2, 2}), func(int) Options { return Options{} })
+	for p, err := range errs {
+		if err != nil {
+			t.Fatalf("process %d: %v", p, err)
+		}
+	}
+	sameEpochs(t, &reps[0].Report, &want.Report)
+	if last := reps[0].Epochs[len(reps[0].Epochs)-1]; last.TestAccuracy <= 0 {
+		t.Fatalf("no evaluation: %+v", last)
 	}
 }
