@@ -293,6 +293,9 @@ func (c *trainCmd) runDSP(e *env) (err error) {
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)
 	}
+	if ce := (*engine.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "comm" {
+		return configFlag(err) // a kind that cannot span the job's processes
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -477,5 +478,31 @@ func TestCommTimeoutFlag(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", tc.args, code, errs, tc.want)
 		}
+	}
+}
+
+// TestJobRefusesGPUShm: --comm gpushm cannot span processes; in a job
+// every process refuses it as a usage error (exit 2) naming --comm,
+// before training.
+func TestJobRefusesGPUShm(t *testing.T) {
+	var out syncBuffer
+	cfg := launch.Config{N: 2, Env: []string{"STRATA_TEST_MAIN=1"},
+		Command: []string{os.Args[0], "train", "--devices", "cpu:1", "--epochs", "1", "--comm", "gpushm"},
+		Stdout:  &out, Stderr: &out, Prefix: true, KeepGoing: true}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results, _ := launch.Run(ctx, cfg)
+	got := out.String()
+	if len(results) != 2 {
+		t.Fatalf("%d results:\n%s", len(results), got)
+	}
+	for _, r := range results {
+		var ee *exec.ExitError
+		if !errors.As(r.Err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("process %d: %v, want exit status 2:\n%s", r.Rank, r.Err, got)
+		}
+	}
+	if strings.Count(got, "--comm: gpushm cannot span processes") != 2 || strings.Contains(got, "epoch 1/1") {
+		t.Fatalf("want both processes to refuse --comm gpushm before training:\n%s", got)
 	}
 }
