@@ -139,3 +139,36 @@ func TestBuildAll(t *testing.T) {
 		}
 	}
 }
+
+// BuildRanks builds the given ranks' patches (BuildAll's) and no others,
+// and refuses a rank outside the book.
+func TestBuildRanks(t *testing.T) {
+	g := testGraph()
+	b, _ := book.New([]int64{0, 2, 2, 5, 6})
+	opt := Options{DeviceBytes: NoLimit}
+	all, err := BuildAll(g, b, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := BuildRanks(g, b, []int{1, 2}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(some) != b.K() {
+		t.Fatalf("%d patches for %d ranks", len(some), b.K())
+	}
+	for r, p := range some {
+		if r != 1 && r != 2 {
+			if p != nil {
+				t.Fatalf("rank %d built", r)
+			}
+			continue
+		}
+		if p == nil || p.Rank != r || p.Lo != all[r].Lo || p.Hi != all[r].Hi || !slices.Equal(p.Graph.Indptr, all[r].Graph.Indptr) {
+			t.Fatalf("rank %d: BuildRanks's patch differs from BuildAll's", r)
+		}
+	}
+	if _, err := BuildRanks(g, b, []int{4}, opt); !errors.Is(err, ErrInput) {
+		t.Fatalf("rank 4 of 4: %v", err)
+	}
+}
