@@ -46,12 +46,15 @@ func (s *Server) sampleShm(ss servepb.Sampler_SampleShmServer) error {
 		return err
 	}
 	defer done()
-	if s.opt.RingDir == "" {
-		return reqErr(ErrUnavailable, "ring", -1, "this server has no shared-memory ring directory (strata serve --ring-dir): use Sample")
-	}
+	// The request is read before any refusal: a handler that returns
+	// while the client's first message is still in flight can end the
+	// stream with a bare EOF on the client instead of the refusal.
 	first, err := recvFirst(ss)
 	if err != nil {
 		return err
+	}
+	if s.opt.RingDir == "" {
+		return reqErr(ErrUnavailable, "ring", -1, "this server has no shared-memory ring directory (strata serve --ring-dir): use Sample")
 	}
 	if first.Request == nil || first.Ring == nil || first.Released != 0 {
 		return reqErr(ErrInvalid, "request", -1, "the first message of SampleShm must hold request and ring, and nothing else")
