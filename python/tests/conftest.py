@@ -1,6 +1,7 @@
 """Fixtures of the strata_pyg tests: the strata binary (STRATA_BIN, else
 built from this checkout with go), the pygref helper (reference batches
-computed in Go without the server), and a small generated dataset.
+computed in Go without the server; STRATA_PYGREF, else built with go), and
+a small generated dataset. On a host without go (the GPU host) set both.
 
 Run with Debian's interpreter: /usr/bin/python3 -m pytest -q python/tests
 """
@@ -42,7 +43,7 @@ def strata_bin(bindir):
 
 @pytest.fixture(scope="session")
 def pygref_bin(bindir):
-    return _go_build(bindir, "./serve/internal/pygref", "pygref")
+    return os.environ.get("STRATA_PYGREF") or _go_build(bindir, "./serve/internal/pygref", "pygref")
 
 
 @pytest.fixture(scope="session")
