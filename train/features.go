@@ -79,6 +79,11 @@ func MostlyZero(x []float32) bool {
 	return float64(nnz.Load()) < limit
 }
 
+// NonNegative reports whether every value of x is >= 0 (no NaN): the
+// features RowNorm auto row-normalizes. It stops at the first negative
+// value, so it is quick on signed features.
+func NonNegative(x []float32) bool { return nonNegative(x) }
+
 // nonNegative reports whether every value of x is >= 0 (no NaN), in
 // parallel chunks, stopping at the first negative one any chunk finds.
 func nonNegative(x []float32) bool {

@@ -12,6 +12,12 @@ type Shape struct {
 	FeatDim      int64
 	Classes      int64
 	TrainNodes   int64
+	// EvalNodes: the nodes an evaluation scores (the train, validation
+	// and test splits); 0 when unknown (every node counted).
+	EvalNodes int64
+	// Signed: some feature value is negative, so RowNorm auto keeps the
+	// table as it is (no normalized copy); false when unknown.
+	Signed bool
 }
 
 // MemoryPart is one line of a MemoryEstimate: Bytes for each of Count

@@ -278,7 +278,13 @@ func (c *trainCmd) runDSP(e *env) (err error) {
 	}
 	local := cfg
 	local.Devices = len(bs) // what this process holds
-	if err := checkMemory(engine.EstimateMemory(local, shapeOf(ds), onHost(bs)), c.FullGraph.Devices, log); err != nil {
+	sh := shapeOf(ds)
+	if cfg.Train.RowNorm == train.RowNormAuto {
+		// Quick on signed features (it stops at the first negative
+		// value): then no normalized copy is made.
+		sh.Signed = !train.NonNegative(ds.Features)
+	}
+	if err := checkMemory(engine.EstimateMemory(local, sh, onHost(bs)), c.FullGraph.Devices, log); err != nil {
 		return err
 	}
 	if log != nil {

@@ -17,7 +17,7 @@ var memoryBudget = sysmem.Available
 // shapeOf is what the memory estimates need of ds.
 func shapeOf(ds *dataset.Dataset) train.Shape {
 	return train.Shape{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), FeatDim: int64(ds.FeatDim),
-		Classes: int64(ds.NumClasses), TrainNodes: int64(len(ds.Train))}
+		Classes: int64(ds.NumClasses), TrainNodes: int64(len(ds.Train)), EvalNodes: int64(len(ds.Train) + len(ds.Val) + len(ds.Test))}
 }
 
 // onHost reports whether every back end keeps its memory in host memory

@@ -1,6 +1,16 @@
 package engine
 
-import "github.com/strata-gnn/strata/train"
+import (
+	"slices"
+
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/infer"
+	"github.com/strata-gnn/strata/train"
+)
+
+// uploadChunk is the staging slice a GPU's feature store fills per
+// upload of cached rows (feature.uploadChunk).
+const uploadChunk = 256 << 20
 
 // EstimateMemory estimates the host memory a run of cfg (normalized) on a
 // dataset of shape s allocates besides the dataset itself, per device and
@@ -23,13 +33,34 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEst
 		m.Add("partitioned dataset copy", "", 4*n*f+12*n+4*e, 1)
 	}
 	m.Add("in-adjacency and hotness", "", 12*n+4*e, 1)
-	m.Add("normalized features", "", 4*n*f, 1)
-	// Setting up (hotness, the cache plan, gathering rows) leaves copies
-	// of the feature table as garbage until the collector runs: measured
-	// on Cora, about two.
-	m.Add("setup garbage", "", 2*4*n*f, 1)
+	// The trainer's copy of the features: only when it row-normalizes
+	// them (on, or auto with no negative value) or rounds them to
+	// bfloat16; otherwise the devices read the dataset's table in place.
+	vb := float64(cache.ValueBytes(tc.Prec()))
+	if tc.RowNorm == train.RowNormOn || (tc.RowNorm != train.RowNormOff && !s.Signed) || vb == 2 {
+		m.Add("normalized features", "", 4*n*f, 1)
+	}
+	// Setup holds no second whole table: hotness and the cache plan are
+	// per-node arrays (counted above and per device below), the patches
+	// share the in-adjacency's column indices, a GPU uploads its cached
+	// rows through a staging chunk (feature.New), and CPU virtual devices
+	// read the table in place. What a GPU does keep on the host is its
+	// patch's row offsets and, unless it caches every row, the whole
+	// table pinned for the rows it reads through UVA.
+	if !hostDevices {
+		m.Add("topology patch (host)", "--devices", 8*(n+1)+n/float64(k), k)
+		all := cachesEverything(cfg, s.Nodes, s.FeatDim, cfg.CacheBytes)
+		if !all || vb == 2 {
+			// Rows reordered or encoded on their way: a staging slice
+			// (the table as it is goes up without one).
+			m.Add("feature upload staging", "", min(float64(uploadChunk), 4*n*f), k)
+		}
+		if !all {
+			m.Add("pinned feature table", "--cache", vb*n*f, k)
+		}
+	}
 	if tc.Eval == train.Full {
-		m.Add("evaluation", "--hidden", tc.ActivationBytes(n, e, s.FeatDim, s.Classes, false), 1)
+		m.Add("evaluation", "--hidden", evalHostBytes(tc, s, hostDevices, k), 1)
 	}
 	if !hostDevices {
 		return m
@@ -55,4 +86,58 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEst
 	batches := (2*q+3)*(8*edges+8*rows) + 4*rows*f + tc.ActivationBytes(rows, edges, s.FeatDim, s.Classes, true)
 	m.Add("batches", "--batch-size", batches, k)
 	return m
+}
+
+// evalHostBytes is the host memory of a whole-graph evaluation by
+// layer-wise inference (package infer): while layer l is computed, its
+// input (layer l-1's output, every node; the features for the first) and
+// its output (every node below the last layer, the evaluated nodes at
+// it) are held; on CPU virtual devices each device's chunks too, within
+// infer's default budget.
+func evalHostBytes(tc *train.Config, s train.Shape, hostDevices bool, k int) float64 {
+	w := tc.Widths(s.FeatDim, s.Classes)
+	n := float64(s.Nodes)
+	last := n
+	if s.EvalNodes > 0 {
+		last = float64(min(s.EvalNodes, s.Nodes))
+	}
+	peak := 0.0
+	for l := 1; l < len(w); l++ {
+		in := 0.0
+		if l > 1 {
+			in = 4 * n * w[l-1]
+		}
+		rows := n
+		if l == len(w)-1 {
+			rows = last
+		}
+		peak = max(peak, in+4*rows*w[l])
+	}
+	if hostDevices {
+		// A chunk is at most the budget and at most the device's share
+		// of a layer (its rows' inputs and outputs, its edges).
+		wmax := slices.Max(w)
+		peak += float64(k) * min(infer.DefaultBudget, (8*n*wmax+8*float64(s.Edges))/float64(k))
+	}
+	return peak
+}
+
+// cachesEverything reports whether the cache plan of budget bytes per
+// device (negative: the whole table) has every device cache every row:
+// then no device keeps a pinned host copy of the table.
+func cachesEverything(cfg Config, nodes, cols int64, budget int64) bool {
+	vb := cache.ValueBytes(cfg.Train.Prec())
+	if budget < 0 {
+		budget = vb * nodes * cols
+	}
+	if cols <= 0 || budget/(vb*cols) < nodes {
+		return false
+	}
+	switch cfg.CachePolicy {
+	case cache.Auto:
+		return true
+	case cache.Replicate:
+		return cfg.CacheGroup <= 1
+	}
+	return cfg.Devices == 1
 }

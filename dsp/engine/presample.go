@@ -57,17 +57,7 @@ func (s *shared) hotOrder(ctx context.Context, gpus bool) (hot []graph.NodeID, s
 // the devices cache then (the feature stores look rows up by node).
 // A value takes cache.ValueBytes at the run's precision (2 at bf16).
 func (s *shared) cachesEverything(budget int64) bool {
-	n, cols := s.pd.ds.NumNodes(), int64(s.dim)
-	if cols <= 0 || budget/(cache.ValueBytes(s.cfg.Train.Prec())*cols) < n {
-		return false
-	}
-	switch s.cfg.CachePolicy {
-	case cache.Auto:
-		return true
-	case cache.Replicate:
-		return s.cfg.CacheGroup <= 1
-	}
-	return s.cfg.Devices == 1
+	return cachesEverything(s.cfg, s.pd.ds.NumNodes(), int64(s.dim), budget)
 }
 
 // nodeOrder is 0, 1, ..., n-1.
