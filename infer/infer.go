@@ -82,6 +82,10 @@ type Options struct {
 	// free, else host memory; PlaceHost and PlaceDevice force one (a
 	// device that cannot hold it falls back to the host).
 	Placement Placement
+	// Keep, when set, keeps what this Run uploads for the next Run of the
+	// same work (see Keep) and hands over what an earlier one kept;
+	// the caller frees it (Keep.Free) when no Run follows.
+	Keep *Keep
 }
 
 // Placement is where a layer's input rows are gathered (Options.Placement).
@@ -249,14 +253,25 @@ func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
 	if err := r.checkOffsets(); err != nil {
 		return nil, err
 	}
-	r.plan(req.Nodes)
 	r.req = req
 	r.scratch = make([]*scratch, p)
+	if k := opts.Keep; k != nil {
+		// A Run of the same work as the kept one: its plan and chunk
+		// budgets, so that its chunks are the kept ones.
+		reused, err := k.attach(r)
+		if err != nil || reused {
+			return r, err
+		}
+	}
+	r.plan(req.Nodes)
 	if r.cfg.Kind == nn.KindGCN {
 		r.gcnDeg = selfLoopOutDegrees(in)
 	}
 	if err := r.setBudgets(); err != nil {
 		return nil, err
+	}
+	if k := opts.Keep; k != nil {
+		k.record(r)
 	}
 	return r, nil
 }
@@ -468,13 +483,13 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			st.Chunks += max(len(bounds[l][d])-1, 0)
 		}
 		r.bar.Describe(fmt.Sprintf("%s: layer %d/%d", r.opts.Progress, l+1, r.last+1))
-		resident, err := r.place(l)
+		resident, kept, err := r.place(l)
 		if err != nil {
 			return nil, err
 		}
 		err = r.layer(ctx, l, bounds[l], out, resident)
 		for d, buf := range resident {
-			if buf != nil && slices.Index(resident, buf) == d { // shared by virtual devices: freed once
+			if buf != nil && !kept[d] && slices.Index(resident, buf) == d { // shared by virtual devices: freed once
 				r.opts.Backends[d].Free(buf)
 			}
 		}
@@ -510,11 +525,13 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 
 // place uploads layer l's input matrix to the devices that read it from
 // their own memory (Options.Placement); nil entries gather on the host.
-func (r *run) place(l int) ([]backend.Buffer, error) {
+// kept[d] says Options.Keep holds device d's (the features, uploaded by
+// this Run or an earlier one).
+func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 	p := len(r.opts.Backends)
-	out := make([]backend.Buffer, p)
+	out, kept = make([]backend.Buffer, p), make([]bool, p)
 	if r.opts.Placement == PlaceHost || (l == 0 && r.x.Sparse != nil) {
-		return out, nil // sparse features are gathered as sparse rows
+		return out, kept, nil // sparse features are gathered as sparse rows
 	}
 	rows := r.x.Dense
 	if l > 0 {
@@ -522,6 +539,12 @@ func (r *run) place(l int) ([]backend.Buffer, error) {
 	}
 	bytes := uint64(len(rows)) * 4
 	for d, b := range r.opts.Backends {
+		if l == 0 {
+			if buf, _ := r.opts.Keep.features(d, nil, 0); buf != nil {
+				out[d], kept[d] = buf, true
+				continue
+			}
+		}
 		if r.opts.Placement == PlaceAuto {
 			m, ok := b.(backend.Memory)
 			if !ok {
@@ -541,15 +564,31 @@ func (r *run) place(l int) ([]backend.Buffer, error) {
 			if errors.Is(err, backend.ErrOutOfMemory) {
 				continue // this device gathers on the host
 			}
-			return nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
+			r.freePlaced(out, kept)
+			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
 		}
 		if err := b.Upload(buf, rows); err != nil {
 			b.Free(buf)
-			return nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
+			r.freePlaced(out, kept)
+			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
 		}
 		out[d] = buf
+		if l == 0 {
+			// The features do not change between Runs: keep them when
+			// they fit.
+			_, kept[d] = r.opts.Keep.features(d, buf, int64(bytes))
+		}
 	}
-	return out, nil
+	return out, kept, nil
+}
+
+// freePlaced frees what place uploaded and did not keep.
+func (r *run) freePlaced(out []backend.Buffer, kept []bool) {
+	for d, buf := range out {
+		if buf != nil && !kept[d] && slices.Index(out, buf) == d {
+			r.opts.Backends[d].Free(buf)
+		}
+	}
 }
 
 // fits reports whether a layer input of bytes would be kept in the

@@ -67,7 +67,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 				row0 = base + a
 			}
 		}
-		if err := w.chunk(dst, out, row0); err != nil {
+		if err := w.chunk(c, dst, out, row0); err != nil {
 			return &Error{Op: fmt.Sprintf("layer %d on %s, chunk %d of %d (nodes %d to %d)", w.l+1, w.b.Name(), c+1, len(bounds)-1, dst[0], dst[len(dst)-1]), Err: err}
 		}
 		done.Add(1)
@@ -76,52 +76,39 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	return nil
 }
 
-// chunk computes the layer for the destination nodes dst and writes their
-// rows of out: rows row0.. in order when row0 >= 0, else rows dst[i].
-func (w *worker) chunk(dst []int32, out hostMatrix, row0 int) error {
+// chunk computes the layer for the destination nodes dst (chunk c of
+// the device's layer) and writes their rows of out: rows row0.. in order
+// when row0 >= 0, else rows dst[i]. Its block, sources and their IDs on
+// the device come from Options.Keep when an earlier Run kept them, and
+// are offered to it otherwise.
+func (w *worker) chunk(c int, dst []int32, out hostMatrix, row0 int) error {
 	r, b := w.r, w.b
-	s := r.scratch[w.d]
-	s.next()
-	in := r.in
-	src := make([]int32, len(dst), len(dst)*2)
-	for i, v := range dst {
-		s.stamp[v], s.local[v] = s.cur, int32(i)
-		src[i] = v
-	}
-	indptr := make([]int64, len(dst)+1)
-	edges := int64(0)
-	for _, v := range dst {
-		edges += in.Indptr[v+1] - in.Indptr[v]
-	}
-	indices := make([]int32, 0, edges)
-	for i, v := range dst {
-		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
-			if s.stamp[u] != s.cur {
-				s.stamp[u], s.local[u] = s.cur, int32(len(src))
-				src = append(src, u)
-			}
-			indices = append(indices, s.local[u])
-		}
-		indptr[i+1] = int64(len(indices))
-	}
-	blk, err := nn.NewBlock(b, len(dst), len(src), indptr, indices)
-	if err != nil {
-		return err
-	}
-	defer blk.Free()
-	if r.gcnDeg != nil {
-		deg := make([]int64, len(src))
-		for i, u := range src {
-			deg[i] = r.gcnDeg[u]
-		}
-		if err := blk.SetSourceDegrees(deg); err != nil {
+	kc := r.opts.Keep.chunk(w.d, w.l, c)
+	if kc == nil {
+		var err error
+		if kc, err = w.build(dst); err != nil {
 			return err
 		}
+		kc.b = b
+		if w.input != nil {
+			if kc.idx, err = b.Alloc(backend.Int32, len(kc.src)); err == nil {
+				err = b.Upload(kc.idx, kc.src)
+			}
+			if err != nil {
+				kc.free()
+				return err
+			}
+		}
+		if !r.opts.Keep.offer(w.d, w.l, c, kc) {
+			defer kc.free()
+		}
 	}
+	blk, src := kc.blk, kc.src
 	t := autograd.NewTape(b)
 	defer t.Release()
 	var x *autograd.Var
 	var xs *autograd.SparseInput
+	var err error
 	if w.l == 0 && r.x.Sparse != nil {
 		if xs, err = r.x.Sparse.Gather(b, src); err != nil {
 			return err
@@ -129,13 +116,15 @@ func (w *worker) chunk(dst []int32, out hostMatrix, row0 int) error {
 		defer xs.Free(b)
 	} else if w.input != nil {
 		width := r.width(w.l)
-		idx, err := b.Alloc(backend.Int32, len(src))
-		if err != nil {
-			return err
-		}
-		defer b.Free(idx)
-		if err := b.Upload(idx, src); err != nil {
-			return err
+		idx := kc.idx
+		if idx == nil { // kept by a Run that gathered on the host
+			if idx, err = b.Alloc(backend.Int32, len(src)); err != nil {
+				return err
+			}
+			defer b.Free(idx)
+			if err := b.Upload(idx, src); err != nil {
+				return err
+			}
 		}
 		buf, err := b.Alloc(backend.Float32, len(src)*width)
 		if err != nil {
@@ -191,4 +180,49 @@ func (w *worker) chunk(dst []int32, out hostMatrix, row0 int) error {
 		copy(out.data[int(v)*wd:(int(v)+1)*wd], host[i*wd:(i+1)*wd])
 	}
 	return nil
+}
+
+// build makes the block of dst's in-edges (the nodes first among the
+// sources, as nn.Block wants) and the source list.
+func (w *worker) build(dst []int32) (*keptChunk, error) {
+	r, b := w.r, w.b
+	s := r.scratch[w.d]
+	s.next()
+	in := r.in
+	src := make([]int32, len(dst), len(dst)*2)
+	for i, v := range dst {
+		s.stamp[v], s.local[v] = s.cur, int32(i)
+		src[i] = v
+	}
+	indptr := make([]int64, len(dst)+1)
+	edges := int64(0)
+	for _, v := range dst {
+		edges += in.Indptr[v+1] - in.Indptr[v]
+	}
+	indices := make([]int32, 0, edges)
+	for i, v := range dst {
+		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
+			if s.stamp[u] != s.cur {
+				s.stamp[u], s.local[u] = s.cur, int32(len(src))
+				src = append(src, u)
+			}
+			indices = append(indices, s.local[u])
+		}
+		indptr[i+1] = int64(len(indices))
+	}
+	blk, err := nn.NewBlock(b, len(dst), len(src), indptr, indices)
+	if err != nil {
+		return nil, err
+	}
+	if r.gcnDeg != nil {
+		deg := make([]int64, len(src))
+		for i, u := range src {
+			deg[i] = r.gcnDeg[u]
+		}
+		if err := blk.SetSourceDegrees(deg); err != nil {
+			blk.Free()
+			return nil, err
+		}
+	}
+	return &keptChunk{blk: blk, src: src}, nil
 }

@@ -126,6 +126,11 @@ type Evaluator struct {
 	g      *graph.CSR
 	smp    sample.Sampler // Eval sampled
 	nodes  []int32        // the sorted union of the splits
+	// keep holds what the whole-graph evaluation uploaded (blocks,
+	// source IDs, features on the device) for the next epoch's, which
+	// runs the same request over the same graph: evaluation 2..N redo
+	// no upload that fits its budget. Close frees it.
+	keep *infer.Keep
 }
 
 // NewEvaluator prepares the evaluation of cfg's models on ds, whose
@@ -169,6 +174,8 @@ func (ev *Evaluator) Close() {
 	if ev == nil {
 		return
 	}
+	ev.keep.Free()
+	ev.keep = nil
 	if ev.own {
 		ev.in.free()
 	}
@@ -196,8 +203,11 @@ func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally,
 		return Tally{}, fmt.Errorf("%d models for %d devices", len(models), len(bs))
 	}
 	f := ev.in.f
+	if ev.keep == nil {
+		ev.keep = &infer.Keep{}
+	}
 	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
-		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models})
+		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Keep: ev.keep})
 	if err != nil {
 		return Tally{}, err
 	}
