@@ -30,6 +30,16 @@
 // evaluating the labeled nodes of a large graph skips the rest of the
 // last layers.
 //
+// # Keeping uploads between runs
+//
+// Options.Keep carries what a Run uploaded to a device to the next Run of
+// the same work (the same graph, features, request and back ends): the
+// chunks' blocks and source lists and, when read on the device, the
+// features, within a byte budget per device; the later Run reuses the
+// first one's plan and chunk budgets, so its chunks are the kept ones.
+// Training's evaluation (train.Evaluator) keeps one for the whole run:
+// only the parameters change between epochs.
+//
 // # Devices
 //
 // With several back ends each takes a contiguous range of node IDs
