@@ -27,6 +27,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 //	Memory        free memory, allocator counters and cache        no   yes
 //	Kernels       kernels compiled at run time, and launched       no   yes
 //	Enqueuer      a batch of queued ops under the device's lock    no   yes
+//	Fused         training-step chains in one pass, masks unstored yes  yes
 
 // DevPtr is an address in a device's address space, as a kernel sees it:
 // where a kernel reads mapped host memory (HostBuffer.DeviceAddr). 0 is
@@ -341,3 +342,43 @@ func (a Arg) Buffer() Buffer { return a.buf }
 // Bits returns the 8 bytes a non-buffer argument passes (4-byte C types
 // in the low half).
 func (a Arg) Bits() uint64 { return a.bits }
+
+// Fused is implemented by back ends with fused kernels for the memory-
+// bound chain of a training step (both back ends): each method computes
+// what a sequence of Backend primitives computes, in one pass over
+// memory, and writes no dropout mask. A mask is regenerated from
+// Dropout's counter-based rule instead: element i (flat index of the
+// output) is kept iff rng.Uniform01(seed, i) >= p, and a kept element is
+// scaled by 1/(1-p) computed in float32. p must be in [0, 1); p == 0 is
+// no dropout. On the CPU back end every result is bit for bit that of
+// the unfused sequence (the conformance suite checks it on both).
+type Fused interface {
+	// GatherRowsDropout is GatherRows(dst, x, idx, xrows, cols) followed
+	// by Dropout(dst, mask, dst, p, seed) without the mask: input
+	// dropout applied while the features are gathered. x is float32 or
+	// BFloat16, as for GatherRows.
+	GatherRowsDropout(dst, x, idx Buffer, xrows, cols int, p float32, seed uint64) error
+	// BiasActDropout computes dst = Dropout(act((a + b) + bias), p, seed)
+	// for rows x cols matrices a and b (b may be nil) and a bias of
+	// cols, where act is ReLU when relu is set and the identity
+	// otherwise: Axpby, AddRowVector, Unary(ReLU) and Dropout in one
+	// pass. dst may alias a or b.
+	BiasActDropout(dst, a, b, bias Buffer, rows, cols int, relu bool, p float32, seed uint64) error
+	// BiasActDropoutBackward takes y, BiasActDropout's output, and its
+	// gradient dy, and writes dx, the gradient of the pre-activation
+	// (a + b) + bias: with relu, dx = y > 0 ? dy/(1-p) : 0 (y is
+	// positive exactly where the element was kept and the ReLU's input
+	// was positive); without, dx = dy * mask (the regenerated mask, 1
+	// when p == 0). When dbias is not nil it also writes the bias
+	// gradient, dbias = SumRows(dx), or adds it to dbias when
+	// accumulate is set (Axpby(dbias, 1, sums, 1, dbias)). dx may alias dy.
+	BiasActDropoutBackward(dx, dbias, y, dy Buffer, rows, cols int, relu bool, p float32, seed uint64, accumulate bool) error
+}
+
+// CheckDropoutRate returns a *ShapeError naming op when p is not in [0, 1).
+func CheckDropoutRate(op string, p float32) error {
+	if !(p >= 0 && p < 1) {
+		return &ShapeError{Op: op, Msg: fmt.Sprintf("p = %v, want 0 <= p < 1", p)}
+	}
+	return nil
+}

@@ -68,6 +68,7 @@ func CapabilityNames(b backend.Backend) []string {
 		{"Memory", is[backend.Memory](b)},
 		{"Kernels", is[backend.Kernels](b)},
 		{"Enqueuer", is[backend.Enqueuer](b)},
+		{"Fused", is[backend.Fused](b)},
 	} {
 		if c.ok {
 			have = append(have, c.name)

@@ -68,6 +68,7 @@ func RunWith(t *testing.T, b backend.Backend, opt Options) {
 		{"Elementwise", testElementwise},
 		{"Unary", testUnary},
 		{"Dropout", testDropout},
+		{"Fused", testFused},
 		{"Reductions", testReductions},
 		{"LogSoftmax", testLogSoftmax},
 		{"NLLLoss", testNLLLoss},

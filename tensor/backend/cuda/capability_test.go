@@ -13,7 +13,7 @@ import (
 )
 
 func TestCapabilities(t *testing.T) {
-	backendtest.Capabilities(t, gpu(t), "Slicer", "Siblings", "Fences", "PinnedMemory", "SparseBuilder", "Memory", "Kernels", "Enqueuer")
+	backendtest.Capabilities(t, gpu(t), "Slicer", "Siblings", "Fences", "PinnedMemory", "SparseBuilder", "Memory", "Kernels", "Enqueuer", "Fused")
 }
 
 // capSrc is a kernel for the launch test: y = a*x + b + (m ? *m : 0),

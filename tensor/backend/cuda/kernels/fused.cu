@@ -26,3 +26,147 @@ extern "C" __global__ void bias_act(float* d, const float* a, const float* b, co
 extern "C" __global__ void relu_mask_scale(float* d, const float* dy, const float* y, float scale, i64 n) {
   GRID_STRIDE(i, n) d[i] = y[i] > 0.0f ? dy[i] * scale : 0.0f;
 }
+
+// ---- Training-step chains without stored dropout masks (backend.Fused).
+// drop_factor is Dropout's mask value of flat element i: keep (1/(1-p),
+// computed on the host in float32) when rng.Uniform01(seed, i) >= p, else
+// 0; 1 when p == 0 (no dropout).
+__device__ __forceinline__ float drop_factor(float p, float keep, u64 seed, i64 i) {
+  if (p == 0.0f) return 1.0f;
+  return rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
+}
+
+// GatherRows then Dropout: d[k] = x[idx[i], c] * drop_factor(k).
+extern "C" __global__ void gather_rows_drop(float* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                            u64* err, float p, float keep, u64 seed) {
+  GRID_STRIDE(k, n * cols) {
+    i64 i = k / cols, c = k - i * cols;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = 0.0f;
+    } else {
+      d[k] = x[(i64)j * cols + c] * drop_factor(p, keep, seed, k);
+    }
+  }
+}
+
+__device__ __forceinline__ float4 drop4(float4 v, float p, float keep, u64 seed, i64 k4) {
+  i64 e = k4 * 4;  // flat index of the vector's first element
+  v.x *= drop_factor(p, keep, seed, e);
+  v.y *= drop_factor(p, keep, seed, e + 1);
+  v.z *= drop_factor(p, keep, seed, e + 2);
+  v.w *= drop_factor(p, keep, seed, e + 3);
+  return v;
+}
+
+// gather_rows_drop for cols % 4 == 0 with 16-byte accesses.
+extern "C" __global__ void gather_rows4_drop(float4* d, const float4* x, const int* idx, i64 n, i64 xrows, i64 cols4,
+                                             u64* err, float p, float keep, u64 seed) {
+  GRID_STRIDE(k, n * cols4) {
+    i64 i = k / cols4, c = k - i * cols4;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+      d[k] = drop4(x[(i64)j * cols4 + c], p, keep, seed, k);
+    }
+  }
+}
+
+// gather_rows_drop from a bfloat16 x (widened exactly, then scaled).
+extern "C" __global__ void gather_rows_bf16_drop(float* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                                 u64* err, float p, float keep, u64 seed) {
+  GRID_STRIDE(k, n * cols) {
+    i64 i = k / cols, c = k - i * cols;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = 0.0f;
+    } else {
+      d[k] = bf16_to_f32(x[(i64)j * cols + c]) * drop_factor(p, keep, seed, k);
+    }
+  }
+}
+
+extern "C" __global__ void gather_rows_bf16x4_drop(float4* d, const uint2* x, const int* idx, i64 n, i64 xrows,
+                                                   i64 cols4, u64* err, float p, float keep, u64 seed) {
+  GRID_STRIDE(k, n * cols4) {
+    i64 i = k / cols4, c = k - i * cols4;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+      d[k] = drop4(bf16x4_to_f32x4(x[(i64)j * cols4 + c]), p, keep, seed, k);
+    }
+  }
+}
+
+// d = Dropout(act((a + b) + bias[col])): bias_act followed by the mask,
+// in the order of the unfused ops. d may alias a or b.
+extern "C" __global__ void bias_act_drop(float* d, const float* a, const float* b, const float* bias, i64 n, i64 cols,
+                                         int relu, float p, float keep, u64 seed) {
+  bool small = n <= 0xffffffffLL;
+  GRID_STRIDE(i, n) {
+    i64 c = small ? (i64)((u32)i % (u32)cols) : i % cols;
+    float v = a[i];
+    if (b) v = v + b[i];
+    v = v + bias[c];
+    if (relu) v = fmaxf(v, 0.0f);
+    if (p != 0.0f) v = v * drop_factor(p, keep, seed, i);
+    d[i] = v;
+  }
+}
+
+// The gradient through bias_act_drop's dropout and activation at flat
+// element i: with relu, y > 0 marks kept elements with a positive input.
+__device__ __forceinline__ float act_drop_grad(float y, float dy, int relu, float p, float keep, u64 seed, i64 i) {
+  if (relu) return y > 0.0f ? dy * keep : 0.0f;
+  return dy * drop_factor(p, keep, seed, i);
+}
+
+extern "C" __global__ void act_drop_bwd(float* dx, const float* y, const float* dy, i64 n, int relu, float p,
+                                        float keep, u64 seed) {
+  GRID_STRIDE(i, n) dx[i] = act_drop_grad(y[i], dy[i], relu, p, keep, seed, i);
+}
+
+// act_drop_bwd fused with SumRows' first pass (sum_rows_partial's grid:
+// 32 columns x 8 rows a block, blockIdx.y a chunk of rows): each thread
+// writes the gradients of its elements and sums them in double.
+extern "C" __global__ void act_drop_bwd_partial(float* dx, const float* y, const float* dy, i64 rows, i64 cols,
+                                                i64 chunk, int relu, float p, float keep, u64 seed, double* partial) {
+  __shared__ double sh[8][33];
+  i64 c = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 r0 = (i64)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double acc = 0.0;
+  if (c < cols)
+    for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
+      i64 i = r * cols + c;
+      float g = act_drop_grad(y[i], dy[i], relu, p, keep, seed, i);
+      dx[i] = g;
+      acc += (double)g;
+    }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double s = 0.0;
+    for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
+    partial[(i64)blockIdx.y * cols + c] = s;
+  }
+}
+
+// sum_rows_final that adds to d when acc is set: d[c] = sum + d[c], what
+// SumRows into a temporary and Axpby(d, 1, tmp, 1, d) compute.
+extern "C" __global__ void sum_rows_final_acc(const double* partial, i64 nchunks, i64 cols, float* d, int acc) {
+  i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  i64 nwarps = ((i64)gridDim.x * blockDim.x) >> 5;
+  for (i64 c = warp; c < cols; c += nwarps) {
+    double s = 0.0;
+    for (i64 k = lane; k < nchunks; k += 32) s += partial[k * cols + c];
+    s = warp_sum_double(s);
+    if (lane == 0) d[c] = acc ? (float)s + d[c] : (float)s;
+  }
+}
