@@ -197,4 +197,3 @@ func testFused(s *suite) {
 		}
 	}
 }
-
