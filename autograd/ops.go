@@ -70,12 +70,13 @@ func (t *Tape) AddBias(x, bias *Var) (*Var, error) {
 		return nil, wrap(op, err)
 	}
 	t.record(op, out, func() error {
-		if err := t.addScaled(op, x, 1, out.Grad); err != nil {
+		// The bias sums first: x may take out's gradient buffer over.
+		if err := t.accumulate(op, bias, func(dst backend.Buffer) error {
+			return t.b.SumRows(dst, out.Grad, x.Rows, x.Cols)
+		}); err != nil {
 			return err
 		}
-		return t.accumulate(op, bias, func(dst backend.Buffer) error {
-			return t.b.SumRows(dst, out.Grad, x.Rows, x.Cols)
-		})
+		return t.takeGrad(op, x, out.Grad, false)
 	})
 	return out, nil
 }
@@ -97,10 +98,10 @@ func (t *Tape) Add(a, b *Var) (*Var, error) {
 		return nil, wrap(op, err)
 	}
 	t.record(op, out, func() error {
-		if err := t.addScaled(op, a, 1, out.Grad); err != nil {
+		if err := t.takeGrad(op, a, out.Grad, b.RequiresGrad); err != nil {
 			return err
 		}
-		return t.addScaled(op, b, 1, out.Grad)
+		return t.takeGrad(op, b, out.Grad, a.RequiresGrad && a.Grad == out.Grad)
 	})
 	return out, nil
 }
@@ -188,6 +189,9 @@ func (t *Tape) Dropout(x *Var, p float32, seed uint64) (*Var, error) {
 	}
 	if p == 0 {
 		return x, nil
+	}
+	if d := x.dropped; d != nil && d.p == p && d.seed == seed && !x.RequiresGrad {
+		return x, nil // dropped out while gathered (ConstDropped)
 	}
 	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
 	if err != nil {
@@ -303,4 +307,118 @@ func (t *Tape) NLLLoss(logp *Var, rows, labels backend.Buffer) (*Var, float64, e
 		})
 	})
 	return out, loss, nil
+}
+
+// ConstDropped wraps a caller-owned buffer as a constant whose values
+// already had Dropout(p, seed) applied (a feature gather that dropped
+// them out, backend.Fused.GatherRowsDropout): Dropout with the same p and
+// seed on it returns it unchanged instead of dropping twice.
+func (t *Tape) ConstDropped(value backend.Buffer, rows, cols int, p float32, seed uint64) (*Var, error) {
+	v, err := t.Const(value, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	if p != 0 {
+		v.dropped = &dropMark{p: p, seed: seed}
+	}
+	return v, nil
+}
+
+// BiasActDropout returns Dropout(act((a + b) + bias), p, seed), with act
+// ReLU when relu is set and the identity otherwise; b may be nil and
+// p == 0 is no dropout. It is Add, AddBias, ReLU and Dropout in one op:
+// on back ends with backend.Fused one forward pass and no mask, and a
+// backward of one or two passes (the mask is regenerated from the seed,
+// the ReLU gradient read from the output) whose result is handed to a
+// and b without copies when they have no other use.
+func (t *Tape) BiasActDropout(a, b, bias *Var, relu bool, p float32, seed uint64) (*Var, error) {
+	const op = "BiasActDropout"
+	ins := []*Var{a, bias}
+	if b != nil {
+		ins = append(ins, b)
+	}
+	if err := t.check(op, ins...); err != nil {
+		return nil, err
+	}
+	if !(p >= 0 && p < 1) {
+		return nil, errf(op, "p = %v, want 0 <= p < 1", p)
+	}
+	if b != nil && (b.Rows != a.Rows || b.Cols != a.Cols) {
+		return nil, errf(op, "shapes differ: %dx%d + %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	if bias.Len() != a.Cols {
+		return nil, errf(op, "bias has %d elements, want %d (a is %dx%d)", bias.Len(), a.Cols, a.Rows, a.Cols)
+	}
+	f, ok := t.b.(backend.Fused)
+	if !ok {
+		return t.biasActDropoutUnfused(a, b, bias, relu, p, seed)
+	}
+	rows, cols := a.Rows, a.Cols
+	out, err := t.newVar(op, rows, cols, anyGrad(a, b, bias))
+	if err != nil {
+		return nil, err
+	}
+	var bv backend.Buffer
+	if b != nil {
+		bv = b.Value
+	}
+	if err := f.BiasActDropout(out.Value, a.Value, bv, bias.Value, rows, cols, relu, p, seed); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		// The gradient of the pre-activation, in place over out's
+		// gradient (which nothing reads after this op) unless that
+		// buffer is shared.
+		g := out.Grad
+		if out.gradShared {
+			var err error
+			if g, err = t.allocOut(op, out.Len()); err != nil {
+				return err
+			}
+		}
+		var dbias backend.Buffer
+		accumulate := true
+		if bias.RequiresGrad {
+			if bias.Grad == nil {
+				buf, err := t.allocOut(op, bias.Len())
+				if err != nil {
+					return err
+				}
+				bias.Grad, accumulate = buf, false
+			}
+			dbias = bias.Grad
+		}
+		if err := f.BiasActDropoutBackward(g, dbias, out.Value, out.Grad, rows, cols, relu, p, seed, accumulate); err != nil {
+			return wrap(op, err)
+		}
+		if err := t.takeGrad(op, a, g, b != nil && b.RequiresGrad); err != nil {
+			return err
+		}
+		if b == nil {
+			return nil
+		}
+		shared := a.RequiresGrad && a.Grad == g
+		return t.takeGrad(op, b, g, shared)
+	})
+	return out, nil
+}
+
+// biasActDropoutUnfused is BiasActDropout from the plain ops.
+func (t *Tape) biasActDropoutUnfused(a, b, bias *Var, relu bool, p float32, seed uint64) (*Var, error) {
+	h := a
+	var err error
+	if b != nil {
+		if h, err = t.Add(a, b); err != nil {
+			return nil, err
+		}
+	}
+	if h, err = t.AddBias(h, bias); err != nil {
+		return nil, err
+	}
+	if relu {
+		if h, err = t.ReLU(h); err != nil {
+			return nil, err
+		}
+	}
+	return t.Dropout(h, p, seed)
 }

@@ -22,6 +22,21 @@ type Var struct {
 	// gradExternal marks a leaf whose Grad buffer belongs to the caller
 	// (a parameter): it is never freed and always accumulated into.
 	gradExternal bool
+	// uses counts the ops that took the Var as an input; a Var used once
+	// may take over its consumer's gradient buffer (takeGrad).
+	uses int
+	// gradShared marks a Grad buffer that another live Var's Grad
+	// aliases: it is read, never written in place.
+	gradShared bool
+	// dropped records the input dropout already applied to a constant's
+	// value (Tape.ConstDropped), which Dropout then does not repeat.
+	dropped *dropMark
+}
+
+// dropMark is a dropout rate and seed.
+type dropMark struct {
+	p    float32
+	seed uint64
 }
 
 // Len returns Rows*Cols.
@@ -171,7 +186,25 @@ func (t *Tape) check(op string, vs ...*Var) error {
 			return fmt.Errorf("autograd: %s: %w", op, ErrReleased)
 		}
 	}
+	for _, v := range vs {
+		v.uses++
+	}
 	return nil
+}
+
+// takeGrad makes g, a gradient buffer of the tape that its owner no
+// longer needs, v's gradient: dv += g without a pass over memory when v
+// has no gradient yet and no other op uses v (nobody else will add to
+// it), else an Axpby. shared marks g as also being another Var's Grad.
+func (t *Tape) takeGrad(op string, v *Var, g backend.Buffer, shared bool) error {
+	if !v.RequiresGrad {
+		return nil
+	}
+	if v.Grad == nil && !v.gradExternal && v.uses == 1 {
+		v.Grad, v.gradShared = g, shared
+		return nil
+	}
+	return t.addScaled(op, v, 1, g)
 }
 
 // newVar allocates an output Var of rows x cols.

@@ -230,44 +230,52 @@ func (c *GCNConv) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blk *
 }
 
 func (c *GCNConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
-	if err := checkInput("GCNConv", t, x, xs, blk, c.In); err != nil {
+	h, bias, err := c.parts(t, x, xs, blk)
+	if err != nil {
 		return nil, err
+	}
+	return t.BiasActDropout(h, nil, bias, false, 0, 0)
+}
+
+// parts returns the layer's output before its bias, and the bias.
+func (c *GCNConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (h, bias *autograd.Var, err error) {
+	if err := checkInput("GCNConv", t, x, xs, blk, c.In); err != nil {
+		return nil, nil, err
 	}
 	loops, err := blk.WithSelfLoops()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wbuf, err := blk.GCNWeights()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	norm, err := t.Const(wbuf, loops.NNZ(), 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	vs, err := vars(t, c.W, c.B)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var h *autograd.Var
 	if xs != nil || c.In > c.Out {
 		z, err := project(t, x, xs, vs[0])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if h, err = t.SpMM(loops.A, z, norm); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	} else {
 		agg, err := t.SpMM(loops.A, x, norm)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if h, err = t.MatMul(agg, vs[0]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return t.AddBias(h, vs[1])
+	return h, vs[1], nil
 }
 
 // ---------------------------------------------------------------- SAGEConv
@@ -324,58 +332,64 @@ func dstRows(t *autograd.Tape, h *autograd.Var, blk *Block) (*autograd.Var, erro
 }
 
 func (c *SAGEConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
-	if err := checkInput("SAGEConv", t, x, xs, blk, c.In); err != nil {
+	self, neigh, bias, err := c.parts(t, x, xs, blk)
+	if err != nil {
 		return nil, err
+	}
+	return t.BiasActDropout(self, neigh, bias, false, 0, 0)
+}
+
+// parts returns the layer's two products and its bias, whose sum is the
+// output: the caller adds them in one op with what follows (activation,
+// the next layer's dropout).
+func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (self, neigh, bias *autograd.Var, err error) {
+	if err := checkInput("SAGEConv", t, x, xs, blk, c.In); err != nil {
+		return nil, nil, nil, err
 	}
 	wbuf, err := blk.MeanWeights()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	mean, err := t.Const(wbuf, blk.NNZ(), 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	vs, err := vars(t, c.WSelf, c.WNeigh, c.B)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	var self, neigh *autograd.Var
 	if xs != nil || c.In > c.Out {
 		zs, err := project(t, x, xs, vs[0])
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		if self, err = dstRows(t, zs, blk); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		zn, err := project(t, x, xs, vs[1])
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		if neigh, err = t.SpMM(blk.A, zn, mean); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 	} else {
 		hd, err := dstRows(t, x, blk)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		if self, err = t.MatMul(hd, vs[0]); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		agg, err := t.SpMM(blk.A, x, mean)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		if neigh, err = t.MatMul(agg, vs[1]); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 	}
-	sum, err := t.Add(self, neigh)
-	if err != nil {
-		return nil, err
-	}
-	return t.AddBias(sum, vs[2])
+	return self, neigh, vs[2], nil
 }
 
 // ---------------------------------------------------------------- GATConv

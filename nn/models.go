@@ -24,6 +24,11 @@ type stack struct {
 	params []*Param
 	layer  layerFn
 	act    func(t *autograd.Tape, x *autograd.Var) (*autograd.Var, error)
+	// parts, when set (ReLU models), returns layer l's output as
+	// a + b + bias before the bias is added (b may be nil): the forward
+	// pass then adds them, applies the ReLU and the next layer's
+	// dropout in one op (autograd's BiasActDropout).
+	parts func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (a, b, bias *autograd.Var, err error)
 }
 
 func (s *stack) Params() []*Param { return s.params }
@@ -110,14 +115,41 @@ func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput,
 		}
 	}
 	h := x
+	dropped := false // the fused op of the layer before applied this layer's dropout
 	for l, blk := range blocks {
 		p := s.cfg.Dropout
 		if l == 0 {
 			p = s.cfg.InputDropout
 		}
+		if dropped {
+			p = 0
+		}
 		fseed := rng.Derive(seed, uint64(l), seedFeature)
 		aseed := rng.Derive(seed, uint64(l), seedAttention)
 		var err error
+		if s.parts != nil && (l > 0 || xs == nil) {
+			if train && p > 0 {
+				if h, err = t.Dropout(h, p, fseed); err != nil {
+					return nil, err
+				}
+			}
+			a, b, bias, err := s.parts(t, l, h, nil, blk)
+			if err != nil {
+				return nil, err
+			}
+			last := l == len(blocks)-1
+			var pn float32
+			var nseed uint64
+			if !last && train {
+				pn, nseed = s.cfg.Dropout, rng.Derive(seed, uint64(l+1), seedFeature)
+			}
+			if h, err = t.BiasActDropout(a, b, bias, !last, pn, nseed); err != nil {
+				return nil, err
+			}
+			dropped = pn > 0
+			continue
+		}
+		dropped = false
 		if l == 0 && xs != nil {
 			in := xs
 			if train && p > 0 {
@@ -183,6 +215,10 @@ func newGCN(b backend.Backend, cfg Config) (Model, error) {
 	return &stack{cfg: cfg, params: ps, act: relu,
 		layer: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, _ bool, _ uint64) (*autograd.Var, error) {
 			return convs[l].forward(t, x, xs, blk)
+		},
+		parts: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (a, b, bias *autograd.Var, err error) {
+			a, bias, err = convs[l].parts(t, x, xs, blk)
+			return a, nil, bias, err
 		}}, nil
 }
 
@@ -202,6 +238,9 @@ func newSAGE(b backend.Backend, cfg Config) (Model, error) {
 	return &stack{cfg: cfg, params: ps, act: relu,
 		layer: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block, _ bool, _ uint64) (*autograd.Var, error) {
 			return convs[l].forward(t, x, xs, blk)
+		},
+		parts: func(t *autograd.Tape, l int, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (a, b, bias *autograd.Var, err error) {
+			return convs[l].parts(t, x, xs, blk)
 		}}, nil
 }
 
