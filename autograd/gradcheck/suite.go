@@ -233,6 +233,69 @@ func cases() []gcase {
 				return t.Dropout(v, 0.4, 4242)
 			}
 		}},
+		{name: "BiasActDropout_leaves", build: func(e *env) ([]Tensor, Func) {
+			a, b, bias := e.tensor("a", 5, 4, 0.05), e.tensor("b", 5, 4, 0.05), e.tensor("bias", 1, 4, 0.05)
+			return []Tensor{a, b, bias}, func(t *autograd.Tape) (*autograd.Var, error) {
+				av, err := leaf(t, a)
+				if err != nil {
+					return nil, err
+				}
+				bv, err := leaf(t, b)
+				if err != nil {
+					return nil, err
+				}
+				cv, err := leaf(t, bias)
+				if err != nil {
+					return nil, err
+				}
+				return t.BiasActDropout(av, bv, cv, true, 0.4, 99)
+			}
+		}},
+		{name: "BiasActDropout_products", build: func(e *env) ([]Tensor, Func) {
+			// a and b are single-use products (their gradients alias the
+			// op's), a second product of x is used twice (no aliasing),
+			// and the identity activation regenerates the mask.
+			x, w1, w2, bias := e.tensor("x", 6, 3, 0), e.tensor("w1", 3, 4, 0), e.tensor("w2", 3, 4, 0), e.tensor("bias", 1, 4, 0.05)
+			return []Tensor{x, w1, w2, bias}, func(t *autograd.Tape) (*autograd.Var, error) {
+				xv, err := leaf(t, x)
+				if err != nil {
+					return nil, err
+				}
+				w1v, err := leaf(t, w1)
+				if err != nil {
+					return nil, err
+				}
+				w2v, err := leaf(t, w2)
+				if err != nil {
+					return nil, err
+				}
+				cv, err := leaf(t, bias)
+				if err != nil {
+					return nil, err
+				}
+				a, err := t.MatMul(xv, w1v)
+				if err != nil {
+					return nil, err
+				}
+				b, err := t.MatMul(xv, w2v)
+				if err != nil {
+					return nil, err
+				}
+				h, err := t.BiasActDropout(a, b, cv, true, 0.3, 5)
+				if err != nil {
+					return nil, err
+				}
+				c, err := t.MatMul(xv, w2v)
+				if err != nil {
+					return nil, err
+				}
+				k, err := t.BiasActDropout(h, c, cv, false, 0.5, 6)
+				if err != nil {
+					return nil, err
+				}
+				return t.Add(k, c)
+			}
+		}},
 		{name: "GatherRows_duplicates", build: func(e *env) ([]Tensor, Func) {
 			x := e.tensor("x", 4, 3, 0)
 			idx := e.int32s([]int32{2, 0, 2, 3, 3, 3})
