@@ -326,7 +326,27 @@ func bf16s(h backend.HostBuffer) []uint16 {
 // buffers of the store's device. Bad node ids zero their row and are
 // reported by the device's next Synchronize as a *backend.IndexError.
 func (s *Store) Gather(dst, nodes backend.Buffer) error {
-	const op = "feature.Gather"
+	return s.gather1("feature.Gather", dst, nodes, 0, 0)
+}
+
+// GatherDropout is Gather followed by input dropout, in the same pass:
+// dst is what Gather and then backend.Dropout(dst, mask, dst, p, seed)
+// would leave (element k of dst kept iff rng.Uniform01(seed, k) >= p,
+// then scaled by 1/(1-p)), without the mask or a second pass over dst.
+// p must be in [0, 1).
+func (s *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
+	const op = "feature.GatherDropout"
+	if err := backend.CheckDropoutRate(op, p); err != nil {
+		return err
+	}
+	return s.gather1(op, dst, nodes, p, seed)
+}
+
+func (s *Store) gather1(op string, dst, nodes backend.Buffer, p float32, seed uint64) error {
+	keep := float32(1)
+	if p != 0 {
+		keep = 1 / (1 - p)
+	}
 	if nodes == nil || nodes.DType() != backend.Int32 {
 		return &backend.ShapeError{Op: op, Msg: "nodes must be an int32 buffer on the store's device"}
 	}
@@ -352,10 +372,12 @@ func (s *Store) Gather(dst, nodes backend.Buffer) error {
 		// allocation starts, so row alignment follows from cols % 4.
 		if s.cols%4 == 0 && q.Aligned(dst, 16) {
 			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
-				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot))
+				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot),
+				backend.F32(p), backend.F32(keep), backend.U64(seed))
 		}
 		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
-			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot))
+			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot),
+			backend.F32(p), backend.F32(keep), backend.U64(seed))
 	})
 }
 

@@ -1,9 +1,29 @@
 // Feature gathering with a hot/cold split: node v's row comes from the
 // device cache (hot) when slot[v] >= 0, else from mapped pinned host
 // memory (cold) read through UVA. 16-byte loads when cols % 4 == 0.
+// With p > 0 the gather also applies input dropout: output element k
+// (flat index) is kept iff rng_uniform01(seed, k) >= p and then scaled by
+// keep = 1/(1-p) (float32, from the host), backend.Dropout's rule, so no
+// separate pass over the gathered rows and no mask.
+
+__device__ __forceinline__ float feat_drop(float p, float keep, u64 seed, i64 k) {
+  if (p == 0.0f) return 1.0f;
+  return rng_uniform01(seed, (u64)k) >= p ? keep : 0.0f;
+}
+
+// feat_drop4 scales the four values of vector k4 (elements 4*k4 ...).
+__device__ __forceinline__ float4 feat_drop4(float4 v, float p, float keep, u64 seed, i64 k4) {
+  if (p == 0.0f) return v;
+  i64 e = k4 * 4;
+  v.x *= feat_drop(p, keep, seed, e);
+  v.y *= feat_drop(p, keep, seed, e + 1);
+  v.z *= feat_drop(p, keep, seed, e + 2);
+  v.w *= feat_drop(p, keep, seed, e + 3);
+  return v;
+}
 
 extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, const int* slot, const float* hot,
-                                       const float* cold, i64 nrows, i64 cols, u64* err) {
+                                       const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
     int v = nodes[i];
@@ -13,12 +33,12 @@ extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, cons
       continue;
     }
     int s = slot ? slot[v] : -1;
-    out[k] = s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c];
+    out[k] = (s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]) * feat_drop(p, keep, seed, k);
   }
 }
 
 extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, const int* slot, const float4* hot,
-                                        const float4* cold, i64 nrows, i64 cols4, u64* err) {
+                                        const float4* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed) {
   GRID_STRIDE(k, n * cols4) {
     i64 i = k / cols4, c = k - i * cols4;
     int v = nodes[i];
@@ -28,7 +48,7 @@ extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, co
       continue;
     }
     int s = slot ? slot[v] : -1;
-    out[k] = s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c];
+    out[k] = feat_drop4(s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c], p, keep, seed, k);
   }
 }
 
@@ -36,7 +56,7 @@ extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, co
 // to float32 exactly: half the bytes read. The x4 form reads four values
 // (8 bytes) at a time.
 extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n, const int* slot, const bf16* hot,
-                                            const bf16* cold, i64 nrows, i64 cols, u64* err) {
+                                            const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
     int v = nodes[i];
@@ -46,12 +66,12 @@ extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n,
       continue;
     }
     int s = slot ? slot[v] : -1;
-    out[k] = bf16_to_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]);
+    out[k] = bf16_to_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]) * feat_drop(p, keep, seed, k);
   }
 }
 
 extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64 n, const int* slot, const uint2* hot,
-                                              const uint2* cold, i64 nrows, i64 cols4, u64* err) {
+                                              const uint2* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed) {
   GRID_STRIDE(k, n * cols4) {
     i64 i = k / cols4, c = k - i * cols4;
     int v = nodes[i];
@@ -61,6 +81,6 @@ extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64
       continue;
     }
     int s = slot ? slot[v] : -1;
-    out[k] = bf16x4_to_f32x4(s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c]);
+    out[k] = feat_drop4(bf16x4_to_f32x4(s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c]), p, keep, seed, k);
   }
 }

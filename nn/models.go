@@ -271,3 +271,18 @@ func newGAT(b backend.Backend, cfg Config) (Model, error) {
 			return convs[l].forward(t, x, xs, blk, train, seed)
 		}}, nil
 }
+
+// InputDropout returns the dropout that m's Forward applies to its dense
+// input in training with step seed seed (rate p, mask seed mseed), with
+// ok set when m is a model of New with p > 0: it applies that dropout with
+// autograd's Tape.Dropout to the input itself, so an input gathered with
+// the same dropout applied (backend.Fused.GatherRowsDropout,
+// feature.Store.GatherDropout) and wrapped with Tape.ConstDropped is not
+// dropped twice. Other models report ok false: gather plainly for them.
+func InputDropout(m Model, seed uint64) (p float32, mseed uint64, ok bool) {
+	s, isStack := m.(*stack)
+	if !isStack || s.cfg.InputDropout == 0 {
+		return 0, 0, false
+	}
+	return s.cfg.InputDropout, rng.Derive(seed, 0, seedFeature), true
+}

@@ -30,6 +30,15 @@ type BatchSource interface {
 	Close() error
 }
 
+// DropoutBatchSource is implemented by batch sources that can apply the
+// model's input dropout while they gather the features (train/gputrain):
+// BatchDropout is Batch with x dropped out at rate p with mask seed seed
+// (backend.Dropout's rule over x's flat indices), saving a pass over the
+// largest tensor of the step.
+type DropoutBatchSource interface {
+	BatchDropout(seeds []int32, key sample.Key, p float32, seed uint64) (blocks []*nn.Block, x backend.Buffer, release func(), err error)
+}
+
 // NewBatchSource makes a run's BatchSource: in is the in-adjacency, x the
 // run's dense features (rows x cols, row-normalized when the run
 // normalizes), fanouts the training fanouts (seeds' hop first).
@@ -54,7 +63,20 @@ func (r *runner) openSource() error {
 // next batch's sampling before this step's work, computes the loss on the
 // back end (nn.NLLLoss) and reads it once, after the optimizer step.
 func (r *runner) sourceStep(epoch, batch int, seeds []int32) (float64, error) {
-	blocks, x, release, err := r.source.Batch(seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch})
+	key := sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch}
+	stepSeed := r.cfg.DropoutSeed(epoch, batch)
+	p, dseed, fuse := nn.InputDropout(r.model, stepSeed)
+	ds, canDrop := r.source.(DropoutBatchSource)
+	fuse = fuse && canDrop
+	var blocks []*nn.Block
+	var x backend.Buffer
+	var release func()
+	var err error
+	if fuse {
+		blocks, x, release, err = ds.BatchDropout(seeds, key, p, dseed)
+	} else {
+		blocks, x, release, err = r.source.Batch(seeds, key)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("sampling: %w", err)
 	}
@@ -71,11 +93,16 @@ func (r *runner) sourceStep(epoch, batch int, seeds []int32) (float64, error) {
 	}
 	t := autograd.NewTape(r.b)
 	defer t.Release()
-	xv, err := t.Const(x, blocks[0].NumSrc, r.feats.Cols)
+	var xv *autograd.Var
+	if fuse {
+		xv, err = t.ConstDropped(x, blocks[0].NumSrc, r.feats.Cols, p, dseed)
+	} else {
+		xv, err = t.Const(x, blocks[0].NumSrc, r.feats.Cols)
+	}
 	if err != nil {
 		return 0, err
 	}
-	logits, err := r.model.Forward(t, xv, blocks, true, r.cfg.DropoutSeed(epoch, batch))
+	logits, err := r.model.Forward(t, xv, blocks, true, stepSeed)
 	if err != nil {
 		return 0, err
 	}

@@ -115,3 +115,72 @@ func TestBatchSourceMatchesHostSampling(t *testing.T) {
 		t.Fatalf("accuracies val %v test %v with the source, %v %v without", got.ValAccuracy, got.TestAccuracy, ref.ValAccuracy, ref.TestAccuracy)
 	}
 }
+
+// dropSource is a hostSource that applies input dropout itself
+// (DropoutBatchSource), as train/gputrain's gather does.
+type dropSource struct {
+	*hostSource
+	dropped int
+}
+
+func (d *dropSource) BatchDropout(seeds []int32, key sample.Key, p float32, seed uint64) ([]*nn.Block, backend.Buffer, func(), error) {
+	blocks, x, release, err := d.Batch(seeds, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mask, err := d.b.Alloc(backend.Float32, x.Len())
+	if err == nil {
+		err = d.b.Dropout(x, mask, x, p, seed)
+		d.b.Free(mask)
+	}
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	d.dropped++
+	return blocks, x, release, nil
+}
+
+// TestBatchSourceInputDropout trains with a source that drops the input
+// features out while it gathers them: the model must not drop them again,
+// so the losses equal those of the host path, where the model applies
+// the input dropout itself.
+func TestBatchSourceInputDropout(t *testing.T) {
+	ds := toyDataset(300, 3)
+	for i := range ds.Features {
+		ds.Features[i] += 0.01 * float32(i%7)
+	}
+	cfg := Defaults(SAGE)
+	cfg.Epochs, cfg.BatchSize = 2, 8
+	b := cpuBackend(t)
+	ref, err := Run(context.Background(), ds, cfg, Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src *dropSource
+	got, err := Run(context.Background(), ds, cfg, Options{Backend: b,
+		Batches: func(bb backend.Backend, in *graph.CSR, x []float32, rows, cols int, fanouts []int) (BatchSource, error) {
+			s, err := sample.NewNeighborSampler(in, sample.Config{Fanouts: fanouts})
+			if err != nil {
+				return nil, err
+			}
+			src = &dropSource{hostSource: &hostSource{b: bb, s: s, x: x, cols: cols}}
+			return src, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+	if src == nil || src.dropped != cfg.Epochs*nb {
+		t.Fatalf("the source dropped out %v batches' inputs, want %d", src, cfg.Epochs*nb)
+	}
+	la, lb := losses(ref), losses(got)
+	if len(la) != len(lb) {
+		t.Fatalf("%d vs %d losses", len(la), len(lb))
+	}
+	for i := range la {
+		if math.Abs(la[i]-lb[i]) > 1e-5*math.Abs(la[i]) {
+			t.Fatalf("batch %d: loss %v with the dropping source, %v without", i, lb[i], la[i])
+		}
+	}
+}

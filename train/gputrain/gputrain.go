@@ -130,6 +130,13 @@ func (s *Source) Prefetch(seeds []int32, key sample.Key) error {
 
 // Batch returns the blocks and gathered input features of seeds' batch.
 func (s *Source) Batch(seeds []int32, key sample.Key) ([]*nn.Block, backend.Buffer, func(), error) {
+	return s.BatchDropout(seeds, key, 0, 0)
+}
+
+// BatchDropout is Batch with input dropout (rate p, mask seed seed)
+// applied to the features while they are gathered
+// (feature.Store.GatherDropout): no separate dropout pass.
+func (s *Source) BatchDropout(seeds []int32, key sample.Key, p float32, seed uint64) ([]*nn.Block, backend.Buffer, func(), error) {
 	var bt *gpusample.Batch
 	var err error
 	if q := s.next; q != nil && q.key == key && slices.Equal(q.seeds, seeds) {
@@ -153,7 +160,7 @@ func (s *Source) Batch(seeds []int32, key sample.Key) ([]*nn.Block, backend.Buff
 	}); err != nil {
 		return nil, nil, nil, err
 	}
-	if err := s.fs.Gather(x, bt.InputNodes()); err != nil {
+	if err := s.fs.GatherDropout(x, bt.InputNodes(), p, seed); err != nil {
 		s.dev.Free(x)
 		return nil, nil, nil, err
 	}
