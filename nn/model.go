@@ -183,12 +183,24 @@ func New(b backend.Backend, cfg Config) (Model, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	var m Model
+	var err error
 	switch cfg.Kind {
 	case KindGCN:
-		return newGCN(b, cfg)
+		m, err = newGCN(b, cfg)
 	case KindSAGE:
-		return newSAGE(b, cfg)
+		m, err = newSAGE(b, cfg)
 	default:
-		return newGAT(b, cfg)
+		m, err = newGAT(b, cfg)
 	}
+	if err != nil {
+		return nil, err
+	}
+	// One value and one gradient buffer for all parameters: the
+	// optimizer's step and zeroing are one launch each (Flat).
+	if err := flatten(b, m.Params()); err != nil {
+		FreeParams(b, m.Params())
+		return nil, err
+	}
+	return m, nil
 }

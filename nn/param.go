@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -15,6 +16,101 @@ type Param struct {
 	Value      backend.Buffer
 	Grad       backend.Buffer
 	Rows, Cols int
+
+	// flat, on the first parameter of a model laid out by flatten: the
+	// buffers its parameters' values and gradients are views of; of, on
+	// every parameter so laid out, the same (views are not freed).
+	flat, of *flatParams
+}
+
+// flatParams are one contiguous value and one gradient buffer holding a
+// model's parameters in order, so that an optimizer updates them all in
+// one launch and zeroes the gradients in one fill (Flat).
+type flatParams struct {
+	value, grad backend.Buffer
+	params      []*Param
+	views       []backend.Buffer // params' Value and Grad views, in order
+}
+
+// flatten moves ps into one value and one gradient buffer (values
+// copied, old buffers freed) and makes each Param's Value and Grad views
+// of them. Back ends without views (backend.Slicer) keep ps as they are.
+func flatten(b backend.Backend, ps []*Param) error {
+	total := 0
+	for _, p := range ps {
+		total += p.Len()
+	}
+	if len(ps) < 2 || total == 0 {
+		return nil
+	}
+	v, err := b.Alloc(backend.Float32, total)
+	if err != nil {
+		return fmt.Errorf("nn: flat parameters: %w", err)
+	}
+	g, err := b.Alloc(backend.Float32, total)
+	if err != nil {
+		b.Free(v)
+		return fmt.Errorf("nn: flat parameters: %w", err)
+	}
+	if _, ok := v.(backend.Slicer); !ok {
+		b.Free(v)
+		b.Free(g)
+		return nil
+	}
+	f := &flatParams{value: v, grad: g, params: append([]*Param(nil), ps...)}
+	vals := make([]backend.Buffer, len(ps))
+	grads := make([]backend.Buffer, len(ps))
+	off := 0
+	for i, p := range ps {
+		if vals[i], err = backend.View(v, off, p.Len()); err == nil {
+			grads[i], err = backend.View(g, off, p.Len())
+		}
+		if err == nil {
+			err = b.Copy(vals[i], p.Value)
+		}
+		if err != nil {
+			b.Free(v)
+			b.Free(g)
+			return fmt.Errorf("nn: flat parameters: %q: %w", p.Name, err)
+		}
+		off += p.Len()
+	}
+	for i, p := range ps {
+		b.Free(p.Value)
+		b.Free(p.Grad)
+		p.Value, p.Grad, p.of = vals[i], grads[i], f
+		f.views = append(f.views, vals[i], grads[i])
+	}
+	ps[0].flat = f
+	return nil
+}
+
+// Flat returns the contiguous value and gradient buffers behind ps, with
+// ok set when ps are exactly a model's parameters as New laid them out,
+// in order, and their Value and Grad are still the views of them (a
+// caller may point Grad elsewhere, as the DSP engine does; then Flat
+// reports what still holds: grad is nil when a Grad moved).
+func Flat(ps []*Param) (value, grad backend.Buffer, ok bool) {
+	if len(ps) == 0 || ps[0] == nil || ps[0].flat == nil {
+		return nil, nil, false
+	}
+	f := ps[0].flat
+	if len(f.params) != len(ps) {
+		return nil, nil, false
+	}
+	gradOK := true
+	for i, p := range ps {
+		if p != f.params[i] || p.Value != f.views[2*i] {
+			return nil, nil, false
+		}
+		if p.Grad != f.views[2*i+1] {
+			gradOK = false
+		}
+	}
+	if !gradOK {
+		return f.value, nil, true
+	}
+	return f.value, f.grad, true
 }
 
 // Len returns Rows*Cols.
@@ -49,9 +145,21 @@ func FreeParams(b backend.Backend, ps []*Param) {
 		if p == nil {
 			continue
 		}
-		b.Free(p.Value)
-		b.Free(p.Grad)
-		p.Value, p.Grad = nil, nil
+		if f := p.of; f != nil {
+			// Views own nothing: free only a Grad put in their place.
+			if !slices.Contains(f.views, p.Grad) {
+				b.Free(p.Grad)
+			}
+		} else {
+			b.Free(p.Value)
+			b.Free(p.Grad)
+		}
+		p.Value, p.Grad, p.of = nil, nil, nil
+		if f := p.flat; f != nil {
+			b.Free(f.value)
+			b.Free(f.grad)
+			p.flat = nil
+		}
 	}
 }
 

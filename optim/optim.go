@@ -58,6 +58,9 @@ type base struct {
 	step   int
 	lr     float32
 	err    error // construction error, reported by Step
+	// flat[k], for parameters laid out in one buffer (nn.Flat): the
+	// buffer behind bufs[k]'s views.
+	flat []backend.Buffer
 }
 
 func newBase(b backend.Backend, kind string, params []*nn.Param, lr float32, names ...string) base {
@@ -83,6 +86,34 @@ func newBase(b backend.Backend, kind string, params []*nn.Param, lr float32, nam
 		return o
 	}
 	o.bufs = make([][]backend.Buffer, len(names))
+	if _, _, flat := nn.Flat(params); flat && len(names) > 0 {
+		// State laid out as the parameters are: buffer kind k is one
+		// flat buffer, each parameter's state a view of it.
+		total := 0
+		for _, p := range params {
+			total += p.Len()
+		}
+		for k := range names {
+			buf, err := b.Alloc(backend.Float32, total)
+			if err != nil {
+				o.err = fmt.Errorf("optim: %s: state %s: %w", kind, names[k], err)
+				o.Free()
+				return o
+			}
+			o.flat = append(o.flat, buf)
+			o.bufs[k] = make([]backend.Buffer, len(params))
+			off := 0
+			for i, p := range params {
+				if o.bufs[k][i], err = backend.View(buf, off, p.Len()); err != nil {
+					o.err = fmt.Errorf("optim: %s: state for %q: %w", kind, p.Name, err)
+					o.Free()
+					return o
+				}
+				off += p.Len()
+			}
+		}
+		return o
+	}
 	for k := range names {
 		o.bufs[k] = make([]backend.Buffer, len(params))
 		for i, p := range params {
@@ -117,6 +148,13 @@ func (o *base) ZeroGrad() error {
 	if o.err != nil {
 		return o.err
 	}
+	if _, g, ok := nn.Flat(o.params); ok && g != nil {
+		// One fill for all gradients.
+		if err := o.b.Fill(g, 0); err != nil {
+			return fmt.Errorf("optim: zero grads: %w", err)
+		}
+		return nil
+	}
 	for _, p := range o.params {
 		if err := o.b.Fill(p.Grad, 0); err != nil {
 			return fmt.Errorf("optim: zero grad of %q: %w", p.Name, err)
@@ -126,6 +164,9 @@ func (o *base) ZeroGrad() error {
 }
 
 func (o *base) Free() {
+	if o.flat != nil {
+		o.bufs = nil // views of o.flat, which own nothing
+	}
 	for _, bs := range o.bufs {
 		for _, buf := range bs {
 			if buf != nil {
@@ -134,6 +175,10 @@ func (o *base) Free() {
 		}
 	}
 	o.bufs = nil
+	for _, buf := range o.flat {
+		o.b.Free(buf)
+	}
+	o.flat = nil
 }
 
 func (o *base) State() (State, error) {
@@ -226,6 +271,16 @@ func (a *Adam) Step() error {
 		return err
 	}
 	t := a.step + 1
+	if v, g, ok := nn.Flat(a.params); ok && g != nil && len(a.flat) == 2 {
+		// One launch over every parameter: AdamStep is elementwise with
+		// the same hyperparameters, so this is the per-tensor loop's
+		// result exactly.
+		if err := a.b.AdamStep(v, g, a.flat[0], a.flat[1], a.lr, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, t); err != nil {
+			return fmt.Errorf("optim: adam step: %w", err)
+		}
+		a.step = t
+		return nil
+	}
 	for i, p := range a.params {
 		if err := a.b.AdamStep(p.Value, p.Grad, a.bufs[0][i], a.bufs[1][i], a.lr, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, t); err != nil {
 			return fmt.Errorf("optim: adam step of %q: %w", p.Name, err)
