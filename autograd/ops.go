@@ -26,7 +26,8 @@ func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 		}
 	}
 	t.record(op, out, func() error {
-		if err := t.accumulateInto(op, a, func(dst backend.Buffer, add bool) error {
+		// With beta = 0 the Gemms overwrite: new gradients need no zeroing.
+		if err := t.accumulateIntoZ(op, a, false, func(dst backend.Buffer, add bool) error {
 			if m == 0 || k == 0 {
 				return nil
 			}
@@ -34,7 +35,7 @@ func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 		}); err != nil {
 			return err
 		}
-		return t.accumulateInto(op, b, func(dst backend.Buffer, add bool) error {
+		return t.accumulateIntoZ(op, b, false, func(dst backend.Buffer, add bool) error {
 			if k == 0 || n == 0 {
 				return nil
 			}

@@ -270,7 +270,7 @@ func (t *Tape) Backward(loss *Var) error {
 		return errf(op, "loss does not depend on any Var that requires a gradient")
 	}
 	if loss.Grad == nil {
-		g, err := t.alloc(op, 1)
+		g, err := t.allocOut(op, 1) // the Fill below writes it
 		if err != nil {
 			return err
 		}
@@ -322,12 +322,25 @@ func (t *Tape) accumulate(op string, v *Var, compute func(dst backend.Buffer) er
 // (Gemm with beta, ScatterAddRows): compute gets the Grad buffer and whether
 // it already holds a value to add to.
 func (t *Tape) accumulateInto(op string, v *Var, compute func(dst backend.Buffer, add bool) error) error {
+	return t.accumulateIntoZ(op, v, true, compute)
+}
+
+// accumulateIntoZ is accumulateInto where zero says whether a new Grad
+// buffer must start zeroed: not for compute functions that overwrite
+// when add is false (a Gemm with beta = 0), which saves a memset each.
+func (t *Tape) accumulateIntoZ(op string, v *Var, zero bool, compute func(dst backend.Buffer, add bool) error) error {
 	if !v.RequiresGrad {
 		return nil
 	}
 	add := true
 	if v.Grad == nil {
-		g, err := t.alloc(op, v.Len())
+		var g backend.Buffer
+		var err error
+		if zero {
+			g, err = t.alloc(op, v.Len())
+		} else {
+			g, err = t.allocOut(op, v.Len())
+		}
 		if err != nil {
 			return err
 		}
