@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
@@ -104,6 +105,34 @@ func testGatherSplits(t *testing.T, bf16 bool) {
 						t.Fatalf("%s: row %d (node %d) col %d = %v, want %v", name, i, v, c, got[i*cols+c], want[int(v)*cols+c])
 					}
 				}
+			}
+			// GatherDropout: the same values times Dropout's mask, exactly.
+			const p, seed = 0.4, 99
+			if err := s.GatherDropout(out, nb, p, seed); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Download(got, out); err != nil {
+				t.Fatal(err)
+			}
+			keep := float32(1) / (1 - p)
+			dropped := 0
+			for i, v := range nodes {
+				for c := 0; c < cols; c++ {
+					k := i*cols + c
+					w := want[int(v)*cols+c] * keep
+					if rng.Uniform01(seed, uint64(k)) < p {
+						w, dropped = want[int(v)*cols+c]*0, dropped+1
+					}
+					if got[k] != w {
+						t.Fatalf("%s: GatherDropout row %d (node %d) col %d = %v, want %v", name, i, v, c, got[k], w)
+					}
+				}
+			}
+			if n := len(nodes) * cols; dropped < n/4 || dropped > n/2+n/10 {
+				t.Fatalf("%s: GatherDropout dropped %d of %d values at p = %v", name, dropped, n, p)
+			}
+			if err := s.GatherDropout(out, nb, 1, seed); err == nil {
+				t.Fatalf("%s: GatherDropout with p = 1: no error", name)
 			}
 			if budget == 0 && s.HotRows() != 0 || budget == 1<<40 && s.HotRows() != rows || budget > 0 && budget < 1<<40 && s.HotRows() != partHot {
 				t.Fatalf("%s: unexpected hot rows", name)
