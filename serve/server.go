@@ -118,6 +118,11 @@ type Options struct {
 	// Partition, when set, is the part of a partition this server owns
 	// (Info reports it; SampleRequest.owned streams sample only its seeds).
 	Partition *Partition
+
+	// Shard, when set, is the part of the feature table this server
+	// holds (a machine's rows, shard.go): Features serves those rows
+	// instead of Dataset.Features and refuses any other by ID.
+	Shard *Shard
 }
 
 // Server is a sampling and feature server. Create it with New, run it
@@ -256,6 +261,11 @@ func New(opt Options) (*Server, error) {
 	}
 	if p := opt.Partition; p != nil {
 		if err := p.check(ds); err != nil {
+			return nil, err
+		}
+	}
+	if sh := opt.Shard; sh != nil {
+		if err := sh.check(ds.NumNodes()); err != nil {
 			return nil, err
 		}
 	}
@@ -444,9 +454,13 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 		return nil, grpcError(err)
 	}
 	ds := s.ds
+	dim := featDim(ds)
+	if s.opt.Shard != nil {
+		dim = s.opt.Shard.Dim
+	}
 	return &servepb.InfoReply{
 		ProtocolVersion: ProtocolVersion, ServerVersion: Version, Dataset: ds.Name,
-		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(featDim(ds)), NumClasses: int64(numClasses(ds)),
+		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(dim), NumClasses: int64(numClasses(ds)),
 		NumTrain: int64(len(ds.Train)), NumVal: int64(len(ds.Val)), NumTest: int64(len(ds.Test)),
 		Directed: ds.Directed, MaxSendBytes: int64(s.opt.MaxSendBytes), MaxRecvBytes: int64(s.opt.MaxRecvBytes),
 		Device: s.opt.Device, Shm: s.opt.RingDir != "", Partition: s.opt.Partition.info(ds),
@@ -495,6 +509,9 @@ func (s *Server) features(req *servepb.FeaturesRequest) (*servepb.FeaturesReply,
 	}
 	if !req.Features && !req.Labels {
 		return nil, reqErr(ErrInvalid, "features", -1, "asks for neither features nor labels")
+	}
+	if req.Features && s.opt.Shard != nil {
+		return s.shardFeatures(req)
 	}
 	if req.Features && s.ds.Features == nil {
 		return nil, reqErr(ErrUnavailable, "features", -1, "the dataset %q has no node features", s.ds.Name)
