@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/fullgraph"
@@ -49,6 +50,8 @@ type dspFlags struct {
 	NoStagePriority bool   `help:"sampled mode with --devices: the samplers' and loaders' GPU streams get the default priority instead of the highest (for comparison; nothing changes on the CPU)."`
 	StallTimeout    string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
 	GPUSampler      string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
+	MachineDir      string `help:"sampled mode with CPU --devices in a job: this machine's directory, written by 'strata partition --machines' (replaces --dataset): the machine loads only its own rows and asks the other machines for theirs over gRPC." placeholder:"DIR"`
+	RemoteCache     string `help:"with --machine-dir: bytes of other machines' feature rows each process keeps once fetched (e.g. 64MiB), 0 for none." default:"0" placeholder:"BYTES"`
 	SamplerWorkers  int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
@@ -193,6 +196,8 @@ func (f *dspFlags) set() []string {
 	add(f.StallTimeout != "", "stall-timeout")
 	add(f.GPUSampler != "csp", "gpu-sampler")
 	add(f.SamplerWorkers != 1, "sampler-workers")
+	add(f.MachineDir != "", "machine-dir")
+	add(f.RemoteCache != "0", "remote-cache")
 	return out
 }
 
@@ -264,8 +269,15 @@ func (c *trainCmd) runDSP(e *env) (err error) {
 	if err != nil {
 		return err
 	}
-	ds, closeDS, err := openDatasetTimed(c.Dataset, e.quiet, phase)
+	mdir, remoteCache, err := c.openMachineDir(phase)
 	if err != nil {
+		return err
+	}
+	var ds *dataset.Dataset
+	closeDS := func() {}
+	if mdir != nil {
+		ds, closeDS = mdir.Dataset, func() { mdir.Close() }
+	} else if ds, closeDS, err = openDatasetTimed(c.Dataset, e.quiet, phase); err != nil {
 		return err
 	}
 	defer closeDS()
@@ -295,6 +307,7 @@ func (c *trainCmd) runDSP(e *env) (err error) {
 	}
 	start := time.Now()
 	rep, err := engine.Run(ctx, ds, cfg, engine.Options{Backends: bs, Log: log, CheckpointDir: c.Checkpoint, Resume: c.Resume, GPUShm: gso, Keep: keep, World: w,
+		Machine: mdir, RemoteCacheBytes: remoteCache, RemoteTimeout: cfg.CommTimeout,
 		Start: processStart, Phases: phases})
 	if errors.Is(err, train.ErrInterrupted) && c.Checkpoint != "" && log != nil {
 		fmt.Fprintf(log, "interrupted: the last completed epoch is saved in %s; continue with --resume\n", c.Checkpoint)

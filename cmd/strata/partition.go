@@ -20,9 +20,15 @@ type partitionCmd struct {
 	Method    string  `default:"multilevel" enum:"multilevel,metis" help:"multilevel (Strata's own) or metis (libmetis loaded at run time)."`
 	Seed      uint64  `default:"1" help:"Random seed."`
 	Overwrite bool    `help:"Replace an existing partition in OUT."`
+	// The per-machine layout of the DSP engine (partition_machines.go).
+	Machines          int `help:"Write one directory per machine (OUT/machine-M) for a job of this many machines, partitioned as 'strata train --devices' partitions (K = machines x --devices-per-machine parts; --seed is train's --seed; -k and --balance do not apply)." placeholder:"M"`
+	DevicesPerMachine int `help:"With --machines: the devices (ranks) each machine trains on." default:"1" placeholder:"N"`
 }
 
 func (c *partitionCmd) Run(e *env) error {
+	if c.Machines != 0 || c.DevicesPerMachine != 1 {
+		return c.runMachines(e)
+	}
 	cons, err := partition.ParseConstraints(c.Balance)
 	if err != nil {
 		return usageError{err}

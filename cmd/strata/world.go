@@ -95,7 +95,7 @@ func (c *trainCmd) joinJob(ctx context.Context, e *env, set deviceSet) (*world.W
 func (c *trainCmd) jobConfig(set deviceSet) ([]byte, error) {
 	flags := map[string]any{}
 	flagValues(reflect.ValueOf(*c), flags)
-	for _, own := range []string{"device", "report", "plot"} {
+	for _, own := range []string{"device", "report", "plot", "machine-dir"} {
 		delete(flags, own)
 	}
 	flags["devices"] = set.Kind

@@ -77,3 +77,26 @@ func (w *World) Exchange(ctx context.Context, name string, mine []byte) ([][]byt
 	}
 	return out, nil
 }
+
+// MachineInfo is one machine's entry of a job's report (Info.PerMachine):
+// what its processes moved, per link class, and how long its requests
+// for other machines' feature rows took.
+type MachineInfo struct {
+	Machine   int    `json:"machine"`
+	Host      string `json:"host"`
+	Processes []int  `json:"processes"`
+	Ranks     []int  `json:"ranks"`
+	// Bytes per link class (local, peer, host, network), every purpose.
+	Bytes map[string]int64 `json:"bytes"`
+	// RemoteFeatures is nil when the machine asked no other for rows.
+	RemoteFeatures *RemoteFeatures `json:"remote_features,omitempty"`
+}
+
+// RemoteFeatures sums a machine's requests for other machines' rows.
+type RemoteFeatures struct {
+	Requests int64   `json:"requests"`
+	Rows     int64   `json:"rows"`
+	Bytes    int64   `json:"bytes"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+}

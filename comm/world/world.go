@@ -82,6 +82,9 @@ type Info struct {
 	// ("inproc" in one process, "shm" or "tcp").
 	Comm       string    `json:"comm"`
 	PerProcess []Process `json:"per_process"`
+	// PerMachine is filled by the trainers at the end of a job (process
+	// 0's report): bytes per link and remote-feature latency per machine.
+	PerMachine []MachineInfo `json:"per_machine,omitempty"`
 }
 
 // World is this process's view of a job.

@@ -384,6 +384,15 @@ type HostStore struct {
 	Table      []float32 // rows x Cols, shared, not copied
 	Rows, Cols int
 	Hot        int
+	// Source, when set, replaces Table: the rows of a machine's shard
+	// and, asked of their machines, everyone else's (package
+	// dsp/machines). One call per Gather: a batch's rows at once.
+	Source RowSource
+}
+
+// RowSource gathers feature rows by node ID into out (len(ids) x Cols).
+type RowSource interface {
+	Gather(ids []int32, out []float32) error
 }
 
 // Gather copies the rows of nodes from the table.
@@ -400,6 +409,17 @@ func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
 		return err
 	}
 	out := make([]float32, n*s.Cols)
+	if s.Source != nil {
+		for i, v := range ids {
+			if v < 0 || int(v) >= s.Rows {
+				return fmt.Errorf("%w: node %d (position %d) not in [0, %d)", ErrInput, v, i, s.Rows)
+			}
+		}
+		if err := s.Source.Gather(ids, out); err != nil {
+			return err
+		}
+		return s.B.Upload(dst, out)
+	}
 	for i, v := range ids {
 		if v < 0 || int(v) >= s.Rows {
 			return fmt.Errorf("%w: node %d not in [0, %d)", ErrInput, v, s.Rows)

@@ -10,6 +10,7 @@ import (
 	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/comm/world"
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/machines"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
@@ -175,6 +176,18 @@ type Options struct {
 	// others' reports hold their own devices' metrics. Nil: this process
 	// owns every rank.
 	World *world.World
+	// Machine, when set, is this process's machine directory (package
+	// dsp/machines, `strata partition --machines`): the run's
+	// partition is the directory's, ds passed to Run is its dataset
+	// (no features), the machine's rows come from its shard and the
+	// others' from their machines' feature services (machines.go).
+	// CPU devices only for now.
+	Machine *machines.Dir
+	// RemoteCacheBytes is the budget of this process's cache of other
+	// machines' rows (0: none); RemoteTimeout each request's deadline
+	// (default machines.DefaultTimeout). Neither changes a number.
+	RemoteCacheBytes int64
+	RemoteTimeout    time.Duration
 	// CheckpointDir, when set, makes device 0 write the run's state to
 	// DIR/checkpoint.strata after every epoch (atomically). An existing
 	// checkpoint is a *CheckpointError unless Resume is set, in which

@@ -133,7 +133,7 @@ func (d *device) setup() error {
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
-	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add); err != nil {
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add, s.rowSource(d)); err != nil {
 		return d.errf("device kit", err)
 	}
 	s.clock.device("topology", r, d.kit.topology)
@@ -785,7 +785,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		if evaluated {
 			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)
 		}
-		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, em.Summary)
+		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, em.Summary.String()+s.remoteLine())
 	}
 	d.epochStart = time.Now()
 	return nil

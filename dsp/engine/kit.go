@@ -178,7 +178,7 @@ type samplerSpec struct {
 // package's store on b (a host table on a CPU back end). hot lists the
 // rows the device caches, in cache order; onUpload hears of the bytes of
 // rows copied to a GPU.
-func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64)) (*kit, error) {
+func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), src cache.RowSource) (*kit, error) {
 	workers := max(spec.workers, 1)
 	gpu := isGPU(b)
 	if gpu {
@@ -202,7 +202,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	k.topology = time.Since(t0)
 	t0 = time.Now()
 	if !gpu {
-		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}
+		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot), Source: src}
 		k.features = time.Since(t0)
 		return k, nil
 	}

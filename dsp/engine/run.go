@@ -20,6 +20,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/layout"
+	"github.com/strata-gnn/strata/dsp/machines"
 	"github.com/strata-gnn/strata/dsp/metrics"
 	"github.com/strata-gnn/strata/dsp/pipeline"
 	"github.com/strata-gnn/strata/graph"
@@ -84,6 +85,7 @@ type shared struct {
 	sparse bool            // train.MostlyZero(x)
 	dim    int
 	plan   *cache.Plan
+	svc    *machines.Service // the feature service of a per-machine layout, or nil
 	coords []*comm.Coordinator
 	dcs    [numStages][]comm.Comm // nil groups are not used
 	hcs    [numStages][]comm.Comm
@@ -171,12 +173,20 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	// at most, in parallel where it is large.
 	ph := clock.begin("check", 0)
 	var de *train.DataError
-	if err := train.CheckDataset(ds); errors.As(err, &de) {
+	// A machine directory's dataset has no features (its shard does);
+	// dataset.Open checked it and machines.Open its shard.
+	if err := train.CheckDataset(ds); opts.Machine == nil && errors.As(err, &de) {
 		return nil, &RunError{Op: "dataset", Err: errors.New(de.Msg)}
 	}
 	ph.End()
 	ph = clock.begin("partition", 0)
-	pd, err := partitionData(ctx, ds, &cfg, opts.Log)
+	var pd *partitioned
+	var err error
+	if opts.Machine != nil {
+		pd, err = machinePartition(ctx, opts.Machine, &cfg, w, gpus)
+	} else {
+		pd, err = partitionData(ctx, ds, &cfg, opts.Log)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -189,17 +199,29 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	}
 	ph.End()
 	ph = clock.begin("features", 0)
-	s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
-	s.feats.Round(cfg.Train.Prec()) // bf16: the stores hold bfloat16 rows (cache.ValueBytes)
-	s.x = s.feats.Dense
-	s.sparse = train.MostlyZero(s.x)
+	if opts.Machine != nil {
+		s.dim = opts.Machine.Manifest.Cols
+		defer func() {
+			if s.svc != nil {
+				s.svc.Close()
+			}
+		}()
+		if err := s.machineFeatures(ctx, opts.Machine); err != nil {
+			return nil, err
+		}
+	} else {
+		s.feats = train.NewDenseFeatures(pd.ds.Features, int(pd.ds.NumNodes()), s.dim, cfg.Train.RowNorm)
+		s.feats.Round(cfg.Train.Prec()) // bf16: the stores hold bfloat16 rows (cache.ValueBytes)
+		s.x = s.feats.Dense
+		s.sparse = train.MostlyZero(s.x)
+	}
 	ph.End()
 	// Before the devices start: the plan decides what each device
 	// caches (pre-sampling runs on the GPUs themselves: presample.go).
 	vb := cache.ValueBytes(cfg.Train.Prec())
 	budget := cfg.CacheBytes
 	if budget < 0 {
-		budget = int64(len(s.x)) * vb
+		budget = pd.ds.NumNodes() * int64(s.dim) * vb
 	}
 	ph = clock.begin("hotness", 0)
 	var hot []graph.NodeID
@@ -369,6 +391,16 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 		return nil, &RunError{Op: "training", Err: err, Stalled: stalled, States: states}
 	}
 	rep := s.report(ds, opts.Backends[0].Name())
+	if w.Multi() {
+		// Every process's bytes per link and remote-feature latency, per
+		// machine (the exchange also keeps every feature service up
+		// until all processes are done).
+		pm, err := s.perMachine(ctx)
+		if err != nil {
+			return nil, &RunError{Op: "metrics", Err: err}
+		}
+		rep.World.PerMachine = pm
+	}
 	rep.TotalSeconds = time.Since(start).Seconds()
 	return rep, nil
 }

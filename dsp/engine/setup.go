@@ -45,6 +45,8 @@ type partitioned struct {
 	ds      *dataset.Dataset
 	book    *book.Book
 	method  string // "none", "range", "multilevel" or "metis"
+	// newToOld is the original ID of every new ID (nil: not renumbered).
+	newToOld []int32
 	edgeCut int64  // undirected edges between patches (multilevel), -1 if not computed
 }
 
@@ -98,7 +100,7 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io
 	if err != nil {
 		return nil, &RunError{Op: "renumber", Err: err}
 	}
-	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut}, nil
+	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut, newToOld: ren.NewToOld}, nil
 }
 
 // cacheLayout describes a plan's layout for Info.CacheLayout.

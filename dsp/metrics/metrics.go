@@ -354,12 +354,16 @@ func (s Summary) String() string {
 		}
 	}
 	fmt.Fprintf(&b, " | cache hit %.1f%%", 100*s.Cache.HitRate)
-	var peer, host int64
+	var peer, host, net int64
 	for _, m := range s.Bytes {
 		peer += m[Peer.String()]
 		host += m[Host.String()]
+		net += m[Network.String()]
 	}
 	fmt.Fprintf(&b, " | peer %s host %s", human(peer), human(host))
+	if net > 0 {
+		fmt.Fprintf(&b, " network %s", human(net))
+	}
 	return b.String()
 }
 

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/strata-gnn/strata/comm/world"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/dsp/machines"
+	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/train"
+)
+
+// The per-machine layout (Options.Machine, package dsp/machines): the
+// process loaded only its machine's directory, so the partition is the
+// directory's, its rows come from the machine's shard and every other
+// row from the feature service of the machine owning it.
+
+// Partition computes the engine's partition of ds into devices parts
+// (method and seed as Config.Partition and Train.Seed): what `strata
+// partition --machines` writes, so that a job over machine directories
+// trains on the same renumbered graph as one process with every device.
+func Partition(ctx context.Context, ds *dataset.Dataset, devices int, method string, seed uint64) (*machines.Partitioned, error) {
+	cfg := Config{Devices: devices, Partition: method}
+	cfg.Train.Seed = seed
+	if cfg.Partition == "" {
+		cfg.Partition = Multilevel
+	}
+	pd, err := partitionData(ctx, ds, &cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &machines.Partitioned{Orig: ds, Dataset: pd.ds, Book: pd.book, NewToOld: pd.newToOld, Method: pd.method, Seed: seed,
+		MostlyZero: train.MostlyZero(ds.Features)}
+	if p.NewToOld == nil { // no renumbering (one part, or range)
+		p.NewToOld = make([]int32, ds.NumNodes())
+		for i := range p.NewToOld {
+			p.NewToOld[i] = int32(i)
+		}
+	}
+	// RowNormAuto's decision on the whole table.
+	p.NonNegative = train.NewDenseFeatures(ds.Features, int(ds.NumNodes()), ds.FeatDim, train.RowNormAuto).RowNormalized
+	return p, nil
+}
+
+// machinePartition checks the machine directory against the job and
+// returns it as the run's partition.
+func machinePartition(ctx context.Context, dir *machines.Dir, cfg *Config, w *world.World, gpus bool) (*partitioned, error) {
+	if gpus {
+		return nil, &ConfigError{Field: "machine_dir", Msg: "the per-machine layout runs on CPU devices for now (GPU stores read the whole table from pinned memory)"}
+	}
+	ms := w.Machines()
+	counts := make([]int, len(ms))
+	for i, ps := range ms {
+		for _, p := range ps {
+			counts[i] += p.Devices
+		}
+	}
+	me := w.MachineOf(w.Process())
+	if err := dir.CheckJob(me, len(ms), counts); err != nil {
+		return nil, &RunError{Op: "machine directory", Err: err}
+	}
+	// Every process must hold a directory of the same partition.
+	v, _ := json.Marshal(map[string]string{"fingerprint": dir.Manifest.Fingerprint})
+	if err := w.Agree(ctx, "partition", v); err != nil {
+		return nil, &RunError{Op: "machine directory", Err: fmt.Errorf("%w (%s is %s): %w", machines.ErrOtherPartition, dir.Path, dir, err)}
+	}
+	if dir.Book.K() != cfg.Devices {
+		return nil, &RunError{Op: "machine directory", Err: fmt.Errorf("%s: a partition into %d parts for a job of %d ranks", dir.Path, dir.Book.K(), cfg.Devices)}
+	}
+	return &partitioned{ds: dir.Dataset, book: dir.Book, method: dir.Manifest.Method, edgeCut: -1}, nil
+}
+
+// machineFeatures prepares the machine's rows as the whole table's would
+// be (the manifest's RowNormAuto decision, bf16 rounding), starts the
+// feature service and, on a process that evaluates, fetches every row
+// for the evaluator.
+func (s *shared) machineFeatures(ctx context.Context, dir *machines.Dir) error {
+	m, cfg := dir.Manifest, &s.cfg
+	norm := cfg.Train.RowNorm
+	if norm == train.RowNormAuto {
+		norm = train.RowNormOff
+		if m.NonNegative {
+			norm = train.RowNormOn
+		}
+	}
+	shard := train.NewDenseFeatures(dir.X, int(m.Hi-m.Lo), m.Cols, norm)
+	shard.Round(cfg.Train.Prec())
+	svc, err := machines.Start(ctx, machines.ServiceOptions{World: s.w, Dir: dir, X: shard.Dense, In: s.in, CacheBytes: s.opts.RemoteCacheBytes,
+		Timeout: s.opts.RemoteTimeout})
+	if err != nil {
+		return &RunError{Op: "feature service", Err: err}
+	}
+	s.svc = svc
+	s.sparse = m.MostlyZero
+	s.feats = &train.Features{Rows: int(m.Nodes), Cols: m.Cols, RowNormalized: shard.RowNormalized, BF16: shard.BF16}
+	if s.w.First() == 0 || cfg.Train.Eval == train.Sampled {
+		// The evaluator reads every row (the whole graph, or any
+		// sampled batch).
+		all, err := svc.All()
+		if err != nil {
+			return &RunError{Op: "feature service", Err: err}
+		}
+		s.feats.Dense = all
+	}
+	return nil
+}
+
+// rowSource is device d's view of the feature service (nil without one).
+func (s *shared) rowSource(d *device) cache.RowSource {
+	if s.svc == nil {
+		return nil
+	}
+	return &deviceRows{svc: s.svc, m: d.m}
+}
+
+type deviceRows struct {
+	svc *machines.Service
+	m   *metrics.Counters
+}
+
+func (r *deviceRows) Gather(ids []int32, out []float32) error { return r.svc.Gather(ids, out, r.m) }
+
+// machineReport is what every process sends process 0 at the end.
+type machineReport struct {
+	Bytes   map[string]int64  `json:"bytes"`
+	Fetches *machines.Fetches `json:"fetches,omitempty"`
+}
+
+// perMachine collects every process's bytes per link and remote-feature
+// requests through the store and, on process 0, sums them per machine.
+// Every process of a job calls it once, after training.
+func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
+	mine := machineReport{Bytes: map[string]int64{}}
+	for _, r := range s.w.Ranks() {
+		snap := s.ctrs[r].Snapshot(r)
+		for _, byLink := range snap.Bytes {
+			for l, n := range byLink {
+				mine.Bytes[l] += n
+			}
+		}
+	}
+	if s.svc != nil {
+		f := s.svc.Fetches()
+		mine.Fetches = &f
+	}
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.w.Exchange(ctx, "dsp-machine-metrics", b)
+	if err != nil {
+		return nil, err
+	}
+	var out []world.MachineInfo
+	for m, ps := range s.w.Machines() {
+		mi := world.MachineInfo{Machine: m, Host: ps[0].Host, Bytes: map[string]int64{}}
+		var f machines.Fetches
+		for _, p := range ps {
+			mi.Processes = append(mi.Processes, p.Index)
+			mi.Ranks = append(mi.Ranks, p.Ranks()...)
+			var rep machineReport
+			if err := json.Unmarshal(all[p.Index], &rep); err != nil {
+				return nil, fmt.Errorf("%s sent a malformed metrics report: %w", p, err)
+			}
+			for l, n := range rep.Bytes {
+				mi.Bytes[l] += n
+			}
+			if rep.Fetches != nil {
+				f.Merge(*rep.Fetches)
+			}
+		}
+		if f.Requests > 0 {
+			mi.RemoteFeatures = &world.RemoteFeatures{Requests: f.Requests, Rows: f.Rows, Bytes: f.Bytes, P50Ms: f.Quantile(0.5), P99Ms: f.Quantile(0.99)}
+		}
+		out = append(out, mi)
+	}
+	return out, nil
+}
+
+// remoteLine is the progress line's remote-feature part: this machine's
+// requests so far and their latency ("" without a feature service).
+func (s *shared) remoteLine() string {
+	if s.svc == nil {
+		return ""
+	}
+	f := s.svc.Fetches()
+	if f.Requests == 0 {
+		return " | remote rows 0"
+	}
+	return fmt.Sprintf(" | remote rows %d in %d requests, p50 %.2fms p99 %.2fms", f.Rows, f.Requests, f.Quantile(0.5), f.Quantile(0.99))
+}
