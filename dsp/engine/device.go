@@ -129,7 +129,7 @@ func (d *device) setup() error {
 		}
 	}
 	spec := samplerSpec{devs: d.sdevs, workers: cfg.SamplerWorkers, csp: csp, layer: cfg.Scheme == LayerWise, patch: patch,
-		offsets: s.pd.book.Offsets(), m: d.m}
+		offsets: s.pd.book.Offsets(), m: d.m, links: s.rankLinks(r)}
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
@@ -632,7 +632,9 @@ func (d *device) step(ctx context.Context, it *item) error {
 			}
 		}
 		k := cfg.Devices
-		d.m.AddBytes(metrics.Gradient, metrics.Peer, int64(2*(k-1)*4*d.gradN/k))
+		// A ring all-reduce: each rank sends 2(k-1)/k of the buffer to
+		// its next rank, across machines when that one is elsewhere.
+		d.m.AddBytes(metrics.Gradient, s.rankLinks(d.rank)[(d.rank+1)%k], int64(2*(k-1)*4*d.gradN/k))
 	}
 	slot, err := devbuf.View(d.lossHist, it.batch, 1)
 	if err != nil {

@@ -56,8 +56,10 @@ type cspSampler struct {
 	dev        backend.Backend // the sampler's handle; nil on a CPU back end
 	s          collective
 	m          *metrics.Counters
-	sent, kept int64         // totals already counted
-	waited     time.Duration // the sampler's wait time already counted
+	links      []metrics.Link // per destination rank: peer, or network to another machine (nil: all peer)
+	sent, kept int64          // totals already counted
+	net        int64          // of sent, to other machines
+	waited     time.Duration  // the sampler's wait time already counted
 }
 
 // collective is what cspSampler uses of csp's node-wise Sampler and
@@ -71,11 +73,18 @@ type collective interface {
 func (c *cspSampler) Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error) {
 	b, err := c.s.Sample(ctx, seeds, key)
 	st := c.s.Stats()
-	var sent int64
-	for _, n := range st.BytesSent {
+	var sent, net int64
+	for r, n := range st.BytesSent {
 		sent += n
+		if r < len(c.links) && c.links[r] == metrics.Network {
+			net += n
+		}
 	}
-	c.m.AddBytes(metrics.Sample, metrics.Peer, sent-c.sent)
+	// BytesSent are totals: the network's share of what is new is
+	// counted at the cumulative split (net is a running total too).
+	c.m.AddBytes(metrics.Sample, metrics.Network, net-c.net)
+	c.m.AddBytes(metrics.Sample, metrics.Peer, (sent-net)-(c.sent-c.net))
+	c.net = net
 	c.m.AddBytes(metrics.Sample, metrics.Local, st.BytesLocal-c.kept)
 	c.sent, c.kept = sent, st.BytesLocal
 	c.m.StageSync(metrics.Sampler, st.WaitTime-c.waited)
@@ -170,6 +179,7 @@ type samplerSpec struct {
 	offsets []int64
 	comms   []comm.Comm
 	m       *metrics.Counters
+	links   []metrics.Link // per rank (rankLinks)
 }
 
 // newKit builds a device's samplers and feature store: csp on spec's
@@ -275,5 +285,5 @@ func (spec *samplerSpec) collective(be backend.Backend, scfg gpusample.Config, w
 	if isGPU(be) {
 		dev = be
 	}
-	return &cspSampler{dev: dev, s: cs, m: spec.m}, nil
+	return &cspSampler{dev: dev, s: cs, m: spec.m, links: spec.links}, nil
 }

@@ -192,3 +192,29 @@ func (s *shared) remoteLine() string {
 	}
 	return fmt.Sprintf(" | remote rows %d in %d requests, p50 %.2fms p99 %.2fms", f.Rows, f.Requests, f.Quantile(0.5), f.Quantile(0.99))
 }
+
+// rankLinks is the link class from rank r to every rank: local to
+// itself, network to a rank of another machine, peer otherwise.
+func (s *shared) rankLinks(r int) []metrics.Link {
+	k := s.cfg.Devices
+	out := make([]metrics.Link, k)
+	machineOf := make([]int, k)
+	for m, ps := range s.w.Machines() {
+		for _, p := range ps {
+			for _, q := range p.Ranks() {
+				machineOf[q] = m
+			}
+		}
+	}
+	for q := range k {
+		switch {
+		case q == r:
+			out[q] = metrics.Local
+		case machineOf[q] != machineOf[r]:
+			out[q] = metrics.Network
+		default:
+			out[q] = metrics.Peer
+		}
+	}
+	return out
+}

@@ -42,12 +42,12 @@ func (e *RunError) Unwrap() error { return e.Err }
 // partitioned is the dataset as the devices see it: renumbered so that
 // device p owns the node IDs of book range p.
 type partitioned struct {
-	ds      *dataset.Dataset
-	book    *book.Book
-	method  string // "none", "range", "multilevel" or "metis"
+	ds     *dataset.Dataset
+	book   *book.Book
+	method string // "none", "range", "multilevel" or "metis"
 	// newToOld is the original ID of every new ID (nil: not renumbered).
 	newToOld []int32
-	edgeCut int64  // undirected edges between patches (multilevel), -1 if not computed
+	edgeCut  int64 // undirected edges between patches (multilevel), -1 if not computed
 }
 
 // partitionData splits ds into cfg.Devices patches (cfg is normalized),

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -176,10 +177,12 @@ func jobSecret(ctx context.Context, w *world.World, sec auth.Security) ([]byte, 
 	}
 	var mine []byte
 	if w.Process() == 0 {
-		mine = make([]byte, 32)
-		if _, err := rand.Read(mine); err != nil {
+		raw := make([]byte, 16)
+		if _, err := rand.Read(raw); err != nil {
 			return nil, err
 		}
+		mine = []byte(hex.EncodeToString(raw)) // gRPC metadata: printable
+
 	}
 	all, err := w.Exchange(ctx, "dsp-feature-secret", mine)
 	if err != nil {
