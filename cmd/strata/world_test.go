@@ -506,3 +506,80 @@ func TestJobRefusesGPUShm(t *testing.T) {
 		t.Fatalf("want both processes to refuse --comm gpushm before training:\n%s", got)
 	}
 }
+
+// startMachineJob is startJob with each process given its machine's
+// directory, parts/machine-$RANK (with other, when set, for machine 1).
+func startMachineJob(t *testing.T, parts, other string, args ...string) *job {
+	t.Helper()
+	j := &job{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	dir1 := filepath.Join(parts, "machine-1")
+	if other != "" {
+		dir1 = filepath.Join(other, "machine-1")
+	}
+	dirs := []string{filepath.Join(parts, "machine-0"), dir1}
+	cmd := append([]string{"/bin/sh", "-c", `exec "$0" "$@" --machine-dir "$STRATA_TEST_MACHINE_DIR"`, os.Args[0]}, args...)
+	cfg := launch.Config{N: 2, Command: cmd, Env: []string{"STRATA_TEST_MAIN=1"},
+		PerRank: func(r int) []string {
+			return []string{fmt.Sprintf("STRATA_HOST_ID=machine%d", r), fmt.Sprintf("STRATA_COMM_HOST=127.0.0.%d", r+1), "STRATA_TEST_MACHINE_DIR=" + dirs[r]}
+		},
+		Stdout: &j.out, Stderr: &j.out, Prefix: true, KeepGoing: true, Grace: time.Second}
+	go func() {
+		defer close(j.done)
+		defer cancel()
+		j.results, j.err = launch.Run(ctx, cfg)
+	}()
+	t.Cleanup(func() { cancel(); <-j.done })
+	return j
+}
+
+// TestTwoMachinesWithMachineDirs: `strata partition --machines 2` writes
+// one directory per machine; two simulated machines (cpu:2 each) that
+// load only their own directory, reading the other's rows through its
+// feature service, train Cora with the batch losses of one process with
+// cpu:4, bit for bit, and report network bytes and remote latency per
+// machine. A directory of another partition is refused on both.
+func TestTwoMachinesWithMachineDirs(t *testing.T) {
+	dir := t.TempDir()
+	parts := filepath.Join(dir, "parts")
+	if code, out, errs := strata(t, "partition", "--machines", "2", "--devices-per-machine", "2", "--seed", "7", "cora", parts); code != 0 {
+		t.Fatalf("partition: exit %d\n%s%s", code, out, errs)
+	}
+	ref := filepath.Join(dir, "one.json")
+	if code, _, errs := strata(t, jobArgs("cpu:4", 3, "--cache", "0", "--report", ref)...); code != 0 {
+		t.Fatalf("one process: exit %d\n%s", code, errs)
+	}
+	got := filepath.Join(dir, "job.json")
+	j := startMachineJob(t, parts, "", jobArgs("cpu:2", 3, "--cache", "0", "--remote-cache", "1MiB", "--report", got)...)
+	if err := j.wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("job: %v\n%s", err, j.out.String())
+	}
+	want, rep := readReport(t, ref), readReport(t, got)
+	n := sameRun(t, rep, want)
+	w := reportWorld(t, got)
+	if w.Machines != 2 || len(w.PerMachine) != 2 {
+		t.Fatalf("report.world %+v", w)
+	}
+	for _, m := range w.PerMachine {
+		rf := m.RemoteFeatures
+		if m.Bytes["network"] <= 0 || rf == nil || rf.Rows <= 0 || rf.P99Ms < rf.P50Ms || rf.P50Ms <= 0 {
+			t.Fatalf("machine %d: bytes %v, remote features %+v", m.Machine, m.Bytes, rf)
+		}
+	}
+	if !strings.Contains(j.out.String(), " network ") {
+		t.Fatalf("no network bytes in the progress lines:\n%s", j.out.String())
+	}
+	t.Logf("%d batch losses identical, test accuracy %.4f; network bytes %d and %d", n, rep.TestAccuracy, w.PerMachine[0].Bytes["network"], w.PerMachine[1].Bytes["network"])
+
+	// Machine 1 with a directory of another partition (another seed).
+	other := filepath.Join(dir, "other")
+	if code, out, errs := strata(t, "partition", "--machines", "2", "--devices-per-machine", "2", "--seed", "8", "cora", other); code != 0 {
+		t.Fatalf("partition: exit %d\n%s%s", code, out, errs)
+	}
+	j = startMachineJob(t, parts, other, jobArgs("cpu:2", 1, "--cache", "0")...)
+	j.wait(t, time.Minute)
+	out := j.out.String()
+	if c := strings.Count(out, "machine directory from another partition"); c != 2 || strings.Contains(out, "epoch 1/1") {
+		t.Fatalf("want both processes to refuse the other partition before training:\n%s", out)
+	}
+}
