@@ -127,10 +127,31 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func crcHex(c uint32) string { return fmt.Sprintf("%08x", c) }
 
 // manifestCRC computes the self-checksum of m (ignoring m.ManifestCRC32C).
-func manifestCRC(m *Manifest) (string, error) {
+func manifestCRC(m *Manifest) (string, error) { return selfCRC(m) }
+
+// header is what both manifest versions (Manifest, HeteroManifest) carry
+// for the checks they share: the magic, the version, the checksum
+// algorithm, the self-checksum, and a copy with the self-checksum blanked
+// that the self-checksum covers.
+type header interface {
+	header() (magic string, version int, algo, crc string)
+	withoutCRC() any
+}
+
+func (m *Manifest) header() (string, int, string, string) {
+	return m.Magic, m.Version, m.Checksum, m.ManifestCRC32C
+}
+
+func (m *Manifest) withoutCRC() any {
 	c := *m
 	c.ManifestCRC32C = ""
-	b, err := json.Marshal(&c)
+	return &c
+}
+
+// selfCRC is the CRC-32C of the compact JSON encoding of m with its
+// manifest_crc32c blanked.
+func selfCRC(m header) (string, error) {
+	b, err := json.Marshal(m.withoutCRC())
 	if err != nil {
 		return "", err
 	}
@@ -151,16 +172,26 @@ func (m *Manifest) Array(name string) *ArrayMeta {
 // self-checksum, counts and the declared shape and size of every array. It
 // does not look at the array files.
 func ReadManifest(dir string) (*Manifest, error) {
-	path := filepath.Join(dir, ManifestFile)
-	b, err := regfile.ReadFile(path, maxManifestBytes)
-	var tl *regfile.TooLargeError
-	if errors.As(err, &tl) {
-		return nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
-	}
+	path, b, err := readManifestFile(dir)
 	if err != nil {
-		return nil, fmt.Errorf("dataset: %w", err)
+		return nil, err
 	}
 	return ParseManifest(path, b)
+}
+
+// readManifestFile reads dir/manifest.json within its size bound (either
+// version); path is the file's, for errors.
+func readManifestFile(dir string) (path string, b []byte, err error) {
+	path = filepath.Join(dir, ManifestFile)
+	b, err = regfile.ReadFile(path, maxManifestBytes)
+	var tl *regfile.TooLargeError
+	if errors.As(err, &tl) {
+		return path, nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
+	}
+	if err != nil {
+		return path, nil, fmt.Errorf("dataset: %w", err)
+	}
+	return path, b, nil
 }
 
 // ParseManifest decodes and checks a manifest; path is used in errors.
@@ -168,36 +199,51 @@ func ParseManifest(path string, b []byte) (*Manifest, error) {
 	if _, v, ok := peekVersion(b); ok && v == FormatVersionHetero {
 		return nil, heteroVersionErr(path) // a typed dataset: OpenHetero reads it
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var m Manifest
-	if err := dec.Decode(&m); err != nil {
-		// The decoder's messages may quote the input (unknown field
-		// names, huge numbers): show a bounded, escaped excerpt.
-		off, msg := excerpt.JSON(err, int64(len(b)))
-		return nil, &FormatError{Path: path, Off: off, Msg: "bad manifest: " + msg}
-	}
-	if dec.More() {
-		return nil, formatErr(path, dec.InputOffset(), "trailing data after manifest")
-	}
-	if m.Magic != Magic {
-		return nil, formatErr(path, -1, "bad magic %q (want %q)", truncate(m.Magic, 32), Magic)
-	}
-	if m.Version != FormatVersion {
-		return nil, &FormatError{Path: path, Off: -1, Err: ErrUnsupportedVersion,
-			Msg: fmt.Sprintf("unsupported format version %d (this build reads version %d)", m.Version, FormatVersion)}
-	}
-	want, err := manifestCRC(&m)
-	if err != nil {
-		return nil, formatErr(path, -1, "re-encoding manifest: %v", err)
-	}
-	if m.ManifestCRC32C != want {
-		return nil, formatErr(path, -1, "manifest checksum mismatch: stored %q, computed %q", truncate(m.ManifestCRC32C, 16), want)
+	if err := decodeManifest(path, b, &m, FormatVersion, fmt.Sprintf("version %d", FormatVersion)); err != nil {
+		return nil, err
 	}
 	if err := m.check(path); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// decodeManifest decodes b into m (unknown fields and trailing data are
+// errors) and checks what every version shares: the magic, that the
+// version is version (reads says which this build reads, for the error),
+// the self-checksum and the checksum algorithm.
+func decodeManifest(path string, b []byte, m header, version int, reads string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		// The decoder's messages may quote the input (unknown field
+		// names, huge numbers): show a bounded, escaped excerpt.
+		off, msg := excerpt.JSON(err, int64(len(b)))
+		return &FormatError{Path: path, Off: off, Msg: "bad manifest: " + msg}
+	}
+	if dec.More() {
+		return formatErr(path, dec.InputOffset(), "trailing data after manifest")
+	}
+	magic, v, algo, crc := m.header()
+	if magic != Magic {
+		return formatErr(path, -1, "bad magic %q (want %q)", truncate(magic, 32), Magic)
+	}
+	if v != version {
+		return &FormatError{Path: path, Off: -1, Err: ErrUnsupportedVersion,
+			Msg: fmt.Sprintf("unsupported format version %d (this build reads %s)", v, reads)}
+	}
+	want, err := selfCRC(m)
+	if err != nil {
+		return formatErr(path, -1, "re-encoding manifest: %v", err)
+	}
+	if crc != want {
+		return formatErr(path, -1, "manifest checksum mismatch: stored %q, computed %q", truncate(crc, 16), want)
+	}
+	if algo != ChecksumAlgo {
+		return formatErr(path, -1, "unknown checksum algorithm %q (want %q)", truncate(algo, 32), ChecksumAlgo)
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {
@@ -210,9 +256,6 @@ func truncate(s string, n int) string {
 // check verifies counts and that every array's declared dtype, shape and
 // byte length agree with the counts.
 func (m *Manifest) check(path string) error {
-	if m.Checksum != ChecksumAlgo {
-		return formatErr(path, -1, "unknown checksum algorithm %q (want %q)", truncate(m.Checksum, 32), ChecksumAlgo)
-	}
 	if m.NumNodes < 0 || m.NumNodes > MaxNodes {
 		return formatErr(path, -1, "num_nodes %d out of range [0, %d]", m.NumNodes, int64(MaxNodes))
 	}
@@ -236,10 +279,7 @@ func (m *Manifest) check(path string) error {
 			return formatErr(path, -1, "array %q listed twice", a.Name)
 		}
 		seen[a.Name] = true
-		if a.DType != dt {
-			return formatErr(path, -1, "array %q has dtype %q, want %q", a.Name, truncate(string(a.DType), 16), dt)
-		}
-		var want []int64
+		var want []int64 // nil for a split
 		switch a.Name {
 		case ArrIndptr:
 			want = []int64{m.NumNodes + 1}
@@ -249,32 +289,9 @@ func (m *Manifest) check(path string) error {
 			want = []int64{m.NumNodes, m.FeatDim}
 		case ArrLabels:
 			want = []int64{m.NumNodes}
-		default: // splits
-			if len(a.Shape) != 1 || a.Shape[0] < 0 || a.Shape[0] > m.NumNodes {
-				return formatErr(path, -1, "array %q has shape %v, want [k] with 0 <= k <= num_nodes", a.Name, a.Shape)
-			}
-			want = []int64{a.Shape[0]}
 		}
-		if !equalShape(a.Shape, want) {
-			return formatErr(path, -1, "array %q has shape %v, want %v", a.Name, a.Shape, want)
-		}
-		n := int64(1)
-		for _, d := range want {
-			n *= d
-		}
-		if a.Bytes != n*dt.Size() {
-			return formatErr(path, -1, "array %q declares %d bytes, shape %v needs %d", a.Name, a.Bytes, want, n*dt.Size())
-		}
-		if a.BlockBytes < minReadBlock || a.BlockBytes > maxReadBlock || a.BlockBytes&(a.BlockBytes-1) != 0 {
-			return formatErr(path, -1, "array %q has block_bytes %d, want a power of two in [%d, %d]", a.Name, a.BlockBytes, minReadBlock, int64(maxReadBlock))
-		}
-		if nb := numBlocks(a.Bytes, a.BlockBytes); int64(len(a.CRC32C)) != nb {
-			return formatErr(path, -1, "array %q lists %d block checksums, want %d", a.Name, len(a.CRC32C), nb)
-		}
-		for _, c := range a.CRC32C {
-			if len(c) != 8 || !isHex(c) {
-				return formatErr(path, -1, "array %q has malformed crc32c %q", a.Name, truncate(c, 16))
-			}
+		if err := checkArrayMeta(path, a, dt, want, m.NumNodes, "num_nodes"); err != nil {
+			return err
 		}
 	}
 	for _, req := range []string{ArrIndptr, ArrIndices} {
@@ -291,6 +308,44 @@ func (m *Manifest) check(path string) error {
 	for _, s := range []string{ArrTrain, ArrVal, ArrTest} {
 		if seen[s] && !seen[ArrLabels] {
 			return formatErr(path, -1, "split %q present without labels", s)
+		}
+	}
+	return nil
+}
+
+// checkArrayMeta checks one array's manifest entry against what the
+// counts say it must be: dtype dt and shape want, or for a split (want
+// nil) shape [k] with 0 <= k <= maxSplit (splitBound names that bound);
+// the byte length that shape needs, and its block checksums' layout.
+func checkArrayMeta(path string, a *ArrayMeta, dt DType, want []int64, maxSplit int64, splitBound string) error {
+	if a.DType != dt {
+		return formatErr(path, -1, "array %q has dtype %q, want %q", a.Name, truncate(string(a.DType), 16), dt)
+	}
+	if want == nil {
+		if len(a.Shape) != 1 || a.Shape[0] < 0 || a.Shape[0] > maxSplit {
+			return formatErr(path, -1, "array %q has shape %v, want [k] with 0 <= k <= %s", a.Name, a.Shape, splitBound)
+		}
+		want = []int64{a.Shape[0]}
+	}
+	if !equalShape(a.Shape, want) {
+		return formatErr(path, -1, "array %q has shape %v, want %v", a.Name, a.Shape, want)
+	}
+	n := int64(1)
+	for _, d := range want {
+		n *= d
+	}
+	if a.Bytes != n*dt.Size() {
+		return formatErr(path, -1, "array %q declares %d bytes, shape %v needs %d", a.Name, a.Bytes, want, n*dt.Size())
+	}
+	if a.BlockBytes < minReadBlock || a.BlockBytes > maxReadBlock || a.BlockBytes&(a.BlockBytes-1) != 0 {
+		return formatErr(path, -1, "array %q has block_bytes %d, want a power of two in [%d, %d]", a.Name, a.BlockBytes, minReadBlock, int64(maxReadBlock))
+	}
+	if nb := numBlocks(a.Bytes, a.BlockBytes); int64(len(a.CRC32C)) != nb {
+		return formatErr(path, -1, "array %q lists %d block checksums, want %d", a.Name, len(a.CRC32C), nb)
+	}
+	for _, c := range a.CRC32C {
+		if len(c) != 8 || !isHex(c) {
+			return formatErr(path, -1, "array %q has malformed crc32c %q", a.Name, truncate(c, 16))
 		}
 	}
 	return nil

@@ -1,19 +1,13 @@
 package dataset
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/excerpt"
-	"github.com/strata-gnn/strata/internal/progress"
-	"github.com/strata-gnn/strata/internal/regfile"
 )
 
 // FormatVersionHetero is the format version of typed (heterogeneous)
@@ -51,14 +45,9 @@ func heteroVersionErr(path string) error {
 // (after checking its size bound and magic), without checking the rest:
 // enough to pick Open (1) or OpenHetero (2).
 func ManifestVersion(dir string) (int, error) {
-	path := filepath.Join(dir, ManifestFile)
-	b, err := regfile.ReadFile(path, maxManifestBytes)
-	var tl *regfile.TooLargeError
-	if errors.As(err, &tl) {
-		return 0, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
-	}
+	path, b, err := readManifestFile(dir)
 	if err != nil {
-		return 0, fmt.Errorf("dataset: %w", err)
+		return 0, err
 	}
 	magic, v, ok := peekVersion(b)
 	if !ok {
@@ -112,27 +101,24 @@ func (m *HeteroManifest) Array(name string) *ArrayMeta {
 	return nil
 }
 
-func heteroManifestCRC(m *HeteroManifest) (string, error) {
+func (m *HeteroManifest) header() (string, int, string, string) {
+	return m.Magic, m.Version, m.Checksum, m.ManifestCRC32C
+}
+
+func heteroManifestCRC(m *HeteroManifest) (string, error) { return selfCRC(m) }
+
+func (m *HeteroManifest) withoutCRC() any {
 	c := *m
 	c.ManifestCRC32C = ""
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return "", err
-	}
-	return crcHex(crc32c(b)), nil
+	return &c
 }
 
 // ReadHeteroManifest reads and fully checks dir/manifest.json of a typed
 // dataset, as ReadManifest does for version 1.
 func ReadHeteroManifest(dir string) (*HeteroManifest, error) {
-	path := filepath.Join(dir, ManifestFile)
-	b, err := regfile.ReadFile(path, maxManifestBytes)
-	var tl *regfile.TooLargeError
-	if errors.As(err, &tl) {
-		return nil, formatErr(path, -1, "manifest larger than %d bytes", maxManifestBytes)
-	}
+	path, b, err := readManifestFile(dir)
 	if err != nil {
-		return nil, fmt.Errorf("dataset: %w", err)
+		return nil, err
 	}
 	return ParseHeteroManifest(path, b)
 }
@@ -144,29 +130,10 @@ func ParseHeteroManifest(path string, b []byte) (*HeteroManifest, error) {
 	if _, v, ok := peekVersion(b); ok && v == FormatVersion {
 		return nil, fmt.Errorf("dataset: %s: %w: open it with Open", path, ErrHomogeneous)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var m HeteroManifest
-	if err := dec.Decode(&m); err != nil {
-		off, msg := excerpt.JSON(err, int64(len(b)))
-		return nil, &FormatError{Path: path, Off: off, Msg: "bad manifest: " + msg}
-	}
-	if dec.More() {
-		return nil, formatErr(path, dec.InputOffset(), "trailing data after manifest")
-	}
-	if m.Magic != Magic {
-		return nil, formatErr(path, -1, "bad magic %q (want %q)", truncate(m.Magic, 32), Magic)
-	}
-	if m.Version != FormatVersionHetero {
-		return nil, &FormatError{Path: path, Off: -1, Err: ErrUnsupportedVersion,
-			Msg: fmt.Sprintf("unsupported format version %d (this build reads versions %d and %d)", m.Version, FormatVersion, FormatVersionHetero)}
-	}
-	want, err := heteroManifestCRC(&m)
-	if err != nil {
-		return nil, formatErr(path, -1, "re-encoding manifest: %v", err)
-	}
-	if m.ManifestCRC32C != want {
-		return nil, formatErr(path, -1, "manifest checksum mismatch: stored %q, computed %q", truncate(m.ManifestCRC32C, 16), want)
+	reads := fmt.Sprintf("versions %d and %d", FormatVersion, FormatVersionHetero)
+	if err := decodeManifest(path, b, &m, FormatVersionHetero, reads); err != nil {
+		return nil, err
 	}
 	if err := m.check(path); err != nil {
 		return nil, err
@@ -211,9 +178,6 @@ func heteroSpecs(nodes []NodeTypeMeta, edges []EdgeTypeMeta, numDst []int64, cla
 
 // check verifies the counts and every array against them.
 func (m *HeteroManifest) check(path string) error {
-	if m.Checksum != ChecksumAlgo {
-		return formatErr(path, -1, "unknown checksum algorithm %q (want %q)", truncate(m.Checksum, 32), ChecksumAlgo)
-	}
 	if len(m.NodeTypes) == 0 || len(m.NodeTypes) > MaxNodeTypes {
 		return formatErr(path, -1, "%d node types, want 1 to %d", len(m.NodeTypes), MaxNodeTypes)
 	}
@@ -289,36 +253,8 @@ func (m *HeteroManifest) check(path string) error {
 		}
 		prev = sp.rank
 		present[a.Name] = true
-		if a.DType != sp.dtype {
-			return formatErr(path, -1, "array %q has dtype %q, want %q", a.Name, truncate(string(a.DType), 16), sp.dtype)
-		}
-		want := sp.shape
-		if want == nil { // a split
-			if len(a.Shape) != 1 || a.Shape[0] < 0 || a.Shape[0] > targetNodes {
-				return formatErr(path, -1, "array %q has shape %v, want [k] with 0 <= k <= %d (target nodes)", a.Name, a.Shape, targetNodes)
-			}
-			want = []int64{a.Shape[0]}
-		}
-		if !equalShape(a.Shape, want) {
-			return formatErr(path, -1, "array %q has shape %v, want %v", a.Name, a.Shape, want)
-		}
-		n := int64(1)
-		for _, d := range want {
-			n *= d
-		}
-		if a.Bytes != n*sp.dtype.Size() {
-			return formatErr(path, -1, "array %q declares %d bytes, shape %v needs %d", a.Name, a.Bytes, want, n*sp.dtype.Size())
-		}
-		if a.BlockBytes < minReadBlock || a.BlockBytes > maxReadBlock || a.BlockBytes&(a.BlockBytes-1) != 0 {
-			return formatErr(path, -1, "array %q has block_bytes %d, want a power of two in [%d, %d]", a.Name, a.BlockBytes, minReadBlock, int64(maxReadBlock))
-		}
-		if nb := numBlocks(a.Bytes, a.BlockBytes); int64(len(a.CRC32C)) != nb {
-			return formatErr(path, -1, "array %q lists %d block checksums, want %d", a.Name, len(a.CRC32C), nb)
-		}
-		for _, c := range a.CRC32C {
-			if len(c) != 8 || !isHex(c) {
-				return formatErr(path, -1, "array %q has malformed crc32c %q", a.Name, truncate(c, 16))
-			}
+		if err := checkArrayMeta(path, a, sp.dtype, sp.shape, targetNodes, fmt.Sprintf("%d (target nodes)", targetNodes)); err != nil {
+			return err
 		}
 	}
 	for name, sp := range specs {
@@ -390,7 +326,7 @@ func WriteHetero(dir string, h *Hetero, opts WriteOptions) error {
 		func(arrays []ArrayMeta) ([]byte, error) {
 			m.Arrays = arrays
 			var err error
-			if m.ManifestCRC32C, err = heteroManifestCRC(m); err != nil {
+			if m.ManifestCRC32C, err = selfCRC(m); err != nil {
 				return nil, err
 			}
 			return json.MarshalIndent(m, "", "  ")
@@ -404,87 +340,47 @@ func WriteHetero(dir string, h *Hetero, opts WriteOptions) error {
 // file and byte offset. The arrays are read-only memory mappings unless
 // NoMmap; Close releases them.
 func OpenHetero(dir string, opts OpenOptions) (*Hetero, error) {
+	phase := opts.phases()
 	m, err := ReadHeteroManifest(dir)
 	if err != nil {
 		return nil, err
 	}
-	arrs := make(map[string]*loaded, len(m.Arrays))
-	ordered := make([]*loaded, 0, len(m.Arrays))
-	ok := false
-	defer func() {
-		if !ok {
-			for _, a := range arrs {
-				if a.mapped {
-					munmap(a.data)
-				}
-			}
-		}
-	}()
-	var total int64
+	names := make([]string, len(m.Arrays))
 	for i := range m.Arrays {
-		a := &m.Arrays[i]
-		l, err := loadArray(filepath.Join(dir, ArrayFile(a.Name)), a, !opts.NoMmap)
-		if err != nil {
-			return nil, err
-		}
-		arrs[a.Name] = l
-		ordered = append(ordered, l)
-		total += a.Bytes
+		names[i] = m.Arrays[i].Name // check keeps them in their canonical order
 	}
-	if !opts.SkipChecksums {
-		var bar *progress.Bar
-		if !opts.Quiet && total >= progressMin {
-			bar = progress.New(total, "verifying "+filepath.Base(dir))
-		}
-		err := verifyChecksums(ordered, bar)
-		bar.Finish()
-		if err != nil {
-			return nil, err
-		}
+	arrs, err := openArrays(dir, m.Arrays, names, opts, phase)
+	if err != nil {
+		return nil, err
 	}
+	defer arrs.unmapUnlessKept()
 	h := &Hetero{Name: m.Name, NumClasses: int(m.NumClasses), Target: -1,
 		NodeTypes: make([]NodeType, len(m.NodeTypes)), EdgeTypes: make([]EdgeType, len(m.EdgeTypes))}
 	index := make(map[string]int, len(m.NodeTypes))
 	for t, nt := range m.NodeTypes {
 		index[nt.Name] = t
 		h.NodeTypes[t] = NodeType{Name: nt.Name, NumNodes: nt.NumNodes, FeatDim: int(nt.FeatDim),
-			Features: typed[float32](arrs[nodeArray(t, "features")])}
+			Features: typed[float32](arrs.get(nodeArray(t, "features")))}
 	}
 	for r, et := range m.EdgeTypes {
 		s, d := index[et.Src], index[et.Dst]
 		h.EdgeTypes[r] = EdgeType{Src: s, Dst: d, Rel: et.Rel, In: &graph.CSR{
 			NumRows: m.NodeTypes[d].NumNodes, NumCols: m.NodeTypes[s].NumNodes,
-			Indptr:  typed[int64](arrs[edgeArray(r, "indptr")]),
-			Indices: typed[int32](arrs[edgeArray(r, "indices")]),
-			Weights: typed[float32](arrs[edgeArray(r, "weights")]),
+			Indptr:  typed[int64](arrs.get(edgeArray(r, "indptr"))),
+			Indices: typed[int32](arrs.get(edgeArray(r, "indices"))),
+			Weights: typed[float32](arrs.get(edgeArray(r, "weights"))),
 		}}
 	}
 	if m.NumClasses > 0 {
 		h.Target = index[m.Target]
-		h.Labels = typed[int32](arrs[ArrLabels])
-		h.Train, h.Val, h.Test = typed[int32](arrs[ArrTrain]), typed[int32](arrs[ArrVal]), typed[int32](arrs[ArrTest])
+		h.Labels = typed[int32](arrs.get(ArrLabels))
+		h.Train, h.Val, h.Test = typed[int32](arrs.get(ArrTrain)), typed[int32](arrs.get(ArrVal)), typed[int32](arrs.get(ArrTest))
 	}
-	if err := validateHetero(h, func(name string) string { return filepath.Join(dir, ArrayFile(name)) }); err != nil {
+	if err := validateHetero(h, arrs.path); err != nil {
 		return nil, err
 	}
-	var maps [][]byte
-	for _, l := range arrs {
-		if l.mapped {
-			maps = append(maps, l.data)
-		}
-	}
-	if len(maps) > 0 {
-		h.release = func() error {
-			var first error
-			for _, b := range maps {
-				if err := munmap(b); err != nil && first == nil {
-					first = fmt.Errorf("dataset: munmap: %w", err)
-				}
-			}
-			return first
-		}
-	}
-	ok = true
+	phase("validate")
+	h.release, _ = arrs.keep()
 	return h, nil
 }
 
@@ -506,27 +402,11 @@ func HeteroInfo(dir string) (*HeteroSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &HeteroSummary{Dir: dir, Manifest: m}
-	for _, a := range m.Arrays {
-		path := filepath.Join(dir, ArrayFile(a.Name))
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("dataset: %w", err)
-		}
-		if fi.Size() != a.Bytes {
-			return nil, formatErr(path, min(fi.Size(), a.Bytes), "file has %d bytes, manifest declares %d", fi.Size(), a.Bytes)
-		}
-		s.TotalBytes += a.Bytes
-		switch a.Name {
-		case ArrTrain:
-			s.NumTrain = a.Shape[0]
-		case ArrVal:
-			s.NumVal = a.Shape[0]
-		case ArrTest:
-			s.NumTest = a.Shape[0]
-		}
+	st, err := statArrays(dir, m.Arrays)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &HeteroSummary{Dir: dir, Manifest: m, NumTrain: st.train, NumVal: st.val, NumTest: st.test, TotalBytes: st.total}, nil
 }
 
 // String formats the summary for humans (strata info).

@@ -54,106 +54,149 @@ type loaded struct {
 // By default the arrays are read-only memory mappings (zero copy); call
 // Close on the result to release them.
 func Open(dir string, opts OpenOptions) (*Dataset, error) {
-	t0 := time.Now()
-	phase := func(name string) {
-		d := time.Since(t0)
-		t0 = t0.Add(d)
-		if opts.OnPhase != nil {
-			opts.OnPhase(name, d)
-		}
-	}
+	phase := opts.phases()
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
-	arrs := make(map[string]*loaded, len(m.Arrays))
-	ok := false
-	defer func() {
-		if !ok {
-			for _, a := range arrs {
-				if a.mapped {
-					munmap(a.data)
-				}
-			}
-		}
-	}()
-	var total int64
-	for i := range m.Arrays {
-		a := &m.Arrays[i]
-		l, err := loadArray(filepath.Join(dir, ArrayFile(a.Name)), a, !opts.NoMmap)
-		if err != nil {
-			return nil, err
-		}
-		arrs[a.Name] = l
-		total += a.Bytes
+	arrs, err := openArrays(dir, m.Arrays, arrayOrder, opts, phase)
+	if err != nil {
+		return nil, err
 	}
-	phase("open")
-	if !opts.SkipChecksums {
-		var bar *progress.Bar
-		if !opts.Quiet && total >= progressMin {
-			bar = progress.New(total, "verifying "+filepath.Base(dir))
-		}
-		ordered := make([]*loaded, 0, len(arrs))
-		for _, name := range arrayOrder {
-			if l := arrs[name]; l != nil {
-				ordered = append(ordered, l)
-			}
-		}
-		err := verifyChecksums(ordered, bar)
-		bar.Finish()
-		if err != nil {
-			return nil, err
-		}
-		phase("verify")
-	}
-
+	defer arrs.unmapUnlessKept()
 	d := &Dataset{
 		Name: m.Name, Directed: m.Directed,
 		FeatDim: int(m.FeatDim), NumClasses: int(m.NumClasses),
 	}
 	d.Graph = &graph.CSR{
 		NumRows: m.NumNodes, NumCols: m.NumNodes,
-		Indptr:  typed[int64](arrs[ArrIndptr]),
-		Indices: typed[int32](arrs[ArrIndices]),
-		Weights: typed[float32](arrs[ArrWeights]),
+		Indptr:  typed[int64](arrs.get(ArrIndptr)),
+		Indices: typed[int32](arrs.get(ArrIndices)),
+		Weights: typed[float32](arrs.get(ArrWeights)),
 	}
-	d.Features = typed[float32](arrs[ArrFeatures])
-	d.Labels = typed[int32](arrs[ArrLabels])
-	d.Train = typed[int32](arrs[ArrTrain])
-	d.Val = typed[int32](arrs[ArrVal])
-	d.Test = typed[int32](arrs[ArrTest])
-	if err := validate(d, func(name string) string {
-		if l := arrs[name]; l != nil {
-			return l.path
-		}
-		return filepath.Join(dir, ArrayFile(name))
-	}); err != nil {
+	d.Features = typed[float32](arrs.get(ArrFeatures))
+	d.Labels = typed[int32](arrs.get(ArrLabels))
+	d.Train = typed[int32](arrs.get(ArrTrain))
+	d.Val = typed[int32](arrs.get(ArrVal))
+	d.Test = typed[int32](arrs.get(ArrTest))
+	if err := validate(d, arrs.path); err != nil {
 		return nil, err
 	}
 	phase("validate")
+	var readOnly bool
+	d.release, readOnly = arrs.keep()
+	d.opened = openedFP{fp: m.Fingerprint(), id: d.identity(), readOnly: readOnly}
+	return d, nil
+}
+
+// phases returns the function that tells OnPhase how long each step of
+// an Open took, as it ends.
+func (opts OpenOptions) phases() func(name string) {
+	t0 := time.Now()
+	return func(name string) {
+		d := time.Since(t0)
+		t0 = t0.Add(d)
+		if opts.OnPhase != nil {
+			opts.OnPhase(name, d)
+		}
+	}
+}
+
+// arraySet is a dataset's array files in memory (openArrays), for Open
+// and OpenHetero alike.
+type arraySet struct {
+	dir    string
+	byName map[string]*loaded
+	kept   bool
+}
+
+// openArrays loads every array metas lists, checking each file's size
+// before anything is mapped or allocated (phase "open"), and verifies
+// their block checksums unless opts.SkipChecksums (phase "verify"), the
+// arrays taken in the order of names so that the mismatch reported is the
+// first in that order. The caller defers unmapUnlessKept and calls keep
+// once the dataset built from the arrays is valid.
+func openArrays(dir string, metas []ArrayMeta, names []string, opts OpenOptions, phase func(string)) (*arraySet, error) {
+	s := &arraySet{dir: dir, byName: make(map[string]*loaded, len(metas))}
+	var total int64
+	for i := range metas {
+		a := &metas[i]
+		l, err := loadArray(s.path(a.Name), a, !opts.NoMmap)
+		if err != nil {
+			s.unmapUnlessKept()
+			return nil, err
+		}
+		s.byName[a.Name] = l
+		total += a.Bytes
+	}
+	phase("open")
+	if opts.SkipChecksums {
+		return s, nil
+	}
+	var bar *progress.Bar
+	if !opts.Quiet && total >= progressMin {
+		bar = progress.New(total, "verifying "+filepath.Base(dir))
+	}
+	ordered := make([]*loaded, 0, len(s.byName))
+	for _, name := range names {
+		if l := s.byName[name]; l != nil {
+			ordered = append(ordered, l)
+		}
+	}
+	err := verifyChecksums(ordered, bar)
+	bar.Finish()
+	if err != nil {
+		s.unmapUnlessKept()
+		return nil, err
+	}
+	phase("verify")
+	return s, nil
+}
+
+// get returns the named array, nil when the dataset has none.
+func (s *arraySet) get(name string) *loaded { return s.byName[name] }
+
+// path is the file of the named array.
+func (s *arraySet) path(name string) string { return filepath.Join(s.dir, ArrayFile(name)) }
+
+// unmapUnlessKept releases the mappings of a dataset that failed to open.
+func (s *arraySet) unmapUnlessKept() {
+	if s.kept {
+		return
+	}
+	for _, l := range s.byName {
+		if l.mapped {
+			munmap(l.data)
+		}
+	}
+}
+
+// keep hands the arrays to the opened dataset: release unmaps them (nil
+// when nothing is mapped), and readOnly says whether every array is a
+// read-only mapping (none was read or decoded into the heap).
+func (s *arraySet) keep() (release func() error, readOnly bool) {
+	s.kept = true
 	var maps [][]byte
-	readOnly := hostLE // elsewhere typed decoded the arrays into the heap
-	for _, l := range arrs {
+	readOnly = hostLE // elsewhere typed decoded the arrays into the heap
+	for _, l := range s.byName {
 		if l.mapped {
 			maps = append(maps, l.data)
 		} else if len(l.data) > 0 {
 			readOnly = false
 		}
 	}
-	d.opened = openedFP{fp: m.Fingerprint(), id: d.identity(), readOnly: readOnly}
-	if len(maps) > 0 {
-		d.release = func() error {
-			var first error
-			for _, b := range maps {
-				if err := munmap(b); err != nil && first == nil {
-					first = fmt.Errorf("dataset: munmap: %w", err)
-				}
-			}
-			return first
-		}
+	if len(maps) == 0 {
+		return nil, readOnly
 	}
-	ok = true
-	return d, nil
+	return func() error {
+		var first error
+		for _, b := range maps {
+			if err := munmap(b); err != nil && first == nil {
+				first = fmt.Errorf("dataset: munmap: %w", err)
+			}
+		}
+		return first
+	}, readOnly
 }
 
 // typed turns a loaded array into a []T: a zero-copy view on
@@ -297,28 +340,47 @@ func Info(dir string) (*Summary, error) {
 		NumNodes: m.NumNodes, NumEdges: m.NumEdges, Directed: m.Directed,
 		FeatDim: m.FeatDim, NumClasses: m.NumClasses, Arrays: m.Arrays,
 	}
-	for _, a := range m.Arrays {
+	st, err := statArrays(dir, m.Arrays)
+	if err != nil {
+		return nil, err
+	}
+	s.TotalBytes, s.NumTrain, s.NumVal, s.NumTest = st.total, st.train, st.val, st.test
+	s.Weighted = st.weighted
+	return s, nil
+}
+
+// arrayStats is what the manifest says of the arrays statArrays checked.
+type arrayStats struct {
+	total, train, val, test int64
+	weighted                bool
+}
+
+// statArrays checks that every array file of arrays exists in dir with
+// the declared size, reading none, and sums them up (Info, HeteroInfo).
+func statArrays(dir string, arrays []ArrayMeta) (arrayStats, error) {
+	var st arrayStats
+	for _, a := range arrays {
 		path := filepath.Join(dir, ArrayFile(a.Name))
 		fi, err := os.Stat(path)
 		if err != nil {
-			return nil, fmt.Errorf("dataset: %w", err)
+			return st, fmt.Errorf("dataset: %w", err)
 		}
 		if fi.Size() != a.Bytes {
-			return nil, formatErr(path, min(fi.Size(), a.Bytes), "file has %d bytes, manifest declares %d", fi.Size(), a.Bytes)
+			return st, formatErr(path, min(fi.Size(), a.Bytes), "file has %d bytes, manifest declares %d", fi.Size(), a.Bytes)
 		}
-		s.TotalBytes += a.Bytes
+		st.total += a.Bytes
 		switch a.Name {
 		case ArrWeights:
-			s.Weighted = true
+			st.weighted = true
 		case ArrTrain:
-			s.NumTrain = a.Shape[0]
+			st.train = a.Shape[0]
 		case ArrVal:
-			s.NumVal = a.Shape[0]
+			st.val = a.Shape[0]
 		case ArrTest:
-			s.NumTest = a.Shape[0]
+			st.test = a.Shape[0]
 		}
 	}
-	return s, nil
+	return st, nil
 }
 
 // String formats the summary for humans (strata info).
