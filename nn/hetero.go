@@ -33,6 +33,10 @@ type HeteroSchema struct {
 	InDims    []int
 	Rels      []HeteroRel
 	Target    int
+	// Outputs lists more node types whose last-layer outputs the model
+	// computes (ForwardTypes), besides Target: e.g. both endpoint types
+	// of a relation whose links are predicted from their embeddings.
+	Outputs []int
 }
 
 // InWidth is the width of type t's input rows (1 for a type without
@@ -81,6 +85,11 @@ func (c *HeteroConfig) fill() error {
 	for t, d := range s.InDims {
 		if d < 0 || d > maxDim {
 			return bad("node type %d: input width %d out of range [0, %d]", t, d, maxDim)
+		}
+	}
+	for _, t := range s.Outputs {
+		if t < 0 || t >= len(s.NodeTypes) {
+			return bad("output type %d out of range [0, %d)", t, len(s.NodeTypes))
 		}
 	}
 	names := map[string]bool{}
@@ -158,6 +167,9 @@ func NewHetero(b backend.Backend, cfg HeteroConfig) (*HeteroModel, error) {
 		need[l] = make([]bool, T)
 	}
 	need[L][s.Target] = true
+	for _, t := range s.Outputs {
+		need[L][t] = true
+	}
 	for l := L; l > 0; l-- {
 		for t := range T {
 			need[l-1][t] = need[l-1][t] || need[l][t]
@@ -230,6 +242,21 @@ func (m *HeteroModel) NeedsInput(t int) bool { return m.needIn[t] }
 // the number of layers; one whole-graph block may be repeated. train
 // enables dropout; seed keys the masks (rng.Derive(seed, layer, type)).
 func (m *HeteroModel) Forward(t *autograd.Tape, x []*autograd.Var, blocks []*HeteroBlock, train bool, seed uint64) (*autograd.Var, error) {
+	h, err := m.ForwardTypes(t, x, blocks, train, seed)
+	if err != nil {
+		return nil, err
+	}
+	y := h[m.cfg.Schema.Target]
+	if y == nil { // no target destinations
+		return nil, layerErr("HeteroModel", "the last block has no destinations of the target type")
+	}
+	return y, nil
+}
+
+// ForwardTypes is Forward returning the last layer's outputs of every
+// type it computes (Target and Schema.Outputs; nil for the other types
+// and for a type without destinations in the last block).
+func (m *HeteroModel) ForwardTypes(t *autograd.Tape, x []*autograd.Var, blocks []*HeteroBlock, train bool, seed uint64) ([]*autograd.Var, error) {
 	const layer = "HeteroModel"
 	s := &m.cfg.Schema
 	T := len(s.NodeTypes)
@@ -297,11 +324,7 @@ func (m *HeteroModel) Forward(t *autograd.Tape, x []*autograd.Var, blocks []*Het
 		}
 		h = out
 	}
-	y := h[s.Target]
-	if y == nil { // no target destinations
-		return nil, layerErr(layer, "the last block has no destinations of the target type")
-	}
-	return y, nil
+	return h, nil
 }
 
 // forward computes the layer's outputs for the needed destination types

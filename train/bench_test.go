@@ -35,7 +35,7 @@ func BenchmarkEpoch(b *testing.B) {
 					_, err = r.sampledStep(i, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
 				}
 				if err == nil {
-					_, err = r.eval.Run(r.model)
+					_, err = r.eval.evaluate()
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -97,12 +97,17 @@ func Score(b backend.Backend, logits backend.Buffer, rows, classes int, splits *
 // DatasetSplits lists the train, validation and test nodes of ds (rows of
 // a whole-graph logits matrix) with their labels.
 func DatasetSplits(ds *dataset.Dataset) *[3]Labeled {
+	return labeledSplits(ds.Train, ds.Val, ds.Test, ds.Labels)
+}
+
+// labeledSplits lists the nodes of three splits with their labels.
+func labeledSplits(train, val, test, labels []int32) *[3]Labeled {
 	var out [3]Labeled
-	for s, nodes := range [][]int32{ds.Train, ds.Val, ds.Test} {
+	for s, nodes := range [][]int32{train, val, test} {
 		out[s].Rows = nodes
 		out[s].Labels = make([]int32, len(nodes))
 		for i, v := range nodes {
-			out[s].Labels[i] = ds.Labels[v]
+			out[s].Labels[i] = labels[v]
 		}
 	}
 	return &out
@@ -273,8 +278,14 @@ func (ev *Evaluator) sampled(model nn.Model, rank, k int) (Tally, error) {
 			return Tally{}, err
 		}
 	}
+	return tallyRows(ev.splits, logits), nil
+}
+
+// tallyRows tallies the logits of the split nodes found in logits (one
+// row per node; nodes another shard scored are absent).
+func tallyRows(splits *[3]Labeled, logits map[int32][]float32) Tally {
 	var t Tally
-	for s, sp := range ev.splits {
+	for s, sp := range splits {
 		for i, v := range sp.Rows {
 			row := logits[v]
 			if row == nil { // another shard's
@@ -286,7 +297,7 @@ func (ev *Evaluator) sampled(model nn.Model, rank, k int) (Tally, error) {
 			}
 		}
 	}
-	return t, nil
+	return t
 }
 
 func (ev *Evaluator) batch(model nn.Model, mb *sample.MiniBatch, seeds []int32, c int, out map[int32][]float32) error {

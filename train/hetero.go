@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/atomicfile"
-	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
-	"github.com/strata-gnn/strata/optim"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -204,23 +201,6 @@ func (r *HeteroReport) WriteJSON(path string) error {
 	return nil
 }
 
-// heteroRunner holds one typed run's state.
-type heteroRunner struct {
-	cfg    HeteroConfig
-	opts   Options
-	b      backend.Backend
-	h      *dataset.Hetero
-	rels   []nn.HeteroRel
-	fan    [][]int
-	model  *nn.HeteroModel
-	opt    optim.Optimizer
-	smp    *sample.HeteroSampler
-	evSmp  *sample.HeteroSampler // sampled evaluation
-	full   *nn.HeteroBlock       // full evaluation: the whole graph
-	xFull  []backend.Buffer      // full evaluation: every type's inputs
-	splits *[3]Labeled
-}
-
 // RunHetero trains cfg's typed model (rgcn or hsage) on h with sampled
 // mini-batches of target-type seeds and returns the report. Defaults are
 // not applied: start from HeteroDefaults. Checkpoints are not supported
@@ -228,11 +208,13 @@ type heteroRunner struct {
 // cancelled ctx stops the run between batches with an error wrapping
 // ErrInterrupted.
 //
-// Every random choice is keyed as in Run: initial weights by the seed,
-// the order of the training nodes by (seed, epoch), a batch's
-// neighborhoods by sample.Key{seed, epoch, batch} and its dropout by
-// DropoutSeed(epoch, batch); so two runs with the same configuration give
-// the same losses bit for bit, whatever the number of goroutines.
+// It is Run's trainer (the same Loop and step) with typed batches
+// (typedSource) and a typed evaluation (typedEval), so every random
+// choice is keyed as in Run: initial weights by the seed, the order of
+// the training nodes by (seed, epoch), a batch's neighborhoods by
+// sample.Key{seed, epoch, batch} and its dropout by DropoutSeed(epoch,
+// batch); two runs with the same configuration give the same losses bit
+// for bit, whatever the number of goroutines.
 func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Options) (*HeteroReport, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -247,200 +229,169 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	if err := CheckHetero(h); err != nil {
 		return nil, err
 	}
-	if cfg.AddReverse {
+	h, err := cfg.Graph(h)
+	if err != nil {
+		return nil, err
+	}
+	fan, err := cfg.RelationFanouts(h)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: Config{Common: cfg.Common, Mode: Sampled, BatchSize: cfg.BatchSize, Fanouts: cfg.Fanouts},
+		opts: opts, b: opts.Backend, trainNodes: h.Train, labels: h.Labels}
+	defer r.free()
+	model, err := NewTypedModel(r.b, h, cfg.Common, h.NumClasses, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.model = model
+	r.opt = cfg.NewOptimizer(r.b, model.Params())
+	in := &TypedInputs{B: r.b, H: h, Model: model}
+	smp, err := cfg.NewSampler(h, fan)
+	if err != nil {
+		return nil, err
+	}
+	r.src = &typedSource{in: in, smp: smp, seedType: h.Target}
+	ev := &typedEval{in: in, layers: cfg.Layers, splits: labeledSplits(h.Train, h.Val, h.Test, h.Labels)}
+	r.eval = ev
+	if cfg.Eval == Sampled {
+		ef := make([][]int, len(h.EdgeTypes))
+		for e := range ef {
+			ef[e] = cfg.EvalFanouts
+		}
+		evSmp, err := cfg.NewSampler(h, ef)
+		if err != nil {
+			return nil, err
+		}
+		ev.sampled = &typedSource{in: in, smp: evSmp, seedType: h.Target}
+		ev.key, ev.batchSize = rng.Derive(cfg.Seed, tagEval), cfg.EvalBatchSize
+	}
+	r.numBatches = (len(h.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+	r.setLoop()
+	if err := r.loop.Run(ctx, r); err != nil {
+		return nil, err
+	}
+	rep := heteroReport(h, cfg, r.b.Name(), fan, r.history)
+	rep.TotalSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// Graph is the graph cfg trains on: h, or h with its reverse relations
+// (AddReverse), after checking that Weighted has every relation's
+// weights.
+func (c *HeteroConfig) Graph(h *dataset.Hetero) (*dataset.Hetero, error) {
+	if c.AddReverse {
 		var err error
 		if h, err = h.AddReverse(); err != nil {
 			return nil, &RunError{Op: "reverse relations", Err: err}
 		}
 	}
-	if cfg.Weighted {
+	if c.Weighted {
 		for e, et := range h.EdgeTypes {
 			if et.In.Weights == nil {
 				return nil, &ConfigError{Field: "weighted", Msg: fmt.Sprintf("relation %s of %s has no edge weights", h.EdgeTypeName(e), h.Name)}
 			}
 		}
 	}
-	r, err := newHeteroRunner(h, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer r.free()
-	rep, err := r.loop(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rep.TotalSeconds = time.Since(start).Seconds()
-	return rep, nil
+	return h, nil
 }
 
-func newHeteroRunner(h *dataset.Hetero, cfg HeteroConfig, opts Options) (*heteroRunner, error) {
-	r := &heteroRunner{cfg: cfg, opts: opts, b: opts.Backend, h: h}
-	ok := false
-	defer func() {
-		if !ok {
-			r.free()
-		}
-	}()
-	var err error
-	if r.fan, err = cfg.RelationFanouts(h); err != nil {
-		return nil, err
-	}
-	T := len(h.NodeTypes)
-	schema := nn.HeteroSchema{NodeTypes: make([]string, T), InDims: make([]int, T), Target: h.Target}
-	numNodes := make([]int64, T)
+// NewSampler is the typed neighbor sampler of h's relations with fanouts
+// (one list per relation) and c's Replace and Weighted.
+func (c *HeteroConfig) NewSampler(h *dataset.Hetero, fanouts [][]int) (*sample.HeteroSampler, error) {
+	numNodes := make([]int64, len(h.NodeTypes))
 	for t, nt := range h.NodeTypes {
-		schema.NodeTypes[t], schema.InDims[t], numNodes[t] = nt.Name, nt.FeatDim, nt.NumNodes
+		numNodes[t] = nt.NumNodes
 	}
 	srels := make([]sample.Relation, len(h.EdgeTypes))
 	for e, et := range h.EdgeTypes {
-		r.rels = append(r.rels, nn.HeteroRel{Src: et.Src, Dst: et.Dst, Name: h.EdgeTypeName(e)})
 		srels[e] = sample.Relation{Src: et.Src, Dst: et.Dst, In: et.In}
 	}
-	schema.Rels = r.rels
-	if r.model, err = nn.NewHetero(r.b, nn.HeteroConfig{Kind: cfg.Model, Schema: schema, Hidden: cfg.Hidden,
-		OutDim: h.NumClasses, Layers: cfg.Layers, Dropout: float32(cfg.Dropout), InputDropout: float32(cfg.Dropout),
-		Seed: rng.Derive(cfg.Seed, tagInit)}); err != nil {
-		return nil, &RunError{Op: "model", Err: err}
-	}
-	r.opt = cfg.NewOptimizer(r.b, r.model.Params())
-	if r.smp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: r.fan, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
+	smp, err := sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: fanouts, Replace: c.Replace, Weighted: c.Weighted})
+	if err != nil {
 		return nil, &RunError{Op: "sampler", Err: err}
 	}
-	if cfg.Eval == Sampled {
-		ef := make([][]int, len(srels))
-		for e := range ef {
-			ef[e] = cfg.EvalFanouts
-		}
-		if r.evSmp, err = sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: ef, Replace: cfg.Replace, Weighted: cfg.Weighted}); err != nil {
-			return nil, &RunError{Op: "sampler", Err: err}
-		}
-	}
-	var sp [3]Labeled
-	for s, nodes := range [][]int32{h.Train, h.Val, h.Test} {
-		sp[s].Rows = nodes
-		sp[s].Labels = make([]int32, len(nodes))
-		for i, v := range nodes {
-			sp[s].Labels[i] = h.Labels[v]
-		}
-	}
-	r.splits = &sp
-	ok = true
-	return r, nil
+	return smp, nil
 }
 
-func (r *heteroRunner) free() {
-	if r.model != nil {
-		nn.FreeParams(r.b, r.model.Params())
-		r.model = nil
+// HeteroRels are h's relations as a typed model names them.
+func HeteroRels(h *dataset.Hetero) []nn.HeteroRel {
+	rels := make([]nn.HeteroRel, len(h.EdgeTypes))
+	for e, et := range h.EdgeTypes {
+		rels[e] = nn.HeteroRel{Src: et.Src, Dst: et.Dst, Name: h.EdgeTypeName(e)}
 	}
-	if r.opt != nil {
-		r.opt.Free()
-		r.opt = nil
-	}
-	r.full.Free()
-	r.full = nil
-	for _, x := range r.xFull {
-		if x != nil {
-			r.b.Free(x)
-		}
-	}
-	r.xFull = nil
+	return rels
 }
 
-func (r *heteroRunner) logf(format string, args ...any) {
-	if r.opts.Log != nil {
-		fmt.Fprintf(r.opts.Log, format+"\n", args...)
+// NewTypedModel builds c's typed model (Model rgcn or hsage, Layers,
+// Hidden, Dropout; initial weights keyed by the seed) for h's types and
+// relations on b, with outDim outputs for h's target type and the types
+// in outputs (link prediction's endpoint types; the target is then the
+// first of them when h has no labels).
+func NewTypedModel(b backend.Backend, h *dataset.Hetero, c Common, outDim int, outputs []int) (*nn.HeteroModel, error) {
+	T := len(h.NodeTypes)
+	schema := nn.HeteroSchema{NodeTypes: make([]string, T), InDims: make([]int, T), Target: h.Target,
+		Rels: HeteroRels(h), Outputs: outputs}
+	if schema.Target < 0 && len(outputs) > 0 {
+		schema.Target = outputs[0]
 	}
+	for t, nt := range h.NodeTypes {
+		schema.NodeTypes[t], schema.InDims[t] = nt.Name, nt.FeatDim
+	}
+	m, err := nn.NewHetero(b, nn.HeteroConfig{Kind: c.Model, Schema: schema, Hidden: c.Hidden,
+		OutDim: outDim, Layers: c.Layers, Dropout: float32(c.Dropout), InputDropout: float32(c.Dropout),
+		Seed: rng.Derive(c.Seed, tagInit)})
+	if err != nil {
+		return nil, &RunError{Op: "model", Err: err}
+	}
+	return m, nil
 }
 
-// loop runs every epoch and builds the report.
-func (r *heteroRunner) loop(ctx context.Context) (*HeteroReport, error) {
-	cfg := r.cfg
-	numBatches := (len(r.h.Train) + cfg.BatchSize - 1) / cfg.BatchSize
-	every := LogEvery(cfg.Epochs)
-	var history []EpochRecord
-	var bar *progress.Bar
-	barEnd := -1
-	for e := 0; e < cfg.Epochs; e++ {
-		if e > barEnd {
-			barEnd = min(cfg.Epochs-1, (e/every+1)*every-1)
-			bar = progress.New(int64(barEnd-e+1)*int64(numBatches), fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
-		}
-		t0 := time.Now()
-		order := Shuffled(r.h.Train, cfg.Seed, e)
-		var losses []float64
-		for bi := 0; bi < numBatches; bi++ {
-			if err := ctx.Err(); err != nil {
-				bar.Finish()
-				return nil, &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
-			}
-			seeds := order[bi*cfg.BatchSize : min((bi+1)*cfg.BatchSize, len(order))]
-			loss, err := r.step(e, bi, seeds)
-			if err != nil {
-				bar.Finish()
-				return nil, &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
-			}
-			losses = append(losses, loss)
-			bar.Add(1)
-			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, cfg.Epochs, loss))
-			if r.opts.OnBatch != nil {
-				r.opts.OnBatch(e, bi, loss)
-			}
-		}
-		rec := EpochRecord{Epoch: e + 1, BatchLosses: losses, Loss: MeanLoss(losses)}
-		if cfg.Evaluates(e) {
-			te := time.Now()
-			t, err := r.evaluate()
-			if err != nil {
-				bar.Finish()
-				return nil, &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
-			}
-			rec.SetEvaluation(&t)
-			rec.EvalSeconds = time.Since(te).Seconds()
-		} else {
-			rec.SetEvaluation(nil)
-		}
-		rec.Seconds = time.Since(t0).Seconds()
-		history = append(history, rec)
-		if e == barEnd {
-			bar.Finish()
-		}
-		if e == barEnd || e == 0 {
-			r.logf("%s", EpochLine(&rec, cfg.Epochs))
-		}
-	}
-	return r.report(history), nil
-}
-
-func (r *heteroRunner) report(history []EpochRecord) *HeteroReport {
-	h, cfg := r.h, r.cfg
+func heteroReport(h *dataset.Hetero, cfg HeteroConfig, device string, fan [][]int, history []EpochRecord) *HeteroReport {
 	tgt := h.NodeTypes[h.Target]
 	rep := &Report{Schema: ReportVersion, StrataVersion: Version, Dataset: h.Name, Model: cfg.Model, Mode: Sampled,
-		Device: r.b.Name(), Seed: cfg.Seed, Epochs: history,
+		Device: device, Seed: cfg.Seed, Epochs: history,
 		Config: Config{Common: cfg.Common, Mode: Sampled, BatchSize: cfg.BatchSize, Fanouts: cfg.Fanouts},
 		Graph: GraphStats{Nodes: h.NumNodes(), Edges: h.NumEdges(), Features: tgt.FeatDim, Classes: h.NumClasses,
 			Train: len(h.Train), Val: len(h.Val), Test: len(h.Test)}}
 	rep.Summarize()
-	hs := HeteroSummary{Target: tgt.Name, AddReverse: cfg.AddReverse}
+	return &HeteroReport{Report: rep, Hetero: SummarizeTypes(h, cfg.AddReverse, fan)}
+}
+
+// SummarizeTypes describes h's types for a report: the target, every
+// node type and every relation with its fanouts.
+func SummarizeTypes(h *dataset.Hetero, addReverse bool, fan [][]int) HeteroSummary {
+	hs := HeteroSummary{AddReverse: addReverse}
+	if h.Target >= 0 {
+		hs.Target = h.NodeTypes[h.Target].Name
+	}
 	for _, nt := range h.NodeTypes {
 		hs.NodeTypes = append(hs.NodeTypes, NodeTypeStats{Name: nt.Name, Nodes: nt.NumNodes, Features: nt.FeatDim})
 	}
 	for e, et := range h.EdgeTypes {
-		hs.EdgeTypes = append(hs.EdgeTypes, EdgeTypeStats{Name: h.EdgeTypeName(e), Edges: et.In.NumEdges(), Fanouts: r.fan[e]})
+		hs.EdgeTypes = append(hs.EdgeTypes, EdgeTypeStats{Name: h.EdgeTypeName(e), Edges: et.In.NumEdges(), Fanouts: fan[e]})
 	}
-	return &HeteroReport{Report: rep, Hetero: hs}
+	return hs
 }
 
-// inputs returns, per type, the input rows of the listed nodes (nil where
-// the model does not read them or there are none) on the tape: the rows
-// of the type's features, or ones for a type without features.
-func (r *heteroRunner) inputs(t *autograd.Tape, nodes [][]int32) ([]*autograd.Var, error) {
+// TypedInputs feeds a typed model: per node type, the input rows of
+// listed nodes (the type's features, or ones for a type without
+// features) on a tape, and the forward pass of a sampled typed batch.
+type TypedInputs struct {
+	B     backend.Backend
+	H     *dataset.Hetero
+	Model *nn.HeteroModel
+}
+
+// Rows returns, per type, the input rows of the listed nodes on the tape
+// (nil where the model does not read them or there are none).
+func (x *TypedInputs) Rows(t *autograd.Tape, nodes [][]int32) ([]*autograd.Var, error) {
 	xs := make([]*autograd.Var, len(nodes))
 	for ty, ids := range nodes {
-		if len(ids) == 0 || !r.model.NeedsInput(ty) {
+		if len(ids) == 0 || !x.Model.NeedsInput(ty) {
 			continue
 		}
-		nt := r.h.NodeTypes[ty]
+		nt := x.H.NodeTypes[ty]
 		w := max(nt.FeatDim, 1)
 		rows := make([]float32, len(ids)*w)
 		if nt.FeatDim == 0 {
@@ -452,134 +403,119 @@ func (r *heteroRunner) inputs(t *autograd.Tape, nodes [][]int32) ([]*autograd.Va
 				copy(rows[i*w:(i+1)*w], nt.Features[int64(v)*int64(w):(int64(v)+1)*int64(w)])
 			}
 		}
-		x, err := t.Upload(rows, len(ids), w)
+		v, err := t.Upload(rows, len(ids), w)
 		if err != nil {
 			return nil, err
 		}
-		xs[ty] = x
+		xs[ty] = v
 	}
 	return xs, nil
 }
 
-// step samples the batch of seeds and runs one training step.
-func (r *heteroRunner) step(epoch, batch int, seeds []int32) (float64, error) {
-	mb, err := r.smp.Sample(r.h.Target, seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch})
-	if err != nil {
-		return 0, fmt.Errorf("sampling: %w", err)
-	}
-	blocks, err := nn.UploadHeteroBlocks(r.b, r.rels, mb)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
+// ForwardBatch uploads mb's blocks, gathers its inputs and runs the
+// model (ForwardTypes): per type, the rows of mb's seeds of that type.
+// cleanup frees the blocks: call it after the tape is released.
+func (x *TypedInputs) ForwardBatch(t *autograd.Tape, mb *sample.HeteroMiniBatch, train bool, seed uint64) ([]*autograd.Var, func(), error) {
+	blocks, err := nn.UploadHeteroBlocks(x.B, x.Model.Config().Schema.Rels, mb)
+	cleanup := func() {
 		for _, k := range blocks {
 			k.Free()
 		}
-	}()
-	t := autograd.NewTape(r.b)
-	defer t.Release()
-	xs, err := r.inputs(t, mb.Blocks[0].SrcNodes)
+	}
 	if err != nil {
-		return 0, err
+		return nil, cleanup, err
 	}
-	logits, err := r.model.Forward(t, xs, blocks, true, r.cfg.DropoutSeed(epoch, batch))
+	xs, err := x.Rows(t, mb.Blocks[0].SrcNodes)
 	if err != nil {
-		return 0, err
+		return nil, cleanup, err
 	}
-	rows := make([]int32, len(seeds))
-	labels := make([]int32, len(seeds))
-	for i, v := range seeds {
-		rows[i], labels[i] = int32(i), r.h.Labels[v]
-	}
-	rowsBuf, err := upload(r.b, rows)
-	if err != nil {
-		return 0, err
-	}
-	defer r.b.Free(rowsBuf)
-	labelsBuf, err := upload(r.b, labels)
-	if err != nil {
-		return 0, err
-	}
-	defer r.b.Free(labelsBuf)
-	logp, err := t.LogSoftmax(logits)
-	if err != nil {
-		return 0, err
-	}
-	lossVar, loss, err := t.NLLLoss(logp, rowsBuf, labelsBuf)
-	if err != nil {
-		return 0, err
-	}
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
-	}
-	if err := r.opt.ZeroGrad(); err != nil {
-		return 0, err
-	}
-	if err := t.Backward(lossVar); err != nil {
-		return 0, err
-	}
-	if err := r.opt.Step(); err != nil {
-		return 0, err
-	}
-	return loss, nil
+	out, err := x.Model.ForwardTypes(t, xs, blocks, train, seed)
+	return out, cleanup, err
 }
 
-// evaluate scores the model without dropout: on the whole graph in one
-// pass (Eval full) or on sampled batches of the split nodes.
-func (r *heteroRunner) evaluate() (Tally, error) {
-	if r.cfg.Eval == Sampled {
-		return r.evaluateSampled()
+// typedSource draws typed batches seeded by nodes of seedType.
+type typedSource struct {
+	in       *TypedInputs
+	smp      *sample.HeteroSampler
+	seedType int
+}
+
+type typedBatch struct {
+	s       *typedSource
+	mb      *sample.HeteroMiniBatch
+	cleanup func()
+}
+
+func (s *typedSource) next(seeds []int32, key sample.Key) (batch, error) {
+	mb, err := s.smp.Sample(s.seedType, seeds, key)
+	if err != nil {
+		return nil, err
 	}
-	h := r.h
-	if r.full == nil {
-		n := make([]int, len(h.NodeTypes))
-		for t, nt := range h.NodeTypes {
-			n[t] = int(nt.NumNodes)
-		}
-		ip := make([][]int64, len(h.EdgeTypes))
-		ix := make([][]int32, len(h.EdgeTypes))
-		for e, et := range h.EdgeTypes {
-			ip[e], ix[e] = et.In.Indptr, et.In.Indices
-		}
-		var err error
-		if r.full, err = nn.NewHeteroBlock(r.b, r.rels, n, n, ip, ix); err != nil {
-			return Tally{}, err
+	return &typedBatch{s: s, mb: mb}, nil
+}
+
+func (s *typedSource) prefetch([]int32, sample.Key) error { return nil }
+func (s *typedSource) deviceLoss() bool                   { return false }
+func (s *typedSource) close()                             {}
+
+func (b *typedBatch) forward(t *autograd.Tape, train bool, seed uint64) (*autograd.Var, error) {
+	out, cleanup, err := b.s.in.ForwardBatch(t, b.mb, train, seed)
+	b.cleanup = cleanup
+	if err != nil {
+		return nil, err
+	}
+	if y := out[b.s.seedType]; y != nil {
+		return y, nil
+	}
+	return nil, fmt.Errorf("typed model computed no rows of the seeds' type %d", b.s.seedType)
+}
+
+func (b *typedBatch) release() {
+	if b.cleanup != nil {
+		b.cleanup()
+	}
+}
+
+// typedEval scores a typed model without dropout: on the whole graph in
+// one pass (Eval full: the graph's block and every type's inputs
+// uploaded once, kept for later evaluations) or, with sampled set, on
+// batches of the split nodes whose neighborhoods are sampled with
+// EvalFanouts (every relation) under a key that does not depend on the
+// epoch.
+type typedEval struct {
+	in        *TypedInputs
+	layers    int
+	splits    *[3]Labeled
+	full      *nn.HeteroBlock
+	xFull     []backend.Buffer
+	sampled   *typedSource
+	key       uint64
+	batchSize int
+}
+
+func (ev *typedEval) close() {
+	ev.full.Free()
+	ev.full = nil
+	for _, x := range ev.xFull {
+		if x != nil {
+			ev.in.B.Free(x)
 		}
 	}
-	t := autograd.NewTape(r.b)
+	ev.xFull = nil
+}
+
+func (ev *typedEval) evaluate() (Tally, error) {
+	if ev.sampled != nil {
+		return ev.evaluateSampled()
+	}
+	b, h := ev.in.B, ev.in.H
+	if err := ev.upload(); err != nil {
+		return Tally{}, err
+	}
+	t := autograd.NewTape(b)
 	defer t.Release()
-	if r.xFull == nil {
-		// Upload every type's inputs once, kept for later evaluations.
-		all := make([][]int32, len(h.NodeTypes))
-		for ty, nt := range h.NodeTypes {
-			all[ty] = make([]int32, nt.NumNodes)
-			for i := range all[ty] {
-				all[ty][i] = int32(i)
-			}
-		}
-		tmp := autograd.NewTape(r.b)
-		xs, err := r.inputs(tmp, all)
-		if err != nil {
-			tmp.Release()
-			return Tally{}, err
-		}
-		r.xFull = make([]backend.Buffer, len(xs))
-		for ty, x := range xs {
-			if x == nil {
-				continue
-			}
-			if r.xFull[ty], err = r.b.Alloc(backend.Float32, x.Len()); err == nil {
-				err = r.b.Copy(r.xFull[ty], x.Value)
-			}
-			if err != nil {
-				tmp.Release()
-				return Tally{}, err
-			}
-		}
-		tmp.Release()
-	}
 	xs := make([]*autograd.Var, len(h.NodeTypes))
-	for ty, buf := range r.xFull {
+	for ty, buf := range ev.xFull {
 		if buf == nil {
 			continue
 		}
@@ -588,11 +524,11 @@ func (r *heteroRunner) evaluate() (Tally, error) {
 			return Tally{}, err
 		}
 	}
-	blocks := make([]*nn.HeteroBlock, r.cfg.Layers)
+	blocks := make([]*nn.HeteroBlock, ev.layers)
 	for i := range blocks {
-		blocks[i] = r.full
+		blocks[i] = ev.full
 	}
-	out, err := r.model.Forward(t, xs, blocks, false, 0)
+	out, err := ev.in.Model.Forward(t, xs, blocks, false, 0)
 	if err != nil {
 		return Tally{}, err
 	}
@@ -600,70 +536,102 @@ func (r *heteroRunner) evaluate() (Tally, error) {
 	if out.Rows != n || out.Cols != c {
 		return Tally{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, n, c)
 	}
-	return Score(r.b, out.Value, n, c, r.splits)
+	return Score(b, out.Value, n, c, ev.splits)
 }
 
-// evaluateSampled scores the split nodes in batches of EvalBatchSize
-// whose neighborhoods are sampled with EvalFanouts (every relation), with
-// a key that does not depend on the epoch.
-func (r *heteroRunner) evaluateSampled() (Tally, error) {
+// upload puts the whole graph's block and every type's inputs on the
+// back end, once.
+func (ev *typedEval) upload() error {
+	b, h := ev.in.B, ev.in.H
+	if ev.full == nil {
+		var err error
+		if ev.full, err = UploadTypedGraph(b, h); err != nil {
+			return err
+		}
+	}
+	if ev.xFull != nil {
+		return nil
+	}
+	all := make([][]int32, len(h.NodeTypes))
+	for ty, nt := range h.NodeTypes {
+		all[ty] = make([]int32, nt.NumNodes)
+		for i := range all[ty] {
+			all[ty][i] = int32(i)
+		}
+	}
+	tmp := autograd.NewTape(b)
+	defer tmp.Release()
+	xs, err := ev.in.Rows(tmp, all)
+	if err != nil {
+		return err
+	}
+	ev.xFull = make([]backend.Buffer, len(xs))
+	for ty, x := range xs {
+		if x == nil {
+			continue
+		}
+		if ev.xFull[ty], err = b.Alloc(backend.Float32, x.Len()); err == nil {
+			err = b.Copy(ev.xFull[ty], x.Value)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UploadTypedGraph is h's whole graph as one typed block (every node of
+// every type both a source and a destination), for whole-graph passes.
+func UploadTypedGraph(b backend.Backend, h *dataset.Hetero) (*nn.HeteroBlock, error) {
+	n := make([]int, len(h.NodeTypes))
+	for t, nt := range h.NodeTypes {
+		n[t] = int(nt.NumNodes)
+	}
+	ip := make([][]int64, len(h.EdgeTypes))
+	ix := make([][]int32, len(h.EdgeTypes))
+	for e, et := range h.EdgeTypes {
+		ip[e], ix[e] = et.In.Indptr, et.In.Indices
+	}
+	return nn.NewHeteroBlock(b, HeteroRels(h), n, n, ip, ix)
+}
+
+func (ev *typedEval) evaluateSampled() (Tally, error) {
 	var nodes []int32
-	for _, sp := range r.splits {
+	for _, sp := range ev.splits {
 		nodes = append(nodes, sp.Rows...)
 	}
 	slices.Sort(nodes)
 	nodes = slices.Compact(nodes)
-	c := r.h.NumClasses
+	c := ev.in.H.NumClasses
 	logits := make(map[int32][]float32, len(nodes))
-	key := rng.Derive(r.cfg.Seed, tagEval)
-	bs := r.cfg.EvalBatchSize
+	bs := ev.batchSize
 	for bi := 0; bi*bs < len(nodes); bi++ {
 		seeds := nodes[bi*bs : min((bi+1)*bs, len(nodes))]
-		mb, err := r.evSmp.Sample(r.h.Target, seeds, sample.Key{Seed: key, Batch: bi})
+		mb, err := ev.sampled.next(seeds, sample.Key{Seed: ev.key, Batch: bi})
 		if err != nil {
 			return Tally{}, fmt.Errorf("sampling: %w", err)
 		}
-		err = func() error {
-			blocks, err := nn.UploadHeteroBlocks(r.b, r.rels, mb)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				for _, k := range blocks {
-					k.Free()
-				}
-			}()
-			t := autograd.NewTape(r.b)
-			defer t.Release()
-			xs, err := r.inputs(t, mb.Blocks[0].SrcNodes)
-			if err != nil {
-				return err
-			}
-			out, err := r.model.Forward(t, xs, blocks, false, 0)
-			if err != nil {
-				return err
-			}
-			host := make([]float32, out.Len())
-			if err := r.b.Download(host, out.Value); err != nil {
-				return err
-			}
-			for i, v := range seeds {
-				logits[v] = host[i*c : (i+1)*c]
-			}
-			return nil
-		}()
-		if err != nil {
+		if err := ev.scoreBatch(mb, seeds, c, logits); err != nil {
 			return Tally{}, err
 		}
 	}
-	var t Tally
-	for s, sp := range r.splits {
-		for i, v := range sp.Rows {
-			t.add(s, nn.Argmax(logits[v]), sp.Labels[i])
-			if s == SplitVal {
-				t.ValLoss += nn.CrossEntropy(logits[v], sp.Labels[i])
-			}
-		}
+	return tallyRows(ev.splits, logits), nil
+}
+
+func (ev *typedEval) scoreBatch(mb batch, seeds []int32, c int, out map[int32][]float32) error {
+	defer mb.release()
+	t := autograd.NewTape(ev.in.B)
+	defer t.Release()
+	y, err := mb.forward(t, false, 0)
+	if err != nil {
+		return err
 	}
-	return t, nil
+	host := make([]float32, y.Len())
+	if err := ev.in.B.Download(host, y.Value); err != nil {
+		return err
+	}
+	for i, v := range seeds {
+		out[v] = host[i*c : (i+1)*c]
+	}
+	return nil
 }

@@ -39,7 +39,7 @@ type ckptMeta struct {
 	Optimizer     string            `json:"optimizer"`
 	OptimizerStep int               `json:"optimizer_step"`
 	Shapes        map[string][2]int `json:"shapes"`
-	Partial       partialEpoch      `json:"partial"`
+	Partial       PartialEpoch      `json:"partial"`
 	History       []EpochRecord     `json:"history"`
 }
 
@@ -111,9 +111,9 @@ func (r *runner) datasetID() DatasetID {
 func (r *runner) save() error {
 	meta := ckptMeta{
 		Format: checkpointFormat, StrataVersion: Version, Config: r.cfg, Dataset: r.datasetID(),
-		RNG:    rngState{Seed: r.cfg.Seed, Epoch: r.cursor.Epoch, Batch: r.cursor.Batch},
-		Cursor: r.cursor, NumBatches: r.numBatches,
-		Partial: r.partial, History: r.history,
+		RNG:    rngState{Seed: r.cfg.Seed, Epoch: r.loop.Cursor.Epoch, Batch: r.loop.Cursor.Batch},
+		Cursor: r.loop.Cursor, NumBatches: r.numBatches,
+		Partial: r.loop.Partial, History: r.history,
 	}
 	err := WriteCheckpoint(r.ckpt, r.b, r.model.Params(), r.opt, func(st optim.State, shapes map[string][2]int) any {
 		meta.Optimizer, meta.OptimizerStep, meta.Shapes = st.Kind, st.Step, shapes
@@ -290,7 +290,7 @@ func (r *runner) restore() error {
 	if err := r.opt.LoadState(st); err != nil {
 		return bad("%v", err)
 	}
-	r.cursor, r.partial, r.history = c, m.Partial, m.History
+	r.loop.Cursor, r.loop.Partial, r.history = c, m.Partial, m.History
 	r.opts.Keep.Resumed(m.History)
 	rc := c
 	r.resumed = &rc

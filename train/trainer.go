@@ -10,15 +10,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/atomicfile"
-	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/optim"
-	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
@@ -91,7 +88,7 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	if err := r.restore(); err != nil {
 		return nil, err
 	}
-	if err := r.loop(ctx); err != nil {
+	if err := r.loop.Run(ctx, r); err != nil {
 		return nil, err
 	}
 	rep := NewReport(ds, r.cfg, r.b.Name(), r.feats.RowNormalized)
@@ -101,38 +98,53 @@ func Run(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options) (*R
 	return rep, nil
 }
 
-// runner holds one run's state.
+// runner holds one sampled node-classification run's state, on a
+// homogeneous dataset (Run) or a typed one (RunHetero): the Task its Loop
+// drives. A step draws its batch from src and runs the model on it, the
+// loss is the cross-entropy of the seeds' labels; eval scores the model.
 type runner struct {
-	cfg  Config
+	cfg  Config // a typed run's: its common settings, batch size and default fanouts
 	opts Options
 	b    backend.Backend
-	ds   *dataset.Dataset
 	ckpt string // checkpoint path, "" for none
 
+	trainNodes []int32 // of the labeled type, in the dataset's order
+	labels     []int32 // by node ID of that type
+	model      interface{ Params() []*nn.Param }
+	opt        optim.Optimizer
+	src        batchSource
+	eval       evaluator
+
+	loop       Loop
+	numBatches int
+	order      []int32 // the current epoch's training nodes
+	upcoming   []int32 // seeds after the current batch, for prefetching
+	history    []EpochRecord
+	resumed    *Cursor
+
+	// Homogeneous runs.
+	ds    *dataset.Dataset
 	in    *graph.CSR // in-adjacency
 	id    *DatasetID // cached by datasetID
 	feats *Features
 	x     *inputs // the features on the back end
+}
+
+// evaluator scores the model a runner trains (Evaluator on a homogeneous
+// dataset, typedEval on a typed one).
+type evaluator interface {
+	evaluate() (Tally, error)
+	close()
+}
+
+// homEval is an Evaluator with the model it scores.
+type homEval struct {
+	ev    *Evaluator
 	model nn.Model
-	opt   optim.Optimizer
-	eval  *Evaluator
-
-	sampler    sample.Sampler
-	source     BatchSource // Options.Batches' source, or nil
-	upcoming   []int32     // seeds after the current batch, for prefetching
-	numBatches int
-
-	cursor  Cursor
-	partial partialEpoch
-	history []EpochRecord
-	resumed *Cursor
 }
 
-// partialEpoch is the part of the current epoch already run.
-type partialEpoch struct {
-	BatchLosses []float64 `json:"batch_losses"`
-	Seconds     float64   `json:"seconds"`
-}
+func (h homEval) evaluate() (Tally, error) { return h.ev.Run(h.model) }
+func (h homEval) close()                   { h.ev.Close() }
 
 func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if err := cfg.Validate(); err != nil {
@@ -158,7 +170,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	}
 	// r is freed on every early return: the returns name no result
 	// (a named one would be nil by the time a deferred cleanup ran).
-	r := &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds}
+	r := &runner{cfg: cfg, opts: opts, b: opts.Backend, ds: ds, trainNodes: ds.Train, labels: ds.Labels}
 	built := false
 	defer func() {
 		if !built {
@@ -175,22 +187,33 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	}
 	r.feats.Round(cfg.Prec())
 	r.x = &inputs{b: r.b, f: r.feats}
-	if r.model, err = nn.New(r.b, cfg.ModelConfig(ds.FeatDim, ds.NumClasses)); err != nil {
+	model, err := nn.New(r.b, cfg.ModelConfig(ds.FeatDim, ds.NumClasses))
+	if err != nil {
 		return nil, &RunError{Op: "model", Err: err}
 	}
+	r.model = model
 	r.opt = cfg.NewOptimizer(r.b, r.model.Params())
 	r.numBatches = (len(ds.Train) + cfg.BatchSize - 1) / cfg.BatchSize
-	if err := r.openSource(); err != nil {
+	if r.src, err = r.openSource(model); err != nil {
 		return nil, err
 	}
-	if r.sampler, err = newSampler(r.in, cfg.Fanouts); err != nil {
-		return nil, &RunError{Op: "sampler", Err: err}
-	}
-	if r.eval, err = newEvaluator(r.x, ds, r.in, cfg.Common); err != nil {
+	ev, err := newEvaluator(r.x, ds, r.in, cfg.Common)
+	if err != nil {
 		return nil, err
 	}
+	r.eval = homEval{ev: ev, model: model}
+	r.setLoop()
 	built = true
 	return r, nil
+}
+
+// setLoop sets up the run's Loop.
+func (r *runner) setLoop() {
+	r.loop = Loop{Epochs: r.cfg.Epochs, Batches: r.numBatches, OnBatch: r.opts.OnBatch, Log: r.opts.Log,
+		CheckpointEvery: r.opts.CheckpointEvery}
+	if r.ckpt != "" {
+		r.loop.Save = r.save
+	}
 }
 
 // ModelConfig is the nn model of c for inDim features and classes
@@ -316,19 +339,24 @@ func (r *runner) free() {
 	b := r.b
 	if r.model != nil {
 		nn.FreeParams(b, r.model.Params())
+		r.model = nil
 	}
 	if r.opt != nil {
 		r.opt.Free()
+		r.opt = nil
 	}
-	if r.source != nil {
-		r.source.Close()
-		r.source = nil
+	if r.src != nil {
+		r.src.close()
+		r.src = nil
 	}
-	r.eval.Close()
+	if r.eval != nil {
+		r.eval.close()
+		r.eval = nil
+	}
 	if r.x != nil {
 		r.x.free()
+		r.x = nil
 	}
-	r.eval, r.x = nil, nil
 }
 
 // logf writes a line to the run's log.
@@ -338,82 +366,41 @@ func (r *runner) logf(format string, args ...any) {
 	}
 }
 
-// loop runs epochs from the cursor to cfg.Epochs.
-func (r *runner) loop(ctx context.Context) error {
-	cfg := r.cfg
-	every := LogEvery(cfg.Epochs)
-	var bar *progress.Bar
-	barEnd := -1 // last epoch (0-based) of the current bar's chunk
-	for e := r.cursor.Epoch; e < cfg.Epochs; e++ {
-		if e > barEnd {
-			barEnd = min(cfg.Epochs-1, (e/every+1)*every-1)
-			units := int64(barEnd-e+1) * int64(r.numBatches)
-			bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
-		}
-		epochStart := time.Now()
-		order := Shuffled(r.ds.Train, cfg.Seed, e)
-		for bi := r.cursor.Batch; bi < r.numBatches; bi++ {
-			if err := ctx.Err(); err != nil {
-				r.partial.Seconds += time.Since(epochStart).Seconds()
-				bar.Finish()
-				if serr := r.save(); serr != nil {
-					return serr
-				}
-				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
-			}
-			lo := bi * cfg.BatchSize
-			r.upcoming = order[min(lo+cfg.BatchSize, len(order)):]
-			loss, err := r.sampledStep(e, bi, order[lo:min(lo+cfg.BatchSize, len(order))])
-			if err != nil {
-				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
-			}
-			r.partial.BatchLosses = append(r.partial.BatchLosses, loss)
-			r.cursor.Batch = bi + 1
-			bar.Add(1)
-			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, cfg.Epochs, loss))
-			if r.opts.OnBatch != nil {
-				r.opts.OnBatch(e, bi, loss)
-			}
-			if n := r.opts.CheckpointEvery; n > 0 && r.ckpt != "" && (e*r.numBatches+bi+1)%n == 0 {
-				elapsed := time.Since(epochStart).Seconds()
-				r.partial.Seconds += elapsed
-				err := r.save()
-				r.partial.Seconds -= elapsed
-				if err != nil {
-					return err
-				}
-			}
-		}
-		rec := EpochRecord{Epoch: e + 1, BatchLosses: r.partial.BatchLosses, Loss: MeanLoss(r.partial.BatchLosses)}
-		if cfg.Evaluates(e) {
-			t0 := time.Now()
-			t, err := r.eval.Run(r.model)
-			if err != nil {
-				return &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
-			}
-			rec.SetEvaluation(&t)
-			rec.EvalSeconds = time.Since(t0).Seconds()
-		} else {
-			rec.SetEvaluation(nil)
-		}
-		rec.Seconds = r.partial.Seconds + time.Since(epochStart).Seconds()
-		if err := r.opts.Keep.Offer(&rec, e == cfg.Epochs-1, r.b, r.model.Params()); err != nil {
-			return &RunError{Op: fmt.Sprintf("epoch %d", e+1), Err: err}
-		}
-		r.history = append(r.history, rec)
-		r.cursor = Cursor{Epoch: e + 1}
-		r.partial = partialEpoch{}
-		if e == barEnd {
-			bar.Finish()
-		}
-		if e == barEnd || e == 0 {
-			r.logf("%s", EpochLine(&rec, cfg.Epochs))
-		}
-	}
-	if r.ckpt != "" {
-		return r.save()
-	}
+// BeginEpoch shuffles the training nodes for epoch.
+func (r *runner) BeginEpoch(epoch int) error {
+	r.order = Shuffled(r.trainNodes, r.cfg.Seed, epoch)
 	return nil
+}
+
+// Step runs batch of the current epoch's order.
+func (r *runner) Step(epoch, batch int) (float64, error) {
+	bs, order := r.cfg.BatchSize, r.order
+	lo := batch * bs
+	r.upcoming = order[min(lo+bs, len(order)):]
+	return r.sampledStep(epoch, batch, order[lo:min(lo+bs, len(order))])
+}
+
+// EndEpoch evaluates the epoch when due, offers it to the Keeper and
+// records it.
+func (r *runner) EndEpoch(e int, losses []float64, seconds func() float64) (string, error) {
+	rec := EpochRecord{Epoch: e + 1, BatchLosses: losses, Loss: MeanLoss(losses)}
+	if r.cfg.Evaluates(e) {
+		t0 := time.Now()
+		t, err := r.eval.evaluate()
+		if err != nil {
+			return "", &RunError{Op: fmt.Sprintf("epoch %d evaluation", e+1), Err: err}
+		}
+		rec.SetEvaluation(&t)
+		rec.EvalSeconds = time.Since(t0).Seconds()
+	} else {
+		rec.SetEvaluation(nil)
+	}
+	rec.Seconds = seconds()
+	if err := r.opts.Keep.Offer(&rec, e == r.cfg.Epochs-1, r.b, r.model.Params()); err != nil {
+		return "", &RunError{Op: fmt.Sprintf("epoch %d", e+1), Err: err}
+	}
+	r.history = append(r.history, rec)
+	return EpochLine(&rec, r.cfg.Epochs), nil
 }
 
 // EpochLine is an epoch's log line: its loss, the accuracies when it was
@@ -460,63 +447,3 @@ func Shuffled(ids []int32, seed uint64, epoch int) []int32 {
 	return out
 }
 
-// optimize computes the loss of logits' rows against labels, back-propagates
-// and steps the optimizer.
-func (r *runner) optimize(t *autograd.Tape, logits *autograd.Var, rows, labels backend.Buffer) (float64, error) {
-	logp, err := t.LogSoftmax(logits)
-	if err != nil {
-		return 0, err
-	}
-	lossVar, loss, err := t.NLLLoss(logp, rows, labels)
-	if err != nil {
-		return 0, err
-	}
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
-	}
-	if err := r.opt.ZeroGrad(); err != nil {
-		return 0, err
-	}
-	if err := t.Backward(lossVar); err != nil {
-		return 0, err
-	}
-	if err := r.opt.Step(); err != nil {
-		return 0, err
-	}
-	return loss, nil
-}
-
-// sampledStep samples the neighborhoods of seeds and runs one training
-// step on them.
-func (r *runner) sampledStep(epoch, batch int, seeds []int32) (float64, error) {
-	if r.source != nil {
-		return r.sourceStep(epoch, batch, seeds)
-	}
-	mb, err := r.sampler.Sample(seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: batch})
-	if err != nil {
-		return 0, fmt.Errorf("sampling: %w", err)
-	}
-	t := autograd.NewTape(r.b)
-	defer t.Release()
-	logits, cleanup, err := r.x.forwardBatch(t, r.model, mb, true, r.cfg.DropoutSeed(epoch, batch))
-	defer cleanup()
-	if err != nil {
-		return 0, err
-	}
-	rows := make([]int32, len(seeds))
-	labels := make([]int32, len(seeds))
-	for i, v := range seeds {
-		rows[i], labels[i] = int32(i), r.ds.Labels[v]
-	}
-	rowsBuf, err := upload(r.b, rows)
-	if err != nil {
-		return 0, err
-	}
-	defer r.b.Free(rowsBuf)
-	labelsBuf, err := upload(r.b, labels)
-	if err != nil {
-		return 0, err
-	}
-	defer r.b.Free(labelsBuf)
-	return r.optimize(t, logits, rowsBuf, labelsBuf)
-}
