@@ -14,6 +14,10 @@ type Decoder interface {
 	// Score returns the logits (P x 1) of the P pairs (src[i], dst[i]),
 	// int32 buffers of rows of h (embeddings, one row per node).
 	Score(t *autograd.Tape, h *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error)
+	// ScorePairs is Score with the endpoints' rows in two matrices: src
+	// rows of hs, dst rows of hd (typed graphs: the embeddings of a
+	// relation's source and destination types).
+	ScorePairs(t *autograd.Tape, hs, hd *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error)
 	// Params returns the decoder's trainable parameters (none for dot).
 	Params() []*nn.Param
 }
@@ -39,20 +43,21 @@ func NewDecoder(b backend.Backend, kind string, dim int, seed uint64) (Decoder, 
 	return nil, fmt.Errorf("link: unknown decoder %q (want dot or mlp)", kind)
 }
 
-// hadamard gathers both endpoints' rows and multiplies them.
-func hadamard(t *autograd.Tape, h *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
+// hadamard gathers both endpoints' rows (src of hs, dst of hd) and
+// multiplies them.
+func hadamard(t *autograd.Tape, hs, hd *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
 	if src == nil || dst == nil || src.Len() != dst.Len() {
 		return nil, fmt.Errorf("link: decoder: src and dst must be index buffers of one length")
 	}
-	hs, err := t.GatherRows(h, src)
+	gs, err := t.GatherRows(hs, src)
 	if err != nil {
 		return nil, err
 	}
-	hd, err := t.GatherRows(h, dst)
+	gd, err := t.GatherRows(hd, dst)
 	if err != nil {
 		return nil, err
 	}
-	return t.Mul(hs, hd)
+	return t.Mul(gs, gd)
 }
 
 // dot is the inner-product decoder: the row sums of h_u ⊙ h_v.
@@ -60,8 +65,12 @@ type dot struct{}
 
 func (dot) Params() []*nn.Param { return nil }
 
-func (dot) Score(t *autograd.Tape, h *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
-	p, err := hadamard(t, h, src, dst)
+func (d dot) Score(t *autograd.Tape, h *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
+	return d.ScorePairs(t, h, h, src, dst)
+}
+
+func (dot) ScorePairs(t *autograd.Tape, h, hd *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
+	p, err := hadamard(t, h, hd, src, dst)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +91,11 @@ type mlp struct{ l1, l2 *nn.Linear }
 func (m *mlp) Params() []*nn.Param { return append(m.l1.Params(), m.l2.Params()...) }
 
 func (m *mlp) Score(t *autograd.Tape, h *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
-	p, err := hadamard(t, h, src, dst)
+	return m.ScorePairs(t, h, h, src, dst)
+}
+
+func (m *mlp) ScorePairs(t *autograd.Tape, hs, hd *autograd.Var, src, dst backend.Buffer) (*autograd.Var, error) {
+	p, err := hadamard(t, hs, hd, src, dst)
 	if err != nil {
 		return nil, err
 	}

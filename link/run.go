@@ -265,14 +265,17 @@ func (r *runner) loop(ctx context.Context) error {
 // keyed by seed and epoch), each undirected link in a random
 // orientation: a link stored u < v would otherwise make the smaller ID
 // the source of every negative drawn for it.
-func (r *runner) epochEdges(epoch int) Edges {
-	tr := r.split.Train
+func (r *runner) epochEdges(epoch int) Edges { return epochEdges(r.split, r.cfg.Seed, epoch) }
+
+// epochEdges is s's training links in epoch's order under seed.
+func epochEdges(s *Split, seed uint64, epoch int) Edges {
+	tr := s.Train
 	n := tr.Len()
 	perm := make([]int32, n)
 	for i := range perm {
 		perm[i] = int32(i)
 	}
-	st := rng.NewStream(rng.Derive(r.cfg.Seed, tagOrder, uint64(epoch)))
+	st := rng.NewStream(rng.Derive(seed, tagOrder, uint64(epoch)))
 	for i := n - 1; i > 0; i-- {
 		j := int(st.Below(uint64(i + 1)))
 		perm[i], perm[j] = perm[j], perm[i]
@@ -280,7 +283,7 @@ func (r *runner) epochEdges(epoch int) Edges {
 	out := Edges{Src: make([]int32, n), Dst: make([]int32, n)}
 	for i, p := range perm {
 		u, v := tr.Src[p], tr.Dst[p]
-		if r.split.Undirected && st.Uint64()&1 == 1 {
+		if s.Undirected && st.Uint64()&1 == 1 {
 			u, v = v, u
 		}
 		out.Src[i], out.Dst[i] = u, v

@@ -332,7 +332,7 @@ func NewTypedModel(b backend.Backend, h *dataset.Hetero, c Common, outDim int, o
 	T := len(h.NodeTypes)
 	schema := nn.HeteroSchema{NodeTypes: make([]string, T), InDims: make([]int, T), Target: h.Target,
 		Rels: HeteroRels(h), Outputs: outputs}
-	if schema.Target < 0 && len(outputs) > 0 {
+	if len(outputs) > 0 {
 		schema.Target = outputs[0]
 	}
 	for t, nt := range h.NodeTypes {
