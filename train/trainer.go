@@ -446,4 +446,3 @@ func Shuffled(ids []int32, seed uint64, epoch int) []int32 {
 	}
 	return out
 }
-
