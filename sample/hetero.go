@@ -339,3 +339,33 @@ func (s *HeteroSampler) hop(op string, rl *heteroRelabeler, dst [][]graph.NodeID
 	blk.SrcNodes = src
 	return blk, nil
 }
+
+// SampleHop draws one hop of Sample for the typed frontier dst (dst[t]:
+// distinct nodes of type t, nil for none) and key: the block that hop of
+// Sample would make from that frontier. A node's draws depend only on
+// (key, hop, relation, node), so sampling hop k from only the nodes new
+// at hop k-1 (PyG's layout, as `strata serve` builds typed batches)
+// gives every node the draws Sample gives it.
+func (s *HeteroSampler) SampleHop(dst [][]graph.NodeID, hop int, key Key) (HeteroBlock, error) {
+	const op = "HeteroSampler.SampleHop"
+	if len(dst) != len(s.numNodes) {
+		return HeteroBlock{}, errorf(op, "dst", -1, ErrConfig, "%d frontier lists for %d node types", len(dst), len(s.numNodes))
+	}
+	if hop < 0 || hop >= s.hops {
+		return HeteroBlock{}, errorf(op, "hop", -1, ErrConfig, "%d not in [0, %d)", hop, s.hops)
+	}
+	for t, ids := range dst {
+		if err := checkNodes(op, "dst", ids, s.numNodes[t]); err != nil {
+			return HeteroBlock{}, err
+		}
+	}
+	rl := s.get()
+	defer s.put(rl)
+	return s.hop(op, rl, dst, hop, HopKey(key, hop))
+}
+
+// NumTypes is the number of node types.
+func (s *HeteroSampler) NumTypes() int { return len(s.numNodes) }
+
+// Relations returns the sampler's relations (shared, not copied).
+func (s *HeteroSampler) Relations() []Relation { return s.rels }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/serve/shmring"
@@ -52,6 +53,13 @@ func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide bool) {
 				p = st.posOf[p]
 			}
 			binary.LittleEndian.PutUint64(out[8*k:], uint64(p))
+		}
+	}
+	if b.LabelSrc != nil {
+		if out := d.tensor(13, "edge_label_index", idt, 2, int64(len(b.LabelSrc))); out != nil {
+			half := len(out) / 2
+			putIDs(out[:half], b.LabelSrc, wide)
+			putIDs(out[half:], b.LabelDst, wide)
 		}
 	}
 	ds := st.s.ds
@@ -225,6 +233,7 @@ func (st *stream) writeBatch(w *wireWriter, b *PyGBatch, i int, pos []int32, slo
 // written.
 type wireMsg struct {
 	buf *[]byte
+	pb  proto.Message // or a message the codec marshals (typed batches)
 }
 
 // encodeWire returns batch i's message (slot: an encoded ShmSlot for a
@@ -283,6 +292,9 @@ type codec struct{ proto encoding.CodecV2 }
 func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*wireMsg); ok && m.pb != nil {
+		return c.proto.Marshal(m.pb)
+	}
 	if m, ok := v.(*wireMsg); ok {
 		buf := m.buf
 		m.buf = nil

@@ -19,6 +19,9 @@ type PyGBatch struct {
 	NumSampledNodes []int64 // [batch size, new at hop 0, new at hop 1, ...]
 	NumSampledEdges []int64 // edges per hop
 	BatchSize       int
+	// LabelSrc and LabelDst: link batches, the endpoints of the batch's
+	// positives then negatives as local indices (edge_label_index).
+	LabelSrc, LabelDst []int32
 }
 
 // Relabeler maps global node IDs to their position in a batch's n_id; it

@@ -29,6 +29,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/sample"
 	"github.com/strata-gnn/strata/serve/servepb"
 	"github.com/strata-gnn/strata/serve/shmring"
@@ -123,6 +124,12 @@ type Options struct {
 	// holds (a machine's rows, shard.go): Features serves those rows
 	// instead of Dataset.Features and refuses any other by ID.
 	Shard *Shard
+
+	// Hetero, when set, is a typed dataset: requests with input_type
+	// sample it (typed batches). Dataset is then its graph with the types
+	// erased (nil: Hetero.ToHomogeneous()), which Info describes and the
+	// other requests sample.
+	Hetero *dataset.Hetero
 }
 
 // Server is a sampling and feature server. Create it with New, run it
@@ -143,6 +150,9 @@ type Server struct {
 	closed   bool
 
 	relabelers sync.Pool
+	het        *heteroServed // typed datasets only
+	// hetRelabelers holds []*Relabeler, one per node type.
+	hetRelabelers sync.Pool
 	streams    atomic.Int64
 	stats      statCounters
 	active     sync.Map // *stream -> struct{}: the streams running now
@@ -152,6 +162,7 @@ type Server struct {
 type samplerSet struct {
 	s   []sample.Sampler
 	hop []sample.HopSampler // nil entries: not hop samplers
+	het *sample.HeteroSampler
 }
 
 type statCounters struct {
@@ -190,6 +201,18 @@ func (s *Server) blocked() int64 {
 
 // New checks opt and builds the server (not yet listening).
 func New(opt Options) (*Server, error) {
+	var het *heteroServed
+	if opt.Hetero != nil {
+		var err error
+		if het, err = newHeteroServed(opt.Hetero); err != nil {
+			return nil, err
+		}
+		if opt.Dataset == nil {
+			if opt.Dataset, err = opt.Hetero.ToHomogeneous(); err != nil {
+				return nil, fmt.Errorf("serve: %w", err)
+			}
+		}
+	}
 	if opt.Dataset == nil || opt.Dataset.Graph == nil {
 		return nil, errors.New("serve: no dataset")
 	}
@@ -272,8 +295,11 @@ func New(opt Options) (*Server, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = NewMetrics()
 	}
-	s := &Server{opt: opt, ds: ds, in: in, n: ds.NumNodes(), metrics: opt.Metrics, samplers: map[string]*samplerSet{}}
+	s := &Server{opt: opt, ds: ds, in: in, n: ds.NumNodes(), metrics: opt.Metrics, samplers: map[string]*samplerSet{}, het: het}
 	s.relabelers.New = func() any { return NewRelabeler(s.n) }
+	if het != nil {
+		s.hetRelabelers.New = func() any { return newHeteroRelabelers(het.n) }
+	}
 	s.metrics.watch(s)
 	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()), // sends the hand-encoded batches (wireMsg)
@@ -447,6 +473,38 @@ func (s *Server) samplersFor(fanouts []int, replace bool) (*samplerSet, error) {
 	return set, nil
 }
 
+// heteroSamplerFor returns (making it the first time) the typed sampler
+// of one configuration, kept and dropped as samplersFor's are.
+func (s *Server) heteroSamplerFor(fanouts [][]int, replace bool) (*samplerSet, error) {
+	key := fmt.Sprint("typed", fanouts, replace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, status.Error(codes.Unavailable, "serve: the server is stopping")
+	}
+	if set, ok := s.samplers[key]; ok {
+		return set, nil
+	}
+	if len(s.order) >= s.opt.MaxSamplers {
+		old := s.samplers[s.order[0]]
+		for _, sm := range old.s {
+			if _, ok := sm.(io.Closer); ok {
+				return nil, reqErr(ErrTooLarge, "fanouts", -1, "the server keeps samplers for %d configurations of fanouts and replace, all in use (--max-samplers)", s.opt.MaxSamplers)
+			}
+		}
+		delete(s.samplers, s.order[0])
+		s.order = s.order[1:]
+	}
+	h, err := sample.NewHeteroSampler(s.het.n, s.het.rels, sample.HeteroConfig{Fanouts: fanouts, Replace: replace})
+	if err != nil {
+		return nil, reqErr(ErrInvalid, "relation_fanouts", -1, "%v", err)
+	}
+	set := &samplerSet{het: h}
+	s.samplers[key] = set
+	s.order = append(s.order, key)
+	return set, nil
+}
+
 // Info describes the dataset and the server's limits.
 func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.InfoReply, error) {
 	if err := checkVersion(req.GetProtocolVersion()); err != nil {
@@ -458,7 +516,12 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 	if s.opt.Shard != nil {
 		dim = s.opt.Shard.Dim
 	}
-	return &servepb.InfoReply{
+	var nts []*servepb.NodeTypeInfo
+	var ets []*servepb.EdgeTypeInfo
+	if s.het != nil {
+		nts, ets = s.het.info()
+	}
+	return &servepb.InfoReply{NodeTypes: nts, EdgeTypes: ets,
 		ProtocolVersion: ProtocolVersion, ServerVersion: Version, Dataset: ds.Name,
 		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(dim), NumClasses: int64(numClasses(ds)),
 		NumTrain: int64(len(ds.Train)), NumVal: int64(len(ds.Val)), NumTest: int64(len(ds.Test)),
@@ -606,6 +669,8 @@ type stream struct {
 	slots    chan struct{} // one per batch sampled ahead of gRPC
 	inSend   atomic.Bool   // the sender is in gRPC's Send
 	shm      *shmStream    // SampleShm: the ring
+	link     *linkStream   // link requests: the edges (seeds is nil)
+	typed    int           // typed requests: the input type; -1 otherwise
 }
 
 // check validates a SampleRequest and prepares its stream.
@@ -616,7 +681,7 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	if req.BatchSize == 0 || req.BatchSize > MaxBatchSize {
 		return nil, reqErr(ErrInvalid, "batch_size", -1, "%d: want 1..%d", req.BatchSize, MaxBatchSize)
 	}
-	if len(req.Fanouts) == 0 || len(req.Fanouts) > MaxHops {
+	if (len(req.Fanouts) == 0 && req.InputType == "") || len(req.Fanouts) > MaxHops {
 		return nil, reqErr(ErrInvalid, "fanouts", -1, "%d hops: want 1..%d", len(req.Fanouts), MaxHops)
 	}
 	fanouts := make([]int, len(req.Fanouts))
@@ -663,9 +728,42 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	if req.WithLabels && s.ds.Labels == nil {
 		return nil, reqErr(ErrUnavailable, "with_labels", -1, "the dataset %q has no labels", s.ds.Name)
 	}
-	seeds, err := s.seedsOf(req)
-	if err != nil {
-		return nil, err
+	var seeds []graph.NodeID
+	var ls *linkStream
+	var err error
+	typed, typedFan := -1, [][]int(nil)
+	n := 0
+	switch {
+	case req.Link != nil:
+		if ls, err = s.prepareLink(req); err != nil {
+			return nil, err
+		}
+		n = len(ls.src)
+	case req.InputType != "":
+		if s.het == nil {
+			return nil, reqErr(ErrUnavailable, "input_type", -1, "the dataset %q is not typed (no node types to sample from)", s.ds.Name)
+		}
+		if req.Owned {
+			return nil, reqErr(ErrInvalid, "owned", -1, "typed batches cannot be routed by partition: route round-robin")
+		}
+		if typed, typedFan, err = s.het.typedRequest(req); err != nil {
+			return nil, err
+		}
+		if req.WithFeatures && !slices.ContainsFunc(s.het.h.NodeTypes, func(nt dataset.NodeType) bool { return nt.FeatDim > 0 }) {
+			return nil, reqErr(ErrUnavailable, "with_features", -1, "the dataset %q has no node features", s.het.h.Name)
+		}
+		if seeds, err = s.het.seedsOf(req, typed); err != nil {
+			return nil, err
+		}
+		n = len(seeds)
+	default:
+		if req.RelationFanouts != nil {
+			return nil, reqErr(ErrInvalid, "relation_fanouts", -1, "only with input_type")
+		}
+		if seeds, err = s.seedsOf(req); err != nil {
+			return nil, err
+		}
+		n = len(seeds)
 	}
 	var posOf []int32
 	e := Epoch{BatchSize: int(req.BatchSize), Shuffle: req.Shuffle, Seed: req.Seed, Epoch: int(req.Epoch),
@@ -674,17 +772,25 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 		seeds, posOf = s.opt.Partition.owned(seeds)
 		e.Part, e.Parts = s.opt.Partition.Part, s.opt.Partition.Book.K()
 	}
-	order, err := Plan(len(seeds), e)
+	if req.Owned {
+		n = len(seeds)
+	}
+	order, err := Plan(n, e)
 	if err != nil {
 		return nil, err
 	}
-	nb := NumBatches(len(seeds), e.BatchSize, world, e.DropLast)
+	nb := NumBatches(n, e.BatchSize, world, e.DropLast)
 	st := &stream{s: s, req: req, seeds: seeds, posOf: posOf, order: order, epoch: e, nb: nb, withX: req.WithFeatures, withY: req.WithLabels,
-		workers: workers, prefetch: max(prefetch, workers)}
+		workers: workers, prefetch: max(prefetch, workers), link: ls, typed: typed}
 	for i := int(req.Part); i < nb; i += parts {
 		st.jobs = append(st.jobs, i)
 	}
-	if st.set, err = s.samplersFor(fanouts, req.Replace); err != nil {
+	if typed >= 0 {
+		st.set, err = s.heteroSamplerFor(typedFan, req.Replace)
+	} else {
+		st.set, err = s.samplersFor(fanouts, req.Replace)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -856,6 +962,9 @@ func streamEnd(ctx context.Context) error {
 // transport.
 func (st *stream) produce(ctx context.Context, r *Relabeler, j int) result {
 	i := st.jobs[j]
+	if st.typed >= 0 {
+		return st.produceTyped(i)
+	}
 	b, pos, err := st.sample(r, i)
 	if err != nil {
 		return result{err: err}
@@ -873,21 +982,32 @@ func (st *stream) sample(r *Relabeler, i int) (*PyGBatch, []int32, error) {
 	bs := st.epoch.BatchSize
 	lo, hi := i*bs, min((i+1)*bs, len(st.order))
 	pos := st.order[lo:hi]
-	seeds := make([]graph.NodeID, len(pos))
-	for k, p := range pos {
-		seeds[k] = st.seeds[p]
-	}
 	key := st.epoch.Key(i)
 	d := i % len(st.set.s)
+	nodes := func(seeds []graph.NodeID) (*PyGBatch, error) {
+		if h := st.set.hop[d]; h != nil {
+			return SampleFrontier(h, r, seeds, key)
+		}
+		mb, err := st.set.s[d].Sample(seeds, key)
+		if err != nil {
+			return nil, err
+		}
+		return FromMiniBatch(mb, r, st.s.n)
+	}
 	var b *PyGBatch
 	var err error
-	if h := st.set.hop[d]; h != nil {
-		b, err = SampleFrontier(h, r, seeds, key)
-	} else {
-		var mb *sample.MiniBatch
-		if mb, err = st.set.s[d].Sample(seeds, key); err == nil {
-			b, err = FromMiniBatch(mb, r, st.s.n)
+	if ls := st.link; ls != nil {
+		pe := link.Edges{Src: make([]graph.NodeID, len(pos)), Dst: make([]graph.NodeID, len(pos))}
+		for k, p := range pos {
+			pe.Src[k], pe.Dst[k] = ls.src[p], ls.dst[p]
 		}
+		b, err = LinkBatch(ls.neg, ls.amount, pe, key, nodes)
+	} else {
+		seeds := make([]graph.NodeID, len(pos))
+		for k, p := range pos {
+			seeds[k] = st.seeds[p]
+		}
+		b, err = nodes(seeds)
 	}
 	if err != nil {
 		var se *sample.Error
@@ -900,4 +1020,33 @@ func (st *stream) sample(r *Relabeler, i int) (*PyGBatch, []int32, error) {
 		return nil, nil, fmt.Errorf("serve: batch %d: %w", i, err)
 	}
 	return b, pos, nil
+}
+
+// produceTyped samples and encodes typed batch i (always inline: a
+// SampleShm stream refuses typed requests).
+func (st *stream) produceTyped(i int) result {
+	bs := st.epoch.BatchSize
+	lo, hi := i*bs, min((i+1)*bs, len(st.order))
+	pos := st.order[lo:hi]
+	seeds := make([]graph.NodeID, len(pos))
+	for k, p := range pos {
+		seeds[k] = st.seeds[p]
+	}
+	rls := st.s.hetRelabelers.Get().([]*Relabeler)
+	defer st.s.hetRelabelers.Put(rls)
+	b, err := SampleHeteroFrontier(st.set.het, rls, st.typed, seeds, st.epoch.Key(i))
+	if err != nil {
+		var se *sample.Error
+		if errors.As(err, &se) && (errors.Is(err, sample.ErrNode) || errors.Is(err, sample.ErrDuplicate)) {
+			return result{err: reqErr(ErrInvalid, "seeds", -1, "batch %d: %v", i, err)}
+		}
+		return result{err: fmt.Errorf("serve: batch %d: %w", i, err)}
+	}
+	m := st.typedMessage(b, i, pos)
+	size := proto.Size(m)
+	if size > st.s.opt.MaxSendBytes {
+		return result{size: size, err: reqErr(ErrTooLarge, "batch_size", -1, "batch %d is a %d-byte message, over this server's limit of %d (--max-message-mb): use a smaller batch_size or fanouts",
+			i, size, st.s.opt.MaxSendBytes)}
+	}
+	return result{msg: &wireMsg{pb: m}, size: size}
 }

@@ -63,6 +63,9 @@ func (s *Server) sampleShm(ss servepb.Sampler_SampleShmServer) error {
 	if err != nil {
 		return err
 	}
+	if st.typed >= 0 {
+		return reqErr(ErrInvalid, "input_type", -1, "typed batches are served over Sample, not SampleShm (a ring slot holds at most %d tensors)", shmring.MaxTensors)
+	}
 	sh, err := s.newShmStream(st, first.Ring)
 	if err != nil {
 		return err

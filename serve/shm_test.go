@@ -120,7 +120,7 @@ func (sc *shmClient) next() (*servepb.Batch, error) {
 	for _, ts := range h.Tensors {
 		b := slot[ts.Offset : ts.Offset+ts.Bytes]
 		switch ts.Name {
-		case "n_id", "edge_index", "y":
+		case "n_id", "edge_index", "y", "edge_label_index":
 			if ts.DType != shmring.DTypeInt64 {
 				t.Fatalf("%s is dtype %d", ts.Name, ts.DType)
 			}
@@ -134,6 +134,8 @@ func (sc *shmClient) next() (*servepb.Batch, error) {
 				m.NId = tt
 			case "edge_index":
 				m.EdgeIndex = tt
+			case "edge_label_index":
+				m.EdgeLabelIndex = tt
 			default:
 				m.Y = tt
 			}

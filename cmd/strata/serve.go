@@ -125,6 +125,32 @@ func (c *serveCmd) security() (auth.Security, error) {
 	return sec, nil
 }
 
+// openTyped opens --dataset when it is a typed dataset (format version
+// 2, or a typed layout the importer reads); nil when it is not.
+func (c *serveCmd) openTyped(quiet bool) (*dataset.Hetero, func(), error) {
+	noop := func() {}
+	if slices.Contains(builtinNames, c.Dataset) {
+		return nil, noop, nil
+	}
+	if _, err := os.Stat(c.Dataset); err != nil {
+		return nil, noop, nil // openServeDataset says why
+	}
+	typed := false
+	if isDir, err := hasManifest(c.Dataset); err == nil && isDir {
+		v, err := dataset.ManifestVersion(c.Dataset)
+		typed = err == nil && v == dataset.FormatVersionHetero
+	} else if kind, err := importer.Detect(c.Dataset); err == nil {
+		typed = importer.IsTyped(kind)
+	}
+	if !typed {
+		return nil, noop, nil
+	}
+	if c.Part >= 0 || c.NumNodes != 0 {
+		return nil, noop, usageError{fmt.Errorf("--dataset %s is typed: --part and --num-nodes apply to homogeneous datasets", c.Dataset)}
+	}
+	return openHetero(c.Dataset, quiet)
+}
+
 // openServeDataset is openDataset with --num-nodes for imports, and with
 // --part the renumbered dataset of a partition with the part it owns.
 func (c *serveCmd) openServeDataset(quiet bool) (*dataset.Dataset, *serve.Partition, func(), error) {
@@ -236,11 +262,26 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	ds, part, closeDS, err := c.openServeDataset(e.quiet)
+	het, closeHet, err := c.openTyped(e.quiet)
 	if err != nil {
 		return err
 	}
-	defer closeDS()
+	defer closeHet()
+	var ds *dataset.Dataset
+	var part *serve.Partition
+	if het != nil {
+		// The typed graph is sampled by typed requests; the others sample
+		// it with its types erased.
+		if ds, err = het.ToHomogeneous(); err != nil {
+			return err
+		}
+	} else {
+		var closeDS func()
+		if ds, part, closeDS, err = c.openServeDataset(e.quiet); err != nil {
+			return err
+		}
+		defer closeDS()
+	}
 	in, err := ds.InAdjacency()
 	if err != nil {
 		return err
@@ -248,7 +289,7 @@ func (c *serveCmd) Run(e *env) error {
 	opt := serve.Options{Dataset: ds, In: in, Device: device, MaxSendBytes: c.MaxMessageMB << 20, MaxRecvBytes: c.MaxRequestMB << 20,
 		Workers: c.Workers, MaxWorkers: c.MaxWorkers, Prefetch: c.Prefetch, MaxPrefetch: c.MaxPrefetch,
 		MaxStreams: c.MaxStreams, MaxSamplers: c.MaxSamplers, Secret: sec.Secret, TLS: sec.TLS, Metrics: serve.NewMetrics(),
-		RingDir: c.RingDir, RingBytes: int64(c.RingMB) << 20, ReleaseTimeout: c.ReleaseTimeout, Partition: part}
+		RingDir: c.RingDir, RingBytes: int64(c.RingMB) << 20, ReleaseTimeout: c.ReleaseTimeout, Partition: part, Hetero: het}
 	if mk != nil {
 		opt.NewSamplers = mk(in)
 	}

@@ -314,7 +314,13 @@ type InfoReply struct {
 	Shm bool `protobuf:"varint,15,opt,name=shm,proto3" json:"shm,omitempty"`
 	// partition: set when the server owns one part of a partition
 	// (`strata serve --partition DIR --part P`).
-	Partition     *PartitionInfo `protobuf:"bytes,16,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partition *PartitionInfo `protobuf:"bytes,16,opt,name=partition,proto3" json:"partition,omitempty"`
+	// node_types and edge_types: set when the dataset is typed (format v2,
+	// PyG's HeteroData). The homogeneous fields above then describe the
+	// graph with its types erased (node i of type t is node offset_t + i,
+	// types in order); requests with input_type sample the typed graph.
+	NodeTypes     []*NodeTypeInfo `protobuf:"bytes,17,rep,name=node_types,json=nodeTypes,proto3" json:"node_types,omitempty"`
+	EdgeTypes     []*EdgeTypeInfo `protobuf:"bytes,18,rep,name=edge_types,json=edgeTypes,proto3" json:"edge_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +467,161 @@ func (x *InfoReply) GetPartition() *PartitionInfo {
 	return nil
 }
 
+func (x *InfoReply) GetNodeTypes() []*NodeTypeInfo {
+	if x != nil {
+		return x.NodeTypes
+	}
+	return nil
+}
+
+func (x *InfoReply) GetEdgeTypes() []*EdgeTypeInfo {
+	if x != nil {
+		return x.EdgeTypes
+	}
+	return nil
+}
+
+// NodeTypeInfo describes one node type of a typed dataset.
+type NodeTypeInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	NumNodes int64                  `protobuf:"varint,2,opt,name=num_nodes,json=numNodes,proto3" json:"num_nodes,omitempty"`
+	FeatDim  int64                  `protobuf:"varint,3,opt,name=feat_dim,json=featDim,proto3" json:"feat_dim,omitempty"` // 0: no features
+	// labeled: the target type, whose labels and splits the dataset holds
+	// (num_classes, num_train, ... of InfoReply are this type's).
+	Labeled       bool `protobuf:"varint,4,opt,name=labeled,proto3" json:"labeled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeTypeInfo) Reset() {
+	*x = NodeTypeInfo{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeTypeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeTypeInfo) ProtoMessage() {}
+
+func (x *NodeTypeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeTypeInfo.ProtoReflect.Descriptor instead.
+func (*NodeTypeInfo) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeTypeInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeTypeInfo) GetNumNodes() int64 {
+	if x != nil {
+		return x.NumNodes
+	}
+	return 0
+}
+
+func (x *NodeTypeInfo) GetFeatDim() int64 {
+	if x != nil {
+		return x.FeatDim
+	}
+	return 0
+}
+
+func (x *NodeTypeInfo) GetLabeled() bool {
+	if x != nil {
+		return x.Labeled
+	}
+	return false
+}
+
+// EdgeTypeInfo describes one relation (src, rel, dst) of a typed dataset;
+// src and dst index InfoReply.node_types.
+type EdgeTypeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Src           uint32                 `protobuf:"varint,1,opt,name=src,proto3" json:"src,omitempty"`
+	Rel           string                 `protobuf:"bytes,2,opt,name=rel,proto3" json:"rel,omitempty"`
+	Dst           uint32                 `protobuf:"varint,3,opt,name=dst,proto3" json:"dst,omitempty"`
+	NumEdges      int64                  `protobuf:"varint,4,opt,name=num_edges,json=numEdges,proto3" json:"num_edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EdgeTypeInfo) Reset() {
+	*x = EdgeTypeInfo{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeTypeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeTypeInfo) ProtoMessage() {}
+
+func (x *EdgeTypeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeTypeInfo.ProtoReflect.Descriptor instead.
+func (*EdgeTypeInfo) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EdgeTypeInfo) GetSrc() uint32 {
+	if x != nil {
+		return x.Src
+	}
+	return 0
+}
+
+func (x *EdgeTypeInfo) GetRel() string {
+	if x != nil {
+		return x.Rel
+	}
+	return ""
+}
+
+func (x *EdgeTypeInfo) GetDst() uint32 {
+	if x != nil {
+		return x.Dst
+	}
+	return 0
+}
+
+func (x *EdgeTypeInfo) GetNumEdges() int64 {
+	if x != nil {
+		return x.NumEdges
+	}
+	return 0
+}
+
 // PartitionInfo describes the part of a partition (the output of
 // `strata partition`) that a server owns: the node IDs
 // [offsets[part], offsets[part+1]) of the renumbered dataset it serves.
@@ -480,7 +641,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	mi := &file_strata_v1_sampler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +653,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[3]
+	mi := &file_strata_v1_sampler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +666,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{3}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionInfo) GetPart() uint32 {
@@ -596,14 +757,32 @@ type SampleRequest struct {
 	// batch (i * world_size + rank) * num_parts + part, so the batches of
 	// the parts differ. Needs a server with a partition (Info.partition);
 	// part and num_parts must then be unset.
-	Owned         bool `protobuf:"varint,19,opt,name=owned,proto3" json:"owned,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Owned bool `protobuf:"varint,19,opt,name=owned,proto3" json:"owned,omitempty"`
+	// link: edge-seeded batches (PyG's LinkNeighborLoader) instead of
+	// node-seeded ones. The epoch's "seeds" are then the edges of
+	// link.edge_label_index (seeds and split must be unset): batch_size
+	// counts edges, input_id gives their positions there, and the nodes
+	// sampled from are the distinct endpoints of the batch's edges and of
+	// its negatives, ascending (n_id[:batch_size]; Batch.batch_size is
+	// their count). Not with owned.
+	Link *LinkRequest `protobuf:"bytes,20,opt,name=link,proto3" json:"link,omitempty"`
+	// input_type: sample the typed graph of a typed dataset from seeds of
+	// this node type (a name of InfoReply.node_types): seeds are that
+	// type's local IDs, split the target type's splits. The batches come
+	// in Batch.nodes and Batch.edges. Not with link or owned, nor over
+	// SampleShm.
+	InputType string `protobuf:"bytes,21,opt,name=input_type,json=inputType,proto3" json:"input_type,omitempty"`
+	// relation_fanouts: for input_type requests, the fanouts of every
+	// relation (each exactly once, the same number of hops each; 0 = none
+	// at that hop). Unset: fanouts for every relation.
+	RelationFanouts []*RelationFanouts `protobuf:"bytes,22,rep,name=relation_fanouts,json=relationFanouts,proto3" json:"relation_fanouts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SampleRequest) Reset() {
 	*x = SampleRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	mi := &file_strata_v1_sampler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +794,7 @@ func (x *SampleRequest) String() string {
 func (*SampleRequest) ProtoMessage() {}
 
 func (x *SampleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[4]
+	mi := &file_strata_v1_sampler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +807,7 @@ func (x *SampleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRequest.ProtoReflect.Descriptor instead.
 func (*SampleRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{4}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SampleRequest) GetProtocolVersion() uint32 {
@@ -764,6 +943,150 @@ func (x *SampleRequest) GetOwned() bool {
 	return false
 }
 
+func (x *SampleRequest) GetLink() *LinkRequest {
+	if x != nil {
+		return x.Link
+	}
+	return nil
+}
+
+func (x *SampleRequest) GetInputType() string {
+	if x != nil {
+		return x.InputType
+	}
+	return ""
+}
+
+func (x *SampleRequest) GetRelationFanouts() []*RelationFanouts {
+	if x != nil {
+		return x.RelationFanouts
+	}
+	return nil
+}
+
+// RelationFanouts are one relation's fanouts, per hop (PyG's
+// num_neighbors dictionary entry).
+type RelationFanouts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relation      uint32                 `protobuf:"varint,1,opt,name=relation,proto3" json:"relation,omitempty"` // index into InfoReply.edge_types
+	Fanouts       []int32                `protobuf:"varint,2,rep,packed,name=fanouts,proto3" json:"fanouts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelationFanouts) Reset() {
+	*x = RelationFanouts{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelationFanouts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelationFanouts) ProtoMessage() {}
+
+func (x *RelationFanouts) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelationFanouts.ProtoReflect.Descriptor instead.
+func (*RelationFanouts) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RelationFanouts) GetRelation() uint32 {
+	if x != nil {
+		return x.Relation
+	}
+	return 0
+}
+
+func (x *RelationFanouts) GetFanouts() []int32 {
+	if x != nil {
+		return x.Fanouts
+	}
+	return nil
+}
+
+// LinkRequest configures edge-seeded batches.
+type LinkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// edge_label_index: int32 or int64 [2, M] global node IDs, row 0 the
+	// sources; unset: every stored edge of the graph, row by row of its
+	// out-adjacency (InfoReply.num_edges of them).
+	EdgeLabelIndex *Tensor `protobuf:"bytes,1,opt,name=edge_label_index,json=edgeLabelIndex,proto3" json:"edge_label_index,omitempty"`
+	// neg_amount > 0: PyG's binary negative sampling, ceil(amount * P)
+	// negatives for a batch of P positives, both endpoints drawn uniformly
+	// from the key (seed, epoch, batch). 0: no negatives.
+	NegAmount float64 `protobuf:"fixed64,2,opt,name=neg_amount,json=negAmount,proto3" json:"neg_amount,omitempty"`
+	// neg_exclude: redraw (up to 20 times) a negative that is an edge of
+	// the graph, a positive of edge_label_index or a self-pair.
+	NegExclude    bool `protobuf:"varint,3,opt,name=neg_exclude,json=negExclude,proto3" json:"neg_exclude,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkRequest) Reset() {
+	*x = LinkRequest{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkRequest) ProtoMessage() {}
+
+func (x *LinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
+func (*LinkRequest) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LinkRequest) GetEdgeLabelIndex() *Tensor {
+	if x != nil {
+		return x.EdgeLabelIndex
+	}
+	return nil
+}
+
+func (x *LinkRequest) GetNegAmount() float64 {
+	if x != nil {
+		return x.NegAmount
+	}
+	return 0
+}
+
+func (x *LinkRequest) GetNegExclude() bool {
+	if x != nil {
+		return x.NegExclude
+	}
+	return false
+}
+
 // Batch is one sampled mini-batch in PyG's NeighborLoader layout: n_id
 // lists the nodes, the seeds first, then each hop's new nodes in first-seen
 // order; edge_index [2, E] holds local indices into n_id, row 0 the source
@@ -787,15 +1110,25 @@ type Batch struct {
 	// shared-memory ring (then n_id, edge_index, input_id, x and y are not
 	// in the message). Unset: the tensors are in the message (a batch over
 	// the ring's slot size, or no ring could be made: see note).
-	Shm           *ShmSlot `protobuf:"bytes,11,opt,name=shm,proto3" json:"shm,omitempty"`
-	Note          string   `protobuf:"bytes,12,opt,name=note,proto3" json:"note,omitempty"` // why a SampleShm batch came inline, once per stream
+	Shm  *ShmSlot `protobuf:"bytes,11,opt,name=shm,proto3" json:"shm,omitempty"`
+	Note string   `protobuf:"bytes,12,opt,name=note,proto3" json:"note,omitempty"` // why a SampleShm batch came inline, once per stream
+	// edge_label_index: link batches, int32 [2, P + negatives] local
+	// indices into n_id: the batch's P positive edges (input_id), then its
+	// negatives. In the ring (int64) when the batch is there.
+	EdgeLabelIndex *Tensor `protobuf:"bytes,13,opt,name=edge_label_index,json=edgeLabelIndex,proto3" json:"edge_label_index,omitempty"`
+	// nodes and edges: typed batches (input_type requests), PyG's
+	// HeteroData layout, one entry per node type and per relation in
+	// InfoReply order. n_id, edge_index, x, y and the counts above are then
+	// unset; batch_size and input_id are the input type's.
+	Nodes         []*TypedNodes `protobuf:"bytes,14,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Edges         []*TypedEdges `protobuf:"bytes,15,rep,name=edges,proto3" json:"edges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[5]
+	mi := &file_strata_v1_sampler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1140,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[5]
+	mi := &file_strata_v1_sampler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1153,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{5}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Batch) GetIndex() uint32 {
@@ -907,6 +1240,170 @@ func (x *Batch) GetNote() string {
 	return ""
 }
 
+func (x *Batch) GetEdgeLabelIndex() *Tensor {
+	if x != nil {
+		return x.EdgeLabelIndex
+	}
+	return nil
+}
+
+func (x *Batch) GetNodes() []*TypedNodes {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *Batch) GetEdges() []*TypedEdges {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+// TypedNodes are one node type's nodes of a typed batch: n_id (type-local
+// IDs; the seeds first for the input type, then each hop's new nodes),
+// num_sampled_nodes per hop (entry 0: the seeds of this type), and its x
+// and y when asked for (y: the target type only).
+type TypedNodes struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Type            uint32                 `protobuf:"varint,1,opt,name=type,proto3" json:"type,omitempty"`
+	NId             *Tensor                `protobuf:"bytes,2,opt,name=n_id,json=nId,proto3" json:"n_id,omitempty"` // int32 [N_t]
+	NumSampledNodes []int64                `protobuf:"varint,3,rep,packed,name=num_sampled_nodes,json=numSampledNodes,proto3" json:"num_sampled_nodes,omitempty"`
+	X               *Tensor                `protobuf:"bytes,4,opt,name=x,proto3" json:"x,omitempty"` // float32 [N_t, F_t]
+	Y               *Tensor                `protobuf:"bytes,5,opt,name=y,proto3" json:"y,omitempty"` // int32 [N_t]
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TypedNodes) Reset() {
+	*x = TypedNodes{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypedNodes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypedNodes) ProtoMessage() {}
+
+func (x *TypedNodes) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypedNodes.ProtoReflect.Descriptor instead.
+func (*TypedNodes) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TypedNodes) GetType() uint32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+func (x *TypedNodes) GetNId() *Tensor {
+	if x != nil {
+		return x.NId
+	}
+	return nil
+}
+
+func (x *TypedNodes) GetNumSampledNodes() []int64 {
+	if x != nil {
+		return x.NumSampledNodes
+	}
+	return nil
+}
+
+func (x *TypedNodes) GetX() *Tensor {
+	if x != nil {
+		return x.X
+	}
+	return nil
+}
+
+func (x *TypedNodes) GetY() *Tensor {
+	if x != nil {
+		return x.Y
+	}
+	return nil
+}
+
+// TypedEdges are one relation's sampled edges: edge_index [2, E_r], row 0
+// local indices into the source type's n_id, row 1 into the destination
+// type's; num_sampled_edges per hop.
+type TypedEdges struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Relation        uint32                 `protobuf:"varint,1,opt,name=relation,proto3" json:"relation,omitempty"`
+	EdgeIndex       *Tensor                `protobuf:"bytes,2,opt,name=edge_index,json=edgeIndex,proto3" json:"edge_index,omitempty"` // int32 [2, E_r]
+	NumSampledEdges []int64                `protobuf:"varint,3,rep,packed,name=num_sampled_edges,json=numSampledEdges,proto3" json:"num_sampled_edges,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TypedEdges) Reset() {
+	*x = TypedEdges{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypedEdges) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypedEdges) ProtoMessage() {}
+
+func (x *TypedEdges) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypedEdges.ProtoReflect.Descriptor instead.
+func (*TypedEdges) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TypedEdges) GetRelation() uint32 {
+	if x != nil {
+		return x.Relation
+	}
+	return 0
+}
+
+func (x *TypedEdges) GetEdgeIndex() *Tensor {
+	if x != nil {
+		return x.EdgeIndex
+	}
+	return nil
+}
+
+func (x *TypedEdges) GetNumSampledEdges() []int64 {
+	if x != nil {
+		return x.NumSampledEdges
+	}
+	return nil
+}
+
 // SampleShm is the worker mode's transport on one host: the server writes
 // each batch's tensors into a ring of fixed-size slots in a shared-memory
 // file and sends only small Batch messages (with shm set); the client
@@ -941,7 +1438,7 @@ type ShmControl struct {
 
 func (x *ShmControl) Reset() {
 	*x = ShmControl{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	mi := &file_strata_v1_sampler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1450,7 @@ func (x *ShmControl) String() string {
 func (*ShmControl) ProtoMessage() {}
 
 func (x *ShmControl) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[6]
+	mi := &file_strata_v1_sampler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1463,7 @@ func (x *ShmControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmControl.ProtoReflect.Descriptor instead.
 func (*ShmControl) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{6}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShmControl) GetRequest() *SampleRequest {
@@ -1001,7 +1498,7 @@ type ShmRequest struct {
 
 func (x *ShmRequest) Reset() {
 	*x = ShmRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	mi := &file_strata_v1_sampler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1510,7 @@ func (x *ShmRequest) String() string {
 func (*ShmRequest) ProtoMessage() {}
 
 func (x *ShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[7]
+	mi := &file_strata_v1_sampler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1523,7 @@ func (x *ShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmRequest.ProtoReflect.Descriptor instead.
 func (*ShmRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{7}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShmRequest) GetRingBytes() uint64 {
@@ -1065,7 +1562,7 @@ type ShmSlot struct {
 
 func (x *ShmSlot) Reset() {
 	*x = ShmSlot{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	mi := &file_strata_v1_sampler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1574,7 @@ func (x *ShmSlot) String() string {
 func (*ShmSlot) ProtoMessage() {}
 
 func (x *ShmSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[8]
+	mi := &file_strata_v1_sampler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1587,7 @@ func (x *ShmSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmSlot.ProtoReflect.Descriptor instead.
 func (*ShmSlot) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{8}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShmSlot) GetPath() string {
@@ -1149,7 +1646,7 @@ type FeaturesRequest struct {
 
 func (x *FeaturesRequest) Reset() {
 	*x = FeaturesRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[9]
+	mi := &file_strata_v1_sampler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1658,7 @@ func (x *FeaturesRequest) String() string {
 func (*FeaturesRequest) ProtoMessage() {}
 
 func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[9]
+	mi := &file_strata_v1_sampler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1671,7 @@ func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesRequest.ProtoReflect.Descriptor instead.
 func (*FeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{9}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FeaturesRequest) GetProtocolVersion() uint32 {
@@ -1215,7 +1712,7 @@ type FeaturesReply struct {
 
 func (x *FeaturesReply) Reset() {
 	*x = FeaturesReply{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	mi := &file_strata_v1_sampler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1724,7 @@ func (x *FeaturesReply) String() string {
 func (*FeaturesReply) ProtoMessage() {}
 
 func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	mi := &file_strata_v1_sampler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1737,7 @@ func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesReply.ProtoReflect.Descriptor instead.
 func (*FeaturesReply) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{10}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FeaturesReply) GetX() *Tensor {
@@ -1267,7 +1764,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"8\n" +
 	"\vInfoRequest\x12)\n" +
-	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\x88\x04\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\xf8\x04\n" +
 	"\tInfoReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\x18\n" +
@@ -1286,7 +1783,21 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x0emax_recv_bytes\x18\r \x01(\x03R\fmaxRecvBytes\x12\x16\n" +
 	"\x06device\x18\x0e \x01(\tR\x06device\x12\x10\n" +
 	"\x03shm\x18\x0f \x01(\bR\x03shm\x126\n" +
-	"\tpartition\x18\x10 \x01(\v2\x18.strata.v1.PartitionInfoR\tpartition\"\xcd\x01\n" +
+	"\tpartition\x18\x10 \x01(\v2\x18.strata.v1.PartitionInfoR\tpartition\x126\n" +
+	"\n" +
+	"node_types\x18\x11 \x03(\v2\x17.strata.v1.NodeTypeInfoR\tnodeTypes\x126\n" +
+	"\n" +
+	"edge_types\x18\x12 \x03(\v2\x17.strata.v1.EdgeTypeInfoR\tedgeTypes\"t\n" +
+	"\fNodeTypeInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tnum_nodes\x18\x02 \x01(\x03R\bnumNodes\x12\x19\n" +
+	"\bfeat_dim\x18\x03 \x01(\x03R\afeatDim\x12\x18\n" +
+	"\alabeled\x18\x04 \x01(\bR\alabeled\"a\n" +
+	"\fEdgeTypeInfo\x12\x10\n" +
+	"\x03src\x18\x01 \x01(\rR\x03src\x12\x10\n" +
+	"\x03rel\x18\x02 \x01(\tR\x03rel\x12\x10\n" +
+	"\x03dst\x18\x03 \x01(\rR\x03dst\x12\x1b\n" +
+	"\tnum_edges\x18\x04 \x01(\x03R\bnumEdges\"\xcd\x01\n" +
 	"\rPartitionInfo\x12\x12\n" +
 	"\x04part\x18\x01 \x01(\rR\x04part\x12\x1b\n" +
 	"\tnum_parts\x18\x02 \x01(\rR\bnumParts\x12\x18\n" +
@@ -1294,7 +1805,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12\x1b\n" +
 	"\tnum_train\x18\x05 \x01(\x03R\bnumTrain\x12\x17\n" +
 	"\anum_val\x18\x06 \x01(\x03R\x06numVal\x12\x19\n" +
-	"\bnum_test\x18\a \x01(\x03R\anumTest\"\xb5\x04\n" +
+	"\bnum_test\x18\a \x01(\x03R\anumTest\"\xc7\x05\n" +
 	"\rSampleRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12'\n" +
 	"\x05seeds\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x05seeds\x12&\n" +
@@ -1318,7 +1829,20 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"withLabels\x12\x18\n" +
 	"\aworkers\x18\x11 \x01(\rR\aworkers\x12\x1a\n" +
 	"\bprefetch\x18\x12 \x01(\rR\bprefetch\x12\x14\n" +
-	"\x05owned\x18\x13 \x01(\bR\x05owned\"\xb7\x03\n" +
+	"\x05owned\x18\x13 \x01(\bR\x05owned\x12*\n" +
+	"\x04link\x18\x14 \x01(\v2\x16.strata.v1.LinkRequestR\x04link\x12\x1d\n" +
+	"\n" +
+	"input_type\x18\x15 \x01(\tR\tinputType\x12E\n" +
+	"\x10relation_fanouts\x18\x16 \x03(\v2\x1a.strata.v1.RelationFanoutsR\x0frelationFanouts\"G\n" +
+	"\x0fRelationFanouts\x12\x1a\n" +
+	"\brelation\x18\x01 \x01(\rR\brelation\x12\x18\n" +
+	"\afanouts\x18\x02 \x03(\x05R\afanouts\"\x8a\x01\n" +
+	"\vLinkRequest\x12;\n" +
+	"\x10edge_label_index\x18\x01 \x01(\v2\x11.strata.v1.TensorR\x0eedgeLabelIndex\x12\x1d\n" +
+	"\n" +
+	"neg_amount\x18\x02 \x01(\x01R\tnegAmount\x12\x1f\n" +
+	"\vneg_exclude\x18\x03 \x01(\bR\n" +
+	"negExclude\"\xce\x04\n" +
 	"\x05Batch\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1f\n" +
 	"\vnum_batches\x18\x02 \x01(\rR\n" +
@@ -1335,7 +1859,23 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x01y\x18\n" +
 	" \x01(\v2\x11.strata.v1.TensorR\x01y\x12$\n" +
 	"\x03shm\x18\v \x01(\v2\x12.strata.v1.ShmSlotR\x03shm\x12\x12\n" +
-	"\x04note\x18\f \x01(\tR\x04note\"\x87\x01\n" +
+	"\x04note\x18\f \x01(\tR\x04note\x12;\n" +
+	"\x10edge_label_index\x18\r \x01(\v2\x11.strata.v1.TensorR\x0eedgeLabelIndex\x12+\n" +
+	"\x05nodes\x18\x0e \x03(\v2\x15.strata.v1.TypedNodesR\x05nodes\x12+\n" +
+	"\x05edges\x18\x0f \x03(\v2\x15.strata.v1.TypedEdgesR\x05edges\"\xb4\x01\n" +
+	"\n" +
+	"TypedNodes\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\rR\x04type\x12$\n" +
+	"\x04n_id\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x03nId\x12*\n" +
+	"\x11num_sampled_nodes\x18\x03 \x03(\x03R\x0fnumSampledNodes\x12\x1f\n" +
+	"\x01x\x18\x04 \x01(\v2\x11.strata.v1.TensorR\x01x\x12\x1f\n" +
+	"\x01y\x18\x05 \x01(\v2\x11.strata.v1.TensorR\x01y\"\x86\x01\n" +
+	"\n" +
+	"TypedEdges\x12\x1a\n" +
+	"\brelation\x18\x01 \x01(\rR\brelation\x120\n" +
+	"\n" +
+	"edge_index\x18\x02 \x01(\v2\x11.strata.v1.TensorR\tedgeIndex\x12*\n" +
+	"\x11num_sampled_edges\x18\x03 \x03(\x03R\x0fnumSampledEdges\"\x87\x01\n" +
 	"\n" +
 	"ShmControl\x122\n" +
 	"\arequest\x18\x01 \x01(\v2\x18.strata.v1.SampleRequestR\arequest\x12)\n" +
@@ -1397,7 +1937,7 @@ func file_strata_v1_sampler_proto_rawDescGZIP() []byte {
 }
 
 var file_strata_v1_sampler_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_strata_v1_sampler_proto_goTypes = []any{
 	(ProtocolVersion)(0),    // 0: strata.v1.ProtocolVersion
 	(DType)(0),              // 1: strata.v1.DType
@@ -1405,44 +1945,62 @@ var file_strata_v1_sampler_proto_goTypes = []any{
 	(*Tensor)(nil),          // 3: strata.v1.Tensor
 	(*InfoRequest)(nil),     // 4: strata.v1.InfoRequest
 	(*InfoReply)(nil),       // 5: strata.v1.InfoReply
-	(*PartitionInfo)(nil),   // 6: strata.v1.PartitionInfo
-	(*SampleRequest)(nil),   // 7: strata.v1.SampleRequest
-	(*Batch)(nil),           // 8: strata.v1.Batch
-	(*ShmControl)(nil),      // 9: strata.v1.ShmControl
-	(*ShmRequest)(nil),      // 10: strata.v1.ShmRequest
-	(*ShmSlot)(nil),         // 11: strata.v1.ShmSlot
-	(*FeaturesRequest)(nil), // 12: strata.v1.FeaturesRequest
-	(*FeaturesReply)(nil),   // 13: strata.v1.FeaturesReply
+	(*NodeTypeInfo)(nil),    // 6: strata.v1.NodeTypeInfo
+	(*EdgeTypeInfo)(nil),    // 7: strata.v1.EdgeTypeInfo
+	(*PartitionInfo)(nil),   // 8: strata.v1.PartitionInfo
+	(*SampleRequest)(nil),   // 9: strata.v1.SampleRequest
+	(*RelationFanouts)(nil), // 10: strata.v1.RelationFanouts
+	(*LinkRequest)(nil),     // 11: strata.v1.LinkRequest
+	(*Batch)(nil),           // 12: strata.v1.Batch
+	(*TypedNodes)(nil),      // 13: strata.v1.TypedNodes
+	(*TypedEdges)(nil),      // 14: strata.v1.TypedEdges
+	(*ShmControl)(nil),      // 15: strata.v1.ShmControl
+	(*ShmRequest)(nil),      // 16: strata.v1.ShmRequest
+	(*ShmSlot)(nil),         // 17: strata.v1.ShmSlot
+	(*FeaturesRequest)(nil), // 18: strata.v1.FeaturesRequest
+	(*FeaturesReply)(nil),   // 19: strata.v1.FeaturesReply
 }
 var file_strata_v1_sampler_proto_depIdxs = []int32{
 	1,  // 0: strata.v1.Tensor.dtype:type_name -> strata.v1.DType
-	6,  // 1: strata.v1.InfoReply.partition:type_name -> strata.v1.PartitionInfo
-	3,  // 2: strata.v1.SampleRequest.seeds:type_name -> strata.v1.Tensor
-	2,  // 3: strata.v1.SampleRequest.split:type_name -> strata.v1.Split
-	3,  // 4: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
-	3,  // 5: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
-	3,  // 6: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
-	3,  // 7: strata.v1.Batch.x:type_name -> strata.v1.Tensor
-	3,  // 8: strata.v1.Batch.y:type_name -> strata.v1.Tensor
-	11, // 9: strata.v1.Batch.shm:type_name -> strata.v1.ShmSlot
-	7,  // 10: strata.v1.ShmControl.request:type_name -> strata.v1.SampleRequest
-	10, // 11: strata.v1.ShmControl.ring:type_name -> strata.v1.ShmRequest
-	3,  // 12: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
-	3,  // 13: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
-	3,  // 14: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
-	4,  // 15: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
-	7,  // 16: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
-	12, // 17: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
-	9,  // 18: strata.v1.Sampler.SampleShm:input_type -> strata.v1.ShmControl
-	5,  // 19: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
-	8,  // 20: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
-	13, // 21: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
-	8,  // 22: strata.v1.Sampler.SampleShm:output_type -> strata.v1.Batch
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 1: strata.v1.InfoReply.partition:type_name -> strata.v1.PartitionInfo
+	6,  // 2: strata.v1.InfoReply.node_types:type_name -> strata.v1.NodeTypeInfo
+	7,  // 3: strata.v1.InfoReply.edge_types:type_name -> strata.v1.EdgeTypeInfo
+	3,  // 4: strata.v1.SampleRequest.seeds:type_name -> strata.v1.Tensor
+	2,  // 5: strata.v1.SampleRequest.split:type_name -> strata.v1.Split
+	11, // 6: strata.v1.SampleRequest.link:type_name -> strata.v1.LinkRequest
+	10, // 7: strata.v1.SampleRequest.relation_fanouts:type_name -> strata.v1.RelationFanouts
+	3,  // 8: strata.v1.LinkRequest.edge_label_index:type_name -> strata.v1.Tensor
+	3,  // 9: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
+	3,  // 10: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
+	3,  // 11: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
+	3,  // 12: strata.v1.Batch.x:type_name -> strata.v1.Tensor
+	3,  // 13: strata.v1.Batch.y:type_name -> strata.v1.Tensor
+	17, // 14: strata.v1.Batch.shm:type_name -> strata.v1.ShmSlot
+	3,  // 15: strata.v1.Batch.edge_label_index:type_name -> strata.v1.Tensor
+	13, // 16: strata.v1.Batch.nodes:type_name -> strata.v1.TypedNodes
+	14, // 17: strata.v1.Batch.edges:type_name -> strata.v1.TypedEdges
+	3,  // 18: strata.v1.TypedNodes.n_id:type_name -> strata.v1.Tensor
+	3,  // 19: strata.v1.TypedNodes.x:type_name -> strata.v1.Tensor
+	3,  // 20: strata.v1.TypedNodes.y:type_name -> strata.v1.Tensor
+	3,  // 21: strata.v1.TypedEdges.edge_index:type_name -> strata.v1.Tensor
+	9,  // 22: strata.v1.ShmControl.request:type_name -> strata.v1.SampleRequest
+	16, // 23: strata.v1.ShmControl.ring:type_name -> strata.v1.ShmRequest
+	3,  // 24: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
+	3,  // 25: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
+	3,  // 26: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
+	4,  // 27: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
+	9,  // 28: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
+	18, // 29: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
+	15, // 30: strata.v1.Sampler.SampleShm:input_type -> strata.v1.ShmControl
+	5,  // 31: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
+	12, // 32: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
+	19, // 33: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
+	12, // 34: strata.v1.Sampler.SampleShm:output_type -> strata.v1.Batch
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_strata_v1_sampler_proto_init() }
@@ -1456,7 +2014,7 @@ func file_strata_v1_sampler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_strata_v1_sampler_proto_rawDesc), len(file_strata_v1_sampler_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
