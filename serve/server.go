@@ -153,9 +153,9 @@ type Server struct {
 	het        *heteroServed // typed datasets only
 	// hetRelabelers holds []*Relabeler, one per node type.
 	hetRelabelers sync.Pool
-	streams    atomic.Int64
-	stats      statCounters
-	active     sync.Map // *stream -> struct{}: the streams running now
+	streams       atomic.Int64
+	stats         statCounters
+	active        sync.Map // *stream -> struct{}: the streams running now
 }
 
 // samplerSet is the samplers of one configuration, one per device.

@@ -31,7 +31,7 @@ import (
 // test ends.
 func start(t *testing.T, opt Options) (*Server, string) {
 	t.Helper()
-	if opt.Dataset == nil {
+	if opt.Dataset == nil && opt.Hetero == nil {
 		opt.Dataset = tiny(t)
 	}
 	s, err := New(opt)
