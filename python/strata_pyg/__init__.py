@@ -10,7 +10,8 @@ from ._rpc import PROTOCOL_VERSION, Connection
 from ._server import LocalServer, find_strata
 from .dataset import load_dataset
 from .errors import StrataError
-from .loader import Batch, NeighborLoader
+from .link import LinkNeighborLoader
+from .loader import Batch, HeteroBatch, NeighborLoader
 
-__all__ = ["NeighborLoader", "StrataError", "load_dataset", "Batch", "Connection", "LocalServer", "find_strata", "PROTOCOL_VERSION"]
+__all__ = ["NeighborLoader", "LinkNeighborLoader", "HeteroBatch", "StrataError", "load_dataset", "Batch", "Connection", "LocalServer", "find_strata", "PROTOCOL_VERSION"]
 __version__ = "0.1.0"

@@ -21,8 +21,9 @@ from .errors import StrataError
 
 try:  # batches are PyG Data objects when PyG is installed
     from torch_geometric.data import Data as _PyGData
+    from torch_geometric.data import HeteroData as _PyGHeteroData
 except Exception:  # noqa: BLE001 - any import failure means: no PyG
-    _PyGData = None
+    _PyGData = _PyGHeteroData = None
 
 _SPLITS = {"train": pb.SPLIT_TRAIN, "val": pb.SPLIT_VAL, "valid": pb.SPLIT_VAL, "test": pb.SPLIT_TEST}
 
@@ -68,6 +69,54 @@ class Batch:
         return f"Batch({', '.join(parts)})"
 
 
+class HeteroBatch:
+    """A typed batch when torch_geometric is not installed: PyG's
+    HeteroData layout as plain objects. ``batch[node_type]`` holds ``n_id``
+    (type-local IDs), ``num_sampled_nodes`` and ``x``, ``y`` where served
+    (and ``batch_size``, ``input_id`` on the input type);
+    ``batch[(src, rel, dst)]`` holds ``edge_index`` and
+    ``num_sampled_edges``. ``x_dict``, ``edge_index_dict`` and the
+    ``*_dict`` of any attribute collect them as PyG's do."""
+
+    def __init__(self, node_types, edge_types):
+        self._stores = {k: Batch() for k in list(node_types) + list(edge_types)}
+        self.node_types = list(node_types)
+        self.edge_types = list(edge_types)
+
+    def __getitem__(self, key):
+        if isinstance(key, list):
+            key = tuple(key)
+        return self._stores[key]
+
+    def __contains__(self, key):
+        return key in self._stores
+
+    def __getattr__(self, name):
+        if name.endswith("_dict") and not name.startswith("_"):
+            attr = name[:-len("_dict")]
+            return {k: getattr(v, attr) for k, v in self._stores.items() if attr in v.__dict__}
+        raise AttributeError(name)
+
+    def to(self, device, non_blocking=False):
+        for v in self._stores.values():
+            v.to(device, non_blocking=non_blocking)
+        return self
+
+    def __repr__(self):
+        return "HeteroBatch(" + ", ".join(f"{k}: {v!r}" for k, v in self._stores.items()) + ")"
+
+
+def _edge_type_key(key):
+    """An edge type as PyG writes it: a (src, rel, dst) tuple, or the
+    string "src__rel__dst"."""
+    if isinstance(key, str):
+        parts = key.split("__")
+        return tuple(parts) if len(parts) == 3 else None
+    if isinstance(key, (tuple, list)) and len(key) == 3 and all(isinstance(x, str) for x in key):
+        return tuple(key)
+    return None
+
+
 def _is_address(s):
     return s.startswith(("unix:", "grpc://")) or re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d+", s) is not None
 
@@ -108,6 +157,24 @@ def _num_nodes_of(data):
         x = getattr(data, "x", None)
         n = x.size(0) if torch.is_tensor(x) else int(data.edge_index.max()) + 1 if data.edge_index.numel() else 0
     return int(n)
+
+
+def _node_ids(nodes, n, what):
+    """Distinct node IDs in [0, n) from IDs or a boolean mask, as int64 numpy."""
+    t = nodes if torch.is_tensor(nodes) else torch.as_tensor(np.asarray(nodes))
+    t = t.detach().cpu()
+    if t.dtype == torch.bool:
+        if t.dim() != 1 or t.numel() != n:
+            raise ValueError(f"{what}: a mask of shape {list(t.shape)} for {n} nodes")
+        t = t.nonzero().view(-1)
+    if t.is_floating_point() or t.dim() != 1:
+        raise ValueError(f"{what}: want node IDs (1-D integers) or a mask, got {t.dtype} {list(t.shape)}")
+    t = t.to(torch.int64)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        raise ValueError(f"{what}: IDs must lie in [0, {n})")
+    if torch.unique(t).numel() != t.numel():
+        raise ValueError(f"{what}: node IDs repeat (each seed once)")
+    return t.numpy()
 
 
 class NeighborLoader:
@@ -187,7 +254,8 @@ class NeighborLoader:
         self._shared = False
         self._check_args(num_neighbors, input_time, subgraph_type, disjoint, temporal_strategy, time_attr,
                          weight_attr, transform_sampler_output, neighbor_sampler, directed, kwargs)
-        self.num_neighbors = [int(f) for f in num_neighbors]
+        self.num_neighbors = {k: [int(f) for f in v] for k, v in num_neighbors.items()} \
+            if isinstance(num_neighbors, dict) else [int(f) for f in num_neighbors]
         self.replace = bool(replace)
         self.transform = transform
         self.batch_size = int(kwargs.get("batch_size", 1))
@@ -250,11 +318,19 @@ class NeighborLoader:
         def refuse(what):
             raise ValueError(f"strata_pyg.NeighborLoader: {what} is not supported (Strata samples directional, "
                              "non-disjoint, uniform neighborhoods of homogeneous graphs; leave it at PyG's default)")
-        if isinstance(num_neighbors, dict) or not hasattr(num_neighbors, "__len__") or len(num_neighbors) == 0:
-            refuse(f"num_neighbors={num_neighbors!r} (want a non-empty list of ints, one per hop)")
-        for f in num_neighbors:
-            if int(f) != f or (int(f) <= 0 and int(f) != -1):
-                raise ValueError(f"num_neighbors={list(num_neighbors)!r}: each must be -1 (all) or > 0")
+        if isinstance(num_neighbors, dict):
+            lists = list(num_neighbors.values())
+            if not lists:
+                refuse(f"num_neighbors={num_neighbors!r} (want a list per edge type)")
+        else:
+            lists = [num_neighbors]
+        for fl in lists:
+            if isinstance(fl, (str, bytes)) or not hasattr(fl, "__len__") or len(fl) == 0:
+                refuse(f"num_neighbors={num_neighbors!r} (want a non-empty list of ints, one per hop)")
+            for f in fl:
+                if int(f) != f or int(f) < -1 or (int(f) == 0 and not isinstance(num_neighbors, dict)):
+                    raise ValueError(f"num_neighbors={num_neighbors!r}: each must be -1 (all) or > 0 "
+                                     "(0, none, only per edge type)")
         if disjoint:
             refuse("disjoint=True")
         if str(getattr(subgraph_type, "value", subgraph_type)) != "directional":
@@ -294,9 +370,16 @@ class NeighborLoader:
     def _connect(self, data, servers, secret, tls, strata_bin, device, request_timeout, start_timeout):
         if isinstance(servers, str):
             servers = [servers]
+        if _PyGHeteroData is not None and isinstance(data, _PyGHeteroData) or hasattr(data, "edge_index_dict"):
+            raise ValueError("strata_pyg: a HeteroData in memory is not supported: write it as a typed Strata "
+                             "dataset (strata import of a typed layout, or strata gen --preset hetero) and pass "
+                             "its directory or a server serving it")
         if _is_graph(data):
             if _PyGData is not None and hasattr(data, "is_homogeneous") and not data.is_homogeneous:
                 raise ValueError("strata_pyg.NeighborLoader: heterogeneous graphs are not supported")
+            if isinstance(self.num_neighbors, dict):
+                raise ValueError(f"strata_pyg.NeighborLoader: num_neighbors as a dict is for typed graphs; "
+                                 f"the Data is homogeneous (give a list)")
             self.data = data
             self.num_nodes = _num_nodes_of(data)
             ne = int(data.edge_index.size(1))
@@ -347,12 +430,31 @@ class NeighborLoader:
             self.num_nodes = int(self.info.num_nodes)
             self.with_features = self.info.feat_dim > 0
             self.with_labels = self.info.num_classes > 0
+        self.typed = len(self.info.node_types) > 0
+        if self.typed:
+            for c, i in zip(self._conns, infos):
+                if [(t.name, t.num_nodes) for t in i.node_types] != [(t.name, t.num_nodes) for t in self.info.node_types]:
+                    raise StrataError(c.address, "MISMATCH", f"serves other node types than {self._conns[0].address}")
+            self.node_types = [t.name for t in self.info.node_types]
+            self.edge_types = [(self.node_types[e.src], e.rel, self.node_types[e.dst]) for e in self.info.edge_types]
+            self.with_features = any(t.feat_dim > 0 for t in self.info.node_types)
+            self.with_labels = any(t.labeled for t in self.info.node_types)
+        elif isinstance(self.num_neighbors, dict):
+            raise ValueError(f"strata_pyg.NeighborLoader: num_neighbors as a dict is for typed graphs; "
+                             f"{self._conns[0].address} serves a homogeneous one (give a list)")
 
     def _choose(self, transport, routing):
         """Picks the transport (the ring for the loader's own child, or any
         single server that offers it when asked) and the routing."""
         own = self._server is not None and self._conns == [self._server.conn]
         shm_ok = len(self._conns) == 1 and self._infos[0].shm
+        if self.typed:
+            # Typed batches travel over gRPC (a ring slot holds at most 8
+            # tensors), also from the loader's own child.
+            if transport == "shm":
+                raise ValueError("strata_pyg.NeighborLoader: transport='shm' does not carry typed batches "
+                                 "(use 'auto' or 'grpc')")
+            shm_ok = False
         if transport == "shm" and not shm_ok:
             raise ValueError(f"strata_pyg.NeighborLoader: transport='shm' needs one server on this host with a "
                              f"shared-memory ring ({self._conns[0].address} has none: strata serve --ring-dir)"
@@ -360,6 +462,10 @@ class NeighborLoader:
                              "strata_pyg.NeighborLoader: transport='shm' needs exactly one server")
         self.transport = "shm" if shm_ok and (transport == "shm" or (transport == "auto" and own)) else "grpc"
         parts = [i.partition if i.HasField("partition") else None for i in self._infos]
+        if self.typed or self._link_mode():
+            if routing == "partition":
+                raise ValueError("strata_pyg: routing='partition' applies to node batches of homogeneous graphs")
+            routing = "round_robin"
         if routing is None:
             routing = "partition" if len(parts) > 1 and all(p is not None for p in parts) else "round_robin"
         self.routing = routing
@@ -391,9 +497,15 @@ class NeighborLoader:
         self._parts = parts
         self._offsets = off
 
+    def _link_mode(self):
+        return False
+
     def _input(self, input_nodes):
         self._split = pb.SPLIT_UNSPECIFIED
         self._seeds = None
+        self.input_type = None
+        if self.typed:
+            return self._typed_input(input_nodes)
         if isinstance(input_nodes, tuple):
             raise ValueError("strata_pyg.NeighborLoader: input_nodes as (node type, nodes) is for heterogeneous "
                              "graphs, which are not supported")
@@ -414,21 +526,54 @@ class NeighborLoader:
                 self.num_seeds = {pb.SPLIT_TRAIN: self.info.num_train, pb.SPLIT_VAL: self.info.num_val,
                                   pb.SPLIT_TEST: self.info.num_test}[self._split]
                 return
-        t = input_nodes if torch.is_tensor(input_nodes) else torch.as_tensor(np.asarray(input_nodes))
-        t = t.detach().cpu()
-        if t.dtype == torch.bool:
-            if t.dim() != 1 or t.numel() != self.num_nodes:
-                raise ValueError(f"input_nodes: a mask of shape {list(t.shape)} for {self.num_nodes} nodes")
-            t = t.nonzero().view(-1)
-        if t.is_floating_point() or t.dim() != 1:
-            raise ValueError(f"input_nodes: want node IDs (1-D integers) or a mask, got {t.dtype} {list(t.shape)}")
-        t = t.to(torch.int64)
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.num_nodes):
-            raise ValueError(f"input_nodes: IDs must lie in [0, {self.num_nodes})")
-        if torch.unique(t).numel() != t.numel():
-            raise ValueError("input_nodes: node IDs repeat (each seed once)")
-        self._seeds = t.numpy()
-        self.num_seeds = int(t.numel())
+        self._seeds = _node_ids(input_nodes, self.num_nodes, "input_nodes")
+        self.num_seeds = int(self._seeds.size)
+
+    def _typed_input(self, input_nodes):
+        """input_nodes of a typed graph: a node type, or (node type, nodes)
+        with nodes None (all of the type), a split name of the labeled
+        type, node IDs of the type or a mask; and the relation fanouts."""
+        if isinstance(input_nodes, str):
+            input_nodes = (input_nodes, None)
+        if not (isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str)):
+            raise ValueError(f"strata_pyg.NeighborLoader: the graph is typed (node types {self.node_types}): give "
+                             f"input_nodes=(node type, nodes) or a node type, as PyG does for a HeteroData")
+        t, nodes = input_nodes
+        if t not in self.node_types:
+            raise ValueError(f"input_nodes: {t!r} is no node type of the graph ({self.node_types})")
+        self.input_type = t
+        nt = self.info.node_types[self.node_types.index(t)]
+        n = int(nt.num_nodes)
+        if nodes is None:
+            self._split, self.num_seeds = pb.SPLIT_ALL, n
+        elif isinstance(nodes, str):
+            if nodes not in _SPLITS:
+                raise ValueError(f"input_nodes=({t!r}, {nodes!r}): want 'train', 'val' or 'test'")
+            if not nt.labeled:
+                raise ValueError(f"input_nodes=({t!r}, {nodes!r}): the splits are on the labeled node type "
+                                 f"{[x.name for x in self.info.node_types if x.labeled]}")
+            self._split = _SPLITS[nodes]
+            self.num_seeds = {pb.SPLIT_TRAIN: self.info.num_train, pb.SPLIT_VAL: self.info.num_val,
+                              pb.SPLIT_TEST: self.info.num_test}[self._split]
+        else:
+            self._seeds = _node_ids(nodes, n, f"input_nodes[{t!r}]")
+            self.num_seeds = int(self._seeds.size)
+        # num_neighbors: one list for every relation, or a dict per edge type
+        # (missing edge types: none sampled).
+        if isinstance(self.num_neighbors, dict):
+            per = {}
+            for k, v in self.num_neighbors.items():
+                et = _edge_type_key(k)
+                if et not in self.edge_types:
+                    raise ValueError(f"num_neighbors: {k!r} is no edge type of the graph ({self.edge_types})")
+                per[et] = v
+            hops = {len(v) for v in per.values()}
+            if len(hops) != 1:
+                raise ValueError(f"num_neighbors: every edge type needs one fanout per hop (got {sorted(hops)} hops)")
+            h = hops.pop()
+            self._rel_fanouts = [per.get(et, [0] * h) for et in self.edge_types]
+        else:
+            self._rel_fanouts = [list(self.num_neighbors) for _ in self.edge_types]
 
     # -- epochs ---------------------------------------------------------
 
@@ -488,16 +633,25 @@ class NeighborLoader:
         """The SampleRequest of server k for an epoch."""
         owned = self._parts is not None
         part, parts = (0, 1) if owned else (k, len(self._conns))
-        r = pb.SampleRequest(batch_size=self.batch_size, fanouts=self.num_neighbors, replace=self.replace,
+        r = pb.SampleRequest(batch_size=self.batch_size, fanouts=[] if self.typed else self.num_neighbors,
+                             replace=self.replace,
                              shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=self.drop_last,
                              rank=self.rank, world_size=self.world_size, part=part, num_parts=parts,
                              with_features=self.with_features, with_labels=self.with_labels,
                              workers=self.workers, prefetch=self.prefetch, owned=owned)
+        if self.typed:
+            r.input_type = self.input_type
+            for k, f in enumerate(self._rel_fanouts):
+                r.relation_fanouts.add(relation=k, fanouts=f)
         if self._seeds is not None:
             r.seeds.CopyFrom(encode(self._seeds, "seeds"))
         else:
             r.split = self._split
         return r
+
+    def _finish(self, f):
+        """Adds the loader's own fields to a decoded batch (node batches:
+        nothing)."""
 
     def _describe(self, conn):
         """Why a connection failed, with the child server's fate if it died."""
@@ -536,12 +690,24 @@ class NeighborLoader:
         self.close()
 
     def __repr__(self):
-        return f"strata_pyg.NeighborLoader(num_neighbors={self.num_neighbors}, batch_size={self.batch_size}, " \
+        return f"strata_pyg.{type(self).__name__}(num_neighbors={self.num_neighbors}, batch_size={self.batch_size}, " \
                f"servers={[c.address for c in self._conns]}, transport={getattr(self, 'transport', None)!r}, " \
                f"routing={getattr(self, 'routing', None)!r})"
 
 
 _END = object()
+
+
+def _typed_batch(L, f):
+    """HeteroData (or HeteroBatch) of a decoded typed batch."""
+    b = _PyGHeteroData() if _PyGHeteroData is not None else HeteroBatch(L.node_types, L.edge_types)
+    for key, d in list(f["nodes"].items()) + list(f["edges"].items()):
+        store = b[key]
+        for k, v in d.items():
+            setattr(store, k, v)
+    b[L.input_type].batch_size = f["batch_size"]
+    b[L.input_type].input_id = f["input_id"]
+    return b
 
 
 class _Control:
@@ -644,6 +810,8 @@ class _EpochIter:
             if m.note and not self.noted:
                 self.noted = True
                 warnings.warn(f"strata_pyg: server {conn.address}: {m.note}", RuntimeWarning, stacklevel=2)
+            if len(m.nodes) or len(m.edges):
+                return self._decode_typed(m), None
             if m.HasField("shm"):
                 if m.shm.sequence != seq:
                     raise RingError(f"batch {m.index} is sequence {m.shm.sequence} of the stream, expected {seq}")
@@ -654,7 +822,7 @@ class _EpochIter:
                 t = self.ring.tensors(m.shm)
                 slot = m.shm.slot
                 need = ("n_id", "edge_index", "input_id") + (("x",) if L.with_features else ()) + \
-                    (("y",) if L.with_labels else ())
+                    (("y",) if L.with_labels else ()) + (("edge_label_index",) if L._link_mode() else ())
                 missing = [k for k in need if k not in t]
                 if missing:
                     raise RingError(f"slot {slot} lacks {', '.join(missing)}")
@@ -662,7 +830,7 @@ class _EpochIter:
                 if ei.dim() != 2 or ei.size(0) != 2 or t["n_id"].dim() != 1 or t["input_id"].dim() != 1:
                     raise RingError(f"slot {slot}: n_id {list(t['n_id'].shape)}, edge_index {list(ei.shape)}")
                 out = dict(edge_index=ei, n_id=t["n_id"], input_id=t["input_id"])
-                for k in ("x", "y"):
+                for k in ("x", "y", "edge_label_index"):
                     if k in t:
                         out[k] = t[k]
             else:
@@ -676,13 +844,67 @@ class _EpochIter:
                     out["x"] = torch.from_numpy(decode(m.x, "x", writable=True))
                 if m.HasField("y"):
                     out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
+                if m.HasField("edge_label_index"):
+                    out["edge_label_index"] = torch.from_numpy(decode(m.edge_label_index, "edge_label_index").astype(np.int64))
                 if L.pin_memory:
                     out = {k: v.pin_memory() for k, v in out.items()}
             out.update(batch_size=int(m.batch_size), num_sampled_nodes=list(m.num_sampled_nodes),
                        num_sampled_edges=list(m.num_sampled_edges))
+            if L._link_mode():
+                eli = out.get("edge_label_index")
+                if eli is None or eli.dim() != 2 or eli.size(0) != 2 or eli.size(1) < out["input_id"].numel():
+                    raise TensorError(f"edge_label_index: {None if eli is None else list(eli.shape)} for "
+                                      f"{out['input_id'].numel()} positives")
+                if eli.numel() and (int(eli.min()) < 0 or int(eli.max()) >= out["n_id"].numel()):
+                    raise TensorError("edge_label_index: local indices out of n_id")
         except (TensorError, RingError, OSError) as e:
             raise StrataError(conn.address, "BAD_REPLY", str(e)) from None
         return out, slot
+
+    def _decode_typed(self, m):
+        """A typed batch: per node type and per edge type, checked."""
+        L = self.loader
+        if len(m.nodes) != len(L.node_types) or len(m.edges) != len(L.edge_types):
+            raise TensorError(f"a typed batch of {len(m.nodes)} node types and {len(m.edges)} edge types, "
+                              f"the graph has {len(L.node_types)} and {len(L.edge_types)}")
+        nodes, edges = {}, {}
+        for k, tn in enumerate(m.nodes):
+            if tn.type != k:
+                raise TensorError(f"node type {tn.type} at position {k}")
+            name = L.node_types[k]
+            n_id = decode(tn.n_id, f"{name}.n_id")
+            if n_id.ndim != 1:
+                raise TensorError(f"{name}.n_id: shape {n_id.shape}")
+            d = dict(n_id=torch.from_numpy(n_id.astype(np.int64)), num_sampled_nodes=list(tn.num_sampled_nodes))
+            if tn.HasField("x"):
+                x = decode(tn.x, f"{name}.x", writable=True)
+                if x.ndim != 2 or x.shape[0] != n_id.shape[0]:
+                    raise TensorError(f"{name}.x: shape {x.shape} for {n_id.shape[0]} nodes")
+                d["x"] = torch.from_numpy(x)
+            if tn.HasField("y"):
+                y = decode(tn.y, f"{name}.y")
+                if y.shape != n_id.shape:
+                    raise TensorError(f"{name}.y: shape {y.shape} for {n_id.shape[0]} nodes")
+                d["y"] = torch.from_numpy(y.astype(np.int64))
+            nodes[name] = d
+        for k, te in enumerate(m.edges):
+            if te.relation != k:
+                raise TensorError(f"relation {te.relation} at position {k}")
+            et = L.edge_types[k]
+            ei = decode(te.edge_index, f"{et}.edge_index")
+            if ei.ndim != 2 or ei.shape[0] != 2:
+                raise TensorError(f"{et}.edge_index: shape {ei.shape}")
+            ns, nd = nodes[et[0]]["n_id"].numel(), nodes[et[2]]["n_id"].numel()
+            if ei.size and (ei.min() < 0 or ei[0].max(initial=-1) >= ns or ei[1].max(initial=-1) >= nd):
+                raise TensorError(f"{et}.edge_index: local indices out of n_id")
+            edges[et] = dict(edge_index=torch.from_numpy(ei.astype(np.int64)), num_sampled_edges=list(te.num_sampled_edges))
+        input_id = torch.from_numpy(decode(m.input_id, "input_id", writable=True))
+        if L.pin_memory:
+            for d in list(nodes.values()) + list(edges.values()):
+                for k, v in d.items():
+                    if torch.is_tensor(v):
+                        d[k] = v.pin_memory()
+        return dict(_typed=True, nodes=nodes, edges=edges, batch_size=int(m.batch_size), input_id=input_id)
 
     def __iter__(self):
         return self
@@ -745,6 +967,12 @@ class _EpochIter:
 
     def _batch(self, f):
         L = self.loader
+        if f.get("_typed"):
+            b = _typed_batch(L, f)
+            if L.transform is not None:
+                b = L.transform(b)
+            return b
+        L._finish(f)
         if L.data is not None:
             # PyG's filter_data: every node attribute indexed by n_id, on
             # the device it lives on.

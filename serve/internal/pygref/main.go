@@ -286,14 +286,22 @@ func runTyped(dir, typ, fan, relFan, split, list string, replace bool, e serve.E
 		}
 		var nodes, edges []map[string]any
 		for ty := range numNodes {
-			nodes = append(nodes, map[string]any{"n_id": hb.NodeIDs[ty], "num_sampled_nodes": hb.NumSampledNodes[ty]})
+			nodes = append(nodes, map[string]any{"n_id": nonNil(hb.NodeIDs[ty]), "num_sampled_nodes": hb.NumSampledNodes[ty]})
 		}
 		for r := range rels {
-			edges = append(edges, map[string]any{"src": hb.Src[r], "dst": hb.Dst[r], "num_sampled_edges": hb.NumSampledEdges[r]})
+			edges = append(edges, map[string]any{"src": nonNil(hb.Src[r]), "dst": nonNil(hb.Dst[r]), "num_sampled_edges": hb.NumSampledEdges[r]})
 		}
 		if err := enc.Encode(map[string]any{"input_id": pos, "batch_size": hb.BatchSize, "nodes": nodes, "edges": edges}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// nonNil makes an empty list print as [] rather than null.
+func nonNil(v []int32) []int32 {
+	if v == nil {
+		return []int32{}
+	}
+	return v
 }
