@@ -270,3 +270,68 @@ func TestHeteroSamplerErrors(t *testing.T) {
 		}
 	}
 }
+
+// SampleHop from a frontier draws, for each of its nodes, the rows Sample
+// draws for that node at that hop.
+func TestHeteroSampleHop(t *testing.T) {
+	sizes := []int64{500, 300, 200}
+	rels := typedGraph(sizes, 5, 3)
+	fan := [][]int{{3, 2}, {2, 0}, {2, 1}, {-1, 3}}
+	s, err := NewHeteroSampler(sizes, rels, HeteroConfig{Fanouts: fan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := Key{Seed: 4, Epoch: 1, Batch: 2}
+	seeds := []int32{7, 3, 99, 250}
+	mb, err := s.Sample(0, seeds, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hop 1 from a frontier of a few nodes of each type that hop 0 reached.
+	last := &mb.Blocks[0] // hop 1's block
+	front := make([][]int32, 3)
+	for ty := range 3 {
+		src := last.SrcNodes[ty][:last.NumDst[ty]]
+		for i := len(src) - 1; i >= 0 && len(front[ty]) < 3; i -= 2 {
+			front[ty] = append(front[ty], src[i])
+		}
+	}
+	blk, err := s.SampleHop(front, 1, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := 0
+	for r, rel := range rels {
+		for i, v := range front[rel.Dst] {
+			j := slices.Index(last.SrcNodes[rel.Dst][:last.NumDst[rel.Dst]], v)
+			want := last.Rels[r].Indices[last.Rels[r].Indptr[j]:last.Rels[r].Indptr[j+1]]
+			got := blk.Rels[r].Indices[blk.Rels[r].Indptr[i]:blk.Rels[r].Indptr[i+1]]
+			if len(got) != len(want) {
+				t.Fatalf("relation %d node %d: %d neighbors, Sample drew %d", r, v, len(got), len(want))
+			}
+			for k := range got {
+				if blk.SrcNodes[rel.Src][got[k]] != last.SrcNodes[rel.Src][want[k]] {
+					t.Fatalf("relation %d node %d: neighbor %d differs from Sample's", r, v, k)
+				}
+				nodes++
+			}
+		}
+	}
+	if nodes == 0 {
+		t.Fatal("no neighbors drawn")
+	}
+	for _, tc := range []struct {
+		dst  [][]int32
+		hop  int
+		says string
+	}{
+		{front[:2], 0, "frontier lists"},
+		{front, 2, "hop"},
+		{[][]int32{{500}, nil, nil}, 0, "not in [0, 500)"},
+		{[][]int32{{1, 1}, nil, nil}, 0, "already at position"},
+	} {
+		if _, err := s.SampleHop(tc.dst, tc.hop, key); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("SampleHop(%v, %d): %v, want %q", tc.dst, tc.hop, err, tc.says)
+		}
+	}
+}

@@ -118,6 +118,11 @@ func (s *Server) prepareLink(req *servepb.SampleRequest) (*linkStream, error) {
 	if math.IsNaN(lr.NegAmount) || lr.NegAmount < 0 || lr.NegAmount > MaxNegAmount {
 		return nil, reqErr(ErrInvalid, "link.neg_amount", -1, "%v: want 0 (no negatives) or in (0, %d]", lr.NegAmount, MaxNegAmount)
 	}
+	// A batch's pairs, negatives included, are bounded as a node batch's
+	// seeds are (the negatives' arrays are sized from them).
+	if per := 1 + math.Ceil(lr.NegAmount); float64(req.BatchSize)*per > MaxBatchSize {
+		return nil, reqErr(ErrTooLarge, "batch_size", -1, "%d edges with %v negatives each: more than %d pairs in a batch", req.BatchSize, lr.NegAmount, MaxBatchSize)
+	}
 	ls := &linkStream{amount: lr.NegAmount}
 	out := s.ds.Graph
 	if lr.EdgeLabelIndex != nil {

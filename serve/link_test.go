@@ -216,6 +216,7 @@ func TestLinkRefusals(t *testing.T) {
 		{"nan", func(r *servepb.SampleRequest) { r.Link.NegAmount = math.NaN() }, codes.InvalidArgument, "link.neg_amount"},
 		{"negative", func(r *servepb.SampleRequest) { r.Link.NegAmount = -1 }, codes.InvalidArgument, "link.neg_amount"},
 		{"huge", func(r *servepb.SampleRequest) { r.Link.NegAmount = 5000 }, codes.InvalidArgument, "link.neg_amount"},
+		{"too many pairs", func(r *servepb.SampleRequest) { r.BatchSize, r.Link.NegAmount = MaxBatchSize/2, 1.5 }, codes.ResourceExhausted, "pairs in a batch"},
 		{"seeds", func(r *servepb.SampleRequest) { r.Seeds = Int32Tensor([]int32{1}, 1) }, codes.InvalidArgument, "leave seeds and split unset"},
 		{"split", func(r *servepb.SampleRequest) { r.Split = servepb.Split_SPLIT_TRAIN }, codes.InvalidArgument, "leave seeds and split unset"},
 		{"owned", func(r *servepb.SampleRequest) { r.Owned = true }, codes.FailedPrecondition, "owned"},

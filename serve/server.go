@@ -38,6 +38,13 @@ import (
 // ProtocolVersion is the protocol version of servepb this server speaks.
 const ProtocolVersion = uint32(servepb.ProtocolVersion_PROTOCOL_VERSION_CURRENT)
 
+// Capabilities a server lists in Info: the optional request kinds it
+// serves (clients check them, since older servers ignore new fields).
+const (
+	CapLink  = "link"  // SampleRequest.link
+	CapTyped = "typed" // SampleRequest.input_type (typed datasets only)
+)
+
 // SecretMetadata is the metadata key that carries the shared secret.
 const SecretMetadata = "strata-secret"
 
@@ -521,7 +528,11 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 	if s.het != nil {
 		nts, ets = s.het.info()
 	}
-	return &servepb.InfoReply{NodeTypes: nts, EdgeTypes: ets,
+	caps := []string{CapLink}
+	if s.het != nil {
+		caps = append(caps, CapTyped)
+	}
+	return &servepb.InfoReply{NodeTypes: nts, EdgeTypes: ets, Capabilities: caps,
 		ProtocolVersion: ProtocolVersion, ServerVersion: Version, Dataset: ds.Name,
 		NumNodes: s.n, NumEdges: s.in.NumEdges(), FeatDim: int64(dim), NumClasses: int64(numClasses(ds)),
 		NumTrain: int64(len(ds.Train)), NumVal: int64(len(ds.Val)), NumTest: int64(len(ds.Test)),

@@ -9,6 +9,7 @@ import torch
 
 from ._pb import sampler_pb2 as pb
 from ._tensor import encode
+from .errors import StrataError
 from .loader import NeighborLoader
 
 # Request bytes around edge_label_index (the other fields are small).
@@ -106,6 +107,10 @@ class LinkNeighborLoader(NeighborLoader):
         if self.typed:
             raise ValueError(f"strata_pyg.LinkNeighborLoader: {self._conns[0].address} serves a typed graph, whose "
                              "links are not served")
+        for c, i in zip(self._conns, self._infos):
+            if "link" not in i.capabilities:
+                raise StrataError(c.address, "VERSION", "the server does not serve link batches (a strata serve "
+                                  "older than strata_pyg's LinkNeighborLoader): update it")
         self._split = pb.SPLIT_UNSPECIFIED
         self._seeds = None
         eli = self._eli_arg

@@ -433,6 +433,10 @@ class NeighborLoader:
         self.typed = len(self.info.node_types) > 0
         if self.typed:
             for c, i in zip(self._conns, infos):
+                if "typed" not in i.capabilities:
+                    raise StrataError(c.address, "VERSION", "the server lists node types but does not serve typed "
+                                      "batches: update it")
+            for c, i in zip(self._conns, infos):
                 if [(t.name, t.num_nodes) for t in i.node_types] != [(t.name, t.num_nodes) for t in self.info.node_types]:
                     raise StrataError(c.address, "MISMATCH", f"serves other node types than {self._conns[0].address}")
             self.node_types = [t.name for t in self.info.node_types]

@@ -319,8 +319,12 @@ type InfoReply struct {
 	// PyG's HeteroData). The homogeneous fields above then describe the
 	// graph with its types erased (node i of type t is node offset_t + i,
 	// types in order); requests with input_type sample the typed graph.
-	NodeTypes     []*NodeTypeInfo `protobuf:"bytes,17,rep,name=node_types,json=nodeTypes,proto3" json:"node_types,omitempty"`
-	EdgeTypes     []*EdgeTypeInfo `protobuf:"bytes,18,rep,name=edge_types,json=edgeTypes,proto3" json:"edge_types,omitempty"`
+	NodeTypes []*NodeTypeInfo `protobuf:"bytes,17,rep,name=node_types,json=nodeTypes,proto3" json:"node_types,omitempty"`
+	EdgeTypes []*EdgeTypeInfo `protobuf:"bytes,18,rep,name=edge_types,json=edgeTypes,proto3" json:"edge_types,omitempty"`
+	// capabilities: the optional request kinds this server understands
+	// ("link": SampleRequest.link; "typed": input_type). A server older
+	// than a field ignores it, so clients check here first.
+	Capabilities  []string `protobuf:"bytes,19,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +481,13 @@ func (x *InfoReply) GetNodeTypes() []*NodeTypeInfo {
 func (x *InfoReply) GetEdgeTypes() []*EdgeTypeInfo {
 	if x != nil {
 		return x.EdgeTypes
+	}
+	return nil
+}
+
+func (x *InfoReply) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
 	}
 	return nil
 }
@@ -1764,7 +1775,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"8\n" +
 	"\vInfoRequest\x12)\n" +
-	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\xf8\x04\n" +
+	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\"\x9c\x05\n" +
 	"\tInfoReply\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\x18\n" +
@@ -1787,7 +1798,8 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\n" +
 	"node_types\x18\x11 \x03(\v2\x17.strata.v1.NodeTypeInfoR\tnodeTypes\x126\n" +
 	"\n" +
-	"edge_types\x18\x12 \x03(\v2\x17.strata.v1.EdgeTypeInfoR\tedgeTypes\"t\n" +
+	"edge_types\x18\x12 \x03(\v2\x17.strata.v1.EdgeTypeInfoR\tedgeTypes\x12\"\n" +
+	"\fcapabilities\x18\x13 \x03(\tR\fcapabilities\"t\n" +
 	"\fNodeTypeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tnum_nodes\x18\x02 \x01(\x03R\bnumNodes\x12\x19\n" +
