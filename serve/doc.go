@@ -19,6 +19,19 @@
 // and key each batch has (shuffle, data-parallel rank, servers sharing an
 // epoch), so batches never depend on threads, workers or servers.
 //
+// With SampleRequest.link the batches are edge-seeded (PyG's
+// LinkNeighborLoader; link.go): an epoch runs over the request's edges,
+// each batch's negatives come from package link's training negatives
+// (link.Negatives) keyed by the batch's key, and the distinct endpoints
+// of positives and negatives, ascending (link.NewBatch), are sampled as a
+// node batch's seeds; edge_label_index gives the pairs as local indices.
+// With Options.Hetero (a typed dataset) and SampleRequest.input_type the
+// batches are typed (PyG's HeteroData; hetero.go): hop k samples every
+// relation from the nodes of its destination type that hop k-1 added,
+// through sample.HeteroSampler.SampleHop, and each node type and relation
+// gets its own n_id and edge_index. Info lists both in capabilities, so
+// that clients can tell a server too old to know them.
+//
 // SampleShm is Sample for a client on the same host (strata_pyg's worker
 // mode): the batches' tensors go into a shared-memory ring (package
 // shmring; only with Options.RingDir) and the bidirectional stream
