@@ -37,7 +37,7 @@ const envServeSecret = "STRATA_SERVE_SECRET"
 // serveCmd is 'strata serve': the sampling and feature server of package
 // serve, for PyTorch trainers (python/strata_pyg) and other processes.
 type serveCmd struct {
-	Dataset  string `help:"Built-in dataset name (${builtins}), a Strata dataset directory, or a directory 'strata import' understands (e.g. a folder of .npy arrays)." required:"" placeholder:"NAME|DIR"`
+	Dataset  string `help:"Built-in dataset name (${builtins}), a Strata dataset directory (typed ones too: typed requests sample its types, others its graph with the types erased), or a directory 'strata import' understands (e.g. a folder of .npy arrays)." required:"" placeholder:"NAME|DIR"`
 	NumNodes int64  `name:"num-nodes" help:"Node count of an imported .npy or edge-list dataset without features or labels, when it exceeds the largest node ID + 1 (0: inferred)." default:"0" placeholder:"N"`
 	Device   string `help:"Where to sample: auto (a GPU if one opens, else cpu), cpu, cuda, cuda:N." default:"auto"`
 	Devices  string `help:"Sample on several GPUs (cuda:0,1,...): a stream's batches go round-robin over them. Replaces --device." placeholder:"LIST"`

@@ -210,8 +210,13 @@ class NeighborLoader:
     ``request_timeout``) bounds the wait for one batch; ``generator`` gives
     the shuffle seed. Values PyG supports and Strata does not
     (``disjoint=True``, temporal sampling, ``weight_attr``, other
-    ``subgraph_type``\ s, edge attributes, heterogeneous graphs, custom
-    samplers) raise ValueError.
+    ``subgraph_type``\ s, edge attributes, a HeteroData held in memory,
+    custom samplers) raise ValueError.
+
+    A typed dataset (directory, or servers serving one) yields
+    ``HeteroData`` batches (``HeteroBatch`` without PyG):
+    ``input_nodes`` is a node type or ``(node type, nodes)`` and
+    ``num_neighbors`` a list or a dict per edge type (docs/pytorch.md).
 
     Worker mode takes the batches through a shared-memory ring in
     /dev/shm (``transport="shm"``, the default there; ``"grpc"`` sends
