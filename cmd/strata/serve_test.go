@@ -233,3 +233,33 @@ func TestServePartAndRing(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// A typed dataset is served with its types (Info lists them and the
+// typed capability); --part does not apply to it.
+func TestServeTyped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "het")
+	if code, _, stderr := strata(t, "--quiet", "gen", dir, "--preset", "hetero"); code != 0 {
+		t.Fatalf("gen: %d %s", code, stderr)
+	}
+	if code, _, stderr := strata(t, "serve", "--dataset", dir, "--part", "0"); code != 2 || !strings.Contains(stderr, "--part") {
+		t.Errorf("typed --part: exit %d, %q", code, stderr)
+	}
+	cmd, addr, out := startServe(t, nil, "--dataset", dir, "--device", "cpu")
+	c, err := serve.Dial(addr, serve.ClientOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumNodes != 8000 || len(info.NodeTypes) != 3 || len(info.EdgeTypes) != 4 || info.NodeTypes[0].Name != "paper" ||
+		!info.NodeTypes[0].Labeled || strings.Join(info.Capabilities, ",") != "link,typed" {
+		t.Fatalf("info %+v", info)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := waitExit(t, cmd, out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
