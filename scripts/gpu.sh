@@ -57,6 +57,16 @@
 #                 --partition range --eval sampled` on the papers shape (generated once into
 #                 $DSP_SETUP_DATA, 71 GB; about as long to write), stopped at its first batch;
 #                 prints the setup's phases (the "first batch" line)
+#   world         issue 16's job over processes and "machines" on 4 GPUs, products, 3-layer SAGE
+#                 256, batch 1024, fanouts 15,10,5, --partition multilevel: w1x4, 1 process with
+#                 cuda:0,1,2,3; w4x1, `strata launch -n 4`, a process per GPU; w2x2, 2 machines x
+#                 2 GPUs: two `strata launch --nnodes 2 --node-rank r` on 127.0.0.1, GPUs 0,1 and
+#                 2,3 (CUDA_VISIBLE_DEVICES), each its own NCCL_HOSTID and STRATA_HOST_ID (NCCL's
+#                 network transport between them), the whole dataset; full-graph (3-layer SAGE
+#                 256) on the 2 machines with NCCL_P2P_DISABLE=1, exact (fg2x2) and skip-broadcast
+#                 (fg2x2-stale, --staleness); a table last: seconds per epoch, network bytes per
+#                 epoch, test accuracy, broadcast bytes avoided. Each run stopped with SIGQUIT at
+#                 its limit; the set stays within WORLD_BUDGET
 #   papers-gen    issue 15's judged figures, part 1 (no GPU used): `strata gen --preset papers`
 #                 into $PAPERS_DATA (111M nodes, 3.2B stored edges, 71 GB), timed; skipped when
 #                 a dataset is there (a warm machine keeps /tmp between calls). The data does not
@@ -97,6 +107,12 @@
 #             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run); dsp-setup:
 #             DSP_SETUP_DATA (/tmp/papers), DSP_SETUP_PRESET (papers), DSP_GPUS (4), DSP_FLAGS,
 #             DSP_RUN_TIMEOUT (300 s to the first batch).
+#   world     WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7),
+#             WORLD_ONLY (a regexp of run names), WORLD_RUN_TIMEOUT (100 s a run, then SIGQUIT),
+#             WORLD_BUDGET (540 s from the set's start: a run gets what is left of it, and is
+#             skipped and reported failed under 30 s), DSP_STALL; WORLD_CPU=1 runs the set on CPU
+#             devices (cpu:N for N GPUs), to try it without GPUs (with a fake nvidia-smi listing
+#             4 GPUs and GPU_DATA a small dataset, e.g. `strata gen --preset tiny`).
 #   papers-*  PAPERS_DATA (/tmp/papers), PAPERS_PRESET (papers), PAPERS_GEN_TIMEOUT (560 s),
 #             PAPERS_EPOCHS (papers-4 10, papers-1 3), PAPERS_FLAGS (added to both trainings),
 #             PAPERS_1_FLAGS (papers-1: --cache 0 under 100 GiB, else none), PAPERS_STEPS
@@ -169,7 +185,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(ab test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 quick all)
+host_sets=(ab world test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -221,7 +237,7 @@ needs() {
     comm) printf '%s\n' strata-commbench comm/gpushm ;;
     dp-step) printf '%s\n' strata train/dpbench comm/gpushm ;;
     dsp-variants) printf '%s\n' strata dsp/engine ;;
-    dsp-speed | dsp-papers | dsp-run | dsp-setup | papers-*) printf '%s\n' strata ;;
+    dsp-speed | dsp-papers | dsp-run | dsp-setup | papers-* | world) printf '%s\n' strata ;;
     ab) printf '%s\n' strata fullgraph ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
     all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
@@ -241,7 +257,7 @@ min_gpus() {
   case $1 in
     test | quick | all | papers-gen) echo 0 ;;
     comm | dp-step) echo 2 ;;
-    papers-4) echo 4 ;;
+    papers-4 | world) echo 4 ;;
     *) echo 1 ;;
   esac
 }
@@ -553,12 +569,19 @@ train_run() {
   timeout -s QUIT -k 10 "${DSP_RUN_TIMEOUT:-150}" "$bin/strata" train --dataset "$ds" --model sage --layers 3 --hidden 256 \
     --batch-size 1024 --fanouts 15,10,5 --select last --report "$out.json" "$@" 2>&1 >"$out.out" | stamp "$out.log" "$out.times"
   rc=${PIPESTATUS[0]}
+  train_result "$name" "$rc" "$t0" "$*"
+}
+
+# train_result NAME RC T0 WHAT: records and prints a run's results from
+# $setlogs/NAME.{out,log,times} (train_run's files); RC is its exit status.
+train_result() {
+  local name=$1 rc=$2 t0=$3 out=$setlogs/$1
   ran+=("$name")
   epoch[$name]=$(awk '$1 == "epoch" && $2 == "time" { sub(/s$/, "", $3); print $3 }' "$out.out")
   # shellcheck disable=SC2034 # read through mean's reference
   acc[$name]=$(awk '$1 == "test" && $2 == "accuracy" { print $3 }' "$out.out")
   first[$name]=$(awk 'NR == 1 { print $1 }' "$out.times")
-  echo "== $name ($*): rc=$rc wall=$(since "$t0")s, first epoch done at ${first[$name]:-?}s"
+  echo "== $name ($4): rc=$rc wall=$(since "$t0")s, first epoch done at ${first[$name]:-?}s"
   grep -E '^epoch |train time' "$out.log" | indent
   grep -E 'accuracy|pipeline|epoch time|^time' "$out.out" | indent
   if [ "$rc" != 0 ]; then
@@ -907,6 +930,171 @@ set_dsp_setup() {
   echo "   $devs on $ds ($(build_id)):"
   grep -E '^(memory|training|first batch|failure|strata:)' "$out.log" | cut -c1-600 | indent
   grep -q '^first batch ' "$out.log" || check 1 "first batch"
+}
+
+# ------------------------------------------------ world (issue 16)
+
+# world_wants NAME: whether $WORLD_ONLY (a regexp) selects the run NAME.
+world_wants() { [[ $1 =~ ${WORLD_ONLY:-.} ]]; }
+
+# world_left: the seconds a world run may take: $WORLD_RUN_TIMEOUT or what
+# is left of $WORLD_BUDGET since the set started, whichever is less.
+world_left() {
+  awk -v l="${WORLD_RUN_TIMEOUT:-100}" -v b="${WORLD_BUDGET:-540}" -v s="$(since "$world_t0")" \
+    'BEGIN { r = b - s; if (l < r) r = l; printf "%d", r }'
+}
+
+# world_devs I,J,..: the --devices of GPUs I,J,.. (visible numbering), or
+# as many CPU devices with WORLD_CPU=1 (a dry run without GPUs).
+world_devs() {
+  if [ "${WORLD_CPU:-0}" = 1 ]; then
+    echo "cpu:$(($(tr -cd , <<<"$1" | wc -c) + 1))"
+  else
+    echo "cuda:$1"
+  fi
+}
+
+# world_free_port: a free TCP port on loopback (the store of a 2-launch job).
+world_free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# world_run NAME KIND [FLAGS...]: one run of the world set, stopped with
+# SIGQUIT past world_left's seconds (Go prints every goroutine). KIND:
+#   one:D       one process with --devices D
+#   procs:N     `strata launch -n N`, each process --devices cuda:$LOCAL_RANK
+#   machines:A/B  two `strata launch --nnodes 2` on 127.0.0.1 and .2, one
+#               process each with GPUs A (machine 0) and B (machine 1) through
+#               CUDA_VISIBLE_DEVICES, their own NCCL_HOSTID and STRATA_HOST_ID;
+#               FLAGS may hold @M, replaced by M (0 or 1) per machine.
+# FLAGS follow the products model's (train_run's) unless they hold
+# --mode fullgraph. Skipped, failed, under 30 s of the budget left.
+world_run() {
+  local name=$1 kind=$2 out=$setlogs/$1 lim t0 rc rc1 port m m1 a b args=() f fl
+  shift 2
+  lim=$(world_left)
+  if [ "$lim" -lt 30 ]; then
+    echo "== $name: skipped, ${lim}s left of WORLD_BUDGET (${WORLD_BUDGET:-540}s); run it alone: WORLD_ONLY='^$name\$'"
+    check 1 "$name (no time left)"
+    return 1
+  fi
+  args=(train --dataset "$ds" --model sage --layers 3 --hidden 256 --seed "${WORLD_SEED:-7}")
+  [[ " $* " == *" fullgraph "* ]] || args+=(--batch-size 1024 --fanouts "15,10,5" --select last)
+  t0=$(now)
+  case $kind in
+    one:*)
+      timeout -s QUIT -k 10 "$lim" "$bin/strata" "${args[@]}" --report "$out.json" "$@" --devices "${kind#one:}" \
+        2>&1 >"$out.out" | stamp "$out.log" "$out.times"
+      rc=${PIPESTATUS[0]}
+      ;;
+    procs:*)
+      # The ranks' stdout (process 0's results) and stderr apart; the
+      # other processes print one line each.
+      # shellcheck disable=SC2016 # $LOCAL_RANK and $@ are the rank shell's
+      timeout -k 20 "$((lim + 15))" "$bin/strata" launch --no-prefix -n "${kind#procs:}" -- \
+        sh -c 'exec timeout -s QUIT -k 10 '"$lim"' "$@" --devices '"$(world_devs '$LOCAL_RANK')" \
+        sh "$bin/strata" "${args[@]}" --report "$out.json" "$@" 2>&1 >"$out.out" | stamp "$out.log" "$out.times"
+      rc=${PIPESTATUS[0]}
+      ;;
+    machines:*)
+      port=$(world_free_port) || { check 1 "$name: no free port"; return 1; }
+      a=${kind#machines:} b=${a#*/} a=${a%/*}
+      for m in 1 0; do
+        fl=()
+        for f; do fl+=("${f//@M/$m}"); done
+        local gpus=$a
+        [ "$m" = 1 ] && gpus=$b
+        # Machine m: its own host (STRATA_HOST_ID, NCCL_HOSTID: NCCL's
+        # network transport between the machines) and loopback address.
+        local envs=(STRATA_HOST_ID="world-m$m" NCCL_HOSTID="world-m$m" STRATA_COMM_HOST="127.0.0.$((m + 1))")
+        [ "${WORLD_CPU:-0}" = 1 ] || envs+=(CUDA_VISIBLE_DEVICES="$gpus")
+        local devs
+        devs=$(world_devs "$(seq -s, 0 $(($(tr -cd , <<<"$gpus" | wc -c))))")
+        if [ "$m" = 1 ]; then
+          env "${envs[@]}" timeout -k 20 "$((lim + 15))" "$bin/strata" launch --no-prefix -n 1 --nnodes 2 --node-rank 1 \
+            --master-addr 127.0.0.1 --master-port "$port" -- timeout -s QUIT -k 10 "$lim" \
+            "$bin/strata" "${args[@]}" --report "$out-m1.json" "${fl[@]}" --devices "$devs" >"$out-m1.log" 2>&1 &
+          m1=$!
+        else
+          env "${envs[@]}" timeout -k 20 "$((lim + 15))" "$bin/strata" launch --no-prefix -n 1 --nnodes 2 --node-rank 0 \
+            --master-addr 127.0.0.1 --master-port "$port" -- timeout -s QUIT -k 10 "$lim" \
+            "$bin/strata" "${args[@]}" --report "$out.json" "${fl[@]}" --devices "$devs" 2>&1 >"$out.out" | stamp "$out.log" "$out.times"
+          rc=${PIPESTATUS[0]}
+        fi
+      done
+      wait "$m1"
+      rc1=$?
+      [ "$rc" != 0 ] || rc=$rc1
+      if [ "$rc1" != 0 ]; then
+        echo "   ! machine 1 (rc=$rc1), its last lines:"
+        awk '/^SIGQUIT/ { exit } { print }' "$out-m1.log" | grep -vE '^\s*$' | tail -6 | cut -c1-300 | sed 's/^/   ! /'
+      fi
+      ;;
+  esac
+  train_result "$name" "$rc" "$t0" "$kind $* (limit ${lim}s)"
+  world_row "$name" "$kind" "$out.json"
+}
+
+# world_row NAME KIND REPORT: the run's row of the final table, from its
+# report: seconds per epoch (the sampled engine: the epochs after the
+# first; full-graph: the mean), network bytes per epoch (the sampled
+# engine: every machine's bytes between machines; full-graph: the
+# broadcasts and gradients sent, every link, and the broadcast bytes
+# avoided), test accuracy.
+world_row() {
+  local r
+  r=$(python3 - "$3" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("%-9s %-11s %-8s %s" % ("n/a", "n/a", "n/a", "-")); sys.exit()
+def mib(b): return "%.1fMiB" % (b / 2**20)
+acc = "%.4f" % r["test_accuracy"] if isinstance(r.get("test_accuracy"), (int, float)) else "n/a"
+if r.get("mode") == "full":
+    ep = r.get("epoch_comm") or []
+    n = max(len(ep), 1)
+    sent = sum(e.get("bytes_sent", 0) + e.get("grad_bytes_sent", 0) for e in ep) / n
+    avoided = sum(e.get("bytes_avoided", 0) + e.get("grad_bytes_avoided", 0) for e in ep) / n
+    c = r.get("comm") or {}
+    print("%-9.4f %-11s %-8s %s (%.1f%%)" % (r.get("mean_epoch_seconds", float("nan")), mib(sent), acc,
+          mib(avoided), 100 * c.get("avoided_fraction", 0)))
+else:
+    n = max(len(r.get("epochs") or []), 1)
+    w = r.get("world") or {}
+    pm = w.get("per_machine")
+    if pm:
+        net = sum(m.get("bytes", {}).get("network", 0) for m in pm)
+    else:
+        # One machine: process 0's counters (no bytes between machines).
+        s = (r.get("metrics") or {}).get("summary", {}).get("bytes", {})
+        net = sum(v.get("network", 0) for v in s.values())
+    print("%-9.4f %-11s %-8s -" % ((r.get("device_run") or {}).get("steady_epoch_seconds", float("nan")), mib(net / n), acc))
+PY
+  )
+  rows+=("$(printf '%-12s %-18s %s' "$1" "$2" "$r")")
+}
+
+# world: issue 16's runs of one job over processes and machines on 4 GPUs
+# (products, 3-layer SAGE 256, batch 1024, fanouts 15,10,5).
+set_world() {
+  local ds=$data e=${WORLD_EPOCHS:-3} fe=${WORLD_FG_EPOCHS:-10} part=${WORLD_PARTITION:-multilevel} row
+  world_t0=$(now)
+  gen_data products "$ds" || return
+  local s=(--epochs "$e" --partition "$part" --eval-every 1000 --stall-timeout "${DSP_STALL:-45s}")
+  world_wants w1x4 && world_run w1x4 "one:$(world_devs 0,1,2,3)" "${s[@]}"
+  world_wants w4x1 && world_run w4x1 procs:4 "${s[@]}"
+  world_wants w2x2 && world_run w2x2 machines:0,1/2,3 "${s[@]}"
+  local f=(--mode fullgraph --epochs "$fe" --partition "$part" --eval-every 1000)
+  # Full-graph between the 2 machines with NCCL's peer-to-peer path off:
+  # exact, then skip-broadcast (Sancus's staleness).
+  world_wants fg2x2 && NCCL_P2P_DISABLE=1 world_run fg2x2 machines:0,1/2,3 "${f[@]}"
+  world_wants fg2x2-stale && NCCL_P2P_DISABLE=1 world_run fg2x2-stale machines:0,1/2,3 "${f[@]}" --staleness
+  echo "   -- world: $(build_id), $ds, $e epochs (full-graph $fe), --partition $part"
+  echo "   $(printf '%-12s %-18s %-9s %-11s %-8s %s' run kind s/epoch net/epoch test avoided/epoch)"
+  for row in "${rows[@]}"; do echo "   $row"; done
+  echo "   (net/epoch: bytes between machines, every machine's counters summed; full-graph rows: all broadcast and"
+  echo "   gradient bytes sent, every link; avoided: the broadcast bytes skip-broadcast did not send)"
 }
 
 # ------------------------------------------------ papers (issue 15)
