@@ -33,6 +33,10 @@ type Options struct {
 	// chunks of at most 256 MiB): an upload of tens of GB shows its
 	// progress.
 	OnUpload func(bytes int64)
+	// Offset, for a machine's shard (package dsp/machines): the table's
+	// rows are nodes Offset .. Offset+rows-1, and gathers take those
+	// global IDs (Hot lists shard rows, 0 .. rows-1).
+	Offset int64
 }
 
 // uploadChunk is the most bytes of hot rows one Upload copies (each
@@ -49,6 +53,7 @@ type Store struct {
 	slot       backend.Buffer     // int32 per node: hot row or -1 (nil when nothing is hot)
 	hotRows    int
 	vbytes     int64 // bytes a value: 4, or 2 for bfloat16
+	lo         int64 // Options.Offset
 	gather     backend.Kernel
 	gather4    backend.Kernel
 }
@@ -109,7 +114,10 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if opt.BudgetBytes < 0 {
 		return nil, fmt.Errorf("feature: negative budget %d", opt.BudgetBytes)
 	}
-	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols, vbytes: 4}
+	if opt.Offset < 0 || opt.Offset+int64(rows) > 1<<31 {
+		return nil, fmt.Errorf("feature: offset %d for %d rows (node IDs are int32)", opt.Offset, rows)
+	}
+	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols, vbytes: 4, lo: opt.Offset}
 	gather, gather4 := "feat_gather", "feat_gather4"
 	if opt.BFloat16 {
 		s.vbytes, gather, gather4 = 2, "feat_gather_bf16", "feat_gather_bf16x4"
@@ -342,7 +350,25 @@ func (s *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64)
 	return s.gather1(op, dst, nodes, p, seed)
 }
 
+// GatherStaged is Gather with rows staged by the host: where spos (n
+// int32 in device-readable memory, e.g. mapped pinned) holds j >= 0 for
+// batch position i, row i of dst is row j of staged (nstaged x Cols()
+// float32, device-readable); where it holds -1, the store's row of
+// nodes[i]. A j outside [0, nstaged) zeroes its row and is reported like
+// a bad node. The caller keeps spos and staged unchanged until the
+// gather has run.
+func (s *Store) GatherStaged(dst, nodes backend.Buffer, spos, staged backend.DevPtr, nstaged int64) error {
+	if spos == 0 || (staged == 0 && nstaged > 0) || nstaged < 0 {
+		return &backend.ShapeError{Op: "feature.GatherStaged", Msg: fmt.Sprintf("staging at %#x, rows at %#x for %d rows", spos, staged, nstaged)}
+	}
+	return s.gather2("feature.GatherStaged", dst, nodes, 0, 0, spos, staged, nstaged)
+}
+
 func (s *Store) gather1(op string, dst, nodes backend.Buffer, p float32, seed uint64) error {
+	return s.gather2(op, dst, nodes, p, seed, 0, 0, 0)
+}
+
+func (s *Store) gather2(op string, dst, nodes backend.Buffer, p float32, seed uint64, spos, staged backend.DevPtr, nstaged int64) error {
 	keep := float32(1)
 	if p != 0 {
 		keep = 1 / (1 - p)
@@ -359,7 +385,7 @@ func (s *Store) gather1(op string, dst, nodes backend.Buffer, p float32, seed ui
 	}
 	return s.queue.Enqueue(func(q backend.Queue) error {
 		// The queue refuses buffers of another device (ShapeError).
-		slot, err := q.IndexSlot(op, "nodes", nodes, s.rows)
+		slot, err := q.IndexSlot(op, "nodes", nodes, int(s.lo)+s.rows)
 		if err != nil {
 			return err
 		}
@@ -370,14 +396,15 @@ func (s *Store) gather1(op string, dst, nodes backend.Buffer, p float32, seed ui
 		// Vector loads of four values: 16 bytes (float32) or 8
 		// (bfloat16); the table's and the hot rows' starts are
 		// allocation starts, so row alignment follows from cols % 4.
-		if s.cols%4 == 0 && q.Aligned(dst, 16) {
+		// The staged rows start 16-byte aligned for the vector form.
+		if s.cols%4 == 0 && q.Aligned(dst, 16) && staged%16 == 0 {
 			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot),
-				backend.F32(p), backend.F32(keep), backend.U64(seed))
+				backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged))
 		}
 		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot),
-			backend.F32(p), backend.F32(keep), backend.U64(seed))
+			backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged))
 	})
 }
 

@@ -1,6 +1,11 @@
 // Feature gathering with a hot/cold split: node v's row comes from the
 // device cache (hot) when slot[v] >= 0, else from mapped pinned host
 // memory (cold) read through UVA. 16-byte loads when cols % 4 == 0.
+// The table may be a machine's shard (package dsp/machines): it holds
+// nodes lo .. lo+nrows-1 (v - lo indexes slot and cold), and spos, when
+// not null, gives each batch position's row of staged (float32, pinned,
+// rows fetched from other machines; -1: the shard's row), bounded by
+// nstaged. Indices are 64-bit; a bad one zeroes its row and is reported.
 // With p > 0 the gather also applies input dropout: output element k
 // (flat index) is kept iff rng_uniform01(seed, k) >= p and then scaled by
 // keep = 1/(1-p) (float32, from the host), backend.Dropout's rule, so no
@@ -23,10 +28,21 @@ __device__ __forceinline__ float4 feat_drop4(float4 v, float p, float keep, u64 
 }
 
 extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, const int* slot, const float* hot,
-                                       const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed) {
+                                       const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
+                                       i64 lo, const int* spos, const float* staged, i64 nstaged) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
-    int v = nodes[i];
+    i64 sp = spos ? (i64)spos[i] : -1;
+    if (sp >= 0) {
+      if (sp >= nstaged) {
+        if (c == 0) index_error(err, i);
+        out[k] = 0.0f;
+        continue;
+      }
+      out[k] = staged[sp * cols + c] * feat_drop(p, keep, seed, k);
+      continue;
+    }
+    i64 v = (i64)nodes[i] - lo;
     if (v < 0 || v >= nrows) {
       if (c == 0) index_error(err, i);
       out[k] = 0.0f;
@@ -38,10 +54,21 @@ extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, cons
 }
 
 extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, const int* slot, const float4* hot,
-                                        const float4* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed) {
+                                        const float4* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
+                                        i64 lo, const int* spos, const float4* staged, i64 nstaged) {
   GRID_STRIDE(k, n * cols4) {
     i64 i = k / cols4, c = k - i * cols4;
-    int v = nodes[i];
+    i64 sp = spos ? (i64)spos[i] : -1;
+    if (sp >= 0) {
+      if (sp >= nstaged) {
+        if (c == 0) index_error(err, i);
+        out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        continue;
+      }
+      out[k] = feat_drop4(staged[sp * cols4 + c], p, keep, seed, k);
+      continue;
+    }
+    i64 v = (i64)nodes[i] - lo;
     if (v < 0 || v >= nrows) {
       if (c == 0) index_error(err, i);
       out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -56,10 +83,21 @@ extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, co
 // to float32 exactly: half the bytes read. The x4 form reads four values
 // (8 bytes) at a time.
 extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n, const int* slot, const bf16* hot,
-                                            const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed) {
+                                            const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
+                                            i64 lo, const int* spos, const float* staged, i64 nstaged) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
-    int v = nodes[i];
+    i64 sp = spos ? (i64)spos[i] : -1;
+    if (sp >= 0) {
+      if (sp >= nstaged) {
+        if (c == 0) index_error(err, i);
+        out[k] = 0.0f;
+        continue;
+      }
+      out[k] = staged[sp * cols + c] * feat_drop(p, keep, seed, k);
+      continue;
+    }
+    i64 v = (i64)nodes[i] - lo;
     if (v < 0 || v >= nrows) {
       if (c == 0) index_error(err, i);
       out[k] = 0.0f;
@@ -71,10 +109,21 @@ extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n,
 }
 
 extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64 n, const int* slot, const uint2* hot,
-                                              const uint2* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed) {
+                                              const uint2* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
+                                              i64 lo, const int* spos, const float4* staged, i64 nstaged) {
   GRID_STRIDE(k, n * cols4) {
     i64 i = k / cols4, c = k - i * cols4;
-    int v = nodes[i];
+    i64 sp = spos ? (i64)spos[i] : -1;
+    if (sp >= 0) {
+      if (sp >= nstaged) {
+        if (c == 0) index_error(err, i);
+        out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        continue;
+      }
+      out[k] = feat_drop4(staged[sp * cols4 + c], p, keep, seed, k);
+      continue;
+    }
+    i64 v = (i64)nodes[i] - lo;
     if (v < 0 || v >= nrows) {
       if (c == 0) index_error(err, i);
       out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

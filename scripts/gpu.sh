@@ -62,7 +62,9 @@
 #                 cuda:0,1,2,3; w4x1, `strata launch -n 4`, a process per GPU; w2x2, 2 machines x
 #                 2 GPUs: two `strata launch --nnodes 2 --node-rank r` on 127.0.0.1, GPUs 0,1 and
 #                 2,3 (CUDA_VISIBLE_DEVICES), each its own NCCL_HOSTID and STRATA_HOST_ID (NCCL's
-#                 network transport between them), the whole dataset; full-graph (3-layer SAGE
+#                 network transport between them), the whole dataset; w2x2-dirs, the same with a
+#                 directory per machine (`strata partition --machines 2` into $WORLD_PARTS, made
+#                 once, each process loading only its machine's rows); full-graph (3-layer SAGE
 #                 256) on the 2 machines with NCCL_P2P_DISABLE=1, exact (fg2x2) and skip-broadcast
 #                 (fg2x2-stale, --staleness); a table last: seconds per epoch, network bytes per
 #                 epoch, test accuracy, broadcast bytes avoided. Each run stopped with SIGQUIT at
@@ -107,7 +109,7 @@
 #             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run); dsp-setup:
 #             DSP_SETUP_DATA (/tmp/papers), DSP_SETUP_PRESET (papers), DSP_GPUS (4), DSP_FLAGS,
 #             DSP_RUN_TIMEOUT (300 s to the first batch).
-#   world     WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7),
+#   world     WORLD_PARTS ($GPU_DATA-m2), WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7),
 #             WORLD_ONLY (a regexp of run names), WORLD_RUN_TIMEOUT (100 s a run, then SIGQUIT),
 #             WORLD_BUDGET (540 s from the set's start: a run gets what is left of it, and is
 #             skipped and reported failed under 30 s), DSP_STALL; WORLD_CPU=1 runs the set on CPU
@@ -978,7 +980,8 @@ world_run() {
     check 1 "$name (no time left)"
     return 1
   fi
-  args=(train --dataset "$ds" --model sage --layers 3 --hidden 256 --seed "${WORLD_SEED:-7}")
+  args=(train --model sage --layers 3 --hidden 256 --seed "${WORLD_SEED:-7}")
+  [[ " $* " == *" --machine-dir "* ]] || args+=(--dataset "$ds") # the directory replaces it
   [[ " $* " == *" fullgraph "* ]] || args+=(--batch-size 1024 --fanouts "15,10,5" --select last)
   t0=$(now)
   case $kind in
@@ -1085,6 +1088,22 @@ set_world() {
   world_wants w1x4 && world_run w1x4 "one:$(world_devs 0,1,2,3)" "${s[@]}"
   world_wants w4x1 && world_run w4x1 procs:4 "${s[@]}"
   world_wants w2x2 && world_run w2x2 machines:0,1/2,3 "${s[@]}"
+  # (d): the same with a directory per machine (each loads only its rows).
+  if world_wants w2x2-dirs; then
+    local parts=${WORLD_PARTS:-$ds-m2} t0
+    if [ ! -f "$parts/machine-1/machine.json" ]; then
+      t0=$(now)
+      if ! timeout -s QUIT -k 10 "$(world_left)" "$bin/strata" partition --machines 2 --devices-per-machine 2 \
+        --seed "${WORLD_SEED:-7}" "$ds" "$parts" >"$setlogs/partition.log" 2>&1; then
+        tail -5 "$setlogs/partition.log" | indent
+        check 1 "partition --machines 2"
+      else
+        echo "   partition --machines 2 into $parts: $(since "$t0")s"
+      fi
+    fi
+    [ -f "$parts/machine-1/machine.json" ] &&
+      world_run w2x2-dirs machines:0,1/2,3 "${s[@]}" --machine-dir "$parts/machine-@M"
+  fi
   local f=(--mode fullgraph --epochs "$fe" --partition "$part" --eval-every 1000)
   # Full-graph between the 2 machines with NCCL's peer-to-peer path off:
   # exact, then skip-broadcast (Sancus's staleness).

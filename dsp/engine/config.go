@@ -180,8 +180,8 @@ type Options struct {
 	// dsp/machines, `strata partition --machines`): the run's
 	// partition is the directory's, ds passed to Run is its dataset
 	// (no features), the machine's rows come from its shard and the
-	// others' from their machines' feature services (machines.go).
-	// CPU devices only for now.
+	// others' from their machines' feature services (machines.go;
+	// cache.ShardStore, on CPU devices and GPUs).
 	Machine *machines.Dir
 	// RemoteCacheBytes is the budget of this process's cache of other
 	// machines' rows (0: none); RemoteTimeout each request's deadline

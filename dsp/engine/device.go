@@ -133,7 +133,7 @@ func (d *device) setup() error {
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
-	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add, s.rowSource(d)); err != nil {
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add, s.shard(d)); err != nil {
 		return d.errf("device kit", err)
 	}
 	s.clock.device("topology", r, d.kit.topology)

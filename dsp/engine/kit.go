@@ -187,8 +187,10 @@ type samplerSpec struct {
 // sample.NeighborSampler on the host otherwise) and the feature
 // package's store on b (a host table on a CPU back end). hot lists the
 // rows the device caches, in cache order; onUpload hears of the bytes of
-// rows copied to a GPU.
-func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), src cache.RowSource) (*kit, error) {
+// rows copied to a GPU. With sh (the per-machine layout) the store holds
+// the machine's shard and fetches other machines' rows (cache.ShardStore:
+// its host machine on a CPU back end, cudadsp's on a GPU); x is unused.
+func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), sh *shardSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
 	gpu := isGPU(b)
 	if gpu {
@@ -211,8 +213,29 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	}
 	k.topology = time.Since(t0)
 	t0 = time.Now()
+	if sh != nil {
+		var m cache.ShardMachine
+		var err error
+		if gpu {
+			m, err = cudadsp.NewShardMachine(b, sh.x, sh.lo, sh.hi, cols, hot, onUpload)
+		} else {
+			m, err = cache.NewHostShard(b, sh.x, sh.lo, sh.hi, cols, len(hot))
+		}
+		if err == nil {
+			k.store, err = cache.NewShardStore(b, m, sh.src, rows, cols, sh.lo, sh.hi)
+			if err != nil {
+				m.Close()
+			}
+		}
+		if err != nil {
+			k.close()
+			return nil, fmt.Errorf("feature store: %w", err)
+		}
+		k.features = time.Since(t0)
+		return k, nil
+	}
 	if !gpu {
-		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot), Source: src}
+		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}
 		k.features = time.Since(t0)
 		return k, nil
 	}

@@ -47,10 +47,7 @@ func Partition(ctx context.Context, ds *dataset.Dataset, devices int, method str
 
 // machinePartition checks the machine directory against the job and
 // returns it as the run's partition.
-func machinePartition(ctx context.Context, dir *machines.Dir, cfg *Config, w *world.World, gpus bool) (*partitioned, error) {
-	if gpus {
-		return nil, &ConfigError{Field: "machine_dir", Msg: "the per-machine layout runs on CPU devices for now (GPU stores read the whole table from pinned memory)"}
-	}
+func machinePartition(ctx context.Context, dir *machines.Dir, cfg *Config, w *world.World) (*partitioned, error) {
 	ms := w.Machines()
 	counts := make([]int, len(ms))
 	for i, ps := range ms {
@@ -108,12 +105,21 @@ func (s *shared) machineFeatures(ctx context.Context, dir *machines.Dir) error {
 	return nil
 }
 
-// rowSource is device d's view of the feature service (nil without one).
-func (s *shared) rowSource(d *device) cache.RowSource {
+// shardSpec is what a device's store needs of the per-machine layout:
+// the machine's shard and the rows of the others.
+type shardSpec struct {
+	src    cache.RowSource
+	x      []float32 // rows [lo, hi)
+	lo, hi int
+}
+
+// shard is device d's view of the feature service (nil without one).
+func (s *shared) shard(d *device) *shardSpec {
 	if s.svc == nil {
 		return nil
 	}
-	return &deviceRows{svc: s.svc, m: d.m}
+	lo, hi, x := s.svc.Shard()
+	return &shardSpec{src: &deviceRows{svc: s.svc, m: d.m}, x: x, lo: int(lo), hi: int(hi)}
 }
 
 type deviceRows struct {

@@ -183,7 +183,7 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	var pd *partitioned
 	var err error
 	if opts.Machine != nil {
-		pd, err = machinePartition(ctx, opts.Machine, &cfg, w, gpus)
+		pd, err = machinePartition(ctx, opts.Machine, &cfg, w)
 	} else {
 		pd, err = partitionData(ctx, ds, &cfg, opts.Log)
 	}

@@ -197,6 +197,10 @@ func jobSecret(ctx context.Context, w *world.World, sec auth.Security) ([]byte, 
 // Addr is where this process serves its machine's rows.
 func (s *Service) Addr() string { return s.ln.Addr().String() }
 
+// Shard is this machine's rows [lo, hi) of the table as served (x: hi-lo
+// rows, prepared as ServiceOptions.X; shared, not copied).
+func (s *Service) Shard() (lo, hi int64, x []float32) { return s.lo, s.hi, s.x }
+
 // Close stops serving and closes the connections.
 func (s *Service) Close() error {
 	s.srv.Stop()

@@ -1,0 +1,129 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
+)
+
+// tableSource serves rows of a whole table and records what it was asked.
+type tableSource struct {
+	x     []float32
+	cols  int
+	asked [][]int32
+	fail  error
+}
+
+func (t *tableSource) Gather(ids []int32, out []float32) error {
+	t.asked = append(t.asked, slices.Clone(ids))
+	if t.fail != nil {
+		return t.fail
+	}
+	for i, v := range ids {
+		copy(out[i*t.cols:(i+1)*t.cols], t.x[int(v)*t.cols:(int(v)+1)*t.cols])
+	}
+	return nil
+}
+
+func shardTable(rows, cols int) []float32 {
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(i)*0.5 - 7
+	}
+	return x
+}
+
+func TestShardStoreRowsEqualTable(t *testing.T) {
+	const rows, cols, lo, hi = 40, 3, 10, 25
+	x := shardTable(rows, cols)
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &tableSource{x: x, cols: cols}
+	s, err := NewShardStore(b, m, src, rows, cols, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Local rows, remote rows on both sides, repeats, the shard's edges.
+	ids := []int32{10, 3, 24, 39, 3, 25, 9, 12, 39, 0, 10}
+	nodes, dst := cpu.WrapI32(ids), cpu.WrapF32(make([]float32, len(ids)*cols))
+	if err := s.Gather(dst, nodes); err != nil {
+		t.Fatal(err)
+	}
+	got := cpu.F32(dst)
+	for i, v := range ids {
+		for c := range cols {
+			if w := x[int(v)*cols+c]; got[i*cols+c] != w {
+				t.Fatalf("row %d (node %d) col %d: %v, want %v", i, v, c, got[i*cols+c], w)
+			}
+		}
+	}
+	// One request per batch, each remote node once, in first-seen order.
+	if want := [][]int32{{3, 39, 25, 9, 0}}; fmt.Sprint(src.asked) != fmt.Sprint(want) {
+		t.Fatalf("asked %v, want %v", src.asked, want)
+	}
+	// A batch of local rows asks for nothing.
+	src.asked = nil
+	if err := s.Gather(cpu.WrapF32(make([]float32, 2*cols)), cpu.WrapI32([]int32{11, 24})); err != nil || src.asked != nil {
+		t.Fatalf("local batch: %v, asked %v", err, src.asked)
+	}
+	if s.HotRows() != 4 || s.DeviceBytes() != 4*4*cols {
+		t.Fatalf("hot rows %d, device bytes %d", s.HotRows(), s.DeviceBytes())
+	}
+}
+
+func TestShardStoreRefusals(t *testing.T) {
+	const rows, cols, lo, hi = 20, 2, 5, 10
+	x := shardTable(rows, cols)
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &tableSource{x: x, cols: cols}
+	s, err := NewShardStore(b, m, src, rows, cols, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []int32{-1, 20} {
+		err := s.Gather(cpu.WrapF32(make([]float32, 2*cols)), cpu.WrapI32([]int32{6, bad}))
+		if !errors.Is(err, ErrInput) || src.asked != nil {
+			t.Fatalf("node %d: %v (asked %v)", bad, err, src.asked)
+		}
+	}
+	if err := s.Gather(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{6, 7})); !errors.Is(err, ErrInput) {
+		t.Fatalf("short destination: %v", err)
+	}
+	src.fail = errors.New("machine 1 gone")
+	if err := s.Gather(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{1})); !errors.Is(err, src.fail) {
+		t.Fatalf("source failure: %v", err)
+	}
+	for _, c := range [][4]int{{rows, cols, 8, 5}, {rows, cols, 0, rows + 1}, {rows, 0, 0, 1}} {
+		if _, err := NewShardStore(b, m, src, c[0], c[1], c[2], c[3]); !errors.Is(err, ErrInput) {
+			t.Fatalf("shard %v: %v", c, err)
+		}
+	}
+	if _, err := NewHostShard(b, x[:3], lo, hi, cols, 0); !errors.Is(err, ErrInput) {
+		t.Fatalf("short shard: %v", err)
+	}
+	// A staged position out of range is refused by the machine.
+	pos, _, err := m.Stage(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos[0] = 0
+	if err := m.GatherStaged(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{1}), 1, 0); !errors.Is(err, ErrInput) {
+		t.Fatalf("staged position past the staged rows: %v", err)
+	}
+}
