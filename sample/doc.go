@@ -23,7 +23,10 @@
 //   - HeteroSampler: typed graphs (one CSR per relation, grouped by
 //     destination), a fanout per relation and hop, producing
 //     HeteroMiniBatch (per node type source lists, per relation CSRs). It
-//     is a sibling, not a Sampler: its seeds carry a node type.
+//     is a sibling, not a Sampler: its seeds carry a node type. Its
+//     algorithm (SampleTyped) is written once against TypedMachine (draw
+//     one relation, relabel one node type); HeteroSampler is the CPU
+//     machine, gpusample.HeteroSampler the CUDA one (same batches).
 //   - Layer-wise samplers (FastGCN, LADIES, LABOR) draw a set per layer
 //     instead of per node; they implement Sampler directly and reuse ToBlock
 //     for relabeling, so the Block layout is the same.

@@ -2,12 +2,10 @@ package sample
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 
 	"github.com/strata-gnn/strata/graph"
-	"github.com/strata-gnn/strata/internal/rng"
 )
 
 // Relation is one edge type of a typed graph as HeteroSampler reads it:
@@ -59,6 +57,10 @@ type HeteroConfig struct {
 // relation's part. Each relation is handed to a NeighborSampler over a
 // square view of it (rows beyond the destination count are empty), so the
 // draws are the same code as homogeneous sampling's.
+//
+// The algorithm is SampleTyped, written once against TypedMachine; a
+// HeteroSampler runs it on the CPU machine, and gpusample's typed sampler
+// runs it on a GPU with the same draws.
 //
 // A HeteroSampler is safe for concurrent use; each concurrent Sample
 // holds a relabeling map of 4 bytes per node (all types), kept for reuse.
@@ -270,74 +272,23 @@ func (s *HeteroSampler) sample(op string, seeds [][]graph.NodeID, key Key) (*Het
 	}
 	rl := s.get()
 	defer s.put(rl)
-	dst := mb.Seeds
-	for hop := 0; hop < s.hops; hop++ {
-		blk, err := s.hop(op, rl, dst, hop, HopKey(key, hop))
-		if err != nil {
-			return nil, err
-		}
-		mb.Blocks[s.hops-1-hop] = blk
-		dst = blk.SrcNodes
+	hops, err := SampleTyped(&cpuTyped{s: s, op: op, rl: rl}, s.rels, s.fanouts, mb.Seeds, key)
+	if err != nil {
+		return nil, err
+	}
+	for hop, h := range hops {
+		mb.Blocks[s.hops-1-hop] = heteroBlock(h)
 	}
 	return mb, nil
 }
 
-// hop samples every relation into the frontier dst and relabels.
-func (s *HeteroSampler) hop(op string, rl *heteroRelabeler, dst [][]graph.NodeID, hop int, hk uint64) (HeteroBlock, error) {
-	T := len(s.numNodes)
-	src := make([][]graph.NodeID, T)
-	blk := HeteroBlock{NumDst: make([]int, T), Rels: make([]RelBlock, len(s.rels))}
-	defer func() { // leave the maps all -1 for the next hop
-		for t := range src {
-			for _, v := range src[t] {
-				rl.local[t][v] = -1
-			}
-		}
-	}()
-	for t := range T {
-		blk.NumDst[t] = len(dst[t])
-		src[t] = append(make([]graph.NodeID, 0, len(dst[t])), dst[t]...)
-		for i, v := range dst[t] {
-			if j := rl.local[t][v]; j >= 0 {
-				src[t] = src[t][:i]
-				field := "dst"
-				if hop == 0 {
-					field = "seeds"
-				}
-				return HeteroBlock{}, errorf(op, field, i, ErrDuplicate, "node %d of type %d already at position %d", v, t, j)
-			}
-			rl.local[t][v] = int32(i)
-		}
+// heteroBlock is the CPU machine's hop as a HeteroBlock.
+func heteroBlock(h TypedHop[[]graph.NodeID, *RelBlock]) HeteroBlock {
+	blk := HeteroBlock{SrcNodes: h.Src, NumDst: h.NumDst, Rels: make([]RelBlock, len(h.Rels))}
+	for r, rb := range h.Rels {
+		blk.Rels[r] = *rb
 	}
-	for r, rel := range s.rels {
-		d := dst[rel.Dst]
-		k := s.fanouts[r][hop]
-		if len(d) == 0 || k == 0 {
-			blk.Rels[r] = RelBlock{Indptr: make([]int64, len(d)+1), Indices: []int32{}, EdgeIDs: []int64{}}
-			continue
-		}
-		nb, err := s.per[r].sampleHop(op, d, hop, rng.Derive(hk, tagRelation, uint64(r)))
-		if err != nil {
-			return HeteroBlock{}, err
-		}
-		st, loc := rel.Src, rl.local[rel.Src]
-		if int64(len(src[st]))+int64(len(nb.Nodes)) > math.MaxInt32 {
-			return HeteroBlock{}, errorf(op, "seeds", -1, ErrTooLarge, "hop %d: node type %d would exceed int32 local IDs", hop, st)
-		}
-		idx := nb.Nodes // relabeled in place
-		for e, u := range idx {
-			l := loc[u]
-			if l < 0 {
-				l = int32(len(src[st]))
-				loc[u] = l
-				src[st] = append(src[st], u)
-			}
-			idx[e] = l
-		}
-		blk.Rels[r] = RelBlock{Indptr: nb.Indptr, Indices: idx, EdgeIDs: nb.EdgeIDs}
-	}
-	blk.SrcNodes = src
-	return blk, nil
+	return blk
 }
 
 // SampleHop draws one hop of Sample for the typed frontier dst (dst[t]:
@@ -361,7 +312,11 @@ func (s *HeteroSampler) SampleHop(dst [][]graph.NodeID, hop int, key Key) (Heter
 	}
 	rl := s.get()
 	defer s.put(rl)
-	return s.hop(op, rl, dst, hop, HopKey(key, hop))
+	h, err := SampleTypedHop(&cpuTyped{s: s, op: op, rl: rl}, s.rels, s.fanouts, dst, hop, key)
+	if err != nil {
+		return HeteroBlock{}, err
+	}
+	return heteroBlock(h), nil
 }
 
 // NumTypes is the number of node types.
@@ -369,3 +324,6 @@ func (s *HeteroSampler) NumTypes() int { return len(s.numNodes) }
 
 // Relations returns the sampler's relations (shared, not copied).
 func (s *HeteroSampler) Relations() []Relation { return s.rels }
+
+// Fanouts returns relation r's fanouts, one per hop (shared, not copied).
+func (s *HeteroSampler) Fanouts(r int) []int { return s.fanouts[r] }
