@@ -27,6 +27,10 @@ func TestNewNeedsDeviceCapabilities(t *testing.T) {
 	}{
 		{"New(cpu)", func() error { _, err := New(c, g, Config{Fanouts: []int{1}}); return err }, "backend.Kernels"},
 		{"New(nil)", func() error { _, err := New(nil, g, Config{Fanouts: []int{1}}); return err }, "nil device"},
+		{"NewHetero(cpu)", func() error {
+			_, err := NewHetero(c, []int64{2}, []sample.Relation{{In: g}}, sample.HeteroConfig{Fanouts: [][]int{{1}}}, OnDevice)
+			return err
+		}, "backend.Kernels"},
 		{"Sibling(cpu)", func() error { _, err := (&Sampler{}).Sibling(c); return err }, "backend.Kernels"},
 	} {
 		err := tc.call()

@@ -12,6 +12,12 @@
 // and Pending.Wait collects it, so a training loop can queue the next
 // batch ahead of the current step and keep the GPU busy.
 //
+// HeteroSampler samples typed graphs (a fanout per relation and hop):
+// sample.SampleTyped, the algorithm sample.HeteroSampler runs on the CPU,
+// on a CUDA machine whose draws are a Sampler's per relation (the hop
+// API) and whose relabel is Stepper.Relabel per node type, so uniform
+// typed batches equal the CPU's byte for byte.
+//
 // # Back end
 //
 // The sampler is written against package backend's capabilities, found
