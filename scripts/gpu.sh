@@ -83,6 +83,21 @@
 #   papers-1      part 3, the same on cuda:0 alone, 3 epochs (--save /tmp/papers-model-1); the
 #                 features through UVA (--cache 0) when GPU 0 has under 100 GiB (H100), all on
 #                 the GPU on an H200
+#   hetero-link   issue 18's GPU figures. Link prediction: the products model (train_run's:
+#                 3-layer GraphSAGE 256, fanouts 15,10,5) on the products shape at $LINK_SCALE
+#                 (generated into /tmp/products-s$LINK_SCALE; /tmp/products at 1), one epoch of
+#                 `train --task link` (batch $LINK_BATCH positive edges) on cuda:0 and on
+#                 cuda:0,1,2,3 (reported as not built when the build's link runner refuses
+#                 --devices), against one node-classification epoch of the same model on the
+#                 same graph; epoch seconds from each run's report. Typed sampling:
+#                 BenchmarkHeteroSample on `gen --preset hetero --nodes $HETERO_NODES` (papers;
+#                 2M: 4M nodes), the CPU and GPU typed samplers against the homogeneous ones
+#                 on the graph with types erased, sampled edges/s; then one typed training
+#                 epoch (`--model hsage --device cuda:0`, sampling on the GPU)
+#   hetero-link LINK_SCALE (0.1; an epoch of the full shape is ~53k batches of 1024),
+#             LINK_BATCH (4096), LINK_TIMEOUT (240 s a run, then SIGQUIT), HETERO_NODES
+#             (2000000), HETERO_DATA (/tmp/hetero-$HETERO_NODES), BENCH_BATCHES (100 a
+#             benchmark iteration), BENCH_TIME (3x), HETERO_TIMEOUT (300).
 #   ab            a speed claim: the current build against the base build (.gpu/base, see
 #                 base) in the same call: products sampled epochs on $AB_GPUS (1 2 4) GPUs,
 #                 base and new alternating, $AB_REPEAT (2) rounds, then BenchmarkProductsSAGE
@@ -187,7 +202,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(ab world test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 quick all)
+host_sets=(ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -241,6 +256,7 @@ needs() {
     dsp-variants) printf '%s\n' strata dsp/engine ;;
     dsp-speed | dsp-papers | dsp-run | dsp-setup | papers-* | world) printf '%s\n' strata ;;
     ab) printf '%s\n' strata fullgraph ;;
+    hetero-link) printf '%s\n' strata sample/gpusample ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
     all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
   esac
@@ -714,6 +730,75 @@ set_kernels() {
   gotest spmm tensor/backend/cuda "${FG_TIMEOUT:-240}" -test.run '^$' -test.v -test.benchtime 1x -test.bench SpMMVariants
   check $? "SpMM variants"
   grep -E -- 'spmmx_test.go|--- FAIL|panic:' "$setlogs/spmm.log" | sed 's/^ *spmmx_test.go:[0-9]*: //' | indent
+}
+
+# epoch_secs REPORT: the seconds of the report's first epoch.
+epoch_secs() { grep -o '"seconds": *[0-9.e+-]*' "$1" 2>/dev/null | head -1 | awk '{ printf "%.2f", $2 }'; }
+
+# hetero-link: link prediction epochs on 1 and 4 GPUs against the node
+# classification epoch; typed sampling throughput, CPU vs GPU vs erased.
+set_hetero_link() {
+  local scale=${LINK_SCALE:-0.1} ds
+  ds=$data
+  [ "$scale" = 1 ] || ds=/tmp/products-s$scale
+  if [ ! -f "$ds/manifest.json" ]; then
+    local t0
+    t0=$(now)
+    if ! "$bin/strata" gen "$ds" --preset products --scale "$scale" --quiet >"$setlogs/gen-link.log" 2>&1; then
+      tail -5 "$setlogs/gen-link.log" | indent
+      check 1 "gen products --scale $scale"
+      return
+    fi
+    echo "   gen products --scale $scale into $ds: $(since "$t0")s"
+  fi
+  local -x DSP_RUN_TIMEOUT=${LINK_TIMEOUT:-240}
+  local nc link1 link4=n/a
+  train_run nc-1 --device cuda:0 --epochs 1 --eval sampled
+  nc=$(epoch_secs "$setlogs/nc-1.json")
+  train_run link-1 --task link --device cuda:0 --epochs 1 --batch-size "${LINK_BATCH:-4096}"
+  link1=$(epoch_secs "$setlogs/link-1.json")
+  if [ "$ngpus" -ge 4 ]; then
+    # Not train_run: a build whose link runner refuses --devices is
+    # reported, not failed.
+    timeout -s QUIT -k 10 "$DSP_RUN_TIMEOUT" "$bin/strata" train --dataset "$ds" --model sage --layers 3 --hidden 256 \
+      --fanouts 15,10,5 --select last --task link --devices cuda:0,1,2,3 --epochs 1 --batch-size "${LINK_BATCH:-4096}" \
+      --report "$setlogs/link-4.json" >"$setlogs/link-4.out" 2>"$setlogs/link-4.log"
+    local rc=$?
+    if [ $rc = 2 ] && grep -q 'devices' "$setlogs/link-4.log"; then
+      echo "== link-4: not built: $(grep -m1 'devices' "$setlogs/link-4.log")"
+      link4="not built"
+    else
+      grep -E '^epoch ' "$setlogs/link-4.log" | indent
+      check "$rc" "link-4" && link4=$(epoch_secs "$setlogs/link-4.json")
+    fi
+  else
+    echo "== link-4: skipped, needs 4 GPUs ($ngpus visible)"
+  fi
+  echo "   epoch seconds on $ds: node classification 1 GPU $nc; link 1 GPU $link1, 4 GPUs $link4"
+
+  local hn=${HETERO_NODES:-2000000} hd
+  hd=${HETERO_DATA:-/tmp/hetero-$hn}
+  if [ ! -f "$hd/manifest.json" ]; then
+    local t0
+    t0=$(now)
+    if ! "$bin/strata" gen "$hd" --preset hetero --nodes "$hn" --quiet >"$setlogs/gen-hetero.log" 2>&1; then
+      tail -5 "$setlogs/gen-hetero.log" | indent
+      check 1 "gen hetero --nodes $hn"
+      return
+    fi
+    echo "   gen hetero --nodes $hn into $hd: $(since "$t0")s"
+  fi
+  STRATA_BENCH_HETERO=$hd STRATA_BENCH_BATCHES=${BENCH_BATCHES:-100} gotest hetero-sample sample/gpusample "${HETERO_TIMEOUT:-300}" \
+    -test.run '^$' -test.v -test.bench HeteroSample -test.benchtime "${BENCH_TIME:-3x}"
+  check $? "BenchmarkHeteroSample"
+  grep -E -- '^\s+hetero_bench_test.go:[0-9]+:' "$setlogs/hetero-sample.log" | indent
+  benchlines "$setlogs/hetero-sample.log"
+  local -x DSP_RUN_TIMEOUT=${LINK_TIMEOUT:-240}
+  timeout -s QUIT -k 10 "$DSP_RUN_TIMEOUT" "$bin/strata" train --dataset "$hd" --model hsage --device cuda:0 --epochs 1 \
+    --add-reverse --batch-size 1024 --report "$setlogs/hsage-1.json" >"$setlogs/hsage-1.out" 2>"$setlogs/hsage-1.log"
+  check $? "hsage epoch on cuda:0" || tail -5 "$setlogs/hsage-1.log" | indent
+  grep -E '^epoch |sampl' "$setlogs/hsage-1.log" "$setlogs/hsage-1.out" | indent
+  echo "   hsage epoch on cuda:0 (GPU typed sampling): $(epoch_secs "$setlogs/hsage-1.json")s"
 }
 
 set_sampling() {
