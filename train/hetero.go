@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"time"
@@ -247,7 +248,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	r.model = model
 	r.opt = cfg.NewOptimizer(r.b, model.Params())
 	in := &TypedInputs{B: r.b, H: h, Model: model}
-	smp, err := cfg.NewSampler(h, fan)
+	smp, err := cfg.typedSampler(r.b, opts.TypedSampler, h, fan)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 		for e := range ef {
 			ef[e] = cfg.EvalFanouts
 		}
-		evSmp, err := cfg.NewSampler(h, ef)
+		evSmp, err := cfg.typedSampler(r.b, opts.TypedSampler, h, ef)
 		if err != nil {
 			return nil, err
 		}
@@ -299,6 +300,34 @@ func (c *HeteroConfig) Graph(h *dataset.Hetero) (*dataset.Hetero, error) {
 // NewSampler is the typed neighbor sampler of h's relations with fanouts
 // (one list per relation) and c's Replace and Weighted.
 func (c *HeteroConfig) NewSampler(h *dataset.Hetero, fanouts [][]int) (*sample.HeteroSampler, error) {
+	numNodes, srels := samplerGraph(h)
+	smp, err := sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: fanouts, Replace: c.Replace, Weighted: c.Weighted})
+	if err != nil {
+		return nil, &RunError{Op: "sampler", Err: err}
+	}
+	return smp, nil
+}
+
+// NewTypedSampler makes a typed sampler of the relations rels (node
+// counts numNodes) with cfg on b, for RunHetero (Options.TypedSampler).
+// A sampler that is an io.Closer is closed when the run ends.
+type NewTypedSampler func(b backend.Backend, numNodes []int64, rels []sample.Relation, cfg sample.HeteroConfig) (sample.TypedSampler, error)
+
+// typedSampler is NewSampler's sampler, or with mk the one mk makes on b.
+func (c *HeteroConfig) typedSampler(b backend.Backend, mk NewTypedSampler, h *dataset.Hetero, fanouts [][]int) (sample.TypedSampler, error) {
+	if mk == nil {
+		return c.NewSampler(h, fanouts)
+	}
+	numNodes, srels := samplerGraph(h)
+	smp, err := mk(b, numNodes, srels, sample.HeteroConfig{Fanouts: fanouts, Replace: c.Replace, Weighted: c.Weighted})
+	if err != nil {
+		return nil, &RunError{Op: "sampler", Err: err}
+	}
+	return smp, nil
+}
+
+// samplerGraph is h as the typed samplers read it.
+func samplerGraph(h *dataset.Hetero) ([]int64, []sample.Relation) {
 	numNodes := make([]int64, len(h.NodeTypes))
 	for t, nt := range h.NodeTypes {
 		numNodes[t] = nt.NumNodes
@@ -307,11 +336,7 @@ func (c *HeteroConfig) NewSampler(h *dataset.Hetero, fanouts [][]int) (*sample.H
 	for e, et := range h.EdgeTypes {
 		srels[e] = sample.Relation{Src: et.Src, Dst: et.Dst, In: et.In}
 	}
-	smp, err := sample.NewHeteroSampler(numNodes, srels, sample.HeteroConfig{Fanouts: fanouts, Replace: c.Replace, Weighted: c.Weighted})
-	if err != nil {
-		return nil, &RunError{Op: "sampler", Err: err}
-	}
-	return smp, nil
+	return numNodes, srels
 }
 
 // HeteroRels are h's relations as a typed model names them.
@@ -436,7 +461,7 @@ func (x *TypedInputs) ForwardBatch(t *autograd.Tape, mb *sample.HeteroMiniBatch,
 // typedSource draws typed batches seeded by nodes of seedType.
 type typedSource struct {
 	in       *TypedInputs
-	smp      *sample.HeteroSampler
+	smp      sample.TypedSampler
 	seedType int
 }
 
@@ -456,7 +481,13 @@ func (s *typedSource) next(seeds []int32, key sample.Key) (batch, error) {
 
 func (s *typedSource) prefetch([]int32, sample.Key) error { return nil }
 func (s *typedSource) deviceLoss() bool                   { return false }
-func (s *typedSource) close()                             {}
+
+// close closes a sampler that holds resources (a GPU's).
+func (s *typedSource) close() {
+	if c, ok := s.smp.(io.Closer); ok {
+		c.Close()
+	}
+}
 
 func (b *typedBatch) forward(t *autograd.Tape, train bool, seed uint64) (*autograd.Var, error) {
 	out, cleanup, err := b.s.in.ForwardBatch(t, b.mb, train, seed)
@@ -494,6 +525,10 @@ type typedEval struct {
 }
 
 func (ev *typedEval) close() {
+	if ev.sampled != nil {
+		ev.sampled.close()
+		ev.sampled = nil
+	}
 	ev.full.Free()
 	ev.full = nil
 	for _, x := range ev.xFull {

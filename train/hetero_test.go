@@ -12,6 +12,8 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // heteroPreset is the hetero generator preset at half size (2,000
@@ -199,5 +201,42 @@ func TestHeteroConfigErrors(t *testing.T) {
 	cancel()
 	if _, err := RunHetero(ctx, h, quickHetero(HSAGE, 1), Options{Backend: b}); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// closingSampler records that the run closed it.
+type closingSampler struct {
+	*sample.HeteroSampler
+	closed *int
+}
+
+func (c closingSampler) Close() error { *c.closed++; return nil }
+
+// TestHeteroTypedSamplerOption: Options.TypedSampler (how the CLI puts
+// typed sampling on a GPU) makes the run's samplers, training and
+// sampled evaluation, and closes them at the end; a sampler drawing the
+// CPU's batches gives the default run's losses bit for bit.
+func TestHeteroTypedSamplerOption(t *testing.T) {
+	h := heteroPreset(t, 1)
+	cfg := quickHetero(HSAGE, 1)
+	cfg.Epochs, cfg.Eval, cfg.EvalFanouts = 2, Sampled, []int{5, 5}
+	ref := runHetero(t, h, cfg)
+	made, closed := 0, 0
+	got, err := RunHetero(context.Background(), h, cfg, Options{Backend: cpuBackend(t),
+		TypedSampler: func(_ backend.Backend, n []int64, rels []sample.Relation, sc sample.HeteroConfig) (sample.TypedSampler, error) {
+			s, err := sample.NewHeteroSampler(n, rels, sc)
+			made++
+			return closingSampler{s, &closed}, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made != 2 || closed != 2 {
+		t.Fatalf("%d samplers made, %d closed, want 2 and 2", made, closed)
+	}
+	for e := range ref.Epochs {
+		if !slices.Equal(ref.Epochs[e].BatchLosses, got.Epochs[e].BatchLosses) || ref.Epochs[e].ValAccuracy != got.Epochs[e].ValAccuracy {
+			t.Fatalf("epoch %d differs: %v vs %v", e+1, got.Epochs[e].BatchLosses, ref.Epochs[e].BatchLosses)
+		}
 	}
 }

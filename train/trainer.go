@@ -56,6 +56,10 @@ type Options struct {
 	// gathering: package train/gputrain) instead of sampling on the host.
 	// It draws the same batches, so only device rounding differs.
 	Batches NewBatchSource
+	// TypedSampler, when set, makes RunHetero's typed samplers (a GPU's:
+	// package train/gputrain's NewTyped) instead of sampling on the host.
+	// They draw the same batches.
+	TypedSampler NewTypedSampler
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (Keeper).
 	Keep *Keeper

@@ -38,6 +38,16 @@ func batchSource(b backend.Backend) train.NewBatchSource {
 	return nil
 }
 
+// typedSampler returns, for a back end that runs kernels on its own
+// queue (a GPU), the typed sampler that draws typed batches on the
+// device; nil (host sampling) otherwise.
+func typedSampler(b backend.Backend) train.NewTypedSampler {
+	if onDevice(b) {
+		return gputrain.NewTyped(gputrain.Options{})
+	}
+	return nil
+}
+
 // devicesSyntax is the one description of a --devices list, shown in the
 // help of --devices and in docs/limits.md; every mode parses lists with
 // parseDevices.

@@ -210,11 +210,14 @@ func (c *trainCmd) runHetero(e *env) error {
 			fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
 		}
 		fmt.Fprintf(log, ", %s\n", cfg.Common.Schedule())
+		if typedSampler(b) != nil {
+			fmt.Fprintf(log, "sampling typed batches on %s\n", b.Name())
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := train.RunHetero(ctx, h, cfg, train.Options{Backend: b, Log: log})
+	rep, err := train.RunHetero(ctx, h, cfg, train.Options{Backend: b, Log: log, TypedSampler: typedSampler(b)})
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)

@@ -188,3 +188,17 @@ func (s *Source) Close() error {
 	}
 	return err
 }
+
+// NewTyped returns a train.NewTypedSampler that samples typed batches on
+// the device (gpusample.HeteroSampler: the CPU sampler's batches, drawn
+// on the GPU), with the relations in device memory, or in mapped pinned
+// host memory with opt.Mapped.
+func NewTyped(opt Options) train.NewTypedSampler {
+	return func(b backend.Backend, numNodes []int64, rels []sample.Relation, cfg sample.HeteroConfig) (sample.TypedSampler, error) {
+		place := gpusample.OnDevice
+		if opt.Mapped {
+			place = gpusample.Mapped
+		}
+		return gpusample.NewHetero(b, numNodes, rels, cfg, place)
+	}
+}
