@@ -227,6 +227,7 @@ test_pkgs=(
   "comm/nccl GPU|OneRank|TwoGPUs 60"
   "comm/gpushm GPU|OneRank|TwoGPUs 100"
   "comm/world GPU 60"
+  "cmd/strata GPU 200"
 )
 
 usage() {
