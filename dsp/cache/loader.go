@@ -9,6 +9,7 @@ import (
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/dsp/metrics"
+	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
@@ -22,6 +23,12 @@ type Store interface {
 	// Gather writes the rows of nodes (int32 device buffer) into dst
 	// (float32, nodes.Len() x Cols), queued on the device.
 	Gather(dst, nodes backend.Buffer) error
+	// GatherDropout is Gather followed by input dropout in the same
+	// pass: element k of dst (flat index) is kept iff
+	// rng.Uniform01(seed, k) >= p and then scaled by 1/(1-p) (float32),
+	// backend.Dropout's rule, so dst is what Gather and then
+	// Dropout(dst, mask, dst, p, seed) leave. p is in [0, 1); 0 is Gather.
+	GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error
 	// HotRows is the number of rows cached in device memory; DeviceBytes
 	// the device memory the store holds.
 	HotRows() int
@@ -139,16 +146,31 @@ func (l *Loader) fail(msg string, err error) error {
 // ids (host IDs), len(ids) x Cols, in ids' order. The caller frees it.
 // It uploads the IDs and runs LoadDevice.
 func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) {
+	return l.LoadDropout(ctx, ids, Dropout{})
+}
+
+// Dropout is the input dropout a load applies to the rows it returns:
+// element k of the batch's rows (flat index, row-major) is kept iff
+// rng.Uniform01(Seed, k) >= P and then scaled by 1/(1-P) in float32
+// (backend.Dropout's rule), in the pass that writes the rows. P == 0 is
+// none; P must be in [0, 1).
+type Dropout struct {
+	P    float32
+	Seed uint64
+}
+
+// LoadDropout is Load with the input dropout drop applied to the rows.
+func (l *Loader) LoadDropout(ctx context.Context, ids []int32, drop Dropout) (backend.Buffer, error) {
 	nb, err := devbuf.Upload(l.cfg.Backend, ids)
 	if err != nil {
 		if l.exchange {
 			// Still take part in the collective, failing every device.
-			return l.loadExchange(ctx, nil, 0, l.fail("uploading the IDs", err))
+			return l.loadExchange(ctx, nil, 0, drop, l.fail("uploading the IDs", err))
 		}
 		return nil, l.fail("uploading the IDs", err)
 	}
 	defer l.cfg.Backend.Free(nb)
-	return l.LoadDevice(ctx, nb)
+	return l.LoadDeviceDropout(ctx, nb, drop)
 }
 
 // LoadDevice is Load for IDs already in an int32 buffer of the loader's
@@ -156,6 +178,15 @@ func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) 
 // checked on the device: an ID outside [0, Rows) fails the load (and,
 // when loads exchange rows, every device's load).
 func (l *Loader) LoadDevice(ctx context.Context, ids backend.Buffer) (backend.Buffer, error) {
+	return l.LoadDeviceDropout(ctx, ids, Dropout{})
+}
+
+// LoadDeviceDropout is LoadDevice with the input dropout drop applied to
+// the rows while they are written (the local gather, or the scatter of
+// the exchanged rows to their batch positions): no separate pass. A rate
+// outside [0, 1) fails the load (and every device's, when loads exchange
+// rows).
+func (l *Loader) LoadDeviceDropout(ctx context.Context, ids backend.Buffer, drop Dropout) (backend.Buffer, error) {
 	var bad error
 	n := 0
 	if ids == nil || ids.DType() != backend.Int32 {
@@ -163,13 +194,16 @@ func (l *Loader) LoadDevice(ctx context.Context, ids backend.Buffer) (backend.Bu
 	} else {
 		n = ids.Len()
 	}
+	if err := backend.CheckDropoutRate("cache.Load", drop.P); err != nil && bad == nil {
+		bad = l.fail("input dropout", fmt.Errorf("%w: %v", ErrInput, err))
+	}
 	if l.exchange {
-		return l.loadExchange(ctx, ids, n, bad)
+		return l.loadExchange(ctx, ids, n, drop, bad)
 	}
 	if bad != nil {
 		return nil, bad
 	}
-	return l.loadLocal(ids, n)
+	return l.loadLocal(ids, n, drop)
 }
 
 // checkCounts turns the route's counts into an error for bad IDs.
@@ -190,7 +224,7 @@ func (l *Loader) checkCounts(cnt []int64, n int) error {
 
 // loadLocal gathers every row on this device: the counts and the gather
 // are queued, then one wait.
-func (l *Loader) loadLocal(ids backend.Buffer, n int) (backend.Buffer, error) {
+func (l *Loader) loadLocal(ids backend.Buffer, n int, drop Dropout) (backend.Buffer, error) {
 	b := l.cfg.Backend
 	if err := l.mach.Route(ids, n, nil, nil); err != nil {
 		return nil, l.fail("routing", err)
@@ -207,7 +241,7 @@ func (l *Loader) loadLocal(ids backend.Buffer, n int) (backend.Buffer, error) {
 		b.Free(x)
 		return nil, l.fail("routing", err)
 	}
-	if err := l.cfg.Store.Gather(x, ids); err != nil {
+	if err := l.cfg.Store.GatherDropout(x, ids, drop.P, drop.Seed); err != nil {
 		b.Free(x)
 		return nil, l.fail("gathering rows", err)
 	}
@@ -237,11 +271,12 @@ func (l *Loader) count(hits, cold, n int) {
 //  3. the IDs go to the holders (all-to-all-v), the holders gather the
 //     rows by their slot tables, the rows come back (all-to-all-v) into
 //     the staging buffer after the own rows;
-//  4. one kernel scatters the staging rows to their batch positions.
+//  4. one kernel scatters the staging rows to their batch positions,
+//     applying drop (the flat index is the batch position's).
 //
 // With bad != nil (bad input here) it only takes part in the header
 // exchange, which tells the peers to fail too.
-func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, bad error) (backend.Buffer, error) {
+func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, drop Dropout, bad error) (backend.Buffer, error) {
 	k, rank, cols := l.cfg.Plan.Devices(), l.cfg.Rank, l.cfg.Cols
 	b := l.cfg.Backend
 	var bufs []backend.Buffer
@@ -353,7 +388,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, ba
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
-	if err := l.mach.Scatter(x, stage, pos, n, cols); err != nil {
+	if err := l.mach.Scatter(x, stage, pos, n, cols, drop.P, drop.Seed); err != nil {
 		b.Free(x)
 		return nil, l.fail("ordering rows", err)
 	}
@@ -397,6 +432,18 @@ type RowSource interface {
 
 // Gather copies the rows of nodes from the table.
 func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
+	return s.GatherDropout(dst, nodes, 0, 0)
+}
+
+// GatherDropout copies the rows of nodes from the table, each value
+// multiplied by its dropout mask value as backend.Dropout computes it.
+func (s *HostStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
+	if err := backend.CheckDropoutRate("cache.HostStore.GatherDropout", p); err != nil {
+		return fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	if dst == nil || nodes == nil {
+		return fmt.Errorf("%w: gather into or from a nil buffer", ErrInput)
+	}
 	n := nodes.Len()
 	if dst.Len() != n*s.Cols {
 		return fmt.Errorf("%w: gather of %d rows x %d into %d values", ErrInput, n, s.Cols, dst.Len())
@@ -418,15 +465,33 @@ func (s *HostStore) Gather(dst, nodes backend.Buffer) error {
 		if err := s.Source.Gather(ids, out); err != nil {
 			return err
 		}
-		return s.B.Upload(dst, out)
-	}
-	for i, v := range ids {
-		if v < 0 || int(v) >= s.Rows {
-			return fmt.Errorf("%w: node %d not in [0, %d)", ErrInput, v, s.Rows)
+	} else {
+		for i, v := range ids {
+			if v < 0 || int(v) >= s.Rows {
+				return fmt.Errorf("%w: node %d not in [0, %d)", ErrInput, v, s.Rows)
+			}
+			copy(out[i*s.Cols:(i+1)*s.Cols], s.Table[int(v)*s.Cols:(int(v)+1)*s.Cols])
 		}
-		copy(out[i*s.Cols:(i+1)*s.Cols], s.Table[int(v)*s.Cols:(int(v)+1)*s.Cols])
 	}
+	dropRows(out, 0, p, seed)
 	return s.B.Upload(dst, out)
+}
+
+// dropRows applies input dropout to x, whose element i has the flat
+// index base+i in the batch's rows: x[i] times its mask value, keep =
+// 1/(1-p) or 0, the product backend.Dropout computes (bit for bit).
+func dropRows(x []float32, base int, p float32, seed uint64) {
+	if p == 0 {
+		return
+	}
+	keep := 1 / (1 - p)
+	for i := range x {
+		m := float32(0)
+		if rng.Uniform01(seed, uint64(base+i)) >= p {
+			m = keep
+		}
+		x[i] *= m
+	}
 }
 
 func (s *HostStore) HotRows() int       { return s.Hot }

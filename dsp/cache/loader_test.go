@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -214,6 +215,86 @@ func TestLoaderConfigErrors(t *testing.T) {
 	} {
 		if _, err := NewLoader(cfg); !errors.Is(err, ErrInput) {
 			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestLoaderDropout: a load with input dropout returns, bit for bit,
+// what the plain load followed by backend.Dropout (the model's input
+// dropout) gives, on one device (the local gather) and with rows
+// exchanged between devices (the dropout in the scatter, at the batch
+// positions' flat indices); a rate outside [0, 1) fails every device.
+func TestLoaderDropout(t *testing.T) {
+	const n, cols = 300, 6
+	x := table(n, cols)
+	for _, k := range []int{1, 3} {
+		plan, err := NewPlan(evenBook(t, n, k), hotOrder(n, 5), cols, PlanConfig{BudgetBytes: 40 * 4 * cols, Policy: Partition})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := devices(t, k, func(rank int, be backend.Backend, dc comm.Comm, hc comm.Comm) error {
+			l, err := NewLoader(LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be,
+				Store: &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(rank))}, Dev: dc, Host: hc})
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if l.Exchanges() != (k > 1) {
+				return fmt.Errorf("Exchanges() = %v", l.Exchanges())
+			}
+			for batch, p := range []float32{0.5, 0.1, 0} {
+				nodes := randomNodes(n, 40+13*rank+7*batch, uint64(10*rank+batch))
+				seed := uint64(1000 + 17*rank + batch)
+				plain, err := l.Load(context.Background(), nodes)
+				if err != nil {
+					return err
+				}
+				want := make([]float32, plain.Len())
+				if p > 0 {
+					mask, _ := be.Alloc(backend.Float32, plain.Len())
+					err = be.Dropout(plain, mask, plain, p, seed)
+					be.Free(mask)
+					if err != nil {
+						return err
+					}
+				}
+				if err := be.Download(want, plain); err != nil {
+					return err
+				}
+				be.Free(plain)
+				out, err := l.LoadDropout(context.Background(), nodes, Dropout{P: p, Seed: seed})
+				if err != nil {
+					return err
+				}
+				got := make([]float32, out.Len())
+				if err := be.Download(got, out); err != nil {
+					return err
+				}
+				be.Free(out)
+				zeros := 0
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						return fmt.Errorf("p %v value %d: %v, want %v (Load then Dropout)", p, i, got[i], want[i])
+					}
+					if got[i] == 0 {
+						zeros++
+					}
+				}
+				if p == 0.5 && (zeros < len(got)/4 || zeros > 3*len(got)/4) {
+					return fmt.Errorf("p 0.5: %d of %d values dropped", zeros, len(got))
+				}
+			}
+			// Every device asks for a bad rate: each fails with ErrInput.
+			_, err = l.LoadDropout(context.Background(), randomNodes(n, 5, 1), Dropout{P: 1})
+			if !errors.Is(err, ErrInput) {
+				return fmt.Errorf("rate 1: %v, want ErrInput", err)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("k=%d rank %d: %v", k, r, err)
+			}
 		}
 	}
 }

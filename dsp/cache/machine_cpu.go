@@ -26,8 +26,11 @@ type Machine interface {
 	// Counts waits for the work queued so far and returns the last
 	// Route's k+2 counts.
 	Counts() ([]int64, error)
-	// Scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats.
-	Scatter(x, stage, pos backend.Buffer, n, cols int) error
+	// Scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats,
+	// with input dropout at rate p (0: none) and mask seed seed: value c
+	// of row j is multiplied by the mask value of flat index
+	// pos[j]*cols + c (backend.Dropout's rule, see Dropout).
+	Scatter(x, stage, pos backend.Buffer, n, cols int, p float32, seed uint64) error
 	Close() error
 }
 
@@ -133,28 +136,33 @@ func (h *hostMachine) Counts() ([]int64, error) {
 	return h.last, nil
 }
 
-func (h *hostMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
+func (h *hostMachine) Scatter(x, stage, pos backend.Buffer, n, cols int, p float32, seed uint64) error {
 	if n == 0 {
 		return nil
 	}
+	if err := backend.CheckDropoutRate("cache.Scatter", p); err != nil {
+		return fmt.Errorf("%w: %v", ErrInput, err)
+	}
 	in := make([]float32, stage.Len())
-	p := make([]int32, pos.Len())
+	ps := make([]int32, pos.Len())
 	out := make([]float32, x.Len())
 	if err := h.b.Download(in, stage); err != nil {
 		return err
 	}
-	if err := h.b.Download(p, pos); err != nil {
+	if err := h.b.Download(ps, pos); err != nil {
 		return err
 	}
-	if n*cols > len(in) || n > len(p) {
-		return fmt.Errorf("%w: scatter of %d rows from %d values and %d positions", ErrInput, n, len(in), len(p))
+	if n*cols > len(in) || n > len(ps) {
+		return fmt.Errorf("%w: scatter of %d rows from %d values and %d positions", ErrInput, n, len(in), len(ps))
 	}
 	for j := range n {
-		d := int(p[j])
+		d := int(ps[j])
 		if d < 0 || (d+1)*cols > len(out) {
 			return fmt.Errorf("%w: scatter position %d of %d rows", ErrInput, d, len(out)/max(cols, 1))
 		}
-		copy(out[d*cols:(d+1)*cols], in[j*cols:(j+1)*cols])
+		row := out[d*cols : (d+1)*cols]
+		copy(row, in[j*cols:(j+1)*cols])
+		dropRows(row, d*cols, p, seed)
 	}
 	return h.b.Upload(x, out)
 }

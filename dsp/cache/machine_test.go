@@ -90,7 +90,7 @@ func TestHostMachineGroups(t *testing.T) {
 			}
 			sb, _ := devbuf.Upload(be, stage)
 			x, _ := be.Alloc(backend.Float32, len(nodes)*cols)
-			if err := m.Scatter(x, sb, p, len(nodes), cols); err != nil {
+			if err := m.Scatter(x, sb, p, len(nodes), cols, 0, 0); err != nil {
 				t.Fatal(err)
 			}
 			xv := cpu.F32(x.(*cpu.Buffer))

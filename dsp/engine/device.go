@@ -69,6 +69,9 @@ type item struct {
 	bt                            batch
 	x                             backend.Buffer  // input features
 	xb                            backend.Backend // the back end that owns x
+	// drop is the model's input dropout, applied to x by the loader
+	// (P 0: none, the model applies its own, if any).
+	drop cache.Dropout
 }
 
 func (it *item) free() {
@@ -353,6 +356,13 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 	d.trk.set(stLoader, "loading epoch %d batch %d", it.epoch+1, it.batch)
 	d.hook(ctx, "loader")
 	t0 := time.Now()
+	// The model's input dropout is applied while the rows are written
+	// (the gather, or the exchange's scatter): no pass of its own over
+	// the step's largest tensor; the step then marks x as dropped
+	// (Tape.ConstDropped) so the model does not drop it again.
+	if p, seed, ok := nn.InputDropout(d.model, d.s.cfg.Train.DropoutSeed(it.epoch, it.global)); ok {
+		it.drop = cache.Dropout{P: p, Seed: seed}
+	}
 	x, err := d.load(ctx, it)
 	if err != nil {
 		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
@@ -378,7 +388,7 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
 	in := it.bt.DeviceIDs()
 	if in == nil {
-		return d.loader.Load(ctx, it.bt.IDs())
+		return d.loader.LoadDropout(ctx, it.bt.IDs(), it.drop)
 	}
 	if sb, ok := d.lb.(backend.Siblings); ok && isGPU(d.lb) && !sb.Owns(in) {
 		// The sampler waited for its stream before handing the batch on.
@@ -389,7 +399,7 @@ func (d *device) load(ctx context.Context, it *item) (backend.Buffer, error) {
 		defer d.lb.Free(c)
 		in = c
 	}
-	return d.loader.LoadDevice(ctx, in)
+	return d.loader.LoadDeviceDropout(ctx, in, it.drop)
 }
 
 // trainOne runs the optimizer step and, after the epoch's last batch,
@@ -597,7 +607,12 @@ func (d *device) step(ctx context.Context, it *item) error {
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()
-	xv, err := t.Const(x, n, s.dim)
+	var xv *autograd.Var
+	if it.drop.P > 0 {
+		xv, err = t.ConstDropped(x, n, s.dim, it.drop.P, it.drop.Seed)
+	} else {
+		xv, err = t.Const(x, n, s.dim)
+	}
 	if err != nil {
 		return err
 	}

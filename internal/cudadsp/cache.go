@@ -181,9 +181,16 @@ func (m *cudaMachine) Counts() ([]int64, error) {
 	return out, nil
 }
 
-func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
+func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int, p float32, seed uint64) error {
 	if n == 0 {
 		return nil
+	}
+	if err := backend.CheckDropoutRate("cache.Scatter", p); err != nil {
+		return err
+	}
+	keep := float32(1)
+	if p != 0 {
+		keep = 1 / (1 - p) // float32, as backend.Dropout computes it
 	}
 	xb, err := m.cbuf(x)
 	if err != nil {
@@ -203,10 +210,10 @@ func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int) error {
 	return m.dev.Enqueue(func(q backend.Queue) error {
 		if cols%4 == 0 && q.Aligned(xb, 16) && q.Aligned(sb, 16) {
 			return q.Launch(m.fns["gc_scatter_rows4"], int64(n)*int64(cols/4), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
-				backend.I64(int64(n)), backend.I64(int64(cols/4)))
+				backend.I64(int64(n)), backend.I64(int64(cols/4)), backend.F32(p), backend.F32(keep), backend.U64(seed))
 		}
 		return q.Launch(m.fns["gc_scatter_rows"], int64(n)*int64(cols), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
-			backend.I64(int64(n)), backend.I64(int64(cols)))
+			backend.I64(int64(n)), backend.I64(int64(cols)), backend.F32(p), backend.F32(keep), backend.U64(seed))
 	})
 }
 
@@ -268,6 +275,12 @@ func NewStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.Node
 // device).
 func (c *Store) Gather(dst, nodes backend.Buffer) error {
 	return c.s.Gather(dst, nodes)
+}
+
+// GatherDropout is Gather with input dropout applied in the gather
+// kernels (feature.Store.GatherDropout: backend.Dropout's mask rule).
+func (c *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
+	return c.s.GatherDropout(dst, nodes, p, seed)
 }
 
 func (c *Store) HotRows() int       { return c.s.HotRows() }

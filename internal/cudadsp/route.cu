@@ -78,18 +78,39 @@ extern "C" __global__ void gc_route_scatter(int* grouped, int* pos, i64* cur, co
   }
 }
 
-// out[pos[j]] = in[j], rows of cols floats (every pos distinct).
-extern "C" __global__ void gc_scatter_rows(float* out, const float* in, const int* pos, i64 n, i64 cols) {
+// out[pos[j]] = in[j], rows of cols floats (every pos distinct). With
+// p > 0 each value is also dropped out as backend.Dropout does: the value
+// of output flat index e is kept iff rng_uniform01(seed, e) >= p and then
+// scaled by keep = 1/(1-p) (float32, from the host); the mask is not
+// stored.
+__device__ __forceinline__ float gc_drop(float p, float keep, u64 seed, i64 e) {
+  if (p == 0.0f) return 1.0f;
+  return rng_uniform01(seed, (u64)e) >= p ? keep : 0.0f;
+}
+
+extern "C" __global__ void gc_scatter_rows(float* out, const float* in, const int* pos, i64 n, i64 cols, float p, float keep,
+                                           u64 seed) {
   GRID_STRIDE(t, n * cols) {
     i64 j = t / cols, c = t - j * cols;
-    out[(i64)pos[j] * cols + c] = in[t];
+    i64 e = (i64)pos[j] * cols + c;
+    out[e] = in[t] * gc_drop(p, keep, seed, e);
   }
 }
 
 // gc_scatter_rows with 16-byte moves (cols % 4 == 0, aligned buffers).
-extern "C" __global__ void gc_scatter_rows4(float4* out, const float4* in, const int* pos, i64 n, i64 cols4) {
+extern "C" __global__ void gc_scatter_rows4(float4* out, const float4* in, const int* pos, i64 n, i64 cols4, float p,
+                                            float keep, u64 seed) {
   GRID_STRIDE(t, n * cols4) {
     i64 j = t / cols4, c = t - j * cols4;
-    out[(i64)pos[j] * cols4 + c] = in[t];
+    i64 e4 = (i64)pos[j] * cols4 + c;
+    float4 v = in[t];
+    if (p != 0.0f) {
+      i64 e = e4 * 4;
+      v.x *= gc_drop(p, keep, seed, e);
+      v.y *= gc_drop(p, keep, seed, e + 1);
+      v.z *= gc_drop(p, keep, seed, e + 2);
+      v.w *= gc_drop(p, keep, seed, e + 3);
+    }
+    out[e4] = v;
   }
 }
