@@ -113,6 +113,46 @@ func Flat(ps []*Param) (value, grad backend.Buffer, ok bool) {
 	return f.value, f.grad, true
 }
 
+// ShareGrad makes the gradients of ps, a model's parameters as New laid
+// them out (Flat reports ok with their gradient buffer), views of
+// g[0:n), n their total length, in place of their own flat gradient
+// buffer, which is freed. g is a float32 buffer of b with at least n
+// elements; what follows them is the caller's (the DSP engine keeps the
+// step's loss there, so the backward pass, the bucketed all-reduce, the
+// zeroing and the optimizer's one launch all use one buffer). Flat then
+// reports g[0:n) as the gradient buffer. g stays the caller's: free it
+// after FreeParams. On error nothing has changed.
+func ShareGrad(b backend.Backend, ps []*Param, g backend.Buffer) error {
+	_, old, ok := Flat(ps)
+	if !ok || old == nil {
+		return fmt.Errorf("nn: share gradients: the parameters are not one model's flat parameters")
+	}
+	n := old.Len()
+	if g == nil || g.DType() != backend.Float32 || g.Len() < n {
+		return fmt.Errorf("nn: share gradients: need a float32 buffer of at least %d values", n)
+	}
+	f := ps[0].flat
+	whole, err := backend.View(g, 0, n)
+	if err != nil {
+		return fmt.Errorf("nn: share gradients: %w", err)
+	}
+	grads := make([]backend.Buffer, len(ps))
+	off := 0
+	for i, p := range ps {
+		if grads[i], err = backend.View(g, off, p.Len()); err != nil {
+			return fmt.Errorf("nn: share gradients: %q: %w", p.Name, err)
+		}
+		off += p.Len()
+	}
+	b.Free(f.grad)
+	f.grad = whole // a view: FreeParams' Free of it frees nothing
+	for i, p := range ps {
+		p.Grad = grads[i]
+		f.views[2*i+1] = grads[i]
+	}
+	return nil
+}
+
 // Len returns Rows*Cols.
 func (p *Param) Len() int { return p.Rows * p.Cols }
 

@@ -217,6 +217,12 @@ type Options struct {
 	// (opening the devices and the dataset), reported first.
 	Start  time.Time
 	Phases []SetupPhase
+
+	// unfused (tests only) runs the step as before issue 19's engine
+	// work: the model drops its input out itself, and the gradients are
+	// repointed per parameter (Adam steps each tensor), to compare
+	// losses and count launches against.
+	unfused bool
 }
 
 // ConfigError reports an invalid field.

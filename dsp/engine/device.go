@@ -45,7 +45,10 @@ type device struct {
 
 	// Gradients: every parameter's gradient is a view of flat, whose last
 	// element carries the step's loss; buckets are views of flat that are
-	// all-reduced (mean) one after another.
+	// all-reduced (mean) one after another. For a model of nn.New, flat's
+	// front is the model's flat gradient buffer (nn.ShareGrad), so the
+	// optimizer steps every parameter in one launch; oldGrads are the
+	// gradients put aside otherwise (given back before FreeParams).
 	flat     backend.Buffer
 	oldGrads []backend.Buffer
 	buckets  []backend.Buffer
@@ -192,15 +195,24 @@ func (d *device) buildModel() error {
 	if d.flat, err = d.b.Alloc(backend.Float32, d.gradN); err != nil {
 		return d.errf("gradients", err)
 	}
-	off := 0
-	for _, p := range params {
-		v, err := devbuf.View(d.flat, off, p.Len())
-		if err != nil {
+	if _, g, ok := nn.Flat(params); ok && g != nil && !s.opts.unfused {
+		// The model's gradients are one buffer already: make it the
+		// front of flat, so that the optimizer still sees one buffer
+		// (one Adam launch) and the all-reduce reduces it in place.
+		if err := nn.ShareGrad(d.b, params, d.flat); err != nil {
 			return d.errf("gradients", err)
 		}
-		d.oldGrads = append(d.oldGrads, p.Grad)
-		p.Grad = v
-		off += p.Len()
+	} else {
+		off := 0
+		for _, p := range params {
+			v, err := devbuf.View(d.flat, off, p.Len())
+			if err != nil {
+				return d.errf("gradients", err)
+			}
+			d.oldGrads = append(d.oldGrads, p.Grad)
+			p.Grad = v
+			off += p.Len()
+		}
 	}
 	if d.lossSlot, err = devbuf.View(d.flat, total, 1); err != nil {
 		return d.errf("gradients", err)
@@ -360,7 +372,7 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 	// (the gather, or the exchange's scatter): no pass of its own over
 	// the step's largest tensor; the step then marks x as dropped
 	// (Tape.ConstDropped) so the model does not drop it again.
-	if p, seed, ok := nn.InputDropout(d.model, d.s.cfg.Train.DropoutSeed(it.epoch, it.global)); ok {
+	if p, seed, ok := nn.InputDropout(d.model, d.s.cfg.Train.DropoutSeed(it.epoch, it.global)); ok && !d.s.opts.unfused {
 		it.drop = cache.Dropout{P: p, Seed: seed}
 	}
 	x, err := d.load(ctx, it)

@@ -27,8 +27,12 @@
 //     of IDs and rows;
 //   - trainer: forward and backward into one flat gradient buffer (every
 //     parameter's gradient is a view of it, the step's loss its last
-//     element), mean all-reduce in buckets of BucketBytes, optimizer
-//     step. Losses stay on the device until the epoch ends.
+//     element; its front is the model's own flat gradient buffer,
+//     nn.ShareGrad), mean all-reduce in buckets of BucketBytes, optimizer
+//     step (one Adam launch over the flat parameters), one fill to zero
+//     it. The model's input dropout is applied by the loader while it
+//     writes the rows (cache.Dropout), not by a pass of its own. Losses
+//     stay on the device until the epoch ends.
 //
 // Each stage has its own communicators (one for its data, of the kind
 // Config.Comm picks: NCCL on GPUs and in-process on CPU back ends by
