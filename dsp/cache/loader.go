@@ -229,7 +229,7 @@ func (l *Loader) loadLocal(ids backend.Buffer, n int, drop Dropout) (backend.Buf
 	if err := l.mach.Route(ids, n, nil, nil); err != nil {
 		return nil, l.fail("routing", err)
 	}
-	x, err := b.Alloc(backend.Float32, n*l.cfg.Cols)
+	x, err := devbuf.AllocRaw(b, backend.Float32, n*l.cfg.Cols) // the gather writes every row
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
@@ -285,8 +285,10 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, dr
 			b.Free(x)
 		}
 	}()
+	// Every staging buffer is written completely before it is read
+	// (the route, the gathers and the all-to-alls): no zero fill.
 	alloc := func(dt backend.DType, n int) (backend.Buffer, error) {
-		x, err := b.Alloc(dt, n)
+		x, err := devbuf.AllocRaw(b, dt, n)
 		if err == nil {
 			bufs = append(bufs, x)
 		}
@@ -384,7 +386,7 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, dr
 	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(sendCounts, cols), served, scale(recv, cols)); err != nil {
 		return nil, l.fail("sending the rows", err)
 	}
-	x, err := b.Alloc(backend.Float32, n*cols)
+	x, err := devbuf.AllocRaw(b, backend.Float32, n*cols) // the scatter writes every row (no bad IDs)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}

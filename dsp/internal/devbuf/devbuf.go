@@ -21,6 +21,18 @@ func View(b backend.Buffer, off, n int) (backend.Buffer, error) {
 	return v, nil
 }
 
+// AllocRaw is b.Alloc without the zero fill on back ends that can skip
+// it (the CUDA back end's AllocRaw: no memset launch), for a buffer the
+// caller overwrites completely before reading it.
+func AllocRaw(b backend.Backend, dt backend.DType, n int) (backend.Buffer, error) {
+	if ra, ok := b.(interface {
+		AllocRaw(backend.DType, int) (backend.Buffer, error)
+	}); ok {
+		return ra.AllocRaw(dt, n)
+	}
+	return b.Alloc(dt, n)
+}
+
 // Upload allocates a buffer on b holding v.
 func Upload[T int32 | float32 | int64](b backend.Backend, v []T) (backend.Buffer, error) {
 	var dt backend.DType
@@ -32,7 +44,7 @@ func Upload[T int32 | float32 | int64](b backend.Backend, v []T) (backend.Buffer
 	default:
 		dt = backend.Float32
 	}
-	buf, err := b.Alloc(dt, len(v))
+	buf, err := AllocRaw(b, dt, len(v)) // Upload writes every element
 	if err != nil {
 		return nil, err
 	}
