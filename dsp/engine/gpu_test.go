@@ -94,6 +94,37 @@ func TestGPUMatchesCPU(t *testing.T) {
 	}
 }
 
+// TestGPUFusedStep: on GPUs the loader's input dropout (the feature
+// gather kernels, and the exchange's scatter kernels with a partitioned
+// cache) and the one-buffer gradients with one Adam launch give the
+// unfused step's losses bit for bit (the model's own Dropout, Adam per
+// parameter), on 1 GPU and on 2 with rows exchanged.
+func TestGPUFusedStep(t *testing.T) {
+	visible := len(gputest.All(t))
+	for _, k := range []int{1, 2} {
+		if visible < k {
+			t.Logf("skipping %d GPUs: %d available", k, visible)
+			continue
+		}
+		cfg := small(k, 2)
+		cfg.CacheBytes, cfg.CachePolicy = 300*16*4, cache.Partition
+		want := run(t, cfg, Options{Backends: gpus(t, k), unfused: true})
+		got := run(t, cfg, Options{Backends: gpus(t, k)})
+		wl, gl := losses(want), losses(got)
+		if len(wl) == 0 || len(wl) != len(gl) {
+			t.Fatalf("k=%d: %d losses, unfused %d", k, len(gl), len(wl))
+		}
+		for i := range wl {
+			if gl[i] != wl[i] {
+				t.Fatalf("k=%d batch %d: loss %v, the unfused step's %v", k, i, gl[i], wl[i])
+			}
+		}
+		if k > 1 && !got.Run.Exchange {
+			t.Fatalf("k=%d: no feature exchange", k)
+		}
+	}
+}
+
 // TestGPURandomDelays: random delays at every stage step and collective
 // on the GPUs never deadlock the coordinated NCCL collectives.
 func TestGPURandomDelays(t *testing.T) {
