@@ -45,6 +45,12 @@
 //     staging buffer after the own rows;
 //  4. one kernel scatters the staging rows to their batch positions.
 //
+// LoadDropout and LoadDeviceDropout apply the model's input dropout
+// (Dropout: backend.Dropout's rule over the batch's flat indices) in the
+// pass that writes the rows: the local gather (Store.GatherDropout), or
+// step 4's scatter. The rows equal a plain load followed by
+// backend.Dropout, bit for bit, and the trainer skips its own pass.
+//
 // With one device, or a plan in which no device serves another (nothing
 // cached, or replication on every device), a load is a single local
 // gather (plus the counting kernel for the cache metrics and the check of
