@@ -112,6 +112,23 @@ func (s *ShardStore) Gather(dst, nodes backend.Buffer) error {
 	return s.m.GatherStaged(dst, nodes, n, len(s.uniq))
 }
 
+// GatherDropout is Gather followed by backend.Dropout over dst (see
+// Store): a separate pass, as the staged rows come from other machines.
+func (s *ShardStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
+	if err := backend.CheckDropoutRate("cache.ShardStore.GatherDropout", p); err != nil {
+		return fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	if err := s.Gather(dst, nodes); err != nil || p == 0 || dst.Len() == 0 {
+		return err
+	}
+	mask, err := s.b.Alloc(backend.Float32, dst.Len())
+	if err != nil {
+		return err
+	}
+	defer s.b.Free(mask)
+	return s.b.Dropout(dst, mask, dst, p, seed)
+}
+
 func (s *ShardStore) HotRows() int       { return s.m.HotRows() }
 func (s *ShardStore) DeviceBytes() int64 { return s.m.DeviceBytes() }
 func (s *ShardStore) Close() error       { return s.m.Close() }
