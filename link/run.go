@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/nn"
@@ -31,6 +32,28 @@ type Options struct {
 	// OnBatch, when set, is called after every optimizer step with the
 	// step's position and loss.
 	OnBatch func(epoch, batch int, loss float64)
+	// EdgeSplit, when set, is the dataset's stored edge split
+	// (split.ReadEdges of DATASET/edge_split), used instead of a random
+	// split by Config.Split (FromEdgeSplit). It is data, as ds is: the
+	// numbers follow it.
+	EdgeSplit *split.EdgeSplit
+}
+
+// MakeSplit is the run's split of ds: es when given (FromEdgeSplit),
+// else a random split by cfg.Split.
+func MakeSplit(ds *dataset.Dataset, cfg *Config, es *split.EdgeSplit) (*Split, error) {
+	if es != nil {
+		s, err := FromEdgeSplit(ds.Graph, es, cfg.Seed)
+		if s != nil {
+			s.Source = SourceStored
+		}
+		return s, err
+	}
+	s, err := NewSplit(ds.Graph, cfg.Split, cfg.Seed)
+	if s != nil {
+		s.Source = SourceRandom
+	}
+	return s, err
 }
 
 // RunError reports a failure of a run with what it was doing.
@@ -141,7 +164,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 		}
 	}()
 	var err error
-	if r.split, err = NewSplit(ds.Graph, cfg.Split, cfg.Seed); err != nil {
+	if r.split, err = MakeSplit(ds, &cfg, opts.EdgeSplit); err != nil {
 		return nil, err
 	}
 	n := int(ds.NumNodes())

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 )
@@ -106,6 +107,9 @@ func (e *Edges) add(u, v int32) {
 // that are no edge of the whole graph, drawn once from the seed, so
 // every epoch and every run with the seed is scored on the same pairs.
 type Split struct {
+	// Source says where the links' cut comes from: SourceRandom
+	// (NewSplit) or SourceStored (FromEdgeSplit).
+	Source     string
 	NumNodes   int64
 	Undirected bool
 	Train      Edges
@@ -119,6 +123,12 @@ type Split struct {
 	Out, In   *graph.CSR
 	SelfLoops int
 }
+
+// Split sources (Split.Source, Stats.Source).
+const (
+	SourceRandom = "random"
+	SourceStored = "edge_split"
+)
 
 // SplitError reports a graph that cannot be split.
 type SplitError struct{ Msg string }
@@ -185,7 +195,17 @@ func NewSplit(g *graph.CSR, f Fractions, seed uint64) (*Split, error) {
 		return Edges{Src: links.Src[lo:hi:hi], Dst: links.Dst[lo:hi:hi]}
 	}
 	s.Val, s.Test, s.Train = cut(0, nVal), cut(nVal, nVal+nTest), cut(nVal+nTest, l)
+	if err := s.finish(g, loops, seed); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
+// finish builds the message-passing graph of s's training links and
+// loops, and draws the evaluation negatives (g: the whole graph, rows
+// sorted).
+func (s *Split) finish(g *graph.CSR, loops []int32, seed uint64) error {
+	n := s.NumNodes
 	src := slices.Concat(s.Train.Src, loops)
 	dst := slices.Concat(s.Train.Dst, loops)
 	if s.Undirected {
@@ -193,21 +213,21 @@ func NewSplit(g *graph.CSR, f Fractions, seed uint64) (*Split, error) {
 	}
 	var err error
 	if s.Out, err = graph.FromEdges(n, src, dst); err != nil {
-		return nil, &SplitError{Msg: err.Error()}
+		return &SplitError{Msg: err.Error()}
 	}
 	s.In = s.Out
 	if !s.Undirected {
 		if s.In, err = graph.Transpose(s.Out); err != nil {
-			return nil, &SplitError{Msg: err.Error()}
+			return &SplitError{Msg: err.Error()}
 		}
 	}
 	if s.ValNeg, err = evalNegatives(g, s.Val.Len(), rng.Derive(seed, tagEvalNeg, 0)); err != nil {
-		return nil, err
+		return err
 	}
 	if s.TestNeg, err = evalNegatives(g, s.Test.Len(), rng.Derive(seed, tagEvalNeg, 1)); err != nil {
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // symmetric reports whether every entry u->v of g (rows sorted) has v->u.
@@ -253,18 +273,78 @@ func evalNegatives(g *graph.CSR, count int, key uint64) (Edges, error) {
 
 // Stats are a split's sizes, for the report.
 type Stats struct {
-	Undirected   bool  `json:"undirected"`
-	Train        int   `json:"train_links"`
-	Val          int   `json:"val_links"`
-	Test         int   `json:"test_links"`
-	ValNeg       int   `json:"val_negatives"`
-	TestNeg      int   `json:"test_negatives"`
-	MessageEdges int64 `json:"message_passing_edges"`
-	SelfLoops    int   `json:"self_loops"`
+	Source       string `json:"source,omitempty"` // random | edge_split (the dataset's stored split)
+	Undirected   bool   `json:"undirected"`
+	Train        int    `json:"train_links"`
+	Val          int    `json:"val_links"`
+	Test         int    `json:"test_links"`
+	ValNeg       int    `json:"val_negatives"`
+	TestNeg      int    `json:"test_negatives"`
+	MessageEdges int64  `json:"message_passing_edges"`
+	SelfLoops    int    `json:"self_loops"`
 }
 
 // Stats summarizes s.
 func (s *Split) Stats() Stats {
-	return Stats{Undirected: s.Undirected, Train: s.Train.Len(), Val: s.Val.Len(), Test: s.Test.Len(),
+	return Stats{Source: s.Source, Undirected: s.Undirected, Train: s.Train.Len(), Val: s.Val.Len(), Test: s.Test.Len(),
 		ValNeg: s.ValNeg.Len(), TestNeg: s.TestNeg.Len(), MessageEdges: s.Out.NumEdges(), SelfLoops: s.SelfLoops}
+}
+
+// FromEdgeSplit makes the Split of a stored edge split (es: a dataset's
+// edge_split/, written by 'strata split' or 'strata import
+// --edge-split' and read by split.ReadEdges, which checked it against
+// g): its train, validation and test links replace NewSplit's random
+// cut, and the rest is NewSplit's protocol. An undirected split lists
+// each link once (src < dst): the message-passing graph gets both
+// directions of the training links, and the graph's self-loops. The
+// evaluation negatives are drawn from seed as NewSplit draws them.
+func FromEdgeSplit(g *graph.CSR, es *split.EdgeSplit, seed uint64) (*Split, error) {
+	if g == nil || es == nil {
+		return nil, &SplitError{Msg: "no graph or no edge split"}
+	}
+	if err := g.Validate(); err != nil {
+		return nil, &SplitError{Msg: err.Error()}
+	}
+	n := g.NumRows
+	if g.NumCols != n || n < 2 || n > math.MaxInt32 {
+		return nil, &SplitError{Msg: fmt.Sprintf("graph is %d x %d: want square with 2 to 2^31-1 nodes", n, g.NumCols)}
+	}
+	if es.NumNodes != n {
+		return nil, &SplitError{Msg: fmt.Sprintf("edge split made for %d nodes, the graph has %d", es.NumNodes, n)}
+	}
+	if sorted, _ := graph.RowsSorted(g); !sorted {
+		g = graph.Clone(g)
+		if err := graph.SortRows(g); err != nil {
+			return nil, &SplitError{Msg: err.Error()}
+		}
+	}
+	names := [3]string{"train", "validation", "test"}
+	var parts [3]Edges
+	for i := range parts {
+		src, dst := es.Src[i], es.Dst[i]
+		if len(src) != len(dst) {
+			return nil, &SplitError{Msg: fmt.Sprintf("%s part: %d sources, %d destinations", names[i], len(src), len(dst))}
+		}
+		if len(src) == 0 {
+			return nil, &SplitError{Msg: fmt.Sprintf("the edge split has no %s link: each part needs at least one", names[i])}
+		}
+		for j := range src {
+			if src[j] < 0 || int64(src[j]) >= n || dst[j] < 0 || int64(dst[j]) >= n {
+				return nil, &SplitError{Msg: fmt.Sprintf("%s link %d (%d -> %d) is outside the graph's %d nodes", names[i], j, src[j], dst[j], n)}
+			}
+		}
+		parts[i] = Edges{Src: slices.Clone(src), Dst: slices.Clone(dst)}
+	}
+	s := &Split{NumNodes: n, Undirected: !es.Directed, Train: parts[0], Val: parts[1], Test: parts[2]}
+	var loops []int32
+	for u := int32(0); int64(u) < n; u++ {
+		if hasEdge(g, u, u) {
+			loops = append(loops, u)
+		}
+	}
+	s.SelfLoops = len(loops)
+	if err := s.finish(g, loops, seed); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/graph"
 )
 
@@ -245,4 +246,70 @@ func FuzzParseFractions(f *testing.F) {
 			t.Fatalf("%q parsed to %v, which does not validate: %v", s, fr, err)
 		}
 	})
+}
+
+// TestFromEdgeSplit: a stored edge split (package split's, as 'strata
+// split' writes it) gives exactly its parts; the message-passing graph
+// holds both directions of every training link, the self-loops, and no
+// held-out link; the evaluation negatives are those of the seed.
+func TestFromEdgeSplit(t *testing.T) {
+	ds := cora(t)
+	es, err := split.Edges(ds, split.Fractions{0.85, 0.05, 0.1}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := FromEdgeSplit(ds.Graph, es, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Undirected || s.Source != "" {
+		t.Fatalf("undirected %v source %q", s.Undirected, s.Source)
+	}
+	for i, e := range []Edges{s.Train, s.Val, s.Test} {
+		if !slices.Equal(e.Src, es.Src[i]) || !slices.Equal(e.Dst, es.Dst[i]) {
+			t.Fatalf("part %d differs from the stored split", i)
+		}
+	}
+	if got, want := s.Out.NumEdges(), int64(2*s.Train.Len()+s.SelfLoops); got != want {
+		t.Fatalf("message-passing graph has %d edges, want %d", got, want)
+	}
+	for _, e := range []Edges{s.Val, s.Test} {
+		for _, p := range pairs(e) {
+			if hasEdge(s.Out, p.u, p.v) || hasEdge(s.Out, p.v, p.u) {
+				t.Fatalf("held-out link %v in the message-passing graph", p)
+			}
+		}
+	}
+	for _, p := range pairs(s.Train) {
+		if !hasEdge(s.Out, p.u, p.v) || !hasEdge(s.Out, p.v, p.u) {
+			t.Fatalf("training link %v missing from the message-passing graph", p)
+		}
+	}
+	again, err := FromEdgeSplit(ds.Graph, es, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again.ValNeg.Src, s.ValNeg.Src) || !slices.Equal(again.TestNeg.Dst, s.TestNeg.Dst) || s.ValNeg.Len() != s.Val.Len() {
+		t.Fatal("evaluation negatives are not a function of the seed")
+	}
+	// MakeSplit prefers the stored split and says so.
+	cfg := Defaults("gcn")
+	m, err := MakeSplit(ds, &cfg, es)
+	if err != nil || m.Source != SourceStored || m.Stats().Source != SourceStored || m.Train.Len() != len(es.Src[0]) {
+		t.Fatalf("MakeSplit with a stored split: %v, %+v", err, m.Stats())
+	}
+	// Bad input is an error, not a panic.
+	bad := *es
+	bad.Src[1] = []int32{}
+	bad.Dst[1] = []int32{}
+	var se *SplitError
+	if _, err := FromEdgeSplit(ds.Graph, &bad, 1); !errors.As(err, &se) {
+		t.Fatalf("empty validation part: %v", err)
+	}
+	bad = *es
+	bad.Src[0] = slices.Clone(es.Src[0])
+	bad.Src[0][0] = int32(ds.NumNodes())
+	if _, err := FromEdgeSplit(ds.Graph, &bad, 1); !errors.As(err, &se) {
+		t.Fatalf("out-of-range node: %v", err)
+	}
 }

@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
@@ -150,6 +152,10 @@ func (c *trainCmd) runLink(e *env) error {
 	if err != nil {
 		return err
 	}
+	stored, err := c.storedEdgeSplit()
+	if err != nil {
+		return err
+	}
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
@@ -166,6 +172,16 @@ func (c *trainCmd) runLink(e *env) error {
 		return err
 	}
 	defer closeDS()
+	var es *split.EdgeSplit
+	if stored {
+		if es, err = split.ReadEdges(c.Dataset, ds); err != nil {
+			return err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "edge split: %s (seed %d): %d train, %d validation, %d test links\n", filepath.Join(c.Dataset, split.EdgeSplitDir),
+				es.Seed, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]))
+		}
+	}
 	if onHost([]backend.Backend{b}) {
 		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), "", nil); err != nil {
 			return err
@@ -179,7 +195,7 @@ func (c *trainCmd) runLink(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log})
+	rep, err := link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log, EdgeSplit: es})
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)
@@ -191,12 +207,35 @@ func (c *trainCmd) runLink(e *env) error {
 	if rep.Selection == train.SelectLast {
 		sel = "last"
 	}
-	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", rep.Split.Train, rep.Split.Val, rep.Split.Test, undirected(rep.Split.Undirected))
+	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", rep.Split.Train, rep.Split.Val, rep.Split.Test, splitSource(rep.Split))
 	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(rep.Val, rep.HitsK))
 	fmt.Fprintf(e.stdout, "test                %s  (epoch %d of %d, %s; last epoch: val auc %.4f, test auc %.4f)\n",
 		link.MetricsLine(rep.Test, rep.HitsK), rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastVal.AUC, rep.LastTest.AUC)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
 	return c.writeOutputs(rep.WriteJSON, nil)
+}
+
+// storedEdgeSplit reports whether --dataset is a directory with a stored
+// edge split (DATASET/edge_split, from 'strata split' or 'strata import
+// --edge-split'), which --task link uses instead of splitting; giving
+// --split-edges too is a usage error naming both.
+func (c *trainCmd) storedEdgeSplit() (bool, error) {
+	dir := filepath.Join(c.Dataset, split.EdgeSplitDir)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return false, nil
+	}
+	if c.Link.SplitEdges != "" {
+		return false, usageError{fmt.Errorf("--split-edges %s: --dataset %s has a stored edge split (%s), which --task link uses; drop --split-edges, or remake the stored one with 'strata split --edge-split'",
+			c.Link.SplitEdges, c.Dataset, dir)}
+	}
+	return true, nil
+}
+
+func splitSource(s link.Stats) string {
+	if s.Source == link.SourceStored {
+		return undirected(s.Undirected) + "; the dataset's edge_split/"
+	}
+	return undirected(s.Undirected)
 }
 
 func undirected(u bool) string {

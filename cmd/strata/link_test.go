@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/internal/sysmem"
 	"github.com/strata-gnn/strata/link"
 )
@@ -107,5 +109,45 @@ func TestTrainLinkMemory(t *testing.T) {
 	code, _, errOut = strata(t, "train", "--quiet", "--task", "link", "--model", "gcn", "--epochs", "1")
 	if code != 0 {
 		t.Fatalf("default gcn link run refused under 100 MiB: exit %d, %q", code, errOut)
+	}
+}
+
+// TestTrainLinkStoredSplit: a dataset directory with an edge split
+// (strata split --edge-split) trains on that split, and --split-edges
+// given too is a usage error naming both.
+func TestTrainLinkStoredSplit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cora")
+	ds := loadCora(t)
+	if err := dataset.Write(dir, ds, dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	es, err := split.Edges(ds, split.Fractions{0.8, 0.1, 0.1}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := es.WriteDir(filepath.Join(dir, split.EdgeSplitDir)); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := strata(t, "train", "--quiet", "--task", "link", "--dataset", dir, "--split-edges", "0.85,0.05,0.1")
+	oneLineError(t, "--split-edges with a stored split", code, errOut, "--split-edges")
+	if code != 2 || !strings.Contains(errOut, split.EdgeSplitDir) {
+		t.Fatalf("exit %d, want 2 naming the stored split: %s", code, errOut)
+	}
+	report := filepath.Join(t.TempDir(), "r.json")
+	code, out, errOut := strata(t, "train", "--quiet", "--task", "link", "--dataset", dir, "--epochs", "2", "--hidden", "16", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep link.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	st := rep.Split
+	if st.Source != link.SourceStored || st.Train != len(es.Src[0]) || st.Val != len(es.Src[1]) || st.Test != len(es.Src[2]) || !strings.Contains(out, "edge_split") {
+		t.Fatalf("report split %+v, stored %d/%d/%d\n%s", st, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]), out)
 	}
 }
