@@ -317,7 +317,7 @@ func (r *heteroRunner) free() {
 
 // BeginEpoch orders the training links for epoch.
 func (r *heteroRunner) BeginEpoch(epoch int) error {
-	r.edges = epochEdges(r.split, r.cfg.Seed, epoch)
+	r.edges = EpochEdges(r.split, r.cfg.Seed, epoch)
 	return nil
 }
 

@@ -16,14 +16,19 @@ const ReportVersion = 1
 // highest validation AUC (ties: lower validation loss, then the earlier
 // epoch); LastVal and LastTest are the final epoch's.
 type Report struct {
-	Schema        int           `json:"schema"`
-	StrataVersion string        `json:"strata_version"`
-	Task          string        `json:"task"` // "link"
-	Dataset       string        `json:"dataset"`
-	Model         string        `json:"model"`
-	Mode          string        `json:"mode"`
-	Decoder       string        `json:"decoder"`
-	Device        string        `json:"device"`
+	Schema        int    `json:"schema"`
+	StrataVersion string `json:"strata_version"`
+	Task          string `json:"task"` // "link"
+	Dataset       string `json:"dataset"`
+	Model         string `json:"model"`
+	Mode          string `json:"mode"`
+	Decoder       string `json:"decoder"`
+	Device        string `json:"device"`
+	// Engine is the multi-device trainer ("dsp" or "fullgraph";
+	// package link/multi) and Devices its devices; empty and 0 for
+	// link.Run's one device.
+	Engine        string        `json:"engine,omitempty"`
+	Devices       int           `json:"devices,omitempty"`
 	Seed          uint64        `json:"seed"`
 	HitsK         int           `json:"hits_k"`
 	Val           Metrics       `json:"val"`

@@ -140,7 +140,7 @@ type runner struct {
 	neg     *Negatives
 	sampler sample.Sampler // sampled mode
 	full    *nn.Block      // the message-passing graph: full mode, full evaluation
-	ev      evalPairs
+	eval    *Evaluator
 
 	batchSize, numBatches int
 	history               []EpochRecord
@@ -175,7 +175,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 	if r.model, err = nn.New(r.b, cfg.ModelConfig(ds.FeatDim, cfg.Hidden)); err != nil {
 		return nil, &RunError{Op: "encoder", Err: err}
 	}
-	if r.dec, err = NewDecoder(r.b, cfg.Decoder, r.model.Config().OutDim, rng.Derive(cfg.Seed, tagDecoder)); err != nil {
+	if r.dec, err = cfg.NewDecoder(r.b, r.model.Config().OutDim); err != nil {
 		return nil, &RunError{Op: "decoder", Err: err}
 	}
 	r.params = append(slices.Clone(r.model.Params()), r.dec.Params()...)
@@ -198,7 +198,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 			return nil, &RunError{Op: "upload graph", Err: err}
 		}
 	}
-	if err := r.ev.prepare(r.b, r.split, &r.cfg); err != nil {
+	if r.eval, err = NewEvaluator(r.b, r.split, r.x, r.full, &r.cfg); err != nil {
 		return nil, err
 	}
 	built = true
@@ -221,7 +221,8 @@ func (r *runner) free() {
 	if r.x != nil {
 		r.x.Free()
 	}
-	r.ev.free(r.b)
+	r.eval.Close()
+	r.eval = nil
 	r.model, r.dec, r.opt, r.full, r.x = nil, nil, nil, nil, nil
 }
 
@@ -284,14 +285,14 @@ func (r *runner) loop(ctx context.Context) error {
 	return nil
 }
 
-// epochEdges returns the training links in epoch's order (a permutation
-// keyed by seed and epoch), each undirected link in a random
-// orientation: a link stored u < v would otherwise make the smaller ID
-// the source of every negative drawn for it.
-func (r *runner) epochEdges(epoch int) Edges { return epochEdges(r.split, r.cfg.Seed, epoch) }
+func (r *runner) epochEdges(epoch int) Edges { return EpochEdges(r.split, r.cfg.Seed, epoch) }
 
-// epochEdges is s's training links in epoch's order under seed.
-func epochEdges(s *Split, seed uint64, epoch int) Edges {
+// EpochEdges returns s's training links in epoch's order (a
+// permutation keyed by seed and epoch), each undirected link in a random
+// orientation: a link stored u < v would otherwise make the smaller ID
+// the source of every negative drawn for it. Every trainer visits them
+// in this order (the multi-device ones deal them to devices from it).
+func EpochEdges(s *Split, seed uint64, epoch int) Edges {
 	tr := s.Train
 	n := tr.Len()
 	perm := make([]int32, n)
@@ -312,6 +313,12 @@ func epochEdges(s *Split, seed uint64, epoch int) Edges {
 		out.Src[i], out.Dst[i] = u, v
 	}
 	return out
+}
+
+// NewDecoder builds the run's decoder for embeddings of width dim on b,
+// its weights keyed by the seed (every trainer's and device's the same).
+func (c *Config) NewDecoder(b backend.Backend, dim int) (Decoder, error) {
+	return NewDecoder(b, c.Decoder, dim, rng.Derive(c.Seed, tagDecoder))
 }
 
 // step runs one optimizer step on positives pos and their negatives.
@@ -342,16 +349,8 @@ func (r *runner) step(epoch, bi int, pos Edges) (float64, error) {
 	} else if h, err = r.x.ForwardFull(t, r.model, r.fullBlocks(), true, seed); err != nil {
 		return 0, err
 	}
-	bufs, err := uploadAll(r.b, src, dst, batch.Labels)
-	defer freeAll(r.b, bufs)
-	if err != nil {
-		return 0, err
-	}
-	scores, err := r.dec.Score(t, h, bufs[0], bufs[1])
-	if err != nil {
-		return 0, err
-	}
-	lv, loss, err := t.BCEWithLogits(scores, bufs[2])
+	lv, loss, done, err := PairLoss(t, r.dec, h, src, dst, batch.Labels)
+	defer done()
 	if err != nil {
 		return 0, err
 	}
@@ -365,6 +364,25 @@ func (r *runner) step(epoch, bi int, pos Edges) (float64, error) {
 		return 0, err
 	}
 	return loss, r.opt.Step()
+}
+
+// PairLoss is a step's loss: the decoder's scores of the pairs (src[i],
+// dst[i]) (rows of h) against labels (1 positive, 0 negative), by
+// binary cross-entropy with logits, and its value. done (never nil)
+// frees the pairs' buffers, after the backward pass.
+func PairLoss(t *autograd.Tape, dec Decoder, h *autograd.Var, src, dst, labels []int32) (lv *autograd.Var, loss float64, done func(), err error) {
+	b := t.Backend()
+	bufs, err := uploadAll(b, src, dst, labels)
+	done = func() { freeAll(b, bufs) }
+	if err != nil {
+		return nil, 0, done, err
+	}
+	scores, err := dec.Score(t, h, bufs[0], bufs[1])
+	if err != nil {
+		return nil, 0, done, err
+	}
+	lv, loss, err = t.BCEWithLogits(scores, bufs[2])
+	return lv, loss, done, err
 }
 
 func (r *runner) fullBlocks() []*nn.Block {
@@ -454,17 +472,69 @@ func (ev *evalPairs) free(b backend.Backend) {
 
 // evaluate scores the fixed validation and test pairs without dropout
 // and returns their metrics.
-func (r *runner) evaluate() (val, test Metrics, err error) {
+func (r *runner) evaluate() (val, test Metrics, err error) { return r.eval.Run(r.model, r.dec) }
+
+// Evaluator scores a split's fixed validation and test pairs (and their
+// negatives) with an encoder and a decoder, without dropout: over the
+// whole message-passing graph (Eval "full") or over neighborhoods
+// sampled from it (Eval "sampled", EvalFanouts, in batches of
+// EvalBatchSize, keyed by the seed alone so that every epoch is scored
+// on the same neighborhoods). Every trainer evaluates with it: the
+// single-device runs, and device 0 of the multi-device ones (in their
+// node IDs: a Split whose pairs and In are renumbered).
+type Evaluator struct {
+	b       backend.Backend
+	cfg     *Config
+	x       *train.Inputs
+	full    *nn.Block
+	ownFull bool
+	ev      evalPairs
+}
+
+// NewEvaluator prepares the evaluation of s's pairs on b with the
+// features x; full is s.In uploaded (nil: uploaded here when Eval is
+// full). x and full stay the caller's.
+func NewEvaluator(b backend.Backend, s *Split, x *train.Inputs, full *nn.Block, cfg *Config) (*Evaluator, error) {
+	e := &Evaluator{b: b, cfg: cfg, x: x, full: full}
+	if cfg.Eval != train.Sampled && full == nil {
+		var err error
+		if e.full, err = nn.UploadGraph(b, s.In); err != nil {
+			return nil, &RunError{Op: "upload graph", Err: err}
+		}
+		e.ownFull = true
+	}
+	if err := e.ev.prepare(b, s, cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close frees the evaluator's buffers.
+func (e *Evaluator) Close() {
+	if e == nil {
+		return
+	}
+	e.ev.free(e.b)
+	if e.ownFull && e.full != nil {
+		e.full.Free()
+	}
+	e.full = nil
+}
+
+// Run scores the pairs with model and dec and returns the validation
+// and test metrics.
+func (e *Evaluator) Run(model nn.Model, dec Decoder) (val, test Metrics, err error) {
 	var scores []float32
-	if r.cfg.Eval == train.Sampled {
-		scores, err = r.scoreSampled()
+	if e.cfg.Eval == train.Sampled {
+		scores, err = e.scoreSampled(model, dec)
 	} else {
-		scores, err = r.scoreFull()
+		scores, err = e.scoreFull(model, dec)
 	}
 	if err != nil {
 		return val, test, err
 	}
-	n := r.ev.n
+	n := e.ev.n
 	at := func(i int) []float32 {
 		lo := 0
 		for j := range i {
@@ -472,10 +542,10 @@ func (r *runner) evaluate() (val, test Metrics, err error) {
 		}
 		return scores[lo : lo+n[i]]
 	}
-	if val, err = Evaluate(at(0), at(1), r.cfg.HitsK); err != nil {
+	if val, err = Evaluate(at(0), at(1), e.cfg.HitsK); err != nil {
 		return val, test, fmt.Errorf("validation: %w", err)
 	}
-	if test, err = Evaluate(at(2), at(3), r.cfg.HitsK); err != nil {
+	if test, err = Evaluate(at(2), at(3), e.cfg.HitsK); err != nil {
 		return val, test, fmt.Errorf("test: %w", err)
 	}
 	return val, test, nil
@@ -483,49 +553,51 @@ func (r *runner) evaluate() (val, test Metrics, err error) {
 
 // scoreFull embeds every node over the whole message-passing graph and
 // scores the pairs.
-func (r *runner) scoreFull() ([]float32, error) {
-	t := autograd.NewTape(r.b)
+func (e *Evaluator) scoreFull(model nn.Model, dec Decoder) ([]float32, error) {
+	t := autograd.NewTape(e.b)
 	defer t.Release()
-	h, err := r.x.ForwardFull(t, r.model, r.fullBlocks(), false, 0)
+	blocks := make([]*nn.Block, e.cfg.Layers)
+	for i := range blocks {
+		blocks[i] = e.full
+	}
+	h, err := e.x.ForwardFull(t, model, blocks, false, 0)
 	if err != nil {
 		return nil, err
 	}
-	return r.score(t, h)
+	return e.score(t, dec, h)
 }
 
 // scoreSampled embeds the pairs' endpoints in batches of EvalBatchSize
-// over neighborhoods sampled with EvalFanouts (keyed by the seed alone,
-// so every epoch is scored on the same neighborhoods), then scores the
-// pairs.
-func (r *runner) scoreSampled() ([]float32, error) {
-	nodes, bs := r.ev.nodes, r.cfg.EvalBatchSize
-	d := r.model.Config().OutDim
+// over neighborhoods sampled with EvalFanouts, then scores the pairs.
+func (e *Evaluator) scoreSampled(model nn.Model, dec Decoder) ([]float32, error) {
+	nodes, bs := e.ev.nodes, e.cfg.EvalBatchSize
+	d := model.Config().OutDim
 	emb := make([]float32, len(nodes)*d)
-	key := rng.Derive(r.cfg.Seed, tagEval)
+	key := rng.Derive(e.cfg.Seed, tagEval)
 	for b := 0; b*bs < len(nodes); b++ {
 		seeds := nodes[b*bs : min((b+1)*bs, len(nodes))]
-		mb, err := r.ev.smp.Sample(seeds, sample.Key{Seed: key, Batch: b})
+		mb, err := e.ev.smp.Sample(seeds, sample.Key{Seed: key, Batch: b})
 		if err != nil {
 			return nil, fmt.Errorf("sampling: %w", err)
 		}
-		if err := r.embedBatch(mb, emb[b*bs*d:(b*bs+len(seeds))*d]); err != nil {
+		if err := e.embedBatch(model, mb, emb[b*bs*d:(b*bs+len(seeds))*d]); err != nil {
 			return nil, err
 		}
 	}
-	t := autograd.NewTape(r.b)
+	t := autograd.NewTape(e.b)
 	defer t.Release()
 	h, err := t.Upload(emb, len(nodes), d)
 	if err != nil {
 		return nil, err
 	}
-	return r.score(t, h)
+	return e.score(t, dec, h)
 }
 
 // embedBatch writes the embeddings of mb's seeds into dst.
-func (r *runner) embedBatch(mb *sample.MiniBatch, dst []float32) error {
-	t := autograd.NewTape(r.b)
+func (e *Evaluator) embedBatch(model nn.Model, mb *sample.MiniBatch, dst []float32) error {
+	t := autograd.NewTape(e.b)
 	defer t.Release()
-	h, cleanup, err := r.x.ForwardBatch(t, r.model, mb, false, 0)
+	h, cleanup, err := e.x.ForwardBatch(t, model, mb, false, 0)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -533,16 +605,16 @@ func (r *runner) embedBatch(mb *sample.MiniBatch, dst []float32) error {
 	if h.Len() != len(dst) {
 		return fmt.Errorf("encoder produced %dx%d embeddings for %d seeds", h.Rows, h.Cols, len(mb.Seeds))
 	}
-	return r.b.Download(dst, h.Value)
+	return e.b.Download(dst, h.Value)
 }
 
 // score decodes the evaluation pairs (rows of h) and downloads the
 // scores.
-func (r *runner) score(t *autograd.Tape, h *autograd.Var) ([]float32, error) {
-	s, err := r.dec.Score(t, h, r.ev.src, r.ev.dst)
+func (e *Evaluator) score(t *autograd.Tape, dec Decoder, h *autograd.Var) ([]float32, error) {
+	s, err := dec.Score(t, h, e.ev.src, e.ev.dst)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]float32, s.Len())
-	return out, r.b.Download(out, s.Value)
+	return out, e.b.Download(out, s.Value)
 }

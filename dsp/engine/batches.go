@@ -21,73 +21,18 @@ type epochPlan struct {
 }
 
 // assign deals one epoch's training nodes to the devices: shuffle with the
-// epoch's key, give every node to the device owning it, move the excess of
-// devices above their share to devices below it (in rank order), and cut
-// each device's nodes into batches.
+// epoch's key (the single-device trainer's order), then Deal them to
+// their owners.
 func assign(ids []graph.NodeID, b *book.Book, batchSize int, mode string, seed uint64, epoch int) (*epochPlan, error) {
-	k := b.K()
-	t := len(ids)
-	if t == 0 {
+	if len(ids) == 0 {
 		return nil, fmt.Errorf("no training nodes")
 	}
-	order := train.Shuffled(ids, seed, epoch) // the single-device trainer's order
-	own := make([][]graph.NodeID, k)
-	for _, v := range order {
-		o := b.Owner(int64(v))
-		own[o] = append(own[o], v)
+	order := train.Shuffled(ids, seed, epoch)
+	batches, dropped, err := Deal(order, func(v int32) int { return b.Owner(int64(v)) }, b.K(), batchSize, mode)
+	if err != nil {
+		return nil, err
 	}
-	share := make([]int, k)
-	switch mode {
-	case Trim:
-		per := t / (k * batchSize) * batchSize
-		if per == 0 {
-			return nil, fmt.Errorf("trim: %d training nodes do not fill one batch of %d on each of %d devices (use pad)", t, batchSize, k)
-		}
-		for r := range share {
-			share[r] = per
-		}
-	default:
-		for r := range share {
-			share[r] = t / k
-			if r < t%k {
-				share[r]++
-			}
-		}
-	}
-	var spare []graph.NodeID
-	for r := range own {
-		if len(own[r]) > share[r] {
-			spare = append(spare, own[r][share[r]:]...)
-			own[r] = own[r][:share[r]:share[r]]
-		}
-	}
-	for r := range own {
-		if need := share[r] - len(own[r]); need > 0 {
-			take := min(need, len(spare))
-			own[r] = append(own[r], spare[:take]...)
-			spare = spare[take:]
-		}
-	}
-	p := &epochPlan{batches: make([][][]graph.NodeID, k), dropped: len(spare)}
-	nb := (share[0] + batchSize - 1) / batchSize // share[0] is the largest
-	for r, nodes := range own {
-		for i := range nb {
-			lo := min(i*batchSize, len(nodes))
-			hi := min(lo+batchSize, len(nodes))
-			bt := nodes[lo:hi:hi]
-			if len(bt) == 0 {
-				// Only the last batch of a device one node short of the
-				// largest share: repeat a node so every device steps.
-				if len(nodes) > 0 {
-					bt = nodes[:1:1]
-				} else {
-					bt = order[r%t : r%t+1 : r%t+1]
-				}
-			}
-			p.batches[r] = append(p.batches[r], bt)
-		}
-	}
-	return p, nil
+	return &epochPlan{batches: batches, dropped: dropped}, nil
 }
 
 // presamplePlan is the pre-sampling pass's batches: every device's

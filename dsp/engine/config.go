@@ -211,6 +211,11 @@ type Options struct {
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (device 0's, as it records each epoch).
 	Keep *train.Keeper
+	// Task, when set, replaces node classification as the objective
+	// (task.go; link prediction: package link/multi): the dataset then
+	// needs no labels or node splits, and checkpoints and Keep are not
+	// taken.
+	Task Task
 	// Start is when the run started, for RunInfo.FirstBatchSeconds
 	// (strata train gives its process's start); zero: when Run is
 	// called. Phases are the setup phases the caller timed before Run

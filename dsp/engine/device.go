@@ -40,6 +40,7 @@ type device struct {
 	trk    *tracker
 	loader *cache.Loader
 	model  nn.Model
+	task   TaskReplica // Options.Task's part on this device, or nil
 	opt    optim.Optimizer
 	eval   *train.Evaluator
 
@@ -69,6 +70,7 @@ type item struct {
 	epoch, batch, global, batches int
 	last                          bool
 	seeds                         []graph.NodeID
+	work                          TaskBatch // Options.Task's batch (Seeds = seeds)
 	bt                            batch
 	x                             backend.Buffer  // input features
 	xb                            backend.Backend // the back end that owns x
@@ -180,10 +182,19 @@ func graphBytes(g *graph.CSR) int64 { return 8*(g.NumRows+1) + 4*int64(len(g.Ind
 func (d *device) buildModel() error {
 	s, cfg := d.s, &d.s.cfg
 	var err error
-	if d.model, err = nn.New(d.b, cfg.Train.ModelConfig(s.dim, s.pd.ds.NumClasses)); err != nil {
+	out := s.pd.ds.NumClasses
+	if s.opts.Task != nil {
+		out = s.opts.Task.OutDim()
+	}
+	if d.model, err = nn.New(d.b, cfg.Train.ModelConfig(s.dim, out)); err != nil {
 		return d.errf("model", err)
 	}
-	params := d.model.Params()
+	if s.opts.Task != nil {
+		if d.task, err = s.opts.Task.Replica(d.b); err != nil {
+			return d.errf("task", err)
+		}
+	}
+	params := d.params()
 	total := 0
 	for _, p := range params {
 		if p.Len() <= 0 || p.Grad == nil {
@@ -243,7 +254,11 @@ func (d *device) buildModel() error {
 	// assign).
 	t := len(s.pd.ds.Train)
 	share := (t + cfg.Devices - 1) / cfg.Devices
-	if d.lossHist, err = d.b.Alloc(backend.Float32, max((share+cfg.Train.BatchSize-1)/cfg.Train.BatchSize, 1)); err != nil {
+	most := (share + cfg.Train.BatchSize - 1) / cfg.Train.BatchSize
+	if s.opts.Task != nil {
+		most = s.opts.Task.MaxBatches()
+	}
+	if d.lossHist, err = d.b.Alloc(backend.Float32, max(most, 1)); err != nil {
 		return d.errf("losses", err)
 	}
 	return nil
@@ -270,11 +285,14 @@ func (d *device) free() {
 		d.opt.Free()
 	}
 	if d.model != nil {
-		ps := d.model.Params()
+		ps := d.params()
 		for i := range d.oldGrads {
 			ps[i].Grad = d.oldGrads[i]
 		}
-		nn.FreeParams(d.b, ps)
+		nn.FreeParams(d.b, d.model.Params())
+	}
+	if d.task != nil {
+		d.task.Free()
 	}
 	for _, x := range []backend.Buffer{d.flat, d.lossHist, d.rows} {
 		if x != nil {
@@ -283,6 +301,17 @@ func (d *device) free() {
 	}
 	d.eval.Close()
 	d.later, d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	d.task = nil
+}
+
+// params are the parameters the device trains: the model's, then the
+// task's (Options.Task).
+func (d *device) params() []*nn.Param {
+	ps := d.model.Params()
+	if d.task != nil {
+		ps = append(ps[:len(ps):len(ps)], d.task.Params()...)
+	}
+	return ps
 }
 
 // start runs the device's stages: three goroutines joined by queues, or
@@ -333,9 +362,30 @@ func (d *device) start(ctx context.Context) error {
 	return nil
 }
 
-// epochBatches is this device's batches of epoch e.
-func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
+// epochBatches is this device's batches of epoch e: its training nodes
+// (assign), or Options.Task's batches.
+func (d *device) epochBatches(e int) ([]TaskBatch, error) {
 	s, cfg := d.s, &d.s.cfg
+	if t := s.opts.Task; t != nil {
+		all, err := t.Batches(e)
+		if err != nil {
+			return nil, d.errf("batches", err)
+		}
+		if len(all) != cfg.Devices || len(all[d.rank]) == 0 || len(all[d.rank]) > d.lossHist.Len() {
+			return nil, d.errf("batches", fmt.Errorf("the task dealt %d devices' batches (this one %d, at most %d)", len(all), len(all[min(d.rank, len(all)-1)]), d.lossHist.Len()))
+		}
+		for r := range all {
+			if len(all[r]) != len(all[d.rank]) {
+				return nil, d.errf("batches", fmt.Errorf("the task dealt %d batches to device %d, %d to device %d", len(all[r]), r, len(all[d.rank]), d.rank))
+			}
+		}
+		if d.rank == 0 {
+			s.mu.Lock()
+			s.info.BatchesPerDevice = len(all[0])
+			s.mu.Unlock()
+		}
+		return all[d.rank], nil
+	}
 	plan, err := assign(s.pd.ds.Train, s.pd.book, cfg.Train.BatchSize, cfg.Rebalance, cfg.Train.Seed, e)
 	if err != nil {
 		return nil, d.errf("batches", err)
@@ -345,22 +395,56 @@ func (d *device) epochBatches(e int) ([][]graph.NodeID, error) {
 		s.info.BatchesPerDevice, s.info.DroppedSeeds = len(plan.batches[0]), plan.dropped
 		s.mu.Unlock()
 	}
-	return plan.batches[d.rank], nil
+	out := make([]TaskBatch, len(plan.batches[d.rank]))
+	for i, seeds := range plan.batches[d.rank] {
+		out[i] = TaskBatch{Seeds: seeds}
+	}
+	return out, nil
 }
 
 // sampleOne draws batch i of epoch e with sampler worker w.
-func (d *device) sampleOne(ctx context.Context, w, e, i int, mine [][]graph.NodeID) (*item, error) {
+func (d *device) sampleOne(ctx context.Context, w, e, i int, mine []TaskBatch) (*item, error) {
 	cfg := &d.s.cfg
 	d.trk.set(samplerStage(w), "sampling epoch %d batch %d", e+1, i)
 	d.hook(ctx, "sampler")
 	t0 := time.Now()
 	global := i*cfg.Devices + d.rank
-	bt, err := d.kit.smps[w].Sample(ctx, mine[i], sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
+	bt, err := d.kit.smps[w].Sample(ctx, mine[i].Seeds, sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
+	if err == nil && d.s.opts.Task != nil {
+		bt, err = d.exclude(bt, mine[i])
+	}
 	if err != nil {
 		return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d", e+1, i), err)
 	}
 	d.m.StageBusy(metrics.Sampler, time.Since(t0))
-	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: mine[i], bt: bt}, nil
+	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: mine[i].Seeds, work: mine[i], bt: bt}, nil
+}
+
+// exclude lets Options.Task edit a sampled batch on the host (a GPU
+// batch is downloaded, and its device copy freed: the batch continues
+// as a host batch, its blocks uploaded by the trainer).
+func (d *device) exclude(bt batch, tb TaskBatch) (batch, error) {
+	var mb *sample.MiniBatch
+	switch b := bt.(type) {
+	case *hostBatch:
+		mb = b.mb
+	case *cudadsp.Batch:
+		var err error
+		mb, err = b.Download()
+		b.Free()
+		if err != nil {
+			return nil, err
+		}
+		bt = &hostBatch{mb: mb}
+	default:
+		bt.Free()
+		return nil, fmt.Errorf("the task cannot edit a %T batch", bt)
+	}
+	if err := d.s.opts.Task.Exclude(mb, tb); err != nil {
+		bt.Free()
+		return nil, err
+	}
+	return bt, nil
 }
 
 // loadOne fetches the batch's input features.
@@ -595,19 +679,6 @@ func (d *device) step(ctx context.Context, it *item) error {
 		return fmt.Errorf("%d blocks for %d layers", len(blocks), cfg.Train.Layers)
 	}
 	n := it.bt.NumInputs()
-	labels := make([]int32, len(it.seeds))
-	for i, v := range it.seeds {
-		labels[i] = s.pd.ds.Labels[v]
-	}
-	lb, err := devbuf.Upload(b, labels)
-	if err != nil {
-		return err
-	}
-	defer b.Free(lb)
-	rows, err := devbuf.View(d.rows, 0, len(it.seeds))
-	if err != nil {
-		return err
-	}
 	x := it.x
 	if it.xb != b {
 		// Features from the loader's handle of this GPU: read them in
@@ -635,11 +706,8 @@ func (d *device) step(ctx context.Context, it *item) error {
 	if logits.Rows != len(it.seeds) {
 		return fmt.Errorf("model produced %d rows of logits for %d seeds", logits.Rows, len(it.seeds))
 	}
-	logp, err := t.LogSoftmax(logits)
-	if err != nil {
-		return err
-	}
-	lv, err := nn.NLLLoss(t, logp, rows, lb)
+	lv, done, err := d.loss(t, logits, it)
+	defer done()
 	if err != nil {
 		return err
 	}
@@ -681,6 +749,42 @@ func (d *device) step(ctx context.Context, it *item) error {
 		f(d.rank, it.epoch, it.batch, float64(l[0]))
 	}
 	return nil
+}
+
+// loss is the step's loss from the model's output rows of the seeds:
+// node classification's (log-softmax, NLL of the seeds' labels) or
+// Options.Task's.
+// done, never nil, frees what the loss uploaded once the backward pass
+// has run.
+func (d *device) loss(t *autograd.Tape, logits *autograd.Var, it *item) (lv *autograd.Var, done func(), err error) {
+	if d.task != nil {
+		lv, done, err = d.task.Loss(t, logits, it.work)
+		if done == nil {
+			done = func() {}
+		}
+		return lv, done, err
+	}
+	b := d.b
+	done = func() {}
+	labels := make([]int32, len(it.seeds))
+	for i, v := range it.seeds {
+		labels[i] = d.s.pd.ds.Labels[v]
+	}
+	lb, err := devbuf.Upload(b, labels)
+	if err != nil {
+		return nil, done, err
+	}
+	done = func() { b.Free(lb) }
+	rows, err := devbuf.View(d.rows, 0, len(it.seeds))
+	if err != nil {
+		return nil, done, err
+	}
+	logp, err := t.LogSoftmax(logits)
+	if err != nil {
+		return nil, done, err
+	}
+	lv, err = nn.NLLLoss(t, logp, rows, lb)
+	return lv, done, err
 }
 
 // endEpoch reads the epoch's losses (every device checks them; device 0
@@ -727,7 +831,7 @@ func (d *device) endEpoch(ctx context.Context, it *item) error {
 // (Evaluator.RunDevices: layer-wise inference, a node range per device)
 // while the other ranks wait for the tally.
 func (s *shared) shardedEval() bool {
-	return s.cfg.Devices > 1
+	return s.cfg.Devices > 1 && s.opts.Task == nil // a task evaluates on device 0
 }
 
 // record evaluates when due and, on device 0, records and logs the epoch.
@@ -743,7 +847,17 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	epoch := rec.Epoch - 1
 	var evalSec float64
 	evaluated := cfg.Train.Evaluates(epoch)
-	if evaluated {
+	taskLine := ""
+	if evaluated && s.opts.Task != nil {
+		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
+		t0 := time.Now()
+		line, err := s.opts.Task.Evaluate(TaskEval{B: d.b, Model: d.model, Replica: d.task, In: s.in, Feats: s.feats}, epoch)
+		if err != nil {
+			return fmt.Errorf("evaluation: %w", err)
+		}
+		taskLine = "  " + line
+		evalSec = time.Since(t0).Seconds()
+	} else if evaluated {
 		d.trk.set(stTrainer, "evaluating after epoch %d", epoch+1)
 		t0 := time.Now()
 		if d.eval == nil && (d.rank == 0 || cfg.Train.Eval == train.Sampled) {
@@ -811,7 +925,10 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 	epochs := cfg.Train.Epochs
 	if log := s.opts.Log; log != nil && (epoch == 0 || (epoch+1)%train.LogEvery(epochs) == 0 || epoch == epochs-1) {
 		acc := ""
-		if evaluated {
+		switch {
+		case evaluated && s.opts.Task != nil:
+			acc = fmt.Sprintf("%s  (eval %.2fs)", taskLine, evalSec)
+		case evaluated:
 			acc = fmt.Sprintf("  train %.4f  val %.4f  test %.4f  (eval %.2fs)", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, evalSec)
 		}
 		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, em.Summary.String()+s.remoteLine())
@@ -829,7 +946,7 @@ func (d *device) finish(ctx context.Context) error {
 			return d.errf("freeing batches", err)
 		}
 	}
-	if err := checkReplicas(ctx, d.b, d.model.Params(), d.s.hostComm(d.rank, stTrainer), d.s.cfg.Devices); err != nil {
+	if err := checkReplicas(ctx, d.b, d.params(), d.s.hostComm(d.rank, stTrainer), d.s.cfg.Devices); err != nil {
 		return d.errf("replica check", err)
 	}
 	if d.rank == 0 {

@@ -172,11 +172,25 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	// The setup, phase by phase (SetupPhase): each reads the data once
 	// at most, in parallel where it is large.
 	ph := clock.begin("check", 0)
-	var de *train.DataError
-	// A machine directory's dataset has no features (its shard does);
-	// dataset.Open checked it and machines.Open its shard.
-	if err := train.CheckDataset(ds); opts.Machine == nil && errors.As(err, &de) {
-		return nil, &RunError{Op: "dataset", Err: errors.New(de.Msg)}
+	task := opts.Task
+	if task != nil {
+		// The task checked its data; the engine reads the graph and
+		// the features.
+		switch {
+		case opts.CheckpointDir != "":
+			return nil, &ConfigError{Field: "checkpoint", Msg: "a run with a task other than node classification does not checkpoint yet"}
+		case opts.Keep != nil:
+			return nil, &ConfigError{Field: "save", Msg: "a run with a task other than node classification keeps no model yet"}
+		case ds == nil || ds.Graph == nil || ds.Features == nil || ds.FeatDim <= 0 || int64(len(ds.Features)) != ds.NumNodes()*int64(ds.FeatDim):
+			return nil, &RunError{Op: "dataset", Err: errors.New("a task needs a graph and a feature row per node")}
+		}
+	} else if err := train.CheckDataset(ds); err != nil && opts.Machine == nil {
+		// A machine directory's dataset has no features (its shard
+		// does); dataset.Open checked it and machines.Open its shard.
+		var de *train.DataError
+		if errors.As(err, &de) {
+			return nil, &RunError{Op: "dataset", Err: errors.New(de.Msg)}
+		}
 	}
 	ph.End()
 	ph = clock.begin("partition", 0)
@@ -189,6 +203,11 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	}
 	if err != nil {
 		return nil, err
+	}
+	if task != nil {
+		if err := task.Start(pd.oldToNew, pd.book); err != nil {
+			return nil, &RunError{Op: "task", Err: err}
+		}
 	}
 	ph.End()
 	s := &shared{cfg: cfg, opts: opts, w: w, clock: clock, pd: pd, dim: pd.ds.FeatDim, ctrs: make([]metrics.Counters, k), trk: make([]tracker, k),

@@ -42,12 +42,13 @@ func (e *RunError) Unwrap() error { return e.Err }
 // partitioned is the dataset as the devices see it: renumbered so that
 // device p owns the node IDs of book range p.
 type partitioned struct {
-	ds     *dataset.Dataset
-	book   *book.Book
-	method string // "none", "range", "multilevel" or "metis"
-	// newToOld is the original ID of every new ID (nil: not renumbered).
-	newToOld []int32
-	edgeCut  int64 // undirected edges between patches (multilevel), -1 if not computed
+	ds      *dataset.Dataset
+	book    *book.Book
+	method  string // "none", "range", "multilevel" or "metis"
+	edgeCut int64  // undirected edges between patches (multilevel), -1 if not computed
+	// newToOld is the original ID of every new ID, oldToNew its inverse
+	// (nil: not renumbered).
+	newToOld, oldToNew []int32
 }
 
 // partitionData splits ds into cfg.Devices patches (cfg is normalized),
@@ -100,7 +101,7 @@ func partitionData(ctx context.Context, ds *dataset.Dataset, cfg *Config, log io
 	if err != nil {
 		return nil, &RunError{Op: "renumber", Err: err}
 	}
-	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut, newToOld: ren.NewToOld}, nil
+	return &partitioned{ds: pds, book: ren.Book, method: cfg.Partition, edgeCut: res.EdgeCut, newToOld: ren.NewToOld, oldToNew: ren.OldToNew}, nil
 }
 
 // cacheLayout describes a plan's layout for Info.CacheLayout.

@@ -141,6 +141,10 @@ func (g *Batch) DeviceIDs() backend.Buffer {
 // Free releases the batch's device memory.
 func (g *Batch) Free() { g.b.Free() }
 
+// Download copies the batch to the host (a task's edit of the blocks,
+// engine.Task.Exclude).
+func (g *Batch) Download() (*sample.MiniBatch, error) { return g.b.Download() }
+
 // Blocks returns the blocks as nn blocks on b, the sampler's handle or
 // another handle of its GPU (copied there on b's stream); the caller
 // frees them.

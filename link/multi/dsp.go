@@ -1,0 +1,297 @@
+package multi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/split"
+	"github.com/strata-gnn/strata/dsp/engine"
+	"github.com/strata-gnn/strata/link"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/partition/book"
+	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/train"
+)
+
+// RunDSP trains cfg (sampled mode) in the DSP engine with dcfg's
+// multi-device settings (its Train is replaced by cfg's) on
+// opts.Backends, and returns the link report. es, when set, is the
+// dataset's stored edge split (link.Options.EdgeSplit).
+func RunDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, dcfg engine.Config, opts engine.Options, es *split.EdgeSplit) (*link.Report, *engine.Report, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Mode != train.Sampled {
+		return nil, nil, &train.ConfigError{Field: "mode", Msg: fmt.Sprintf("link prediction on several devices (DSP) is sampled, not %q", cfg.Mode)}
+	}
+	if err := link.CheckDataset(ds); err != nil {
+		return nil, nil, err
+	}
+	s, err := link.MakeSplit(ds, &cfg, es)
+	if err != nil {
+		return nil, nil, err
+	}
+	task, err := newDSPTask(s, &cfg, dcfg.Devices)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer task.close()
+	// BatchSize is the positives of one optimizer step, as on one
+	// device: each device takes its share of them, so a step averages
+	// the gradients of K shares and an epoch takes the steps of one
+	// device's run.
+	dcfg.Train = train.Config{Common: cfg.Common, Mode: train.Sampled, BatchSize: task.per, Fanouts: cfg.Fanouts}
+	opts.Task = task
+	erep, err := engine.Run(ctx, messagePassing(ds, s), dcfg, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := task.report(ds, &cfg, s, erep.Run.EpochLosses, erep.Run.EpochTrainSeconds)
+	rep.Engine, rep.Devices, rep.Device = "dsp", dcfg.Devices, erep.Device
+	rep.RowNormalized = erep.DSP.RowNormalized
+	rep.Summarize()
+	rep.TotalSeconds = time.Since(start).Seconds()
+	return rep, erep, nil
+}
+
+// messagePassing is ds with the split's message-passing graph (no
+// held-out link) and every node a "training node" (the partitioner
+// balances them with the edges; link prediction has no node labels).
+func messagePassing(ds *dataset.Dataset, s *link.Split) *dataset.Dataset {
+	mp := *ds
+	mp.Graph = s.Out
+	n := int(ds.NumNodes())
+	mp.Train = make([]int32, n)
+	for i := range mp.Train {
+		mp.Train[i] = int32(i)
+	}
+	mp.Val, mp.Test = nil, nil
+	return &mp
+}
+
+// dspTask is link prediction as engine.Task.
+type dspTask struct {
+	cfg   *link.Config
+	split *link.Split // the caller's node IDs
+	k     int
+	per   int // positives per device and step: ceil(BatchSize/K)
+	neg   *link.Negatives
+
+	oldToNew []int32 // nil: unchanged
+	book     *book.Book
+
+	mu     sync.Mutex
+	epochs map[int][][]engine.TaskBatch // dealt epochs, shared by the devices
+
+	// Device 0's evaluation (Evaluate runs on its trainer only).
+	x     *train.Inputs
+	xb    backend.Backend
+	eval  *link.Evaluator
+	evals map[int][2]link.Metrics
+	secs  map[int]float64
+}
+
+// pairs is a TaskBatch's Work.
+type pairs struct {
+	b   *link.Batch // caller's IDs; SrcRow and DstRow index the seeds
+	pos link.Edges  // the positives in engine IDs (ExcludeTargets)
+}
+
+func newDSPTask(s *link.Split, cfg *link.Config, k int) (*dspTask, error) {
+	neg, err := link.NewNegatives(s, cfg)
+	if err != nil {
+		return nil, &link.RunError{Op: "negative sampler", Err: err}
+	}
+	if k < 1 {
+		return nil, &train.ConfigError{Field: "devices", Msg: fmt.Sprintf("%d devices", k)}
+	}
+	return &dspTask{cfg: cfg, split: s, k: k, per: (cfg.BatchSize + k - 1) / k, neg: neg, epochs: map[int][][]engine.TaskBatch{},
+		evals: map[int][2]link.Metrics{}, secs: map[int]float64{}}, nil
+}
+
+func (t *dspTask) OutDim() int { return t.cfg.Hidden }
+
+func (t *dspTask) Start(oldToNew []int32, b *book.Book) error {
+	if oldToNew != nil && int64(len(oldToNew)) != t.split.NumNodes {
+		return fmt.Errorf("renumbering of %d nodes for a split of %d", len(oldToNew), t.split.NumNodes)
+	}
+	if b.K() != t.k {
+		return fmt.Errorf("a book of %d devices for %d", b.K(), t.k)
+	}
+	t.oldToNew, t.book = oldToNew, b
+	return nil
+}
+
+func (t *dspTask) id(v int32) int32 {
+	if t.oldToNew == nil {
+		return v
+	}
+	return t.oldToNew[v]
+}
+
+func (t *dspTask) MaxBatches() int {
+	share := (t.split.Train.Len() + t.k - 1) / t.k
+	return max((share+t.per-1)/t.per, 1)
+}
+
+// Batches deals epoch e's training links to the owners of their
+// sources (engine.Deal) and makes each batch: the positives, their
+// negatives (keyed by the global batch i*K+r) and the seeds. The epoch
+// is dealt once and shared by the devices.
+func (t *dspTask) Batches(e int) ([][]engine.TaskBatch, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if got, ok := t.epochs[e]; ok {
+		return got, nil
+	}
+	edges := link.EpochEdges(t.split, t.cfg.Seed, e)
+	order := make([]int32, edges.Len())
+	for i := range order {
+		order[i] = int32(i)
+	}
+	owner := func(i int32) int { return t.book.Owner(int64(t.id(edges.Src[i]))) }
+	dealt, _, err := engine.Deal(order, owner, t.k, t.per, engine.Pad)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]engine.TaskBatch, t.k)
+	for r, batches := range dealt {
+		for i, idx := range batches {
+			pos := link.Edges{Src: make([]int32, len(idx)), Dst: make([]int32, len(idx))}
+			for j, x := range idx {
+				pos.Src[j], pos.Dst[j] = edges.Src[x], edges.Dst[x]
+			}
+			neg, err := t.neg.Draw(pos, e, i*t.k+r)
+			if err != nil {
+				return nil, fmt.Errorf("negative sampling, device %d batch %d: %w", r, i, err)
+			}
+			b := link.NewBatch(pos, neg)
+			w := &pairs{b: b, pos: link.Edges{Src: make([]int32, pos.Len()), Dst: make([]int32, pos.Len())}}
+			for j := range pos.Src {
+				w.pos.Src[j], w.pos.Dst[j] = t.id(pos.Src[j]), t.id(pos.Dst[j])
+			}
+			seeds := make([]int32, len(b.Seeds))
+			for j, v := range b.Seeds {
+				seeds[j] = t.id(v)
+			}
+			out[r] = append(out[r], engine.TaskBatch{Seeds: seeds, Work: w})
+		}
+	}
+	// Devices run at most a few batches apart: keep the epochs that
+	// may still be asked for (a miss deals the epoch again, the same).
+	for old := range t.epochs {
+		if old < e-2 {
+			delete(t.epochs, old)
+		}
+	}
+	t.epochs[e] = out
+	return out, nil
+}
+
+func (t *dspTask) Exclude(mb *sample.MiniBatch, bt engine.TaskBatch) error {
+	w, ok := bt.Work.(*pairs)
+	if !ok {
+		return fmt.Errorf("link: a batch of %T", bt.Work)
+	}
+	link.ExcludeTargets(mb, w.pos)
+	return nil
+}
+
+// replica is a device's decoder.
+type replica struct {
+	b   backend.Backend
+	dec link.Decoder
+}
+
+func (t *dspTask) Replica(b backend.Backend) (engine.TaskReplica, error) {
+	dec, err := t.cfg.NewDecoder(b, t.cfg.Hidden)
+	if err != nil {
+		return nil, err
+	}
+	return &replica{b: b, dec: dec}, nil
+}
+
+func (r *replica) Params() []*nn.Param { return r.dec.Params() }
+func (r *replica) Free()               { nn.FreeParams(r.b, r.dec.Params()) }
+
+func (r *replica) Loss(t *autograd.Tape, h *autograd.Var, bt engine.TaskBatch) (*autograd.Var, func(), error) {
+	w, ok := bt.Work.(*pairs)
+	if !ok {
+		return nil, nil, fmt.Errorf("link: a batch of %T", bt.Work)
+	}
+	lv, _, done, err := link.PairLoss(t, r.dec, h, w.b.SrcRow, w.b.DstRow, w.b.Labels)
+	return lv, done, err
+}
+
+// Evaluate scores the split's validation and test pairs with device
+// 0's model and decoder over the engine's message-passing graph (engine
+// IDs), with link.Evaluator.
+func (t *dspTask) Evaluate(ev engine.TaskEval, epoch int) (string, error) {
+	r, ok := ev.Replica.(*replica)
+	if !ok {
+		return "", fmt.Errorf("link: a replica of %T", ev.Replica)
+	}
+	t0 := time.Now()
+	if t.eval == nil {
+		t.x, t.xb = train.NewInputs(ev.B, ev.Feats), ev.B
+		var err error
+		if t.eval, err = link.NewEvaluator(ev.B, t.renumbered(ev), t.x, nil, t.cfg); err != nil {
+			return "", err
+		}
+	}
+	val, test, err := t.eval.Run(ev.Model, r.dec)
+	if err != nil {
+		return "", err
+	}
+	t.evals[epoch] = [2]link.Metrics{val, test}
+	t.secs[epoch] = time.Since(t0).Seconds()
+	return fmt.Sprintf("val auc %.4f  test auc %.4f mrr %.4f hits@%d %.4f", val.AUC, test.AUC, test.MRR, t.cfg.HitsK, test.Hits), nil
+}
+
+// renumbered is the split's evaluation pairs in engine IDs over the
+// engine's message-passing graph.
+func (t *dspTask) renumbered(ev engine.TaskEval) *link.Split {
+	m := func(e link.Edges) link.Edges {
+		out := link.Edges{Src: make([]int32, e.Len()), Dst: make([]int32, e.Len())}
+		for i := range e.Src {
+			out.Src[i], out.Dst[i] = t.id(e.Src[i]), t.id(e.Dst[i])
+		}
+		return out
+	}
+	s := t.split
+	return &link.Split{NumNodes: s.NumNodes, Undirected: s.Undirected, Val: m(s.Val), Test: m(s.Test), ValNeg: m(s.ValNeg), TestNeg: m(s.TestNeg), In: ev.In, Out: ev.In}
+}
+
+func (t *dspTask) close() {
+	t.eval.Close()
+	if t.x != nil {
+		t.x.Free()
+	}
+	t.eval, t.x = nil, nil
+}
+
+// report is the link report of a run whose epochs had these losses.
+func (t *dspTask) report(ds *dataset.Dataset, cfg *link.Config, s *link.Split, losses, secs []float64) *link.Report {
+	rep := &link.Report{Schema: link.ReportVersion, StrataVersion: train.Version, Task: "link", Dataset: ds.Name, Model: cfg.Model,
+		Mode: cfg.Mode, Decoder: cfg.Decoder, Seed: cfg.Seed, HitsK: cfg.HitsK, Config: *cfg, Split: s.Stats(),
+		Graph: link.Graph{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim}}
+	for e, l := range losses {
+		rec := link.EpochRecord{Epoch: e + 1, Loss: l}
+		if e < len(secs) {
+			rec.Seconds = secs[e]
+		}
+		if m, ok := t.evals[e]; ok {
+			rec.Val, rec.Test, rec.EvalSeconds = m[0], m[1], t.secs[e]
+		} else {
+			rec.EvalSkipped = true
+		}
+		rep.Epochs = append(rep.Epochs, rec)
+	}
+	return rep
+}
