@@ -259,7 +259,7 @@ func engineGrads(t *testing.T, ds *dataset.Dataset, cfg Config, p int) (float64,
 	b := cpuBackend(t)
 	ws := make([]*worker, p)
 	for r := range ws {
-		if ws[r], err = newWorker(ctx, r, b, comms[r], nil, &cfg, pr, lay); err != nil {
+		if ws[r], err = newWorker(ctx, r, b, comms[r], nil, &cfg, pr, lay, nil); err != nil {
 			t.Fatal(err)
 		}
 		defer ws[r].free()

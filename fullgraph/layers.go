@@ -306,6 +306,18 @@ func (w *worker) gradients(epoch int, epsScale float64) (float64, error) {
 		}
 		h = fs[l].out
 	}
+	if w.task != nil {
+		g, loss, err := w.taskGrad(s, epoch, fs[L-1].out)
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
+		}
+		s.drop(fs[L-1].out)
+		fs[L-1].out = nil
+		return loss, w.backwardAll(s, fs, g)
+	}
 	c := w.classes
 	logits := fs[L-1].out
 	logp, dlogp := s.f32(w.n*c), s.f32(w.n*c)
@@ -350,17 +362,20 @@ func (w *worker) gradients(epoch int, epsScale float64) (float64, error) {
 		return 0, err
 	}
 	s.drop(logp, dlogp)
-	g := dlogits
-	for l := L - 1; l >= 0; l-- {
+	return loss, w.backwardAll(s, fs, dlogits)
+}
+
+// backwardAll runs the layers' backward passes from g, the gradient of
+// the last layer's output, and sums the parameter gradients over the
+// devices.
+func (w *worker) backwardAll(s *step, fs []*fwd, g backend.Buffer) error {
+	for l := len(w.specs) - 1; l >= 0; l-- {
 		g = w.backward(s, l, fs, g, true)
 		if s.err != nil {
-			return 0, fmt.Errorf("layer %d backward: %w", l, s.err)
+			return fmt.Errorf("layer %d backward: %w", l, s.err)
 		}
 	}
-	if err := w.allReduceGrads(); err != nil {
-		return 0, err
-	}
-	return loss, nil
+	return w.allReduceGrads()
 }
 
 // globalLoss combines the devices' mean losses over their own training

@@ -35,6 +35,8 @@ type prepared struct {
 	feats   *train.Features
 	offsets []int64
 	part    PartitionStats
+	// oldToNew maps the caller's node IDs to ds's (nil: unchanged).
+	oldToNew []int32
 }
 
 // DataError reports a dataset that cannot be trained on.
@@ -60,16 +62,23 @@ func checkDataset(ds *dataset.Dataset) error {
 // is returned. A run of the engine on p devices does exactly this, so a
 // single-device run on the returned dataset is its exact reference.
 func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method string, seed uint64) (*dataset.Dataset, []int64, error) {
+	pds, off, _, err := partitionDataset(ctx, ds, p, method, seed)
+	return pds, off, err
+}
+
+// partitionDataset is PartitionDataset, also returning the renumbering
+// (old ID to new; nil when ds is returned as it is).
+func partitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method string, seed uint64) (*dataset.Dataset, []int64, []int32, error) {
 	if ds == nil || ds.Graph == nil {
-		return nil, nil, &DataError{Msg: "no graph"}
+		return nil, nil, nil, &DataError{Msg: "no graph"}
 	}
 	n := int(ds.NumNodes())
 	if p < 1 || p > maxDevices || p > n {
-		return nil, nil, cfgErr("devices", "%d devices for %d nodes (want 1..%d, at most one per node)", p, n, maxDevices)
+		return nil, nil, nil, cfgErr("devices", "%d devices for %d nodes (want 1..%d, at most one per node)", p, n, maxDevices)
 	}
 	if p == 1 || method == PartitionRange {
 		off, err := RangeOffsets(n, p)
-		return ds, off, err
+		return ds, off, nil, err
 	}
 	var m partition.Method
 	switch method {
@@ -78,21 +87,21 @@ func PartitionDataset(ctx context.Context, ds *dataset.Dataset, p int, method st
 	case PartitionMETIS:
 		m = partition.METIS
 	default:
-		return nil, nil, cfgErr("partition", "unknown method %q", method)
+		return nil, nil, nil, cfgErr("partition", "unknown method %q", method)
 	}
 	res, err := partition.Partition(ctx, ds.Graph, partition.Options{K: p, Seed: seed, Method: m})
 	if err != nil {
-		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+		return nil, nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
 	}
 	ren, err := partition.Renumber(res.Parts, p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+		return nil, nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
 	}
 	pds, err := partition.PermuteDataset(ds, ren.OldToNew)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
+		return nil, nil, nil, fmt.Errorf("fullgraph: partition: %w", err)
 	}
-	return pds, ren.Book.Offsets(), nil
+	return pds, ren.Book.Offsets(), ren.OldToNew, nil
 }
 
 // ApplyPartitionFile renumbers ds by a partition file written by
@@ -138,15 +147,23 @@ func prepare(ctx context.Context, ds *dataset.Dataset, cfg *Config, p int, offse
 	if offsets != nil {
 		method = "given"
 		pr.ds, pr.offsets = ds, append([]int64(nil), offsets...)
-	} else if pr.ds, pr.offsets, err = PartitionDataset(ctx, ds, p, method, cfg.PartitionSeed); err != nil {
+	} else if pr.ds, pr.offsets, pr.oldToNew, err = partitionDataset(ctx, ds, p, method, cfg.PartitionSeed); err != nil {
 		return nil, err
 	}
 	if pr.in, err = pr.ds.InAdjacency(); err != nil {
 		return nil, &DataError{Msg: err.Error()}
 	}
 	if cfg.Order == OrderDegree {
-		if pr.ds, err = partition.PermuteDataset(pr.ds, degreeOrder(pr.in, pr.offsets)); err != nil {
+		perm := degreeOrder(pr.in, pr.offsets)
+		if pr.ds, err = partition.PermuteDataset(pr.ds, perm); err != nil {
 			return nil, fmt.Errorf("fullgraph: node order: %w", err)
+		}
+		if pr.oldToNew == nil {
+			pr.oldToNew = perm
+		} else {
+			for i, v := range pr.oldToNew {
+				pr.oldToNew[i] = perm[v]
+			}
 		}
 		if pr.in, err = pr.ds.InAdjacency(); err != nil {
 			return nil, &DataError{Msg: err.Error()}

@@ -66,6 +66,11 @@ type Options struct {
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (device 0's, after each epoch).
 	Keep *train.Keeper
+	// Task, when set, replaces node classification as the objective
+	// (task.go; link prediction: package link/multi): the dataset then
+	// needs no labels or node splits. Not with Engine "tape",
+	// checkpoints, Keep or Eval "sampled".
+	Task Task
 	// World, when set, is the job this process is part of (comm/world):
 	// the devices of every process are the run's ranks (World.Size()),
 	// Backends (and Comms, DeviceComms when given) are this process's
@@ -157,7 +162,20 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	case opts.CheckpointDir != "" && cfg.Staleness.Enabled:
 		return nil, cfgErr("staleness", "no checkpoints with staleness: the historical embeddings each device keeps are not saved")
 	}
-	if err := checkDataset(ds); err != nil {
+	if opts.Task != nil {
+		switch {
+		case cfg.Engine == EngineTape:
+			return nil, cfgErr("engine", "a task other than node classification runs on the distributed engine")
+		case opts.CheckpointDir != "":
+			return nil, cfgErr("checkpoint", "a run with a task other than node classification does not checkpoint yet")
+		case opts.Keep != nil:
+			return nil, cfgErr("save", "a run with a task other than node classification keeps no model yet")
+		case cfg.Eval == train.Sampled:
+			return nil, cfgErr("eval", "a task evaluates the full-graph embeddings (eval full)")
+		case ds == nil || ds.Graph == nil || ds.Features == nil || ds.FeatDim <= 0 || int64(len(ds.Features)) != ds.NumNodes()*int64(ds.FeatDim):
+			return nil, &DataError{Msg: "a task needs a graph and a feature row per node"}
+		}
+	} else if err := checkDataset(ds); err != nil {
 		return nil, err
 	}
 	if opts.Offsets != nil {
@@ -186,6 +204,11 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 		return nil, err
 	}
 	pr.part.Seconds = time.Since(t0).Seconds()
+	if opts.Task != nil {
+		if err := opts.Task.Start(pr.oldToNew, pr.offsets); err != nil {
+			return nil, fmt.Errorf("fullgraph: task: %w", err)
+		}
+	}
 	s, err := newSession(ctx, ds, pr, &cfg, opts, w)
 	if err != nil {
 		return nil, err
@@ -333,7 +356,18 @@ func (s *session) run(ctx context.Context, rank int, r replica) error {
 		}
 		lastLoss = loss
 		rec := train.EpochRecord{Epoch: e + 1, Loss: loss, BatchLosses: []float64{loss}}
-		if cfg.Evaluates(e) {
+		taskLine := ""
+		if w, ok := r.(*worker); ok && w.task != nil {
+			// The task evaluates (every rank embeds; rank 0 scores).
+			rec.SetEvaluation(nil)
+			if cfg.Evaluates(e) {
+				t1 := time.Now()
+				if taskLine, err = w.taskEvaluate(e); err != nil {
+					return fmt.Errorf("epoch %d evaluation: %w", e+1, err)
+				}
+				rec.EvalSeconds = time.Since(t1).Seconds()
+			}
+		} else if cfg.Evaluates(e) {
 			t1 := time.Now()
 			t, err := s.evaluate(rank, r)
 			if err != nil {
@@ -360,7 +394,7 @@ func (s *session) run(ctx context.Context, rank int, r replica) error {
 		}
 		s.rep.Epochs = append(s.rep.Epochs, rec)
 		s.rep.EpochComm = append(s.rep.EpochComm, ec)
-		el.done(e, &rec, &ec)
+		el.done(e, &rec, &ec, taskLine)
 		if s.opts.OnEpoch != nil {
 			s.opts.OnEpoch(rec)
 		}
@@ -451,7 +485,7 @@ func (l *epochLog) start(e int) {
 	}
 }
 
-func (l *epochLog) done(e int, rec *train.EpochRecord, ec *EpochComm) {
+func (l *epochLog) done(e int, rec *train.EpochRecord, ec *EpochComm, taskLine string) {
 	l.bar.Add(1)
 	desc := fmt.Sprintf("epoch %d/%d loss %.4f", e+1, l.epochs, rec.Loss)
 	if ec.Broadcasts > 0 {
@@ -463,6 +497,9 @@ func (l *epochLog) done(e int, rec *train.EpochRecord, ec *EpochComm) {
 	}
 	if l.log != nil && (e == l.barEnd || e == 0) {
 		line := train.EpochLine(rec, l.epochs)
+		if taskLine != "" {
+			line = fmt.Sprintf("epoch %*d/%d  loss %.4f  %s  (%.2fs)", len(fmt.Sprint(l.epochs)), rec.Epoch, l.epochs, rec.Loss, taskLine, rec.Seconds)
+		}
 		if ec.Broadcasts > 0 {
 			line += fmt.Sprintf("  skipped %d/%d broadcasts (%.0f%% of bytes), max age %d, mean drift %.3f",
 				ec.Skipped, ec.Broadcasts, 100*ec.SkippedShare(), ec.MaxAge, ec.MeanDrift)
@@ -514,7 +551,7 @@ func runEngine(ctx context.Context, s *session) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := newWorker(ctx, r, opts.Backends[i], c, dc, cfg, pr, lay)
+			w, err := newWorker(ctx, r, opts.Backends[i], c, dc, cfg, pr, lay, opts.Task)
 			if err == nil {
 				workers[i] = w
 				err = s.run(ctx, r, w)

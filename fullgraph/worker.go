@@ -118,6 +118,12 @@ type worker struct {
 	fused    fusedOps       // BiasAct and ReLUMaskScale, the back end's or composed
 
 	gat gatState // GAT's selectors and halo indices (gat.go)
+
+	// task is Options.Task's part on this device (nil: node
+	// classification); its parameters follow the layers' in params
+	// (nLayerParams of them are the layers').
+	task         TaskReplica
+	nLayerParams int
 }
 
 func layerName(l int) string { return fmt.Sprintf("layer%d", l) }
@@ -180,11 +186,14 @@ func buildParams(b backend.Backend, cfg *Config, inDim, outDim int) ([]layerSpec
 // newWorker sets up device rank: its rows of the adjacency, its features,
 // labels and a replica of the model (every device initializes the same
 // weights from the same seed).
-func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.Comm, cfg *Config, pr *prepared, lay *Layout) (*worker, error) {
+func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc comm.Comm, cfg *Config, pr *prepared, lay *Layout, task Task) (*worker, error) {
 	p := lay.P()
 	lo, hi := lay.Range(rank)
 	w := &worker{rank: rank, p: p, cfg: cfg, b: newMeter(b), c: c, dc: dc, ctx: ctx, lay: lay, lo: lo, n: hi - lo,
 		classes: pr.ds.NumClasses}
+	if task != nil {
+		w.classes = task.OutDim()
+	}
 	w.fused = newFusedOps(b, w.b)
 	// w is freed on every early return: the returns name no result (a
 	// named one would be nil by the time a deferred cleanup ran).
@@ -196,9 +205,16 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 	}()
 	mb := w.b
 	var err error
-	w.specs, w.params, err = buildParams(mb, cfg, pr.ds.FeatDim, pr.ds.NumClasses)
+	w.specs, w.params, err = buildParams(mb, cfg, pr.ds.FeatDim, w.classes)
 	if err != nil {
 		return nil, err
+	}
+	w.nLayerParams = len(w.params)
+	if task != nil {
+		if w.task, err = task.Replica(rank, mb); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: task: %w", rank, err)
+		}
+		w.params = append(w.params, w.task.Params()...)
 	}
 	sparse := pr.feats.Sparse != nil
 	for l := range w.specs {
@@ -341,7 +357,10 @@ func (w *worker) free() {
 	if w.opt != nil {
 		w.opt.Free()
 	}
-	nn.FreeParams(b, w.params)
+	nn.FreeParams(b, w.params[:w.nLayerParams])
+	if w.task != nil {
+		w.task.Free()
+	}
 	w.agg.free(b)
 	for i := range w.back {
 		w.back[i].free(b)

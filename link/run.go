@@ -534,7 +534,49 @@ func (e *Evaluator) Run(model nn.Model, dec Decoder) (val, test Metrics, err err
 	if err != nil {
 		return val, test, err
 	}
+	return e.metrics(scores)
+}
+
+// NewPairsEvaluator prepares the evaluation of s's pairs from given
+// embeddings (RunEmbeddings): a trainer that computes every node's
+// embedding itself (package fullgraph's) scores them with it.
+func NewPairsEvaluator(b backend.Backend, s *Split, cfg *Config) (*Evaluator, error) {
+	c := *cfg
+	c.Eval = train.Full
+	e := &Evaluator{b: b, cfg: &c}
+	if err := e.ev.prepare(b, s, &c); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// RunEmbeddings scores the pairs of a NewPairsEvaluator with dec from h,
+// the embeddings of every node (rows x d, row-major, rows indexed by the
+// split's node IDs), and returns the validation and test metrics.
+func (e *Evaluator) RunEmbeddings(h []float32, rows, d int, dec Decoder) (val, test Metrics, err error) {
+	if e.x != nil || e.cfg.Eval == train.Sampled || rows < 0 || d <= 0 || len(h) != rows*d {
+		return val, test, fmt.Errorf("link: embeddings of %d values for %d x %d, or an evaluator that embeds", len(h), rows, d)
+	}
+	t := autograd.NewTape(e.b)
+	defer t.Release()
+	hv, err := t.Upload(h, rows, d)
+	if err != nil {
+		return val, test, err
+	}
+	scores, err := e.score(t, dec, hv)
+	if err != nil {
+		return val, test, err
+	}
+	return e.metrics(scores)
+}
+
+// metrics cuts the scores into the four parts and scores them.
+func (e *Evaluator) metrics(scores []float32) (val, test Metrics, err error) {
 	n := e.ev.n
+	if len(scores) != n[0]+n[1]+n[2]+n[3] {
+		return val, test, fmt.Errorf("link: %d scores for %d pairs", len(scores), n[0]+n[1]+n[2]+n[3])
+	}
 	at := func(i int) []float32 {
 		lo := 0
 		for j := range i {

@@ -87,6 +87,13 @@ func (c *trainCmd) dspConfig(devices int) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, err
 	}
+	return c.dspConfigOf(tc, devices)
+}
+
+// dspConfigOf is the engine's configuration of the DSP flags for tc
+// (node classification's, or link prediction's encoder and batches).
+func (c *trainCmd) dspConfigOf(tc train.Config, devices int) (engine.Config, error) {
+	var err error
 	if tc.Mode != train.Sampled {
 		return engine.Config{}, usageError{fmt.Errorf("--devices with --mode %s: several devices train sampled mini-batches (or use --mode fullgraph)", tc.Mode)}
 	}

@@ -12,8 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm/gpushm"
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/split"
+	"github.com/strata-gnn/strata/dsp/engine"
+	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/link"
+	"github.com/strata-gnn/strata/link/multi"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -82,7 +87,16 @@ func (c *trainCmd) linkConfig() (link.Config, error) {
 		return cfg, err
 	}
 	cfg.Common = com
-	if c.Mode != "" {
+	switch c.Mode {
+	case "":
+		if strings.TrimSpace(c.FullGraph.Devices) != "" && cfg.Mode == train.Full {
+			// Several devices without --mode: the DSP engine's sampled
+			// mini-batches, with sage's batches.
+			cfg.Mode, cfg.BatchSize = train.Sampled, link.Defaults(train.SAGE).BatchSize
+		}
+	case fullGraphMode:
+		cfg.Mode, cfg.BatchSize = train.Full, 0 // one step per epoch on every training link
+	default:
 		cfg.Mode = c.Mode
 	}
 	if c.BatchSize != nil {
@@ -112,8 +126,10 @@ func (c *trainCmd) linkConfig() (link.Config, error) {
 	return cfg, nil
 }
 
-// runLink is 'strata train --task link': link prediction on one device,
-// sampled or whole-graph.
+// runLink is 'strata train --task link': link prediction on one device
+// (sampled or whole-graph, package link), on several devices in the DSP
+// engine (--devices, sampled) or with the full-graph trainer (--mode
+// fullgraph), package link/multi.
 func (c *trainCmd) runLink(e *env) error {
 	refuse := func(flag, why string) error {
 		return usageError{fmt.Errorf("--%s: %s", flag, why)}
@@ -121,13 +137,11 @@ func (c *trainCmd) runLink(e *env) error {
 	if err := c.checkTypedFlags(); err != nil {
 		return err
 	}
+	fg := c.Mode == fullGraphMode
+	dsp := !fg && strings.TrimSpace(c.FullGraph.Devices) != ""
 	switch {
 	case train.IsHetero(c.Model):
 		return refuse("model", fmt.Sprintf("--task link takes gcn, sage or gat, not %s (link prediction on typed graphs is not built yet)", c.Model))
-	case strings.TrimSpace(c.FullGraph.Devices) != "":
-		return refuse("devices", "--task link runs on one device (--device); link prediction on several devices is not built yet")
-	case c.Mode == fullGraphMode:
-		return refuse("mode", "--task link trains the whole graph with --mode full (one device), not --mode fullgraph")
 	case c.Checkpoint != "":
 		return refuse("checkpoint", "--task link does not checkpoint yet (a run starts afresh)")
 	case c.Resume:
@@ -136,17 +150,24 @@ func (c *trainCmd) runLink(e *env) error {
 		return refuse("checkpoint-every", "--task link does not checkpoint yet (a run starts afresh)")
 	case c.Plot != "":
 		return refuse("plot", "--task link draws no plot yet; --report has every epoch's loss and metrics")
-	case c.FullGraph.Partition != "multilevel":
+	case c.FullGraph.Partition != "multilevel" && !fg && !dsp:
 		return refuse("partition", "applies to runs on several devices")
+	case fg && c.FullGraph.PartFile != "":
+		return refuse("partition-file", "--task link partitions the message-passing graph itself")
 	}
-	if set := c.FullGraph.set(); len(set) > 0 {
+	if job, err := inJob(); err != nil {
+		return err
+	} else if job {
+		return refuse("task", "link prediction runs in one process (its devices: --devices); a job of several processes is not built for it yet")
+	}
+	if set := c.FullGraph.set(); len(set) > 0 && !fg {
 		return refuse(set[0], "applies to --mode fullgraph only")
 	}
-	if set := c.FullGraph.commSet(); len(set) > 0 {
-		return refuse(set[0], "applies to several devices; --task link runs on one")
+	if set := c.FullGraph.commSet(); len(set) > 0 && !fg && !dsp {
+		return refuse(set[0], "applies to several devices (--devices, or --mode fullgraph)")
 	}
-	if set := c.DSP.set(); len(set) > 0 {
-		return refuse(set[0], "applies to sampled node classification on several devices only")
+	if set := c.DSP.set(); len(set) > 0 && !dsp {
+		return refuse(set[0], "applies to sampled training on several devices (--devices) only")
 	}
 	cfg, err := c.linkConfig()
 	if err != nil {
@@ -156,16 +177,29 @@ func (c *trainCmd) runLink(e *env) error {
 	if err != nil {
 		return err
 	}
+	var fcfg fullgraph.Config
+	var ecfg engine.Config
+	var set deviceSet
+	switch {
+	case fg:
+		if fcfg, err = c.fullGraphConfig(false); err != nil {
+			return err
+		}
+	case dsp:
+		if set, err = parseDevices(c.FullGraph.Devices); err != nil {
+			return err
+		}
+		tc := train.Config{Common: cfg.Common, Mode: cfg.Mode, BatchSize: cfg.BatchSize, Fanouts: cfg.Fanouts}
+		if ecfg, err = c.dspConfigOf(tc, len(set.Specs)); err != nil {
+			return err
+		}
+	}
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
 	var log io.Writer = e.stderr
 	if e.quiet {
 		log = nil
-	}
-	b, err := openDeviceNote(c.Device, log)
-	if err != nil {
-		return err
 	}
 	ds, closeDS, err := openDataset(c.Dataset, e.quiet)
 	if err != nil {
@@ -182,20 +216,18 @@ func (c *trainCmd) runLink(e *env) error {
 				es.Seed, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]))
 		}
 	}
-	if onHost([]backend.Backend{b}) {
-		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), "", nil); err != nil {
-			return err
-		}
-	}
-	if log != nil {
-		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %s\n",
-			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, b.Name())
-		fmt.Fprintf(log, "config: %s\n", cfg.String())
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log, EdgeSplit: es})
+	var rep *link.Report
+	switch {
+	case fg:
+		rep, err = c.linkFullGraph(ctx, ds, cfg, fcfg, es, log)
+	case dsp:
+		rep, err = c.linkDSP(ctx, ds, cfg, ecfg, set, es, log)
+	default:
+		rep, err = c.linkOne(ctx, ds, cfg, es, log)
+	}
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)
@@ -211,8 +243,126 @@ func (c *trainCmd) runLink(e *env) error {
 	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(rep.Val, rep.HitsK))
 	fmt.Fprintf(e.stdout, "test                %s  (epoch %d of %d, %s; last epoch: val auc %.4f, test auc %.4f)\n",
 		link.MetricsLine(rep.Test, rep.HitsK), rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastVal.AUC, rep.LastTest.AUC)
-	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	on := rep.Device
+	if rep.Engine != "" {
+		on = fmt.Sprintf("%d device(s) (%s), %s", rep.Devices, rep.Device, rep.Engine)
+	}
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), on)
 	return c.writeOutputs(rep.WriteJSON, nil)
+}
+
+// linkOne trains on the one device of --device (package link).
+func (c *trainCmd) linkOne(ctx context.Context, ds *dataset.Dataset, cfg link.Config, es *split.EdgeSplit, log io.Writer) (*link.Report, error) {
+	b, err := openDeviceNote(c.Device, log)
+	if err != nil {
+		return nil, err
+	}
+	if onHost([]backend.Backend{b}) {
+		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), "", nil); err != nil {
+			return nil, err
+		}
+	}
+	if log != nil {
+		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %s\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, b.Name())
+		fmt.Fprintf(log, "config: %s\n", cfg.String())
+	}
+	return link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log, EdgeSplit: es})
+}
+
+// linkDSP trains on the devices of --devices in the DSP engine
+// (link/multi.RunDSP).
+func (c *trainCmd) linkDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, ecfg engine.Config, set deviceSet, es *split.EdgeSplit, log io.Writer) (*link.Report, error) {
+	bs, err := set.open(false)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkCUDAFlags(bs); err != nil {
+		return nil, err
+	}
+	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if onHost(bs) {
+		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), c.FullGraph.Devices, log); err != nil {
+			return nil, err
+		}
+	}
+	if log != nil {
+		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %d devices (%s), DSP %s-wise sampling\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, len(bs), bs[0].Name(), ecfg.Scheme)
+		fmt.Fprintf(log, "config: %s (each step's links shared by the devices)\n", cfg.String())
+	}
+	rep, _, err := multi.RunDSP(ctx, ds, cfg, ecfg, engine.Options{Backends: bs, Log: log, GPUShm: gso, Start: processStart}, es)
+	var ce *engine.ConfigError
+	if errors.As(err, &ce) {
+		return nil, configFlag(err)
+	}
+	return rep, err
+}
+
+// linkFullGraph trains with the full-graph trainer on the devices of
+// --devices (or --device) (link/multi.RunFullGraph).
+func (c *trainCmd) linkFullGraph(ctx context.Context, ds *dataset.Dataset, cfg link.Config, fcfg fullgraph.Config, es *split.EdgeSplit, log io.Writer) (*link.Report, error) {
+	bs, err := openDevices(c.FullGraph.Devices, c.Device, log)
+	if err != nil {
+		return nil, err
+	}
+	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	commTimeout, err := c.commTimeout()
+	if err != nil {
+		return nil, err
+	}
+	gpu := !onHost(bs)
+	if c.FullGraph.Masks == "auto" {
+		fcfg.Masks = fullgraph.MasksGlobal
+		if gpu {
+			fcfg.Masks = fullgraph.MasksLocal
+		}
+	}
+	switch c.FullGraph.NodeOrder {
+	case "auto":
+		if gpu {
+			fcfg.Order = fullgraph.OrderDegree
+		}
+	default:
+		fcfg.Order = c.FullGraph.NodeOrder
+	}
+	if onHost(bs) {
+		if err := checkMemory(link.EstimateMemory(cfg, shapeOf(ds)), c.FullGraph.Devices, log); err != nil {
+			return nil, err
+		}
+	}
+	dcs, kind, why, err := c.fullGraphComms(ctx, nil, bs, gso, commTimeout)
+	var fce *fullgraph.ConfigError
+	if errors.As(err, &fce) {
+		return nil, usageError{err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, dc := range dcs {
+			dc.Close()
+		}
+	}()
+	if log != nil {
+		fmt.Fprintf(log, "training link prediction with %s on %s (%d nodes, %d edges, %d features) on %d device(s) (%s), full-graph\n",
+			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, len(bs), bs[0].Name())
+		fmt.Fprintf(log, "config: %s\n", cfg.String())
+		if len(bs) > 1 {
+			fmt.Fprintf(log, "communication: %s (%s)\n", kind, why)
+		}
+	}
+	rep, _, err := multi.RunFullGraph(ctx, ds, cfg, fcfg, fullgraph.Options{Backends: bs, Log: log, DeviceComms: dcs, CommTimeout: commTimeout}, es)
+	if errors.As(err, &fce) {
+		return nil, configFlag(err)
+	}
+	return rep, err
 }
 
 // storedEdgeSplit reports whether --dataset is a directory with a stored

@@ -69,8 +69,10 @@ func TestTrainLinkUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--neg-ratio", "2"}, "--neg-ratio applies to --task link"},
 		{[]string{"--decoder", "mlp"}, "--decoder applies to --task link"},
-		{[]string{"--task", "link", "--devices", "cpu:2"}, "--devices"},
-		{[]string{"--task", "link", "--mode", "fullgraph"}, "--mode"},
+		{[]string{"--task", "link", "--devices", "cpu:2", "--mode", "full"}, "--devices"},
+		{[]string{"--task", "link", "--mode", "fullgraph", "--batch-size", "64"}, "--batch-size"},
+		{[]string{"--task", "link", "--mode", "fullgraph", "--cache", "1MiB"}, "--cache"},
+		{[]string{"--task", "link", "--devices", "cpu:2", "--staleness"}, "--staleness"},
 		{[]string{"--task", "link", "--checkpoint", t.TempDir()}, "--checkpoint"},
 		{[]string{"--task", "link", "--resume"}, "--resume"},
 		{[]string{"--task", "link", "--plot", "x.png"}, "--plot"},

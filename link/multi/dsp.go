@@ -10,6 +10,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/dsp/engine"
+	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/partition/book"
@@ -52,7 +53,7 @@ func RunDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, dcfg engi
 	if err != nil {
 		return nil, nil, err
 	}
-	rep := task.report(ds, &cfg, s, erep.Run.EpochLosses, erep.Run.EpochTrainSeconds)
+	rep := report(ds, &cfg, s, erep.Run.EpochLosses, erep.Run.EpochTrainSeconds, task.evals, task.secs)
 	rep.Engine, rep.Devices, rep.Device = "dsp", dcfg.Devices, erep.Device
 	rep.RowNormalized = erep.DSP.RowNormalized
 	rep.Summarize()
@@ -241,7 +242,7 @@ func (t *dspTask) Evaluate(ev engine.TaskEval, epoch int) (string, error) {
 	if t.eval == nil {
 		t.x, t.xb = train.NewInputs(ev.B, ev.Feats), ev.B
 		var err error
-		if t.eval, err = link.NewEvaluator(ev.B, t.renumbered(ev), t.x, nil, t.cfg); err != nil {
+		if t.eval, err = link.NewEvaluator(ev.B, renumber(t.split, t.id, ev.In), t.x, nil, t.cfg); err != nil {
 			return "", err
 		}
 	}
@@ -251,21 +252,27 @@ func (t *dspTask) Evaluate(ev engine.TaskEval, epoch int) (string, error) {
 	}
 	t.evals[epoch] = [2]link.Metrics{val, test}
 	t.secs[epoch] = time.Since(t0).Seconds()
-	return fmt.Sprintf("val auc %.4f  test auc %.4f mrr %.4f hits@%d %.4f", val.AUC, test.AUC, test.MRR, t.cfg.HitsK, test.Hits), nil
+	return summary(val, test, t.cfg.HitsK), nil
 }
 
-// renumbered is the split's evaluation pairs in engine IDs over the
-// engine's message-passing graph.
-func (t *dspTask) renumbered(ev engine.TaskEval) *link.Split {
+// summary is an evaluated epoch's part of a log line.
+func summary(val, test link.Metrics, k int) string {
+	return fmt.Sprintf("val auc %.4f  test auc %.4f  mrr %.4f  hits@%d %.4f", val.AUC, test.AUC, test.MRR, k, test.Hits)
+}
+
+// renumber is s's evaluation pairs in a trainer's node IDs (id maps
+// them) over its message-passing graph in (an in-adjacency; nil when
+// the evaluation does not embed).
+func renumber(s *link.Split, id func(int32) int32, in *graph.CSR) *link.Split {
 	m := func(e link.Edges) link.Edges {
 		out := link.Edges{Src: make([]int32, e.Len()), Dst: make([]int32, e.Len())}
 		for i := range e.Src {
-			out.Src[i], out.Dst[i] = t.id(e.Src[i]), t.id(e.Dst[i])
+			out.Src[i], out.Dst[i] = id(e.Src[i]), id(e.Dst[i])
 		}
 		return out
 	}
-	s := t.split
-	return &link.Split{NumNodes: s.NumNodes, Undirected: s.Undirected, Val: m(s.Val), Test: m(s.Test), ValNeg: m(s.ValNeg), TestNeg: m(s.TestNeg), In: ev.In, Out: ev.In}
+	return &link.Split{Source: s.Source, NumNodes: s.NumNodes, Undirected: s.Undirected, Val: m(s.Val), Test: m(s.Test),
+		ValNeg: m(s.ValNeg), TestNeg: m(s.TestNeg), In: in, Out: in}
 }
 
 func (t *dspTask) close() {
@@ -276,8 +283,9 @@ func (t *dspTask) close() {
 	t.eval, t.x = nil, nil
 }
 
-// report is the link report of a run whose epochs had these losses.
-func (t *dspTask) report(ds *dataset.Dataset, cfg *link.Config, s *link.Split, losses, secs []float64) *link.Report {
+// report is the link report of a run whose epochs had these losses and
+// training times, evaluated at the epochs of evals (0-based).
+func report(ds *dataset.Dataset, cfg *link.Config, s *link.Split, losses, secs []float64, evals map[int][2]link.Metrics, evalSecs map[int]float64) *link.Report {
 	rep := &link.Report{Schema: link.ReportVersion, StrataVersion: train.Version, Task: "link", Dataset: ds.Name, Model: cfg.Model,
 		Mode: cfg.Mode, Decoder: cfg.Decoder, Seed: cfg.Seed, HitsK: cfg.HitsK, Config: *cfg, Split: s.Stats(),
 		Graph: link.Graph{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Features: ds.FeatDim}}
@@ -286,8 +294,8 @@ func (t *dspTask) report(ds *dataset.Dataset, cfg *link.Config, s *link.Split, l
 		if e < len(secs) {
 			rec.Seconds = secs[e]
 		}
-		if m, ok := t.evals[e]; ok {
-			rec.Val, rec.Test, rec.EvalSeconds = m[0], m[1], t.secs[e]
+		if m, ok := evals[e]; ok {
+			rec.Val, rec.Test, rec.EvalSeconds = m[0], m[1], evalSecs[e]
 		} else {
 			rec.EvalSkipped = true
 		}
