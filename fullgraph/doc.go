@@ -96,6 +96,16 @@
 // 4; dropout masks are drawn from each element's global position,
 // Config.Masks "global").
 //
+// # Tasks
+//
+// Options.Task (task.go) replaces the node-classification loss: the
+// final layer's output blocks are all-gathered, each rank's replica of
+// the task computes its share of the loss and its gradient with respect
+// to every row, the gradients are summed over the ranks and each rank
+// takes its rows into the layers' backward pass. Package link/multi's
+// task is link prediction (each rank scores the pairs whose source it
+// owns).
+//
 // # GAT
 //
 // A GAT layer's payload is Z = X W, heads x hidden wide (always

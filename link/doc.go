@@ -34,9 +34,17 @@
 //
 // # Several devices
 //
-// Only the seeds of a Batch depend on where the step runs: a
-// multi-device sampler (DSP) takes them as it takes node seeds and
-// returns the same blocks, and the rest of the step is unchanged.
+// Only the seeds of a Batch depend on where the step runs: the DSP
+// engine's collective sampler takes them as it takes node seeds, and the
+// rest of the step is unchanged. Package link/multi plugs link
+// prediction into the DSP engine and the full-graph trainer as their
+// task, with this package's split (EpochEdges, Negatives, NewBatch,
+// ExcludeTargets), loss (PairLoss), decoder and Evaluator.
+//
+// # Stored splits
+//
+// Options.EdgeSplit (a dataset's edge_split/, package dataset/split)
+// replaces the random split: FromEdgeSplit.
 //
 // # Determinism
 //

@@ -33,7 +33,7 @@ const (
 // embedded in trainCmd. Unset flags take link.Defaults of the model.
 type linkFlags struct {
 	Task        string `help:"Task: node (node classification) or link (link prediction: edge splits, negative sampling, AUC/MRR/Hits@K; see --split-edges)." enum:"node,link" default:"node"`
-	SplitEdges  string `name:"split-edges" help:"link: train,val,test fractions of the edges, split at random with --seed; held-out edges leave the message-passing graph, both directions when the graph is undirected (default 0.85,0.05,0.10)." placeholder:"T,V,T"`
+	SplitEdges  string `name:"split-edges" help:"link: train,val,test fractions of the edges, split at random with --seed; held-out edges leave the message-passing graph, both directions when the graph is undirected (default 0.85,0.05,0.10; a dataset directory's stored edge_split/ is used instead, and giving this flag too is an error)." placeholder:"T,V,T"`
 	NegRatio    *int   `name:"neg-ratio" help:"link: negative edges drawn per positive training edge (default 1)."`
 	NegSampling string `name:"neg-sampling" help:"link: distribution of the negatives' destinations: uniform, or degree (in-degree^0.75) (default uniform)." placeholder:"uniform|degree"`
 	NegExclude  bool   `name:"neg-exclude" help:"link: redraw training negatives that are training edges or self-pairs."`

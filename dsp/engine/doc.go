@@ -79,6 +79,14 @@
 // the last): the whole graph with all neighbors, or sampled mini-batches
 // spread over every device.
 //
+// Tasks (task.go): Options.Task replaces node classification as the
+// trainer's objective: it deals every epoch's batches (their seeds and
+// its own work; Deal is the dealing assign uses), edits sampled batches
+// on the host when it needs to, computes the loss from the model's
+// output rows of the seeds with parameters of its own (all-reduced with
+// the model's) and is evaluated by device 0. Package link/multi's is
+// link prediction.
+//
 // Features are row-normalized as the single-device trainer does and kept
 // dense on every device (the report says whether they count as sparse).
 //
