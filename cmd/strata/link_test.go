@@ -153,3 +153,34 @@ func TestTrainLinkStoredSplit(t *testing.T) {
 		t.Fatalf("report split %+v, stored %d/%d/%d\n%s", st, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]), out)
 	}
 }
+
+// TestTrainLinkDevices: --task link on several CPU devices, in the DSP
+// engine (--devices) and with the full-graph trainer (--mode fullgraph),
+// prints the metrics and reports the engine and the devices.
+func TestTrainLinkDevices(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		engine string
+		args   []string
+	}{
+		{"dsp", []string{"--devices", "cpu:2", "--epochs", "2", "--hidden", "16", "--fanouts", "5,5"}},
+		{"fullgraph", []string{"--mode", "fullgraph", "--devices", "cpu:2", "--model", "gcn", "--epochs", "4", "--hidden", "16", "--staleness"}},
+	} {
+		report := filepath.Join(dir, tc.engine+".json")
+		code, out, errOut := strata(t, append([]string{"train", "--quiet", "--task", "link", "--report", report}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+		data, err := os.ReadFile(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep link.Report
+		if err := json.Unmarshal(data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Engine != tc.engine || rep.Devices != 2 || !(rep.Test.AUC > 0.6 && rep.Test.AUC <= 1) || !strings.Contains(out, "test ") || !strings.Contains(out, tc.engine) {
+			t.Fatalf("%v: engine %q devices %d test %+v\n%s", tc.args, rep.Engine, rep.Devices, rep.Test, out)
+		}
+	}
+}

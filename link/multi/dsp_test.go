@@ -203,26 +203,32 @@ func TestDSPBatches(t *testing.T) {
 }
 
 // TestAccuracyDSPCora: GraphSAGE (link's defaults: sampled, 1024 links
-// per step, dot decoder) on Cora's 85/5/10 split, in the DSP engine on 1
-// and 4 CPU virtual devices, seeds 1-3: the mean test AUC on 4 devices is
-// at least 0.90, and within noise (0.02) of 1 device's.
+// per step, dot decoder) on Cora's 85/5/10 split, seeds 1-3, in the DSP
+// engine on 4 CPU virtual devices against one device (link.Run, which a
+// one-device DSP run equals: TestDSPOneDeviceEqualsLinkRun): the mean
+// test AUC on 4 devices is at least 0.90, and within noise (0.02) of one
+// device's. Measured: 1 device 0.9178 0.9144 0.9309 (mean 0.9210), 4
+// devices 0.9175 0.9015 0.9273 (mean 0.9155).
 func TestAccuracyDSPCora(t *testing.T) {
 	if testing.Short() {
-		t.Skip("accuracy: about 10 minutes of CPU on 2 cores; run without -short")
+		t.Skip("accuracy: a few minutes of CPU on 2 cores; run without -short")
 	}
 	ds := cora(t)
-	mean := map[int]float64{}
-	for _, k := range []int{1, 4} {
-		for seed := uint64(1); seed <= 3; seed++ {
-			cfg := link.Defaults("sage")
-			cfg.Seed = seed
-			rep := runDSP(t, ds, cfg, k, nil)
-			t.Logf("%d devices, seed %d: test %s (epoch %d, %.1fs)", k, seed, link.MetricsLine(rep.Test, cfg.HitsK), rep.SelectedEpoch, rep.TotalSeconds)
-			mean[k] += rep.Test.AUC / 3
+	var one, four float64
+	for seed := uint64(1); seed <= 3; seed++ {
+		cfg := link.Defaults("sage")
+		cfg.Seed = seed
+		want, err := link.Run(context.Background(), ds, cfg, link.Options{Backend: cpus(t, 1)[0]})
+		if err != nil {
+			t.Fatal(err)
 		}
+		rep := runDSP(t, ds, cfg, 4, nil)
+		t.Logf("seed %d: 1 device test auc %.4f; 4 devices test %s (epoch %d, %.1fs)", seed, want.Test.AUC, link.MetricsLine(rep.Test, cfg.HitsK), rep.SelectedEpoch, rep.TotalSeconds)
+		one += want.Test.AUC / 3
+		four += rep.Test.AUC / 3
 	}
-	t.Logf("mean test AUC: 1 device %.4f, 4 devices %.4f", mean[1], mean[4])
-	if mean[4] < 0.90 || math.Abs(mean[4]-mean[1]) > 0.02 {
-		t.Fatalf("mean test AUC: 1 device %.4f, 4 devices %.4f: want >= 0.90 on 4 and within 0.02", mean[1], mean[4])
+	t.Logf("mean test AUC: 1 device %.4f, 4 devices %.4f", one, four)
+	if four < 0.90 || math.Abs(four-one) > 0.02 {
+		t.Fatalf("mean test AUC: 1 device %.4f, 4 devices %.4f: want >= 0.90 on 4 and within 0.02", one, four)
 	}
 }
