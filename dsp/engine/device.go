@@ -371,8 +371,11 @@ func (d *device) epochBatches(e int) ([]TaskBatch, error) {
 		if err != nil {
 			return nil, d.errf("batches", err)
 		}
-		if len(all) != cfg.Devices || len(all[d.rank]) == 0 || len(all[d.rank]) > d.lossHist.Len() {
-			return nil, d.errf("batches", fmt.Errorf("the task dealt %d devices' batches (this one %d, at most %d)", len(all), len(all[min(d.rank, len(all)-1)]), d.lossHist.Len()))
+		if len(all) != cfg.Devices {
+			return nil, d.errf("batches", fmt.Errorf("the task dealt batches to %d devices of %d", len(all), cfg.Devices))
+		}
+		if n := len(all[d.rank]); n == 0 || n > d.lossHist.Len() {
+			return nil, d.errf("batches", fmt.Errorf("the task dealt %d batches to device %d, want 1..%d", n, d.rank, d.lossHist.Len()))
 		}
 		for r := range all {
 			if len(all[r]) != len(all[d.rank]) {
