@@ -24,6 +24,19 @@ func cora(t testing.TB) *dataset.Dataset {
 	return ds
 }
 
+// narrow is ds with its first cols feature columns only: the same graph
+// at a fraction of the dense feature work (the race detector's runs).
+func narrow(ds *dataset.Dataset, cols int) *dataset.Dataset {
+	out := *ds
+	n := int(ds.NumNodes())
+	out.Features = make([]float32, n*cols)
+	for v := range n {
+		copy(out.Features[v*cols:(v+1)*cols], ds.Features[v*ds.FeatDim:v*ds.FeatDim+cols])
+	}
+	out.FeatDim = cols
+	return &out
+}
+
 func cpus(t testing.TB, k int) []backend.Backend {
 	t.Helper()
 	out := make([]backend.Backend, k)
@@ -101,18 +114,19 @@ func TestDSPOneDeviceEqualsLinkRun(t *testing.T) {
 
 // TestDSPDeterministic: on 4 devices another queue capacity and two
 // sampler workers per device (other goroutine schedules) change no
-// number; the run learns (the loss falls, the test AUC is well above
-// chance).
+// number; the run learns (the loss falls, the test AUC is above chance;
+// TestAccuracyDSPCora checks the accuracy).
 func TestDSPDeterministic(t *testing.T) {
-	ds := cora(t)
+	ds := narrow(cora(t), 64)
 	cfg := quickSAGE(2)
 	a := runDSP(t, ds, cfg, 4, nil)
 	b := runDSP(t, ds, cfg, 4, func(c *engine.Config, _ *engine.Options) { c.QueueCapacity, c.SamplerWorkers = 1, 2 })
 	if !slices.Equal(losses(a), losses(b)) || a.Test != b.Test {
 		t.Fatalf("losses %v / %v, test auc %.6f / %.6f", losses(a), losses(b), a.Test.AUC, b.Test.AUC)
 	}
-	if l := losses(a); !(l[1] < l[0]) || a.LastTest.AUC < 0.7 {
-		t.Fatalf("4 devices, 2 epochs: losses %v, test auc %.4f (want falling, >= 0.7)", l, a.LastTest.AUC)
+	// 64 of Cora's 1433 feature columns: the structure alone, 2 epochs.
+	if l := losses(a); !(l[1] < l[0]) || a.LastTest.AUC < 0.6 {
+		t.Fatalf("4 devices, 2 epochs: losses %v, test auc %.4f (want falling, >= 0.6)", l, a.LastTest.AUC)
 	}
 }
 

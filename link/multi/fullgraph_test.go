@@ -57,7 +57,7 @@ func TestFullGraphOneDeviceEqualsLinkRun(t *testing.T) {
 // Both with the MLP decoder (its weights' gradients summed over the
 // devices) and three negatives per link.
 func TestFullGraphDevicesEqualOneDevice(t *testing.T) {
-	ds, off, err := fullgraph.PartitionDataset(context.Background(), cora(t), 4, fullgraph.PartitionMultilevel, 1)
+	ds, off, err := fullgraph.PartitionDataset(context.Background(), narrow(cora(t), 64), 4, fullgraph.PartitionMultilevel, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +81,13 @@ func TestFullGraphDevicesEqualOneDevice(t *testing.T) {
 func TestFullGraphStaleness(t *testing.T) {
 	cfg := link.Defaults("gcn")
 	cfg.Epochs = 12
-	rep, frep := runFG(t, cora(t), cfg, 4, func(c *fullgraph.Config, _ *fullgraph.Options) { c.Staleness = fullgraph.DefaultStaleness() })
+	rep, frep := runFG(t, narrow(cora(t), 64), cfg, 4, func(c *fullgraph.Config, _ *fullgraph.Options) { c.Staleness = fullgraph.DefaultStaleness() })
 	if frep.Comm.BroadcastsSkipped == 0 {
 		t.Fatalf("no broadcast skipped: %+v", frep.Comm)
 	}
-	if l := losses(rep); !(l[len(l)-1] < l[0]) || rep.Test.AUC < 0.8 {
-		t.Fatalf("losses %v, test auc %.4f (want falling, >= 0.8)", l, rep.Test.AUC)
+	// 64 of Cora's 1433 feature columns (the race detector's runs).
+	if l := losses(rep); !(l[len(l)-1] < l[0]) || rep.Test.AUC < 0.75 {
+		t.Fatalf("losses %v, test auc %.4f (want falling, >= 0.75)", l, rep.Test.AUC)
 	}
 	t.Logf("skipped %d of %d broadcasts; test %s", frep.Comm.BroadcastsSkipped, frep.Comm.Broadcasts, link.MetricsLine(rep.Test, cfg.HitsK))
 }
