@@ -3,6 +3,7 @@ package multi
 import (
 	"context"
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -112,15 +113,17 @@ func TestDSPOneDeviceEqualsLinkRun(t *testing.T) {
 	}
 }
 
-// TestDSPDeterministic: on 4 devices another queue capacity and two
-// sampler workers per device (other goroutine schedules) change no
-// number; the run learns (the loss falls, the test AUC is above chance;
+// TestDSPDeterministic: on 4 devices another queue capacity, two
+// sampler workers per device and GOMAXPROCS 1 (other goroutine
+// schedules) change no number; the run learns (the loss falls, the test AUC is above chance;
 // TestAccuracyDSPCora checks the accuracy).
 func TestDSPDeterministic(t *testing.T) {
 	ds := narrow(cora(t), 64)
 	cfg := quickSAGE(2)
 	a := runDSP(t, ds, cfg, 4, nil)
+	prev := runtime.GOMAXPROCS(1)
 	b := runDSP(t, ds, cfg, 4, func(c *engine.Config, _ *engine.Options) { c.QueueCapacity, c.SamplerWorkers = 1, 2 })
+	runtime.GOMAXPROCS(prev)
 	if !slices.Equal(losses(a), losses(b)) || a.Test != b.Test {
 		t.Fatalf("losses %v / %v, test auc %.6f / %.6f", losses(a), losses(b), a.Test.AUC, b.Test.AUC)
 	}
