@@ -195,21 +195,21 @@ func NewSplit(g *graph.CSR, f Fractions, seed uint64) (*Split, error) {
 		return Edges{Src: links.Src[lo:hi:hi], Dst: links.Dst[lo:hi:hi]}
 	}
 	s.Val, s.Test, s.Train = cut(0, nVal), cut(nVal, nVal+nTest), cut(nVal+nTest, l)
-	if err := s.finish(g, loops, seed); err != nil {
+	if err := s.finish(g, loops, Edges{}, seed); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// finish builds the message-passing graph of s's training links and
-// loops, and draws the evaluation negatives (g: the whole graph, rows
-// sorted).
-func (s *Split) finish(g *graph.CSR, loops []int32, seed uint64) error {
+// finish builds the message-passing graph of s's training links, the
+// loops and the links of no part (extra), and draws the evaluation
+// negatives (g: the whole graph, rows sorted).
+func (s *Split) finish(g *graph.CSR, loops []int32, extra Edges, seed uint64) error {
 	n := s.NumNodes
-	src := slices.Concat(s.Train.Src, loops)
-	dst := slices.Concat(s.Train.Dst, loops)
+	src := slices.Concat(s.Train.Src, extra.Src, loops)
+	dst := slices.Concat(s.Train.Dst, extra.Dst, loops)
 	if s.Undirected {
-		src, dst = slices.Concat(src, s.Train.Dst), slices.Concat(dst, s.Train.Src)
+		src, dst = slices.Concat(src, s.Train.Dst, extra.Dst), slices.Concat(dst, s.Train.Src, extra.Src)
 	}
 	var err error
 	if s.Out, err = graph.FromEdges(n, src, dst); err != nil {
@@ -297,7 +297,9 @@ func (s *Split) Stats() Stats {
 // cut, and the rest is NewSplit's protocol. An undirected split lists
 // each link once (src < dst): the message-passing graph gets both
 // directions of the training links, and the graph's self-loops. The
-// evaluation negatives are drawn from seed as NewSplit draws them.
+// evaluation negatives are drawn from seed as NewSplit draws them. Links
+// in no part (a split whose fractions add up to less than 1) stay in
+// message passing and are never trained on (docs/dataset-format.md).
 func FromEdgeSplit(g *graph.CSR, es *split.EdgeSplit, seed uint64) (*Split, error) {
 	if g == nil || es == nil {
 		return nil, &SplitError{Msg: "no graph or no edge split"}
@@ -336,14 +338,37 @@ func FromEdgeSplit(g *graph.CSR, es *split.EdgeSplit, seed uint64) (*Split, erro
 		parts[i] = Edges{Src: slices.Clone(src), Dst: slices.Clone(dst)}
 	}
 	s := &Split{NumNodes: n, Undirected: !es.Directed, Train: parts[0], Val: parts[1], Test: parts[2]}
+	key := func(u, v int32) uint64 {
+		if s.Undirected && u > v {
+			u, v = v, u
+		}
+		return uint64(uint32(u))<<32 | uint64(uint32(v))
+	}
+	listed := make(map[uint64]struct{}, parts[0].Len()+parts[1].Len()+parts[2].Len())
+	for _, p := range parts {
+		for j := range p.Src {
+			listed[key(p.Src[j], p.Dst[j])] = struct{}{}
+		}
+	}
 	var loops []int32
+	var extra Edges
 	for u := int32(0); int64(u) < n; u++ {
-		if hasEdge(g, u, u) {
-			loops = append(loops, u)
+		row := g.Neighbors(u)
+		for i, v := range row {
+			switch {
+			case i > 0 && v == row[i-1]: // a duplicate entry
+			case v == u:
+				loops = append(loops, u)
+			case s.Undirected && v < u: // counted from v's row
+			default:
+				if _, ok := listed[key(u, v)]; !ok {
+					extra.add(u, v)
+				}
+			}
 		}
 	}
 	s.SelfLoops = len(loops)
-	if err := s.finish(g, loops, seed); err != nil {
+	if err := s.finish(g, loops, extra, seed); err != nil {
 		return nil, err
 	}
 	return s, nil

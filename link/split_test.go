@@ -298,6 +298,27 @@ func TestFromEdgeSplit(t *testing.T) {
 	if err != nil || m.Source != SourceStored || m.Stats().Source != SourceStored || m.Train.Len() != len(es.Src[0]) {
 		t.Fatalf("MakeSplit with a stored split: %v, %+v", err, m.Stats())
 	}
+	// Links in no part stay in message passing (and are not trained).
+	part, err := split.Edges(ds, split.Fractions{0.5, 0.05, 0.1}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := FromEdgeSplit(ds.Graph, part, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const links = 10556 / 2
+	rest := links - ps.Train.Len() - ps.Val.Len() - ps.Test.Len()
+	if rest < 1000 || ps.Train.Len() != len(part.Src[0]) || ps.Out.NumEdges() != int64(2*(ps.Train.Len()+rest)+ps.SelfLoops) {
+		t.Fatalf("%d training links, %d in no part: %d message-passing edges", ps.Train.Len(), rest, ps.Out.NumEdges())
+	}
+	for _, e := range []Edges{ps.Val, ps.Test} {
+		for _, p := range pairs(e) {
+			if hasEdge(ps.Out, p.u, p.v) || hasEdge(ps.Out, p.v, p.u) {
+				t.Fatalf("held-out link %v in the message-passing graph", p)
+			}
+		}
+	}
 	// Bad input is an error, not a panic.
 	bad := *es
 	bad.Src[1] = []int32{}
