@@ -227,6 +227,7 @@ test_pkgs=(
   "comm/nccl GPU|OneRank|TwoGPUs 60"
   "comm/gpushm GPU|OneRank|TwoGPUs 100"
   "comm/world GPU 60"
+  "link/multi GPU 200"
   "cmd/strata GPU 200"
 )
 
