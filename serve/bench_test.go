@@ -120,7 +120,7 @@ func BenchmarkBatchMessage(b *testing.B) {
 	b.Run("wire", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			m, size, err := st.encodeWire(pb, 0, pos, nil, "", 1<<30)
+			m, size, err := st.encodeWire(pb, 0, pos, nil, "", 1<<30, batchTiming{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -130,7 +130,7 @@ func BenchmarkBatchMessage(b *testing.B) {
 	})
 	b.Run("ring", func(b *testing.B) {
 		var sz slotWriter
-		st.putTensors(&sz, pb, pos, true)
+		st.putTensors(&sz, pb, pos, true, false)
 		used, err := shmring.Place(sz.specs)
 		if err != nil {
 			b.Fatal(err)
@@ -139,7 +139,7 @@ func BenchmarkBatchMessage(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			if err := writeSlot(slot, uint64(i), used, sz.specs, func(w tensorDst) { st.putTensors(w, pb, pos, true) }); err != nil {
+			if err := writeSlot(slot, uint64(i), used, sz.specs, func(w tensorDst) { st.putTensors(w, pb, pos, true, false) }); err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(used)

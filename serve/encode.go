@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc/encoding"
@@ -32,8 +33,9 @@ type tensorDst interface {
 // putTensors writes b's tensors: n_id, edge_index, input_id (the seed
 // positions pos, mapped through posOf when set), x and y when the stream
 // sends them. wide writes IDs and labels as int64 (the ring: what PyG
-// uses), else int32 (the wire).
-func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide bool) {
+// uses, unless the client asked for narrow IDs), else int32 (the wire);
+// half writes x as bfloat16 (feature_dtype, messages only).
+func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide, half bool) {
 	n, e := int64(len(b.NodeIDs)), int64(len(b.Src))
 	idt := uint32(shmring.DTypeInt32)
 	if wide {
@@ -63,7 +65,11 @@ func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide bool) {
 		}
 	}
 	ds := st.s.ds
-	if st.withX {
+	if st.withX && half {
+		if out := d.tensor(9, "x", dtypeBFloat16, n, int64(ds.FeatDim)); out != nil {
+			gatherRowsBF16(out, ds.Features, ds.FeatDim, b.NodeIDs)
+		}
+	} else if st.withX {
 		if out := d.tensor(9, "x", shmring.DTypeFloat32, n, int64(ds.FeatDim)); out != nil {
 			gatherRowsInto(out, ds.Features, ds.FeatDim, b.NodeIDs)
 		}
@@ -116,6 +122,31 @@ func gatherRowsInto(dst []byte, x []float32, dim int, ids []graph.NodeID) {
 	}
 }
 
+// dtypeBFloat16 is servepb.DType_DTYPE_BFLOAT16 (messages only: ring
+// slots never hold it).
+const dtypeBFloat16 = 4
+
+// bf16 rounds f to bfloat16 (nearest, ties to even; NaN stays a quiet
+// NaN): the upper half of its bits.
+func bf16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+}
+
+// gatherRowsBF16 writes rows ids of x into dst as little-endian bfloat16s.
+func gatherRowsBF16(dst []byte, x []float32, dim int, ids []graph.NodeID) {
+	k := 0
+	for _, v := range ids {
+		for _, f := range x[int(v)*dim : (int(v)+1)*dim] {
+			binary.LittleEndian.PutUint16(dst[k:], bf16(f))
+			k += 2
+		}
+	}
+}
+
 // gatherLabelsInto writes labels[ids] as int32s, or int64s when wide.
 func gatherLabelsInto(dst []byte, labels []int32, ids []graph.NodeID, wide bool) {
 	for i, v := range ids {
@@ -133,6 +164,8 @@ type wireWriter struct {
 	sizing bool
 	n      int    // sizing: bytes so far
 	buf    []byte // writing: the message so far, cap its full size
+	// encodeAt: where the timing's encode_ns lies in buf (0: not written)
+	encodeAt int
 }
 
 func (w *wireWriter) varint(f protowire.Number, v uint64) {
@@ -183,6 +216,9 @@ func (w *wireWriter) bytes(f protowire.Number, b []byte) {
 // tensor writes a strata.v1.Tensor field and returns its data bytes.
 func (w *wireWriter) tensor(f protowire.Number, _ string, dtype uint32, shape ...int64) []byte {
 	n := shmring.ItemSize(dtype)
+	if dtype == dtypeBFloat16 {
+		n = 2
+	}
 	for _, d := range shape {
 		n *= d
 	}
@@ -214,18 +250,44 @@ func (w *wireWriter) tensor(f protowire.Number, _ string, dtype uint32, shape ..
 // writeBatch runs the sequence of a Batch message's fields on w (both
 // passes): the header fields, then the tensors when inline, or the ring
 // slot (shm) otherwise, and the note.
-func (st *stream) writeBatch(w *wireWriter, b *PyGBatch, i int, pos []int32, slot []byte, note string) {
+func (st *stream) writeBatch(w *wireWriter, b *PyGBatch, i int, pos []int32, slot []byte, note string, tm batchTiming) {
 	w.varint(1, uint64(i))
 	w.varint(2, uint64(st.nb))
 	w.packed(5, b.NumSampledNodes)
 	w.packed(6, b.NumSampledEdges)
 	w.varint(7, uint64(b.BatchSize))
 	if slot == nil {
-		st.putTensors(w, b, pos, false)
+		st.putTensors(w, b, pos, false, st.bf16)
 	} else {
 		w.bytes(11, slot)
 	}
 	w.bytes(12, []byte(note))
+	w.timing(16, tm)
+}
+
+// batchTiming is a batch's BatchTiming (see the proto file).
+type batchTiming struct{ sample, encode, slotWait time.Duration }
+
+// timingBytes is the size of an encoded BatchTiming field: a two-byte
+// tag (field 16), a one-byte length, three fixed64 fields of one-byte tags.
+const timingBytes = 2 + 1 + 3*9
+
+// timing writes the BatchTiming field; encodeAt records where its
+// encode_ns lies, for encodeWire to fill in once the message is written.
+func (w *wireWriter) timing(f protowire.Number, tm batchTiming) {
+	if w.sizing {
+		w.n += timingBytes
+		return
+	}
+	w.buf = protowire.AppendTag(w.buf, f, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, 3*9)
+	for k, d := range []time.Duration{tm.sample, tm.encode, tm.slotWait} {
+		w.buf = protowire.AppendTag(w.buf, protowire.Number(k+1), protowire.Fixed64Type)
+		if k == 1 {
+			w.encodeAt = len(w.buf)
+		}
+		w.buf = protowire.AppendFixed64(w.buf, uint64(max(d, 0)))
+	}
 }
 
 // wireMsg is a Batch message encoded by hand; the server's codec sends
@@ -238,20 +300,26 @@ type wireMsg struct {
 
 // encodeWire returns batch i's message (slot: an encoded ShmSlot for a
 // ring batch, nil to put the tensors in the message). The message is
-// sized first, and refused over max bytes before any copy.
-func (st *stream) encodeWire(b *PyGBatch, i int, pos []int32, slot []byte, note string, max int) (*wireMsg, int, error) {
+// sized first, and refused over max bytes before any copy. tm goes into
+// the message's timing; for an inline batch (slot nil) its encode time is
+// this call's.
+func (st *stream) encodeWire(b *PyGBatch, i int, pos []int32, slot []byte, note string, max int, tm batchTiming) (*wireMsg, int, error) {
+	t0 := time.Now()
 	sz := &wireWriter{sizing: true}
-	st.writeBatch(sz, b, i, pos, slot, note)
+	st.writeBatch(sz, b, i, pos, slot, note, tm)
 	if sz.n > max {
 		return nil, sz.n, reqErr(ErrTooLarge, "batch_size", -1, "batch %d is a %d-byte message, over this server's limit of %d (--max-message-mb): use a smaller batch_size or fanouts, or gather the features on the client (strata_pyg does when it has them)",
 			i, sz.n, max)
 	}
 	buf := wirePool.Get(sz.n)
 	w := &wireWriter{buf: (*buf)[:0]}
-	st.writeBatch(w, b, i, pos, slot, note)
+	st.writeBatch(w, b, i, pos, slot, note, tm)
 	if len(w.buf) != sz.n {
 		wirePool.Put(buf)
 		return nil, 0, fmt.Errorf("serve: batch %d: encoded %d bytes, sized %d", i, len(w.buf), sz.n)
+	}
+	if slot == nil && w.encodeAt > 0 {
+		binary.LittleEndian.PutUint64(w.buf[w.encodeAt:], uint64(time.Since(t0)))
 	}
 	*buf = w.buf
 	return &wireMsg{buf: buf}, sz.n, nil

@@ -99,7 +99,7 @@ func TestTypedMatchesSampler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(info.Capabilities, []string{CapLink, CapTyped}) || len(info.NodeTypes) != 3 || len(info.EdgeTypes) != len(h.EdgeTypes) || info.NumNodes != h.NumNodes() {
+	if !slices.Equal(info.Capabilities, []string{CapLink, CapBFloat16, CapTyped}) || len(info.NodeTypes) != 3 || len(info.EdgeTypes) != len(h.EdgeTypes) || info.NumNodes != h.NumNodes() {
 		t.Fatalf("info: %d node types, %d edge types, %d nodes", len(info.NodeTypes), len(info.EdgeTypes), info.NumNodes)
 	}
 	for i, nt := range info.NodeTypes {

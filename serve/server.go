@@ -43,6 +43,8 @@ const ProtocolVersion = uint32(servepb.ProtocolVersion_PROTOCOL_VERSION_CURRENT)
 const (
 	CapLink  = "link"  // SampleRequest.link
 	CapTyped = "typed" // SampleRequest.input_type (typed datasets only)
+	// CapBFloat16: SampleRequest.feature_dtype DTYPE_BFLOAT16.
+	CapBFloat16 = "bfloat16"
 )
 
 // SecretMetadata is the metadata key that carries the shared secret.
@@ -528,7 +530,7 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 	if s.het != nil {
 		nts, ets = s.het.info()
 	}
-	caps := []string{CapLink}
+	caps := []string{CapLink, CapBFloat16}
 	if s.het != nil {
 		caps = append(caps, CapTyped)
 	}
@@ -682,6 +684,7 @@ type stream struct {
 	shm      *shmStream    // SampleShm: the ring
 	link     *linkStream   // link requests: the edges (seeds is nil)
 	typed    int           // typed requests: the input type; -1 otherwise
+	bf16     bool          // x as bfloat16 in messages (feature_dtype)
 }
 
 // check validates a SampleRequest and prepares its stream.
@@ -739,6 +742,15 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	if req.WithLabels && s.ds.Labels == nil {
 		return nil, reqErr(ErrUnavailable, "with_labels", -1, "the dataset %q has no labels", s.ds.Name)
 	}
+	switch req.FeatureDtype {
+	case servepb.DType_DTYPE_UNSPECIFIED, servepb.DType_DTYPE_FLOAT32:
+	case servepb.DType_DTYPE_BFLOAT16:
+		if req.InputType != "" {
+			return nil, reqErr(ErrInvalid, "feature_dtype", -1, "BFLOAT16 is for node and link batches, not typed ones")
+		}
+	default:
+		return nil, reqErr(ErrInvalid, "feature_dtype", -1, "%v: want FLOAT32 or BFLOAT16", req.FeatureDtype)
+	}
 	var seeds []graph.NodeID
 	var ls *linkStream
 	var err error
@@ -792,7 +804,8 @@ func (s *Server) prepare(req *servepb.SampleRequest) (*stream, error) {
 	}
 	nb := NumBatches(n, e.BatchSize, world, e.DropLast)
 	st := &stream{s: s, req: req, seeds: seeds, posOf: posOf, order: order, epoch: e, nb: nb, withX: req.WithFeatures, withY: req.WithLabels,
-		workers: workers, prefetch: max(prefetch, workers), link: ls, typed: typed}
+		workers: workers, prefetch: max(prefetch, workers), link: ls, typed: typed,
+		bf16: req.FeatureDtype == servepb.DType_DTYPE_BFLOAT16}
 	for i := int(req.Part); i < nb; i += parts {
 		st.jobs = append(st.jobs, i)
 	}
@@ -976,14 +989,16 @@ func (st *stream) produce(ctx context.Context, r *Relabeler, j int) result {
 	if st.typed >= 0 {
 		return st.produceTyped(i)
 	}
+	t0 := time.Now()
 	b, pos, err := st.sample(r, i)
 	if err != nil {
 		return result{err: err}
 	}
+	tm := batchTiming{sample: time.Since(t0)}
 	if st.shm != nil {
-		return st.shm.produce(ctx, st, j, b, pos)
+		return st.shm.produce(ctx, st, j, b, pos, tm)
 	}
-	msg, size, err := st.encodeWire(b, i, pos, nil, "", st.s.opt.MaxSendBytes)
+	msg, size, err := st.encodeWire(b, i, pos, nil, "", st.s.opt.MaxSendBytes, tm)
 	return result{msg: msg, size: size, err: err}
 }
 

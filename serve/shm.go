@@ -108,6 +108,7 @@ type shmStream struct {
 	want    int   // slots asked for
 	budget  int64 // the ring's bytes at most
 	timeout time.Duration
+	narrow  bool // int32 IDs in the slots (ShmRequest.narrow_ids)
 	recv    func() (*servepb.ShmControl, error)
 
 	ready chan struct{} // closed once the first batch has made (or failed to make) the ring
@@ -140,7 +141,7 @@ func (s *Server) newShmStream(st *stream, r *servepb.ShmRequest) (*shmStream, er
 	if timeout > maxReleaseTimeout {
 		return nil, reqErr(ErrInvalid, "ring.release_timeout_ms", -1, "%d: at most %v", r.ReleaseTimeoutMs, maxReleaseTimeout)
 	}
-	sh := &shmStream{s: s, want: want, budget: budget, timeout: timeout, ready: make(chan struct{})}
+	sh := &shmStream{s: s, want: want, budget: budget, timeout: timeout, narrow: r.NarrowIds, ready: make(chan struct{})}
 	sh.acks.changed = make(chan struct{})
 	return sh, nil
 }
@@ -278,10 +279,11 @@ func (sh *shmStream) makeRing(used int64) {
 // produce puts batch j of the stream (sequence j) into its slot, j mod
 // the slot count, once the client has released batch j - slots; batches
 // that do not fit a slot, or all of them without a ring, go inline.
-func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch, pos []int32) result {
+func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch, pos []int32, tm batchTiming) result {
 	i := st.jobs[j]
 	var sz slotWriter
-	st.putTensors(&sz, b, pos, true)
+	wide := !sh.narrow
+	st.putTensors(&sz, b, pos, wide, false)
 	used, err := shmring.Place(sz.specs)
 	if err != nil {
 		return result{err: fmt.Errorf("serve: batch %d: %w", i, err)}
@@ -304,7 +306,7 @@ func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch
 		if !sh.noted.CompareAndSwap(false, true) {
 			note = ""
 		}
-		msg, size, err := st.encodeWire(b, i, pos, nil, note, sh.s.opt.MaxSendBytes)
+		msg, size, err := st.encodeWire(b, i, pos, nil, note, sh.s.opt.MaxSendBytes, tm)
 		sh.s.metrics.ringInline.Inc()
 		return result{msg: msg, size: size, err: err}
 	}
@@ -323,7 +325,9 @@ func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch
 			return result{err: err, wait: waited}
 		}
 	}
-	if err := writeSlot(r.Slot(k), uint64(j), used, sz.specs, func(w tensorDst) { st.putTensors(w, b, pos, true) }); err != nil {
+	tm.slotWait = waited
+	t1 := time.Now()
+	if err := writeSlot(r.Slot(k), uint64(j), used, sz.specs, func(w tensorDst) { st.putTensors(w, b, pos, wide, false) }); err != nil {
 		return result{err: fmt.Errorf("serve: batch %d: ring slot %d: %w", i, k, err), wait: waited}
 	}
 	ref, err := proto.Marshal(&servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(S),
@@ -331,7 +335,8 @@ func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch
 	if err != nil {
 		return result{err: err, wait: waited}
 	}
-	msg, size, err := st.encodeWire(b, i, pos, ref, "", sh.s.opt.MaxSendBytes)
+	tm.encode = time.Since(t1)
+	msg, size, err := st.encodeWire(b, i, pos, ref, "", sh.s.opt.MaxSendBytes, tm)
 	sh.s.metrics.ringBytes.Add(float64(used))
 	return result{msg: msg, size: size, err: err, wait: waited}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/serve/servepb"
 	"github.com/strata-gnn/strata/serve/shmring"
 )
@@ -33,6 +35,7 @@ type shmClient struct {
 	slotsHit map[uint32]int
 	inline   int
 	notes    []string
+	narrow   bool // int32 IDs expected in the slots
 }
 
 func openShm(t *testing.T, c *Client, req *servepb.SampleRequest, ring *servepb.ShmRequest) *shmClient {
@@ -121,12 +124,24 @@ func (sc *shmClient) next() (*servepb.Batch, error) {
 		b := slot[ts.Offset : ts.Offset+ts.Bytes]
 		switch ts.Name {
 		case "n_id", "edge_index", "y", "edge_label_index":
-			if ts.DType != shmring.DTypeInt64 {
-				t.Fatalf("%s is dtype %d", ts.Name, ts.DType)
+			want := uint32(shmring.DTypeInt64)
+			if sc.narrow {
+				want = shmring.DTypeInt32
 			}
-			v := make([]int32, len(b)/8)
-			for i := range v {
-				v[i] = int32(binary.LittleEndian.Uint64(b[8*i:]))
+			if ts.DType != want {
+				t.Fatalf("%s is dtype %d, want %d", ts.Name, ts.DType, want)
+			}
+			var v []int32
+			if sc.narrow {
+				v = make([]int32, len(b)/4)
+				for i := range v {
+					v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+				}
+			} else {
+				v = make([]int32, len(b)/8)
+				for i := range v {
+					v[i] = int32(binary.LittleEndian.Uint64(b[8*i:]))
+				}
 			}
 			tt := Int32Tensor(v, ts.Shape...)
 			switch ts.Name {
@@ -172,7 +187,14 @@ func TestSampleShmEqualsSample(t *testing.T) {
 	req := &servepb.SampleRequest{Split: servepb.Split_SPLIT_TRAIN, BatchSize: 40, Fanouts: []int32{5, 3},
 		Shuffle: true, Seed: 4, Epoch: 1, WithFeatures: true, WithLabels: true, Workers: 3, Prefetch: 2}
 	want := collect(t, c, proto.Clone(req).(*servepb.SampleRequest))
-	sc := openShm(t, c, req, &servepb.ShmRequest{Slots: 3})
+	for _, narrow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("narrow=%v", narrow), func(t *testing.T) { shmEqualsSample(t, s, ds, dir, c, req, want, narrow) })
+	}
+}
+
+func shmEqualsSample(t *testing.T, s *Server, ds *dataset.Dataset, dir string, c *Client, req *servepb.SampleRequest, want []*servepb.Batch, narrow bool) {
+	sc := openShm(t, c, proto.Clone(req).(*servepb.SampleRequest), &servepb.ShmRequest{Slots: 3, NarrowIds: narrow})
+	sc.narrow = narrow
 	var got []*servepb.Batch
 	for {
 		b, err := sc.next()
@@ -195,6 +217,9 @@ func TestSampleShmEqualsSample(t *testing.T) {
 		checkBatch(t, ds, got[i], w, in)
 		if !proto.Equal(got[i].X, want[i].X) || !proto.Equal(got[i].NId, want[i].NId) || !proto.Equal(got[i].EdgeIndex, want[i].EdgeIndex) {
 			t.Fatalf("batch %d differs from Sample's", i)
+		}
+		if tm := got[i].Timing; tm == nil || tm.SampleNs == 0 || tm.EncodeNs == 0 {
+			t.Fatalf("batch %d: timing %v, want sample and encode times", i, tm)
 		}
 	}
 	// Three slots, each used in turn; nothing inline.

@@ -87,6 +87,9 @@ const (
 	DType_DTYPE_INT32       DType = 1
 	DType_DTYPE_INT64       DType = 2
 	DType_DTYPE_FLOAT32     DType = 3
+	// bfloat16: the upper 16 bits of a float32 (rounded to nearest even);
+	// only the features of a request with feature_dtype BFLOAT16.
+	DType_DTYPE_BFLOAT16 DType = 4
 )
 
 // Enum value maps for DType.
@@ -96,12 +99,14 @@ var (
 		1: "DTYPE_INT32",
 		2: "DTYPE_INT64",
 		3: "DTYPE_FLOAT32",
+		4: "DTYPE_BFLOAT16",
 	}
 	DType_value = map[string]int32{
 		"DTYPE_UNSPECIFIED": 0,
 		"DTYPE_INT32":       1,
 		"DTYPE_INT64":       2,
 		"DTYPE_FLOAT32":     3,
+		"DTYPE_BFLOAT16":    4,
 	}
 )
 
@@ -787,8 +792,12 @@ type SampleRequest struct {
 	// relation (each exactly once, the same number of hops each; 0 = none
 	// at that hop). Unset: fanouts for every relation.
 	RelationFanouts []*RelationFanouts `protobuf:"bytes,22,rep,name=relation_fanouts,json=relationFanouts,proto3" json:"relation_fanouts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// feature_dtype: the element type of x in the batch messages:
+	// UNSPECIFIED or FLOAT32 as stored, BFLOAT16 half the bytes (rounded;
+	// capability "bfloat16"). Ring slots keep float32.
+	FeatureDtype  DType `protobuf:"varint,23,opt,name=feature_dtype,json=featureDtype,proto3,enum=strata.v1.DType" json:"feature_dtype,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SampleRequest) Reset() {
@@ -975,6 +984,13 @@ func (x *SampleRequest) GetRelationFanouts() []*RelationFanouts {
 	return nil
 }
 
+func (x *SampleRequest) GetFeatureDtype() DType {
+	if x != nil {
+		return x.FeatureDtype
+	}
+	return DType_DTYPE_UNSPECIFIED
+}
+
 // RelationFanouts are one relation's fanouts, per hop (PyG's
 // num_neighbors dictionary entry).
 type RelationFanouts struct {
@@ -1131,8 +1147,11 @@ type Batch struct {
 	// HeteroData layout, one entry per node type and per relation in
 	// InfoReply order. n_id, edge_index, x, y and the counts above are then
 	// unset; batch_size and input_id are the input type's.
-	Nodes         []*TypedNodes `protobuf:"bytes,14,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Edges         []*TypedEdges `protobuf:"bytes,15,rep,name=edges,proto3" json:"edges,omitempty"`
+	Nodes []*TypedNodes `protobuf:"bytes,14,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Edges []*TypedEdges `protobuf:"bytes,15,rep,name=edges,proto3" json:"edges,omitempty"`
+	// timing: where the server's time on this batch went (for the
+	// client's breakdowns; absent from older servers).
+	Timing        *BatchTiming `protobuf:"bytes,16,opt,name=timing,proto3" json:"timing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1291,77 @@ func (x *Batch) GetEdges() []*TypedEdges {
 	return nil
 }
 
+func (x *Batch) GetTiming() *BatchTiming {
+	if x != nil {
+		return x.Timing
+	}
+	return nil
+}
+
+// BatchTiming is the server's time on one batch, in nanoseconds: sampling
+// it (sample_ns), writing its tensors into the message or ring slot
+// (encode_ns), and waiting for the client to release the ring slot it
+// goes into (slot_wait_ns: the server was idle for the trainer).
+type BatchTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SampleNs      uint64                 `protobuf:"fixed64,1,opt,name=sample_ns,json=sampleNs,proto3" json:"sample_ns,omitempty"`
+	EncodeNs      uint64                 `protobuf:"fixed64,2,opt,name=encode_ns,json=encodeNs,proto3" json:"encode_ns,omitempty"`
+	SlotWaitNs    uint64                 `protobuf:"fixed64,3,opt,name=slot_wait_ns,json=slotWaitNs,proto3" json:"slot_wait_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchTiming) Reset() {
+	*x = BatchTiming{}
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchTiming) ProtoMessage() {}
+
+func (x *BatchTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchTiming.ProtoReflect.Descriptor instead.
+func (*BatchTiming) Descriptor() ([]byte, []int) {
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BatchTiming) GetSampleNs() uint64 {
+	if x != nil {
+		return x.SampleNs
+	}
+	return 0
+}
+
+func (x *BatchTiming) GetEncodeNs() uint64 {
+	if x != nil {
+		return x.EncodeNs
+	}
+	return 0
+}
+
+func (x *BatchTiming) GetSlotWaitNs() uint64 {
+	if x != nil {
+		return x.SlotWaitNs
+	}
+	return 0
+}
+
 // TypedNodes are one node type's nodes of a typed batch: n_id (type-local
 // IDs; the seeds first for the input type, then each hop's new nodes),
 // num_sampled_nodes per hop (entry 0: the seeds of this type), and its x
@@ -1289,7 +1379,7 @@ type TypedNodes struct {
 
 func (x *TypedNodes) Reset() {
 	*x = TypedNodes{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	mi := &file_strata_v1_sampler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1391,7 @@ func (x *TypedNodes) String() string {
 func (*TypedNodes) ProtoMessage() {}
 
 func (x *TypedNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[10]
+	mi := &file_strata_v1_sampler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1404,7 @@ func (x *TypedNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypedNodes.ProtoReflect.Descriptor instead.
 func (*TypedNodes) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{10}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TypedNodes) GetType() uint32 {
@@ -1366,7 +1456,7 @@ type TypedEdges struct {
 
 func (x *TypedEdges) Reset() {
 	*x = TypedEdges{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[11]
+	mi := &file_strata_v1_sampler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1468,7 @@ func (x *TypedEdges) String() string {
 func (*TypedEdges) ProtoMessage() {}
 
 func (x *TypedEdges) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[11]
+	mi := &file_strata_v1_sampler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1481,7 @@ func (x *TypedEdges) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypedEdges.ProtoReflect.Descriptor instead.
 func (*TypedEdges) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{11}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TypedEdges) GetRelation() uint32 {
@@ -1449,7 +1539,7 @@ type ShmControl struct {
 
 func (x *ShmControl) Reset() {
 	*x = ShmControl{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[12]
+	mi := &file_strata_v1_sampler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1551,7 @@ func (x *ShmControl) String() string {
 func (*ShmControl) ProtoMessage() {}
 
 func (x *ShmControl) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[12]
+	mi := &file_strata_v1_sampler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1564,7 @@ func (x *ShmControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmControl.ProtoReflect.Descriptor instead.
 func (*ShmControl) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{12}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShmControl) GetRequest() *SampleRequest {
@@ -1503,13 +1593,17 @@ type ShmRequest struct {
 	RingBytes        uint64                 `protobuf:"varint,1,opt,name=ring_bytes,json=ringBytes,proto3" json:"ring_bytes,omitempty"`                        // the ring's size budget (0: the server's; at most the server's)
 	Slots            uint32                 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`                                                 // slots wanted (0: prefetch + 3)
 	ReleaseTimeoutMs uint32                 `protobuf:"varint,3,opt,name=release_timeout_ms,json=releaseTimeoutMs,proto3" json:"release_timeout_ms,omitempty"` // how long the server waits for a slot (0: the server's default)
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// narrow_ids: write n_id, edge_index, y and edge_label_index as int32
+	// (half the bytes; the client widens them, e.g. on its GPU). Older
+	// servers write int64 whatever this says: clients read the slot's dtypes.
+	NarrowIds     bool `protobuf:"varint,4,opt,name=narrow_ids,json=narrowIds,proto3" json:"narrow_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShmRequest) Reset() {
 	*x = ShmRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[13]
+	mi := &file_strata_v1_sampler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1615,7 @@ func (x *ShmRequest) String() string {
 func (*ShmRequest) ProtoMessage() {}
 
 func (x *ShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[13]
+	mi := &file_strata_v1_sampler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1628,7 @@ func (x *ShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmRequest.ProtoReflect.Descriptor instead.
 func (*ShmRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{13}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShmRequest) GetRingBytes() uint64 {
@@ -1558,6 +1652,13 @@ func (x *ShmRequest) GetReleaseTimeoutMs() uint32 {
 	return 0
 }
 
+func (x *ShmRequest) GetNarrowIds() bool {
+	if x != nil {
+		return x.NarrowIds
+	}
+	return false
+}
+
 // ShmSlot says where a batch lies in the stream's ring.
 type ShmSlot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1573,7 +1674,7 @@ type ShmSlot struct {
 
 func (x *ShmSlot) Reset() {
 	*x = ShmSlot{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[14]
+	mi := &file_strata_v1_sampler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1686,7 @@ func (x *ShmSlot) String() string {
 func (*ShmSlot) ProtoMessage() {}
 
 func (x *ShmSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[14]
+	mi := &file_strata_v1_sampler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1699,7 @@ func (x *ShmSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmSlot.ProtoReflect.Descriptor instead.
 func (*ShmSlot) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{14}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShmSlot) GetPath() string {
@@ -1657,7 +1758,7 @@ type FeaturesRequest struct {
 
 func (x *FeaturesRequest) Reset() {
 	*x = FeaturesRequest{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[15]
+	mi := &file_strata_v1_sampler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1770,7 @@ func (x *FeaturesRequest) String() string {
 func (*FeaturesRequest) ProtoMessage() {}
 
 func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[15]
+	mi := &file_strata_v1_sampler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1783,7 @@ func (x *FeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesRequest.ProtoReflect.Descriptor instead.
 func (*FeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{15}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FeaturesRequest) GetProtocolVersion() uint32 {
@@ -1723,7 +1824,7 @@ type FeaturesReply struct {
 
 func (x *FeaturesReply) Reset() {
 	*x = FeaturesReply{}
-	mi := &file_strata_v1_sampler_proto_msgTypes[16]
+	mi := &file_strata_v1_sampler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1836,7 @@ func (x *FeaturesReply) String() string {
 func (*FeaturesReply) ProtoMessage() {}
 
 func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_v1_sampler_proto_msgTypes[16]
+	mi := &file_strata_v1_sampler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1849,7 @@ func (x *FeaturesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeaturesReply.ProtoReflect.Descriptor instead.
 func (*FeaturesReply) Descriptor() ([]byte, []int) {
-	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{16}
+	return file_strata_v1_sampler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FeaturesReply) GetX() *Tensor {
@@ -1817,7 +1918,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12\x1b\n" +
 	"\tnum_train\x18\x05 \x01(\x03R\bnumTrain\x12\x17\n" +
 	"\anum_val\x18\x06 \x01(\x03R\x06numVal\x12\x19\n" +
-	"\bnum_test\x18\a \x01(\x03R\anumTest\"\xc7\x05\n" +
+	"\bnum_test\x18\a \x01(\x03R\anumTest\"\xfe\x05\n" +
 	"\rSampleRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12'\n" +
 	"\x05seeds\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x05seeds\x12&\n" +
@@ -1845,7 +1946,8 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x04link\x18\x14 \x01(\v2\x16.strata.v1.LinkRequestR\x04link\x12\x1d\n" +
 	"\n" +
 	"input_type\x18\x15 \x01(\tR\tinputType\x12E\n" +
-	"\x10relation_fanouts\x18\x16 \x03(\v2\x1a.strata.v1.RelationFanoutsR\x0frelationFanouts\"G\n" +
+	"\x10relation_fanouts\x18\x16 \x03(\v2\x1a.strata.v1.RelationFanoutsR\x0frelationFanouts\x125\n" +
+	"\rfeature_dtype\x18\x17 \x01(\x0e2\x10.strata.v1.DTypeR\ffeatureDtype\"G\n" +
 	"\x0fRelationFanouts\x12\x1a\n" +
 	"\brelation\x18\x01 \x01(\rR\brelation\x12\x18\n" +
 	"\afanouts\x18\x02 \x03(\x05R\afanouts\"\x8a\x01\n" +
@@ -1854,7 +1956,7 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\n" +
 	"neg_amount\x18\x02 \x01(\x01R\tnegAmount\x12\x1f\n" +
 	"\vneg_exclude\x18\x03 \x01(\bR\n" +
-	"negExclude\"\xce\x04\n" +
+	"negExclude\"\xfe\x04\n" +
 	"\x05Batch\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1f\n" +
 	"\vnum_batches\x18\x02 \x01(\rR\n" +
@@ -1874,7 +1976,13 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x04note\x18\f \x01(\tR\x04note\x12;\n" +
 	"\x10edge_label_index\x18\r \x01(\v2\x11.strata.v1.TensorR\x0eedgeLabelIndex\x12+\n" +
 	"\x05nodes\x18\x0e \x03(\v2\x15.strata.v1.TypedNodesR\x05nodes\x12+\n" +
-	"\x05edges\x18\x0f \x03(\v2\x15.strata.v1.TypedEdgesR\x05edges\"\xb4\x01\n" +
+	"\x05edges\x18\x0f \x03(\v2\x15.strata.v1.TypedEdgesR\x05edges\x12.\n" +
+	"\x06timing\x18\x10 \x01(\v2\x16.strata.v1.BatchTimingR\x06timing\"i\n" +
+	"\vBatchTiming\x12\x1b\n" +
+	"\tsample_ns\x18\x01 \x01(\x06R\bsampleNs\x12\x1b\n" +
+	"\tencode_ns\x18\x02 \x01(\x06R\bencodeNs\x12 \n" +
+	"\fslot_wait_ns\x18\x03 \x01(\x06R\n" +
+	"slotWaitNs\"\xb4\x01\n" +
 	"\n" +
 	"TypedNodes\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\rR\x04type\x12$\n" +
@@ -1892,13 +2000,15 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"ShmControl\x122\n" +
 	"\arequest\x18\x01 \x01(\v2\x18.strata.v1.SampleRequestR\arequest\x12)\n" +
 	"\x04ring\x18\x02 \x01(\v2\x15.strata.v1.ShmRequestR\x04ring\x12\x1a\n" +
-	"\breleased\x18\x03 \x01(\x04R\breleased\"o\n" +
+	"\breleased\x18\x03 \x01(\x04R\breleased\"\x8e\x01\n" +
 	"\n" +
 	"ShmRequest\x12\x1d\n" +
 	"\n" +
 	"ring_bytes\x18\x01 \x01(\x04R\tringBytes\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12,\n" +
-	"\x12release_timeout_ms\x18\x03 \x01(\rR\x10releaseTimeoutMs\"\x9f\x01\n" +
+	"\x12release_timeout_ms\x18\x03 \x01(\rR\x10releaseTimeoutMs\x12\x1d\n" +
+	"\n" +
+	"narrow_ids\x18\x04 \x01(\bR\tnarrowIds\"\x9f\x01\n" +
 	"\aShmSlot\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12\x1b\n" +
@@ -1917,12 +2027,13 @@ const file_strata_v1_sampler_proto_rawDesc = "" +
 	"\x01y\x18\x02 \x01(\v2\x11.strata.v1.TensorR\x01y*Q\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x1c\n" +
-	"\x18PROTOCOL_VERSION_CURRENT\x10\x01*S\n" +
+	"\x18PROTOCOL_VERSION_CURRENT\x10\x01*g\n" +
 	"\x05DType\x12\x15\n" +
 	"\x11DTYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vDTYPE_INT32\x10\x01\x12\x0f\n" +
 	"\vDTYPE_INT64\x10\x02\x12\x11\n" +
-	"\rDTYPE_FLOAT32\x10\x03*]\n" +
+	"\rDTYPE_FLOAT32\x10\x03\x12\x12\n" +
+	"\x0eDTYPE_BFLOAT16\x10\x04*]\n" +
 	"\x05Split\x12\x15\n" +
 	"\x11SPLIT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSPLIT_TRAIN\x10\x01\x12\r\n" +
@@ -1949,7 +2060,7 @@ func file_strata_v1_sampler_proto_rawDescGZIP() []byte {
 }
 
 var file_strata_v1_sampler_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_strata_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_strata_v1_sampler_proto_goTypes = []any{
 	(ProtocolVersion)(0),    // 0: strata.v1.ProtocolVersion
 	(DType)(0),              // 1: strata.v1.DType
@@ -1964,13 +2075,14 @@ var file_strata_v1_sampler_proto_goTypes = []any{
 	(*RelationFanouts)(nil), // 10: strata.v1.RelationFanouts
 	(*LinkRequest)(nil),     // 11: strata.v1.LinkRequest
 	(*Batch)(nil),           // 12: strata.v1.Batch
-	(*TypedNodes)(nil),      // 13: strata.v1.TypedNodes
-	(*TypedEdges)(nil),      // 14: strata.v1.TypedEdges
-	(*ShmControl)(nil),      // 15: strata.v1.ShmControl
-	(*ShmRequest)(nil),      // 16: strata.v1.ShmRequest
-	(*ShmSlot)(nil),         // 17: strata.v1.ShmSlot
-	(*FeaturesRequest)(nil), // 18: strata.v1.FeaturesRequest
-	(*FeaturesReply)(nil),   // 19: strata.v1.FeaturesReply
+	(*BatchTiming)(nil),     // 13: strata.v1.BatchTiming
+	(*TypedNodes)(nil),      // 14: strata.v1.TypedNodes
+	(*TypedEdges)(nil),      // 15: strata.v1.TypedEdges
+	(*ShmControl)(nil),      // 16: strata.v1.ShmControl
+	(*ShmRequest)(nil),      // 17: strata.v1.ShmRequest
+	(*ShmSlot)(nil),         // 18: strata.v1.ShmSlot
+	(*FeaturesRequest)(nil), // 19: strata.v1.FeaturesRequest
+	(*FeaturesReply)(nil),   // 20: strata.v1.FeaturesReply
 }
 var file_strata_v1_sampler_proto_depIdxs = []int32{
 	1,  // 0: strata.v1.Tensor.dtype:type_name -> strata.v1.DType
@@ -1981,38 +2093,40 @@ var file_strata_v1_sampler_proto_depIdxs = []int32{
 	2,  // 5: strata.v1.SampleRequest.split:type_name -> strata.v1.Split
 	11, // 6: strata.v1.SampleRequest.link:type_name -> strata.v1.LinkRequest
 	10, // 7: strata.v1.SampleRequest.relation_fanouts:type_name -> strata.v1.RelationFanouts
-	3,  // 8: strata.v1.LinkRequest.edge_label_index:type_name -> strata.v1.Tensor
-	3,  // 9: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
-	3,  // 10: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
-	3,  // 11: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
-	3,  // 12: strata.v1.Batch.x:type_name -> strata.v1.Tensor
-	3,  // 13: strata.v1.Batch.y:type_name -> strata.v1.Tensor
-	17, // 14: strata.v1.Batch.shm:type_name -> strata.v1.ShmSlot
-	3,  // 15: strata.v1.Batch.edge_label_index:type_name -> strata.v1.Tensor
-	13, // 16: strata.v1.Batch.nodes:type_name -> strata.v1.TypedNodes
-	14, // 17: strata.v1.Batch.edges:type_name -> strata.v1.TypedEdges
-	3,  // 18: strata.v1.TypedNodes.n_id:type_name -> strata.v1.Tensor
-	3,  // 19: strata.v1.TypedNodes.x:type_name -> strata.v1.Tensor
-	3,  // 20: strata.v1.TypedNodes.y:type_name -> strata.v1.Tensor
-	3,  // 21: strata.v1.TypedEdges.edge_index:type_name -> strata.v1.Tensor
-	9,  // 22: strata.v1.ShmControl.request:type_name -> strata.v1.SampleRequest
-	16, // 23: strata.v1.ShmControl.ring:type_name -> strata.v1.ShmRequest
-	3,  // 24: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
-	3,  // 25: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
-	3,  // 26: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
-	4,  // 27: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
-	9,  // 28: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
-	18, // 29: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
-	15, // 30: strata.v1.Sampler.SampleShm:input_type -> strata.v1.ShmControl
-	5,  // 31: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
-	12, // 32: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
-	19, // 33: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
-	12, // 34: strata.v1.Sampler.SampleShm:output_type -> strata.v1.Batch
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	1,  // 8: strata.v1.SampleRequest.feature_dtype:type_name -> strata.v1.DType
+	3,  // 9: strata.v1.LinkRequest.edge_label_index:type_name -> strata.v1.Tensor
+	3,  // 10: strata.v1.Batch.n_id:type_name -> strata.v1.Tensor
+	3,  // 11: strata.v1.Batch.edge_index:type_name -> strata.v1.Tensor
+	3,  // 12: strata.v1.Batch.input_id:type_name -> strata.v1.Tensor
+	3,  // 13: strata.v1.Batch.x:type_name -> strata.v1.Tensor
+	3,  // 14: strata.v1.Batch.y:type_name -> strata.v1.Tensor
+	18, // 15: strata.v1.Batch.shm:type_name -> strata.v1.ShmSlot
+	3,  // 16: strata.v1.Batch.edge_label_index:type_name -> strata.v1.Tensor
+	14, // 17: strata.v1.Batch.nodes:type_name -> strata.v1.TypedNodes
+	15, // 18: strata.v1.Batch.edges:type_name -> strata.v1.TypedEdges
+	13, // 19: strata.v1.Batch.timing:type_name -> strata.v1.BatchTiming
+	3,  // 20: strata.v1.TypedNodes.n_id:type_name -> strata.v1.Tensor
+	3,  // 21: strata.v1.TypedNodes.x:type_name -> strata.v1.Tensor
+	3,  // 22: strata.v1.TypedNodes.y:type_name -> strata.v1.Tensor
+	3,  // 23: strata.v1.TypedEdges.edge_index:type_name -> strata.v1.Tensor
+	9,  // 24: strata.v1.ShmControl.request:type_name -> strata.v1.SampleRequest
+	17, // 25: strata.v1.ShmControl.ring:type_name -> strata.v1.ShmRequest
+	3,  // 26: strata.v1.FeaturesRequest.ids:type_name -> strata.v1.Tensor
+	3,  // 27: strata.v1.FeaturesReply.x:type_name -> strata.v1.Tensor
+	3,  // 28: strata.v1.FeaturesReply.y:type_name -> strata.v1.Tensor
+	4,  // 29: strata.v1.Sampler.Info:input_type -> strata.v1.InfoRequest
+	9,  // 30: strata.v1.Sampler.Sample:input_type -> strata.v1.SampleRequest
+	19, // 31: strata.v1.Sampler.Features:input_type -> strata.v1.FeaturesRequest
+	16, // 32: strata.v1.Sampler.SampleShm:input_type -> strata.v1.ShmControl
+	5,  // 33: strata.v1.Sampler.Info:output_type -> strata.v1.InfoReply
+	12, // 34: strata.v1.Sampler.Sample:output_type -> strata.v1.Batch
+	20, // 35: strata.v1.Sampler.Features:output_type -> strata.v1.FeaturesReply
+	12, // 36: strata.v1.Sampler.SampleShm:output_type -> strata.v1.Batch
+	33, // [33:37] is the sub-list for method output_type
+	29, // [29:33] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_strata_v1_sampler_proto_init() }
@@ -2026,7 +2140,7 @@ func file_strata_v1_sampler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_strata_v1_sampler_proto_rawDesc), len(file_strata_v1_sampler_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
