@@ -63,22 +63,68 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def train_epoch(model, opt, loader, device):
+def train_epoch(model, opt, loader, device, breakdown=None):
+    """One epoch; with breakdown (a dict) also the time per phase, the
+    device synchronized between phases (which costs a little overlap):
+    loader (waiting for the next batch), h2d (batch.to(device)), model
+    (forward, backward, step, the loss read back)."""
     model.train()
     sync(device)
     t = time.perf_counter()
     loss_sum, n = 0.0, 0
-    for batch in loader:
+    it = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        if breakdown is not None:
+            sync(device)  # work the loader queued (GPU gathers) counts as the loader's
+            t1 = time.perf_counter()
         batch = batch.to(device, non_blocking=True)
+        if breakdown is not None:
+            sync(device)
+            t2 = time.perf_counter()
+        x = batch.x if batch.x.dtype == torch.float32 else batch.x.float()
         opt.zero_grad()
-        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        out = model(x, batch.edge_index)[:batch.batch_size]
         loss = F.cross_entropy(out, batch.y[:batch.batch_size])
         loss.backward()
         opt.step()
         loss_sum += float(loss.detach()) * batch.batch_size
         n += batch.batch_size
+        if breakdown is not None:
+            t3 = time.perf_counter()
+            breakdown["loader_s"] += t1 - t0
+            breakdown["h2d_s"] += t2 - t1
+            breakdown["model_s"] += t3 - t2
+            breakdown["batches"] += 1
+            breakdown["nodes"] += batch.num_nodes
+            breakdown["edges"] += batch.edge_index.size(1)
     sync(device)
     return time.perf_counter() - t, loss_sum / max(n, 1)
+
+
+def print_breakdown(name, epoch, bd, loader):
+    """One line per epoch: per-batch milliseconds of the training loop's
+    phases, and strata_pyg's own split of the loader's part."""
+    n = max(bd["batches"], 1)
+    line = (f"[{name}] epoch {epoch:2d} per batch: loader {1000 * bd['loader_s'] / n:.2f} ms, "
+            f"h2d {1000 * bd['h2d_s'] / n:.2f} ms, model {1000 * bd['model_s'] / n:.2f} ms "
+            f"({bd['nodes'] // n} nodes, {bd['edges'] // n} edges)")
+    st = loader.stats() if hasattr(loader, "stats") else None
+    if st:
+        line += (f"\n[{name}]   strata_pyg ({st['transport']}): trainer wait {st['wait_ms']:.2f} ms (batch object "
+                 f"{st['batch_ms']:.2f} ms, {st['ready_mean']:.1f} batches ready on average); reader: server wait "
+                 f"{st['server_wait_ms']:.2f} ms, decode {st['decode_ms']:.2f} ms, {st['wire_mib_per_batch']:.2f} MiB "
+                 f"on the wire; server: sample {st['server_sample_ms']:.2f} ms, encode {st['server_encode_ms']:.2f} ms, "
+                 f"slot wait {st['server_slot_wait_ms']:.2f} ms")
+    print(line, flush=True)
+    out = {k: 1000 * v / n for k, v in bd.items() if k.endswith("_s")}
+    if st:
+        out["strata_pyg"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in st.items()}
+    return out
 
 
 @torch.no_grad()
@@ -131,18 +177,23 @@ def run_mode(name, make_loaders, data, args, device, results):
         return
     setup = time.perf_counter() - t
     print(f"[{name}] model {kind}; loader setup {setup:.1f}s; {len(train_loader)} batches per epoch", flush=True)
-    times, losses = [], []
+    times, losses, breakdowns = [], [], []
     for epoch in range(1, args.epochs + 1):
-        dt, loss = train_epoch(model, opt, train_loader, device)
+        bd = dict.fromkeys(("loader_s", "h2d_s", "model_s", "batches", "nodes", "edges"), 0) if args.breakdown else None
+        dt, loss = train_epoch(model, opt, train_loader, device, bd)
         times.append(dt)
         losses.append(loss)
         print(f"[{name}] epoch {epoch:2d}  {dt:7.3f} s  loss {loss:.4f}", flush=True)
+        if bd is not None:
+            breakdowns.append(print_breakdown(name, epoch, bd, train_loader))
     t = time.perf_counter()
     acc = evaluate(model, test_loader, device)
     ev = time.perf_counter() - t
     steady = times[1:] or times
     r = {"epoch_s": times, "mean_epoch_s_after_first": sum(steady) / len(steady), "loss": losses,
          "test_accuracy": acc, "eval_s": ev, "setup_s": setup, "batches": len(train_loader), "model": kind}
+    if breakdowns:
+        r["breakdown_ms_per_batch"] = breakdowns
     print(f"[{name}] mean epoch (after the first) {r['mean_epoch_s_after_first']:.3f} s; test accuracy {acc:.4f} "
           f"({ev:.1f} s)", flush=True)
     results[name] = r
@@ -170,6 +221,13 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--strata-bin", default=None, help="strata binary (default $STRATA_BIN, else strata on PATH)")
     ap.add_argument("--json", default=None, help="also write the summary to this file")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="per epoch, the per-batch time of the loader, the host-to-device copy and the model step "
+                         "(the device synchronized between them), and strata_pyg's split of the loader's time "
+                         "(trainer wait, server wait, decode, the server's sampling, encoding and ring-slot waits)")
+    ap.add_argument("--pin-memory", action="store_true", help="strata_pyg loaders with pin_memory=True")
+    ap.add_argument("--feature-dtype", default=None, choices=["float32", "bfloat16"],
+                    help="server mode: the features' type on the wire (bfloat16: half the bytes, widened to float32)")
     args = ap.parse_args()
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
     device = torch.device(args.device)
@@ -186,6 +244,8 @@ def main():
     train_idx = data.train_mask.nonzero().view(-1)
     test_idx = data.test_mask.nonzero().view(-1)
     common = dict(num_neighbors=args.fanouts, num_workers=args.num_workers)
+    if args.pin_memory:
+        common["pin_memory"] = True
     results = {}
     server = None
     modes = args.modes.split(",")
@@ -204,8 +264,9 @@ def main():
             elif mode == "server":
                 def make():
                     return (strata_pyg.NeighborLoader(addr, input_nodes="train", batch_size=args.batch_size,
-                                                      shuffle=True, **common),
-                            strata_pyg.NeighborLoader(addr, input_nodes="test", batch_size=args.eval_batch_size, **common))
+                                                      shuffle=True, feature_dtype=args.feature_dtype, **common),
+                            strata_pyg.NeighborLoader(addr, input_nodes="test", batch_size=args.eval_batch_size,
+                                                      feature_dtype=args.feature_dtype, **common))
             elif mode == "server-local-x":
                 def make():
                     return (strata_pyg.NeighborLoader(gdata, input_nodes=train_idx, batch_size=args.batch_size,

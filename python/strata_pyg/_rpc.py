@@ -62,9 +62,12 @@ class Connection:
         self._info = self.channel.unary_unary(
             _SERVICE + "Info", request_serializer=pb.InfoRequest.SerializeToString,
             response_deserializer=pb.InfoReply.FromString)
+        # Sample's batches come as the received bytes (no deserializer):
+        # the loader parses them itself, its tensors left in place
+        # (_tensor.parse_batch), and a malformed one is its BAD_REPLY.
         self._sample = self.channel.unary_stream(
             _SERVICE + "Sample", request_serializer=pb.SampleRequest.SerializeToString,
-            response_deserializer=pb.Batch.FromString)
+            response_deserializer=None)
         self._sample_shm = self.channel.stream_stream(
             _SERVICE + "SampleShm", request_serializer=pb.ShmControl.SerializeToString,
             response_deserializer=pb.Batch.FromString)
@@ -100,8 +103,9 @@ class Connection:
             raise self.error(e) from None
 
     def sample(self, req):
-        """Opens a Sample stream: an iterator of Batch messages with a
-        cancel() method. Errors surface from next() as grpc.RpcError."""
+        """Opens a Sample stream: an iterator of encoded Batch messages
+        (bytes; _tensor.parse_batch reads them) with a cancel() method.
+        Errors surface from next() as grpc.RpcError."""
         req.protocol_version = PROTOCOL_VERSION
         return self._sample(req, metadata=self.metadata)
 

@@ -6,6 +6,7 @@ import os
 import queue
 import re
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -16,7 +17,7 @@ from ._pb import sampler_pb2 as pb
 from ._ring import Ring, RingError
 from ._rpc import Connection
 from ._server import LocalServer, acquire_graph_server, release_server
-from ._tensor import TensorError, decode, encode
+from ._tensor import TensorError, decode, encode, parse_batch, to_torch
 from .errors import StrataError
 
 try:  # batches are PyG Data objects when PyG is installed
@@ -253,7 +254,7 @@ class NeighborLoader:
                  filter_per_worker=None, neighbor_sampler=None, directed=True, *,
                  seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
                  sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, transport="auto",
-                 ring_bytes=None, release_timeout=None, routing=None, **kwargs):
+                 ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, **kwargs):
         self._server = None
         self._conns = []
         self._shared = False
@@ -301,6 +302,12 @@ class NeighborLoader:
             raise ValueError(f"ring_bytes={ring_bytes}: want > 0")
         if release_timeout is not None and not 0 < float(release_timeout) <= 86400:
             raise ValueError(f"release_timeout={release_timeout}: want seconds in (0, 86400]")
+        fd = {None: pb.DTYPE_UNSPECIFIED, "float32": pb.DTYPE_FLOAT32, torch.float32: pb.DTYPE_FLOAT32,
+              "bfloat16": pb.DTYPE_BFLOAT16, torch.bfloat16: pb.DTYPE_BFLOAT16}.get(feature_dtype, -1)
+        if fd < 0:
+            raise ValueError(f"feature_dtype={feature_dtype!r}: want None, 'float32' or 'bfloat16'")
+        self.feature_dtype = fd
+        self.last_stats = None
         self.ring_bytes = int(ring_bytes or 0)
         self.release_timeout = float(release_timeout or 0)
         self.data = None
@@ -311,6 +318,10 @@ class NeighborLoader:
             self._connect(data, servers, secret, tls, strata_bin, sampler_device, request_timeout, start_timeout)
             self._choose(transport, routing)
             self._input(input_nodes)
+            if self.feature_dtype == pb.DTYPE_BFLOAT16 and (self.typed or not self.with_features):
+                raise ValueError("strata_pyg: feature_dtype='bfloat16' is for node features the server sends "
+                                 "(a dataset or servers as data, homogeneous graphs); here "
+                                 + ("the graph is typed" if self.typed else "the features are gathered locally"))
         except BaseException:
             self.close()
             raise
@@ -623,6 +634,23 @@ class NeighborLoader:
             return self._num_batches(self.num_seeds)
         return sum(self._num_batches(c) for c in self._owned_counts())
 
+    def stats(self):
+        """Where the time of the last (or current) epoch went, as a dict:
+        sums over its batches (see _STAT_KEYS in loader.py) and their
+        per-batch means in milliseconds (``*_ms``); None before the first
+        epoch. For breakdowns such as bench_sage.py --breakdown."""
+        st = self.last_stats
+        if st is None:
+            return None
+        out = dict(st)
+        n = max(st["batches"], 1)
+        for k, v in st.items():
+            if k.endswith("_s"):
+                out[k[:-2] + "_ms"] = 1000.0 * v / n
+        out["ready_mean"] = st["ready"] / n
+        out["wire_mib_per_batch"] = st["wire_bytes"] / n / 2**20
+        return out
+
     def set_epoch(self, epoch):
         """Fixes the epoch of the next iteration (as DistributedSampler's
         set_epoch); without it every iteration starts the next epoch."""
@@ -647,7 +675,8 @@ class NeighborLoader:
                              shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=self.drop_last,
                              rank=self.rank, world_size=self.world_size, part=part, num_parts=parts,
                              with_features=self.with_features, with_labels=self.with_labels,
-                             workers=self.workers, prefetch=self.prefetch, owned=owned)
+                             workers=self.workers, prefetch=self.prefetch, owned=owned,
+                             feature_dtype=self.feature_dtype)
         if self.typed:
             r.input_type = self.input_type
             for k, f in enumerate(self._rel_fanouts):
@@ -705,6 +734,17 @@ class NeighborLoader:
 
 
 _END = object()
+
+# loader.stats(): the epoch's sums. wait_s: the trainer waiting for the
+# next batch (in __next__, slot releases included); batch_s: making the
+# batch object (gathering local node attributes, PyG's Data); ready:
+# batches already decoded when the trainer asked (summed); on the reader
+# thread: server_wait_s (waiting for the server's message), decode_s
+# (parsing it, mapping the slot), wire_bytes; from the servers' timings:
+# server_sample_s, server_encode_s, server_slot_wait_s (the server idle,
+# waiting for the trainer to release a ring slot).
+_STAT_KEYS = ("batches", "wait_s", "batch_s", "ready", "server_wait_s", "decode_s", "wire_bytes",
+              "server_sample_s", "server_encode_s", "server_slot_wait_s")
 
 
 def _typed_batch(L, f):
@@ -772,6 +812,10 @@ class _EpochIter:
         else:
             self.calls = [c.sample(L._request(epoch, k)) for k, c in enumerate(L._conns)]
         self.q = queue.Queue(maxsize=L.prefetch)
+        # Where the epoch's time goes (loader.stats()): seconds summed
+        # over its batches.
+        self.stats = L.last_stats = dict.fromkeys(_STAT_KEYS, 0)
+        self.stats["transport"] = L.transport
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._read, name="strata_pyg-reader", daemon=True)
         self.thread.start()
@@ -790,14 +834,30 @@ class _EpochIter:
         try:
             for pos, (k, index, count) in enumerate(self.plan):
                 conn = L._conns[k]
+                st = self.stats
+                t0 = time.perf_counter()
                 try:
                     m = next(self.calls[k])
                 except StopIteration:
                     raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {pos} of {self.n} batches")
+                t1 = time.perf_counter()
+                st["server_wait_s"] += t1 - t0
+                if isinstance(m, bytes):
+                    st["wire_bytes"] += len(m)
+                    try:
+                        m = parse_batch(m)
+                    except TensorError as e:
+                        raise StrataError(conn.address, "BAD_REPLY", f"batch {pos}: {e}") from None
                 if m.index != index or m.num_batches != count:
                     raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
                                       f"expected {index} of {count} (is it another version of strata?)")
-                self._put(self._decode(m, conn, pos))
+                d = self._decode(m, conn, pos)
+                st["decode_s"] += time.perf_counter() - t1
+                if m.HasField("timing"):
+                    st["server_sample_s"] += m.timing.sample_ns * 1e-9
+                    st["server_encode_s"] += m.timing.encode_ns * 1e-9
+                    st["server_slot_wait_s"] += m.timing.slot_wait_ns * 1e-9
+                self._put(d)
                 if self.stop.is_set():
                     return
             self._put(_END)
@@ -850,7 +910,7 @@ class _EpochIter:
                 out = dict(edge_index=torch.from_numpy(ei.astype(np.int64)), n_id=n_id,
                            input_id=torch.from_numpy(decode(m.input_id, "input_id", writable=True)))
                 if m.HasField("x"):
-                    out["x"] = torch.from_numpy(decode(m.x, "x", writable=True))
+                    out["x"] = to_torch(m.x, "x", writable=True)
                 if m.HasField("y"):
                     out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
                 if m.HasField("edge_label_index"):
@@ -886,10 +946,10 @@ class _EpochIter:
                 raise TensorError(f"{name}.n_id: shape {n_id.shape}")
             d = dict(n_id=torch.from_numpy(n_id.astype(np.int64)), num_sampled_nodes=list(tn.num_sampled_nodes))
             if tn.HasField("x"):
-                x = decode(tn.x, f"{name}.x", writable=True)
-                if x.ndim != 2 or x.shape[0] != n_id.shape[0]:
-                    raise TensorError(f"{name}.x: shape {x.shape} for {n_id.shape[0]} nodes")
-                d["x"] = torch.from_numpy(x)
+                x = to_torch(tn.x, f"{name}.x", writable=True)
+                if x.dim() != 2 or x.size(0) != n_id.shape[0]:
+                    raise TensorError(f"{name}.x: shape {list(x.shape)} for {n_id.shape[0]} nodes")
+                d["x"] = x
             if tn.HasField("y"):
                 y = decode(tn.y, f"{name}.y")
                 if y.shape != n_id.shape:
@@ -951,7 +1011,10 @@ class _EpochIter:
             self.close()
             raise StopIteration
         L = self.loader
+        st = self.stats
+        t0 = time.perf_counter()
         self._release()
+        st["ready"] += self.q.qsize()
         try:
             item = self.q.get(timeout=L.timeout)
         except queue.Empty:
@@ -972,7 +1035,12 @@ class _EpochIter:
         f, slot = item
         self.held.append((self.i, slot))
         self.i += 1
-        return self._batch(f)
+        t1 = time.perf_counter()
+        st["wait_s"] += t1 - t0
+        b = self._batch(f)
+        st["batch_s"] += time.perf_counter() - t1
+        st["batches"] += 1
+        return b
 
     def _batch(self, f):
         L = self.loader
