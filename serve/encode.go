@@ -138,6 +138,16 @@ func bf16(f float32) uint16 {
 
 // gatherRowsBF16 writes rows ids of x into dst as little-endian bfloat16s.
 func gatherRowsBF16(dst []byte, x []float32, dim int, ids []graph.NodeID) {
+	if littleEndian && len(dst) > 0 {
+		out := unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), dim*len(ids))
+		for i, v := range ids {
+			o := out[i*dim : (i+1)*dim]
+			for j, f := range x[int(v)*dim : (int(v)+1)*dim] {
+				o[j] = bf16(f)
+			}
+		}
+		return
+	}
 	k := 0
 	for _, v := range ids {
 		for _, f := range x[int(v)*dim : (int(v)+1)*dim] {

@@ -24,7 +24,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", required=True, help="Strata dataset directory")
     ap.add_argument("--modes", default="shm,grpc,data-shm,data-grpc",
-                    help="shm, grpc (features from the server), data-shm, data-grpc (a PyG Data, x gathered locally)")
+                    help="shm, grpc (features from the server), grpc-bf16 (features as bfloat16 on the wire), "
+                         "data-shm, data-grpc (a PyG Data, x gathered locally)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--num-workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=1024)
@@ -34,13 +35,16 @@ def main():
     data = None
     for mode in args.modes.split(","):
         kw = dict(num_neighbors=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size, shuffle=True,
-                  seed=1, num_workers=args.num_workers, strata_bin=args.strata_bin, transport=mode.split("-")[-1])
+                  seed=1, num_workers=args.num_workers, strata_bin=args.strata_bin,
+                  transport="shm" if "shm" in mode else "grpc")
+        if mode.endswith("bf16"):
+            kw["feature_dtype"] = "bfloat16"
         if mode.startswith("data"):
             data = data or strata_pyg.load_dataset(args.dataset)
             L = strata_pyg.NeighborLoader(data, input_nodes=data.train_mask, **kw)
         else:
             L = strata_pyg.NeighborLoader(args.dataset, input_nodes="train", **kw)
-        times = []
+        times, stats = [], []
         for _ in range(args.epochs):
             t = time.perf_counter()
             n = nodes = xbytes = 0
@@ -50,11 +54,17 @@ def main():
                 xbytes += b.x.numel() * b.x.element_size()
                 float(b.x[:, 0].sum())  # touch the features
             times.append(time.perf_counter() - t)
+            st = L.stats() if hasattr(L, "stats") else None
+            if st:
+                stats.append({k: round(st[k], 2) for k in ("wait_ms", "server_wait_ms", "decode_ms", "batch_ms",
+                                                              "server_sample_ms", "server_encode_ms",
+                                                              "server_slot_wait_ms", "ready_mean")})
         x_mib = xbytes / n / 2**20
         L.close()
         print(json.dumps(dict(mode=mode, batches=n, nodes_per_batch=nodes // n, x_mib_per_batch=round(x_mib, 1),
                               epoch_s=[round(t, 2) for t in times], best_ms_per_batch=round(1000 * min(times) / n, 1),
-                              load_average=round(os.getloadavg()[0], 1), torch=torch.__version__)), flush=True)
+                              load_average=round(os.getloadavg()[0], 1), torch=torch.__version__,
+                              stats_best_epoch=stats[times.index(min(times))] if stats else None)), flush=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ class Connection:
             ("grpc.max_receive_message_length", -1),  # the server bounds what it sends
             ("grpc.max_send_message_length", max_send_bytes),
             ("grpc.enable_http_proxy", 0),
+            # A connection of its own (gRPC shares one between equal
+            # channels): a loader's several streams to one server
+            # (streams=) each get their TCP connection and HTTP/2 window.
+            ("grpc.use_local_subchannel_pool", 1),
             # Find a dead server behind a silent network; the server
             # accepts a ping every 10 s at most.
             ("grpc.keepalive_time_ms", 20000),

@@ -53,10 +53,12 @@ def to_torch(t, field, writable=False):
     """decode as a torch tensor; bfloat16 features are widened to float32
     (what PyG models take)."""
     import torch
-    a = decode(t, field, writable=writable and t.dtype != pb.DTYPE_BFLOAT16)
     if t.dtype == pb.DTYPE_BFLOAT16:
+        # Widened into a new tensor: a view of the message does (no copy)
+        # where it can be had, else a copy (torch wants writable memory).
+        a = decode(t, field, writable=True)
         return torch.from_numpy(a).view(torch.bfloat16).float()
-    return torch.from_numpy(a)
+    return torch.from_numpy(decode(t, field, writable=writable))
 
 
 class RawTensor:
@@ -193,7 +195,11 @@ def parse_batch(b):
         else:
             i = _skip(b, i, end, wt)
             rest.append(b[start:i])
-    return WireBatch(pb.Batch.FromString(b"".join(rest)), tensors)
+    try:
+        m = pb.Batch.FromString(b"".join(rest))
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, by implementation
+        raise TensorError(f"message: {e}") from None
+    return WireBatch(m, tensors)
 
 
 def encode(a, field="tensor"):

@@ -241,7 +241,14 @@ class NeighborLoader:
     and ``release_timeout`` (seconds the server waits for the trainer to
     release a slot; default one hour), ``routing`` (``None``: by partition
     when every server owns a part of one, else ``"round_robin"``;
-    ``"partition"`` sends each seed to the server that owns it).
+    ``"partition"`` sends each seed to the server that owns it),
+    ``device`` (deliver every tensor of the batch on this device, as
+    GraphLearn-for-PyTorch's ``device``; with a CUDA device the ring
+    carries the IDs as int32, widened on the GPU), ``feature_dtype``
+    (``"bfloat16"``: features from a server travel in half the bytes,
+    rounded, and arrive as float32), ``streams`` (server-client,
+    round-robin: streams per server in flight, 1 to 16).
+    ``loader.stats()`` says where the last epoch's time went.
 
     Every failure of a server (it died, timed out, refused the request,
     speaks another protocol version, or a batch was over its message
@@ -254,7 +261,8 @@ class NeighborLoader:
                  filter_per_worker=None, neighbor_sampler=None, directed=True, *,
                  seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
                  sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, transport="auto",
-                 ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, **kwargs):
+                 ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, streams=1, device=None,
+                 **kwargs):
         self._server = None
         self._conns = []
         self._shared = False
@@ -307,6 +315,13 @@ class NeighborLoader:
         if fd < 0:
             raise ValueError(f"feature_dtype={feature_dtype!r}: want None, 'float32' or 'bfloat16'")
         self.feature_dtype = fd
+        if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= 16:
+            raise ValueError(f"streams={streams!r}: want an int in [1, 16]")
+        if streams > 1 and routing == "partition":
+            raise ValueError("strata_pyg: streams > 1 is for round-robin routing (one stream per part)")
+        self.streams = streams
+        self.device = torch.device(device) if device is not None else None
+        self._narrow_ids = None  # tests: int32 IDs from the ring whatever the device
         self.last_stats = None
         self.ring_bytes = int(ring_bytes or 0)
         self.release_timeout = float(release_timeout or 0)
@@ -405,7 +420,8 @@ class NeighborLoader:
                                  "batches carry no e_id to index them by")
             self._local = _node_attrs(data, self.num_nodes)
             if servers:
-                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout) for a in servers]
+                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout)
+                               for a in servers for _ in range(self.streams)]
             else:
                 self._server = acquire_graph_server(data.edge_index, self.num_nodes, device=device,
                                                     strata_bin=strata_bin, start_timeout=start_timeout)
@@ -429,7 +445,10 @@ class NeighborLoader:
             if addrs is not None:
                 if servers:
                     raise ValueError("strata_pyg.NeighborLoader: servers= is for a PyG Data; pass the addresses as data")
-                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout) for a in addrs]
+                # streams > 1: each server's batches over several streams
+                # (connections) in flight, as if it were several servers.
+                self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout)
+                               for a in addrs for _ in range(self.streams)]
         infos = [self._server.info] if self._server is not None and self._conns == [self._server.conn] else \
             [c.info() for c in self._conns]
         self.info = infos[0]
@@ -487,7 +506,8 @@ class NeighborLoader:
                 raise ValueError("strata_pyg: routing='partition' applies to node batches of homogeneous graphs")
             routing = "round_robin"
         if routing is None:
-            routing = "partition" if len(parts) > 1 and all(p is not None for p in parts) else "round_robin"
+            routing = "partition" if len(parts) > 1 and all(p is not None for p in parts) and self.streams == 1 \
+                else "round_robin"
         self.routing = routing
         self._parts = None
         if routing == "round_robin":
@@ -804,7 +824,11 @@ class _EpochIter:
         self.noted = False
         self.closed = False
         if L.transport == "shm":
-            ring = pb.ShmRequest(ring_bytes=L.ring_bytes, release_timeout_ms=int(L.release_timeout * 1000))
+            # With a GPU to deliver the batches on, the IDs travel as int32
+            # (half the bytes to write, map and copy) and are widened there.
+            narrow = L.device is not None and L.device.type == "cuda" if L._narrow_ids is None else L._narrow_ids
+            ring = pb.ShmRequest(ring_bytes=L.ring_bytes, release_timeout_ms=int(L.release_timeout * 1000),
+                                 narrow_ids=narrow)
             req = L._request(epoch, 0)
             req.protocol_version = _rpc.PROTOCOL_VERSION
             self.ctl = _Control(pb.ShmControl(request=req, ring=ring))
@@ -1046,10 +1070,25 @@ class _EpochIter:
         L = self.loader
         if f.get("_typed"):
             b = _typed_batch(L, f)
+            if L.device is not None:
+                b = b.to(L.device, non_blocking=True)
             if L.transform is not None:
                 b = L.transform(b)
             return b
         L._finish(f)
+        if L.device is not None:
+            # device=: everything on that device, the IDs widened there
+            # (int32 from a ring that sent them narrow). The slot's views
+            # are dropped here, so its release needs no copy out.
+            for k, v in f.items():
+                if torch.is_tensor(v):
+                    v = v.to(L.device, non_blocking=True)
+                    f[k] = v.long() if v.dtype == torch.int32 else v
+        else:
+            for k in ("n_id", "edge_index", "edge_label_index", "y"):
+                v = f.get(k)
+                if v is not None and v.dtype == torch.int32:  # a ring of narrow IDs unasked: still PyG's dtypes
+                    f[k] = v.long()
         if L.data is not None:
             # PyG's filter_data: every node attribute indexed by n_id, on
             # the device it lives on.

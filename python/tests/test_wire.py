@@ -1,0 +1,150 @@
+"""Batches over gRPC: parsed in place (no copies), bfloat16 features on the
+wire, several streams per server, loader.stats(); the same batches
+whatever the wire options."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import strata_pyg
+from strata_pyg import _tensor
+from strata_pyg._pb import sampler_pb2 as pb
+
+KW = dict(num_neighbors=[4, 3], input_nodes="train", batch_size=40, shuffle=True, seed=5, num_workers=2)
+
+
+def ids(b):
+    return (b.n_id.tolist(), b.edge_index.tolist(), b.input_id.tolist(), b.y.tolist(), b.num_sampled_nodes,
+            b.num_sampled_edges, b.batch_size)
+
+
+def test_wire_options_give_equal_batches(tiny, server):
+    s = server("--dataset", tiny)
+    with strata_pyg.NeighborLoader(s.address, **KW) as plain, \
+            strata_pyg.NeighborLoader(s.address, streams=3, **KW) as three, \
+            strata_pyg.NeighborLoader(s.address, feature_dtype="bfloat16", **KW) as half:
+        a, b, c = list(plain), list(three), list(half)
+        sa, sb, sc = plain.stats(), three.stats(), half.stats()
+        assert len(three._conns) == 3 and three.routing == "round_robin"
+    assert len(a) == len(b) == len(c) == len(plain) > 5
+    for p, q, r in zip(a, b, c):
+        assert ids(p) == ids(q) == ids(r)
+        assert torch.equal(p.x, q.x)
+        # bfloat16 on the wire: x rounded to nearest even, widened back.
+        assert r.x.dtype == torch.float32 and torch.equal(r.x, p.x.to(torch.bfloat16).float())
+        assert not torch.equal(r.x, p.x)  # the option took effect
+        assert p.n_id.dtype == p.edge_index.dtype == p.y.dtype == p.input_id.dtype == torch.int64
+    for st in (sa, sb, sc):
+        assert st["batches"] == len(a) and st["transport"] == "grpc"
+        assert st["server_sample_s"] > 0 and st["server_encode_s"] > 0 and st["server_slot_wait_s"] == 0
+    x_bytes = sum(p.x.numel() for p in a) * 4
+    assert sa["wire_bytes"] > x_bytes and sc["wire_bytes"] < sa["wire_bytes"] - x_bytes // 2 + x_bytes // 8
+
+
+def test_batches_are_writable_and_private(tiny, server):
+    """x is a view of the received message, writable; writing it changes
+    only that batch."""
+    s = server("--dataset", tiny)
+    with strata_pyg.NeighborLoader(s.address, **KW) as L, strata_pyg.NeighborLoader(s.address, **KW) as M:
+        first, again = list(L), list(M)  # both epoch 0: the same batches
+    b = first[0]
+    b.x[0, 0] = 1234.5
+    b.input_id[0] = -7
+    assert b.x[0, 0] == 1234.5 and b.input_id[0] == -7
+    assert again[0].x[0, 0] != 1234.5 and torch.equal(again[1].x, first[1].x)
+
+
+def test_wire_option_refusals(tiny, server):
+    s = server("--dataset", tiny)
+    for bad in ("float16", torch.int32, "bf16"):
+        with pytest.raises(ValueError, match="feature_dtype"):
+            strata_pyg.NeighborLoader(s.address, feature_dtype=bad, **KW)
+    for bad in (0, 17, 1.5, True):
+        with pytest.raises(ValueError, match="streams"):
+            strata_pyg.NeighborLoader(s.address, streams=bad, **KW)
+    with pytest.raises(ValueError, match="round-robin"):
+        strata_pyg.NeighborLoader(s.address, streams=2, routing="partition", **KW)
+
+    class Data:
+        pass
+    d = Data()
+    d.edge_index, d.num_nodes, d.x = torch.tensor([[0, 1], [1, 0]]), 2, torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="bfloat16"):
+        strata_pyg.NeighborLoader(d, num_neighbors=[2], batch_size=1, feature_dtype="bfloat16")
+
+
+def _message():
+    m = pb.Batch(index=2, num_batches=5, batch_size=3, num_sampled_nodes=[3, 4], num_sampled_edges=[6],
+                 n_id=_tensor.encode(np.arange(7, dtype=np.int32)),
+                 edge_index=_tensor.encode(np.arange(12, dtype=np.int32).reshape(2, 6) % 7),
+                 input_id=_tensor.encode(np.arange(3, dtype=np.int64)),
+                 x=_tensor.encode(np.arange(14, dtype=np.float32).reshape(7, 2)), note="n")
+    m.timing.sample_ns = 11
+    return m
+
+
+def test_parse_batch_equals_protobuf():
+    m = _message()
+    w = _tensor.parse_batch(m.SerializeToString())
+    assert (w.index, w.num_batches, w.batch_size, list(w.num_sampled_nodes), w.note, w.timing.sample_ns) == \
+        (2, 5, 3, [3, 4], "n", 11)
+    assert w.HasField("x") and w.HasField("n_id") and not w.HasField("y") and not w.HasField("shm")
+    for f in ("n_id", "edge_index", "input_id", "x"):
+        assert np.array_equal(_tensor.decode(getattr(w, f), f), _tensor.decode(getattr(m, f), f))
+    x = _tensor.to_torch(w.x, "x", writable=True)
+    x[0, 0] = 9
+    assert _tensor.decode(w.x, "x")[0, 0] == 9  # a view: no copy
+    # bfloat16 features are widened to float32.
+    t = pb.Tensor(dtype=pb.DTYPE_BFLOAT16, shape=[2], data=np.array([0x3F80, 0xC000], dtype="<u2").tobytes())
+    assert _tensor.to_torch(t, "x").tolist() == [1.0, -2.0]
+
+
+def test_parse_batch_fuzz():
+    """Random corruptions and truncations of a valid message: a
+    TensorError, or fields whose tensors lie within the message; never
+    another exception."""
+    base = _message().SerializeToString()
+    rng = random.Random(1)
+    accepted = 0
+    for trial in range(3000):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        if trial % 3 == 0:
+            b = b[:rng.randrange(len(b))]
+        try:
+            w = _tensor.parse_batch(bytes(b))
+            for f in ("n_id", "edge_index", "input_id", "x", "y"):
+                if w.HasField(f):
+                    t = getattr(w, f)
+                    assert 0 <= t.offset and t.offset + t.length <= len(b)
+                    try:
+                        _tensor.decode(t, f)
+                    except _tensor.TensorError:
+                        pass
+        except _tensor.TensorError:
+            continue
+        accepted += 1
+    assert 0 < accepted < 3000
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_narrow_ring_ids_and_device(tiny):
+    """int32 IDs in the ring slots (what device='cuda' asks for), widened
+    by the loader: the batches of the int64 ring."""
+    with strata_pyg.NeighborLoader(tiny, **KW) as wide, strata_pyg.NeighborLoader(tiny, device="cpu", **KW) as narrow:
+        narrow._narrow_ids = True
+        assert wide.transport == narrow.transport == "shm"
+        a = list(wide)
+        it = iter(narrow)
+        b = list(it)
+        assert narrow.stats()["server_encode_s"] > 0
+    assert len(a) == len(b) > 5
+    for p, q in zip(a, b):
+        assert ids(p) == ids(q) and torch.equal(p.x, q.x)
+        assert q.n_id.dtype == q.edge_index.dtype == q.y.dtype == torch.int64
+    # On the CPU, x stays a view of its slot (kept by list(): moved out),
+    # while the IDs were widened into copies.
+    assert it.ring.detached == len(b)
