@@ -226,6 +226,10 @@ def main():
                          "(the device synchronized between them), and strata_pyg's split of the loader's time "
                          "(trainer wait, server wait, decode, the server's sampling, encoding and ring-slot waits)")
     ap.add_argument("--pin-memory", action="store_true", help="strata_pyg loaders with pin_memory=True")
+    ap.add_argument("--loader-device", action="store_true",
+                    help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
+                         "IDs as int32, widened there)")
+    ap.add_argument("--streams", type=int, default=1, help="server mode: Sample streams in flight to the server")
     ap.add_argument("--feature-dtype", default=None, choices=["float32", "bfloat16"],
                     help="server mode: the features' type on the wire (bfloat16: half the bytes, widened to float32)")
     args = ap.parse_args()
@@ -246,6 +250,8 @@ def main():
     common = dict(num_neighbors=args.fanouts, num_workers=args.num_workers)
     if args.pin_memory:
         common["pin_memory"] = True
+    if args.loader_device:
+        common["device"] = device
     results = {}
     server = None
     modes = args.modes.split(",")
@@ -263,10 +269,10 @@ def main():
                             strata_pyg.NeighborLoader(gdata, input_nodes=test_idx, batch_size=args.eval_batch_size, **kw))
             elif mode == "server":
                 def make():
+                    kw = dict(common, feature_dtype=args.feature_dtype, streams=args.streams)
                     return (strata_pyg.NeighborLoader(addr, input_nodes="train", batch_size=args.batch_size,
-                                                      shuffle=True, feature_dtype=args.feature_dtype, **common),
-                            strata_pyg.NeighborLoader(addr, input_nodes="test", batch_size=args.eval_batch_size,
-                                                      feature_dtype=args.feature_dtype, **common))
+                                                      shuffle=True, **kw),
+                            strata_pyg.NeighborLoader(addr, input_nodes="test", batch_size=args.eval_batch_size, **kw))
             elif mode == "server-local-x":
                 def make():
                     return (strata_pyg.NeighborLoader(gdata, input_nodes=train_idx, batch_size=args.batch_size,
