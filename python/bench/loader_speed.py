@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--dataset", required=True, help="Strata dataset directory")
     ap.add_argument("--modes", default="shm,grpc,data-shm,data-grpc",
                     help="shm, grpc (features from the server), data-shm, data-grpc (a PyG Data, x gathered "
-                         "locally); a grpc mode may add -bf16 (features as bfloat16 on the wire) and -sN (N streams)")
+                         "locally); grpc may add -bf16 (features as bfloat16 on the wire)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--num-workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=1024)
@@ -37,11 +37,11 @@ def main():
         kw = dict(num_neighbors=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size, shuffle=True,
                   seed=1, num_workers=args.num_workers, strata_bin=args.strata_bin,
                   transport="shm" if "shm" in mode else "grpc")
-        for opt in mode.split("-")[1:]:
+        for opt in mode.split("-")[2 if mode.startswith("data-") else 1:]:
             if opt == "bf16":
                 kw["feature_dtype"] = "bfloat16"
-            elif opt.startswith("s") and opt[1:].isdigit():
-                kw["streams"] = int(opt[1:])
+            else:
+                raise SystemExit(f"unknown mode {mode!r}")
         if mode.startswith("data"):
             data = data or strata_pyg.load_dataset(args.dataset)
             L = strata_pyg.NeighborLoader(data, input_nodes=data.train_mask, **kw)

@@ -331,6 +331,9 @@ class NeighborLoader:
             secret = os.environ.get("STRATA_SERVE_SECRET") or None
         try:
             self._connect(data, servers, secret, tls, strata_bin, sampler_device, request_timeout, start_timeout)
+            if self.streams > 1 and self._server is not None:
+                raise ValueError("strata_pyg: streams > 1 is for servers given by address (server-client mode), "
+                                 "not the loader's own child server")
             self._choose(transport, routing)
             self._input(input_nodes)
             if self.feature_dtype == pb.DTYPE_BFLOAT16 and (self.typed or not self.with_features):

@@ -66,6 +66,8 @@ def test_wire_option_refusals(tiny, server):
             strata_pyg.NeighborLoader(s.address, streams=bad, **KW)
     with pytest.raises(ValueError, match="round-robin"):
         strata_pyg.NeighborLoader(s.address, streams=2, routing="partition", **KW)
+    with pytest.raises(ValueError, match="server-client"):
+        strata_pyg.NeighborLoader(tiny, streams=2, **KW)
 
     class Data:
         pass
