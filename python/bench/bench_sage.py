@@ -230,10 +230,15 @@ def main():
                     help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
                          "IDs as int32, widened there)")
     ap.add_argument("--streams", type=int, default=1, help="server mode: Sample streams in flight to the server")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval (seconds; Python's default 0.005): how long the training thread may "
+                         "keep the GIL from the loader's reader thread")
     ap.add_argument("--feature-dtype", default=None, choices=["float32", "bfloat16"],
                     help="server mode: the features' type on the wire (bfloat16: half the bytes, widened to float32)")
     args = ap.parse_args()
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     device = torch.device(args.device)
 
     t = time.perf_counter()
