@@ -230,6 +230,8 @@ def main():
                     help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
                          "IDs as int32, widened there)")
     ap.add_argument("--streams", type=int, default=1, help="server mode: Sample streams in flight to the server")
+    ap.add_argument("--no-reader-thread", action="store_true",
+                    help="worker mode: the ring's messages read on the training thread (reader_thread=False)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval (seconds; Python's default 0.005): how long the training thread may "
                          "keep the GIL from the loader's reader thread")
@@ -269,6 +271,8 @@ def main():
                 def make():
                     kw = dict(common, sampler_device=args.sampler_device, strata_bin=args.strata_bin,
                               transport="grpc" if mode == "worker-grpc" else "auto")
+                    if args.no_reader_thread and mode == "worker":
+                        kw["reader_thread"] = False
                     return (strata_pyg.NeighborLoader(gdata, input_nodes=train_idx, batch_size=args.batch_size,
                                                       shuffle=True, **kw),
                             strata_pyg.NeighborLoader(gdata, input_nodes=test_idx, batch_size=args.eval_batch_size, **kw))

@@ -247,7 +247,10 @@ class NeighborLoader:
     carries the IDs as int32, widened on the GPU), ``feature_dtype``
     (``"bfloat16"``: features from a server travel in half the bytes,
     rounded, and arrive as float32), ``streams`` (server-client,
-    round-robin: streams per server in flight, 1 to 16).
+    round-robin: streams per server in flight, 1 to 16),
+    ``reader_thread`` (False: the ring's messages are read on the
+    trainer's thread instead of a reader thread; the server still
+    prefetches into the slots).
     ``loader.stats()`` says where the last epoch's time went.
 
     Every failure of a server (it died, timed out, refused the request,
@@ -262,7 +265,7 @@ class NeighborLoader:
                  seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
                  sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, transport="auto",
                  ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, streams=1, device=None,
-                 **kwargs):
+                 reader_thread=True, **kwargs):
         self._server = None
         self._conns = []
         self._shared = False
@@ -322,6 +325,7 @@ class NeighborLoader:
         self.streams = streams
         self.device = torch.device(device) if device is not None else None
         self._narrow_ids = None  # tests: int32 IDs from the ring whatever the device
+        self.reader_thread = bool(reader_thread)
         self.last_stats = None
         self.ring_bytes = int(ring_bytes or 0)
         self.release_timeout = float(release_timeout or 0)
@@ -844,7 +848,13 @@ class _EpochIter:
         self.stats = L.last_stats = dict.fromkeys(_STAT_KEYS, 0)
         self.stats["transport"] = L.transport
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._read, name="strata_pyg-reader", daemon=True)
+        # Ring batches are small messages the server has prefetched into
+        # slots: reader_thread=False reads them on the trainer's thread
+        # (no handoff through the GIL between two threads per batch).
+        self.inline = L.transport == "shm" and not L.reader_thread
+        self.deadline, self.timed_out = None, False
+        self.thread = threading.Thread(target=self._watch if self.inline else self._read,
+                                       name="strata_pyg-watch" if self.inline else "strata_pyg-reader", daemon=True)
         self.thread.start()
 
     def _put(self, item):
@@ -855,49 +865,89 @@ class _EpochIter:
             except queue.Full:
                 pass
 
-    def _read(self):
+    def _fetch(self, pos):
+        """Receives, checks and decodes batch pos of the plan."""
         L = self.loader
-        conn = None
+        k, index, count = self.plan[pos]
+        conn = L._conns[k]
+        st = self.stats
+        t0 = time.perf_counter()
         try:
-            for pos, (k, index, count) in enumerate(self.plan):
-                conn = L._conns[k]
-                st = self.stats
-                t0 = time.perf_counter()
-                try:
-                    m = next(self.calls[k])
-                except StopIteration:
-                    raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {pos} of {self.n} batches")
-                t1 = time.perf_counter()
-                st["server_wait_s"] += t1 - t0
-                if isinstance(m, bytes):
-                    st["wire_bytes"] += len(m)
-                    try:
-                        m = parse_batch(m)
-                    except TensorError as e:
-                        raise StrataError(conn.address, "BAD_REPLY", f"batch {pos}: {e}") from None
-                if m.index != index or m.num_batches != count:
-                    raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
-                                      f"expected {index} of {count} (is it another version of strata?)")
-                d = self._decode(m, conn, pos)
-                st["decode_s"] += time.perf_counter() - t1
-                if m.HasField("timing"):
-                    st["server_sample_s"] += m.timing.sample_ns * 1e-9
-                    st["server_encode_s"] += m.timing.encode_ns * 1e-9
-                    st["server_slot_wait_s"] += m.timing.slot_wait_ns * 1e-9
-                self._put(d)
+            m = next(self.calls[k])
+        except StopIteration:
+            raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {pos} of {self.n} batches") from None
+        t1 = time.perf_counter()
+        st["server_wait_s"] += t1 - t0
+        if isinstance(m, bytes):
+            st["wire_bytes"] += len(m)
+            try:
+                m = parse_batch(m)
+            except TensorError as e:
+                raise StrataError(conn.address, "BAD_REPLY", f"batch {pos}: {e}") from None
+        if m.index != index or m.num_batches != count:
+            raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
+                              f"expected {index} of {count} (is it another version of strata?)")
+        d = self._decode(m, conn, pos)
+        st["decode_s"] += time.perf_counter() - t1
+        if m.HasField("timing"):
+            st["server_sample_s"] += m.timing.sample_ns * 1e-9
+            st["server_encode_s"] += m.timing.encode_ns * 1e-9
+            st["server_slot_wait_s"] += m.timing.slot_wait_ns * 1e-9
+        return d
+
+    def _failure(self, e, pos):
+        """The StrataError of an exception while fetching batch pos."""
+        if isinstance(e, StrataError):
+            return e
+        L = self.loader
+        conn = L._conns[self.plan[pos][0]] if pos < self.n else None
+        e = conn.error(e) if conn is not None and hasattr(e, "code") else \
+            StrataError(conn.address if conn else "?", "BAD_REPLY", str(e))
+        died = L._describe(conn)
+        if died is not None:
+            e = StrataError(died.server, "EXITED", f"{died.details}\n(the stream failed with {e.code}: {e.details})")
+        return e
+
+    def _read(self):
+        pos = 0
+        try:
+            for pos in range(self.n):
+                self._put(self._fetch(pos))
                 if self.stop.is_set():
                     return
             self._put(_END)
         except Exception as e:  # noqa: BLE001 - handed to the consumer
             if self.stop.is_set():
                 return
-            if not isinstance(e, StrataError):
-                e = conn.error(e) if conn is not None and hasattr(e, "code") else \
-                    StrataError(conn.address if conn else "?", "BAD_REPLY", str(e))
-                died = L._describe(conn)
-                if died is not None:
-                    e = StrataError(died.server, "EXITED", f"{died.details}\n(the stream failed with {e.code}: {e.details})")
-            self._put(e)
+            self._put(self._failure(e, pos))
+
+    def _watch(self):
+        """reader_thread=False: cancels the streams when the trainer has
+        waited for a batch longer than the timeout (next() on a gRPC
+        stream takes none)."""
+        while not self.stop.wait(0.2):
+            d = self.deadline
+            if d is not None and time.monotonic() > d:
+                self.timed_out = True
+                for c in self.calls:
+                    c.cancel()
+                return
+
+    def _next_inline(self):
+        """The next item, read by the trainer's own thread."""
+        L = self.loader
+        self.deadline = time.monotonic() + L.timeout
+        try:
+            return self._fetch(self.i)
+        except Exception as e:  # noqa: BLE001 - returned as the consumer's error
+            if self.timed_out:
+                k = self.plan[self.i][0]
+                died = L._describe(L._conns[k])
+                return died if died is not None else StrataError(
+                    L._conns[k].address, "TIMEOUT", f"no batch {self.i} within {L.timeout:g} s (timeout / request_timeout)")
+            return self._failure(e, self.i)
+        finally:
+            self.deadline = None
 
     def _decode(self, m, conn, seq):
         L = self.loader
@@ -1043,7 +1093,7 @@ class _EpochIter:
         self._release()
         st["ready"] += self.q.qsize()
         try:
-            item = self.q.get(timeout=L.timeout)
+            item = self._next_inline() if self.inline else self.q.get(timeout=L.timeout)
         except queue.Empty:
             k = self.plan[self.i][0]
             conn = L._conns[k]

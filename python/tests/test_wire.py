@@ -150,3 +150,54 @@ def test_narrow_ring_ids_and_device(tiny):
     # On the CPU, x stays a view of its slot (kept by list(): moved out),
     # while the IDs were widened into copies.
     assert it.ring.detached == len(b)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_ring_without_reader_thread(tiny):
+    """reader_thread=False: the trainer's thread reads the ring's
+    messages; the same batches, kept ones moved out of the ring."""
+    with strata_pyg.NeighborLoader(tiny, **KW) as a, strata_pyg.NeighborLoader(tiny, reader_thread=False, **KW) as b:
+        x = list(a)
+        it = iter(b)
+        y = list(it)
+        assert it.inline and it.thread.name == "strata_pyg-watch"
+        assert b.stats()["batches"] == len(y) and b.stats()["server_sample_s"] > 0
+    assert len(x) == len(y) > 5
+    for p, q in zip(x, y):
+        assert ids(p) == ids(q) and torch.equal(p.x, q.x)
+    assert it.ring.detached == len(y)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_ring_without_reader_thread_failures(tiny):
+    """A silent server: TIMEOUT after the timeout; a killed one: EXITED."""
+    import os
+    import signal
+    import time
+    from conftest import gone
+    L = strata_pyg.NeighborLoader(tiny, num_neighbors=[10, 10], batch_size=8, timeout=1, reader_thread=False)
+    pid = L._server.proc.pid
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "T":
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        t = time.monotonic()
+        with pytest.raises(strata_pyg.StrataError) as e:
+            next(iter(L))
+        assert e.value.code == "TIMEOUT" and f"pid {pid}" in str(e.value) and time.monotonic() - t < 10
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        L.close()
+    assert gone(pid)
+    L = strata_pyg.NeighborLoader(tiny, num_neighbors=[10, 10], batch_size=8, timeout=30, reader_thread=False)
+    it = iter(L)
+    next(it)
+    pid = L._server.proc.pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(strata_pyg.StrataError) as e:
+        for _ in it:
+            pass
+    assert e.value.code == "EXITED" and f"pid {pid}" in str(e.value)
+    L.close()
