@@ -187,7 +187,7 @@ def run_mode(name, make_loaders, data, args, device, results):
         if bd is not None:
             breakdowns.append(print_breakdown(name, epoch, bd, train_loader))
     t = time.perf_counter()
-    acc = evaluate(model, test_loader, device)
+    acc = evaluate(model, test_loader, device) if not args.skip_eval else float("nan")
     ev = time.perf_counter() - t
     steady = times[1:] or times
     r = {"epoch_s": times, "mean_epoch_s_after_first": sum(steady) / len(steady), "loss": losses,
@@ -226,6 +226,7 @@ def main():
                          "(the device synchronized between them), and strata_pyg's split of the loader's time "
                          "(trainer wait, server wait, decode, the server's sampling, encoding and ring-slot waits)")
     ap.add_argument("--pin-memory", action="store_true", help="strata_pyg loaders with pin_memory=True")
+    ap.add_argument("--skip-eval", action="store_true", help="no test-set evaluation (timing runs)")
     ap.add_argument("--loader-device", action="store_true",
                     help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
                          "IDs as int32, widened there)")
