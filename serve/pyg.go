@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/sample"
@@ -90,6 +91,46 @@ func (b *PyGBatch) finishHop(before, edgesBefore int) error {
 	return nil
 }
 
+// relabelHop appends a hop's edges to b: the neighbors nb of b's nodes
+// [lo, hi) (row i-lo of nb for node i), each neighbor relabeled (added to
+// n_id if new, in first-seen order). This is the one serial pass over a
+// batch's edges, so it is written as one tight loop: the edge rows grown
+// once, the relabeler's array and n_id in locals.
+func (r *Relabeler) relabelHop(b *PyGBatch, nb *sample.Neighbors, lo, hi int, numNodes int64) error {
+	ne := len(nb.Nodes)
+	base := len(b.Src)
+	b.Src = slices.Grow(b.Src, ne)[:base+ne]
+	b.Dst = slices.Grow(b.Dst, ne)[:base+ne]
+	src, dst := b.Src[base:], b.Dst[base:]
+	pos, nodes, touched := r.pos, b.NodeIDs, r.touched
+	k := 0
+	for i := lo; i < hi; i++ {
+		a, e := nb.Indptr[i-lo], nb.Indptr[i-lo+1]
+		if a < 0 || a > e || e > int64(ne) {
+			return fmt.Errorf("sampler row %d spans [%d, %d) of %d neighbors", i-lo, a, e, ne)
+		}
+		for _, u := range nb.Nodes[a:e] {
+			if u < 0 || int64(u) >= numNodes {
+				return fmt.Errorf("sampler returned node %d, not in [0, %d)", u, numNodes)
+			}
+			p := pos[u]
+			if p < 0 {
+				p = int32(len(nodes))
+				pos[u] = p
+				nodes = append(nodes, u)
+				touched = append(touched, u)
+			}
+			src[k], dst[k] = p, int32(i)
+			k++
+		}
+	}
+	b.NodeIDs, r.touched = nodes, touched
+	if k != ne {
+		return fmt.Errorf("sampler rows cover %d of %d neighbors", k, ne)
+	}
+	return nil
+}
+
 // SampleFrontier draws the PyG batch of seeds for key with h: hop k
 // samples the in-neighbors of the nodes hop k-1 added (the seeds for hop
 // 0) through h.SampleHop(frontier, k, key), so every node's draws are
@@ -112,14 +153,8 @@ func SampleFrontier(h sample.HopSampler, r *Relabeler, seeds []graph.NodeID, key
 			return nil, fmt.Errorf("serve: hop %d: sampler returned %d rows for %d destinations", hop, len(nb.Indptr)-1, hi-lo)
 		}
 		edges := len(b.Src)
-		for i := lo; i < hi; i++ {
-			for _, u := range nb.Nodes[nb.Indptr[i-lo]:nb.Indptr[i-lo+1]] {
-				if u < 0 || int64(u) >= h.NumNodes() {
-					return nil, fmt.Errorf("serve: hop %d: sampler returned node %d, not in [0, %d)", hop, u, h.NumNodes())
-				}
-				b.Src = append(b.Src, r.add(b, u))
-				b.Dst = append(b.Dst, int32(i))
-			}
+		if err := r.relabelHop(b, nb, lo, hi, h.NumNodes()); err != nil {
+			return nil, fmt.Errorf("serve: hop %d: %w", hop, err)
 		}
 		if err := b.finishHop(hi, edges); err != nil {
 			return nil, err
