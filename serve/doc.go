@@ -45,7 +45,12 @@
 // Batches are encoded once: the tensors go from the sampler's output and
 // the dataset straight into the bytes of the outgoing message (encode.go:
 // a hand-encoded Batch in a reused buffer, which the server's codec hands
-// to gRPC as it is) or into the ring slot.
+// to gRPC as it is) or into the ring slot. SampleRequest.feature_dtype
+// BFLOAT16 writes the features of messages rounded to bfloat16 (half the
+// bytes; capability "bfloat16"), ShmRequest.narrow_ids the ring's IDs as
+// int32 (for a client that widens them on its GPU). Every batch carries
+// a BatchTiming (sampling, encoding, waiting for a ring slot) so that
+// clients can tell where its time went.
 //
 // With Options.Partition the server owns one part of a partition
 // (`strata partition`); Info says which, and SampleRequest.owned streams
