@@ -103,14 +103,19 @@ func (r *Relabeler) relabelHop(b *PyGBatch, nb *sample.Neighbors, lo, hi int, nu
 	b.Dst = slices.Grow(b.Dst, ne)[:base+ne]
 	src, dst := b.Src[base:], b.Dst[base:]
 	pos, nodes, touched := r.pos, b.NodeIDs, r.touched
+	// Also on errors: every node whose pos was set must be in touched, or
+	// the relabeler's next reset would miss it.
+	defer func() { b.NodeIDs, r.touched = nodes, touched }()
 	k := 0
 	for i := lo; i < hi; i++ {
 		a, e := nb.Indptr[i-lo], nb.Indptr[i-lo+1]
-		if a < 0 || a > e || e > int64(ne) {
-			return fmt.Errorf("sampler row %d spans [%d, %d) of %d neighbors", i-lo, a, e, ne)
+		if a != int64(k) || a > e || e > int64(ne) {
+			b.Src, b.Dst = b.Src[:base+k], b.Dst[:base+k]
+			return fmt.Errorf("sampler row %d spans [%d, %d) of %d neighbors (rows must follow each other)", i-lo, a, e, ne)
 		}
 		for _, u := range nb.Nodes[a:e] {
 			if u < 0 || int64(u) >= numNodes {
+				b.Src, b.Dst = b.Src[:base+k], b.Dst[:base+k]
 				return fmt.Errorf("sampler returned node %d, not in [0, %d)", u, numNodes)
 			}
 			p := pos[u]
@@ -124,7 +129,6 @@ func (r *Relabeler) relabelHop(b *PyGBatch, nb *sample.Neighbors, lo, hi int, nu
 			k++
 		}
 	}
-	b.NodeIDs, r.touched = nodes, touched
 	if k != ne {
 		return fmt.Errorf("sampler rows cover %d of %d neighbors", k, ne)
 	}
@@ -199,6 +203,7 @@ func FromMiniBatch(mb *sample.MiniBatch, r *Relabeler, numNodes int64) (*PyGBatc
 			}
 		}
 		edges := len(b.Src)
+		total := 0
 		for k := lo; k < hi; k++ {
 			i := row[k-lo]
 			if i < 0 {
@@ -208,18 +213,38 @@ func FromMiniBatch(mb *sample.MiniBatch, r *Relabeler, numNodes int64) (*PyGBatc
 			if a < 0 || a > e || e > int64(len(blk.Indices)) {
 				return nil, fmt.Errorf("serve: block %d: row %d spans [%d, %d) of %d edges", L-1-hop, i, a, e, len(blk.Indices))
 			}
-			for _, s := range blk.Indices[a:e] {
+			total += int(e - a)
+		}
+		// One tight loop over the hop's edges (see relabelHop).
+		b.Src = slices.Grow(b.Src, total)
+		b.Dst = slices.Grow(b.Dst, total)
+		pos, nodes, touched := r.pos, b.NodeIDs, r.touched
+		fail := func(err error) (*PyGBatch, error) {
+			r.touched = touched // every node whose pos was set, for the next reset
+			return nil, err
+		}
+		for k := lo; k < hi; k++ {
+			i := row[k-lo]
+			for _, s := range blk.Indices[blk.Indptr[i]:blk.Indptr[i+1]] {
 				if s < 0 || int(s) >= len(blk.SrcNodes) {
-					return nil, fmt.Errorf("serve: block %d: source index %d not in [0, %d)", L-1-hop, s, len(blk.SrcNodes))
+					return fail(fmt.Errorf("serve: block %d: source index %d not in [0, %d)", L-1-hop, s, len(blk.SrcNodes)))
 				}
 				u := blk.SrcNodes[s]
 				if u < 0 || int64(u) >= numNodes {
-					return nil, fmt.Errorf("serve: block %d: source node %d not in [0, %d)", L-1-hop, u, numNodes)
+					return fail(fmt.Errorf("serve: block %d: source node %d not in [0, %d)", L-1-hop, u, numNodes))
 				}
-				b.Src = append(b.Src, r.add(b, u))
+				p := pos[u]
+				if p < 0 {
+					p = int32(len(nodes))
+					pos[u] = p
+					nodes = append(nodes, u)
+					touched = append(touched, u)
+				}
+				b.Src = append(b.Src, p)
 				b.Dst = append(b.Dst, int32(k))
 			}
 		}
+		b.NodeIDs, r.touched = nodes, touched
 		if err := b.finishHop(hi, edges); err != nil {
 			return nil, err
 		}

@@ -220,3 +220,56 @@ func TestSampleFrontierRefusals(t *testing.T) {
 		t.Fatal("a MiniBatch whose block lacks the seed was accepted")
 	}
 }
+
+// fakeHop returns fixed neighbors for every hop (for malformed samplers).
+type fakeHop struct {
+	n  int64
+	nb sample.Neighbors
+}
+
+func (f fakeHop) NumNodes() int64 { return f.n }
+func (f fakeHop) NumHops() int    { return 1 }
+func (f fakeHop) SampleHop(dst []graph.NodeID, hop int, key sample.Key) (*sample.Neighbors, error) {
+	nb := f.nb
+	return &nb, nil
+}
+
+// A sampler that returns bad rows or nodes after good ones is an error,
+// and the relabeler (whose array the good ones marked) is clean again
+// for the next batch.
+func TestRelabelAfterMalformedHop(t *testing.T) {
+	g := csrOf(t, 4, [][2]int32{{0, 1}, {0, 2}, {1, 3}, {2, 3}})
+	ns, err := sample.NewNeighborSampler(g, sample.Config{Fanouts: []int{2, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := SampleFrontier(ns, NewRelabeler(4), []graph.NodeID{0, 3}, sample.Key{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRelabeler(4)
+	for _, bad := range []sample.Neighbors{
+		{Indptr: []int64{0, 2}, Nodes: []graph.NodeID{2, 9}},  // node 9 of 4, after node 2
+		{Indptr: []int64{1, 2}, Nodes: []graph.NodeID{2, 3}},  // rows that do not start at 0
+		{Indptr: []int64{0, 3}, Nodes: []graph.NodeID{1, 2}},  // a row past the neighbors
+		{Indptr: []int64{0, 1}, Nodes: []graph.NodeID{1, 2}},  // neighbors no row covers
+		{Indptr: []int64{0, 2}, Nodes: []graph.NodeID{3, -1}}, // a negative node
+	} {
+		if _, err := SampleFrontier(fakeHop{4, bad}, r, []graph.NodeID{0}, sample.Key{}); err == nil {
+			t.Fatalf("neighbors %+v accepted", bad)
+		}
+		got, err := SampleFrontier(ns, r, []graph.NodeID{0, 3}, sample.Key{Seed: 2})
+		if err != nil || !slices.Equal(got.NodeIDs, want.NodeIDs) || !slices.Equal(got.Src, want.Src) || !slices.Equal(got.Dst, want.Dst) {
+			t.Fatalf("after %+v: %+v (%v), want %+v", bad, got, err, want)
+		}
+	}
+	// The same for a MiniBatch whose second edge is bad.
+	mb := &sample.MiniBatch{Seeds: []graph.NodeID{0}, Blocks: []sample.Block{{SrcNodes: []graph.NodeID{0, 2, 7}, NumDst: 1, Indptr: []int64{0, 2}, Indices: []int32{1, 2}}}}
+	if _, err := FromMiniBatch(mb, r, 4); err == nil {
+		t.Fatal("a MiniBatch with node 7 of 4 was accepted")
+	}
+	got, err := SampleFrontier(ns, r, []graph.NodeID{0, 3}, sample.Key{Seed: 2})
+	if err != nil || !slices.Equal(got.NodeIDs, want.NodeIDs) || !slices.Equal(got.Src, want.Src) {
+		t.Fatalf("after a bad MiniBatch: %+v (%v), want %+v", got, err, want)
+	}
+}
