@@ -853,6 +853,7 @@ class _EpochIter:
         # (no handoff through the GIL between two threads per batch).
         self.inline = L.transport == "shm" and not L.reader_thread
         self.deadline, self.timed_out = None, False
+        self.conn = None  # the connection of the batch being fetched
         self.thread = threading.Thread(target=self._watch if self.inline else self._read,
                                        name="strata_pyg-watch" if self.inline else "strata_pyg-reader", daemon=True)
         self.thread.start()
@@ -869,7 +870,7 @@ class _EpochIter:
         """Receives, checks and decodes batch pos of the plan."""
         L = self.loader
         k, index, count = self.plan[pos]
-        conn = L._conns[k]
+        conn = self.conn = L._conns[k]  # kept: the loader may close (and drop its list) meanwhile
         st = self.stats
         t0 = time.perf_counter()
         try:
@@ -900,7 +901,7 @@ class _EpochIter:
         if isinstance(e, StrataError):
             return e
         L = self.loader
-        conn = L._conns[self.plan[pos][0]] if pos < self.n else None
+        conn = self.conn
         e = conn.error(e) if conn is not None and hasattr(e, "code") else \
             StrataError(conn.address if conn else "?", "BAD_REPLY", str(e))
         died = L._describe(conn)
@@ -940,11 +941,10 @@ class _EpochIter:
         try:
             return self._fetch(self.i)
         except Exception as e:  # noqa: BLE001 - returned as the consumer's error
-            if self.timed_out:
-                k = self.plan[self.i][0]
-                died = L._describe(L._conns[k])
+            if self.timed_out and self.conn is not None:
+                died = L._describe(self.conn)
                 return died if died is not None else StrataError(
-                    L._conns[k].address, "TIMEOUT", f"no batch {self.i} within {L.timeout:g} s (timeout / request_timeout)")
+                    self.conn.address, "TIMEOUT", f"no batch {self.i} within {L.timeout:g} s (timeout / request_timeout)")
             return self._failure(e, self.i)
         finally:
             self.deadline = None
