@@ -1151,6 +1151,8 @@ class _EpochIter:
                 if d not in idx:
                     idx[d] = f["n_id"].to(d, non_blocking=True)
                 f[k] = v[idx[d]]
+                if L.device is not None:  # device=: gathered where it lives, delivered there
+                    f[k] = f[k].to(L.device, non_blocking=True)
         if _PyGData is not None:
             b = _PyGData(**{k: f[k] for k in ("x", "edge_index", "y") if k in f})
             for k, v in f.items():
