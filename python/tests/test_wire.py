@@ -201,3 +201,19 @@ def test_ring_without_reader_thread_failures(tiny):
             pass
     assert e.value.code == "EXITED" and f"pid {pid}" in str(e.value)
     L.close()
+
+
+def test_link_batches_over_the_wire_options(tiny, server):
+    """Link batches (edge_label_index in the message) parsed in place, with
+    bfloat16 features and two streams: the plain ones, x rounded."""
+    s = server("--dataset", tiny)
+    kw = dict(num_neighbors=[3, 2], batch_size=200, shuffle=True, seed=4, neg_sampling_ratio=1.0)
+    with strata_pyg.LinkNeighborLoader(s.address, **kw) as a, \
+            strata_pyg.LinkNeighborLoader(s.address, feature_dtype="bfloat16", streams=2, **kw) as b:
+        x, y = list(a), list(b)
+    assert len(x) == len(y) > 3
+    for p, q in zip(x, y):
+        assert p.n_id.tolist() == q.n_id.tolist() and p.edge_index.tolist() == q.edge_index.tolist()
+        assert p.edge_label_index.tolist() == q.edge_label_index.tolist() and torch.equal(p.edge_label, q.edge_label)
+        assert p.edge_label_index.dtype == torch.int64
+        assert torch.equal(q.x, p.x.to(torch.bfloat16).float())
