@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -65,13 +66,13 @@ func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide, half b
 		}
 	}
 	ds := st.s.ds
-	if st.withX && half {
-		if out := d.tensor(9, "x", dtypeBFloat16, n, int64(ds.FeatDim)); out != nil {
-			gatherRowsBF16(out, ds.Features, ds.FeatDim, b.NodeIDs)
+	if st.withX {
+		dt := uint32(shmring.DTypeFloat32)
+		if half {
+			dt = dtypeBFloat16
 		}
-	} else if st.withX {
-		if out := d.tensor(9, "x", shmring.DTypeFloat32, n, int64(ds.FeatDim)); out != nil {
-			gatherRowsInto(out, ds.Features, ds.FeatDim, b.NodeIDs)
+		if out := d.tensor(9, "x", dt, n, int64(ds.FeatDim)); out != nil {
+			gatherFeatures(out, ds.Features, ds.FeatDim, b.NodeIDs, half)
 		}
 	}
 	if st.withY {
@@ -103,6 +104,51 @@ func putIDs(dst []byte, v []int32, wide bool) {
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(dst[8*i:], uint64(int64(x)))
 	}
+}
+
+// parallelChunkBytes is the least a goroutine of inParallel copies: below
+// it the goroutine costs more than the copy.
+const parallelChunkBytes = 4 << 20
+
+// inParallel runs f over [0, n) in contiguous chunks of at least
+// parallelChunkBytes (rows of rowBytes), one goroutine each, up to
+// GOMAXPROCS of them: the feature gather of a large batch is a copy of
+// tens to hundreds of MB, which one core does at a fraction of the
+// memory's bandwidth. Each chunk writes its own rows, so the result does
+// not depend on the split.
+func inParallel(n, rowBytes int, f func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), n*max(rowBytes, 1)/parallelChunkBytes)
+	if parts <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// gatherFeatures writes rows ids of x into dst, as float32s or rounded to
+// bfloat16 (half), in parallel for a large batch.
+func gatherFeatures(dst []byte, x []float32, dim int, ids []graph.NodeID, half bool) {
+	w := 4
+	if half {
+		w = 2
+	}
+	inParallel(len(ids), w*dim, func(lo, hi int) {
+		part := dst[w*lo*dim : w*hi*dim]
+		if half {
+			gatherRowsBF16(part, x, dim, ids[lo:hi])
+		} else {
+			gatherRowsInto(part, x, dim, ids[lo:hi])
+		}
+	})
 }
 
 // gatherRowsInto copies rows ids of the row-major [*, dim] matrix x into

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/serve/servepb"
 )
 
@@ -99,4 +101,56 @@ func containsString(v []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// inParallel covers [0, n) exactly once, in order within each chunk,
+// whatever the split.
+func TestInParallel(t *testing.T) {
+	for _, c := range []struct{ n, row int }{{0, 400}, {1, 400}, {10, 1}, {100_000, 400}, {123_457, 400}, {5, 1 << 24}} {
+		seen := make([]int32, c.n)
+		inParallel(c.n, c.row, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				seen[i]++
+			}
+		})
+		for i, s := range seen {
+			if s != 1 {
+				t.Fatalf("n %d, row %d: index %d covered %d times", c.n, c.row, i, s)
+			}
+		}
+	}
+}
+
+// The parallel feature gather of a large batch writes what one row after
+// another does, in float32 and in bfloat16.
+func TestGatherFeaturesParallel(t *testing.T) {
+	const nodes, dim, n = 50_000, 32, 120_000 // 15 MB of float32 rows: several chunks
+	x := make([]float32, nodes*dim)
+	for i := range x {
+		x[i] = float32(i%9973) * 0.37
+	}
+	ids := make([]graph.NodeID, n)
+	for i := range ids {
+		ids[i] = graph.NodeID((i * 7919) % nodes)
+	}
+	want := make([]byte, 4*n*dim)
+	gatherRowsInto(want, x, dim, ids)
+	got := make([]byte, 4*n*dim)
+	gatherFeatures(got, x, dim, ids, false)
+	if !bytes.Equal(got, want) {
+		t.Fatal("parallel float32 gather differs")
+	}
+	wantH := make([]byte, 2*n*dim)
+	gatherRowsBF16(wantH, x, dim, ids)
+	gotH := make([]byte, 2*n*dim)
+	gatherFeatures(gotH, x, dim, ids, true)
+	if !bytes.Equal(gotH, wantH) {
+		t.Fatal("parallel bfloat16 gather differs")
+	}
+	for k := range 1000 {
+		i, j := k*97%n, k%dim
+		if h := binary.LittleEndian.Uint16(gotH[2*(i*dim+j):]); h != bf16(x[int(ids[i])*dim+j]) {
+			t.Fatalf("row %d col %d: %#x", i, j, h)
+		}
+	}
 }
