@@ -160,8 +160,11 @@ func (sh *shmStream) start(ctx context.Context, cancel context.CancelCauseFunc) 
 				return
 			}
 			if err := sh.acks.apply(m, sh.sent.Load()); err != nil {
-				sh.acks.fail(err)
+				// The cause first: a worker that the failure wakes
+				// then ends the stream with it, not with "no release
+				// can come".
 				cancel(grpcError(err))
+				sh.acks.fail(err)
 				return
 			}
 		}
@@ -223,6 +226,9 @@ func (a *acks) wait(ctx context.Context, n uint64, timeout time.Duration, what f
 			return nil
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return streamEnd(ctx) // the stream was ended for a protocol error: that one
+			}
 			return status.Errorf(codes.Aborted, "serve: %s, but no release can come: %v", what(), err)
 		}
 		select {
