@@ -313,8 +313,9 @@ class NeighborLoader:
             raise ValueError(f"ring_bytes={ring_bytes}: want > 0")
         if release_timeout is not None and not 0 < float(release_timeout) <= 86400:
             raise ValueError(f"release_timeout={release_timeout}: want seconds in (0, 86400]")
-        fd = {None: pb.DTYPE_UNSPECIFIED, "float32": pb.DTYPE_FLOAT32, torch.float32: pb.DTYPE_FLOAT32,
-              "bfloat16": pb.DTYPE_BFLOAT16, torch.bfloat16: pb.DTYPE_BFLOAT16}.get(feature_dtype, -1)
+        dtypes = [(None, pb.DTYPE_UNSPECIFIED), ("float32", pb.DTYPE_FLOAT32), (torch.float32, pb.DTYPE_FLOAT32),
+                  ("bfloat16", pb.DTYPE_BFLOAT16), (torch.bfloat16, pb.DTYPE_BFLOAT16)]
+        fd = next((c for k, c in dtypes if k is feature_dtype or (isinstance(feature_dtype, str) and k == feature_dtype)), -1)
         if fd < 0:
             raise ValueError(f"feature_dtype={feature_dtype!r}: want None, 'float32' or 'bfloat16'")
         self.feature_dtype = fd
@@ -323,7 +324,10 @@ class NeighborLoader:
         if streams > 1 and routing == "partition":
             raise ValueError("strata_pyg: streams > 1 is for round-robin routing (one stream per part)")
         self.streams = streams
-        self.device = torch.device(device) if device is not None else None
+        try:
+            self.device = torch.device(device) if device is not None else None
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device={device!r}: {e}") from None
         self._narrow_ids = None  # tests: int32 IDs from the ring whatever the device
         self.reader_thread = bool(reader_thread)
         self.last_stats = None

@@ -58,7 +58,7 @@ def test_batches_are_writable_and_private(tiny, server):
 
 def test_wire_option_refusals(tiny, server):
     s = server("--dataset", tiny)
-    for bad in ("float16", torch.int32, "bf16"):
+    for bad in ("float16", torch.int32, "bf16", [1], 0):
         with pytest.raises(ValueError, match="feature_dtype"):
             strata_pyg.NeighborLoader(s.address, feature_dtype=bad, **KW)
     for bad in (0, 17, 1.5, True):
@@ -66,6 +66,8 @@ def test_wire_option_refusals(tiny, server):
             strata_pyg.NeighborLoader(s.address, streams=bad, **KW)
     with pytest.raises(ValueError, match="round-robin"):
         strata_pyg.NeighborLoader(s.address, streams=2, routing="partition", **KW)
+    with pytest.raises(ValueError, match="device"):
+        strata_pyg.NeighborLoader(s.address, device="gpu7", **KW)
     with pytest.raises(ValueError, match="server-client"):
         strata_pyg.NeighborLoader(tiny, streams=2, **KW)
 
