@@ -3,6 +3,8 @@ package infer
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -34,6 +36,67 @@ type worker struct {
 	layer nn.Layered
 	l     int
 	input backend.Buffer // the layer's input matrix on the device, nil: gather on the host
+
+	// stage holds a chunk's source rows gathered on the host, reused
+	// across the layer's chunks (no zeroing per chunk) and pinned where
+	// the back end has pinned memory, so that its upload runs at the
+	// link's rate; pin owns it then.
+	stage []float32
+	pin   backend.HostBuffer
+}
+
+// staging returns n floats of the worker's staging memory, growing it by
+// a quarter more than asked when short. The previous chunk's upload has
+// completed: each chunk ends with a download, which waits for the queue.
+func (w *worker) staging(n int) []float32 {
+	if cap(w.stage) >= n {
+		return w.stage[:n]
+	}
+	w.freeStaging()
+	size := n + n/4
+	if pm, ok := w.b.(backend.PinnedMemory); ok {
+		if hb, err := pm.AllocPinned(uint64(size)*4, false); err == nil {
+			w.pin, w.stage = hb, hb.Float32s()[:size]
+			return w.stage[:n]
+		}
+	}
+	w.stage = make([]float32, size)
+	return w.stage[:n]
+}
+
+func (w *worker) freeStaging() {
+	if w.pin != nil {
+		w.pin.Free()
+	}
+	w.pin, w.stage = nil, nil
+}
+
+// gatherRows copies rows[src[i]] into dst's row i (width floats a row),
+// split over workers goroutines: at papers scale a chunk gathers
+// gigabytes, which one core copies far slower than the upload runs.
+func gatherRows(dst, rows []float32, src []int32, width, workers int) {
+	const minRows = 1 << 12
+	parts := min(workers, (len(src)+minRows-1)/minRows)
+	copyRange := func(a, b int) {
+		for i := a; i < b; i++ {
+			u := int(src[i])
+			copy(dst[i*width:(i+1)*width], rows[u*width:(u+1)*width])
+		}
+	}
+	if parts <= 1 {
+		copyRange(0, len(src))
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		a, b := p*len(src)/parts, (p+1)*len(src)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copyRange(a, b)
+		}()
+	}
+	wg.Wait()
 }
 
 func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
@@ -44,6 +107,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	if r.scratch[w.d] == nil {
 		r.scratch[w.d] = &scratch{stamp: make([]int32, r.n), local: make([]int32, r.n)}
 	}
+	defer w.freeStaging()
 	nodes, lo, _, base := r.nodesOf(w.l, w.d)
 	for c := 0; c+1 < len(bounds); c++ {
 		if err := ctx.Err(); err != nil {
@@ -145,10 +209,8 @@ func (w *worker) chunk(c int, dst []int32, out hostMatrix, row0 int) error {
 		} else {
 			rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
 		}
-		host := make([]float32, len(src)*width)
-		for i, u := range src {
-			copy(host[i*width:(i+1)*width], rows[int(u)*width:(int(u)+1)*width])
-		}
+		host := w.staging(len(src) * width)
+		gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
 		buf, err := b.Alloc(backend.Float32, len(host))
 		if err != nil {
 			return err

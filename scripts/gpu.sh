@@ -131,7 +131,9 @@
 #             devices (cpu:N for N GPUs), to try it without GPUs (with a fake nvidia-smi listing
 #             4 GPUs and GPU_DATA a small dataset, e.g. `strata gen --preset tiny`).
 #   papers-*  PAPERS_DATA (/tmp/papers), PAPERS_PRESET (papers), PAPERS_GEN_TIMEOUT (560 s),
-#             PAPERS_EPOCHS (papers-4 10, papers-1 3), PAPERS_FLAGS (added to both trainings),
+#             PAPERS_EPOCHS (papers-4 10, papers-1 3), PAPERS_MODEL (the products model, DSP's papers
+#             setting: --model sage --layers 3 --hidden 256 --batch-size 1024 --fanouts 15,10,5;
+#             the CLI's defaults are batch 32, 2 x 64), PAPERS_FLAGS (added to both trainings),
 #             PAPERS_1_FLAGS (papers-1: --cache 0 under 100 GiB, else none), PAPERS_STEPS
 #             ("train embed predict"; evaluate too if named; the inference steps use the model
 #             of an earlier call when train is left out), PAPERS_BUDGET (570 s from the
@@ -1211,6 +1213,8 @@ papers_left() {
   awk -v l="$1" -v b="${PAPERS_BUDGET:-570}" -v s="$(since "$call_start")" 'BEGIN { r = b - s; if (l < r) r = l; printf "%d", r }'
 }
 
+papers_model="--model sage --layers 3 --hidden 256 --batch-size 1024 --fanouts 15,10,5"
+
 # papers_step STEP: whether $PAPERS_STEPS names STEP.
 papers_step() { [[ " ${PAPERS_STEPS:-train embed predict} " == *" $1 "* ]]; }
 
@@ -1277,11 +1281,11 @@ papers_run() {
       return 1
     fi
     rm -rf "$model"
-    echo "   train on $devs, $e epochs (limit ${lim}s): --partition range --eval full --eval-every 1 --save $model $*"
+    echo "   train on $devs, $e epochs (limit ${lim}s): --partition range --eval full --eval-every 1 --save $model ${PAPERS_MODEL:-$papers_model} $*"
     t0=$(now)
     # shellcheck disable=SC2086 # PAPERS_FLAGS is a list of flags
     timeout -s QUIT -k 15 "$lim" "$bin/strata" train --dataset "$ds" --devices "$devs" --partition range --epochs "$e" \
-      --eval full --eval-every 1 --save "$model" --report "$setlogs/train.json" "$@" ${PAPERS_FLAGS:-} \
+      --eval full --eval-every 1 --save "$model" --report "$setlogs/train.json" ${PAPERS_MODEL:-$papers_model} "$@" ${PAPERS_FLAGS:-} \
       2>&1 >"$setlogs/train.out" | stamp "$setlogs/train.log" "$setlogs/train.times"
     rc=${PIPESTATUS[0]}
     echo "   train: rc=$rc, $(since "$t0")s from start to exit"
