@@ -256,7 +256,7 @@ func TestFlagValues(t *testing.T) {
 		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
 		"infer-budget": "bytes", "layer": "int",
 		"neg-ratio": "int", "hits-k": "int",
-		"ring-mb": "int", "release-timeout": "dur", "part": "int",
+		"ring-mb": "int", "release-timeout": "dur", "part": "int", "machines": "int", "devices-per-machine": "int",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -412,6 +412,10 @@ func TestFlagValues(t *testing.T) {
 			{flag: "parts", legal: intRange(1, 1<<16), extra: []string{"65536", "65537"}},
 			{flag: "imbalance", legal: floatRange(1, 10, false, false), extra: []string{"1.03", "10", "10.5"}},
 			{flag: "seed", legal: anyUint},
+			// 0 is the plain partition; 1..MaxMachines the per-machine layout.
+			{flag: "machines", legal: intRange(0, 1<<10), extra: []string{"1024", "1025"}},
+			// Without --machines only the default is legal.
+			{flag: "devices-per-machine", legal: intRange(1, 1), extra: []string{"2"}},
 		}},
 		{name: "launch", args: func(*testing.T, string) []string { return []string{"launch", "--no-prefix", "--n=1"} }, after: []string{"--", "true"}, flags: []flagSpec{
 			{flag: "n", legal: intRange(1, 2), extra: []string{"2", "1025"}},

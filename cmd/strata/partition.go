@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,7 +27,10 @@ type partitionCmd struct {
 }
 
 func (c *partitionCmd) Run(e *env) error {
-	if c.Machines != 0 || c.DevicesPerMachine != 1 {
+	if c.Machines == 0 && c.DevicesPerMachine != 1 {
+		return usageError{fmt.Errorf("--devices-per-machine %d: only with --machines", c.DevicesPerMachine)}
+	}
+	if c.Machines != 0 {
 		return c.runMachines(e)
 	}
 	cons, err := partition.ParseConstraints(c.Balance)
