@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"time"
@@ -108,7 +109,8 @@ type typedLinks struct {
 // the two types (training ones keyed by the step, evaluation ones fixed
 // and no links of the relation), and the decoder scores the source
 // type's final embedding against the destination type's. Evaluation runs
-// the encoder over the whole message-passing graph.
+// the encoder over the whole message-passing graph. opts.TypedSampler,
+// when set, draws the batches (on a GPU: the same batches).
 func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Options) (*HeteroReport, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -131,7 +133,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	if err != nil {
 		return nil, err
 	}
-	r := &heteroRunner{cfg: cfg, b: opts.Backend, tl: tl}
+	r := &heteroRunner{cfg: cfg, b: opts.Backend, tl: tl, typed: opts.TypedSampler}
 	defer r.free()
 	if err := r.build(h); err != nil {
 		return nil, err
@@ -197,7 +199,8 @@ type heteroRunner struct {
 	model *nn.HeteroModel
 	dec   Decoder
 	opt   optim.Optimizer
-	smp   *sample.HeteroSampler
+	smp   sample.TypedSampler
+	typed train.NewTypedSampler // makes smp; nil for the host's
 	full  *nn.HeteroBlock
 
 	numBatches int
@@ -242,7 +245,7 @@ func (r *heteroRunner) build(h *dataset.Hetero) error {
 	}
 	r.opt = cfg.NewOptimizer(r.b, slices.Concat(r.model.Params(), r.dec.Params()))
 	r.x = &train.TypedInputs{B: r.b, H: r.mp, Model: r.model}
-	if r.smp, err = cfg.NewSampler(r.mp, r.fan); err != nil {
+	if r.smp, err = cfg.TypedSampler(r.b, r.typed, r.mp, r.fan); err != nil {
 		return err
 	}
 	r.numBatches = (r.split.Train.Len() + cfg.BatchSize - 1) / cfg.BatchSize
@@ -312,7 +315,10 @@ func (r *heteroRunner) free() {
 		r.opt.Free()
 	}
 	r.full.Free()
-	r.model, r.dec, r.opt, r.full = nil, nil, nil, nil
+	if c, ok := r.smp.(io.Closer); ok {
+		c.Close() // a GPU sampler's device copies
+	}
+	r.model, r.dec, r.opt, r.full, r.smp = nil, nil, nil, nil, nil
 }
 
 // BeginEpoch orders the training links for epoch.

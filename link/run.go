@@ -37,6 +37,10 @@ type Options struct {
 	// split by Config.Split (FromEdgeSplit). It is data, as ds is: the
 	// numbers follow it.
 	EdgeSplit *split.EdgeSplit
+	// TypedSampler, when set, makes RunHetero's typed sampler (a GPU's:
+	// train/gputrain.NewTyped), whose batches equal the CPU sampler's;
+	// nil samples on the host. Run does not read it.
+	TypedSampler train.NewTypedSampler
 }
 
 // MakeSplit is the run's split of ds: es when given (FromEdgeSplit),

@@ -313,6 +313,12 @@ func (c *HeteroConfig) NewSampler(h *dataset.Hetero, fanouts [][]int) (*sample.H
 // A sampler that is an io.Closer is closed when the run ends.
 type NewTypedSampler func(b backend.Backend, numNodes []int64, rels []sample.Relation, cfg sample.HeteroConfig) (sample.TypedSampler, error)
 
+// TypedSampler is the sampler RunHetero draws with: NewSampler's, or
+// with mk the one mk makes on b (package link's typed runs use it too).
+func (c *HeteroConfig) TypedSampler(b backend.Backend, mk NewTypedSampler, h *dataset.Hetero, fanouts [][]int) (sample.TypedSampler, error) {
+	return c.typedSampler(b, mk, h, fanouts)
+}
+
 // typedSampler is NewSampler's sampler, or with mk the one mk makes on b.
 func (c *HeteroConfig) typedSampler(b backend.Backend, mk NewTypedSampler, h *dataset.Hetero, fanouts [][]int) (sample.TypedSampler, error) {
 	if mk == nil {

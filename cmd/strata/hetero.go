@@ -42,6 +42,12 @@ func (c *trainCmd) checkTypedFlags() error {
 // heteroConfig turns the flags into train.HeteroConfig on top of
 // train.HeteroDefaults, refusing the flags typed training does not read.
 func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
+	return c.heteroConfigFrom(train.HeteroDefaults(c.Model))
+}
+
+// heteroConfigFrom is heteroConfig on top of defaults cfg (typed link
+// prediction's are link.HeteroDefaults').
+func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig) (train.HeteroConfig, error) {
 	refuse := func(flag string) error {
 		return usageError{fmt.Errorf("--%s does not apply to --model %s (typed training: one device, sampled mini-batches)", flag, c.Model)}
 	}
@@ -71,7 +77,6 @@ func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
 			return train.HeteroConfig{}, refuse(f)
 		}
 	}
-	cfg := train.HeteroDefaults(c.Model)
 	setInt(&cfg.Layers, c.Layers)
 	setInt(&cfg.Hidden, c.Hidden)
 	setInt(&cfg.Epochs, c.Epochs)

@@ -39,6 +39,7 @@ type linkFlags struct {
 	NegExclude  bool   `name:"neg-exclude" help:"link: redraw training negatives that are training edges or self-pairs."`
 	Decoder     string `help:"link: pair scorer: dot (inner product of the embeddings) or mlp (MLP on their elementwise product) (default dot)." placeholder:"dot|mlp"`
 	HitsK       *int   `name:"hits-k" help:"link: K of the Hits@K metric (default 50, OGB's ogbl-collab)." placeholder:"K"`
+	Relation    string `name:"link-relation" help:"link, --model rgcn or hsage: the typed dataset's relation whose links are predicted: SRC,REL,DST, src___rel___dst, PyG's src__rel__dst, or REL alone when no other relation has that name." placeholder:"SRC,REL,DST"`
 }
 
 // set names the link flags given in a node-classification run.
@@ -55,6 +56,7 @@ func (f *linkFlags) set() []string {
 	add(f.NegExclude, "neg-exclude")
 	add(f.Decoder != "", "decoder")
 	add(f.HitsK != nil, "hits-k")
+	add(f.Relation != "", "link-relation")
 	return out
 }
 
@@ -140,8 +142,6 @@ func (c *trainCmd) runLink(e *env) error {
 	fg := c.Mode == fullGraphMode
 	dsp := !fg && strings.TrimSpace(c.FullGraph.Devices) != ""
 	switch {
-	case train.IsHetero(c.Model):
-		return refuse("model", fmt.Sprintf("--task link takes gcn, sage or gat, not %s (link prediction on typed graphs is not built yet)", c.Model))
 	case c.Checkpoint != "":
 		return refuse("checkpoint", "--task link does not checkpoint yet (a run starts afresh)")
 	case c.Resume:
@@ -159,6 +159,12 @@ func (c *trainCmd) runLink(e *env) error {
 		return err
 	} else if job {
 		return refuse("task", "link prediction runs in one process (its devices: --devices); a job of several processes is not built for it yet")
+	}
+	if train.IsHetero(c.Model) {
+		return c.runHeteroLink(e) // typed datasets (hetero_link.go)
+	}
+	if c.Link.Relation != "" {
+		return refuse("link-relation", fmt.Sprintf("names a relation of a typed dataset: it applies to --model rgcn or hsage, not %s", c.Model))
 	}
 	if set := c.FullGraph.set(); len(set) > 0 && !fg {
 		return refuse(set[0], "applies to --mode fullgraph only")
@@ -235,19 +241,7 @@ func (c *trainCmd) runLink(e *env) error {
 	if err != nil {
 		return err
 	}
-	sel := "best validation AUC"
-	if rep.Selection == train.SelectLast {
-		sel = "last"
-	}
-	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", rep.Split.Train, rep.Split.Val, rep.Split.Test, splitSource(rep.Split))
-	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(rep.Val, rep.HitsK))
-	fmt.Fprintf(e.stdout, "test                %s  (epoch %d of %d, %s; last epoch: val auc %.4f, test auc %.4f)\n",
-		link.MetricsLine(rep.Test, rep.HitsK), rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastVal.AUC, rep.LastTest.AUC)
-	on := rep.Device
-	if rep.Engine != "" {
-		on = fmt.Sprintf("%d device(s) (%s), %s", rep.Devices, rep.Device, rep.Engine)
-	}
-	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), on)
+	printLinkReport(e, rep, start)
 	return c.writeOutputs(rep.WriteJSON, nil)
 }
 
@@ -379,6 +373,23 @@ func (c *trainCmd) storedEdgeSplit() (bool, error) {
 			c.Link.SplitEdges, c.Dataset, dir)}
 	}
 	return true, nil
+}
+
+// printLinkReport prints a link run's headline metrics (typed runs too).
+func printLinkReport(e *env, rep *link.Report, start time.Time) {
+	sel := "best validation AUC"
+	if rep.Selection == train.SelectLast {
+		sel = "last"
+	}
+	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", rep.Split.Train, rep.Split.Val, rep.Split.Test, splitSource(rep.Split))
+	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(rep.Val, rep.HitsK))
+	fmt.Fprintf(e.stdout, "test                %s  (epoch %d of %d, %s; last epoch: val auc %.4f, test auc %.4f)\n",
+		link.MetricsLine(rep.Test, rep.HitsK), rep.SelectedEpoch, len(rep.Epochs), sel, rep.LastVal.AUC, rep.LastTest.AUC)
+	on := rep.Device
+	if rep.Engine != "" {
+		on = fmt.Sprintf("%d device(s) (%s), %s", rep.Devices, rep.Device, rep.Engine)
+	}
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), on)
 }
 
 func splitSource(s link.Stats) string {

@@ -260,6 +260,7 @@ var configFlags = map[string]string{
 	"staleness.epoch_bound": "staleness-epochs", "staleness.epsilon": "staleness-eps",
 	"staleness": "staleness", "order": "node-order", "cache_bytes": "cache", "topology_bytes": "topology-cache",
 	"wait_timeout": "stall-timeout", "sampler": "gpu-sampler",
+	"relation": "link-relation",
 }
 
 // configFlag turns a library's config error into a usage error naming the
