@@ -85,7 +85,7 @@ func TestTrainLinkUsageErrors(t *testing.T) {
 		{[]string{"--task", "link", "--hits-k", "0"}, "--hits-k"},
 		{[]string{"--task", "link", "--fanouts", "5", "--mode", "sampled"}, "fanouts"},
 		{[]string{"--task", "triangle"}, "--task"},
-		{[]string{"--task", "link", "--model", "rgcn"}, "--model"},
+		{[]string{"--task", "link", "--model", "rgcn"}, "--dataset cora is a built-in homogeneous dataset"},
 		{[]string{"--task", "link", "--comm", "nccl"}, "--comm"},
 		{[]string{"--task", "link", "--rel-fanouts", "cites=5,5"}, "--rel-fanouts"},
 	} {
