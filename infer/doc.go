@@ -22,7 +22,11 @@
 // half of a device's free memory (back ends with backend.Memory: GPUs) it
 // is uploaded once per layer and the chunks gather their sources on the
 // device instead (Options.Placement); dense features are read the same
-// way, sparse ones are gathered as sparse rows on the host.
+// way, sparse ones are gathered as sparse rows on the host. A caller
+// whose devices already hold the dense features in node order (a feature
+// cache of every row, as the DSP engine's) passes them (Options.Inputs):
+// layer 1 gathers from them and the features are not uploaded again,
+// which at papers100M's size (57 GB) would not fit beside them.
 //
 // Only what the request needs is computed: the last layer for the
 // requested nodes, each earlier layer for the nodes the next one reads

@@ -86,6 +86,16 @@ type Options struct {
 	// same work (see Keep) and hands over what an earlier one kept;
 	// the caller frees it (Keep.Free) when no Run follows.
 	Keep *Keep
+	// Inputs, when set (one entry per back end), are layer 1's input
+	// already in device memory: Inputs[d], a buffer of Backends[d],
+	// float32, Rows x Cols in node order, holding the dense features'
+	// values (Input.Dense) exactly. Device d gathers its chunks' source
+	// rows from it instead of uploading the features (a feature cache
+	// that holds the whole table: at papers100M's size the features
+	// would not fit a second time). The caller owns them: Run and Keep
+	// never free or keep them. A nil entry uploads as without Inputs;
+	// PlaceHost gathers on the host all the same.
+	Inputs []backend.Buffer
 }
 
 // Placement is where a layer's input rows are gathered (Options.Placement).
@@ -215,6 +225,17 @@ func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
 		return nil, errf(op, "budget %d bytes is below the minimum %d", opts.Budget, MinBudget)
 	case opts.StallTimeout < 0:
 		return nil, errf(op, "negative stall timeout %v", opts.StallTimeout)
+	case opts.Inputs != nil && len(opts.Inputs) != p:
+		return nil, errf(op, "%d device inputs for %d back ends", len(opts.Inputs), p)
+	}
+	for d, buf := range opts.Inputs {
+		switch {
+		case buf == nil:
+		case x.Sparse != nil:
+			return nil, errf(op, "device input %d given for sparse features (they are gathered as sparse rows)", d)
+		case buf.DType() != backend.Float32 || buf.Len() != len(x.Dense):
+			return nil, errf(op, "device input %d is %d %v values, want %d x %d float32", d, buf.Len(), buf.DType(), x.Rows, x.Cols)
+		}
 	}
 	r := &run{in: in, x: x, opts: opts, n: int(in.NumRows)}
 	for i, m := range opts.Models {
@@ -525,8 +546,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 
 // place uploads layer l's input matrix to the devices that read it from
 // their own memory (Options.Placement); nil entries gather on the host.
-// kept[d] says Options.Keep holds device d's (the features, uploaded by
-// this Run or an earlier one).
+// kept[d] says device d's is not this Run's to free: Options.Keep holds
+// it (the features, uploaded by this Run or an earlier one) or the
+// caller does (Options.Inputs).
 func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 	p := len(r.opts.Backends)
 	out, kept = make([]backend.Buffer, p), make([]bool, p)
@@ -539,6 +561,10 @@ func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 	}
 	bytes := uint64(len(rows)) * 4
 	for d, b := range r.opts.Backends {
+		if l == 0 && r.opts.Inputs != nil && r.opts.Inputs[d] != nil {
+			out[d], kept[d] = r.opts.Inputs[d], true // the caller's
+			continue
+		}
 		if l == 0 {
 			if buf, _ := r.opts.Keep.features(d, nil, 0); buf != nil {
 				out[d], kept[d] = buf, true

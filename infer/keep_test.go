@@ -19,6 +19,16 @@ type counting struct {
 	sparse int
 	ints   int
 	floats map[int]int // values per upload -> uploads
+	freed  map[backend.Buffer]int
+}
+
+func (c *counting) Free(b backend.Buffer) {
+	c.mu.Lock()
+	if c.freed != nil {
+		c.freed[b]++
+	}
+	c.mu.Unlock()
+	c.Backend.Free(b)
 }
 
 func (c *counting) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
