@@ -317,6 +317,16 @@ func (s *Store) DeviceBytes() int64 {
 	return 4*int64(s.rows) + s.vbytes*int64(s.hotRows)*int64(s.cols)
 }
 
+// NodeOrderTable returns the device copy of the table and true when it is
+// the table as it is: every row hot (kept in node order then), float32
+// (not BFloat16) and not a shard (Offset 0). The store owns it.
+func (s *Store) NodeOrderTable() (backend.Buffer, bool) {
+	if s.hot == nil || s.rows == 0 || s.hotRows != s.rows || s.vbytes != 4 || s.lo != 0 {
+		return nil, false
+	}
+	return s.hot, true
+}
+
 // BFloat16 reports whether the table is kept as bfloat16 (Options).
 func (s *Store) BFloat16() bool { return s.vbytes == 2 }
 

@@ -201,6 +201,17 @@ func (ev *Evaluator) Run(model nn.Model) (Tally, error) {
 // same tally as Run's, bit for bit (package infer's outputs do not depend
 // on the number of devices).
 func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally, error) {
+	return ev.RunDevicesFrom(bs, models, nil)
+}
+
+// RunDevicesFrom is RunDevices with layer 1's input already on the
+// devices: inputs[i], when not nil, is a buffer of bs[i] holding the
+// evaluator's dense features (its Features' Dense, after the row
+// normalization) as float32 rows in node order, which the inference
+// reads instead of uploading the features (infer.Options.Inputs: a
+// feature cache of every row). The caller owns them. The tally is
+// RunDevices', bit for bit on the CPU. nil inputs is RunDevices.
+func (ev *Evaluator) RunDevicesFrom(bs []backend.Backend, models []nn.Model, inputs []backend.Buffer) (Tally, error) {
 	if ev.cfg.Eval == Sampled {
 		return Tally{}, fmt.Errorf("sampled evaluation is spread over devices with RunShard")
 	}
@@ -212,7 +223,7 @@ func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally,
 		ev.keep = &infer.Keep{}
 	}
 	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
-		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Keep: ev.keep})
+		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Keep: ev.keep, Inputs: inputs})
 	if err != nil {
 		return Tally{}, err
 	}

@@ -36,6 +36,17 @@ type Store interface {
 	Close() error
 }
 
+// NodeOrderTabler is implemented by stores that may hold the whole table
+// on their device as it is: NodeOrderTable returns it (float32, Rows x
+// Cols, row v is node v, the values the store was built from) and true
+// only when every row is cached, in node order, at full precision (not
+// bfloat16) and the store is not a shard of the nodes. The store owns the
+// buffer (Close frees it); whole-graph inference reads layer 1's input
+// from it (infer.Options.Inputs) instead of uploading the table again.
+type NodeOrderTabler interface {
+	NodeOrderTable() (backend.Buffer, bool)
+}
+
 // LoaderConfig configures a Loader.
 type LoaderConfig struct {
 	Plan       *Plan
@@ -494,6 +505,18 @@ func dropRows(x []float32, base int, p float32, seed uint64) {
 		}
 		x[i] *= m
 	}
+}
+
+// NodeOrderTable wraps the shared table as a buffer of B without copying
+// it when B is the CPU back end at full precision, the store's notional
+// cache holds every row and no RowSource replaces the table: CPU virtual
+// devices then run the path a GPU whose cache holds every row runs.
+func (s *HostStore) NodeOrderTable() (backend.Buffer, bool) {
+	if _, ok := s.B.(*cpu.Backend); !ok || s.Source != nil || s.B.Precision() == backend.BF16 ||
+		s.Rows <= 0 || s.Hot != s.Rows || len(s.Table) != s.Rows*s.Cols {
+		return nil, false
+	}
+	return cpu.WrapF32(s.Table), true
 }
 
 func (s *HostStore) HotRows() int       { return s.Hot }

@@ -228,6 +228,11 @@ type Options struct {
 	// repointed per parameter (Adam steps each tensor), to compare
 	// losses and count launches against.
 	unfused bool
+	// noEvalTable (tests only) makes the whole-graph evaluation upload
+	// the features as before issue 15 instead of reading the feature
+	// stores' tables; evalInputs hears what each evaluation is given.
+	noEvalTable bool
+	evalInputs  func([]backend.Buffer)
 }
 
 // ConfigError reports an invalid field.

@@ -43,6 +43,7 @@ type device struct {
 	task   TaskReplica // Options.Task's part on this device, or nil
 	opt    optim.Optimizer
 	eval   *train.Evaluator
+	evalIn backend.Buffer // the feature store's table as the trainer's handle reads it (evalTable), once found
 
 	// Gradients: every parameter's gradient is a view of flat, whose last
 	// element carries the step's loss; buckets are views of flat that are
@@ -893,11 +894,13 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 				for i, o := range s.devs {
 					bs[i], ms[i] = o.b, o.model
 				}
-				tl, err = d.eval.RunDevices(bs, ms)
+				tl, err = d.eval.RunDevicesFrom(bs, ms, s.evalInputs(s.devs))
 			}
 			if err == nil {
 				tl, err = sumTallies(ctx, hc, tl)
 			}
+		case cfg.Train.Eval != train.Sampled:
+			tl, err = d.eval.RunDevicesFrom([]backend.Backend{d.b}, []nn.Model{d.model}, s.evalInputs([]*device{d}))
 		default:
 			tl, err = d.eval.Run(d.model)
 		}

@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
@@ -41,4 +44,68 @@ func sumTallies(ctx context.Context, c comm.Comm, t train.Tally) (train.Tally, e
 		sum.Add(o)
 	}
 	return sum, nil
+}
+
+// evalInputs returns, per device of devs, layer 1's input of the
+// whole-graph evaluation already in its memory (train.Evaluator.
+// RunDevicesFrom), or nil for none: the device's feature store's table
+// when the store holds every row, in node order, at float32
+// (cache.NodeOrderTabler), and was built from the very features the
+// evaluator reads (s.x is s.feats.Dense: after the row normalization,
+// not a machine's shard). Otherwise the evaluation uploads the features
+// itself, which at papers100M's size does not fit beside the cache and
+// falls back to gathering every chunk's rows on the host (issue 15).
+func (s *shared) evalInputs(devs []*device) []backend.Buffer {
+	f := s.feats
+	if s.opts.noEvalTable || f == nil || f.Sparse != nil || len(s.x) == 0 || len(f.Dense) != len(s.x) || &f.Dense[0] != &s.x[0] {
+		if s.opts.evalInputs != nil {
+			s.opts.evalInputs(nil)
+		}
+		return nil
+	}
+	out := make([]backend.Buffer, len(devs))
+	found := 0
+	for i, d := range devs {
+		if out[i] = d.evalTable(len(s.x)); out[i] != nil {
+			found++
+		}
+	}
+	if found == 0 {
+		out = nil
+	}
+	if s.opts.evalInputs != nil {
+		s.opts.evalInputs(out)
+	}
+	if log := s.opts.Log; log != nil && found > 0 && !s.evalLogged {
+		s.evalLogged = true
+		fmt.Fprintf(log, "whole-graph evaluation reads layer 1's input from the feature cache on %d of %d devices\n", found, len(devs))
+	}
+	return out
+}
+
+// evalTable returns the device's feature store's table (values floats)
+// as the trainer's handle reads it, or nil: on a GPU the store lives on
+// the loader's handle, a sibling whose buffers the trainer's handle reads
+// through an alias (the table was written at setup, long before).
+func (d *device) evalTable(values int) backend.Buffer {
+	if d.evalIn != nil || d.kit == nil {
+		return d.evalIn
+	}
+	t, ok := d.kit.store.(cache.NodeOrderTabler)
+	if !ok {
+		return nil
+	}
+	buf, ok := t.NodeOrderTable()
+	if !ok || buf.DType() != backend.Float32 || buf.Len() != values {
+		return nil
+	}
+	if sb, ok := d.b.(backend.Siblings); ok && d.lb != d.b && !sb.Owns(buf) {
+		a, err := sb.Alias(buf)
+		if err != nil {
+			return nil // the evaluation uploads the features
+		}
+		buf = a
+	}
+	d.evalIn = buf
+	return buf
 }

@@ -105,13 +105,14 @@ type shared struct {
 	ckptPath string          // the checkpoint file, "" for none
 	resumed  *resumeState    // the checkpoint this run continues from, or nil
 
-	closeOnce sync.Once
-	mu        sync.Mutex
-	info      Info
-	run       RunInfo
-	history   []train.EpochRecord
-	epochs    epochLog  // device 0's, read after the run
-	devs      []*device // every rank's, for device 0's whole-graph evaluation over all of them
+	evalLogged bool // evalInputs said where the evaluation reads its input (device 0's goroutine)
+	closeOnce  sync.Once
+	mu         sync.Mutex
+	info       Info
+	run        RunInfo
+	history    []train.EpochRecord
+	epochs     epochLog  // device 0's, read after the run
+	devs       []*device // every rank's, for device 0's whole-graph evaluation over all of them
 }
 
 // Run trains cfg on ds with one device per opts.Backends entry and

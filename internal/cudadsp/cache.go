@@ -11,6 +11,8 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
+var _ cache.NodeOrderTabler = (*Store)(nil)
+
 //go:embed route.cu
 var routeSrc string
 
@@ -282,6 +284,10 @@ func (c *Store) Gather(dst, nodes backend.Buffer) error {
 func (c *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
 	return c.s.GatherDropout(dst, nodes, p, seed)
 }
+
+// NodeOrderTable is the feature store's whole table on the device, when
+// it holds every row in node order at float32 (cache.NodeOrderTabler).
+func (c *Store) NodeOrderTable() (backend.Buffer, bool) { return c.s.NodeOrderTable() }
 
 func (c *Store) HotRows() int       { return c.s.HotRows() }
 func (c *Store) DeviceBytes() int64 { return c.s.DeviceBytes() }
