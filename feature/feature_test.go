@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +85,17 @@ func testGatherSplits(t *testing.T, bf16 bool) {
 			// Every row hot: no pinned copy of the table.
 			if (s.host == nil) != (s.HotRows() == rows) {
 				t.Fatalf("%s: pinned host table %v with %d of %d rows hot", name, s.host != nil, s.HotRows(), rows)
+			}
+			// The table as it is (node order, float32) only when every
+			// row is hot and not bfloat16: the whole table, node v at row v
+			// whatever Hot's order.
+			if tab, ok := s.NodeOrderTable(); ok != (s.HotRows() == rows && !bf16) {
+				t.Fatalf("%s: NodeOrderTable ok %v", name, ok)
+			} else if ok {
+				all := make([]float32, rows*cols)
+				if tab.DType() != backend.Float32 || d.Download(all, tab) != nil || !slices.Equal(all, feats) {
+					t.Fatalf("%s: NodeOrderTable is not the table in node order", name)
+				}
 			}
 			nodes := make([]int32, 7777)
 			for i := range nodes {
