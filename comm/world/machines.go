@@ -50,6 +50,17 @@ func (w *World) MachineOf(p int) int {
 // process must call it with the same name, once; a process that never
 // publishes is named when the setup timeout ends the wait.
 func (w *World) Exchange(ctx context.Context, name string, mine []byte) ([][]byte, error) {
+	return w.exchange(ctx, name, mine, true)
+}
+
+// Gather is Exchange in which only process 0 reads: the others publish
+// and return nil at once. Use it at the end of a job, where process 0 may
+// be done (and its store gone) before another would have read its value.
+func (w *World) Gather(ctx context.Context, name string, mine []byte) ([][]byte, error) {
+	return w.exchange(ctx, name, mine, w.me == 0)
+}
+
+func (w *World) exchange(ctx context.Context, name string, mine []byte, read bool) ([][]byte, error) {
 	if w.store == nil {
 		return [][]byte{mine}, nil
 	}
@@ -58,6 +69,9 @@ func (w *World) Exchange(ctx context.Context, name string, mine []byte) ([][]byt
 	prefix := "world/exchange/" + name + "/"
 	if err := w.store.Set(ctx, prefix+strconv.Itoa(w.me), mine); err != nil {
 		return nil, fmt.Errorf("world: publishing %s: %w", name, err)
+	}
+	if !read {
+		return nil, nil
 	}
 	out := make([][]byte, len(w.procs))
 	for p := range w.procs {

@@ -136,8 +136,9 @@ type machineReport struct {
 }
 
 // perMachine collects every process's bytes per link and remote-feature
-// requests through the store and, on process 0, sums them per machine.
-// Every process of a job calls it once, after training.
+// requests through the store and, on process 0, sums them per machine
+// (nil on the others). Every process of a job calls it once, after
+// training.
 func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
 	mine := machineReport{Bytes: map[string]int64{}}
 	for _, r := range s.w.Ranks() {
@@ -156,8 +157,8 @@ func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.w.Exchange(ctx, "dsp-machine-metrics", b)
-	if err != nil {
+	all, err := s.w.Gather(ctx, "dsp-machine-metrics", b)
+	if err != nil || all == nil { // only process 0 sums them
 		return nil, err
 	}
 	var out []world.MachineInfo

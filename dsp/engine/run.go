@@ -413,8 +413,9 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	rep := s.report(ds, opts.Backends[0].Name())
 	if w.Multi() {
 		// Every process's bytes per link and remote-feature latency, per
-		// machine (the exchange also keeps every feature service up
-		// until all processes are done).
+		// machine, summed by process 0 (which stays up, its feature
+		// service and store with it, until every process has sent its
+		// own; the others need nothing from it any more).
 		pm, err := s.perMachine(ctx)
 		if err != nil {
 			return nil, &RunError{Op: "metrics", Err: err}
