@@ -17,6 +17,7 @@ import (
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dataset/importer"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -185,24 +186,32 @@ func openHetero(spec string, quiet bool) (*dataset.Hetero, func(), error) {
 	return h, noop, nil
 }
 
+// openHeteroRun opens what every typed run starts from: the outputs
+// checked, the log (nil when quiet), the device and the typed dataset
+// (closeDS releases it; set whenever err is nil).
+func (c *trainCmd) openHeteroRun(e *env) (log io.Writer, b backend.Backend, h *dataset.Hetero, closeDS func(), err error) {
+	if err = c.checkOutputs(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if !e.quiet {
+		log = e.stderr
+	}
+	if b, err = openDeviceNote(c.Device, log); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if h, closeDS, err = openHetero(c.Dataset, e.quiet); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return log, b, h, closeDS, nil
+}
+
 // runHetero is 'strata train --model rgcn|hsage'.
 func (c *trainCmd) runHetero(e *env) error {
 	cfg, err := c.heteroConfig()
 	if err != nil {
 		return err
 	}
-	if err := c.checkOutputs(); err != nil {
-		return err
-	}
-	var log io.Writer = e.stderr
-	if e.quiet {
-		log = nil
-	}
-	b, err := openDeviceNote(c.Device, log)
-	if err != nil {
-		return err
-	}
-	h, closeDS, err := openHetero(c.Dataset, e.quiet)
+	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -106,18 +105,7 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := c.checkOutputs(); err != nil {
-		return err
-	}
-	var log io.Writer = e.stderr
-	if e.quiet {
-		log = nil
-	}
-	b, err := openDeviceNote(c.Device, log)
-	if err != nil {
-		return err
-	}
-	h, closeDS, err := openHetero(c.Dataset, e.quiet)
+	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
 		return err
 	}
