@@ -66,36 +66,44 @@ func NewUniformNegativeSampler(g *graph.CSR, cfg NegativeConfig) (*UniformNegati
 // Negatives implements NegativeSampler. The draws for positive i use the
 // stream of (key, i).
 func (s *UniformNegativeSampler) Negatives(src, dst []graph.NodeID, key Key) ([]graph.NodeID, error) {
-	const op = "UniformNegativeSampler.Negatives"
+	n := uint64(s.g.NumRows)
+	return drawNegatives("UniformNegativeSampler.Negatives", s.g, s.cfg, src, dst, batchKey(key, tagNegative),
+		func(st *rng.Stream) graph.NodeID { return graph.NodeID(st.Below(n)) })
+}
+
+// drawNegatives is the negative samplers' Negatives: cfg.K draws per
+// positive i from the stream of (bk, i), each redrawn up to cfg.Trials
+// times while it is an out-neighbor of src[i] (cfg.ExcludeEdges). The
+// samplers differ only in draw.
+func drawNegatives(op string, g *graph.CSR, cfg NegativeConfig, src, dst []graph.NodeID, bk uint64, draw func(*rng.Stream) graph.NodeID) ([]graph.NodeID, error) {
 	if len(src) != len(dst) {
 		return nil, errorf(op, "dst", -1, ErrConfig, "length %d, but len(src) = %d", len(dst), len(src))
 	}
-	if int64(len(src))*int64(s.cfg.K) > math.MaxInt32 {
-		return nil, errorf(op, "src", -1, ErrTooLarge, "%d edges x %d negatives", len(src), s.cfg.K)
+	if int64(len(src))*int64(cfg.K) > math.MaxInt32 {
+		return nil, errorf(op, "src", -1, ErrTooLarge, "%d edges x %d negatives", len(src), cfg.K)
 	}
-	n := s.g.NumRows
+	n := g.NumRows
 	if err := checkNodes(op, "src", src, n); err != nil {
 		return nil, err
 	}
 	if err := checkNodes(op, "dst", dst, n); err != nil {
 		return nil, err
 	}
-	k := s.cfg.K
+	k := cfg.K
 	out := make([]graph.NodeID, len(src)*k)
-	bk := batchKey(key, tagNegative)
-	parallelFor(len(src), 256, resolveWorkers(s.cfg.Workers), func() func(lo, hi int) {
+	parallelFor(len(src), 256, resolveWorkers(cfg.Workers), func() func(lo, hi int) {
 		return func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				st := rng.NewStream(rng.Derive(bk, uint64(i)))
-				row := s.g.Indices[s.g.Indptr[src[i]]:s.g.Indptr[src[i]+1]]
+				row := g.Indices[g.Indptr[src[i]]:g.Indptr[src[i]+1]]
 				for j := range k {
-					d := graph.NodeID(st.Below(uint64(n)))
-					if s.cfg.ExcludeEdges {
-						for t := 1; t < s.cfg.Trials; t++ {
+					d := draw(&st)
+					if cfg.ExcludeEdges {
+						for t := 1; t < cfg.Trials; t++ {
 							if _, isEdge := slices.BinarySearch(row, d); !isEdge {
 								break
 							}
-							d = graph.NodeID(st.Below(uint64(n)))
+							d = draw(&st)
 						}
 					}
 					out[i*k+j] = d

@@ -3,7 +3,6 @@ package sample
 import (
 	"math"
 	"math/bits"
-	"slices"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -63,50 +62,14 @@ func NewWeightedNegativeSampler(g *graph.CSR, weights []float32, cfg NegativeCon
 // stream of (key, i); each draw is one random word (column and coin of
 // the alias table, as the weighted neighbor sampler draws).
 func (s *WeightedNegativeSampler) Negatives(src, dst []graph.NodeID, key Key) ([]graph.NodeID, error) {
-	const op = "WeightedNegativeSampler.Negatives"
-	if len(src) != len(dst) {
-		return nil, errorf(op, "dst", -1, ErrConfig, "length %d, but len(src) = %d", len(dst), len(src))
-	}
-	if int64(len(src))*int64(s.cfg.K) > math.MaxInt32 {
-		return nil, errorf(op, "src", -1, ErrTooLarge, "%d edges x %d negatives", len(src), s.cfg.K)
-	}
-	n := s.g.NumRows
-	if err := checkNodes(op, "src", src, n); err != nil {
-		return nil, err
-	}
-	if err := checkNodes(op, "dst", dst, n); err != nil {
-		return nil, err
-	}
-	k := s.cfg.K
-	out := make([]graph.NodeID, len(src)*k)
-	bk := batchKey(key, tagWeightedNegative)
-	draw := func(st *rng.Stream) graph.NodeID {
-		col, frac := bits.Mul64(st.Uint64(), uint64(n))
-		coin := float32(frac>>40) * (1.0 / (1 << 24))
-		if coin >= s.prob[col] {
-			col = uint64(s.alias[col])
-		}
-		return graph.NodeID(col)
-	}
-	parallelFor(len(src), 256, resolveWorkers(s.cfg.Workers), func() func(lo, hi int) {
-		return func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				st := rng.NewStream(rng.Derive(bk, uint64(i)))
-				row := s.g.Indices[s.g.Indptr[src[i]]:s.g.Indptr[src[i]+1]]
-				for j := range k {
-					d := draw(&st)
-					if s.cfg.ExcludeEdges {
-						for t := 1; t < s.cfg.Trials; t++ {
-							if _, isEdge := slices.BinarySearch(row, d); !isEdge {
-								break
-							}
-							d = draw(&st)
-						}
-					}
-					out[i*k+j] = d
-				}
+	n := uint64(s.g.NumRows)
+	return drawNegatives("WeightedNegativeSampler.Negatives", s.g, s.cfg, src, dst, batchKey(key, tagWeightedNegative),
+		func(st *rng.Stream) graph.NodeID {
+			col, frac := bits.Mul64(st.Uint64(), n)
+			coin := float32(frac>>40) * (1.0 / (1 << 24))
+			if coin >= s.prob[col] {
+				col = uint64(s.alias[col])
 			}
-		}
-	})
-	return out, nil
+			return graph.NodeID(col)
+		})
 }
