@@ -388,16 +388,7 @@ func (r *heteroRunner) Step(epoch, bi int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
-	}
-	if err := r.opt.ZeroGrad(); err != nil {
-		return 0, err
-	}
-	if err := t.Backward(lv); err != nil {
-		return 0, err
-	}
-	return loss, r.opt.Step()
+	return descend(t, r.opt, lv, loss)
 }
 
 // excludeTargets removes from mb's blocks the sampled edges of the

@@ -358,16 +358,22 @@ func (r *runner) step(epoch, bi int, pos Edges) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return descend(t, r.opt, lv, loss)
+}
+
+// descend ends a training step: it refuses a diverged loss, then
+// back-propagates lv and takes opt's step.
+func descend(t *autograd.Tape, opt optim.Optimizer, lv *autograd.Var, loss float64) (float64, error) {
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return 0, fmt.Errorf("loss is %v (diverged: lower the learning rate)", loss)
 	}
-	if err := r.opt.ZeroGrad(); err != nil {
+	if err := opt.ZeroGrad(); err != nil {
 		return 0, err
 	}
 	if err := t.Backward(lv); err != nil {
 		return 0, err
 	}
-	return loss, r.opt.Step()
+	return loss, opt.Step()
 }
 
 // PairLoss is a step's loss: the decoder's scores of the pairs (src[i],
