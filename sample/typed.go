@@ -34,6 +34,14 @@ type TypedMachine[N, E any] interface {
 	Relabel(t, hop int, dst N, edges []E) (N, error)
 }
 
+// EmptyDrawer is optional for a TypedMachine: a machine whose DrawsEmpty
+// reports true gets Draw, not None, for every relation with a fanout
+// other than 0 at the hop, even where its frontier of the relation's
+// destination type is empty. A collective machine (dsp/csp's typed
+// sampler) needs it: its Draw is an exchange every device takes part
+// in, and a peer's frontier may not be empty.
+type EmptyDrawer interface{ DrawsEmpty() bool }
+
 // TypedHop is one hop of SampleTyped: per node type its sources
 // (destinations first; the next hop's frontier) and destination count,
 // per relation its relabeled edges.
@@ -76,6 +84,10 @@ func SampleTypedHop[N, E any](m TypedMachine[N, E], rels []Relation, fanouts [][
 	hk := HopKey(key, hop)
 	h := TypedHop[N, E]{NumDst: make([]int, T), Rels: make([]E, len(rels)), Src: make([]N, T)}
 	bySrc := make([][]E, T)
+	drawsEmpty := false
+	if d, ok := m.(EmptyDrawer); ok {
+		drawsEmpty = d.DrawsEmpty()
+	}
 	for t := range T {
 		h.NumDst[t] = m.Len(dst[t])
 	}
@@ -83,7 +95,7 @@ func SampleTypedHop[N, E any](m TypedMachine[N, E], rels []Relation, fanouts [][
 		nd, k := h.NumDst[rel.Dst], fanouts[r][hop]
 		var e E
 		var err error
-		if nd == 0 || k == 0 {
+		if k == 0 || (nd == 0 && !drawsEmpty) {
 			e, err = m.None(r, nd)
 		} else {
 			e, err = m.Draw(r, hop, dst[rel.Dst], rng.Derive(hk, tagRelation, uint64(r)))

@@ -340,8 +340,13 @@ func (m *cpuMachine) Relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer
 	if E < 0 || E > e || int64(len(i32s(src))) < e {
 		return nil, nil, nil, m.bad("relabel: %d edges, bound %d", E, e)
 	}
-	blk, err := sample.ToBlock(i32s(F)[:nF], &sample.Neighbors{Indptr: pt, Nodes: slices.Clone(i32s(src)[:E])})
-	if err != nil {
+	var blk sample.Block
+	if nF == 0 {
+		// No destinations but edges: a typed relabel of a node type
+		// reached only as other types' neighbors (ptr is then {E}, not
+		// a CSR ToBlock takes).
+		blk = firstSeen(i32s(src)[:E])
+	} else if blk, err = sample.ToBlock(i32s(F)[:nF], &sample.Neighbors{Indptr: pt, Nodes: slices.Clone(i32s(src)[:E])}); err != nil {
 		return nil, nil, nil, err
 	}
 	var bufs [3]backend.Buffer
@@ -360,6 +365,23 @@ func (m *cpuMachine) Relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer
 	copy(i32s(bufs[1]), blk.Indices)
 	copy(i64s(bufs[2]), []int64{nF, E, int64(len(blk.SrcNodes))})
 	return bufs[0], bufs[1], bufs[2], nil
+}
+
+// firstSeen is ToBlock's relabeling without destinations: the distinct
+// nodes of src in first-seen order, and each entry's position there.
+func firstSeen(src []int32) sample.Block {
+	pos := make(map[int32]int32, len(src))
+	blk := sample.Block{Indices: make([]int32, len(src))}
+	for e, v := range src {
+		l, ok := pos[v]
+		if !ok {
+			l = int32(len(blk.SrcNodes))
+			pos[v] = l
+			blk.SrcNodes = append(blk.SrcNodes, v)
+		}
+		blk.Indices[e] = l
+	}
+	return blk
 }
 
 // Batch hands the parts over as a host MiniBatch: the blocks are the

@@ -314,53 +314,78 @@ func (p *proto) step(ctx context.Context, seeds []graph.NodeID, key sample.Key, 
 // fcap) into out and returns the next frontier's bound. status != stOK
 // takes part in the header exchange only, then returns carried.
 func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, key sample.Key, out *HopOut, nFOut *int64) (next int64, err error) {
-	m := p.m
-	k := p.fan[h]
 	var tmp []backend.Buffer // freed when the hop ends (the device orders reuse)
 	defer func() {
 		for _, b := range tmp {
-			m.Free(b)
+			p.m.Free(b)
 		}
 	}()
-	hk := sample.HopKey(key, h)
+	src, err := p.draw(ctx, h, F, nFB, fcap, status, carried, sample.HopKey(key, h), p.fan[h], out, &tmp, &tmp)
+	*nFOut = out.NumDst
+	if err != nil {
+		return 0, err
+	}
+	// Failures from here on are carried.
+	out.SrcNodes, out.Indices, out.Sizes, err = p.m.Relabel(F, out.NumDst, src, out.Indptr, out.ecap)
+	if err != nil {
+		return 0, &carry{p.wrapErr(h, "assembling the block", err)}
+	}
+	return out.NumDst + out.ecap, nil
+}
+
+// draw is a node-wise hop h at fanout k without its relabeling: it
+// routes the frontier F (nFB[0] nodes on the device, at most fcap) to the
+// owners, which draw under the hop key hk, and unpacks their answers in
+// frontier order: out.NumDst (the frontier's size), out.ecap (the edges'
+// bound: nF*k, or exactly the edges at fanout -1), out.Indptr and
+// out.EdgeIDs (out's), and src, the edges' global sources (kept in
+// keep). Scratch goes to tmp. A typed hop (TypedSampler) runs it once
+// per relation, then relabels per node type. status != stOK takes part
+// in the header exchange only, then returns carried; a failure after
+// the last exchange is a *carry.
+func (p *proto) draw(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, hk uint64, k int, out *HopOut, tmp, keep *[]backend.Buffer) (src backend.Buffer, err error) {
+	m := p.m
 
 	// 1. Shuffle: group the frontier by owner; the header tells every
 	// owner how many nodes come (and every failure so far).
 	if status == stOK && k > 0 && !stridedCap(fcap, k) {
 		status, carried = stTooLarge, p.errf(h, ErrTooLarge, "a frontier of up to %d nodes at fanout %d", fcap, k)
 	}
-	pl, sendIDs, pos, err := p.shuffle(ctx, h, F, nFB, fcap, status, carried, hk, k, &tmp)
+	pl, sendIDs, pos, err := p.shuffle(ctx, h, F, nFB, fcap, status, carried, hk, k, tmp)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	nF := pl.nF
-	*nFOut = nF
+	out.NumDst = nF
 	p.stats.Frontier[h] += nF
-	recvIDs, err := p.alloc(&tmp, backend.Int32, pl.R)
+	recvIDs, err := p.alloc(tmp, backend.Int32, pl.R)
 	if err != nil {
-		return 0, p.wrapErr(h, "allocating the received frontier", err)
+		return nil, p.wrapErr(h, "allocating the received frontier", err)
 	}
 	sendN, recvN := ints(pl.sendN), ints(pl.recvN)
 	if err := p.a2av(ctx, m.View(recvIDs, 0, pl.R), recvN, m.View(sendIDs, 0, nF), sendN, 4); err != nil {
-		return 0, p.wrapErr(h, "node exchange", err)
+		return nil, p.wrapErr(h, "node exchange", err)
 	}
 
 	// 2. Sample at the owner, 3. reshuffle the answers.
-	var src, ans, ansE backend.Buffer
+	var ans, ansE backend.Buffer
 	var E int64 // answer entries (a bound for strided hops)
 	if k > 0 {
-		E, src, ans, ansE, err = p.strided(ctx, h, k, recvIDs, pl, &tmp)
+		E, ans, ansE, err = p.strided(ctx, h, k, recvIDs, pl, tmp)
 	} else {
-		E, src, ans, ansE, err = p.exact(ctx, h, recvIDs, pl, &tmp)
+		E, ans, ansE, err = p.exact(ctx, h, recvIDs, pl, tmp)
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 
-	// The block, in frontier order: failures from here on are carried.
-	out.NumDst, out.ecap = nF, E
+	// The edges, in frontier order: failures from here on are carried.
+	out.ecap = E
 	err = func() error {
 		var err error
+		if src, err = p.alloc(keep, backend.Int32, E); err != nil {
+			return err
+		}
 		if out.Indptr, err = p.alloc(nil, backend.Int64, nF+1); err != nil {
 			return err
 		}
@@ -368,20 +393,14 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 			return err
 		}
 		if k > 0 {
-			err = m.UnpackStrided(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, nF, k)
-		} else {
-			err = m.UnpackExact(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, pl.bptr(), pl.S, nF, E)
+			return m.UnpackStrided(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, nF, k)
 		}
-		if err != nil {
-			return err
-		}
-		out.SrcNodes, out.Indices, out.Sizes, err = m.Relabel(F, nF, src, out.Indptr, E)
-		return err
+		return m.UnpackExact(out.Indptr, src, out.EdgeIDs, ans, ansE, pos, pl.bptr(), pl.S, nF, E)
 	}()
 	if err != nil {
-		return 0, &carry{p.wrapErr(h, "assembling the block", err)}
+		return nil, &carry{p.wrapErr(h, "assembling the block", err)}
 	}
-	return nF + E, nil
+	return src, nil
 }
 
 // shuffle is the first step of a hop: it groups the frontier F (nFB[0]
@@ -449,10 +468,10 @@ func (p *proto) exchangeHeader(ctx context.Context, h int, status int64, carried
 // strided is the exchange of a hop with fanout k > 0: every node gets k
 // answer slots (padded with -1), so the sizes follow from the header.
 // It returns the entries of src (a bound: nF*k) and the answers.
-func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, src, ans, ansE backend.Buffer, err error) {
+func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, ans, ansE backend.Buffer, err error) {
 	m := p.m
 	if kind, msg := pl.stridedSizes(k); kind != nil {
-		return 0, nil, nil, nil, p.errf(h, kind, "%s", msg)
+		return 0, nil, nil, p.errf(h, kind, "%s", msg)
 	}
 	RK, FK := pl.R*int64(k), pl.nF*int64(k)
 	var out, outE backend.Buffer
@@ -475,28 +494,27 @@ func (p *proto) strided(ctx context.Context, h, k int, ids backend.Buffer, pl *p
 				return err
 			}
 		}
-		src, err = p.alloc(tmp, backend.Int32, FK)
-		return err
+		return nil
 	}()
 	if err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
+		return 0, nil, nil, p.wrapErr(h, "drawing", err)
 	}
 	send, recv := pl.stridedCounts(k)
 	if err := p.a2av(ctx, m.View(ans, 0, FK), recv, m.View(out, 0, RK), send, 4); err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
+		return 0, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
 	if p.edgeIDs {
 		if err := p.a2av(ctx, m.View(ansE, 0, FK), recv, m.View(outE, 0, RK), send, 8); err != nil {
-			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
+			return 0, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
 	}
-	return FK, src, ans, ansE, nil
+	return FK, ans, ansE, nil
 }
 
 // exact is the exchange of a hop that takes every neighbor: the owner
 // counts, the ranks agree on per-requester totals (a second status
 // exchange), and the answers carry counts and neighbors.
-func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, src, ans, ansE backend.Buffer, err error) {
+func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, tmp *[]backend.Buffer) (E int64, ans, ansE backend.Buffer, err error) {
 	P, m, cl := p.size, p.m, ctlLayout{p.size}
 	var st3 int64
 	var err3 error
@@ -529,22 +547,22 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 	sendT, recvT := m.View(p.ctl, cl.sendTot(), int64(P*tWords)), m.View(p.ctl, cl.recvTot(), int64(P*tWords))
 	if err := m.Upload(sendT, pl.totalsSend(st3)); err != nil {
 		if err3 != nil {
-			return 0, nil, nil, nil, err3
+			return 0, nil, nil, err3
 		}
-		return 0, nil, nil, nil, p.wrapErr(h, "preparing the totals", err)
+		return 0, nil, nil, p.wrapErr(h, "preparing the totals", err)
 	}
 	if err := p.a2a(ctx, recvT, sendT, tWords, 8); err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "totals exchange", err)
+		return 0, nil, nil, p.wrapErr(h, "totals exchange", err)
 	}
 	rt, err := p.read([]backend.Buffer{recvT}, []int64{int64(P * tWords)})
 	if err3 != nil {
-		return 0, nil, nil, nil, err3
+		return 0, nil, nil, err3
 	}
 	if err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "reading the totals", err)
+		return 0, nil, nil, p.wrapErr(h, "reading the totals", err)
 	}
 	if kind, msg := pl.readTotals(rt, -1); kind != nil {
-		return 0, nil, nil, nil, p.errf(h, kind, "%s", msg)
+		return 0, nil, nil, p.errf(h, kind, "%s", msg)
 	}
 	ansSend, ansRecv := pl.answerCounts()
 	err = func() error {
@@ -560,20 +578,19 @@ func (p *proto) exact(ctx context.Context, h int, ids backend.Buffer, pl *plan, 
 				return err
 			}
 		}
-		src, err = p.alloc(tmp, backend.Int32, pl.Erecv)
-		return err
+		return nil
 	}()
 	if err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "drawing", err)
+		return 0, nil, nil, p.wrapErr(h, "drawing", err)
 	}
 	if err := p.a2av(ctx, m.View(ans, 0, pl.nF+pl.Erecv), ansRecv, m.View(packed, 0, pl.R+pl.E), ansSend, 4); err != nil {
-		return 0, nil, nil, nil, p.wrapErr(h, "answer exchange", err)
+		return 0, nil, nil, p.wrapErr(h, "answer exchange", err)
 	}
 	if p.edgeIDs {
 		eSend, eRecv := ints(pl.tot), ints(pl.rtot)
 		if err := p.a2av(ctx, m.View(ansE, 0, pl.Erecv), eRecv, m.View(eid, 0, pl.E), eSend, 8); err != nil {
-			return 0, nil, nil, nil, p.wrapErr(h, "edge ID exchange", err)
+			return 0, nil, nil, p.wrapErr(h, "edge ID exchange", err)
 		}
 	}
-	return pl.Erecv, src, ans, ansE, nil
+	return pl.Erecv, ans, ansE, nil
 }
