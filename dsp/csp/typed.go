@@ -539,13 +539,8 @@ func (m *typedMachine) relabel(dst tNodes, edges []*tRel) (tNodes, error) {
 // download copies the hops (seeds' hop first) into a batch on the host.
 func (m *typedMachine) download(seeds [][]graph.NodeID, hops []sample.TypedHop[tNodes, *tRel]) (*sample.HeteroMiniBatch, error) {
 	fm, be := m.s.first.m, m.s.be
-	if m.s.host == nil {
-		// A read waits for the device's queued work (the last None's
-		// offsets may still be in flight).
-		if _, err := m.s.first.p.read([]backend.Buffer{m.s.first.p.ctl}, []int64{1}); err != nil {
-			return nil, err
-		}
-	}
+	// The back end's Download waits for the work queued before it (a
+	// GPU's machines queue on the device's stream).
 	get := func(dst any, b backend.Buffer, n int64) error {
 		if n == 0 {
 			return nil
