@@ -71,11 +71,8 @@ type TypedSampler struct {
 }
 
 // typedRel is one relation's side of a rank: the node-wise protocol over
-// the relation's patch.
-type typedRel struct {
-	p *proto
-	m SamplerMachine
-}
+// the relation's patch (p.m its machine).
+type typedRel struct{ p *proto }
 
 // NewTyped prepares rank c.Rank()'s typed sampler on be: numNodes gives
 // every node type's node count, rels the relations over the whole
@@ -187,7 +184,7 @@ func (s *TypedSampler) openRel(rel sample.Relation, off []int64, fan []int, c co
 		m.Close()
 		return nil, err
 	}
-	return &typedRel{p: p, m: m}, nil
+	return &typedRel{p: p}, nil
 }
 
 // squareView is g padded to max(rows, cols) rows and columns (extra rows
@@ -332,9 +329,15 @@ type tRel struct {
 type typedMachine struct {
 	s       *TypedSampler
 	ctx     context.Context
-	bufs    []backend.Buffer // all from s.first.m's back end
+	bufs    []owned
 	status  int64
 	carried error
+}
+
+// owned is a buffer and the machine that made it (which frees it).
+type owned struct {
+	m Machine
+	b backend.Buffer
 }
 
 var (
@@ -345,17 +348,18 @@ var (
 // DrawsEmpty: every rank takes part in every relation's exchange.
 func (m *typedMachine) DrawsEmpty() bool { return true }
 
-func (m *typedMachine) keep(bs ...backend.Buffer) {
+// keep records buffers of mm until the batch ends.
+func (m *typedMachine) keep(mm Machine, bs ...backend.Buffer) {
 	for _, b := range bs {
 		if b != nil {
-			m.bufs = append(m.bufs, b)
+			m.bufs = append(m.bufs, owned{mm, b})
 		}
 	}
 }
 
 func (m *typedMachine) free() {
-	for _, b := range m.bufs {
-		m.s.first.m.Free(b)
+	for _, o := range m.bufs {
+		o.m.Free(o.b)
 	}
 	m.bufs = nil
 }
@@ -365,7 +369,7 @@ func (m *typedMachine) alloc(dt backend.DType, n int64) (backend.Buffer, error) 
 	if err != nil {
 		return nil, err
 	}
-	m.keep(b)
+	m.keep(m.s.first.p.m, b)
 	return b, nil
 }
 
@@ -375,7 +379,7 @@ func (m *typedMachine) upload(ids []graph.NodeID) (tNodes, error) {
 		return tNodes{}, err
 	}
 	if len(ids) > 0 {
-		if err := m.s.first.m.Upload(b, ids); err != nil {
+		if err := m.s.first.p.m.Upload(b, ids); err != nil {
 			return tNodes{}, err
 		}
 	}
@@ -393,7 +397,7 @@ func (m *typedMachine) Draw(r, hop int, dst tNodes, key uint64) (*tRel, error) {
 	}
 	p := tr.p
 	cl := ctlLayout{p.size}
-	nFB := tr.m.View(p.ctl, cl.nSeeds(), 1)
+	nFB := p.m.View(p.ctl, cl.nSeeds(), 1)
 	status, carried := m.status, m.carried
 	F := dst.b
 	if status == stOK {
@@ -404,7 +408,7 @@ func (m *typedMachine) Draw(r, hop int, dst tNodes, key uint64) (*tRel, error) {
 			}
 		}
 		if status == stOK {
-			if err := tr.m.Upload(nFB, []int64{dst.n}); err != nil {
+			if err := p.m.Upload(nFB, []int64{dst.n}); err != nil {
 				status, carried = stFailed, p.wrapErr(hop, "uploading the frontier's size", err)
 			}
 		}
@@ -413,8 +417,13 @@ func (m *typedMachine) Draw(r, hop int, dst tNodes, key uint64) (*tRel, error) {
 		F = nil
 	}
 	var out HopOut
-	src, err := p.draw(m.ctx, hop, F, nFB, dst.n, status, carried, key, m.s.fanouts[r][hop], &out, &m.bufs, &m.bufs)
-	m.keep(out.Indptr, out.EdgeIDs)
+	var tmp, kept []backend.Buffer
+	src, err := p.draw(m.ctx, hop, F, nFB, dst.n, status, carried, key, m.s.fanouts[r][hop], &out, &tmp, &kept)
+	for _, b := range tmp { // the exchange's scratch
+		p.m.Free(b)
+	}
+	m.keep(p.m, kept...)
+	m.keep(p.m, out.Indptr, out.EdgeIDs)
 	if err != nil {
 		var c *carry
 		if !errors.As(err, &c) {
@@ -426,7 +435,7 @@ func (m *typedMachine) Draw(r, hop int, dst tNodes, key uint64) (*tRel, error) {
 	}
 	g := &tRel{nd: out.NumDst, e: out.ecap, ptr: out.Indptr, src: src, eid: out.EdgeIDs}
 	if m.s.fanouts[r][hop] > 0 { // ecap is a bound: read the count
-		w, err := p.read([]backend.Buffer{tr.m.View(out.Indptr, out.NumDst, 1)}, []int64{1})
+		w, err := p.read([]backend.Buffer{p.m.View(out.Indptr, out.NumDst, 1)}, []int64{1})
 		if err != nil {
 			m.status, m.carried = stFailed, p.wrapErr(hop, "reading the edge count", err)
 			return &tRel{nd: dst.n}, nil
@@ -449,7 +458,7 @@ func (m *typedMachine) None(r, nd int) (*tRel, error) {
 	}
 	ptr, err := m.alloc(backend.Int64, int64(nd)+1)
 	if err == nil {
-		err = m.s.first.m.Upload(ptr, make([]int64, nd+1))
+		err = m.s.first.p.m.Upload(ptr, make([]int64, nd+1))
 	}
 	if err != nil {
 		m.status, m.carried = stFailed, m.s.first.p.wrapErr(-1, "an empty relation", err)
@@ -475,7 +484,8 @@ func (m *typedMachine) Relabel(t, hop int, dst tNodes, edges []*tRel) (tNodes, e
 }
 
 func (m *typedMachine) relabel(dst tNodes, edges []*tRel) (tNodes, error) {
-	fm, p, be := m.s.first.m, m.s.first.p, m.s.be
+	p, be := m.s.first.p, m.s.be
+	fm := p.m
 	var total int64
 	var with []*tRel // the relations that drew edges
 	for _, g := range edges {
@@ -520,7 +530,7 @@ func (m *typedMachine) relabel(dst tNodes, edges []*tRel) (tNodes, error) {
 	if err != nil {
 		return tNodes{}, err
 	}
-	m.keep(srcNodes, local, sizes)
+	m.keep(fm, srcNodes, local, sizes)
 	sz, err := p.read([]backend.Buffer{sizes}, []int64{3})
 	if err != nil {
 		return tNodes{}, err
@@ -538,7 +548,7 @@ func (m *typedMachine) relabel(dst tNodes, edges []*tRel) (tNodes, error) {
 
 // download copies the hops (seeds' hop first) into a batch on the host.
 func (m *typedMachine) download(seeds [][]graph.NodeID, hops []sample.TypedHop[tNodes, *tRel]) (*sample.HeteroMiniBatch, error) {
-	fm, be := m.s.first.m, m.s.be
+	fm, be := m.s.first.p.m, m.s.be
 	// The back end's Download waits for the work queued before it (a
 	// GPU's machines queue on the device's stream).
 	get := func(dst any, b backend.Buffer, n int64) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/sample"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // typedTestGraph is a random typed graph: 3 node types of the given
@@ -286,5 +287,99 @@ func TestTypedErrors(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// failingMachine fails its op's at-th call (relabel or route) and
+// passes everything else to Machine.
+type failingMachine struct {
+	Machine
+	op       string
+	at, seen int
+}
+
+func (f *failingMachine) fail(op string) error {
+	if op != f.op {
+		return nil
+	}
+	f.seen++
+	if f.seen == f.at {
+		return fmt.Errorf("injected failure of %s (call %d)", op, f.at)
+	}
+	return nil
+}
+
+func (f *failingMachine) Relabel(F backend.Buffer, nF int64, src, ptr backend.Buffer, e int64) (a, b, c backend.Buffer, err error) {
+	if err := f.fail("relabel"); err != nil {
+		return nil, nil, nil, err
+	}
+	return f.Machine.Relabel(F, nF, src, ptr, e)
+}
+
+func (f *failingMachine) Route(hdr, sendIDs, pos, F, nFB, ctr backend.Buffer, fcap int64, key uint64, hop, fanout, hops int) error {
+	if err := f.fail("route"); err != nil {
+		return err
+	}
+	return f.Machine.Route(hdr, sendIDs, pos, F, nFB, ctr, fcap, key, hop, fanout, hops)
+}
+
+// TestTypedFailures: a rank whose routing fails reports it in that
+// relation's header (its peers fail with ErrPeer at the same hop); a
+// failed relabel is carried to the next hop's first header; one in the
+// last hop fails only its rank. The group samples on afterwards, and
+// every batch still equals the single-device sampler's.
+func TestTypedFailures(t *testing.T) {
+	sizes := []int64{300, 200, 400}
+	rels := typedTestGraph(sizes, 3, 4)
+	cfg := TypedConfig{Fanouts: [][]int{{3, 2, 2}, {3, 2, 1}, {2, 2, 2}, {2, 0, 1}, {0, 1, 1}}}
+	ref, err := sample.NewHeteroSampler(sizes, rels, sample.HeteroConfig{Fanouts: cfg.Fanouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	P := 3
+	off := typedOffsets(sizes, P, 3)
+	seeds, keys := make([][][]graph.NodeID, P), make([]sample.Key, P)
+	for r := range P {
+		seeds[r] = [][]graph.NodeID{randomSeeds(uint64(r), sizes[0], 20), nil, nil}
+		keys[r] = sample.Key{Seed: 4, Batch: r}
+	}
+	for _, c := range []struct {
+		name             string
+		op               string
+		at               int
+		rank             int
+		selfHop, peerHop int
+	}{
+		// The first relation's machine routes relation 0 once per hop
+		// and relabels every type with edges (all three, each hop, here).
+		{"routing", "route", 2, 1, 1, 1},
+		{"relabel carried to the next header", "relabel", 1, 0, 0, 1},
+		{"last hop's relabel", "relabel", 7, 2, 2, -1},
+	} {
+		ss := openTyped(t, sizes, rels, off, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		fm := &failingMachine{Machine: ss[c.rank].first.p.m, op: c.op, at: c.at}
+		ss[c.rank].first.p.m = fm
+		start := time.Now()
+		_, errs := sampleTypedAll(ctx, ss, seeds, keys)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: failing took %v: the ranks waited for a deadline", c.name, d)
+		}
+		if fm.seen < c.at {
+			t.Fatalf("%s: %s called %d times, fewer than %d", c.name, c.op, fm.seen, c.at)
+		}
+		checkFailedStep(t, errs, c.rank, c.selfHop, c.peerHop, nil)
+		got, errs := sampleTypedAll(ctx, ss, seeds, keys)
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%s: the batch after: %v", c.name, err)
+		}
+		for r := range P {
+			want, err := ref.SampleTypes(seeds[r], keys[r])
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHetero(t, fmt.Sprintf("%s: rank %d", c.name, r), got[r], want, false)
+		}
 	}
 }
