@@ -26,7 +26,10 @@
 //     is a sibling, not a Sampler: its seeds carry a node type. Its
 //     algorithm (SampleTyped) is written once against TypedMachine (draw
 //     one relation, relabel one node type); HeteroSampler is the CPU
-//     machine, gpusample.HeteroSampler the CUDA one (same batches).
+//     machine, gpusample.HeteroSampler the CUDA one (same batches), and
+//     dsp/csp's TypedSampler a collective one over several devices (its
+//     Draw is an exchange, so it asks for draws of empty frontiers too:
+//     EmptyDrawer).
 //   - Layer-wise samplers (FastGCN, LADIES, LABOR) draw a set per layer
 //     instead of per node; they implement Sampler directly and reuse ToBlock
 //     for relabeling, so the Block layout is the same.

@@ -3,8 +3,8 @@
 // its range of node IDs (a layout.Patch) in its memory, and the devices
 // draw mini-batches together, one hop at a time, without any host copy
 // of frontiers or neighbors on a GPU: node-wise (Sampler, below),
-// layer-wise (LayerSampler) and random walks (Walker) in the sections
-// after. A node-wise hop:
+// layer-wise (LayerSampler), typed (TypedSampler) and random walks
+// (Walker) in the sections after. A node-wise hop:
 //
 //  1. shuffle: the frontier (device, deduplicated, global IDs; its size
 //     is read on the device) is grouped by owner (a range check on the
@@ -110,6 +110,24 @@
 // times on one rank (the reads), and a step ends with one read of the
 // sizes and the violation counters. A single rank runs the protocol with
 // local copies (there is no single-GPU layer-wise sampler to defer to).
+//
+// # Typed sampling
+//
+// TypedSampler draws heterogeneous batches (a fanout per relation and
+// hop, sample.HeteroSampler's) collectively: every node type has its own
+// contiguous partition, and for each relation a rank holds the rows of
+// the destinations it owns (a patch of the relation's square view). The
+// algorithm is sample.SampleTyped on a machine whose Draw for relation r
+// is the node-wise hop above without its relabeling (proto.draw on r's
+// Machine, the relation's stream key as the hop key) and whose Relabel
+// is the Machine's over a type's frontier followed by its relations'
+// sources (nF may be 0 there: a type reached only as a source). Every
+// rank draws every relation sampled at a hop, even with an empty
+// frontier of its type (sample.EmptyDrawer). Sizes are read back per
+// relation and per type, as gpusample's typed sampler does, and the
+// batch comes back on the host, equal to sample.HeteroSampler's.
+// Failures before a relation's header (bad seeds, a failed relabel) are
+// reported in it, so every rank fails at the same relation.
 //
 // # Random walks
 //
