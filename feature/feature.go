@@ -365,13 +365,18 @@ func (s *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64)
 // batch position i, row i of dst is row j of staged (nstaged x Cols()
 // float32, device-readable); where it holds -1, the store's row of
 // nodes[i]. A j outside [0, nstaged) zeroes its row and is reported like
-// a bad node. The caller keeps spos and staged unchanged until the
-// gather has run.
-func (s *Store) GatherStaged(dst, nodes backend.Buffer, spos, staged backend.DevPtr, nstaged int64) error {
+// a bad node. Every row, staged or not, gets GatherDropout's input
+// dropout (p in [0, 1); 0 is none). The caller keeps spos and staged
+// unchanged until the gather has run.
+func (s *Store) GatherStaged(dst, nodes backend.Buffer, spos, staged backend.DevPtr, nstaged int64, p float32, seed uint64) error {
+	const op = "feature.GatherStaged"
 	if spos == 0 || (staged == 0 && nstaged > 0) || nstaged < 0 {
-		return &backend.ShapeError{Op: "feature.GatherStaged", Msg: fmt.Sprintf("staging at %#x, rows at %#x for %d rows", spos, staged, nstaged)}
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("staging at %#x, rows at %#x for %d rows", spos, staged, nstaged)}
 	}
-	return s.gather2("feature.GatherStaged", dst, nodes, 0, 0, spos, staged, nstaged)
+	if err := backend.CheckDropoutRate(op, p); err != nil {
+		return err
+	}
+	return s.gather2(op, dst, nodes, p, seed, spos, staged, nstaged)
 }
 
 func (s *Store) gather1(op string, dst, nodes backend.Buffer, p float32, seed uint64) error {

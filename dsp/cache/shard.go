@@ -15,7 +15,7 @@ import (
 // with the remote-row cache: dsp/machines' Service) into the staging
 // memory of its ShardMachine, and the machine then fills the batch in one
 // pass: staged rows from staging, the shard's own rows from its cache or
-// host copy. The ShardMachine is the part a back end supplies: a host one
+// host copy, with the input dropout of GatherDropout applied as it writes. The ShardMachine is the part a back end supplies: a host one
 // here (NewHostShard), a CUDA one in internal/cudadsp (a slot map read by
 // the gather kernel: device cache, pinned shard through UVA, or pinned
 // staging).
@@ -29,9 +29,11 @@ type ShardMachine interface {
 	Stage(n, staged int) (pos []int32, rows []float32, err error)
 	// GatherStaged writes row i of dst (float32, n x cols) for each batch
 	// position i: row pos[i] of the staged rows when pos[i] >= 0, else
-	// the shard's row of node nodes[i] (a global ID in [Lo, Hi)). It
-	// returns once the staged memory may be written again.
-	GatherStaged(dst, nodes backend.Buffer, n, staged int) error
+	// the shard's row of node nodes[i] (a global ID in [Lo, Hi)), each
+	// value times its dropout mask value (Store.GatherDropout's rule; p
+	// in [0, 1), checked by the caller; 0 writes the rows as they are).
+	// It returns once the staged memory may be written again.
+	GatherStaged(dst, nodes backend.Buffer, n, staged int, p float32, seed uint64) error
 	HotRows() int
 	DeviceBytes() int64
 	Close() error
@@ -64,6 +66,19 @@ func NewShardStore(b backend.Backend, m ShardMachine, src RowSource, rows, cols,
 
 // Gather writes the rows of nodes into dst (see Store).
 func (s *ShardStore) Gather(dst, nodes backend.Buffer) error {
+	return s.gather(dst, nodes, 0, 0)
+}
+
+// GatherDropout is Gather with input dropout (see Store), applied by the
+// machine's gather as it writes the rows: one pass, no mask.
+func (s *ShardStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
+	if err := backend.CheckDropoutRate("cache.ShardStore.GatherDropout", p); err != nil {
+		return fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	return s.gather(dst, nodes, p, seed)
+}
+
+func (s *ShardStore) gather(dst, nodes backend.Buffer, p float32, seed uint64) error {
 	if nodes == nil || dst == nil || nodes.DType() != backend.Int32 {
 		return fmt.Errorf("%w: shard gather needs an int32 node buffer and a destination", ErrInput)
 	}
@@ -109,24 +124,7 @@ func (s *ShardStore) Gather(dst, nodes backend.Buffer) error {
 			return err
 		}
 	}
-	return s.m.GatherStaged(dst, nodes, n, len(s.uniq))
-}
-
-// GatherDropout is Gather followed by backend.Dropout over dst (see
-// Store): a separate pass, as the staged rows come from other machines.
-func (s *ShardStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
-	if err := backend.CheckDropoutRate("cache.ShardStore.GatherDropout", p); err != nil {
-		return fmt.Errorf("%w: %v", ErrInput, err)
-	}
-	if err := s.Gather(dst, nodes); err != nil || p == 0 || dst.Len() == 0 {
-		return err
-	}
-	mask, err := s.b.Alloc(backend.Float32, dst.Len())
-	if err != nil {
-		return err
-	}
-	defer s.b.Free(mask)
-	return s.b.Dropout(dst, mask, dst, p, seed)
+	return s.m.GatherStaged(dst, nodes, n, len(s.uniq), p, seed)
 }
 
 func (s *ShardStore) HotRows() int       { return s.m.HotRows() }
@@ -173,7 +171,7 @@ func (h *HostShard) Stage(n, staged int) ([]int32, []float32, error) {
 	return h.pos, h.rows, nil
 }
 
-func (h *HostShard) GatherStaged(dst, nodes backend.Buffer, n, staged int) error {
+func (h *HostShard) GatherStaged(dst, nodes backend.Buffer, n, staged int, p float32, seed uint64) error {
 	c := h.cols
 	if n != len(h.pos) || staged*c != len(h.rows) || nodes.Len() != n || dst.Len() != n*c {
 		return fmt.Errorf("%w: gather of %d rows (%d staged) after staging %d", ErrInput, n, staged, len(h.pos))
@@ -198,6 +196,7 @@ func (h *HostShard) GatherStaged(dst, nodes backend.Buffer, n, staged int) error
 		}
 		copy(h.out[i*c:(i+1)*c], row)
 	}
+	dropRows(h.out, 0, p, seed)
 	return h.b.Upload(dst, h.out)
 }
 

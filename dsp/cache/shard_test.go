@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -123,7 +124,65 @@ func TestShardStoreRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	pos[0] = 0
-	if err := m.GatherStaged(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{1}), 1, 0); !errors.Is(err, ErrInput) {
+	if err := m.GatherStaged(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{1}), 1, 0, 0, 0); !errors.Is(err, ErrInput) {
 		t.Fatalf("staged position past the staged rows: %v", err)
+	}
+}
+
+// TestShardStoreGatherDropout: the dropout gather of a shard store leaves,
+// bit for bit, what Gather followed by backend.Dropout leaves, for local
+// and staged rows alike; p == 0 is Gather, and a bad p is refused.
+func TestShardStoreGatherDropout(t *testing.T) {
+	const rows, cols, lo, hi = 40, 3, 10, 25
+	x := shardTable(rows, cols)
+	x[lo*cols+1] = float32(math.Inf(-1)) // a local row's value
+	x[3*cols+2] = float32(math.Copysign(0, -1))
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewShardStore(b, m, &tableSource{x: x, cols: cols}, rows, cols, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{10, 3, 24, 39, 3, 25, 9, 12, 39, 0, 10}
+	nodes := cpu.WrapI32(ids)
+	for _, p := range []float32{0, 0.25, 0.5, 0.9} {
+		const seed = 77
+		want := make([]float32, len(ids)*cols)
+		if err := s.Gather(cpu.WrapF32(want), nodes); err != nil {
+			t.Fatal(err)
+		}
+		if p > 0 {
+			mask := make([]float32, len(want))
+			if err := b.Dropout(cpu.WrapF32(want), cpu.WrapF32(mask), cpu.WrapF32(want), p, seed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make([]float32, len(want))
+		if err := s.GatherDropout(cpu.WrapF32(got), nodes, p, seed); err != nil {
+			t.Fatal(err)
+		}
+		dropped := 0
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("p %v value %d: %v, want %v (Gather then Dropout)", p, i, got[i], want[i])
+			}
+			if got[i] == 0 && x[int(ids[i/cols])*cols+i%cols] != 0 {
+				dropped++
+			}
+		}
+		if (p == 0) != (dropped == 0) {
+			t.Fatalf("p %v: %d of %d values dropped", p, dropped, len(want))
+		}
+	}
+	for _, p := range []float32{-0.1, 1, float32(math.NaN())} {
+		if err := s.GatherDropout(cpu.WrapF32(make([]float32, cols)), cpu.WrapI32([]int32{1}), p, 1); !errors.Is(err, ErrInput) {
+			t.Fatalf("p %v: %v", p, err)
+		}
 	}
 }

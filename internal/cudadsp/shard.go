@@ -13,7 +13,8 @@ import (
 // machine's shard (its hot rows in device memory, the rest pinned and
 // read through UVA, indexed by global ID minus the shard's start), and a
 // mapped pinned staging buffer for the rows of other machines, which the
-// gather kernel reads by a per-batch slot map (-1: the shard's row).
+// gather kernel reads by a per-batch slot map (-1: the shard's row); the
+// kernel applies the input dropout as it writes (feature.GatherStaged).
 type ShardMachine struct {
 	dev     routeDevice
 	s       *feature.Store
@@ -92,7 +93,7 @@ func (m *ShardMachine) Stage(n, staged int) ([]int32, []float32, error) {
 	return m.pin.Int32s()[off : off+n], m.pin.Float32s()[:vals], nil
 }
 
-func (m *ShardMachine) GatherStaged(dst, nodes backend.Buffer, n, staged int) error {
+func (m *ShardMachine) GatherStaged(dst, nodes backend.Buffer, n, staged int, p float32, seed uint64) error {
 	if m.pin == nil || n != m.n || staged != m.rows {
 		return fmt.Errorf("%w: gather of %d rows (%d staged) after staging %d (%d)", cache.ErrInput, n, staged, m.n, m.rows)
 	}
@@ -100,7 +101,7 @@ func (m *ShardMachine) GatherStaged(dst, nodes backend.Buffer, n, staged int) er
 	if base == 0 {
 		return fmt.Errorf("cudadsp: the staging buffer is not mapped")
 	}
-	if err := m.s.GatherStaged(dst, nodes, base+backend.DevPtr(stagedOff(m.capVals)), base, int64(staged)); err != nil {
+	if err := m.s.GatherStaged(dst, nodes, base+backend.DevPtr(stagedOff(m.capVals)), base, int64(staged), p, seed); err != nil {
 		return err
 	}
 	// The staging memory is written again by the next batch: wait for
