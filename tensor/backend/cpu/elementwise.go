@@ -197,8 +197,8 @@ func (b *Backend) UnaryBackward(u backend.UnaryOp, alpha float32, dx, x, y, dy b
 // dst = x*mask.
 func (b *Backend) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) error {
 	const op = "Dropout"
-	if !(p >= 0 && p < 1) {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("p = %v, want 0 <= p < 1", p)}
+	if err := backend.CheckDropoutRate(op, p); err != nil {
+		return err
 	}
 	d, err := f32Any(op, "dst", dst)
 	if err != nil {

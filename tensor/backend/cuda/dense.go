@@ -189,8 +189,9 @@ func (d *Device) UnaryBackward(u backend.UnaryOp, alpha float32, dx, x, y, dy ba
 // and dst = x*mask: the same mask as the CPU back end, bit for bit.
 func (d *Device) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) error {
 	const op = "Dropout"
-	if !(p >= 0 && p < 1) {
-		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("p = %v, want 0 <= p < 1", p)}
+	keep, err := dropArgs(op, p)
+	if err != nil {
+		return err
 	}
 	dv, err := d.f32Any(op, "dst", dst)
 	if err != nil {
@@ -204,7 +205,6 @@ func (d *Device) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) er
 	if err != nil {
 		return err
 	}
-	keep := 1 / (1 - p)
 	return d.run(func() error {
 		return d.launchN("dropout_f32", int64(dv.n), uint64(dv.ptr), uint64(mv.ptr), uint64(xv.ptr), cu.F32(p), cu.F32(keep), seed, cu.I64(int64(dv.n)))
 	})
@@ -320,10 +320,9 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	if cols == 0 {
 		return nil
 	}
-	chunk := max(64, (rows+4095)/4096) // at most 4096 chunks (grid.y limit 65535)
-	nchunks := max(1, (rows+chunk-1)/chunk)
-	if int64(nchunks)*int64(cols) > maxElems {
-		return &backend.ShapeError{Op: op, Msg: "shape too large"}
+	chunk, nchunks, err := sumRowsChunks(op, rows, cols)
+	if err != nil {
+		return err
 	}
 	leave, err := d.enter()
 	if err != nil {
@@ -343,6 +342,18 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 		return err
 	}
 	return d.launchWarps("sum_rows_final", int64(cols), uint64(part.ptr), cu.I64(int64(nchunks)), cu.I64(int64(cols)), uint64(dv.ptr))
+}
+
+// sumRowsChunks returns SumRows' split of rows into chunks (at most
+// 4096: grid.y's limit is 65535), whose partial sums it keeps in double;
+// BiasActDropoutBackward shares it so that its bias sums are SumRows'.
+func sumRowsChunks(op string, rows, cols int) (chunk, nchunks int, err error) {
+	chunk = max(64, (rows+4095)/4096)
+	nchunks = max(1, (rows+chunk-1)/chunk)
+	if int64(nchunks)*int64(cols) > maxElems {
+		return 0, 0, &backend.ShapeError{Op: op, Msg: "shape too large"}
+	}
+	return chunk, nchunks, nil
 }
 
 // ArgmaxRows writes each row's first largest column into dst (int32).
@@ -390,20 +401,7 @@ func (d *Device) LogSoftmax(dst, x backend.Buffer, rows, cols int) error {
 
 // LogSoftmaxBackward computes dx = dy - exp(y) * rowsum(dy).
 func (d *Device) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) error {
-	const op = "LogSoftmaxBackward"
-	n, err := backend.Dims(op, rows, cols)
-	if err != nil {
-		return err
-	}
-	dv, err := d.f32(op, "dx", dx, n)
-	if err != nil {
-		return err
-	}
-	yv, err := d.f32(op, "y", y, n)
-	if err != nil {
-		return err
-	}
-	gv, err := d.f32(op, "dy", dy, n)
+	_, dv, yv, gv, err := d.backwardArgs("LogSoftmaxBackward", dx, y, dy, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -413,6 +411,25 @@ func (d *Device) LogSoftmaxBackward(dx, y, dy backend.Buffer, rows, cols int) er
 	return d.run(func() error {
 		return d.launchWarps("log_softmax_backward", int64(rows), uint64(dv.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(int64(rows)), cu.I64(int64(cols)))
 	})
+}
+
+// backwardArgs checks the arguments of a backward op over a rows x cols
+// output y (LogSoftmaxBackward, BiasActDropoutBackward): dx, y and dy
+// float32 of n = rows x cols each.
+func (d *Device) backwardArgs(op string, dx, y, dy backend.Buffer, rows, cols int) (n int, dxv, yv, gv *Buffer, err error) {
+	if n, err = backend.Dims(op, rows, cols); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if dxv, err = d.f32(op, "dx", dx, n); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if yv, err = d.f32(op, "y", y, n); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if gv, err = d.f32(op, "dy", dy, n); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	return n, dxv, yv, gv, nil
 }
 
 // nllArgs validates the NLL arguments.
@@ -524,22 +541,41 @@ func (d *Device) NLLLossBackward(dlogp, rows, labels backend.Buffer, nrows, cols
 // GatherRows copies dst[i,:] = x[idx[i],:]. Indices are checked on the
 // device; a bad one is reported by the next Synchronize.
 func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
-	const op = "GatherRows"
-	xn, err := backend.Dims(op, xrows, cols)
+	g, err := d.gatherArgs("GatherRows", dst, x, idx, xrows, cols)
 	if err != nil {
 		return err
+	}
+	return d.gather(g)
+}
+
+// gatherCall is a checked GatherRows (or GatherRowsDropout) call.
+type gatherCall struct {
+	op          string
+	dst, x, idx *Buffer
+	bf16        bool // x is bfloat16 (else float32)
+	xrows, cols int
+	drop        []uint64 // the dropout kernels' p, keep and seed; nil: none
+}
+
+// gatherArgs checks GatherRows' arguments, which GatherRowsDropout
+// shares: x float32 or bfloat16 of xrows x cols, idx int32, dst float32
+// of len(idx) x cols.
+func (d *Device) gatherArgs(op string, dst, x, idx backend.Buffer, xrows, cols int) (gatherCall, error) {
+	xn, err := backend.Dims(op, xrows, cols)
+	if err != nil {
+		return gatherCall{}, err
 	}
 	iv, err := d.i32Any(op, "idx", idx)
 	if err != nil {
-		return err
+		return gatherCall{}, err
 	}
 	dn, err := backend.Dims(op, iv.n, cols)
 	if err != nil {
-		return err
+		return gatherCall{}, err
 	}
 	dv, err := d.f32(op, "dst", dst, dn)
 	if err != nil {
-		return err
+		return gatherCall{}, err
 	}
 	xdt := backend.Float32
 	if x != nil && x.DType() == backend.BFloat16 {
@@ -547,9 +583,18 @@ func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	}
 	xv, err := d.asBuf(op, "x", x, xdt, xn)
 	if err != nil {
-		return err
+		return gatherCall{}, err
 	}
-	if dn == 0 {
+	return gatherCall{op: op, dst: dv, x: xv, idx: iv, bf16: xdt == backend.BFloat16, xrows: xrows, cols: cols}, nil
+}
+
+// gather queues g with its index check: one kernel of the gather_rows
+// family (gather_rows, gather_rows4, gather_rows_bf16, gather_rows_bf16x4,
+// each with a _drop form taking g.drop), the vector form (four values a
+// thread) when the rows and pointers allow.
+func (d *Device) gather(g gatherCall) error {
+	n, c := int64(g.idx.n), int64(g.cols)
+	if n*c == 0 {
 		return nil
 	}
 	leave, err := d.enter()
@@ -557,31 +602,23 @@ func (d *Device) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 		return err
 	}
 	defer leave()
-	slot, err := d.checks.slot(d, op, "idx", iv, xrows)
+	slot, err := d.checks.slot(d, g.op, "idx", g.idx, g.xrows)
 	if err != nil {
 		return err
 	}
-	if xdt == backend.BFloat16 {
-		return d.gatherBF16Locked(dv.ptr, xv.ptr, iv.ptr, int64(iv.n), int64(xrows), int64(cols), slot)
+	name, vec, xalign := "gather_rows", "gather_rows4", cu.DevPtr(16)
+	if g.bf16 {
+		name, vec, xalign = "gather_rows_bf16", "gather_rows_bf16x4", 8
 	}
-	return d.gatherLocked(dv.ptr, xv.ptr, iv.ptr, int64(iv.n), int64(xrows), int64(cols), slot)
-}
-
-// gatherBF16Locked queues dst[i,:] = float32(x[idx[i],:]) for a bfloat16 x:
-// 8-byte loads of four values when the rows allow.
-func (d *Device) gatherBF16Locked(dst, x, idx cu.DevPtr, n, xrows, cols int64, slot uint64) error {
-	if cols%4 == 0 && dst%16 == 0 && x%8 == 0 {
-		return d.launchN("gather_rows_bf16x4", n*cols/4, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols/4), slot)
+	items := n * c
+	if c%4 == 0 && g.dst.ptr%16 == 0 && g.x.ptr%xalign == 0 {
+		name, items, c = vec, items/4, c/4
 	}
-	return d.launchN("gather_rows_bf16", n*cols, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols), slot)
-}
-
-// gatherLocked queues dst[i,:] = x[idx[i],:] for device or mapped host x.
-func (d *Device) gatherLocked(dst, x, idx cu.DevPtr, n, xrows, cols int64, slot uint64) error {
-	if cols%4 == 0 && dst%16 == 0 && x%16 == 0 {
-		return d.launchN("gather_rows4", n*cols/4, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols/4), slot)
+	if g.drop != nil {
+		name += "_drop"
 	}
-	return d.launchN("gather_rows", n*cols, uint64(dst), uint64(x), uint64(idx), cu.I64(n), cu.I64(xrows), cu.I64(cols), slot)
+	args := append([]uint64{uint64(g.dst.ptr), uint64(g.x.ptr), uint64(g.idx.ptr), cu.I64(n), cu.I64(int64(g.xrows)), cu.I64(c), slot}, g.drop...)
+	return d.launchN(name, items, args...)
 }
 
 // ScatterAddRows accumulates dst[idx[i],:] += src[i,:]. The indices are

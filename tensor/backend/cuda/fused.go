@@ -11,42 +11,51 @@ import (
 // and Unary(ReLU) compute, bit for bit, in one pass. dst may alias a or b.
 // Package fullgraph uses it for a layer's output.
 func (d *Device) BiasAct(dst, a, b, bias backend.Buffer, rows, cols int, relu bool) error {
-	const op = "BiasAct"
+	c, err := d.biasActArgs("BiasAct", dst, a, b, bias, rows, cols)
+	if err != nil || c.n == 0 {
+		return err
+	}
+	return d.run(func() error {
+		return d.launchN("bias_act", int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
+			cu.I64(int64(c.n)), cu.I64(int64(cols)), cu.I32(b2i(relu)))
+	})
+}
+
+// biasActCall is a checked BiasAct (or BiasActDropout) call: n elements
+// and the pointers dst, a, b (0 when nil) and bias.
+type biasActCall struct {
+	n    int
+	ptrs [4]uint64
+}
+
+// biasActArgs checks BiasAct's arguments, which BiasActDropout shares:
+// dst, a and b (optional) float32 of rows x cols, bias of cols.
+func (d *Device) biasActArgs(op string, dst, a, b, bias backend.Buffer, rows, cols int) (biasActCall, error) {
 	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
-		return err
+		return biasActCall{}, err
 	}
 	dv, err := d.f32(op, "dst", dst, n)
 	if err != nil {
-		return err
+		return biasActCall{}, err
 	}
 	av, err := d.f32(op, "a", a, n)
 	if err != nil {
-		return err
+		return biasActCall{}, err
 	}
 	var bp cu.DevPtr
 	if b != nil {
 		bv, err := d.f32(op, "b", b, n)
 		if err != nil {
-			return err
+			return biasActCall{}, err
 		}
 		bp = bv.ptr
 	}
 	biasv, err := d.f32(op, "bias", bias, cols)
 	if err != nil {
-		return err
+		return biasActCall{}, err
 	}
-	if n == 0 {
-		return nil
-	}
-	r := int32(0)
-	if relu {
-		r = 1
-	}
-	return d.run(func() error {
-		return d.launchN("bias_act", int64(n), uint64(dv.ptr), uint64(av.ptr), uint64(bp), uint64(biasv.ptr),
-			cu.I64(int64(n)), cu.I64(int64(cols)), cu.I32(r))
-	})
+	return biasActCall{n: n, ptrs: [4]uint64{uint64(dv.ptr), uint64(av.ptr), uint64(bp), uint64(biasv.ptr)}}, nil
 }
 
 // ReLUMaskScale computes dst = y > 0 ? dy*scale : 0 elementwise: the
@@ -93,67 +102,12 @@ func (d *Device) GatherRowsDropout(dst, x, idx backend.Buffer, xrows, cols int, 
 	if err != nil {
 		return err
 	}
-	xn, err := backend.Dims(op, xrows, cols)
+	g, err := d.gatherArgs(op, dst, x, idx, xrows, cols)
 	if err != nil {
 		return err
 	}
-	iv, err := d.i32Any(op, "idx", idx)
-	if err != nil {
-		return err
-	}
-	dn, err := backend.Dims(op, iv.n, cols)
-	if err != nil {
-		return err
-	}
-	dv, err := d.f32(op, "dst", dst, dn)
-	if err != nil {
-		return err
-	}
-	xdt := backend.Float32
-	if x != nil && x.DType() == backend.BFloat16 {
-		xdt = backend.BFloat16
-	}
-	xv, err := d.asBuf(op, "x", x, xdt, xn)
-	if err != nil {
-		return err
-	}
-	if dn == 0 {
-		return nil
-	}
-	leave, err := d.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
-	slot, err := d.checks.slot(d, op, "idx", iv, xrows)
-	if err != nil {
-		return err
-	}
-	n, c := int64(iv.n), int64(cols)
-	args := func(ptrs ...uint64) []uint64 {
-		return append(ptrs, cu.I64(n), cu.I64(int64(xrows)), 0, slot, cu.F32(p), cu.F32(keep), seed)
-	}
-	var name string
-	var a []uint64
-	switch {
-	case xdt == backend.BFloat16 && c%4 == 0 && dv.ptr%16 == 0 && xv.ptr%8 == 0:
-		name, a = "gather_rows_bf16x4_drop", args(uint64(dv.ptr), uint64(xv.ptr), uint64(iv.ptr))
-		a[5] = cu.I64(c / 4)
-	case xdt == backend.BFloat16:
-		name, a = "gather_rows_bf16_drop", args(uint64(dv.ptr), uint64(xv.ptr), uint64(iv.ptr))
-		a[5] = cu.I64(c)
-	case c%4 == 0 && dv.ptr%16 == 0 && xv.ptr%16 == 0:
-		name, a = "gather_rows4_drop", args(uint64(dv.ptr), uint64(xv.ptr), uint64(iv.ptr))
-		a[5] = cu.I64(c / 4)
-	default:
-		name, a = "gather_rows_drop", args(uint64(dv.ptr), uint64(xv.ptr), uint64(iv.ptr))
-		a[5] = cu.I64(c)
-	}
-	items := n * c
-	if name == "gather_rows4_drop" || name == "gather_rows_bf16x4_drop" {
-		items /= 4
-	}
-	return d.launchN(name, items, a...)
+	g.drop = []uint64{cu.F32(p), cu.F32(keep), seed}
+	return d.gather(g)
 }
 
 // BiasActDropout computes dst = Dropout(act((a + b) + bias)) in one pass
@@ -164,36 +118,13 @@ func (d *Device) BiasActDropout(dst, a, b, bias backend.Buffer, rows, cols int, 
 	if err != nil {
 		return err
 	}
-	n, err := backend.Dims(op, rows, cols)
-	if err != nil {
+	c, err := d.biasActArgs(op, dst, a, b, bias, rows, cols)
+	if err != nil || c.n == 0 {
 		return err
-	}
-	dv, err := d.f32(op, "dst", dst, n)
-	if err != nil {
-		return err
-	}
-	av, err := d.f32(op, "a", a, n)
-	if err != nil {
-		return err
-	}
-	var bp cu.DevPtr
-	if b != nil {
-		bv, err := d.f32(op, "b", b, n)
-		if err != nil {
-			return err
-		}
-		bp = bv.ptr
-	}
-	biasv, err := d.f32(op, "bias", bias, cols)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return nil
 	}
 	return d.run(func() error {
-		return d.launchN("bias_act_drop", int64(n), uint64(dv.ptr), uint64(av.ptr), uint64(bp), uint64(biasv.ptr),
-			cu.I64(int64(n)), cu.I64(int64(cols)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
+		return d.launchN("bias_act_drop", int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
+			cu.I64(int64(c.n)), cu.I64(int64(cols)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
 	})
 }
 
@@ -213,19 +144,7 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 	if err != nil {
 		return err
 	}
-	n, err := backend.Dims(op, rows, cols)
-	if err != nil {
-		return err
-	}
-	dxv, err := d.f32(op, "dx", dx, n)
-	if err != nil {
-		return err
-	}
-	yv, err := d.f32(op, "y", y, n)
-	if err != nil {
-		return err
-	}
-	gv, err := d.f32(op, "dy", dy, n)
+	n, dxv, yv, gv, err := d.backwardArgs(op, dx, y, dy, rows, cols)
 	if err != nil {
 		return err
 	}
@@ -247,11 +166,9 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 	if cols == 0 {
 		return nil
 	}
-	// SumRows' chunking, so that the sums are SumRows' bit for bit.
-	chunk := max(64, (rows+4095)/4096)
-	nchunks := max(1, (rows+chunk-1)/chunk)
-	if int64(nchunks)*int64(cols) > maxElems {
-		return &backend.ShapeError{Op: op, Msg: "shape too large"}
+	chunk, nchunks, err := sumRowsChunks(op, rows, cols)
+	if err != nil {
+		return err
 	}
 	leave, err := d.enter()
 	if err != nil {
