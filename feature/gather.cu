@@ -11,72 +11,64 @@
 // keep = 1/(1-p) (float32, from the host), backend.Dropout's rule, so no
 // separate pass over the gathered rows and no mask.
 
-__device__ __forceinline__ float feat_drop(float p, float keep, u64 seed, i64 k) {
-  if (p == 0.0f) return 1.0f;
-  return rng_uniform01(seed, (u64)k) >= p ? keep : 0.0f;
+// feat_scale is v times its dropout mask value (drop_factor, common.cuh);
+// the float4 form scales the four values of vector k4 (elements 4*k4 ...)
+// and leaves v as it is when p == 0.
+__device__ __forceinline__ float feat_scale(float v, float p, float keep, u64 seed, i64 k) {
+  return v * drop_factor(p, keep, seed, k);
 }
 
-// feat_drop4 scales the four values of vector k4 (elements 4*k4 ...).
-__device__ __forceinline__ float4 feat_drop4(float4 v, float p, float keep, u64 seed, i64 k4) {
+__device__ __forceinline__ float4 feat_scale(float4 v, float p, float keep, u64 seed, i64 k4) {
   if (p == 0.0f) return v;
   i64 e = k4 * 4;
-  v.x *= feat_drop(p, keep, seed, e);
-  v.y *= feat_drop(p, keep, seed, e + 1);
-  v.z *= feat_drop(p, keep, seed, e + 2);
-  v.w *= feat_drop(p, keep, seed, e + 3);
+  v.x *= drop_factor(p, keep, seed, e);
+  v.y *= drop_factor(p, keep, seed, e + 1);
+  v.z *= drop_factor(p, keep, seed, e + 2);
+  v.w *= drop_factor(p, keep, seed, e + 3);
   return v;
 }
 
-extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, const int* slot, const float* hot,
-                                       const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
-                                       i64 lo, const int* spos, const float* staged, i64 nstaged) {
+// feat_gather_body is the one body of the four kernels below: Out is
+// float, or float4 for four values a thread (cols then counts vectors);
+// In, the table's values, float or bf16 (float4 or uint2), widened
+// exactly by as_f32 (common.cuh); staged rows are float32.
+template <typename Out, typename In>
+__device__ __forceinline__ void feat_gather_body(Out* out, const int* nodes, i64 n, const int* slot, const In* hot,
+                                                 const In* cold, i64 nrows, i64 cols, u64* err, float p, float keep,
+                                                 u64 seed, i64 lo, const int* spos, const Out* staged, i64 nstaged) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
     i64 sp = spos ? (i64)spos[i] : -1;
     if (sp >= 0) {
       if (sp >= nstaged) {
         if (c == 0) index_error(err, i);
-        out[k] = 0.0f;
+        out[k] = Out();
         continue;
       }
-      out[k] = staged[sp * cols + c] * feat_drop(p, keep, seed, k);
+      out[k] = feat_scale(staged[sp * cols + c], p, keep, seed, k);
       continue;
     }
     i64 v = (i64)nodes[i] - lo;
     if (v < 0 || v >= nrows) {
       if (c == 0) index_error(err, i);
-      out[k] = 0.0f;
+      out[k] = Out();
       continue;
     }
     int s = slot ? slot[v] : -1;
-    out[k] = (s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]) * feat_drop(p, keep, seed, k);
+    out[k] = feat_scale(as_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]), p, keep, seed, k);
   }
+}
+
+extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, const int* slot, const float* hot,
+                                       const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
+                                       i64 lo, const int* spos, const float* staged, i64 nstaged) {
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged);
 }
 
 extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, const int* slot, const float4* hot,
                                         const float4* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
                                         i64 lo, const int* spos, const float4* staged, i64 nstaged) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    i64 sp = spos ? (i64)spos[i] : -1;
-    if (sp >= 0) {
-      if (sp >= nstaged) {
-        if (c == 0) index_error(err, i);
-        out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        continue;
-      }
-      out[k] = feat_drop4(staged[sp * cols4 + c], p, keep, seed, k);
-      continue;
-    }
-    i64 v = (i64)nodes[i] - lo;
-    if (v < 0 || v >= nrows) {
-      if (c == 0) index_error(err, i);
-      out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      continue;
-    }
-    int s = slot ? slot[v] : -1;
-    out[k] = feat_drop4(s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c], p, keep, seed, k);
-  }
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged);
 }
 
 // The same two over a bfloat16 table (hot rows and host memory), widened
@@ -85,51 +77,11 @@ extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, co
 extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n, const int* slot, const bf16* hot,
                                             const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
                                             i64 lo, const int* spos, const float* staged, i64 nstaged) {
-  GRID_STRIDE(k, n * cols) {
-    i64 i = k / cols, c = k - i * cols;
-    i64 sp = spos ? (i64)spos[i] : -1;
-    if (sp >= 0) {
-      if (sp >= nstaged) {
-        if (c == 0) index_error(err, i);
-        out[k] = 0.0f;
-        continue;
-      }
-      out[k] = staged[sp * cols + c] * feat_drop(p, keep, seed, k);
-      continue;
-    }
-    i64 v = (i64)nodes[i] - lo;
-    if (v < 0 || v >= nrows) {
-      if (c == 0) index_error(err, i);
-      out[k] = 0.0f;
-      continue;
-    }
-    int s = slot ? slot[v] : -1;
-    out[k] = bf16_to_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]) * feat_drop(p, keep, seed, k);
-  }
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged);
 }
 
 extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64 n, const int* slot, const uint2* hot,
                                               const uint2* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
                                               i64 lo, const int* spos, const float4* staged, i64 nstaged) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    i64 sp = spos ? (i64)spos[i] : -1;
-    if (sp >= 0) {
-      if (sp >= nstaged) {
-        if (c == 0) index_error(err, i);
-        out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        continue;
-      }
-      out[k] = feat_drop4(staged[sp * cols4 + c], p, keep, seed, k);
-      continue;
-    }
-    i64 v = (i64)nodes[i] - lo;
-    if (v < 0 || v >= nrows) {
-      if (c == 0) index_error(err, i);
-      out[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      continue;
-    }
-    int s = slot ? slot[v] : -1;
-    out[k] = feat_drop4(bf16x4_to_f32x4(s >= 0 ? hot[(i64)s * cols4 + c] : cold[(i64)v * cols4 + c]), p, keep, seed, k);
-  }
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged);
 }

@@ -87,3 +87,21 @@ __device__ __forceinline__ float4 bf16x4_to_f32x4(uint2 v) {
   return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
                      __uint_as_float(v.y & 0xffff0000u));
 }
+
+// as_f32 widens a gathered value to float32 exactly: float32 as it is,
+// bfloat16 (one, or four packed in a uint2) by bf16_to_f32. The gather
+// kernels' bodies are written once over the value type with it.
+__device__ __forceinline__ float as_f32(float v) { return v; }
+__device__ __forceinline__ float as_f32(bf16 v) { return bf16_to_f32(v); }
+__device__ __forceinline__ float4 as_f32(float4 v) { return v; }
+__device__ __forceinline__ float4 as_f32(uint2 v) { return bf16x4_to_f32x4(v); }
+
+// drop_factor is backend.Dropout's mask value of flat element i: keep
+// (1/(1-p), computed on the host in float32) when rng.Uniform01(seed, i)
+// >= p, else 0; 1 when p == 0 (no dropout). Kernels that apply dropout
+// as they write (backend.Fused, the feature gathers) regenerate the mask
+// with it instead of storing one.
+__device__ __forceinline__ float drop_factor(float p, float keep, u64 seed, i64 i) {
+  if (p == 0.0f) return 1.0f;
+  return rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
+}

@@ -210,65 +210,67 @@ extern "C" __global__ void nll_backward(float* dlogp, const int* rows, const int
   }
 }
 
-// dst[i, :] = x[idx[i], :]; rows with a bad index are zeroed and reported.
-extern "C" __global__ void gather_rows(float* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
-                                       u64* err) {
+// drop_scale is v times its dropout mask value (drop_factor), for the
+// four values of vector k4 (elements 4*k4 ...) in the float4 form.
+__device__ __forceinline__ float drop_scale(float v, float p, float keep, u64 seed, i64 k) {
+  return v * drop_factor(p, keep, seed, k);
+}
+
+__device__ __forceinline__ float4 drop_scale(float4 v, float p, float keep, u64 seed, i64 k4) {
+  i64 e = k4 * 4;  // flat index of the vector's first element
+  v.x *= drop_factor(p, keep, seed, e);
+  v.y *= drop_factor(p, keep, seed, e + 1);
+  v.z *= drop_factor(p, keep, seed, e + 2);
+  v.w *= drop_factor(p, keep, seed, e + 3);
+  return v;
+}
+
+// gather_rows_body is the one body of the gather_rows kernels: d[i, :] =
+// x[idx[i], :] with x's values In (float or bf16, or four a thread: float4
+// or uint2, with Out float4 and cols counting vectors) widened by as_f32;
+// rows with a bad index are zeroed and reported. With Drop (fused.cu's
+// _drop kernels: GatherRowsDropout) each value is scaled by its dropout
+// mask value as it is stored.
+template <bool Drop, typename Out, typename In>
+__device__ __forceinline__ void gather_rows_body(Out* d, const In* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                                 u64* err, float p, float keep, u64 seed) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
     int j = idx[i];
     if (j < 0 || j >= xrows) {
       if (c == 0) index_error(err, i);
-      d[k] = 0.0f;
+      d[k] = Out();
     } else {
-      d[k] = x[(i64)j * cols + c];
+      Out v = as_f32(x[(i64)j * cols + c]);
+      if constexpr (Drop) v = drop_scale(v, p, keep, seed, k);
+      d[k] = v;
     }
   }
+}
+
+// dst[i, :] = x[idx[i], :]; rows with a bad index are zeroed and reported.
+extern "C" __global__ void gather_rows(float* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                       u64* err) {
+  gather_rows_body<false>(d, x, idx, n, xrows, cols, err, 0.0f, 1.0f, 0);
 }
 
 // gather_rows4 is gather_rows for cols % 4 == 0 with 16-byte accesses.
 extern "C" __global__ void gather_rows4(float4* d, const float4* x, const int* idx, i64 n, i64 xrows, i64 cols4,
                                         u64* err) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-      d[k] = x[(i64)j * cols4 + c];
-    }
-  }
+  gather_rows_body<false>(d, x, idx, n, xrows, cols4, err, 0.0f, 1.0f, 0);
 }
 
 // gather_rows from a bfloat16 x, widened to float32 (exact).
 extern "C" __global__ void gather_rows_bf16(float* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
                                             u64* err) {
-  GRID_STRIDE(k, n * cols) {
-    i64 i = k / cols, c = k - i * cols;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = 0.0f;
-    } else {
-      d[k] = bf16_to_f32(x[(i64)j * cols + c]);
-    }
-  }
+  gather_rows_body<false>(d, x, idx, n, xrows, cols, err, 0.0f, 1.0f, 0);
 }
 
 // gather_rows_bf16x4 is gather_rows_bf16 for cols % 4 == 0: 8-byte loads
 // of four values, 16-byte stores.
 extern "C" __global__ void gather_rows_bf16x4(float4* d, const uint2* x, const int* idx, i64 n, i64 xrows, i64 cols4,
                                               u64* err) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-      d[k] = bf16x4_to_f32x4(x[(i64)j * cols4 + c]);
-    }
-  }
+  gather_rows_body<false>(d, x, idx, n, xrows, cols4, err, 0.0f, 1.0f, 0);
 }
 
 // Convert: float32 to bfloat16 (round to nearest even) and back (exact).

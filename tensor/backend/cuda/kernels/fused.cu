@@ -27,81 +27,29 @@ extern "C" __global__ void relu_mask_scale(float* d, const float* dy, const floa
   GRID_STRIDE(i, n) d[i] = y[i] > 0.0f ? dy[i] * scale : 0.0f;
 }
 
-// ---- Training-step chains without stored dropout masks (backend.Fused).
-// drop_factor is Dropout's mask value of flat element i: keep (1/(1-p),
-// computed on the host in float32) when rng.Uniform01(seed, i) >= p, else
-// 0; 1 when p == 0 (no dropout).
-__device__ __forceinline__ float drop_factor(float p, float keep, u64 seed, i64 i) {
-  if (p == 0.0f) return 1.0f;
-  return rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
-}
+// ---- Training-step chains without stored dropout masks (backend.Fused),
+// each value scaled by drop_factor (common.cuh), the regenerated mask.
 
-// GatherRows then Dropout: d[k] = x[idx[i], c] * drop_factor(k).
+// GatherRows then Dropout: d[k] = x[idx[i], c] * drop_factor(k), the
+// gather_rows kernels' body (dense.cu) with its dropout compiled in.
 extern "C" __global__ void gather_rows_drop(float* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
                                             u64* err, float p, float keep, u64 seed) {
-  GRID_STRIDE(k, n * cols) {
-    i64 i = k / cols, c = k - i * cols;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = 0.0f;
-    } else {
-      d[k] = x[(i64)j * cols + c] * drop_factor(p, keep, seed, k);
-    }
-  }
+  gather_rows_body<true>(d, x, idx, n, xrows, cols, err, p, keep, seed);
 }
 
-__device__ __forceinline__ float4 drop4(float4 v, float p, float keep, u64 seed, i64 k4) {
-  i64 e = k4 * 4;  // flat index of the vector's first element
-  v.x *= drop_factor(p, keep, seed, e);
-  v.y *= drop_factor(p, keep, seed, e + 1);
-  v.z *= drop_factor(p, keep, seed, e + 2);
-  v.w *= drop_factor(p, keep, seed, e + 3);
-  return v;
-}
-
-// gather_rows_drop for cols % 4 == 0 with 16-byte accesses.
 extern "C" __global__ void gather_rows4_drop(float4* d, const float4* x, const int* idx, i64 n, i64 xrows, i64 cols4,
                                              u64* err, float p, float keep, u64 seed) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-      d[k] = drop4(x[(i64)j * cols4 + c], p, keep, seed, k);
-    }
-  }
+  gather_rows_body<true>(d, x, idx, n, xrows, cols4, err, p, keep, seed);
 }
 
-// gather_rows_drop from a bfloat16 x (widened exactly, then scaled).
 extern "C" __global__ void gather_rows_bf16_drop(float* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
                                                  u64* err, float p, float keep, u64 seed) {
-  GRID_STRIDE(k, n * cols) {
-    i64 i = k / cols, c = k - i * cols;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = 0.0f;
-    } else {
-      d[k] = bf16_to_f32(x[(i64)j * cols + c]) * drop_factor(p, keep, seed, k);
-    }
-  }
+  gather_rows_body<true>(d, x, idx, n, xrows, cols, err, p, keep, seed);
 }
 
 extern "C" __global__ void gather_rows_bf16x4_drop(float4* d, const uint2* x, const int* idx, i64 n, i64 xrows,
                                                    i64 cols4, u64* err, float p, float keep, u64 seed) {
-  GRID_STRIDE(k, n * cols4) {
-    i64 i = k / cols4, c = k - i * cols4;
-    int j = idx[i];
-    if (j < 0 || j >= xrows) {
-      if (c == 0) index_error(err, i);
-      d[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-      d[k] = drop4(bf16x4_to_f32x4(x[(i64)j * cols4 + c]), p, keep, seed, k);
-    }
-  }
+  gather_rows_body<true>(d, x, idx, n, xrows, cols4, err, p, keep, seed);
 }
 
 // d = Dropout(act((a + b) + bias[col])): bias_act followed by the mask,
