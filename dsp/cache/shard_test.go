@@ -37,14 +37,15 @@ func shardTable(rows, cols int) []float32 {
 	return x
 }
 
-func TestShardStoreRowsEqualTable(t *testing.T) {
-	const rows, cols, lo, hi = 40, 3, 10, 25
-	x := shardTable(rows, cols)
+// hostShardStore returns the CPU shard store of rows [lo, hi) of the
+// rows x cols table x (hot rows cached, notionally), whose source serves x.
+func hostShardStore(t *testing.T, x []float32, rows, cols, lo, hi, hot int) (*cpu.Backend, *ShardStore, *tableSource) {
+	t.Helper()
 	b, err := cpu.New(cpu.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 4)
+	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, hot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +54,13 @@ func TestShardStoreRowsEqualTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, s, src
+}
+
+func TestShardStoreRowsEqualTable(t *testing.T) {
+	const rows, cols, lo, hi = 40, 3, 10, 25
+	x := shardTable(rows, cols)
+	_, s, src := hostShardStore(t, x, rows, cols, lo, hi, 4)
 	// Local rows, remote rows on both sides, repeats, the shard's edges.
 	ids := []int32{10, 3, 24, 39, 3, 25, 9, 12, 39, 0, 10}
 	nodes, dst := cpu.WrapI32(ids), cpu.WrapF32(make([]float32, len(ids)*cols))
@@ -137,18 +145,7 @@ func TestShardStoreGatherDropout(t *testing.T) {
 	x := shardTable(rows, cols)
 	x[lo*cols+1] = float32(math.Inf(-1)) // a local row's value
 	x[3*cols+2] = float32(math.Copysign(0, -1))
-	b, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewShardStore(b, m, &tableSource{x: x, cols: cols}, rows, cols, lo, hi)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, s, _ := hostShardStore(t, x, rows, cols, lo, hi, 4)
 	ids := []int32{10, 3, 24, 39, 3, 25, 9, 12, 39, 0, 10}
 	nodes := cpu.WrapI32(ids)
 	for _, p := range []float32{0, 0.25, 0.5, 0.9} {
