@@ -49,6 +49,10 @@ type meta struct {
 	NumNodes  int64     `json:"num_nodes"`
 	NumEdges  int64     `json:"num_edges"`
 	GraphCRC  string    `json:"graph_crc32c"`
+	// A typed dataset's split names its relation and counts the
+	// destination type's nodes (num_nodes: the source type's).
+	Relation    string `json:"relation,omitempty"`
+	NumDstNodes int64  `json:"num_dst_nodes,omitempty"`
 }
 
 // WriteDir writes s as the edge split layout into dir, which must not
@@ -66,7 +70,7 @@ func (s *EdgeSplit) WriteDir(dir string) error {
 		}
 	}
 	m := meta{Format: edgeFormat, Version: edgeVersion, Directed: s.Directed, Seed: s.Seed, Fractions: s.Fractions[:],
-		NumNodes: s.NumNodes, NumEdges: s.NumEdges, GraphCRC: s.GraphCRC}
+		NumNodes: s.NumNodes, NumEdges: s.NumEdges, GraphCRC: s.GraphCRC, Relation: s.Relation, NumDstNodes: s.NumDstNodes}
 	for i := range 3 {
 		m.Counts = append(m.Counts, int64(len(s.Src[i])))
 	}
@@ -137,6 +141,40 @@ func writeEdgeNPY(w io.Writer, src, dst []int32) error {
 // direction (src < dst when undirected), and no edge in two parts or
 // twice in one. Problems are *dataset.FormatError naming the file.
 func ReadEdges(datasetDir string, d *dataset.Dataset) (*EdgeSplit, error) {
+	g := d.Graph
+	return readSplit(datasetDir, splitGraph{nSrc: g.NumRows, nDst: g.NumRows, numEdges: g.NumEdges(), directed: d.Directed,
+		oneSpace: true, crc: func() string { return GraphCRC(g) }, has: func(u, v int32) bool { return hasEdge(g, u, v) }})
+}
+
+// ReadRelationEdges reads datasetDir/edge_split, a split of relation rel
+// of the typed dataset h (RelationEdges, 'strata split --link-relation'),
+// with ReadEdges' checks against that relation: its name, the two types'
+// node counts, its edge count, direction and checksum, every edge one of
+// the relation's (source IDs below the source type's count, destination
+// IDs below the destination type's), no edge twice.
+func ReadRelationEdges(datasetDir string, h *dataset.Hetero, rel int) (*EdgeSplit, error) {
+	r, err := newRelation(h, rel)
+	if err != nil {
+		return nil, err
+	}
+	in := h.EdgeTypes[rel].In
+	return readSplit(datasetDir, splitGraph{relation: r.name, nSrc: r.nSrc, nDst: r.nDst, numEdges: in.NumEdges(),
+		directed: r.directed, oneSpace: r.sameType, crc: func() string { return GraphCRC(in) }, has: r.has})
+}
+
+// splitGraph is what a stored split is checked against: a homogeneous
+// graph (relation "") or one relation of a typed dataset.
+type splitGraph struct {
+	relation   string
+	nSrc, nDst int64
+	numEdges   int64
+	directed   bool
+	oneSpace   bool // sources and destinations share IDs: self-loops and u < v apply
+	crc        func() string
+	has        func(u, v int32) bool
+}
+
+func readSplit(datasetDir string, g splitGraph) (*EdgeSplit, error) {
 	dir := filepath.Join(datasetDir, EdgeSplitDir)
 	mpath := filepath.Join(dir, metaFile)
 	b, err := regfile.ReadFile(mpath, maxMetaBytes)
@@ -166,17 +204,35 @@ func ReadEdges(datasetDir string, d *dataset.Dataset) (*EdgeSplit, error) {
 	if len(m.Fractions) != 3 || len(m.Counts) != 3 {
 		return nil, bad(mpath, "want 3 fractions and 3 counts")
 	}
-	g := d.Graph
-	if m.NumNodes != g.NumRows || m.NumEdges != g.NumEdges() || m.Directed != d.Directed || m.GraphCRC != GraphCRC(g) {
-		return nil, bad(mpath, "made for another graph (%d nodes, %d edges, directed %v, crc %.16q; this one: %d, %d, %v, %s)",
-			m.NumNodes, m.NumEdges, m.Directed, m.GraphCRC, g.NumRows, g.NumEdges(), d.Directed, GraphCRC(g))
+	switch {
+	case m.Relation == g.relation:
+	case g.relation == "":
+		return nil, bad(mpath, "made for relation %.200q of a typed dataset; this dataset is homogeneous", m.Relation)
+	case m.Relation == "":
+		return nil, bad(mpath, "made for a homogeneous graph, not relation %s (make one with 'strata split --edge-split ... --link-relation %s')", g.relation, g.relation)
+	default:
+		return nil, bad(mpath, "made for relation %.200q, not %s (remake it with 'strata split --edge-split ... --link-relation %s')", m.Relation, g.relation, g.relation)
 	}
-	s := &EdgeSplit{Directed: m.Directed, Seed: m.Seed, NumNodes: m.NumNodes, NumEdges: m.NumEdges, GraphCRC: m.GraphCRC}
+	wantDst := int64(0) // meta.json counts the destination type's nodes for a relation only
+	if g.relation != "" {
+		wantDst = g.nDst
+	}
+	if crc := g.crc(); m.NumNodes != g.nSrc || m.NumDstNodes != wantDst || m.NumEdges != g.numEdges || m.Directed != g.directed || m.GraphCRC != crc {
+		what := fmt.Sprintf("%d nodes", g.nSrc)
+		was := fmt.Sprintf("%d nodes", m.NumNodes)
+		if g.relation != "" {
+			what, was = fmt.Sprintf("%d+%d nodes", g.nSrc, g.nDst), fmt.Sprintf("%d+%d nodes", m.NumNodes, m.NumDstNodes)
+		}
+		return nil, bad(mpath, "made for another graph (%s, %d edges, directed %v, crc %.16q; this one: %s, %d, %v, %s)",
+			was, m.NumEdges, m.Directed, m.GraphCRC, what, g.numEdges, g.directed, crc)
+	}
+	s := &EdgeSplit{Directed: m.Directed, Seed: m.Seed, NumNodes: m.NumNodes, NumEdges: m.NumEdges, GraphCRC: m.GraphCRC,
+		Relation: m.Relation, NumDstNodes: m.NumDstNodes}
 	copy(s.Fractions[:], m.Fractions)
 	var all []int64
 	for i, name := range partFiles {
 		p := filepath.Join(dir, name)
-		src, dst, err := importer.ReadEdgeIndexNPY(p, g.NumRows)
+		src, dst, err := importer.ReadEdgeIndexNPY(p, max(g.nSrc, g.nDst))
 		if err != nil {
 			return nil, err
 		}
@@ -185,10 +241,13 @@ func ReadEdges(datasetDir string, d *dataset.Dataset) (*EdgeSplit, error) {
 		}
 		for j := range src {
 			u, v := src[j], dst[j]
-			if !d.Directed && u >= v || u == v {
-				return nil, bad(p, "edge %d (%d -> %d): want src %s dst", j, u, v, map[bool]string{true: "!=", false: "<"}[d.Directed])
+			if int64(u) >= g.nSrc || int64(v) >= g.nDst {
+				return nil, bad(p, "edge %d (%d -> %d): IDs outside the relation's %d source and %d destination nodes", j, u, v, g.nSrc, g.nDst)
 			}
-			if !hasEdge(g, u, v) {
+			if g.oneSpace && (!g.directed && u >= v || u == v) {
+				return nil, bad(p, "edge %d (%d -> %d): want src %s dst", j, u, v, map[bool]string{true: "!=", false: "<"}[g.directed])
+			}
+			if !g.has(u, v) {
 				return nil, bad(p, "edge %d (%d -> %d) is not in the graph", j, u, v)
 			}
 			all = append(all, int64(u)<<32|int64(v))

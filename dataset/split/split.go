@@ -132,9 +132,15 @@ type EdgeSplit struct {
 	Seed      uint64
 	Fractions Fractions
 	Src, Dst  [3][]int32
-	// The graph it was made for.
+	// The graph it was made for: for a relation of a typed dataset
+	// (Relation set, RelationEdges), NumNodes counts the source type's
+	// nodes, NumDstNodes the destination type's, NumEdges and GraphCRC
+	// are the relation's (its in-adjacency, EdgeType.In), and Src and Dst
+	// are IDs local to the two types.
 	NumNodes, NumEdges int64
 	GraphCRC           string
+	Relation           string // "src___rel___dst"; "" for a homogeneous graph
+	NumDstNodes        int64  // with Relation
 }
 
 // Edges splits d's edges: the candidates are the edges u -> v with u != v
@@ -162,29 +168,37 @@ func Edges(d *dataset.Dataset, f Fractions, seed uint64) (*EdgeSplit, error) {
 	if int64(len(pool)) > math.MaxInt32 {
 		return nil, fmt.Errorf("split: %d candidate edges; at most %d are supported", len(pool), math.MaxInt32)
 	}
-	perm := make([]int32, len(pool))
-	for i := range perm {
-		perm[i] = int32(i)
-	}
-	shuffle(perm, rng.Derive(seed, streamEdges))
-	c := f.counts(len(pool))
 	s := &EdgeSplit{Directed: d.Directed, Seed: seed, Fractions: f, NumNodes: g.NumRows, NumEdges: g.NumEdges(), GraphCRC: GraphCRC(g)}
-	at := 0
-	for _, part := range []int{2, 1, 0} {
-		sel := perm[at : at+c[part]]
-		at += c[part]
-		edges := make([]int64, len(sel))
+	for part, sel := range cutPool(len(pool), f, seed) {
+		s.Src[part], s.Dst[part] = make([]int32, len(sel)), make([]int32, len(sel))
 		for i, p := range sel {
-			edges[i] = pool[p]
-		}
-		slices.Sort(edges) // CSR order = (src, dst) order
-		s.Src[part], s.Dst[part] = make([]int32, len(edges)), make([]int32, len(edges))
-		for i, e := range edges {
+			e := pool[p]
 			s.Src[part][i] = int32(rowOf(g, e))
 			s.Dst[part][i] = g.Indices[e]
 		}
 	}
 	return s, nil
+}
+
+// cutPool is the documented draw of an edge split of n candidates (in
+// (src, dst) order): one seeded permutation cut into test, validation
+// and train parts by f, each part's candidate indices sorted, so each
+// part is in (src, dst) order.
+func cutPool(n int, f Fractions, seed uint64) [3][]int32 {
+	perm := make([]int32, n)
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	shuffle(perm, rng.Derive(seed, streamEdges))
+	c := f.counts(n)
+	var out [3][]int32
+	at := 0
+	for _, part := range []int{2, 1, 0} {
+		out[part] = slices.Clone(perm[at : at+c[part]])
+		at += c[part]
+		slices.Sort(out[part])
+	}
+	return out
 }
 
 // rowOf returns the row holding CSR position e.
