@@ -23,7 +23,8 @@
 // An epoch visits the training links in a seeded order, in batches of
 // Config.BatchSize positives. Each positive gets NegRatio negative pairs
 // (Negatives: uniform or degree^0.75 endpoints, optionally excluding
-// known edges). In sampled mode the step's seeds are the distinct
+// known edges; a typed run's pair a source-type node with a
+// destination-type node, drawn by the same samplers). In sampled mode the step's seeds are the distinct
 // endpoints of all its pairs (Batch, as PyG's LinkNeighborLoader): their
 // neighborhoods are sampled as node seeds' are, the batch's positive
 // links are removed from those neighborhoods (ExcludeTargets, DGL's
@@ -44,7 +45,10 @@
 // # Stored splits
 //
 // Options.EdgeSplit (a dataset's edge_split/, package dataset/split)
-// replaces the random split: FromEdgeSplit.
+// replaces the random split: FromEdgeSplit. A typed run (RunHetero)
+// always splits through package split (split.RelationEdges with its seed,
+// or the stored split of the relation, split.ReadRelationEdges), so a
+// stored split of seed s and a run with seed s train identically.
 //
 // # Determinism
 //

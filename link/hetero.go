@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -32,17 +33,22 @@ type HeteroConfig struct {
 	Relation string    `json:"relation"`
 	Split    Fractions `json:"split_edges"`
 	NegRatio int       `json:"neg_ratio"`
-	Decoder  string    `json:"decoder"`
-	HitsK    int       `json:"hits_k"`
+	// NegSample and NegExclude are Config's, over the relation's types
+	// (heteroNegatives).
+	NegSample  string `json:"neg_sampling"` // uniform | degree
+	NegExclude bool   `json:"neg_exclude"`
+	Decoder    string `json:"decoder"`
+	HitsK      int    `json:"hits_k"`
 }
 
 // HeteroDefaults are the settings of typed link prediction with model
 // (rgcn or hsage) on relation: train.HeteroDefaults' encoder without
 // weight decay (see Defaults), batches of 512 links, 10 epochs, the
-// 85/5/10 split, one negative per positive, the dot decoder, Hits@50.
+// 85/5/10 split, one uniform negative per positive, the dot decoder,
+// Hits@50.
 func HeteroDefaults(model, relation string) HeteroConfig {
 	c := HeteroConfig{HeteroConfig: train.HeteroDefaults(model), Relation: relation, Split: DefaultFractions,
-		NegRatio: 1, Decoder: DecoderDot, HitsK: 50}
+		NegRatio: 1, NegSample: NegUniform, Decoder: DecoderDot, HitsK: 50}
 	c.WeightDecay, c.BatchSize, c.Epochs = 0, 512, 10
 	return c
 }
@@ -63,6 +69,8 @@ func (c *HeteroConfig) Validate() error {
 		return cfgErr("weighted", "typed link prediction samples without edge weights")
 	case c.NegRatio < 1 || c.NegRatio > MaxNegRatio:
 		return cfgErr("neg_ratio", "%d not in [1, %d]", c.NegRatio, MaxNegRatio)
+	case c.NegSample != NegUniform && c.NegSample != NegDegree:
+		return cfgErr("neg_sampling", "unknown distribution %q (want uniform or degree)", c.NegSample)
 	case c.Decoder != DecoderDot && c.Decoder != DecoderMLP:
 		return cfgErr("decoder", "unknown decoder %q (want dot or mlp)", c.Decoder)
 	case c.HitsK < 1 || c.HitsK > MaxHitsK:
@@ -101,16 +109,22 @@ type typedLinks struct {
 
 // RunHetero trains a typed encoder and cfg's decoder to predict the links
 // of cfg.Relation on h, through train's Loop: the relation's links are
-// split as Split splits a graph's (held-out links, and their reverse
-// relation's edges, leave the message-passing graph), each step's seeds
-// are the endpoints of its positive and negative links, seeds of their
-// own types (sample.HeteroSampler.SampleTypes, as PyG's
-// LinkNeighborLoader seeds HeteroData), negatives are uniform pairs of
-// the two types (training ones keyed by the step, evaluation ones fixed
-// and no links of the relation), and the decoder scores the source
-// type's final embedding against the destination type's. Evaluation runs
-// the encoder over the whole message-passing graph. opts.TypedSampler,
-// when set, draws the batches (on a GPU: the same batches).
+// split by split.RelationEdges with cfg.Split and cfg.Seed, or taken
+// from opts.EdgeSplit (the dataset's stored split of that relation,
+// split.ReadRelationEdges; a stored split of seed s is the split a run
+// with seed s draws), and made a Split as FromEdgeSplit makes one
+// (held-out links, and their reverse relation's edges, leave the
+// message-passing graph); each step's seeds are the endpoints of its
+// positive and negative links, seeds of their own types
+// (sample.HeteroSampler.SampleTypes, as PyG's LinkNeighborLoader seeds
+// HeteroData); training negatives are pairs of the two types drawn by
+// package sample's negative samplers (heteroNegatives: uniform or
+// degree-biased, optionally excluding the relation's training links),
+// evaluation ones are fixed uniform pairs that are no links of the
+// relation; and the decoder scores the source type's final embedding
+// against the destination type's. Evaluation runs the encoder over the
+// whole message-passing graph. opts.TypedSampler, when set, draws the
+// batches (on a GPU: the same batches).
 func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Options) (*HeteroReport, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -135,7 +149,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	}
 	r := &heteroRunner{cfg: cfg, b: opts.Backend, tl: tl, typed: opts.TypedSampler}
 	defer r.free()
-	if err := r.build(h); err != nil {
+	if err := r.build(h, opts.EdgeSplit); err != nil {
 		return nil, err
 	}
 	loop := train.Loop{Epochs: cfg.Epochs, Batches: r.numBatches, OnBatch: opts.OnBatch, Log: opts.Log}
@@ -144,7 +158,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	}
 	et := h.EdgeTypes[tl.rel]
 	lc := Config{Common: cfg.Common, Mode: train.Sampled, BatchSize: cfg.BatchSize, Fanouts: cfg.Fanouts,
-		Split: cfg.Split, NegRatio: cfg.NegRatio, NegSample: NegUniform, Decoder: cfg.Decoder, HitsK: cfg.HitsK}
+		Split: cfg.Split, NegRatio: cfg.NegRatio, NegSample: cfg.NegSample, NegExclude: cfg.NegExclude, Decoder: cfg.Decoder, HitsK: cfg.HitsK}
 	rep := &Report{
 		Schema: ReportVersion, StrataVersion: train.Version, Task: "link", Dataset: h.Name, Model: cfg.Model,
 		Mode: train.Sampled, Decoder: cfg.Decoder, Device: r.b.Name(), Seed: cfg.Seed, HitsK: cfg.HitsK,
@@ -195,6 +209,7 @@ type heteroRunner struct {
 	mp    *dataset.Hetero // the message-passing graph
 	fan   [][]int
 	split *Split
+	negs  *Negatives
 	x     *train.TypedInputs
 	model *nn.HeteroModel
 	dec   Decoder
@@ -208,7 +223,7 @@ type heteroRunner struct {
 	history    []EpochRecord
 }
 
-func (r *heteroRunner) build(h *dataset.Hetero) error {
+func (r *heteroRunner) build(h *dataset.Hetero, stored *split.EdgeSplit) error {
 	cfg, tl := &r.cfg, r.tl
 	// The relation's links over the union of its types' IDs.
 	et := h.EdgeTypes[tl.rel]
@@ -222,16 +237,20 @@ func (r *heteroRunner) build(h *dataset.Hetero) error {
 	if err != nil {
 		return &RunError{Op: "relation graph", Err: err}
 	}
-	if r.split, err = NewSplit(g, cfg.Split, cfg.Seed); err != nil {
+	if r.split, err = relationSplit(h, g, tl, cfg, stored); err != nil {
 		return err
 	}
 	// Fixed evaluation negatives of the two types (Split's are drawn
 	// over the union).
-	if r.split.ValNeg, err = typedNegatives(g, tl, r.split.Val.Len(), rng.Derive(cfg.Seed, tagEvalNeg, 0)); err != nil {
+	if r.split.ValNeg, err = typedEvalNegatives(g, tl, r.split.Val.Len(), rng.Derive(cfg.Seed, tagEvalNeg, 0)); err != nil {
 		return err
 	}
-	if r.split.TestNeg, err = typedNegatives(g, tl, r.split.Test.Len(), rng.Derive(cfg.Seed, tagEvalNeg, 1)); err != nil {
+	if r.split.TestNeg, err = typedEvalNegatives(g, tl, r.split.Test.Len(), rng.Derive(cfg.Seed, tagEvalNeg, 1)); err != nil {
 		return err
+	}
+	lc := Config{Common: cfg.Common, NegRatio: cfg.NegRatio, NegSample: cfg.NegSample, NegExclude: cfg.NegExclude}
+	if r.negs, err = heteroNegatives(r.split, tl, &lc); err != nil {
+		return &RunError{Op: "negative sampler", Err: err}
 	}
 	r.mp = r.messagePassing(h)
 	if r.fan, err = cfg.RelationFanouts(r.mp); err != nil {
@@ -281,10 +300,49 @@ func (r *heteroRunner) messagePassing(h *dataset.Hetero) *dataset.Hetero {
 	return &mp
 }
 
-// typedNegatives draws count uniform pairs (u of the source type, v of
+// relationSplit is the run's Split of g, relation tl's links over the
+// union of its types' IDs: stored (the dataset's split of that relation)
+// when given, else split.RelationEdges of h's relation with cfg's
+// fractions and seed; either way FromEdgeSplit with IDs moved to the
+// union, so a stored split of the run's seed gives the run's split.
+func relationSplit(h *dataset.Hetero, g *graph.CSR, tl typedLinks, cfg *HeteroConfig, stored *split.EdgeSplit) (*Split, error) {
+	name := h.EdgeTypeName(tl.rel)
+	es, source := stored, SourceStored
+	if es == nil {
+		var err error
+		f := split.Fractions{cfg.Split.Train, cfg.Split.Val, cfg.Split.Test}
+		if es, err = split.RelationEdges(h, tl.rel, f, cfg.Seed); err != nil {
+			return nil, &SplitError{Msg: err.Error()}
+		}
+		source = SourceRandom
+	}
+	if es.Relation != name || es.NumNodes != tl.nSrc || es.NumDstNodes != tl.nDst {
+		return nil, &SplitError{Msg: fmt.Sprintf("the edge split is of relation %.200q (%d+%d nodes), not %s (%d+%d)",
+			es.Relation, es.NumNodes, es.NumDstNodes, name, tl.nSrc, tl.nDst)}
+	}
+	u := *es
+	u.NumNodes = int64(tl.off) + tl.nDst
+	for i := range u.Dst {
+		u.Dst[i] = slices.Clone(es.Dst[i])
+		for j := range u.Dst[i] {
+			if u.Dst[i][j] < 0 || int64(u.Dst[i][j]) >= tl.nDst {
+				return nil, &SplitError{Msg: fmt.Sprintf("link %d of part %d: destination %d outside %d nodes", j, i, u.Dst[i][j], tl.nDst)}
+			}
+			u.Dst[i][j] += tl.off
+		}
+	}
+	s, err := FromEdgeSplit(g, &u, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	s.Source = source
+	return s, nil
+}
+
+// typedEvalNegatives draws count uniform pairs (u of the source type, v of
 // the destination type) that are no link of g (and no self-pair within
 // one type), from key's stream.
-func typedNegatives(g *graph.CSR, tl typedLinks, count int, key uint64) (Edges, error) {
+func typedEvalNegatives(g *graph.CSR, tl typedLinks, count int, key uint64) (Edges, error) {
 	st := rng.NewStream(key)
 	out := Edges{Src: make([]int32, 0, count), Dst: make([]int32, 0, count)}
 	for i := 0; i < count; i++ {
@@ -351,15 +409,14 @@ func (r *heteroRunner) seedsOf(b *Batch) (seeds [][]int32, srcRow, dstRow []int3
 }
 
 // Step runs one optimizer step on a batch of training links and their
-// negatives (NegRatio uniform pairs of the two types per link).
+// negatives (NegRatio pairs of the two types per link, heteroNegatives).
 func (r *heteroRunner) Step(epoch, bi int) (float64, error) {
 	bs := r.cfg.BatchSize
 	lo, hi := bi*bs, min((bi+1)*bs, r.edges.Len())
 	pos := Edges{Src: r.edges.Src[lo:hi], Dst: r.edges.Dst[lo:hi]}
-	st := rng.NewStream(rng.Derive(r.cfg.Seed, tagNegative, uint64(epoch), uint64(bi)))
-	neg := Edges{}
-	for range pos.Len() * r.cfg.NegRatio {
-		neg.add(int32(st.Below(uint64(r.tl.nSrc))), r.tl.off+int32(st.Below(uint64(r.tl.nDst))))
+	neg, err := r.negs.Draw(pos, epoch, bi)
+	if err != nil {
+		return 0, fmt.Errorf("negatives: %w", err)
 	}
 	batch := NewBatch(pos, neg)
 	seeds, srcRow, dstRow := r.seedsOf(batch)

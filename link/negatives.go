@@ -34,6 +34,18 @@ const negTrials = 20
 
 // NewNegatives makes cfg's training negatives over split s.
 func NewNegatives(s *Split, cfg *Config) (*Negatives, error) {
+	if cfg.NegSample == NegDegree {
+		w := DegreeWeights(s.In)
+		return newNegatives(s, cfg, w, w)
+	}
+	return newNegatives(s, cfg, nil, nil)
+}
+
+// newNegatives draws the sources from srcW and the destinations from
+// dstW, weights over s's nodes (package sample's WeightedNegativeSampler;
+// nil: its UniformNegativeSampler over all nodes). A typed run's weights
+// are zero outside each endpoint's type (heteroNegatives).
+func newNegatives(s *Split, cfg *Config, srcW, dstW []float32) (*Negatives, error) {
 	known := s.Out
 	if cfg.NegExclude {
 		var err error
@@ -42,17 +54,17 @@ func NewNegatives(s *Split, cfg *Config) (*Negatives, error) {
 		}
 	}
 	n := &Negatives{k: cfg.NegRatio, seed: rng.Derive(cfg.Seed, tagNegative)}
-	mk := func(g *graph.CSR, nc sample.NegativeConfig) (sample.NegativeSampler, error) {
-		if cfg.NegSample == NegDegree {
-			return sample.NewWeightedNegativeSampler(g, DegreeWeights(s.In), nc)
+	mk := func(g *graph.CSR, w []float32, nc sample.NegativeConfig) (sample.NegativeSampler, error) {
+		if w != nil {
+			return sample.NewWeightedNegativeSampler(g, w, nc)
 		}
 		return sample.NewUniformNegativeSampler(g, nc)
 	}
 	var err error
-	if n.srcs, err = mk(s.Out, sample.NegativeConfig{K: cfg.NegRatio}); err != nil {
+	if n.srcs, err = mk(s.Out, srcW, sample.NegativeConfig{K: cfg.NegRatio}); err != nil {
 		return nil, err
 	}
-	if n.dsts, err = mk(known, sample.NegativeConfig{K: 1, ExcludeEdges: cfg.NegExclude, Trials: negTrials}); err != nil {
+	if n.dsts, err = mk(known, dstW, sample.NegativeConfig{K: 1, ExcludeEdges: cfg.NegExclude, Trials: negTrials}); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -60,7 +72,7 @@ func NewNegatives(s *Split, cfg *Config) (*Negatives, error) {
 
 // DegreeWeights are in-degree^0.75 of every node of in (an
 // in-adjacency: row lengths are in-degrees), the degree-biased negative
-// distribution.
+// distribution. Given an out-adjacency they are out-degree^0.75.
 func DegreeWeights(in *graph.CSR) []float32 {
 	w := make([]float32, in.NumRows)
 	for v := range w {
@@ -81,4 +93,35 @@ func (n *Negatives) Draw(pos Edges, epoch, batch int) (Edges, error) {
 		return Edges{}, err
 	}
 	return Edges{Src: src, Dst: dst}, nil
+}
+
+// heteroNegatives makes a typed run's training negatives over s, the
+// split of relation tl's links over the union of its two types' IDs: a
+// source-type node paired with a destination-type node, drawn by package
+// sample's samplers as NewNegatives draws them. Within one type (tl.off
+// 0) the relation is a graph and they are NewNegatives'. Across two
+// types: uniform, each endpoint over its own type (weights 1 on the
+// type, 0 elsewhere); degree, sources in proportion to their
+// out-degree^0.75 and destinations to their in-degree^0.75 in the
+// relation's message-passing links (the other type's nodes have no such
+// edges, so weight 0). NegExclude redraws a destination while the pair
+// is a training link of the relation.
+func heteroNegatives(s *Split, tl typedLinks, cfg *Config) (*Negatives, error) {
+	if tl.off == 0 {
+		return NewNegatives(s, cfg)
+	}
+	var srcW, dstW []float32
+	if cfg.NegSample == NegDegree {
+		srcW, dstW = DegreeWeights(s.Out), DegreeWeights(s.In)
+	} else {
+		srcW, dstW = make([]float32, s.NumNodes), make([]float32, s.NumNodes)
+		for v := range srcW {
+			if int32(v) < tl.off {
+				srcW[v] = 1
+			} else {
+				dstW[v] = 1
+			}
+		}
+	}
+	return newNegatives(s, cfg, srcW, dstW)
 }

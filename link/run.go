@@ -33,7 +33,8 @@ type Options struct {
 	// step's position and loss.
 	OnBatch func(epoch, batch int, loss float64)
 	// EdgeSplit, when set, is the dataset's stored edge split
-	// (split.ReadEdges of DATASET/edge_split), used instead of a random
+	// (split.ReadEdges of DATASET/edge_split; for RunHetero,
+	// split.ReadRelationEdges of the relation), used instead of a random
 	// split by Config.Split (FromEdgeSplit). It is data, as ds is: the
 	// numbers follow it.
 	EdgeSplit *split.EdgeSplit
