@@ -27,12 +27,6 @@ import (
 // set once the dataset names it (resolveRelation).
 func (c *trainCmd) heteroLinkConfig() (link.HeteroConfig, error) {
 	f := &c.Link
-	switch {
-	case f.NegSampling != "" && f.NegSampling != link.NegUniform:
-		return link.HeteroConfig{}, usageError{fmt.Errorf("--neg-sampling %s: typed link prediction draws uniform negatives of the relation's two types", f.NegSampling)}
-	case f.NegExclude:
-		return link.HeteroConfig{}, usageError{fmt.Errorf("--neg-exclude: typed link prediction does not redraw training negatives yet (its evaluation negatives are never links)")}
-	}
 	cfg := link.HeteroDefaults(c.Model, f.Relation)
 	hc, err := c.heteroConfigFrom(cfg.HeteroConfig)
 	if err != nil {
@@ -45,6 +39,10 @@ func (c *trainCmd) heteroLinkConfig() (link.HeteroConfig, error) {
 		}
 	}
 	setInt(&cfg.NegRatio, f.NegRatio)
+	if f.NegSampling != "" {
+		cfg.NegSample = f.NegSampling
+	}
+	cfg.NegExclude = f.NegExclude
 	setInt(&cfg.HitsK, f.HitsK)
 	if f.Decoder != "" {
 		cfg.Decoder = f.Decoder
@@ -105,18 +103,29 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	if err != nil {
 		return err
 	}
+	stored, err := c.storedEdgeSplit()
+	if err != nil {
+		return err
+	}
 	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
 		return err
 	}
 	defer closeDS()
-	if dir := filepath.Join(c.Dataset, split.EdgeSplitDir); isDir(dir) {
-		// A stored split is data; typed runs cannot read one yet, and
-		// splitting at random instead would go unnoticed.
-		return usageError{fmt.Errorf("--dataset %s has a stored edge split (%s), which typed link prediction does not read yet; move it away to split the relation at random (--split-edges)", c.Dataset, dir)}
-	}
 	if cfg.Relation, err = resolveRelation(h, c.Link.Relation); err != nil {
 		return err
+	}
+	var es *split.EdgeSplit
+	if stored {
+		// The stored split of the relation (strata split --link-relation),
+		// checked against it; a split of another relation is refused.
+		if es, err = split.ReadRelationEdges(c.Dataset, h, h.EdgeType(cfg.Relation)); err != nil {
+			return err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "edge split: %s (seed %d): %d train, %d validation, %d test links of %s\n", filepath.Join(c.Dataset, split.EdgeSplitDir),
+				es.Seed, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]), es.Relation)
+		}
 	}
 	smp := typedSampler(b)
 	if log != nil {
@@ -126,7 +135,11 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 		for _, name := range slices.Sorted(maps.Keys(cfg.RelFanouts)) {
 			fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
 		}
-		fmt.Fprintf(log, ", split %v, %d uniform negative(s) per edge, Hits@%d, %s\n", cfg.Split, cfg.NegRatio, cfg.HitsK, cfg.Common.Schedule())
+		excl := ""
+		if cfg.NegExclude {
+			excl = ", excluding known edges"
+		}
+		fmt.Fprintf(log, ", split %v, %d %s negative(s) per edge%s, Hits@%d, %s\n", cfg.Split, cfg.NegRatio, cfg.NegSample, excl, cfg.HitsK, cfg.Common.Schedule())
 		if smp != nil {
 			fmt.Fprintf(log, "sampling typed batches on %s\n", b.Name())
 		}
@@ -134,7 +147,7 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := link.RunHetero(ctx, h, cfg, link.Options{Backend: b, Log: log, TypedSampler: smp})
+	rep, err := link.RunHetero(ctx, h, cfg, link.Options{Backend: b, Log: log, TypedSampler: smp, EdgeSplit: es})
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)
@@ -145,9 +158,4 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	fmt.Fprintf(e.stdout, "relation            %s\n", rep.Relation)
 	printLinkReport(e, rep.Report, start)
 	return c.writeOutputs(rep.WriteJSON, nil)
-}
-
-func isDir(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.IsDir()
 }

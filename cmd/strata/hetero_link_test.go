@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/link"
 )
@@ -97,8 +98,8 @@ func TestTrainHeteroLinkUsageErrors(t *testing.T) {
 	if code, _, errb := strata(t, "--quiet", "gen", stored, "--preset", "hetero", "--nodes", "200"); code != 0 {
 		t.Fatal(errb)
 	}
-	if err := os.Mkdir(filepath.Join(stored, split.EdgeSplitDir), 0o755); err != nil {
-		t.Fatal(err)
+	if code, _, errb := strata(t, "--quiet", "split", stored, "--edge-split", "0.8,0.1,0.1", "--link-relation", "writes"); code != 0 {
+		t.Fatal(errb)
 	}
 	relations := "it has author___writes___paper, paper___rev_writes___author, paper___has_topic___field, field___rev_has_topic___paper"
 	typed := []string{"--task", "link", "--model", "hsage", "--dataset", ds}
@@ -110,14 +111,14 @@ func TestTrainHeteroLinkUsageErrors(t *testing.T) {
 		{append(typed, "--link-relation", "paper,writes,author"), `--link-relation "paper,writes,author" names no relation`},
 		{append(typed, "--link-relation", "author__writes"), `--link-relation "author__writes" names no relation`},
 		{typed, "--link-relation: name the relation whose links are predicted, SRC,REL,DST; hetero has author___writes___paper"},
-		{append(typed, "--link-relation", "writes", "--neg-sampling", "degree"), "--neg-sampling degree"},
-		{append(typed, "--link-relation", "writes", "--neg-exclude"), "--neg-exclude"},
+		{append(typed, "--link-relation", "writes", "--neg-sampling", "pareto"), `--neg-sampling "pareto": want uniform or degree`},
 		{append(typed, "--link-relation", "writes", "--eval", "sampled"), "--eval"},
 		{append(typed, "--link-relation", "writes", "--decoder", "bilinear"), "--decoder"},
 		{append(typed, "--link-relation", "writes", "--split-edges", "0.9,0.1,0.1"), "--split-edges"},
 		{append(typed, "--link-relation", "writes", "--devices", "cpu:2"), "--devices"},
 		{append(typed, "--link-relation", "writes", "--plot", "x.png"), "--plot"},
-		{[]string{"--task", "link", "--model", "rgcn", "--dataset", stored, "--link-relation", "writes"}, "has a stored edge split"},
+		{[]string{"--task", "link", "--model", "rgcn", "--dataset", stored, "--link-relation", "writes", "--split-edges", "0.8,0.1,0.1"},
+			"--split-edges 0.8,0.1,0.1: --dataset " + stored + " has a stored edge split"},
 		{[]string{"--task", "link", "--model", "sage", "--link-relation", "writes"}, "--link-relation: names a relation of a typed dataset"},
 		{[]string{"--model", "hsage", "--dataset", ds, "--link-relation", "writes"}, "--link-relation applies to --task link only"},
 		{[]string{"--task", "link", "--model", "sage", "--dataset", ds}, "is a typed dataset (format version 2)"},
@@ -128,5 +129,99 @@ func TestTrainHeteroLinkUsageErrors(t *testing.T) {
 		if code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage)", tc.args, code)
 		}
+	}
+}
+
+// TestTrainHeteroLinkStoredSplit: 'strata split --link-relation' writes
+// the relation's split; training on it (with degree-biased negatives
+// excluding known edges) gives, epoch by epoch and batch by batch, the
+// run of the same seed that splits in-run; a split of another relation
+// is refused naming the file.
+func TestTrainHeteroLinkStoredSplit(t *testing.T) {
+	dir := t.TempDir()
+	plain, stored := filepath.Join(dir, "plain"), filepath.Join(dir, "stored")
+	for _, ds := range []string{plain, stored} {
+		if code, _, errb := strata(t, "--quiet", "gen", ds, "--preset", "hetero", "--nodes", "400", "--seed", "2"); code != 0 {
+			t.Fatal(errb)
+		}
+	}
+	code, out, errb := strata(t, "split", stored, "--edge-split", "0.85,0.05,0.1", "--link-relation", "author,writes,paper", "--split-seed", "7")
+	if code != 0 || !strings.Contains(out, "edge split of author___writes___paper (seed 7): train ") {
+		t.Fatalf("split: exit %d\n%s%s", code, out, errb)
+	}
+	h, err := dataset.OpenHetero(stored, dataset.OpenOptions{Quiet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	es, err := split.ReadRelationEdges(stored, h, h.EdgeType("writes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := map[string]*link.HeteroReport{}
+	for _, ds := range []string{plain, stored} {
+		report := filepath.Join(dir, filepath.Base(ds)+".json")
+		if code, out, errb := strata(t, "--quiet", "train", "--task", "link", "--model", "hsage", "--dataset", ds, "--link-relation", "writes",
+			"--epochs", "2", "--seed", "7", "--neg-sampling", "degree", "--neg-exclude", "--report", report); code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", ds, code, out, errb)
+		}
+		data, err := os.ReadFile(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep link.HeteroReport
+		if err := json.Unmarshal(data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		reports[ds] = &rep
+	}
+	a, b := reports[plain], reports[stored]
+	if a.Split.Source != link.SourceRandom || b.Split.Source != link.SourceStored || b.Split.Train != len(es.Src[0]) || b.Split.Test != len(es.Src[2]) {
+		t.Fatalf("splits %+v, %+v; stored %d/%d/%d", a.Split, b.Split, len(es.Src[0]), len(es.Src[1]), len(es.Src[2]))
+	}
+	if !b.Config.NegExclude || b.Config.NegSample != link.NegDegree {
+		t.Fatalf("report config %+v", b.Config)
+	}
+	for i := range a.Epochs {
+		ea, eb := a.Epochs[i], b.Epochs[i]
+		if fmt.Sprint(ea.BatchLosses) != fmt.Sprint(eb.BatchLosses) || ea.Val != eb.Val || ea.Test != eb.Test {
+			t.Fatalf("epoch %d: in-run %v %+v %+v; stored %v %+v %+v", i+1, ea.BatchLosses, ea.Val, ea.Test, eb.BatchLosses, eb.Val, eb.Test)
+		}
+	}
+	code, _, errb = strata(t, "train", "--quiet", "--task", "link", "--model", "hsage", "--dataset", stored, "--link-relation", "has_topic", "--epochs", "1")
+	oneLineError(t, "another relation", code, errb, filepath.Join(stored, split.EdgeSplitDir, "meta.json")+`: made for relation "author___writes___paper", not paper___has_topic___field`)
+}
+
+// TestSplitTypedUsageErrors: 'strata split' of a typed dataset needs
+// --link-relation naming one of its relations, and makes no node split;
+// --link-relation is refused on a homogeneous dataset and without
+// --edge-split. Each exits 2 with one line naming the flag.
+func TestSplitTypedUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	ds, homo := filepath.Join(dir, "h"), filepath.Join(dir, "g")
+	if code, _, errb := strata(t, "--quiet", "gen", ds, "--preset", "hetero", "--nodes", "200"); code != 0 {
+		t.Fatal(errb)
+	}
+	if code, _, errb := strata(t, "--quiet", "gen", homo, "--nodes", "1000"); code != 0 {
+		t.Fatal(errb)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{ds, "--edge-split", "0.8,0.1,0.1"}, "--link-relation: " + ds + " is a typed dataset: name the relation whose links --edge-split splits, SRC,REL,DST; it has author___writes___paper"},
+		{[]string{ds, "--edge-split", "0.8,0.1,0.1", "--link-relation", "cites"}, `--link-relation "cites" names no relation of hetero`},
+		{[]string{ds, "--node-split", "0.6,0.2,0.2"}, "--node-split: " + ds + " is a typed dataset"},
+		{[]string{ds, "--link-relation", "writes"}, "--link-relation writes needs --edge-split"},
+		{[]string{homo, "--edge-split", "0.8,0.1,0.1", "--link-relation", "writes"}, "--link-relation writes: " + homo + " is not a typed dataset"},
+	} {
+		code, _, errb := strata(t, append([]string{"split", "--quiet"}, tc.args...)...)
+		oneLineError(t, strings.Join(tc.args, " "), code, errb, tc.want)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage)", tc.args, code)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ds, split.EdgeSplitDir)); err == nil {
+		t.Fatal("a refused split left edge_split/")
 	}
 }

@@ -18,12 +18,16 @@ type splitCmd struct {
 	Out       string `help:"Write the dataset with its new splits to this directory instead." type:"path"`
 	Overwrite bool   `help:"With --out: replace an existing dataset there."`
 	splitFlags
+	LinkRelation string `group:"split" name:"link-relation" help:"Typed dataset: the relation whose links --edge-split splits (SRC,REL,DST, src___rel___dst, or REL alone when unique)." placeholder:"SRC,REL,DST"`
 }
 
 // Validate is kong's hook for 'strata split'.
 func (c *splitCmd) Validate() error {
 	if err := c.splitFlags.validate(); err != nil {
 		return err
+	}
+	if c.LinkRelation != "" && c.EdgeSplit == nil {
+		return usageError{fmt.Errorf("--link-relation %s needs --edge-split (it names the relation whose links are split)", truncateFlag(c.LinkRelation))}
 	}
 	if c.NodeSplit == nil && c.EdgeSplit == nil {
 		return usageError{fmt.Errorf("want --node-split and/or --edge-split")}
@@ -35,6 +39,12 @@ func (c *splitCmd) Validate() error {
 }
 
 func (c *splitCmd) Run(e *env) error {
+	if v, err := dataset.ManifestVersion(c.Dataset); err == nil && v == dataset.FormatVersionHetero {
+		return c.runTyped(e)
+	}
+	if c.LinkRelation != "" {
+		return usageError{fmt.Errorf("--link-relation %s: %s is not a typed dataset (format version %d); a homogeneous dataset's --edge-split splits all its edges", truncateFlag(c.LinkRelation), c.Dataset, dataset.FormatVersionHetero)}
+	}
 	d, err := dataset.Open(c.Dataset, dataset.OpenOptions{NoMmap: true})
 	if err != nil {
 		return err
@@ -145,4 +155,65 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// runTyped is 'strata split' of a typed dataset: an edge split of the
+// relation --link-relation names (split.RelationEdges), written to
+// edge_split/ in place or with a copy of the dataset (--out).
+func (c *splitCmd) runTyped(e *env) error {
+	if c.NodeSplit != nil {
+		return usageError{fmt.Errorf("--node-split: %s is a typed dataset, whose node split (of its target type) comes with its import; 'strata split' makes edge splits of one relation there (--edge-split, --link-relation)", c.Dataset)}
+	}
+	h, err := dataset.OpenHetero(c.Dataset, dataset.OpenOptions{NoMmap: true, Quiet: e.quiet})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if c.LinkRelation == "" {
+		names := make([]string, len(h.EdgeTypes))
+		for r := range h.EdgeTypes {
+			names[r] = h.EdgeTypeName(r)
+		}
+		return usageError{fmt.Errorf("--link-relation: %s is a typed dataset: name the relation whose links --edge-split splits, SRC,REL,DST; it has %s", c.Dataset, strings.Join(names, ", "))}
+	}
+	name, err := resolveRelation(h, c.LinkRelation)
+	if err != nil {
+		return err
+	}
+	es, err := split.RelationEdges(h, h.EdgeType(name), split.Fractions(c.EdgeSplit), c.SplitSeed)
+	if err != nil {
+		return fmt.Errorf("--edge-split: %w", err)
+	}
+	target := c.Dataset
+	if c.Out == "" {
+		if err := es.Replace(c.Dataset); err != nil {
+			return err
+		}
+	} else {
+		target = c.Out
+		m, err := dataset.ReadHeteroManifest(c.Dataset)
+		if err != nil {
+			return err
+		}
+		skip := map[string]bool{dataset.ManifestFile: true, split.EdgeSplitDir: true}
+		for _, a := range m.Arrays {
+			skip[dataset.ArrayFile(a.Name)] = true
+		}
+		wo := dataset.WriteOptions{Overwrite: c.Overwrite, Quiet: e.quiet, Sidecar: func(tmp string) error {
+			if err := copySideFiles(c.Dataset, tmp, skip); err != nil {
+				return err
+			}
+			return es.WriteDir(filepath.Join(tmp, split.EdgeSplitDir))
+		}}
+		if err := dataset.WriteHetero(target, h, wo); err != nil {
+			return err
+		}
+	}
+	kind := "undirected"
+	if es.Directed {
+		kind = "directed"
+	}
+	fmt.Fprintf(e.stdout, "edge split of %s (seed %d): train %d, val %d, test %d %s links in %s\n", es.Relation, c.SplitSeed,
+		len(es.Src[0]), len(es.Src[1]), len(es.Src[2]), kind, filepath.Join(target, split.EdgeSplitDir))
+	return nil
 }
