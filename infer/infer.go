@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/progress"
 	"github.com/strata-gnn/strata/nn"
@@ -96,6 +98,26 @@ type Options struct {
 	// never free or keep them. A nil entry uploads as without Inputs;
 	// PlaceHost gathers on the host all the same.
 	Inputs []backend.Buffer
+	// Resident says whether hidden layers' outputs stay in device
+	// memory, each device holding its range's rows, the next layer
+	// gathering its sources from the devices that hold them
+	// (ResidentAuto: where the devices report memory and it fits).
+	Resident Residency
+	// ResidentBytes, when positive, caps what a device may give one
+	// layer's output; a layer whose range on some device needs more goes
+	// to host memory. It also lets back ends that do not report their
+	// memory (the CPU) keep layers under ResidentAuto.
+	ResidentBytes int64
+	// Exchange, when set, are the device communicators (rank d on
+	// Backends[d], of len(Backends)) over which resident layers' rows
+	// move between devices; the caller owns them. Without them, Run opens
+	// its own when a layer stays resident on several devices
+	// (in-process between CPU back ends, NCCL between GPUs), kept by
+	// Options.Keep across Runs.
+	Exchange []comm.Comm
+	// Log, when set, receives one line per layer: where its input was
+	// read and its output went, with the bytes per device.
+	Log io.Writer
 }
 
 // Placement is where a layer's input rows are gathered (Options.Placement).
@@ -128,6 +150,17 @@ type LayerStats struct {
 	Nodes   int64   `json:"nodes"` // destination nodes computed
 	Chunks  int     `json:"chunks"`
 	Seconds float64 `json:"seconds"`
+	// Input is where the layer's input rows were read: "host" (gathered
+	// on the host, uploaded per chunk), "device" (the whole matrix on
+	// every device) or "resident" (the layer below's output, each
+	// device holding its range, exchanged between them).
+	Input string `json:"input"`
+	// Output is where its output went: "host" or "resident"; Why says
+	// why a hidden layer went to the host.
+	Output string `json:"output"`
+	Why    string `json:"why,omitempty"`
+	// ResidentBytes is the largest device's share of a resident output.
+	ResidentBytes int64 `json:"resident_bytes,omitempty"`
 }
 
 // Error reports a request or an input that cannot run, or a failure
@@ -174,8 +207,18 @@ func Run(ctx context.Context, in *graph.CSR, x *Input, req Request, opts Options
 	if err != nil {
 		return nil, err
 	}
-	defer r.free()
-	return r.run(ctx)
+	res, err := r.run(ctx)
+	r.closeExchange(err != nil)
+	r.free()
+	return res, err
+}
+
+// stall is the stall timeout in force.
+func (r *run) stall() time.Duration {
+	if r.opts.StallTimeout > 0 {
+		return r.opts.StallTimeout
+	}
+	return DefaultStallTimeout
 }
 
 // run is one Run's state.
@@ -194,6 +237,13 @@ type run struct {
 	hosts   []hostMatrix // per layer up to last, its output
 	scratch []*scratch   // per device
 	bar     *progress.Bar
+	res     []*resLayer // per layer, its output when kept on the devices
+	exch    []comm.Comm // the resident layers' exchange (several devices)
+	ownExch bool        // exch is this run's to close
+	// abandoned: the watchdog gave up on a stalled device whose
+	// goroutine may wake later; the device buffers it could touch are
+	// left unfreed rather than freed under it.
+	abandoned atomic.Bool
 }
 
 // hostMatrix is a layer's output for every node, in host memory.
@@ -399,6 +449,15 @@ func (r *run) setBudgets() error {
 }
 
 func (r *run) free() {
+	if r.abandoned.Load() {
+		r.res = nil
+	}
+	for _, rl := range r.res {
+		if rl != nil {
+			rl.free(r.opts.Backends)
+		}
+	}
+	r.res = nil
 	for _, h := range r.hosts {
 		if h.pin != nil {
 			h.pin.Free()
@@ -492,25 +551,67 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	res := &Result{}
 	for l := 0; l <= r.last; l++ {
 		t0 := time.Now()
-		out, err := r.output(l)
-		if err != nil {
-			return nil, err
-		}
-		st := LayerStats{Layer: l + 1, Nodes: int64(r.n)}
+		st := LayerStats{Layer: l + 1, Nodes: int64(r.n), Output: "host"}
 		if r.need[l] != nil {
 			st.Nodes = int64(len(r.need[l]))
 		}
 		for d := range p {
 			st.Chunks += max(len(bounds[l][d])-1, 0)
 		}
-		r.bar.Describe(fmt.Sprintf("%s: layer %d/%d", r.opts.Progress, l+1, r.last+1))
-		resident, kept, err := r.place(l)
-		if err != nil {
-			return nil, err
+		var rin *resLayer // the layer's input, kept on the devices
+		if l > 0 {
+			rin = r.res[l-1]
 		}
-		err = r.layer(ctx, l, bounds[l], out, resident)
-		for d, buf := range resident {
-			if buf != nil && !kept[d] && slices.Index(resident, buf) == d { // shared by virtual devices: freed once
+		rl, why := r.residentPlan(ctx, l)
+		for len(r.res) <= l {
+			r.res = append(r.res, nil)
+		}
+		r.res[l] = rl
+		var out hostMatrix
+		if rl != nil {
+			st.Output, st.ResidentBytes = "resident", rl.bytes
+			out = hostMatrix{width: rl.width}
+			for len(r.hosts) <= l {
+				r.hosts = append(r.hosts, hostMatrix{})
+			}
+			r.hosts[l] = out
+		} else {
+			st.Why = why
+			var err error
+			if out, err = r.output(l); err != nil {
+				return nil, err
+			}
+		}
+		var placed []backend.Buffer
+		var kept []bool
+		if rin != nil {
+			st.Input = "resident"
+			placed, kept = make([]backend.Buffer, p), make([]bool, p)
+		} else {
+			var err error
+			if placed, kept, err = r.place(l); err != nil {
+				return nil, err
+			}
+			on := 0
+			for _, b := range placed {
+				if b != nil {
+					on++
+				}
+			}
+			switch {
+			case on == p:
+				st.Input = "device"
+			case on == 0:
+				st.Input = "host"
+			default:
+				st.Input = fmt.Sprintf("device on %d of %d, host", on, p)
+			}
+		}
+		desc := r.describe(st, rin)
+		r.bar.Describe(fmt.Sprintf("%s: %s", r.opts.Progress, desc))
+		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
+		for d, buf := range placed {
+			if buf != nil && !kept[d] && slices.Index(placed, buf) == d && !r.abandoned.Load() { // shared by virtual devices: freed once
 				r.opts.Backends[d].Free(buf)
 			}
 		}
@@ -519,11 +620,18 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		st.Seconds = time.Since(t0).Seconds()
 		res.Layers = append(res.Layers, st)
+		if r.opts.Log != nil {
+			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s\n", desc, st.Nodes, st.Chunks, st.Seconds)
+		}
 		if l > 0 { // the layer below is read no more
 			if h := r.hosts[l-1]; h.pin != nil {
 				h.pin.Free()
 			}
 			r.hosts[l-1] = hostMatrix{}
+			if rin != nil {
+				rin.free(r.opts.Backends)
+				r.res[l-1] = nil
+			}
 		}
 	}
 	final := r.hosts[r.last] // Go memory (output), handed over
@@ -542,6 +650,27 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		copy(res.Data[i*w:(i+1)*w], final.data[k*w:(k+1)*w])
 	}
 	return res, nil
+}
+
+// describe says where layer st.Layer reads and writes, for the
+// progress bar and the log.
+func (r *run) describe(st LayerStats, rin *resLayer) string {
+	in := "input " + st.Input
+	switch {
+	case rin != nil:
+		in = fmt.Sprintf("input resident (%s a device)", gb(rin.bytes))
+	case st.Input == "host":
+		in = "input gathered on the host"
+	case st.Input == "device":
+		in = "input on every device"
+	}
+	out := "output to host"
+	if st.Output == "resident" {
+		out = fmt.Sprintf("output resident on %d devices (%s a device)", len(r.opts.Backends), gb(st.ResidentBytes))
+	} else if st.Why != "" && st.Layer-1 < r.last {
+		out += " (" + st.Why + ")"
+	}
+	return fmt.Sprintf("layer %d/%d, %s, %s", st.Layer, r.last+1, in, out)
 }
 
 // place uploads layer l's input matrix to the devices that read it from
@@ -685,18 +814,40 @@ func (r *run) output(l int) (hostMatrix, error) {
 
 // layer computes layer l on every device at once and waits for them,
 // giving up on a device that finishes no chunk for the stall timeout.
-func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, resident []backend.Buffer) error {
+// rin, when set, is the layer's input kept on the devices; rout, when
+// set, receives the output instead of out. With rin on several devices
+// they proceed in lockstep: every device runs as many rounds as the
+// device with the most chunks (empty rounds serve the others' requests).
+func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, placed []backend.Buffer, rin, rout *resLayer) error {
 	p := len(r.opts.Backends)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	rounds := 0
+	if rin != nil && p > 1 {
+		for d := range p {
+			rounds = max(rounds, len(bounds[d])-1)
+		}
+	}
+	want := make([]int64, p)
+	for d := range p {
+		want[d] = int64(max(len(bounds[d])-1, rounds))
+	}
 	done := make([]atomic.Int64, p)
+	over := make([]atomic.Bool, p)
 	errs := make([]error, p)
 	var wg sync.WaitGroup
 	for d := range p {
+		w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l, input: placed[d], rin: rin, rounds: rounds}
+		if rout != nil {
+			w.rout = rout.bufs[d]
+		}
+		if rin != nil && p > 1 {
+			w.exch = r.exch[d]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l, input: resident[d]}
+			defer over[d].Store(true)
 			if err := w.run(ctx, bounds[d], out, &done[d]); err != nil {
 				errs[d] = err
 				cancel()
@@ -705,9 +856,12 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	stall := r.opts.StallTimeout
-	if stall == 0 {
-		stall = DefaultStallTimeout
+	stall := r.stall()
+	if rounds > 0 {
+		// The devices waiting in the exchange for a stalled one fail
+		// after the stall timeout, naming it; the watchdog comes after
+		// them.
+		stall *= 2
 	}
 	tick := time.NewTicker(min(stall/4, 5*time.Second) + time.Millisecond)
 	defer tick.Stop()
@@ -719,7 +873,7 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 	for {
 		select {
 		case <-finished:
-			if err := errors.Join(errs...); err != nil {
+			if err := firstErrors(errs); err != nil {
 				return err
 			}
 			if err := ctx.Err(); err != nil {
@@ -730,18 +884,46 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 			var stuck []string
 			for d := range p {
 				c := done[d].Load()
-				if want := int64(max(len(bounds[d])-1, 0)); c != last[d] || c == want {
+				if c != last[d] || c == want[d] || over[d].Load() {
 					last[d], seen[d] = c, now
 					continue
 				}
 				if now.Sub(seen[d]) > stall {
-					stuck = append(stuck, fmt.Sprintf("%s (chunk %d of %d)", r.opts.Backends[d].Name(), last[d]+1, len(bounds[d])-1))
+					what := "chunk"
+					if rounds > 0 {
+						what = "round"
+					}
+					stuck = append(stuck, fmt.Sprintf("%s (%s %d of %d)", r.opts.Backends[d].Name(), what, last[d]+1, want[d]))
 				}
 			}
 			if len(stuck) > 0 {
+				r.abandoned.Store(true)
 				cancel()
-				return errf(fmt.Sprintf("layer %d", l+1), "no chunk finished for %v on %v", stall, stuck)
+				err := errf(fmt.Sprintf("layer %d", l+1), "no chunk finished for %v on %v", stall, stuck)
+				var others []error
+				for d := range p {
+					if over[d].Load() && errs[d] != nil {
+						others = append(others, errs[d])
+					}
+				}
+				return errors.Join(append([]error{err}, others...)...)
 			}
 		}
 	}
+}
+
+// firstErrors joins the devices' errors, leaving out those that only
+// follow another device's failure (a cancelled context, a peer's
+// failure reported in the exchange) when a device reported its own.
+func firstErrors(errs []error) error {
+	var own []error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrPeer) {
+			own = append(own, err)
+		}
+	}
+	if own != nil {
+		return errors.Join(own...)
+	}
+	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -38,6 +39,7 @@ type Keep struct {
 	bs      []backend.Backend
 	need    [][]int32 // the first Run's plan
 	gcnDeg  []int64
+	exch    []comm.Comm // the resident layers' exchange, opened by a Run
 }
 
 // keptChunk is a chunk of layer l on a device, ready to run again.
@@ -163,6 +165,42 @@ func (k *Keep) features(d int, buf backend.Buffer, bytes int64) (backend.Buffer,
 	return buf, true
 }
 
+// exchange returns the kept communicators of the resident layers, or nil.
+func (k *Keep) exchange() []comm.Comm {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.exch
+}
+
+// keepExchange keeps cs (opened by a Run for k's devices) for the next
+// Runs; it reports whether k took them (then k closes them).
+func (k *Keep) keepExchange(cs []comm.Comm) bool {
+	if k == nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.exch != nil || k.bs == nil {
+		return false
+	}
+	k.exch = cs
+	return true
+}
+
+// dropExchange forgets the kept communicators without closing them (a
+// failed Run closes them: a communicator is broken after a failure).
+func (k *Keep) dropExchange() {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.exch = nil
+}
+
 // Free releases everything k holds.
 func (k *Keep) Free() {
 	if k == nil {
@@ -185,6 +223,10 @@ func (k *Keep) freeLocked() {
 			k.bs[d].Free(f)
 		}
 	}
+	for _, c := range k.exch {
+		c.Close()
+	}
+	k.exch = nil
 	k.chunks, k.feats, k.used, k.limit, k.budgets, k.bs, k.need, k.gcnDeg, k.sig = nil, nil, nil, nil, nil, nil, nil, nil, keepSig{}
 }
 

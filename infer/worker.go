@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-gnn/strata/autograd"
+	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -36,6 +37,12 @@ type worker struct {
 	layer nn.Layered
 	l     int
 	input backend.Buffer // the layer's input matrix on the device, nil: gather on the host
+	rin   *resLayer      // the layer's input kept on the devices (overrides input)
+	rout  backend.Buffer // this device's rows of the layer's output kept on the devices
+	exch  comm.Comm      // rin's exchange with the other devices (several devices)
+	// rounds is the number of exchange rounds every device runs in
+	// lockstep (rin on several devices), 0 otherwise.
+	rounds int
 
 	// stage holds a chunk's source rows gathered on the host, reused
 	// across the layer's chunks (no zeroing per chunk) and pinned where
@@ -101,7 +108,8 @@ func gatherRows(dst, rows []float32, src []int32, width, workers int) {
 
 func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
 	r := w.r
-	if len(bounds) < 2 {
+	chunks := max(len(bounds)-1, 0)
+	if chunks == 0 && w.rounds == 0 {
 		return nil
 	}
 	if r.scratch[w.d] == nil {
@@ -109,9 +117,16 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	}
 	defer w.freeStaging()
 	nodes, lo, _, base := r.nodesOf(w.l, w.d)
-	for c := 0; c+1 < len(bounds); c++ {
+	for c := 0; c < max(chunks, w.rounds); c++ {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if c >= chunks { // an empty round: serve the others' requests
+			if _, err := w.fetch(ctx, nil, nil); err != nil {
+				return &Error{Op: fmt.Sprintf("layer %d on %s, round %d of %d (no chunk of its own)", w.l+1, w.b.Name(), c+1, w.rounds), Err: err}
+			}
+			done.Add(1)
+			continue
 		}
 		a, b := bounds[c], bounds[c+1]
 		dst := make([]int32, b-a)
@@ -131,8 +146,8 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 				row0 = base + a
 			}
 		}
-		if err := w.chunk(c, dst, out, row0); err != nil {
-			return &Error{Op: fmt.Sprintf("layer %d on %s, chunk %d of %d (nodes %d to %d)", w.l+1, w.b.Name(), c+1, len(bounds)-1, dst[0], dst[len(dst)-1]), Err: err}
+		if err := w.chunk(ctx, c, dst, out, row0, a); err != nil {
+			return &Error{Op: fmt.Sprintf("layer %d on %s, chunk %d of %d (nodes %d to %d)", w.l+1, w.b.Name(), c+1, chunks, dst[0], dst[len(dst)-1]), Err: err}
 		}
 		done.Add(1)
 		r.bar.Add(1)
@@ -142,15 +157,19 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 
 // chunk computes the layer for the destination nodes dst (chunk c of
 // the device's layer) and writes their rows of out: rows row0.. in order
-// when row0 >= 0, else rows dst[i]. Its block, sources and their IDs on
+// when row0 >= 0, else rows dst[i]; or, when the output stays on the
+// devices, rows local.. of the device's own buffer. Its block, sources and their IDs on
 // the device come from Options.Keep when an earlier Run kept them, and
 // are offered to it otherwise.
-func (w *worker) chunk(c int, dst []int32, out hostMatrix, row0 int) error {
+func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, row0, local int) error {
 	r, b := w.r, w.b
 	kc := r.opts.Keep.chunk(w.d, w.l, c)
 	if kc == nil {
 		var err error
 		if kc, err = w.build(dst); err != nil {
+			if w.exch != nil { // tell the others, who wait for this round
+				_, err = w.fetch(ctx, nil, err)
+			}
 			return err
 		}
 		kc.b = b
@@ -173,7 +192,16 @@ func (w *worker) chunk(c int, dst []int32, out hostMatrix, row0 int) error {
 	var x *autograd.Var
 	var xs *autograd.SparseInput
 	var err error
-	if w.l == 0 && r.x.Sparse != nil {
+	if w.rin != nil {
+		buf, err := w.fetch(ctx, src, nil)
+		if err != nil {
+			return err
+		}
+		defer b.Free(buf)
+		if x, err = t.Const(buf, len(src), w.rin.width); err != nil {
+			return err
+		}
+	} else if w.l == 0 && r.x.Sparse != nil {
 		if xs, err = r.x.Sparse.Gather(b, src); err != nil {
 			return err
 		}
@@ -230,6 +258,13 @@ func (w *worker) chunk(c int, dst []int32, out hostMatrix, row0 int) error {
 	wd := out.width
 	if y.Rows != len(dst) || y.Cols != wd {
 		return fmt.Errorf("layer produced %d x %d for %d nodes, want width %d", y.Rows, y.Cols, len(dst), wd)
+	}
+	if w.rout != nil { // kept on the device, in the device's order
+		v, err := backend.View(w.rout, local*wd, len(dst)*wd)
+		if err != nil {
+			return err
+		}
+		return b.Copy(v, y.Value)
 	}
 	if row0 >= 0 { // consecutive rows: straight into the output
 		return b.Download(out.data[row0*wd:(row0+len(dst))*wd], y.Value)
