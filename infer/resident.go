@@ -115,7 +115,7 @@ func (r *run) residentPlan(ctx context.Context, l int) (*resLayer, string) {
 	}
 	rl.bufs = make([]backend.Buffer, p)
 	for d, b := range r.opts.Backends {
-		buf, err := b.Alloc(backend.Float32, rl.rows[d]*w)
+		buf, err := allocRaw(b, backend.Float32, rl.rows[d]*w) // the chunks write every row
 		if err != nil {
 			rl.free(r.opts.Backends)
 			return nil, fmt.Sprintf("%s: %v", b.Name(), err)
@@ -123,6 +123,18 @@ func (r *run) residentPlan(ctx context.Context, l int) (*resLayer, string) {
 		rl.bufs[d] = buf
 	}
 	return rl, ""
+}
+
+// allocRaw allocates without zeroing on back ends that can (the CUDA
+// back end's AllocRaw), for buffers written completely before they are
+// read.
+func allocRaw(b backend.Backend, dt backend.DType, n int) (backend.Buffer, error) {
+	if ra, ok := b.(interface {
+		AllocRaw(backend.DType, int) (backend.Buffer, error)
+	}); ok {
+		return ra.AllocRaw(dt, n)
+	}
+	return b.Alloc(dt, n)
 }
 
 // gb formats bytes for the log.
@@ -296,7 +308,7 @@ func (w *worker) fetch(ctx context.Context, src []int32, bad error) (backend.Buf
 		}
 	}()
 	alloc := func(dt backend.DType, n int) (backend.Buffer, error) {
-		x, err := b.Alloc(dt, n)
+		x, err := allocRaw(b, dt, n) // every staging buffer is written before it is read
 		if err == nil {
 			bufs = append(bufs, x)
 		}
@@ -431,7 +443,7 @@ func (w *worker) order(stage backend.Buffer, rt *route, n, width int, bufs *[]ba
 			return nil, err
 		}
 	}
-	x, err := b.Alloc(backend.Float32, n*width)
+	x, err := allocRaw(b, backend.Float32, n*width)
 	if err != nil {
 		return nil, err
 	}

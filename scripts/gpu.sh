@@ -26,7 +26,7 @@
 # Run on the GPU host (a run that needs more GPUs than are visible is skipped):
 #   test          every CUDA/NCCL test package built (test_pkgs below: back-end conformance,
 #                 cudalib, nvrtc, gpusample, feature, gputrain with the accuracy parity,
-#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, internal/cudadsp, link, serve, internal/nccl, comm/nccl,
+#                 fullgraph, dsp/cache, dsp/csp, dsp/engine, infer, internal/cudadsp, link, serve, internal/nccl, comm/nccl,
 #                 comm/gpushm, comm/world);
 #                 a table last
 #   parity        accuracy: CPU vs cuda:0 (gputrain: GCN and GAT on Cora and CiteSeer, sampled
@@ -221,6 +221,7 @@ test_pkgs=(
   "dsp/cache . 120"
   "dsp/csp . 300"
   "dsp/engine GPU 300"
+  "infer GPU 200"
   "internal/cudadsp . 60"
   "link GPU 200"
   "serve GPU 120"

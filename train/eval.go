@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -136,6 +137,11 @@ type Evaluator struct {
 	// runs the same request over the same graph: evaluation 2..N redo
 	// no upload that fits its budget. Close frees it.
 	keep *infer.Keep
+	// Log, when set, receives the first whole-graph evaluation's line
+	// per layer (infer.Options.Log: where each layer's input and output
+	// lived, resident on the devices or in host memory, and the bytes).
+	Log    io.Writer
+	logged bool
 }
 
 // NewEvaluator prepares the evaluation of cfg's models on ds, whose
@@ -222,8 +228,12 @@ func (ev *Evaluator) RunDevicesFrom(bs []backend.Backend, models []nn.Model, inp
 	if ev.keep == nil {
 		ev.keep = &infer.Keep{}
 	}
+	opts := infer.Options{Backends: bs, Models: models, Keep: ev.keep, Inputs: inputs}
+	if !ev.logged {
+		opts.Log, ev.logged = ev.Log, true
+	}
 	res, err := infer.Run(context.Background(), ev.g, &infer.Input{Rows: f.Rows, Cols: f.Cols, Dense: f.Dense, Sparse: f.Sparse},
-		infer.Request{Nodes: ev.nodes}, infer.Options{Backends: bs, Models: models, Keep: ev.keep, Inputs: inputs})
+		infer.Request{Nodes: ev.nodes}, opts)
 	if err != nil {
 		return Tally{}, err
 	}

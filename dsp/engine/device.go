@@ -869,6 +869,7 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 			if err != nil {
 				return fmt.Errorf("evaluator: %w", err)
 			}
+			ev.Log = s.opts.Log // where the whole-graph evaluation's layers lived
 			d.eval = ev
 		}
 		var tl train.Tally
