@@ -9,24 +9,61 @@
 // A sampled model evaluated on a whole graph in one pass needs every
 // layer's activations of every node on the device at once. Here each
 // layer is computed for every node before the next starts, as DGL's
-// layer-wise inference does: the previous layer's output H (N x width)
-// stays in host memory (pinned, through the back end's
-// backend.PinnedMemory, where it has one), and a device computes its
-// destination nodes in chunks: for a chunk, the block of its nodes'
-// in-edges (the nodes first among the sources, as nn.Block wants), the
-// rows of H of its sources gathered on the host and uploaded, the layer
-// applied (nn.Layered.ForwardLayer: the layer, then the activation between
-// layers, no dropout), and the chunk's rows downloaded into the next H.
-// A chunk takes destination nodes until its estimated memory (sources'
-// rows, projections, edges) reaches Options.Budget. When H takes at most
-// half of a device's free memory (back ends with backend.Memory: GPUs) it
-// is uploaded once per layer and the chunks gather their sources on the
-// device instead (Options.Placement); dense features are read the same
-// way, sparse ones are gathered as sparse rows on the host. A caller
-// whose devices already hold the dense features in node order (a feature
-// cache of every row, as the DSP engine's) passes them (Options.Inputs):
-// layer 1 gathers from them and the features are not uploaded again,
-// which at papers100M's size (57 GB) would not fit beside them.
+// layer-wise inference does, and a device computes its destination
+// nodes in chunks: for a chunk, the block of its nodes' in-edges (the
+// nodes first among the sources, as nn.Block wants), the rows of the
+// layer's input of its sources, the layer applied
+// (nn.Layered.ForwardLayer: the layer, then the activation between
+// layers, no dropout), and the chunk's rows written to the layer's
+// output. A chunk takes destination nodes until its estimated memory
+// (sources' rows, projections, edges) reaches Options.Budget.
+//
+// # Where a layer's output lives
+//
+// Each hidden layer's output H (N x width: at papers100M's size 28 GB
+// at width 64, 114 GB at 256) is planned per layer (Options.Resident):
+//
+//   - resident: every device keeps the rows of its own range
+//     (Options.Offsets; with a node list, its part of the nodes the next
+//     layer reads) in device memory, and the next layer's chunks gather
+//     their source rows from the devices that hold them. Chosen when
+//     every device reports its memory (backend.Memory: GPUs) and its
+//     share fits beside twice the chunk budget (ResidentAuto), or on any
+//     back end with ResidentOn (CPU virtual devices run this path in
+//     CI); Options.ResidentBytes caps a device's share.
+//   - host: H goes to host memory (pinned, through backend.PinnedMemory,
+//     where the back end has it), and the next layer gathers each
+//     chunk's source rows on the host and uploads them, or uploads H
+//     whole to every device when it takes at most half of each one's
+//     free memory (Options.Placement).
+//
+// LayerStats, the progress bar and Options.Log say which path ran for
+// each layer, with the bytes a device held, and why a hidden layer went
+// to the host.
+//
+// With several devices a resident layer's rows move by an exchange on a
+// device communicator (Options.Exchange, or one Run opens: in-process
+// between CPU back ends, NCCL between GPUs; Options.Keep keeps it across
+// Runs), the protocol of the DSP feature cache's loader (dsp/cache): a
+// header all-to-all (each device's request counts and status), the
+// requested row numbers by one all-to-all-v, each holder's gather from
+// its own buffer, the rows back by a second all-to-all-v after the own
+// rows gathered locally, and one gather into the chunk's source order.
+// The routing runs on the host, where the chunk's source list is built
+// anyway: no table of N entries per device. The devices run the layer
+// in lockstep: as many rounds as the device with the most chunks,
+// padded with rounds that only serve the others. Every collective has
+// the stall timeout as its deadline, and a failure names the devices
+// that did not take part; a device that fails before a round says so in
+// the header, so the others fail at once.
+//
+// Layer 1 reads the features: dense features are uploaded whole when
+// they fit (Options.Placement) or gathered per chunk on the host, sparse
+// ones are gathered as sparse rows on the host. A caller whose devices
+// already hold the dense features in node order (a feature cache of
+// every row, as the DSP engine's) passes them (Options.Inputs): layer 1
+// gathers from them and the features are not uploaded again, which at
+// papers100M's size (57 GB) would not fit beside them.
 //
 // Only what the request needs is computed: the last layer for the
 // requested nodes, each earlier layer for the nodes the next one reads
@@ -60,7 +97,9 @@
 // GCN's normalization takes the whole graph's degrees
 // (nn.Block.SetSourceDegrees), SAGE's mean and GAT's softmax run over the
 // node's whole in-neighborhood. On the CPU back end the logits are the
-// same bit for bit whatever the budget and the number of devices, and
+// same bit for bit whatever the budget, the number of devices and where
+// the hidden layers lived (a resident layer's rows are copied, never
+// recomputed or converted), and
 // equal to the nn model's one-pass forward over the whole graph (the
 // tests check both). A back end whose matrix products round differently
 // for different row counts (cuBLAS may pick other kernels) agrees up to
