@@ -22,11 +22,16 @@ import (
 //     there are fewer than K negatives, as OGB returns).
 //   - Loss: the mean binary cross-entropy of the pairs (positives
 //     labelled 1, negatives 0).
+//   - Constant: every pair scored the same (AUC exactly 0.5): the
+//     encoder's output collapsed, most often to zero through dead ReLUs
+//     at too high a learning rate (3-layer GraphSAGE 256 on the products
+//     shape does at --lr 0.01, and learns at 0.001).
 type Metrics struct {
-	AUC  float64 `json:"auc"`
-	MRR  float64 `json:"mrr"`
-	Hits float64 `json:"hits"`
-	Loss float64 `json:"loss"`
+	AUC      float64 `json:"auc"`
+	MRR      float64 `json:"mrr"`
+	Hits     float64 `json:"hits"`
+	Loss     float64 `json:"loss"`
+	Constant bool    `json:"constant_scores,omitempty"`
 }
 
 // MetricError reports scores that cannot be ranked.
@@ -151,5 +156,23 @@ func Evaluate(pos, neg []float32, k int) (Metrics, error) {
 		return m, err
 	}
 	m.Loss = BCE(pos, neg)
+	m.Constant = constant(pos, neg)
 	return m, nil
+}
+
+// constant reports whether every score of pos and neg is the same.
+func constant(pos, neg []float32) bool {
+	all := [2][]float32{pos, neg}
+	var first float32
+	seen := false
+	for _, s := range all {
+		for _, x := range s {
+			if !seen {
+				first, seen = x, true
+			} else if x != first {
+				return false
+			}
+		}
+	}
+	return seen
 }

@@ -3,6 +3,7 @@ package link
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/strata-gnn/strata/internal/rng"
@@ -138,6 +139,14 @@ func TestMetricsHandComputed(t *testing.T) {
 	// Perfect separation.
 	if got := must(AUC([]float32{9, 8}, []float32{1, 2})); got != 1 {
 		t.Fatalf("separated AUC %v", got)
+	}
+	// Constant scores are flagged (AUC 0.5 by ties), mixed ones not.
+	if m, err := Evaluate([]float32{0.25, 0.25}, []float32{0.25}, 1); err != nil || !m.Constant || m.AUC != 0.5 ||
+		!strings.Contains(MetricsLine(m, 1), "collapsed") {
+		t.Fatalf("constant scores: %+v, line %q", m, MetricsLine(m, 1))
+	}
+	if m, err := Evaluate(pos, neg, 2); err != nil || m.Constant || strings.Contains(MetricsLine(m, 2), "collapsed") {
+		t.Fatalf("varied scores flagged constant: %+v", m)
 	}
 	// BCE of logit 0 is log 2 whatever the label.
 	if got := BCE([]float32{0}, []float32{0}); math.Abs(got-math.Ln2) > 1e-15 {

@@ -111,7 +111,11 @@ func (r *Report) WriteJSON(path string) error {
 
 // MetricsLine formats metrics with Hits@k: "auc 0.9123  mrr 0.0456  hits@50 0.6120".
 func MetricsLine(m Metrics, k int) string {
-	return fmt.Sprintf("auc %.4f  mrr %.4f  hits@%d %.4f", m.AUC, m.MRR, k, m.Hits)
+	line := fmt.Sprintf("auc %.4f  mrr %.4f  hits@%d %.4f", m.AUC, m.MRR, k, m.Hits)
+	if m.Constant {
+		line += " (every pair scored the same: the encoder collapsed; try a lower --lr)"
+	}
+	return line
 }
 
 // EpochLine is an epoch's log line: its loss, the validation and test

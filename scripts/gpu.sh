@@ -95,7 +95,8 @@
 #                 on the graph with types erased, sampled edges/s; then one typed training
 #                 epoch (`--model hsage --device cuda:0`, sampling on the GPU)
 #   hetero-link LINK_SCALE (0.1; an epoch of the full shape is ~53k batches of 1024),
-#             LINK_BATCH (4096), LINK_TIMEOUT (240 s a run, then SIGQUIT), HETERO_NODES
+#             LINK_BATCH (4096), LINK_LR (0.001: at link's default 0.01 this model's encoder
+#             collapses on the products shape, every pair scored the same), LINK_TIMEOUT (240 s a run, then SIGQUIT), HETERO_NODES
 #             (2000000), HETERO_DATA (/tmp/hetero-$HETERO_NODES), BENCH_BATCHES (100 a
 #             benchmark iteration), BENCH_TIME (3x), HETERO_TIMEOUT (300).
 #   ab            a speed claim: the current build against the base build (.gpu/base, see
@@ -760,13 +761,13 @@ set_hetero_link() {
   local nc link1 link4=n/a
   train_run nc-1 --device cuda:0 --epochs 1 --eval sampled
   nc=$(epoch_secs "$setlogs/nc-1.json")
-  train_run link-1 --task link --device cuda:0 --epochs 1 --batch-size "${LINK_BATCH:-4096}"
+  train_run link-1 --task link --device cuda:0 --epochs 1 --batch-size "${LINK_BATCH:-4096}" --lr "${LINK_LR:-0.001}"
   link1=$(epoch_secs "$setlogs/link-1.json")
   if [ "$ngpus" -ge 4 ]; then
     # Not train_run: a build whose link runner refuses --devices is
     # reported, not failed.
     timeout -s QUIT -k 10 "$DSP_RUN_TIMEOUT" "$bin/strata" train --dataset "$ds" --model sage --layers 3 --hidden 256 \
-      --fanouts 15,10,5 --select last --task link --devices cuda:0,1,2,3 --epochs 1 --batch-size "${LINK_BATCH:-4096}" \
+      --fanouts 15,10,5 --select last --task link --devices cuda:0,1,2,3 --epochs 1 --batch-size "${LINK_BATCH:-4096}" --lr "${LINK_LR:-0.001}" \
       --report "$setlogs/link-4.json" >"$setlogs/link-4.out" 2>"$setlogs/link-4.log"
     local rc=$?
     if [ $rc = 2 ] && grep -q 'devices' "$setlogs/link-4.log"; then
