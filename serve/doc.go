@@ -47,7 +47,9 @@
 // a hand-encoded Batch in a reused buffer, which the server's codec hands
 // to gRPC as it is) or into the ring slot. SampleRequest.feature_dtype
 // BFLOAT16 writes the features of messages rounded to bfloat16 (half the
-// bytes; capability "bfloat16"), ShmRequest.narrow_ids the ring's IDs as
+// bytes; capability "bfloat16"; rows of a copy of the features rounded
+// once, on the first such request, within Options.BF16TableBytes:
+// bf16.go), ShmRequest.narrow_ids the ring's IDs as
 // int32 (for a client that widens them on its GPU). Every batch carries
 // a BatchTiming (sampling, encoding, waiting for a ring slot) so that
 // clients can tell where its time went.

@@ -72,7 +72,17 @@ func (st *stream) putTensors(d tensorDst, b *PyGBatch, pos []int32, wide, half b
 			dt = dtypeBFloat16
 		}
 		if out := d.tensor(9, "x", dt, n, int64(ds.FeatDim)); out != nil {
-			gatherFeatures(out, ds.Features, ds.FeatDim, b.NodeIDs, half)
+			var t []uint16
+			if half && littleEndian {
+				t = st.s.bf16Rows()
+			}
+			if t != nil {
+				inParallel(len(b.NodeIDs), 2*ds.FeatDim, func(lo, hi int) {
+					gatherRowsU16(out[2*lo*ds.FeatDim:2*hi*ds.FeatDim], t, ds.FeatDim, b.NodeIDs[lo:hi])
+				})
+			} else {
+				gatherFeatures(out, ds.Features, ds.FeatDim, b.NodeIDs, half)
+			}
 		}
 	}
 	if st.withY {
@@ -187,10 +197,7 @@ func gatherRowsBF16(dst []byte, x []float32, dim int, ids []graph.NodeID) {
 	if littleEndian && len(dst) > 0 {
 		out := unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), dim*len(ids))
 		for i, v := range ids {
-			o := out[i*dim : (i+1)*dim]
-			for j, f := range x[int(v)*dim : (int(v)+1)*dim] {
-				o[j] = bf16(f)
-			}
+			roundBF16(out[i*dim:(i+1)*dim], x[int(v)*dim:(int(v)+1)*dim])
 		}
 		return
 	}

@@ -104,6 +104,11 @@ type Options struct {
 	MaxStreams   int // Sample streams open at once
 	MaxSamplers  int // distinct (fanouts, replace) configurations kept
 	WindowBytes  int32
+	// BF16TableBytes bounds the copy of the features rounded to bfloat16
+	// that the server keeps, once a stream asks for bfloat16 features
+	// (0: DefaultBF16TableBytes; negative: none, every batch rounds its
+	// rows).
+	BF16TableBytes int64
 
 	// Secret, when set, must come with every request (SecretMetadata).
 	Secret []byte
@@ -165,6 +170,7 @@ type Server struct {
 	streams       atomic.Int64
 	stats         statCounters
 	active        sync.Map // *stream -> struct{}: the streams running now
+	bf16          bf16Table
 }
 
 // samplerSet is the samplers of one configuration, one per device.
@@ -264,6 +270,9 @@ func New(opt Options) (*Server, error) {
 	}
 	if opt.Workers > opt.MaxWorkers || opt.Prefetch > opt.MaxPrefetch {
 		return nil, fmt.Errorf("serve: default workers %d and prefetch %d exceed their maxima %d and %d", opt.Workers, opt.Prefetch, opt.MaxWorkers, opt.MaxPrefetch)
+	}
+	if opt.BF16TableBytes == 0 {
+		opt.BF16TableBytes = DefaultBF16TableBytes
 	}
 	if opt.WindowBytes == 0 {
 		opt.WindowBytes = DefaultWindowBytes
