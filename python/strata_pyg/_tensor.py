@@ -61,6 +61,24 @@ def to_torch(t, field, writable=False):
     return torch.from_numpy(decode(t, field, writable=writable))
 
 
+def to_host(t, field, dtype=None, pin=False):
+    """A new torch tensor of the wire tensor ``t``'s values, of ``dtype``
+    (None: the wire's own; bfloat16 stays torch.bfloat16), in pinned
+    memory when ``pin``. torch's copy_ does the copy and any widening on
+    several threads with the GIL released. Pinned tensors come from
+    torch's caching host allocator: a block goes back to its pool when
+    the tensor is freed and the copies queued from it have run, so the
+    blocks are reused batch after batch and their number is bounded by
+    the batches alive at once."""
+    import torch
+    src = torch.from_numpy(decode(t, field, writable=True))
+    if t.dtype == pb.DTYPE_BFLOAT16:
+        src = src.view(torch.bfloat16)
+    out = torch.empty(src.shape, dtype=dtype or src.dtype, pin_memory=pin)
+    out.copy_(src)
+    return out
+
+
 class RawTensor:
     """A strata.v1.Tensor whose data is a span of a received message
     (``buf``, which nothing else references): decode views it in place."""

@@ -17,7 +17,7 @@ from ._pb import sampler_pb2 as pb
 from ._ring import Ring, RingError
 from ._rpc import Connection
 from ._server import LocalServer, acquire_graph_server, release_server
-from ._tensor import TensorError, decode, encode, parse_batch, to_torch
+from ._tensor import TensorError, decode, encode, parse_batch, to_host, to_torch
 from .errors import StrataError
 
 try:  # batches are PyG Data objects when PyG is installed
@@ -329,6 +329,13 @@ class NeighborLoader:
         except (RuntimeError, TypeError) as e:
             raise ValueError(f"device={device!r}: {e}") from None
         self._narrow_ids = None  # tests: int32 IDs from the ring whatever the device
+        # How gRPC batches are copied out of the received message (_stage):
+        # for a CUDA device=, into pinned memory in the wire's types (int32
+        # IDs, bfloat16 features), copied to the GPU without blocking and
+        # widened there; with pin_memory, into pinned memory, widened on the
+        # host; None: views of the message (widened copies where needed).
+        cuda = self.device is not None and self.device.type == "cuda" and torch.cuda.is_available()
+        self._stage = (True, True) if cuda else (True, False) if self.pin_memory else None
         self.reader_thread = bool(reader_thread)
         self.last_stats = None
         self.ring_bytes = int(ring_bytes or 0)
@@ -817,11 +824,19 @@ class _Control:
 
 
 class _EpochIter:
-    """One epoch: a thread reads the servers' streams in the order of the
-    loader's plan (round-robin or by partition), decodes each batch (or
-    maps it in the ring) and keeps at most ``prefetch`` of them ready;
-    gRPC's flow control, or the ring's slots, hold the servers back beyond
-    that. In ring mode the consumer releases slots (see _ring.py)."""
+    """One epoch: a reader thread per stream receives that stream's batches
+    (its entries of the loader's plan, round-robin or by partition, in
+    order), decodes each (or maps it in the ring) and keeps a share of
+    ``prefetch`` of them ready in its queue; the trainer takes them in the
+    plan's order. gRPC's flow control, or the ring's slots, hold the
+    servers back beyond that. In ring mode the consumer releases slots (see
+    _ring.py).
+
+    A thread per stream, not one for all: gRPC's Python client asks a
+    stream for its next message only when it is read, so one reader going
+    round the streams had one message in flight at a time (the others
+    stalled at their flow-control windows), and several streams were no
+    faster than one."""
 
     def __init__(self, loader, epoch):
         L = self.loader = loader
@@ -846,26 +861,34 @@ class _EpochIter:
             self.calls = [L._conns[0].sample_shm(self.ctl)]
         else:
             self.calls = [c.sample(L._request(epoch, k)) for k, c in enumerate(L._conns)]
-        self.q = queue.Queue(maxsize=L.prefetch)
+        S = len(self.calls)
+        self.conns = list(L._conns)  # kept: the loader may close (and drop its list) meanwhile
+        per = L.prefetch if S == 1 else max(2, -(-L.prefetch // S))
+        self.qs = [queue.Queue(maxsize=per) for _ in range(S)]
         # Where the epoch's time goes (loader.stats()): seconds summed
-        # over its batches.
+        # over its batches (by several readers: under stlock).
         self.stats = L.last_stats = dict.fromkeys(_STAT_KEYS, 0)
         self.stats["transport"] = L.transport
+        self.stlock = threading.Lock()
         self.stop = threading.Event()
         # Ring batches are small messages the server has prefetched into
         # slots: reader_thread=False reads them on the trainer's thread
         # (no handoff through the GIL between two threads per batch).
         self.inline = L.transport == "shm" and not L.reader_thread
         self.deadline, self.timed_out = None, False
-        self.conn = None  # the connection of the batch being fetched
-        self.thread = threading.Thread(target=self._watch if self.inline else self._read,
-                                       name="strata_pyg-watch" if self.inline else "strata_pyg-reader", daemon=True)
-        self.thread.start()
+        self.conn = None  # inline: the connection of the batch being fetched
+        if self.inline:
+            self.threads = [threading.Thread(target=self._watch, name="strata_pyg-watch", daemon=True)]
+        else:
+            self.threads = [threading.Thread(target=self._read, args=(k,), name=f"strata_pyg-reader-{k}", daemon=True)
+                            for k in range(S)]
+        for t in self.threads:
+            t.start()
 
-    def _put(self, item):
+    def _put(self, k, item):
         while not self.stop.is_set():
             try:
-                self.q.put(item, timeout=0.1)
+                self.qs[k].put(item, timeout=0.1)
                 return
             except queue.Full:
                 pass
@@ -874,17 +897,18 @@ class _EpochIter:
         """Receives, checks and decodes batch pos of the plan."""
         L = self.loader
         k, index, count = self.plan[pos]
-        conn = self.conn = L._conns[k]  # kept: the loader may close (and drop its list) meanwhile
-        st = self.stats
+        conn = self.conns[k]
+        if self.inline:
+            self.conn = conn
         t0 = time.perf_counter()
         try:
             m = next(self.calls[k])
         except StopIteration:
             raise StrataError(conn.address, "BAD_REPLY", f"the stream ended after {pos} of {self.n} batches") from None
         t1 = time.perf_counter()
-        st["server_wait_s"] += t1 - t0
+        wire = 0
         if isinstance(m, bytes):
-            st["wire_bytes"] += len(m)
+            wire = len(m)
             try:
                 m = parse_batch(m)
             except TensorError as e:
@@ -893,11 +917,16 @@ class _EpochIter:
             raise StrataError(conn.address, "BAD_REPLY", f"got batch {m.index} of {m.num_batches}, "
                               f"expected {index} of {count} (is it another version of strata?)")
         d = self._decode(m, conn, pos)
-        st["decode_s"] += time.perf_counter() - t1
-        if m.HasField("timing"):
-            st["server_sample_s"] += m.timing.sample_ns * 1e-9
-            st["server_encode_s"] += m.timing.encode_ns * 1e-9
-            st["server_slot_wait_s"] += m.timing.slot_wait_ns * 1e-9
+        t2 = time.perf_counter()
+        with self.stlock:
+            st = self.stats
+            st["server_wait_s"] += t1 - t0
+            st["wire_bytes"] += wire
+            st["decode_s"] += t2 - t1
+            if m.HasField("timing"):
+                st["server_sample_s"] += m.timing.sample_ns * 1e-9
+                st["server_encode_s"] += m.timing.encode_ns * 1e-9
+                st["server_slot_wait_s"] += m.timing.slot_wait_ns * 1e-9
         return d
 
     def _failure(self, e, pos):
@@ -905,7 +934,7 @@ class _EpochIter:
         if isinstance(e, StrataError):
             return e
         L = self.loader
-        conn = self.conn
+        conn = self.conns[self.plan[pos][0]] if self.conns and pos < self.n else None
         e = conn.error(e) if conn is not None and hasattr(e, "code") else \
             StrataError(conn.address if conn else "?", "BAD_REPLY", str(e))
         died = L._describe(conn)
@@ -913,18 +942,21 @@ class _EpochIter:
             e = StrataError(died.server, "EXITED", f"{died.details}\n(the stream failed with {e.code}: {e.details})")
         return e
 
-    def _read(self):
+    def _read(self, k):
+        """Reader of stream k: its batches of the plan, in order."""
         pos = 0
         try:
             for pos in range(self.n):
-                self._put(self._fetch(pos))
+                if self.plan[pos][0] != k:
+                    continue
+                self._put(k, self._fetch(pos))
                 if self.stop.is_set():
                     return
-            self._put(_END)
+            self._put(k, _END)
         except Exception as e:  # noqa: BLE001 - handed to the consumer
             if self.stop.is_set():
                 return
-            self._put(self._failure(e, pos))
+            self._put(k, self._failure(e, pos))
 
     def _watch(self):
         """reader_thread=False: cancels the streams when the trainer has
@@ -983,6 +1015,8 @@ class _EpochIter:
                 for k in ("x", "y", "edge_label_index"):
                     if k in t:
                         out[k] = t[k]
+            elif L._stage is not None:
+                out = self._staged(m, *L._stage)
             else:
                 n_id = torch.from_numpy(decode(m.n_id, "n_id").astype(np.int64))
                 ei = decode(m.edge_index, "edge_index")
@@ -996,8 +1030,6 @@ class _EpochIter:
                     out["y"] = torch.from_numpy(decode(m.y, "y").astype(np.int64))
                 if m.HasField("edge_label_index"):
                     out["edge_label_index"] = torch.from_numpy(decode(m.edge_label_index, "edge_label_index").astype(np.int64))
-                if L.pin_memory:
-                    out = {k: v.pin_memory() for k, v in out.items()}
             out.update(batch_size=int(m.batch_size), num_sampled_nodes=list(m.num_sampled_nodes),
                        num_sampled_edges=list(m.num_sampled_edges))
             if L._link_mode():
@@ -1010,6 +1042,25 @@ class _EpochIter:
         except (TensorError, RingError, OSError) as e:
             raise StrataError(conn.address, "BAD_REPLY", str(e)) from None
         return out, slot
+
+    @staticmethod
+    def _staged(m, pin, narrow):
+        """A gRPC node batch copied out of its message into new tensors
+        (pinned when pin): in the wire's types when narrow (widened on the
+        device by _batch), else in PyG's (int64 IDs, float32 x)."""
+        wide = None if narrow else torch.int64
+        ei = decode(m.edge_index, "edge_index")
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise TensorError(f"edge_index: shape {ei.shape}")
+        out = dict(n_id=to_host(m.n_id, "n_id", wide, pin), edge_index=to_host(m.edge_index, "edge_index", wide, pin),
+                   input_id=to_host(m.input_id, "input_id", None, pin))
+        if m.HasField("x"):
+            out["x"] = to_host(m.x, "x", None if narrow else torch.float32, pin)
+        if m.HasField("y"):
+            out["y"] = to_host(m.y, "y", wide, pin)
+        if m.HasField("edge_label_index"):
+            out["edge_label_index"] = to_host(m.edge_label_index, "edge_label_index", wide, pin)
+        return out
 
     def _decode_typed(self, m):
         """A typed batch: per node type and per edge type, checked."""
@@ -1095,12 +1146,13 @@ class _EpochIter:
         st = self.stats
         t0 = time.perf_counter()
         self._release()
-        st["ready"] += self.q.qsize()
+        k = self.plan[self.i][0]
+        with self.stlock:
+            st["ready"] += sum(q.qsize() for q in self.qs)
         try:
-            item = self._next_inline() if self.inline else self.q.get(timeout=L.timeout)
+            item = self._next_inline() if self.inline else self.qs[k].get(timeout=L.timeout)
         except queue.Empty:
-            k = self.plan[self.i][0]
-            conn = L._conns[k]
+            conn = self.conns[k]
             died = L._describe(conn)
             self.close()
             if died is not None:
@@ -1137,15 +1189,18 @@ class _EpochIter:
             # device=: everything on that device, the IDs widened there
             # (int32 from a ring that sent them narrow). The slot's views
             # are dropped here, so its release needs no copy out.
+            # bfloat16 features (a pinned gRPC batch) are widened there too.
             for k, v in f.items():
                 if torch.is_tensor(v):
                     v = v.to(L.device, non_blocking=True)
-                    f[k] = v.long() if v.dtype == torch.int32 else v
+                    f[k] = v.long() if v.dtype == torch.int32 else v.float() if v.dtype == torch.bfloat16 else v
         else:
             for k in ("n_id", "edge_index", "edge_label_index", "y"):
                 v = f.get(k)
                 if v is not None and v.dtype == torch.int32:  # a ring of narrow IDs unasked: still PyG's dtypes
                     f[k] = v.long()
+            if f.get("x") is not None and f["x"].dtype == torch.bfloat16:
+                f["x"] = f["x"].float()
         if L.data is not None:
             # PyG's filter_data: every node attribute indexed by n_id, on
             # the device it lives on.
@@ -1184,13 +1239,15 @@ class _EpochIter:
         if self.ctl is not None:
             # Unblock the reader (it may wait on a full queue holding
             # batches in slots), then drop what it left there.
-            while True:
-                try:
-                    self.q.get_nowait()
-                except queue.Empty:
-                    break
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout=10)
+            for q in self.qs:
+                while True:
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        break
+        for t in self.threads:
+            if t.is_alive() and threading.current_thread() is not t:
+                t.join(timeout=10)
         if self.ctl is not None:
             try:
                 self._release(final=True)

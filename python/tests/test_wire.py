@@ -162,7 +162,7 @@ def test_ring_without_reader_thread(tiny):
         x = list(a)
         it = iter(b)
         y = list(it)
-        assert it.inline and it.thread.name == "strata_pyg-watch"
+        assert it.inline and [t.name for t in it.threads] == ["strata_pyg-watch"]
         assert b.stats()["batches"] == len(y) and b.stats()["server_sample_s"] > 0
     assert len(x) == len(y) > 5
     for p, q in zip(x, y):
@@ -219,3 +219,72 @@ def test_link_batches_over_the_wire_options(tiny, server):
         assert p.edge_label_index.tolist() == q.edge_label_index.tolist() and torch.equal(p.edge_label, q.edge_label)
         assert p.edge_label_index.dtype == torch.int64
         assert torch.equal(q.x, p.x.to(torch.bfloat16).float())
+
+
+def _loader_with_stage(addr, stage, **kw):
+    L = strata_pyg.NeighborLoader(addr, **kw)
+    L._stage = stage  # the staging a CUDA device= (narrow) or pin_memory (wide) picks, here unpinned
+    return L
+
+
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_staged_decode_gives_equal_batches(tiny, server, dtype):
+    """The decode that copies a gRPC batch out of its message (what
+    device="cuda" and pin_memory use, pinned there): in the wire's types,
+    widened afterwards, or widened while copying: the tensors of the
+    in-place decode, in PyG's dtypes, over several streams (a reader
+    thread each)."""
+    s = server("--dataset", tiny)
+    kw = dict(KW, feature_dtype=dtype, streams=2)
+    with strata_pyg.NeighborLoader(s.address, **kw) as plain, \
+            _loader_with_stage(s.address, (False, True), **kw) as narrow, \
+            _loader_with_stage(s.address, (False, False), **kw) as wide:
+        a, b, c = list(plain), list(narrow), list(wide)
+        assert len(narrow.stats()) and narrow.stats()["batches"] == len(b)
+    assert len(a) == len(b) == len(c) == len(plain) > 5
+    for p, q, r in zip(a, b, c):
+        assert ids(p) == ids(q) == ids(r)
+        for t in (q, r):
+            assert torch.equal(t.x, p.x) and torch.equal(t.input_id, p.input_id)
+            assert t.x.dtype == torch.float32
+            assert t.n_id.dtype == t.edge_index.dtype == t.y.dtype == t.input_id.dtype == torch.int64
+
+
+def test_to_host_matches_decode():
+    """_tensor.to_host: the values of decode, in the wire's type or
+    converted, bfloat16 as torch.bfloat16; bad tensors refused alike."""
+    ids = np.array([5, -1, 2**31 - 1, 0], dtype=np.int32)
+    t = _tensor.encode(ids)
+    assert _tensor.to_host(t, "n_id").dtype == torch.int32
+    assert _tensor.to_host(t, "n_id").tolist() == ids.tolist()
+    assert _tensor.to_host(t, "n_id", torch.int64).dtype == torch.int64
+    assert _tensor.to_host(t, "n_id", torch.int64).tolist() == ids.tolist()
+    x = torch.tensor([[1.0, -2.5, 3.0e-3], [65504.0, 1e-20, 7.0]])
+    h = x.to(torch.bfloat16)
+    wire = pb.Tensor(dtype=pb.DTYPE_BFLOAT16, shape=[2, 3], data=h.view(torch.int16).numpy().tobytes())
+    assert torch.equal(_tensor.to_host(wire, "x"), h)
+    assert torch.equal(_tensor.to_host(wire, "x", torch.float32), h.float())
+    empty = _tensor.encode(np.zeros((2, 0), dtype=np.int32))
+    assert list(_tensor.to_host(empty, "edge_index", torch.int64).shape) == [2, 0]
+    with pytest.raises(_tensor.TensorError, match="x"):
+        _tensor.to_host(pb.Tensor(dtype=pb.DTYPE_BFLOAT16, shape=[2, 3], data=b"\0" * 10), "x")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pinned_and_device_decode(tiny, server):
+    """CUDA: pin_memory stages a gRPC batch in pinned memory (widened on
+    the host), device="cuda" uploads bfloat16 and int32 and widens on the
+    GPU; both equal the plain batch."""
+    s = server("--dataset", tiny)
+    kw = dict(KW, feature_dtype="bfloat16", streams=2)
+    with strata_pyg.NeighborLoader(s.address, **kw) as plain, \
+            strata_pyg.NeighborLoader(s.address, pin_memory=True, **kw) as pinned, \
+            strata_pyg.NeighborLoader(s.address, device="cuda", **kw) as dev:
+        assert pinned._stage == (True, False) and dev._stage == (True, True)
+        a, b, c = list(plain), list(pinned), list(dev)
+    assert len(a) == len(b) == len(c) > 5
+    for p, q, r in zip(a, b, c):
+        assert q.x.is_pinned() and q.n_id.is_pinned() and q.x.dtype == torch.float32
+        assert r.x.is_cuda and r.x.dtype == torch.float32 and r.n_id.dtype == torch.int64
+        assert ids(p) == ids(q) == ids(r)
+        assert torch.equal(q.x, p.x) and torch.equal(r.x.cpu(), p.x)
