@@ -230,7 +230,8 @@ def main():
     ap.add_argument("--loader-device", action="store_true",
                     help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
                          "IDs as int32, widened there)")
-    ap.add_argument("--streams", type=int, default=1, help="server mode: Sample streams in flight to the server")
+    ap.add_argument("--streams", type=int, default=None,
+                    help="server mode: Sample streams in flight to the server (default the loader's: 2)")
     ap.add_argument("--no-reader-thread", action="store_true",
                     help="worker mode: the ring's messages read on the training thread (reader_thread=False)")
     ap.add_argument("--switch-interval", type=float, default=None,
@@ -279,7 +280,9 @@ def main():
                             strata_pyg.NeighborLoader(gdata, input_nodes=test_idx, batch_size=args.eval_batch_size, **kw))
             elif mode == "server":
                 def make():
-                    kw = dict(common, feature_dtype=args.feature_dtype, streams=args.streams)
+                    kw = dict(common, feature_dtype=args.feature_dtype)
+                    if args.streams is not None:
+                        kw["streams"] = args.streams
                     return (strata_pyg.NeighborLoader(addr, input_nodes="train", batch_size=args.batch_size,
                                                       shuffle=True, **kw),
                             strata_pyg.NeighborLoader(addr, input_nodes="test", batch_size=args.eval_batch_size, **kw))

@@ -26,6 +26,9 @@ try:  # batches are PyG Data objects when PyG is installed
 except Exception:  # noqa: BLE001 - any import failure means: no PyG
     _PyGData = _PyGHeteroData = None
 
+# Sample streams to a single server given by address (streams=None).
+DEFAULT_STREAMS = 2
+
 _SPLITS = {"train": pb.SPLIT_TRAIN, "val": pb.SPLIT_VAL, "valid": pb.SPLIT_VAL, "test": pb.SPLIT_TEST}
 
 # DataLoader arguments accepted as PyG passes them on, and what they do here.
@@ -244,10 +247,14 @@ class NeighborLoader:
     ``"partition"`` sends each seed to the server that owns it),
     ``device`` (deliver every tensor of the batch on this device, as
     GraphLearn-for-PyTorch's ``device``; with a CUDA device the ring
-    carries the IDs as int32, widened on the GPU), ``feature_dtype``
+    carries the IDs as int32, widened on the GPU, and a gRPC batch is
+    copied into pinned memory as it came (int32 IDs, bfloat16 features),
+    uploaded without blocking and widened on the GPU), ``feature_dtype``
     (``"bfloat16"``: features from a server travel in half the bytes,
     rounded, and arrive as float32), ``streams`` (server-client,
-    round-robin: streams per server in flight, 1 to 16),
+    round-robin: streams per server in flight, 1 to 16, sharing
+    ``num_workers`` and the prefetch depth; default 2 for a single server
+    given by address, without transport="shm", else 1),
     ``reader_thread`` (False: the ring's messages are read on the
     trainer's thread instead of a reader thread; the server still
     prefetches into the slots).
@@ -264,7 +271,7 @@ class NeighborLoader:
                  filter_per_worker=None, neighbor_sampler=None, directed=True, *,
                  seed=None, rank=None, world_size=None, servers=None, secret=None, tls=None, strata_bin=None,
                  sampler_device="cpu", request_timeout=120.0, start_timeout=300.0, transport="auto",
-                 ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, streams=1, device=None,
+                 ring_bytes=None, release_timeout=None, routing=None, feature_dtype=None, streams=None, device=None,
                  reader_thread=True, **kwargs):
         self._server = None
         self._conns = []
@@ -319,11 +326,12 @@ class NeighborLoader:
         if fd < 0:
             raise ValueError(f"feature_dtype={feature_dtype!r}: want None, 'float32' or 'bfloat16'")
         self.feature_dtype = fd
-        if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= 16:
-            raise ValueError(f"streams={streams!r}: want an int in [1, 16]")
-        if streams > 1 and routing == "partition":
+        if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= 16):
+            raise ValueError(f"streams={streams!r}: want None or an int in [1, 16]")
+        if streams is not None and streams > 1 and routing == "partition":
             raise ValueError("strata_pyg: streams > 1 is for round-robin routing (one stream per part)")
-        self.streams = streams
+        self.streams = streams or 1
+        self._auto_streams = streams is None and routing != "partition" and transport != "shm"
         try:
             self.device = torch.device(device) if device is not None else None
         except (RuntimeError, TypeError) as e:
@@ -465,6 +473,11 @@ class NeighborLoader:
                     raise ValueError("strata_pyg.NeighborLoader: servers= is for a PyG Data; pass the addresses as data")
                 # streams > 1: each server's batches over several streams
                 # (connections) in flight, as if it were several servers.
+                # By default a single server gets DEFAULT_STREAMS: one
+                # stream is one message in flight, bound by gRPC's receive
+                # in Python (a copy of each message, the GIL held).
+                if self._auto_streams and len(addrs) == 1:
+                    self.streams = DEFAULT_STREAMS
                 self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout)
                                for a in addrs for _ in range(self.streams)]
         infos = [self._server.info] if self._server is not None and self._conns == [self._server.conn] else \
@@ -708,12 +721,16 @@ class NeighborLoader:
         """The SampleRequest of server k for an epoch."""
         owned = self._parts is not None
         part, parts = (0, 1) if owned else (k, len(self._conns))
+        # A server's streams share num_workers and the prefetch depth (the
+        # batches it samples at once and keeps ready stay what was asked).
+        workers = -(-self.workers // self.streams)
+        prefetch = max(2, -(-self.prefetch // self.streams))
         r = pb.SampleRequest(batch_size=self.batch_size, fanouts=[] if self.typed else self.num_neighbors,
                              replace=self.replace,
                              shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=self.drop_last,
                              rank=self.rank, world_size=self.world_size, part=part, num_parts=parts,
                              with_features=self.with_features, with_labels=self.with_labels,
-                             workers=self.workers, prefetch=self.prefetch, owned=owned,
+                             workers=workers, prefetch=prefetch, owned=owned,
                              feature_dtype=self.feature_dtype)
         if self.typed:
             r.input_type = self.input_type

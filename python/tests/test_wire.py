@@ -22,16 +22,22 @@ def ids(b):
 
 def test_wire_options_give_equal_batches(tiny, server):
     s = server("--dataset", tiny)
-    with strata_pyg.NeighborLoader(s.address, **KW) as plain, \
+    with strata_pyg.NeighborLoader(s.address, streams=1, **KW) as plain, \
             strata_pyg.NeighborLoader(s.address, streams=3, **KW) as three, \
+            strata_pyg.NeighborLoader(s.address, **KW) as default, \
             strata_pyg.NeighborLoader(s.address, feature_dtype="bfloat16", **KW) as half:
-        a, b, c = list(plain), list(three), list(half)
+        a, b, c, d = list(plain), list(three), list(half), list(default)
         sa, sb, sc = plain.stats(), three.stats(), half.stats()
         assert len(three._conns) == 3 and three.routing == "round_robin"
-    assert len(a) == len(b) == len(c) == len(plain) > 5
-    for p, q, r in zip(a, b, c):
-        assert ids(p) == ids(q) == ids(r)
-        assert torch.equal(p.x, q.x)
+        # One server by address: two streams by default, which share
+        # num_workers (2) and the prefetch depth (4).
+        assert len(default._conns) == 2 and len(plain._conns) == 1
+        assert (default._request(0, 0).workers, default._request(0, 0).prefetch) == (1, 2)
+        assert (plain._request(0, 0).workers, plain._request(0, 0).prefetch) == (2, 4)
+    assert len(a) == len(b) == len(c) == len(d) == len(plain) > 5
+    for p, q, r, t in zip(a, b, c, d):
+        assert ids(p) == ids(q) == ids(r) == ids(t)
+        assert torch.equal(p.x, q.x) and torch.equal(p.x, t.x)
         # bfloat16 on the wire: x rounded to nearest even, widened back.
         assert r.x.dtype == torch.float32 and torch.equal(r.x, p.x.to(torch.bfloat16).float())
         assert not torch.equal(r.x, p.x)  # the option took effect
