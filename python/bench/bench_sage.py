@@ -231,7 +231,7 @@ def main():
                     help="strata_pyg loaders with device=DEVICE: batches delivered on the training device (the ring's "
                          "IDs as int32, widened there)")
     ap.add_argument("--streams", type=int, default=None,
-                    help="server mode: Sample streams in flight to the server (default the loader's: 2)")
+                    help="server mode: Sample streams in flight to the server (default the loader's: 4)")
     ap.add_argument("--no-reader-thread", action="store_true",
                     help="worker mode: the ring's messages read on the training thread (reader_thread=False)")
     ap.add_argument("--switch-interval", type=float, default=None,

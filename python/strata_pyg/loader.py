@@ -27,7 +27,7 @@ except Exception:  # noqa: BLE001 - any import failure means: no PyG
     _PyGData = _PyGHeteroData = None
 
 # Sample streams to a single server given by address (streams=None).
-DEFAULT_STREAMS = 2
+DEFAULT_STREAMS = 4
 
 _SPLITS = {"train": pb.SPLIT_TRAIN, "val": pb.SPLIT_VAL, "valid": pb.SPLIT_VAL, "test": pb.SPLIT_TEST}
 
@@ -253,7 +253,7 @@ class NeighborLoader:
     (``"bfloat16"``: features from a server travel in half the bytes,
     rounded, and arrive as float32), ``streams`` (server-client,
     round-robin: streams per server in flight, 1 to 16, sharing
-    ``num_workers`` and the prefetch depth; default 2 for a single server
+    ``num_workers`` and the prefetch depth; default 4 for a single server
     given by address, without transport="shm", else 1),
     ``reader_thread`` (False: the ring's messages are read on the
     trainer's thread instead of a reader thread; the server still

@@ -29,10 +29,12 @@ def test_wire_options_give_equal_batches(tiny, server):
         a, b, c, d = list(plain), list(three), list(half), list(default)
         sa, sb, sc = plain.stats(), three.stats(), half.stats()
         assert len(three._conns) == 3 and three.routing == "round_robin"
-        # One server by address: two streams by default, which share
-        # num_workers (2) and the prefetch depth (4).
-        assert len(default._conns) == 2 and len(plain._conns) == 1
+        # One server by address: four streams by default, which share
+        # num_workers (2; at least one each) and the prefetch depth (4; at
+        # least two each).
+        assert len(default._conns) == 4 and len(plain._conns) == 1
         assert (default._request(0, 0).workers, default._request(0, 0).prefetch) == (1, 2)
+        assert (three._request(0, 0).workers, three._request(0, 0).prefetch) == (1, 2)
         assert (plain._request(0, 0).workers, plain._request(0, 0).prefetch) == (2, 4)
     assert len(a) == len(b) == len(c) == len(d) == len(plain) > 5
     for p, q, r, t in zip(a, b, c, d):
