@@ -138,7 +138,7 @@ func NewHeteroSampler(numNodes []int64, rels []Relation, cfg HeteroConfig) (*Het
 				nf[h] = 1
 			}
 		}
-		ns, err := NewNeighborSampler(squareView(g), Config{Fanouts: nf, Replace: cfg.Replace, Weighted: cfg.Weighted, Workers: cfg.Workers})
+		ns, err := NewNeighborSampler(SquareView(g), Config{Fanouts: nf, Replace: cfg.Replace, Weighted: cfg.Weighted, Workers: cfg.Workers})
 		if err != nil {
 			if e, ok := err.(*Error); ok {
 				e.Op, e.Detail = op, fmt.Sprintf("relation %d: %s", r, e.Detail)
@@ -158,10 +158,11 @@ func NewHeteroSampler(numNodes []int64, rels []Relation, cfg HeteroConfig) (*Het
 	return s, nil
 }
 
-// squareView is g padded to max(rows, cols) rows and columns (extra rows
-// empty), which NeighborSampler accepts; indptr is copied only when rows
-// must be added.
-func squareView(g *graph.CSR) *graph.CSR {
+// SquareView is g padded to max(rows, cols) rows and columns (extra rows
+// empty): a relation between two node types as the node-wise samplers
+// (NeighborSampler, gpusample's, dsp/csp's) take it. Indptr is copied
+// only when rows must be added.
+func SquareView(g *graph.CSR) *graph.CSR {
 	n := max(g.NumRows, g.NumCols)
 	ip := g.Indptr
 	if n > g.NumRows {

@@ -148,7 +148,7 @@ func NewTyped(be backend.Backend, numNodes []int64, rels []sample.Relation, offs
 // the square view) and its protocol at fanouts fan (hops at 0 never
 // draw; the machine gets 1 there).
 func (s *TypedSampler) openRel(rel sample.Relation, off []int64, fan []int, c comm.Comm) (*typedRel, error) {
-	g := squareView(rel.In)
+	g := sample.SquareView(rel.In)
 	o := slices.Clone(off)
 	o[len(o)-1] = g.NumRows
 	b, err := book.New(o)
@@ -185,22 +185,6 @@ func (s *TypedSampler) openRel(rel sample.Relation, off []int64, fan []int, c co
 		return nil, err
 	}
 	return &typedRel{p: p}, nil
-}
-
-// squareView is g padded to max(rows, cols) rows and columns (extra rows
-// empty), as the node-wise machines need (sample.HeteroSampler does the
-// same).
-func squareView(g *graph.CSR) *graph.CSR {
-	n := max(g.NumRows, g.NumCols)
-	ip := g.Indptr
-	if n > g.NumRows {
-		ip = make([]int64, n+1)
-		copy(ip, g.Indptr)
-		for i := g.NumRows + 1; i <= n; i++ {
-			ip[i] = g.Indptr[g.NumRows]
-		}
-	}
-	return &graph.CSR{NumRows: n, NumCols: n, Indptr: ip, Indices: g.Indices, Weights: g.Weights}
 }
 
 // NumHops is the number of blocks per batch.

@@ -72,7 +72,7 @@ func NewHetero(b backend.Backend, numNodes []int64, rels []sample.Relation, cfg 
 				nf[h] = 1
 			}
 		}
-		if s.per[r], err = New(dev, squareView(rel.In), Config{Fanouts: nf, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}); err != nil {
+		if s.per[r], err = New(dev, sample.SquareView(rel.In), Config{Fanouts: nf, Replace: cfg.Replace, Weighted: cfg.Weighted, Placement: place}); err != nil {
 			s.Close()
 			if e, ok := err.(*sample.Error); ok {
 				e.Detail = fmt.Sprintf("relation %d: %s", r, e.Detail)
@@ -92,21 +92,6 @@ func NewHetero(b backend.Backend, numNodes []int64, rels []sample.Relation, cfg 
 		return nil, err
 	}
 	return s, nil
-}
-
-// squareView is g padded to max(rows, cols) rows and columns (extra rows
-// empty), as Sampler needs (sample.HeteroSampler does the same).
-func squareView(g *graph.CSR) *graph.CSR {
-	n := max(g.NumRows, g.NumCols)
-	ip := g.Indptr
-	if n > g.NumRows {
-		ip = make([]int64, n+1)
-		copy(ip, g.Indptr)
-		for i := g.NumRows + 1; i <= n; i++ {
-			ip[i] = g.Indptr[g.NumRows]
-		}
-	}
-	return &graph.CSR{NumRows: n, NumCols: n, Indptr: ip, Indices: g.Indices, Weights: g.Weights}
 }
 
 // Close releases the relations' device copies.
