@@ -169,6 +169,20 @@ func CheckHetero(h *dataset.Hetero) error {
 type HeteroReport struct {
 	*Report
 	Hetero HeteroSummary `json:"hetero"`
+	// Multi describes a run on several devices (dsp/engine's
+	// RunHetero); nil on one.
+	Multi *MultiDevice `json:"multi_device,omitempty"`
+}
+
+// MultiDevice describes a typed run's devices: how many, their
+// communicators (the kind and why it was chosen) and the mean training
+// seconds of an epoch after the first (evaluation excluded).
+type MultiDevice struct {
+	Devices            int     `json:"devices"`
+	Comm               string  `json:"comm"`
+	CommReason         string  `json:"comm_reason"`
+	BatchesPerDevice   int     `json:"batches_per_device"`
+	SteadyEpochSeconds float64 `json:"steady_epoch_seconds"`
 }
 
 // HeteroSummary describes the types of the dataset a typed model trained on.
@@ -230,6 +244,11 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	if err := CheckHetero(h); err != nil {
 		return nil, err
 	}
+	if rp := opts.Replica; rp != nil {
+		if err := rp.check(); err != nil {
+			return nil, err
+		}
+	}
 	h, err := cfg.Graph(h)
 	if err != nil {
 		return nil, err
@@ -239,13 +258,18 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 		return nil, err
 	}
 	r := &runner{cfg: Config{Common: cfg.Common, Mode: Sampled, BatchSize: cfg.BatchSize, Fanouts: cfg.Fanouts},
-		opts: opts, b: opts.Backend, trainNodes: h.Train, labels: h.Labels}
+		opts: opts, b: opts.Backend, trainNodes: h.Train, labels: h.Labels, rep: opts.Replica}
 	defer r.free()
 	model, err := NewTypedModel(r.b, h, cfg.Common, h.NumClasses, nil)
 	if err != nil {
 		return nil, err
 	}
 	r.model = model
+	if r.rep != nil && r.rep.Size > 1 {
+		if err := r.shareGrads(model.Params()); err != nil {
+			return nil, err
+		}
+	}
 	r.opt = cfg.NewOptimizer(r.b, model.Params())
 	in := &TypedInputs{B: r.b, H: h, Model: model}
 	smp, err := cfg.typedSampler(r.b, opts.TypedSampler, h, fan)
@@ -253,24 +277,40 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 		return nil, err
 	}
 	r.src = &typedSource{in: in, smp: smp, seedType: h.Target}
-	ev := &typedEval{in: in, layers: cfg.Layers, splits: labeledSplits(h.Train, h.Val, h.Test, h.Labels)}
-	r.eval = ev
-	if cfg.Eval == Sampled {
-		ef := make([][]int, len(h.EdgeTypes))
-		for e := range ef {
-			ef[e] = cfg.EvalFanouts
+	if r.lead() {
+		ev := &typedEval{in: in, layers: cfg.Layers, splits: labeledSplits(h.Train, h.Val, h.Test, h.Labels)}
+		r.eval = ev
+		if cfg.Eval == Sampled {
+			ef := make([][]int, len(h.EdgeTypes))
+			for e := range ef {
+				ef[e] = cfg.EvalFanouts
+			}
+			// A replica's training sampler is a collective: replica 0
+			// evaluates alone, with a sampler of its own.
+			mk := opts.TypedSampler
+			if r.rep != nil {
+				mk = r.rep.EvalSampler
+			}
+			evSmp, err := cfg.typedSampler(r.b, mk, h, ef)
+			if err != nil {
+				return nil, err
+			}
+			ev.sampled = &typedSource{in: in, smp: evSmp, seedType: h.Target}
+			ev.key, ev.batchSize = rng.Derive(cfg.Seed, tagEval), cfg.EvalBatchSize
 		}
-		evSmp, err := cfg.typedSampler(r.b, opts.TypedSampler, h, ef)
-		if err != nil {
-			return nil, err
-		}
-		ev.sampled = &typedSource{in: in, smp: evSmp, seedType: h.Target}
-		ev.key, ev.batchSize = rng.Derive(cfg.Seed, tagEval), cfg.EvalBatchSize
 	}
 	r.numBatches = (len(h.Train) + cfg.BatchSize - 1) / cfg.BatchSize
+	if r.rep != nil {
+		r.numBatches = r.rep.Batches
+	}
 	r.setLoop()
 	if err := r.loop.Run(ctx, r); err != nil {
 		return nil, err
+	}
+	if r.rep != nil && r.rep.Done != nil {
+		if err := r.rep.Done(model.Params()); err != nil {
+			return nil, &RunError{Op: "replica check", Err: err}
+		}
 	}
 	rep := heteroReport(h, cfg, r.b.Name(), fan, r.history)
 	rep.TotalSeconds = time.Since(start).Seconds()

@@ -51,6 +51,9 @@ type Loop struct {
 	OnBatch func(epoch, batch int, loss float64)
 	// Log receives the epoch lines; nil for none.
 	Log io.Writer
+	// NoBar shows no progress bar (the replicas of a multi-device run
+	// but the first).
+	NoBar bool
 }
 
 // Run runs the epochs from the cursor to Epochs. A cancelled ctx stops
@@ -65,7 +68,9 @@ func (l *Loop) Run(ctx context.Context, task Task) error {
 		if e > barEnd {
 			barEnd = min(l.Epochs-1, (e/every+1)*every-1)
 			units := int64(barEnd-e+1) * int64(l.Batches)
-			bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, l.Epochs))
+			if !l.NoBar {
+				bar = progress.New(units, fmt.Sprintf("epoch %d/%d", e+1, l.Epochs))
+			}
 		}
 		epochStart := time.Now()
 		if err := task.BeginEpoch(e); err != nil {

@@ -259,7 +259,10 @@ func (r *runner) optimize(t *autograd.Tape, logits *autograd.Var, rows, labels b
 		}
 		return nil
 	}
-	if !onDevice {
+	// Replicas check the mean loss, after the all-reduce: all of them
+	// then fail at the same step rather than one leaving the others
+	// waiting.
+	if !onDevice && r.flat == nil {
 		if err := diverged(loss); err != nil {
 			return 0, err
 		}
@@ -269,6 +272,17 @@ func (r *runner) optimize(t *autograd.Tape, logits *autograd.Var, rows, labels b
 	}
 	if err := t.Backward(lossVar); err != nil {
 		return 0, err
+	}
+	if r.flat != nil {
+		if onDevice {
+			return 0, fmt.Errorf("replicas reduce a loss computed on the host")
+		}
+		if loss, err = r.reduce(loss); err != nil {
+			return 0, err
+		}
+		if err := diverged(loss); err != nil {
+			return 0, err
+		}
 	}
 	if err := r.opt.Step(); err != nil {
 		return 0, err

@@ -63,6 +63,9 @@ type Options struct {
 	// Keep, when set, keeps the parameters of the epoch a saved model
 	// holds (Keeper).
 	Keep *Keeper
+	// Replica, when set, makes RunHetero one replica of a run on several
+	// devices (Replica; package dsp/engine's RunHetero sets it).
+	Replica *Replica
 }
 
 // RunError reports a failure of a run with what it was doing.
@@ -125,6 +128,14 @@ type runner struct {
 	upcoming   []int32 // seeds after the current batch, for prefetching
 	history    []EpochRecord
 	resumed    *Cursor
+
+	// A replica's (Options.Replica): its batches of the current epoch,
+	// and the flat gradient buffer Replica.Reduce averages (shareGrads).
+	rep      *Replica
+	mine     [][]int32
+	flat     backend.Buffer
+	lossSlot backend.Buffer
+	oldGrads []backend.Buffer
 
 	// Homogeneous runs.
 	ds    *dataset.Dataset
@@ -214,7 +225,7 @@ func newRunner(ds *dataset.Dataset, cfg Config, opts Options) (*runner, error) {
 // setLoop sets up the run's Loop.
 func (r *runner) setLoop() {
 	r.loop = Loop{Epochs: r.cfg.Epochs, Batches: r.numBatches, OnBatch: r.opts.OnBatch, Log: r.opts.Log,
-		CheckpointEvery: r.opts.CheckpointEvery}
+		CheckpointEvery: r.opts.CheckpointEvery, NoBar: !r.lead()}
 	if r.ckpt != "" {
 		r.loop.Save = r.save
 	}
@@ -342,6 +353,7 @@ func upload(b backend.Backend, v []int32) (backend.Buffer, error) {
 func (r *runner) free() {
 	b := r.b
 	if r.model != nil {
+		r.unshareGrads(r.model.Params())
 		nn.FreeParams(b, r.model.Params())
 		r.model = nil
 	}
@@ -370,14 +382,22 @@ func (r *runner) logf(format string, args ...any) {
 	}
 }
 
-// BeginEpoch shuffles the training nodes for epoch.
+// BeginEpoch shuffles the training nodes for epoch (and deals a
+// replica's share of them).
 func (r *runner) BeginEpoch(epoch int) error {
 	r.order = Shuffled(r.trainNodes, r.cfg.Seed, epoch)
+	if r.rep != nil {
+		return r.deal()
+	}
 	return nil
 }
 
-// Step runs batch of the current epoch's order.
+// Step runs batch of the current epoch's order; a replica's batch i is
+// global batch i*Size+Rank (its sampling key and dropout seed).
 func (r *runner) Step(epoch, batch int) (float64, error) {
+	if r.rep != nil {
+		return r.sampledStep(epoch, batch*r.rep.Size+r.rep.Rank, r.mine[batch])
+	}
 	bs, order := r.cfg.BatchSize, r.order
 	lo := batch * bs
 	r.upcoming = order[min(lo+bs, len(order)):]
@@ -385,10 +405,11 @@ func (r *runner) Step(epoch, batch int) (float64, error) {
 }
 
 // EndEpoch evaluates the epoch when due, offers it to the Keeper and
-// records it.
+// records it (replicas other than 0 have no evaluator: they record the
+// losses only).
 func (r *runner) EndEpoch(e int, losses []float64, seconds func() float64) (string, error) {
 	rec := EpochRecord{Epoch: e + 1, BatchLosses: losses, Loss: MeanLoss(losses)}
-	if r.cfg.Evaluates(e) {
+	if r.eval != nil && r.cfg.Evaluates(e) {
 		t0 := time.Now()
 		t, err := r.eval.evaluate()
 		if err != nil {

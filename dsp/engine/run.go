@@ -554,24 +554,29 @@ func jobCommKind(w *world.World, kind string, gpus bool) (string, string, error)
 // buffers as they are and stage GPU buffers through host memory
 // (comm/staged).
 func (s *shared) openGroup(ctx context.Context, kind string, st int, devs []backend.Backend, gpus bool, o comm.Options) ([]comm.Comm, error) {
+	// NCCL collectives return once queued (unless SyncCollectives): the
+	// trainer's optimizer step and next batch follow its all-reduce on
+	// the stream while the GPUs reduce (waiting for it left each GPU
+	// idle during the host's launches), and the coordinator's turn ends
+	// at the launch, so one stage's long exchange does not hold back the
+	// others' launches. Results are read through the stage's own stream
+	// (downloads, or fences before a hand-over).
+	return openLocalGroup(ctx, kind, "dsp-"+stageNames[st], devs, gpus, o, !s.cfg.SyncCollectives, s.opts.GPUShm)
+}
+
+// openLocalGroup opens communicators of kind on devs, one rank each, in
+// this process (gpus: CUDA devices); prefix names NCCL's, async makes
+// NCCL collectives return once queued, gso configures gpushm.
+func openLocalGroup(ctx context.Context, kind, prefix string, devs []backend.Backend, gpus bool, o comm.Options, async bool, gso gpushm.Options) ([]comm.Comm, error) {
 	k := len(devs)
 	var hs []comm.Comm
 	var err error
 	switch kind {
 	case comm.KindNCCL:
-		// Collectives return once queued (unless SyncCollectives): the
-		// trainer's optimizer step and next batch follow its all-reduce
-		// on the stream while the GPUs reduce (waiting for it left each
-		// GPU idle during the host's launches), and the coordinator's
-		// turn ends at the launch, so one stage's long exchange does not
-		// hold back the others' launches. Results are read through the
-		// stage's own stream (downloads, or fences before a hand-over).
-		no := nccl.Options{Options: o, Prefix: "dsp-" + stageNames[st], Async: !s.cfg.SyncCollectives}
-		return nccl.OpenLocal(ctx, devs, no)
+		return nccl.OpenLocal(ctx, devs, nccl.Options{Options: o, Prefix: prefix, Async: async})
 	case comm.KindGPUShm:
-		g := s.opts.GPUShm
-		g.Options = o
-		return gpushm.NewLocal(devs, g)
+		gso.Options = o
+		return gpushm.NewLocal(devs, gso)
 	case comm.KindShm:
 		hs, err = shm.NewLocal(k, shm.Options{Options: o})
 	case comm.KindTCP:
