@@ -39,6 +39,9 @@ type HeteroOptions struct {
 	// EvalSampler makes device 0's sampler for Eval "sampled" (nil: the
 	// host's sample.HeteroSampler).
 	EvalSampler train.NewTypedSampler
+
+	// replica, in tests, edits device r's replica before it starts.
+	replica func(r int, rp *train.Replica)
 }
 
 // RunHetero trains cfg's typed model (rgcn or hsage) on h with sampled
@@ -135,6 +138,9 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 		if r == 0 {
 			to.Log, to.OnBatch, to.Keep = opts.Log, opts.OnBatch, opts.Keep
 			rp.EvalSampler = opts.EvalSampler
+		}
+		if opts.replica != nil {
+			opts.replica(r, rp)
 		}
 		g.Go(fmt.Sprintf("device %d", r), func() error {
 			reps[r], errs[r] = train.RunHetero(gctx, h, cfg, to)
