@@ -25,7 +25,7 @@ import (
 // Sancus's bounded-staleness skip-broadcast). They are embedded in
 // trainCmd.
 type fullGraphFlags struct {
-	Devices    string   `help:"fullgraph mode, and sampled mode on several devices (DSP, see --scheme): the devices, one rank each, with one syntax for both modes: ${devices} (default: --device)." placeholder:"LIST"`
+	Devices    string   `help:"fullgraph mode, and sampled mode on several devices (DSP, see --scheme): the devices, one rank each, with one syntax for both modes: ${devices} (default: --device). With --model rgcn or hsage: typed training, data parallel over the devices." placeholder:"LIST"`
 	Staleness  bool     `help:"fullgraph mode: reuse cached embedding blocks and skip broadcasts within the staleness bounds (Sancus)."`
 	StaleEp    *int     `name:"staleness-epochs" help:"fullgraph mode: epoch bound, the most epochs a cached block may age (default 3)." placeholder:"N"`
 	StaleEps   *float64 `name:"staleness-eps" help:"fullgraph mode: variation bound, the largest relative change of a block since its cached copy that still skips (default 0.5)." placeholder:"EPS"`

@@ -14,9 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/gpushm"
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/gen"
 	"github.com/strata-gnn/strata/dataset/importer"
+	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -42,17 +45,26 @@ func (c *trainCmd) checkTypedFlags() error {
 
 // heteroConfig turns the flags into train.HeteroConfig on top of
 // train.HeteroDefaults, refusing the flags typed training does not read.
+// --devices is typed node classification's (runHeteroDevices).
 func (c *trainCmd) heteroConfig() (train.HeteroConfig, error) {
-	return c.heteroConfigFrom(train.HeteroDefaults(c.Model))
+	if err := c.checkHeteroComm(); err != nil {
+		return train.HeteroConfig{}, err
+	}
+	return c.heteroConfigFrom(train.HeteroDefaults(c.Model), true)
 }
 
 // heteroConfigFrom is heteroConfig on top of defaults cfg (typed link
-// prediction's are link.HeteroDefaults').
-func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig) (train.HeteroConfig, error) {
+// prediction's are link.HeteroDefaults'); devices says whether --devices
+// applies.
+func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig, devices bool) (train.HeteroConfig, error) {
 	refuse := func(flag string) error {
-		return usageError{fmt.Errorf("--%s does not apply to --model %s (typed training: one device, sampled mini-batches)", flag, c.Model)}
+		return usageError{fmt.Errorf("--%s does not apply to --model %s (typed training: sampled mini-batches on --device, or on --devices)", flag, c.Model)}
 	}
 	switch {
+	case c.FullGraph.Devices != "" && !devices:
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--devices: typed link prediction (--task link --model %s) trains on one device (--device); typed node classification takes --devices", c.Model)}
+	case c.FullGraph.Devices == "" && len(c.FullGraph.commSet()) > 0:
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--%s needs several devices: --devices", c.FullGraph.commSet()[0])}
 	case c.Mode != "" && c.Mode != train.Sampled:
 		return train.HeteroConfig{}, refuse("mode " + c.Mode)
 	case c.Heads != nil:
@@ -65,10 +77,8 @@ func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig) (train.HeteroConfig,
 		return train.HeteroConfig{}, refuse("row-norm on")
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}
-	case c.FullGraph.Devices != "":
-		return train.HeteroConfig{}, refuse("devices")
 	case c.FullGraph.Partition != "multilevel":
-		return train.HeteroConfig{}, refuse("partition")
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--partition does not apply to --model %s: typed --devices split every node type into equal ID ranges", c.Model)}
 	}
 	if set := c.FullGraph.set(); len(set) > 0 {
 		return train.HeteroConfig{}, refuse(set[0])
@@ -205,11 +215,46 @@ func (c *trainCmd) openHeteroRun(e *env) (log io.Writer, b backend.Backend, h *d
 	return log, b, h, closeDS, nil
 }
 
+// checkHeteroComm checks --comm and --comm-timeout for typed
+// --devices: the sampled kinds of engine.CommKinds (not fullgraph's
+// host), gpushm's flags only with gpushm.
+func (c *trainCmd) checkHeteroComm() error {
+	f := &c.FullGraph
+	if f.Devices == "" {
+		if c.World.CommTimeout != "" {
+			return usageError{fmt.Errorf("--comm-timeout needs several devices: --devices")}
+		}
+		return nil
+	}
+	if !slices.Contains(engine.CommKinds, f.Comm) {
+		return usageError{fmt.Errorf("--comm %s applies to --mode fullgraph; typed --devices take %s", f.Comm, strings.Join(engine.CommKinds, ", "))}
+	}
+	if set := f.GPUShm.Set(); len(set) > 0 && f.Comm != comm.KindGPUShm {
+		return usageError{fmt.Errorf("--%s applies to --comm gpushm, not --comm %s", set[0], f.Comm)}
+	}
+	return nil
+}
+
+// logHeteroRun writes the lines that open a typed run's log: the data,
+// the devices (on), the configuration.
+func logHeteroRun(log io.Writer, h *dataset.Hetero, cfg train.HeteroConfig, on string) {
+	fmt.Fprintf(log, "training %s on %s (%d nodes in %d types, %d edges in %d relations, target %s, %d classes) on %s\n",
+		cfg.Model, h.Name, h.NumNodes(), len(h.NodeTypes), h.NumEdges(), len(h.EdgeTypes), targetName(h), h.NumClasses, on)
+	fmt.Fprintf(log, "config: %s %s, %s, batch %d, fanouts %v per relation", cfg.Model, train.Sampled, cfg.Common.Layout(), cfg.BatchSize, cfg.Fanouts)
+	for _, name := range slices.Sorted(maps.Keys(cfg.RelFanouts)) {
+		fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
+	}
+	fmt.Fprintf(log, ", %s\n", cfg.Common.Schedule())
+}
+
 // runHetero is 'strata train --model rgcn|hsage'.
 func (c *trainCmd) runHetero(e *env) error {
 	cfg, err := c.heteroConfig()
 	if err != nil {
 		return err
+	}
+	if c.FullGraph.Devices != "" {
+		return c.runHeteroDevices(e, cfg)
 	}
 	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
@@ -217,13 +262,7 @@ func (c *trainCmd) runHetero(e *env) error {
 	}
 	defer closeDS()
 	if log != nil {
-		fmt.Fprintf(log, "training %s on %s (%d nodes in %d types, %d edges in %d relations, target %s, %d classes) on %s\n",
-			cfg.Model, h.Name, h.NumNodes(), len(h.NodeTypes), h.NumEdges(), len(h.EdgeTypes), targetName(h), h.NumClasses, b.Name())
-		fmt.Fprintf(log, "config: %s %s, %s, batch %d, fanouts %v per relation", cfg.Model, train.Sampled, cfg.Common.Layout(), cfg.BatchSize, cfg.Fanouts)
-		for _, name := range slices.Sorted(maps.Keys(cfg.RelFanouts)) {
-			fmt.Fprintf(log, ", %s %v", name, cfg.RelFanouts[name])
-		}
-		fmt.Fprintf(log, ", %s\n", cfg.Common.Schedule())
+		logHeteroRun(log, h, cfg, b.Name())
 		if typedSampler(b) != nil {
 			fmt.Fprintf(log, "sampling typed batches on %s\n", b.Name())
 		}
@@ -241,6 +280,70 @@ func (c *trainCmd) runHetero(e *env) error {
 	}
 	printAccuracy(e, rep.Report)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	return c.writeOutputs(rep.WriteJSON, rep.Report)
+}
+
+// runHeteroDevices is 'strata train --model rgcn|hsage --devices LIST':
+// typed training data parallel over the devices (engine.RunHetero), the
+// batches drawn by the collective typed sampler.
+func (c *trainCmd) runHeteroDevices(e *env, cfg train.HeteroConfig) error {
+	set, err := parseDevices(c.FullGraph.Devices)
+	if err != nil {
+		return err
+	}
+	timeout, err := c.commTimeout()
+	if err != nil {
+		return err
+	}
+	gso, _, err := c.FullGraph.GPUShm.EnvOptions(gpushm.Options{}) // the flags, then STRATA_GPUSHM_*
+	if err != nil {
+		return usageError{err}
+	}
+	if err := c.checkOutputs(); err != nil {
+		return err
+	}
+	bs, err := set.open(false)
+	if err != nil {
+		return err
+	}
+	if err := c.checkCUDAFlags(bs); err != nil {
+		return err
+	}
+	var log io.Writer
+	if !e.quiet {
+		log = e.stderr
+	}
+	h, closeDS, err := openHetero(c.Dataset, e.quiet)
+	if err != nil {
+		return err
+	}
+	defer closeDS()
+	if log != nil {
+		devs := fmt.Sprintf("%d devices", len(bs))
+		if len(bs) == 1 {
+			devs = "1 device"
+		}
+		logHeteroRun(log, h, cfg, fmt.Sprintf("%s (%s), collective typed sampling", devs, bs[0].Name()))
+		fmt.Fprintf(log, "each device: its share of every epoch's training nodes in batches of %d, evaluation on device 0 every %d epoch(s) and after the last\n",
+			cfg.BatchSize, cfg.EvalEvery)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := engine.RunHetero(ctx, h, cfg, engine.HeteroOptions{Backends: bs, Comm: c.FullGraph.Comm, CommTimeout: timeout,
+		GPUShm: gso, Log: log, EvalSampler: typedSampler(bs[0])})
+	var ce *train.ConfigError
+	var ee *engine.ConfigError
+	if errors.As(err, &ce) || errors.As(err, &ee) {
+		return configFlag(err)
+	}
+	if err != nil {
+		return err
+	}
+	printAccuracy(e, rep.Report)
+	fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; %d batches per device)\n",
+		rep.Multi.SteadyEpochSeconds, rep.Multi.BatchesPerDevice)
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s x%d (comm %s)\n", time.Since(start).Seconds(), rep.Device, rep.Multi.Devices, rep.Multi.Comm)
 	return c.writeOutputs(rep.WriteJSON, rep.Report)
 }
 

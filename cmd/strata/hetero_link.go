@@ -28,7 +28,7 @@ import (
 func (c *trainCmd) heteroLinkConfig() (link.HeteroConfig, error) {
 	f := &c.Link
 	cfg := link.HeteroDefaults(c.Model, f.Relation)
-	hc, err := c.heteroConfigFrom(cfg.HeteroConfig)
+	hc, err := c.heteroConfigFrom(cfg.HeteroConfig, false)
 	if err != nil {
 		return cfg, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,7 +86,17 @@ func TestHeteroUsageErrors(t *testing.T) {
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--rel-fanouts=writes=1,-2"}, "each in 0..65536 or -1"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--rel-fanouts", "writes=1,70000"}, "each in 0..65536 or -1"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--checkpoint", dir}, "not supported for --model hsage"},
-		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2"}, "--devices does not apply"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:0"}, "--devices cpu:0: want cpu:N"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--task", "link", "--link-relation", "writes"}, "--devices: typed link prediction"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--comm", "nccl"}, "--comm nccl needs CUDA --devices"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--comm", "host"}, "--comm host applies to --mode fullgraph"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--cache", "1MiB"}, "--cache does not apply to --model hsage"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--partition", "range"}, "--partition does not apply"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--gpushm-slots", "4"}, "--gpushm-slots applies to --comm gpushm"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--comm-timeout", "0s"}, "--comm-timeout \"0s\""},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--batch-size", "0"}, "--batch-size"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--comm", "shm"}, "--comm needs several devices"},
+		{[]string{"train", "--model", "hsage", "--dataset", ds, "--comm-timeout", "5s"}, "--comm-timeout needs several devices"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--weighted"}, "--weighted: relation author___writes___paper"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--fanouts", "5"}, "--fanouts: 1 fanouts for 2 layers"},
 		{[]string{"train", "--model", "gcn", "--add-reverse"}, "--add-reverse applies to --model rgcn or hsage"},
@@ -100,5 +111,57 @@ func TestHeteroUsageErrors(t *testing.T) {
 	}
 	if !train.IsHetero("rgcn") || train.IsHetero("sage") {
 		t.Fatal("IsHetero")
+	}
+}
+
+// TestHeteroDevicesCommand: 'strata train --model hsage --devices cpu:3'
+// on the hetero preset prints the accuracies, the epoch time and the
+// devices, and writes a report with the multi_device section; the same
+// run on cpu:1 gives --device cpu's losses.
+func TestHeteroDevicesCommand(t *testing.T) {
+	dir := t.TempDir()
+	ds := filepath.Join(dir, "h")
+	if code, _, errb := strata(t, "--quiet", "gen", ds, "--preset", "hetero", "--nodes", "1000", "--seed", "2"); code != 0 {
+		t.Fatal(errb)
+	}
+	args := []string{"--quiet", "train", "--dataset", ds, "--model", "hsage", "--epochs", "2", "--hidden", "16"}
+	type report struct {
+		Epochs []train.EpochRecord `json:"epochs"`
+		Multi  *train.MultiDevice  `json:"multi_device"`
+	}
+	read := func(path string) report {
+		var r report
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	rep3 := filepath.Join(dir, "r3.json")
+	code, out, errb := strata(t, append(args, "--devices", "cpu:3", "--report", rep3)...)
+	if code != 0 || !strings.Contains(out, "test accuracy") || !strings.Contains(out, "epoch time") || !strings.Contains(out, "on cpu x3 (comm inproc)") {
+		t.Fatalf("train --devices cpu:3: exit %d\n%s%s", code, out, errb)
+	}
+	if r := read(rep3); r.Multi == nil || r.Multi.Devices != 3 || r.Multi.Comm != "inproc" || len(r.Epochs) != 2 || r.Epochs[1].EvalSkipped {
+		t.Fatalf("report of cpu:3: %+v", r)
+	}
+	rep1, repOne := filepath.Join(dir, "r1.json"), filepath.Join(dir, "one.json")
+	if code, _, errb := strata(t, append(args, "--devices", "cpu:1", "--report", rep1)...); code != 0 {
+		t.Fatal(errb)
+	}
+	if code, _, errb := strata(t, append(args, "--device", "cpu", "--report", repOne)...); code != 0 {
+		t.Fatal(errb)
+	}
+	a, b := read(rep1), read(repOne)
+	if b.Multi != nil || a.Multi == nil || a.Multi.Comm != "none" {
+		t.Fatalf("multi_device sections: cpu:1 %+v, --device cpu %+v", a.Multi, b.Multi)
+	}
+	for e := range b.Epochs {
+		if !slices.Equal(a.Epochs[e].BatchLosses, b.Epochs[e].BatchLosses) {
+			t.Fatalf("epoch %d: losses on cpu:1 %v, on --device cpu %v", e+1, a.Epochs[e].BatchLosses, b.Epochs[e].BatchLosses)
+		}
 	}
 }
