@@ -93,7 +93,8 @@
 #                 BenchmarkHeteroSample on `gen --preset hetero --nodes $HETERO_NODES` (papers;
 #                 2M: 4M nodes), the CPU and GPU typed samplers against the homogeneous ones
 #                 on the graph with types erased, sampled edges/s; then one typed training
-#                 epoch (`--model hsage --device cuda:0`, sampling on the GPU)
+#                 epoch (`--model hsage --device cuda:0`, sampling on the GPU) and the same on
+#                 4 GPUs (`--devices cuda:0,1,2,3`: collective typed sampling, NCCL), side by side
 #   hetero-link LINK_SCALE (0.1; an epoch of the full shape is ~53k batches of 1024),
 #             LINK_BATCH (4096), LINK_LR (0.001: at link's default 0.01 this model's encoder
 #             collapses on the products shape, every pair scored the same), LINK_TIMEOUT (240 s a run, then SIGQUIT), HETERO_NODES
@@ -804,7 +805,25 @@ set_hetero_link() {
     --add-reverse --batch-size 1024 --report "$setlogs/hsage-1.json" >"$setlogs/hsage-1.out" 2>"$setlogs/hsage-1.log"
   check $? "hsage epoch on cuda:0" || tail -5 "$setlogs/hsage-1.log" | indent
   grep -E '^epoch |sampl' "$setlogs/hsage-1.log" "$setlogs/hsage-1.out" | indent
-  echo "   hsage epoch on cuda:0 (GPU typed sampling): $(epoch_secs "$setlogs/hsage-1.json")s"
+  local hsage4=n/a
+  if [ "$ngpus" -ge 4 ]; then
+    # The same flags on 4 GPUs (collective typed sampling, NCCL); a build
+    # whose typed runner refuses --devices is reported, not failed.
+    timeout -s QUIT -k 10 "$DSP_RUN_TIMEOUT" "$bin/strata" train --dataset "$hd" --model hsage --devices cuda:0,1,2,3 --epochs 1 \
+      --add-reverse --batch-size 1024 --report "$setlogs/hsage-4.json" >"$setlogs/hsage-4.out" 2>"$setlogs/hsage-4.log"
+    local rc=$?
+    if [ $rc = 2 ] && grep -q 'devices' "$setlogs/hsage-4.log"; then
+      echo "== hsage-4: not built: $(grep -m1 'devices' "$setlogs/hsage-4.log")"
+      hsage4="not built"
+    else
+      grep -E '^epoch |^communication|sampl' "$setlogs/hsage-4.log" "$setlogs/hsage-4.out" | indent
+      check "$rc" "hsage epoch on cuda:0,1,2,3" && hsage4=$(epoch_secs "$setlogs/hsage-4.json")s
+      [ "$rc" = 0 ] || tail -5 "$setlogs/hsage-4.log" | indent
+    fi
+  else
+    echo "== hsage-4: skipped, needs 4 GPUs ($ngpus visible)"
+  fi
+  echo "   hsage epoch (GPU typed sampling, batch 1024 per device): cuda:0 $(epoch_secs "$setlogs/hsage-1.json")s, cuda:0,1,2,3 $hsage4"
 }
 
 set_sampling() {
