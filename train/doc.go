@@ -10,7 +10,9 @@
 // or several, is package fullgraph's. RunHetero trains the typed models
 // (rgcn, hsage) on typed datasets (dataset.Hetero) the same way: sampled
 // mini-batches of target-type seeds, a fanout per relation, the same keying
-// of every random choice, a Report with a hetero summary (HeteroReport).
+// of every random choice, a Report with a hetero summary (HeteroReport);
+// with Options.Replica a run is one data-parallel replica of several
+// (dsp/engine's RunHetero runs one per device).
 //
 // # Determinism
 //

@@ -87,6 +87,16 @@
 // the model's) and is evaluated by device 0. Package link/multi's is
 // link prediction.
 //
+// Typed models (hetero.go): RunHetero trains rgcn or hsage on a typed
+// dataset without this pipeline: one copy of train's typed trainer per
+// device (train.Replica: the same Loop and step), each epoch's training
+// nodes dealt by Deal (pad) over equal ID ranges of the target type,
+// batches drawn by the collective typed sampler (csp.TypedSampler) over
+// equal ID ranges of every node type, one mean all-reduce of a flat
+// gradient buffer (and the loss) per step through a communicator of
+// Config.Comm's kinds, device 0 evaluating, the replicas checked equal
+// at the end.
+//
 // Features are row-normalized as the single-device trainer does and kept
 // dense on every device (the report says whether they count as sparse).
 //
