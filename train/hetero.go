@@ -219,7 +219,10 @@ func (r *HeteroReport) WriteJSON(path string) error {
 // RunHetero trains cfg's typed model (rgcn or hsage) on h with sampled
 // mini-batches of target-type seeds and returns the report. Defaults are
 // not applied: start from HeteroDefaults. Checkpoints are not supported
-// yet (Options.CheckpointDir must be empty) nor is Options.Batches. A
+// yet (Options.CheckpointDir must be empty) nor is Options.Batches. With
+// Options.Replica the run is one replica of a data-parallel run on
+// several devices (Replica: its share of every epoch's batches, the
+// gradients averaged every step; only replica 0 evaluates). A
 // cancelled ctx stops the run between batches with an error wrapping
 // ErrInterrupted.
 //
