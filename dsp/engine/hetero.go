@@ -275,12 +275,23 @@ func rootError(errs []error) error {
 		if first == nil {
 			first = err
 		}
-		if !errors.Is(err, csp.ErrPeer) && !errors.Is(err, context.Canceled) && !errors.Is(err, train.ErrInterrupted) &&
-			!errors.Is(err, comm.ErrPeerLost) && !errors.Is(err, comm.ErrClosed) {
+		if !secondary(err) {
 			return err
 		}
 	}
 	return first
+}
+
+// secondary reports whether err is a device's report of another's
+// failure, or the cancellation that followed it.
+func secondary(err error) bool {
+	for _, e := range []error{csp.ErrPeer, context.Canceled, train.ErrInterrupted,
+		comm.ErrAborted, comm.ErrPeerLost, comm.ErrBroken, comm.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // steadyEpochSeconds is the mean training seconds (evaluation excluded)
