@@ -244,17 +244,20 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	if opts.CheckpointDir != "" || opts.Resume || opts.Batches != nil {
 		return nil, &ConfigError{Field: "checkpoint", Msg: "typed models do not support checkpoints or batch sources yet"}
 	}
-	if err := CheckHetero(h); err != nil {
-		return nil, err
-	}
-	if rp := opts.Replica; rp != nil {
+	rp := opts.Replica
+	if rp != nil {
 		if err := rp.check(); err != nil {
 			return nil, err
 		}
 	}
-	h, err := cfg.Graph(h)
-	if err != nil {
-		return nil, err
+	if rp == nil || !rp.Prepared {
+		if err := CheckHetero(h); err != nil {
+			return nil, err
+		}
+		var err error
+		if h, err = cfg.Graph(h); err != nil {
+			return nil, err
+		}
 	}
 	fan, err := cfg.RelationFanouts(h)
 	if err != nil {

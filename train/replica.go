@@ -38,6 +38,11 @@ type Replica struct {
 	// Done, when set, is called with the trained parameters after the
 	// last epoch, before they are freed (the replica check).
 	Done func(params []*nn.Param) error
+	// Prepared says the dataset given to RunHetero is already
+	// HeteroConfig.Graph's of one CheckHetero accepted: the replicas
+	// share the caller's checks and reverse relations instead of each
+	// repeating them.
+	Prepared bool
 }
 
 // check validates r for a run of numTrain training nodes.

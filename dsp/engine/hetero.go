@@ -91,6 +91,14 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 	if err := train.CheckHetero(h); err != nil {
 		return nil, err
 	}
+	// The graph every replica trains on (reverse relations added once).
+	gh, err := cfg.Graph(h)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cfg.RelationFanouts(gh); err != nil {
+		return nil, err
+	}
 	kind, why, err := commKind(opts.Comm, gpus)
 	if err != nil {
 		return nil, err
@@ -126,7 +134,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 	reps := make([]*train.HeteroReport, k)
 	errs := make([]error, k)
 	for r, b := range opts.Backends {
-		rp := &train.Replica{Rank: r, Size: k, Deal: deal, Batches: batches}
+		rp := &train.Replica{Rank: r, Size: k, Deal: deal, Batches: batches, Prepared: true}
 		var sc comm.Comm
 		if c != nil {
 			sc = c.sampler[r]
@@ -143,7 +151,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 			opts.replica(r, rp)
 		}
 		g.Go(fmt.Sprintf("device %d", r), func() error {
-			reps[r], errs[r] = train.RunHetero(gctx, h, cfg, to)
+			reps[r], errs[r] = train.RunHetero(gctx, gh, cfg, to)
 			if errs[r] != nil {
 				errs[r] = &RunError{Op: fmt.Sprintf("rank %d (%s)", r, b.Name()), Err: errs[r]}
 			}

@@ -56,10 +56,12 @@ func batchLosses(rep *train.HeteroReport) []float64 {
 
 // TestHeteroOneDeviceIsRunHetero: on one device RunHetero is
 // train.RunHetero, loss for loss and accuracy for accuracy (the same
-// batches, keys and dropout seeds; no reduction).
+// batches, keys and dropout seeds; no reduction), reverse relations
+// (added once for every replica) and a relation's own fanouts included.
 func TestHeteroOneDeviceIsRunHetero(t *testing.T) {
 	h := heteroData(t, 600, 3)
 	cfg := heteroCfg(5, 2)
+	cfg.AddReverse, cfg.RelFanouts = true, map[string][]int{"rev_writes": {3, 2}}
 	want, err := train.RunHetero(context.Background(), h, cfg, train.Options{Backend: cpus(t, 1)[0]})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +72,9 @@ func TestHeteroOneDeviceIsRunHetero(t *testing.T) {
 	}
 	if got.TestAccuracy != want.TestAccuracy || got.ValAccuracy != want.ValAccuracy {
 		t.Fatalf("accuracy val %v test %v, want %v %v", got.ValAccuracy, got.TestAccuracy, want.ValAccuracy, want.TestAccuracy)
+	}
+	if !got.Hetero.AddReverse || len(got.Hetero.EdgeTypes) != len(want.Hetero.EdgeTypes) {
+		t.Fatalf("hetero section %+v, want %+v", got.Hetero, want.Hetero)
 	}
 	if m := got.Multi; m == nil || m.Devices != 1 || m.Comm != "none" || m.BatchesPerDevice != len(want.Epochs[0].BatchLosses) {
 		t.Fatalf("multi-device section %+v", got.Multi)
