@@ -77,6 +77,8 @@ func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig, devices bool) (train
 		return train.HeteroConfig{}, refuse("row-norm on")
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}
+	case c.Save != "":
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--save is not supported for --model %s yet: typed models are not exported (the homogeneous models are: gcn, sage, gat)", c.Model)}
 	case c.FullGraph.Partition != "multilevel":
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--partition does not apply to --model %s: typed --devices split every node type into equal ID ranges", c.Model)}
 	}
