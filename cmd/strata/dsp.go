@@ -51,7 +51,7 @@ type dspFlags struct {
 	StallTimeout    string `help:"sampled mode with --devices: fail (naming every stage's state) when a stage waits longer than this for a queue, its turn or a collective, e.g. 60s (default 10m)." placeholder:"DURATION"`
 	GPUSampler      string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
 	MachineDir      string `help:"sampled mode in a job (CPU or GPU --devices): this machine's directory, written by 'strata partition --machines' (replaces --dataset): the machine loads only its own rows and asks the other machines for theirs over gRPC." placeholder:"DIR"`
-	RemoteCache     string `help:"with --machine-dir: bytes of other machines' feature rows each process keeps once fetched (e.g. 64MiB), 0 for none." default:"0" placeholder:"BYTES"`
+	RemoteCache     string `help:"with --machine-dir: bytes of other machines' feature rows each process keeps once fetched (e.g. 64MiB), 0 for none; auto: 256MiB." default:"auto" placeholder:"BYTES"`
 	SamplerWorkers  int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
@@ -204,7 +204,7 @@ func (f *dspFlags) set() []string {
 	add(f.GPUSampler != "csp", "gpu-sampler")
 	add(f.SamplerWorkers != 1, "sampler-workers")
 	add(f.MachineDir != "", "machine-dir")
-	add(f.RemoteCache != "0", "remote-cache")
+	add(f.RemoteCache != "auto", "remote-cache")
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
 	"github.com/strata-gnn/strata/dsp/machines"
 )
@@ -20,6 +21,13 @@ func (c *partitionCmd) runMachines(e *env) error {
 		return usageError{fmt.Errorf("--machines %d: want 1..%d", c.Machines, machines.MaxMachines)}
 	case c.DevicesPerMachine < 1 || c.Machines*c.DevicesPerMachine > machines.MaxParts:
 		return usageError{fmt.Errorf("--devices-per-machine %d: want 1..%d devices in all (machines x devices per machine)", c.DevicesPerMachine, machines.MaxParts)}
+	}
+	hot := int64(-2) // auto, sized from the dataset below
+	if c.HotBytes != "auto" {
+		var err error
+		if hot, err = parseBytes("hot-bytes", c.HotBytes); err != nil {
+			return err
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -35,15 +43,21 @@ func (c *partitionCmd) runMachines(e *env) error {
 	if err != nil {
 		return err
 	}
-	m, err := machines.Write(c.Out, p, machines.WriteOptions{Machines: c.Machines, DevicesPerMachine: c.DevicesPerMachine, Overwrite: c.Overwrite})
+	if hot == -2 {
+		hot = machines.DefaultHotBytes(ds.NumNodes(), ds.FeatDim, c.Machines)
+	}
+	ms, err := machines.Write(c.Out, p, machines.WriteOptions{Machines: c.Machines, DevicesPerMachine: c.DevicesPerMachine, Overwrite: c.Overwrite,
+		HotBytes: hot, Hotness: cache.Hotness(c.Hotness)})
 	if err != nil {
 		return err
 	}
-	off := p.Book.Offsets()
+	m := ms[0]
 	fmt.Fprintf(e.stdout, "partition %s: %s into %d machines x %d devices (%s, seed %d)\n", m.Fingerprint, ds.Name, c.Machines, c.DevicesPerMachine, p.Method, c.Seed)
-	for q := range c.Machines {
-		lo, hi := machines.MachineRange(off, c.DevicesPerMachine, q)
-		fmt.Fprintf(e.stdout, "  %s: rows [%d, %d) of %d (%d feature rows)\n", machines.MachineDir(c.Out, q), lo, hi, ds.NumNodes(), hi-lo)
+	if m.HotRows > 0 {
+		fmt.Fprintf(e.stdout, "  hot rows: the %d hottest by %s (%.1f%% of %d), on every machine\n", m.HotRows, m.Hotness, 100*float64(m.HotRows)/float64(m.Nodes), m.Nodes)
+	}
+	for q, mq := range ms {
+		fmt.Fprintf(e.stdout, "  %s: rows [%d, %d) of %d (%d feature rows, %d hot rows of other machines)\n", machines.MachineDir(c.Out, q), mq.Lo, mq.Hi, ds.NumNodes(), mq.Hi-mq.Lo, mq.HotLocal)
 	}
 	return nil
 }

@@ -127,6 +127,40 @@ func (s *ShardStore) gather(dst, nodes backend.Buffer, p float32, seed uint64) e
 	return s.m.GatherStaged(dst, nodes, n, len(s.uniq), p, seed)
 }
 
+// Prefetcher is a RowSource that can start fetching rows ahead of the
+// Gather that asks for them (dsp/machines' Source).
+type Prefetcher interface {
+	// Prefetch starts fetching the rows of ids for a later Gather of the
+	// same IDs in the same order.
+	Prefetch(ids []int32)
+}
+
+// Prefetch tells a Prefetcher row source of the rows of other machines
+// that a gather of nodes (host IDs) comes next: the rows the gather will
+// ask it for, in the order it will ask (an ID out of range is left out:
+// that gather fails). A no-op when the source does not prefetch. Safe
+// to call while another goroutine gathers.
+func (s *ShardStore) Prefetch(nodes []int32) {
+	p, ok := s.src.(Prefetcher)
+	if !ok {
+		return
+	}
+	seen := make(map[int32]struct{}, len(nodes)/2)
+	var uniq []int32
+	for _, v := range nodes {
+		if v < 0 || int(v) >= s.rows || int(v) >= s.lo && int(v) < s.hi {
+			continue
+		}
+		if _, ok := seen[v]; !ok {
+			seen[v] = struct{}{}
+			uniq = append(uniq, v)
+		}
+	}
+	if len(uniq) > 0 {
+		p.Prefetch(uniq)
+	}
+}
+
 func (s *ShardStore) HotRows() int       { return s.m.HotRows() }
 func (s *ShardStore) DeviceBytes() int64 { return s.m.DeviceBytes() }
 func (s *ShardStore) Close() error       { return s.m.Close() }

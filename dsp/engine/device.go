@@ -32,6 +32,7 @@ type device struct {
 	m    *metrics.Counters
 
 	kit    *kit
+	ahead  *cache.ShardStore // prefetches remote rows of sampled batches (prefetcher), or nil
 	sdevs  []backend.Sibling // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
 	ldev   backend.Sibling   // the loader's, likewise
 	lb     backend.Backend   // the loader's back end: ldev, or b
@@ -145,6 +146,7 @@ func (d *device) setup() error {
 	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add, s.shard(d)); err != nil {
 		return d.errf("device kit", err)
 	}
+	d.ahead = d.prefetcher()
 	s.clock.device("topology", r, d.kit.topology)
 	s.clock.device("feature cache", r, d.kit.features)
 	tm := time.Now()
@@ -546,6 +548,11 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*item]) error {
 	st := samplerStage(w)
 	return d.sampleAll(ctx, w, func(it *item) error {
+		if d.ahead != nil {
+			// The batch's rows of other machines travel while it
+			// waits in the queue (the loader's gather finds them).
+			d.ahead.Prefetch(it.bt.IDs())
+		}
 		t := time.Now()
 		d.trk.wait(st, "waiting for room in queue %s (epoch %d batch %d)", out.Name(), it.epoch+1, it.batch)
 		if err := out.Push(ctx, stageNames[st], it); err != nil {

@@ -85,7 +85,14 @@ func (s *shared) machineFeatures(ctx context.Context, dir *machines.Dir) error {
 	}
 	shard := train.NewDenseFeatures(dir.X, int(m.Hi-m.Lo), m.Cols, norm)
 	shard.Round(cfg.Train.Prec())
-	svc, err := machines.Start(ctx, machines.ServiceOptions{World: s.w, Dir: dir, X: shard.Dense, In: s.in, CacheBytes: s.opts.RemoteCacheBytes,
+	var hot *machines.Hot
+	if h := dir.Hot; h != nil && len(h.IDs) > 0 {
+		// Prepared as the shard: row normalization is per row.
+		hx := train.NewDenseFeatures(h.X, len(h.IDs), m.Cols, norm)
+		hx.Round(cfg.Train.Prec())
+		hot = &machines.Hot{IDs: h.IDs, X: hx.Dense}
+	}
+	svc, err := machines.Start(ctx, machines.ServiceOptions{World: s.w, Dir: dir, X: shard.Dense, Hot: hot, In: s.in, CacheBytes: s.opts.RemoteCacheBytes,
 		Timeout: s.opts.RemoteTimeout})
 	if err != nil {
 		return &RunError{Op: "feature service", Err: err}
@@ -119,15 +126,21 @@ func (s *shared) shard(d *device) *shardSpec {
 		return nil
 	}
 	lo, hi, x := s.svc.Shard()
-	return &shardSpec{src: &deviceRows{svc: s.svc, m: d.m}, x: x, lo: int(lo), hi: int(hi)}
+	return &shardSpec{src: s.svc.Source(d.m), x: x, lo: int(lo), hi: int(hi)}
 }
 
-type deviceRows struct {
-	svc *machines.Service
-	m   *metrics.Counters
+// prefetcher is the device's store when it can fetch a batch's remote
+// rows while the batch waits in the sampler's queue: a shard store
+// whose loads are plain gathers of the batch's IDs (no loader exchange,
+// whose gathers are of other ID lists), on a back end whose batches
+// carry host IDs. Nil otherwise.
+func (d *device) prefetcher() *cache.ShardStore {
+	st, ok := d.kit.store.(*cache.ShardStore)
+	if !ok || cache.Exchanges(d.s.plan) || isGPU(d.lb) || d.s.cfg.NoPipeline {
+		return nil
+	}
+	return st
 }
-
-func (r *deviceRows) Gather(ids []int32, out []float32) error { return r.svc.Gather(ids, out, r.m) }
 
 // machineReport is what every process sends process 0 at the end.
 type machineReport struct {

@@ -66,6 +66,16 @@ type Manifest struct {
 	// row normalization "auto" and the sparse-features note decide on).
 	NonNegative bool `json:"non_negative"`
 	MostlyZero  bool `json:"mostly_zero"`
+	// The hot rows (hot.go): the HotRows hottest nodes by Hotness, the
+	// same set on every machine (its IDs' SHA-256 HotIDsSHA256; all
+	// three in the fingerprint), and this machine's rows of those that
+	// other machines own: HotLocal rows whose bytes hash to HotSHA256.
+	// All zero: none (every row of another machine is remote).
+	Hotness      string `json:"hotness,omitempty"`
+	HotRows      int64  `json:"hot_rows,omitempty"`
+	HotIDsSHA256 string `json:"hot_ids_sha256,omitempty"`
+	HotLocal     int64  `json:"hot_local_rows,omitempty"`
+	HotSHA256    string `json:"hot_features_sha256,omitempty"`
 }
 
 // Error reports a bad machine directory: the file and what is wrong.
@@ -96,6 +106,10 @@ func fingerprint(m *Manifest) string {
 	for _, o := range m.Book {
 		binary.LittleEndian.PutUint64(b[:], uint64(o))
 		h.Write(b[:])
+	}
+	if m.HotRows != 0 {
+		// Directories without hot rows keep the fingerprint they had.
+		fmt.Fprintf(h, "hot\x00%s\x00%d\x00%s\x00", m.Hotness, m.HotRows, m.HotIDsSHA256)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
@@ -143,6 +157,9 @@ func ParseManifest(path string, b []byte) (*Manifest, error) {
 	if lo, hi := m.Book[m.Machine*d], m.Book[(m.Machine+1)*d]; m.Lo != lo || m.Hi != hi {
 		return nil, dirErr(path, nil, "rows [%d, %d), but the book gives machine %d rows [%d, %d)", m.Lo, m.Hi, m.Machine, lo, hi)
 	}
+	if err := checkHotManifest(path, &m); err != nil {
+		return nil, err
+	}
 	if fp := fingerprint(&m); fp != m.Fingerprint {
 		return nil, dirErr(path, nil, "fingerprint %s does not match its content (%s): the manifest was edited or damaged", m.Fingerprint, fp)
 	}
@@ -170,6 +187,9 @@ type Dir struct {
 	Book    *book.Book
 	// X is the machine's raw feature rows, (Hi-Lo) x Cols.
 	X []float32
+	// Hot is the machine's hot rows of other machines (raw; none when
+	// the directory was written without hot rows).
+	Hot *Hot
 }
 
 // Close releases the dataset's mappings.
@@ -213,6 +233,10 @@ func Open(path string) (*Dir, error) {
 		return nil, dirErr(filepath.Join(path, DatasetDir), nil, "%d nodes (features: %v), want %d nodes and no features", ds.NumNodes(), ds.Features != nil, m.Nodes)
 	}
 	if d.X, err = readRows(filepath.Join(path, FeaturesFile), m.Hi-m.Lo, m.Cols); err != nil {
+		ds.Close()
+		return nil, err
+	}
+	if d.Hot, err = readHot(path, m); err != nil {
 		ds.Close()
 		return nil, err
 	}
@@ -276,7 +300,11 @@ func (d *Dir) CheckJob(machine, machines int, ranksPerMachine []int) error {
 // describe is a one-line summary for logs.
 func (m *Manifest) describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "machine %d of %d (partition %s, rows [%d, %d) of %d)", m.Machine, m.Machines, m.Fingerprint[:12], m.Lo, m.Hi, m.Nodes)
+	fmt.Fprintf(&b, "machine %d of %d (partition %s, rows [%d, %d) of %d", m.Machine, m.Machines, m.Fingerprint[:12], m.Lo, m.Hi, m.Nodes)
+	if m.HotRows > 0 {
+		fmt.Fprintf(&b, ", %d hot rows of other machines", m.HotLocal)
+	}
+	b.WriteString(")")
 	return b.String()
 }
 

@@ -32,7 +32,7 @@ func writeCora(t *testing.T) (string, *machines.Partitioned) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "parts")
-	if _, err := machines.Write(out, p, machines.WriteOptions{Machines: 2, DevicesPerMachine: 1, NoSync: true}); err != nil {
+	if _, err := machines.Write(out, p, machines.WriteOptions{Machines: 2, DevicesPerMachine: 1, NoSync: true}); err != nil { // no hot rows
 		t.Fatal(err)
 	}
 	return out, p
@@ -93,7 +93,7 @@ func startServices(t *testing.T, out string, o machines.ServiceOptions) []*machi
 		}
 		t.Cleanup(func() { d.Close() })
 		oo := o
-		oo.World, oo.Dir, oo.X, oo.In = ws[m], d, d.X, d.Dataset.InGraph()
+		oo.World, oo.Dir, oo.X, oo.In, oo.Hot = ws[m], d, d.X, d.Dataset.InGraph(), d.Hot
 		wg.Go(func() { svcs[m], errs[m] = machines.Start(ctx, oo) })
 	}
 	wg.Wait()

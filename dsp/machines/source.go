@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/strata-gnn/strata/comm/auth"
@@ -29,9 +30,17 @@ type ServiceOptions struct {
 	// (Hi-Lo) x Cols.
 	X  []float32
 	In *graph.CSR // the in-adjacency of Dir's dataset
+	// Hot is the machine's hot rows of other machines (Dir.Hot's IDs),
+	// prepared as X: read locally, never asked for. Nil: none.
+	Hot *Hot
 	// MaxRows bounds the rows of one request (larger asks are split;
 	// default: what fits serve's default reply limit).
 	MaxRows int
+	// InFlight bounds the requests in flight to one machine, over every
+	// Gather of the process (default DefaultInFlight): a batch's ask of
+	// a machine is split into up to InFlight requests of at least
+	// MinRequestBytes each (and at most MaxRows rows) sent at once.
+	InFlight int
 	// Timeout is each request's deadline (default 30 s).
 	Timeout time.Duration
 	// CacheBytes is the budget of the cache of remote rows (0: none).
@@ -57,11 +66,23 @@ type Service struct {
 	maxRows int
 	timeout time.Duration
 	cache   *rowCache
-	stats   []*fetchStats // per machine (nil for this one)
+	stats   []*fetchStats   // per machine (nil for this one)
+	hot     map[int32]int32 // hot row of another machine -> its row of hotX
+	hotX    []float32
+	slots   []chan struct{} // per machine: a token per request in flight
+	hotHits atomic.Int64
 }
 
 // DefaultTimeout is ServiceOptions.Timeout's default.
 const DefaultTimeout = 30 * time.Second
+
+// DefaultInFlight is ServiceOptions.InFlight's default, and
+// MinRequestBytes the smallest request a split makes (smaller asks go
+// in one request: a request costs a round trip however small).
+const (
+	DefaultInFlight = 4
+	MinRequestBytes = 256 << 10
+)
 
 // Start serves this process's machine shard and connects to the other
 // machines' services (their addresses through the job's store). Off
@@ -75,6 +96,23 @@ func Start(ctx context.Context, o ServiceOptions) (*Service, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = DefaultInFlight
+	}
+	var hot map[int32]int32
+	var hotX []float32
+	if h := o.Hot; h != nil && len(h.IDs) > 0 {
+		if len(h.X) != len(h.IDs)*m.Cols {
+			return nil, fmt.Errorf("machines: %d hot values for %d rows x %d", len(h.X), len(h.IDs), m.Cols)
+		}
+		hot, hotX = make(map[int32]int32, len(h.IDs)), h.X
+		for i, v := range h.IDs {
+			if v < 0 || int64(v) >= m.Nodes || (int64(v) >= m.Lo && int64(v) < m.Hi) {
+				return nil, fmt.Errorf("machines: hot row %d (entry %d) is not another machine's row of [0, %d)", v, i, m.Nodes)
+			}
+			hot[v] = int32(i)
+		}
 	}
 	row := 4*m.Cols + 4
 	if o.MaxRows <= 0 {
@@ -112,7 +150,7 @@ func Start(ctx context.Context, o ServiceOptions) (*Service, error) {
 		return nil, fmt.Errorf("machines: feature service: %w", err)
 	}
 	s := &Service{srv: srv, ln: ln, served: make(chan error, 1), lo: m.Lo, hi: m.Hi, cols: m.Cols, x: o.X, me: m.Machine,
-		maxRows: o.MaxRows, timeout: o.Timeout, cache: newRowCache(o.CacheBytes, m.Cols)}
+		maxRows: o.MaxRows, timeout: o.Timeout, cache: newRowCache(o.CacheBytes, m.Cols), hot: hot, hotX: hotX}
 	go func() { s.served <- srv.Serve(ln) }()
 	ok := false
 	defer func() {
@@ -140,6 +178,10 @@ func Start(ctx context.Context, o ServiceOptions) (*Service, error) {
 		}
 	}
 	s.clients, s.names, s.stats = make([]*serve.Client, m.Machines), make([]string, m.Machines), make([]*fetchStats, m.Machines)
+	s.slots = make([]chan struct{}, m.Machines)
+	for q := range s.slots {
+		s.slots[q] = make(chan struct{}, o.InFlight)
+	}
 	for q, ps := range machines {
 		if q == m.Machine {
 			continue
@@ -242,12 +284,19 @@ func (s *Service) Gather(ids []int32, out []float32, ctr *metrics.Counters) erro
 		at  map[int32][]int
 	}
 	wants := make([]*want, len(s.clients))
+	hot := int64(0)
+	defer func() { s.hotHits.Add(hot) }()
 	for i, v := range ids {
 		if v < 0 || int64(v) >= s.owner[len(s.owner)-1] {
 			return fmt.Errorf("machines: node %d (position %d) not in [0, %d)", v, i, s.owner[len(s.owner)-1])
 		}
 		if int64(v) >= s.lo && int64(v) < s.hi {
 			copy(out[i*c:(i+1)*c], s.x[(int64(v)-s.lo)*int64(c):(int64(v)-s.lo+1)*int64(c)])
+			continue
+		}
+		if j, ok := s.hot[v]; ok {
+			copy(out[i*c:(i+1)*c], s.hotX[int(j)*c:(int(j)+1)*c])
+			hot++
 			continue
 		}
 		if s.cache.get(v, out[i*c:(i+1)*c]) {
@@ -291,40 +340,84 @@ func (s *Service) Gather(ids []int32, out []float32, ctr *metrics.Counters) erro
 	return errors.Join(errs...)
 }
 
-// fetch asks machine m for the rows of ids (distinct), in requests of at
-// most maxRows rows.
+// fetch asks machine m for the rows of ids (distinct): in requests of
+// at most maxRows rows, split further so that up to InFlight requests of
+// at least MinRequestBytes go at once, at most InFlight in flight to m
+// over the whole process.
 func (s *Service) fetch(m int, ids []int32) ([]float32, error) {
 	c := s.cols
 	out := make([]float32, len(ids)*c)
-	for at := 0; at < len(ids); at += s.maxRows {
-		chunk := ids[at:min(at+s.maxRows, len(ids))]
-		nodes := make([]graph.NodeID, len(chunk))
-		for i, v := range chunk {
-			nodes[i] = graph.NodeID(v)
+	chunk := s.chunkRows(len(ids))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for at := 0; at < len(ids); at += chunk {
+		s.slots[m] <- struct{}{} // a deadline bounds every request holding a slot
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			<-s.slots[m]
+			break
 		}
-		t0 := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		rep, err := s.clients[m].Features(ctx, nodes, true, false)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("machines: asking %s for %d rows (deadline %v): %w", s.names[m], len(chunk), s.timeout, err)
-		}
-		x := rep.GetX()
-		if x == nil || len(x.Data) != 4*len(chunk)*c {
-			return nil, fmt.Errorf("machines: %s answered %d bytes for %d rows x %d", s.names[m], len(x.GetData()), len(chunk), c)
-		}
-		dst := out[at*c:]
-		for i := range len(chunk) * c {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(x.Data[4*i:]))
-		}
-		s.stats[m].add(time.Since(t0), int64(len(chunk)), int64(len(chunk))*int64(4+4*c))
+		wg.Go(func() {
+			defer func() { <-s.slots[m] }()
+			n := min(chunk, len(ids)-at)
+			if err := s.fetchOne(m, ids[at:at+n], out[at*c:(at+n)*c]); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
 	}
 	return out, nil
 }
 
+// chunkRows is the rows of one request of an ask of n rows: n split into
+// one request per slot, each at least MinRequestBytes and at most
+// maxRows rows.
+func (s *Service) chunkRows(n int) int {
+	row := 4*s.cols + 4
+	k := cap(s.slots[0])
+	chunk := max((n+k-1)/k, (MinRequestBytes+row-1)/row)
+	return max(1, min(chunk, s.maxRows))
+}
+
+// fetchOne asks machine m for the rows of chunk (at most maxRows) into
+// dst.
+func (s *Service) fetchOne(m int, chunk []int32, dst []float32) error {
+	c := s.cols
+	nodes := make([]graph.NodeID, len(chunk))
+	for i, v := range chunk {
+		nodes[i] = graph.NodeID(v)
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	rep, err := s.clients[m].Features(ctx, nodes, true, false)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("machines: asking %s for %d rows (deadline %v): %w", s.names[m], len(chunk), s.timeout, err)
+	}
+	x := rep.GetX()
+	if x == nil || len(x.Data) != 4*len(chunk)*c {
+		return fmt.Errorf("machines: %s answered %d bytes for %d rows x %d", s.names[m], len(x.GetData()), len(chunk), c)
+	}
+	for i := range len(chunk) * c {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(x.Data[4*i:]))
+	}
+	s.stats[m].add(time.Since(t0), int64(len(chunk)), int64(len(chunk))*int64(4+4*c))
+	return nil
+}
+
 // All returns the whole feature table (every node's row, Nodes x Cols):
-// this machine's rows and every other machine's, asked in requests of at
-// most MaxRows rows (a whole-graph evaluation needs them all).
+// this machine's rows and hot rows, and every other row asked of its
+// machine (a whole-graph evaluation needs them all).
 func (s *Service) All() ([]float32, error) {
 	n := s.owner[len(s.owner)-1]
 	c := int64(s.cols)
@@ -335,15 +428,25 @@ func (s *Service) All() ([]float32, error) {
 			continue
 		}
 		lo, hi := s.owner[m], s.owner[m+1]
-		ids := make([]int32, hi-lo)
-		for i := range ids {
-			ids[i] = int32(lo + int64(i))
+		ids := make([]int32, 0, hi-lo)
+		for v := lo; v < hi; v++ {
+			if j, ok := s.hot[int32(v)]; ok {
+				copy(out[v*c:(v+1)*c], s.hotX[int64(j)*c:(int64(j)+1)*c])
+				continue
+			}
+			ids = append(ids, int32(v))
 		}
 		rows, err := s.fetch(m, ids)
 		if err != nil {
 			return nil, err
 		}
-		copy(out[lo*c:hi*c], rows)
+		for i, v := range ids {
+			copy(out[int64(v)*c:(int64(v)+1)*c], rows[int64(i)*c:(int64(i)+1)*c])
+		}
 	}
 	return out, nil
 }
+
+// HotHits is the number of rows Gather read from the machine's hot rows
+// of other machines (rows that were not asked of anyone).
+func (s *Service) HotHits() int64 { return s.hotHits.Load() }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/internal/atomicfile"
 	"github.com/strata-gnn/strata/internal/npy"
 	"github.com/strata-gnn/strata/partition"
@@ -35,6 +36,11 @@ type WriteOptions struct {
 	// other non-empty directory).
 	Overwrite bool
 	NoSync    bool
+	// HotBytes is the budget of the hot rows every machine holds (see
+	// hot.go; HotRowsOf): 0 none, -1 every row; DefaultHotBytes is the
+	// command's default. Hotness ranks them (default in-degree).
+	HotBytes int64
+	Hotness  cache.Hotness
 }
 
 // MachineDir is machine m's directory under out.
@@ -42,8 +48,8 @@ func MachineDir(out string, m int) string { return filepath.Join(out, fmt.Sprint
 
 // Write writes one directory per machine under out (out/machine-M),
 // built in a temporary sibling of out and renamed into place. It returns
-// machine 0's manifest.
-func Write(out string, p *Partitioned, o WriteOptions) (*Manifest, error) {
+// every machine's manifest.
+func Write(out string, p *Partitioned, o WriteOptions) ([]*Manifest, error) {
 	ds := p.Dataset
 	parts := o.Machines * o.DevicesPerMachine
 	switch {
@@ -89,7 +95,27 @@ func Write(out string, p *Partitioned, o WriteOptions) (*Manifest, error) {
 			Constraints: []string{"nodes"}, Balance: []float64{0}}}
 	topo := &dataset.Dataset{Name: ds.Name, Graph: ds.Graph, Directed: ds.Directed, NumClasses: ds.NumClasses, Labels: ds.Labels,
 		Train: ds.Train, Val: ds.Val, Test: ds.Test}
-	var first *Manifest
+	// The hot set: the same on every machine.
+	var hotIDs []int32
+	hotness := o.Hotness
+	if hotness == "" {
+		hotness = cache.ByInDegree
+	}
+	if h := HotRowsOf(o.HotBytes, ds.NumNodes(), ds.FeatDim); h > 0 {
+		in := ds.InGraph()
+		if in == nil {
+			return nil, fmt.Errorf("machines: dataset %q: invalid graph", ds.Name)
+		}
+		order, err := hotOrder(in, hotness)
+		if err != nil {
+			return nil, err
+		}
+		hotIDs = make([]int32, h)
+		for i := range hotIDs {
+			hotIDs[i] = int32(order[i])
+		}
+	}
+	var mans []*Manifest
 	for m := range o.Machines {
 		dir := MachineDir(tmp, m)
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -99,10 +125,14 @@ func Write(out string, p *Partitioned, o WriteOptions) (*Manifest, error) {
 		man := &Manifest{Format: Format, Machine: m, Machines: o.Machines, DevicesPerMachine: o.DevicesPerMachine,
 			Dataset: p.Orig.Name, DatasetFingerprint: p.Orig.Fingerprint(), Method: p.Method, Seed: p.Seed, Nodes: ds.NumNodes(),
 			Cols: ds.FeatDim, Book: off, Lo: lo, Hi: hi, NonNegative: p.NonNegative, MostlyZero: p.MostlyZero}
-		man.Fingerprint = fingerprint(man)
-		if first == nil {
-			first = man
+		if len(hotIDs) > 0 {
+			man.Hotness, man.HotRows, man.HotIDsSHA256 = string(hotness), int64(len(hotIDs)), hotHash(int32Bytes(hotIDs))
+			if err := writeHot(dir, man, hotIDs, ds.Features, ds.FeatDim); err != nil {
+				return nil, err
+			}
 		}
+		man.Fingerprint = fingerprint(man)
+		mans = append(mans, man)
 		if err := dataset.Write(filepath.Join(dir, DatasetDir), topo, dataset.WriteOptions{NoSync: o.NoSync, Quiet: true}); err != nil {
 			return nil, err
 		}
@@ -131,7 +161,7 @@ func Write(out string, p *Partitioned, o WriteOptions) (*Manifest, error) {
 		return nil, fmt.Errorf("machines: %w", err)
 	}
 	ok = true
-	return first, nil
+	return mans, nil
 }
 
 // checkOut refuses a non-empty out that Write did not write (unless

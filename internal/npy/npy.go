@@ -65,6 +65,25 @@ func WriteFloat32(path string, rows, cols int, data []float32) error {
 	}, atomicfile.Options{})
 }
 
+// WriteInt32 writes the vector data to path as an int32 .npy file of
+// shape (n,), replacing it atomically.
+func WriteInt32(path string, data []int32) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if _, err := w.Write(header("<i4", []int{len(data)})); err != nil {
+			return err
+		}
+		bw := bufio.NewWriterSize(w, 1<<20)
+		var buf [4]byte
+		for _, v := range data {
+			binary.LittleEndian.PutUint32(buf[:], uint32(v))
+			if _, err := bw.Write(buf[:]); err != nil {
+				return err
+			}
+		}
+		return bw.Flush()
+	}, atomicfile.Options{})
+}
+
 // Error reports a malformed .npy file: what is wrong, at which byte.
 type Error struct {
 	Off int64
