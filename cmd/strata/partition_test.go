@@ -65,3 +65,40 @@ func TestPartitionFileForAnotherDataset(t *testing.T) {
 		t.Fatalf("train with another dataset's partition: exit %d, %q", code, errOut)
 	}
 }
+
+// TestPartitionMachinesHotFlags: --hot-bytes sizes the hot rows every
+// machine directory holds (auto: one machine's share); bad values and
+// use without --machines are usage errors naming the flag.
+func TestPartitionMachinesHotFlags(t *testing.T) {
+	dir := t.TempDir()
+	g := filepath.Join(dir, "g")
+	if code, _, errOut := strata(t, "--quiet", "gen", g, "--preset", "tiny", "--seed", "2"); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "the 1000 hottest by in-degree (50.0% of 2000)"},
+		{[]string{"--hot-bytes", "all", "--hotness", "pagerank"}, "the 2000 hottest by pagerank"},
+		{[]string{"--hot-bytes", "0"}, "0 hot rows of other machines"},
+	} {
+		out := filepath.Join(dir, "m"+strings.Join(tc.flags, ""))
+		args := append([]string{"--quiet", "partition", "--machines", "2", g, out}, tc.flags...)
+		if code, stdout, errOut := strata(t, args...); code != 0 || !strings.Contains(stdout, tc.want) {
+			t.Fatalf("%v: exit %d, want %q in\n%s%s", tc.flags, code, tc.want, stdout, errOut)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"partition", g, filepath.Join(dir, "x"), "--hot-bytes", "1MiB"}, "only with --machines"},
+		{[]string{"partition", "--machines", "2", g, filepath.Join(dir, "y"), "--hot-bytes", "lots"}, "--hot-bytes"},
+		{[]string{"partition", "--machines", "2", g, filepath.Join(dir, "z"), "--hotness", "presample"}, "--hotness"},
+	} {
+		if code, _, errOut := strata(t, append([]string{"--quiet"}, tc.args...)...); code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 naming %s", tc.args, code, errOut, tc.want)
+		}
+	}
+}

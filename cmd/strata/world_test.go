@@ -571,6 +571,28 @@ func TestTwoMachinesWithMachineDirs(t *testing.T) {
 	}
 	t.Logf("%d batch losses identical, test accuracy %.4f; network bytes %d and %d", n, rep.TestAccuracy, w.PerMachine[0].Bytes["network"], w.PerMachine[1].Bytes["network"])
 
+	// Without hot rows (--hot-bytes 0) every row of the other machine
+	// crosses the network: the same losses, more remote rows (the hot
+	// rows above were read from the directories).
+	cold := filepath.Join(dir, "cold")
+	if code, out, errs := strata(t, "partition", "--machines", "2", "--devices-per-machine", "2", "--seed", "7", "--hot-bytes", "0", "cora", cold); code != 0 {
+		t.Fatalf("partition --hot-bytes 0: exit %d\n%s%s", code, out, errs)
+	}
+	got0 := filepath.Join(dir, "job0.json")
+	j = startMachineJob(t, cold, "", jobArgs("cpu:2", 3, "--cache", "0", "--remote-cache", "0", "--report", got0)...)
+	if err := j.wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("job without hot rows: %v\n%s", err, j.out.String())
+	}
+	sameRun(t, readReport(t, got0), want)
+	w0 := reportWorld(t, got0)
+	for m := range w0.PerMachine {
+		hot, none := w.PerMachine[m].RemoteFeatures.Rows, w0.PerMachine[m].RemoteFeatures.Rows
+		if none <= hot {
+			t.Fatalf("machine %d: %d remote rows without hot rows, %d with", m, none, hot)
+		}
+		t.Logf("machine %d: %d remote rows without hot rows, %d with", m, none, hot)
+	}
+
 	// Machine 1 with a directory of another partition (another seed).
 	other := filepath.Join(dir, "other")
 	if code, out, errs := strata(t, "partition", "--machines", "2", "--devices-per-machine", "2", "--seed", "8", "cora", other); code != 0 {

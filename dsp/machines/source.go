@@ -270,10 +270,11 @@ func (s *Service) machineOf(v int64) int {
 }
 
 // Gather writes the rows of ids (global node IDs) into out (len(ids) x
-// Cols): this machine's from its shard, the cached ones from the cache,
-// the others asked of their machines, each distinct row once, in
-// requests of at most MaxRows rows, every machine at once. Bytes on the
-// network go to ctr (when not nil) as feature bytes.
+// Cols): this machine's from its shard, hot rows from the machine's hot
+// rows, the cached ones from the cache, the others asked of their
+// machines, each distinct row once, every machine at once (fetch: in
+// concurrent requests). Bytes on the network go to ctr (when not nil)
+// as feature bytes.
 func (s *Service) Gather(ids []int32, out []float32, ctr *metrics.Counters) error {
 	c := s.cols
 	if len(out) != len(ids)*c {
@@ -417,7 +418,8 @@ func (s *Service) fetchOne(m int, chunk []int32, dst []float32) error {
 
 // All returns the whole feature table (every node's row, Nodes x Cols):
 // this machine's rows and hot rows, and every other row asked of its
-// machine (a whole-graph evaluation needs them all).
+// machine (a whole-graph evaluation needs them all), kept in the cache
+// of remote rows as far as its budget goes.
 func (s *Service) All() ([]float32, error) {
 	n := s.owner[len(s.owner)-1]
 	c := int64(s.cols)
@@ -441,7 +443,9 @@ func (s *Service) All() ([]float32, error) {
 			return nil, err
 		}
 		for i, v := range ids {
-			copy(out[int64(v)*c:(int64(v)+1)*c], rows[int64(i)*c:(int64(i)+1)*c])
+			r := rows[int64(i)*c : (int64(i)+1)*c]
+			copy(out[int64(v)*c:(int64(v)+1)*c], r)
+			s.cache.put(v, r) // the process's batches read these rows too
 		}
 	}
 	return out, nil
