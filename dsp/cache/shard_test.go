@@ -183,3 +183,48 @@ func TestShardStoreGatherDropout(t *testing.T) {
 		}
 	}
 }
+
+// prefetchSource is a tableSource that also prefetches: it records the
+// lists it was told of.
+type prefetchSource struct {
+	tableSource
+	ahead [][]int32
+}
+
+func (p *prefetchSource) Prefetch(ids []int32) { p.ahead = append(p.ahead, slices.Clone(ids)) }
+
+// TestShardStorePrefetchAsksWhatGatherWill: Prefetch tells the source
+// the very list the batch's gather then asks for (remote rows once each,
+// first-seen order, out-of-range IDs left out); a source that does not
+// prefetch is left alone.
+func TestShardStorePrefetchAsksWhatGatherWill(t *testing.T) {
+	const rows, cols, lo, hi = 40, 3, 10, 25
+	x := shardTable(rows, cols)
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewHostShard(b, x[lo*cols:hi*cols], lo, hi, cols, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &prefetchSource{tableSource: tableSource{x: x, cols: cols}}
+	s, err := NewShardStore(b, m, src, rows, cols, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{10, 3, 24, 39, 3, 25, 9, 12, 39, 0, 10}
+	s.Prefetch(append(slices.Clone(ids), -1, 40))
+	s.Prefetch([]int32{10, 11, 24}) // nothing remote: nothing told
+	if err := s.Gather(cpu.WrapF32(make([]float32, len(ids)*cols)), cpu.WrapI32(ids)); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]int32{{3, 39, 25, 9, 0}}; fmt.Sprint(src.ahead) != fmt.Sprint(want) || fmt.Sprint(src.asked) != fmt.Sprint(want) {
+		t.Fatalf("prefetched %v, asked %v; want both %v", src.ahead, src.asked, want)
+	}
+	_, plain, tsrc := hostShardStore(t, x, rows, cols, lo, hi, 0)
+	plain.Prefetch(ids)
+	if len(tsrc.asked) != 0 {
+		t.Fatalf("a source without Prefetch was asked %v", tsrc.asked)
+	}
+}
