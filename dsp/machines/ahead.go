@@ -37,11 +37,18 @@ type prefetch struct {
 func (s *Service) Source(ctr *metrics.Counters) *Source { return &Source{svc: s, ctr: ctr} }
 
 // Prefetch starts gathering the rows of ids (copied) for a later Gather
-// of the same IDs in the same order. Beyond MaxAhead the oldest is
-// dropped (its rows are gathered again when asked for). The values are
-// the same either way: a prefetch only moves the wait.
+// of the same IDs in the same order. With MaxAhead prefetches pending
+// it does nothing (the rows are gathered when asked for). The values
+// are the same either way: a prefetch only moves the wait.
 func (r *Source) Prefetch(ids []int32) {
 	if len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ahead) == MaxAhead {
+		// The oldest are the batches the loader asks for first: keep
+		// them; this one is fetched when asked for.
 		return
 	}
 	p := &prefetch{ids: slices.Clone(ids), out: make([]float32, len(ids)*r.svc.cols), done: make(chan struct{})}
@@ -49,11 +56,6 @@ func (r *Source) Prefetch(ids []int32) {
 		defer close(p.done)
 		p.err = r.svc.Gather(p.ids, p.out, r.ctr)
 	}()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.ahead) == MaxAhead {
-		r.ahead = r.ahead[1:]
-	}
 	r.ahead = append(r.ahead, p)
 }
 

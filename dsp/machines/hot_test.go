@@ -199,6 +199,19 @@ func TestFetchSplitsAndPrefetch(t *testing.T) {
 	if src.Prefetched() != 1 || svcs[0].Fetches().Rows != f.Rows+10 || ctr.Bytes(metrics.Feature, metrics.Network) != (f.Rows+10)*(4+4*int64(c)) {
 		t.Fatalf("unprefetched gather: %d prefetched, %d rows", src.Prefetched(), svcs[0].Fetches().Rows)
 	}
+	// Past MaxAhead pending prefetches a new one is not started: the
+	// oldest (the loader's next batches) are kept.
+	for i := range machines.MaxAhead + 1 {
+		src.Prefetch(ids[i : i+1])
+	}
+	for _, i := range []int{0, machines.MaxAhead} {
+		if err := src.Gather(ids[i:i+1], got[:c]); err != nil || !slices.Equal(got[:c], x[int(ids[i])*c:int(ids[i]+1)*c]) {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if src.Prefetched() != 2 {
+		t.Fatalf("%d gathers from prefetches, want 2 (the first of the %d, not the last)", src.Prefetched(), machines.MaxAhead+1)
+	}
 }
 
 // TestHotFilesDamaged: a damaged, truncated, missing or foreign hot file
