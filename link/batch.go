@@ -2,7 +2,6 @@ package link
 
 import (
 	"slices"
-	"sort"
 
 	"github.com/strata-gnn/strata/sample"
 )
@@ -23,24 +22,37 @@ type Batch struct {
 }
 
 // NewBatch makes the batch of positives pos and negatives neg.
+//
+// The seeds and the rows come from one sort of the endpoints keyed by
+// (node, position): a run of equal nodes is one seed, and each position
+// gets its seed's row on the way, without a search per endpoint.
 func NewBatch(pos, neg Edges) *Batch {
+	n := pos.Len() + neg.Len()
 	b := &Batch{
 		Src: slices.Concat(pos.Src, neg.Src), Dst: slices.Concat(pos.Dst, neg.Dst),
-		Labels: make([]int32, pos.Len()+neg.Len()),
+		Labels: make([]int32, n),
 	}
 	for i := range pos.Len() {
 		b.Labels[i] = 1
 	}
-	b.Seeds = slices.Concat(b.Src, b.Dst)
-	slices.Sort(b.Seeds)
-	b.Seeds = slices.Compact(b.Seeds)
-	row := func(v int32) int32 {
-		return int32(sort.Search(len(b.Seeds), func(i int) bool { return b.Seeds[i] >= v }))
+	// Key: the node with its sign bit flipped (int32 order as unsigned),
+	// then the position: Src[i] is i, Dst[i] is n+i.
+	keys := make([]uint64, 2*n)
+	for i := range n {
+		keys[i] = uint64(uint32(b.Src[i])^1<<31)<<32 | uint64(i)
+		keys[n+i] = uint64(uint32(b.Dst[i])^1<<31)<<32 | uint64(n+i)
 	}
-	b.SrcRow, b.DstRow = make([]int32, len(b.Src)), make([]int32, len(b.Dst))
-	for i := range b.Src {
-		b.SrcRow[i], b.DstRow[i] = row(b.Src[i]), row(b.Dst[i])
+	slices.Sort(keys)
+	rows := make([]int32, 2*n)
+	b.SrcRow, b.DstRow = rows[:n:n], rows[n:]
+	b.Seeds = make([]int32, 0, 2*n)
+	for j, k := range keys {
+		if j == 0 || k>>32 != keys[j-1]>>32 {
+			b.Seeds = append(b.Seeds, int32(uint32(k>>32)^1<<31))
+		}
+		rows[uint32(k)] = int32(len(b.Seeds) - 1)
 	}
+	b.Seeds = slices.Clip(b.Seeds)
 	return b
 }
 
@@ -51,45 +63,141 @@ func NewBatch(pos, neg Edges) *Batch {
 // at evaluation, whose links are not in the message-passing graph.
 // Without it, the decoder can learn to recognize a node among the other's
 // sampled neighbors, which no held-out pair shows. It returns the number
-// of block edges removed.
+// of block edges removed; the edges kept stay in their order.
+//
+// The cost is one probe of a small hash table per block row (is the
+// row's node an endpoint of a positive?) and a look at the partners of
+// that endpoint only for the edges of the rows that are: not a map
+// lookup per sampled edge, which made it the bound of a link step
+// (issue 18). The rows with nothing removed move as whole slices.
 func ExcludeTargets(mb *sample.MiniBatch, pos Edges) int {
 	if pos.Len() == 0 {
 		return 0
 	}
-	key := func(u, v int32) uint64 {
-		if u > v {
-			u, v = v, u
-		}
-		return uint64(uint32(u))<<32 | uint64(uint32(v))
-	}
-	targets := make(map[uint64]struct{}, pos.Len())
-	for i := range pos.Src {
-		targets[key(pos.Src[i], pos.Dst[i])] = struct{}{}
-	}
+	ts := newTargetSet(pos)
 	removed := 0
 	for b := range mb.Blocks {
-		blk := &mb.Blocks[b]
-		w := int64(0)
-		for i := range blk.NumDst {
-			lo, hi := blk.Indptr[i], blk.Indptr[i+1]
-			blk.Indptr[i] = w
-			for e := lo; e < hi; e++ {
-				if _, hit := targets[key(blk.SrcNodes[i], blk.SrcNodes[blk.Indices[e]])]; hit {
-					removed++
-					continue
-				}
-				blk.Indices[w] = blk.Indices[e]
-				if blk.EdgeIDs != nil {
-					blk.EdgeIDs[w] = blk.EdgeIDs[e]
-				}
-				w++
+		removed += ts.exclude(&mb.Blocks[b])
+	}
+	return removed
+}
+
+// targetSet is the positives of a step as a lookup from a node to its
+// partners: pairs holds (node, partner) for both directions of every
+// positive, sorted, and an open-addressing table maps each distinct node
+// to its run of pairs.
+type targetSet struct {
+	pairs []uint64 // node<<32 | partner, as uint32s; sorted, distinct
+	// The table: slot s holds node[s] (empty when run[s] == 0) whose
+	// partners are pairs[start[s] : start[s]+run[s]].
+	node       []int32
+	start, run []int32
+	shift      uint32
+}
+
+func newTargetSet(pos Edges) *targetSet {
+	ts := &targetSet{pairs: make([]uint64, 0, 2*pos.Len())}
+	for i := range pos.Src {
+		u, v := uint64(uint32(pos.Src[i])), uint64(uint32(pos.Dst[i]))
+		ts.pairs = append(ts.pairs, u<<32|v, v<<32|u)
+	}
+	slices.Sort(ts.pairs)
+	ts.pairs = slices.Compact(ts.pairs)
+	nodes := 1
+	for i := 1; i < len(ts.pairs); i++ {
+		if ts.pairs[i]>>32 != ts.pairs[i-1]>>32 {
+			nodes++
+		}
+	}
+	size, bits := 4, uint32(2)
+	for size < 2*nodes { // load at most 1/2
+		size, bits = size*2, bits+1
+	}
+	ts.shift = 32 - bits
+	ts.node, ts.start, ts.run = make([]int32, size), make([]int32, size), make([]int32, size)
+	for lo := 0; lo < len(ts.pairs); {
+		u := ts.pairs[lo] >> 32
+		hi := lo + 1
+		for hi < len(ts.pairs) && ts.pairs[hi]>>32 == u {
+			hi++
+		}
+		s := ts.slot(int32(uint32(u)))
+		ts.node[s], ts.start[s], ts.run[s] = int32(uint32(u)), int32(lo), int32(hi-lo)
+		lo = hi
+	}
+	return ts
+}
+
+// slot is u's slot: its own if u is in the table, else the empty one
+// where it would go.
+func (ts *targetSet) slot(u int32) uint32 {
+	mask := uint32(len(ts.node) - 1)
+	s := (uint32(u) * 0x9e3779b1) >> ts.shift
+	for ts.run[s] != 0 && ts.node[s] != u {
+		s = (s + 1) & mask
+	}
+	return s
+}
+
+// partners are the nodes that u forms a positive with (pairs' low
+// halves, ascending), nil if none.
+func (ts *targetSet) partners(u int32) []uint64 {
+	s := ts.slot(u)
+	if ts.run[s] == 0 {
+		return nil
+	}
+	return ts.pairs[ts.start[s] : ts.start[s]+ts.run[s]]
+}
+
+// has reports whether v is among ps, a node's partners.
+func has(ps []uint64, v int32) bool {
+	if len(ps) <= 8 {
+		for _, p := range ps {
+			if int32(uint32(p)) == v {
+				return true
 			}
 		}
-		blk.Indptr[blk.NumDst] = w
-		blk.Indices = blk.Indices[:w]
-		if blk.EdgeIDs != nil {
-			blk.EdgeIDs = blk.EdgeIDs[:w]
+		return false
+	}
+	key := ps[0]&^0xffffffff | uint64(uint32(v))
+	_, ok := slices.BinarySearch(ps, key)
+	return ok
+}
+
+// exclude removes blk's edges that join a pair of ts and returns how many.
+func (ts *targetSet) exclude(blk *sample.Block) int {
+	removed := 0
+	w := int64(0)
+	for i := range blk.NumDst {
+		lo, hi := blk.Indptr[i], blk.Indptr[i+1]
+		blk.Indptr[i] = w
+		ps := ts.partners(blk.SrcNodes[i])
+		if ps == nil {
+			if w != lo {
+				copy(blk.Indices[w:], blk.Indices[lo:hi])
+				if blk.EdgeIDs != nil {
+					copy(blk.EdgeIDs[w:], blk.EdgeIDs[lo:hi])
+				}
+			}
+			w += hi - lo
+			continue
 		}
+		for e := lo; e < hi; e++ {
+			if has(ps, blk.SrcNodes[blk.Indices[e]]) {
+				removed++
+				continue
+			}
+			blk.Indices[w] = blk.Indices[e]
+			if blk.EdgeIDs != nil {
+				blk.EdgeIDs[w] = blk.EdgeIDs[e]
+			}
+			w++
+		}
+	}
+	blk.Indptr[blk.NumDst] = w
+	blk.Indices = blk.Indices[:w]
+	if blk.EdgeIDs != nil {
+		blk.EdgeIDs = blk.EdgeIDs[:w]
 	}
 	return removed
 }
