@@ -415,15 +415,22 @@ func (d *device) sampleOne(ctx context.Context, w, e, i int, mine []TaskBatch) (
 	d.hook(ctx, "sampler")
 	t0 := time.Now()
 	global := i*cfg.Devices + d.rank
-	bt, err := d.kit.smps[w].Sample(ctx, mine[i].Seeds, sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
+	tb := mine[i]
+	var err error
+	if p, ok := d.s.opts.Task.(TaskPreparer); ok {
+		if tb, err = p.Prepare(tb); err != nil {
+			return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d: preparing", e+1, i), err)
+		}
+	}
+	bt, err := d.kit.smps[w].Sample(ctx, tb.Seeds, sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
 	if err == nil && d.s.opts.Task != nil {
-		bt, err = d.exclude(bt, mine[i])
+		bt, err = d.exclude(bt, tb)
 	}
 	if err != nil {
 		return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d", e+1, i), err)
 	}
 	d.m.StageBusy(metrics.Sampler, time.Since(t0))
-	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: mine[i].Seeds, work: mine[i], bt: bt}, nil
+	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: tb.Seeds, work: tb, bt: bt}, nil
 }
 
 // exclude lets Options.Task edit a sampled batch on the host (a GPU

@@ -81,7 +81,8 @@
 //
 // Tasks (task.go): Options.Task replaces node classification as the
 // trainer's objective: it deals every epoch's batches (their seeds and
-// its own work; Deal is the dealing assign uses), edits sampled batches
+// its own work; Deal is the dealing assign uses; a TaskPreparer finishes
+// each batch in the sampler stage, just before sampling it), edits sampled batches
 // on the host when it needs to, computes the loss from the model's
 // output rows of the seeds with parameters of its own (all-reduced with
 // the model's) and is evaluated by device 0. Package link/multi's is

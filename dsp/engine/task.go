@@ -48,6 +48,20 @@ type Task interface {
 	Evaluate(ev TaskEval, epoch int) (string, error)
 }
 
+// TaskPreparer is a Task whose batches are finished where they are
+// sampled: Batches deals stand-ins (their Work only, Seeds may be nil),
+// and the device's sampler stage calls Prepare on each just before
+// sampling it, so that the per-batch host work (link prediction's
+// negatives and seeds) runs batch by batch ahead of the trainer, on
+// every device and sampler worker at once, not for a whole epoch at its
+// start. Prepare returns the batch to sample, train and exclude with; it
+// must depend only on its argument (the numbers then do not depend on
+// which goroutine prepares) and must not modify it (Batches may hand
+// the same stand-in out again).
+type TaskPreparer interface {
+	Prepare(bt TaskBatch) (TaskBatch, error)
+}
+
 // TaskBatch is one batch of a Task: the seeds to sample (engine IDs,
 // distinct) and what the task needs to compute its loss.
 type TaskBatch struct {

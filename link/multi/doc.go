@@ -6,10 +6,11 @@
 //     engine.Task. Every epoch the training links, in link.EpochEdges'
 //     order, are dealt to the device that owns the link's source
 //     (engine.Deal: owners first, then balanced to equal shares, cut
-//     into batches of BatchSize positives); each positive gets its
-//     negatives (link.Negatives, keyed by the global batch); the
-//     distinct endpoints are the batch's seeds, sampled collectively as
-//     node seeds are; the batch's links are removed from the sampled
+//     into batches of BatchSize positives); in the sampler stage of the
+//     device, batch by batch ahead of the trainer (engine.TaskPreparer),
+//     each positive gets its negatives (link.Negatives, keyed by the
+//     global batch) and the distinct endpoints become the batch's seeds,
+//     sampled collectively as node seeds are; the batch's links are removed from the sampled
 //     neighborhoods (link.ExcludeTargets); the loss is binary
 //     cross-entropy of the decoder's scores on the device's pairs
 //     (link.PairLoss); gradients are all-reduced by the engine.

@@ -76,7 +76,8 @@ func messagePassing(ds *dataset.Dataset, s *link.Split) *dataset.Dataset {
 	return &mp
 }
 
-// dspTask is link prediction as engine.Task.
+// dspTask is link prediction as engine.Task; it prepares its batches
+// in the sampler stage (engine.TaskPreparer).
 type dspTask struct {
 	cfg   *link.Config
 	split *link.Split // the caller's node IDs
@@ -98,11 +99,20 @@ type dspTask struct {
 	secs  map[int]float64
 }
 
-// pairs is a TaskBatch's Work.
+// dealt is a TaskBatch's Work as Batches deals it: the positives
+// (caller's IDs) and the key of their negatives. Prepare makes the rest.
+type dealt struct {
+	pos          link.Edges
+	epoch, batch int // batch: the global batch i*K+r
+}
+
+// pairs is a prepared TaskBatch's Work.
 type pairs struct {
 	b   *link.Batch // caller's IDs; SrcRow and DstRow index the seeds
 	pos link.Edges  // the positives in engine IDs (ExcludeTargets)
 }
+
+var _ engine.TaskPreparer = (*dspTask)(nil)
 
 func newDSPTask(s *link.Split, cfg *link.Config, k int) (*dspTask, error) {
 	neg, err := link.NewNegatives(s, cfg)
@@ -142,9 +152,10 @@ func (t *dspTask) MaxBatches() int {
 }
 
 // Batches deals epoch e's training links to the owners of their
-// sources (engine.Deal) and makes each batch: the positives, their
-// negatives (keyed by the global batch i*K+r) and the seeds. The epoch
-// is dealt once and shared by the devices.
+// sources (engine.Deal) and cuts them into batches of positives. The
+// epoch is dealt once and shared by the devices; the rest of a batch
+// (its negatives, keyed by the global batch i*K+r, and its seeds) is
+// made by Prepare, in the sampler stage of the device that samples it.
 func (t *dspTask) Batches(e int) ([][]engine.TaskBatch, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -157,31 +168,19 @@ func (t *dspTask) Batches(e int) ([][]engine.TaskBatch, error) {
 		order[i] = int32(i)
 	}
 	owner := func(i int32) int { return t.book.Owner(int64(t.id(edges.Src[i]))) }
-	dealt, _, err := engine.Deal(order, owner, t.k, t.per, engine.Pad)
+	dealtIdx, _, err := engine.Deal(order, owner, t.k, t.per, engine.Pad)
 	if err != nil {
 		return nil, err
 	}
 	out := make([][]engine.TaskBatch, t.k)
-	for r, batches := range dealt {
+	for r, batches := range dealtIdx {
+		out[r] = make([]engine.TaskBatch, len(batches))
 		for i, idx := range batches {
 			pos := link.Edges{Src: make([]int32, len(idx)), Dst: make([]int32, len(idx))}
 			for j, x := range idx {
 				pos.Src[j], pos.Dst[j] = edges.Src[x], edges.Dst[x]
 			}
-			neg, err := t.neg.Draw(pos, e, i*t.k+r)
-			if err != nil {
-				return nil, fmt.Errorf("negative sampling, device %d batch %d: %w", r, i, err)
-			}
-			b := link.NewBatch(pos, neg)
-			w := &pairs{b: b, pos: link.Edges{Src: make([]int32, pos.Len()), Dst: make([]int32, pos.Len())}}
-			for j := range pos.Src {
-				w.pos.Src[j], w.pos.Dst[j] = t.id(pos.Src[j]), t.id(pos.Dst[j])
-			}
-			seeds := make([]int32, len(b.Seeds))
-			for j, v := range b.Seeds {
-				seeds[j] = t.id(v)
-			}
-			out[r] = append(out[r], engine.TaskBatch{Seeds: seeds, Work: w})
+			out[r][i] = engine.TaskBatch{Work: &dealt{pos: pos, epoch: e, batch: i*t.k + r}}
 		}
 	}
 	// Devices run at most a few batches apart: keep the epochs that
@@ -193,6 +192,31 @@ func (t *dspTask) Batches(e int) ([][]engine.TaskBatch, error) {
 	}
 	t.epochs[e] = out
 	return out, nil
+}
+
+// Prepare makes a dealt batch's negatives (link.Negatives), the
+// batch (link.NewBatch: pairs, labels, seeds and their rows) and its
+// seeds and positives in engine IDs. It runs in the engine's sampler
+// stage, batch by batch (engine.TaskPreparer).
+func (t *dspTask) Prepare(bt engine.TaskBatch) (engine.TaskBatch, error) {
+	d, ok := bt.Work.(*dealt)
+	if !ok {
+		return bt, fmt.Errorf("link: preparing a batch of %T", bt.Work)
+	}
+	neg, err := t.neg.Draw(d.pos, d.epoch, d.batch)
+	if err != nil {
+		return bt, fmt.Errorf("negative sampling, epoch %d global batch %d: %w", d.epoch+1, d.batch, err)
+	}
+	b := link.NewBatch(d.pos, neg)
+	w := &pairs{b: b, pos: link.Edges{Src: make([]int32, d.pos.Len()), Dst: make([]int32, d.pos.Len())}}
+	for j := range d.pos.Src {
+		w.pos.Src[j], w.pos.Dst[j] = t.id(d.pos.Src[j]), t.id(d.pos.Dst[j])
+	}
+	seeds := make([]int32, len(b.Seeds))
+	for j, v := range b.Seeds {
+		seeds[j] = t.id(v)
+	}
+	return engine.TaskBatch{Seeds: seeds, Work: w}, nil
 }
 
 func (t *dspTask) Exclude(mb *sample.MiniBatch, bt engine.TaskBatch) error {

@@ -179,7 +179,20 @@ func TestDSPBatches(t *testing.T) {
 		}
 		owned, count := 0, 0
 		for _, b := range bs {
+			if b.Seeds != nil {
+				t.Fatalf("device %d: a dealt batch has seeds before Prepare", r)
+			}
+			again, err := task.Prepare(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err = task.Prepare(b); err != nil {
+				t.Fatal(err)
+			}
 			w := b.Work.(*pairs)
+			if w2 := again.Work.(*pairs); !slices.Equal(again.Seeds, b.Seeds) || !slices.Equal(w2.b.Dst, w.b.Dst) {
+				t.Fatalf("device %d: preparing a batch twice gave two batches", r)
+			}
 			if len(w.pos.Src) > task.per {
 				t.Fatalf("device %d: a batch of %d positives", r, len(w.pos.Src))
 			}
