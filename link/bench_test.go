@@ -91,9 +91,9 @@ func cloneMiniBatch(mb *sample.MiniBatch) *sample.MiniBatch {
 // (seeds, their dedup, rows, labels), sampling the seeds' neighborhoods
 // (node classification's work too) and excluding the targets from them;
 // "link" is the work link prediction adds to sampling (negatives, batch,
-// exclusion) and "step" all of it. "batch-search" and "exclude-map" are
-// the first NewBatch and ExcludeTargets (exclude_test.go), for
-// comparison in the same run.
+// exclusion) and "step" all of it. "batch-search", "exclude-map" and
+// "step-first" use the first NewBatch and ExcludeTargets
+// (exclude_test.go), for comparison in the same run.
 //
 //	go test ./link -run '^$' -bench HostBatch -benchtime 20x
 func BenchmarkHostBatch(b *testing.B) {
@@ -164,6 +164,21 @@ func BenchmarkHostBatch(b *testing.B) {
 			}
 			NewBatch(h.pos(i), neg)
 			ExcludeTargets(c, h.pos(0))
+		}
+	})
+	b.Run("step-first", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			pos := h.pos(i)
+			neg, err := h.neg.Draw(pos, 0, i)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt := newBatchSearch(pos, neg)
+			mb, err := h.smp.Sample(bt.Seeds, key(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			excludeTargetsMap(mb, pos)
 		}
 	})
 	b.Run("step", func(b *testing.B) {

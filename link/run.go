@@ -249,24 +249,9 @@ func (r *runner) loop(ctx context.Context) error {
 			bar = progress.New(int64(barEnd-e+1)*int64(r.numBatches), fmt.Sprintf("epoch %d/%d", e+1, cfg.Epochs))
 		}
 		start := time.Now()
-		edges := r.epochEdges(e)
 		rec := EpochRecord{Epoch: e + 1}
-		for bi := 0; bi < r.numBatches; bi++ {
-			if err := ctx.Err(); err != nil {
-				bar.Finish()
-				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
-			}
-			lo, hi := bi*r.batchSize, min((bi+1)*r.batchSize, edges.Len())
-			loss, err := r.step(e, bi, Edges{Src: edges.Src[lo:hi], Dst: edges.Dst[lo:hi]})
-			if err != nil {
-				return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
-			}
-			rec.BatchLosses = append(rec.BatchLosses, loss)
-			bar.Add(1)
-			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, cfg.Epochs, loss))
-			if r.opts.OnBatch != nil {
-				r.opts.OnBatch(e, bi, loss)
-			}
+		if err := r.steps(ctx, e, &rec, bar); err != nil {
+			return err
 		}
 		rec.Loss = train.MeanLoss(rec.BatchLosses)
 		rec.EvalSkipped = !cfg.Evaluates(e)
@@ -291,6 +276,90 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 func (r *runner) epochEdges(epoch int) Edges { return EpochEdges(r.split, r.cfg.Seed, epoch) }
+
+// steps runs epoch's optimizer steps into rec. The host work of each
+// step (prepare) runs one step ahead on another goroutine (prefetch), so
+// that it overlaps the step before on the device; it is keyed by (epoch,
+// batch), so the numbers do not change.
+func (r *runner) steps(ctx context.Context, e int, rec *EpochRecord, bar *progress.Bar) error {
+	next, stop := r.prefetch(ctx, e)
+	defer stop()
+	for bi := 0; bi < r.numBatches; bi++ {
+		if err := ctx.Err(); err != nil {
+			bar.Finish()
+			return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, err)}
+		}
+		p, ok := <-next
+		if !ok { // the context was cancelled while the batch was prepared
+			bar.Finish()
+			return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: fmt.Errorf("%w: %v", ErrInterrupted, ctx.Err())}
+		}
+		loss, err := r.step(e, bi, p)
+		if err != nil {
+			return &RunError{Op: fmt.Sprintf("epoch %d batch %d", e+1, bi), Err: err}
+		}
+		rec.BatchLosses = append(rec.BatchLosses, loss)
+		bar.Add(1)
+		bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f", e+1, r.cfg.Epochs, loss))
+		if r.opts.OnBatch != nil {
+			r.opts.OnBatch(e, bi, loss)
+		}
+	}
+	return nil
+}
+
+// prepared is a step's host work: its batch and, in sampled mode, the
+// neighborhoods of its seeds without its links; or why it failed.
+type prepared struct {
+	batch *Batch
+	mb    *sample.MiniBatch
+	err   error
+}
+
+// prepare does the host work of step (epoch, bi) on positives pos: the
+// negatives, the batch, and in sampled mode the sampling and the
+// exclusion of the targets.
+func (r *runner) prepare(epoch, bi int, pos Edges) prepared {
+	neg, err := r.neg.Draw(pos, epoch, bi)
+	if err != nil {
+		return prepared{err: fmt.Errorf("negative sampling: %w", err)}
+	}
+	p := prepared{batch: NewBatch(pos, neg)}
+	if r.cfg.Mode == train.Sampled {
+		if p.mb, err = r.sampler.Sample(p.batch.Seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: bi}); err != nil {
+			return prepared{err: fmt.Errorf("sampling: %w", err)}
+		}
+		ExcludeTargets(p.mb, pos)
+	}
+	return p
+}
+
+// prefetch prepares epoch's steps in order on a goroutine, at most one
+// ahead of the one taken from next; next is closed after the last step,
+// a failed one, or when ctx is cancelled. stop cancels the goroutine and
+// waits for it to end.
+func (r *runner) prefetch(ctx context.Context, epoch int) (next <-chan prepared, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch, done := make(chan prepared), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		edges := r.epochEdges(epoch)
+		for bi := 0; bi < r.numBatches; bi++ {
+			lo, hi := bi*r.batchSize, min((bi+1)*r.batchSize, edges.Len())
+			p := r.prepare(epoch, bi, Edges{Src: edges.Src[lo:hi], Dst: edges.Dst[lo:hi]})
+			select {
+			case ch <- p:
+			case <-ctx.Done():
+				return
+			}
+			if p.err != nil {
+				return
+			}
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
 
 // EpochEdges returns s's training links in epoch's order (a
 // permutation keyed by seed and epoch), each undirected link in a random
@@ -326,26 +395,21 @@ func (c *Config) NewDecoder(b backend.Backend, dim int) (Decoder, error) {
 	return NewDecoder(b, c.Decoder, dim, rng.Derive(c.Seed, tagDecoder))
 }
 
-// step runs one optimizer step on positives pos and their negatives.
-func (r *runner) step(epoch, bi int, pos Edges) (float64, error) {
-	neg, err := r.neg.Draw(pos, epoch, bi)
-	if err != nil {
-		return 0, fmt.Errorf("negative sampling: %w", err)
+// step runs one optimizer step on a prepared batch (prepare).
+func (r *runner) step(epoch, bi int, p prepared) (float64, error) {
+	if p.err != nil {
+		return 0, p.err
 	}
-	batch := NewBatch(pos, neg)
+	batch := p.batch
 	t := autograd.NewTape(r.b)
 	defer t.Release()
 	seed := r.cfg.DropoutSeed(epoch, bi)
 	var h *autograd.Var
+	var err error
 	src, dst := batch.Src, batch.Dst // rows of h: node IDs over the whole graph
 	if r.cfg.Mode == train.Sampled {
-		mb, err := r.sampler.Sample(batch.Seeds, sample.Key{Seed: r.cfg.Seed, Epoch: epoch, Batch: bi})
-		if err != nil {
-			return 0, fmt.Errorf("sampling: %w", err)
-		}
-		ExcludeTargets(mb, pos)
 		var cleanup func()
-		h, cleanup, err = r.x.ForwardBatch(t, r.model, mb, true, seed)
+		h, cleanup, err = r.x.ForwardBatch(t, r.model, p.mb, true, seed)
 		defer cleanup()
 		if err != nil {
 			return 0, err

@@ -263,6 +263,21 @@ func TestRunRefuses(t *testing.T) {
 	if _, err := Run(ctx, ds, quick(train.GCN), Options{Backend: b}); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("cancelled context: %v, want ErrInterrupted", err)
 	}
+	// Cancelled during an epoch, while the next batch is prepared ahead
+	// (prefetch): the run stops after the step under way.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	cfg := quick(train.SAGE)
+	cfg.Mode, cfg.BatchSize, cfg.Fanouts, cfg.Epochs = train.Sampled, 20, []int{3, 3}, 2
+	steps := 0
+	_, err := Run(ctx, ds, cfg, Options{Backend: b, OnBatch: func(e, bi int, _ float64) {
+		if steps++; e == 0 && bi == 1 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, ErrInterrupted) || steps != 2 {
+		t.Errorf("cancelled after step 2: %v after %d steps, want ErrInterrupted after 2", err, steps)
+	}
 }
 
 func TestReportJSON(t *testing.T) {
