@@ -1,7 +1,9 @@
 package link
 
 import (
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/strata-gnn/strata/sample"
 )
@@ -164,12 +166,75 @@ func has(ps []uint64, v int32) bool {
 	return ok
 }
 
-// exclude removes blk's edges that join a pair of ts and returns how many.
+// excludeChunk is the number of block edges below which a block is
+// compacted on one goroutine (a variable for the tests).
+var excludeChunk int64 = 1 << 15
+
+// exclude removes blk's edges that join a pair of ts and returns how
+// many. A large block is cut into runs of rows of about excludeChunk
+// edges each, compacted in place at once (each within its own edges),
+// then moved down in order: the kept edges and their order are those
+// of one pass, whatever the number of goroutines.
 func (ts *targetSet) exclude(blk *sample.Block) int {
+	n := blk.NumDst
+	parts := min(runtime.GOMAXPROCS(0), int(blk.Indptr[n]/excludeChunk))
+	if parts <= 1 {
+		kept, removed := ts.compact(blk, 0, n, blk.Indptr[n])
+		blk.Indptr[n] = kept
+		ts.trim(blk, kept)
+		return removed
+	}
+	// Row bounds of the runs, by edges; the edge bounds are read before
+	// any run overwrites its first row's Indptr.
+	rows := make([]int, parts+1)
+	edges := make([]int64, parts+1)
+	rows[parts], edges[parts] = n, blk.Indptr[n]
+	for p := 1; p < parts; p++ {
+		target := blk.Indptr[n] * int64(p) / int64(parts)
+		r, _ := slices.BinarySearch(blk.Indptr[:n+1], target)
+		rows[p] = max(r, rows[p-1])
+		edges[p] = blk.Indptr[rows[p]]
+	}
+	kept, removed := make([]int64, parts), make([]int, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			end, rm := ts.compact(blk, rows[p], rows[p+1], edges[p+1])
+			kept[p], removed[p] = end-edges[p], rm
+		})
+	}
+	wg.Wait()
+	w, total := int64(0), 0
+	for p := range parts {
+		if shift := edges[p] - w; shift != 0 {
+			copy(blk.Indices[w:], blk.Indices[edges[p]:edges[p]+kept[p]])
+			if blk.EdgeIDs != nil {
+				copy(blk.EdgeIDs[w:], blk.EdgeIDs[edges[p]:edges[p]+kept[p]])
+			}
+			for i := rows[p]; i < rows[p+1]; i++ {
+				blk.Indptr[i] -= shift
+			}
+		}
+		w += kept[p]
+		total += removed[p]
+	}
+	blk.Indptr[n] = w
+	ts.trim(blk, w)
+	return total
+}
+
+// compact removes the edges of ts from blk's rows [r0, r1), whose edges
+// end at end (Indptr[r1], which another run may be rewriting), keeping
+// the others in order from the rows' first edge on. It sets Indptr[r0:r1]
+// and returns the end of the kept edges and the number removed.
+func (ts *targetSet) compact(blk *sample.Block, r0, r1 int, end int64) (int64, int) {
 	removed := 0
-	w := int64(0)
-	for i := range blk.NumDst {
-		lo, hi := blk.Indptr[i], blk.Indptr[i+1]
+	w := blk.Indptr[r0]
+	for i := r0; i < r1; i++ {
+		lo, hi := blk.Indptr[i], end
+		if i+1 < r1 {
+			hi = blk.Indptr[i+1]
+		}
 		blk.Indptr[i] = w
 		ps := ts.partners(blk.SrcNodes[i])
 		if ps == nil {
@@ -194,10 +259,13 @@ func (ts *targetSet) exclude(blk *sample.Block) int {
 			w++
 		}
 	}
-	blk.Indptr[blk.NumDst] = w
+	return w, removed
+}
+
+// trim cuts blk's edge arrays to the first w edges.
+func (ts *targetSet) trim(blk *sample.Block, w int64) {
 	blk.Indices = blk.Indices[:w]
 	if blk.EdgeIDs != nil {
 		blk.EdgeIDs = blk.EdgeIDs[:w]
 	}
-	return removed
 }

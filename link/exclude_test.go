@@ -1,6 +1,8 @@
 package link
 
 import (
+	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -132,25 +134,32 @@ func TestExcludeTargetsEqualsMap(t *testing.T) {
 		slices.Sort(seeds)
 		seeds = slices.Compact(seeds)
 		key := sample.Key{Seed: uint64(trial), Batch: trial}
-		got, err := smp.Sample(seeds, key)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want, err := smp.Sample(seeds, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if trial%2 == 1 {
-			for l := range got.Blocks {
-				got.Blocks[l].EdgeIDs, want.Blocks[l].EdgeIDs = nil, nil
+			for l := range want.Blocks {
+				want.Blocks[l].EdgeIDs = nil
 			}
 		}
-		r, wr := ExcludeTargets(got, pos), excludeTargetsMap(want, pos)
-		if r != wr {
-			t.Fatalf("trial %d: removed %d edges, the map exclusion %d", trial, r, wr)
+		orig := cloneMiniBatch(want)
+		wr := excludeTargetsMap(want, pos)
+		// One goroutine per block, then blocks cut into runs of rows
+		// compacted at once (4 goroutines, runs of about 16 edges and up).
+		for _, chunk := range []int64{excludeChunk, 16, 100} {
+			got := cloneMiniBatch(orig)
+			old, oldChunk := runtime.GOMAXPROCS(4), excludeChunk
+			excludeChunk = chunk
+			r := ExcludeTargets(got, pos)
+			excludeChunk = oldChunk
+			runtime.GOMAXPROCS(old)
+			if r != wr {
+				t.Fatalf("trial %d, runs of %d edges: removed %d edges, the map exclusion %d", trial, chunk, r, wr)
+			}
+			sameMiniBatch(t, fmt.Sprintf("trial %d, runs of %d edges", trial, chunk), got, want)
 		}
-		sameMiniBatch(t, "trial", got, want)
-		removedAny += r
+		removedAny += wr
 	}
 	if removedAny == 0 {
 		t.Fatal("no trial removed an edge: the comparison is empty")
