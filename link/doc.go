@@ -31,7 +31,10 @@
 // exclude="reverse_id"), and the encoder embeds the seeds. In full mode
 // the encoder embeds every node over the whole message-passing graph.
 // The decoder scores the pairs and BCEWithLogits (package autograd) is
-// the loss.
+// the loss. Run prepares a step's host work (negatives, Batch, sampling,
+// ExcludeTargets) one step ahead on another goroutine, so that it
+// overlaps the step before on the device; being keyed by (epoch,
+// batch), it changes no number.
 //
 // # Several devices
 //
