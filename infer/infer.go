@@ -98,6 +98,19 @@ type Options struct {
 	// never free or keep them. A nil entry uploads as without Inputs;
 	// PlaceHost gathers on the host all the same.
 	Inputs []backend.Buffer
+	// InputShards, when set, is layer 1's input spread over the
+	// devices, each holding some nodes' rows (a feature cache
+	// partitioned over the devices, every row cached by one of them):
+	// layer 1 fetches its chunks' source rows from the devices that hold
+	// them by the resident layers' exchange, as if the features were a
+	// resident layer, so neither a replicated table nor a host gather is
+	// needed. It takes precedence over Inputs. Dense features only.
+	InputShards *Shards
+	// Workers is the goroutines a device's host work (building the
+	// chunks' blocks, routing their sources) may take; 0 is
+	// GOMAXPROCS / the number of devices. The output does not depend
+	// on it.
+	Workers int
 	// Resident says whether hidden layers' outputs stay in device
 	// memory, each device holding its range's rows, the next layer
 	// gathering its sources from the devices that hold them
@@ -118,6 +131,21 @@ type Options struct {
 	// Log, when set, receives one line per layer: where its input was
 	// read and its output went, with the bytes per device.
 	Log io.Writer
+}
+
+// Shards is layer 1's input held by the devices (Options.InputShards):
+// device d holds Rows[d] rows of the dense features in Tables[d], a
+// float32 buffer of Backends[d] of Rows[d] x Cols values, each row
+// exactly the features' row of its node. The caller owns the buffers.
+type Shards struct {
+	Tables []backend.Buffer
+	Rows   []int
+	// Holder returns the device holding node v's row and the row in its
+	// table; every node must be held by one. nil means by range: device
+	// d holds the rows of its range of Options.Offsets, in node order
+	// (Rows[d] = Offsets[d+1] - Offsets[d]). It is called from several
+	// goroutines at once.
+	Holder func(v int32) (dev int, row int32)
 }
 
 // Placement is where a layer's input rows are gathered (Options.Placement).
@@ -152,8 +180,9 @@ type LayerStats struct {
 	Seconds float64 `json:"seconds"`
 	// Input is where the layer's input rows were read: "host" (gathered
 	// on the host, uploaded per chunk), "device" (the whole matrix on
-	// every device) or "resident" (the layer below's output, each
-	// device holding its range, exchanged between them).
+	// every device), "resident" (the layer below's output, each
+	// device holding its range, exchanged between them) or "shards"
+	// (layer 1's, from Options.InputShards by the same exchange).
 	Input string `json:"input"`
 	// Output is where its output went: "host" or "resident"; Why says
 	// why a hidden layer went to the host.
@@ -238,6 +267,7 @@ type run struct {
 	scratch []*scratch   // per device
 	bar     *progress.Bar
 	res     []*resLayer // per layer, its output when kept on the devices
+	feats   *resLayer   // layer 1's input on the devices (Options.InputShards)
 	exch    []comm.Comm // the resident layers' exchange (several devices)
 	ownExch bool        // exch is this run's to close
 	// abandoned: the watchdog gave up on a stalled device whose
@@ -277,6 +307,8 @@ func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
 		return nil, errf(op, "negative stall timeout %v", opts.StallTimeout)
 	case opts.Inputs != nil && len(opts.Inputs) != p:
 		return nil, errf(op, "%d device inputs for %d back ends", len(opts.Inputs), p)
+	case opts.Workers < 0:
+		return nil, errf(op, "%d host workers", opts.Workers)
 	}
 	for d, buf := range opts.Inputs {
 		switch {
@@ -322,6 +354,9 @@ func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
 		}
 	}
 	if err := r.checkOffsets(); err != nil {
+		return nil, err
+	}
+	if err := r.checkShards(); err != nil {
 		return nil, err
 	}
 	r.req = req
@@ -561,6 +596,8 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		var rin *resLayer // the layer's input, kept on the devices
 		if l > 0 {
 			rin = r.res[l-1]
+		} else {
+			rin = r.shardInput(ctx)
 		}
 		rl, why := r.residentPlan(ctx, l)
 		for len(r.res) <= l {
@@ -586,6 +623,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		var kept []bool
 		if rin != nil {
 			st.Input = "resident"
+			if l == 0 {
+				st.Input = "shards"
+			}
 			placed, kept = make([]backend.Buffer, p), make([]bool, p)
 		} else {
 			var err error
@@ -657,6 +697,8 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 func (r *run) describe(st LayerStats, rin *resLayer) string {
 	in := "input " + st.Input
 	switch {
+	case rin != nil && st.Layer == 1:
+		in = fmt.Sprintf("input from the feature shards on the devices (%s a device)", gb(rin.bytes))
 	case rin != nil:
 		in = fmt.Sprintf("input resident (%s a device)", gb(rin.bytes))
 	case st.Input == "host":

@@ -47,12 +47,22 @@ type resLayer struct {
 	base  []int // per device: index in need of its first node (need != nil)
 	need  []int32
 	bytes int64 // the largest device's
+	// where, when set, locates a node's row (the features' shards,
+	// Options.InputShards); otherwise device owner(u) holds it, at its
+	// offset in the device's range or part of need.
+	where func(u int32) (int, int32)
+	// caller: the buffers are the caller's (the features' shards),
+	// never freed here.
+	caller bool
 }
 
 // free releases the buffers. The slice stays: a device given up on as
 // stalled may still wake and read it, and then fails on the freed
 // buffers instead of an index.
 func (rl *resLayer) free(bs []backend.Backend) {
+	if rl.caller {
+		return
+	}
 	for d, b := range rl.bufs {
 		if b != nil {
 			bs[d].Free(b)
@@ -233,47 +243,99 @@ type route struct {
 	counts  []int   // rows asked of each device (own included)
 }
 
-// routeOf routes src over rl (the layer below's output).
-func (r *run) routeOf(rl *resLayer, d int, src []int32) (*route, error) {
-	p := len(r.opts.Backends)
-	rt := &route{grouped: make([]int32, len(src)), perm: make([]int32, len(src)), counts: make([]int, p)}
-	own := make([]int32, len(src))
-	row := make([]int32, len(src))
-	for i, u := range src {
-		o := r.owner(u)
-		k := int64(u) - r.opts.Offsets[o]
+// locate returns the device holding node u's row of rl and the row.
+func (r *run) locate(rl *resLayer, u int32) (int, int32, error) {
+	var o int
+	var k int64
+	if rl.where != nil {
+		dev, row := rl.where(u)
+		if dev < 0 || dev >= len(rl.rows) {
+			return 0, 0, fmt.Errorf("source node %d: held by device %d of %d", u, dev, len(rl.rows))
+		}
+		o, k = dev, int64(row)
+	} else {
+		o = r.owner(u)
+		k = int64(u) - r.opts.Offsets[o]
 		if rl.need != nil {
 			j, ok := slices.BinarySearch(rl.need, u)
 			if !ok {
-				return nil, fmt.Errorf("source node %d was not computed by the layer below", u)
+				return 0, 0, fmt.Errorf("source node %d was not computed by the layer below", u)
 			}
 			k = int64(j - rl.base[o])
 		}
-		if k < 0 || k >= int64(rl.rows[o]) {
-			return nil, fmt.Errorf("source node %d: row %d of device %d's %d", u, k, o, rl.rows[o])
-		}
-		own[i], row[i] = int32(o), int32(k)
-		rt.counts[o]++
 	}
-	start := make([]int, p)
+	if k < 0 || k >= int64(rl.rows[o]) {
+		return 0, 0, fmt.Errorf("source node %d: row %d of device %d's %d", u, k, o, rl.rows[o])
+	}
+	return o, int32(k), nil
+}
+
+// routeOf routes src over rl (the layer below's output, or the
+// features' shards), split over up to workers goroutines: each part
+// counts its sources per holder, and places them from the running
+// counts of the parts before it, so the route is one pass's in order.
+func (r *run) routeOf(rl *resLayer, d int, src []int32, workers int) (*route, error) {
+	p := len(r.opts.Backends)
+	n := len(src)
+	rt := &route{grouped: make([]int32, n), perm: make([]int32, n), counts: make([]int, p)}
+	own := make([]int32, n)
+	row := make([]int32, n)
+	parts := max(1, min(workers, n>>15))
+	cnt := make([][]int, parts)
+	errs := make([]error, parts)
+	forParts(n, parts, func(q, a, b int) {
+		c := make([]int, p)
+		for i := a; i < b; i++ {
+			o, k, err := r.locate(rl, src[i])
+			if err != nil {
+				errs[q] = err
+				return
+			}
+			own[i], row[i] = int32(o), k
+			c[o]++
+		}
+		cnt[q] = c
+	})
+	for _, err := range errs { // the lowest part's: the first bad source
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range cnt {
+		for o, x := range c {
+			rt.counts[o] += x
+		}
+	}
+	// Own rows first, then each peer's in rank order.
+	next := make([]int, p)
 	s := rt.counts[d]
 	for q := range p {
 		if q != d {
-			start[q] = s
+			next[q] = s
 			s += rt.counts[q]
 		}
 	}
-	for i := range src {
-		o := own[i]
-		j := start[o]
-		start[o]++
-		rt.grouped[j], rt.perm[i] = row[i], int32(j)
+	starts := make([][]int, parts)
+	for q := range parts {
+		starts[q] = slices.Clone(next)
+		for o := range p {
+			next[o] += cnt[q][o]
+		}
 	}
+	forParts(n, parts, func(q, a, b int) {
+		st := starts[q]
+		for i := a; i < b; i++ {
+			o := own[i]
+			j := st[o]
+			st[o]++
+			rt.grouped[j], rt.perm[i] = row[i], int32(j)
+		}
+	})
 	return rt, nil
 }
 
 // fetch returns a new buffer holding the rows of src (len(src) x width)
-// from the resident layer w.rin, gathered from the devices that hold
+// from the resident layer w.rin (routed by rt, routeOf's), gathered from the devices that hold
 // them: an exchange every device of the layer takes part in once per
 // round, in lockstep (src nil: a round in which this device only serves).
 // With bad set, the device only tells the others, in the header, that it
@@ -287,19 +349,15 @@ func (r *run) routeOf(rl *resLayer, d int, src []int32) (*route, error) {
 //  4. the staged rows are put in source order (a gather by perm).
 //
 // With one device, or no communicators, only the local gather runs.
-func (w *worker) fetch(ctx context.Context, src []int32, bad error) (backend.Buffer, error) {
+func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (backend.Buffer, error) {
 	r, b, d, rl := w.r, w.b, w.d, w.rin
 	p := len(r.opts.Backends)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	width := rl.width
-	var rt *route
-	if bad == nil && src != nil {
-		var err error
-		if rt, err = r.routeOf(rl, d, src); err != nil {
-			bad = err
-		}
+	if bad != nil || src == nil {
+		rt = nil
 	}
 	var bufs []backend.Buffer
 	defer func() {

@@ -13,22 +13,6 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// scratch maps global node IDs to a chunk's local source IDs without
-// clearing anything between chunks: stamp[v] == cur marks v as a source
-// of the current chunk, with local ID local[v].
-type scratch struct {
-	stamp, local []int32
-	cur          int32
-}
-
-func (s *scratch) next() {
-	s.cur++
-	if s.cur == 0 || s.cur == 1<<31-1 { // wrapped: start the stamps afresh
-		clear(s.stamp)
-		s.cur = 1
-	}
-}
-
 // worker computes one layer's chunks on one device.
 type worker struct {
 	r     *run
@@ -106,6 +90,37 @@ func gatherRows(dst, rows []float32, src []int32, width, workers int) {
 	wg.Wait()
 }
 
+// prepared is a chunk made ready on the host ahead of its turn: its
+// block and sources (nil when Options.Keep kept the chunk) and, when
+// the layer's input is resident, its sources' route to their holders.
+type prepared struct {
+	hc  *hostChunk
+	rt  *route
+	err error
+}
+
+// workers is the goroutines a device's host work may take.
+func (r *run) workers() int {
+	if r.opts.Workers > 0 {
+		return r.opts.Workers
+	}
+	return max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends))
+}
+
+// chunkDst lists the destinations of the device's chunk [a, b).
+func (w *worker) chunkDst(a, b int) []int32 {
+	nodes, lo, _, _ := w.r.nodesOf(w.l, w.d)
+	dst := make([]int32, b-a)
+	for i := range dst {
+		if nodes != nil {
+			dst[i] = nodes[a+i]
+		} else {
+			dst[i] = int32(lo + int64(a+i))
+		}
+	}
+	return dst
+}
+
 func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
 	r := w.r
 	chunks := max(len(bounds)-1, 0)
@@ -113,30 +128,67 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		return nil
 	}
 	if r.scratch[w.d] == nil {
-		r.scratch[w.d] = &scratch{stamp: make([]int32, r.n), local: make([]int32, r.n)}
+		r.scratch[w.d] = newScratch(r.n)
 	}
 	defer w.freeStaging()
+	// The chunks kept by an earlier Run, looked up before the builder
+	// starts (the device's map of kept chunks is this goroutine's).
+	kept := make([]*keptChunk, chunks)
+	for c := range kept {
+		kept[c] = r.opts.Keep.chunk(w.d, w.l, c)
+	}
+	// The builder makes chunk c+1 (and c+2, one waiting) on the host
+	// while this goroutine computes chunk c: the rounds of a resident
+	// layer are lockstep, the building is not.
+	preps := make(chan prepared, 1)
+	stop := make(chan struct{})
+	var builder sync.WaitGroup
+	defer func() {
+		close(stop)
+		builder.Wait() // the scratch is the next layer's after this
+	}()
+	builder.Add(1)
+	go func() {
+		defer builder.Done()
+		s, workers := r.scratch[w.d], r.workers()
+		for c := range chunks {
+			var p prepared
+			var src []int32
+			if kc := kept[c]; kc != nil {
+				src = kc.src
+			} else if p.hc, p.err = buildChunk(r.in, s, w.chunkDst(bounds[c], bounds[c+1]), r.gcnDeg, workers); p.err == nil {
+				src = p.hc.src
+			}
+			if p.err == nil && w.rin != nil {
+				p.rt, p.err = r.routeOf(w.rin, w.d, src, workers)
+			}
+			select {
+			case preps <- p:
+			case <-stop:
+				return
+			}
+		}
+	}()
 	nodes, lo, _, base := r.nodesOf(w.l, w.d)
 	for c := 0; c < max(chunks, w.rounds); c++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if c >= chunks { // an empty round: serve the others' requests
-			if _, err := w.fetch(ctx, nil, nil); err != nil {
+			if _, err := w.fetch(ctx, nil, nil, nil); err != nil {
 				return &Error{Op: fmt.Sprintf("layer %d on %s, round %d of %d (no chunk of its own)", w.l+1, w.b.Name(), c+1, w.rounds), Err: err}
 			}
 			done.Add(1)
 			continue
 		}
-		a, b := bounds[c], bounds[c+1]
-		dst := make([]int32, b-a)
-		for i := range dst {
-			if nodes != nil {
-				dst[i] = nodes[a+i]
-			} else {
-				dst[i] = int32(lo + int64(a+i))
-			}
+		var p prepared
+		select {
+		case p = <-preps:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
+		a, b := bounds[c], bounds[c+1]
+		dst := w.chunkDst(a, b)
 		// Output rows: node IDs, or positions in need at the requested
 		// layer when only some nodes are wanted.
 		row0 := int(lo) + a
@@ -146,7 +198,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 				row0 = base + a
 			}
 		}
-		if err := w.chunk(ctx, c, dst, out, row0, a); err != nil {
+		if err := w.chunk(ctx, c, dst, out, row0, a, p, kept[c]); err != nil {
 			return &Error{Op: fmt.Sprintf("layer %d on %s, chunk %d of %d (nodes %d to %d)", w.l+1, w.b.Name(), c+1, chunks, dst[0], dst[len(dst)-1]), Err: err}
 		}
 		done.Add(1)
@@ -161,26 +213,21 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 // devices, rows local.. of the device's own buffer. Its block, sources and their IDs on
 // the device come from Options.Keep when an earlier Run kept them, and
 // are offered to it otherwise.
-func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, row0, local int) error {
+func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, row0, local int, p prepared, kc *keptChunk) error {
 	r, b := w.r, w.b
-	kc := r.opts.Keep.chunk(w.d, w.l, c)
+	if p.err != nil {
+		if w.exch != nil { // tell the others, who wait for this round
+			_, p.err = w.fetch(ctx, nil, nil, p.err)
+		}
+		return p.err
+	}
 	if kc == nil {
 		var err error
-		if kc, err = w.build(dst); err != nil {
-			if w.exch != nil { // tell the others, who wait for this round
-				_, err = w.fetch(ctx, nil, err)
+		if kc, err = w.upload(p.hc, len(dst)); err != nil {
+			if w.exch != nil {
+				_, err = w.fetch(ctx, nil, nil, err)
 			}
 			return err
-		}
-		kc.b = b
-		if w.input != nil {
-			if kc.idx, err = b.Alloc(backend.Int32, len(kc.src)); err == nil {
-				err = b.Upload(kc.idx, kc.src)
-			}
-			if err != nil {
-				kc.free()
-				return err
-			}
 		}
 		if !r.opts.Keep.offer(w.d, w.l, c, kc) {
 			defer kc.free()
@@ -193,7 +240,7 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 	var xs *autograd.SparseInput
 	var err error
 	if w.rin != nil {
-		buf, err := w.fetch(ctx, src, nil)
+		buf, err := w.fetch(ctx, src, p.rt, nil)
 		if err != nil {
 			return err
 		}
@@ -279,47 +326,30 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 	return nil
 }
 
-// build makes the block of dst's in-edges (the nodes first among the
-// sources, as nn.Block wants) and the source list.
-func (w *worker) build(dst []int32) (*keptChunk, error) {
-	r, b := w.r, w.b
-	s := r.scratch[w.d]
-	s.next()
-	in := r.in
-	src := make([]int32, len(dst), len(dst)*2)
-	for i, v := range dst {
-		s.stamp[v], s.local[v] = s.cur, int32(i)
-		src[i] = v
-	}
-	indptr := make([]int64, len(dst)+1)
-	edges := int64(0)
-	for _, v := range dst {
-		edges += in.Indptr[v+1] - in.Indptr[v]
-	}
-	indices := make([]int32, 0, edges)
-	for i, v := range dst {
-		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
-			if s.stamp[u] != s.cur {
-				s.stamp[u], s.local[u] = s.cur, int32(len(src))
-				src = append(src, u)
-			}
-			indices = append(indices, s.local[u])
-		}
-		indptr[i+1] = int64(len(indices))
-	}
-	blk, err := nn.NewBlock(b, len(dst), len(src), indptr, indices)
+// upload makes a chunk built on the host ready on the device: its block
+// (with GCN's source degrees) and, when the layer reads its input from
+// a matrix on the device, the sources' IDs.
+func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
+	b := w.b
+	blk, err := nn.NewBlock(b, nd, len(hc.src), hc.indptr, hc.indices)
 	if err != nil {
 		return nil, err
 	}
-	if r.gcnDeg != nil {
-		deg := make([]int64, len(src))
-		for i, u := range src {
-			deg[i] = r.gcnDeg[u]
-		}
-		if err := blk.SetSourceDegrees(deg); err != nil {
-			blk.Free()
+	kc := &keptChunk{b: b, blk: blk, src: hc.src}
+	if hc.deg != nil {
+		if err := blk.SetSourceDegrees(hc.deg); err != nil {
+			kc.free()
 			return nil, err
 		}
 	}
-	return &keptChunk{blk: blk, src: src}, nil
+	if w.input != nil {
+		if kc.idx, err = b.Alloc(backend.Int32, len(kc.src)); err == nil {
+			err = b.Upload(kc.idx, kc.src)
+		}
+		if err != nil {
+			kc.free()
+			return nil, err
+		}
+	}
+	return kc, nil
 }
