@@ -190,6 +190,12 @@ type LayerStats struct {
 	Why    string `json:"why,omitempty"`
 	// ResidentBytes is the largest device's share of a resident output.
 	ResidentBytes int64 `json:"resident_bytes,omitempty"`
+	// BuildSeconds is the host time the slowest device spent making
+	// its chunks' blocks and routes (ahead of the chunks it computed);
+	// BuildWaitSeconds the longest a device waited for them: the part
+	// of the building not hidden behind the computing.
+	BuildSeconds     float64 `json:"build_seconds"`
+	BuildWaitSeconds float64 `json:"build_wait_seconds"`
 }
 
 // Error reports a request or an input that cannot run, or a failure
@@ -268,6 +274,9 @@ type run struct {
 	bar     *progress.Bar
 	res     []*resLayer // per layer, its output when kept on the devices
 	feats   *resLayer   // layer 1's input on the devices (Options.InputShards)
+	// buildSec, buildWait: per device, the current layer's host
+	// building time and the compute goroutine's wait for it.
+	buildSec, buildWait []time.Duration
 	exch    []comm.Comm // the resident layers' exchange (several devices)
 	ownExch bool        // exch is this run's to close
 	// abandoned: the watchdog gave up on a stalled device whose
@@ -649,6 +658,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		desc := r.describe(st, rin)
 		r.bar.Describe(fmt.Sprintf("%s: %s", r.opts.Progress, desc))
+		r.buildSec, r.buildWait = make([]time.Duration, p), make([]time.Duration, p)
 		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
 		for d, buf := range placed {
 			if buf != nil && !kept[d] && slices.Index(placed, buf) == d && !r.abandoned.Load() { // shared by virtual devices: freed once
@@ -659,9 +669,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		st.Seconds = time.Since(t0).Seconds()
+		st.BuildSeconds, st.BuildWaitSeconds = slices.Max(r.buildSec).Seconds(), slices.Max(r.buildWait).Seconds()
 		res.Layers = append(res.Layers, st)
 		if r.opts.Log != nil {
-			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s\n", desc, st.Nodes, st.Chunks, st.Seconds)
+			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s (blocks built on the host in %.2f s a device, %.2f s of it waited for)\n",
+				desc, st.Nodes, st.Chunks, st.Seconds, st.BuildSeconds, st.BuildWaitSeconds)
 		}
 		if l > 0 { // the layer below is read no more
 			if h := r.hosts[l-1]; h.pin != nil {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/comm"
@@ -152,6 +153,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		defer builder.Done()
 		s, workers := r.scratch[w.d], r.workers()
 		for c := range chunks {
+			t0 := time.Now()
 			var p prepared
 			var src []int32
 			if kc := kept[c]; kc != nil {
@@ -162,6 +164,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 			if p.err == nil && w.rin != nil {
 				p.rt, p.err = r.routeOf(w.rin, w.d, src, workers)
 			}
+			r.buildSec[w.d] += time.Since(t0)
 			select {
 			case preps <- p:
 			case <-stop:
@@ -182,11 +185,13 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 			continue
 		}
 		var p prepared
+		t0 := time.Now()
 		select {
 		case p = <-preps:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		r.buildWait[w.d] += time.Since(t0)
 		a, b := bounds[c], bounds[c+1]
 		dst := w.chunkDst(a, b)
 		// Output rows: node IDs, or positions in need at the requested

@@ -99,6 +99,7 @@ type loaded struct {
 	models []nn.Model
 	budget int64
 	close  func()
+	log    io.Writer // a line per layer (infer.Options.Log), unless --quiet
 }
 
 // load reads --model and --dataset, checks they fit, prepares the
@@ -132,6 +133,9 @@ func (f *modelFlags) load(e *env, needLabels bool) (*loaded, error) {
 		return nil, err
 	}
 	l := &loaded{meta: &m.Meta, ds: ds, bs: bs, budget: budget, close: closeDS}
+	if !e.quiet {
+		l.log = e.stderr
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -195,7 +199,7 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference"})
+	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log})
 }
 
 // predictCmd is 'strata predict'.

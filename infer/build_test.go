@@ -1,0 +1,138 @@
+package infer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/strata-gnn/strata/graph"
+)
+
+// randomGraph is an in-adjacency of n nodes with power-law-ish degrees
+// (some hubs read by many rows, repeated sources, self loops).
+func randomGraph(n int, seed uint64) *graph.CSR {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	g := &graph.CSR{NumRows: int64(n), NumCols: int64(n), Indptr: make([]int64, n+1)}
+	for v := range n {
+		deg := rng.IntN(12)
+		if rng.IntN(50) == 0 {
+			deg += rng.IntN(400)
+		}
+		for range deg {
+			u := rng.IntN(n)
+			if rng.IntN(3) == 0 {
+				u = rng.IntN(1 + n/100) // hubs
+			}
+			g.Indices = append(g.Indices, int32(u))
+		}
+		g.Indptr[v+1] = int64(len(g.Indices))
+	}
+	return g
+}
+
+// refBuild is the block by definition: the destinations, then every
+// other source in the order of its first edge.
+func refBuild(in *graph.CSR, dst []int32) *hostChunk {
+	local := map[int32]int32{}
+	hc := &hostChunk{indptr: []int64{0}}
+	for i, v := range dst {
+		local[v] = int32(i)
+		hc.src = append(hc.src, v)
+	}
+	for _, v := range dst {
+		for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
+			id, ok := local[u]
+			if !ok {
+				id = int32(len(hc.src))
+				local[u] = id
+				hc.src = append(hc.src, u)
+			}
+			hc.indices = append(hc.indices, id)
+		}
+		hc.indptr = append(hc.indptr, int64(len(hc.indices)))
+	}
+	return hc
+}
+
+// TestBuildChunkWorkers: a chunk's block and sources are the same bytes
+// whatever the number of goroutines that build them (1, 2, 3, 8, more
+// than the edges allow), equal to the definition, for contiguous and
+// scattered destinations, chunk after chunk on one scratch (stamps
+// reused, and wrapped), with GCN's degrees.
+func TestBuildChunkWorkers(t *testing.T) {
+	defer func(m int) { minPartEdges = m }(minPartEdges)
+	minPartEdges = 16 // split even small chunks
+	const n = 5000
+	in := randomGraph(n, 1)
+	deg := selfLoopOutDegrees(in)
+	rng := rand.New(rand.NewPCG(9, 9))
+	var chunks [][]int32
+	for _, ab := range [][2]int{{0, 1}, {0, 700}, {700, 2500}, {4990, 5000}, {100, 100}} {
+		var dst []int32
+		for v := ab[0]; v < ab[1]; v++ {
+			dst = append(dst, int32(v))
+		}
+		chunks = append(chunks, dst)
+	}
+	scattered := rng.Perm(n)[:900]
+	chunks = append(chunks, func() []int32 {
+		d := make([]int32, len(scattered))
+		for i, v := range scattered {
+			d[i] = int32(v)
+		}
+		return d
+	}())
+	for _, workers := range []int{1, 2, 3, 8, 1000} {
+		s := newScratch(n)
+		for round := range 2 {
+			if round == 1 {
+				s.cur = 1<<32 - 2 // the stamps wrap during this round
+			}
+			for i, dst := range chunks {
+				t.Run(fmt.Sprintf("workers=%d/round=%d/chunk=%d", workers, round, i), func(t *testing.T) {
+					got, err := buildChunk(in, s, dst, deg, workers)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := refBuild(in, dst)
+					if !slices.Equal(got.src, want.src) || !slices.Equal(got.indptr, want.indptr) || !slices.Equal(got.indices, want.indices) {
+						t.Fatalf("block differs from the definition: %d sources (want %d), %d edges (want %d)", len(got.src), len(want.src), len(got.indices), len(want.indices))
+					}
+					for j, u := range got.src {
+						if got.deg[j] != deg[u] {
+							t.Fatalf("source %d (node %d): degree %d, want %d", j, u, got.deg[j], deg[u])
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkBuildChunk times building 64k-node chunks' blocks of a
+// 400k-node graph on 1 goroutine and on GOMAXPROCS:
+// go test -run - -bench BuildChunk ./infer/
+func BenchmarkBuildChunk(b *testing.B) {
+	const n = 400_000
+	in := randomGraph(n, 2)
+	for _, workers := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			s := newScratch(n)
+			edges := int64(0)
+			for i := range b.N {
+				lo := (i * 65536) % (n - 65536)
+				dst := make([]int32, 65536)
+				for j := range dst {
+					dst[j] = int32(lo + j)
+				}
+				hc, err := buildChunk(in, s, dst, nil, workers)
+				if err != nil {
+					b.Fatal(err)
+				}
+				edges += int64(len(hc.indices))
+			}
+			b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
+		})
+	}
+}
