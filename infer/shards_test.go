@@ -1,0 +1,182 @@
+package infer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
+)
+
+// shardTables copies the dense features' rows into one buffer per device:
+// device d gets the nodes holder says it holds, at the rows it says.
+func shardTables(t *testing.T, bs []backend.Backend, x *Input, rows []int, holder func(int32) (int, int32)) []backend.Buffer {
+	t.Helper()
+	host := make([][]float32, len(bs))
+	for d := range bs {
+		host[d] = make([]float32, rows[d]*x.Cols)
+	}
+	for v := range x.Rows {
+		d, k := holder(int32(v))
+		copy(host[d][int(k)*x.Cols:(int(k)+1)*x.Cols], x.Dense[v*x.Cols:(v+1)*x.Cols])
+	}
+	out := make([]backend.Buffer, len(bs))
+	for d, b := range bs {
+		buf, err := b.Alloc(backend.Float32, len(host[d]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(host[d]) > 0 {
+			if err := b.Upload(buf, host[d]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[d] = buf
+		t.Cleanup(func() { b.Free(buf) })
+	}
+	return out
+}
+
+// TestInputShards: layer 1 reading the features from shards on the
+// devices (Options.InputShards: by range, uneven and one empty, or
+// spread by a holder as a partitioned feature cache spreads them, in
+// another order) gives the host path's output bit for bit, for 1, 2 and
+// 4 CPU devices, SAGE, GCN and GAT, every node, a few, or layer 1 only,
+// with the hidden layers resident or on the host; the log and the
+// layer's stats say where layer 1 read; the caller's buffers are not
+// freed.
+func TestInputShards(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	n := ds.NumNodes()
+	x := inputs(t, ds, false)
+	offsets := map[int][]int64{1: {0, n}, 2: {0, 400, n}, 4: {0, 1500, 1500, 2000, n}}
+	for _, kind := range []string{nn.KindSAGE, nn.KindGCN, nn.KindGAT} {
+		cfg, params := deepModel(t, b, kind, ds)
+		for _, devices := range []int{1, 2, 4} {
+			for _, layout := range []string{"range", "holder"} {
+				for i, req := range []Request{{}, {Nodes: []int32{2707, 3, 3, 1000, 42}}, {Layer: 1, Nodes: []int32{9, 1}}} {
+					if testing.Short() && (kind != nn.KindSAGE && (devices != 4 || i > 0)) {
+						continue
+					}
+					t.Run(fmt.Sprintf("%s/devices=%d/%s/nodes=%d/layer=%d", kind, devices, layout, len(req.Nodes), req.Layer), func(t *testing.T) {
+						bs := make([]backend.Backend, devices)
+						for i := range bs {
+							bs[i] = newCPU(t)
+						}
+						off := offsets[devices]
+						rows := make([]int, devices)
+						var holder func(int32) (int, int32)
+						if layout == "range" {
+							for d := range rows {
+								rows[d] = int(off[d+1] - off[d])
+							}
+						} else {
+							// Node v on device v%p, rows in descending node order.
+							p := int32(devices)
+							for v := range int32(n) {
+								rows[v%p]++
+							}
+							holder = func(v int32) (int, int32) {
+								d := v % p
+								return int(d), int32(rows[d]) - 1 - v/p
+							}
+						}
+						loc := holder
+						if loc == nil {
+							loc = func(v int32) (int, int32) {
+								for d := range devices {
+									if int64(v) < off[d+1] {
+										return d, v - int32(off[d])
+									}
+								}
+								return -1, 0
+							}
+						}
+						tables := shardTables(t, bs, x, rows, loc)
+						want := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: MinBudget, Placement: PlaceHost})
+						for _, res := range []Residency{ResidentOn, ResidentOff} {
+							var log bytes.Buffer
+							sh := &Shards{Tables: tables, Rows: rows, Holder: holder}
+							got := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: MinBudget, Resident: res, InputShards: sh, Log: &log, Workers: 3})
+							sameBits(t, got, want)
+							if st := got.Layers[0]; st.Input != "shards" {
+								t.Errorf("resident %v: layer 1 read its input from %q, want the shards", res, st.Input)
+							}
+							if !strings.Contains(log.String(), "input from the feature shards on the devices") {
+								t.Errorf("the log does not say layer 1 read the shards:\n%s", log.String())
+							}
+						}
+						// The caller's tables are intact: still the features' rows.
+						for d, buf := range tables {
+							h := make([]float32, buf.Len())
+							if err := bs[d].Download(h, buf); err != nil {
+								t.Fatal(err)
+							}
+							for v := range x.Rows {
+								if dv, k := loc(int32(v)); dv == d && h[int(k)*x.Cols+v%x.Cols] != x.Dense[v*x.Cols+v%x.Cols] {
+									t.Fatalf("device %d's row %d (node %d) changed", d, k, v)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestInputShardsBad: shards that do not match the devices, the ranges
+// or the features are refused before anything runs, naming the shard; a
+// holder naming a device or row that does not exist fails the run with
+// the node named.
+func TestInputShardsBad(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
+	x := inputs(t, ds, false)
+	n := int(ds.NumNodes())
+	bs := []backend.Backend{newCPU(t), newCPU(t)}
+	models, free, err := NewModels(bs, cfg, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free()
+	half := n / 2
+	full := func(rows []int) []backend.Buffer {
+		return shardTables(t, bs, x, rows, func(v int32) (int, int32) {
+			if int(v) < half {
+				return 0, v
+			}
+			return 1, v - int32(half)
+		})
+	}
+	good := full([]int{half, n - half})
+	sparse := inputs(t, ds, true)
+	for _, tc := range []struct {
+		name string
+		x    *Input
+		sh   *Shards
+		want string
+	}{
+		{"count", x, &Shards{Tables: good[:1], Rows: []int{n}}, "1 feature shards with 1 row counts for 2 back ends"},
+		{"range", x, &Shards{Tables: good, Rows: []int{half + 1, n - half - 1}}, "feature shard 0 has 1355 rows, device 0's range [0, 1354) 1354"},
+		{"size", x, &Shards{Tables: good, Rows: []int{half - 1, n - half + 1}, Holder: func(v int32) (int, int32) { return 0, 0 }}, "feature shard 0 is 1940282 float32 values, want 1353 x 1433 float32"},
+		{"negative", x, &Shards{Tables: good, Rows: []int{-1, n - half}, Holder: func(v int32) (int, int32) { return 0, 0 }}, "feature shard 0 has -1 rows"},
+		{"sparse", sparse, &Shards{Tables: good, Rows: []int{half, n - half}}, "feature shards given for sparse features"},
+		{"device", x, &Shards{Tables: good, Rows: []int{half, n - half}, Holder: func(v int32) (int, int32) { return 2, 0 }}, "held by device 2 of 2"},
+		{"row", x, &Shards{Tables: good, Rows: []int{half, n - half}, Holder: func(v int32) (int, int32) { return 1, int32(n) }}, "row 2708 of device 1's 1354"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Run(context.Background(), in, tc.x, Request{}, Options{Backends: bs, Models: models, InputShards: tc.sh})
+			var ie *Error
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want an *infer.Error saying %q", err, tc.want)
+			}
+		})
+	}
+}
