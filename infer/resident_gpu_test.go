@@ -63,3 +63,67 @@ func TestGPUResident(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUInputShards: on 2 GPUs (and 4 when visible) layer 1 reads the
+// features from each GPU's range of the table (Options.InputShards, as a
+// feature cache partitioned by range holds them), fetched over NCCL, and
+// the logits agree with the CPU's to 1e-4 and with the GPUs' host path
+// to 1e-5, for SAGE, GCN and GAT, every node and a few, uneven ranges,
+// hidden layers resident. Skipped without 2 GPUs. On the GPU host:
+// scripts/gpu.sh test (its "infer GPU 200" runs go test -run GPU ./infer).
+func TestGPUInputShards(t *testing.T) {
+	all := gputest.All(t)
+	if len(all) < 2 {
+		t.Skipf("needs 2 GPUs, found %d", len(all))
+	}
+	ds, in := cora(t)
+	cpu := newCPU(t)
+	n := int64(ds.NumNodes())
+	for _, k := range []int{2, 4} {
+		if len(all) < k {
+			t.Logf("skipping %d GPUs: %d visible", k, len(all))
+			continue
+		}
+		bs := make([]backend.Backend, k)
+		for i := range bs {
+			bs[i] = all[i]
+		}
+		off := []int64{0, 500, n}
+		if k == 4 {
+			off = []int64{0, 300, 1500, 1500, n}
+		}
+		x := inputs(t, ds, false)
+		rows := make([]int, k)
+		for d := range rows {
+			rows[d] = int(off[d+1] - off[d])
+		}
+		tables := shardTables(t, bs, x, rows, func(v int32) (int, int32) {
+			d := 0
+			for int64(v) >= off[d+1] {
+				d++
+			}
+			return d, v - int32(off[d])
+		})
+		for _, kind := range []string{nn.KindSAGE, nn.KindGCN, nn.KindGAT} {
+			cfg, params := deepModel(t, cpu, kind, ds)
+			for _, req := range []Request{{}, {Nodes: []int32{2707, 3, 3, 1000}}} {
+				t.Run(fmt.Sprintf("gpus=%d/%s/nodes=%d", k, kind, len(req.Nodes)), func(t *testing.T) {
+					want := runOn(t, []backend.Backend{cpu}, cfg, params, in, x, req, Options{Placement: PlaceHost})
+					host := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: MinBudget, Resident: ResidentOff, Placement: PlaceHost})
+					got := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: MinBudget, InputShards: &Shards{Tables: tables, Rows: rows}})
+					if st := got.Layers[0]; st.Input != "shards" {
+						t.Fatalf("layer 1 read its input from %q, want the shards", st.Input)
+					}
+					for i := range want.Data {
+						if d := math.Abs(float64(got.Data[i] - want.Data[i])); d > 1e-4*max(1, math.Abs(float64(want.Data[i]))) {
+							t.Fatalf("logit %d: GPUs %v, CPU %v", i, got.Data[i], want.Data[i])
+						}
+						if d := math.Abs(float64(got.Data[i] - host.Data[i])); d > 1e-5*max(1, math.Abs(float64(host.Data[i]))) {
+							t.Fatalf("logit %d: shards %v, the GPUs' host path %v", i, got.Data[i], host.Data[i])
+						}
+					}
+				})
+			}
+		}
+	}
+}
