@@ -327,6 +327,18 @@ func (s *Store) NodeOrderTable() (backend.Buffer, bool) {
 	return s.hot, true
 }
 
+// CachedTable returns the device buffer of the hot rows (HotRows x
+// Cols float32, row i the i-th node of Options.Hot) and true when some
+// rows but not all are hot (all hot keeps node order: NodeOrderTable),
+// at float32, and the store is not a shard (Offset 0). The store owns
+// it.
+func (s *Store) CachedTable() (backend.Buffer, bool) {
+	if s.hot == nil || s.hotRows <= 0 || s.hotRows >= s.rows || s.vbytes != 4 || s.lo != 0 {
+		return nil, false
+	}
+	return s.hot, true
+}
+
 // BFloat16 reports whether the table is kept as bfloat16 (Options).
 func (s *Store) BFloat16() bool { return s.vbytes == 2 }
 

@@ -218,6 +218,21 @@ func (ev *Evaluator) RunDevices(bs []backend.Backend, models []nn.Model) (Tally,
 // feature cache of every row). The caller owns them. The tally is
 // RunDevices', bit for bit on the CPU. nil inputs is RunDevices.
 func (ev *Evaluator) RunDevicesFrom(bs []backend.Backend, models []nn.Model, inputs []backend.Buffer) (Tally, error) {
+	return ev.runDevices(bs, models, inputs, nil)
+}
+
+// RunDevicesShards is RunDevices with layer 1's input held by the
+// devices, each some nodes' rows (infer.Options.InputShards: a feature
+// cache partitioned over them that caches every row on one device or
+// another), read by the inference's exchange between the devices
+// instead of a replicated table or a host gather. The rows must be the
+// evaluator's dense features' (after the row normalization). The tally
+// is RunDevices', bit for bit on the CPU.
+func (ev *Evaluator) RunDevicesShards(bs []backend.Backend, models []nn.Model, shards *infer.Shards) (Tally, error) {
+	return ev.runDevices(bs, models, nil, shards)
+}
+
+func (ev *Evaluator) runDevices(bs []backend.Backend, models []nn.Model, inputs []backend.Buffer, shards *infer.Shards) (Tally, error) {
 	if ev.cfg.Eval == Sampled {
 		return Tally{}, fmt.Errorf("sampled evaluation is spread over devices with RunShard")
 	}
@@ -228,7 +243,7 @@ func (ev *Evaluator) RunDevicesFrom(bs []backend.Backend, models []nn.Model, inp
 	if ev.keep == nil {
 		ev.keep = &infer.Keep{}
 	}
-	opts := infer.Options{Backends: bs, Models: models, Keep: ev.keep, Inputs: inputs}
+	opts := infer.Options{Backends: bs, Models: models, Keep: ev.keep, Inputs: inputs, InputShards: shards}
 	if !ev.logged {
 		opts.Log, ev.logged = ev.Log, true
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/strata-gnn/strata/graph"
+	"sync"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
@@ -45,6 +46,21 @@ type Store interface {
 // from it (infer.Options.Inputs) instead of uploading the table again.
 type NodeOrderTabler interface {
 	NodeOrderTable() (backend.Buffer, bool)
+}
+
+// CachedTabler is implemented by stores that hold their cached rows in
+// one buffer of their device: CachedTable returns it (float32, HotRows
+// x Cols, row i the values of the i-th node the store caches: the
+// plan's Rows for its rank, in that order) and true only at full
+// precision (not bfloat16), for a store that is not a shard of the nodes
+// and caches some rows but not all (a store of every row keeps node
+// order: NodeOrderTable). The store owns the buffer. When every row is
+// cached by one device or another (a partitioned cache of enough
+// budget), whole-graph inference reads layer 1's input from these
+// buffers by its exchange (infer.Options.InputShards), with no
+// replicated table and no host gather.
+type CachedTabler interface {
+	CachedTable() (backend.Buffer, bool)
 }
 
 // LoaderConfig configures a Loader.
@@ -436,6 +452,12 @@ type HostStore struct {
 	// and, asked of their machines, everyone else's (package
 	// dsp/machines). One call per Gather: a batch's rows at once.
 	Source RowSource
+	// Order, when set, lists the Hot nodes the store notionally caches,
+	// in cache order (the plan's Rows): CachedTable copies their rows.
+	Order []graph.NodeID
+
+	cachedOnce sync.Once
+	cached     []float32
 }
 
 // RowSource gathers feature rows by node ID into out (len(ids) x Cols).
@@ -517,6 +539,32 @@ func (s *HostStore) NodeOrderTable() (backend.Buffer, bool) {
 		return nil, false
 	}
 	return cpu.WrapF32(s.Table), true
+}
+
+// CachedTable copies the rows of Order from the table into one buffer
+// of B (once; the store keeps it) when B is the CPU back end at full
+// precision, no RowSource replaces the table and Order lists Hot nodes,
+// fewer than Rows: CPU virtual devices then run the path a GPU whose
+// partitioned cache holds its nodes' rows runs.
+func (s *HostStore) CachedTable() (backend.Buffer, bool) {
+	if _, ok := s.B.(*cpu.Backend); !ok || s.Source != nil || s.B.Precision() == backend.BF16 ||
+		s.Hot <= 0 || s.Hot >= s.Rows || len(s.Order) != s.Hot || s.Cols <= 0 || len(s.Table) != s.Rows*s.Cols {
+		return nil, false
+	}
+	s.cachedOnce.Do(func() {
+		out := make([]float32, s.Hot*s.Cols)
+		for i, v := range s.Order {
+			if v < 0 || int(v) >= s.Rows {
+				return
+			}
+			copy(out[i*s.Cols:(i+1)*s.Cols], s.Table[int(v)*s.Cols:(int(v)+1)*s.Cols])
+		}
+		s.cached = out
+	})
+	if s.cached == nil {
+		return nil, false
+	}
+	return cpu.WrapF32(s.cached), true
 }
 
 func (s *HostStore) HotRows() int       { return s.Hot }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/strata-gnn/strata/infer"
 	"io"
 	"strings"
 	"time"
@@ -233,6 +234,11 @@ type Options struct {
 	// stores' tables; evalInputs hears what each evaluation is given.
 	noEvalTable bool
 	evalInputs  func([]backend.Buffer)
+	// noEvalShards (tests only) keeps the whole-graph evaluation from
+	// reading a partitioned cache's rows (evalShards); evalShardsSeen
+	// hears what each evaluation is given.
+	noEvalShards   bool
+	evalShardsSeen func(*infer.Shards)
 }
 
 // ConfigError reports an invalid field.

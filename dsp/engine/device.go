@@ -45,6 +45,9 @@ type device struct {
 	opt    optim.Optimizer
 	eval   *train.Evaluator
 	evalIn backend.Buffer // the feature store's table as the trainer's handle reads it (evalTable), once found
+	// evalShard: the feature store's cached rows as the trainer's
+	// handle reads them (cachedTable), once found.
+	evalShard backend.Buffer
 
 	// Gradients: every parameter's gradient is a view of flat, whose last
 	// element carries the step's loss; buckets are views of flat that are
@@ -909,7 +912,11 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 				for i, o := range s.devs {
 					bs[i], ms[i] = o.b, o.model
 				}
-				tl, err = d.eval.RunDevicesFrom(bs, ms, s.evalInputs(s.devs))
+				if sh := s.evalShards(s.devs); sh != nil {
+					tl, err = d.eval.RunDevicesShards(bs, ms, sh)
+				} else {
+					tl, err = d.eval.RunDevicesFrom(bs, ms, s.evalInputs(s.devs))
+				}
 			}
 			if err == nil {
 				tl, err = sumTallies(ctx, hc, tl)

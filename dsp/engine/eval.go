@@ -7,6 +7,8 @@ import (
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/infer"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
@@ -81,6 +83,78 @@ func (s *shared) evalInputs(devs []*device) []backend.Buffer {
 		fmt.Fprintf(log, "whole-graph evaluation reads layer 1's input from the feature cache on %d of %d devices\n", found, len(devs))
 	}
 	return out
+}
+
+// evalShards returns layer 1's input of the whole-graph evaluation on
+// every device of devs as the partitioned feature cache holds it
+// (infer.Options.InputShards), or nil: when the plan is partitioned
+// over the devices and caches every row (each on the device that owns
+// it: --cache-policy partition with a budget that holds a device's
+// patch), every store holds its rows in one float32 buffer
+// (cache.CachedTabler) and the store was built from the very features
+// the evaluator reads. The evaluation then fetches each chunk's source
+// rows from the devices that cache them, as the loader does, instead of
+// a replicated table (which at papers100M's size leaves no room on an
+// 80 GB GPU) or a gather on the host. Without it, evalInputs.
+func (s *shared) evalShards(devs []*device) *infer.Shards {
+	sh := s.shards(devs)
+	if s.opts.evalShardsSeen != nil {
+		s.opts.evalShardsSeen(sh)
+	}
+	if log := s.opts.Log; log != nil && sh != nil && !s.evalLogged {
+		s.evalLogged = true
+		fmt.Fprintf(log, "whole-graph evaluation reads layer 1's input from the %d devices' partitioned feature cache\n", len(devs))
+	}
+	return sh
+}
+
+func (s *shared) shards(devs []*device) *infer.Shards {
+	f := s.feats
+	n := int(s.in.NumRows)
+	if s.opts.noEvalShards || s.opts.noEvalTable || f == nil || f.Sparse != nil || len(s.x) == 0 || len(f.Dense) != len(s.x) || &f.Dense[0] != &s.x[0] ||
+		s.plan == nil || s.plan.Policy() != cache.Partition || s.plan.Devices() != len(devs) || s.plan.CachedNodes() != n || len(devs) < 2 {
+		return nil
+	}
+	sh := &infer.Shards{Tables: make([]backend.Buffer, len(devs)), Rows: make([]int, len(devs))}
+	for i, d := range devs {
+		if d.rank != i {
+			return nil
+		}
+		rows := len(s.plan.Rows(i))
+		buf := d.cachedTable(rows * s.dim)
+		if buf == nil && rows > 0 {
+			return nil
+		}
+		sh.Tables[i], sh.Rows[i] = buf, rows
+	}
+	plan := s.plan
+	sh.Holder = func(v int32) (int, int32) { return plan.Holder(0, graph.NodeID(v)) }
+	return sh
+}
+
+// cachedTable returns the device's feature store's cached rows (values
+// floats, cache.CachedTabler) as the trainer's handle reads them, or nil.
+func (d *device) cachedTable(values int) backend.Buffer {
+	if d.evalShard != nil || d.kit == nil {
+		return d.evalShard
+	}
+	t, ok := d.kit.store.(cache.CachedTabler)
+	if !ok {
+		return nil
+	}
+	buf, ok := t.CachedTable()
+	if !ok || buf.DType() != backend.Float32 || buf.Len() != values {
+		return nil
+	}
+	if sb, ok := d.b.(backend.Siblings); ok && d.lb != d.b && !sb.Owns(buf) {
+		a, err := sb.Alias(buf)
+		if err != nil {
+			return nil
+		}
+		buf = a
+	}
+	d.evalShard = buf
+	return buf
 }
 
 // evalTable returns the device's feature store's table (values floats)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-gnn/strata/dsp/cache"
+	"github.com/strata-gnn/strata/infer"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
@@ -54,7 +55,7 @@ func TestEvalReadsFeatureCache(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var seen [][]backend.Buffer
-			got := run(t, cfg, Options{Backends: devs(), evalInputs: func(in []backend.Buffer) {
+			got := run(t, cfg, Options{Backends: devs(), noEvalShards: true, evalInputs: func(in []backend.Buffer) {
 				mu.Lock()
 				seen = append(seen, in)
 				mu.Unlock()
@@ -72,6 +73,83 @@ func TestEvalReadsFeatureCache(t *testing.T) {
 				}
 				if tc.passed && !ok || !tc.passed && in != nil {
 					t.Errorf("evaluation %d was given %s (%v), want the tables passed: %v", e+1, desc, in, tc.passed)
+				}
+			}
+		})
+	}
+}
+
+// TestEvalReadsPartitionedCache: with a partitioned feature cache that
+// caches every row (each on the device whose patch holds it), the
+// whole-graph evaluation reads layer 1's input from the devices' cached
+// rows by the inference's exchange (infer.Options.InputShards), on 2 and
+// 3 CPU virtual devices, with and without row normalization: every
+// epoch's accuracies and validation loss are the uploading path's bit
+// for bit. A partial cache, a replicated one (read as a whole table
+// instead) and bf16 stores give no shards, with the same numbers.
+func TestEvalReadsPartitionedCache(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		k      int
+		cfg    func(*Config)
+		passed bool
+	}{
+		{"2 devices", 2, func(c *Config) { c.CachePolicy = cache.Partition }, true},
+		{"3 devices, no row norm", 3, func(c *Config) { c.CachePolicy, c.Train.RowNorm = cache.Partition, train.RowNormOff }, true},
+		{"partial cache", 2, func(c *Config) { c.CachePolicy, c.CacheBytes = cache.Partition, 100*16*4 }, false},
+		{"replicated", 2, func(c *Config) { c.CachePolicy = cache.Replicate }, false},
+		{"bf16", 2, func(c *Config) { c.CachePolicy, c.Train.Precision = cache.Partition, "bf16" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := small(tc.k, 2)
+			cfg.Train.Eval, cfg.Train.EvalFanouts = train.Full, nil
+			tc.cfg(&cfg)
+			devs := func() []backend.Backend {
+				bs := make([]backend.Backend, tc.k)
+				for i := range bs {
+					p := backend.FP32
+					if cfg.Train.Precision == "bf16" {
+						p = backend.BF16
+					}
+					b, err := cpu.New(cpu.Options{Precision: p})
+					if err != nil {
+						t.Fatal(err)
+					}
+					bs[i] = b
+				}
+				return bs
+			}
+			var mu sync.Mutex
+			var seen []*infer.Shards
+			got := run(t, cfg, Options{Backends: devs(), evalShardsSeen: func(sh *infer.Shards) {
+				mu.Lock()
+				seen = append(seen, sh)
+				mu.Unlock()
+			}})
+			want := run(t, cfg, Options{Backends: devs(), noEvalTable: true})
+			sameEpochs(t, &got.Report, &want.Report)
+			if len(seen) != cfg.Train.Epochs {
+				t.Fatalf("%d evaluations asked for shards, want %d", len(seen), cfg.Train.Epochs)
+			}
+			for e, sh := range seen {
+				if !tc.passed {
+					if sh != nil {
+						t.Errorf("evaluation %d was given shards, want none", e+1)
+					}
+					continue
+				}
+				if sh == nil || len(sh.Tables) != tc.k || sh.Holder == nil {
+					t.Fatalf("evaluation %d was given shards %+v, want %d tables", e+1, sh, tc.k)
+				}
+				total := 0
+				for d, buf := range sh.Tables {
+					total += sh.Rows[d]
+					if buf == nil || buf.DType() != backend.Float32 {
+						t.Errorf("evaluation %d: shard %d is %v", e+1, d, buf)
+					}
+				}
+				if n := int(tiny(t).NumNodes()); total != n {
+					t.Errorf("evaluation %d: the shards hold %d rows of %d", e+1, total, n)
 				}
 			}
 		})

@@ -235,7 +235,7 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		return k, nil
 	}
 	if !gpu {
-		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot)}
+		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot), Order: hot}
 		k.features = time.Since(t0)
 		return k, nil
 	}

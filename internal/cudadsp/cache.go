@@ -11,7 +11,10 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-var _ cache.NodeOrderTabler = (*Store)(nil)
+var (
+	_ cache.NodeOrderTabler = (*Store)(nil)
+	_ cache.CachedTabler    = (*Store)(nil)
+)
 
 //go:embed route.cu
 var routeSrc string
@@ -288,6 +291,11 @@ func (c *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64)
 // NodeOrderTable is the feature store's whole table on the device, when
 // it holds every row in node order at float32 (cache.NodeOrderTabler).
 func (c *Store) NodeOrderTable() (backend.Buffer, bool) { return c.s.NodeOrderTable() }
+
+// CachedTable is the feature store's hot rows on the device, in cache
+// order, when it caches some rows but not all at float32
+// (cache.CachedTabler).
+func (c *Store) CachedTable() (backend.Buffer, bool) { return c.s.CachedTable() }
 
 func (c *Store) HotRows() int       { return c.s.HotRows() }
 func (c *Store) DeviceBytes() int64 { return c.s.DeviceBytes() }
