@@ -273,7 +273,10 @@ type run struct {
 	scratch []*scratch   // per device
 	bar     *progress.Bar
 	res     []*resLayer // per layer, its output when kept on the devices
-	feats   *resLayer   // layer 1's input on the devices (Options.InputShards)
+	feats   *resLayer   // layer 1's input on the devices (Options.InputShards, or autoShards')
+	// ownFeats: feats were uploaded by this run (autoShards), freed
+	// after layer 1.
+	ownFeats bool
 	// buildSec, buildWait: per device, the current layer's host
 	// building time and the compute goroutine's wait for it.
 	buildSec, buildWait []time.Duration
@@ -502,6 +505,9 @@ func (r *run) free() {
 		}
 	}
 	r.res = nil
+	if r.ownFeats && r.feats != nil && !r.abandoned.Load() {
+		r.feats.free(r.opts.Backends)
+	}
 	for _, h := range r.hosts {
 		if h.pin != nil {
 			h.pin.Free()
@@ -674,6 +680,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		if r.opts.Log != nil {
 			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s (blocks built on the host in %.2f s a device, %.2f s of it waited for)\n",
 				desc, st.Nodes, st.Chunks, st.Seconds, st.BuildSeconds, st.BuildWaitSeconds)
+		}
+		if l == 0 && r.ownFeats && !r.abandoned.Load() {
+			r.feats.free(r.opts.Backends)
 		}
 		if l > 0 { // the layer below is read no more
 			if h := r.hosts[l-1]; h.pin != nil {

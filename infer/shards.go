@@ -46,11 +46,18 @@ func (r *run) checkShards() error {
 	return nil
 }
 
-// shardInput returns layer 1's input on the devices (Options.InputShards)
-// when it can be read there: with several devices the exchange must
-// open; otherwise nil, and layer 1 reads the features as without shards.
+// shardInput returns layer 1's input on the devices (Options.InputShards,
+// or shards it uploads: autoShards) when it can be read there: with
+// several devices the exchange must open; otherwise nil, and layer 1
+// reads the features as without shards.
 func (r *run) shardInput(ctx context.Context) *resLayer {
-	if r.feats == nil || r.opts.Placement == PlaceHost {
+	if r.opts.Placement == PlaceHost {
+		return nil
+	}
+	if r.feats == nil {
+		r.feats = r.autoShards(ctx)
+	}
+	if r.feats == nil {
 		return nil
 	}
 	if len(r.opts.Backends) > 1 {
@@ -62,4 +69,61 @@ func (r *run) shardInput(ctx context.Context) *resLayer {
 		}
 	}
 	return r.feats
+}
+
+// autoShards uploads each device's range of the dense features
+// (Options.Offsets) to it when the whole table does not fit the devices
+// (PlaceAuto's rule: half of a device's free memory) but every range
+// fits beside twice the chunk budget, on several devices that report
+// their memory (GPUs) and whose exchange opens: layer 1 then reads its
+// sources from the devices that hold them instead of gathering every
+// chunk's rows on the host (at papers100M's size the 57 GB table does
+// not fit an 80 GB GPU twice, a quarter of it does). The run frees them
+// after layer 1. nil when it does not apply or an upload fails.
+func (r *run) autoShards(ctx context.Context) *resLayer {
+	p := len(r.opts.Backends)
+	if p < 2 || r.opts.Placement != PlaceAuto || r.x.Sparse != nil || r.opts.Inputs != nil || r.fits(uint64(len(r.x.Dense))*4) {
+		return nil
+	}
+	cols := r.x.Cols
+	for d, b := range r.opts.Backends {
+		m, ok := b.(backend.Memory)
+		if !ok || sameBackend(r.opts.Backends[:d], b) >= 0 {
+			return nil // virtual devices share memory: not this path
+		}
+		free, _, err := m.MemInfo()
+		rows := r.opts.Offsets[d+1] - r.opts.Offsets[d]
+		if err != nil || uint64(4*rows*int64(cols)+2*r.budgets[d]) > free {
+			return nil
+		}
+	}
+	if err := r.openExchange(ctx); err != nil {
+		return nil
+	}
+	rl := &resLayer{bufs: make([]backend.Buffer, p), rows: make([]int, p), base: make([]int, p), width: cols}
+	for d, b := range r.opts.Backends {
+		lo, hi := r.opts.Offsets[d], r.opts.Offsets[d+1]
+		rl.rows[d] = int(hi - lo)
+		rl.bytes = max(rl.bytes, 4*(hi-lo)*int64(cols))
+		if hi == lo {
+			continue // nothing to hold: no buffer
+		}
+		buf, err := allocRaw(b, backend.Float32, rl.rows[d]*cols)
+		if err == nil {
+			err = b.Upload(buf, r.x.Dense[lo*int64(cols):hi*int64(cols)])
+		}
+		if err != nil {
+			if buf != nil {
+				b.Free(buf)
+			}
+			rl.free(r.opts.Backends)
+			if r.opts.Log != nil {
+				fmt.Fprintf(r.opts.Log, "inference layer 1: the features' ranges not uploaded (%s: %v)\n", b.Name(), err)
+			}
+			return nil
+		}
+		rl.bufs[d] = buf
+	}
+	r.ownFeats = true
+	return rl
 }

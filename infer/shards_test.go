@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/strata-gnn/strata/comm"
+	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -176,6 +179,64 @@ func TestInputShardsBad(t *testing.T) {
 			var ie *Error
 			if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want an *infer.Error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// memCPU is a CPU back end that reports free memory (backend.Memory),
+// as a GPU does.
+type memCPU struct {
+	backend.Backend
+	free uint64
+}
+
+func (m *memCPU) MemInfo() (free, total uint64, err error) { return m.free, 2 * m.free, nil }
+func (m *memCPU) Stats() backend.AllocStats                { return backend.AllocStats{} }
+func (m *memCPU) ResetPeak()                               {}
+func (m *memCPU) ReleaseCache() error                      { return nil }
+
+// TestAutoShards: on devices that report their memory, when the whole
+// feature table does not fit (over half of a device's free memory) but
+// each device's range does, layer 1 uploads each device's range and
+// reads its sources through the exchange (input "shards"): the host
+// path's output bit for bit, uneven ranges, a device without nodes.
+// With room for the whole table it is uploaded whole ("device"); with
+// room for neither the rows are gathered on the host.
+func TestAutoShards(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
+	x := inputs(t, ds, false)
+	n := ds.NumNodes()
+	table := uint64(4 * len(x.Dense)) // 15.5 MB
+	for _, tc := range []struct {
+		name  string
+		free  uint64
+		off   []int64
+		input string
+	}{
+		{"ranges fit", table * 3 / 4, []int64{0, 900, 2000, n}, "shards"},
+		{"device without nodes", table * 3 / 4, []int64{0, 1300, 1300, n}, "shards"},
+		{"table fits", 3 * table, nil, "device"},
+		{"nothing fits", table / 8, nil, "host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bs := []backend.Backend{&memCPU{newCPU(t), tc.free}, &memCPU{newCPU(t), tc.free}, &memCPU{newCPU(t), tc.free}}
+			ex, err := inproc.New(len(bs), comm.Options{Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, c := range ex {
+					c.Close()
+				}
+			}()
+			want := runOn(t, bs, cfg, params, in, x, Request{}, Options{Offsets: tc.off, Budget: MinBudget, Placement: PlaceHost})
+			got := runOn(t, bs, cfg, params, in, x, Request{}, Options{Offsets: tc.off, Budget: MinBudget, Exchange: ex})
+			sameBits(t, got, want)
+			if st := got.Layers[0]; st.Input != tc.input {
+				t.Errorf("layer 1 read its input from %q, want %q", st.Input, tc.input)
 			}
 		})
 	}
