@@ -65,6 +65,36 @@
 // gathers from them and the features are not uploaded again, which at
 // papers100M's size (57 GB) would not fit beside them.
 //
+// The features may instead be held in parts, each device some nodes'
+// rows (Options.InputShards: by range, or where a Holder says, as a
+// feature cache partitioned over the devices holds them): layer 1 then
+// reads its sources by the resident layers' exchange, the features
+// being "layer 0", resident in parts, and neither a replicated table
+// nor a host gather is needed (14 GB a GPU of 4 at papers100M's size
+// instead of 57). Training's evaluation passes the DSP engine's cache
+// when it is partitioned and caches every row (dsp/engine). Without
+// either, on several GPUs whose free memory cannot hold the whole table
+// twice but can hold their ranges, Run uploads each device's range of
+// the features and reads them the same way ("shards" in LayerStats).
+//
+// # Building the chunks on the host
+//
+// A chunk's block (its destinations' in-edges, with local source IDs)
+// and source list are built on the host: at papers100M's size about
+// 800M edges a device a layer. Each device builds with several
+// goroutines (Options.Workers, by default GOMAXPROCS / devices): the
+// first edge of every source is found by an atomic minimum over a
+// word per node, then each goroutine numbers the first edges of its
+// part from the counts of the parts before it, so the block is the
+// same bytes whatever the number of goroutines (the destinations,
+// then the other sources in the order of their first edge). A
+// builder goroutine per device makes the next chunks (and, for a
+// resident input, their routes to the devices holding their rows)
+// while the device computes the current one: the exchange's rounds
+// are lockstep, the building runs ahead. LayerStats.BuildSeconds and
+// BuildWaitSeconds (and the log) say how long the building took and
+// how much of it the computing waited for.
+//
 // Only what the request needs is computed: the last layer for the
 // requested nodes, each earlier layer for the nodes the next one reads
 // (the requested nodes and their in-neighbors, hop by hop), so

@@ -1310,7 +1310,7 @@ papers_run() {
       2>&1 >"$setlogs/train.out" | stamp "$setlogs/train.log" "$setlogs/train.times"
     rc=${PIPESTATUS[0]}
     echo "   train: rc=$rc, $(since "$t0")s from start to exit"
-    grep -E '^(memory|training|config|pipeline|first batch|interrupted|strata:)' "$setlogs/train.log" | cut -c1-700 | indent
+    grep -E '^(memory|training|config|pipeline|first batch|interrupted|strata:|inference layer|whole-graph evaluation)' "$setlogs/train.log" | cut -c1-700 | indent
     # Each epoch: seconds since the start, then the engine's line (train
     # time, accuracies, "(eval Ns)").
     indent <"$setlogs/train.times"
