@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 
 	"github.com/strata-gnn/strata/graph"
 )
@@ -44,6 +43,15 @@ type hostChunk struct {
 // takes: below it the goroutines cost more than they save.
 var minPartEdges = 1 << 15
 
+// minParallel is the fewest goroutines a parallel build runs on: each
+// goroutine reads every edge of the chunk (to find the sources it owns)
+// and two more passes follow, so it pays only with a few cores free.
+var minParallel = 4
+
+// maxParts caps a parallel build's goroutines: each reads all the
+// chunk's edges, so past a few the reading outgrows the lookups saved.
+var maxParts = 8
+
 // buildChunk builds the block of dst's in-edges in in with up to
 // workers goroutines. The sources are dst, then every other node in the
 // order of its first edge (the in-adjacency's order): the same bytes
@@ -62,8 +70,8 @@ func buildChunk(in *graph.CSR, s *scratch, dst []int32, gcnDeg []int64, workers 
 	}
 	indices := make([]int32, edges)
 	parts := 1
-	if workers > 1 {
-		parts = int(min(int64(workers), edges/int64(max(minPartEdges, 1))))
+	if workers >= minParallel {
+		parts = int(min(int64(min(workers, maxParts)), edges/int64(max(minPartEdges, 1))))
 	}
 	var hc *hostChunk
 	if parts <= 1 {
@@ -105,24 +113,27 @@ func buildSerial(in *graph.CSR, s *scratch, cur uint64, dst []int32, indptr []in
 	return &hostChunk{src: src, indptr: indptr, indices: indices}
 }
 
-// buildParallel is buildChunk split over parts goroutines, each a range
-// of destinations with about as many edges. Four passes, each parallel:
+// buildParallel is buildChunk split over parts goroutines. Three
+// passes, each parallel, with no atomic operation:
 //
-//  1. every edge lowers its source's slot to its own position (an
-//     atomic minimum; the destinations hold their local IDs, below any
-//     position), so a source's slot ends at its first edge;
-//  2. an edge is its source's first when the slot holds its position:
-//     each part counts its first edges;
-//  3. a part numbers its first edges from the count of the parts before
-//     it, in edge order, and lists their sources;
-//  4. every edge takes its source's number (from the first edge's).
+//  1. goroutine q owns the nodes [q*n/parts, (q+1)*n/parts): it reads
+//     every edge of the chunk in order and, for the sources it owns,
+//     does buildSerial's lookup on their words alone, a source's word
+//     taking the position of its first edge; every edge gets its
+//     source's word (a destination's local ID, or the position of the
+//     source's first edge). One random access an edge, as serial.
+//  2. each goroutine takes a range of the edges, counts its first
+//     edges (an edge is its source's first when it got its own
+//     position), and numbers them from the counts of the ranges
+//     before it, in edge order, listing their sources;
+//  3. every edge takes its source's number (from the first edge's).
 //
 // The numbering is buildSerial's: the destinations, then the other
 // sources by their first edge.
 func buildParallel(in *graph.CSR, s *scratch, cur uint64, dst []int32, indptr []int64, indices []int32, parts int) *hostChunk {
 	nd := len(dst)
 	edges := indptr[nd]
-	// Part p takes destinations [cut[p], cut[p+1]).
+	// Edge ranges: part p takes destinations [cut[p], cut[p+1]).
 	cut := make([]int, parts+1)
 	for p := 1; p < parts; p++ {
 		want := edges * int64(p) / int64(parts)
@@ -138,74 +149,68 @@ func buildParallel(in *graph.CSR, s *scratch, cur uint64, dst []int32, indptr []
 		cut[p] = lo
 	}
 	cut[parts] = nd
-	run := func(f func(p, a, b int)) {
+	run := func(f func(p int)) {
 		var wg sync.WaitGroup
 		for p := range parts {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				f(p, cut[p], cut[p+1])
+				f(p)
 			}()
 		}
 		wg.Wait()
 	}
 	slot := s.slot
+	n := int64(len(slot))
 	// The destinations' local IDs (distinct nodes: plain stores).
-	run(func(_, a, b int) {
-		for i := a; i < b; i++ {
+	run(func(p int) {
+		for i := cut[p]; i < cut[p+1]; i++ {
 			slot[dst[i]] = cur | uint64(i)
 		}
 	})
-	// 1. The first edge of every source.
-	run(func(_, a, b int) {
-		e := indptr[a]
-		for _, v := range dst[a:b] {
+	// 1. Each goroutine the words of its nodes, over every edge.
+	run(func(q int) {
+		lo := n * int64(q) / int64(parts)
+		span := uint64(n*int64(q+1)/int64(parts) - lo)
+		e := int64(0)
+		for _, v := range dst {
 			for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
-				pos := cur | uint64(int64(nd)+e)
-				for {
-					old := atomic.LoadUint64(&slot[u])
-					if old&^(1<<32-1) == cur && old <= pos {
-						break
+				if uint64(int64(u)-lo) < span {
+					x := slot[u]
+					if x&^(1<<32-1) != cur {
+						x = cur | uint64(int64(nd)+e)
+						slot[u] = x
 					}
-					if atomic.CompareAndSwapUint64(&slot[u], old, pos) {
-						break
-					}
+					indices[e] = int32(uint32(x))
 				}
 				e++
 			}
 		}
 	})
-	// 2. The first edges, counted per part; indices hold the slots.
+	// 2. The first edges, counted and numbered per edge range.
 	firsts := make([]int, parts)
-	run(func(p, a, b int) {
-		e := indptr[a]
-		n := 0
-		for _, v := range dst[a:b] {
-			for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
-				t := int32(uint32(slot[u]))
-				indices[e] = t
-				if int64(t) == int64(nd)+e {
-					n++
-				}
-				e++
+	run(func(p int) {
+		c := 0
+		for e := indptr[cut[p]]; e < indptr[cut[p+1]]; e++ {
+			if int64(indices[e]) == int64(nd)+e {
+				c++
 			}
 		}
-		firsts[p] = n
+		firsts[p] = c
 	})
-	// 3. Their numbers, in edge order.
 	start := make([]int, parts)
 	total := nd
-	for p, n := range firsts {
+	for p, c := range firsts {
 		start[p] = total
-		total += n
+		total += c
 	}
 	src := make([]int32, total)
 	copy(src, dst)
 	ids := make([]int32, edges) // ids[e]: the number of the source first seen at edge e
-	run(func(p, a, b int) {
-		e := indptr[a]
+	run(func(p int) {
+		e := indptr[cut[p]]
 		id := start[p]
-		for _, v := range dst[a:b] {
+		for _, v := range dst[cut[p]:cut[p+1]] {
 			for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
 				if int64(indices[e]) == int64(nd)+e {
 					ids[e] = int32(id)
@@ -216,9 +221,9 @@ func buildParallel(in *graph.CSR, s *scratch, cur uint64, dst []int32, indptr []
 			}
 		}
 	})
-	// 4. Every edge's source number.
-	run(func(_, a, b int) {
-		for e := indptr[a]; e < indptr[b]; e++ {
+	// 3. Every edge's source number.
+	run(func(p int) {
+		for e := indptr[cut[p]]; e < indptr[cut[p+1]]; e++ {
 			if t := indices[e]; int(t) >= nd {
 				indices[e] = ids[int(t)-nd]
 			}

@@ -61,8 +61,8 @@ func refBuild(in *graph.CSR, dst []int32) *hostChunk {
 // scattered destinations, chunk after chunk on one scratch (stamps
 // reused, and wrapped), with GCN's degrees.
 func TestBuildChunkWorkers(t *testing.T) {
-	defer func(m int) { minPartEdges = m }(minPartEdges)
-	minPartEdges = 16 // split even small chunks
+	defer func(m, p int) { minPartEdges, minParallel = m, p }(minPartEdges, minParallel)
+	minPartEdges, minParallel = 16, 2 // split even small chunks, on 2 goroutines too
 	const n = 5000
 	in := randomGraph(n, 1)
 	deg := selfLoopOutDegrees(in)
@@ -110,19 +110,22 @@ func TestBuildChunkWorkers(t *testing.T) {
 	}
 }
 
-// BenchmarkBuildChunk times building 64k-node chunks' blocks of a
-// 400k-node graph on 1 goroutine and on GOMAXPROCS:
-// go test -run - -bench BuildChunk ./infer/
+// BenchmarkBuildChunk times building 200k-node chunks' blocks of a
+// 4M-node graph (38M edges; the word per node does not fit the caches,
+// as at papers100M's size) on 1, 2, 4, 8 and 16 goroutines:
+// go test -run - -bench BuildChunk -benchtime 20x ./infer/
 func BenchmarkBuildChunk(b *testing.B) {
-	const n = 400_000
+	defer func(p int) { minParallel = p }(minParallel)
+	minParallel = 2
+	const n, chunk = 4_000_000, 200_000
 	in := randomGraph(n, 2)
-	for _, workers := range []int{1, 2, 4} {
+	for _, workers := range []int{1, 2, 4, 8, 16} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			s := newScratch(n)
 			edges := int64(0)
 			for i := range b.N {
-				lo := (i * 65536) % (n - 65536)
-				dst := make([]int32, 65536)
+				lo := (i * chunk) % (n - chunk)
+				dst := make([]int32, chunk)
 				for j := range dst {
 					dst[j] = int32(lo + j)
 				}

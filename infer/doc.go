@@ -82,16 +82,17 @@
 // A chunk's block (its destinations' in-edges, with local source IDs)
 // and source list are built on the host: at papers100M's size about
 // 800M edges a device a layer. Each device builds with several
-// goroutines (Options.Workers, by default GOMAXPROCS / devices): the
-// first edge of every source is found by an atomic minimum over a
-// word per node, then each goroutine numbers the first edges of its
-// part from the counts of the parts before it, so the block is the
-// same bytes whatever the number of goroutines (the destinations,
-// then the other sources in the order of their first edge). A
-// builder goroutine per device makes the next chunks (and, for a
-// resident input, their routes to the devices holding their rows)
-// while the device computes the current one: the exchange's rounds
-// are lockstep, the building runs ahead. LayerStats.BuildSeconds and
+// goroutines (Options.Workers, by default GOMAXPROCS / devices; from 4
+// on, at most 8 a chunk): each goroutine owns a range of node IDs and
+// finds, over the chunk's edges, the first edge of every source it
+// owns (one word a node, no atomics), then each numbers the first
+// edges of its range of edges from the counts of the ranges before it,
+// so the block is the same bytes whatever the number of goroutines
+// (the destinations, then the other sources in the order of their
+// first edge). A builder goroutine per device makes the next chunks
+// (and, for a resident input, their routes to the devices holding
+// their rows) while the device computes the current one: the
+// exchange's rounds are lockstep, the building runs ahead. LayerStats.BuildSeconds and
 // BuildWaitSeconds (and the log) say how long the building took and
 // how much of it the computing waited for.
 //
