@@ -37,6 +37,13 @@ type Options struct {
 	// rows are nodes Offset .. Offset+rows-1, and gathers take those
 	// global IDs (Hot lists shard rows, 0 .. rows-1).
 	Offset int64
+	// Extra, for a machine's shard: rows ExtraRows of Extra (cols wide:
+	// rows of other machines the machine holds, its hot rows) kept in
+	// device memory after the hot rows, whatever the budget (the caller
+	// chose them within it), and read by GatherStaged's positions <= -2
+	// (-2 - j: extra row j). They are never read from host memory.
+	Extra     []float32
+	ExtraRows []int32
 }
 
 // uploadChunk is the most bytes of hot rows one Upload copies (each
@@ -52,6 +59,7 @@ type Store struct {
 	hot        backend.Buffer     // hotRows x cols
 	slot       backend.Buffer     // int32 per node: hot row or -1 (nil when nothing is hot)
 	hotRows    int
+	extra      int   // Options.ExtraRows' rows, after the hot rows in hot
 	vbytes     int64 // bytes a value: 4, or 2 for bfloat16
 	lo         int64 // Options.Offset
 	gather     backend.Kernel
@@ -117,7 +125,15 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if opt.Offset < 0 || opt.Offset+int64(rows) > 1<<31 {
 		return nil, fmt.Errorf("feature: offset %d for %d rows (node IDs are int32)", opt.Offset, rows)
 	}
-	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols, vbytes: 4, lo: opt.Offset}
+	if len(opt.Extra)%cols != 0 || len(opt.ExtraRows) >= 1<<31 {
+		return nil, fmt.Errorf("feature: %d extra values for %d rows of %d cols", len(opt.Extra), len(opt.ExtraRows), cols)
+	}
+	for i, r := range opt.ExtraRows {
+		if r < 0 || int(r) >= len(opt.Extra)/cols {
+			return nil, &backend.IndexError{Op: "feature.New", Name: "ExtraRows", Pos: i, Value: int64(r), Limit: len(opt.Extra) / cols}
+		}
+	}
+	s := &Store{dev: dev, queue: dev, rows: rows, cols: cols, vbytes: 4, lo: opt.Offset, extra: len(opt.ExtraRows)}
 	gather, gather4 := "feat_gather", "feat_gather4"
 	if opt.BFloat16 {
 		s.vbytes, gather, gather4 = 2, "feat_gather_bf16", "feat_gather_bf16x4"
@@ -132,7 +148,7 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if s.gather4, err = mod.Kernel(gather4); err != nil {
 		return nil, err
 	}
-	if rows == 0 {
+	if rows == 0 && s.extra == 0 {
 		return s, nil
 	}
 	// Hot rows: what the budget allows after the slot table.
@@ -147,7 +163,7 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if avail := opt.BudgetBytes - 4*int64(rows); avail >= rowBytes {
 		s.hotRows = int(min(avail/rowBytes, int64(len(order))))
 	}
-	if s.hotRows < rows {
+	if s.hotRows < rows && rows > 0 {
 		// Some rows are read from host memory (all of them without a
 		// budget): the whole table, pinned and mapped, vbytes a value.
 		if s.host, err = dev.AllocPinned(uint64(len(feats))*uint64(s.vbytes), true); err != nil {
@@ -162,6 +178,12 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 		}
 	}
 	if s.hotRows == 0 {
+		if s.extra > 0 {
+			if err := s.uploadHot(feats, nil, false, opt, opt.OnUpload); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
 		return s, nil
 	}
 	slot := make([]int32, rows)
@@ -190,7 +212,7 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 		s.Close()
 		return nil, err
 	}
-	if err := s.uploadHot(feats, order[:s.hotRows], all, opt.OnUpload); err != nil {
+	if err := s.uploadHot(feats, order[:s.hotRows], all, opt, opt.OnUpload); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -198,19 +220,22 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 }
 
 // uploadHot copies the hot rows (order's, or with all the table in its
-// own order) into a new device buffer, as bfloat16 in a bfloat16 store,
-// in chunks of at most uploadChunk bytes. A chunk that is not the table
+// own order; with all, len(order) is the table's rows), then opt's extra
+// rows, into a new device buffer, as bfloat16 in a bfloat16 store, in
+// chunks of at most uploadChunk bytes. A chunk that is not the table
 // as it is (reordered, or encoded as bfloat16) is built in one staging
 // slice reused for the next chunk (Upload has read its source when it
 // returns), so no second whole copy of the hot rows is made in host
 // memory: at papers100M's size that copy would be 57 GB (28 GB bf16).
-func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, onUpload func(int64)) error {
+func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, opt Options, onUpload func(int64)) error {
 	cols := s.cols
 	dt := backend.Float32
 	if s.vbytes == 2 {
 		dt = backend.BFloat16
 	}
-	b, err := s.dev.Alloc(dt, len(order)*cols)
+	nh := len(order)
+	total := nh + len(opt.ExtraRows)
+	b, err := s.dev.Alloc(dt, total*cols)
 	if err != nil {
 		return fmt.Errorf("feature: device cache: %w", err)
 	}
@@ -218,12 +243,16 @@ func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, onUpl
 	step := int(max(int64(uploadChunk)/(int64(cols)*s.vbytes), 1)) // rows a chunk
 	var f32 []float32
 	var b16 []uint16
-	for lo := 0; lo < len(order); lo += step {
-		hi := min(lo+step, len(order))
+	for lo := 0; lo < total; lo += step {
+		hi := min(lo+step, total)
 		n := (hi - lo) * cols
-		// row is the table row of cache row lo+i.
+		// row is the values of cache row lo+i.
 		row := func(i int) []float32 {
 			v := lo + i
+			if v >= nh {
+				r := int(opt.ExtraRows[v-nh])
+				return opt.Extra[r*cols : (r+1)*cols]
+			}
 			if !all {
 				v = int(order[v])
 			}
@@ -233,7 +262,7 @@ func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, onUpl
 		switch {
 		case s.vbytes == 2:
 			if b16 == nil {
-				b16 = make([]uint16, min(step, len(order))*cols)
+				b16 = make([]uint16, min(step, total)*cols)
 			}
 			dst := b16[:n]
 			chunks(hi-lo, func(a, z int) {
@@ -242,11 +271,11 @@ func (s *Store) uploadHot(feats []float32, order []graph.NodeID, all bool, onUpl
 				}
 			})
 			src = dst
-		case all:
+		case all && hi <= nh:
 			src = feats[lo*cols : hi*cols]
 		default:
 			if f32 == nil {
-				f32 = make([]float32, min(step, len(order))*cols)
+				f32 = make([]float32, min(step, total)*cols)
 			}
 			dst := f32[:n]
 			chunks(hi-lo, func(a, z int) {
@@ -306,22 +335,24 @@ func (s *Store) Rows() int { return s.rows }
 // Cols is the feature width.
 func (s *Store) Cols() int { return s.cols }
 
-// HotRows is the number of rows cached in device memory.
-func (s *Store) HotRows() int { return s.hotRows }
+// HotRows is the number of rows cached in device memory (with
+// Options.ExtraRows').
+func (s *Store) HotRows() int { return s.hotRows + s.extra }
 
 // DeviceBytes is the device memory the store holds.
 func (s *Store) DeviceBytes() int64 {
-	if s.slot == nil {
-		return 0
+	var b int64
+	if s.slot != nil {
+		b = 4 * int64(s.rows)
 	}
-	return 4*int64(s.rows) + s.vbytes*int64(s.hotRows)*int64(s.cols)
+	return b + s.vbytes*int64(s.hotRows+s.extra)*int64(s.cols)
 }
 
 // NodeOrderTable returns the device copy of the table and true when it is
 // the table as it is: every row hot (kept in node order then), float32
 // (not BFloat16) and not a shard (Offset 0). The store owns it.
 func (s *Store) NodeOrderTable() (backend.Buffer, bool) {
-	if s.hot == nil || s.rows == 0 || s.hotRows != s.rows || s.vbytes != 4 || s.lo != 0 {
+	if s.hot == nil || s.rows == 0 || s.hotRows != s.rows || s.vbytes != 4 || s.lo != 0 || s.extra != 0 {
 		return nil, false
 	}
 	return s.hot, true
@@ -375,9 +406,10 @@ func (s *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64)
 // GatherStaged is Gather with rows staged by the host: where spos (n
 // int32 in device-readable memory, e.g. mapped pinned) holds j >= 0 for
 // batch position i, row i of dst is row j of staged (nstaged x Cols()
-// float32, device-readable); where it holds -1, the store's row of
-// nodes[i]. A j outside [0, nstaged) zeroes its row and is reported like
-// a bad node. Every row, staged or not, gets GatherDropout's input
+// float32, device-readable); where it holds -2 - j, extra row j
+// (Options.ExtraRows); where it holds -1, the store's row of nodes[i].
+// A j outside [0, nstaged) or past the extra rows zeroes its row and is
+// reported like a bad node. Every row, staged or not, gets GatherDropout's input
 // dropout (p in [0, 1); 0 is none). The caller keeps spos and staged
 // unchanged until the gather has run.
 func (s *Store) GatherStaged(dst, nodes backend.Buffer, spos, staged backend.DevPtr, nstaged int64, p float32, seed uint64) error {
@@ -427,11 +459,13 @@ func (s *Store) gather2(op string, dst, nodes backend.Buffer, p float32, seed ui
 		if s.cols%4 == 0 && q.Aligned(dst, 16) && staged%16 == 0 {
 			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot),
-				backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged))
+				backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged),
+				backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))
 		}
 		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot),
-			backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged))
+			backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged),
+				backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))
 	})
 }
 

@@ -5,7 +5,9 @@
 // nodes lo .. lo+nrows-1 (v - lo indexes slot and cold), and spos, when
 // not null, gives each batch position's row of staged (float32, pinned,
 // rows fetched from other machines; -1: the shard's row), bounded by
-// nstaged. Indices are 64-bit; a bad one zeroes its row and is reported.
+// nstaged; spos[i] = -2 - j names extra row j (of nextra), a row of
+// another machine kept in device memory after the hot rows (hot row
+// nhot + j). Indices are 64-bit; a bad one zeroes its row and is reported.
 // With p > 0 the gather also applies input dropout: output element k
 // (flat index) is kept iff rng_uniform01(seed, k) >= p and then scaled by
 // keep = 1/(1-p) (float32, from the host), backend.Dropout's rule, so no
@@ -35,7 +37,8 @@ __device__ __forceinline__ float4 feat_scale(float4 v, float p, float keep, u64 
 template <typename Out, typename In>
 __device__ __forceinline__ void feat_gather_body(Out* out, const int* nodes, i64 n, const int* slot, const In* hot,
                                                  const In* cold, i64 nrows, i64 cols, u64* err, float p, float keep,
-                                                 u64 seed, i64 lo, const int* spos, const Out* staged, i64 nstaged) {
+                                                 u64 seed, i64 lo, const int* spos, const Out* staged, i64 nstaged,
+                                                 i64 nhot, i64 nextra) {
   GRID_STRIDE(k, n * cols) {
     i64 i = k / cols, c = k - i * cols;
     i64 sp = spos ? (i64)spos[i] : -1;
@@ -46,6 +49,16 @@ __device__ __forceinline__ void feat_gather_body(Out* out, const int* nodes, i64
         continue;
       }
       out[k] = feat_scale(staged[sp * cols + c], p, keep, seed, k);
+      continue;
+    }
+    if (sp < -1) {
+      i64 j = -2 - sp;
+      if (j >= nextra) {
+        if (c == 0) index_error(err, i);
+        out[k] = Out();
+        continue;
+      }
+      out[k] = feat_scale(as_f32(hot[(nhot + j) * cols + c]), p, keep, seed, k);
       continue;
     }
     i64 v = (i64)nodes[i] - lo;
@@ -61,14 +74,16 @@ __device__ __forceinline__ void feat_gather_body(Out* out, const int* nodes, i64
 
 extern "C" __global__ void feat_gather(float* out, const int* nodes, i64 n, const int* slot, const float* hot,
                                        const float* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
-                                       i64 lo, const int* spos, const float* staged, i64 nstaged) {
-  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged);
+                                       i64 lo, const int* spos, const float* staged, i64 nstaged, i64 nhot,
+                                       i64 nextra) {
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged, nhot, nextra);
 }
 
 extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, const int* slot, const float4* hot,
                                         const float4* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
-                                        i64 lo, const int* spos, const float4* staged, i64 nstaged) {
-  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged);
+                                        i64 lo, const int* spos, const float4* staged, i64 nstaged, i64 nhot,
+                                              i64 nextra) {
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged, nhot, nextra);
 }
 
 // The same two over a bfloat16 table (hot rows and host memory), widened
@@ -76,12 +91,14 @@ extern "C" __global__ void feat_gather4(float4* out, const int* nodes, i64 n, co
 // (8 bytes) at a time.
 extern "C" __global__ void feat_gather_bf16(float* out, const int* nodes, i64 n, const int* slot, const bf16* hot,
                                             const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
-                                            i64 lo, const int* spos, const float* staged, i64 nstaged) {
-  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged);
+                                            i64 lo, const int* spos, const float* staged, i64 nstaged, i64 nhot,
+                                            i64 nextra) {
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged, nhot, nextra);
 }
 
 extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64 n, const int* slot, const uint2* hot,
                                               const uint2* cold, i64 nrows, i64 cols4, u64* err, float p, float keep, u64 seed,
-                                              i64 lo, const int* spos, const float4* staged, i64 nstaged) {
-  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged);
+                                              i64 lo, const int* spos, const float4* staged, i64 nstaged, i64 nhot,
+                                              i64 nextra) {
+  feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged, nhot, nextra);
 }

@@ -189,7 +189,9 @@ type samplerSpec struct {
 // rows the device caches, in cache order; onUpload hears of the bytes of
 // rows copied to a GPU. With sh (the per-machine layout) the store holds
 // the machine's shard and fetches other machines' rows (cache.ShardStore:
-// its host machine on a CPU back end, cudadsp's on a GPU); x is unused.
+// its host machine on a CPU back end, cudadsp's on a GPU), keeping in
+// device memory the rows of hot it holds and its hot rows of other
+// machines, up to sh.capacity rows (cache.NewShardCache); x is unused.
 func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), sh *shardSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
 	gpu := isGPU(b)
@@ -214,12 +216,16 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 	k.topology = time.Since(t0)
 	t0 = time.Now()
 	if sh != nil {
+		// The device keeps the plan's rows the machine holds and the
+		// machine's hot rows of other machines, within its budget.
 		var m cache.ShardMachine
-		var err error
-		if gpu {
-			m, err = cudadsp.NewShardMachine(b, sh.x, sh.lo, sh.hi, cols, hot, onUpload)
-		} else {
-			m, err = cache.NewHostShard(b, sh.x, sh.lo, sh.hi, cols, len(hot))
+		c, err := cache.NewShardCache(hot, sh.hotIDs, sh.hotX, rows, cols, sh.lo, sh.hi, sh.capacity)
+		if err == nil {
+			if gpu {
+				m, err = cudadsp.NewShardMachine(b, sh.x, sh.lo, sh.hi, cols, c, onUpload)
+			} else {
+				m, err = cache.NewHostShard(b, sh.x, sh.lo, sh.hi, cols, c)
+			}
 		}
 		if err == nil {
 			k.store, err = cache.NewShardStore(b, m, sh.src, rows, cols, sh.lo, sh.hi)

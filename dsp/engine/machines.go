@@ -118,6 +118,11 @@ type shardSpec struct {
 	src    cache.RowSource
 	x      []float32 // rows [lo, hi)
 	lo, hi int
+	// The machine's hot rows of other machines (hottest first), and the
+	// rows the device's cache holds.
+	hotIDs   []int32
+	hotX     []float32
+	capacity int
 }
 
 // shard is device d's view of the feature service (nil without one).
@@ -126,7 +131,8 @@ func (s *shared) shard(d *device) *shardSpec {
 		return nil
 	}
 	lo, hi, x := s.svc.Shard()
-	return &shardSpec{src: s.svc.Source(d.m), x: x, lo: int(lo), hi: int(hi)}
+	ids, hx := s.svc.Hot()
+	return &shardSpec{src: s.svc.Source(d.m), x: x, lo: int(lo), hi: int(hi), hotIDs: ids, hotX: hx, capacity: s.capRows}
 }
 
 // prefetcher is the device's store when it can fetch a batch's remote

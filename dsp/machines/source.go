@@ -68,6 +68,7 @@ type Service struct {
 	cache   *rowCache
 	stats   []*fetchStats   // per machine (nil for this one)
 	hot     map[int32]int32 // hot row of another machine -> its row of hotX
+	hotIDs  []int32         // the rows of hotX, hottest first
 	hotX    []float32
 	slots   []chan struct{} // per machine: a token per request in flight
 	hotHits atomic.Int64
@@ -151,6 +152,9 @@ func Start(ctx context.Context, o ServiceOptions) (*Service, error) {
 	}
 	s := &Service{srv: srv, ln: ln, served: make(chan error, 1), lo: m.Lo, hi: m.Hi, cols: m.Cols, x: o.X, me: m.Machine,
 		maxRows: o.MaxRows, timeout: o.Timeout, cache: newRowCache(o.CacheBytes, m.Cols), hot: hot, hotX: hotX}
+	if hot != nil {
+		s.hotIDs = o.Hot.IDs
+	}
 	go func() { s.served <- srv.Serve(ln) }()
 	ok := false
 	defer func() {
@@ -242,6 +246,13 @@ func (s *Service) Addr() string { return s.ln.Addr().String() }
 // Shard is this machine's rows [lo, hi) of the table as served (x: hi-lo
 // rows, prepared as ServiceOptions.X; shared, not copied).
 func (s *Service) Shard() (lo, hi int64, x []float32) { return s.lo, s.hi, s.x }
+
+// Hot is the machine's hot rows of other machines as served (IDs,
+// hottest first, and their rows, prepared as ServiceOptions.Hot's;
+// shared, not copied): a device keeps them in its memory as far as its
+// cache budget goes (cache.NewShardCache), and Gather then never sees
+// them.
+func (s *Service) Hot() (ids []int32, x []float32) { return s.hotIDs, s.hotX }
 
 // Close stops serving and closes the connections.
 func (s *Service) Close() error {
@@ -452,5 +463,7 @@ func (s *Service) All() ([]float32, error) {
 }
 
 // HotHits is the number of rows Gather read from the machine's hot rows
-// of other machines (rows that were not asked of anyone).
+// of other machines (rows that were not asked of anyone): on the host,
+// for the devices whose cache budget does not hold them (the rows a
+// device holds never reach Gather: cache.ShardStore.Served counts them).
 func (s *Service) HotHits() int64 { return s.hotHits.Load() }

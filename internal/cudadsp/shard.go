@@ -10,15 +10,18 @@ import (
 )
 
 // ShardMachine is cache.ShardMachine on a GPU: a feature.Store over the
-// machine's shard (its hot rows in device memory, the rest pinned and
-// read through UVA, indexed by global ID minus the shard's start), and a
-// mapped pinned staging buffer for the rows of other machines, which the
-// gather kernel reads by a per-batch slot map (-1: the shard's row); the
-// kernel applies the input dropout as it writes (feature.GatherStaged).
+// machine's shard (its cached rows in device memory, the rest pinned and
+// read through UVA, indexed by global ID minus the shard's start; the
+// held rows of other machines in device memory after them,
+// feature.Options.Extra), and a mapped pinned staging buffer for the
+// other rows of other machines, which the gather kernel reads by a
+// per-batch slot map (-1: the shard's row, -2-j: held row j); the kernel
+// applies the input dropout as it writes (feature.GatherStaged).
 type ShardMachine struct {
 	dev     routeDevice
 	s       *feature.Store
 	cols    int
+	held    []int32
 	pin     backend.HostBuffer // staged rows (float32), then the positions (int32)
 	capVals int                // float32 values the staged part holds
 	capPos  int
@@ -28,11 +31,10 @@ type ShardMachine struct {
 
 var _ cache.ShardMachine = (*ShardMachine)(nil)
 
-// NewShardMachine keeps the shard x (rows [lo, hi), cols wide) on dev:
-// the rows of hot (global IDs, hottest first) that lie in the shard in
-// device memory, as NewStore does; hot rows of other machines are not
-// cached here (they come through the staging buffer).
-func NewShardMachine(b backend.Backend, x []float32, lo, hi, cols int, hot []graph.NodeID, onUpload func(int64)) (*ShardMachine, error) {
+// NewShardMachine keeps the shard x (rows [lo, hi), cols wide) on dev,
+// and in device memory c's rows: its own (as NewStore does) and its held
+// rows of other machines (c nil: nothing in device memory).
+func NewShardMachine(b backend.Backend, x []float32, lo, hi, cols int, c *cache.ShardCache, onUpload func(int64)) (*ShardMachine, error) {
 	dev, ok := b.(routeDevice)
 	if !ok {
 		return nil, fmt.Errorf("cudadsp: %s lacks the kernels, queue, pinned memory or fences of a shard store", b.Name())
@@ -40,11 +42,18 @@ func NewShardMachine(b backend.Backend, x []float32, lo, hi, cols int, hot []gra
 	if lo < 0 || hi < lo || cols <= 0 || len(x) != (hi-lo)*cols {
 		return nil, fmt.Errorf("%w: shard of %d values for rows [%d, %d) x %d", cache.ErrInput, len(x), lo, hi, cols)
 	}
-	local := make([]graph.NodeID, 0, len(hot))
-	for _, v := range hot {
-		if int(v) >= lo && int(v) < hi {
-			local = append(local, v-graph.NodeID(lo))
+	if c == nil {
+		c = &cache.ShardCache{}
+	}
+	if len(c.HeldAt) != len(c.Held) {
+		return nil, fmt.Errorf("%w: %d held rows at %d places", cache.ErrInput, len(c.Held), len(c.HeldAt))
+	}
+	local := make([]graph.NodeID, 0, len(c.Own))
+	for _, v := range c.Own {
+		if int(v) < lo || int(v) >= hi {
+			return nil, fmt.Errorf("%w: own row %d not in the shard [%d, %d)", cache.ErrInput, v, lo, hi)
 		}
+		local = append(local, v-graph.NodeID(lo))
 	}
 	rows := hi - lo
 	vb := cache.ValueBytes(dev.Precision())
@@ -52,11 +61,12 @@ func NewShardMachine(b backend.Backend, x []float32, lo, hi, cols int, hot []gra
 	if len(local) > 0 {
 		budget = 4*int64(rows) + vb*int64(len(local))*int64(cols)
 	}
-	s, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: local, BFloat16: vb == 2, OnUpload: onUpload, Offset: int64(lo)})
+	s, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: local, BFloat16: vb == 2, OnUpload: onUpload, Offset: int64(lo),
+		Extra: c.HeldX, ExtraRows: c.HeldAt})
 	if err != nil {
 		return nil, err
 	}
-	m := &ShardMachine{dev: dev, s: s, cols: cols}
+	m := &ShardMachine{dev: dev, s: s, cols: cols, held: c.Held}
 	if m.fence, err = dev.NewFence(); err != nil {
 		s.Close()
 		return nil, err
@@ -112,6 +122,7 @@ func (m *ShardMachine) GatherStaged(dst, nodes backend.Buffer, n, staged int, p 
 	return m.fence.Wait()
 }
 
+func (m *ShardMachine) Held() []int32      { return m.held }
 func (m *ShardMachine) HotRows() int       { return m.s.HotRows() }
 func (m *ShardMachine) DeviceBytes() int64 { return m.s.DeviceBytes() }
 
