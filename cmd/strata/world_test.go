@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -570,6 +571,29 @@ func TestTwoMachinesWithMachineDirs(t *testing.T) {
 		t.Fatalf("no network bytes in the progress lines:\n%s", j.out.String())
 	}
 	t.Logf("%d batch losses identical, test accuracy %.4f; network bytes %d and %d", n, rep.TestAccuracy, w.PerMachine[0].Bytes["network"], w.PerMachine[1].Bytes["network"])
+
+	// With the default cache (all: every row a device can hold) the
+	// devices keep the machine's hot rows of other machines in their
+	// memory: the same losses, and the same hot rows read, all of them
+	// there (with --cache 0 above, all copied from host memory).
+	all := filepath.Join(dir, "all.json")
+	// (Not --quiet: the epoch lines show the hot rows.)
+	j = startMachineJob(t, parts, "", jobArgs("cpu:2", 3, "--remote-cache", "1MiB", "--report", all)[1:]...)
+	if err := j.wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("job with --cache all: %v\n%s", err, j.out.String())
+	}
+	sameRun(t, readReport(t, all), want)
+	wa := reportWorld(t, all)
+	for m := range wa.PerMachine {
+		a, z := wa.PerMachine[m].RemoteFeatures, w.PerMachine[m].RemoteFeatures
+		if a == nil || z.HotRows <= 0 || z.HotDeviceRows != 0 || a.HotRows != z.HotRows || a.HotDeviceRows != a.HotRows {
+			t.Fatalf("machine %d: hot rows %+v with --cache all, %+v with --cache 0: want the same hot rows, all on the device with --cache all, none with 0", m, a, z)
+		}
+		t.Logf("machine %d: %d hot rows read, on the device with --cache all; %d remote rows with it, %d without", m, a.HotRows, a.Rows, z.Rows)
+	}
+	if !regexp.MustCompile(`hot rows [1-9][0-9]* \([1-9][0-9]* on device\)`).MatchString(j.out.String()) {
+		t.Fatalf("no hot rows in the progress lines:\n%s", j.out.String())
+	}
 
 	// Without hot rows (--hot-bytes 0) every row of the other machine
 	// crosses the network: the same losses, more remote rows (the hot

@@ -102,7 +102,8 @@ type MachineInfo struct {
 	Ranks     []int  `json:"ranks"`
 	// Bytes per link class (local, peer, host, network), every purpose.
 	Bytes map[string]int64 `json:"bytes"`
-	// RemoteFeatures is nil when the machine asked no other for rows.
+	// RemoteFeatures is nil when the machine read no other machine's
+	// rows (asked, or from its hot rows).
 	RemoteFeatures *RemoteFeatures `json:"remote_features,omitempty"`
 }
 
@@ -113,4 +114,10 @@ type RemoteFeatures struct {
 	Bytes    int64   `json:"bytes"`
 	P50Ms    float64 `json:"p50_ms"`
 	P99Ms    float64 `json:"p99_ms"`
+	// HotRows is the rows of other machines read from the machine's own
+	// copy of the hot rows (never asked of anyone), and HotDeviceRows
+	// those of them the devices read from their memory (the others were
+	// copied from host memory per batch).
+	HotRows       int64 `json:"hot_rows"`
+	HotDeviceRows int64 `json:"hot_device_rows"`
 }

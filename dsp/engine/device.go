@@ -33,6 +33,7 @@ type device struct {
 
 	kit    *kit
 	ahead  *cache.ShardStore // prefetches remote rows of sampled batches (prefetcher), or nil
+	shard  *cache.ShardStore // the store of a per-machine layout (kept after free for its counters), or nil
 	sdevs  []backend.Sibling // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
 	ldev   backend.Sibling   // the loader's, likewise
 	lb     backend.Backend   // the loader's back end: ldev, or b
@@ -150,6 +151,7 @@ func (d *device) setup() error {
 		return d.errf("device kit", err)
 	}
 	d.ahead = d.prefetcher()
+	d.shard, _ = d.kit.store.(*cache.ShardStore)
 	s.clock.device("topology", r, d.kit.topology)
 	s.clock.device("feature cache", r, d.kit.features)
 	tm := time.Now()
@@ -561,7 +563,12 @@ func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*i
 		if d.ahead != nil {
 			// The batch's rows of other machines travel while it
 			// waits in the queue (the loader's gather finds them).
-			d.ahead.Prefetch(it.bt.IDs())
+			ids, err := aheadIDs(it.bt)
+			if err != nil {
+				it.free()
+				return d.errf(fmt.Sprintf("sampler epoch %d batch %d", it.epoch+1, it.batch), err)
+			}
+			d.ahead.Prefetch(ids)
 		}
 		t := time.Now()
 		d.trk.wait(st, "waiting for room in queue %s (epoch %d batch %d)", out.Name(), it.epoch+1, it.batch)
@@ -572,6 +579,19 @@ func (d *device) samplerStage(ctx context.Context, w int, out *pipeline.Queue[*i
 		d.m.StageWaitOut(metrics.Sampler, time.Since(t))
 		return nil
 	})
+}
+
+// aheadIDs is a batch's input IDs on the host, for a prefetch: a GPU
+// batch's are downloaded from the sampler's handle (a few MB, whose copy
+// the prefetch's requests hide).
+func aheadIDs(bt batch) ([]int32, error) {
+	if ids := bt.IDs(); ids != nil {
+		return ids, nil
+	}
+	if g, ok := bt.(*cudadsp.Batch); ok {
+		return g.HostIDs()
+	}
+	return nil, nil
 }
 
 // sampleAll samples sampler worker w's share of this device's batches

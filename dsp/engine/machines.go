@@ -138,11 +138,11 @@ func (s *shared) shard(d *device) *shardSpec {
 // prefetcher is the device's store when it can fetch a batch's remote
 // rows while the batch waits in the sampler's queue: a shard store
 // whose loads are plain gathers of the batch's IDs (no loader exchange,
-// whose gathers are of other ID lists), on a back end whose batches
-// carry host IDs. Nil otherwise.
+// whose gathers are of other ID lists). On a GPU the sampler stage
+// downloads the batch's input IDs for it (aheadIDs). Nil otherwise.
 func (d *device) prefetcher() *cache.ShardStore {
 	st, ok := d.kit.store.(*cache.ShardStore)
-	if !ok || cache.Exchanges(d.s.plan) || isGPU(d.lb) || d.s.cfg.NoPipeline {
+	if !ok || cache.Exchanges(d.s.plan) || d.s.cfg.NoPipeline {
 		return nil
 	}
 	return st
@@ -152,6 +152,27 @@ func (d *device) prefetcher() *cache.ShardStore {
 type machineReport struct {
 	Bytes   map[string]int64  `json:"bytes"`
 	Fetches *machines.Fetches `json:"fetches,omitempty"`
+	// Rows of other machines read from the hot rows: in device memory,
+	// and on the host (hotServed).
+	HotDevice int64 `json:"hot_device,omitempty"`
+	HotHost   int64 `json:"hot_host,omitempty"`
+}
+
+// hotServed is the rows of other machines this process's devices read
+// from the machine's hot rows: held in device memory (their shard
+// stores' held rows), and on the host (the feature service's hot hits:
+// staged, the devices' budgets not holding them).
+func (s *shared) hotServed() (device, host int64) {
+	if s.svc == nil {
+		return 0, 0
+	}
+	for _, d := range s.devs {
+		if d != nil && d.shard != nil {
+			h, _ := d.shard.Served()
+			device += h
+		}
+	}
+	return device, s.svc.HotHits()
 }
 
 // perMachine collects every process's bytes per link and remote-feature
@@ -171,6 +192,7 @@ func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
 	if s.svc != nil {
 		f := s.svc.Fetches()
 		mine.Fetches = &f
+		mine.HotDevice, mine.HotHost = s.hotServed()
 	}
 	b, err := json.Marshal(mine)
 	if err != nil {
@@ -184,6 +206,7 @@ func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
 	for m, ps := range s.w.Machines() {
 		mi := world.MachineInfo{Machine: m, Host: ps[0].Host, Bytes: map[string]int64{}}
 		var f machines.Fetches
+		var hotDev, hotHost int64
 		for _, p := range ps {
 			mi.Processes = append(mi.Processes, p.Index)
 			mi.Ranks = append(mi.Ranks, p.Ranks()...)
@@ -197,26 +220,34 @@ func (s *shared) perMachine(ctx context.Context) ([]world.MachineInfo, error) {
 			if rep.Fetches != nil {
 				f.Merge(*rep.Fetches)
 			}
+			hotDev, hotHost = hotDev+rep.HotDevice, hotHost+rep.HotHost
 		}
-		if f.Requests > 0 {
-			mi.RemoteFeatures = &world.RemoteFeatures{Requests: f.Requests, Rows: f.Rows, Bytes: f.Bytes, P50Ms: f.Quantile(0.5), P99Ms: f.Quantile(0.99)}
+		if f.Requests > 0 || hotDev+hotHost > 0 {
+			mi.RemoteFeatures = &world.RemoteFeatures{Requests: f.Requests, Rows: f.Rows, Bytes: f.Bytes, HotRows: hotDev + hotHost, HotDeviceRows: hotDev}
+			if f.Requests > 0 {
+				mi.RemoteFeatures.P50Ms, mi.RemoteFeatures.P99Ms = f.Quantile(0.5), f.Quantile(0.99)
+			}
 		}
 		out = append(out, mi)
 	}
 	return out, nil
 }
 
-// remoteLine is the progress line's remote-feature part: this machine's
-// requests so far and their latency ("" without a feature service).
+// remoteLine is the progress line's remote-feature part: this process's
+// requests so far and their latency, and the rows of other machines read
+// from the hot rows, how many of them in device memory ("" without a
+// feature service).
 func (s *shared) remoteLine() string {
 	if s.svc == nil {
 		return ""
 	}
+	dev, host := s.hotServed()
+	hot := fmt.Sprintf(", hot rows %d (%d on device)", dev+host, dev)
 	f := s.svc.Fetches()
 	if f.Requests == 0 {
-		return " | remote rows 0"
+		return " | remote rows 0" + hot
 	}
-	return fmt.Sprintf(" | remote rows %d in %d requests, p50 %.2fms p99 %.2fms", f.Rows, f.Requests, f.Quantile(0.5), f.Quantile(0.99))
+	return fmt.Sprintf(" | remote rows %d in %d requests, p50 %.2fms p99 %.2fms", f.Rows, f.Requests, f.Quantile(0.5), f.Quantile(0.99)) + hot
 }
 
 // rankLinks is the link class from rank r to every rank: local to

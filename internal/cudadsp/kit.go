@@ -130,6 +130,21 @@ func (g *Batch) NumInputs() int {
 // IDs is nil: the input nodes are on the device (DeviceIDs).
 func (g *Batch) IDs() []int32 { return nil }
 
+// HostIDs downloads the input nodes from the sampler's handle (nil
+// without any): for a prefetch of their rows of other machines while the
+// batch waits in a queue.
+func (g *Batch) HostIDs() ([]int32, error) {
+	in := g.DeviceIDs()
+	if in == nil {
+		return nil, nil
+	}
+	ids := make([]int32, in.Len())
+	if err := g.dev.Download(ids, in); err != nil {
+		return nil, fmt.Errorf("cudadsp: the batch's %d input IDs: %w", len(ids), err)
+	}
+	return ids, nil
+}
+
 // DeviceIDs are the input nodes (int32, on the sampler's handle), or nil.
 func (g *Batch) DeviceIDs() backend.Buffer {
 	if in := g.b.InputNodes(); in != nil {
