@@ -465,7 +465,7 @@ func (s *Store) gather2(op string, dst, nodes backend.Buffer, p float32, seed ui
 		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot),
 			backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged),
-				backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))
+			backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))
 	})
 }
 

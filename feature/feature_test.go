@@ -328,3 +328,138 @@ func BenchmarkGather(b *testing.B) {
 		})
 	}
 }
+
+// TestGatherStagedExtra: a machine's shard (Offset) with rows of other
+// machines kept in device memory (Options.Extra) and rows staged in
+// mapped pinned memory: GatherStaged writes, per batch position, the
+// shard's row (-1: device cache or pinned table), extra row j (-2-j) or
+// staged row k (k >= 0), exactly as the host tables hold them (bfloat16
+// rounded in a bfloat16 store, staged rows float32), with input dropout
+// on every kind; an extra position past the extra rows is reported.
+func TestGatherStagedExtra(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	const rows, lo, nextra, nstaged, n = 600, 1000, 20, 5, 3000
+	for _, bf16 := range []bool{false, true} {
+		for _, cols := range []int{3, 128} {
+			vb := 4
+			if bf16 {
+				vb = 2
+			}
+			feats := make([]float32, rows*cols)
+			extraX := make([]float32, 50*cols)
+			staged := make([]float32, nstaged*cols)
+			for _, x := range [][]float32{feats, extraX, staged} {
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			wantF, wantE := feats, extraX
+			if bf16 {
+				wantF, wantE = slices.Clone(feats), slices.Clone(extraX)
+				backend.BF16.RoundSlice(wantF)
+				backend.BF16.RoundSlice(wantE)
+			}
+			extraRows := make([]int32, nextra)
+			for i, v := range r.Perm(50)[:nextra] {
+				extraRows[i] = int32(v)
+			}
+			hot := make([]graph.NodeID, rows)
+			for i, v := range r.Perm(rows) {
+				hot[i] = graph.NodeID(v)
+			}
+			for _, budget := range []int64{0, int64(4*rows + vb*cols*200), 1 << 40} {
+				var uploaded int64
+				s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot, BFloat16: bf16, Offset: lo,
+					Extra: extraX, ExtraRows: extraRows, OnUpload: func(b int64) { uploaded += b }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("bf16=%v cols=%d budget=%d hot=%d", bf16, cols, budget, s.HotRows())
+				own := s.HotRows() - nextra
+				if wantOwn := map[int64]int{0: 0, int64(4*rows + vb*cols*200): 200, 1 << 40: rows}[budget]; own != wantOwn {
+					t.Fatalf("%s: %d own rows hot, want %d", name, own, wantOwn)
+				}
+				slot := int64(0)
+				if own > 0 {
+					slot = 4 * rows
+				}
+				if s.DeviceBytes() != slot+int64(vb*cols*(own+nextra)) || uploaded != int64(vb*cols*(own+nextra)) {
+					t.Fatalf("%s: %d device bytes, %d uploaded", name, s.DeviceBytes(), uploaded)
+				}
+				// The batch: node IDs and slot map, and what each position reads.
+				nodes, pos := make([]int32, n), make([]int32, n)
+				want := make([]float32, n*cols)
+				for i := range nodes {
+					switch k := r.IntN(3); k {
+					case 0:
+						v := r.IntN(rows)
+						nodes[i], pos[i] = int32(lo+v), -1
+						copy(want[i*cols:], wantF[v*cols:(v+1)*cols])
+					case 1:
+						j := r.IntN(nextra)
+						nodes[i], pos[i] = int32(5000+j), int32(-2-j)
+						e := int(extraRows[j])
+						copy(want[i*cols:], wantE[e*cols:(e+1)*cols])
+					default:
+						j := r.IntN(nstaged)
+						nodes[i], pos[i] = int32(7000+j), int32(j)
+						copy(want[i*cols:], staged[j*cols:(j+1)*cols])
+					}
+				}
+				off := (4*len(staged) + 15) &^ 15
+				pin, err := d.AllocPinned(uint64(off+4*n), true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(pin.Float32s(), staged)
+				copy(pin.Int32s()[off/4:], pos)
+				base := pin.DeviceAddr()
+				nb, _ := d.Alloc(backend.Int32, n)
+				d.Upload(nb, nodes)
+				out, _ := d.Alloc(backend.Float32, n*cols)
+				got := make([]float32, n*cols)
+				for _, p := range []float32{0, 0.4} {
+					const seed = 31
+					if err := s.GatherStaged(out, nb, base+backend.DevPtr(off), base, nstaged, p, seed); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.Download(got, out); err != nil {
+						t.Fatal(err)
+					}
+					for k := range want {
+						w := want[k]
+						if p > 0 {
+							w *= float32(1) / (1 - p)
+							if rng.Uniform01(seed, uint64(k)) < p {
+								w = want[k] * 0
+							}
+						}
+						if got[k] != w {
+							t.Fatalf("%s p=%v: row %d (node %d, slot %d) col %d = %v, want %v", name, p, k/cols, nodes[k/cols], pos[k/cols], k%cols, got[k], w)
+						}
+					}
+				}
+				// An extra position past the extra rows is a bad index.
+				pin.Int32s()[off/4+7] = -2 - nextra
+				if err := s.GatherStaged(out, nb, base+backend.DevPtr(off), base, nstaged, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				var ie *backend.IndexError
+				if err := d.Synchronize(); !errors.As(err, &ie) || ie.Pos != 7 {
+					t.Fatalf("%s: extra position past the extra rows: %v", name, err)
+				}
+				d.Free(nb)
+				d.Free(out)
+				pin.Free()
+				s.Close()
+			}
+		}
+	}
+	if _, err := New(d, make([]float32, 9), 3, 3, Options{Extra: make([]float32, 6), ExtraRows: []int32{2}}); err == nil {
+		t.Fatal("extra row past Extra accepted")
+	}
+	if _, err := New(d, make([]float32, 9), 3, 3, Options{Extra: make([]float32, 5), ExtraRows: []int32{0}}); err == nil {
+		t.Fatal("Extra of a partial row accepted")
+	}
+}
