@@ -132,7 +132,7 @@ func (s *shared) shard(d *device) *shardSpec {
 	}
 	lo, hi, x := s.svc.Shard()
 	ids, hx := s.svc.Hot()
-	return &shardSpec{src: s.svc.Source(d.m), x: x, lo: int(lo), hi: int(hi), hotIDs: ids, hotX: hx, capacity: s.capRows}
+	return &shardSpec{src: s.svc.Source(d.m), x: x, lo: int(lo), hi: int(hi), hotIDs: ids, hotX: hx, capacity: s.capRow}
 }
 
 // prefetcher is the device's store when it can fetch a batch's remote

@@ -76,22 +76,22 @@ const SamplerStandIn = "gpusample over the whole graph on every device"
 
 // shared is what every device of a run reads.
 type shared struct {
-	cfg     Config
-	opts    Options
-	w       *world.World // the job's processes; this one owns w.Ranks()
-	pd      *partitioned
-	in      *graph.CSR
-	feats   *train.Features // dense: the devices gather and cache rows
-	x       []float32       // feats.Dense
-	sparse  bool            // train.MostlyZero(x)
-	dim     int
-	plan    *cache.Plan
-	capRows int               // rows a device's cache budget holds (the plan's capacity)
-	svc     *machines.Service // the feature service of a per-machine layout, or nil
-	coords  []*comm.Coordinator
-	dcs     [numStages][]comm.Comm // nil groups are not used
-	hcs     [numStages][]comm.Comm
-	group   *pipeline.Group
+	cfg    Config
+	opts   Options
+	w      *world.World // the job's processes; this one owns w.Ranks()
+	pd     *partitioned
+	in     *graph.CSR
+	feats  *train.Features // dense: the devices gather and cache rows
+	x      []float32       // feats.Dense
+	sparse bool            // train.MostlyZero(x)
+	dim    int
+	plan   *cache.Plan
+	capRow int               // rows a device's cache budget holds (the plan's capacity)
+	svc    *machines.Service // the feature service of a per-machine layout, or nil
+	coords []*comm.Coordinator
+	dcs    [numStages][]comm.Comm // nil groups are not used
+	hcs    [numStages][]comm.Comm
+	group  *pipeline.Group
 	// Indexed by global rank; only this process's ranks are filled.
 	ctrs   []metrics.Counters
 	trk    []tracker
@@ -246,7 +246,7 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 		budget = pd.ds.NumNodes() * int64(s.dim) * vb
 	}
 	if s.dim > 0 {
-		s.capRows = int(min(budget/(vb*int64(s.dim)), math.MaxInt32))
+		s.capRow = int(min(budget/(vb*int64(s.dim)), math.MaxInt32))
 	}
 	ph = clock.begin("hotness", 0)
 	var hot []graph.NodeID
