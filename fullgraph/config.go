@@ -110,7 +110,28 @@ type Staleness struct {
 	// gradient contributions sent back to block owners in the backward
 	// pass (an extension: see the package documentation).
 	Gradients bool `json:"gradients"`
+	// Drift selects what the variation bound measures: DriftEmbedding
+	// ("" or "embedding", the default) the block itself, DriftParams the
+	// model that produced it (see DriftParams).
+	Drift string `json:"drift,omitempty"`
 }
+
+// What the variation bound measures (Staleness.Drift).
+const (
+	// DriftEmbedding: ||B - V||_F / ||V||_F on the block's dropout-free
+	// version. Only this layer's dropout is removed: the earlier layers'
+	// masks still differ between the two epochs, so on deep models with
+	// dropout the measure has a noise floor (about 0.9 on hidden layers
+	// of the products shape) that hides how much the model changed.
+	DriftEmbedding = "embedding"
+	// DriftParams: the relative change, in Frobenius norm, of the
+	// parameters of layers 0..l since the block of layer l was last
+	// broadcast. The block is a function of those parameters and of
+	// dropout draws; a new draw is not an error (see the package
+	// documentation), so what ages is this part. It has no noise floor,
+	// costs no pass over the block, and is the same on every device.
+	DriftParams = "params"
+)
 
 // DefaultStaleness returns the bounds used by --staleness: a cached block
 // may be used for up to 3 epochs and may differ from the fresh one by up
@@ -193,6 +214,11 @@ func (s *Staleness) validate() error {
 	if !(s.Epsilon >= 0) || math.IsInf(s.Epsilon, 0) {
 		return cfgErr("staleness.epsilon", "%v must be a finite number >= 0", s.Epsilon)
 	}
+	switch s.Drift {
+	case "", DriftEmbedding, DriftParams:
+	default:
+		return cfgErr("staleness.drift", "unknown measure %q (want embedding or params)", s.Drift)
+	}
 	if s.Adaptive && !(s.AdaptiveFloor > 0 && s.AdaptiveFloor <= 1) {
 		return cfgErr("staleness.adaptive_floor", "%v not in (0, 1]", s.AdaptiveFloor)
 	}
@@ -213,6 +239,9 @@ func (c *Config) String() string {
 		fmt.Fprintf(&b, ", staleness: epoch bound %d, eps %g", s.EpochBound, s.Epsilon)
 		if s.Adaptive {
 			fmt.Fprintf(&b, " (adaptive, floor %g)", s.AdaptiveFloor)
+		}
+		if s.Drift == DriftParams {
+			b.WriteString(", drift of the parameters")
 		}
 		if s.Gradients {
 			b.WriteString(", gradients too")

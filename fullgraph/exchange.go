@@ -3,6 +3,7 @@ package fullgraph
 import (
 	"math"
 
+	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
@@ -24,6 +25,15 @@ type layerState struct {
 	valid  bool
 	clean  backend.Buffer // dropout-free version of the own block last broadcast
 	normSq float64        // ||clean||^2
+
+	// Constant payloads (the input features, unprojected): every device's
+	// dropout-free copy of every block, received once; each epoch the
+	// receivers draw the owners' dropout masks on it themselves.
+	xconst backend.Buffer
+	// DriftParams: the parameters of layers 0..l when the own block was
+	// last broadcast, and their squared norm.
+	psnap   []backend.Buffer
+	psnapSq float64
 
 	gsent     []backend.Buffer
 	gsentNorm []float64
@@ -48,15 +58,20 @@ func (st *layerState) free(b backend.Backend) {
 			bufs[i] = nil
 		}
 	}
+	for i, x := range st.psnap {
+		b.Free(x)
+		st.psnap[i] = nil
+	}
 	b.Free(st.xall)
 	b.Free(st.clean)
-	st.xall, st.clean = nil, nil
+	b.Free(st.xconst)
+	st.xall, st.clean, st.xconst = nil, nil, nil
 }
 
 // cacheBytes returns the bytes of the layer's historical copies.
 func (st *layerState) cacheBytes() int64 {
 	var n int64
-	for _, bufs := range [][]backend.Buffer{st.gsent, st.grecv, {st.xall, st.clean}} {
+	for _, bufs := range [][]backend.Buffer{st.gsent, st.grecv, st.psnap, {st.xall, st.clean, st.xconst}} {
 		for _, x := range bufs {
 			if x != nil {
 				n += 4 * int64(x.Len())
@@ -145,12 +160,24 @@ func (w *worker) sumSq(s *step, tmp, x backend.Buffer) float64 {
 // communicator (one all-gather-v straight into xall when every block is
 // sent, else one broadcast per sending owner), else through host memory
 // over c.
-func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, train bool, epsScale float64) {
+//
+// redraw is non-nil when the payload is constant up to dropout (the input
+// features, unprojected) and staleness is on: such a block is sent once,
+// dropout-free, and every epoch the receivers apply its owner's dropout
+// mask to their copy themselves (redraw(dst, copy, owner)), so skipping it
+// is exact and needs no epoch bound (Sancus caches the input features the
+// same way).
+func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, train bool, epsScale float64,
+	redraw func(dst, src backend.Buffer, r int)) {
 	if w.p == 1 || !s.ok() {
 		return
 	}
 	width := w.specs[l].width
 	d := w.rank
+	if redraw != nil && (train || w.st[l].xconst != nil) {
+		w.exchangeConst(s, l, xall, payload, clean, train, redraw)
+		return
+	}
 	if !train {
 		sends := make([]bool, w.p)
 		for r := range sends {
@@ -169,7 +196,11 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 	drift := -1.0
 	bound := pol.Epsilon * epsScale
 	if pol.Enabled && st.valid {
-		drift = w.relDiff(s, clean, st.clean, st.normSq)
+		if pol.Drift == DriftParams {
+			drift = w.paramDrift(s, l)
+		} else {
+			drift = w.relDiff(s, clean, st.clean, st.normSq)
+		}
 		send = !(st.age[d]+1 <= pol.EpochBound && drift <= bound)
 	}
 	if !s.ok() {
@@ -199,7 +230,9 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 		return
 	}
 	size := w.lay.Size(d) * width
-	if sends[d] && pol.Enabled {
+	if sends[d] && pol.Enabled && pol.Drift == DriftParams {
+		w.snapParams(s, l)
+	} else if sends[d] && pol.Enabled {
 		cs := w.persistent(s, &st.clean, size)
 		if s.ok() {
 			s.do(w.b.Copy(cs, clean))
@@ -219,6 +252,122 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 			rows: w.lay.Size(r), width: width, receives: w.p - 1})
 	}
 	st.valid = true
+}
+
+// exchangeConst is exchange for a constant payload (see redraw there):
+// in the first training epoch every owner sends its dropout-free block
+// into every device's xconst; afterwards nothing is sent. xall's blocks
+// are then the owners' blocks with their dropout masks, drawn here (in
+// evaluation, without dropout: the copies themselves), equal to what the
+// owners computed, so the layer is exact.
+func (w *worker) exchangeConst(s *step, l int, xall, payload, clean backend.Buffer, train bool,
+	redraw func(dst, src backend.Buffer, r int)) {
+	width := w.specs[l].width
+	d := w.rank
+	st := w.st[l]
+	first := st.xconst == nil
+	xc := w.persistent(s, &st.xconst, w.lay.N*width)
+	if !s.ok() {
+		return
+	}
+	sends := make([]bool, w.p)
+	for r := range sends {
+		sends[r] = first
+	}
+	if first {
+		w.sendBlocks(s, xc, clean, width, sends)
+	}
+	if s.ok() {
+		s.do(w.b.Copy(w.block(s, xall, d, width), payload))
+	}
+	for r := 0; r < w.p && s.ok(); r++ {
+		if r == d {
+			continue
+		}
+		dst, src := w.block(s, xall, r, width), w.block(s, xc, r, width)
+		if train {
+			redraw(dst, src, r)
+		} else if s.ok() {
+			s.do(w.b.Copy(dst, src))
+		}
+	}
+	if !train || !s.ok() {
+		return
+	}
+	for r := 0; r < w.p; r++ {
+		st.age[r] = 0 // the copies are the current blocks: nothing ages
+		w.recordBlock(l, r, blockEvent{sent: sends[r], age: 0, drift: 0,
+			rows: w.lay.Size(r), width: width, receives: w.p - 1})
+	}
+	st.valid = true
+}
+
+// layerParams returns the parameters the payload of layer l depends on:
+// those of layers 0..l.
+func (w *worker) layerParams(l int) []*nn.Param {
+	var ps []*nn.Param
+	for k := 0; k <= l; k++ {
+		sp := &w.specs[k]
+		for _, p := range []*nn.Param{sp.w, sp.wn, sp.bias, sp.attnL, sp.attnR} {
+			if p != nil {
+				ps = append(ps, p)
+			}
+		}
+	}
+	return ps
+}
+
+// paramDrift returns ||P - S||_F / ||S||_F over the parameters P of
+// layers 0..l and their snapshot S (DriftParams). The parameters are the
+// same on every device, so every owner finds the same value.
+func (w *worker) paramDrift(s *step, l int) float64 {
+	st := w.st[l]
+	var sum float64
+	for i, p := range w.layerParams(l) {
+		if i >= len(st.psnap) || !s.ok() {
+			return math.MaxFloat32
+		}
+		sum += w.relDiffSq(s, p.Value, st.psnap[i])
+	}
+	if st.psnapSq == 0 {
+		if sum == 0 {
+			return 0
+		}
+		return math.MaxFloat32
+	}
+	return math.Sqrt(sum / st.psnapSq)
+}
+
+// relDiffSq returns ||a - b||_F^2.
+func (w *worker) relDiffSq(s *step, a, b backend.Buffer) float64 {
+	tmp := s.f32(a.Len())
+	if !s.ok() {
+		return 0
+	}
+	s.do(w.b.Axpby(tmp, 1, a, -1, b))
+	v := w.sumSq(s, tmp, tmp)
+	s.drop(tmp)
+	return v
+}
+
+// snapParams records the parameters of layers 0..l (DriftParams).
+func (w *worker) snapParams(s *step, l int) {
+	st := w.st[l]
+	ps := w.layerParams(l)
+	if len(st.psnap) != len(ps) {
+		st.psnap = make([]backend.Buffer, len(ps))
+	}
+	st.psnapSq = 0
+	for i, p := range ps {
+		slot := w.persistent(s, &st.psnap[i], p.Value.Len())
+		if !s.ok() {
+			return
+		}
+		s.do(w.b.Copy(slot, p.Value))
+		tmp := s.f32(slot.Len())
+		st.psnapSq += w.sumSq(s, tmp, slot)
+		s.drop(tmp)
+	}
 }
 
 // sendBlocks broadcasts block r of xall from its owner to every device

@@ -141,7 +141,21 @@ func (w *worker) forward(s *step, l int, hin backend.Buffer, train bool, stepSee
 		} else {
 			xall = s.f32(w.lay.N * sp.width)
 		}
-		w.exchange(s, l, xall, payload, clean, train, epsScale)
+		var redraw func(dst, src backend.Buffer, r int)
+		if l == 0 && !sp.project && w.xs == nil && w.cfg.Staleness.Enabled {
+			// The payload is the features (dropped out): constant.
+			redraw = func(dst, src backend.Buffer, r int) {
+				if !drop {
+					s.do(w.b.Copy(dst, src))
+					return
+				}
+				mask := s.f32(dst.Len())
+				lo, _ := w.lay.Range(r)
+				w.dropoutAs(s, dst, mask, src, sp.p, fseed, int64(lo)*int64(sp.in), r)
+				s.drop(mask)
+			}
+		}
+		w.exchange(s, l, xall, payload, clean, train, epsScale, redraw)
 		src = xall
 	}
 	if clean != payload && clean != hin {

@@ -389,6 +389,12 @@ func (w *worker) free() {
 // end's own Dropout; other blocks draw their masks on the host, unless
 // Masks is local.
 func (w *worker) dropout(s *step, dst, mask, x backend.Buffer, p float32, seed uint64, off int64) {
+	w.dropoutAs(s, dst, mask, x, p, seed, off, w.rank)
+}
+
+// dropoutAs is dropout as the device of rank applies it to its rows
+// starting at element off: any device can draw another's mask.
+func (w *worker) dropoutAs(s *step, dst, mask, x backend.Buffer, p float32, seed uint64, off int64, rank int) {
 	if !s.ok() {
 		return
 	}
@@ -397,7 +403,7 @@ func (w *worker) dropout(s *step, dst, mask, x backend.Buffer, p float32, seed u
 		return
 	}
 	if w.cfg.Masks == MasksLocal {
-		s.do(w.b.Dropout(dst, mask, x, p, rng.Derive(seed, tagLocalMask, uint64(w.rank))))
+		s.do(w.b.Dropout(dst, mask, x, p, rng.Derive(seed, tagLocalMask, uint64(rank))))
 		return
 	}
 	n := mask.Len()

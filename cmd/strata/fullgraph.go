@@ -31,6 +31,7 @@ type fullGraphFlags struct {
 	StaleEps   *float64 `name:"staleness-eps" help:"fullgraph mode: variation bound, the largest relative change of a block since its cached copy that still skips (default 0.5)." placeholder:"EPS"`
 	StaleAdapt bool     `name:"staleness-adaptive" help:"fullgraph mode: scale the variation bound by the training loss relative to the first epoch's."`
 	StaleGrad  bool     `name:"staleness-gradients" help:"fullgraph mode: apply the bounds to gradient messages too."`
+	StaleDrift string   `name:"staleness-drift" enum:"embedding,params" default:"embedding" help:"fullgraph mode: what the variation bound measures: embedding (the block's change) or params (the change of the parameters that produced it; no dropout noise floor)."`
 	Partition  string   `help:"fullgraph mode and sampled mode with --devices: how nodes are split into the devices' blocks or patches: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"Evaluate every N epochs and after the last (every mode)." default:"1" placeholder:"N"`
@@ -87,7 +88,10 @@ func (c *trainCmd) fullGraphConfig(full bool) (fullgraph.Config, error) {
 		setInt(&cfg.Staleness.EpochBound, f.StaleEp)
 		setFloat(&cfg.Staleness.Epsilon, f.StaleEps)
 		cfg.Staleness.Adaptive, cfg.Staleness.Gradients = f.StaleAdapt, f.StaleGrad
-	} else if f.StaleEp != nil || f.StaleEps != nil || f.StaleAdapt || f.StaleGrad {
+		if f.StaleDrift == fullgraph.DriftParams {
+			cfg.Staleness.Drift = fullgraph.DriftParams
+		}
+	} else if f.StaleEp != nil || f.StaleEps != nil || f.StaleAdapt || f.StaleGrad || f.StaleDrift != "embedding" {
 		return cfg, usageError{fmt.Errorf("--staleness-* flags need --staleness")}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -127,6 +131,7 @@ func (f *fullGraphFlags) set() []string {
 	add(f.StaleEps != nil, "staleness-eps")
 	add(f.StaleAdapt, "staleness-adaptive")
 	add(f.StaleGrad, "staleness-gradients")
+	add(f.StaleDrift != "embedding", "staleness-drift")
 	add(f.Masks != "auto", "masks")
 	add(f.NodeOrder != "auto", "node-order")
 	add(f.PartFile != "", "partition-file")

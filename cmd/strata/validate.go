@@ -257,7 +257,7 @@ func genFlag(err error) error {
 // configFlags maps the fields of train, fullgraph and dsp/engine config
 // errors whose flag is not the field with '-' for '_'.
 var configFlags = map[string]string{
-	"staleness.epoch_bound": "staleness-epochs", "staleness.epsilon": "staleness-eps",
+	"staleness.epoch_bound": "staleness-epochs", "staleness.epsilon": "staleness-eps", "staleness.drift": "staleness-drift",
 	"staleness": "staleness", "order": "node-order", "cache_bytes": "cache", "topology_bytes": "topology-cache",
 	"wait_timeout": "stall-timeout", "sampler": "gpu-sampler",
 	"relation": "link-relation",
