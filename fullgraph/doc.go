@@ -145,6 +145,20 @@
 // from one all-gather of two int32 per device and layer, so they agree on
 // who sends and everyone tracks every block's age.
 //
+// The drift of a hidden layer's block still carries the earlier layers'
+// dropout (the clean block removes only this layer's masks), so with
+// dropout it has a noise floor: on the products shape (3-layer SAGE,
+// dropout 0.5) a frozen model's hidden blocks "drift" by 0.88 and 1.0 per
+// epoch, above the default bound, and only the first layer was ever
+// skipped. Staleness.Drift DriftParams bounds what ages instead, the
+// relative change of the parameters of layers 0..l since the block was
+// sent, the same on every device. A first-layer payload that is the
+// dense input features (unprojected) is constant: its blocks are sent
+// once, dropout-free, into every device's copy, and the receivers draw
+// the owners' dropout masks themselves each epoch (any device can draw
+// another's mask, global or local), so skipping it is exact and needs no
+// epoch bound; Sancus caches the input features the same way.
+//
 // Sancus applies skip-broadcast to the forward embedding broadcasts; its
 // bounded gradient error follows from bounded embedding staleness (the
 // gradients are computed with the stale embeddings), and the available

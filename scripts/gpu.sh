@@ -66,7 +66,8 @@
 #                 directory per machine (`strata partition --machines 2` into $WORLD_PARTS, made
 #                 once, each process loading only its machine's rows); full-graph (3-layer SAGE
 #                 256) on the 2 machines with NCCL_P2P_DISABLE=1, exact (fg2x2) and skip-broadcast
-#                 (fg2x2-stale, --staleness); a table last: seconds per epoch, network bytes per
+#                 (fg2x2-stale, --staleness; fg2x2-params, --staleness --staleness-drift params
+#                 $WORLD_FG_STALE_FLAGS); a table last: seconds per epoch, network bytes per
 #                 epoch, test accuracy, broadcast bytes avoided. Each run stopped with SIGQUIT at
 #                 its limit; the set stays within WORLD_BUDGET
 #   papers-gen    issue 15's judged figures, part 1 (no GPU used): `strata gen --preset papers`
@@ -126,7 +127,7 @@
 #             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run); dsp-setup:
 #             DSP_SETUP_DATA (/tmp/papers), DSP_SETUP_PRESET (papers), DSP_GPUS (4), DSP_FLAGS,
 #             DSP_RUN_TIMEOUT (300 s to the first batch).
-#   world     WORLD_PARTS ($GPU_DATA-m2), WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7),
+#   world     WORLD_PARTS ($GPU_DATA-m2), WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7), WORLD_FG_STALE_FLAGS (more flags for fg2x2-params),
 #             WORLD_ONLY (a regexp of run names), WORLD_RUN_TIMEOUT (100 s a run, then SIGQUIT),
 #             WORLD_BUDGET (540 s from the set's start: a run gets what is left of it, and is
 #             skipped and reported failed under 30 s), DSP_STALL; WORLD_CPU=1 runs the set on CPU
@@ -1219,6 +1220,10 @@ set_world() {
   # exact, then skip-broadcast (Sancus's staleness).
   world_wants fg2x2 && NCCL_P2P_DISABLE=1 world_run fg2x2 machines:0,1/2,3 "${f[@]}"
   world_wants fg2x2-stale && NCCL_P2P_DISABLE=1 world_run fg2x2-stale machines:0,1/2,3 "${f[@]}" --staleness
+  # The variation bound on the parameters' change (no dropout noise floor).
+  # shellcheck disable=SC2086 # WORLD_FG_STALE_FLAGS are words
+  world_wants fg2x2-params && NCCL_P2P_DISABLE=1 world_run fg2x2-params machines:0,1/2,3 "${f[@]}" --staleness \
+    --staleness-drift params ${WORLD_FG_STALE_FLAGS:-}
   echo "   -- world: $(build_id), $ds, $e epochs (full-graph $fe), --partition $part"
   echo "   $(printf '%-12s %-18s %-9s %-11s %-8s %s' run kind s/epoch net/epoch test avoided/epoch)"
   for row in "${rows[@]}"; do echo "   $row"; done

@@ -301,6 +301,9 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		{with(fg, "--eval-every", "0"), "--eval-every 0: want 1..1048576"},
 		{with(fg, "--staleness", "--staleness-eps", "NaN"), "--staleness-eps NaN"},
 		{with(fg, "--staleness", "--staleness-epochs=-1"), "--staleness-epochs -1"},
+		{with(d, "--staleness-drift", "params"), "--staleness-drift applies to --mode fullgraph only"},
+		{with(fg, "--staleness-drift", "params"), "--staleness-* flags need --staleness"},
+		{with(fg, "--staleness", "--staleness-drift", "weights"), "--staleness-drift"},
 		{with(fg, "--partition-file", "no-such-file"), "no-such-file"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)

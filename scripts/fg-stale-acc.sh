@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# fg-stale-acc.sh: full-graph test accuracy, exact vs skip-broadcast, over
+# seeds (issue 16 item 5: within 0.5 points of exact on products-hard).
+# Every run is `strata train --mode fullgraph` with the same model and
+# partition; the table gives per mode the mean test accuracy (best
+# validation epoch), its difference to exact in points, and the share of
+# broadcast and of all bytes (broadcast + gradient) avoided.
+#
+#   STRATA=/tmp/strata DATA=/tmp/products-hard DEVICES=cuda:0,cuda:1,cuda:2,cuda:3 \
+#     EPOCHS=100 scripts/fg-stale-acc.sh
+#
+# Variables: STRATA (strata binary; default .gpu/bin/strata, else strata),
+# DATA (dataset directory; made with `strata gen --preset products-hard
+# [--scale $SCALE]` when missing), DEVICES (cpu:4), EPOCHS (100), SEEDS
+# ("1 2 3"), HIDDEN (256), LAYERS (3), MODES (names from the list below,
+# default all), PART (a partition file for DEVICES' count: made once with
+# `strata partition` when missing, so the runs share it), OUT (where the
+# reports go, /tmp/fg-stale-acc), EXTRA (more train flags for every run).
+# Modes: exact; stale (--staleness, the embedding drift); params
+# (--staleness --staleness-drift params).
+set -euo pipefail
+strata=${STRATA:-}
+if [ -z "$strata" ]; then
+  strata=.gpu/bin/strata
+  [ -x "$strata" ] || strata=strata
+fi
+data=${DATA:-/tmp/products-hard} devices=${DEVICES:-cpu:4} epochs=${EPOCHS:-100}
+out=${OUT:-/tmp/fg-stale-acc}
+mkdir -p "$out"
+if [ ! -f "$data/manifest.json" ]; then
+  "$strata" gen "$data" --preset products-hard ${SCALE:+--scale "$SCALE"} --quiet
+fi
+ndev=$(($(tr -cd ',' <<<"$devices" | wc -c) + 1))
+[[ $devices == cpu:* ]] && ndev=${devices#cpu:}
+part=${PART:-$out/part-$ndev}
+if [ ! -f "$part/partition.bin" ]; then
+  "$strata" partition "$data" "$part" -k "$ndev" --quiet >/dev/null
+fi
+declare -A flags=([exact]="" [stale]="--staleness" [params]="--staleness --staleness-drift params")
+modes=${MODES:-exact stale params}
+for m in $modes; do
+  for s in ${SEEDS:-1 2 3}; do
+    # shellcheck disable=SC2086 # flags are words
+    "$strata" train --dataset "$data" --model sage --layers "${LAYERS:-3}" --hidden "${HIDDEN:-256}" \
+      --mode fullgraph --devices "$devices" --partition-file "$part/partition.bin" --epochs "$epochs" \
+      --eval-every 5 --seed "$s" --quiet --report "$out/$m-$s.json" ${flags[$m]} ${EXTRA:-} >"$out/$m-$s.log" 2>&1 ||
+      { tail -3 "$out/$m-$s.log"; exit 1; }
+  done
+done
+# shellcheck disable=SC2086 # one argument a mode
+python3 - "$out" $modes <<'EOF'
+import json, sys
+out, modes = sys.argv[1], sys.argv[2:]
+import glob
+rows = {}
+for m in modes:
+    rs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{m}-*.json"))]
+    acc = [r["test_accuracy"] for r in rs]
+    c = [r["comm"] for r in rs]
+    bc = sum(x["bytes_avoided"] for x in c) / max(1, sum(x["bytes_sent"] + x["bytes_avoided"] for x in c))
+    allb = sum(x["bytes_sent"] + x["bytes_avoided"] + x["grad_bytes_sent"] + x["grad_bytes_avoided"] for x in c)
+    av = sum(x["bytes_avoided"] + x["grad_bytes_avoided"] for x in c) / max(1, allb)
+    sec = sum(r["mean_epoch_seconds"] for r in rs) / len(rs)
+    rows[m] = (sum(acc) / len(acc), acc, bc, av, sec)
+base = rows.get("exact", (None,))[0]
+print(f"{'mode':8} {'test acc (mean)':>15} {'vs exact':>9} {'bcast avoided':>13} {'all avoided':>11} {'s/epoch':>8}  seeds")
+for m, (a, acc, bc, av, sec) in rows.items():
+    d = f"{100 * (a - base):+.2f}" if base is not None else "-"
+    print(f"{m:8} {100 * a:15.2f} {d:>9} {100 * bc:12.1f}% {100 * av:10.1f}% {sec:8.3f}  " + " ".join(f"{100 * x:.2f}" for x in acc))
+EOF
