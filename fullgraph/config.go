@@ -129,7 +129,9 @@ const (
 	// broadcast. The block is a function of those parameters and of
 	// dropout draws; a new draw is not an error (see the package
 	// documentation), so what ages is this part. It has no noise floor,
-	// costs no pass over the block, and is the same on every device.
+	// costs no pass over the block, and is the same on every device. It
+	// rarely exceeds the default bound, so the epoch bound decides, and on
+	// products-hard stale hidden blocks cost accuracy (docs/fullgraph.md).
 	DriftParams = "params"
 )
 

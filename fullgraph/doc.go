@@ -152,7 +152,10 @@
 // epoch, above the default bound, and only the first layer was ever
 // skipped. Staleness.Drift DriftParams bounds what ages instead, the
 // relative change of the parameters of layers 0..l since the block was
-// sent, the same on every device. A first-layer payload that is the
+// sent, the same on every device; it seldom exceeds the default bound,
+// so the epoch bound decides, which saves three quarters of the
+// broadcasts but costs accuracy on products-hard (docs/fullgraph.md). A
+// first-layer payload that is the
 // dense input features (unprojected) is constant: its blocks are sent
 // once, dropout-free, into every device's copy, and the receivers draw
 // the owners' dropout masks themselves each epoch (any device can draw
