@@ -166,7 +166,7 @@ func TestDeterministic(t *testing.T) {
 // variation bound on the embeddings and on the parameters.
 func TestSkipBroadcastAcceptance(t *testing.T) {
 	if testing.Short() {
-		t.Skip("5 seeds x 200 epochs x 2 datasets x 2 modes: skipped in -short mode")
+		t.Skip("5 seeds x 200 epochs x 2 datasets: skipped in -short mode")
 	}
 	for _, name := range []string{"cora", "citeseer"} {
 		ds := cora(t)
@@ -176,7 +176,11 @@ func TestSkipBroadcastAcceptance(t *testing.T) {
 		const seeds = 5
 		var exact float64
 		stale, avoided := map[string]float64{}, map[string]float64{}
-		drifts := []string{DriftEmbedding, DriftParams}
+		// The default drift only: the parameter drift's bound is
+		// checked by TestParamDrift, and its accuracy was measured
+		// (docs/fullgraph.md), at CI's cost of a second 2 x 5 x 200
+		// epochs.
+		drifts := []string{DriftEmbedding}
 		for s := 1; s <= seeds; s++ {
 			cfg := Defaults(GCN)
 			cfg.Seed = uint64(s)
