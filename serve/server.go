@@ -144,6 +144,11 @@ type Options struct {
 	// erased (nil: Hetero.ToHomogeneous()), which Info describes and the
 	// other requests sample.
 	Hetero *dataset.Hetero
+
+	// Relay, when set, makes the server a relay (relay.go): it holds no
+	// dataset, serves SampleShm by streaming each epoch from these
+	// upstream servers, and Info is the first upstream's.
+	Relay *Relay
 }
 
 // Server is a sampling and feature server. Create it with New, run it
@@ -228,18 +233,23 @@ func New(opt Options) (*Server, error) {
 			}
 		}
 	}
-	if opt.Dataset == nil || opt.Dataset.Graph == nil {
+	if opt.Relay != nil {
+		if err := opt.Relay.check(opt); err != nil {
+			return nil, err
+		}
+		opt.Dataset, opt.In, opt.Hetero, opt.Partition, opt.Shard = nil, nil, nil, nil, nil
+	} else if opt.Dataset == nil || opt.Dataset.Graph == nil {
 		return nil, errors.New("serve: no dataset")
 	}
 	ds := opt.Dataset
 	in := opt.In
-	if in == nil {
+	if in == nil && ds != nil {
 		var err error
 		if in, err = ds.InAdjacency(); err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
-	if in.NumRows != ds.NumNodes() || in.NumCols != in.NumRows {
+	if ds != nil && (in.NumRows != ds.NumNodes() || in.NumCols != in.NumRows) {
 		return nil, fmt.Errorf("serve: in-adjacency is %d x %d for %d nodes", in.NumRows, in.NumCols, ds.NumNodes())
 	}
 	def := func(p *int, d int, name string) error {
@@ -313,7 +323,11 @@ func New(opt Options) (*Server, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = NewMetrics()
 	}
-	s := &Server{opt: opt, ds: ds, in: in, n: ds.NumNodes(), metrics: opt.Metrics, samplers: map[string]*samplerSet{}, het: het}
+	var n int64
+	if ds != nil {
+		n = ds.NumNodes()
+	}
+	s := &Server{opt: opt, ds: ds, in: in, n: n, metrics: opt.Metrics, samplers: map[string]*samplerSet{}, het: het}
 	s.relabelers.New = func() any { return NewRelabeler(s.n) }
 	if het != nil {
 		s.hetRelabelers.New = func() any { return newHeteroRelabelers(het.n) }
@@ -529,6 +543,9 @@ func (s *Server) Info(ctx context.Context, req *servepb.InfoRequest) (*servepb.I
 		s.metrics.failed("Info", codes.FailedPrecondition)
 		return nil, grpcError(err)
 	}
+	if s.opt.Relay != nil {
+		return s.relayInfo(ctx)
+	}
 	ds := s.ds
 	dim := featDim(ds)
 	if s.opt.Shard != nil {
@@ -589,6 +606,9 @@ func (s *Server) Features(ctx context.Context, req *servepb.FeaturesRequest) (*s
 }
 
 func (s *Server) features(req *servepb.FeaturesRequest) (*servepb.FeaturesReply, error) {
+	if s.opt.Relay != nil {
+		return nil, errRelayOnly
+	}
 	if err := checkVersion(req.GetProtocolVersion()); err != nil {
 		return nil, err
 	}
@@ -853,6 +873,9 @@ func (s *Server) openStream() (done func(), err error) {
 }
 
 func (s *Server) sample(req *servepb.SampleRequest, ss servepb.Sampler_SampleServer) error {
+	if s.opt.Relay != nil {
+		return errRelayOnly
+	}
 	done, err := s.openStream()
 	if err != nil {
 		return err

@@ -59,6 +59,9 @@ func (s *Server) sampleShm(ss servepb.Sampler_SampleShmServer) error {
 	if first.Request == nil || first.Ring == nil || first.Released != 0 {
 		return reqErr(ErrInvalid, "request", -1, "the first message of SampleShm must hold request and ring, and nothing else")
 	}
+	if s.opt.Relay != nil {
+		return s.relayShm(ss, first)
+	}
 	st, err := s.prepare(first.Request)
 	if err != nil {
 		return err
@@ -66,7 +69,7 @@ func (s *Server) sampleShm(ss servepb.Sampler_SampleShmServer) error {
 	if st.typed >= 0 {
 		return reqErr(ErrInvalid, "input_type", -1, "typed batches are served over Sample, not SampleShm (a ring slot holds at most %d tensors)", shmring.MaxTensors)
 	}
-	sh, err := s.newShmStream(st, first.Ring)
+	sh, err := s.newShmStream(st.prefetch, first.Ring)
 	if err != nil {
 		return err
 	}
@@ -122,10 +125,10 @@ type shmStream struct {
 	waiting atomic.Int32  // workers waiting for a release
 }
 
-func (s *Server) newShmStream(st *stream, r *servepb.ShmRequest) (*shmStream, error) {
+func (s *Server) newShmStream(prefetch int, r *servepb.ShmRequest) (*shmStream, error) {
 	want := int(r.Slots)
 	if want == 0 {
-		want = st.prefetch + 3
+		want = prefetch + 3
 	}
 	if want > shmring.MaxSlots {
 		return nil, reqErr(ErrInvalid, "ring.slots", -1, "%d: at most %d", r.Slots, shmring.MaxSlots)

@@ -37,6 +37,9 @@ const (
 	DTypeInt32   = 1
 	DTypeInt64   = 2
 	DTypeFloat32 = 3
+	// DTypeBFloat16: features a server sent rounded (a relay's ring
+	// carries them as they came).
+	DTypeBFloat16 = 4
 )
 
 // ItemSize is the byte size of one element of dtype, 0 if unknown.
@@ -46,6 +49,8 @@ func ItemSize(dtype uint32) int64 {
 		return 4
 	case DTypeInt64:
 		return 8
+	case DTypeBFloat16:
+		return 2
 	}
 	return 0
 }

@@ -1,0 +1,296 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-gnn/strata/serve/servepb"
+	"github.com/strata-gnn/strata/serve/shmring"
+)
+
+// Relay makes a Server the local end of server-client mode (`strata
+// relay`): strata_pyg starts it next to the trainer, it receives the
+// epoch's batches from remote servers over gRPC (Go's receive: no GIL,
+// several streams at once) and writes them into the same shared-memory
+// ring as worker mode (SampleShm), so that the trainer maps them
+// zero-copy. It holds no dataset: Info is the first upstream's, Sample
+// and Features are refused.
+//
+// A SampleShm request to a relay is split over Upstreams as strata_pyg
+// splits it over its own streams in gRPC mode: round-robin (stream k
+// asks for part k of len(Upstreams), so batch i comes from stream i mod
+// len) or, with ByPartition, each stream asks for the seeds its server
+// owns (SampleRequest.owned) and the batches go a stream at a time in
+// turn, skipping streams that have ended. Either way the ring's batch
+// sequence is the order in which the loader's gRPC path would yield
+// them, and each batch is the same.
+type Relay struct {
+	// Upstreams are the streams to open per request, in order; a server
+	// asked for several streams is listed that many times (one Client
+	// each: a connection and HTTP/2 window of its own).
+	Upstreams   []*Client
+	ByPartition bool
+}
+
+// relayAhead is how many received batches each upstream stream keeps
+// beyond the one being written: the relay's own buffering (the upstream
+// server's prefetch and the ring's slots bound the rest).
+const relayAhead = 1
+
+var errRelayOnly = status.Error(codes.Unimplemented, "serve: this is a relay (strata relay): it serves SampleShm and Info only; ask the upstream servers directly")
+
+func (r *Relay) check(opt Options) error {
+	if len(r.Upstreams) == 0 {
+		return errors.New("serve: a relay without upstream servers")
+	}
+	for k, c := range r.Upstreams {
+		if c == nil {
+			return fmt.Errorf("serve: relay upstream %d is nil", k)
+		}
+	}
+	if opt.RingDir == "" {
+		return errors.New("serve: a relay needs a ring directory (RingDir): it serves SampleShm only")
+	}
+	return nil
+}
+
+// relayInfo is the first upstream's Info, offering the relay's ring.
+func (s *Server) relayInfo(ctx context.Context) (*servepb.InfoReply, error) {
+	r, err := s.opt.Relay.Upstreams[0].Info(ctx)
+	if err != nil {
+		s.metrics.failed("Info", status.Code(err))
+		return nil, upstreamError(err)
+	}
+	r.Shm = true
+	r.Capabilities = append(r.Capabilities, CapRelay)
+	return r, nil
+}
+
+// CapRelay is listed in a relay's Info capabilities.
+const CapRelay = "relay"
+
+// upstreamError keeps the upstream's status code; its message names the
+// upstream server (Client errors do).
+func upstreamError(err error) error {
+	if st, ok := status.FromError(err); ok {
+		return status.Error(st.Code(), err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+type relayed struct {
+	m   *servepb.Batch
+	err error
+}
+
+func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.ShmControl) error {
+	req := first.Request
+	if req.InputType != "" {
+		return reqErr(ErrInvalid, "input_type", -1, "typed batches are served over Sample, not SampleShm (a ring slot holds at most %d tensors): ask the servers directly (strata_pyg transport='grpc')", shmring.MaxTensors)
+	}
+	if req.NumParts > 1 || req.Part != 0 {
+		return reqErr(ErrInvalid, "num_parts", -1, "%d: a relay splits the epoch over its upstream servers itself (ask for part 0 of 1)", req.NumParts)
+	}
+	rl := s.opt.Relay
+	if req.Owned && !rl.ByPartition {
+		return reqErr(ErrInvalid, "owned", -1, "this relay routes round-robin (strata relay --routing partition routes by part)")
+	}
+	prefetch := int(req.Prefetch)
+	if prefetch == 0 {
+		prefetch = s.opt.Prefetch
+	}
+	sh, err := s.newShmStream(prefetch, first.Ring)
+	if err != nil {
+		return err
+	}
+	sh.recv = ss.Recv
+	defer sh.close()
+	// Counted among the active streams: Stats and the blocked-streams
+	// gauge see the relay wait for its client's releases.
+	st := &stream{shm: sh}
+	s.active.Store(st, struct{}{})
+	defer s.active.Delete(st)
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	defer cancel(nil)
+	sh.start(ctx, cancel)
+
+	U := len(rl.Upstreams)
+	chs := make([]chan relayed, U)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil) // runs before wg.Wait: the receivers see ctx end
+	for k, c := range rl.Upstreams {
+		r := proto.Clone(req).(*servepb.SampleRequest)
+		if rl.ByPartition {
+			r.Owned = true
+		} else {
+			r.Part, r.NumParts = uint32(k), uint32(U)
+		}
+		bs, err := c.Sample(ctx, r)
+		if err != nil {
+			return upstreamError(err)
+		}
+		ch := make(chan relayed, relayAhead)
+		chs[k] = ch
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer bs.Close()
+			for {
+				m, err := bs.Recv()
+				select {
+				case ch <- relayed{m, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	live := make([]int, U)
+	for k := range live {
+		live[k] = k
+	}
+	j := 0
+	for len(live) > 0 {
+		next := live[:0]
+		for _, k := range live {
+			var g relayed
+			select {
+			case g = <-chs[k]:
+			case <-ctx.Done():
+				return streamEnd(ctx)
+			}
+			if g.err == io.EOF {
+				continue
+			}
+			if g.err != nil {
+				return upstreamError(g.err)
+			}
+			if err := sh.relayBatch(ctx, ss, j, g.m, rl.Upstreams[k].Addr); err != nil {
+				return err
+			}
+			sh.sent.Add(1)
+			s.stats.sent.Add(1)
+			s.metrics.batches.Inc()
+			j++
+			next = append(next, k)
+		}
+		live = next
+	}
+	return sh.finish(ctx, j)
+}
+
+// relayBatch puts an upstream batch into ring slot j mod S (once batch
+// j-S is released) and sends its reference; a batch over the slots (or
+// with no ring) goes on inline, as it came.
+func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleShmServer, j int, m *servepb.Batch, from string) error {
+	if m.Shm != nil || len(m.Nodes) > 0 || len(m.Edges) > 0 {
+		return status.Errorf(codes.Internal, "serve: server %s: batch %d is a ring or typed batch, not a node batch", from, m.Index)
+	}
+	fields := []struct {
+		name string
+		t    *servepb.Tensor
+	}{{"n_id", m.NId}, {"edge_index", m.EdgeIndex}, {"input_id", m.InputId}, {"x", m.X}, {"y", m.Y}, {"edge_label_index", m.EdgeLabelIndex}}
+	var specs []shmring.Tensor
+	var data [][]byte
+	for _, f := range fields {
+		if f.t == nil {
+			continue
+		}
+		specs = append(specs, shmring.Tensor{Name: f.name, DType: uint32(f.t.Dtype), Shape: f.t.Shape})
+		data = append(data, f.t.Data)
+	}
+	used, err := shmring.Place(specs)
+	if err != nil {
+		return status.Errorf(codes.Internal, "serve: server %s: batch %d: %v", from, m.Index, err)
+	}
+	for i, t := range specs {
+		if int64(len(data[i])) != t.Bytes {
+			return status.Errorf(codes.Internal, "serve: server %s: batch %d: tensor %s holds %d bytes, shape %v needs %d", from, m.Index, t.Name, len(data[i]), t.Shape, t.Bytes)
+		}
+	}
+	if j == 0 {
+		sh.makeRing(used)
+	}
+	r := sh.ring
+	if r == nil || used > r.Header.SlotBytes {
+		note := sh.note
+		if r != nil {
+			note = fmt.Sprintf("batch %d takes %d bytes, over the ring's slots of %d: sent inline", m.Index, used, r.Header.SlotBytes)
+		}
+		if sh.noted.CompareAndSwap(false, true) {
+			m.Note = note
+		}
+		sh.s.metrics.ringInline.Inc()
+		return ss.Send(m)
+	}
+	S := r.Header.Slots
+	k := j % S
+	var waited time.Duration
+	if j >= S {
+		t0 := time.Now()
+		sh.waiting.Add(1)
+		err := sh.acks.wait(ctx, uint64(j-S+1), sh.timeout, func() string {
+			return fmt.Sprintf("the client did not release ring slot %d (its batch %d) for batch %d", k, j-S, j)
+		})
+		sh.waiting.Add(-1)
+		waited = time.Since(t0)
+		if err != nil {
+			return err
+		}
+	}
+	t1 := time.Now()
+	err = writeSlot(r.Slot(k), uint64(j), used, specs, func(w tensorDst) {
+		for i, t := range specs {
+			copyParallel(w.tensor(0, t.Name, t.DType, t.Shape...), data[i])
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("serve: batch %d: ring slot %d: %w", m.Index, k, err)
+	}
+	tm := m.Timing
+	if tm == nil {
+		tm = &servepb.BatchTiming{}
+	}
+	// The relay's copy counts as encoding, its wait for a slot as the
+	// server's slot wait (the upstream's own waits stay in).
+	tm.EncodeNs += uint64(time.Since(t1))
+	tm.SlotWaitNs += uint64(waited)
+	out := &servepb.Batch{Index: m.Index, NumBatches: m.NumBatches, NumSampledNodes: m.NumSampledNodes,
+		NumSampledEdges: m.NumSampledEdges, BatchSize: m.BatchSize, Timing: tm,
+		Shm: &servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(S),
+			SlotBytes: uint64(r.Header.SlotBytes), Slot: uint32(k), Sequence: uint64(j)}}
+	sh.s.metrics.ringBytes.Add(float64(used))
+	return ss.Send(out)
+}
+
+// copyParallel copies src into dst, in chunks on several goroutines when
+// large (a batch's features are tens of MiB).
+func copyParallel(dst, src []byte) {
+	const chunk = 4 << 20
+	if len(src) <= 2*chunk {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += chunk {
+		hi := min(lo+chunk, len(src))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}()
+	}
+	wg.Wait()
+}
