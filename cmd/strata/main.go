@@ -36,6 +36,7 @@ type cli struct {
 	Launch    commcli.LaunchCmd `cmd:"" help:"Start N local processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; stop all of them if one fails."`
 	Bench     benchCmd          `cmd:"" help:"Benchmarks."`
 	Serve     serveCmd          `cmd:"" help:"Serve sampled batches and features over gRPC to PyTorch/PyG trainers (python/strata_pyg) and other processes."`
+	Relay     relayCmd          `cmd:"" help:"Relay remote strata serve batches into a local shared-memory ring (strata_pyg's server-client mode starts it)."`
 }
 
 // benchCmd groups the benchmark subcommands.

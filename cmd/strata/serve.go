@@ -335,14 +335,27 @@ func (c *serveCmd) Run(e *env) error {
 	fmt.Fprintf(e.stderr, "strata serve: %s (%d nodes, %d edges, %d features, %d classes) sampled on %s%s, serving on %s\n",
 		ds.Name, ds.NumNodes(), in.NumEdges(), ds.FeatDim, ds.NumClasses, device, owns, addr)
 
-	// Stop on a signal (a second one cuts the drain short) or, with
-	// --exit-with-parent, when the parent goes.
+	return runUntilStopped(e, "strata serve", srv, served, sigs, c.ExitParent, c.Drain, c.RingDir, func() {
+		if metricsSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			metricsSrv.Shutdown(ctx)
+			cancel()
+		}
+	})
+}
+
+// runUntilStopped serves until srv stops by itself (served), a signal
+// comes (a second one cuts the drain short) or, with exitParent, the
+// parent goes; then drains srv within drain and calls drained. name
+// prefixes the lines it prints (strata serve, strata relay).
+func runUntilStopped(e *env, name string, srv *serve.Server, served chan error, sigs chan os.Signal, exitParent bool,
+	drain time.Duration, ringDir string, drained func()) error {
 	orphan := make(chan string, 1)
-	if c.ExitParent {
+	if exitParent {
 		watchParent(orphan)
 	}
 	var why string
-	timeout := c.Drain
+	timeout := drain
 	select {
 	case err := <-served:
 		return err
@@ -350,14 +363,14 @@ func (c *serveCmd) Run(e *env) error {
 		why = "signal " + s.String()
 	case why = <-orphan:
 		timeout = min(timeout, 5*time.Second) // nobody is left to read long streams
-		if c.RingDir != "" {
+		if ringDir != "" {
 			// The ring directory is the dead parent's private one, which it
 			// cannot remove now: once the server is down (socket and rings
 			// gone), remove it if nothing else is left there.
-			defer os.Remove(c.RingDir)
+			defer os.Remove(ringDir)
 		}
 	}
-	fmt.Fprintf(e.stderr, "strata serve: %s: draining (streams may finish within %v)\n", why, timeout)
+	fmt.Fprintf(e.stderr, "%s: %s: draining (streams may finish within %v)\n", name, why, timeout)
 	cut := make(chan struct{})
 	var once sync.Once
 	go func() {
@@ -370,18 +383,14 @@ func (c *serveCmd) Run(e *env) error {
 	}()
 	clean := srv.Drain(timeout)
 	once.Do(func() { close(cut) })
-	if metricsSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		metricsSrv.Shutdown(ctx)
-		cancel()
-	}
+	drained()
 	if err := <-served; err != nil {
 		return err
 	}
 	if !clean {
-		fmt.Fprintln(e.stderr, "strata serve: streams still running at the deadline were cut")
+		fmt.Fprintf(e.stderr, "%s: streams still running at the deadline were cut\n", name)
 	}
-	fmt.Fprintln(e.stderr, "strata serve: stopped")
+	fmt.Fprintf(e.stderr, "%s: stopped\n", name)
 	return nil
 }
 

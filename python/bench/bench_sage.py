@@ -207,7 +207,8 @@ def main():
     ap.add_argument("--dataset", required=True, help="Strata dataset directory (strata gen DIR --preset products-hard)")
     ap.add_argument("--modes", default="worker,server,server-local-x,pyg",
                     help="comma list of worker (the shared-memory ring), worker-grpc (worker mode through the "
-                         "socket), server, server-local-x, pyg")
+                         "socket), server (server-client through the loader's relay into a ring), server-grpc "
+                         "(server-client received in Python), server-local-x, pyg")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu", help="training device")
     ap.add_argument("--sampler-device", default="cpu", help="where worker mode's child server samples (cpu, cuda:0)")
@@ -278,9 +279,10 @@ def main():
                     return (strata_pyg.NeighborLoader(gdata, input_nodes=train_idx, batch_size=args.batch_size,
                                                       shuffle=True, **kw),
                             strata_pyg.NeighborLoader(gdata, input_nodes=test_idx, batch_size=args.eval_batch_size, **kw))
-            elif mode == "server":
+            elif mode in ("server", "server-grpc"):
                 def make():
-                    kw = dict(common, feature_dtype=args.feature_dtype)
+                    kw = dict(common, feature_dtype=args.feature_dtype,
+                              transport="grpc" if mode == "server-grpc" else "auto")
                     if args.streams is not None:
                         kw["streams"] = args.streams
                     return (strata_pyg.NeighborLoader(addr, input_nodes="train", batch_size=args.batch_size,
@@ -313,7 +315,7 @@ def main():
         else:
             print(f"  {k:16s} {r['mean_epoch_s_after_first']:8.3f} s   {r['test_accuracy']:.4f}")
     w = results.get("worker", {}).get("mean_epoch_s_after_first")
-    for other in ("worker-grpc", "server", "server-local-x", "pyg"):
+    for other in ("worker-grpc", "server", "server-grpc", "server-local-x", "pyg"):
         o = results.get(other, {}).get("mean_epoch_s_after_first")
         if w and o:
             print(f"  {other} / worker epoch time: {o / w:.2f}x")

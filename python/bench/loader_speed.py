@@ -28,8 +28,9 @@ def main():
     ap.add_argument("--dataset", required=True, help="Strata dataset directory")
     ap.add_argument("--modes", default="shm,grpc,data-shm,data-grpc",
                     help="shm, grpc (features from the server), data-shm, data-grpc (a PyG Data, x gathered "
-                         "locally), server (server-client: a separate strata serve on a loopback port); grpc "
-                         "and server may add -bf16 (features as bfloat16 on the wire)")
+                         "locally), server (server-client: a separate strata serve on a loopback port, through the "
+                         "loader's relay into a ring), server-grpc (the same, received in Python); grpc and "
+                         "server may add -bf16 (features as bfloat16 on the wire)")
     ap.add_argument("--streams", type=int, default=None, help="server mode: Sample streams (default the loader's)")
     ap.add_argument("--step-ms", type=float, default=0.0,
                     help="a training step per batch, simulated: sleep this long (the GIL free, as while a GPU "
@@ -92,6 +93,8 @@ def run(args, addr):
         for opt in mode.split("-")[2 if mode.startswith("data-") else 1:]:
             if opt == "bf16":
                 kw["feature_dtype"] = "bfloat16"
+            elif opt == "grpc" and mode.startswith("server"):
+                kw["transport"] = "grpc"
             else:
                 raise SystemExit(f"unknown mode {mode!r}")
         if mode.startswith("server"):
@@ -121,7 +124,8 @@ def run(args, addr):
                                                               "server_slot_wait_ms", "ready_mean")})
         x_mib = xbytes / n / 2**20
         L.close()
-        print(json.dumps(dict(mode=mode, batches=n, nodes_per_batch=nodes // n, x_mib_per_batch=round(x_mib, 1),
+        transport = st.get("transport") if st else None
+        print(json.dumps(dict(mode=mode, transport=transport, batches=n, nodes_per_batch=nodes // n, x_mib_per_batch=round(x_mib, 1),
                               epoch_s=[round(t, 2) for t in times], best_ms_per_batch=round(1000 * min(times) / n, 1),
                               load_average=round(os.getloadavg()[0], 1), torch=torch.__version__,
                               stats_best_epoch=stats[times.index(min(times))] if stats else None)), flush=True)

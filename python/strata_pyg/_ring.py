@@ -41,7 +41,10 @@ DATA_ALIGN = 64
 MAX_SLOT_BYTES = 1 << 40
 _TABLE = 40
 
-DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8"), 3: np.dtype("<f4")}
+# 4: bfloat16 (a relay's ring carries features as the server sent them),
+# read as int16 and viewed as torch.bfloat16 (numpy has no bfloat16).
+DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8"), 3: np.dtype("<f4"), 4: np.dtype("<i2")}
+BFLOAT16 = 4
 
 
 class RingError(ValueError):
@@ -274,7 +277,8 @@ class Ring:
             a = base[off:off + nb].view(dt).reshape(shape)
             if self.copy:
                 a = a.copy()
-            out[name] = torch.from_numpy(a)
+            t = torch.from_numpy(a)
+            out[name] = t.view(torch.bfloat16) if dt == DTYPES[BFLOAT16] else t
         s.seq, s.used = ref.sequence, max((off + nb for _, _, _, off, nb in entries), default=SLOT_HEADER_BYTES)
         s.ref = None if self.copy else weakref.ref(base)
         del base

@@ -65,29 +65,39 @@ def _on_shm(d):
 class LocalServer:
     """A child `strata serve` over ``dataset`` (a Strata dataset directory,
     a built-in name, or a folder of .npy arrays written by the caller in
-    ``workdir``)."""
+    ``workdir``); with ``relay`` (server addresses) a child `strata relay`
+    instead, which writes those servers' batches into its rings (``env``:
+    more of the child's environment, such as the upstream secret)."""
 
     def __init__(self, dataset, strata_bin=None, device="cpu", num_nodes=None, start_timeout=120.0,
-                 workdir=None, args=()):
+                 workdir=None, args=(), relay=None, env=None):
         self.dir = workdir or tempfile.mkdtemp(prefix="strata-pyg-", dir=_scratch_root())
         os.chmod(self.dir, 0o700)
         self.socket = os.path.join(self.dir, "serve.sock")
         self.address = "unix:" + self.socket
         self.secret = secrets.token_hex(16)
         self._log = tempfile.TemporaryFile()
-        cmd = [find_strata(strata_bin), "--quiet", "serve", "--dataset", str(dataset), "--listen", self.address,
-               "--exit-with-parent", "--device", device, *args]
+        if relay is not None:
+            cmd = [find_strata(strata_bin), "--quiet", "relay", "--upstream", ",".join(relay), "--listen", self.address,
+                   "--exit-with-parent", *args]
+        else:
+            cmd = [find_strata(strata_bin), "--quiet", "serve", "--dataset", str(dataset), "--listen", self.address,
+                   "--exit-with-parent", "--device", device, *args]
         # The shared-memory rings of worker mode go into the same private
         # directory when it is in /dev/shm (SampleShm; else gRPC only).
         self.ring_dir = self.dir if _on_shm(self.dir) else None
         if self.ring_dir:
             cmd += ["--ring-dir", self.ring_dir]
+        elif relay is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise StrataError(",".join(relay), "UNAVAILABLE", f"a relay needs a shared-memory directory ({SHM_ROOT})")
         if num_nodes:
             cmd += ["--num-nodes", str(int(num_nodes))]
-        env = dict(os.environ, STRATA_SERVE_SECRET=self.secret)
+        env = dict(os.environ, STRATA_SERVE_SECRET=self.secret, **(env or {}))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)  # a terminal's Ctrl-C goes to the trainer, not here
-        self.name = f"{self.address} (strata serve, pid {self.proc.pid})"
+        what = f"strata relay to {', '.join(relay)}" if relay is not None else "strata serve"
+        self.name = f"{self.address} ({what}, pid {self.proc.pid})"
         self.refs = 0
         with _lock:
             _live.add(self)

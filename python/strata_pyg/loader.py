@@ -5,6 +5,7 @@ server-client mode)."""
 import os
 import queue
 import re
+import sys
 import threading
 import time
 import warnings
@@ -16,7 +17,7 @@ from . import _rpc
 from ._pb import sampler_pb2 as pb
 from ._ring import Ring, RingError
 from ._rpc import Connection
-from ._server import LocalServer, acquire_graph_server, release_server
+from ._server import LocalServer, _scratch_root, acquire_graph_server, release_server
 from ._tensor import TensorError, decode, encode, parse_batch, to_host, to_torch
 from .errors import StrataError
 
@@ -228,6 +229,12 @@ class NeighborLoader:
     edge_index, input_id, and x, y from a dataset) are views of a ring
     slot, valid as long as they are referenced: a batch kept past the next
     iteration is moved out of the ring first (see docs/pytorch.md).
+    Server-client mode takes them through the same ring too
+    (``transport="relay"``, the default where /dev/shm exists): the loader
+    starts a ``strata relay`` child that receives the servers' batches
+    over gRPC (in Go, several streams at once) and writes them into the
+    ring; ``"grpc"`` receives them in Python instead. Typed batches
+    always travel over gRPC.
 
     Strata's own keyword arguments: ``seed`` (shuffle and sampling seed;
     default: drawn from torch's generator, or 0 with several ranks, which
@@ -239,7 +246,7 @@ class NeighborLoader:
     (default $STRATA_BIN, else ``strata`` on PATH), ``sampler_device``
     (``"cpu"``, ``"cuda:0"``, ``"auto"``: where the child server samples),
     ``request_timeout`` (seconds) and ``start_timeout`` (for the child to
-    come up), ``transport`` (``"auto"``, ``"shm"``, ``"grpc"``),
+    come up), ``transport`` (``"auto"``, ``"shm"``, ``"grpc"``, ``"relay"``),
     ``ring_bytes`` (the ring's size at most; default the server's 2 GiB)
     and ``release_timeout`` (seconds the server waits for the trainer to
     release a slot; default one hour), ``routing`` (``None``: by partition
@@ -312,8 +319,8 @@ class NeighborLoader:
         self._epoch = 0
         self._epoch_set = False
 
-        if transport not in ("auto", "shm", "grpc"):
-            raise ValueError(f"transport={transport!r}: want 'auto', 'shm' or 'grpc'")
+        if transport not in ("auto", "shm", "grpc", "relay"):
+            raise ValueError(f"transport={transport!r}: want 'auto', 'shm', 'grpc' or 'relay'")
         if routing not in (None, "partition", "round_robin"):
             raise ValueError(f"routing={routing!r}: want None, 'partition' or 'round_robin'")
         if ring_bytes is not None and int(ring_bytes) <= 0:
@@ -352,6 +359,10 @@ class NeighborLoader:
         self._local = {}
         if secret is None:
             secret = os.environ.get("STRATA_SERVE_SECRET") or None
+        self._addrs = None  # the servers given by address (server-client mode)
+        self.via_relay = False
+        self._conn_args = dict(secret=secret, tls=tls, strata_bin=strata_bin, request_timeout=request_timeout,
+                               start_timeout=start_timeout)
         try:
             self._connect(data, servers, secret, tls, strata_bin, sampler_device, request_timeout, start_timeout)
             if self.streams > 1 and self._server is not None:
@@ -446,6 +457,7 @@ class NeighborLoader:
                                  "batches carry no e_id to index them by")
             self._local = _node_attrs(data, self.num_nodes)
             if servers:
+                self._addrs = [str(a) for a in servers]
                 self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout)
                                for a in servers for _ in range(self.streams)]
             else:
@@ -478,6 +490,7 @@ class NeighborLoader:
                 # in Python (a copy of each message, the GIL held).
                 if self._auto_streams and len(addrs) == 1:
                     self.streams = DEFAULT_STREAMS
+                self._addrs = addrs
                 self._conns = [Connection(a, secret=secret, tls=tls, timeout=request_timeout)
                                for a in addrs for _ in range(self.streams)]
         infos = [self._server.info] if self._server is not None and self._conns == [self._server.conn] else \
@@ -514,6 +527,47 @@ class NeighborLoader:
                              f"{self._conns[0].address} serves a homogeneous one (give a list)")
 
     def _choose(self, transport, routing):
+        """Picks the transport and the routing; servers given by address go
+        through a local relay into a ring (transport "relay", the default
+        where /dev/shm is) or straight to the loader over gRPC ("grpc")."""
+        relay = False
+        if transport in ("auto", "relay") and self._server is None and self._addrs:
+            why = "typed batches travel over gRPC (a ring slot holds at most 8 tensors)" if self.typed else \
+                "no shared-memory directory (/dev/shm) here" if not sys.platform.startswith("linux") or \
+                _scratch_root() is None else None
+            if transport == "relay" and why is not None:
+                raise ValueError(f"strata_pyg.NeighborLoader: transport='relay': {why} (use 'auto' or 'grpc')")
+            relay = why is None
+        elif transport == "relay":
+            raise ValueError("strata_pyg.NeighborLoader: transport='relay' is for servers given by address "
+                             "(server-client mode), not the loader's own child server")
+        self._choose_direct("grpc" if relay else transport, routing)
+        if relay:
+            self._start_relay()
+
+    def _start_relay(self):
+        """Starts the loader's `strata relay` child over the servers (their
+        streams and routing as chosen) and reads its ring instead of the
+        servers' connections."""
+        a = self._conn_args
+        args = ["--streams", str(self.streams), "--routing", self.routing,
+                "--timeout", f"{max(1.0, float(a['request_timeout'])):g}s"]
+        tls = a["tls"]
+        if tls:
+            args += ["--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"]), "--tls-ca", str(tls["ca"])]
+            if tls.get("name"):
+                args += ["--tls-name", str(tls["name"])]
+        env = {"STRATA_UPSTREAM_SECRET": a["secret"] or ""}
+        relay = LocalServer(None, strata_bin=a["strata_bin"], start_timeout=a["start_timeout"], relay=list(self._addrs),
+                            args=args, env=env)
+        for c in self._conns:
+            c.close()
+        self._conns = [relay.conn]
+        self._server, self._shared = relay, False
+        self.via_relay = True
+        self.transport = "shm"
+
+    def _choose_direct(self, transport, routing):
         """Picks the transport (the ring for the loader's own child, or any
         single server that offers it when asked) and the routing."""
         own = self._server is not None and self._conns == [self._server.conn]
@@ -678,7 +732,9 @@ class NeighborLoader:
             n = self._num_batches(self.num_seeds)
             return [(i % S, i, n) for i in range(n)]
         counts = [self._num_batches(c) for c in self._owned_counts()]
-        return [(k, r, nb) for r in range(max(counts, default=0)) for k, nb in enumerate(counts) if r < nb]
+        # Through a relay, all of them from its one stream, in this order.
+        return [(0 if self.via_relay else k, r, nb) for r in range(max(counts, default=0))
+                for k, nb in enumerate(counts) if r < nb]
 
     def __len__(self):
         if self._parts is None:
@@ -783,8 +839,11 @@ class NeighborLoader:
         self.close()
 
     def __repr__(self):
+        relay = getattr(self, "via_relay", False)
+        servers = self._addrs if relay else [c.address for c in self._conns]
+        transport = "relay" if relay else getattr(self, "transport", None)
         return f"strata_pyg.{type(self).__name__}(num_neighbors={self.num_neighbors}, batch_size={self.batch_size}, " \
-               f"servers={[c.address for c in self._conns]}, transport={getattr(self, 'transport', None)!r}, " \
+               f"servers={servers}, transport={transport!r}, " \
                f"routing={getattr(self, 'routing', None)!r})"
 
 
@@ -885,7 +944,7 @@ class _EpochIter:
         # Where the epoch's time goes (loader.stats()): seconds summed
         # over its batches (by several readers: under stlock).
         self.stats = L.last_stats = dict.fromkeys(_STAT_KEYS, 0)
-        self.stats["transport"] = L.transport
+        self.stats["transport"] = "relay" if L.via_relay else L.transport
         self.stlock = threading.Lock()
         self.stop = threading.Event()
         # Ring batches are small messages the server has prefetched into

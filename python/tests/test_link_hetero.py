@@ -52,16 +52,20 @@ def check_link(b, r, ei, exclude=False, edges=None):
             assert u != v and (u, v) not in edges
 
 
-@pytest.mark.parametrize("mode", ["worker", "server"])
+@pytest.mark.parametrize("mode", ["worker", "server", "server-grpc"])
 def test_link_equals_go_sampler(tiny, pygref_bin, server, tmp_path, mode):
+    """server: through the loader's relay into its ring; server-grpc: the
+    servers' messages read in Python."""
     d, ei, path = tiny_edges(tiny, tmp_path)
     data = tiny if mode == "worker" else server("--dataset", tiny).address
     known = set(map(tuple, d.edge_index.t().tolist()))
     for amount, exclude in ((2.0, True), (0.5, False)):
         with strata_pyg.LinkNeighborLoader(data, num_neighbors=[4, 2], edge_label_index=ei, batch_size=64,
                                            shuffle=True, neg_sampling=dict(mode="binary", amount=amount),
-                                           neg_exclude=exclude, seed=11, num_workers=2) as L:
-            assert L.transport == ("shm" if mode == "worker" and L._infos[0].shm else "grpc")
+                                           neg_exclude=exclude, seed=11, num_workers=2,
+                                           transport="grpc" if mode == "server-grpc" else "auto") as L:
+            assert L.via_relay == (mode == "server")
+            assert L.transport == ("shm" if (mode == "worker" and L._infos[0].shm) or L.via_relay else "grpc")
             L.set_epoch(2)
             got = list(L)
         ref = reference(pygref_bin, tiny, link=True, edges=path, neg_amount=amount, neg_exclude=exclude,

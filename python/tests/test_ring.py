@@ -272,9 +272,12 @@ def test_shm_with_another_server(tiny, server, tmp_path):
     ring.mkdir()
     s = server("--dataset", tiny, "--ring-dir", str(ring), "--metrics-listen", maddr)
     with strata_pyg.NeighborLoader(s.address, transport="shm", **KW) as L, \
-            strata_pyg.NeighborLoader(s.address, **KW) as G:
-        assert L.transport == "shm" and G.transport == "grpc"  # auto: the ring only for the loader's own child
-        assert [fields(b) for b in L] == [fields(b) for b in G]
+            strata_pyg.NeighborLoader(s.address, transport="grpc", **KW) as G, \
+            strata_pyg.NeighborLoader(s.address, **KW) as R:
+        # auto: the server's own ring only for the loader's own child; a
+        # server given by address goes through the loader's relay.
+        assert L.transport == "shm" and G.transport == "grpc" and R.via_relay and not L.via_relay
+        assert [fields(b) for b in L] == [fields(b) for b in G] == [fields(b) for b in R]
     text = urllib.request.urlopen(f"http://{maddr}/metrics", timeout=10).read().decode()
     assert "strata_serve_ring_bytes_total" in text and 'method="SampleShm"' not in text, text
     assert not list(ring.iterdir())

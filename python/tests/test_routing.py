@@ -15,14 +15,17 @@ def owners(off, ids):
     return np.searchsorted(off, ids.numpy(), side="right") - 1
 
 
-def test_partition_routing(tiny_parts, server):
+@pytest.mark.parametrize("transport", ["relay", "grpc"])
+def test_partition_routing(tiny_parts, server, transport):
     a = server("--dataset", tiny_parts, "--part", "0")
     b = server("--dataset", tiny_parts, "--part", "1")
     data = strata_pyg.load_dataset(os.path.join(tiny_parts, "dataset"))
     train = data.train_mask.nonzero().view(-1)
-    kw = dict(num_neighbors=[3, 2], input_nodes="train", batch_size=50, shuffle=True, seed=2, num_workers=2)
+    kw = dict(num_neighbors=[3, 2], input_nodes="train", batch_size=50, shuffle=True, seed=2, num_workers=2,
+              transport=transport)
     with strata_pyg.NeighborLoader([a.address, b.address], **kw) as L:
-        assert L.routing == "partition" and L.transport == "grpc"
+        assert L.routing == "partition" and L.via_relay == (transport == "relay")
+        assert L.transport == ("shm" if L.via_relay else "grpc")
         off = L._offsets
         got = list(L)
         assert len(got) == len(L)
@@ -44,7 +47,8 @@ def test_partition_routing(tiny_parts, server):
 
     # Seeds given as a tensor are counted and routed the same way.
     seeds = torch.tensor([5, 1990, 17, 3, 1500, 999, 1000, 42, 1200])
-    with strata_pyg.NeighborLoader([b.address, a.address], num_neighbors=[2], input_nodes=seeds, batch_size=2) as L:
+    with strata_pyg.NeighborLoader([b.address, a.address], num_neighbors=[2], input_nodes=seeds, batch_size=2,
+                                   transport=transport) as L:
         got = list(L)
         assert len(got) == len(L) == 5  # part 0 owns some of them, part 1 the rest: ceil each by 2
     assert sorted(v for g in got for v in g.input_id.tolist()) == list(range(len(seeds)))
@@ -54,7 +58,7 @@ def test_partition_routing(tiny_parts, server):
 
     # Round-robin over the same servers (each holds the whole graph):
     # the batches of one server serving the whole epoch.
-    kw = dict(num_neighbors=[2], input_nodes="val", batch_size=64, seed=1)
+    kw = dict(num_neighbors=[2], input_nodes="val", batch_size=64, seed=1, transport=transport)
     with strata_pyg.NeighborLoader([a.address, b.address], routing="round_robin", **kw) as rr, \
             strata_pyg.NeighborLoader(a.address, **kw) as one:
         assert rr.routing == "round_robin"

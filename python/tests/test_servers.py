@@ -158,7 +158,7 @@ def test_flow_control(server):
     s = server("--dataset", "cora", "--metrics-listen", maddr)
     # 2,708 batches of one seed with the 1,433 features of its ~100-node
     # neighborhood: ~0.6 MB each, so the client's buffers hold few.
-    L = strata_pyg.NeighborLoader(s.address, num_neighbors=[10, 10], batch_size=1, prefetch_factor=2)
+    L = strata_pyg.NeighborLoader(s.address, num_neighbors=[10, 10], batch_size=1, prefetch_factor=2, transport="grpc")
     it = iter(L)
     next(it)  # then stop reading
     end = time.monotonic() + 30

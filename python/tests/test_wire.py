@@ -12,7 +12,11 @@ import strata_pyg
 from strata_pyg import _tensor
 from strata_pyg._pb import sampler_pb2 as pb
 
-KW = dict(num_neighbors=[4, 3], input_nodes="train", batch_size=40, shuffle=True, seed=5, num_workers=2)
+# transport="grpc": these are the batches read in Python off the wire (the
+# relay's, through a ring, are test_relay.py's).
+KW = dict(num_neighbors=[4, 3], input_nodes="train", batch_size=40, shuffle=True, seed=5, num_workers=2,
+          transport="grpc")
+WKW = dict(KW, transport="auto")  # worker mode: the child's ring
 
 
 def ids(b):
@@ -146,7 +150,7 @@ def test_parse_batch_fuzz():
 def test_narrow_ring_ids_and_device(tiny):
     """int32 IDs in the ring slots (what device='cuda' asks for), widened
     by the loader: the batches of the int64 ring."""
-    with strata_pyg.NeighborLoader(tiny, **KW) as wide, strata_pyg.NeighborLoader(tiny, device="cpu", **KW) as narrow:
+    with strata_pyg.NeighborLoader(tiny, **WKW) as wide, strata_pyg.NeighborLoader(tiny, device="cpu", **WKW) as narrow:
         narrow._narrow_ids = True
         assert wide.transport == narrow.transport == "shm"
         a = list(wide)
@@ -166,7 +170,7 @@ def test_narrow_ring_ids_and_device(tiny):
 def test_ring_without_reader_thread(tiny):
     """reader_thread=False: the trainer's thread reads the ring's
     messages; the same batches, kept ones moved out of the ring."""
-    with strata_pyg.NeighborLoader(tiny, **KW) as a, strata_pyg.NeighborLoader(tiny, reader_thread=False, **KW) as b:
+    with strata_pyg.NeighborLoader(tiny, **WKW) as a, strata_pyg.NeighborLoader(tiny, reader_thread=False, **WKW) as b:
         x = list(a)
         it = iter(b)
         y = list(it)
