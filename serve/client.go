@@ -109,11 +109,12 @@ func (c *Client) Features(ctx context.Context, ids []graph.NodeID, x, y bool) (*
 
 // Sample opens a stream of batches; req.ProtocolVersion is filled in.
 // Each Recv waits at most the client's timeout (an idle-stream deadline:
-// the stream is cancelled and Recv fails naming the server).
-func (c *Client) Sample(ctx context.Context, req *servepb.SampleRequest) (*BatchStream, error) {
+// the stream is cancelled and Recv fails naming the server). opts are
+// gRPC's call options (the relay's codec).
+func (c *Client) Sample(ctx context.Context, req *servepb.SampleRequest, opts ...grpc.CallOption) (*BatchStream, error) {
 	ctx, cancel := context.WithCancel(c.ctx(ctx))
 	req.ProtocolVersion = ProtocolVersion
-	s, err := c.c.Sample(ctx, req)
+	s, err := c.c.Sample(ctx, req, opts...)
 	if err != nil {
 		cancel()
 		return nil, c.wrap(err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -134,7 +135,7 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 		} else {
 			r.Part, r.NumParts = uint32(k), uint32(U)
 		}
-		bs, err := c.Sample(ctx, r)
+		bs, err := c.Sample(ctx, r, grpc.ForceCodecV2(newRelayCodec()))
 		if err != nil {
 			return upstreamError(err)
 		}

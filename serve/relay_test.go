@@ -260,3 +260,58 @@ func TestRelayUpstreamGone(t *testing.T) {
 		t.Fatalf("after the upstream stopped: %v (want UNAVAILABLE naming %s)", err, a)
 	}
 }
+
+// decodeBatchAliased decodes as proto.Unmarshal does, with the tensors'
+// data left in the message's bytes.
+func TestDecodeBatchAliased(t *testing.T) {
+	m := &servepb.Batch{Index: 3, NumBatches: 9, NId: Int32Tensor([]int32{4, 5, 6}, 3), X: &servepb.Tensor{Dtype: servepb.DType_DTYPE_BFLOAT16, Shape: []int64{3, 2}, Data: []byte("abcdefghijkl")},
+		NumSampledNodes: []int64{1, 2}, BatchSize: 1, Note: "n", Timing: &servepb.BatchTiming{SampleNs: 7}}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &servepb.Batch{}
+	if err := decodeBatchAliased(b, got); err != nil || !proto.Equal(got, m) {
+		t.Fatalf("decoded %v, %v; want %v", got, err, m)
+	}
+	x := got.X.Data
+	if i := strings.Index(string(b), "abcdefghijkl"); i < 0 || &b[i] != &x[0] {
+		t.Fatal("x was copied out of the message")
+	}
+	// A repeated tensor field is merged, as proto does.
+	twice := append(slices.Clone(b), b...)
+	want := &servepb.Batch{}
+	if err := proto.Unmarshal(twice, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeBatchAliased(twice, got); err != nil || !proto.Equal(got, want) {
+		t.Fatalf("twice: %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range [][]byte{b[:len(b)-3], {0x1a, 0x05, 0x08}, {0x1a, 0x02, 0x1a, 0x09}} {
+		if err := decodeBatchAliased(bad, got); err == nil {
+			t.Fatalf("%x decoded", bad)
+		}
+	}
+}
+
+func FuzzDecodeBatchAliased(f *testing.F) {
+	for _, m := range []*servepb.Batch{
+		{Index: 1, NId: Int32Tensor([]int32{1, 2}, 2), EdgeIndex: Int32Tensor([]int32{0, 1, 1, 0}, 2, 2), Y: Int32Tensor([]int32{-1, 3}, 2)},
+		{X: &servepb.Tensor{Dtype: servepb.DType_DTYPE_FLOAT32, Shape: []int64{1, 1}, Data: []byte{0, 0, 128, 63}}, Note: "x"},
+		{Shm: &servepb.ShmSlot{Path: "/p", Slot: 2}, Nodes: []*servepb.TypedNodes{{Type: 1}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, want := &servepb.Batch{}, &servepb.Batch{}
+		err := decodeBatchAliased(b, got)
+		werr := proto.Unmarshal(b, want)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("aliased: %v, proto: %v", err, werr)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("aliased %v, proto %v", got, want)
+		}
+	})
+}
