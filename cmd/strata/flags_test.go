@@ -256,7 +256,7 @@ func TestFlagValues(t *testing.T) {
 		"max-prefetch": "int", "max-streams": "int", "max-samplers": "int", "drain-timeout": "dur",
 		"infer-budget": "bytes", "layer": "int",
 		"neg-ratio": "int", "hits-k": "int",
-		"ring-mb": "int", "release-timeout": "dur", "part": "int", "machines": "int", "devices-per-machine": "int",
+		"ring-mb": "int", "release-timeout": "dur", "part": "int", "streams": "int", "machines": "int", "devices-per-machine": "int",
 	}
 	// gpushm's tuning flags (train --mode fullgraph, bench comm); 0 is the
 	// default.
@@ -453,6 +453,16 @@ func TestFlagValues(t *testing.T) {
 			{flag: "release-timeout", legal: durRange(time.Second, 24*time.Hour, false), extra: []string{"999ms", "24h", "24h1s"}},
 			{flag: "part", legal: intRange(-1, 1<<16-1), extra: []string{"-2", "65535", "65536"}},
 			{flag: "devices", legal: devList, extra: []string{"cpu:-1", "cpu:0", "cpu:1", "cpu:256", "cpu:257", "cpu:1e12", "cpu:" + p63, "cpu:abc", "cuda:" + p63}},
+		}},
+		{name: "relay", args: func(_ *testing.T, d string) []string {
+			return []string{"relay", "--quiet", "--upstream", "127.0.0.1:1", "--ring-dir", filepath.Join(d, "no-such-ring"), "--listen", "127.0.0.1:0"}
+		}, sentinel: "no-such-ring", flags: []flagSpec{
+			{flag: "streams", legal: intRange(1, 16), extra: []string{"16", "17"}},
+			{flag: "ring-mb", legal: intRange(1, 1<<20), extra: []string{"1048576", "1048577"}},
+			{flag: "max-message-mb", legal: intRange(1, 2047), extra: []string{"2047", "2048"}},
+			{flag: "release-timeout", legal: durRange(time.Second, 24*time.Hour, false), extra: []string{"999ms", "24h", "24h1s"}},
+			{flag: "timeout", legal: durRange(time.Second, 24*time.Hour, false), extra: []string{"999ms", "24h", "24h1s"}},
+			{flag: "drain-timeout", legal: durRange(0, 24*time.Hour, false), extra: []string{"24h", "24h1s"}},
 		}},
 		{name: "bench comm gpushm", args: func(t *testing.T, d string) []string {
 			return []string{"bench", "comm", "--comm", "bogus", "--max-bytes", "4096", "--json", filepath.Join(d, "b.json")}
