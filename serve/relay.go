@@ -67,8 +67,15 @@ func (r *Relay) check(opt Options) error {
 func (s *Server) relayInfo(ctx context.Context) (*servepb.InfoReply, error) {
 	r, err := s.opt.Relay.Upstreams[0].Info(ctx)
 	if err != nil {
+		// Not UNAVAILABLE: that would say the relay itself is not up yet
+		// (strata_pyg waits for its child while Info answers so).
+		err = upstreamError(err)
+		code := status.Code(err)
+		if code == codes.Unavailable || code == codes.DeadlineExceeded {
+			err = status.Error(codes.FailedPrecondition, status.Convert(err).Message())
+		}
 		s.metrics.failed("Info", status.Code(err))
-		return nil, upstreamError(err)
+		return nil, err
 	}
 	r.Shm = true
 	r.Capabilities = append(r.Capabilities, CapRelay)

@@ -250,6 +250,10 @@ func TestRelayUpstreamGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	up.Stop()
+	// Info names the upstream, and says the relay itself is up.
+	if _, err := rc.Info(context.Background()); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "server "+a) {
+		t.Fatalf("Info with the upstream gone: %v", err)
+	}
 	var err error
 	for n := uint64(1); err == nil; n++ {
 		if err = sc.release(n); err == nil {
