@@ -115,3 +115,32 @@ def test_relay_flow_control(server):
     for i, b in zip(range(1, 200), it):
         assert b.input_id.tolist() == [i]
     L.close()
+
+
+def test_relay_gone_when_trainer_is_killed(tiny, server, strata_bin):
+    """SIGKILL the trainer: nobody runs close(), yet the relay exits and
+    removes its ring directory."""
+    import subprocess
+    import sys
+    import textwrap
+    from conftest import ROOT
+    s = server("--dataset", tiny)
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+        import strata_pyg
+        L = strata_pyg.NeighborLoader({s.address!r}, num_neighbors=[2])
+        assert L.via_relay
+        next(iter(L))
+        print(L._server.proc.pid, L._server.dir, flush=True)
+        import time; time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, STRATA_BIN=strata_bin))
+    pid, d = p.stdout.readline().split()
+    p.kill()
+    p.wait()
+    assert gone(int(pid)), f"strata relay {pid} outlived its killed parent"
+    end = time.monotonic() + 10
+    while os.path.exists(d):  # removed once the relay is down
+        assert time.monotonic() < end, f"{d} left behind"
+        time.sleep(0.05)
