@@ -115,7 +115,9 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 	if prefetch == 0 {
 		prefetch = s.opt.Prefetch
 	}
-	sh, err := s.newShmStream(prefetch, first.Ring)
+	// The ring holds what the upstream streams keep ready together (the
+	// loader split its prefetch depth over them).
+	sh, err := s.newShmStream(prefetch*len(s.opt.Relay.Upstreams), first.Ring)
 	if err != nil {
 		return err
 	}
@@ -188,7 +190,6 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 			if err := sh.relayBatch(ctx, ss, j, g.m, rl.Upstreams[k].Addr); err != nil {
 				return err
 			}
-			sh.sent.Add(1)
 			s.stats.sent.Add(1)
 			s.metrics.batches.Inc()
 			j++
@@ -241,6 +242,7 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 			m.Note = note
 		}
 		sh.s.metrics.ringInline.Inc()
+		sh.sent.Add(1) // before Send: the client may release it at once
 		return ss.Send(m)
 	}
 	S := r.Header.Slots
@@ -280,6 +282,9 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 		Shm: &servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(S),
 			SlotBytes: uint64(r.Header.SlotBytes), Slot: uint32(k), Sequence: uint64(j)}}
 	sh.s.metrics.ringBytes.Add(float64(used))
+	// Counted before Send: the client may release the batch as soon
+	// as it has it.
+	sh.sent.Add(1)
 	return ss.Send(out)
 }
 
