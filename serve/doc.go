@@ -54,6 +54,12 @@
 // a BatchTiming (sampling, encoding, waiting for a ring slot) so that
 // clients can tell where its time went.
 //
+// With Options.Relay the server is a relay (`strata relay`; relay.go):
+// no dataset, and each SampleShm stream is the epoch of the upstream
+// servers' Sample streams (round-robin or by partition, in strata_pyg's
+// order), received in Go and written into the ring, so that a trainer in
+// server-client mode maps its batches as in worker mode.
+//
 // With Options.Partition the server owns one part of a partition
 // (`strata partition`); Info says which, and SampleRequest.owned streams
 // sample only the seeds of that part, with keys of their own, so that a
