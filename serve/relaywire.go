@@ -11,25 +11,46 @@ import (
 	"github.com/strata-gnn/strata/serve/servepb"
 )
 
-// relayCodec is the relay's codec for its upstream Sample streams: the
+// relayCodec is the relay's codec for one upstream Sample stream: the
 // proto codec, except that a Batch's tensors are left in the received
 // bytes (decodeBatchAliased) instead of copied out of them by
-// proto.Unmarshal: one copy less of every batch on its way to the ring.
-type relayCodec struct{ proto encoding.CodecV2 }
-
-func newRelayCodec() relayCodec { return relayCodec{proto: encoding.GetCodecV2("proto")} }
-
-func (c relayCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
-
-func (c relayCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if m, ok := v.(*servepb.Batch); ok {
-		// Materialize copies: gRPC reuses data's buffers once this returns.
-		return decodeBatchAliased(data.Materialize(), m)
-	}
-	return c.proto.Unmarshal(data, v)
+// proto.Unmarshal, and those bytes are one of a few buffers the stream
+// reuses: fresh tens of MiB for every batch cost ten times their copy
+// (page faults, zeroing, collection). A stream's batches are received in
+// order and consumed in order, and batch i is done with before batch
+// i+relayBufs is received (one being written to the ring, relayAhead
+// waiting, one being received), so buffer i mod relayBufs is free again.
+type relayCodec struct {
+	proto encoding.CodecV2
+	bufs  [relayBufs][]byte
+	next  int
 }
 
-func (relayCodec) Name() string { return "proto" }
+const relayBufs = relayAhead + 2
+
+func newRelayCodec() *relayCodec { return &relayCodec{proto: encoding.GetCodecV2("proto")} }
+
+func (c *relayCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c *relayCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*servepb.Batch)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	// A copy all the same: gRPC reuses data's buffers once this returns.
+	n := data.Len()
+	b := c.bufs[c.next]
+	if cap(b) < n {
+		b = make([]byte, n, n+n/8) // the next batch may be a little larger
+	}
+	b = b[:n]
+	data.CopyTo(b)
+	c.bufs[c.next] = b
+	c.next = (c.next + 1) % relayBufs
+	return decodeBatchAliased(b, m)
+}
+
+func (*relayCodec) Name() string { return "proto" }
 
 // batchTensorFields are the Batch fields that hold a Tensor.
 var batchTensorFields = map[protowire.Number]func(*servepb.Batch) **servepb.Tensor{
