@@ -1091,6 +1091,12 @@ class _EpochIter:
                 for k in ("x", "y", "edge_label_index"):
                     if k in t:
                         out[k] = t[k]
+                x = out.get("x")
+                if x is not None and x.dtype == torch.bfloat16 and L.device is None:
+                    # A relay's ring holds x as the server sent it: widened
+                    # here, on the reader thread, as a gRPC batch is (on a
+                    # device= GPU it is widened there instead).
+                    out["x"] = x.float()
             elif L._stage is not None:
                 out = self._staged(m, *L._stage)
             else:
