@@ -29,7 +29,7 @@
 //	36 crc      uint32, CRC-32 (IEEE) of bytes [0, 36) then of the table
 //	40 table    count entries of EntryBytes:
 //	   0  name   16 bytes, ASCII, NUL-padded
-//	   16 dtype  uint32 (DTypeInt32, DTypeInt64, DTypeFloat32: servepb's)
+//	   16 dtype  uint32 (DTypeInt32, DTypeInt64, DTypeFloat32, DTypeBFloat16: servepb's)
 //	   20 rank   uint32, 0..MaxRank
 //	   24 shape  4 x int64 (unused dimensions 0)
 //	   56 offset uint64 from the slot's start, a multiple of DataAlign, >= SlotHeaderBytes
