@@ -245,20 +245,9 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 		sh.sent.Add(1) // before Send: the client may release it at once
 		return ss.Send(m)
 	}
-	S := r.Header.Slots
-	k := j % S
-	var waited time.Duration
-	if j >= S {
-		t0 := time.Now()
-		sh.waiting.Add(1)
-		err := sh.acks.wait(ctx, uint64(j-S+1), sh.timeout, func() string {
-			return fmt.Sprintf("the client did not release ring slot %d (its batch %d) for batch %d", k, j-S, j)
-		})
-		sh.waiting.Add(-1)
-		waited = time.Since(t0)
-		if err != nil {
-			return err
-		}
+	k, waited, err := sh.waitSlot(ctx, j, r.Header.Slots)
+	if err != nil {
+		return err
 	}
 	t1 := time.Now()
 	err = writeSlot(r.Slot(k), uint64(j), used, specs, func(w tensorDst) {
@@ -279,7 +268,7 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 	tm.SlotWaitNs += uint64(waited)
 	out := &servepb.Batch{Index: m.Index, NumBatches: m.NumBatches, NumSampledNodes: m.NumSampledNodes,
 		NumSampledEdges: m.NumSampledEdges, BatchSize: m.BatchSize, Timing: tm,
-		Shm: &servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(S),
+		Shm: &servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(r.Header.Slots),
 			SlotBytes: uint64(r.Header.SlotBytes), Slot: uint32(k), Sequence: uint64(j)}}
 	sh.s.metrics.ringBytes.Add(float64(used))
 	// Counted before Send: the client may release the batch as soon

@@ -319,27 +319,16 @@ func (sh *shmStream) produce(ctx context.Context, st *stream, j int, b *PyGBatch
 		sh.s.metrics.ringInline.Inc()
 		return result{msg: msg, size: size, err: err}
 	}
-	S := r.Header.Slots
-	k := j % S
-	var waited time.Duration
-	if j >= S {
-		t0 := time.Now()
-		sh.waiting.Add(1)
-		err := sh.acks.wait(ctx, uint64(j-S+1), sh.timeout, func() string {
-			return fmt.Sprintf("the client did not release ring slot %d (its batch %d) for batch %d", k, j-S, j)
-		})
-		sh.waiting.Add(-1)
-		waited = time.Since(t0)
-		if err != nil {
-			return result{err: err, wait: waited}
-		}
+	k, waited, err := sh.waitSlot(ctx, j, r.Header.Slots)
+	if err != nil {
+		return result{err: err, wait: waited}
 	}
 	tm.slotWait = waited
 	t1 := time.Now()
 	if err := writeSlot(r.Slot(k), uint64(j), used, sz.specs, func(w tensorDst) { st.putTensors(w, b, pos, wide, false) }); err != nil {
 		return result{err: fmt.Errorf("serve: batch %d: ring slot %d: %w", i, k, err), wait: waited}
 	}
-	ref, err := proto.Marshal(&servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(S),
+	ref, err := proto.Marshal(&servepb.ShmSlot{Path: r.Path, Nonce: r.Header.Nonce, NumSlots: uint32(r.Header.Slots),
 		SlotBytes: uint64(r.Header.SlotBytes), Slot: uint32(k), Sequence: uint64(j)})
 	if err != nil {
 		return result{err: err, wait: waited}
@@ -366,6 +355,23 @@ func writeSlot(slot []byte, seq uint64, used int64, specs []shmring.Tensor, put 
 	}()
 	put(&slotWriter{specs: specs, slot: slot})
 	return shmring.WriteSlotHeader(slot, seq, used, specs)
+}
+
+// waitSlot waits until batch j's ring slot (j mod S of S slots) is free:
+// the client has released the batch that used it, S batches before.
+// It returns the slot and how long it waited.
+func (sh *shmStream) waitSlot(ctx context.Context, j, S int) (k int, waited time.Duration, err error) {
+	k = j % S
+	if j < S {
+		return k, 0, nil
+	}
+	t0 := time.Now()
+	sh.waiting.Add(1)
+	err = sh.acks.wait(ctx, uint64(j-S+1), sh.timeout, func() string {
+		return fmt.Sprintf("the client did not release ring slot %d (its batch %d) for batch %d", k, j-S, j)
+	})
+	sh.waiting.Add(-1)
+	return k, time.Since(t0), err
 }
 
 // finish keeps the stream (and so its ring) open until the client has
