@@ -179,7 +179,7 @@ func (ts *targetSet) exclude(blk *sample.Block) int {
 	n := blk.NumDst
 	parts := min(runtime.GOMAXPROCS(0), int(blk.Indptr[n]/excludeChunk))
 	if parts <= 1 {
-		kept, removed := ts.compact(blk, 0, n, blk.Indptr[n])
+		kept, removed := ts.compact(blk, 0, n, 0, blk.Indptr[n])
 		blk.Indptr[n] = kept
 		ts.trim(blk, kept)
 		return removed
@@ -199,7 +199,7 @@ func (ts *targetSet) exclude(blk *sample.Block) int {
 	var wg sync.WaitGroup
 	for p := range parts {
 		wg.Go(func() {
-			end, rm := ts.compact(blk, rows[p], rows[p+1], edges[p+1])
+			end, rm := ts.compact(blk, rows[p], rows[p+1], edges[p], edges[p+1])
 			kept[p], removed[p] = end-edges[p], rm
 		})
 	}
@@ -224,12 +224,14 @@ func (ts *targetSet) exclude(blk *sample.Block) int {
 }
 
 // compact removes the edges of ts from blk's rows [r0, r1), whose edges
-// end at end (Indptr[r1], which another run may be rewriting), keeping
-// the others in order from the rows' first edge on. It sets Indptr[r0:r1]
-// and returns the end of the kept edges and the number removed.
-func (ts *targetSet) compact(blk *sample.Block, r0, r1 int, end int64) (int64, int) {
+// are [start, end) (Indptr[r0] and Indptr[r1], read before the runs
+// start: an empty run's Indptr[r0] is the next run's, which that run
+// rewrites), keeping the others in order from start on. It sets
+// Indptr[r0:r1] and returns the end of the kept edges and the number
+// removed.
+func (ts *targetSet) compact(blk *sample.Block, r0, r1 int, start, end int64) (int64, int) {
 	removed := 0
-	w := blk.Indptr[r0]
+	w := start
 	for i := r0; i < r1; i++ {
 		lo, hi := blk.Indptr[i], end
 		if i+1 < r1 {
