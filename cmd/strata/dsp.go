@@ -52,6 +52,7 @@ type dspFlags struct {
 	GPUSampler      string `name:"gpu-sampler" help:"sampled mode with CUDA --devices: csp (collective sampling over each device's patch) or full (every GPU samples the whole graph)." enum:"csp,full" default:"csp"`
 	MachineDir      string `help:"sampled mode in a job (CPU or GPU --devices): this machine's directory, written by 'strata partition --machines' (replaces --dataset): the machine loads only its own rows and asks the other machines for theirs over gRPC." placeholder:"DIR"`
 	RemoteCache     string `help:"with --machine-dir: bytes of other machines' feature rows each process keeps once fetched (e.g. 64MiB), 0 for none; auto: 256MiB." default:"auto" placeholder:"BYTES"`
+	ProfileOps      int    `help:"sampled mode with CUDA --devices: time every op of each device's trainer during epoch N (1-based) and print each op's device time and launches per step (that epoch runs slower; 0: off)." default:"0" placeholder:"N"`
 	SamplerWorkers  int    `help:"sampled mode with --devices: samplers per device, each on its own stream with its own communicators, taking turns at the batches (one samples while another waits for its peers)." default:"1" placeholder:"N"`
 }
 
@@ -106,7 +107,10 @@ func (c *trainCmd) dspConfigOf(tc train.Config, devices int) (engine.Config, err
 		QueueCapacity: f.QueueCapacity, Rebalance: f.Rebalance, NoCoordinator: f.NoCoordinator,
 		NoPipeline: f.NoPipeline, Sampler: f.GPUSampler, SharedStream: f.SharedStream,
 		SyncCollectives: f.SyncCollectives, NoStagePriority: f.NoStagePriority,
-		SamplerWorkers: f.SamplerWorkers, Comm: c.FullGraph.Comm}
+		SamplerWorkers: f.SamplerWorkers, Comm: c.FullGraph.Comm, ProfileEpoch: f.ProfileOps}
+	if f.ProfileOps < 0 || f.ProfileOps > tc.Epochs {
+		return cfg, usageError{fmt.Errorf("--profile-ops %d: want an epoch in 1..%d (--epochs), or 0 for off", f.ProfileOps, tc.Epochs)}
+	}
 	if cfg.Comm == fullgraph.CommHost {
 		return cfg, usageError{fmt.Errorf("--comm host applies to --mode fullgraph; sampled --devices take %s", strings.Join(engine.CommKinds, ", "))}
 	}
@@ -203,6 +207,7 @@ func (f *dspFlags) set() []string {
 	add(f.StallTimeout != "", "stall-timeout")
 	add(f.GPUSampler != "csp", "gpu-sampler")
 	add(f.SamplerWorkers != 1, "sampler-workers")
+	add(f.ProfileOps != 0, "profile-ops")
 	add(f.MachineDir != "", "machine-dir")
 	add(f.RemoteCache != "auto", "remote-cache")
 	return out
@@ -219,6 +224,8 @@ func (c *trainCmd) checkCUDAFlags(bs []backend.Backend) error {
 		switch {
 		case f.SharedStream:
 			return usageError{fmt.Errorf("--shared-stream needs CUDA --devices")}
+		case f.ProfileOps != 0:
+			return usageError{fmt.Errorf("--profile-ops needs CUDA --devices (%s has no op profiler)", b.Name())}
 		case f.GPUSampler != engine.SamplerCSP:
 			return usageError{fmt.Errorf("--gpu-sampler %s needs CUDA --devices", f.GPUSampler)}
 		case c.FullGraph.Comm == comm.KindNCCL:

@@ -124,6 +124,11 @@ type Config struct {
 	// ends.
 	SyncCollectives bool `json:"sync_collectives"`
 	NoStagePriority bool `json:"no_stage_priority"`
+	// ProfileEpoch, when positive, times every op of each device's
+	// trainer during that epoch (1-based) with the back end's Profiler
+	// (CUDA devices) and reports them (RunInfo.OpProfiles). The timing
+	// slows that epoch; no number changes.
+	ProfileEpoch int `json:"profile_epoch,omitempty"`
 	// Comm is how the devices' collectives move data (the gradient
 	// all-reduce, the feature rows and the collective sampler's
 	// exchanges): comm.KindAuto (the default: NCCL on CUDA devices,
@@ -259,6 +264,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.Train.Mode != train.Sampled {
 		return bad("mode", "multi-device training is sampled mini-batch training, not %q", c.Train.Mode)
+	}
+	if c.ProfileEpoch < 0 || c.ProfileEpoch > c.Train.Epochs {
+		return bad("profile_epoch", "%d not in [0, %d] (0: off; else an epoch of the run)", c.ProfileEpoch, c.Train.Epochs)
 	}
 	if c.Devices < 1 || c.Devices > maxDevices {
 		return bad("devices", "%d not in [1, %d]", c.Devices, maxDevices)

@@ -37,6 +37,7 @@ type device struct {
 	sdevs  []backend.Sibling // the sampler workers' sibling handles of the GPU (own streams and locks), nil when shared
 	ldev   backend.Sibling   // the loader's, likewise
 	lb     backend.Backend   // the loader's back end: ldev, or b
+	prof   *profiler         // times the trainer's ops of Config.ProfileEpoch
 	lfence *devbuf.Fence     // waits for the loader's stream (ldev != nil)
 	later  *cudadsp.Deferred // frees sampler and loader buffers after the trainer's copies of them
 	trk    *tracker
@@ -525,7 +526,13 @@ func (d *device) trainOne(ctx context.Context, it *item) error {
 	if d.epochStart.IsZero() {
 		d.epochStart = t0
 	}
-	err := d.step(ctx, it)
+	err := d.prof.before(it)
+	if err == nil {
+		err = d.step(ctx, it)
+	}
+	if err == nil {
+		err = d.prof.after(d.rank, it)
+	}
 	if err == nil && d.rank == 0 {
 		d.s.firstBatch()
 	}

@@ -113,6 +113,9 @@ type RunInfo struct {
 	ReplicasEqual    bool    `json:"replicas_equal"`
 	// PeakDeviceBytes is each CUDA device's allocator peak (0 elsewhere).
 	PeakDeviceBytes []int64 `json:"peak_device_bytes"`
+	// OpProfiles: this process's devices' trainer ops over
+	// Config.ProfileEpoch.
+	OpProfiles []OpProfile `json:"op_profiles,omitempty"`
 }
 
 // Metrics are the pipeline's counters. Summary and Ranks are totals over

@@ -167,6 +167,13 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	if err := cfg.Train.ResolvePrecision(opts.Backends...); errors.As(err, &tce) {
 		return nil, &ConfigError{Field: tce.Field, Msg: tce.Msg}
 	}
+	profs := make([]*profiler, w.Local())
+	for i, b := range opts.Backends {
+		var err error
+		if profs[i], err = newProfiler(b, cfg.ProfileEpoch); err != nil {
+			return nil, err
+		}
+	}
 	if nCUDA > 0 && cfg.Scheme == LayerWise && cfg.Sampler == SamplerFull {
 		return nil, &ConfigError{Field: "sampler", Msg: "the full sampler on GPUs is node-wise (gpusample); layer-wise sampling there is collective (use csp)"}
 	}
@@ -378,7 +385,7 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	s.placing = clock.begin("placement", upload)
 	go func() { setupWG.Wait(); s.placing.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
 	for i, r := range w.Ranks() {
-		d := &device{s: s, rank: r, b: opts.Backends[i], m: &s.ctrs[r], trk: &s.trk[r]}
+		d := &device{s: s, rank: r, b: opts.Backends[i], m: &s.ctrs[r], trk: &s.trk[r], prof: profs[i]}
 		devs[i] = d
 		if s.sdevs != nil {
 			d.sdevs, d.ldev = s.sdevs[r], s.ldevs[r]
@@ -406,6 +413,13 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	for _, d := range devs {
 		if m, ok := d.b.(backend.Memory); ok {
 			s.run.PeakDeviceBytes[d.rank] = m.Stats().PeakBytes
+		}
+		if d.prof != nil && d.prof.out != nil {
+			o := d.prof.out
+			s.run.OpProfiles = append(s.run.OpProfiles, *o)
+			if opts.Log != nil {
+				writeProfile(opts.Log, o, 25)
+			}
 		}
 		d.free()
 	}

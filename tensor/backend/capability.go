@@ -28,6 +28,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 //	Kernels       kernels compiled at run time, and launched       no   yes
 //	Enqueuer      a batch of queued ops under the device's lock    no   yes
 //	Fused         training-step chains in one pass, masks unstored yes  yes
+//	Profiler      device time and count of every op queued         no   yes
 
 // DevPtr is an address in a device's address space, as a kernel sees it:
 // where a kernel reads mapped host memory (HostBuffer.DeviceAddr). 0 is
@@ -381,4 +382,23 @@ func CheckDropoutRate(op string, p float32) error {
 		return &ShapeError{Op: op, Msg: fmt.Sprintf("p = %v, want 0 <= p < 1", p)}
 	}
 	return nil
+}
+
+// OpTime is the device time spent in one kind of op while profiling.
+type OpTime struct {
+	Name  string  `json:"name"`  // kernel name, "sgemm", "memset", "memcpy HtoD", ...
+	Calls int64   `json:"calls"` // ops queued
+	Ms    float64 `json:"ms"`    // device milliseconds, summed
+}
+
+// Profiler is implemented by back ends that can time every op they
+// queue (the CUDA back end). An op's time runs from just before it is
+// queued to its end on the device, so it includes the time the queue
+// sat idle waiting for the host when the host is the bottleneck.
+type Profiler interface {
+	// StartProfile clears earlier totals and starts timing.
+	StartProfile() error
+	// StopProfile waits for the queued work, stops timing and returns
+	// the device time per op name since StartProfile, largest first.
+	StopProfile() ([]OpTime, error)
 }

@@ -4,14 +4,13 @@ import (
 	"slices"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // OpTime is the device time spent in one kind of op while profiling.
-type OpTime struct {
-	Name  string  // kernel name, "sgemm", "memset", "memcpy HtoD", "memcpy DtoD"
-	Calls int64   // ops queued
-	Ms    float64 // device milliseconds, summed
-}
+type OpTime = backend.OpTime
+
+var _ backend.Profiler = (*Device)(nil)
 
 // profiler brackets every op the Device queues with two events while on.
 // An op's time runs from its start event to its end event, so it is
