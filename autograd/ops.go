@@ -241,6 +241,43 @@ func (t *Tape) GatherRows(x *Var, idx backend.Buffer) (*Var, error) {
 	return out, nil
 }
 
+// FirstRows returns the first n rows of x as a view of x's memory, with
+// no copy: a sampled block lists its destination nodes first among its
+// sources, so a layer's destination rows are this prefix. x itself when n
+// is all of its rows.
+//
+// Backward: the first n rows of dx += dy; the other rows get nothing.
+func (t *Tape) FirstRows(x *Var, n int) (*Var, error) {
+	const op = "FirstRows"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	if n < 0 || n > x.Rows {
+		return nil, errf(op, "the first %d rows of a %dx%d matrix", n, x.Rows, x.Cols)
+	}
+	if n == x.Rows {
+		return x, nil
+	}
+	val, err := backend.View(x.Value, 0, n*x.Cols)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	out := t.register(&Var{Value: val, Rows: n, Cols: x.Cols, RequiresGrad: x.RequiresGrad})
+	t.record(op, out, func() error {
+		return t.accumulateInto(op, x, func(dst backend.Buffer, add bool) error {
+			head, err := backend.View(dst, 0, n*x.Cols)
+			if err != nil {
+				return err
+			}
+			if add {
+				return t.b.Axpby(head, 1, out.Grad, 1, head)
+			}
+			return t.b.Copy(head, out.Grad)
+		})
+	})
+	return out, nil
+}
+
 // LogSoftmax returns the row-wise log-softmax of x.
 //
 // Backward: dx += dy - exp(y) * rowsum(dy).

@@ -33,7 +33,6 @@ type Block struct {
 	mean    backend.Buffer // nnz: 1/in-degree of the edge's destination
 	loops   *Block         // A with a self-loop on every destination that lacks one
 	gcn     backend.Buffer // nnz of loops: 1/sqrt(outdeg(src)*indeg(dst))
-	dstIdx  backend.Buffer // int32 0..NumDst-1
 	selAll  backend.Sparse // NumSrc x 1, every row -> column 0
 	selDst  backend.Sparse // NumSrc x 1, rows < NumDst -> column 0
 	isLoops bool
@@ -247,7 +246,6 @@ func (k *Block) Free() {
 	b.FreeSparse(k.A)
 	b.Free(k.mean)
 	b.Free(k.gcn)
-	b.Free(k.dstIdx)
 	if k.selAll != nil {
 		b.FreeSparse(k.selAll)
 	}
@@ -474,30 +472,6 @@ func (k *Block) GCNWeights() (backend.Buffer, error) {
 		l.gcn = buf
 	}
 	return l.gcn, nil
-}
-
-// DstIndex returns the int32 buffer 0..NumDst-1, used to take the
-// destination rows (the first NumDst rows) of a source feature matrix.
-func (k *Block) DstIndex() (backend.Buffer, error) {
-	if err := k.live(); err != nil {
-		return nil, err
-	}
-	if k.dstIdx == nil {
-		idx := make([]int32, k.NumDst)
-		for i := range idx {
-			idx[i] = int32(i)
-		}
-		buf, err := k.b.Alloc(backend.Int32, len(idx))
-		if err != nil {
-			return nil, fmt.Errorf("nn: block dst index: %w", err)
-		}
-		if err := k.b.Upload(buf, idx); err != nil {
-			k.b.Free(buf)
-			return nil, fmt.Errorf("nn: block dst index: %w", err)
-		}
-		k.dstIdx = buf
-	}
-	return k.dstIdx, nil
 }
 
 // selectors returns two NumSrc x 1 matrices whose rows point at column 0:

@@ -319,16 +319,10 @@ func (c *SAGEConv) ForwardSparse(t *autograd.Tape, x *autograd.SparseInput, blk 
 	return c.forward(t, nil, x, blk)
 }
 
-// dstRows returns the first NumDst rows of h (all of h for a square block).
+// dstRows returns the first NumDst rows of h, its destination nodes' (a
+// view: no copy).
 func dstRows(t *autograd.Tape, h *autograd.Var, blk *Block) (*autograd.Var, error) {
-	if blk.NumDst == h.Rows {
-		return h, nil
-	}
-	idx, err := blk.DstIndex()
-	if err != nil {
-		return nil, err
-	}
-	return t.GatherRows(h, idx)
+	return t.FirstRows(h, blk.NumDst)
 }
 
 func (c *SAGEConv) forward(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block) (*autograd.Var, error) {
@@ -359,12 +353,23 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 		return nil, nil, nil, err
 	}
 	if xs != nil || c.In > c.Out {
-		zs, err := project(t, x, xs, vs[0])
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if self, err = dstRows(t, zs, blk); err != nil {
-			return nil, nil, nil, err
+		if xs != nil {
+			zs, err := project(t, x, xs, vs[0])
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if self, err = dstRows(t, zs, blk); err != nil {
+				return nil, nil, nil, err
+			}
+		} else {
+			// Only the destination rows need the self projection.
+			hd, err := dstRows(t, x, blk)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if self, err = t.MatMul(hd, vs[0]); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		zn, err := project(t, x, xs, vs[1])
 		if err != nil {

@@ -307,6 +307,35 @@ func cases() []gcase {
 				return t.GatherRows(v, idx)
 			}
 		}},
+		{name: "FirstRows", build: func(e *env) ([]Tensor, Func) {
+			x := e.tensor("x", 4, 3, 0)
+			return []Tensor{x}, func(t *autograd.Tape) (*autograd.Var, error) {
+				v, err := leaf(t, x)
+				if err != nil {
+					return nil, err
+				}
+				return t.FirstRows(v, 3)
+			}
+		}},
+		{name: "FirstRows_and_gather", build: func(e *env) ([]Tensor, Func) {
+			x := e.tensor("x", 5, 3, 0)
+			idx := e.int32s([]int32{1, 4})
+			return []Tensor{x}, func(t *autograd.Tape) (*autograd.Var, error) {
+				v, err := leaf(t, x)
+				if err != nil {
+					return nil, err
+				}
+				a, err := t.FirstRows(v, 2)
+				if err != nil {
+					return nil, err
+				}
+				g, err := t.GatherRows(v, idx)
+				if err != nil {
+					return nil, err
+				}
+				return t.Mul(a, g)
+			}
+		}},
 		{name: "LogSoftmax", build: func(e *env) ([]Tensor, Func) {
 			x := e.tensor("x", 4, 5, 0)
 			return []Tensor{x}, func(t *autograd.Tape) (*autograd.Var, error) {
