@@ -483,6 +483,15 @@ func (d *device) loadOne(ctx context.Context, it *item) error {
 		return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
 	}
 	it.x, it.xb = x, d.lb
+	if p, ok := it.bt.(backwardPreparer); ok && d.ldev != nil {
+		// The transposes the step's backward pass reads, built here on
+		// the loader's stream instead of the trainer's; the first
+		// layer's input needs no gradient, so its block none (unless
+		// a model asks: then the trainer builds it).
+		if err := p.PrepareBackward(d.lb, 1); err != nil {
+			return d.errf(fmt.Sprintf("loader epoch %d batch %d", it.epoch+1, it.batch), err)
+		}
+	}
 	if d.lfence != nil {
 		// The trainer reads x from its own stream: the loader's must
 		// have written it.

@@ -40,6 +40,13 @@ type batch interface {
 	Free()
 }
 
+// backwardPreparer is a batch whose blocks' transposes, which the
+// backward pass's transposed products read, can be built ahead on
+// another handle of the GPU (cudadsp.Batch).
+type backwardPreparer interface {
+	PrepareBackward(b backend.Backend, from int) error
+}
+
 // sampler draws a device's batches.
 type sampler interface {
 	Sample(ctx context.Context, seeds []graph.NodeID, key sample.Key) (batch, error)

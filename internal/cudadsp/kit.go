@@ -112,8 +112,54 @@ func (g *FullSampler) Close() error { return errors.Join(g.s.Close(), g.fence.Cl
 // it: the input nodes stay on the device and the blocks reach the
 // trainer's handle of the GPU by device-to-device copies.
 type Batch struct {
-	dev backend.Backend // the sampler's device
-	b   *gpusample.Batch
+	dev  backend.Backend // the sampler's device
+	b    *gpusample.Batch
+	prep []prepared // transposes built ahead (PrepareBackward), by block
+}
+
+// prepared is a block's matrix aliased on another handle of the GPU,
+// whose transpose that handle built and owns.
+type prepared struct {
+	on backend.Backend
+	a  backend.Sparse
+}
+
+// sparseAliaser is a GPU handle that builds a matrix's transpose on its
+// own stream and aliases another handle's matrices (the CUDA back end).
+type sparseAliaser interface {
+	AliasSparse(a backend.Sparse) (backend.Sparse, error)
+	BuildTranspose(a backend.Sparse) error
+	FreeSparse(a backend.Sparse)
+}
+
+// PrepareBackward builds the transposes of blocks from.. (what the
+// backward pass's transposed products read) on b's stream, a handle of
+// the batch's GPU other than the trainer's (the loader's), so that the
+// trainer's step does not sort edges. The caller waits for b's stream
+// before handing the batch on; Free releases them.
+func (g *Batch) PrepareBackward(b backend.Backend, from int) error {
+	t, ok := b.(sparseAliaser)
+	if !ok || !IsGPU(b) || g.prep != nil {
+		return nil
+	}
+	g.prep = make([]prepared, len(g.b.Blocks))
+	for i := max(from, 0); i < len(g.b.Blocks); i++ {
+		a := g.b.Blocks[i].A
+		if a == nil {
+			return fmt.Errorf("block %d has no matrix", i)
+		}
+		if b != g.dev {
+			var err error
+			if a, err = t.AliasSparse(a); err != nil {
+				return fmt.Errorf("block %d: %w", i, err)
+			}
+			g.prep[i] = prepared{on: b, a: a}
+		}
+		if err := t.BuildTranspose(a); err != nil {
+			return fmt.Errorf("block %d: transpose: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // NewBatch wraps b, sampled on dev.
@@ -154,93 +200,62 @@ func (g *Batch) DeviceIDs() backend.Buffer {
 }
 
 // Free releases the batch's device memory.
-func (g *Batch) Free() { g.b.Free() }
+func (g *Batch) Free() {
+	for _, p := range g.prep {
+		if p.a != nil {
+			p.on.FreeSparse(p.a)
+		}
+	}
+	g.prep = nil
+	g.b.Free()
+}
 
 // Download copies the batch to the host (a task's edit of the blocks,
 // engine.Task.Exclude).
 func (g *Batch) Download() (*sample.MiniBatch, error) { return g.b.Download() }
 
 // Blocks returns the blocks as nn blocks on b, the sampler's handle or
-// another handle of its GPU (copied there on b's stream); the caller
-// frees them.
+// another handle of its GPU (aliased there); the caller frees them.
 func (g *Batch) Blocks(b backend.Backend) ([]*nn.Block, error) {
-	t, ok := b.(adopter)
-	if !ok || !IsGPU(b) {
+	if !IsGPU(b) {
 		return nil, fmt.Errorf("a GPU batch for a %T back end", b)
 	}
 	if b == g.dev {
 		return g.b.NNBlocks()
 	}
-	return adoptBlocks(t, g.b)
+	return g.aliasBlocks(b)
 }
 
-// adopter is a back end that takes a batch over from another handle of
-// its device: copies on its queue, and matrices over its own buffers.
-type adopter interface {
-	backend.Backend
-	backend.Enqueuer
-	backend.SparseBuilder
-}
-
-// adoptBlocks copies the batch's block matrices (row offsets and local
-// column indices) into t's memory on t's stream and wraps them as nn
-// blocks there. The sampler's device (the same GPU, another stream) has
-// finished writing them: the sampler waited for its stream before handing
-// the batch on.
-func adoptBlocks(t adopter, b *gpusample.Batch) ([]*nn.Block, error) {
-	out := make([]*nn.Block, 0, len(b.Blocks))
+// aliasBlocks wraps the batch's block matrices, and the transposes built
+// ahead, as nn blocks on b, another handle of the sampler's GPU, with no
+// copy: the sampler waited for its stream before handing the batch on,
+// the loader for its own after PrepareBackward, and the engine frees the
+// batch once b's stream is past the step.
+func (g *Batch) aliasBlocks(b backend.Backend) ([]*nn.Block, error) {
+	t, ok := b.(sparseAliaser)
+	if !ok {
+		return nil, fmt.Errorf("a %T back end aliases no matrices", b)
+	}
+	out := make([]*nn.Block, 0, len(g.b.Blocks))
 	fail := func(err error) ([]*nn.Block, error) {
 		for _, o := range out {
 			o.Free()
 		}
 		return nil, err
 	}
-	for i := range b.Blocks {
-		k := &b.Blocks[i]
-		if k.A == nil {
+	for i := range g.b.Blocks {
+		src := g.b.Blocks[i].A
+		if i < len(g.prep) && g.prep[i].a != nil {
+			src = g.prep[i].a
+		}
+		if src == nil {
 			return fail(fmt.Errorf("block %d has no matrix", i))
 		}
-		cs, ok := k.A.(backend.CSRBuffers)
-		if !ok {
-			return fail(fmt.Errorf("block %d: a %T matrix has no CSR buffers (backend.CSRBuffers)", i, k.A))
-		}
-		sp, sc := cs.CSR()
-		if sp.Len() != k.NumDst+1 || sc.Len() != k.NumEdges {
-			return fail(fmt.Errorf("block %d: %d row offsets and %d indices for %d rows and %d edges", i, sp.Len(), sc.Len(), k.NumDst, k.NumEdges))
-		}
-		var ptr, col backend.Buffer
-		err := t.Enqueue(func(l backend.Queue) error {
-			var err error
-			if ptr, err = l.AllocRaw(backend.Int64, k.NumDst+1); err != nil {
-				return err
-			}
-			if col, err = l.AllocRaw(backend.Int32, k.NumEdges); err != nil {
-				l.Free(ptr)
-				ptr = nil
-				return err
-			}
-			if err := l.Copy(ptr, sp); err != nil {
-				return err
-			}
-			if k.NumEdges > 0 {
-				return l.Copy(col, sc)
-			}
-			return nil
-		})
+		a, err := t.AliasSparse(src)
 		if err != nil {
-			if ptr != nil {
-				t.Free(ptr)
-				t.Free(col)
-			}
-			return fail(err)
+			return fail(fmt.Errorf("block %d: %w", i, err))
 		}
-		a, err := t.SparseFromBuffers(k.NumDst, k.NumSrc, ptr, col)
-		if err != nil {
-			t.Free(ptr)
-			t.Free(col)
-			return fail(err)
-		}
-		blk, err := nn.NewBlockFromSparse(t, a)
+		blk, err := nn.NewBlockFromSparse(b, a)
 		if err != nil {
 			t.FreeSparse(a)
 			return fail(err)

@@ -120,6 +120,50 @@ func (d *Device) asSparse(op string, a backend.Sparse) (*Sparse, error) {
 	return s, nil
 }
 
+// BuildTranspose builds a's transpose (CSC) now on d's stream, when it is
+// not built yet, instead of at the first transposed product: a pipeline
+// stage builds it on its own stream, off the trainer's (AliasSparse then
+// hands it on).
+func (d *Device) BuildTranspose(a backend.Sparse) error {
+	s, err := d.asSparse("BuildTranspose", a)
+	if err != nil {
+		return err
+	}
+	return d.run(func() error {
+		if s.tptr != nil {
+			return nil
+		}
+		return d.transposeLocked(s)
+	})
+}
+
+// AliasSparse returns a matrix of d over a's memory, where a is a matrix
+// of another handle of the same GPU (or of d): its CSR and, when built,
+// its transpose, aliased with no copy (Alias). A transpose d builds later
+// is d's own. FreeSparse of the alias frees only that; a's buffers stay
+// a's, which the caller frees after d's stream is done with the alias.
+func (d *Device) AliasSparse(a backend.Sparse) (backend.Sparse, error) {
+	s, ok := a.(*Sparse)
+	if !ok || s == nil || s.ptr == nil {
+		return nil, fmt.Errorf("cuda: AliasSparse of a %T (nil or freed?)", a)
+	}
+	out := &Sparse{dev: d, rows: s.rows, cols: s.cols, nnz: s.nnz, uniform: s.uniform}
+	for _, p := range []struct {
+		dst **Buffer
+		src *Buffer
+	}{{&out.ptr, s.ptr}, {&out.col, s.col}, {&out.tptr, s.tptr}, {&out.trow, s.trow}, {&out.teid, s.teid}} {
+		if p.src == nil {
+			continue
+		}
+		b, err := d.Alias(p.src)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: AliasSparse: %w", err)
+		}
+		*p.dst = b.(*Buffer)
+	}
+	return out, nil
+}
+
 // view is one orientation of a sparse matrix.
 type view struct {
 	ptr, col, eid cu.DevPtr // eid 0: edge id is the position
