@@ -42,6 +42,19 @@ type TypedMachine[N, E any] interface {
 // in, and a peer's frontier may not be empty.
 type EmptyDrawer interface{ DrawsEmpty() bool }
 
+// HopDrawer is optional for a TypedMachine: a machine that has it draws
+// all of a hop's relations in one call (DrawHop) instead of one Draw per
+// relation. A collective machine (dsp/csp's typed sampler) needs it to
+// exchange every relation's headers, requests and answers together, so
+// that a hop costs the same number of exchanges whatever the number of
+// relations. rels lists the relations to draw, in relation order, and
+// keys their streams; dst is the frontier, a list per node type. It
+// returns one edge set per entry of rels. The relations left out at the
+// hop get None before it.
+type HopDrawer[N, E any] interface {
+	DrawHop(hop int, rels []int, dst []N, keys []uint64) ([]E, error)
+}
+
 // TypedHop is one hop of SampleTyped: per node type its sources
 // (destinations first; the next hop's frontier) and destination count,
 // per relation its relabeled edges.
@@ -91,20 +104,42 @@ func SampleTypedHop[N, E any](m TypedMachine[N, E], rels []Relation, fanouts [][
 	for t := range T {
 		h.NumDst[t] = m.Len(dst[t])
 	}
+	hd, batched := m.(HopDrawer[N, E])
+	var drawn []int // the relations drawn at this hop (HopDrawer)
+	var keys []uint64
 	for r, rel := range rels {
 		nd, k := h.NumDst[rel.Dst], fanouts[r][hop]
+		key := rng.Derive(hk, tagRelation, uint64(r))
 		var e E
 		var err error
-		if k == 0 || (nd == 0 && !drawsEmpty) {
+		switch {
+		case k == 0 || (nd == 0 && !drawsEmpty):
 			e, err = m.None(r, nd)
-		} else {
-			e, err = m.Draw(r, hop, dst[rel.Dst], rng.Derive(hk, tagRelation, uint64(r)))
+		case batched:
+			drawn, keys = append(drawn, r), append(keys, key)
+			continue
+		default:
+			e, err = m.Draw(r, hop, dst[rel.Dst], key)
 		}
 		if err != nil {
 			return TypedHop[N, E]{}, err
 		}
 		h.Rels[r] = e
-		bySrc[rel.Src] = append(bySrc[rel.Src], e)
+	}
+	if len(drawn) > 0 {
+		es, err := hd.DrawHop(hop, drawn, dst, keys)
+		if err != nil {
+			return TypedHop[N, E]{}, err
+		}
+		if len(es) != len(drawn) {
+			return TypedHop[N, E]{}, errorf("sample.SampleTyped", "rels", -1, ErrConfig, "hop %d: %d edge sets for %d relations", hop, len(es), len(drawn))
+		}
+		for i, r := range drawn {
+			h.Rels[r] = es[i]
+		}
+	}
+	for r, rel := range rels { // relation order, whichever way they were drawn
+		bySrc[rel.Src] = append(bySrc[rel.Src], h.Rels[r])
 	}
 	for t := range T {
 		src, err := m.Relabel(t, hop, dst[t], bySrc[t])

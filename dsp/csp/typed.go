@@ -67,6 +67,8 @@ type TypedSampler struct {
 	hops     int
 	per      []*typedRel // per relation; nil where every fanout is 0
 	first    *typedRel   // the first sampled relation: uploads, relabels, reads
+	nRel     int         // relations with a side (per[r] != nil)
+	ctl      backend.Buffer
 	host     *cpu.Backend
 }
 
@@ -132,12 +134,19 @@ func NewTyped(be backend.Backend, numNodes []int64, rels []sample.Relation, offs
 			return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: fmt.Sprintf("relation %d", r), Err: err}
 		}
 		s.per[r] = tr
+		s.nRel++
 		if s.first == nil {
 			s.first = tr
 		}
 	}
 	if s.first == nil {
 		return bad("no relation is sampled at any hop")
+	}
+	// The batched hop's control words (typedCtl), allocated once so that
+	// a hop's headers never wait on an allocation.
+	if s.ctl, err = s.first.p.alloc(nil, backend.Int64, typedCtl{size, s.nRel}.words()); err != nil {
+		s.Close()
+		return nil, &Error{Rank: rank, Op: op, Hop: -1, Msg: "allocating the control words", Err: err}
 	}
 	s.cfg.Fanouts = s.fanouts
 	return s, nil
@@ -203,6 +212,10 @@ func (s *TypedSampler) Close() error {
 	}
 	s.closed = true
 	var first error
+	if s.ctl != nil {
+		s.first.p.m.Free(s.ctl)
+		s.ctl = nil
+	}
 	for _, tr := range s.per {
 		if tr != nil {
 			if err := tr.p.close(); err != nil && first == nil {
@@ -327,6 +340,7 @@ type owned struct {
 var (
 	_ sample.TypedMachine[tNodes, *tRel] = (*typedMachine)(nil)
 	_ sample.EmptyDrawer                 = (*typedMachine)(nil)
+	_ sample.HopDrawer[tNodes, *tRel]    = (*typedMachine)(nil)
 )
 
 // DrawsEmpty: every rank takes part in every relation's exchange.
@@ -372,65 +386,28 @@ func (m *typedMachine) upload(ids []graph.NodeID) (tNodes, error) {
 
 func (m *typedMachine) Len(nodes tNodes) int { return int(nodes.n) }
 
-// Draw is relation r's exchange at hop (proto.draw on the relation's
-// machine, the relation's stream key as the hop key): a collective.
+// Draw is relation r's exchange at hop (the batched hop of typedhop.go
+// with one relation, the relation's stream key as the hop key): a
+// collective.
 func (m *typedMachine) Draw(r, hop int, dst tNodes, key uint64) (*tRel, error) {
-	tr := m.s.per[r]
-	if tr == nil { // SampleTyped draws only relations sampled at the hop
-		return nil, m.s.first.p.errf(hop, ErrProtocol, "relation %d is never sampled", r)
-	}
-	p := tr.p
-	cl := ctlLayout{p.size}
-	nFB := p.m.View(p.ctl, cl.nSeeds(), 1)
-	status, carried := m.status, m.carried
-	F := dst.b
-	if status == stOK {
-		if F == nil {
-			var err error
-			if F, err = m.alloc(backend.Int32, 0); err != nil {
-				status, carried = stFailed, p.wrapErr(hop, "allocating an empty frontier", err)
-			}
-		}
-		if status == stOK {
-			if err := p.m.Upload(nFB, []int64{dst.n}); err != nil {
-				status, carried = stFailed, p.wrapErr(hop, "uploading the frontier's size", err)
-			}
-		}
-	}
-	if status != stOK {
-		F = nil
-	}
-	var out HopOut
-	var tmp, kept []backend.Buffer
-	src, err := p.draw(m.ctx, hop, F, nFB, dst.n, status, carried, key, m.s.fanouts[r][hop], &out, &tmp, &kept)
-	for _, b := range tmp { // the exchange's scratch
-		p.m.Free(b)
-	}
-	m.keep(p.m, kept...)
-	m.keep(p.m, out.Indptr, out.EdgeIDs)
+	out, err := m.drawRels(hop, []int{r}, []tNodes{dst}, []uint64{key})
 	if err != nil {
-		var c *carry
-		if !errors.As(err, &c) {
-			return nil, err
-		}
-		// Told to the peers in the next relation's header.
-		m.status, m.carried = stFailed, c.err
-		return &tRel{nd: dst.n}, nil
+		return nil, err
 	}
-	g := &tRel{nd: out.NumDst, e: out.ecap, ptr: out.Indptr, src: src, eid: out.EdgeIDs}
-	if m.s.fanouts[r][hop] > 0 { // ecap is a bound: read the count
-		w, err := p.read([]backend.Buffer{p.m.View(out.Indptr, out.NumDst, 1)}, []int64{1})
-		if err != nil {
-			m.status, m.carried = stFailed, p.wrapErr(hop, "reading the edge count", err)
-			return &tRel{nd: dst.n}, nil
+	return out[0], nil
+}
+
+// DrawHop draws every relation of rels at hop in one exchange per phase
+// (typedhop.go): the hop costs the exchanges of one relation.
+func (m *typedMachine) DrawHop(hop int, rels []int, dst []tNodes, keys []uint64) ([]*tRel, error) {
+	fr := make([]tNodes, len(rels))
+	for i, r := range rels {
+		if r < 0 || r >= len(m.s.rels) {
+			return nil, m.s.first.p.errf(hop, ErrProtocol, "relation %d of %d", r, len(m.s.rels))
 		}
-		if w[0] < 0 || w[0] > out.ecap {
-			m.status, m.carried = stFailed, p.errf(hop, ErrProtocol, "%d edges for %d nodes at fanout %d", w[0], out.NumDst, m.s.fanouts[r][hop])
-			return &tRel{nd: dst.n}, nil
-		}
-		g.e = w[0]
+		fr[i] = dst[m.s.rels[r].Dst]
 	}
-	return g, nil
+	return m.drawRels(hop, rels, fr, keys)
 }
 
 // None is relation r's empty edge set for nd destinations (fanout 0 at

@@ -207,6 +207,13 @@ func newGPUMachine(dev sampleDevice, st *gpusample.Stepper, name, src string, fn
 	return g, nil
 }
 
+func (g *gpuMachine) pinLen() uint64 {
+	if g.pin == nil {
+		return 0
+	}
+	return uint64(len(g.pin.Bytes()))
+}
+
 // ptr passes b to a kernel (nil: the address 0).
 func ptr(b backend.Buffer) backend.Arg { return backend.Buf(b) }
 
@@ -243,7 +250,27 @@ func (g *gpuMachine) Upload(dst backend.Buffer, src any) error {
 	return g.dev.Enqueue(func(l backend.Queue) error { return l.UploadFrom(dst, src) })
 }
 
+// Read grows the pinned buffer to the read's size first (a layer-wise
+// hop reads the frontier's degrees whole; a typed hop every relation's
+// header rows at once), then copies through it.
 func (g *gpuMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
+	var total int64
+	for _, k := range n {
+		total += k
+	}
+	if need := uint64(8 * max(total, 1)); g.pin == nil || uint64(len(g.pin.Bytes())) < need {
+		need = max(need, 2*g.pinLen())
+		if g.pin != nil {
+			if err := g.pin.Free(); err != nil {
+				return err
+			}
+			g.pin = nil
+		}
+		var err error
+		if g.pin, err = g.dev.AllocPinned(need, false); err != nil {
+			return err
+		}
+	}
 	return g.dev.Enqueue(func(l backend.Queue) error {
 		var at uint64
 		for i, b := range srcs {

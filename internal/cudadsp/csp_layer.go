@@ -94,36 +94,6 @@ func newGPULayerMachine(dev sampleDevice, gs *gpusample.Sampler, patch *layout.P
 	return g, nil
 }
 
-// Read grows the pinned buffer to the read's size (the frontier's
-// degrees are read whole), then reads as gpuMachine does.
-func (g *gpuLayerMachine) Read(dst []int64, srcs []backend.Buffer, n []int64) error {
-	var total int64
-	for _, k := range n {
-		total += k
-	}
-	if need := uint64(8 * max(total, 1)); g.pin == nil || uint64(len(g.pin.Bytes())) < need {
-		need = max(need, 2*g.pinLen())
-		if g.pin != nil {
-			if err := g.pin.Free(); err != nil {
-				return err
-			}
-			g.pin = nil
-		}
-		var err error
-		if g.pin, err = g.dev.AllocPinned(need, false); err != nil {
-			return err
-		}
-	}
-	return g.gpuMachine.Read(dst, srcs, n)
-}
-
-func (g *gpuLayerMachine) pinLen() uint64 {
-	if g.pin == nil {
-		return 0
-	}
-	return uint64(len(g.pin.Bytes()))
-}
-
 func (g *gpuLayerMachine) Info(ids backend.Buffer, R int64, out, bad backend.Buffer) error {
 	w := int32(1)
 	if g.weighted {
