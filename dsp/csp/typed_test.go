@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -380,6 +381,109 @@ func TestTypedFailures(t *testing.T) {
 				t.Fatal(err)
 			}
 			compareHetero(t, fmt.Sprintf("%s: rank %d", c.name, r), got[r], want, false)
+		}
+	}
+}
+
+// countingComm counts the collectives a rank issues (every call is a
+// round: a launch and a synchronization on NCCL, a round trip across
+// hosts).
+type countingComm struct {
+	comm.Comm
+	rounds atomic.Int64
+}
+
+func (c *countingComm) AllToAll(ctx context.Context, dst, src backend.Buffer) error {
+	c.rounds.Add(1)
+	return c.Comm.AllToAll(ctx, dst, src)
+}
+
+func (c *countingComm) AllToAllV(ctx context.Context, dst backend.Buffer, recv []int, src backend.Buffer, send []int) error {
+	c.rounds.Add(1)
+	return c.Comm.AllToAllV(ctx, dst, recv, src, send)
+}
+
+// TestTypedRoundsPerHop: the collective rounds of a typed batch do not
+// grow with the number of relations: a hop costs a header all-to-all,
+// the requests' and the answers' all-to-all-v (edge IDs: one more), and
+// one totals all-to-all when some relation takes every neighbor, for 1,
+// 2, 3 or 5 relations; the batches still equal sample.HeteroSampler's.
+func TestTypedRoundsPerHop(t *testing.T) {
+	sizes := []int64{300, 200, 400}
+	all := typedTestGraph(sizes, 3, 9)
+	const P = 3
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		name    string
+		edgeIDs bool
+		exact   bool // relation 0 takes every neighbor at hop 0
+		perHop  []int64
+	}{
+		{"fixed fanouts", false, false, []int64{3, 3}},
+		{"edge IDs", true, false, []int64{4, 4}},
+		{"fanout -1 at hop 0", false, true, []int64{4, 3}},
+	} {
+		for _, use := range [][]int{{0}, {0, 1}, {0, 1, 3}, {0, 1, 2, 3, 4}} {
+			rels := make([]sample.Relation, len(use))
+			fan := make([][]int, len(use))
+			for i, r := range use {
+				rels[i], fan[i] = all[r], []int{3, 2}
+			}
+			if c.exact {
+				fan[0][0] = -1
+			}
+			off := typedOffsets(sizes, P, 5)
+			bs := cpuBackends(t, P)
+			cs := cpuComms(t, bs, nil)
+			counted := make([]*countingComm, P)
+			seeds, keys := make([][][]graph.NodeID, P), make([]sample.Key, P)
+			for r := range P {
+				counted[r] = &countingComm{Comm: cs[r]}
+				seeds[r] = [][]graph.NodeID{randomSeeds(uint64(r+1), sizes[0], 25), nil, nil}
+				keys[r] = sample.Key{Seed: 8, Batch: r}
+			}
+			// The first hop alone, then both: each hop's rounds.
+			for hops := 1; hops <= 2; hops++ {
+				hf := make([][]int, len(fan))
+				for i := range fan {
+					hf[i] = fan[i][:hops]
+				}
+				ss := make([]*TypedSampler, P)
+				before := make([]int64, P)
+				for r := range P {
+					var err error
+					if ss[r], err = NewTyped(bs[r], sizes, rels, off, counted[r], TypedConfig{Fanouts: hf, EdgeIDs: c.edgeIDs}); err != nil {
+						t.Fatal(err)
+					}
+					defer ss[r].Close()
+					before[r] = counted[r].rounds.Load()
+				}
+				got, errs := sampleTypedAll(ctx, ss, seeds, keys)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("%s, relations %v, %d hops: %v", c.name, use, hops, err)
+				}
+				var want int64
+				for _, n := range c.perHop[:hops] {
+					want += n
+				}
+				for r := range P {
+					if n := counted[r].rounds.Load() - before[r]; n != want {
+						t.Errorf("%s, relations %v: %d rounds for %d hops on rank %d, want %d (per hop %v)", c.name, use, n, hops, r, want, c.perHop[:hops])
+					}
+				}
+				ref, err := sample.NewHeteroSampler(sizes, rels, sample.HeteroConfig{Fanouts: hf})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r := range P {
+					w, err := ref.SampleTypes(seeds[r], keys[r])
+					if err != nil {
+						t.Fatal(err)
+					}
+					compareHetero(t, fmt.Sprintf("%s, relations %v, %d hops, rank %d", c.name, use, hops, r), got[r], w, c.edgeIDs)
+				}
+			}
 		}
 	}
 }

@@ -244,12 +244,19 @@ func (m *typedMachine) drawRels(hop int, rs []int, dst []tNodes, keys []uint64) 
 	if status != stOK {
 		return nil, carried
 	}
-	sent, recv := splitRows(hw[:W], P, nS, HeaderWords), splitRows(hw[W:2*W], P, nS, HeaderWords)
+	ks, fcaps, rows := make([]int, nS), make([]int64, nS), make([]int64, nS)
 	for i, h := range hs {
-		h.pl = &plan{P: P, rank: s.rank}
-		if kind, msg := h.pl.readHeader(recv[i], sent[i], hop, h.k, L, h.dst.n, h.p.rows); kind != nil {
-			return nil, h.p.errf(hop, kind, "relation %d: %s", h.r, msg)
+		ks[i], fcaps[i], rows[i] = h.k, h.dst.n, h.p.rows
+	}
+	pls, bad, kind, msg := readTypedHeader(hw[:2*W], P, s.rank, hop, L, ks, fcaps, rows)
+	if kind != nil {
+		if bad < 0 {
+			return nil, fp.errf(hop, kind, "%s", msg)
 		}
+		return nil, hs[bad].p.errf(hop, kind, "relation %d: %s", hs[bad].r, msg)
+	}
+	for i, h := range hs {
+		h.pl = pls[i]
 		s.stats.Frontier[hop] += h.pl.nF
 	}
 
@@ -348,6 +355,29 @@ func (m *typedMachine) drawRels(hop int, rs []int, dst []tNodes, keys []uint64) 
 		out[i] = h.g
 	}
 	return out, nil
+}
+
+// readTypedHeader checks a batched hop's header words hw (the rows sent,
+// then the rows received: P peer blocks of one row per relation each)
+// for relations at fanouts ks with frontiers of at most fcaps nodes and
+// rows owned rows, at hop of hops, on rank of P, and returns their
+// plans. On a violation it returns the relation's index (-1: the words
+// themselves) and why.
+func readTypedHeader(hw []int64, P, rank, hop, hops int, ks []int, fcaps, rows []int64) (pls []*plan, bad int, kind error, msg string) {
+	nS := len(ks)
+	if P < 1 || nS < 1 || len(fcaps) != nS || len(rows) != nS || int64(len(hw)) != 2*int64(P)*int64(nS)*HeaderWords {
+		return nil, -1, ErrProtocol, fmt.Sprintf("header of %d words for %d ranks and %d relations", len(hw), P, nS)
+	}
+	W := P * nS * HeaderWords
+	sent, recv := splitRows(hw[:W], P, nS, HeaderWords), splitRows(hw[W:], P, nS, HeaderWords)
+	pls = make([]*plan, nS)
+	for i := range nS {
+		pls[i] = &plan{P: P, rank: rank}
+		if kind, msg := pls[i].readHeader(recv[i], sent[i], hop, ks[i], hops, fcaps[i], rows[i]); kind != nil {
+			return nil, i, kind, msg
+		}
+	}
+	return pls, -1, nil, ""
 }
 
 // splitRows takes words of P peer blocks, each nS rows of w words (one
