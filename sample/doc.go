@@ -29,7 +29,8 @@
 //     machine, gpusample.HeteroSampler the CUDA one (same batches), and
 //     dsp/csp's TypedSampler a collective one over several devices (its
 //     Draw is an exchange, so it asks for draws of empty frontiers too:
-//     EmptyDrawer).
+//     EmptyDrawer, and draws all of a hop's relations in one call, so
+//     that they share its exchanges: HopDrawer).
 //   - Layer-wise samplers (FastGCN, LADIES, LABOR) draw a set per layer
 //     instead of per node; they implement Sampler directly and reuse ToBlock
 //     for relabeling, so the Block layout is the same.

@@ -117,17 +117,29 @@
 // hop, sample.HeteroSampler's) collectively: every node type has its own
 // contiguous partition, and for each relation a rank holds the rows of
 // the destinations it owns (a patch of the relation's square view). The
-// algorithm is sample.SampleTyped on a machine whose Draw for relation r
-// is the node-wise hop above without its relabeling (proto.draw on r's
-// Machine, the relation's stream key as the hop key) and whose Relabel
-// is the Machine's over a type's frontier followed by its relations'
-// sources (nF may be 0 there: a type reached only as a source). Every
-// rank draws every relation sampled at a hop, even with an empty
-// frontier of its type (sample.EmptyDrawer). Sizes are read back per
-// relation and per type, as gpusample's typed sampler does, and the
-// batch comes back on the host, equal to sample.HeteroSampler's.
-// Failures before a relation's header (bad seeds, a failed relabel) are
-// reported in it, so every rank fails at the same relation.
+// algorithm is sample.SampleTyped on a machine whose draw of a hop's
+// relations (sample.HopDrawer) is the node-wise hop above without its
+// relabeling, run for all of them at once (typedhop.go): each relation
+// routes its frontier on its Machine (the relation's stream key as the
+// hop key), and one header all-to-all carries, per peer, one row per
+// relation; the requests of every relation go in one all-to-all-v (per
+// peer, the relations' segments in relation order, packed and unpacked
+// by device copies, so the kernels see the per-relation buffers), the
+// answers in one (edge IDs in a second), the totals of the relations at
+// fanout -1 in one all-to-all, and one read brings every relation's edge
+// count. A hop thus makes the collective rounds of a homogeneous hop (3:
+// header, nodes, answers; +1 with EdgeIDs, +1 with a fanout -1
+// relation) and waits 5 times (those, the header read and the counts'
+// read; +1 with EdgeIDs, +3 with a fanout -1 relation) whatever the
+// number of relations, plus a read per node type that gained sources,
+// for its relabel (the per-relation hop made 5 waits per relation). Relabel is the Machine's over a
+// type's frontier followed by its relations' sources (nF may be 0 there:
+// a type reached only as a source). Every rank draws every relation
+// sampled at a hop, even with an empty frontier of its type
+// (sample.EmptyDrawer). The batch comes back on the host, equal to
+// sample.HeteroSampler's. Failures before a hop's header (bad seeds, a
+// failed relabel, a routing failure) are reported in every relation's
+// rows of it, so every rank fails at the same hop.
 //
 // # Random walks
 //

@@ -339,8 +339,9 @@ func (p *proto) hop(ctx context.Context, h int, F, nFB backend.Buffer, fcap int6
 // frontier order: out.NumDst (the frontier's size), out.ecap (the edges'
 // bound: nF*k, or exactly the edges at fanout -1), out.Indptr and
 // out.EdgeIDs (out's), and src, the edges' global sources (kept in
-// keep). Scratch goes to tmp. A typed hop (TypedSampler) runs it once
-// per relation, then relabels per node type. status != stOK takes part
+// keep). Scratch goes to tmp. A typed hop (TypedSampler) runs the same
+// steps for all its relations together (typedhop.go), then relabels per
+// node type. status != stOK takes part
 // in the header exchange only, then returns carried; a failure after
 // the last exchange is a *carry.
 func (p *proto) draw(ctx context.Context, h int, F, nFB backend.Buffer, fcap int64, status int64, carried error, hk uint64, k int, out *HopOut, tmp, keep *[]backend.Buffer) (src backend.Buffer, err error) {

@@ -37,11 +37,12 @@ type TypedConfig struct {
 // max(destinations, sources) IDs, the padding rows empty).
 //
 // The algorithm is sample.SampleTyped; this sampler is its machine.
-// Draw for relation r is the node-wise protocol's hop without its
-// relabeling (proto.draw, on relation r's Machine): the frontier of r's
-// destination type goes to its owners, they draw with the per-node body
-// and the relation's stream that sample.HeteroSampler uses, and the
-// answers come back in frontier order. Every rank draws every relation
+// Its draw of a hop's relations is the node-wise protocol's hop without
+// its relabeling (proto.draw's steps, on each relation's Machine), for
+// all of them in one exchange per phase (typedhop.go): the frontier of
+// each relation's destination type goes to its owners, they draw with
+// the per-node body and the relation's stream that sample.HeteroSampler
+// uses, and the answers come back in frontier order. Every rank draws every relation
 // sampled at a hop, even with an empty frontier of its type (the
 // exchange is a collective; sample.EmptyDrawer). Relabel for node type t
 // is local: the type's frontier followed by its relations' sources,
@@ -50,14 +51,15 @@ type TypedConfig struct {
 // and key (byte for byte; EdgeIDs too with TypedConfig.EdgeIDs), for any
 // number of ranks and any partitions.
 //
-// Sizes come back per step, as gpusample's typed sampler reads them: a
-// relation's edge count after its draws (at a fixed fanout), a type's
-// source count after its relabel. The batch is returned on the host.
+// Sizes come back per step: every relation's edge count after a hop's
+// draws (at fixed fanouts, one read), a type's source count after its
+// relabel. The batch is returned on the host.
 //
 // Failures follow the node-wise protocol's: invalid seeds and a
-// failure before a relation's header (a previous relabel, the tail of a
-// previous draw) are reported in that header, so every rank fails at the
-// same relation and hop (the others with ErrPeer); see the package doc.
+// failure before a hop's header (a previous relabel, the tail of a
+// previous hop's draws, a routing failure) are reported in that header,
+// so every rank fails at the same hop (the others with ErrPeer); see
+// the package doc.
 type TypedSampler struct {
 	member
 	cfg      TypedConfig
