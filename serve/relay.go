@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-gnn/strata/serve/servepb"
@@ -96,6 +97,7 @@ func upstreamError(err error) error {
 
 type relayed struct {
 	m   *servepb.Batch
+	in  *relayIn // m's tensor data, in gRPC's buffers
 	err error
 }
 
@@ -144,7 +146,8 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 		} else {
 			r.Part, r.NumParts = uint32(k), uint32(U)
 		}
-		bs, err := c.Sample(ctx, r, grpc.ForceCodecV2(newRelayCodec()))
+		codec := newRelayCodec()
+		bs, err := c.Sample(ctx, r, grpc.ForceCodecV2(codec))
 		if err != nil {
 			return upstreamError(err)
 		}
@@ -156,9 +159,11 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 			defer bs.Close()
 			for {
 				m, err := bs.Recv()
+				in := codec.take(m)
 				select {
-				case ch <- relayed{m, err}:
+				case ch <- relayed{m, in, err}:
 				case <-ctx.Done():
+					in.free()
 					return
 				}
 				if err != nil {
@@ -187,7 +192,9 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 			if g.err != nil {
 				return upstreamError(g.err)
 			}
-			if err := sh.relayBatch(ctx, ss, j, g.m, rl.Upstreams[k].Addr); err != nil {
+			err := sh.relayBatch(ctx, ss, j, g.m, g.in, rl.Upstreams[k].Addr)
+			g.in.free()
+			if err != nil {
 				return err
 			}
 			s.stats.sent.Add(1)
@@ -203,30 +210,39 @@ func (s *Server) relayShm(ss servepb.Sampler_SampleShmServer, first *servepb.Shm
 // relayBatch puts an upstream batch into ring slot j mod S (once batch
 // j-S is released) and sends its reference; a batch over the slots (or
 // with no ring) goes on inline, as it came.
-func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleShmServer, j int, m *servepb.Batch, from string) error {
+func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleShmServer, j int, m *servepb.Batch, in *relayIn, from string) error {
 	if m.Shm != nil || len(m.Nodes) > 0 || len(m.Edges) > 0 {
 		return status.Errorf(codes.Internal, "serve: server %s: batch %d is a ring or typed batch, not a node batch", from, m.Index)
 	}
 	fields := []struct {
 		name string
+		num  protowire.Number
 		t    *servepb.Tensor
-	}{{"n_id", m.NId}, {"edge_index", m.EdgeIndex}, {"input_id", m.InputId}, {"x", m.X}, {"y", m.Y}, {"edge_label_index", m.EdgeLabelIndex}}
+	}{{"n_id", 3, m.NId}, {"edge_index", 4, m.EdgeIndex}, {"input_id", 8, m.InputId}, {"x", 9, m.X}, {"y", 10, m.Y}, {"edge_label_index", 13, m.EdgeLabelIndex}}
+	if in == nil { // not through the relay's codec: the data is in the message
+		in = &relayIn{data: map[protowire.Number][][]byte{}}
+		for _, f := range fields {
+			if f.t != nil {
+				in.data[f.num] = [][]byte{f.t.Data}
+			}
+		}
+	}
 	var specs []shmring.Tensor
-	var data [][]byte
+	var nums []protowire.Number
 	for _, f := range fields {
 		if f.t == nil {
 			continue
 		}
 		specs = append(specs, shmring.Tensor{Name: f.name, DType: uint32(f.t.Dtype), Shape: f.t.Shape})
-		data = append(data, f.t.Data)
+		nums = append(nums, f.num)
 	}
 	used, err := shmring.Place(specs)
 	if err != nil {
 		return status.Errorf(codes.Internal, "serve: server %s: batch %d: %v", from, m.Index, err)
 	}
 	for i, t := range specs {
-		if int64(len(data[i])) != t.Bytes {
-			return status.Errorf(codes.Internal, "serve: server %s: batch %d: tensor %s holds %d bytes, shape %v needs %d", from, m.Index, t.Name, len(data[i]), t.Shape, t.Bytes)
+		if n := in.size(nums[i]); n != t.Bytes {
+			return status.Errorf(codes.Internal, "serve: server %s: batch %d: tensor %s holds %d bytes, shape %v needs %d", from, m.Index, t.Name, n, t.Shape, t.Bytes)
 		}
 	}
 	if j == 0 {
@@ -241,9 +257,14 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 		if sh.noted.CompareAndSwap(false, true) {
 			m.Note = note
 		}
+		for _, f := range fields {
+			if f.t != nil {
+				f.t.Data = in.bytes(f.num)
+			}
+		}
 		sh.s.metrics.ringInline.Inc()
-		sh.sent.Add(1) // before Send: the client may release it at once
-		return ss.Send(m)
+		sh.sent.Add(1)    // before Send: the client may release it at once
+		return ss.Send(m) // encoded before it returns: in may be freed then
 	}
 	k, waited, err := sh.waitSlot(ctx, j, r.Header.Slots)
 	if err != nil {
@@ -252,7 +273,7 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 	t1 := time.Now()
 	err = writeSlot(r.Slot(k), uint64(j), used, specs, func(w tensorDst) {
 		for i, t := range specs {
-			copyParallel(w.tensor(0, t.Name, t.DType, t.Shape...), data[i])
+			copyPieces(w.tensor(0, t.Name, t.DType, t.Shape...), in.data[nums[i]])
 		}
 	})
 	if err != nil {
@@ -277,21 +298,32 @@ func (sh *shmStream) relayBatch(ctx context.Context, ss servepb.Sampler_SampleSh
 	return ss.Send(out)
 }
 
-// copyParallel copies src into dst, in chunks on several goroutines when
-// large (a batch's features are tens of MiB).
-func copyParallel(dst, src []byte) {
+// copyPieces copies the concatenation of src into dst, runs of pieces
+// of at least 4 MiB on goroutines of their own when large (a batch's
+// features are tens of MiB in 16 KiB pieces).
+func copyPieces(dst []byte, src [][]byte) {
 	const chunk = 4 << 20
-	if len(src) <= 2*chunk {
-		copy(dst, src)
+	if len(dst) <= 2*chunk {
+		for _, p := range src {
+			dst = dst[copy(dst, p):]
+		}
 		return
 	}
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(src); lo += chunk {
-		hi := min(lo+chunk, len(src))
+	for len(src) > 0 {
+		n, k := 0, 0
+		for k < len(src) && n < chunk {
+			n += len(src[k])
+			k++
+		}
+		run, out := src[:k], dst[:n]
+		src, dst = src[k:], dst[n:]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			copy(dst[lo:hi], src[lo:hi])
+			for _, p := range run {
+				out = out[copy(out, p):]
+			}
 		}()
 	}
 	wg.Wait()

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
@@ -66,7 +67,7 @@ func TestRelayEqualsDirect(t *testing.T) {
 	_, a2 := start(t, Options{})
 	var ups []*Client
 	for _, a := range []string{a1, a1, a2, a2} {
-		ups = append(ups, dial(t, a, ClientOptions{}))
+		ups = append(ups, dial(t, a, ClientOptions{ReuseBuffers: true}))
 	}
 	rs, raddr := start(t, Options{RingDir: dir, Relay: &Relay{Upstreams: ups}})
 	rc := dial(t, raddr, ClientOptions{})
@@ -316,6 +317,117 @@ func FuzzDecodeBatchAliased(f *testing.F) {
 		}
 		if err == nil && !proto.Equal(got, want) {
 			t.Fatalf("aliased %v, proto %v", got, want)
+		}
+	})
+}
+
+// splitAt cuts b into pieces at the given offsets (mod len(b)+1, sorted),
+// as gRPC hands a message over in frames.
+func splitAt(b []byte, cuts []byte) [][]byte {
+	var at []int
+	for _, c := range cuts {
+		at = append(at, int(c)*7%(len(b)+1))
+	}
+	slices.Sort(at)
+	var out [][]byte
+	lo := 0
+	for _, a := range at {
+		out = append(out, b[lo:a])
+		lo = a
+	}
+	return append(out, b[lo:])
+}
+
+// decodeSegments decodes pieces with decodeBatchSegments and puts each
+// tensor's data back into it, to compare with proto.Unmarshal.
+func decodeSegments(segs [][]byte) (*servepb.Batch, error) {
+	m := &servepb.Batch{}
+	data, err := decodeBatchSegments(segs, m)
+	if err != nil {
+		return nil, err
+	}
+	for num, at := range batchTensorFields {
+		t := *at(m)
+		if t == nil {
+			if len(data[num]) > 0 {
+				return nil, fmt.Errorf("field %d: data without a tensor", num)
+			}
+			continue
+		}
+		if t.Data != nil {
+			return nil, fmt.Errorf("field %d: data left in the message", num)
+		}
+		in := &relayIn{data: data}
+		t.Data = in.bytes(num)
+	}
+	return m, nil
+}
+
+// decodeBatchSegments decodes a message in pieces as proto.Unmarshal
+// decodes it whole, wherever the pieces are cut, with the tensors' data
+// left in the pieces.
+func TestDecodeBatchSegments(t *testing.T) {
+	m := &servepb.Batch{Index: 3, NumBatches: 9, NId: Int32Tensor([]int32{4, 5, 6}, 3), X: &servepb.Tensor{Dtype: servepb.DType_DTYPE_BFLOAT16, Shape: []int64{3, 2}, Data: []byte("abcdefghijkl")},
+		NumSampledNodes: []int64{1, 2}, BatchSize: 1, Note: "n", Timing: &servepb.BatchTiming{SampleNs: 7}}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cut := 0; cut <= len(b); cut++ {
+		for step := 1; step <= 5; step++ {
+			var segs [][]byte
+			segs = append(segs, b[:cut])
+			for lo := cut; lo < len(b); lo += step {
+				segs = append(segs, b[lo:min(lo+step, len(b))])
+			}
+			got, err := decodeSegments(segs)
+			if err != nil || !proto.Equal(got, m) {
+				t.Fatalf("cut %d step %d: %v, %v; want %v", cut, step, got, err, m)
+			}
+		}
+	}
+	// The data is left in the pieces: x's 12 bytes in 3 pieces of 4.
+	at := strings.Index(string(b), "abcdefghijkl")
+	segs := [][]byte{b[:at], b[at : at+4], b[at+4 : at+8], b[at+8:]}
+	data, err := decodeBatchSegments(segs, &servepb.Batch{})
+	if err != nil || len(data[9]) != 3 || &data[9][0][0] != &b[at] || &data[9][2][3] != &b[at+11] {
+		t.Fatalf("x in %d pieces, %v: not the message's own bytes", len(data[9]), err)
+	}
+	// A repeated tensor field is merged, as proto does.
+	twice := append(slices.Clone(b), b...)
+	want := &servepb.Batch{}
+	if err := proto.Unmarshal(twice, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := decodeSegments(splitAt(twice, []byte{3, 9, 20})); err != nil || !proto.Equal(got, want) {
+		t.Fatalf("twice: %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range [][]byte{b[:len(b)-3], {0x1a, 0x05, 0x08}, {0x1a, 0x02, 0x1a, 0x09}, {0x4a, 0x80}} {
+		if _, err := decodeSegments(splitAt(bad, []byte{1})); err == nil {
+			t.Fatalf("%x decoded", bad)
+		}
+	}
+}
+
+func FuzzDecodeBatchSegments(f *testing.F) {
+	for _, m := range []*servepb.Batch{
+		{Index: 1, NId: Int32Tensor([]int32{1, 2}, 2), EdgeIndex: Int32Tensor([]int32{0, 1, 1, 0}, 2, 2), Y: Int32Tensor([]int32{-1, 3}, 2)},
+		{X: &servepb.Tensor{Dtype: servepb.DType_DTYPE_FLOAT32, Shape: []int64{1, 1}, Data: []byte{0, 0, 128, 63}}, Note: "x"},
+		{Shm: &servepb.ShmSlot{Path: "/p", Slot: 2}, Nodes: []*servepb.TypedNodes{{Type: 1}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b, []byte{2, 5})
+	}
+	f.Add([]byte{0x4b, 0x0c, 0x4c}, []byte{1}) // a group where x is
+	f.Fuzz(func(t *testing.T, b, cuts []byte) {
+		want := &servepb.Batch{}
+		werr := proto.Unmarshal(b, want)
+		got, err := decodeSegments(splitAt(b, cuts))
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("segments: %v, proto: %v", err, werr)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("segments %v, proto %v", got, want)
 		}
 	})
 }

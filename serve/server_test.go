@@ -29,7 +29,7 @@ import (
 
 // start runs a server for opt on a loopback port; it is stopped when the
 // test ends.
-func start(t *testing.T, opt Options) (*Server, string) {
+func start(t testing.TB, opt Options) (*Server, string) {
 	t.Helper()
 	if opt.Dataset == nil && opt.Hetero == nil {
 		opt.Dataset = tiny(t)
@@ -53,7 +53,7 @@ func start(t *testing.T, opt Options) (*Server, string) {
 	return s, ln.Addr().String()
 }
 
-func dial(t *testing.T, addr string, opt ClientOptions) *Client {
+func dial(t testing.TB, addr string, opt ClientOptions) *Client {
 	t.Helper()
 	if opt.Timeout == 0 {
 		opt.Timeout = 20 * time.Second

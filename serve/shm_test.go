@@ -165,7 +165,7 @@ func (sc *shmClient) next() (*servepb.Batch, error) {
 	return m, nil
 }
 
-func ringDir(t *testing.T) string {
+func ringDir(t testing.TB) string {
 	t.Helper()
 	if !shmring.Supported {
 		t.Skip("no shared-memory rings here")
