@@ -31,11 +31,13 @@ type ClientOptions struct {
 	// WindowBytes is the receive window of a stream and of the
 	// connection (default DefaultWindowBytes; fixed, no growth).
 	WindowBytes int32
-	// ReuseBuffers receives into pooled buffers that are not cleared
-	// first (gRPC's pool clears each 16 KiB frame buffer it hands out:
-	// a sixth of the relay's receive). Every byte of such a buffer is
-	// overwritten by the frame read into it, so nothing stale is seen.
-	ReuseBuffers bool
+	// BulkReceive is for streams of large messages (the relay's): the
+	// socket is read DefaultIOBufferBytes at a time (gRPC's 32 KiB cost
+	// a system call every two frames), and frames are received into
+	// pooled buffers that are not cleared first (gRPC's pool clears each
+	// 16 KiB buffer it hands out: a sixth of the relay's receive; every
+	// byte of such a buffer is overwritten by the frame read into it).
+	BulkReceive bool
 }
 
 // Client is a connection to a `strata serve`; its errors name the server.
@@ -75,8 +77,8 @@ func Dial(addr string, opt ClientOptions) (*Client, error) {
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opt.MaxRecvBytes), grpc.MaxCallSendMsgSize(opt.MaxSendBytes)),
 		grpc.WithInitialWindowSize(opt.WindowBytes), grpc.WithInitialConnWindowSize(opt.WindowBytes)}
-	if opt.ReuseBuffers {
-		dopts = append(dopts, experimental.WithBufferPool(unclearedPool))
+	if opt.BulkReceive {
+		dopts = append(dopts, experimental.WithBufferPool(unclearedPool), grpc.WithReadBufferSize(DefaultIOBufferBytes))
 	}
 	conn, err := grpc.NewClient(target, dopts...)
 	if err != nil {

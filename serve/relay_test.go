@@ -67,7 +67,7 @@ func TestRelayEqualsDirect(t *testing.T) {
 	_, a2 := start(t, Options{})
 	var ups []*Client
 	for _, a := range []string{a1, a1, a2, a2} {
-		ups = append(ups, dial(t, a, ClientOptions{ReuseBuffers: true}))
+		ups = append(ups, dial(t, a, ClientOptions{BulkReceive: true}))
 	}
 	rs, raddr := start(t, Options{RingDir: dir, Relay: &Relay{Upstreams: ups}})
 	rc := dial(t, raddr, ClientOptions{})

@@ -56,7 +56,7 @@ func (u *rawUpstream) Sample(req *servepb.SampleRequest, ss servepb.Sampler_Samp
 func startRawUpstream(tb testing.TB, u *rawUpstream) string {
 	tb.Helper()
 	g := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{encoding.GetCodecV2("proto")}),
-		grpc.MaxSendMsgSize(1<<30), grpc.InitialWindowSize(DefaultWindowBytes), grpc.InitialConnWindowSize(DefaultWindowBytes))
+		grpc.MaxSendMsgSize(1<<30), grpc.WriteBufferSize(DefaultIOBufferBytes), grpc.InitialWindowSize(DefaultWindowBytes), grpc.InitialConnWindowSize(DefaultWindowBytes))
 	servepb.RegisterSamplerServer(g, u)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -113,7 +113,7 @@ func benchRelay(b *testing.B, streams, nodes int) {
 	addr := startRawUpstream(b, &rawUpstream{msg: msg, n: b.N})
 	var ups []*Client
 	for range streams {
-		ups = append(ups, dial(b, addr, ClientOptions{MaxRecvBytes: 1 << 30, ReuseBuffers: true}))
+		ups = append(ups, dial(b, addr, ClientOptions{MaxRecvBytes: 1 << 30, BulkReceive: true}))
 	}
 	_, raddr := start(b, Options{RingDir: ringDir(b), Relay: &Relay{Upstreams: ups}})
 	rc := dial(b, raddr, ClientOptions{})

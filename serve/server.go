@@ -71,6 +71,11 @@ const (
 	// stream and of a connection (it disables gRPC's window growth, so a
 	// stream's bytes in flight stay bounded).
 	DefaultWindowBytes = 8 << 20
+	// DefaultIOBufferBytes is the write buffer of a server's connections
+	// and the read buffer of a relay's upstream ones: a batch of tens of
+	// MiB went through gRPC's 32 KiB in a system call each (512 KiB: a
+	// third less CPU time per relayed batch on the development VM).
+	DefaultIOBufferBytes = 512 << 10
 	// DefaultRingBytes bounds a SampleShm stream's ring.
 	DefaultRingBytes = 2 << 30
 	// DefaultReleaseTimeout is how long a SampleShm stream waits for its
@@ -339,6 +344,7 @@ func New(opt Options) (*Server, error) {
 		grpc.MaxSendMsgSize(opt.MaxSendBytes),
 		grpc.InitialWindowSize(opt.WindowBytes),
 		grpc.InitialConnWindowSize(opt.WindowBytes),
+		grpc.WriteBufferSize(DefaultIOBufferBytes),
 		// Dead peers (a client killed without closing its connection) are
 		// found by pings; a client may ping every 10 s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

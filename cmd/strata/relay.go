@@ -112,7 +112,7 @@ func (c *relayCmd) Run(e *env) error {
 	}()
 	for _, a := range addrs {
 		for range c.Streams {
-			u, err := serve.Dial(a, serve.ClientOptions{TLS: sec.TLS, Secret: []byte(upSecret), MaxRecvBytes: msg, Timeout: c.Timeout, ReuseBuffers: true})
+			u, err := serve.Dial(a, serve.ClientOptions{TLS: sec.TLS, Secret: []byte(upSecret), MaxRecvBytes: msg, Timeout: c.Timeout, BulkReceive: true})
 			if err != nil {
 				return err
 			}
