@@ -58,6 +58,21 @@ const (
 	OrderDegree = "degree"
 )
 
+// Exchanges: which rows of a block travel to the devices that read it.
+const (
+	// ExchangeBlocks ("" too) sends every device every row of every block
+	// (one all-gather-v per layer, or broadcasts per owner).
+	ExchangeBlocks = "blocks"
+	// ExchangeHalo sends each device only the rows it reads (its halo,
+	// Layout.Used), packed, in one all-to-all-v per layer; in training the
+	// last layer sends only the rows the training nodes read, since the
+	// loss reads no other output row (not with a Task, whose loss may).
+	// Exact: every row a device reads has the value ExchangeBlocks gives
+	// it, so the run's numbers are the same; only the bytes differ.
+	// Its gradient messages are restricted the same way. GCN and SAGE.
+	ExchangeHalo = "halo"
+)
+
 // Engines.
 const (
 	// EngineAuto: the distributed engine, for every model and any number
@@ -75,11 +90,12 @@ const (
 type Config struct {
 	train.Common
 
-	Partition     string `json:"partition"`      // multilevel | metis | range (P > 1)
-	PartitionSeed uint64 `json:"partition_seed"` // seed of the partitioner
-	Masks         string `json:"masks"`          // global | local (P > 1)
-	Order         string `json:"order"`          // none | degree: node order within blocks
-	Engine        string `json:"engine"`         // auto | tape
+	Partition     string `json:"partition"`          // multilevel | metis | range (P > 1)
+	PartitionSeed uint64 `json:"partition_seed"`     // seed of the partitioner
+	Masks         string `json:"masks"`              // global | local (P > 1)
+	Order         string `json:"order"`              // none | degree: node order within blocks
+	Engine        string `json:"engine"`             // auto | tape
+	Exchange      string `json:"exchange,omitempty"` // blocks ("") | halo
 
 	Staleness Staleness `json:"staleness"`
 }
@@ -200,6 +216,15 @@ func (c *Config) Validate() error {
 	default:
 		return cfgErr("engine", "unknown engine %q (want auto or tape)", c.Engine)
 	}
+	switch c.Exchange {
+	case "", ExchangeBlocks:
+	case ExchangeHalo:
+		if c.Model == GAT {
+			return cfgErr("exchange", "halo applies to gcn and sage, not gat")
+		}
+	default:
+		return cfgErr("exchange", "unknown exchange %q (want blocks or halo)", c.Exchange)
+	}
 	return c.Staleness.validate()
 }
 
@@ -236,6 +261,9 @@ func (c *Config) String() string {
 	}
 	if c.Order == OrderDegree {
 		b.WriteString(", nodes by degree")
+	}
+	if c.Exchange == ExchangeHalo {
+		b.WriteString(", halo exchange")
 	}
 	if s := c.Staleness; s.Enabled {
 		fmt.Fprintf(&b, ", staleness: epoch bound %d, eps %g", s.EpochBound, s.Epsilon)

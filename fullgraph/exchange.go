@@ -178,15 +178,18 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 		w.exchangeConst(s, l, xall, payload, clean, train, redraw)
 		return
 	}
+	h := w.haloFor(l, train)
 	if !train {
 		sends := make([]bool, w.p)
 		for r := range sends {
 			sends[r] = true
-			if r != d {
+			if h != nil {
+				w.stats.EvalBytes += w.haloBytes(h, r, width)
+			} else {
 				w.stats.EvalBytes += 4 * int64(w.lay.Size(r)*width) * int64(w.p-1)
 			}
 		}
-		w.sendBlocks(s, xall, payload, width, sends)
+		w.send(s, h, xall, payload, width, sends)
 		return
 	}
 
@@ -225,7 +228,7 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 	for r := range sends {
 		sends[r] = flags[2*r] == 1
 	}
-	w.sendBlocks(s, xall, payload, width, sends)
+	w.send(s, h, xall, payload, width, sends)
 	if !s.ok() {
 		return
 	}
@@ -248,8 +251,7 @@ func (w *worker) exchange(s *step, l int, xall, payload, clean backend.Buffer, t
 			st.age[r]++
 		}
 		rd := float64(math.Float32frombits(uint32(flags[2*r+1])))
-		w.recordBlock(l, r, blockEvent{sent: sends[r], age: st.age[r], drift: rd,
-			rows: w.lay.Size(r), width: width, receives: w.p - 1})
+		w.recordBlock(l, r, w.event(h, r, width, blockEvent{sent: sends[r], age: st.age[r], drift: rd}))
 	}
 	st.valid = true
 }
@@ -274,8 +276,9 @@ func (w *worker) exchangeConst(s *step, l int, xall, payload, clean backend.Buff
 	for r := range sends {
 		sends[r] = first
 	}
+	h := w.halo[haloAll] // the copies serve evaluation too: every row read
 	if first {
-		w.sendBlocks(s, xc, clean, width, sends)
+		w.send(s, h, xc, clean, width, sends)
 	}
 	if s.ok() {
 		s.do(w.b.Copy(w.block(s, xall, d, width), payload))
@@ -296,8 +299,7 @@ func (w *worker) exchangeConst(s *step, l int, xall, payload, clean backend.Buff
 	}
 	for r := 0; r < w.p; r++ {
 		st.age[r] = 0 // the copies are the current blocks: nothing ages
-		w.recordBlock(l, r, blockEvent{sent: sends[r], age: 0, drift: 0,
-			rows: w.lay.Size(r), width: width, receives: w.p - 1})
+		w.recordBlock(l, r, w.event(h, r, width, blockEvent{sent: sends[r], age: 0, drift: 0}))
 	}
 	st.valid = true
 }
@@ -367,6 +369,26 @@ func (w *worker) snapParams(s *step, l int) {
 		tmp := s.f32(slot.Len())
 		st.psnapSq += w.sumSq(s, tmp, slot)
 		s.drop(tmp)
+	}
+}
+
+// event completes ev with the size of block r's broadcast: every row to
+// every other device, or with halo exchange (h non-nil) the rows each
+// reads.
+func (w *worker) event(h *haloSet, r, width int, ev blockEvent) blockEvent {
+	ev.rows, ev.width, ev.receives = w.lay.Size(r), width, w.p-1
+	if h != nil {
+		ev.rows, ev.receives = int(w.haloBytes(h, r, width)/4/int64(width)), 1
+	}
+	return ev
+}
+
+// send is sendHalo with halo exchange (h non-nil), else sendBlocks.
+func (w *worker) send(s *step, h *haloSet, xall, payload backend.Buffer, width int, sends []bool) {
+	if h != nil {
+		w.sendHalo(s, h, xall, payload, width, sends)
+	} else {
+		w.sendBlocks(s, xall, payload, width, sends)
 	}
 }
 
@@ -474,9 +496,16 @@ type contribution func(dst backend.Buffer, t int) error
 // transposed is the contribution of GCN and GraphSAGE: A_dt^T g through
 // the transposed block restricted to the rows read (w.back), for g the
 // gradient of this device's aggregation output, width columns.
-func (w *worker) transposed(g backend.Buffer, width int) contribution {
+func (w *worker) transposed(l int, g backend.Buffer, width int) contribution {
+	back := w.back
+	if h := w.haloFor(l, true); h != nil && h.back != nil {
+		back = h.back // the training nodes' rows only: the others get zero
+	}
 	return func(dst backend.Buffer, t int) error {
-		bm := w.back[t]
+		bm := back[t]
+		if t == w.rank {
+			bm = w.back[t]
+		}
 		if bm.a == nil { // own block, no entries
 			return w.b.Fill(dst, 0)
 		}
@@ -510,6 +539,13 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	pol := w.cfg.Staleness
 	gstale := pol.Enabled && pol.Gradients
 	used := func(r, t int) int { return len(w.lay.Used[r][t]) * width }
+	recvIdx := w.recvIdx
+	if h := w.haloFor(l, true); h != nil && h.back != nil {
+		// Halo exchange, last layer: the output gradient is zero but on
+		// training nodes, so only the rows they read get a contribution.
+		used = func(r, t int) int { return h.n(r, t) * width }
+		recvIdx = h.to
+	}
 	// Packed contributions to every other owner this device reads from;
 	// on the device path without gradient skipping they are computed
 	// straight into the send buffer.
@@ -518,7 +554,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	if w.dc != nil && !gstale {
 		total := 0
 		for t := 0; t < p; t++ {
-			if t != d && w.lay.NNZ(d, t) > 0 {
+			if t != d && used(d, t) > 0 {
 				total += used(d, t)
 			}
 		}
@@ -527,7 +563,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	sendFlags := make([]int32, p) // 1: this device sends to owner t
 	off := 0
 	for t := 0; t < p; t++ {
-		if t == d || w.lay.NNZ(d, t) == 0 || !s.ok() {
+		if t == d || used(d, t) == 0 || !s.ok() {
 			continue
 		}
 		if packed != nil {
@@ -562,7 +598,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	} else {
 		for r := 0; r < p; r++ {
 			for t := 0; t < p; t++ {
-				if r != t && w.lay.NNZ(r, t) > 0 {
+				if r != t && used(r, t) > 0 {
 					flags[r*p+t] = 1
 				}
 			}
@@ -627,7 +663,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	// Statistics, from the global flag matrix (identical everywhere).
 	for r := 0; r < p; r++ {
 		for t := 0; t < p; t++ {
-			if r == t || w.lay.NNZ(r, t) == 0 {
+			if r == t || used(r, t) == 0 {
 				continue
 			}
 			bytes := 4 * int64(used(r, t))
@@ -666,7 +702,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 	// Owner side: add the contributions in rank order.
 	off = 0
 	for r := 0; r < p && s.ok(); r++ {
-		if r == d || w.lay.NNZ(r, d) == 0 {
+		if r == d || used(r, d) == 0 {
 			continue
 		}
 		var c backend.Buffer
@@ -684,7 +720,7 @@ func (w *worker) reduce(s *step, l int, dst backend.Buffer, contrib contribution
 			c = st.grecv[r]
 		}
 		if s.ok() {
-			s.do(w.b.ScatterAddRows(dst, c, w.recvIdx[r], w.n, width))
+			s.do(w.b.ScatterAddRows(dst, c, recvIdx[r], w.n, width))
 		}
 	}
 }

@@ -244,7 +244,7 @@ func (w *worker) backward(s *step, l int, fs []*fwd, dPre backend.Buffer, train 
 	}
 	if sp.project {
 		dz := s.f32(n * sp.width)
-		w.reduce(s, l, dz, w.transposed(dPre, sp.width))
+		w.reduce(s, l, dz, w.transposed(l, dPre, sp.width))
 		w.weightGrad(s, wa.Grad, f, dz, sp.in, sp.out)
 		if needIn {
 			dx = s.f32(n * sp.in)
@@ -263,7 +263,7 @@ func (w *worker) backward(s *step, l int, fs []*fwd, dPre backend.Buffer, train 
 				s.do(b.Gemm(false, true, n, sp.in, sp.out, 1, dPre, wa.Value, 0, dAgg))
 			}
 			dx = s.f32(n * sp.in)
-			w.reduce(s, l, dx, w.transposed(dAgg, sp.width))
+			w.reduce(s, l, dx, w.transposed(l, dAgg, sp.width))
 			s.drop(dAgg)
 		}
 	}

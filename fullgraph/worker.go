@@ -119,6 +119,8 @@ type worker struct {
 
 	gat gatState // GAT's selectors and halo indices (gat.go)
 
+	halo [2]*haloSet // Exchange "halo": haloAll, haloTrain (halo.go); nil otherwise
+
 	// task is Options.Task's part on this device (nil: node
 	// classification); its parameters follow the layers' in params
 	// (nLayerParams of them are the layers').
@@ -276,6 +278,11 @@ func newWorker(ctx context.Context, rank int, b backend.Backend, c comm.Comm, dc
 			return nil, err
 		}
 	}
+	if cfg.Exchange == ExchangeHalo && p > 1 {
+		if err := w.initHalo(pr.ds.Train); err != nil {
+			return nil, fmt.Errorf("fullgraph: device %d: halo: %w", rank, err)
+		}
+	}
 
 	f := pr.feats
 	if h := f.Sparse; h != nil {
@@ -380,6 +387,9 @@ func (w *worker) free() {
 		b.Free(sp.meanM)
 	}
 	w.gat.free(b)
+	for _, h := range w.halo {
+		h.free(b)
+	}
 	*w = worker{b: b}
 }
 
