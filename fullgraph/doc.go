@@ -78,6 +78,15 @@
 // are one all-gather-v when every block is sent, else one broadcast per
 // sending owner.
 //
+// With Config.Exchange "halo" each device receives only the rows of the
+// other blocks it reads (Layout.Used), gathered by their owners and sent
+// in one all-to-all-v per layer, and in training the last layer only the
+// rows its training nodes read: the loss reads no other output row, so
+// the last layer's gradient is zero elsewhere and its gradient messages
+// shrink alike. Every row a device reads has the value the block exchange
+// gives it, so the run is the same bit for bit, with fewer bytes
+// (halo.go; GCN and GraphSAGE).
+//
 // # Backward
 //
 // The gradient of a payload block H_s is sum over d of A_ds^T G_d, where

@@ -17,7 +17,10 @@
 # `strata partition` when missing, so the runs share it), OUT (where the
 # reports go, /tmp/fg-stale-acc), EXTRA (more train flags for every run).
 # Modes: exact; stale (--staleness, the embedding drift); params
-# (--staleness --staleness-drift params).
+# (--staleness --staleness-drift params); halo (--exchange halo: exact,
+# each device receives only the rows it reads); stale-halo (--staleness
+# --exchange halo). The table also says whether a mode's per-epoch losses
+# equal exact's bit for bit (then so do its accuracies).
 set -euo pipefail
 strata=${STRATA:-}
 if [ -z "$strata" ]; then
@@ -36,7 +39,8 @@ part=${PART:-$out/part-$ndev}
 if [ ! -f "$part/partition.bin" ]; then
   "$strata" partition "$data" "$part" -k "$ndev" --quiet >/dev/null
 fi
-declare -A flags=([exact]="" [stale]="--staleness" [params]="--staleness --staleness-drift params")
+declare -A flags=([exact]="" [stale]="--staleness" [params]="--staleness --staleness-drift params"
+  [halo]="--exchange halo" [stale-halo]="--staleness --exchange halo")
 modes=${MODES:-exact stale params}
 for m in $modes; do
   for s in ${SEEDS:-1 2 3}; do
@@ -61,10 +65,14 @@ for m in modes:
     allb = sum(x["bytes_sent"] + x["bytes_avoided"] + x["grad_bytes_sent"] + x["grad_bytes_avoided"] for x in c)
     av = sum(x["bytes_avoided"] + x["grad_bytes_avoided"] for x in c) / max(1, allb)
     sec = sum(r["mean_epoch_seconds"] for r in rs) / len(rs)
-    rows[m] = (sum(acc) / len(acc), acc, bc, av, sec)
-base = rows.get("exact", (None,))[0]
-print(f"{'mode':8} {'test acc (mean)':>15} {'vs exact':>9} {'bcast avoided':>13} {'all avoided':>11} {'s/epoch':>8}  seeds")
-for m, (a, acc, bc, av, sec) in rows.items():
-    d = f"{100 * (a - base):+.2f}" if base is not None else "-"
-    print(f"{m:8} {100 * a:15.2f} {d:>9} {100 * bc:12.1f}% {100 * av:10.1f}% {sec:8.3f}  " + " ".join(f"{100 * x:.2f}" for x in acc))
+    losses = [[e["loss"] for e in r["epochs"]] for r in rs]
+    rows[m] = (sum(acc) / len(acc), acc, bc, av, sec, losses, allb)
+base = rows.get("exact")
+# Bytes are against exact's total when there is one (halo sends fewer).
+print(f"{'mode':10} {'test acc (mean)':>15} {'vs exact':>9} {'bcast avoided':>13} {'all avoided':>11} {'vs exact':>8} {'s/epoch':>8} {'losses':>7}  seeds")
+for m, (a, acc, bc, av, sec, losses, allb) in rows.items():
+    d = f"{100 * (a - base[0]):+.2f}" if base else "-"
+    same = ("same" if losses == base[5] else "differ") if base else "-"
+    vs = f"{100 * (1 - (1 - av) * allb / base[6]):7.1f}%" if base else "-"
+    print(f"{m:10} {100 * a:15.2f} {d:>9} {100 * bc:12.1f}% {100 * av:10.1f}% {vs:>8} {sec:8.3f} {same:>7}  " + " ".join(f"{100 * x:.2f}" for x in acc))
 EOF

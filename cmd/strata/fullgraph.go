@@ -32,6 +32,7 @@ type fullGraphFlags struct {
 	StaleAdapt bool     `name:"staleness-adaptive" help:"fullgraph mode: scale the variation bound by the training loss relative to the first epoch's."`
 	StaleGrad  bool     `name:"staleness-gradients" help:"fullgraph mode: apply the bounds to gradient messages too."`
 	StaleDrift string   `name:"staleness-drift" enum:"embedding,params" default:"embedding" help:"fullgraph mode: what the variation bound measures: embedding (the block's change) or params (the change of the parameters that produced it; no dropout noise floor)."`
+	Exchange   string   `help:"fullgraph mode: which rows of the embedding blocks travel: blocks (every row to every device) or halo (each device only the rows it reads; the last layer in training only the rows the training nodes read; exact, fewer bytes)." enum:"blocks,halo" default:"blocks"`
 	Partition  string   `help:"fullgraph mode and sampled mode with --devices: how nodes are split into the devices' blocks or patches: multilevel, metis (libmetis) or range (ID ranges)." enum:"multilevel,metis,range" default:"multilevel"`
 	Masks      string   `help:"fullgraph mode: dropout masks on several devices: global (identical to one device), local (drawn per device, no host work) or auto (global on CPU devices, local on GPUs)." enum:"auto,global,local" default:"auto"`
 	EvalEvery  int      `name:"eval-every" help:"Evaluate every N epochs and after the last (every mode)." default:"1" placeholder:"N"`
@@ -83,6 +84,9 @@ func (c *trainCmd) fullGraphConfig(full bool) (fullgraph.Config, error) {
 	if f.Masks != "auto" {
 		cfg.Masks = f.Masks
 	}
+	if f.Exchange != fullgraph.ExchangeBlocks {
+		cfg.Exchange = f.Exchange
+	}
 	if f.Staleness {
 		cfg.Staleness = fullgraph.DefaultStaleness()
 		setInt(&cfg.Staleness.EpochBound, f.StaleEp)
@@ -133,6 +137,7 @@ func (f *fullGraphFlags) set() []string {
 	add(f.StaleGrad, "staleness-gradients")
 	add(f.StaleDrift != "embedding", "staleness-drift")
 	add(f.Masks != "auto", "masks")
+	add(f.Exchange != fullgraph.ExchangeBlocks, "exchange")
 	add(f.NodeOrder != "auto", "node-order")
 	add(f.PartFile != "", "partition-file")
 	return out
