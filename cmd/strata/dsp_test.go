@@ -305,6 +305,9 @@ func TestTrainFlagValueErrors(t *testing.T) {
 		{with(fg, "--staleness-drift", "params"), "--staleness-* flags need --staleness"},
 		{with(fg, "--staleness", "--staleness-drift", "weights"), "--staleness-drift"},
 		{with(fg, "--partition-file", "no-such-file"), "no-such-file"},
+		{with(d, "--exchange", "halo"), "--exchange applies to --mode fullgraph only"},
+		{with(fg, "--exchange", "rows"), "--exchange"},
+		{[]string{"--model", "gat", "--mode", "fullgraph", "--devices", "cpu:2", "--exchange", "halo"}, "--exchange: halo applies to gcn and sage"},
 	} {
 		code, _, errOut := strata(t, append([]string{"train", "--quiet"}, tc.args...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") > 1 && !strings.Contains(errOut, "Usage") {
