@@ -148,20 +148,86 @@ type heteroLayer struct {
 	rels  []HeteroRel // the schema's
 }
 
-// NewHetero builds a typed model with fresh parameters on b. Free its
-// parameters with FreeParams(b, m.Params()).
-func NewHetero(b backend.Backend, cfg HeteroConfig) (*HeteroModel, error) {
-	if b == nil {
-		return nil, &ConfigError{Msg: "nil backend"}
-	}
+// Roles of a typed model's parameters (HeteroParamSpec.Role).
+const (
+	RoleNeigh    = "neigh"     // per relation: W_neigh (hsage) or W_r (rgcn), [in of Src, out]
+	RoleSelf     = "self"      // per relation, hsage: W_self^r, [in of Dst, out]
+	RoleBias     = "bias"      // per relation, hsage: b^r, [1, out]
+	RoleRoot     = "root"      // per type: its root weight, [in of the type, out]
+	RoleRootBias = "root_bias" // per type: its bias, [1, out]
+)
+
+// HeteroParamSpec describes one parameter of a typed model: its name
+// (Param.Name), the layer, the relation (-1 for a type's root terms),
+// the destination type, the role and the shape.
+type HeteroParamSpec struct {
+	Name       string
+	Layer      int
+	Rel        int
+	Type       int
+	Role       string
+	Rows, Cols int
+}
+
+// HeteroParamSpecs lists the parameters NewHetero creates for cfg, in
+// Params' order: per layer, per type the layer computes, the relations
+// into it (neigh, then for hsage self and bias), then the type's root
+// and bias (rgcn always; hsage when no relation enters the type). A saved
+// model (package model) names and checks its tensors from this list.
+func HeteroParamSpecs(cfg HeteroConfig) ([]HeteroParamSpec, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	need := cfg.need()
+	s := cfg.Schema
+	var out []HeteroParamSpec
+	for l := range cfg.Layers {
+		in := func(t int) int {
+			if l == 0 {
+				return s.InWidth(t)
+			}
+			return cfg.Hidden
+		}
+		width := cfg.Hidden
+		if l == cfg.Layers-1 {
+			width = cfg.OutDim
+		}
+		add := func(name string, rel, t int, role string, rows int) {
+			out = append(out, HeteroParamSpec{Name: fmt.Sprintf("layer%d.%s", l, name), Layer: l, Rel: rel, Type: t, Role: role, Rows: rows, Cols: width})
+		}
+		for t := range s.NodeTypes {
+			if !need[l+1][t] {
+				continue
+			}
+			into := false
+			for r, rel := range s.Rels {
+				if rel.Dst != t {
+					continue
+				}
+				into = true
+				add(rel.Name+".neigh.weight", r, t, RoleNeigh, in(rel.Src))
+				if cfg.Kind == KindHSAGE {
+					add(rel.Name+".self.weight", r, t, RoleSelf, in(t))
+					add(rel.Name+".bias", r, t, RoleBias, 1)
+				}
+			}
+			if cfg.Kind == KindRGCN || !into {
+				tn := s.NodeTypes[t]
+				add(tn+".root.weight", -1, t, RoleRoot, in(t))
+				add(tn+".bias", -1, t, RoleRootBias, 1)
+			}
+		}
+	}
+	return out, nil
+}
+
+// need returns need[l][t]: layer l-1 computes type t (need[0]: the first
+// layer reads t's input). The last layer computes the target and the
+// outputs; a layer feeds the next one's destinations (root terms) and
+// the sources of their relations. cfg must be filled.
+func (cfg *HeteroConfig) need() [][]bool {
 	s := cfg.Schema
 	T, L := len(s.NodeTypes), cfg.Layers
-	// need[l][t]: layer l computes type t. The last layer computes the
-	// target; a layer feeds the next one's destinations (root terms) and
-	// the sources of their relations.
 	need := make([][]bool, L+1)
 	for l := range need {
 		need[l] = make([]bool, T)
@@ -180,8 +246,26 @@ func NewHetero(b backend.Backend, cfg HeteroConfig) (*HeteroModel, error) {
 			}
 		}
 	}
+	return need
+}
+
+// NewHetero builds a typed model with fresh parameters on b. Free its
+// parameters with FreeParams(b, m.Params()).
+func NewHetero(b backend.Backend, cfg HeteroConfig) (*HeteroModel, error) {
+	if b == nil {
+		return nil, &ConfigError{Msg: "nil backend"}
+	}
+	specs, err := HeteroParamSpecs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := cfg.Schema
+	T, L := len(s.NodeTypes), cfg.Layers
+	need := cfg.need()
 	m := &HeteroModel{cfg: cfg, layers: make([]heteroLayer, L), needIn: need[0]}
-	ps := &paramSet{b: b, seed: cfg.Seed}
 	for l := range L {
 		ly := heteroLayer{need: need[l+1], self: make([][]*Param, T), bias: make([][]*Param, T),
 			neigh: make([]*Param, len(s.Rels)), in: make([]int, T), out: cfg.Hidden, rels: s.Rels}
@@ -194,33 +278,25 @@ func NewHetero(b backend.Backend, cfg HeteroConfig) (*HeteroModel, error) {
 				ly.in[t] = s.InWidth(t)
 			}
 		}
-		name := func(what string) string { return fmt.Sprintf("layer%d.%s", l, what) }
-		for t := range T {
-			if !ly.need[t] {
-				continue
-			}
-			into := false
-			for r, rel := range s.Rels {
-				if rel.Dst != t {
-					continue
-				}
-				into = true
-				ly.neigh[r] = ps.uniform(name(rel.Name+".neigh.weight"), ly.in[rel.Src], ly.out, glorot(ly.in[rel.Src], ly.out))
-				if cfg.Kind == KindHSAGE {
-					ly.self[t] = append(ly.self[t], ps.uniform(name(rel.Name+".self.weight"), ly.in[t], ly.out, glorot(ly.in[t], ly.out)))
-					ly.bias[t] = append(ly.bias[t], ps.zeros(name(rel.Name+".bias"), 1, ly.out))
-				}
-			}
-			if cfg.Kind == KindRGCN || !into {
-				tn := s.NodeTypes[t]
-				ly.self[t] = append(ly.self[t], ps.uniform(name(tn+".root.weight"), ly.in[t], ly.out, glorot(ly.in[t], ly.out)))
-				ly.bias[t] = append(ly.bias[t], ps.zeros(name(tn+".bias"), 1, ly.out))
-			}
+		m.layers[l] = ly
+	}
+	// Parameters in the specs' order: each one's initial values are
+	// keyed by its position (paramSet), so the order is part of the
+	// model's definition.
+	ps := &paramSet{b: b, seed: cfg.Seed}
+	for _, sp := range specs {
+		ly := &m.layers[sp.Layer]
+		switch sp.Role {
+		case RoleNeigh:
+			ly.neigh[sp.Rel] = ps.uniform(sp.Name, sp.Rows, sp.Cols, glorot(sp.Rows, sp.Cols))
+		case RoleSelf, RoleRoot:
+			ly.self[sp.Type] = append(ly.self[sp.Type], ps.uniform(sp.Name, sp.Rows, sp.Cols, glorot(sp.Rows, sp.Cols)))
+		default: // RoleBias, RoleRootBias
+			ly.bias[sp.Type] = append(ly.bias[sp.Type], ps.zeros(sp.Name, sp.Rows, sp.Cols))
 		}
 		if ps.err != nil {
 			return nil, ps.err
 		}
-		m.layers[l] = ly
 	}
 	m.params = ps.ps
 	return m, nil
@@ -257,14 +333,32 @@ func (m *HeteroModel) Forward(t *autograd.Tape, x []*autograd.Var, blocks []*Het
 // type it computes (Target and Schema.Outputs; nil for the other types
 // and for a type without destinations in the last block).
 func (m *HeteroModel) ForwardTypes(t *autograd.Tape, x []*autograd.Var, blocks []*HeteroBlock, train bool, seed uint64) ([]*autograd.Var, error) {
+	if len(blocks) != m.cfg.Layers {
+		return nil, layerErr("HeteroModel", "%d blocks for %d layers", len(blocks), m.cfg.Layers)
+	}
+	return m.forward(t, x, blocks, train, seed)
+}
+
+// ForwardLayers runs the first k layers without dropout (inference:
+// 'strata embed') on k blocks and returns their outputs per type (nil
+// for a type layer k does not compute): after the activation for k <
+// Layers, the logits for k == Layers. Every layer computes the target
+// type.
+func (m *HeteroModel) ForwardLayers(t *autograd.Tape, x []*autograd.Var, blocks []*HeteroBlock, k int) ([]*autograd.Var, error) {
+	if k < 1 || k > m.cfg.Layers || len(blocks) != k {
+		return nil, layerErr("HeteroModel", "%d blocks for layer %d of %d", len(blocks), k, m.cfg.Layers)
+	}
+	return m.forward(t, x, blocks, false, 0)
+}
+
+// forward runs the first len(blocks) layers.
+func (m *HeteroModel) forward(t *autograd.Tape, x []*autograd.Var, blocks []*HeteroBlock, train bool, seed uint64) ([]*autograd.Var, error) {
 	const layer = "HeteroModel"
 	s := &m.cfg.Schema
 	T := len(s.NodeTypes)
 	switch {
 	case t == nil:
 		return nil, layerErr(layer, "nil tape")
-	case len(blocks) != m.cfg.Layers:
-		return nil, layerErr(layer, "%d blocks for %d layers", len(blocks), m.cfg.Layers)
 	case len(x) != T:
 		return nil, layerErr(layer, "%d inputs for %d node types", len(x), T)
 	}
@@ -313,7 +407,7 @@ func (m *HeteroModel) ForwardTypes(t *autograd.Tape, x []*autograd.Var, blocks [
 		if err != nil {
 			return nil, err
 		}
-		if l < len(blocks)-1 {
+		if l < m.cfg.Layers-1 {
 			for ty, v := range out {
 				if v != nil {
 					if out[ty], err = t.ReLU(v); err != nil {
