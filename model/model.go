@@ -49,7 +49,8 @@ type Meta struct {
 	Format        string `json:"format"`
 	Version       int    `json:"version"`
 	StrataVersion string `json:"strata_version"`
-	// Architecture is the model kind: gcn, sage or gat.
+	// Architecture is the model kind: gcn, sage or gat, or the typed
+	// rgcn and hsage.
 	Architecture string `json:"architecture"`
 	Layers       int    `json:"layers"`
 	InDim        int    `json:"in_dim"`
@@ -74,6 +75,9 @@ type Meta struct {
 	Tensors []Tensor `json:"tensors"`
 	// WeightsSHA256 is the hex SHA-256 of model.safetensors.
 	WeightsSHA256 string `json:"weights_sha256"`
+	// Typed describes a typed model's graph (architecture rgcn or hsage,
+	// format version VersionTyped); absent for the others.
+	Typed *Typed `json:"typed,omitempty"`
 }
 
 // Features says how the features were prepared for the model: inputs
@@ -178,13 +182,24 @@ func (m *Meta) check(path string) error {
 	switch {
 	case m.Format != Format:
 		return bad(path, "format %q, want %q", m.Format, Format)
-	case m.Version != Version:
-		return bad(path, "format version %d, this build reads version %d", m.Version, Version)
+	case m.Version != Version && m.Version != VersionTyped:
+		return bad(path, "format version %d, this build reads versions %d and %d", m.Version, Version, VersionTyped)
 	}
-	switch m.Architecture {
-	case nn.KindGCN, nn.KindSAGE, nn.KindGAT:
-	default:
-		return bad(path, "architecture %q is not gcn, sage or gat", m.Architecture)
+	typed := m.Architecture == nn.KindRGCN || m.Architecture == nn.KindHSAGE
+	switch {
+	case typed && m.Typed == nil:
+		return bad(path, "a %s model needs the typed section (node types, relations, target)", m.Architecture)
+	case typed:
+	case m.Typed != nil:
+		return bad(path, "a typed section in a %s model: only rgcn and hsage are typed", clip(m.Architecture))
+	case m.Architecture != nn.KindGCN && m.Architecture != nn.KindSAGE && m.Architecture != nn.KindGAT:
+		return bad(path, "architecture %q is not gcn, sage, gat, rgcn or hsage", clip(m.Architecture))
+	case m.Version != Version:
+		return bad(path, "a %s model is format version %d, not %d", m.Architecture, Version, m.Version)
+	}
+	inDimLo := 1
+	if typed {
+		inDimLo = 0 // checkTyped requires 0
 	}
 	in := func(name string, v, lo, hi int) error {
 		if v < lo || v > hi {
@@ -195,7 +210,7 @@ func (m *Meta) check(path string) error {
 	for _, c := range []struct {
 		name      string
 		v, lo, hi int
-	}{{"layers", m.Layers, 1, train.MaxLayers}, {"in_dim", m.InDim, 1, MaxInDim}, {"hidden", m.Hidden, 1, train.MaxWidth},
+	}{{"layers", m.Layers, 1, train.MaxLayers}, {"in_dim", m.InDim, inDimLo, MaxInDim}, {"hidden", m.Hidden, 1, train.MaxWidth},
 		{"classes", m.Classes, 1, MaxClasses}, {"heads", m.Heads, 1, train.MaxHeads}, {"out_heads", m.OutHeads, 1, train.MaxHeads}} {
 		if err := in(c.name, c.v, c.lo, c.hi); err != nil {
 			return err
@@ -222,6 +237,11 @@ func (m *Meta) check(path string) error {
 	case train.RowNormAuto, train.RowNormOn, train.RowNormOff:
 	default:
 		return bad(path, "features.row_norm %q is not auto, on or off", m.Features.RowNorm)
+	}
+	if typed {
+		if err := m.checkTyped(path); err != nil {
+			return err
+		}
 	}
 	if len(m.WeightsSHA256) != 64 {
 		return bad(path, "weights_sha256 %q is not 64 hex digits", clip(m.WeightsSHA256))
@@ -262,6 +282,9 @@ type spec struct {
 // specs lists m's tensors in order (nn's parameter order) and their
 // total bytes; every dimension must already be in bounds.
 func (m *Meta) specs() ([]spec, int64) {
+	if m.Typed != nil {
+		return m.typedSpecs()
+	}
 	var out []spec
 	var total int64
 	add := func(name, param, layout string, rows, cols int, shape ...int) {
@@ -313,6 +336,11 @@ func (m *Meta) specs() ([]spec, int64) {
 func Save(dir string, m *Model) error {
 	meta := m.Meta
 	meta.Format, meta.Version = Format, Version
+	if meta.Typed != nil {
+		ty := *meta.Typed
+		meta.Typed, meta.Version = &ty, VersionTyped
+		meta.fillTyped()
+	}
 	if meta.StrataVersion == "" {
 		meta.StrataVersion = train.Version
 	}

@@ -160,7 +160,7 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		{"missing meta", func(dir string) { os.Remove(filepath.Join(dir, MetaFile)) }, MetaFile, "missing"},
 		{"missing weights", func(dir string) { os.Remove(filepath.Join(dir, WeightsFile)) }, WeightsFile, "missing"},
-		{"version", editMeta(func(m map[string]any) { m["version"] = 9 }), MetaFile, "format version 9, this build reads version 1"},
+		{"version", editMeta(func(m map[string]any) { m["version"] = 9 }), MetaFile, "format version 9, this build reads versions 1 and 2"},
 		{"architecture", editMeta(func(m map[string]any) { m["architecture"] = "gin" }), MetaFile, `architecture "gin"`},
 		{"unknown field", editMeta(func(m map[string]any) { m["extra"] = 1 }), MetaFile, `unknown field "extra"`},
 		{"huge hidden", editMeta(func(m map[string]any) { m["hidden"] = 1 << 40 }), MetaFile, "hidden"},
@@ -311,6 +311,10 @@ func withHash(t testing.TB, meta, weights []byte) []byte {
 func FuzzLoad(f *testing.F) {
 	for _, kind := range []string{train.SAGE, train.GCN, train.GAT} {
 		meta, weights := encode(f, built(f, kind))
+		f.Add(meta, weights)
+	}
+	for _, kind := range []string{train.RGCN, train.HSAGE} {
+		meta, weights := encode(f, builtTyped(f, kind))
 		f.Add(meta, weights)
 	}
 	f.Add([]byte(`{}`), []byte{})

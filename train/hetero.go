@@ -406,6 +406,20 @@ func HeteroRels(h *dataset.Hetero) []nn.HeteroRel {
 // in outputs (link prediction's endpoint types; the target is then the
 // first of them when h has no labels).
 func NewTypedModel(b backend.Backend, h *dataset.Hetero, c Common, outDim int, outputs []int) (*nn.HeteroModel, error) {
+	schema := TypedSchema(h, outputs)
+	m, err := nn.NewHetero(b, nn.HeteroConfig{Kind: c.Model, Schema: schema, Hidden: c.Hidden,
+		OutDim: outDim, Layers: c.Layers, Dropout: float32(c.Dropout), InputDropout: float32(c.Dropout),
+		Seed: rng.Derive(c.Seed, tagInit)})
+	if err != nil {
+		return nil, &RunError{Op: "model", Err: err}
+	}
+	return m, nil
+}
+
+// TypedSchema is h's schema as NewTypedModel builds a model for it:
+// its node types and feature widths, its relations, the target (the
+// first of outputs when there are some) and outputs.
+func TypedSchema(h *dataset.Hetero, outputs []int) nn.HeteroSchema {
 	T := len(h.NodeTypes)
 	schema := nn.HeteroSchema{NodeTypes: make([]string, T), InDims: make([]int, T), Target: h.Target,
 		Rels: HeteroRels(h), Outputs: outputs}
@@ -415,13 +429,7 @@ func NewTypedModel(b backend.Backend, h *dataset.Hetero, c Common, outDim int, o
 	for t, nt := range h.NodeTypes {
 		schema.NodeTypes[t], schema.InDims[t] = nt.Name, nt.FeatDim
 	}
-	m, err := nn.NewHetero(b, nn.HeteroConfig{Kind: c.Model, Schema: schema, Hidden: c.Hidden,
-		OutDim: outDim, Layers: c.Layers, Dropout: float32(c.Dropout), InputDropout: float32(c.Dropout),
-		Seed: rng.Derive(c.Seed, tagInit)})
-	if err != nil {
-		return nil, &RunError{Op: "model", Err: err}
-	}
-	return m, nil
+	return schema
 }
 
 func heteroReport(h *dataset.Hetero, cfg HeteroConfig, device string, fan [][]int, history []EpochRecord) *HeteroReport {
