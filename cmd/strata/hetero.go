@@ -77,8 +77,8 @@ func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig, devices bool) (train
 		return train.HeteroConfig{}, refuse("row-norm on")
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}
-	case c.Save != "":
-		return train.HeteroConfig{}, usageError{fmt.Errorf("--save is not supported for --model %s yet: typed models are not exported (the homogeneous models are: gcn, sage, gat)", c.Model)}
+	case c.Save != "" && !devices:
+		return train.HeteroConfig{}, usageError{fmt.Errorf("--save: typed link prediction (--task link --model %s) is not exported yet; typed node classification is", c.Model)}
 	case c.FullGraph.Partition != "multilevel":
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--partition does not apply to --model %s: typed --devices split every node type into equal ID ranges", c.Model)}
 	}
@@ -255,8 +255,12 @@ func (c *trainCmd) runHetero(e *env) error {
 	if err != nil {
 		return err
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	if c.FullGraph.Devices != "" {
-		return c.runHeteroDevices(e, cfg)
+		return c.runHeteroDevices(e, cfg, keep)
 	}
 	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
@@ -272,7 +276,7 @@ func (c *trainCmd) runHetero(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := train.RunHetero(ctx, h, cfg, train.Options{Backend: b, Log: log, TypedSampler: typedSampler(b)})
+	rep, err := train.RunHetero(ctx, h, cfg, train.Options{Backend: b, Log: log, TypedSampler: typedSampler(b), Keep: keep})
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)
@@ -282,13 +286,16 @@ func (c *trainCmd) runHetero(e *env) error {
 	}
 	printAccuracy(e, rep.Report)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", time.Since(start).Seconds(), rep.Device)
+	if err := c.saveTypedModel(e, keep, h, cfg); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, rep.Report)
 }
 
 // runHeteroDevices is 'strata train --model rgcn|hsage --devices LIST':
 // typed training data parallel over the devices (engine.RunHetero), the
 // batches drawn by the collective typed sampler.
-func (c *trainCmd) runHeteroDevices(e *env, cfg train.HeteroConfig) error {
+func (c *trainCmd) runHeteroDevices(e *env, cfg train.HeteroConfig, keep *train.Keeper) error {
 	set, err := parseDevices(c.FullGraph.Devices)
 	if err != nil {
 		return err
@@ -333,7 +340,7 @@ func (c *trainCmd) runHeteroDevices(e *env, cfg train.HeteroConfig) error {
 	defer stop()
 	start := time.Now()
 	rep, err := engine.RunHetero(ctx, h, cfg, engine.HeteroOptions{Backends: bs, Comm: c.FullGraph.Comm, CommTimeout: timeout,
-		GPUShm: gso, Log: log, EvalSampler: typedSampler(bs[0])})
+		GPUShm: gso, Log: log, EvalSampler: typedSampler(bs[0]), Keep: keep})
 	var ce *train.ConfigError
 	var ee *engine.ConfigError
 	if errors.As(err, &ce) || errors.As(err, &ee) {
@@ -346,6 +353,9 @@ func (c *trainCmd) runHeteroDevices(e *env, cfg train.HeteroConfig) error {
 	fmt.Fprintf(e.stdout, "epoch time          %.3fs (training only, mean of epochs after the first; %d batches per device)\n",
 		rep.Multi.SteadyEpochSeconds, rep.Multi.BatchesPerDevice)
 	fmt.Fprintf(e.stdout, "time                %.1fs on %s x%d (comm %s)\n", time.Since(start).Seconds(), rep.Device, rep.Multi.Devices, rep.Multi.Comm)
+	if err := c.saveTypedModel(e, keep, h, cfg); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, rep.Report)
 }
 

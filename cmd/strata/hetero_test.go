@@ -86,7 +86,6 @@ func TestHeteroUsageErrors(t *testing.T) {
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--rel-fanouts=writes=1,-2"}, "each in 0..65536 or -1"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--rel-fanouts", "writes=1,70000"}, "each in 0..65536 or -1"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--checkpoint", dir}, "not supported for --model hsage"},
-		{[]string{"train", "--model", "hsage", "--dataset", ds, "--save", dir}, "--save is not supported for --model hsage"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:0"}, "--devices cpu:0: want cpu:N"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--task", "link", "--link-relation", "writes"}, "--devices: typed link prediction"},
 		{[]string{"train", "--model", "hsage", "--dataset", ds, "--devices", "cpu:2", "--comm", "nccl"}, "--comm nccl needs CUDA --devices"},

@@ -53,6 +53,12 @@ func (c *trainCmd) saveModel(e *env, keep *train.Keeper, ds *dataset.Dataset, co
 	meta := model.NewMeta(com, ds.FeatDim, ds.NumClasses)
 	meta.Features = model.Features{RowNorm: com.RowNorm, RowNormalized: rowNormalized, Storage: storage}
 	meta.Dataset = model.Dataset{Name: ds.Name, Fingerprint: ds.Fingerprint(), Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Directed: ds.Directed}
+	return c.writeModel(e, &meta, params, rec, note, com, mode, training)
+}
+
+// writeModel completes meta (the selected epoch, the mode and the
+// training configuration) and saves it with params into --save.
+func (c *trainCmd) writeModel(e *env, meta *model.Meta, params []nn.NamedTensor, rec train.EpochRecord, note string, com train.Common, mode string, training any) error {
 	meta.Selection = model.Selected{Rule: com.Select, Epoch: rec.Epoch, Epochs: com.Epochs,
 		TrainAccuracy: rec.TrainAccuracy, ValAccuracy: rec.ValAccuracy, TestAccuracy: rec.TestAccuracy, Note: note}
 	meta.Mode = mode
@@ -61,7 +67,7 @@ func (c *trainCmd) saveModel(e *env, keep *train.Keeper, ds *dataset.Dataset, co
 		return fmt.Errorf("--save: %w", err)
 	}
 	meta.Training = raw
-	if err := model.Save(c.Save, &model.Model{Meta: meta, Params: params}); err != nil {
+	if err := model.Save(c.Save, &model.Model{Meta: *meta, Params: params}); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
 	if note != "" && !e.quiet {
@@ -104,7 +110,7 @@ type loaded struct {
 
 // load reads --model and --dataset, checks they fit, prepares the
 // features as the model's were and builds the model on every device.
-func (f *modelFlags) load(e *env, needLabels bool) (*loaded, error) {
+func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, error) {
 	// The flags first (exit 2 naming the flag), then the model.
 	var budget int64
 	if f.Budget != "" {
@@ -123,10 +129,6 @@ func (f *modelFlags) load(e *env, needLabels bool) (*loaded, error) {
 	bs, err := openDevices(f.Devices, f.Device, note)
 	if err != nil {
 		return nil, err
-	}
-	m, err := model.Load(f.Model)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--model: %w", err)}
 	}
 	ds, closeDS, err := openDataset(f.Dataset, e.quiet)
 	if err != nil {
@@ -234,7 +236,14 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if layer < 0 || layer > train.MaxLayers {
 		return usageError{fmt.Errorf("--layer %d: want 1 to %d (0: the default)", layer, train.MaxLayers)}
 	}
-	l, err := f.load(e, false)
+	m, err := f.readModel()
+	if err != nil {
+		return err
+	}
+	if m.Meta.Typed != nil {
+		return runTypedInference(e, f, m, nodesFile, out, layer, embed)
+	}
+	l, err := f.load(e, m, false)
 	if err != nil {
 		return err
 	}
@@ -299,7 +308,14 @@ func (c *evaluateCmd) Run(e *env) error {
 			return usageError{fmt.Errorf("--report: %w", err)}
 		}
 	}
-	l, err := c.load(e, true)
+	m, err := c.readModel()
+	if err != nil {
+		return err
+	}
+	if m.Meta.Typed != nil {
+		return c.runTyped(e, m)
+	}
+	l, err := c.load(e, m, true)
 	if err != nil {
 		return err
 	}
@@ -316,14 +332,21 @@ func (c *evaluateCmd) Run(e *env) error {
 		return err
 	}
 	t := train.ScoreRows(res.Data, res.Cols, nodes, splits)
-	rec := t.Record()
 	fp := l.ds.Fingerprint()
-	ev := Evaluation{Model: c.Model, Dataset: l.ds.Name, Fingerprint: fp, TrainedOn: fp == l.meta.Dataset.Fingerprint,
-		TrainAccuracy: rec.TrainAccuracy, ValAccuracy: rec.ValAccuracy, TestAccuracy: rec.TestAccuracy, ValLoss: rec.ValLoss,
-		SelectedEpoch: l.meta.Selection.Epoch, Seconds: time.Since(start).Seconds(), InferenceLayers: res.Layers}
+	ev := Evaluation{Model: c.Model, Dataset: l.ds.Name, Fingerprint: fp, InferenceLayers: res.Layers}
+	return c.finish(e, &ev, t.Record(), l.meta, start, l.bs[0].Name())
+}
+
+// finish prints an evaluation's accuracies (rec) and, on the model's own
+// dataset (ev.Fingerprint), whether they equal training's, then writes
+// --report.
+func (c *evaluateCmd) finish(e *env, ev *Evaluation, rec train.EpochRecord, meta *model.Meta, start time.Time, device string) error {
+	ev.TrainedOn = ev.Fingerprint == meta.Dataset.Fingerprint
+	ev.TrainAccuracy, ev.ValAccuracy, ev.TestAccuracy, ev.ValLoss = rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.ValLoss
+	ev.SelectedEpoch, ev.Seconds = meta.Selection.Epoch, time.Since(start).Seconds()
 	fmt.Fprintf(e.stdout, "train accuracy      %.4f\nvalidation accuracy %.4f\ntest accuracy       %.4f\n", rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy)
 	if ev.TrainedOn {
-		s := l.meta.Selection
+		s := meta.Selection
 		same := s.TrainAccuracy == rec.TrainAccuracy && s.ValAccuracy == rec.ValAccuracy && s.TestAccuracy == rec.TestAccuracy
 		ev.ReportMatches = &same
 		verdict := "equal to"
@@ -332,9 +355,9 @@ func (c *evaluateCmd) Run(e *env) error {
 		}
 		fmt.Fprintf(e.stdout, "training report     %s epoch %d's\n", verdict, s.Epoch)
 	}
-	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", ev.Seconds, l.bs[0].Name())
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", ev.Seconds, device)
 	if c.Report != "" {
-		if err := atomicfile.WriteJSON(c.Report, &ev); err != nil {
+		if err := atomicfile.WriteJSON(c.Report, ev); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}
