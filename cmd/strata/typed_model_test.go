@@ -1,14 +1,20 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nlpodyssey/safetensors"
+
 	"github.com/strata-gnn/strata/dataset"
+	"github.com/strata-gnn/strata/dataset/importer"
 	"github.com/strata-gnn/strata/model"
 	"github.com/strata-gnn/strata/train"
 )
@@ -158,4 +164,193 @@ func TestTypedModelErrors(t *testing.T) {
 	if code != 0 || !strings.Contains(errb, "inductive use") {
 		t.Errorf("predict on another dataset of the schema: exit %d, stderr %q; want 0 and an inductive-use warning", code, errb)
 	}
+}
+
+// TestTypedPyGReference: the logits of 'strata predict' equal, within
+// 1e-4, those of the PyG model docs/models.md describes, computed here in
+// float64 from model.safetensors by its PyG names alone (HeteroConv of
+// SAGEConv: lin_l on the mean of the sources, its bias, lin_r on the
+// destination; roots.K.<type>: a Linear), on ogbn-mag's tiny sample: its
+// authors have no features (a column of ones) and no relation enters
+// them, so hsage gives them a root.
+func TestTypedPyGReference(t *testing.T) {
+	mag := filepath.Join("..", "..", "dataset", "importer", "testdata", "ogbn-mag-tiny")
+	h, err := importer.LoadHetero(importer.OGBHetero, mag, importer.Options{Quiet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"hsage", "rgcn"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			m, logits := filepath.Join(dir, "m"), filepath.Join(dir, "logits.npy")
+			if code, _, errb := strata(t, "--quiet", "train", "--model", kind, "--dataset", mag, "--epochs", "2", "--hidden", "8", "--layers", "3", "--save", m); code != 0 {
+				t.Fatalf("train: %s", errb)
+			}
+			if code, _, errb := strata(t, "--quiet", "predict", "--model", m, "--dataset", mag, "--out", logits); code != 0 {
+				t.Fatalf("predict: %s", errb)
+			}
+			saved, err := model.Load(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if roots := saved.Meta.Typed.Layers[0].Roots; !slices.Contains(roots, "author") {
+				t.Fatalf("layer 0 roots %v: the featureless author, which no relation enters, needs one", roots)
+			}
+			rows, cols, got := readMatrix(t, logits)
+			want, wcols := pygReference(t, m, h)
+			if rows*cols != len(want) || cols != wcols {
+				t.Fatalf("predict wrote %d x %d, the reference has %d values of %d columns", rows, cols, len(want), wcols)
+			}
+			var worst float64
+			for i := range want {
+				worst = max(worst, math.Abs(float64(got[i])-want[i]))
+			}
+			if worst > 1e-4 {
+				t.Fatalf("predict vs the PyG reference: max |diff| %g > 1e-4", worst)
+			}
+			if worst == 0 {
+				t.Fatalf("no difference at all: the reference is suspiciously Strata's own float32 path")
+			}
+			t.Logf("%s: %d x %d logits, max |diff| %.3g", kind, rows, cols, worst)
+		})
+	}
+}
+
+// pygReference computes the target type's logits of the saved model in
+// dir on h from the tensors' PyG names.
+func pygReference(t *testing.T, dir string, h *dataset.Hetero) ([]float64, int) {
+	t.Helper()
+	metaBytes, err := os.ReadFile(filepath.Join(dir, model.MetaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta model.Meta
+	if err := json.Unmarshal(metaBytes, &meta); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, model.WeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := safetensors.Deserialize(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tensor returns a [out, in] matrix (or [out] vector) by PyG name; nil when absent.
+	tensor := func(name string) (data []float64, out, in int) {
+		tv, ok := st.Tensor(name)
+		if !ok {
+			return nil, 0, 0
+		}
+		shape := tv.Shape()
+		out, in = int(shape[0]), 1
+		if len(shape) == 2 {
+			in = int(shape[1])
+		}
+		b := tv.Data()
+		data = make([]float64, len(b)/4)
+		for i := range data {
+			data[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+		return data, out, in
+	}
+	type mat struct {
+		n, w int
+		v    []float64
+	}
+	linear := func(x mat, name string) mat { // x W^T
+		w, out, in := tensor(name)
+		if w == nil || in != x.w {
+			t.Fatalf("tensor %s missing or of width %d, input %d", name, in, x.w)
+		}
+		y := mat{x.n, out, make([]float64, x.n*out)}
+		for i := range x.n {
+			for o := range out {
+				var s float64
+				for j := range in {
+					s += x.v[i*in+j] * w[o*in+j]
+				}
+				y.v[i*out+o] = s
+			}
+		}
+		return y
+	}
+	addBias := func(y mat, name string) {
+		b, _, _ := tensor(name)
+		if b == nil {
+			t.Fatalf("tensor %s missing", name)
+		}
+		for i := range y.n {
+			for o := range y.w {
+				y.v[i*y.w+o] += b[o]
+			}
+		}
+	}
+	add := func(acc map[string]mat, ty string, y mat) {
+		if a, ok := acc[ty]; ok {
+			for i := range a.v {
+				a.v[i] += y.v[i]
+			}
+			return
+		}
+		acc[ty] = y
+	}
+	x := map[string]mat{}
+	for _, nt := range h.NodeTypes {
+		n, w := int(nt.NumNodes), max(nt.FeatDim, 1)
+		m := mat{n, w, make([]float64, n*w)}
+		for i := range m.v {
+			m.v[i] = 1
+			if nt.FeatDim > 0 {
+				m.v[i] = float64(nt.Features[i])
+			}
+		}
+		x[nt.Name] = m
+	}
+	relIndex := map[string]int{}
+	for r := range h.EdgeTypes {
+		relIndex[h.EdgeTypeName(r)] = r
+	}
+	for k, layer := range meta.Typed.Layers {
+		out := map[string]mat{}
+		for _, name := range layer.Convs {
+			et := h.EdgeTypes[relIndex[name]]
+			src, dst := x[h.NodeTypes[et.Src].Name], x[h.NodeTypes[et.Dst].Name]
+			mean := mat{dst.n, src.w, make([]float64, dst.n*src.w)}
+			for v := range dst.n {
+				lo, hi := et.In.Indptr[v], et.In.Indptr[v+1]
+				for e := lo; e < hi; e++ {
+					u := int(et.In.Indices[e])
+					for j := range src.w {
+						mean.v[v*src.w+j] += src.v[u*src.w+j] / float64(hi-lo)
+					}
+				}
+			}
+			c := "convs." + strconv.Itoa(k) + ".convs.<" + strings.ReplaceAll(name, ".", "#") + ">."
+			y := linear(mean, c+"lin_l.weight")
+			if b, _, _ := tensor(c + "lin_l.bias"); b != nil {
+				addBias(y, c+"lin_l.bias")
+			}
+			if w, _, _ := tensor(c + "lin_r.weight"); w != nil {
+				add(out, h.NodeTypes[et.Dst].Name, linear(dst, c+"lin_r.weight"))
+			}
+			add(out, h.NodeTypes[et.Dst].Name, y)
+		}
+		for _, ty := range layer.Roots {
+			c := "roots." + strconv.Itoa(k) + "." + strings.ReplaceAll(ty, ".", "#") + "."
+			y := linear(x[ty], c+"weight")
+			addBias(y, c+"bias")
+			add(out, ty, y)
+		}
+		if k < len(meta.Typed.Layers)-1 {
+			for _, m := range out {
+				for i, v := range m.v {
+					m.v[i] = max(v, 0)
+				}
+			}
+		}
+		x = out
+	}
+	y := x[meta.Typed.Target]
+	return y.v, y.w
 }
