@@ -12,11 +12,17 @@
 #                                  # strata predict on cuda:0 (and on every GPU with
 #                                  # --devices) against the CPU logits (<= 1e-4)
 #
+# Typed models (rgcn, hsage) are prepared on the hetero preset and ogbn-mag's
+# tiny sample (featureless authors with roots) and checked by
+# scripts/pyg_check_typed.py (the PyG model docs/models.md builds,
+# load_state_dict(strict=True), logits <= 1e-4 from strata predict's).
+#
 # Exit status: 0 when every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.gpu/pyg
 models=(sage gcn gat)
+typed=(hsage rgcn)
 
 prepare() {
   local data=${STRATA_DATASETS:-../shared/datasets}
@@ -31,6 +37,14 @@ prepare() {
     "$dir/strata" --quiet train --dataset "$dir/cora" --model "$m" --save "$dir/$m" "${extra[@]}"
     "$dir/strata" --quiet predict --model "$dir/$m" --dataset "$dir/cora" --device cpu --out "$dir/$m/logits-cpu.npy"
   done
+  "$dir/strata" --quiet gen "$dir/hetero" --preset hetero --nodes 3000
+  "$dir/strata" --quiet import dataset/importer/testdata/ogbn-mag-tiny "$dir/mag"
+  for d in hetero mag; do
+    for m in "${typed[@]}"; do
+      "$dir/strata" --quiet train --dataset "$dir/$d" --model "$m" --layers 3 --hidden 32 --epochs 3 --save "$dir/$d-$m"
+      "$dir/strata" --quiet predict --model "$dir/$d-$m" --dataset "$dir/$d" --device cpu --out "$dir/$d-$m/logits-cpu.npy"
+    done
+  done
   echo "prepared $dir ($(du -sh "$dir" | cut -f1)): carry it and run 'scripts/pyg-check.sh check' there"
 }
 
@@ -38,6 +52,11 @@ check() {
   local fail=0
   for m in "${models[@]}"; do
     python3 scripts/pyg_check.py --model "$dir/$m" --dataset "$dir/cora" --logits "$dir/$m/logits-cpu.npy" || fail=1
+  done
+  for d in hetero mag; do
+    for m in "${typed[@]}"; do
+      python3 scripts/pyg_check_typed.py --require --model "$dir/$d-$m" --dataset "$dir/$d" --logits "$dir/$d-$m/logits-cpu.npy" || fail=1
+    done
   done
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     local n
@@ -58,6 +77,19 @@ sys.exit(0 if d <= 1e-4 else 1)
 EOF
       done
       "$dir/strata" --quiet evaluate --model "$dir/$m" --dataset "$dir/cora" --devices "$all" || fail=1
+    done
+    for d in hetero mag; do
+      for m in "${typed[@]}"; do
+        "$dir/strata" --quiet predict --model "$dir/$d-$m" --dataset "$dir/$d" --device cuda:0 --out "$dir/$d-$m/logits-gpu.npy"
+        python3 - "$dir/$d-$m/logits-cpu.npy" "$dir/$d-$m/logits-gpu.npy" "$d $m on cuda:0" <<'EOF' || fail=1
+import sys
+import numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+d = float(np.abs(a.astype(np.float64) - b).max())
+print(f"{sys.argv[3]}: GPU vs CPU logits max |diff| {d:.3g}")
+sys.exit(0 if d <= 1e-4 else 1)
+EOF
+      done
     done
   fi
   [ "$fail" = 0 ] && echo "all checks passed" || echo "SOME CHECKS FAILED"
