@@ -31,6 +31,14 @@
 //	gat  layerK.attn_r         convs.K.att_dst          [1, heads, dim]
 //	gat  layerK.bias           convs.K.bias             [heads*dim] or [dim]
 //
+// Typed models (rgcn, hsage; model.json version 2 with a "typed"
+// section: node types and widths, relations, target) use PyG's
+// HeteroConv names: convs.K.convs.<src___rel___dst>.lin_l/lin_r for the
+// SAGEConv of each relation, and roots.K.<type> for the Linear of a
+// type's root terms (R-GCN's per-type root; hsage's types no relation
+// enters), which HeteroConv has no module for. The layout comes from
+// nn.HeteroParamSpecs, the one NewHetero builds from.
+//
 // docs/models.md gives the differences between Strata's layers and PyG's
 // that matter (GCN's normalization of directed graphs, self-loops GAT
 // keeps, dropout placement).
