@@ -240,7 +240,7 @@ func TestFlagValues(t *testing.T) {
 	kinds := map[string]string{
 		"layers": "int", "hidden": "int", "heads": "int", "out-heads": "int", "epochs": "int", "batch-size": "int",
 		"eval-batch-size": "int", "checkpoint-every": "int", "staleness-epochs": "int", "eval-every": "int",
-		"cache-group": "int", "queue-capacity": "int", "sampler-workers": "int",
+		"cache-group": "int", "queue-capacity": "int", "sampler-workers": "int", "profile-ops": "int",
 		"dropout": "float", "attn-dropout": "float", "lr": "float", "weight-decay": "float", "momentum": "float",
 		"staleness-eps": "float", "seed": "uint", "fanouts": "fanouts", "eval-fanouts": "fanouts",
 		"cache": "bytes", "topology-cache": "bytes", "stall-timeout": "dur", "devices": "devices",
@@ -352,6 +352,8 @@ func TestFlagValues(t *testing.T) {
 		}},
 		{name: "train dsp engine", args: trainArgs(dsp...), sentinel: "--dataset", flags: []flagSpec{
 			{flag: "sampler-workers", legal: intRange(1, 8), extra: []string{"8", "9"}},
+			// CPU devices have no op profiler: only 0 (off) is legal.
+			{flag: "profile-ops", legal: oneOf("0"), extra: []string{"1", "30", "31"}},
 			{flag: "eval-every", legal: intRange(1, 1<<20)},
 		}},
 		{name: "predict", args: func(t *testing.T, d string) []string {

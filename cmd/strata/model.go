@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,19 +109,33 @@ type loaded struct {
 	log    io.Writer // a line per layer (infer.Options.Log), unless --quiet
 }
 
-// load reads --model and --dataset, checks they fit, prepares the
-// features as the model's were and builds the model on every device.
-func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, error) {
-	// The flags first (exit 2 naming the flag), then the model.
+// checkFlags checks the flags' values before any file is read (exit 2
+// naming the flag) and returns --infer-budget's bytes (0: none given).
+func (f *modelFlags) checkFlags() (int64, error) {
 	var budget int64
 	if f.Budget != "" {
 		var err error
 		if budget, err = parseBytes("infer-budget", f.Budget); err != nil {
-			return nil, err
+			return 0, err
 		}
 		if budget < infer.MinBudget {
-			return nil, usageError{fmt.Errorf("--infer-budget %s: want at least %d bytes (1MiB)", f.Budget, infer.MinBudget)}
+			return 0, usageError{fmt.Errorf("--infer-budget %s: want at least %d bytes (1MiB)", f.Budget, infer.MinBudget)}
 		}
+	}
+	if strings.TrimSpace(f.Devices) != "" {
+		if _, err := parseDevices(f.Devices); err != nil {
+			return 0, err
+		}
+	}
+	return budget, nil
+}
+
+// load reads --model and --dataset, checks they fit, prepares the
+// features as the model's were and builds the model on every device.
+func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, error) {
+	budget, err := f.checkFlags()
+	if err != nil {
+		return nil, err
 	}
 	var note io.Writer = e.stderr
 	if e.quiet {

@@ -20,6 +20,9 @@ import (
 
 // readModel reads --model.
 func (f *modelFlags) readModel() (*model.Model, error) {
+	if _, err := f.checkFlags(); err != nil {
+		return nil, err
+	}
 	m, err := model.Load(f.Model)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--model: %w", err)}
