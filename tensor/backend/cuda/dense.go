@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"unsafe"
 
 	"github.com/strata-gnn/strata/internal/cublas"
@@ -45,13 +46,29 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 		return d.launchN("scale_f32", int64(mn), uint64(cv.ptr), cu.F32(beta), cu.I64(int64(mn)))
 	}
 	if d.prec == backend.BF16 {
-		return d.timed("gemm bf16", func() error {
+		return d.timed(d.gemmName("gemm bf16", transA, transB, m, n, k), func() error {
 			return d.blas.GemmEx(cublas.Compute32FFast16BF, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 		})
 	}
-	return d.timed("sgemm", func() error {
+	return d.timed(d.gemmName("sgemm", transA, transB, m, n, k), func() error {
 		return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 	})
+}
+
+// gemmName names a product in the op profile by its transposes and
+// shape, m and k rounded to powers of two (a sampled batch's row counts
+// vary): "sgemm NT m2^17 n256 k2^7". Plain kind when not profiling.
+func (d *Device) gemmName(kind string, transA, transB bool, m, n, k int) string {
+	if !d.prof.on {
+		return kind
+	}
+	t := func(b bool) string {
+		if b {
+			return "T"
+		}
+		return "N"
+	}
+	return fmt.Sprintf("%s %s%s m2^%d n%d k2^%d", kind, t(transA), t(transB), bits.Len(uint(m))-1, n, bits.Len(uint(k))-1)
 }
 
 // Axpby computes dst = alpha*x + beta*y.

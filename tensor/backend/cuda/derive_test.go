@@ -250,7 +250,7 @@ func TestProfile(t *testing.T) {
 			t.Fatalf("%s: %v ms", p.Name, p.Ms)
 		}
 	}
-	if calls["axpby_f32"] != 2 || calls["sgemm"] != 1 || calls["memset"] != 1 {
+	if calls["axpby_f32"] != 2 || calls["sgemm NN m2^4 n16 k2^4"] != 1 || calls["memset"] != 1 {
 		t.Fatalf("profile %+v", prof)
 	}
 	// Off again: nothing more is counted.
