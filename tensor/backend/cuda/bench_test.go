@@ -70,3 +70,34 @@ func BenchmarkLaunch(b *testing.B) {
 	}
 	d.Synchronize()
 }
+
+// BenchmarkGemmSAGEShapes times the products of a 3-layer GraphSAGE step
+// on the products shape (first layer 100 -> 256 over ~100k destination
+// rows; the weight gradients' long inner dimension), and the same with
+// the two products of a layer side by side (k or m doubled) or the inner
+// dimension padded, to choose how the layers call Gemm.
+func BenchmarkGemmSAGEShapes(b *testing.B) {
+	d := gpu(b)
+	const rows = 98304
+	for _, s := range []struct {
+		name    string
+		ta, tb  bool
+		m, n, k int
+	}{
+		{"NN_m98304_n256_k100", false, false, rows, 256, 100},
+		{"NN_m98304_n256_k104", false, false, rows, 256, 104},
+		{"NN_m98304_n256_k128", false, false, rows, 256, 128},
+		{"NN_m98304_n256_k200", false, false, rows, 256, 200},
+		{"TN_m100_n256_k98304", true, false, 100, 256, rows},
+		{"TN_m128_n256_k98304", true, false, 128, 256, rows},
+		{"TN_m200_n256_k98304", true, false, 200, 256, rows},
+		{"NN_m12288_n256_k256", false, false, 12288, 256, 256},
+		{"NN_m12288_n256_k512", false, false, 12288, 256, 512},
+		{"NT_m12288_n256_k256", false, true, 12288, 256, 256},
+		{"NT_m12288_n512_k256", false, true, 12288, 512, 256},
+		{"TN_m256_n256_k12288", true, false, 256, 256, 12288},
+		{"TN_m512_n256_k12288", true, false, 512, 256, 12288},
+	} {
+		b.Run(s.name, func(b *testing.B) { backendtest.BenchGemm(b, d, s.ta, s.tb, s.m, s.n, s.k) })
+	}
+}
