@@ -211,7 +211,9 @@ class NeighborLoader:
     the server samples at once, ``prefetch_factor`` times it (at least 2)
     the batches kept ready; ``persistent_workers`` and ``filter_per_worker``
     are accepted (the server persists anyway); ``pin_memory`` pins the
-    batches when CUDA is there; ``timeout`` (seconds, 0 for the default of
+    batches when CUDA is there (with a CUDA ``device=`` the shared-memory
+    ring's slots are pinned anyway, so that their copies to the GPU run
+    asynchronously); ``timeout`` (seconds, 0 for the default of
     ``request_timeout``) bounds the wait for one batch; ``generator`` gives
     the shuffle seed. Values PyG supports and Strata does not
     (``disjoint=True``, temporal sampling, ``weight_attr``, other
@@ -351,6 +353,11 @@ class NeighborLoader:
         # host; None: views of the message (widened copies where needed).
         cuda = self.device is not None and self.device.type == "cuda" and torch.cuda.is_available()
         self._stage = (True, True) if cuda else (True, False) if self.pin_memory else None
+        # A ring's slots are pinned for a CUDA device= too: a slot's
+        # features then reach the GPU by an asynchronous copy instead of a
+        # blocking one from pageable memory (server-client batches carry
+        # every feature row: 1.59x -> 1.43x of worker mode on an H100).
+        self._pin_ring = self.pin_memory or cuda
         self.reader_thread = bool(reader_thread)
         self.last_stats = None
         self.ring_bytes = int(ring_bytes or 0)
@@ -1076,7 +1083,7 @@ class _EpochIter:
                 if self.ring is None:
                     srv = L._server
                     own = srv is not None and conn is srv.conn
-                    self.ring = Ring(m.shm, pin=L.pin_memory, unlink=own)
+                    self.ring = Ring(m.shm, pin=L._pin_ring, unlink=own)
                 t = self.ring.tensors(m.shm)
                 slot = m.shm.slot
                 need = ("n_id", "edge_index", "input_id") + (("x",) if L.with_features else ()) + \
