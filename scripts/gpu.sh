@@ -284,7 +284,9 @@ min_gpus() {
   case $1 in
     test | quick | all | papers-gen) echo 0 ;;
     comm | dp-step) echo 2 ;;
-    papers-4 | world) echo 4 ;;
+    papers-4) echo 4 ;;
+    # 2 machines x 1 GPU (WORLD_FG_MACHINES=0/1) needs only 2.
+    world) if [ "${WORLD_FG_MACHINES:-}" = 0/1 ]; then echo 2; else echo 4; fi ;;
     *) echo 1 ;;
   esac
 }
