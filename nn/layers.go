@@ -352,30 +352,14 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if xs != nil || c.In > c.Out {
-		if xs != nil {
-			zs, err := project(t, x, xs, vs[0])
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if self, err = dstRows(t, zs, blk); err != nil {
-				return nil, nil, nil, err
-			}
-		} else {
-			// Only the destination rows need the self projection.
-			hd, err := dstRows(t, x, blk)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if self, err = t.MatMul(hd, vs[0]); err != nil {
-				return nil, nil, nil, err
-			}
-		}
-		zn, err := project(t, x, xs, vs[1])
+	// The self term: only the destination rows need it (a sparse input
+	// is projected whole, then its destination rows taken).
+	if xs != nil {
+		zs, err := project(t, x, xs, vs[0])
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if neigh, err = t.SpMM(blk.A, zn, mean); err != nil {
+		if self, err = dstRows(t, zs, blk); err != nil {
 			return nil, nil, nil, err
 		}
 	} else {
@@ -386,6 +370,16 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 		if self, err = t.MatMul(hd, vs[0]); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+	if xs != nil || c.In > c.Out {
+		zn, err := project(t, x, xs, vs[1])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if neigh, err = t.SpMM(blk.A, zn, mean); err != nil {
+			return nil, nil, nil, err
+		}
+	} else {
 		agg, err := t.SpMM(blk.A, x, mean)
 		if err != nil {
 			return nil, nil, nil, err
