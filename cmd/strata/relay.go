@@ -85,15 +85,9 @@ func (c *relayCmd) Run(e *env) error {
 	if err != nil {
 		return usageError{err}
 	}
-	upSecret := os.Getenv(envUpstreamSecret)
-	if c.SecretFile != "" {
-		b, err := os.ReadFile(c.SecretFile)
-		if err != nil {
-			return usageError{fmt.Errorf("--upstream-secret-file: %w", err)}
-		}
-		if upSecret = strings.TrimSpace(string(b)); upSecret == "" {
-			return usageError{fmt.Errorf("--upstream-secret-file %s is empty", c.SecretFile)}
-		}
+	upSecret, err := readSecret(envUpstreamSecret, "upstream-secret-file", c.SecretFile)
+	if err != nil {
+		return err
 	}
 	// The relay itself serves only this host (no TLS of its own).
 	if err := serve.CheckListen(c.Listen, false); err != nil {

@@ -109,20 +109,32 @@ func (c *serveCmd) security() (auth.Security, error) {
 	if err != nil {
 		return sec, usageError{err}
 	}
-	secret := os.Getenv(envServeSecret)
-	if c.SecretFile != "" {
-		b, err := os.ReadFile(c.SecretFile)
-		if err != nil {
-			return sec, usageError{fmt.Errorf("--secret-file: %w", err)}
-		}
-		if secret = strings.TrimSpace(string(b)); secret == "" {
-			return sec, usageError{fmt.Errorf("--secret-file %s is empty", c.SecretFile)}
-		}
+	secret, err := readSecret(envServeSecret, "secret-file", c.SecretFile)
+	if err != nil {
+		return sec, err
 	}
 	if secret != "" {
 		sec.Secret = []byte(secret)
 	}
 	return sec, nil
+}
+
+// readSecret is a shared secret: the contents of file (flag names it in
+// errors) without surrounding space when given, else the variable env
+// ("" when neither is set). An empty or unreadable file is a usage error.
+func readSecret(env, flag, file string) (string, error) {
+	if file == "" {
+		return os.Getenv(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--%s: %w", flag, err)}
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", usageError{fmt.Errorf("--%s %s is empty", flag, file)}
+	}
+	return s, nil
 }
 
 // openTyped opens --dataset when it is a typed dataset (format version
