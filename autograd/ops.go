@@ -278,6 +278,89 @@ func (t *Tape) FirstRows(x *Var, n int) (*Var, error) {
 	return out, nil
 }
 
+// ConcatCols returns [a | b], a's columns then b's (a and b have the same
+// rows): a layer's two inputs side by side, multiplied by their two
+// weights stacked (ConcatRows) in one product.
+//
+// Backward: da += dy's first a.Cols columns, db += the rest.
+func (t *Tape) ConcatCols(a, b *Var) (*Var, error) {
+	const op = "ConcatCols"
+	if err := t.check(op, a, b); err != nil {
+		return nil, err
+	}
+	if a.Rows != b.Rows {
+		return nil, errf(op, "rows differ: %dx%d | %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	rows, w := a.Rows, a.Cols+b.Cols
+	out, err := t.newVar(op, rows, w, anyGrad(a, b))
+	if err != nil {
+		return nil, err
+	}
+	if err := t.b.CopyCols(out.Value, w, 0, a.Value, a.Cols, 0, rows, a.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	if err := t.b.CopyCols(out.Value, w, a.Cols, b.Value, b.Cols, 0, rows, b.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	t.record(op, out, func() error {
+		if err := t.accumulate(op, a, func(dst backend.Buffer) error {
+			return t.b.CopyCols(dst, a.Cols, 0, out.Grad, w, 0, rows, a.Cols)
+		}); err != nil {
+			return err
+		}
+		return t.accumulate(op, b, func(dst backend.Buffer) error {
+			return t.b.CopyCols(dst, b.Cols, 0, out.Grad, w, a.Cols, rows, b.Cols)
+		})
+	})
+	return out, nil
+}
+
+// ConcatRows returns a's rows then b's (a and b have the same columns).
+//
+// Backward: da += dy's first a.Rows rows, db += the rest.
+func (t *Tape) ConcatRows(a, b *Var) (*Var, error) {
+	const op = "ConcatRows"
+	if err := t.check(op, a, b); err != nil {
+		return nil, err
+	}
+	if a.Cols != b.Cols {
+		return nil, errf(op, "columns differ: %dx%d over %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	out, err := t.newVar(op, a.Rows+b.Rows, a.Cols, anyGrad(a, b))
+	if err != nil {
+		return nil, err
+	}
+	na := a.Len()
+	part := func(buf backend.Buffer, first bool) (backend.Buffer, error) {
+		if first {
+			return backend.View(buf, 0, na)
+		}
+		return backend.View(buf, na, b.Len())
+	}
+	for i, v := range []*Var{a, b} {
+		dst, err := part(out.Value, i == 0)
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		if err := t.b.Copy(dst, v.Value); err != nil {
+			return nil, wrap(op, err)
+		}
+	}
+	t.record(op, out, func() error {
+		for i, v := range []*Var{a, b} {
+			g, err := part(out.Grad, i == 0)
+			if err != nil {
+				return err
+			}
+			if err := t.accumulate(op, v, func(dst backend.Buffer) error { return t.b.Copy(dst, g) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, nil
+}
+
 // LogSoftmax returns the row-wise log-softmax of x.
 //
 // Backward: dx += dy - exp(y) * rowsum(dy).
