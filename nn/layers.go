@@ -288,9 +288,7 @@ func (c *GCNConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseIn
 // where h_i is destination i's own input row (row i of the input, since
 // destinations come first among the sources). A destination without
 // in-edges gets W_self h_i + b. Weights Glorot-uniform, b zero. When
-// In > Out neighbors are projected before aggregation (cheaper); else
-// the aggregation and the own rows are multiplied side by side, in one
-// product with the two weights stacked.
+// In > Out neighbors are projected before aggregation (cheaper).
 //
 // Shapes: H (NumSrc x In) -> H' (NumDst x Out).
 type SAGEConv struct {
@@ -354,31 +352,6 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if xs == nil && c.In <= c.Out {
-		// Aggregate, then one product of [x_dst | mean(x_neighbors)]
-		// and [W_self; W_neigh]: fewer, larger products (the inner
-		// dimension doubled) than one per term.
-		hd, err := dstRows(t, x, blk)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		agg, err := t.SpMM(blk.A, x, mean)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		cat, err := t.ConcatCols(hd, agg)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		w, err := t.ConcatRows(vs[0], vs[1])
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if self, err = t.MatMul(cat, w); err != nil {
-			return nil, nil, nil, err
-		}
-		return self, nil, vs[2], nil
-	}
 	// The self term: only the destination rows need it (a sparse input
 	// is projected whole, then its destination rows taken).
 	if xs != nil {
@@ -398,13 +371,22 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 			return nil, nil, nil, err
 		}
 	}
-	// Project the neighbors, then aggregate (In > Out, or sparse input).
-	zn, err := project(t, x, xs, vs[1])
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if neigh, err = t.SpMM(blk.A, zn, mean); err != nil {
-		return nil, nil, nil, err
+	if xs != nil || c.In > c.Out {
+		zn, err := project(t, x, xs, vs[1])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if neigh, err = t.SpMM(blk.A, zn, mean); err != nil {
+			return nil, nil, nil, err
+		}
+	} else {
+		agg, err := t.SpMM(blk.A, x, mean)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if neigh, err = t.MatMul(agg, vs[1]); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	return self, neigh, vs[2], nil
 }

@@ -336,42 +336,6 @@ func cases() []gcase {
 				return t.Mul(a, g)
 			}
 		}},
-		{name: "ConcatCols_ConcatRows_MatMul", build: func(e *env) ([]Tensor, Func) {
-			a, b := e.tensor("a", 4, 2, 0), e.tensor("b", 4, 3, 0)
-			wa, wb := e.tensor("wa", 2, 3, 0), e.tensor("wb", 3, 3, 0)
-			return []Tensor{a, b, wa, wb}, func(t *autograd.Tape) (*autograd.Var, error) {
-				av, err := leaf(t, a)
-				if err != nil {
-					return nil, err
-				}
-				bv, err := leaf(t, b)
-				if err != nil {
-					return nil, err
-				}
-				wav, err := leaf(t, wa)
-				if err != nil {
-					return nil, err
-				}
-				wbv, err := leaf(t, wb)
-				if err != nil {
-					return nil, err
-				}
-				x, err := t.ConcatCols(av, bv)
-				if err != nil {
-					return nil, err
-				}
-				w, err := t.ConcatRows(wav, wbv)
-				if err != nil {
-					return nil, err
-				}
-				y, err := t.MatMul(x, w)
-				if err != nil {
-					return nil, err
-				}
-				// b also feeds the output directly: its gradient accumulates.
-				return t.Add(y, bv)
-			}
-		}},
 		{name: "LogSoftmax", build: func(e *env) ([]Tensor, Func) {
 			x := e.tensor("x", 4, 5, 0)
 			return []Tensor{x}, func(t *autograd.Tape) (*autograd.Var, error) {

@@ -146,12 +146,6 @@ type Backend interface {
 	// float32 to bfloat16 rounds to nearest, ties to even (BF16Bits),
 	// bfloat16 to float32 is exact.
 	Convert(dst, src Buffer) error
-	// CopyCols copies a rows x cols block of float32: columns [srcOff,
-	// srcOff+cols) of src, a row-major matrix of srcCols columns, into
-	// columns [dstOff, dstOff+cols) of dst, one of dstCols columns (dst
-	// and src hold rows*dstCols and rows*srcCols elements and do not
-	// overlap): matrices placed side by side, and taken apart again.
-	CopyCols(dst Buffer, dstCols, dstOff int, src Buffer, srcCols, srcOff, rows, cols int) error
 
 	// --- dense ---
 

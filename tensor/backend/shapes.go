@@ -171,19 +171,3 @@ func checkHeads(op string, heads int) error {
 	}
 	return nil
 }
-
-// CopyColsShape checks CopyCols' shape: a rows x cols block within
-// both matrices' columns. It returns the element counts of dst
-// (rows*dstCols) and src (rows*srcCols).
-func CopyColsShape(op string, dstCols, dstOff, srcCols, srcOff, rows, cols int) (dn, sn int, err error) {
-	if cols < 0 || dstOff < 0 || srcOff < 0 || dstOff > dstCols-cols || srcOff > srcCols-cols {
-		return 0, 0, &ShapeError{Op: op, Msg: fmt.Sprintf("columns [%d, %d+%d) of %d and [%d, %d+%d) of %d", dstOff, dstOff, cols, dstCols, srcOff, srcOff, cols, srcCols)}
-	}
-	if dn, err = Dims(op, rows, dstCols); err != nil {
-		return 0, 0, err
-	}
-	if sn, err = Dims(op, rows, srcCols); err != nil {
-		return 0, 0, err
-	}
-	return dn, sn, nil
-}

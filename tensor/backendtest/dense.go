@@ -120,24 +120,6 @@ func testGemm(s *suite) {
 }
 
 func testElementwise(s *suite) {
-	// CopyCols: two matrices side by side, then taken apart again.
-	for _, sz := range []struct{ rows, a, b int }{{0, 3, 2}, {1, 1, 1}, {7, 3, 5}, {300, 100, 100}} {
-		x, y := s.randn(sz.rows*sz.a), s.randn(sz.rows*sz.b)
-		w := sz.a + sz.b
-		cat := s.out(sz.rows * w)
-		s.ok("CopyCols left", func() error { return s.b.CopyCols(cat, w, 0, s.f32(x), sz.a, 0, sz.rows, sz.a) })
-		s.ok("CopyCols right", func() error { return s.b.CopyCols(cat, w, sz.a, s.f32(y), sz.b, 0, sz.rows, sz.b) })
-		want := make([]float32, 0, sz.rows*w)
-		for r := range sz.rows {
-			want = append(want, x[r*sz.a:(r+1)*sz.a]...)
-			want = append(want, y[r*sz.b:(r+1)*sz.b]...)
-		}
-		got := s.get(cat)
-		s.exact("CopyCols side by side", got, want)
-		back := s.out(sz.rows * sz.b)
-		s.ok("CopyCols split", func() error { return s.b.CopyCols(back, sz.b, 0, cat, w, sz.a, sz.rows, sz.b) })
-		s.exact("CopyCols split", s.get(back), y)
-	}
 	for _, n := range []int{0, 1, 17, 40000} {
 		x, y := s.randn(n), s.randn(n)
 		xb, yb := s.f32(x), s.f32(y)

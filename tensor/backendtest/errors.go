@@ -40,12 +40,6 @@ func testErrors(s *suite) {
 	// elementwise
 	shapeErr("Axpby", func() error { return b.Axpby(f4, 1, f6, 1, f4) })
 	shapeErr("Mul", func() error { return b.Mul(f4, f4, f6) })
-	shapeErr("CopyCols window", func() error { return b.CopyCols(f4, 2, 1, f6, 3, 0, 2, 2) })
-	shapeErr("CopyCols src window", func() error { return b.CopyCols(f4, 2, 0, f6, 3, 2, 2, 2) })
-	shapeErr("CopyCols len", func() error { return b.CopyCols(f4, 2, 0, f6, 2, 0, 2, 2) })
-	shapeErr("CopyCols negative", func() error { return b.CopyCols(f4, 2, -1, f6, 3, 0, 2, 1) })
-	shapeErr("CopyCols overlap", func() error { return b.CopyCols(f4, 2, 0, f4, 2, 1, 2, 1) })
-	shapeErr("CopyCols dtype", func() error { return b.CopyCols(f4, 2, 0, i4, 2, 0, 2, 2) })
 	shapeErr("Mul dtype", func() error { return b.Mul(f4, f4, i4) })
 	shapeErr("AddRowVector v", func() error { return b.AddRowVector(f6, f6, f6, 2, 3) })
 	shapeErr("AddRowVector x", func() error { return b.AddRowVector(f6, f4, s.f32(s.randn(3)), 2, 3) })

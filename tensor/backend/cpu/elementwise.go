@@ -31,32 +31,6 @@ func (b *Backend) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, bet
 	return nil
 }
 
-// CopyCols copies a rows x cols block between column ranges.
-func (b *Backend) CopyCols(dst backend.Buffer, dstCols, dstOff int, src backend.Buffer, srcCols, srcOff, rows, cols int) error {
-	const op = "CopyCols"
-	dn, sn, err := backend.CopyColsShape(op, dstCols, dstOff, srcCols, srcOff, rows, cols)
-	if err != nil {
-		return err
-	}
-	d, err := f32(op, "dst", dst, dn)
-	if err != nil {
-		return err
-	}
-	sv, err := f32(op, "src", src, sn)
-	if err != nil {
-		return err
-	}
-	if backend.Overlap(dst, src) {
-		return &backend.ShapeError{Op: op, Msg: "dst and src overlap"}
-	}
-	parFor(rows, max(1, grainElem/max(cols, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			copy(d[r*dstCols+dstOff:r*dstCols+dstOff+cols], sv[r*srcCols+srcOff:r*srcCols+srcOff+cols])
-		}
-	})
-	return nil
-}
-
 // Mul computes dst = x * y elementwise.
 func (b *Backend) Mul(dst, x, y backend.Buffer) error {
 	const op = "Mul"

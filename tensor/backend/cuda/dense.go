@@ -71,34 +71,6 @@ func (d *Device) gemmName(kind string, transA, transB bool, m, n, k int) string 
 	return fmt.Sprintf("%s %s%s m2^%d n%d k2^%d", kind, t(transA), t(transB), bits.Len(uint(m))-1, n, bits.Len(uint(k))-1)
 }
 
-// CopyCols copies a rows x cols block between column ranges.
-func (d *Device) CopyCols(dst backend.Buffer, dstCols, dstOff int, src backend.Buffer, srcCols, srcOff, rows, cols int) error {
-	const op = "CopyCols"
-	dn, sn, err := backend.CopyColsShape(op, dstCols, dstOff, srcCols, srcOff, rows, cols)
-	if err != nil {
-		return err
-	}
-	dv, err := d.f32(op, "dst", dst, dn)
-	if err != nil {
-		return err
-	}
-	sv, err := d.f32(op, "src", src, sn)
-	if err != nil {
-		return err
-	}
-	if dv.Overlaps(sv) {
-		return &backend.ShapeError{Op: op, Msg: "dst and src overlap"}
-	}
-	n := rows * cols
-	if n == 0 {
-		return nil
-	}
-	return d.run(func() error {
-		return d.launchN("copy_cols_f32", int64(n), uint64(dv.ptr), cu.I64(int64(dstCols)), cu.I64(int64(dstOff)), uint64(sv.ptr),
-			cu.I64(int64(srcCols)), cu.I64(int64(srcOff)), cu.I64(int64(n)), cu.I64(int64(cols)))
-	})
-}
-
 // Axpby computes dst = alpha*x + beta*y.
 func (d *Device) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, beta float32, y backend.Buffer) error {
 	const op = "Axpby"

@@ -12,15 +12,6 @@ extern "C" __global__ void axpby_f32(float* d, float a, const float* x, float b,
   GRID_STRIDE(i, n) d[i] = a * x[i] + b * y[i];
 }
 
-// A rows x cols block from columns [so, so+cols) of s (sc columns) to
-// columns [dof, dof+cols) of d (dc columns).
-extern "C" __global__ void copy_cols_f32(float* d, i64 dc, i64 dof, const float* s, i64 sc, i64 so, i64 n, i64 cols) {
-  GRID_STRIDE(i, n) {
-    i64 r = i / cols, c = i - r * cols;
-    d[r * dc + dof + c] = s[r * sc + so + c];
-  }
-}
-
 extern "C" __global__ void mul_f32(float* d, const float* x, const float* y, i64 n) {
   GRID_STRIDE(i, n) d[i] = x[i] * y[i];
 }
