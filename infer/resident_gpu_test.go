@@ -17,26 +17,10 @@ import (
 // and a few, with uneven ranges; the GPUs' host path gives the same
 // logits to 1e-5. Skipped without 2 GPUs.
 func TestGPUResident(t *testing.T) {
-	all := gputest.All(t)
-	if len(all) < 2 {
-		t.Skipf("needs 2 GPUs, found %d", len(all))
-	}
 	ds, in := cora(t)
 	cpu := newCPU(t)
-	n := int64(ds.NumNodes())
-	for _, k := range []int{2, 4} {
-		if len(all) < k {
-			t.Logf("skipping %d GPUs: %d visible", k, len(all))
-			continue
-		}
-		bs := make([]backend.Backend, k)
-		for i := range bs {
-			bs[i] = all[i]
-		}
-		off := []int64{0, 500, n}
-		if k == 4 {
-			off = []int64{0, 300, 1500, 1500, n}
-		}
+	gpuLayouts(t, int64(ds.NumNodes()), func(bs []backend.Backend, off []int64) {
+		k := len(bs)
 		for _, kind := range []string{nn.KindSAGE, nn.KindGCN, nn.KindGAT} {
 			cfg, params := deepModel(t, cpu, kind, ds)
 			x := inputs(t, ds, false)
@@ -50,18 +34,11 @@ func TestGPUResident(t *testing.T) {
 							t.Fatalf("layer %d went to %q (%s), want resident", i+1, st.Output, st.Why)
 						}
 					}
-					for i := range want.Data {
-						if d := math.Abs(float64(got.Data[i] - want.Data[i])); d > 1e-4*max(1, math.Abs(float64(want.Data[i]))) {
-							t.Fatalf("logit %d: GPUs %v, CPU %v", i, got.Data[i], want.Data[i])
-						}
-						if d := math.Abs(float64(got.Data[i] - host.Data[i])); d > 1e-5*max(1, math.Abs(float64(host.Data[i]))) {
-							t.Fatalf("logit %d: resident %v, the GPUs' host path %v", i, got.Data[i], host.Data[i])
-						}
-					}
+					closeLogits(t, "resident", got.Data, want.Data, host.Data)
 				})
 			}
 		}
-	}
+	})
 }
 
 // TestGPUInputShards: on 2 GPUs (and 4 when visible) layer 1 reads the
@@ -72,26 +49,10 @@ func TestGPUResident(t *testing.T) {
 // hidden layers resident. Skipped without 2 GPUs. On the GPU host:
 // scripts/gpu.sh test (its "infer GPU 200" runs go test -run GPU ./infer).
 func TestGPUInputShards(t *testing.T) {
-	all := gputest.All(t)
-	if len(all) < 2 {
-		t.Skipf("needs 2 GPUs, found %d", len(all))
-	}
 	ds, in := cora(t)
 	cpu := newCPU(t)
-	n := int64(ds.NumNodes())
-	for _, k := range []int{2, 4} {
-		if len(all) < k {
-			t.Logf("skipping %d GPUs: %d visible", k, len(all))
-			continue
-		}
-		bs := make([]backend.Backend, k)
-		for i := range bs {
-			bs[i] = all[i]
-		}
-		off := []int64{0, 500, n}
-		if k == 4 {
-			off = []int64{0, 300, 1500, 1500, n}
-		}
+	gpuLayouts(t, int64(ds.NumNodes()), func(bs []backend.Backend, off []int64) {
+		k := len(bs)
 		x := inputs(t, ds, false)
 		rows := make([]int, k)
 		for d := range rows {
@@ -114,16 +75,49 @@ func TestGPUInputShards(t *testing.T) {
 					if st := got.Layers[0]; st.Input != "shards" {
 						t.Fatalf("layer 1 read its input from %q, want the shards", st.Input)
 					}
-					for i := range want.Data {
-						if d := math.Abs(float64(got.Data[i] - want.Data[i])); d > 1e-4*max(1, math.Abs(float64(want.Data[i]))) {
-							t.Fatalf("logit %d: GPUs %v, CPU %v", i, got.Data[i], want.Data[i])
-						}
-						if d := math.Abs(float64(got.Data[i] - host.Data[i])); d > 1e-5*max(1, math.Abs(float64(host.Data[i]))) {
-							t.Fatalf("logit %d: shards %v, the GPUs' host path %v", i, got.Data[i], host.Data[i])
-						}
-					}
+					closeLogits(t, "shards", got.Data, want.Data, host.Data)
 				})
 			}
+		}
+	})
+}
+
+// gpuLayouts runs fn on 2 GPUs and, when visible, on 4, each with uneven
+// node ranges of an n-node graph (one of them empty on 4); skipped
+// without 2 GPUs.
+func gpuLayouts(t *testing.T, n int64, fn func(bs []backend.Backend, off []int64)) {
+	all := gputest.All(t)
+	if len(all) < 2 {
+		t.Skipf("needs 2 GPUs, found %d", len(all))
+	}
+	for _, k := range []int{2, 4} {
+		if len(all) < k {
+			t.Logf("skipping %d GPUs: %d visible", k, len(all))
+			continue
+		}
+		bs := make([]backend.Backend, k)
+		for i := range bs {
+			bs[i] = all[i]
+		}
+		off := []int64{0, 500, n}
+		if k == 4 {
+			off = []int64{0, 300, 1500, 1500, n}
+		}
+		fn(bs, off)
+	}
+}
+
+// closeLogits holds the GPUs' logits (got, by the path named what) to the
+// CPU's (want) within 1e-4 and to the GPUs' host path within 1e-5,
+// relative to values of at least 1.
+func closeLogits(t *testing.T, what string, got, want, host []float32) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
+			t.Fatalf("logit %d: GPUs %v, CPU %v", i, got[i], want[i])
+		}
+		if d := math.Abs(float64(got[i] - host[i])); d > 1e-5*max(1, math.Abs(float64(host[i]))) {
+			t.Fatalf("logit %d: %s %v, the GPUs' host path %v", i, what, got[i], host[i])
 		}
 	}
 }

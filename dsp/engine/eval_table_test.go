@@ -38,21 +38,7 @@ func TestEvalReadsFeatureCache(t *testing.T) {
 			cfg := small(tc.k, 2)
 			cfg.Train.Eval, cfg.Train.EvalFanouts = train.Full, nil
 			tc.cfg(&cfg)
-			devs := func() []backend.Backend {
-				bs := make([]backend.Backend, tc.k)
-				for i := range bs {
-					p := backend.FP32
-					if cfg.Train.Precision == "bf16" {
-						p = backend.BF16
-					}
-					b, err := cpu.New(cpu.Options{Precision: p})
-					if err != nil {
-						t.Fatal(err)
-					}
-					bs[i] = b
-				}
-				return bs
-			}
+			devs := func() []backend.Backend { return cpusAt(t, tc.k, cfg.Train.Precision) }
 			var mu sync.Mutex
 			var seen [][]backend.Buffer
 			got := run(t, cfg, Options{Backends: devs(), noEvalShards: true, evalInputs: func(in []backend.Buffer) {
@@ -104,21 +90,7 @@ func TestEvalReadsPartitionedCache(t *testing.T) {
 			cfg := small(tc.k, 2)
 			cfg.Train.Eval, cfg.Train.EvalFanouts = train.Full, nil
 			tc.cfg(&cfg)
-			devs := func() []backend.Backend {
-				bs := make([]backend.Backend, tc.k)
-				for i := range bs {
-					p := backend.FP32
-					if cfg.Train.Precision == "bf16" {
-						p = backend.BF16
-					}
-					b, err := cpu.New(cpu.Options{Precision: p})
-					if err != nil {
-						t.Fatal(err)
-					}
-					bs[i] = b
-				}
-				return bs
-			}
+			devs := func() []backend.Backend { return cpusAt(t, tc.k, cfg.Train.Precision) }
 			var mu sync.Mutex
 			var seen []*infer.Shards
 			got := run(t, cfg, Options{Backends: devs(), evalShardsSeen: func(sh *infer.Shards) {
@@ -154,4 +126,21 @@ func TestEvalReadsPartitionedCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cpusAt opens k CPU virtual devices at precision ("" or fp32, tf32,
+// bf16).
+func cpusAt(t *testing.T, k int, precision string) []backend.Backend {
+	t.Helper()
+	p, err := backend.ParsePrecision(precision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := make([]backend.Backend, k)
+	for i := range bs {
+		if bs[i], err = cpu.New(cpu.Options{Precision: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bs
 }
