@@ -111,13 +111,7 @@ func (w *worker) block(s *step, all backend.Buffer, r, width int) backend.Buffer
 // relDiff returns ||fresh - cached||_F / ||cached||_F, given
 // ||cached||_F^2 (MaxFloat32 when cached is zero and fresh is not).
 func (w *worker) relDiff(s *step, fresh, cached backend.Buffer, cachedNormSq float64) float64 {
-	tmp := s.f32(fresh.Len())
-	if !s.ok() {
-		return 0
-	}
-	s.do(w.b.Axpby(tmp, 1, fresh, -1, cached))
-	sum := w.sumSq(s, tmp, tmp)
-	s.drop(tmp)
+	sum := w.relDiffSq(s, fresh, cached)
 	if !s.ok() {
 		return 0
 	}

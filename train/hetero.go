@@ -604,24 +604,11 @@ func (ev *typedEval) evaluate() (Tally, error) {
 		return ev.evaluateSampled()
 	}
 	b, h := ev.in.B, ev.in.H
-	if err := ev.upload(); err != nil {
-		return Tally{}, err
-	}
 	t := autograd.NewTape(b)
 	defer t.Release()
-	xs := make([]*autograd.Var, len(h.NodeTypes))
-	for ty, buf := range ev.xFull {
-		if buf == nil {
-			continue
-		}
-		var err error
-		if xs[ty], err = t.Const(buf, int(h.NodeTypes[ty].NumNodes), max(h.NodeTypes[ty].FeatDim, 1)); err != nil {
-			return Tally{}, err
-		}
-	}
-	blocks := make([]*nn.HeteroBlock, ev.layers)
-	for i := range blocks {
-		blocks[i] = ev.full
+	xs, blocks, err := ev.wholeGraph(t, ev.layers)
+	if err != nil {
+		return Tally{}, err
 	}
 	out, err := ev.in.Model.Forward(t, xs, blocks, false, 0)
 	if err != nil {
@@ -632,6 +619,31 @@ func (ev *typedEval) evaluate() (Tally, error) {
 		return Tally{}, fmt.Errorf("model produced %dx%d logits, want %dx%d", out.Rows, out.Cols, n, c)
 	}
 	return Score(b, out.Value, n, c, ev.splits)
+}
+
+// wholeGraph uploads the whole graph once (upload) and returns every
+// type's inputs as constants of t and the whole graph's block for each
+// of k layers.
+func (ev *typedEval) wholeGraph(t *autograd.Tape, k int) ([]*autograd.Var, []*nn.HeteroBlock, error) {
+	if err := ev.upload(); err != nil {
+		return nil, nil, err
+	}
+	h := ev.in.H
+	xs := make([]*autograd.Var, len(h.NodeTypes))
+	for ty, buf := range ev.xFull {
+		if buf == nil {
+			continue
+		}
+		var err error
+		if xs[ty], err = t.Const(buf, int(h.NodeTypes[ty].NumNodes), max(h.NodeTypes[ty].FeatDim, 1)); err != nil {
+			return nil, nil, err
+		}
+	}
+	blocks := make([]*nn.HeteroBlock, k)
+	for i := range blocks {
+		blocks[i] = ev.full
+	}
+	return xs, blocks, nil
 }
 
 // upload puts the whole graph's block and every type's inputs on the

@@ -34,26 +34,14 @@ func EvaluateTyped(b backend.Backend, h *dataset.Hetero, m *nn.HeteroModel) (Tal
 func TypedOutputs(b backend.Backend, h *dataset.Hetero, m *nn.HeteroModel, k int) (data []float32, rows, cols int, err error) {
 	ev := &typedEval{in: &TypedInputs{B: b, H: h, Model: m}, layers: m.Config().Layers}
 	defer ev.close()
-	if err := ev.upload(); err != nil {
-		return nil, 0, 0, err
-	}
-	t := autograd.NewTape(b)
-	defer t.Release()
-	xs := make([]*autograd.Var, len(h.NodeTypes))
-	for ty, buf := range ev.xFull {
-		if buf == nil {
-			continue
-		}
-		if xs[ty], err = t.Const(buf, int(h.NodeTypes[ty].NumNodes), max(h.NodeTypes[ty].FeatDim, 1)); err != nil {
-			return nil, 0, 0, err
-		}
-	}
 	if k < 1 || k > ev.layers {
 		return nil, 0, 0, fmt.Errorf("train: layer %d of a %d-layer model", k, ev.layers)
 	}
-	blocks := make([]*nn.HeteroBlock, k)
-	for i := range blocks {
-		blocks[i] = ev.full
+	t := autograd.NewTape(b)
+	defer t.Release()
+	xs, blocks, err := ev.wholeGraph(t, k)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	outs, err := m.ForwardLayers(t, xs, blocks, k)
 	if err != nil {
