@@ -143,18 +143,8 @@ func (d *device) cachedTable(values int) backend.Buffer {
 		return nil
 	}
 	buf, ok := t.CachedTable()
-	if !ok || buf.DType() != backend.Float32 || buf.Len() != values {
-		return nil
-	}
-	if sb, ok := d.b.(backend.Siblings); ok && d.lb != d.b && !sb.Owns(buf) {
-		a, err := sb.Alias(buf)
-		if err != nil {
-			return nil
-		}
-		buf = a
-	}
-	d.evalShard = buf
-	return buf
+	d.evalShard = d.trainerView(buf, ok, values)
+	return d.evalShard
 }
 
 // evalTable returns the device's feature store's table (values floats)
@@ -170,16 +160,24 @@ func (d *device) evalTable(values int) backend.Buffer {
 		return nil
 	}
 	buf, ok := t.NodeOrderTable()
+	d.evalIn = d.trainerView(buf, ok, values)
+	return d.evalIn
+}
+
+// trainerView returns a feature store's table buf (ok: the store has
+// one) as the trainer's handle reads it, an alias when it lives on the
+// loader's handle, or nil when it is not values float32s or cannot be
+// aliased (the evaluation then uploads the features).
+func (d *device) trainerView(buf backend.Buffer, ok bool, values int) backend.Buffer {
 	if !ok || buf.DType() != backend.Float32 || buf.Len() != values {
 		return nil
 	}
 	if sb, ok := d.b.(backend.Siblings); ok && d.lb != d.b && !sb.Owns(buf) {
 		a, err := sb.Alias(buf)
 		if err != nil {
-			return nil // the evaluation uploads the features
+			return nil
 		}
-		buf = a
+		return a
 	}
-	d.evalIn = buf
 	return buf
 }
