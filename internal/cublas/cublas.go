@@ -202,18 +202,35 @@ func gemmArgs(call string, transA, transB bool, m, n, k int) (opA, opB uintptr, 
 // GemmEx is Gemm on float32 matrices (CUDA_R_32F A, B and C) with the
 // compute type ct, through cublasGemmEx with the default algorithm.
 func (h *Handle) GemmEx(ct ComputeType, transA, transB bool, m, n, k int, alpha float32, a uintptr, b uintptr, beta float32, c uintptr) error {
+	return h.GemmExTyped(ct, R32F, R32F, transA, transB, m, n, k, alpha, a, b, beta, c)
+}
+
+// DataType is a cudaDataType_t: the element type of a GemmEx matrix.
+type DataType uintptr
+
+const (
+	// R32F is CUDA_R_32F (float32).
+	R32F DataType = 0
+	// R16BF is CUDA_R_16BF (bfloat16).
+	R16BF DataType = 14
+)
+
+// GemmExTyped is GemmEx with A and B of type ab and C of type c (float32
+// scalars alpha and beta): R16BF A and B with Compute32F multiply
+// bfloat16 operands on the tensor cores and accumulate in float32, and
+// an R16BF C receives the result rounded.
+func (h *Handle) GemmExTyped(ct ComputeType, ab, c DataType, transA, transB bool, m, n, k int, alpha float32, a uintptr, b uintptr, beta float32, cp uintptr) error {
 	opA, opB, lda, ldb, err := gemmArgs("GemmEx", transA, transB, m, n, k)
 	if err != nil {
 		return err
 	}
-	const r32f = 0                  // CUDA_R_32F
 	const algoDefault = ^uintptr(0) // CUBLAS_GEMM_DEFAULT (-1)
 	s := (*[2]float32)(h.scalars)
 	s[0], s[1] = alpha, beta
 	// Column-major view as in Gemm: C^T = op(B)^T op(A)^T.
 	r := call(l.gemmEx, h.h, opB, opA, uintptr(n), uintptr(m), uintptr(k),
-		uintptr(h.scalars), b, r32f, uintptr(ldb), a, r32f, uintptr(lda),
-		uintptr(unsafe.Add(h.scalars, 4)), c, r32f, uintptr(n), uintptr(ct), algoDefault)
+		uintptr(h.scalars), b, uintptr(ab), uintptr(ldb), a, uintptr(ab), uintptr(lda),
+		uintptr(unsafe.Add(h.scalars, 4)), cp, uintptr(c), uintptr(n), uintptr(ct), algoDefault)
 	return check("cublasGemmEx", r)
 }
 

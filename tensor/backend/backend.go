@@ -10,8 +10,11 @@ const (
 	Int32
 	Int64
 	// BFloat16 is a storage type: the top 16 bits of a float32 (host
-	// form []uint16, encoded by BF16Bits). Only the memory methods,
-	// Convert and GatherRows (as x) accept it; nothing computes in it.
+	// form []uint16, encoded by BF16Bits). Besides the memory methods
+	// and Convert, the primitives of a training step's activations
+	// accept it where their docs say (Gemm, Axpby, SumRows, GatherRows,
+	// SpMM, Fused): they widen it on read, compute in float32 and round
+	// to nearest even on store (see the package doc, # Precision).
 	BFloat16
 )
 
@@ -153,11 +156,15 @@ type Backend interface {
 	// op(B) k x n, all row-major. op(X) is X^T when the trans flag is set
 	// (then A is stored k x m, B is stored n x k). With beta == 0, C is
 	// not read (BLAS semantics); with k == 0, C = beta*C.
+	// A and B are both Float32 or both BFloat16 (bfloat16 operands:
+	// products exact, sums in float32); C is Float32, or BFloat16 with
+	// bfloat16 A and B (the float32 result rounded on store).
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer) error
 
 	// --- elementwise (n = Len of the arguments, which must agree) ---
 
-	// Axpby computes dst = alpha*x + beta*y. dst may alias x or y.
+	// Axpby computes dst = alpha*x + beta*y. dst may alias x or y. The
+	// three are Float32, or all BFloat16 (activation gradients).
 	Axpby(dst Buffer, alpha float32, x Buffer, beta float32, y Buffer) error
 	// Mul computes dst = x * y elementwise. dst may alias x or y.
 	Mul(dst, x, y Buffer) error
@@ -182,6 +189,7 @@ type Backend interface {
 	// --- reductions ---
 
 	// SumRows computes dst[c] = sum_r x[r,c] (bias gradients). Overwrites.
+	// x is Float32 or BFloat16; dst is Float32.
 	SumRows(dst, x Buffer, rows, cols int) error
 	// Sum returns the sum of all elements of the float32 buffer x as
 	// float64 (synchronizes).
@@ -211,9 +219,10 @@ type Backend interface {
 	// --- indexing ---
 
 	// GatherRows: dst[i,:] = x[idx[i],:]; x has xrows rows of width cols,
-	// idx is int32 of any length (each in [0, xrows)). dst is float32; x
-	// is float32 or BFloat16 (widened exactly while gathered: features
-	// stored in bfloat16 cost half the bytes read).
+	// idx is int32 of any length (each in [0, xrows)). dst and x are each
+	// float32 or BFloat16 (a bfloat16 x is widened exactly, a float32 one
+	// rounded into a bfloat16 dst: features stored in bfloat16 cost half
+	// the bytes read, and a bfloat16 batch half the bytes written).
 	GatherRows(dst, x, idx Buffer, xrows, cols int) error
 	// ScatterAddRows: dst[idx[i],:] += src[i,:] (accumulates). src has
 	// len(idx) rows; duplicate indices accumulate, summed in the order of i
@@ -237,6 +246,8 @@ type Backend interface {
 	// it must be a multiple of heads. When w is nil, heads must be 1.
 	// With transpose, w is still indexed by the edge ids of a (w is nnz x H
 	// in a's CSR order), so the backward pass of SpMM reuses the same w.
+	// x and out are both Float32 or, with heads == 1, both BFloat16
+	// (activations: sums in float32, rounded on store); w is Float32.
 	SpMM(out Buffer, a Sparse, transpose bool, x Buffer, w Buffer, heads, width int) error
 	// SDDMM computes per-edge values out[e,h] from the destination row
 	// features u (rows x H*D) and source features v (cols x H*D), see SDDMMOp.

@@ -28,6 +28,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 //	Kernels       kernels compiled at run time, and launched       no   yes
 //	Enqueuer      a batch of queued ops under the device's lock    no   yes
 //	Fused         training-step chains in one pass, masks unstored yes  yes
+//	BF16Activations bfloat16 activations in the step's primitives  yes  yes
 //	Profiler      device time and count of every op queued         no   yes
 
 // DevPtr is an address in a device's address space, as a kernel sees it:
@@ -356,14 +357,16 @@ func (a Arg) Bits() uint64 { return a.bits }
 type Fused interface {
 	// GatherRowsDropout is GatherRows(dst, x, idx, xrows, cols) followed
 	// by Dropout(dst, mask, dst, p, seed) without the mask: input
-	// dropout applied while the features are gathered. x is float32 or
-	// BFloat16, as for GatherRows.
+	// dropout applied while the features are gathered. dst and x are
+	// float32 or BFloat16, as for GatherRows (a bfloat16 dst gets the
+	// float32 result rounded).
 	GatherRowsDropout(dst, x, idx Buffer, xrows, cols int, p float32, seed uint64) error
 	// BiasActDropout computes dst = Dropout(act((a + b) + bias), p, seed)
 	// for rows x cols matrices a and b (b may be nil) and a bias of
 	// cols, where act is ReLU when relu is set and the identity
 	// otherwise: Axpby, AddRowVector, Unary(ReLU) and Dropout in one
-	// pass. dst may alias a or b.
+	// pass. dst may alias a or b. a and b are both Float32 or both
+	// BFloat16, bias Float32, dst either (bfloat16: rounded on store).
 	BiasActDropout(dst, a, b, bias Buffer, rows, cols int, relu bool, p float32, seed uint64) error
 	// BiasActDropoutBackward takes y, BiasActDropout's output, and its
 	// gradient dy, and writes dx, the gradient of the pre-activation
@@ -373,7 +376,27 @@ type Fused interface {
 	// when p == 0). When dbias is not nil it also writes the bias
 	// gradient, dbias = SumRows(dx), or adds it to dbias when
 	// accumulate is set (Axpby(dbias, 1, sums, 1, dbias)). dx may alias dy.
+	// y and dy are both Float32 or both BFloat16; dx is either (a
+	// bfloat16 dx is rounded, and dbias sums the rounded values:
+	// SumRows(dx)); dbias is Float32.
 	BiasActDropoutBackward(dx, dbias, y, dy Buffer, rows, cols int, relu bool, p float32, seed uint64, accumulate bool) error
+}
+
+// BF16Activations is implemented by back ends whose step primitives
+// accept BFloat16 activations as the docs of Backend and Fused say (Gemm,
+// Axpby, SumRows, GatherRows, SpMM with one head, the Fused chain). It
+// is a method, not just the interface, so that a back end can turn its
+// claim off (a kernel that fails its GPU check): trainers at BF16 store
+// activations as bfloat16 (autograd's Tape.SetActivations) only when it
+// reports true, and keep float32 activations otherwise.
+type BF16Activations interface {
+	BF16Activations() bool
+}
+
+// HasBF16Activations reports whether b accepts bfloat16 activations.
+func HasBF16Activations(b Backend) bool {
+	c, ok := b.(BF16Activations)
+	return ok && c.BF16Activations()
 }
 
 // CheckDropoutRate returns a *ShapeError naming op when p is not in [0, 1).

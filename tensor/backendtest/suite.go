@@ -65,6 +65,7 @@ func RunWith(t *testing.T, b backend.Backend, opt Options) {
 		{"Gemm", testGemm},
 		{"Precision", testPrecision},
 		{"BFloat16", testBFloat16},
+		{"BF16Activations", testBF16Activations},
 		{"Elementwise", testElementwise},
 		{"Unary", testUnary},
 		{"Dropout", testDropout},

@@ -263,6 +263,9 @@ func (b *Backend) Fill(dst backend.Buffer, v float32) error {
 // Gemm computes C = alpha*op(A)*op(B) + beta*C (row-major).
 func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, a, bb backend.Buffer, beta float32, c backend.Buffer) error {
 	const op = "Gemm"
+	if isBF16(a, bb, c) {
+		return b.gemmBF16(transA, transB, m, n, k, alpha, a, bb, beta, c)
+	}
 	mk, kn, mn, err := backend.GemmShape(op, m, n, k)
 	if err != nil {
 		return err

@@ -10,6 +10,9 @@ import (
 
 // Axpby computes dst = alpha*x + beta*y.
 func (b *Backend) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, beta float32, y backend.Buffer) error {
+	if isBF16(dst, x, y) {
+		return b.axpbyBF16(dst, alpha, x, beta, y)
+	}
 	const op = "Axpby"
 	d, err := f32Any(op, "dst", dst)
 	if err != nil {

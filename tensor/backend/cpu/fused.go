@@ -29,6 +29,9 @@ func (b *Backend) GatherRowsDropout(dst, x, idx backend.Buffer, xrows, cols int,
 	if err := backend.CheckDropoutRate(op, p); err != nil {
 		return err
 	}
+	if isBF16(dst) {
+		return b.gatherBF16(dst, x, idx, xrows, cols, p, seed)
+	}
 	if err := b.GatherRows(dst, x, idx, xrows, cols); err != nil {
 		return err
 	}
@@ -54,6 +57,9 @@ func (b *Backend) BiasActDropout(dst, a, bb, bias backend.Buffer, rows, cols int
 	const op = "BiasActDropout"
 	if err := backend.CheckDropoutRate(op, p); err != nil {
 		return err
+	}
+	if isBF16(dst, a, bb) {
+		return b.biasActDropoutBF16(dst, a, bb, bias, rows, cols, relu, p, seed)
 	}
 	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
@@ -107,6 +113,9 @@ func (b *Backend) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, 
 	if err := backend.CheckDropoutRate(op, p); err != nil {
 		return err
 	}
+	if isBF16(dx, y, dy) {
+		return b.biasActDropoutBackwardBF16(dx, dbias, y, dy, rows, cols, relu, p, seed, accumulate)
+	}
 	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
@@ -145,15 +154,5 @@ func (b *Backend) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, 
 	if db == nil {
 		return nil
 	}
-	if !accumulate {
-		return b.SumRows(dbias, dx, rows, cols)
-	}
-	sums := make([]float32, cols)
-	if err := b.SumRows(WrapF32(sums), dx, rows, cols); err != nil {
-		return err
-	}
-	for c, s := range sums {
-		db[c] = 1*s + 1*db[c]
-	}
-	return nil
+	return b.biasSums(dbias, dx, rows, cols, accumulate)
 }

@@ -9,6 +9,9 @@ import (
 // GatherRows copies dst[i,:] = x[idx[i],:].
 func (b *Backend) GatherRows(dst, x, idx backend.Buffer, xrows, cols int) error {
 	const op = "GatherRows"
+	if isBF16(dst) {
+		return b.gatherBF16(dst, x, idx, xrows, cols, 0, 0)
+	}
 	xn, err := backend.Dims(op, xrows, cols)
 	if err != nil {
 		return err

@@ -13,6 +13,9 @@ const sumChunk = 1 << 14
 // (in float64), and block sums are combined in block order.
 func (b *Backend) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	const op = "SumRows"
+	if isBF16(x) {
+		return b.sumRowsBF16(dst, x, rows, cols)
+	}
 	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err

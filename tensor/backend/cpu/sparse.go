@@ -136,6 +136,9 @@ func parRows(c csr, width int, fn func(lo, hi int)) {
 // weights.
 func (b *Backend) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x backend.Buffer, w backend.Buffer, heads, width int) error {
 	const op = "SpMM"
+	if isBF16(out, x) {
+		return b.spmmBF16(out, a, transpose, x, w, heads, width)
+	}
 	s, err := asSparse(op, a)
 	if err != nil {
 		return err

@@ -240,6 +240,18 @@ func (d *Device) f32(op, name string, b backend.Buffer, n int) (*Buffer, error) 
 	return d.asBuf(op, name, b, backend.Float32, n)
 }
 
+// float checks that b is a float32 or bfloat16 buffer of n elements.
+func (d *Device) float(op, name string, b backend.Buffer, n int) (*Buffer, error) {
+	if b == nil {
+		return nil, &backend.ShapeError{Op: op, Msg: name + " is nil"}
+	}
+	dt := b.DType()
+	if dt != backend.Float32 && dt != backend.BFloat16 {
+		return nil, &backend.ShapeError{Op: op, Msg: fmt.Sprintf("%s has dtype %s, want float32 or bfloat16", name, dt)}
+	}
+	return d.asBuf(op, name, b, dt, n)
+}
+
 func (d *Device) i32(op, name string, b backend.Buffer, n int) (*Buffer, error) {
 	return d.asBuf(op, name, b, backend.Int32, n)
 }

@@ -18,17 +18,21 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 	if err != nil {
 		return err
 	}
-	av, err := d.f32(op, "a", a, mk)
+	av, err := d.float(op, "a", a, mk)
 	if err != nil {
 		return err
 	}
-	bv, err := d.f32(op, "b", b, kn)
+	bv, err := d.float(op, "b", b, kn)
 	if err != nil {
 		return err
 	}
-	cv, err := d.f32(op, "c", c, mn)
+	cv, err := d.float(op, "c", c, mn)
 	if err != nil {
 		return err
+	}
+	half := av.dt == backend.BFloat16
+	if bv.dt != av.dt || (cv.dt == backend.BFloat16 && !half) {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("a %s, b %s, c %s: want a and b of one dtype, and a bfloat16 c only with bfloat16 a and b", av.dt, bv.dt, cv.dt)}
 	}
 	if m == 0 || n == 0 {
 		return nil
@@ -43,7 +47,21 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 	defer leave()
 	if k == 0 || alpha == 0 {
 		// BLAS semantics: beta == 0 sets C to zero without reading it.
+		if cv.dt == backend.BFloat16 {
+			return d.launchN("scale_bf16", int64(mn), uint64(cv.ptr), cu.F32(beta), cu.I64(int64(mn)))
+		}
 		return d.launchN("scale_f32", int64(mn), uint64(cv.ptr), cu.F32(beta), cu.I64(int64(mn)))
+	}
+	if half {
+		// bfloat16 operands (activations): their products are exact in
+		// float32, summed in float32 on the tensor cores.
+		ct := cublas.R32F
+		if cv.dt == backend.BFloat16 {
+			ct = cublas.R16BF
+		}
+		return d.timed(d.gemmName("gemm bf16x", transA, transB, m, n, k), func() error {
+			return d.blas.GemmExTyped(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
+		})
 	}
 	if d.prec == backend.BF16 {
 		return d.timed(d.gemmName("gemm bf16", transA, transB, m, n, k), func() error {
@@ -74,20 +92,27 @@ func (d *Device) gemmName(kind string, transA, transB bool, m, n, k int) string 
 // Axpby computes dst = alpha*x + beta*y.
 func (d *Device) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, beta float32, y backend.Buffer) error {
 	const op = "Axpby"
-	dv, err := d.f32Any(op, "dst", dst)
+	if dst == nil {
+		return &backend.ShapeError{Op: op, Msg: "dst is nil"}
+	}
+	dv, err := d.float(op, "dst", dst, dst.Len())
 	if err != nil {
 		return err
 	}
-	xv, err := d.f32(op, "x", x, dv.n)
+	xv, err := d.asBuf(op, "x", x, dv.dt, dv.n)
 	if err != nil {
 		return err
 	}
-	yv, err := d.f32(op, "y", y, dv.n)
+	yv, err := d.asBuf(op, "y", y, dv.dt, dv.n)
 	if err != nil {
 		return err
+	}
+	kernel := "axpby_f32"
+	if dv.dt == backend.BFloat16 {
+		kernel = "axpby_bf16"
 	}
 	return d.run(func() error {
-		return d.launchN("axpby_f32", int64(dv.n), uint64(dv.ptr), cu.F32(alpha), uint64(xv.ptr), cu.F32(beta), uint64(yv.ptr), cu.I64(int64(dv.n)))
+		return d.launchN(kernel, int64(dv.n), uint64(dv.ptr), cu.F32(alpha), uint64(xv.ptr), cu.F32(beta), uint64(yv.ptr), cu.I64(int64(dv.n)))
 	})
 }
 
@@ -330,12 +355,16 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 	if err != nil {
 		return err
 	}
-	xv, err := d.f32(op, "x", x, n)
+	xv, err := d.float(op, "x", x, n)
 	if err != nil {
 		return err
 	}
 	if cols == 0 {
 		return nil
+	}
+	partial := "sum_rows_partial"
+	if xv.dt == backend.BFloat16 {
+		partial = "sum_rows_partial_bf16"
 	}
 	chunk, nchunks, err := sumRowsChunks(op, rows, cols)
 	if err != nil {
@@ -355,7 +384,7 @@ func (d *Device) SumRows(dst, x backend.Buffer, rows, cols int) error {
 		return d.launchN("fill_f32", int64(cols), uint64(dv.ptr), cu.F32(0), cu.I64(int64(cols)))
 	}
 	grid := cu.Dim3{X: uint32((cols + 31) / 32), Y: uint32(nchunks), Z: 1}
-	if err := d.launchGrid("sum_rows_partial", grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(xv.ptr), cu.I64(int64(rows)), cu.I64(int64(cols)), cu.I64(int64(chunk)), uint64(part.ptr)); err != nil {
+	if err := d.launchGrid(partial, grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(xv.ptr), cu.I64(int64(rows)), cu.I64(int64(cols)), cu.I64(int64(chunk)), uint64(part.ptr)); err != nil {
 		return err
 	}
 	return d.launchWarps("sum_rows_final", int64(cols), uint64(part.ptr), cu.I64(int64(nchunks)), cu.I64(int64(cols)), uint64(dv.ptr))
@@ -575,8 +604,8 @@ type gatherCall struct {
 }
 
 // gatherArgs checks GatherRows' arguments, which GatherRowsDropout
-// shares: x float32 or bfloat16 of xrows x cols, idx int32, dst float32
-// of len(idx) x cols.
+// shares: x and dst float32 or bfloat16, x of xrows x cols, idx int32,
+// dst of len(idx) x cols.
 func (d *Device) gatherArgs(op string, dst, x, idx backend.Buffer, xrows, cols int) (gatherCall, error) {
 	xn, err := backend.Dims(op, xrows, cols)
 	if err != nil {
@@ -590,19 +619,15 @@ func (d *Device) gatherArgs(op string, dst, x, idx backend.Buffer, xrows, cols i
 	if err != nil {
 		return gatherCall{}, err
 	}
-	dv, err := d.f32(op, "dst", dst, dn)
+	dv, err := d.float(op, "dst", dst, dn)
 	if err != nil {
 		return gatherCall{}, err
 	}
-	xdt := backend.Float32
-	if x != nil && x.DType() == backend.BFloat16 {
-		xdt = backend.BFloat16
-	}
-	xv, err := d.asBuf(op, "x", x, xdt, xn)
+	xv, err := d.float(op, "x", x, xn)
 	if err != nil {
 		return gatherCall{}, err
 	}
-	return gatherCall{op: op, dst: dv, x: xv, idx: iv, bf16: xdt == backend.BFloat16, xrows: xrows, cols: cols}, nil
+	return gatherCall{op: op, dst: dv, x: xv, idx: iv, bf16: xv.dt == backend.BFloat16, xrows: xrows, cols: cols}, nil
 }
 
 // gather queues g with its index check: one kernel of the gather_rows
@@ -623,13 +648,19 @@ func (d *Device) gather(g gatherCall) error {
 	if err != nil {
 		return err
 	}
-	name, vec, xalign := "gather_rows", "gather_rows4", cu.DevPtr(16)
-	if g.bf16 {
+	name, vec, xalign, dalign, width := "gather_rows", "gather_rows4", cu.DevPtr(16), cu.DevPtr(16), int64(4)
+	switch {
+	case g.dst.dt == backend.BFloat16 && g.bf16:
+		// bfloat16 rows into a bfloat16 batch: 16-byte vectors of 8.
+		name, vec, xalign, dalign, width = "gather_rows_b2b", "gather_rows_b2b8", 16, 16, 8
+	case g.dst.dt == backend.BFloat16:
+		name, vec, xalign, dalign = "gather_rows_f2b", "gather_rows_f2b4", 16, 8
+	case g.bf16:
 		name, vec, xalign = "gather_rows_bf16", "gather_rows_bf16x4", 8
 	}
 	items := n * c
-	if c%4 == 0 && g.dst.ptr%16 == 0 && g.x.ptr%xalign == 0 {
-		name, items, c = vec, items/4, c/4
+	if c%width == 0 && g.dst.ptr%dalign == 0 && g.x.ptr%xalign == 0 {
+		name, items, c = vec, items/width, c/width
 	}
 	if g.drop != nil {
 		name += "_drop"

@@ -15,6 +15,9 @@ func (d *Device) BiasAct(dst, a, b, bias backend.Buffer, rows, cols int, relu bo
 	if err != nil || c.n == 0 {
 		return err
 	}
+	if c.suffix != "" {
+		return &backend.ShapeError{Op: "BiasAct", Msg: "bfloat16 operands: float32 only"}
+	}
 	return d.run(func() error {
 		return d.launchN("bias_act", int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
 			cu.I64(int64(c.n)), cu.I64(int64(cols)), cu.I32(b2i(relu)))
@@ -22,30 +25,49 @@ func (d *Device) BiasAct(dst, a, b, bias backend.Buffer, rows, cols int, relu bo
 }
 
 // biasActCall is a checked BiasAct (or BiasActDropout) call: n elements
-// and the pointers dst, a, b (0 when nil) and bias.
+// and the pointers dst, a, b (0 when nil) and bias; suffix names the
+// kernel variant for the operands' dtypes (dtypeSuffix of a and dst).
 type biasActCall struct {
-	n    int
-	ptrs [4]uint64
+	n      int
+	ptrs   [4]uint64
+	suffix string
+}
+
+// dtypeSuffix names a fused kernel's variant for an input (in) and an
+// output (out) dtype: "" for float32 both, else "_" and one letter each,
+// f (float32) or b (bfloat16): "_bb", "_bf", "_fb".
+func dtypeSuffix(in, out backend.DType) string {
+	if in == backend.Float32 && out == backend.Float32 {
+		return ""
+	}
+	l := func(dt backend.DType) string {
+		if dt == backend.BFloat16 {
+			return "b"
+		}
+		return "f"
+	}
+	return "_" + l(in) + l(out)
 }
 
 // biasActArgs checks BiasAct's arguments, which BiasActDropout shares:
-// dst, a and b (optional) float32 of rows x cols, bias of cols.
+// dst, a and b (optional) float32 or bfloat16 of rows x cols (a and b of
+// one dtype), bias float32 of cols.
 func (d *Device) biasActArgs(op string, dst, a, b, bias backend.Buffer, rows, cols int) (biasActCall, error) {
 	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return biasActCall{}, err
 	}
-	dv, err := d.f32(op, "dst", dst, n)
+	dv, err := d.float(op, "dst", dst, n)
 	if err != nil {
 		return biasActCall{}, err
 	}
-	av, err := d.f32(op, "a", a, n)
+	av, err := d.float(op, "a", a, n)
 	if err != nil {
 		return biasActCall{}, err
 	}
 	var bp cu.DevPtr
 	if b != nil {
-		bv, err := d.f32(op, "b", b, n)
+		bv, err := d.asBuf(op, "b", b, av.dt, n)
 		if err != nil {
 			return biasActCall{}, err
 		}
@@ -55,7 +77,7 @@ func (d *Device) biasActArgs(op string, dst, a, b, bias backend.Buffer, rows, co
 	if err != nil {
 		return biasActCall{}, err
 	}
-	return biasActCall{n: n, ptrs: [4]uint64{uint64(dv.ptr), uint64(av.ptr), uint64(bp), uint64(biasv.ptr)}}, nil
+	return biasActCall{n: n, ptrs: [4]uint64{uint64(dv.ptr), uint64(av.ptr), uint64(bp), uint64(biasv.ptr)}, suffix: dtypeSuffix(av.dt, dv.dt)}, nil
 }
 
 // ReLUMaskScale computes dst = y > 0 ? dy*scale : 0 elementwise: the
@@ -85,6 +107,19 @@ func (d *Device) ReLUMaskScale(dst, dy, y backend.Buffer, scale float32) error {
 }
 
 var _ backend.Fused = (*Device)(nil)
+
+var _ backend.BF16Activations = (*Device)(nil)
+
+// bf16Activations is the CUDA back end's claim of
+// backend.BF16Activations: set it to false to keep trainers' activations
+// in float32 (should a bfloat16 kernel fail its GPU check).
+const bf16Activations = true
+
+// BF16Activations reports whether trainers may store activations as
+// bfloat16 here (the kernels' bfloat16 variants: spmm1_*_b8/_b4/_b1,
+// bias_act_drop_*, act_drop_bwd*_*, gather_rows_*2b*, sum_rows_partial_bf16,
+// axpby_bf16, scale_bf16, and cuBLAS GemmEx on CUDA_R_16BF).
+func (d *Device) BF16Activations() bool { return bf16Activations }
 
 // dropArgs returns Dropout's keep scale for p, after checking p.
 func dropArgs(op string, p float32) (float32, error) {
@@ -123,7 +158,7 @@ func (d *Device) BiasActDropout(dst, a, b, bias backend.Buffer, rows, cols int, 
 		return err
 	}
 	return d.run(func() error {
-		return d.launchN("bias_act_drop", int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
+		return d.launchN("bias_act_drop"+c.suffix, int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
 			cu.I64(int64(c.n)), cu.I64(int64(cols)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
 	})
 }
@@ -144,10 +179,23 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 	if err != nil {
 		return err
 	}
-	n, dxv, yv, gv, err := d.backwardArgs(op, dx, y, dy, rows, cols)
+	n, err := backend.Dims(op, rows, cols)
 	if err != nil {
 		return err
 	}
+	dxv, err := d.float(op, "dx", dx, n)
+	if err != nil {
+		return err
+	}
+	yv, err := d.float(op, "y", y, n)
+	if err != nil {
+		return err
+	}
+	gv, err := d.asBuf(op, "dy", dy, yv.dt, n)
+	if err != nil {
+		return err
+	}
+	suffix := dtypeSuffix(yv.dt, dxv.dt)
 	var dbv *Buffer
 	if dbias != nil {
 		if dbv, err = d.f32(op, "dbias", dbias, cols); err != nil {
@@ -159,7 +207,7 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 			return nil
 		}
 		return d.run(func() error {
-			return d.launchN("act_drop_bwd", int64(n), uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(int64(n)),
+			return d.launchN("act_drop_bwd"+suffix, int64(n), uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(int64(n)),
 				cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
 		})
 	}
@@ -191,7 +239,7 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 	}
 	defer d.freeLocked(part)
 	grid := cu.Dim3{X: uint32((cols + 31) / 32), Y: uint32(nchunks), Z: 1}
-	if err := d.launchGrid("act_drop_bwd_partial", grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr),
+	if err := d.launchGrid("act_drop_bwd_partial"+suffix, grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr),
 		cu.I64(int64(rows)), cu.I64(int64(cols)), cu.I64(int64(chunk)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed, uint64(part.ptr)); err != nil {
 		return err
 	}

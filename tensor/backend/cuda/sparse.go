@@ -232,13 +232,17 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 	if err != nil {
 		return err
 	}
-	ov, err := d.f32(op, "out", out, on)
+	ov, err := d.float(op, "out", out, on)
 	if err != nil {
 		return err
 	}
-	xv, err := d.f32(op, "x", x, xn)
+	xv, err := d.asBuf(op, "x", x, ov.dt, xn)
 	if err != nil {
 		return err
+	}
+	half := ov.dt == backend.BFloat16
+	if half && heads != 1 {
+		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("bfloat16 operands with %d heads: want one", heads)}
 	}
 	var wp cu.DevPtr
 	if w != nil {
@@ -259,6 +263,9 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 		v, err := d.viewLocked(s, transpose)
 		if err != nil {
 			return err
+		}
+		if half {
+			return d.spmm1BF16(v, ov, xv, wp, width)
 		}
 		if heads == 1 {
 			return d.spmm1(v, ov, xv, wp, width)
@@ -337,6 +344,34 @@ func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
 	n := int64(width)
 	if vec {
 		n = int64(width / 4)
+	}
+	perBlock := int64(threads / 32 * k.rowsPerWarp)
+	blocks := (int64(v.rows) + perBlock - 1) / perBlock
+	return d.launchGrid(k.name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
+		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
+}
+
+// spmm1BF16 is spmm1 on bfloat16 x and out: the kernel spmm1 would pick
+// for the same number of vectors a row, on vectors of 8 bfloat16 (16
+// bytes, as a float4) when width % 8 == 0, of 4 (8 bytes) when width % 4
+// == 0, else on single values; "_b8", "_b4" or "_b1" after its name.
+// Each sums in float32 in edge order as the float32 kernels do, and
+// rounds once on store.
+func (d *Device) spmm1BF16(v view, out, x *Buffer, w cu.DevPtr, width int) error {
+	var k spmmKernel
+	n := int64(width)
+	switch {
+	case width%8 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0:
+		n = int64(width / 8)
+		k = spmm1Kernel(int(4*n), true, v.uniform)
+		k.name += "_b8"
+	case width%4 == 0 && out.ptr%8 == 0 && x.ptr%8 == 0:
+		n = int64(width / 4)
+		k = spmm1Kernel(width, true, v.uniform)
+		k.name += "_b4"
+	default:
+		k = spmm1Kernel(width, false, v.uniform)
+		k.name += "_b1"
 	}
 	perBlock := int64(threads / 32 * k.rowsPerWarp)
 	blocks := (int64(v.rows) + perBlock - 1) / perBlock

@@ -105,3 +105,43 @@ __device__ __forceinline__ float drop_factor(float p, float keep, u64 seed, i64 
   if (p == 0.0f) return 1.0f;
   return rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
 }
+
+// ---- bfloat16 activations (backend.BF16Activations): kernels widen on
+// read (as_f32), compute in float32 and round once on store (to_bf16),
+// as the CPU back end emulates. Vectors: 4 values in a uint2 (8 bytes,
+// widened to a float4) and 8 in a uint4 (16 bytes, as a float4 of
+// float32 is, widened to an f8).
+struct f8 {
+  float4 lo, hi;
+};
+
+__device__ __forceinline__ f8 as_f32(uint4 v) {
+  f8 r;
+  r.lo = bf16x4_to_f32x4(make_uint2(v.x, v.y));
+  r.hi = bf16x4_to_f32x4(make_uint2(v.z, v.w));
+  return r;
+}
+__device__ __forceinline__ f8 as_f32(f8 v) { return v; }
+
+// pack2_bf16 rounds two floats into one u32 (element 0 in the low half).
+__device__ __forceinline__ u32 pack2_bf16(float a, float b) {
+  return (u32)f32_to_bf16(a) | ((u32)f32_to_bf16(b) << 16);
+}
+
+// to_bf16 rounds a float32 value or vector to its bfloat16 storage form;
+// bfloat16 forms pass through unchanged (a copy of stored values).
+__device__ __forceinline__ bf16 to_bf16(float v) { return f32_to_bf16(v); }
+__device__ __forceinline__ uint2 to_bf16(float4 v) { return make_uint2(pack2_bf16(v.x, v.y), pack2_bf16(v.z, v.w)); }
+__device__ __forceinline__ uint4 to_bf16(f8 v) {
+  uint2 a = to_bf16(v.lo), b = to_bf16(v.hi);
+  return make_uint4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ bf16 to_bf16(bf16 v) { return v; }
+__device__ __forceinline__ uint2 to_bf16(uint2 v) { return v; }
+__device__ __forceinline__ uint4 to_bf16(uint4 v) { return v; }
+
+// store_as writes a float32 value into a float (as is) or bfloat16
+// (rounded) element: fused kernels are written once over their output
+// type with it.
+__device__ __forceinline__ void store_as(float* d, i64 i, float v) { d[i] = v; }
+__device__ __forceinline__ void store_as(bf16* d, i64 i, float v) { d[i] = f32_to_bf16(v); }

@@ -12,6 +12,16 @@ extern "C" __global__ void axpby_f32(float* d, float a, const float* x, float b,
   GRID_STRIDE(i, n) d[i] = a * x[i] + b * y[i];
 }
 
+// bfloat16 forms of scale_f32 and axpby_f32 (activations and their
+// gradients): widened, computed in float32 as there, rounded on store.
+extern "C" __global__ void scale_bf16(bf16* d, float beta, i64 n) {
+  GRID_STRIDE(i, n) d[i] = beta == 0.0f ? (bf16)0 : f32_to_bf16(bf16_to_f32(d[i]) * beta);
+}
+
+extern "C" __global__ void axpby_bf16(bf16* d, float a, const bf16* x, float b, const bf16* y, i64 n) {
+  GRID_STRIDE(i, n) d[i] = f32_to_bf16(a * bf16_to_f32(x[i]) + b * bf16_to_f32(y[i]));
+}
+
 extern "C" __global__ void mul_f32(float* d, const float* x, const float* y, i64 n) {
   GRID_STRIDE(i, n) d[i] = x[i] * y[i];
 }
@@ -104,6 +114,23 @@ extern "C" __global__ void sum_rows_partial(const float* x, i64 rows, i64 cols, 
   double acc = 0.0;
   if (c < cols)
     for (i64 r = r0 + threadIdx.y; r < r1; r += 8) acc += (double)x[r * cols + c];
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double s = 0.0;
+    for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
+    partial[(i64)blockIdx.y * cols + c] = s;
+  }
+}
+
+// sum_rows_partial over a bfloat16 x (widened exactly).
+extern "C" __global__ void sum_rows_partial_bf16(const bf16* x, i64 rows, i64 cols, i64 chunk, double* partial) {
+  __shared__ double sh[8][33];
+  i64 c = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 r0 = (i64)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double acc = 0.0;
+  if (c < cols)
+    for (i64 r = r0 + threadIdx.y; r < r1; r += 8) acc += (double)bf16_to_f32(x[r * cols + c]);
   sh[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
@@ -271,6 +298,76 @@ extern "C" __global__ void gather_rows_bf16(float* d, const bf16* x, const int* 
 extern "C" __global__ void gather_rows_bf16x4(float4* d, const uint2* x, const int* idx, i64 n, i64 xrows, i64 cols4,
                                               u64* err) {
   gather_rows_body<false>(d, x, idx, n, xrows, cols4, err, 0.0f, 1.0f, 0);
+}
+
+__device__ __forceinline__ f8 drop_scale(f8 v, float p, float keep, u64 seed, i64 k8) {
+  v.lo = drop_scale(v.lo, p, keep, seed, 2 * k8);
+  v.hi = drop_scale(v.hi, p, keep, seed, 2 * k8 + 1);
+  return v;
+}
+
+// gather_rows_bf16_body is gather_rows_body into a bfloat16 dst (Out
+// bf16, or vectors of them: uint2 for 4, uint4 for 8): bfloat16 values
+// are copied, float32 ones rounded; with Drop each value is widened,
+// scaled by its mask value and rounded.
+template <bool Drop, typename Out, typename In>
+__device__ __forceinline__ void gather_rows_bf16_body(Out* d, const In* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                                      u64* err, float p, float keep, u64 seed) {
+  GRID_STRIDE(k, n * cols) {
+    i64 i = k / cols, c = k - i * cols;
+    int j = idx[i];
+    if (j < 0 || j >= xrows) {
+      if (c == 0) index_error(err, i);
+      d[k] = Out();
+    } else {
+      In v = x[(i64)j * cols + c];
+      if constexpr (Drop) d[k] = to_bf16(drop_scale(as_f32(v), p, keep, seed, k));
+      else d[k] = to_bf16(v);
+    }
+  }
+}
+
+// GatherRows into a bfloat16 batch: from a bfloat16 table (b2b; b2b8:
+// cols % 8 == 0, 16-byte vectors) or a float32 one (f2b; f2b4: cols % 4
+// == 0, float4 loads, 8-byte stores).
+extern "C" __global__ void gather_rows_b2b(bf16* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                           u64* err) {
+  gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols, err, 0.0f, 1.0f, 0);
+}
+
+extern "C" __global__ void gather_rows_b2b8(uint4* d, const uint4* x, const int* idx, i64 n, i64 xrows, i64 cols8,
+                                            u64* err) {
+  gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols8, err, 0.0f, 1.0f, 0);
+}
+
+extern "C" __global__ void gather_rows_f2b(bf16* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                           u64* err) {
+  gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols, err, 0.0f, 1.0f, 0);
+}
+
+extern "C" __global__ void gather_rows_f2b4(uint2* d, const float4* x, const int* idx, i64 n, i64 xrows, i64 cols4,
+                                            u64* err) {
+  gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols4, err, 0.0f, 1.0f, 0);
+}
+
+extern "C" __global__ void gather_rows_b2b_drop(bf16* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                                u64* err, float p, float keep, u64 seed) {
+  gather_rows_bf16_body<true>(d, x, idx, n, xrows, cols, err, p, keep, seed);
+}
+
+extern "C" __global__ void gather_rows_b2b8_drop(uint4* d, const uint4* x, const int* idx, i64 n, i64 xrows, i64 cols8,
+                                                 u64* err, float p, float keep, u64 seed) {
+  gather_rows_bf16_body<true>(d, x, idx, n, xrows, cols8, err, p, keep, seed);
+}
+
+extern "C" __global__ void gather_rows_f2b_drop(bf16* d, const float* x, const int* idx, i64 n, i64 xrows, i64 cols,
+                                                u64* err, float p, float keep, u64 seed) {
+  gather_rows_bf16_body<true>(d, x, idx, n, xrows, cols, err, p, keep, seed);
+}
+
+extern "C" __global__ void gather_rows_f2b4_drop(uint2* d, const float4* x, const int* idx, i64 n, i64 xrows,
+                                                 i64 cols4, u64* err, float p, float keep, u64 seed) {
+  gather_rows_bf16_body<true>(d, x, idx, n, xrows, cols4, err, p, keep, seed);
 }
 
 // Convert: float32 to bfloat16 (round to nearest even) and back (exact).

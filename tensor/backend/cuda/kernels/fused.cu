@@ -118,3 +118,114 @@ extern "C" __global__ void sum_rows_final_acc(const double* partial, i64 nchunks
     if (lane == 0) d[c] = acc ? (float)s + d[c] : (float)s;
   }
 }
+
+// ---- bfloat16 activations (backend.BF16Activations): the chains above
+// with a and b (or y and dy) of type TI and the output of type TO, each
+// float or bf16, widened on read and rounded on store (store_as); the
+// float32 arithmetic is the kernels' above. Kernel names end in the
+// dtypes' letters, input then output: _bb, _bf, _fb (f float32, b
+// bfloat16).
+
+// store_get stores v as d's type and returns what was stored, widened.
+__device__ __forceinline__ float store_get(float* d, i64 i, float v) {
+  d[i] = v;
+  return v;
+}
+__device__ __forceinline__ float store_get(bf16* d, i64 i, float v) {
+  bf16 h = f32_to_bf16(v);
+  d[i] = h;
+  return bf16_to_f32(h);
+}
+
+template <typename TI, typename TO>
+__device__ __forceinline__ void bias_act_drop_body(TO* d, const TI* a, const TI* b, const float* bias, i64 n, i64 cols,
+                                                   int relu, float p, float keep, u64 seed) {
+  bool small = n <= 0xffffffffLL;
+  GRID_STRIDE(i, n) {
+    i64 c = small ? (i64)((u32)i % (u32)cols) : i % cols;
+    float v = as_f32(a[i]);
+    if (b) v = v + as_f32(b[i]);
+    v = v + bias[c];
+    if (relu) v = fmaxf(v, 0.0f);
+    if (p != 0.0f) v = v * drop_factor(p, keep, seed, i);
+    store_as(d, i, v);
+  }
+}
+
+extern "C" __global__ void bias_act_drop_bb(bf16* d, const bf16* a, const bf16* b, const float* bias, i64 n, i64 cols,
+                                            int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body(d, a, b, bias, n, cols, relu, p, keep, seed);
+}
+
+extern "C" __global__ void bias_act_drop_bf(float* d, const bf16* a, const bf16* b, const float* bias, i64 n, i64 cols,
+                                            int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body(d, a, b, bias, n, cols, relu, p, keep, seed);
+}
+
+extern "C" __global__ void bias_act_drop_fb(bf16* d, const float* a, const float* b, const float* bias, i64 n, i64 cols,
+                                            int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body(d, a, b, bias, n, cols, relu, p, keep, seed);
+}
+
+template <typename TI, typename TO>
+__device__ __forceinline__ void act_drop_bwd_body(TO* dx, const TI* y, const TI* dy, i64 n, int relu, float p,
+                                                  float keep, u64 seed) {
+  GRID_STRIDE(i, n) store_as(dx, i, act_drop_grad(as_f32(y[i]), as_f32(dy[i]), relu, p, keep, seed, i));
+}
+
+extern "C" __global__ void act_drop_bwd_bb(bf16* dx, const bf16* y, const bf16* dy, i64 n, int relu, float p,
+                                           float keep, u64 seed) {
+  act_drop_bwd_body(dx, y, dy, n, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd_bf(float* dx, const bf16* y, const bf16* dy, i64 n, int relu, float p,
+                                           float keep, u64 seed) {
+  act_drop_bwd_body(dx, y, dy, n, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd_fb(bf16* dx, const float* y, const float* dy, i64 n, int relu, float p,
+                                           float keep, u64 seed) {
+  act_drop_bwd_body(dx, y, dy, n, relu, p, keep, seed);
+}
+
+// act_drop_bwd_partial's body over the dtypes: the bias sums add the
+// gradients as stored (rounded when dx is bfloat16), SumRows(dx).
+template <typename TI, typename TO>
+__device__ __forceinline__ void act_drop_bwd_partial_body(TO* dx, const TI* y, const TI* dy, i64 rows, i64 cols,
+                                                          i64 chunk, int relu, float p, float keep, u64 seed,
+                                                          double* partial) {
+  __shared__ double sh[8][33];
+  i64 c = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 r0 = (i64)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double acc = 0.0;
+  if (c < cols)
+    for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
+      i64 i = r * cols + c;
+      acc += (double)store_get(dx, i, act_drop_grad(as_f32(y[i]), as_f32(dy[i]), relu, p, keep, seed, i));
+    }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double s = 0.0;
+    for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
+    partial[(i64)blockIdx.y * cols + c] = s;
+  }
+}
+
+extern "C" __global__ void act_drop_bwd_partial_bb(bf16* dx, const bf16* y, const bf16* dy, i64 rows, i64 cols,
+                                                   i64 chunk, int relu, float p, float keep, u64 seed,
+                                                   double* partial) {
+  act_drop_bwd_partial_body(dx, y, dy, rows, cols, chunk, relu, p, keep, seed, partial);
+}
+
+extern "C" __global__ void act_drop_bwd_partial_bf(float* dx, const bf16* y, const bf16* dy, i64 rows, i64 cols,
+                                                   i64 chunk, int relu, float p, float keep, u64 seed,
+                                                   double* partial) {
+  act_drop_bwd_partial_body(dx, y, dy, rows, cols, chunk, relu, p, keep, seed, partial);
+}
+
+extern "C" __global__ void act_drop_bwd_partial_fb(bf16* dx, const float* y, const float* dy, i64 rows, i64 cols,
+                                                   i64 chunk, int relu, float p, float keep, u64 seed,
+                                                   double* partial) {
+  act_drop_bwd_partial_body(dx, y, dy, rows, cols, chunk, relu, p, keep, seed, partial);
+}

@@ -184,3 +184,181 @@ extern "C" __global__ void spmm1_s8(float* out, const i64* ptr, const int* col, 
                                  i64 rows, i64 wd) {
   spmm1g<float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd);
 }
+
+// ---- bfloat16 x and out (backend.BF16Activations): spmm1gb is spmm1g
+// with x and out stored as L (bf16, or 4 of them in a uint2, or 8 in a
+// uint4) and the sums kept in float32 as A (float, float4, f8): each
+// value is widened as it is loaded and the sum rounded once, on store.
+// The sums are spmm1g's, in the same order.
+template <> struct Acc<f8> {
+  static __device__ __forceinline__ f8 zero() {
+    f8 r;
+    r.lo = make_float4(0.f, 0.f, 0.f, 0.f);
+    r.hi = r.lo;
+    return r;
+  }
+  static __device__ __forceinline__ void fma(f8& a, float w, const f8& x) {
+    Acc<float4>::fma(a.lo, w, x.lo);
+    Acc<float4>::fma(a.hi, w, x.hi);
+  }
+};
+
+template <typename L, typename A, int G, int NV, int U, bool PF>
+__device__ __forceinline__ void spmm1gb(L* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
+                                       const i64* __restrict__ eid, const float* __restrict__ w, const L* __restrict__ x,
+                                       i64 rows, i64 wd) {
+  const unsigned full = 0xffffffffu;
+  int lane = threadIdx.x & 31;
+  int gl = lane % G;
+  i64 r = ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / G) + lane / G;
+  bool live = r < rows;
+  i64 p0 = 0;
+  int n = 0;
+  if (live) {
+    p0 = ptr[r];
+    n = (int)(ptr[r + 1] - p0);
+  }
+  int maxn = G == 32 ? n : (int)__reduce_max_sync(full, (unsigned)n);
+  if (G == 32 && !live) return;
+  for (i64 fb = 0; fb < wd; fb += (i64)G * NV) {
+    A acc[NV];
+    bool on[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+      acc[k] = Acc<A>::zero();
+      on[k] = live && fb + gl + G * k < wd;
+    }
+    const L* xs = x + fb + gl;
+    int c = 0;
+    float we = 0.f;
+    if (PF && gl < n) {
+      c = col[p0 + gl];
+      we = w ? w[edge_id(eid, p0 + gl)] : 1.0f;
+    }
+    for (int base = 0; base < maxn; base += G) {
+      int cnt = n - base;
+      if (!PF) {
+        c = 0;
+        we = 0.f;
+        if (gl < cnt) {
+          c = col[p0 + base + gl];
+          we = w ? w[edge_id(eid, p0 + base + gl)] : 1.0f;
+        }
+      }
+      int cc = c;
+      float ww = we;
+      if (PF) {
+        c = 0;
+        we = 0.f;
+        if (gl < cnt - G) {
+          c = col[p0 + base + G + gl];
+          we = w ? w[edge_id(eid, p0 + base + G + gl)] : 1.0f;
+        }
+      }
+      int jmax = maxn - base < G ? maxn - base : G;
+      int j = 0;
+      for (; j + U <= jmax; j += U) {
+        L v[U][NV];
+        float wu[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          int cu = __shfl_sync(full, cc, j + u, G);
+          wu[u] = __shfl_sync(full, ww, j + u, G);
+          ok[u] = G == 32 || j + u < cnt;
+          const L* xr = xs + (i64)cu * wd;
+#pragma unroll
+          for (int k = 0; k < NV; k++)
+            if (on[k] && ok[u]) v[u][k] = xr[G * k];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+          for (int k = 0; k < NV; k++)
+            if (on[k] && ok[u]) Acc<A>::fma(acc[k], wu[u], as_f32(v[u][k]));
+        }
+      }
+      for (; j < jmax; j++) {
+        int cu = __shfl_sync(full, cc, j, G);
+        float wj = __shfl_sync(full, ww, j, G);
+        bool okj = G == 32 || j < cnt;
+        const L* xr = xs + (i64)cu * wd;
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+          if (on[k] && okj) Acc<A>::fma(acc[k], wj, as_f32(xr[G * k]));
+      }
+    }
+    L* o = out + r * wd + fb + gl;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+      if (on[k]) o[G * k] = to_bf16(acc[k]);
+  }
+}
+
+// Instances: spmm1's, by the same shapes (sparse.go's spmm1BF16 picks
+// them as spmm1Kernel does for the same number of vectors a row), on 8
+// values a lane (_b8: uint4), 4 (_b4: uint2) or one (_b1).
+extern "C" __global__ void spmm1_v1_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint4, f8, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v2g_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint4, f8, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v2_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint4, f8, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v4_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint4, f8, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v1_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint2, float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v2g_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint2, float4, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v2_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint2, float4, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_v4_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<uint2, float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_s4g_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<bf16, float, 8, 4, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_s6g_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<bf16, float, 8, 6, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_s2_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<bf16, float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_s4_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<bf16, float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd);
+}
+
+extern "C" __global__ void spmm1_s8_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
+                                  i64 rows, i64 wd) {
+  spmm1gb<bf16, float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+}
