@@ -6,6 +6,11 @@ import (
 
 // MatMul returns a*b for a (m x k) and b (k x n).
 //
+// When a or b is bfloat16 (an activation) the product reads both as
+// bfloat16 (a float32 operand, a weight, through a copy made once per
+// step) and its output is bfloat16; gradients have their Var's dtype
+// (a float32 weight's accumulates in float32).
+//
 // Backward: da += dy b^T, db += a^T dy (Gemm with beta = 1 accumulates).
 func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 	const op = "MatMul"
@@ -16,12 +21,23 @@ func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 		return nil, errf(op, "inner dimensions differ: %dx%d * %dx%d", a.Rows, a.Cols, b.Rows, b.Cols)
 	}
 	m, k, n := a.Rows, a.Cols, b.Cols
-	out, err := t.newVar(op, m, n, anyGrad(a, b))
+	av, bv, dt := a.Value, b.Value, backend.Float32
+	if a.DType() == backend.BFloat16 || b.DType() == backend.BFloat16 {
+		var err error
+		if av, err = t.halfValue(op, a); err != nil {
+			return nil, err
+		}
+		if bv, err = t.halfValue(op, b); err != nil {
+			return nil, err
+		}
+		dt = backend.BFloat16
+	}
+	out, err := t.newVarT(op, dt, m, n, anyGrad(a, b))
 	if err != nil {
 		return nil, err
 	}
 	if m > 0 && n > 0 {
-		if err := t.b.Gemm(false, false, m, n, k, 1, a.Value, b.Value, 0, out.Value); err != nil {
+		if err := t.b.Gemm(false, false, m, n, k, 1, av, bv, 0, out.Value); err != nil {
 			return nil, wrap(op, err)
 		}
 	}
@@ -31,7 +47,7 @@ func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 			if m == 0 || k == 0 {
 				return nil
 			}
-			return t.b.Gemm(false, true, m, k, n, 1, out.Grad, b.Value, beta(add), dst)
+			return t.b.Gemm(false, true, m, k, n, 1, out.Grad, bv, beta(add), dst)
 		}); err != nil {
 			return err
 		}
@@ -39,7 +55,7 @@ func (t *Tape) MatMul(a, b *Var) (*Var, error) {
 			if k == 0 || n == 0 {
 				return nil
 			}
-			return t.b.Gemm(true, false, k, n, m, 1, a.Value, out.Grad, beta(add), dst)
+			return t.b.Gemm(true, false, k, n, m, 1, av, out.Grad, beta(add), dst)
 		})
 	})
 	return out, nil
@@ -193,6 +209,9 @@ func (t *Tape) Dropout(x *Var, p float32, seed uint64) (*Var, error) {
 	}
 	if d := x.dropped; d != nil && d.p == p && d.seed == seed && !x.RequiresGrad {
 		return x, nil // dropped out while gathered (ConstDropped)
+	}
+	if x.DType() != backend.Float32 {
+		return nil, errf(op, "a %s input: dropout of bfloat16 activations is fused (BiasActDropout, GatherConstDropped, ConstDropped)", x.DType())
 	}
 	out, err := t.newVar(op, x.Rows, x.Cols, x.RequiresGrad)
 	if err != nil {
@@ -368,8 +387,15 @@ func (t *Tape) ConstDropped(value backend.Buffer, rows, cols int, p float32, see
 // on back ends with backend.Fused one forward pass and no mask, and a
 // backward of one or two passes (the mask is regenerated from the seed,
 // the ReLU gradient read from the output) whose result is handed to a
-// and b without copies when they have no other use.
+// and b without copies when they have no other use. The output has the
+// tape's activation dtype (SetActivations).
 func (t *Tape) BiasActDropout(a, b, bias *Var, relu bool, p float32, seed uint64) (*Var, error) {
+	return t.BiasActDropoutAs(t.actType(), a, b, bias, relu, p, seed)
+}
+
+// BiasActDropoutAs is BiasActDropout writing dtype dt: a model's last
+// layer writes its logits as float32 whatever the activations' dtype.
+func (t *Tape) BiasActDropoutAs(dt backend.DType, a, b, bias *Var, relu bool, p float32, seed uint64) (*Var, error) {
 	const op = "BiasActDropout"
 	ins := []*Var{a, bias}
 	if b != nil {
@@ -387,12 +413,21 @@ func (t *Tape) BiasActDropout(a, b, bias *Var, relu bool, p float32, seed uint64
 	if bias.Len() != a.Cols {
 		return nil, errf(op, "bias has %d elements, want %d (a is %dx%d)", bias.Len(), a.Cols, a.Rows, a.Cols)
 	}
+	if b != nil && b.DType() != a.DType() {
+		return nil, errf(op, "a is %s but b is %s", a.DType(), b.DType())
+	}
+	if dt != backend.Float32 && dt != backend.BFloat16 {
+		return nil, errf(op, "output dtype %s", dt)
+	}
 	f, ok := t.b.(backend.Fused)
 	if !ok {
+		if dt != backend.Float32 || a.DType() != backend.Float32 {
+			return nil, errf(op, "bfloat16 activations need a back end with backend.Fused")
+		}
 		return t.biasActDropoutUnfused(a, b, bias, relu, p, seed)
 	}
 	rows, cols := a.Rows, a.Cols
-	out, err := t.newVar(op, rows, cols, anyGrad(a, b, bias))
+	out, err := t.newVarT(op, dt, rows, cols, anyGrad(a, b, bias))
 	if err != nil {
 		return nil, err
 	}
@@ -406,11 +441,11 @@ func (t *Tape) BiasActDropout(a, b, bias *Var, relu bool, p float32, seed uint64
 	t.record(op, out, func() error {
 		// The gradient of the pre-activation, in place over out's
 		// gradient (which nothing reads after this op) unless that
-		// buffer is shared.
+		// buffer is shared or of another dtype than a's.
 		g := out.Grad
-		if out.gradShared {
+		if out.gradShared || a.DType() != out.DType() {
 			var err error
-			if g, err = t.allocOut(op, out.Len()); err != nil {
+			if g, err = t.allocOutT(op, a.DType(), out.Len()); err != nil {
 				return err
 			}
 		}

@@ -41,7 +41,10 @@ func (t *Tape) SpMM(a backend.Sparse, x, w *Var) (*Var, error) {
 		return nil, errf(op, "x width %d is not a multiple of %d heads", x.Cols, heads)
 	}
 	width := x.Cols
-	out, err := t.newVar(op, a.NumRows(), width, anyGrad(x, w))
+	if x.DType() == backend.BFloat16 && (heads != 1 || (w != nil && w.RequiresGrad)) {
+		return nil, errf(op, "bfloat16 x with %d heads or learned edge weights: one head of constant weights only", heads)
+	}
+	out, err := t.newVarT(op, x.DType(), a.NumRows(), width, anyGrad(x, w))
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,10 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// Var is a float32 matrix of Rows x Cols on the tape's back end, with its
-// gradient. Grad is nil until a gradient flows into it during Backward.
+// Var is a float32 (or, for activations on a tape with bfloat16
+// activations, backend.BFloat16) matrix of Rows x Cols on the tape's back
+// end, with its gradient, of the same dtype. Grad is nil until a gradient
+// flows into it during Backward.
 //
 // Vars made by ops own their buffers through the tape: after Tape.Release
 // their Value and Grad must not be used.
@@ -41,6 +43,15 @@ type dropMark struct {
 
 // Len returns Rows*Cols.
 func (v *Var) Len() int { return v.Rows * v.Cols }
+
+// DType is the dtype of v's value and gradient: backend.Float32 or
+// backend.BFloat16.
+func (v *Var) DType() backend.DType {
+	if v.Value == nil {
+		return backend.Float32
+	}
+	return v.Value.DType()
+}
 
 // Error is a shape or usage error of an autograd op.
 type Error struct {
@@ -80,6 +91,12 @@ type Tape struct {
 	owned []backend.Buffer
 	gen   uint64 // bumped by Release so stale Vars are detected
 	vars  map[*Var]uint64
+	// act is the dtype of the activations the ops write
+	// (SetActivations): 0 for float32.
+	act backend.DType
+	// half maps a float32 value (a weight) to its bfloat16 copy, made
+	// once per step for products with bfloat16 activations.
+	half map[backend.Buffer]backend.Buffer
 }
 
 // NewTape returns an empty tape recording ops on back end b.
@@ -107,6 +124,7 @@ func (t *Tape) Release() {
 	t.owned = t.owned[:0]
 	t.ops = t.ops[:0]
 	clear(t.vars)
+	clear(t.half)
 	t.gen++
 }
 
@@ -132,20 +150,25 @@ type rawAllocator interface {
 	AllocRaw(dt backend.DType, n int) (backend.Buffer, error)
 }
 
-func (t *Tape) allocFloats(n int) (backend.Buffer, error) {
+func (t *Tape) allocFloats(dt backend.DType, n int) (backend.Buffer, error) {
 	if ra, ok := t.b.(rawAllocator); ok {
-		return ra.AllocRaw(backend.Float32, n)
+		return ra.AllocRaw(dt, n)
 	}
-	return t.b.Alloc(backend.Float32, n)
+	return t.b.Alloc(dt, n)
 }
 
 // allocOut is alloc for a buffer that is overwritten completely before
 // it is read (contents undefined until then).
 func (t *Tape) allocOut(op string, n int) (backend.Buffer, error) {
+	return t.allocOutT(op, backend.Float32, n)
+}
+
+// allocOutT is allocOut of dtype dt.
+func (t *Tape) allocOutT(op string, dt backend.DType, n int) (backend.Buffer, error) {
 	if n < 0 {
 		return nil, errf(op, "negative size %d", n)
 	}
-	buf, err := t.allocFloats(n)
+	buf, err := t.allocFloats(dt, n)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -153,11 +176,24 @@ func (t *Tape) allocOut(op string, n int) (backend.Buffer, error) {
 	return buf, nil
 }
 
-// temp returns a buffer the caller frees itself with t.b.Free (temporaries
-// of a backward step, released at once to keep peak memory low); its
-// contents are undefined: callers overwrite it.
-func (t *Tape) temp(op string, n int) (backend.Buffer, error) {
-	buf, err := t.allocFloats(n)
+// allocZero is alloc (zero-filled, owned by the tape) of dtype dt.
+func (t *Tape) allocZero(op string, dt backend.DType, n int) (backend.Buffer, error) {
+	if n < 0 {
+		return nil, errf(op, "negative size %d", n)
+	}
+	buf, err := t.b.Alloc(dt, n)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	t.owned = append(t.owned, buf)
+	return buf, nil
+}
+
+// temp returns a buffer of dtype dt the caller frees itself with
+// t.b.Free (temporaries of a backward step, released at once to keep
+// peak memory low); its contents are undefined: callers overwrite it.
+func (t *Tape) temp(op string, dt backend.DType, n int) (backend.Buffer, error) {
+	buf, err := t.allocFloats(dt, n)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -207,12 +243,17 @@ func (t *Tape) takeGrad(op string, v *Var, g backend.Buffer, shared bool) error 
 	return t.addScaled(op, v, 1, g)
 }
 
-// newVar allocates an output Var of rows x cols.
+// newVar allocates a float32 output Var of rows x cols.
 func (t *Tape) newVar(op string, rows, cols int, requiresGrad bool) (*Var, error) {
+	return t.newVarT(op, backend.Float32, rows, cols, requiresGrad)
+}
+
+// newVarT is newVar of dtype dt.
+func (t *Tape) newVarT(op string, dt backend.DType, rows, cols int, requiresGrad bool) (*Var, error) {
 	if rows < 0 || cols < 0 {
 		return nil, errf(op, "negative shape %dx%d", rows, cols)
 	}
-	buf, err := t.allocOut(op, rows*cols) // every op overwrites its output
+	buf, err := t.allocOutT(op, dt, rows*cols) // every op overwrites its output
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +278,11 @@ func (t *Tape) Leaf(value, grad backend.Buffer, rows, cols int) (*Var, error) {
 	if rows < 0 || cols < 0 {
 		return nil, errf(op, "negative shape %dx%d", rows, cols)
 	}
-	if err := backend.CheckLen(op, "value", value, backend.Float32, rows*cols); err != nil {
+	dt := backend.Float32
+	if value != nil && value.DType() == backend.BFloat16 && grad == nil {
+		dt = backend.BFloat16 // a constant stored as bfloat16 (activations)
+	}
+	if err := backend.CheckLen(op, "value", value, dt, rows*cols); err != nil {
 		return nil, err
 	}
 	v := &Var{Value: value, Rows: rows, Cols: cols}
@@ -300,14 +345,14 @@ func (t *Tape) accumulate(op string, v *Var, compute func(dst backend.Buffer) er
 		return nil
 	}
 	if v.Grad == nil {
-		g, err := t.allocOut(op, v.Len()) // compute overwrites
+		g, err := t.allocOutT(op, v.DType(), v.Len()) // compute overwrites
 		if err != nil {
 			return err
 		}
 		v.Grad = g
 		return wrap(op, compute(g))
 	}
-	tmp, err := t.temp(op, v.Len())
+	tmp, err := t.temp(op, v.DType(), v.Len())
 	if err != nil {
 		return err
 	}
@@ -337,9 +382,9 @@ func (t *Tape) accumulateIntoZ(op string, v *Var, zero bool, compute func(dst ba
 		var g backend.Buffer
 		var err error
 		if zero {
-			g, err = t.alloc(op, v.Len())
+			g, err = t.allocZero(op, v.DType(), v.Len())
 		} else {
-			g, err = t.allocOut(op, v.Len())
+			g, err = t.allocOutT(op, v.DType(), v.Len())
 		}
 		if err != nil {
 			return err

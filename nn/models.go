@@ -114,6 +114,15 @@ func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput,
 			return nil, layerErr(s.cfg.Kind, "block %d has %d sources but block %d has %d destinations", l, blk.NumSrc, l-1, blocks[l-1].NumDst)
 		}
 	}
+	// bfloat16 activations (Tape.SetActivations) where every op of the
+	// forward pass takes them: the fused chain of a dense input (SAGE,
+	// GCN). Other models and sparse inputs run this pass in float32.
+	half := t.Activations() == backend.BFloat16
+	if half && (s.parts == nil || xs != nil) {
+		t.SetActivations(backend.Float32)
+		defer t.SetActivations(backend.BFloat16)
+		half = false
+	}
 	h := x
 	dropped := false // the fused op of the layer before applied this layer's dropout
 	for l, blk := range blocks {
@@ -133,6 +142,13 @@ func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput,
 					return nil, err
 				}
 			}
+			if half && l == 0 {
+				// The input (dropped out above, in float32, unless
+				// that was fused into its gather) as bfloat16.
+				if h, err = t.ToActivations(h); err != nil {
+					return nil, err
+				}
+			}
 			a, b, bias, err := s.parts(t, l, h, nil, blk)
 			if err != nil {
 				return nil, err
@@ -143,7 +159,11 @@ func (s *stack) run(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput,
 			if !last && train {
 				pn, nseed = s.cfg.Dropout, rng.Derive(seed, uint64(l+1), seedFeature)
 			}
-			if h, err = t.BiasActDropout(a, b, bias, !last, pn, nseed); err != nil {
+			dt := t.Activations()
+			if last {
+				dt = backend.Float32 // logits for LogSoftmax and the losses
+			}
+			if h, err = t.BiasActDropoutAs(dt, a, b, bias, !last, pn, nseed); err != nil {
 				return nil, err
 			}
 			dropped = pn > 0
@@ -285,4 +305,15 @@ func InputDropout(m Model, seed uint64) (p float32, mseed uint64, ok bool) {
 		return 0, 0, false
 	}
 	return s.cfg.InputDropout, rng.Derive(seed, 0, seedFeature), true
+}
+
+// BF16Activations reports whether m's training forward pass can store
+// its activations as bfloat16 (autograd's Tape.SetActivations): the
+// models of New whose layers are the fused chain (SAGE, GCN) on a dense
+// input. Trainers at bf16 turn a tape's bfloat16 activations on only
+// for these; the others (GAT, sparse inputs) would run in float32
+// anyway.
+func BF16Activations(m Model) bool {
+	s, ok := m.(*stack)
+	return ok && s.parts != nil
 }

@@ -302,8 +302,18 @@ func (in *inputs) forwardBatch(t *autograd.Tape, model nn.Model, mb *sample.Mini
 		return nil, cleanup, err
 	}
 	// The features are a constant: gathering them needs no gradient
-	// (and reads a bfloat16 table directly).
-	x, err := t.GatherConst(in.xd, in.f.Rows, in.f.Cols, idx)
+	// (and reads a bfloat16 table directly). With bfloat16 activations
+	// the rows are gathered as bfloat16, with the model's input dropout
+	// applied as they are written (the tape does not drop bfloat16
+	// activations by itself).
+	var p float32
+	var pseed uint64
+	if train && t.Activations() == backend.BFloat16 {
+		if ip, s, ok := nn.InputDropout(model, seed); ok {
+			p, pseed = ip, s
+		}
+	}
+	x, err := t.GatherConstDropped(in.xd, in.f.Rows, in.f.Cols, idx, p, pseed)
 	if err != nil {
 		return nil, cleanup, err
 	}

@@ -213,6 +213,11 @@ func (r *runner) sampledStep(epoch, bi int, seeds []int32) (float64, error) {
 	r.upcoming = nil
 	t := autograd.NewTape(r.b)
 	defer t.Release()
+	if m, ok := r.model.(nn.Model); ok && r.cfg.Prec() == backend.BF16 && nn.BF16Activations(m) {
+		// bfloat16 activations where the back end has them (else the
+		// tape stays float32).
+		t.SetActivations(backend.BFloat16)
+	}
 	logits, err := mb.forward(t, true, r.cfg.DropoutSeed(epoch, bi))
 	if err != nil {
 		return 0, err

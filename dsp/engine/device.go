@@ -747,6 +747,11 @@ func (d *device) step(ctx context.Context, it *item) error {
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()
+	if cfg.Train.Prec() == backend.BF16 && nn.BF16Activations(d.model) {
+		// bfloat16 activations where the back end has them (else the
+		// tape stays float32); the model converts the loaded rows.
+		t.SetActivations(backend.BFloat16)
+	}
 	var xv *autograd.Var
 	if it.drop.P > 0 {
 		xv, err = t.ConstDropped(x, n, s.dim, it.drop.P, it.drop.Seed)
