@@ -15,7 +15,8 @@
 // bfloat16 (7-bit mantissa), to nearest with ties to even, and
 // accumulate in float32. Weights, gradients, optimizer state and
 // activations stay float32 buffers (the optimizer updates float32 master
-// weights), and every other primitive computes in float32 as always.
+// weights; bfloat16 activations, below, are the exception), and every
+// other primitive computes in float32 as always.
 // The CUDA back end runs TF32 on tensor cores through cuBLAS's TF32 math
 // mode and BF16 through cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF,
 // which converts float32 operands to bfloat16 inside the tensor-core
@@ -29,14 +30,18 @@
 // BFloat16 (host tables, the device copy, feature caches), so gathering a
 // batch's rows reads half the bytes and a cache holds twice the rows;
 // GatherRows widens them to float32 exactly, and Convert casts whole
-// buffers. Why not bfloat16 activations: every elementwise, sparse and
-// loss primitive would need a second dtype on both back ends, for
-// buffers that live one step and are read once or twice; rounding at the
-// product's inputs gives the numerics of bfloat16 operands (what the
-// tensor cores see) with one code path, and the feature tables, the
-// bytes that dominate a GNN's gathers, are where halving pays.
+// buffers.
 // backendtest runs every primitive in each precision with that
 // precision's tolerances.
+//
+// bfloat16 activations (BF16Activations): the primitives of a sampled
+// training step's chain also accept BFloat16 operands (Gemm's A and B
+// and C, Axpby, SumRows, GatherRows' dst, SpMM with one head, the Fused
+// chain), each widening on read, computing in float32 and rounding once
+// on store, so that a step's activations and their gradients, the bytes
+// that dominate a memory-bound step, are half as large; autograd's
+// Tape.SetActivations turns them on where a model's ops all take them.
+// The CPU back end emulates them with the same arithmetic.
 //
 // # Capabilities
 //
