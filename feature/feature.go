@@ -64,6 +64,10 @@ type Store struct {
 	lo         int64 // Options.Offset
 	gather     backend.Kernel
 	gather4    backend.Kernel
+	// Into a bfloat16 dst (a bfloat16 table only): scalar and 8 a
+	// thread.
+	gatherH  backend.Kernel
+	gatherH8 backend.Kernel
 }
 
 // device is what a Store needs of its back end: kernels compiled at run
@@ -147,6 +151,14 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	}
 	if s.gather4, err = mod.Kernel(gather4); err != nil {
 		return nil, err
+	}
+	if opt.BFloat16 {
+		if s.gatherH, err = mod.Kernel("feat_gather_b2b"); err != nil {
+			return nil, err
+		}
+		if s.gatherH8, err = mod.Kernel("feat_gather_b2b8"); err != nil {
+			return nil, err
+		}
 	}
 	if rows == 0 && s.extra == 0 {
 		return s, nil
@@ -386,6 +398,9 @@ func bf16s(h backend.HostBuffer) []uint16 {
 // [0, Rows())) into dst (len(nodes) x Cols() float32 device buffer), both
 // buffers of the store's device. Bad node ids zero their row and are
 // reported by the device's next Synchronize as a *backend.IndexError.
+// A BFloat16 store also gathers into a bfloat16 dst (its values as they
+// are; with GatherDropout's dropout, each product rounded to nearest
+// even: the float32 gather followed by Convert, bit for bit).
 func (s *Store) Gather(dst, nodes backend.Buffer) error {
 	return s.gather1("feature.Gather", dst, nodes, 0, 0)
 }
@@ -436,11 +451,24 @@ func (s *Store) gather2(op string, dst, nodes backend.Buffer, p float32, seed ui
 		return &backend.ShapeError{Op: op, Msg: "nodes must be an int32 buffer on the store's device"}
 	}
 	n := nodes.Len()
-	if err := backend.CheckLen(op, "dst", dst, backend.Float32, n*s.cols); err != nil {
+	dt := backend.Float32
+	if dst != nil && dst.DType() == backend.BFloat16 {
+		// A bfloat16 batch (trainers with bfloat16 activations), from
+		// a bfloat16 table only.
+		if s.vbytes != 2 {
+			return &backend.ShapeError{Op: op, Msg: "a bfloat16 dst needs a bfloat16 table (Options.BFloat16)"}
+		}
+		dt = backend.BFloat16
+	}
+	if err := backend.CheckLen(op, "dst", dst, dt, n*s.cols); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
+	}
+	gather, vec, width := s.gather, s.gather4, 4
+	if dt == backend.BFloat16 {
+		gather, vec, width = s.gatherH, s.gatherH8, 8
 	}
 	return s.queue.Enqueue(func(q backend.Queue) error {
 		// The queue refuses buffers of another device (ShapeError).
@@ -453,16 +481,17 @@ func (s *Store) gather2(op string, dst, nodes backend.Buffer, p float32, seed ui
 			cold = s.host.DeviceAddr()
 		}
 		// Vector loads of four values: 16 bytes (float32) or 8
-		// (bfloat16); the table's and the hot rows' starts are
-		// allocation starts, so row alignment follows from cols % 4.
-		// The staged rows start 16-byte aligned for the vector form.
-		if s.cols%4 == 0 && q.Aligned(dst, 16) && staged%16 == 0 {
-			return q.Launch(s.gather4, int64(n)*int64(s.cols/4), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
-				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/4)), backend.U64(slot),
+		// (bfloat16); into a bfloat16 dst, of eight (16 bytes). The
+		// table's and the hot rows' starts are allocation starts, so
+		// row alignment follows from cols % width. The staged rows
+		// start 16-byte aligned for the vector form.
+		if s.cols%width == 0 && q.Aligned(dst, 16) && staged%16 == 0 {
+			return q.Launch(vec, int64(n)*int64(s.cols/width), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
+				backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols/width)), backend.U64(slot),
 				backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged),
 				backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))
 		}
-		return q.Launch(s.gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
+		return q.Launch(gather, int64(n)*int64(s.cols), backend.Buf(dst), backend.Buf(nodes), backend.I64(int64(n)),
 			backend.Buf(s.slot), backend.Buf(s.hot), backend.Addr(cold), backend.I64(int64(s.rows)), backend.I64(int64(s.cols)), backend.U64(slot),
 			backend.F32(p), backend.F32(keep), backend.U64(seed), backend.I64(s.lo), backend.Addr(spos), backend.Addr(staged), backend.I64(nstaged),
 			backend.I64(int64(s.hotRows)), backend.I64(int64(s.extra)))

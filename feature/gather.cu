@@ -102,3 +102,76 @@ extern "C" __global__ void feat_gather_bf16x4(float4* out, const int* nodes, i64
                                               i64 nextra) {
   feat_gather_body(out, nodes, n, slot, hot, cold, nrows, cols4, err, p, keep, seed, lo, spos, staged, nstaged, nhot, nextra);
 }
+
+// ---- Into a bfloat16 batch (a trainer with bfloat16 activations): from
+// a bfloat16 table only. Each value is widened exactly, scaled by its
+// mask value as above and rounded to nearest even once (to_bf16,
+// common.cuh): what the float32 gather followed by Convert writes, bit
+// for bit (the table's values themselves when p == 0). Staged rows are
+// float32 (float, or an f8 of 8 values).
+
+__device__ __forceinline__ f8 feat_scale(f8 v, float p, float keep, u64 seed, i64 k8) {
+  if (p == 0.0f) return v;
+  v.lo = feat_scale(v.lo, p, keep, seed, 2 * k8);  // elements 8*k8 ... 8*k8+3
+  v.hi = feat_scale(v.hi, p, keep, seed, 2 * k8 + 1);
+  return v;
+}
+
+// feat_gather_half_body is feat_gather_body writing Out (bf16, or uint4
+// for 8 values a thread: cols then counts vectors of 8) from In (bf16 or
+// uint4) and staged rows St (float or f8).
+template <typename Out, typename In, typename St>
+__device__ __forceinline__ void feat_gather_half_body(Out* out, const int* nodes, i64 n, const int* slot, const In* hot,
+                                                      const In* cold, i64 nrows, i64 cols, u64* err, float p,
+                                                      float keep, u64 seed, i64 lo, const int* spos, const St* staged,
+                                                      i64 nstaged, i64 nhot, i64 nextra) {
+  GRID_STRIDE(k, n * cols) {
+    i64 i = k / cols, c = k - i * cols;
+    i64 sp = spos ? (i64)spos[i] : -1;
+    if (sp >= 0) {
+      if (sp >= nstaged) {
+        if (c == 0) index_error(err, i);
+        out[k] = Out();
+        continue;
+      }
+      out[k] = to_bf16(feat_scale(as_f32(staged[sp * cols + c]), p, keep, seed, k));
+      continue;
+    }
+    if (sp < -1) {
+      i64 j = -2 - sp;
+      if (j >= nextra) {
+        if (c == 0) index_error(err, i);
+        out[k] = Out();
+        continue;
+      }
+      out[k] = to_bf16(feat_scale(as_f32(hot[(nhot + j) * cols + c]), p, keep, seed, k));
+      continue;
+    }
+    i64 v = (i64)nodes[i] - lo;
+    if (v < 0 || v >= nrows) {
+      if (c == 0) index_error(err, i);
+      out[k] = Out();
+      continue;
+    }
+    int s = slot ? slot[v] : -1;
+    out[k] = to_bf16(feat_scale(as_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]), p, keep, seed, k));
+  }
+}
+
+extern "C" __global__ void feat_gather_b2b(bf16* out, const int* nodes, i64 n, const int* slot, const bf16* hot,
+                                           const bf16* cold, i64 nrows, i64 cols, u64* err, float p, float keep, u64 seed,
+                                           i64 lo, const int* spos, const float* staged, i64 nstaged, i64 nhot,
+                                           i64 nextra) {
+  feat_gather_half_body(out, nodes, n, slot, hot, cold, nrows, cols, err, p, keep, seed, lo, spos, staged, nstaged, nhot,
+                        nextra);
+}
+
+// 8 values (16 bytes of bfloat16) a thread: cols % 8 == 0, out 16-byte
+// aligned and the staged rows too.
+extern "C" __global__ void feat_gather_b2b8(uint4* out, const int* nodes, i64 n, const int* slot, const uint4* hot,
+                                            const uint4* cold, i64 nrows, i64 cols8, u64* err, float p, float keep,
+                                            u64 seed, i64 lo, const int* spos, const f8* staged, i64 nstaged, i64 nhot,
+                                            i64 nextra) {
+  feat_gather_half_body(out, nodes, n, slot, hot, cold, nrows, cols8, err, p, keep, seed, lo, spos, staged, nstaged, nhot,
+                        nextra);
+}

@@ -67,7 +67,12 @@
 // rows, on the device and in pinned memory, and the plan fits twice the
 // rows in a budget; a HostStore reads the shared table, whose values the
 // trainer rounded to bfloat16, and counts its rows at 2 bytes a value.
-// Loads return float32 rows, widened exactly.
+// Loads return float32 rows, widened exactly, or, for a trainer with
+// bfloat16 activations (LoaderConfig.BFloat16Rows, on stores that write
+// them: BF16Gatherer), bfloat16 rows: the float32 rows rounded to
+// nearest even as they are written (after the input dropout), so the
+// step reads them with no conversion. Peers exchange float32 rows; the
+// final scatter rounds.
 //
 // Metrics: local hits, peer hits and misses (cold rows); feature bytes per
 // link: local (own cache), peer (IDs and rows sent to peers, headers) and

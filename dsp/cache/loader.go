@@ -22,7 +22,8 @@ var ErrPeer = errors.New("cache: a peer device failed")
 // from device memory, any other row from the host tier.
 type Store interface {
 	// Gather writes the rows of nodes (int32 device buffer) into dst
-	// (float32, nodes.Len() x Cols), queued on the device.
+	// (float32, nodes.Len() x Cols; bfloat16 too for a BF16Gatherer),
+	// queued on the device.
 	Gather(dst, nodes backend.Buffer) error
 	// GatherDropout is Gather followed by input dropout in the same
 	// pass: element k of dst (flat index) is kept iff
@@ -63,6 +64,23 @@ type CachedTabler interface {
 	CachedTable() (backend.Buffer, bool)
 }
 
+// BF16Gatherer is implemented by stores whose Gather and GatherDropout
+// may also write into a bfloat16 dst: each value as the float32 gather
+// (and dropout) computes it, rounded to nearest even on store, so dst
+// holds what the float32 gather followed by backend.Convert holds, bit
+// for bit (exactly the table's values when the table is bfloat16 and p
+// is 0). GathersBF16 reports whether this store does (a GPU store of a
+// bfloat16 table; HostStore always).
+type BF16Gatherer interface {
+	GathersBF16() bool
+}
+
+// gathersBF16 reports whether s writes bfloat16 rows (BF16Gatherer).
+func gathersBF16(s Store) bool {
+	g, ok := s.(BF16Gatherer)
+	return ok && g.GathersBF16()
+}
+
 // LoaderConfig configures a Loader.
 type LoaderConfig struct {
 	Plan       *Plan
@@ -77,6 +95,13 @@ type LoaderConfig struct {
 	Host comm.Comm
 	// Metrics receives the feature bytes and cache counts (nil: none).
 	Metrics *metrics.Counters
+	// BFloat16Rows asks for loads that return bfloat16 rows (a trainer
+	// with bfloat16 activations: its input then needs no conversion).
+	// Granted when the store writes them (BF16Gatherer), else loads
+	// return float32 rows; Loader.RowType says which. The rows are the
+	// float32 load's rounded to nearest even (backend.Convert's), bit
+	// for bit; peers still exchange float32 rows.
+	BFloat16Rows bool
 }
 
 // Exchanges reports whether devices serve each other rows under plan:
@@ -93,6 +118,7 @@ type Loader struct {
 	cfg      LoaderConfig
 	mach     Machine
 	exchange bool
+	rowType  backend.DType // of the rows loads return
 }
 
 // NewLoader checks cfg and returns a loader. On a CUDA back end the
@@ -110,7 +136,10 @@ func NewLoader(cfg LoaderConfig) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{cfg: cfg, exchange: Exchanges(cfg.Plan)}
+	l := &Loader{cfg: cfg, exchange: Exchanges(cfg.Plan), rowType: backend.Float32}
+	if cfg.BFloat16Rows && gathersBF16(cfg.Store) {
+		l.rowType = backend.BFloat16
+	}
 	k := cfg.Plan.Devices()
 	if l.exchange {
 		if cfg.Dev == nil || cfg.Host == nil || cfg.Dev.Size() != k || cfg.Host.Size() != k || cfg.Dev.Rank() != cfg.Rank || cfg.Host.Rank() != cfg.Rank {
@@ -153,6 +182,10 @@ func holderTable(plan *Plan, rank, rows int) ([]int8, error) {
 // Exchanges reports whether loads exchange rows with peers.
 func (l *Loader) Exchanges() bool { return l.exchange }
 
+// RowType is the dtype of the rows loads return: backend.BFloat16 when
+// LoaderConfig.BFloat16Rows was granted, else backend.Float32.
+func (l *Loader) RowType() backend.DType { return l.rowType }
+
 // Error reports a failed load.
 type Error struct {
 	Rank int
@@ -169,8 +202,8 @@ func (l *Loader) fail(msg string, err error) error {
 	return &Error{Rank: l.cfg.Rank, Msg: msg, Err: err}
 }
 
-// Load returns a new float32 device buffer with the rows of the nodes
-// ids (host IDs), len(ids) x Cols, in ids' order. The caller frees it.
+// Load returns a new device buffer (of RowType) with the rows of the
+// nodes ids (host IDs), len(ids) x Cols, in ids' order. The caller frees it.
 // It uploads the IDs and runs LoadDevice.
 func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) {
 	return l.LoadDropout(ctx, ids, Dropout{})
@@ -256,7 +289,7 @@ func (l *Loader) loadLocal(ids backend.Buffer, n int, drop Dropout) (backend.Buf
 	if err := l.mach.Route(ids, n, nil, nil); err != nil {
 		return nil, l.fail("routing", err)
 	}
-	x, err := devbuf.AllocRaw(b, backend.Float32, n*l.cfg.Cols) // the gather writes every row
+	x, err := devbuf.AllocRaw(b, l.rowType, n*l.cfg.Cols) // the gather writes every row
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
@@ -413,7 +446,9 @@ func (l *Loader) loadExchange(ctx context.Context, ids backend.Buffer, n int, dr
 	if err := l.cfg.Dev.AllToAllV(ctx, stagePeer, scale(sendCounts, cols), served, scale(recv, cols)); err != nil {
 		return nil, l.fail("sending the rows", err)
 	}
-	x, err := devbuf.AllocRaw(b, backend.Float32, n*cols) // the scatter writes every row (no bad IDs)
+	// The scatter writes every row (no bad IDs), rounding them to
+	// bfloat16 for bfloat16 rows.
+	x, err := devbuf.AllocRaw(b, l.rowType, n*cols)
 	if err != nil {
 		return nil, l.fail("feature rows", err)
 	}
@@ -483,6 +518,9 @@ func (s *HostStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uin
 	if dst.Len() != n*s.Cols {
 		return fmt.Errorf("%w: gather of %d rows x %d into %d values", ErrInput, n, s.Cols, dst.Len())
 	}
+	if dt := dst.DType(); dt != backend.Float32 && dt != backend.BFloat16 {
+		return fmt.Errorf("%w: gather into a %s buffer, want float32 or bfloat16", ErrInput, dt)
+	}
 	if n == 0 {
 		return nil
 	}
@@ -509,7 +547,22 @@ func (s *HostStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uin
 		}
 	}
 	dropRows(out, 0, p, seed)
-	return s.B.Upload(dst, out)
+	return uploadRows(s.B, dst, out)
+}
+
+// GathersBF16 reports that the store writes bfloat16 rows too
+// (BF16Gatherer): rounded on upload, after the dropout.
+func (s *HostStore) GathersBF16() bool { return true }
+
+// uploadRows uploads float32 rows into dst, a float32 buffer or a
+// bfloat16 one (rounded to nearest even, backend.Convert's rounding).
+func uploadRows(b backend.Backend, dst backend.Buffer, rows []float32) error {
+	if dst.DType() != backend.BFloat16 {
+		return b.Upload(dst, rows)
+	}
+	h := make([]uint16, len(rows))
+	parallelRows(len(rows), func(lo, hi int) { backend.ToBF16(h[lo:hi], rows[lo:hi]) })
+	return b.Upload(dst, h)
 }
 
 // dropRows applies input dropout to x, whose element i has the flat

@@ -298,3 +298,106 @@ func TestLoaderDropout(t *testing.T) {
 		}
 	}
 }
+
+// plainStore hides HostStore's BF16Gatherer: a store that writes only
+// float32 rows.
+type plainStore struct{ Store }
+
+// TestLoaderBFloat16Rows: a loader asked for bfloat16 rows returns, bit
+// for bit, the float32 load (with its input dropout) rounded to nearest
+// even, as backend.Convert rounds (what the trainer converted before),
+// on one device (the local gather) and with rows exchanged (the
+// scatter); a store that cannot write them keeps float32 rows.
+func TestLoaderBFloat16Rows(t *testing.T) {
+	const n, cols = 300, 6
+	x := table(n, cols)
+	for _, k := range []int{1, 3} {
+		plan, err := NewPlan(evenBook(t, n, k), hotOrder(n, 5), cols, PlanConfig{BudgetBytes: 40 * 4 * cols, Policy: Partition})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := devices(t, k, func(rank int, be backend.Backend, dc comm.Comm, hc comm.Comm) error {
+			store := func() *HostStore { return &HostStore{B: be, Table: x, Rows: n, Cols: cols, Hot: len(plan.Rows(rank))} }
+			cfg := LoaderConfig{Plan: plan, Rank: rank, Rows: n, Cols: cols, Backend: be, Store: store(), Dev: dc, Host: hc}
+			lf, err := NewLoader(cfg)
+			if err != nil {
+				return err
+			}
+			defer lf.Close()
+			cfg.Store, cfg.BFloat16Rows = store(), true
+			lh, err := NewLoader(cfg)
+			if err != nil {
+				return err
+			}
+			defer lh.Close()
+			cfg.Store = plainStore{store()}
+			lp, err := NewLoader(cfg)
+			if err != nil {
+				return err
+			}
+			defer lp.Close()
+			if lf.RowType() != backend.Float32 || lh.RowType() != backend.BFloat16 || lp.RowType() != backend.Float32 {
+				return fmt.Errorf("row types %v, %v, %v; want float32, bfloat16, float32", lf.RowType(), lh.RowType(), lp.RowType())
+			}
+			for batch, p := range []float32{0.5, 0} {
+				nodes := randomNodes(n, 40+13*rank+7*batch, uint64(10*rank+batch))
+				drop := Dropout{P: p, Seed: uint64(1000 + 17*rank + batch)}
+				ref, err := lf.LoadDropout(context.Background(), nodes, drop)
+				if err != nil {
+					return err
+				}
+				wide := make([]float32, ref.Len())
+				if err := be.Download(wide, ref); err != nil {
+					return err
+				}
+				conv, _ := be.Alloc(backend.BFloat16, ref.Len())
+				if err := be.Convert(conv, ref); err != nil {
+					return err
+				}
+				be.Free(ref)
+				want := make([]uint16, conv.Len())
+				if err := be.Download(want, conv); err != nil {
+					return err
+				}
+				be.Free(conv)
+				out, err := lh.LoadDropout(context.Background(), nodes, drop)
+				if err != nil {
+					return err
+				}
+				if out.DType() != backend.BFloat16 || out.Len() != len(want) {
+					return fmt.Errorf("p %v: rows of %v x %d, want bfloat16 x %d", p, out.DType(), out.Len(), len(want))
+				}
+				got := make([]uint16, out.Len())
+				if err := be.Download(got, out); err != nil {
+					return err
+				}
+				be.Free(out)
+				rounded := 0
+				for i := range want {
+					if got[i] != want[i] {
+						return fmt.Errorf("p %v value %d: bfloat16 %#04x, want %#04x (float32 load %v, converted)", p, i, got[i], want[i], wide[i])
+					}
+					if backend.BF16Value(got[i]) != wide[i] {
+						rounded++
+					}
+				}
+				if rounded == 0 {
+					return fmt.Errorf("p %v: no value was rounded: the test table is bfloat16 already", p)
+				}
+				if out, err = lp.LoadDropout(context.Background(), nodes, drop); err != nil {
+					return err
+				}
+				if out.DType() != backend.Float32 {
+					return fmt.Errorf("a float32-only store returned %v rows", out.DType())
+				}
+				be.Free(out)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("k=%d rank %d: %v", k, r, err)
+			}
+		}
+	}
+}

@@ -29,7 +29,9 @@ type Machine interface {
 	// Scatter queues x[pos[j]] = stage[j] for rows j < n of cols floats,
 	// with input dropout at rate p (0: none) and mask seed seed: value c
 	// of row j is multiplied by the mask value of flat index
-	// pos[j]*cols + c (backend.Dropout's rule, see Dropout).
+	// pos[j]*cols + c (backend.Dropout's rule, see Dropout). stage is
+	// float32; x float32, or bfloat16 (each value rounded to nearest
+	// even after its dropout: LoaderConfig.BFloat16Rows).
 	Scatter(x, stage, pos backend.Buffer, n, cols int, p float32, seed uint64) error
 	Close() error
 }
@@ -143,6 +145,9 @@ func (h *hostMachine) Scatter(x, stage, pos backend.Buffer, n, cols int, p float
 	if err := backend.CheckDropoutRate("cache.Scatter", p); err != nil {
 		return fmt.Errorf("%w: %v", ErrInput, err)
 	}
+	if dt := x.DType(); dt != backend.Float32 && dt != backend.BFloat16 {
+		return fmt.Errorf("%w: scatter into a %s buffer, want float32 or bfloat16", ErrInput, dt)
+	}
 	in := make([]float32, stage.Len())
 	ps := make([]int32, pos.Len())
 	out := make([]float32, x.Len())
@@ -164,7 +169,7 @@ func (h *hostMachine) Scatter(x, stage, pos backend.Buffer, n, cols int, p float
 		copy(row, in[j*cols:(j+1)*cols])
 		dropRows(row, d*cols, p, seed)
 	}
-	return h.b.Upload(x, out)
+	return uploadRows(h.b, x, out)
 }
 
 func (h *hostMachine) Close() error { return nil }

@@ -14,12 +14,13 @@ import (
 var (
 	_ cache.NodeOrderTabler = (*Store)(nil)
 	_ cache.CachedTabler    = (*Store)(nil)
+	_ cache.BF16Gatherer    = (*Store)(nil)
 )
 
 //go:embed route.cu
 var routeSrc string
 
-var routeKernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4"}
+var routeKernels = []string{"gc_route_count", "gc_route_scatter", "gc_scatter_rows", "gc_scatter_rows4", "gc_scatter_rows_bf16", "gc_scatter_rows_bf16x8"}
 
 func init() { cache.RegisterDevice(newRouteMachine) }
 
@@ -212,6 +213,21 @@ func (m *cudaMachine) Scatter(x, stage, pos backend.Buffer, n, cols int, p float
 	if sb.Len() < n*cols || pb.Len() < n || xb.Len() < n*cols {
 		return fmt.Errorf("%w: scatter of %d rows x %d from %d values and %d positions into %d", cache.ErrInput, n, cols, sb.Len(), pb.Len(), xb.Len())
 	}
+	if dt := xb.DType(); (dt != backend.Float32 && dt != backend.BFloat16) || sb.DType() != backend.Float32 {
+		return fmt.Errorf("%w: scatter of %s rows into a %s buffer, want float32 into float32 or bfloat16", cache.ErrInput, sb.DType(), dt)
+	}
+	if xb.DType() == backend.BFloat16 {
+		// bfloat16 rows (cache.LoaderConfig.BFloat16Rows): rounded
+		// as they are written, 8 values a thread where they line up.
+		return m.dev.Enqueue(func(q backend.Queue) error {
+			if cols%8 == 0 && q.Aligned(xb, 16) && q.Aligned(sb, 16) {
+				return q.Launch(m.fns["gc_scatter_rows_bf16x8"], int64(n)*int64(cols/8), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
+					backend.I64(int64(n)), backend.I64(int64(cols/8)), backend.F32(p), backend.F32(keep), backend.U64(seed))
+			}
+			return q.Launch(m.fns["gc_scatter_rows_bf16"], int64(n)*int64(cols), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
+				backend.I64(int64(n)), backend.I64(int64(cols)), backend.F32(p), backend.F32(keep), backend.U64(seed))
+		})
+	}
 	return m.dev.Enqueue(func(q backend.Queue) error {
 		if cols%4 == 0 && q.Aligned(xb, 16) && q.Aligned(sb, 16) {
 			return q.Launch(m.fns["gc_scatter_rows4"], int64(n)*int64(cols/4), backend.Buf(xb), backend.Buf(sb), backend.Buf(pb),
@@ -287,6 +303,11 @@ func (c *Store) Gather(dst, nodes backend.Buffer) error {
 func (c *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {
 	return c.s.GatherDropout(dst, nodes, p, seed)
 }
+
+// GathersBF16 reports whether Gather and GatherDropout also write
+// bfloat16 rows (cache.BF16Gatherer): a store of a bfloat16 table
+// (feature.Store.Gather's bfloat16 dst).
+func (c *Store) GathersBF16() bool { return c.s.BFloat16() }
 
 // NodeOrderTable is the feature store's whole table on the device, when
 // it holds every row in node order at float32 (cache.NodeOrderTabler).

@@ -114,3 +114,39 @@ extern "C" __global__ void gc_scatter_rows4(float4* out, const float4* in, const
     out[e4] = v;
   }
 }
+
+// gc_scatter_rows into a bfloat16 batch (cache.LoaderConfig.BFloat16Rows):
+// each value scaled by its mask value as there, then rounded to nearest
+// even (f32_to_bf16, common.cuh): what gc_scatter_rows followed by
+// Convert writes, bit for bit.
+extern "C" __global__ void gc_scatter_rows_bf16(bf16* out, const float* in, const int* pos, i64 n, i64 cols, float p,
+                                                float keep, u64 seed) {
+  GRID_STRIDE(t, n * cols) {
+    i64 j = t / cols, c = t - j * cols;
+    i64 e = (i64)pos[j] * cols + c;
+    out[e] = f32_to_bf16(in[t] * gc_drop(p, keep, seed, e));
+  }
+}
+
+// gc_scatter_rows_bf16 with 8 values a thread (cols % 8 == 0, out and in
+// 16-byte aligned): two 16-byte loads of float32, one 16-byte store.
+extern "C" __global__ void gc_scatter_rows_bf16x8(uint4* out, const f8* in, const int* pos, i64 n, i64 cols8, float p,
+                                                  float keep, u64 seed) {
+  GRID_STRIDE(t, n * cols8) {
+    i64 j = t / cols8, c = t - j * cols8;
+    i64 e8 = (i64)pos[j] * cols8 + c;
+    f8 v = in[t];
+    if (p != 0.0f) {
+      i64 e = e8 * 8;
+      v.lo.x *= gc_drop(p, keep, seed, e);
+      v.lo.y *= gc_drop(p, keep, seed, e + 1);
+      v.lo.z *= gc_drop(p, keep, seed, e + 2);
+      v.lo.w *= gc_drop(p, keep, seed, e + 3);
+      v.hi.x *= gc_drop(p, keep, seed, e + 4);
+      v.hi.y *= gc_drop(p, keep, seed, e + 5);
+      v.hi.z *= gc_drop(p, keep, seed, e + 6);
+      v.hi.w *= gc_drop(p, keep, seed, e + 7);
+    }
+    out[e8] = to_bf16(v);
+  }
+}
