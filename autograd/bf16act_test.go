@@ -254,3 +254,156 @@ func TestBF16ActivationsGradients(t *testing.T) {
 		t.Errorf("bf16 tape as exact as the fp32 one (%.3g <= %.3g): bfloat16 not used", e16, e32)
 	}
 }
+
+// TestShareHalf: a product of bfloat16 activations with a float32 weight
+// reads the bfloat16 copy shared for it (Tape.ShareHalf) instead of
+// converting the weight: with the weight's own rounding shared, the
+// output and gradients equal the converting tape's bit for bit; with
+// another copy shared, the product reads that one. Bad pairs fail.
+func TestShareHalf(t *testing.T) {
+	b, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const m, k, n = 5, 7, 3
+	r := rand.New(rand.NewPCG(8, 9))
+	xs := make([]float32, m*k)
+	for i := range xs {
+		xs[i] = r.Float32()*2 - 1
+	}
+	ws := make([]float32, k*n)
+	for i := range ws {
+		ws[i] = r.Float32()*2 - 1
+	}
+	xh := make([]uint16, len(xs))
+	backend.ToBF16(xh, xs)
+	// run returns the product's values and the weight's gradient with
+	// half (nil: none) shared for the weight.
+	run := func(half func(w backend.Buffer) backend.Buffer) ([]uint16, []float32) {
+		t.Helper()
+		tp := autograd.NewTape(b)
+		defer tp.Release()
+		if !tp.SetActivations(backend.BFloat16) {
+			t.Fatal("the CPU back end refused bfloat16 activations")
+		}
+		xb, _ := b.Alloc(backend.BFloat16, m*k)
+		wv, _ := b.Alloc(backend.Float32, k*n)
+		wg, _ := b.Alloc(backend.Float32, k*n)
+		defer func() { b.Free(xb); b.Free(wv); b.Free(wg) }()
+		if err := b.Upload(xb, xh); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Upload(wv, ws); err != nil {
+			t.Fatal(err)
+		}
+		if half != nil {
+			h := half(wv)
+			defer b.Free(h)
+			if err := tp.ShareHalf(wv, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x, err := tp.Const(xb, m, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := tp.Leaf(wv, wg, k, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := tp.MatMul(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if y.DType() != backend.BFloat16 {
+			t.Fatalf("product is %s, want bfloat16", y.DType())
+		}
+		// A float32 head and a loss: y's gradient flows back into w
+		// through the bfloat16 product.
+		bias, _ := b.Alloc(backend.Float32, n)
+		defer b.Free(bias)
+		bv, err := tp.Const(bias, 1, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := tp.BiasActDropoutAs(backend.Float32, y, nil, bv, false, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels := make([]int32, m*n)
+		for i := range labels {
+			labels[i] = int32(i % 2)
+		}
+		lab, _ := b.Alloc(backend.Int32, m*n)
+		defer b.Free(lab)
+		if err := b.Upload(lab, labels); err != nil {
+			t.Fatal(err)
+		}
+		loss, _, err := tp.BCEWithLogits(logits, lab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Backward(loss); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]uint16, m*n)
+		if err := b.Download(out, y.Value); err != nil {
+			t.Fatal(err)
+		}
+		grad := make([]float32, k*n)
+		if err := b.Download(grad, wg); err != nil {
+			t.Fatal(err)
+		}
+		return out, grad
+	}
+	converted := func(w backend.Buffer) backend.Buffer {
+		h, _ := b.Alloc(backend.BFloat16, w.Len())
+		if err := b.Convert(h, w); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	zeros := func(w backend.Buffer) backend.Buffer {
+		h, _ := b.Alloc(backend.BFloat16, w.Len())
+		return h
+	}
+	want, wantG := run(nil)
+	got, gotG := run(converted)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("product %d: %#04x with the shared copy, %#04x converting", i, got[i], want[i])
+		}
+	}
+	nonzero := 0
+	for i := range wantG {
+		if math.Float32bits(gotG[i]) != math.Float32bits(wantG[i]) {
+			t.Fatalf("weight gradient %d: %v with the shared copy, %v converting", i, gotG[i], wantG[i])
+		}
+		if wantG[i] != 0 {
+			nonzero++
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("no gradient reached the weight")
+	}
+	z, _ := run(zeros)
+	for i, v := range z {
+		if v != 0 {
+			t.Fatalf("product %d = %#04x with a zero copy shared, want 0 (the copy not read)", i, v)
+		}
+	}
+
+	tp := autograd.NewTape(b)
+	defer tp.Release()
+	f, _ := b.Alloc(backend.Float32, 4)
+	h3, _ := b.Alloc(backend.BFloat16, 3)
+	h4, _ := b.Alloc(backend.BFloat16, 4)
+	defer func() { b.Free(f); b.Free(h3); b.Free(h4) }()
+	for name, pair := range map[string][2]backend.Buffer{
+		"nil": {f, nil}, "swapped": {h4, f}, "both float32": {f, f}, "lengths": {f, h3},
+	} {
+		if err := tp.ShareHalf(pair[0], pair[1]); err == nil {
+			t.Errorf("%s: ShareHalf accepted the pair", name)
+		}
+	}
+}

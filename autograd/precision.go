@@ -101,6 +101,33 @@ func (t *Tape) halfValue(op string, v *Var) (backend.Buffer, error) {
 	return h, nil
 }
 
+// ShareHalf makes half the bfloat16 copy of value (a float32 weight's
+// buffer) that products with bfloat16 activations read until Release,
+// in place of the copy halfValue would make: a trainer converts all its
+// weights at once (one Convert of its flat parameter buffer into a
+// bfloat16 shadow) and shares the shadow's views. half must hold value's
+// values rounded by backend.Convert, of value's length, and stay
+// unchanged until Release, which forgets it.
+func (t *Tape) ShareHalf(value, half backend.Buffer) error {
+	const op = "ShareHalf"
+	if err := t.check(op); err != nil {
+		return err
+	}
+	switch {
+	case value == nil || half == nil:
+		return errf(op, "nil buffer")
+	case value.DType() != backend.Float32 || half.DType() != backend.BFloat16:
+		return errf(op, "value is %s and half %s, want float32 and bfloat16", value.DType(), half.DType())
+	case value.Len() != half.Len():
+		return errf(op, "value has %d elements and half %d", value.Len(), half.Len())
+	}
+	if t.half == nil {
+		t.half = map[backend.Buffer]backend.Buffer{}
+	}
+	t.half[value] = half
+	return nil
+}
+
 // GatherConst returns a constant Var of len(idx) x cols whose row i is
 // row idx[i] of x (xrows x cols, BFloat16 or Float32) in the tape's
 // activation dtype: a batch's input features gathered from a feature

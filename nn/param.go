@@ -153,6 +153,33 @@ func ShareGrad(b backend.Backend, ps []*Param, g backend.Buffer) error {
 	return nil
 }
 
+// HalfViews returns views of half, a bfloat16 buffer as long as the
+// value buffer Flat reports for ps, laid out as ps' values are in it:
+// view i is parameter i's. A trainer with bfloat16 activations converts
+// the value buffer into half once a step (one Convert) and hands the
+// views to the tape (autograd's Tape.ShareHalf) instead of a conversion
+// per weight. It fails unless ps are one model's flat parameters.
+func HalfViews(ps []*Param, half backend.Buffer) ([]backend.Buffer, error) {
+	value, _, ok := Flat(ps)
+	if !ok {
+		return nil, fmt.Errorf("nn: half views: the parameters are not one model's flat parameters")
+	}
+	if half == nil || half.DType() != backend.BFloat16 || half.Len() != value.Len() {
+		return nil, fmt.Errorf("nn: half views: need a bfloat16 buffer of %d values", value.Len())
+	}
+	views := make([]backend.Buffer, len(ps))
+	off := 0
+	for i, p := range ps {
+		v, err := backend.View(half, off, p.Len())
+		if err != nil {
+			return nil, fmt.Errorf("nn: half views: %q: %w", p.Name, err)
+		}
+		views[i] = v
+		off += p.Len()
+	}
+	return views, nil
+}
+
 // Len returns Rows*Cols.
 func (p *Param) Len() int { return p.Rows * p.Cols }
 

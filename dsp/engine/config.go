@@ -234,6 +234,11 @@ type Options struct {
 	// repointed per parameter (Adam steps each tensor), to compare
 	// losses and count launches against.
 	unfused bool
+	// halfConvert (tests only) runs a bf16 step with bfloat16
+	// activations as before issue 19's second pass: the loader returns
+	// float32 rows that the model converts, and the tape converts each
+	// weight on its own; losses are compared against it.
+	halfConvert bool
 	// noEvalTable (tests only) makes the whole-graph evaluation upload
 	// the features as before issue 15 instead of reading the feature
 	// stores' tables; evalInputs hears what each evaluation is given.

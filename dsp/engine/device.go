@@ -66,6 +66,16 @@ type device struct {
 	grads    comm.Comm
 	gradN    int
 
+	// bfloat16 activations (halfActivations): the loader returns
+	// bfloat16 rows where its store writes them, and the model's
+	// weights are converted in one launch a step into shadow (a
+	// bfloat16 copy of its flat parameter buffer shadowOf) whose views
+	// halves the tape reads (Tape.ShareHalf).
+	half     bool
+	shadow   backend.Buffer
+	shadowOf backend.Buffer
+	halves   [][2]backend.Buffer // parameter value, its view of shadow
+
 	setupSeconds float64
 	// Rank 0's epoch bookkeeping.
 	epochStart time.Time
@@ -156,17 +166,20 @@ func (d *device) setup() error {
 	s.clock.device("topology", r, d.kit.topology)
 	s.clock.device("feature cache", r, d.kit.features)
 	tm := time.Now()
+	// The model first: whether its steps take bfloat16 rows decides
+	// the loader's.
+	if err := d.buildModel(); err != nil {
+		return err
+	}
 	if d.loader, err = cache.NewLoader(cache.LoaderConfig{Plan: s.plan, Rank: r, Rows: int(s.in.NumRows), Cols: s.dim, Backend: d.lb,
-		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m}); err != nil {
+		Store: d.kit.store, Dev: s.deviceComm(r, stLoader), Host: s.hostComm(r, stLoader), Metrics: d.m,
+		BFloat16Rows: d.half && !s.opts.halfConvert && !s.opts.unfused}); err != nil {
 		return d.errf("feature loader", err)
 	}
 	if d.sdevs != nil || d.ldev != nil {
 		if d.later, err = cudadsp.NewDeferred(d.b); err != nil {
 			return d.errf("fences", err)
 		}
-	}
-	if err := d.buildModel(); err != nil {
-		return err
 	}
 	s.clock.device("model", r, time.Since(tm))
 	if s.resumed != nil {
@@ -270,6 +283,45 @@ func (d *device) buildModel() error {
 	if d.lossHist, err = d.b.Alloc(backend.Float32, max(most, 1)); err != nil {
 		return d.errf("losses", err)
 	}
+	return d.buildShadow()
+}
+
+// halfActivations reports whether the device's steps run with bfloat16
+// activations: bf16 precision, a model whose layers take them
+// (nn.BF16Activations) and a back end that has them (a tape agrees to
+// SetActivations).
+func (d *device) halfActivations() bool {
+	if d.s.cfg.Train.Prec() != backend.BF16 || !nn.BF16Activations(d.model) {
+		return false
+	}
+	return autograd.NewTape(d.b).SetActivations(backend.BFloat16)
+}
+
+// buildShadow sets half and, with bfloat16 activations and the model's
+// parameters in one buffer, allocates their bfloat16 shadow: each step
+// converts every weight in one launch instead of one per weight.
+func (d *device) buildShadow() error {
+	d.half = d.halfActivations()
+	if !d.half || d.s.opts.halfConvert {
+		return nil
+	}
+	ps := d.model.Params()
+	value, _, ok := nn.Flat(ps)
+	if !ok {
+		return nil // parameters in separate buffers: converted one by one
+	}
+	var err error
+	if d.shadow, err = devbuf.AllocRaw(d.b, backend.BFloat16, value.Len()); err != nil { // each step's Convert writes it
+		return d.errf("bfloat16 weights", err)
+	}
+	views, err := nn.HalfViews(ps, d.shadow)
+	if err != nil {
+		return d.errf("bfloat16 weights", err)
+	}
+	d.shadowOf = value
+	for i, p := range ps {
+		d.halves = append(d.halves, [2]backend.Buffer{p.Value, views[i]})
+	}
 	return nil
 }
 
@@ -303,11 +355,12 @@ func (d *device) free() {
 	if d.task != nil {
 		d.task.Free()
 	}
-	for _, x := range []backend.Buffer{d.flat, d.lossHist, d.rows} {
+	for _, x := range []backend.Buffer{d.flat, d.lossHist, d.rows, d.shadow} {
 		if x != nil {
 			d.b.Free(x)
 		}
 	}
+	d.shadow, d.shadowOf, d.halves = nil, nil, nil
 	d.eval.Close()
 	d.later, d.kit, d.loader, d.opt, d.model, d.eval, d.flat, d.lossHist, d.rows = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	d.task = nil
@@ -747,10 +800,23 @@ func (d *device) step(ctx context.Context, it *item) error {
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()
-	if cfg.Train.Prec() == backend.BF16 && nn.BF16Activations(d.model) {
-		// bfloat16 activations where the back end has them (else the
-		// tape stays float32); the model converts the loaded rows.
+	if d.half {
+		// bfloat16 activations: the loader wrote bfloat16 rows (else
+		// the model converts them), and the weights' bfloat16 copies
+		// are made here in one launch, after the last step's update.
 		t.SetActivations(backend.BFloat16)
+		if d.shadow != nil {
+			if err := b.Convert(d.shadow, d.shadowOf); err != nil {
+				return err
+			}
+			for _, h := range d.halves {
+				if err := t.ShareHalf(h[0], h[1]); err != nil {
+					return err
+				}
+			}
+		}
+	} else if x.DType() != backend.Float32 {
+		return fmt.Errorf("%s feature rows for a step with float32 activations", x.DType())
 	}
 	var xv *autograd.Var
 	if it.drop.P > 0 {
