@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-gnn/strata/internal/rng"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -70,6 +71,35 @@ func tolFor(dt backend.DType) float64 {
 
 var floatTypes = []backend.DType{backend.Float32, backend.BFloat16}
 
+// shifted returns v as dt in a view that starts one element into a
+// larger buffer: not 16-byte aligned, so back ends with wide forms of
+// their bfloat16 kernels (8 values a thread) take the one-value ones.
+// Nil when the back end has no views.
+func (s *suite) shifted(dt backend.DType, v []float32) backend.Buffer {
+	s.t.Helper()
+	full := make([]float32, len(v)+1)
+	copy(full[1:], v)
+	view, err := backend.View(s.upFloat(dt, full), 1, len(v))
+	if err != nil {
+		return nil
+	}
+	return view
+}
+
+// sameBits fails unless got and want hold the same float32 (or widened
+// bfloat16) values bit for bit.
+func (s *suite) sameBits(what string, got, want []float32) {
+	s.t.Helper()
+	if len(got) != len(want) {
+		s.t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			s.t.Fatalf("%s: element %d = %v (%#08x), want %v (%#08x)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
 // testBF16Activations checks, on back ends that report
 // backend.BF16Activations, every primitive of a training step's chain
 // with bfloat16 operands against a float64 reference computed from the
@@ -110,8 +140,10 @@ func testBF16Activations(s *suite) {
 	s.expectShapeErr("Gemm with a bfloat16 a and a float32 b", func() error { return s.b.Gemm(false, false, 2, 2, 2, 1, h4, f4, 0, f4) })
 	s.expectShapeErr("Gemm of float32 a and b into a bfloat16 c", func() error { return s.b.Gemm(false, false, 2, 2, 2, 1, f4, f4, 0, h4) })
 
-	// Axpby and SumRows.
-	for _, n := range []int{0, 1, 1000, 70001} {
+	// Axpby and SumRows. Lengths of 8k values take back ends' wide
+	// forms on aligned buffers: equal bit for bit to the one-value
+	// form's on unaligned views.
+	for _, n := range []int{0, 1, 1000, 70001, 65536} {
 		x, xh := s.rounded(n)
 		y, yh := s.rounded(n)
 		d := s.u16(make([]uint16, n))
@@ -121,7 +153,12 @@ func testBF16Activations(s *suite) {
 		for i := range want {
 			want[i] = 2*float64(x[i]) - 0.5*float64(y[i])
 		}
-		s.close(name, s.getBF16(d), want, bf16OutTol)
+		got := s.getBF16(d)
+		s.close(name, got, want, bf16OutTol)
+		if d2 := s.shifted(bf, make([]float32, n)); d2 != nil && n > 0 {
+			s.ok(name+" unaligned", func() error { return s.b.Axpby(d2, 2, s.shifted(bf, x), -0.5, s.shifted(bf, y)) })
+			s.sameBits(name+" unaligned against aligned", s.getBF16(d2), got)
+		}
 	}
 	s.expectShapeErr("Axpby of bfloat16 into float32", func() error { return s.b.Axpby(f4, 1, h4, 1, h4) })
 	for _, rc := range [][2]int{{0, 3}, {1, 1}, {300, 100}, {5000, 47}} {
@@ -240,7 +277,9 @@ func testBF16Activations(s *suite) {
 	combos := [][2]backend.DType{{bf, bf}, {bf, backend.Float32}, {backend.Float32, bf}}
 	for _, dts := range combos {
 		in, outT := dts[0], dts[1]
-		for _, sh := range [][2]int{{0, 4}, {37, 8}, {300, 100}, {129, 47}} {
+		// Widths of 8k (the wide forms on aligned buffers, checked bit
+		// for bit against unaligned views) and others.
+		for _, sh := range [][2]int{{0, 4}, {37, 8}, {300, 100}, {129, 47}, {300, 256}, {61, 24}} {
 			rows, cols := sh[0], sh[1]
 			n := rows * cols
 			for _, relu := range []bool{false, true} {
@@ -272,6 +311,17 @@ func testBF16Activations(s *suite) {
 						}
 						y := s.getFloat(d)
 						s.close(name, y, want, tolFor(outT))
+						var b2 backend.Buffer
+						if withB {
+							b2 = s.shifted(in, bv)
+						}
+						d2 := s.shifted(outT, make([]float32, n))
+						if n > 0 && d2 != nil {
+							s.ok(name+" unaligned", func() error {
+								return f.BiasActDropout(d2, s.shifted(in, a), b2, s.f32(bias), rows, cols, relu, p, seed)
+							})
+							s.sameBits(name+" unaligned against aligned", s.getFloat(d2), y)
+						}
 
 						// Backward from this output: y and dy of outT,
 						// dx of in (the step's pre-activation's dtype).
@@ -301,6 +351,20 @@ func testBF16Activations(s *suite) {
 							})
 							got := s.getFloat(dx)
 							s.close(bname, got, wantDx, tolFor(in))
+							var dbias2 backend.Buffer
+							if dbias != nil {
+								dbias2 = s.f32(init)
+							}
+							dx2 := s.shifted(in, make([]float32, n))
+							if n > 0 && dx2 != nil {
+								s.ok(bname+" unaligned", func() error {
+									return f.BiasActDropoutBackward(dx2, dbias2, s.shifted(outT, y), s.shifted(outT, dyv), rows, cols, relu, p, seed, mode == "add")
+								})
+								s.sameBits(bname+" unaligned against aligned", s.getFloat(dx2), got)
+								if dbias != nil {
+									s.sameBits(bname+" dbias unaligned against aligned", s.get(dbias2), s.get(dbias))
+								}
+							}
 							if dbias == nil {
 								continue
 							}

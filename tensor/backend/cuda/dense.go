@@ -107,12 +107,15 @@ func (d *Device) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, beta
 	if err != nil {
 		return err
 	}
-	kernel := "axpby_f32"
+	kernel, items := "axpby_f32", int64(dv.n)
 	if dv.dt == backend.BFloat16 {
 		kernel = "axpby_bf16"
+		if wide8(true, dv.n, uint64(dv.ptr), uint64(xv.ptr), uint64(yv.ptr)) {
+			kernel, items = "axpby_bf16x8", items/8 // 8 values a thread, the same bits
+		}
 	}
 	return d.run(func() error {
-		return d.launchN(kernel, int64(dv.n), uint64(dv.ptr), cu.F32(alpha), uint64(xv.ptr), cu.F32(beta), uint64(yv.ptr), cu.I64(int64(dv.n)))
+		return d.launchN(kernel, items, uint64(dv.ptr), cu.F32(alpha), uint64(xv.ptr), cu.F32(beta), uint64(yv.ptr), cu.I64(items))
 	})
 }
 
@@ -653,6 +656,10 @@ func (d *Device) gather(g gatherCall) error {
 	case g.dst.dt == backend.BFloat16 && g.bf16:
 		// bfloat16 rows into a bfloat16 batch: 16-byte vectors of 8.
 		name, vec, xalign, dalign, width = "gather_rows_b2b", "gather_rows_b2b8", 16, 16, 8
+	case g.dst.dt == backend.BFloat16 && c%8 == 0 && g.dst.ptr%16 == 0:
+		// float32 rows into a bfloat16 batch, 8 a thread (two 16-byte
+		// loads, one 16-byte store).
+		name, vec, xalign, dalign, width = "gather_rows_f2b", "gather_rows_f2b8", 16, 16, 8
 	case g.dst.dt == backend.BFloat16:
 		name, vec, xalign, dalign = "gather_rows_f2b", "gather_rows_f2b4", 16, 8
 	case g.bf16:

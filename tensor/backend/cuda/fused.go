@@ -33,6 +33,23 @@ type biasActCall struct {
 	suffix string
 }
 
+// wide8 reports whether a bfloat16 elementwise kernel may take its wide
+// form (8 values a thread, 16-byte accesses): a bfloat16 variant (half),
+// cols % 8 == 0 and every pointer (0: an absent operand)
+// 16-byte aligned. The wide kernels compute each value as the one-value
+// ones do, so either gives the same bits.
+func wide8(half bool, cols int, ptrs ...uint64) bool {
+	if !half || cols%8 != 0 {
+		return false
+	}
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // dtypeSuffix names a fused kernel's variant for an input (in) and an
 // output (out) dtype: "" for float32 both, else "_" and one letter each,
 // f (float32) or b (bfloat16): "_bb", "_bf", "_fb".
@@ -117,8 +134,9 @@ const bf16Activations = true
 
 // BF16Activations reports whether trainers may store activations as
 // bfloat16 here (the kernels' bfloat16 variants: spmm1_*_b8/_b4/_b1,
-// bias_act_drop_*, act_drop_bwd*_*, gather_rows_*2b*, sum_rows_partial_bf16,
-// axpby_bf16, scale_bf16, and cuBLAS GemmEx on CUDA_R_16BF).
+// bias_act_drop_*, act_drop_bwd*_* and their wide forms *8,
+// gather_rows_*2b*, sum_rows_partial_bf16, axpby_bf16[x8], scale_bf16,
+// and cuBLAS GemmEx on CUDA_R_16BF).
 func (d *Device) BF16Activations() bool { return bf16Activations }
 
 // dropArgs returns Dropout's keep scale for p, after checking p.
@@ -157,9 +175,13 @@ func (d *Device) BiasActDropout(dst, a, b, bias backend.Buffer, rows, cols int, 
 	if err != nil || c.n == 0 {
 		return err
 	}
+	name, items := "bias_act_drop"+c.suffix, int64(c.n)
+	if wide8(c.suffix != "", cols, c.ptrs[0], c.ptrs[1], c.ptrs[2]) {
+		name, items = name+"8", items/8
+	}
 	return d.run(func() error {
-		return d.launchN("bias_act_drop"+c.suffix, int64(c.n), c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
-			cu.I64(int64(c.n)), cu.I64(int64(cols)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
+		return d.launchN(name, items, c.ptrs[0], c.ptrs[1], c.ptrs[2], c.ptrs[3],
+			cu.I64(items), cu.I64(int64(cols)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
 	})
 }
 
@@ -196,6 +218,7 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 		return err
 	}
 	suffix := dtypeSuffix(yv.dt, dxv.dt)
+	wide := wide8(suffix != "", cols, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr))
 	var dbv *Buffer
 	if dbias != nil {
 		if dbv, err = d.f32(op, "dbias", dbias, cols); err != nil {
@@ -206,8 +229,12 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 		if n == 0 {
 			return nil
 		}
+		name, items := "act_drop_bwd"+suffix, int64(n)
+		if wide {
+			name, items = name+"8", items/8
+		}
 		return d.run(func() error {
-			return d.launchN("act_drop_bwd"+suffix, int64(n), uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(int64(n)),
+			return d.launchN(name, items, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr), cu.I64(items),
 				cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed)
 		})
 	}
@@ -238,9 +265,15 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 		return err
 	}
 	defer d.freeLocked(part)
-	grid := cu.Dim3{X: uint32((cols + 31) / 32), Y: uint32(nchunks), Z: 1}
-	if err := d.launchGrid("act_drop_bwd_partial"+suffix, grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr),
-		cu.I64(int64(rows)), cu.I64(int64(cols)), cu.I64(int64(chunk)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed, uint64(part.ptr)); err != nil {
+	// One column a thread, or 8 (the wide form: its columns argument
+	// counts vectors of 8); the chunks, and so the sums, are the same.
+	name, units := "act_drop_bwd_partial"+suffix, cols
+	if wide {
+		name, units = name+"8", cols/8
+	}
+	grid := cu.Dim3{X: uint32((units + 31) / 32), Y: uint32(nchunks), Z: 1}
+	if err := d.launchGrid(name, grid, cu.Dim3{X: 32, Y: 8, Z: 1}, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr),
+		cu.I64(int64(rows)), cu.I64(int64(units)), cu.I64(int64(chunk)), cu.I32(b2i(relu)), cu.F32(p), cu.F32(keep), seed, uint64(part.ptr)); err != nil {
 		return err
 	}
 	return d.launchWarps("sum_rows_final_acc", int64(cols), uint64(part.ptr), cu.I64(int64(nchunks)), cu.I64(int64(cols)), uint64(dbv.ptr), cu.I32(acc))

@@ -145,3 +145,34 @@ __device__ __forceinline__ uint4 to_bf16(uint4 v) { return v; }
 // type with it.
 __device__ __forceinline__ void store_as(float* d, i64 i, float v) { d[i] = v; }
 __device__ __forceinline__ void store_as(bf16* d, i64 i, float v) { d[i] = f32_to_bf16(v); }
+
+// ---- 8 values a thread (the wide forms of the bfloat16 elementwise
+// kernels: 16 bytes of bfloat16, or 32 of float32, per access). f8_unpack
+// and f8_pack move an f8 to and from an array the unrolled loops index
+// (registers after unrolling); store8 writes an f8 as d's element type
+// (uint4: rounded to bfloat16; f8: as it is), store_get8 also returns
+// what was stored, widened (store_get's form).
+__device__ __forceinline__ void f8_unpack(f8 x, float* o) {
+  o[0] = x.lo.x; o[1] = x.lo.y; o[2] = x.lo.z; o[3] = x.lo.w;
+  o[4] = x.hi.x; o[5] = x.hi.y; o[6] = x.hi.z; o[7] = x.hi.w;
+}
+
+__device__ __forceinline__ f8 f8_pack(const float* o) {
+  f8 r;
+  r.lo = make_float4(o[0], o[1], o[2], o[3]);
+  r.hi = make_float4(o[4], o[5], o[6], o[7]);
+  return r;
+}
+
+__device__ __forceinline__ void store8(uint4* d, i64 k, f8 v) { d[k] = to_bf16(v); }
+__device__ __forceinline__ void store8(f8* d, i64 k, f8 v) { d[k] = v; }
+
+__device__ __forceinline__ f8 store_get8(uint4* d, i64 k, f8 v) {
+  uint4 h = to_bf16(v);
+  d[k] = h;
+  return as_f32(h);
+}
+__device__ __forceinline__ f8 store_get8(f8* d, i64 k, f8 v) {
+  d[k] = v;
+  return v;
+}

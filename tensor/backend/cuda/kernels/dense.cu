@@ -22,6 +22,20 @@ extern "C" __global__ void axpby_bf16(bf16* d, float a, const bf16* x, float b, 
   GRID_STRIDE(i, n) d[i] = f32_to_bf16(a * bf16_to_f32(x[i]) + b * bf16_to_f32(y[i]));
 }
 
+// axpby_bf16 with 8 values a thread (n % 8 == 0, 16-byte aligned
+// buffers): each value's expression is axpby_bf16's, so its result bit
+// for bit. d may alias x or y (each thread reads its 8 before writing).
+extern "C" __global__ void axpby_bf16x8(uint4* d, float a, const uint4* x, float b, const uint4* y, i64 n8) {
+  GRID_STRIDE(k, n8) {
+    float xv[8], yv[8];
+    f8_unpack(as_f32(x[k]), xv);
+    f8_unpack(as_f32(y[k]), yv);
+#pragma unroll
+    for (int j = 0; j < 8; j++) xv[j] = a * xv[j] + b * yv[j];
+    d[k] = to_bf16(f8_pack(xv));
+  }
+}
+
 extern "C" __global__ void mul_f32(float* d, const float* x, const float* y, i64 n) {
   GRID_STRIDE(i, n) d[i] = x[i] * y[i];
 }
@@ -348,6 +362,18 @@ extern "C" __global__ void gather_rows_f2b(bf16* d, const float* x, const int* i
 extern "C" __global__ void gather_rows_f2b4(uint2* d, const float4* x, const int* idx, i64 n, i64 xrows, i64 cols4,
                                             u64* err) {
   gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols4, err, 0.0f, 1.0f, 0);
+}
+
+// From a float32 table, 8 values a thread (cols % 8 == 0, 16-byte
+// aligned): two 16-byte loads, one 16-byte store.
+extern "C" __global__ void gather_rows_f2b8(uint4* d, const f8* x, const int* idx, i64 n, i64 xrows, i64 cols8,
+                                            u64* err) {
+  gather_rows_bf16_body<false>(d, x, idx, n, xrows, cols8, err, 0.0f, 1.0f, 0);
+}
+
+extern "C" __global__ void gather_rows_f2b8_drop(uint4* d, const f8* x, const int* idx, i64 n, i64 xrows, i64 cols8,
+                                                 u64* err, float p, float keep, u64 seed) {
+  gather_rows_bf16_body<true>(d, x, idx, n, xrows, cols8, err, p, keep, seed);
 }
 
 extern "C" __global__ void gather_rows_b2b_drop(bf16* d, const bf16* x, const int* idx, i64 n, i64 xrows, i64 cols,

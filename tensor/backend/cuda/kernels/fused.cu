@@ -229,3 +229,140 @@ extern "C" __global__ void act_drop_bwd_partial_fb(bf16* dx, const float* y, con
                                                    double* partial) {
   act_drop_bwd_partial_body(dx, y, dy, rows, cols, chunk, relu, p, keep, seed, partial);
 }
+
+// ---- The wide forms of the bfloat16 chains above: 8 values a thread
+// (TI8 and TO8 uint4 for 8 bfloat16, f8 for 8 float32), used where cols
+// % 8 == 0 and every operand is 16-byte aligned; kernel names end in 8
+// (bias_act_drop_bb8, ...). Each value is computed exactly as the
+// one-value kernels compute it (the same float32 operations in the same
+// order, the mask drawn at the same flat index), so the results are
+// theirs bit for bit; the bias sums add each column's values in the same
+// order too.
+
+template <typename TI8, typename TO8>
+__device__ __forceinline__ void bias_act_drop_body8(TO8* d, const TI8* a, const TI8* b, const float* bias, i64 n8,
+                                                    i64 cols, int relu, float p, float keep, u64 seed) {
+  bool small = n8 * 8 <= 0xffffffffLL;
+  GRID_STRIDE(k, n8) {
+    i64 i0 = k * 8;  // flat index of the first value; its 8 share a row
+    i64 c0 = small ? (i64)((u32)i0 % (u32)cols) : i0 % cols;
+    float v[8];
+    f8_unpack(as_f32(a[k]), v);
+    if (b) {
+      float w[8];
+      f8_unpack(as_f32(b[k]), w);
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = v[j] + w[j];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      float x = v[j] + bias[c0 + j];
+      if (relu) x = fmaxf(x, 0.0f);
+      if (p != 0.0f) x = x * drop_factor(p, keep, seed, i0 + j);
+      v[j] = x;
+    }
+    store8(d, k, f8_pack(v));
+  }
+}
+
+extern "C" __global__ void bias_act_drop_bb8(uint4* d, const uint4* a, const uint4* b, const float* bias, i64 n8,
+                                             i64 cols, int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body8(d, a, b, bias, n8, cols, relu, p, keep, seed);
+}
+
+extern "C" __global__ void bias_act_drop_bf8(f8* d, const uint4* a, const uint4* b, const float* bias, i64 n8, i64 cols,
+                                             int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body8(d, a, b, bias, n8, cols, relu, p, keep, seed);
+}
+
+extern "C" __global__ void bias_act_drop_fb8(uint4* d, const f8* a, const f8* b, const float* bias, i64 n8, i64 cols,
+                                             int relu, float p, float keep, u64 seed) {
+  bias_act_drop_body8(d, a, b, bias, n8, cols, relu, p, keep, seed);
+}
+
+template <typename TI8, typename TO8>
+__device__ __forceinline__ void act_drop_bwd_body8(TO8* dx, const TI8* y, const TI8* dy, i64 n8, int relu, float p,
+                                                   float keep, u64 seed) {
+  GRID_STRIDE(k, n8) {
+    float yv[8], g[8];
+    f8_unpack(as_f32(y[k]), yv);
+    f8_unpack(as_f32(dy[k]), g);
+#pragma unroll
+    for (int j = 0; j < 8; j++) g[j] = act_drop_grad(yv[j], g[j], relu, p, keep, seed, k * 8 + j);
+    store8(dx, k, f8_pack(g));
+  }
+}
+
+extern "C" __global__ void act_drop_bwd_bb8(uint4* dx, const uint4* y, const uint4* dy, i64 n8, int relu, float p,
+                                            float keep, u64 seed) {
+  act_drop_bwd_body8(dx, y, dy, n8, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd_bf8(f8* dx, const uint4* y, const uint4* dy, i64 n8, int relu, float p,
+                                            float keep, u64 seed) {
+  act_drop_bwd_body8(dx, y, dy, n8, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd_fb8(uint4* dx, const f8* y, const f8* dy, i64 n8, int relu, float p, float keep,
+                                            u64 seed) {
+  act_drop_bwd_body8(dx, y, dy, n8, relu, p, keep, seed);
+}
+
+// act_drop_bwd_partial_body with 8 columns a thread: the grid's x counts
+// blocks of 32 vectors (256 columns); each thread sums its 8 columns'
+// rows r0 + threadIdx.y, + 8, ... in order, and the block adds the 8
+// row classes of each column in order, as the one-column form does, so
+// the partial sums are its bit for bit. cols8 = cols / 8.
+template <typename TI8, typename TO8>
+__device__ __forceinline__ void act_drop_bwd_partial_body8(TO8* dx, const TI8* y, const TI8* dy, i64 rows, i64 cols8,
+                                                           i64 chunk, int relu, float p, float keep, u64 seed,
+                                                           double* partial) {
+  __shared__ double sh[8][33];
+  i64 c8 = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 r0 = (i64)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double acc[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) acc[j] = 0.0;
+  if (c8 < cols8)
+    for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
+      i64 k = r * cols8 + c8;
+      float yv[8], g[8];
+      f8_unpack(as_f32(y[k]), yv);
+      f8_unpack(as_f32(dy[k]), g);
+#pragma unroll
+      for (int j = 0; j < 8; j++) g[j] = act_drop_grad(yv[j], g[j], relu, p, keep, seed, k * 8 + j);
+      f8_unpack(store_get8(dx, k, f8_pack(g)), g);
+#pragma unroll
+      for (int j = 0; j < 8; j++) acc[j] += (double)g[j];
+    }
+  i64 cols = cols8 * 8;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    sh[threadIdx.y][threadIdx.x] = acc[j];
+    __syncthreads();
+    if (threadIdx.y == 0 && c8 < cols8) {
+      double s = 0.0;
+      for (int q = 0; q < 8; q++) s += sh[q][threadIdx.x];
+      partial[(i64)blockIdx.y * cols + c8 * 8 + j] = s;
+    }
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void act_drop_bwd_partial_bb8(uint4* dx, const uint4* y, const uint4* dy, i64 rows, i64 cols8,
+                                                    i64 chunk, int relu, float p, float keep, u64 seed,
+                                                    double* partial) {
+  act_drop_bwd_partial_body8(dx, y, dy, rows, cols8, chunk, relu, p, keep, seed, partial);
+}
+
+extern "C" __global__ void act_drop_bwd_partial_bf8(f8* dx, const uint4* y, const uint4* dy, i64 rows, i64 cols8,
+                                                    i64 chunk, int relu, float p, float keep, u64 seed,
+                                                    double* partial) {
+  act_drop_bwd_partial_body8(dx, y, dy, rows, cols8, chunk, relu, p, keep, seed, partial);
+}
+
+extern "C" __global__ void act_drop_bwd_partial_fb8(uint4* dx, const f8* y, const f8* dy, i64 rows, i64 cols8,
+                                                    i64 chunk, int relu, float p, float keep, u64 seed,
+                                                    double* partial) {
+  act_drop_bwd_partial_body8(dx, y, dy, rows, cols8, chunk, relu, p, keep, seed, partial);
+}
