@@ -463,3 +463,89 @@ func TestGatherStagedExtra(t *testing.T) {
 		t.Fatal("Extra of a partial row accepted")
 	}
 }
+
+// TestGatherIntoBF16: a bfloat16 store gathers into a bfloat16 batch
+// (trainers with bfloat16 activations) exactly what its float32 gather
+// followed by Convert gives, with and without dropout, for rows cold,
+// part hot and all hot, widths of the 8-value form (128) and of the
+// one-value form (3, 100), into an aligned batch and an unaligned view;
+// a float32 store refuses a bfloat16 batch.
+func TestGatherIntoBF16(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, cols := range []int{3, 100, 128} {
+		rows := 3000
+		feats := make([]float32, rows*cols)
+		for i := range feats {
+			feats[i] = float32(r.NormFloat64())
+		}
+		hot := make([]graph.NodeID, rows)
+		for i, v := range r.Perm(rows) {
+			hot[i] = graph.NodeID(v)
+		}
+		nodes := make([]int32, 4001)
+		for i := range nodes {
+			nodes[i] = int32(r.IntN(rows))
+		}
+		nb, _ := d.Alloc(backend.Int32, len(nodes))
+		d.Upload(nb, nodes)
+		n := len(nodes) * cols
+		for _, budget := range []int64{0, int64(4*rows + 2*cols*1000), 1 << 40} {
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: budget, Hot: hot, BFloat16: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []float32{0, 0.4} {
+				name := fmt.Sprintf("cols=%d hot=%d p=%v", cols, s.HotRows(), p)
+				ref, _ := d.Alloc(backend.Float32, n)
+				conv, _ := d.Alloc(backend.BFloat16, n)
+				if err := s.GatherDropout(ref, nb, p, 7); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Convert(conv, ref); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]uint16, n)
+				if err := d.Download(want, conv); err != nil {
+					t.Fatal(err)
+				}
+				whole, _ := d.Alloc(backend.BFloat16, n+1)
+				unaligned, err := backend.View(whole, 1, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				aligned, _ := d.Alloc(backend.BFloat16, n)
+				for _, out := range []backend.Buffer{aligned, unaligned} {
+					if err := s.GatherDropout(out, nb, p, 7); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					got := make([]uint16, n)
+					if err := d.Download(got, out); err != nil {
+						t.Fatal(err)
+					}
+					for k := range want {
+						if got[k] != want[k] {
+							t.Fatalf("%s (aligned %v): value %d = %#04x, want %#04x", name, out == aligned, k, got[k], want[k])
+						}
+					}
+				}
+				for _, b := range []backend.Buffer{ref, conv, whole, aligned} {
+					d.Free(b)
+				}
+			}
+			s.Close()
+		}
+		f32, err := New(d, feats, rows, cols, Options{BudgetBytes: 1 << 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := d.Alloc(backend.BFloat16, n)
+		var se *backend.ShapeError
+		if err := f32.Gather(out, nb); !errors.As(err, &se) {
+			t.Fatalf("cols=%d: a float32 store gathered into bfloat16: %v", cols, err)
+		}
+		d.Free(out)
+		f32.Close()
+		d.Free(nb)
+	}
+}

@@ -125,6 +125,42 @@ func TestGPUFusedStep(t *testing.T) {
 	}
 }
 
+// TestGPUBF16StepNoConversions (STRATA_TEST_PRECISION=bf16): on 1 GPU
+// and on 2 with rows exchanged, the bf16 step on bfloat16 rows from the
+// loader (feat_gather_b2b8, gc_scatter_rows_bf16x8) with the weights
+// converted in one launch gives the losses of the first pass's step
+// (float32 rows converted by the model, each weight on its own) bit for
+// bit.
+func TestGPUBF16StepNoConversions(t *testing.T) {
+	if p, err := gputest.Precision(); err != nil || p != backend.BF16 {
+		t.Skipf("the GPUs are not opened at bf16 (%s=bf16)", gputest.EnvPrecision)
+	}
+	visible := len(gputest.All(t))
+	for _, k := range []int{1, 2} {
+		if visible < k {
+			t.Logf("skipping %d GPUs: %d available", k, visible)
+			continue
+		}
+		cfg := small(k, 2)
+		cfg.Train.Precision = "bf16"
+		cfg.CacheBytes, cfg.CachePolicy = 300*16*2, cache.Partition
+		want := run(t, cfg, Options{Backends: gpus(t, k), halfConvert: true})
+		got := run(t, cfg, Options{Backends: gpus(t, k)})
+		wl, gl := losses(want), losses(got)
+		if len(wl) == 0 || len(wl) != len(gl) {
+			t.Fatalf("k=%d: %d losses, the first pass's %d", k, len(gl), len(wl))
+		}
+		for i := range wl {
+			if gl[i] != wl[i] {
+				t.Fatalf("k=%d batch %d: loss %v, the first pass's step's %v", k, i, gl[i], wl[i])
+			}
+		}
+		if k > 1 && !got.Run.Exchange {
+			t.Fatalf("k=%d: no feature exchange", k)
+		}
+	}
+}
+
 // TestGPURandomDelays: random delays at every stage step and collective
 // on the GPUs never deadlock the coordinated NCCL collectives.
 func TestGPURandomDelays(t *testing.T) {
