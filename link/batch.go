@@ -97,14 +97,23 @@ type targetSet struct {
 	shift      uint32
 }
 
-func newTargetSet(pos Edges) *targetSet {
-	ts := &targetSet{pairs: make([]uint64, 0, 2*pos.Len())}
+// TargetKeys are the pairs ExcludeTargets removes for positives pos:
+// node<<32 | partner (both as uint32) for both directions of every
+// positive, sorted and distinct. A device that removes them where the
+// batch was sampled (the DSP engine's GPU batches, engine.TaskTargets)
+// looks the pairs up in them.
+func TargetKeys(pos Edges) []uint64 {
+	keys := make([]uint64, 0, 2*pos.Len())
 	for i := range pos.Src {
 		u, v := uint64(uint32(pos.Src[i])), uint64(uint32(pos.Dst[i]))
-		ts.pairs = append(ts.pairs, u<<32|v, v<<32|u)
+		keys = append(keys, u<<32|v, v<<32|u)
 	}
-	slices.Sort(ts.pairs)
-	ts.pairs = slices.Compact(ts.pairs)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+func newTargetSet(pos Edges) *targetSet {
+	ts := &targetSet{pairs: TargetKeys(pos)}
 	nodes := 1
 	for i := 1; i < len(ts.pairs); i++ {
 		if ts.pairs[i]>>32 != ts.pairs[i-1]>>32 {

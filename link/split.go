@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/graph"
@@ -163,38 +164,16 @@ func NewSplit(g *graph.CSR, f Fractions, seed uint64) (*Split, error) {
 		}
 	}
 	s := &Split{NumNodes: n, Undirected: symmetric(g)}
-	var links Edges
-	var loops []int32
-	for u := int32(0); int64(u) < n; u++ {
-		row := g.Neighbors(u)
-		for i, v := range row {
-			switch {
-			case i > 0 && v == row[i-1]: // a duplicate entry
-			case v == u:
-				loops = append(loops, u)
-			case s.Undirected && v < u: // counted from v's row
-			default:
-				links.add(u, v)
-			}
-		}
-	}
+	links, loops := collectLinks(g, s.Undirected)
 	s.SelfLoops = len(loops)
-	l := links.Len()
+	l := len(links)
 	nVal, nTest := int(f.Val*float64(l)), int(f.Test*float64(l))
 	if nVal < 1 || nTest < 1 || l-nVal-nTest < 1 {
 		return nil, &SplitError{Msg: fmt.Sprintf("%d links split %v leave %d validation, %d test and %d training links: each needs at least one",
 			l, f, nVal, nTest, l-nVal-nTest)}
 	}
-	st := rng.NewStream(rng.Derive(seed, tagSplit))
-	for i := l - 1; i > 0; i-- {
-		j := int(st.Below(uint64(i + 1)))
-		links.Src[i], links.Src[j] = links.Src[j], links.Src[i]
-		links.Dst[i], links.Dst[j] = links.Dst[j], links.Dst[i]
-	}
-	cut := func(lo, hi int) Edges {
-		return Edges{Src: links.Src[lo:hi:hi], Dst: links.Dst[lo:hi:hi]}
-	}
-	s.Val, s.Test, s.Train = cut(0, nVal), cut(nVal, nVal+nTest), cut(nVal+nTest, l)
+	shuffle(links, rng.Derive(seed, tagSplit))
+	s.Val, s.Test, s.Train = unpack(links[:nVal]), unpack(links[nVal:nVal+nTest]), unpack(links[nVal+nTest:])
 	if err := s.finish(g, loops, Edges{}, seed); err != nil {
 		return nil, err
 	}
@@ -230,16 +209,37 @@ func (s *Split) finish(g *graph.CSR, loops []int32, extra Edges, seed uint64) er
 	return nil
 }
 
-// symmetric reports whether every entry u->v of g (rows sorted) has v->u.
+// symmetric reports whether every entry u->v of g (rows sorted) has
+// v->u. Only the entries above the diagonal are looked up: if each
+// distinct u->v with u < v has v->u, mirroring maps them one to one into
+// those below it, so it is onto (every entry below has its mirror too)
+// exactly when both counts are equal. The rows are read in parallel (a
+// pure predicate: the answer does not depend on the goroutines).
 func symmetric(g *graph.CSR) bool {
-	for u := int32(0); int64(u) < g.NumRows; u++ {
-		for _, v := range g.Neighbors(u) {
-			if !hasEdge(g, v, u) {
-				return false
+	var bad atomic.Bool
+	var above, below atomic.Int64
+	forRows(g, func(lo, hi int32) {
+		var up, down int64
+		for u := lo; u < hi && !bad.Load(); u++ {
+			row := g.Neighbors(u)
+			for i, v := range row {
+				switch {
+				case i > 0 && v == row[i-1]: // a duplicate entry
+				case v < u:
+					down++
+				case v > u:
+					up++
+					if !hasEdge(g, v, u) {
+						bad.Store(true)
+						return
+					}
+				}
 			}
 		}
-	}
-	return true
+		above.Add(up)
+		below.Add(down)
+	})
+	return !bad.Load() && above.Load() == below.Load()
 }
 
 // hasEdge reports whether sorted-row g has u->v.
@@ -249,24 +249,41 @@ func hasEdge(g *graph.CSR, u, v int32) bool {
 }
 
 // evalNegatives draws count uniform pairs u != v that are no edge of g
-// (rows sorted) from the stream of key, in order.
+// (rows sorted) from the stream of key, in order: trial c is the pair of
+// draws 2c and 2c+1, and a negative that finds no pair in maxNegTrials
+// trials fails. Whether a trial is a non-edge is decided in parallel, a
+// round of trials at a time, and the trials are then taken in order, so
+// the pairs are those of one pass over the stream.
 func evalNegatives(g *graph.CSR, count int, key uint64) (Edges, error) {
-	st := rng.NewStream(key)
 	n := uint64(g.NumRows)
 	out := Edges{Src: make([]int32, 0, count), Dst: make([]int32, 0, count)}
-	for i := 0; i < count; i++ {
-		ok := false
-		for range maxNegTrials {
-			u, v := int32(st.Below(n)), int32(st.Below(n))
-			if u != v && !hasEdge(g, u, v) {
-				out.add(u, v)
-				ok = true
-				break
+	trial := func(c uint64) (int32, int32) {
+		return int32(rng.Below(rng.Hash(key, 2*c), n)), int32(rng.Below(rng.Hash(key, 2*c+1), n))
+	}
+	var ok []bool
+	next, tries := uint64(0), 0
+	for out.Len() < count {
+		// A round: twice the trials left (most pairs of a sparse graph
+		// are non-edges), at least negRound.
+		round := max(2*(count-out.Len()), negRound)
+		ok = slices.Grow(ok[:0], round)[:round]
+		forRange(round, negRound, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				u, v := trial(next + uint64(i))
+				ok[i] = u != v && !hasEdge(g, u, v)
+			}
+		})
+		for i := 0; i < round && out.Len() < count; i++ {
+			if ok[i] {
+				out.add(trial(next + uint64(i)))
+				tries = 0
+				continue
+			}
+			if tries++; tries == maxNegTrials {
+				return Edges{}, &SplitError{Msg: fmt.Sprintf("negative %d: %d random pairs were all edges or self-pairs: the graph is too dense for negatives", out.Len(), maxNegTrials)}
 			}
 		}
-		if !ok {
-			return Edges{}, &SplitError{Msg: fmt.Sprintf("negative %d: %d random pairs were all edges or self-pairs: the graph is too dense for negatives", i, maxNegTrials)}
-		}
+		next += uint64(round)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package link
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/strata-gnn/strata/dataset/builtin"
 	"github.com/strata-gnn/strata/dataset/split"
 	"github.com/strata-gnn/strata/graph"
+	"github.com/strata-gnn/strata/internal/rng"
 )
 
 func cora(t testing.TB) *dataset.Dataset {
@@ -332,5 +334,141 @@ func TestFromEdgeSplit(t *testing.T) {
 	bad.Src[0][0] = int32(ds.NumNodes())
 	if _, err := FromEdgeSplit(ds.Graph, &bad, 1); !errors.As(err, &se) {
 		t.Fatalf("out-of-range node: %v", err)
+	}
+}
+
+// sequentialSplit is NewSplit as it was written before its passes ran
+// in parallel (one loop over the rows, Fisher-Yates on two arrays from
+// an rng.Stream, one evaluation negative after the other): the oracle of
+// TestSplitParallelEqualsSequential.
+func sequentialSplit(t *testing.T, g *graph.CSR, f Fractions, seed uint64) *Split {
+	t.Helper()
+	if sorted, _ := graph.RowsSorted(g); !sorted {
+		g = graph.Clone(g)
+		if err := graph.SortRows(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sym := true
+	for u := int32(0); int64(u) < g.NumRows; u++ {
+		for _, v := range g.Neighbors(u) {
+			sym = sym && hasEdge(g, v, u)
+		}
+	}
+	s := &Split{NumNodes: g.NumRows, Undirected: sym}
+	var links Edges
+	var loops []int32
+	for u := int32(0); int64(u) < g.NumRows; u++ {
+		row := g.Neighbors(u)
+		for i, v := range row {
+			switch {
+			case i > 0 && v == row[i-1]:
+			case v == u:
+				loops = append(loops, u)
+			case s.Undirected && v < u:
+			default:
+				links.add(u, v)
+			}
+		}
+	}
+	s.SelfLoops = len(loops)
+	l := links.Len()
+	nVal, nTest := int(f.Val*float64(l)), int(f.Test*float64(l))
+	st := rng.NewStream(rng.Derive(seed, tagSplit))
+	for i := l - 1; i > 0; i-- {
+		j := int(st.Below(uint64(i + 1)))
+		links.Src[i], links.Src[j] = links.Src[j], links.Src[i]
+		links.Dst[i], links.Dst[j] = links.Dst[j], links.Dst[i]
+	}
+	cut := func(lo, hi int) Edges { return Edges{Src: links.Src[lo:hi:hi], Dst: links.Dst[lo:hi:hi]} }
+	s.Val, s.Test, s.Train = cut(0, nVal), cut(nVal, nVal+nTest), cut(nVal+nTest, l)
+	neg := func(count int, key uint64) Edges {
+		st := rng.NewStream(key)
+		n := uint64(g.NumRows)
+		var out Edges
+		for out.Len() < count {
+			u, v := int32(st.Below(n)), int32(st.Below(n))
+			if u != v && !hasEdge(g, u, v) {
+				out.add(u, v)
+			}
+		}
+		return out
+	}
+	s.ValNeg, s.TestNeg = neg(nVal, rng.Derive(seed, tagEvalNeg, 0)), neg(nTest, rng.Derive(seed, tagEvalNeg, 1))
+	return s
+}
+
+// TestSplitParallelEqualsSequential: NewSplit, its passes cut into many
+// chunks on 1 and 8 goroutines, makes the split of the sequential
+// oracle (the code before they ran in parallel) edge for edge: the
+// parts in their order, the evaluation negatives, the self-loops, on
+// Cora (undirected) and on a random directed graph with duplicate
+// entries and self-loops; and a graph missing one mirror
+// entry is directed.
+func TestSplitParallelEqualsSequential(t *testing.T) {
+	defer func(c, r int) { splitChunk, negRound = c, r }(splitChunk, negRound)
+	splitChunk, negRound = 64, 16
+	st := rng.NewStream(5)
+	const n = 300
+	var src, dst []int32
+	for range 4000 {
+		u, v := int32(st.Below(n)), int32(st.Below(n))
+		src, dst = append(src, u), append(dst, v)
+		if st.Below(10) == 0 {
+			src, dst = append(src, u), append(dst, v) // a duplicate
+		}
+	}
+	directed, err := graph.FromEdges(n, src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cora less one direction of one edge: no longer symmetric.
+	g := cora(t).Graph
+	u := int32(0)
+	for g.Degree(u) == 0 {
+		u++
+	}
+	var os, od []int32
+	for w := int32(0); int64(w) < g.NumRows; w++ {
+		for _, v := range g.Neighbors(w) {
+			if w == u && v == g.Neighbors(u)[0] {
+				continue
+			}
+			os, od = append(os, w), append(od, v)
+		}
+	}
+	oneWay, err := graph.FromEdges(g.NumRows, os, od)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		g          *graph.CSR
+		undirected bool
+	}{{"cora", g, true}, {"random directed", directed, false}, {"cora less one mirror", oneWay, false}} {
+		want := sequentialSplit(t, c.g, DefaultFractions, 11)
+		if want.Undirected != c.undirected {
+			t.Fatalf("%s: the oracle says undirected %v", c.name, want.Undirected)
+		}
+		for _, procs := range []int{1, 8} {
+			prev := runtime.GOMAXPROCS(procs)
+			got, err := NewSplit(c.g, DefaultFractions, 11)
+			runtime.GOMAXPROCS(prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Undirected != want.Undirected || got.SelfLoops != want.SelfLoops {
+				t.Fatalf("%s on %d goroutines: undirected %v, %d loops; sequential %v, %d", c.name, procs, got.Undirected, got.SelfLoops, want.Undirected, want.SelfLoops)
+			}
+			for _, p := range []struct {
+				part      string
+				got, want Edges
+			}{{"train", got.Train, want.Train}, {"val", got.Val, want.Val}, {"test", got.Test, want.Test},
+				{"val negatives", got.ValNeg, want.ValNeg}, {"test negatives", got.TestNeg, want.TestNeg}} {
+				if p.want.Len() == 0 || !slices.Equal(p.got.Src, p.want.Src) || !slices.Equal(p.got.Dst, p.want.Dst) {
+					t.Fatalf("%s on %d goroutines: %s differ from the sequential split's (%d vs %d pairs)", c.name, procs, p.part, p.got.Len(), p.want.Len())
+				}
+			}
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/strata-gnn/strata/autograd"
@@ -40,6 +41,10 @@ type device struct {
 	prof   *profiler         // times the trainer's ops of Config.ProfileEpoch
 	lfence *devbuf.Fence     // waits for the loader's stream (ldev != nil)
 	later  *cudadsp.Deferred // frees sampler and loader buffers after the trainer's copies of them
+	// excl: the sampler workers' GPU target exclusion (TaskTargets), by
+	// worker, made on first use.
+	excl   []*excluder
+	exclMu sync.Mutex
 	trk    *tracker
 	loader *cache.Loader
 	model  nn.Model
@@ -339,6 +344,7 @@ func (d *device) free() {
 	} else if d.kit != nil && d.kit.store != nil {
 		d.kit.store.Close()
 	}
+	d.closeExcluders()
 	if d.kit != nil {
 		d.kit.close()
 	}
@@ -483,7 +489,7 @@ func (d *device) sampleOne(ctx context.Context, w, e, i int, mine []TaskBatch) (
 	}
 	bt, err := d.kit.smps[w].Sample(ctx, tb.Seeds, sample.Key{Seed: cfg.Train.Seed, Epoch: e, Batch: global})
 	if err == nil && d.s.opts.Task != nil {
-		bt, err = d.exclude(bt, tb)
+		bt, err = d.exclude(w, bt, tb)
 	}
 	if err != nil {
 		return nil, d.errf(fmt.Sprintf("sampler epoch %d batch %d", e+1, i), err)
@@ -492,15 +498,26 @@ func (d *device) sampleOne(ctx context.Context, w, e, i int, mine []TaskBatch) (
 	return &item{epoch: e, batch: i, global: global, batches: len(mine), last: i == len(mine)-1, seeds: tb.Seeds, work: tb, bt: bt}, nil
 }
 
-// exclude lets Options.Task edit a sampled batch on the host (a GPU
-// batch is downloaded, and its device copy freed: the batch continues
-// as a host batch, its blocks uploaded by the trainer).
-func (d *device) exclude(bt batch, tb TaskBatch) (batch, error) {
+// exclude lets Options.Task edit a batch that sampler worker w drew: a
+// GPU batch of a TaskTargets task on its GPU (excludeOn); otherwise on
+// the host (a GPU batch is downloaded, and its device copy freed: the
+// batch continues as a host batch, its blocks uploaded by the trainer).
+func (d *device) exclude(w int, bt batch, tb TaskBatch) (batch, error) {
 	var mb *sample.MiniBatch
 	switch b := bt.(type) {
 	case *hostBatch:
 		mb = b.mb
 	case *cudadsp.Batch:
+		if tt, ok := d.s.opts.Task.(TaskTargets); ok {
+			done, err := d.excludeOn(w, b, tt.Targets(tb))
+			if err != nil {
+				b.Free()
+				return nil, err
+			}
+			if done {
+				return b, nil
+			}
+		}
 		var err error
 		mb, err = b.Download()
 		b.Free()
@@ -517,6 +534,53 @@ func (d *device) exclude(bt batch, tb TaskBatch) (batch, error) {
 		return nil, err
 	}
 	return bt, nil
+}
+
+// excludeOn removes the edges of keys (TaskTargets) from g on the GPU
+// handle that sampled it, with sampler worker w's excluder (made on the
+// first batch); false when that handle cannot (the host edits it then).
+func (d *device) excludeOn(w int, g *cudadsp.Batch, keys []uint64) (bool, error) {
+	d.exclMu.Lock()
+	if d.excl == nil {
+		d.excl = make([]*excluder, max(d.s.cfg.SamplerWorkers, 1))
+	}
+	x := d.excl[w%len(d.excl)]
+	if x == nil {
+		x = &excluder{}
+		d.excl[w%len(d.excl)] = x
+	}
+	d.exclMu.Unlock()
+	if !x.tried {
+		x.tried = true
+		var err error
+		if x.x, err = cudadsp.NewPairExcluder(g.Device()); err != nil {
+			return false, err
+		}
+	}
+	if x.x == nil {
+		return false, nil
+	}
+	_, err := x.x.Exclude(g, keys)
+	return err == nil, err
+}
+
+// excluder is a sampler worker's cudadsp.PairExcluder, made once (x
+// stays nil when the worker's handle has none).
+type excluder struct {
+	x     *cudadsp.PairExcluder
+	tried bool
+}
+
+// closeExcluders releases the sampler workers' excluders.
+func (d *device) closeExcluders() {
+	d.exclMu.Lock()
+	defer d.exclMu.Unlock()
+	for _, x := range d.excl {
+		if x != nil {
+			x.x.Close()
+		}
+	}
+	d.excl = nil
 }
 
 // loadOne fetches the batch's input features.

@@ -62,6 +62,21 @@ type TaskPreparer interface {
 	Prepare(bt TaskBatch) (TaskBatch, error)
 }
 
+// TaskTargets is a Task whose Exclude removes the sampled edges that
+// join the two nodes of given pairs (link prediction's target links),
+// and says which: the engine then removes them itself where the batch
+// was sampled, a GPU batch on its GPU (cudadsp.PairExcluder), so that
+// the batch is neither downloaded nor uploaded again and travels on as
+// node classification's do (features gathered by device IDs, transposes
+// built by the loader, blocks aliased by the trainer). Host batches
+// still go through Exclude, which must remove the same edges.
+type TaskTargets interface {
+	// Targets are bt's pairs (engine IDs) as keys u<<32 | v (uint32s),
+	// both directions listed, sorted and distinct: a block edge from
+	// source v into destination u is removed when u<<32 | v is a key.
+	Targets(bt TaskBatch) []uint64
+}
+
 // TaskBatch is one batch of a Task: the seeds to sample (engine IDs,
 // distinct) and what the task needs to compute its loss.
 type TaskBatch struct {

@@ -165,6 +165,9 @@ func (g *Batch) PrepareBackward(b backend.Backend, from int) error {
 // NewBatch wraps b, sampled on dev.
 func NewBatch(dev backend.Backend, b *gpusample.Batch) *Batch { return &Batch{dev: dev, b: b} }
 
+// Device is the handle that sampled the batch (whose stream wrote it).
+func (g *Batch) Device() backend.Backend { return g.dev }
+
 // NumInputs is the number of input nodes.
 func (g *Batch) NumInputs() int {
 	if in := g.b.InputNodes(); in != nil {

@@ -11,7 +11,9 @@
 //     each positive gets its negatives (link.Negatives, keyed by the
 //     global batch) and the distinct endpoints become the batch's seeds,
 //     sampled collectively as node seeds are; the batch's links are removed from the sampled
-//     neighborhoods (link.ExcludeTargets); the loss is binary
+//     neighborhoods (link.ExcludeTargets on the host; a GPU batch loses
+//     them on its GPU, engine.TaskTargets with link.TargetKeys, and
+//     travels on as node classification's batches do); the loss is binary
 //     cross-entropy of the decoder's scores on the device's pairs
 //     (link.PairLoss); gradients are all-reduced by the engine.
 //     Device 0 evaluates with link.Evaluator after the epochs due.

@@ -110,9 +110,15 @@ type dealt struct {
 type pairs struct {
 	b   *link.Batch // caller's IDs; SrcRow and DstRow index the seeds
 	pos link.Edges  // the positives in engine IDs (ExcludeTargets)
+	// keys are pos as link.TargetKeys (engine.TaskTargets: a GPU batch
+	// loses these edges on its GPU).
+	keys []uint64
 }
 
-var _ engine.TaskPreparer = (*dspTask)(nil)
+var (
+	_ engine.TaskPreparer = (*dspTask)(nil)
+	_ engine.TaskTargets  = (*dspTask)(nil)
+)
 
 func newDSPTask(s *link.Split, cfg *link.Config, k int) (*dspTask, error) {
 	neg, err := link.NewNegatives(s, cfg)
@@ -212,11 +218,21 @@ func (t *dspTask) Prepare(bt engine.TaskBatch) (engine.TaskBatch, error) {
 	for j := range d.pos.Src {
 		w.pos.Src[j], w.pos.Dst[j] = t.id(d.pos.Src[j]), t.id(d.pos.Dst[j])
 	}
+	w.keys = link.TargetKeys(w.pos)
 	seeds := make([]int32, len(b.Seeds))
 	for j, v := range b.Seeds {
 		seeds[j] = t.id(v)
 	}
 	return engine.TaskBatch{Seeds: seeds, Work: w}, nil
+}
+
+// Targets are the batch's positives as link.TargetKeys, which a GPU
+// batch loses on its GPU: the edges ExcludeTargets removes on the host.
+func (t *dspTask) Targets(bt engine.TaskBatch) []uint64 {
+	if w, ok := bt.Work.(*pairs); ok {
+		return w.keys
+	}
+	return nil
 }
 
 func (t *dspTask) Exclude(mb *sample.MiniBatch, bt engine.TaskBatch) error {

@@ -14,7 +14,7 @@ import (
 
 // TestGPUMatchesCPU needs two CUDA GPUs (it skips without them): link
 // prediction on cuda:0,1 in the DSP engine (collective sampling on the
-// GPUs, batches downloaded for the target exclusion, NCCL) and with the
+// GPUs, target links removed on the GPUs, NCCL) and with the
 // full-graph trainer gives the losses of cpu:2 (to 1e-3 relative: the
 // GPUs sum in other orders) and its test AUC within 0.01.
 func TestGPUMatchesCPU(t *testing.T) {
