@@ -1,9 +1,11 @@
 package link
 
 import (
+	"math"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/rng"
@@ -114,13 +116,101 @@ func collectLinks(g *graph.CSR, undirected bool) (links []uint64, loops []int32)
 
 // shuffle permutes links by Fisher-Yates from the stream of key, as
 // rng.Stream's Below draws it: position i (from the last down) swaps
-// with draw l-1-i below i+1. The swaps are sequential, but one packed
-// array takes one cache miss a swap, not two.
+// with draw l-1-i below i+1 (swapTarget). Large arrays are shuffled in
+// parallel rounds (shuffleRounds), to the same permutation.
 func shuffle(links []uint64, key uint64) {
 	l := len(links)
-	for i := l - 1; i > 0; i-- {
-		j := rng.Below(rng.Hash(key, uint64(l-1-i)), uint64(i+1))
-		links[i], links[j] = links[j], links[i]
+	if l < shuffleMin || l > math.MaxInt32 || runtime.GOMAXPROCS(0) == 1 {
+		for i := l - 1; i > 0; i-- {
+			j := swapTarget(key, l, i)
+			links[i], links[j] = links[j], links[i]
+		}
+		return
+	}
+	shuffleRounds(links, key)
+}
+
+// swapTarget is the position that Fisher-Yates swaps with position i of
+// l: draw l-1-i of key's stream, below i+1.
+func swapTarget(key uint64, l, i int) int {
+	return int(rng.Below(rng.Hash(key, uint64(l-1-i)), uint64(i+1)))
+}
+
+// shuffleMin is the length from which shuffle runs in rounds, and
+// shuffleWindow the least number of swaps a round tries (variables for
+// the tests).
+var (
+	shuffleMin    = 1 << 20
+	shuffleWindow = 1 << 16
+)
+
+// shuffleRounds is Fisher-Yates by deterministic reservations (Shun,
+// Gu, Blelloch, Fineman, Gibbons: "Sequential random permutation, list
+// contraction and tree contraction are highly parallel", SODA 2015).
+// Swap i (positions i and j(i) <= i) must follow the earlier swaps (the
+// larger i) that touch either position, and no other. A round takes the
+// earliest swaps not yet done (a window, in order); each reserves its two
+// positions with the largest swap index touching them; a swap that holds
+// both does them, the others stay for the next round. Swaps done in one
+// round touch distinct positions, and a position's swaps run in their
+// sequential order, so the result is the sequential permutation whatever
+// the goroutines. Most swaps touch positions no earlier one does, so
+// few rounds retry much.
+func shuffleRounds(links []uint64, key uint64) {
+	l := len(links)
+	res := make([]int32, l) // the reservation of each position: a swap index, or -1
+	for i := range res {
+		res[i] = -1
+	}
+	reserve := func(p int, i int32) {
+		for {
+			old := atomic.LoadInt32(&res[p])
+			if old >= i || atomic.CompareAndSwapInt32(&res[p], old, i) {
+				return
+			}
+		}
+	}
+	win := max(l/50, shuffleWindow)
+	window := make([]int32, 0, win)
+	done := make([]bool, win)
+	next := l - 1 // the earliest swap not in the window yet
+	for next > 0 || len(window) > 0 {
+		for len(window) < win && next > 0 {
+			window = append(window, int32(next))
+			next--
+		}
+		w := window
+		forRange(len(w), 1024, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				i := w[k]
+				reserve(int(i), i)
+				reserve(swapTarget(key, l, int(i)), i)
+			}
+		})
+		forRange(len(w), 1024, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				i := int(w[k])
+				j := swapTarget(key, l, i)
+				done[k] = atomic.LoadInt32(&res[i]) == int32(i) && atomic.LoadInt32(&res[j]) == int32(i)
+				if done[k] {
+					links[i], links[j] = links[j], links[i]
+				}
+			}
+		})
+		forRange(len(w), 1024, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				i := int(w[k])
+				atomic.StoreInt32(&res[i], -1)
+				atomic.StoreInt32(&res[swapTarget(key, l, i)], -1)
+			}
+		})
+		kept := window[:0]
+		for k, i := range w {
+			if !done[k] {
+				kept = append(kept, i)
+			}
+		}
+		window = kept
 	}
 }
 

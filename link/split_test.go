@@ -406,8 +406,8 @@ func sequentialSplit(t *testing.T, g *graph.CSR, f Fractions, seed uint64) *Spli
 // entries and self-loops; and a graph missing one mirror
 // entry is directed.
 func TestSplitParallelEqualsSequential(t *testing.T) {
-	defer func(c, r int) { splitChunk, negRound = c, r }(splitChunk, negRound)
-	splitChunk, negRound = 64, 16
+	defer func(c, r, m, w int) { splitChunk, negRound, shuffleMin, shuffleWindow = c, r, m, w }(splitChunk, negRound, shuffleMin, shuffleWindow)
+	splitChunk, negRound, shuffleMin, shuffleWindow = 64, 16, 64, 16
 	st := rng.NewStream(5)
 	const n = 300
 	var src, dst []int32
@@ -468,6 +468,37 @@ func TestSplitParallelEqualsSequential(t *testing.T) {
 				if p.want.Len() == 0 || !slices.Equal(p.got.Src, p.want.Src) || !slices.Equal(p.got.Dst, p.want.Dst) {
 					t.Fatalf("%s on %d goroutines: %s differ from the sequential split's (%d vs %d pairs)", c.name, procs, p.part, p.got.Len(), p.want.Len())
 				}
+			}
+		}
+	}
+}
+
+// TestShuffleRoundsEqualsFisherYates: the shuffle in parallel rounds
+// (deterministic reservations) is the sequential Fisher-Yates
+// permutation of the same stream, for several lengths and windows, on 1
+// to 8 goroutines.
+func TestShuffleRoundsEqualsFisherYates(t *testing.T) {
+	for _, c := range []struct{ l, window int }{{2, 1}, {3, 1}, {1000, 7}, {100000, 1000}, {100000, 64}} {
+		want := make([]uint64, c.l)
+		for i := range want {
+			want[i] = uint64(i)*3 + 1
+		}
+		got := slices.Clone(want)
+		st := rng.NewStream(rng.Derive(9, uint64(c.l)))
+		for i := c.l - 1; i > 0; i-- {
+			j := int(st.Below(uint64(i + 1)))
+			want[i], want[j] = want[j], want[i]
+		}
+		for _, procs := range []int{1, 3, 8} {
+			in := slices.Clone(got)
+			prev := runtime.GOMAXPROCS(procs)
+			old := shuffleWindow
+			shuffleWindow = c.window
+			shuffleRounds(in, rng.Derive(9, uint64(c.l)))
+			shuffleWindow = old
+			runtime.GOMAXPROCS(prev)
+			if !slices.Equal(in, want) {
+				t.Fatalf("%d items, window %d, %d goroutines: the rounds' permutation differs from Fisher-Yates'", c.l, c.window, procs)
 			}
 		}
 	}

@@ -34,9 +34,13 @@ func RunDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, dcfg engi
 	if err := link.CheckDataset(ds); err != nil {
 		return nil, nil, err
 	}
+	t0 := time.Now()
 	s, err := link.MakeSplit(ds, &cfg, es)
 	if err != nil {
 		return nil, nil, err
+	}
+	if opts.Log != nil {
+		fmt.Fprintf(opts.Log, "link split (%s): %d train, %d validation, %d test links in %.1fs\n", s.Source, s.Train.Len(), s.Val.Len(), s.Test.Len(), time.Since(t0).Seconds())
 	}
 	task, err := newDSPTask(s, &cfg, dcfg.Devices)
 	if err != nil {
