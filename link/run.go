@@ -725,13 +725,58 @@ func (e *Evaluator) embedBatch(model nn.Model, mb *sample.MiniBatch, dst []float
 	return e.b.Download(dst, h.Value)
 }
 
-// score decodes the evaluation pairs (rows of h) and downloads the
-// scores.
+// scoreChunkBytes bounds the device memory one chunk of evaluation pairs
+// takes (its endpoints' rows and their product): all the pairs at once
+// would take 3 x pairs x dim floats, 19 GB for the products shape's 6.2M
+// test links and their negatives.
+var scoreChunkBytes = 1 << 30
+
+// score decodes the evaluation pairs (rows of h) in chunks of at most
+// scoreChunkBytes and downloads the scores.
 func (e *Evaluator) score(t *autograd.Tape, dec Decoder, h *autograd.Var) ([]float32, error) {
-	s, err := dec.Score(t, h, e.ev.src, e.ev.dst)
-	if err != nil {
-		return nil, err
+	n := e.ev.src.Len()
+	out := make([]float32, n)
+	chunk := max(1, scoreChunkBytes/(3*4*max(h.Cols, 1)))
+	sl, ok := e.ev.src.(backend.Slicer)
+	if !ok || n <= chunk {
+		s, err := dec.Score(t, h, e.ev.src, e.ev.dst)
+		if err != nil {
+			return nil, err
+		}
+		if s.Len() != n {
+			return nil, fmt.Errorf("decoder produced %d scores for %d pairs", s.Len(), n)
+		}
+		return out, e.b.Download(out, s.Value)
 	}
-	out := make([]float32, s.Len())
-	return out, e.b.Download(out, s.Value)
+	dl := e.ev.dst.(backend.Slicer)
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		src, err := sl.Slice(lo, hi-lo)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := dl.Slice(lo, hi-lo)
+		if err != nil {
+			return nil, err
+		}
+		// A tape per chunk frees the chunk's rows before the next; h
+		// (owned by t) enters it as a constant.
+		ct := autograd.NewTape(e.b)
+		var s *autograd.Var
+		hc, err := ct.Const(h.Value, h.Rows, h.Cols)
+		if err == nil {
+			s, err = dec.Score(ct, hc, src, dst)
+		}
+		if err == nil && s.Len() != hi-lo {
+			err = fmt.Errorf("decoder produced %d scores for %d pairs", s.Len(), hi-lo)
+		}
+		if err == nil {
+			err = e.b.Download(out[lo:hi], s.Value)
+		}
+		ct.Release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -414,3 +414,28 @@ func TestEstimateMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreChunks: the evaluation scores its pairs in chunks (bounded
+// device memory at the products shape) to the same metrics as all at
+// once, with both decoders.
+func TestScoreChunks(t *testing.T) {
+	ds := communities(t, 4, 30, 0.3, 0.02, 2)
+	for _, dec := range []string{"dot", "mlp"} {
+		cfg := quick(train.SAGE)
+		cfg.Epochs, cfg.Decoder = 2, dec
+		whole := runCfg(t, ds, cfg)
+		old := scoreChunkBytes
+		scoreChunkBytes = 3 * 4 * cfg.Hidden * 7 // 7 pairs a chunk
+		chunked := runCfg(t, ds, cfg)
+		scoreChunkBytes = old
+		for i := range whole.Epochs {
+			a, b := whole.Epochs[i], chunked.Epochs[i]
+			if a.Val != b.Val || a.Test != b.Test {
+				t.Fatalf("%s epoch %d: chunked scores give %+v / %+v, whole %+v / %+v", dec, i+1, b.Val, b.Test, a.Val, a.Test)
+			}
+		}
+		if whole.Epochs[len(whole.Epochs)-1].Test.AUC <= 0.5 {
+			t.Fatalf("%s: test AUC %v: nothing learned, the comparison says little", dec, whole.Epochs[len(whole.Epochs)-1].Test.AUC)
+		}
+	}
+}
