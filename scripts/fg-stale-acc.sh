@@ -15,7 +15,8 @@
 # ("1 2 3"), HIDDEN (256), LAYERS (3), MODES (names from the list below,
 # default all), PART (a partition file for DEVICES' count: made once with
 # `strata partition` when missing, so the runs share it), OUT (where the
-# reports go, /tmp/fg-stale-acc), EXTRA (more train flags for every run).
+# reports go, /tmp/fg-stale-acc), EXTRA (more train flags for every run),
+# STALE_FLAGS (more flags for the modes with --staleness, e.g. the bounds).
 # Modes: exact; stale (--staleness, the embedding drift); params
 # (--staleness --staleness-drift params); halo (--exchange halo: exact,
 # each device receives only the rows it reads); stale-halo (--staleness
@@ -43,22 +44,24 @@ declare -A flags=([exact]="" [stale]="--staleness" [params]="--staleness --stale
   [halo]="--exchange halo" [stale-halo]="--staleness --exchange halo")
 modes=${MODES:-exact stale params}
 for m in $modes; do
+  sf=
+  [[ ${flags[$m]} != *--staleness* ]] || sf=${STALE_FLAGS:-}
   for s in ${SEEDS:-1 2 3}; do
     # shellcheck disable=SC2086 # flags are words
     "$strata" train --dataset "$data" --model sage --layers "${LAYERS:-3}" --hidden "${HIDDEN:-256}" \
       --mode fullgraph --devices "$devices" --partition-file "$part/partition.bin" --epochs "$epochs" \
-      --eval-every 5 --seed "$s" --quiet --report "$out/$m-$s.json" ${flags[$m]} ${EXTRA:-} >"$out/$m-$s.log" 2>&1 ||
+      --eval-every 5 --seed "$s" --quiet --report "$out/$m-$s.json" ${flags[$m]} ${EXTRA:-} $sf >"$out/$m-$s.log" 2>&1 ||
       { tail -3 "$out/$m-$s.log"; exit 1; }
   done
 done
 # shellcheck disable=SC2086 # one argument a mode
-python3 - "$out" $modes <<'EOF'
-import json, sys
+SEEDS_LIST="${SEEDS:-1 2 3}" python3 - "$out" $modes <<'EOF'
+import json, os, statistics, sys
 out, modes = sys.argv[1], sys.argv[2:]
-import glob
+seeds = os.environ["SEEDS_LIST"].split()
 rows = {}
 for m in modes:
-    rs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{m}-*.json"))]
+    rs = [json.load(open(f"{out}/{m}-{s}.json")) for s in seeds]
     acc = [r["test_accuracy"] for r in rs]
     c = [r["comm"] for r in rs]
     bc = sum(x["bytes_avoided"] for x in c) / max(1, sum(x["bytes_sent"] + x["bytes_avoided"] for x in c))
@@ -75,4 +78,29 @@ for m, (a, acc, bc, av, sec, losses, allb) in rows.items():
     same = ("same" if losses == base[5] else "differ") if base else "-"
     vs = f"{100 * (1 - (1 - av) * allb / base[6]):7.1f}%" if base else "-"
     print(f"{m:10} {100 * a:15.2f} {d:>9} {100 * bc:12.1f}% {100 * av:10.1f}% {vs:>8} {sec:8.3f} {same:>7}  " + " ".join(f"{100 * x:.2f}" for x in acc))
+# Seed noise: the spread of exact's accuracies, and each mode's difference
+# to exact seed by seed (a seed fixes the initial weights). The headline
+# is the test accuracy at the best validation epoch, which a small
+# validation set makes noisy (one node of 170 is 0.6 points); "curve" is
+# the mean difference of the test accuracies over every evaluated epoch
+# of the second half, seed by seed, and "last" the last epoch's.
+def curve(r):  # evaluated every 5 epochs (--eval-every 5)
+    return {e["epoch"]: e["test_accuracy"] for e in r["epochs"] if e["epoch"] % 5 == 0}
+if base and len(seeds) > 1:
+    print(f"exact's spread over seeds: sd {100 * statistics.stdev(base[1]):.2f} points")
+if base:
+    ex = [json.load(open(f"{out}/exact-{s}.json")) for s in seeds]
+    for m in rows:
+        if m == "exact":
+            continue
+        ds, dl = [], []
+        for s, e in zip(seeds, ex):
+            r = json.load(open(f"{out}/{m}-{s}.json"))
+            a, b = curve(r), curve(e)
+            half = [k for k in a if k in b and k > len(e["epochs"]) // 2]
+            ds.append(sum(a[k] - b[k] for k in half) / max(1, len(half)))
+            dl.append(r["last_test_accuracy"] - e["last_test_accuracy"])
+        print(f"{m}: per seed vs exact " + " ".join(f"{100 * (x - y):+.2f}" for x, y in zip(rows[m][1], base[1])) +
+              "; curve " + " ".join(f"{100 * x:+.2f}" for x in ds) + f" (mean {100 * sum(ds) / len(ds):+.2f})" +
+              "; last " + " ".join(f"{100 * x:+.2f}" for x in dl))
 EOF

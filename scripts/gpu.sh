@@ -128,7 +128,8 @@
 #             DSP_NAME, DSP_DEVICES (a count or cuda:0,1), DSP_FLAGS (dsp-run); dsp-setup:
 #             DSP_SETUP_DATA (/tmp/papers), DSP_SETUP_PRESET (papers), DSP_GPUS (4), DSP_FLAGS,
 #             DSP_RUN_TIMEOUT (300 s to the first batch).
-#   world     WORLD_PARTS ($GPU_DATA-m2), WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7), WORLD_FG_STALE_FLAGS (more flags for fg2x2-params),
+#   world     WORLD_PARTS ($GPU_DATA-m2), WORLD_EPOCHS (3), WORLD_FG_EPOCHS (10), WORLD_PARTITION (multilevel), WORLD_SEED (7), WORLD_FG_FLAGS (more flags for every full-graph run, e.g. --dropout 0),
+#             WORLD_FG_STALE_FLAGS (more flags for fg2x2-params and fg2x2-stale-halo),
 #             WORLD_ONLY (a regexp of run names), WORLD_RUN_TIMEOUT (100 s a run, then SIGQUIT),
 #             WORLD_BUDGET (540 s from the set's start: a run gets what is left of it, and is
 #             skipped and reported failed under 30 s), DSP_STALL; WORLD_CPU=1 runs the set on CPU
@@ -1219,6 +1220,8 @@ set_world() {
       world_run w2x2-dirs machines:0,1/2,3 "${s[@]}" --machine-dir "$parts/machine-@M"
   fi
   local f=(--mode fullgraph --epochs "$fe" --partition "$part" --eval-every 1000)
+  # shellcheck disable=SC2206 # WORLD_FG_FLAGS are words
+  f+=(${WORLD_FG_FLAGS:-})
   # Full-graph between the 2 machines with NCCL's peer-to-peer path off:
   # exact, then skip-broadcast (Sancus's staleness).
   # WORLD_FG_MACHINES=0/1: 2 machines x 1 GPU.
@@ -1228,12 +1231,14 @@ set_world() {
   # Halo exchange (exact: only the rows each device reads), alone and
   # with skip-broadcast.
   world_wants fg2x2-halo && NCCL_P2P_DISABLE=1 world_run fg2x2-halo "$fm" "${f[@]}" --exchange halo
-  world_wants fg2x2-stale-halo && NCCL_P2P_DISABLE=1 world_run fg2x2-stale-halo "$fm" "${f[@]}" --staleness --exchange halo
+  # shellcheck disable=SC2086 # WORLD_FG_STALE_FLAGS are words
+  world_wants fg2x2-stale-halo && NCCL_P2P_DISABLE=1 world_run fg2x2-stale-halo "$fm" "${f[@]}" --staleness --exchange halo \
+    ${WORLD_FG_STALE_FLAGS:-}
   # The variation bound on the parameters' change (no dropout noise floor).
   # shellcheck disable=SC2086 # WORLD_FG_STALE_FLAGS are words
   world_wants fg2x2-params && NCCL_P2P_DISABLE=1 world_run fg2x2-params "$fm" "${f[@]}" --staleness \
     --staleness-drift params ${WORLD_FG_STALE_FLAGS:-}
-  echo "   -- world: $(build_id), $ds, $e epochs (full-graph $fe), --partition $part"
+  echo "   -- world: $(build_id), $ds, $e epochs (full-graph $fe${WORLD_FG_FLAGS:+ $WORLD_FG_FLAGS}${WORLD_FG_STALE_FLAGS:+; stale: $WORLD_FG_STALE_FLAGS}), --partition $part"
   echo "   $(printf '%-12s %-18s %-9s %-11s %-8s %s' run kind s/epoch net/epoch test avoided/epoch)"
   for row in "${rows[@]}"; do echo "   $row"; done
   echo "   (net/epoch: bytes between machines, every machine's counters summed; full-graph rows: all broadcast and"
