@@ -163,7 +163,11 @@
 // relative change of the parameters of layers 0..l since the block was
 // sent, the same on every device; it seldom exceeds the default bound,
 // so the epoch bound decides, which saves three quarters of the
-// broadcasts but costs accuracy on products-hard (docs/fullgraph.md). A
+// broadcasts but costs accuracy on products-hard (docs/fullgraph.md).
+// Without dropout (Sancus's models have none) the embedding drift is the
+// model's change, large while it trains fast and small after: a bound
+// of 0.1 with an epoch bound of 2 then skips most hidden broadcasts at
+// the exact run's accuracy (docs/fullgraph.md). A
 // first-layer payload that is the
 // dense input features (unprojected) is constant: its blocks are sent
 // once, dropout-free, into every device's copy, and the receivers draw
