@@ -42,7 +42,7 @@ type trainCmd struct {
 	Seed      uint64   `help:"Seed of every random choice (weights, batch order, sampling, dropout)." default:"1"`
 
 	Device          string `help:"Compute device: auto (a registered accelerator that opens, else cpu), cpu, cuda, cuda:N." default:"auto"`
-	Precision       string `help:"Arithmetic: fp32 (full float32), tf32 (matrix products on TF32 tensor cores, about 1e-3 relative error) or bf16 (products on bfloat16 tensor cores and input features stored as bfloat16, about 1e-2; float32 weights and optimizer). On the CPU tf32 and bf16 are emulated, with the same numerics." enum:"fp32,tf32,bf16" default:"fp32"`
+	Precision       string `help:"Arithmetic: fp32 (full float32), tf32 (matrix products on TF32 tensor cores, about 1e-3 relative error) or bf16 (products on bfloat16 tensor cores, input features and, for sampled SAGE and GCN, activations and their gradients stored as bfloat16, about 1e-2; float32 weights and optimizer). On the CPU tf32 and bf16 are emulated, with the same numerics." enum:"fp32,tf32,bf16" default:"fp32"`
 	TF32            bool   `name:"tf32" hidden:"" help:"Deprecated: --precision tf32."`
 	Report          string `help:"Write a JSON report (accuracies, per-epoch losses, config) to FILE." placeholder:"FILE" type:"path"`
 	Plot            string `help:"Draw loss and accuracy curves to FILE (.png, .svg or .pdf)." placeholder:"FILE" type:"path"`
