@@ -240,6 +240,9 @@ func TestParseBytes(t *testing.T) {
 // every flag given in a mode that does not read it, is a usage error (exit
 // 2) naming the flag and the value, before any dataset or device opens.
 func TestTrainFlagValueErrors(t *testing.T) {
+	if raceDetector {
+		t.Skip("flag validation only: run by the non-race pass")
+	}
 	d := []string{"--devices", "cpu:2"}
 	fg := []string{"--mode", "fullgraph", "--model", "gcn", "--devices", "cpu:2"}
 	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }

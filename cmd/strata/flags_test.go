@@ -214,6 +214,9 @@ func values(f flagSpec, kind string) []string {
 // is not refused (it fails later at a known point, or runs); no value
 // panics or takes more than 200 MB.
 func TestFlagValues(t *testing.T) {
+	if raceDetector {
+		t.Skip("flag validation only: run by the non-race pass")
+	}
 	if !freshProcess(t) {
 		return
 	}
