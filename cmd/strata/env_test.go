@@ -95,6 +95,7 @@ func TestPrecisionFlag(t *testing.T) {
 // devices and reports the precision; its final loss differs from fp32's
 // (the products and features really are rounded) but stays close to it.
 func TestPrecisionRuns(t *testing.T) {
+	skipUnderRace(t)
 	clearRunEnv(t)
 	dir := t.TempDir()
 	type rep struct {

@@ -184,6 +184,7 @@ func TestTrainFullGraphBadPartitionFile(t *testing.T) {
 // optimizer, --eval-every) work, and so do checkpoints: a run stopped
 // after 3 epochs and resumed for 5 is the 5-epoch run.
 func TestModeFullIsFullGraphOnOneDevice(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	report := func(name string, args ...string) *fullgraph.Report {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 // spellings of --link-relation, and checks the printed metrics and the
 // report.
 func TestTrainHeteroLink(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	ds := filepath.Join(dir, "h")
 	if code, out, errb := strata(t, "--quiet", "gen", ds, "--preset", "hetero", "--nodes", "1000", "--seed", "3"); code != 0 {

@@ -37,6 +37,7 @@ func trainLosses(t *testing.T, ds, report string, extra ...string) *train.Report
 // fingerprint, and a short training run gives the same losses (with
 // -short, for the Parquet import only).
 func TestImportCoraTablesTrainsTheSame(t *testing.T) {
+	skipUnderRace(t)
 	cora, err := builtin.Load("cora")
 	if err != nil {
 		t.Fatal(err)

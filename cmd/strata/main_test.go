@@ -208,3 +208,12 @@ func TestGenImportInfoTrain(t *testing.T) {
 		t.Fatalf("import output:\n%s", out)
 	}
 }
+
+// skipUnderRace skips an end-to-end test of one in-process run in a
+// -race build (see race_on_test.go).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("end-to-end results of one run: the non-race pass runs it; its engine is race-tested in its package")
+	}
+}

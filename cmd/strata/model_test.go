@@ -72,6 +72,7 @@ func loadCora(t *testing.T) *dataset.Dataset {
 // exactly; predict's argmax gives the same test accuracy; embed's shapes
 // are the layers' widths.
 func TestSaveThenEvaluate(t *testing.T) {
+	skipUnderRace(t)
 	ds := loadCora(t)
 	for _, tc := range []struct {
 		name string
