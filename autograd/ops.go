@@ -390,7 +390,7 @@ func (t *Tape) ConstDropped(value backend.Buffer, rows, cols int, p float32, see
 // and b without copies when they have no other use. The output has the
 // tape's activation dtype (SetActivations).
 func (t *Tape) BiasActDropout(a, b, bias *Var, relu bool, p float32, seed uint64) (*Var, error) {
-	return t.BiasActDropoutAs(t.actType(), a, b, bias, relu, p, seed)
+	return t.BiasActDropoutAs(t.Activations(), a, b, bias, relu, p, seed)
 }
 
 // BiasActDropoutAs is BiasActDropout writing dtype dt: a model's last

@@ -36,9 +36,6 @@ func (t *Tape) Activations() backend.DType {
 	return t.act
 }
 
-// actType returns the activation dtype (Float32 unless set).
-func (t *Tape) actType() backend.DType { return t.Activations() }
-
 // Widen returns a constant Var of rows x cols holding x (a BFloat16 or
 // Float32 buffer of rows*cols elements) as float32, owned by the tape.
 func (t *Tape) Widen(x backend.Buffer, rows, cols int) (*Var, error) {
@@ -62,7 +59,7 @@ func (t *Tape) ToActivations(x *Var) (*Var, error) {
 	if err := t.check(op, x); err != nil {
 		return nil, err
 	}
-	dt := t.actType()
+	dt := t.Activations()
 	if x.DType() == dt {
 		return x, nil
 	}
@@ -153,7 +150,7 @@ func (t *Tape) GatherConstDropped(x backend.Buffer, xrows, cols int, idx backend
 	if !(p >= 0 && p < 1) {
 		return nil, errf(op, "p = %v, want 0 <= p < 1", p)
 	}
-	out, err := t.newVarT(op, t.actType(), idx.Len(), cols, false)
+	out, err := t.newVarT(op, t.Activations(), idx.Len(), cols, false)
 	if err != nil {
 		return nil, err
 	}
