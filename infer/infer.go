@@ -270,7 +270,7 @@ type run struct {
 	gcnDeg  []int64   // GCN: out-degrees of the whole self-loop graph
 	budgets []int64
 	hosts   []hostMatrix // per layer up to last, its output
-	scratch []*scratch   // per device
+	scratch [][]*scratch // per device, a scratch per builder
 	bar     *progress.Bar
 	res     []*resLayer // per layer, its output when kept on the devices
 	feats   *resLayer   // layer 1's input on the devices (Options.InputShards, or autoShards')
@@ -292,7 +292,6 @@ type run struct {
 type hostMatrix struct {
 	data  []float32
 	width int
-	pin   backend.HostBuffer // the pinned memory holding data, if any
 }
 
 func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
@@ -372,7 +371,7 @@ func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
 		return nil, err
 	}
 	r.req = req
-	r.scratch = make([]*scratch, p)
+	r.scratch = make([][]*scratch, p)
 	if k := opts.Keep; k != nil {
 		// A Run of the same work as the kept one: its plan and chunk
 		// budgets, so that its chunks are the kept ones.
@@ -507,11 +506,6 @@ func (r *run) free() {
 	r.res = nil
 	if r.ownFeats && r.feats != nil && !r.abandoned.Load() {
 		r.feats.free(r.opts.Backends)
-	}
-	for _, h := range r.hosts {
-		if h.pin != nil {
-			h.pin.Free()
-		}
 	}
 	r.hosts = nil
 	r.bar.Finish()
@@ -685,9 +679,6 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			r.feats.free(r.opts.Backends)
 		}
 		if l > 0 { // the layer below is read no more
-			if h := r.hosts[l-1]; h.pin != nil {
-				h.pin.Free()
-			}
 			r.hosts[l-1] = hostMatrix{}
 			if rin != nil {
 				rin.free(r.opts.Backends)
@@ -853,21 +844,11 @@ func (r *run) output(l int) (hostMatrix, error) {
 	if n > math.MaxInt || n*4 > math.MaxInt64/2 {
 		return hostMatrix{}, errf(fmt.Sprintf("layer %d", l+1), "output of %d x %d values is too large", rows, w)
 	}
-	h := hostMatrix{width: w}
-	// Pinned below the requested layer (the requested one is handed to
-	// the caller as a Go slice) when the next layer gathers from it on
-	// the host: pinning costs time, worth it for the many uploads of
-	// gathered rows, not for the one upload of a matrix that fits on the
-	// devices.
-	if pm, ok := r.opts.Backends[0].(backend.PinnedMemory); ok && n > 0 && l < r.last && !r.fits(uint64(n)*4) {
-		if buf, err := pm.AllocPinned(uint64(n)*4, false); err == nil {
-			h.pin, h.data = buf, buf.Float32s()[:n]
-			clear(h.data)
-		}
-	}
-	if h.data == nil {
-		h.data = make([]float32, n)
-	}
+	// Go memory, never pinned: the next layer gathers each chunk's rows
+	// from it into pinned staging (worker.staging), and place uploads it
+	// whole only when it fits on the devices. Pinning a matrix that does
+	// not fit (114 GB at papers100M's size) would take minutes.
+	h := hostMatrix{data: make([]float32, n), width: w}
 	for len(r.hosts) <= l {
 		r.hosts = append(r.hosts, hostMatrix{})
 	}

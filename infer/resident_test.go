@@ -254,3 +254,39 @@ func TestResidentBadExchange(t *testing.T) {
 	}
 	sameBits(t, got, single)
 }
+
+// TestBuildersMatchOne: several chunk builders per device (Workers 16:
+// 4 builders, each chunk built by 4 goroutines) give the output of one
+// serial builder bit for bit, with the hidden layers resident or on the
+// host, on 1 and 2 CPU devices, and every chunk arrives in its turn.
+func TestBuildersMatchOne(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
+	x := inputs(t, ds, false)
+	for _, devices := range []int{1, 2} {
+		for _, res := range []Residency{ResidentOff, ResidentOn} {
+			t.Run(fmt.Sprintf("devices=%d/resident=%v", devices, res == ResidentOn), func(t *testing.T) {
+				bs := make([]backend.Backend, devices)
+				for i := range bs {
+					bs[i] = newCPU(t)
+				}
+				want := runOn(t, bs, cfg, params, in, x, Request{}, Options{Budget: MinBudget, Resident: res, Workers: 1})
+				got := runOn(t, bs, cfg, params, in, x, Request{}, Options{Budget: MinBudget, Resident: res, Workers: 16})
+				if want.Layers[0].Chunks < 8 {
+					t.Fatalf("%d chunks in layer 1: too few to run builders side by side", want.Layers[0].Chunks)
+				}
+				sameBits(t, got, want)
+			})
+		}
+	}
+}
+
+func TestBuildersSplitWorkers(t *testing.T) {
+	for _, c := range []struct{ workers, n, each int }{{1, 1, 1}, {3, 1, 3}, {4, 1, 4}, {8, 2, 4}, {16, 4, 4}, {64, 4, 16}} {
+		r := run{opts: Options{Backends: make([]backend.Backend, 1), Workers: c.workers}}
+		if n, each := r.builders(); n != c.n || each != c.each {
+			t.Errorf("workers %d: %d builders of %d, want %d of %d", c.workers, n, each, c.n, c.each)
+		}
+	}
+}

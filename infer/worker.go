@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,18 @@ func (r *run) workers() int {
 	return max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends))
 }
 
+// maxBuilders caps the chunks a device builds at once: each builder
+// holds a scratch of one word a node (888 MB at papers100M's size).
+const maxBuilders = 4
+
+// builders returns how many chunks a device builds at once and the
+// goroutines each build takes: a builder per minParallel workers.
+func (r *run) builders() (n, each int) {
+	w := r.workers()
+	n = max(1, min(maxBuilders, w/minParallel))
+	return n, max(1, w/n)
+}
+
 // chunkDst lists the destinations of the device's chunk [a, b).
 func (w *worker) chunkDst(a, b int) []int32 {
 	nodes, lo, _, _ := w.r.nodesOf(w.l, w.d)
@@ -128,50 +141,59 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	if chunks == 0 && w.rounds == 0 {
 		return nil
 	}
-	if r.scratch[w.d] == nil {
-		r.scratch[w.d] = newScratch(r.n)
+	nb, each := r.builders()
+	nb = max(1, min(nb, chunks))
+	for len(r.scratch[w.d]) < nb {
+		r.scratch[w.d] = append(r.scratch[w.d], newScratch(r.n))
 	}
 	defer w.freeStaging()
-	// The chunks kept by an earlier Run, looked up before the builder
-	// starts (the device's map of kept chunks is this goroutine's).
+	// The chunks kept by an earlier Run, looked up before the builders
+	// start (the device's map of kept chunks is this goroutine's).
 	kept := make([]*keptChunk, chunks)
 	for c := range kept {
 		kept[c] = r.opts.Keep.chunk(w.d, w.l, c)
 	}
-	// The builder makes chunk c+1 (and c+2, one waiting) on the host
-	// while this goroutine computes chunk c: the rounds of a resident
-	// layer are lockstep, the building is not.
-	preps := make(chan prepared, 1)
+	// nb builders make the next chunks on the host while this goroutine
+	// computes chunk c, builder i the chunks c with c%nb == i, each with
+	// its own scratch, one chunk waiting in its channel: one chunk's
+	// build cannot use a host's cores, several at once can. The rounds
+	// of a resident layer are lockstep, the building is not.
+	preps := make([]chan prepared, nb)
+	busy := make([]time.Duration, nb)
 	stop := make(chan struct{})
-	var builder sync.WaitGroup
+	var builders sync.WaitGroup
 	defer func() {
 		close(stop)
-		builder.Wait() // the scratch is the next layer's after this
+		builders.Wait() // the scratches are the next layer's after this
+		r.buildSec[w.d] = slices.Max(busy)
 	}()
-	builder.Add(1)
-	go func() {
-		defer builder.Done()
-		s, workers := r.scratch[w.d], r.workers()
-		for c := range chunks {
-			t0 := time.Now()
-			var p prepared
-			var src []int32
-			if kc := kept[c]; kc != nil {
-				src = kc.src
-			} else if p.hc, p.err = buildChunk(r.in, s, w.chunkDst(bounds[c], bounds[c+1]), r.gcnDeg, workers); p.err == nil {
-				src = p.hc.src
+	for i := range nb {
+		preps[i] = make(chan prepared, 1)
+		builders.Add(1)
+		go func() {
+			defer builders.Done()
+			s := r.scratch[w.d][i]
+			for c := i; c < chunks; c += nb {
+				t0 := time.Now()
+				var p prepared
+				var src []int32
+				if kc := kept[c]; kc != nil {
+					src = kc.src
+				} else if p.hc, p.err = buildChunk(r.in, s, w.chunkDst(bounds[c], bounds[c+1]), r.gcnDeg, each); p.err == nil {
+					src = p.hc.src
+				}
+				if p.err == nil && w.rin != nil {
+					p.rt, p.err = r.routeOf(w.rin, w.d, src, each)
+				}
+				busy[i] += time.Since(t0)
+				select {
+				case preps[i] <- p:
+				case <-stop:
+					return
+				}
 			}
-			if p.err == nil && w.rin != nil {
-				p.rt, p.err = r.routeOf(w.rin, w.d, src, workers)
-			}
-			r.buildSec[w.d] += time.Since(t0)
-			select {
-			case preps <- p:
-			case <-stop:
-				return
-			}
-		}
-	}()
+		}()
+	}
 	nodes, lo, _, base := r.nodesOf(w.l, w.d)
 	for c := 0; c < max(chunks, w.rounds); c++ {
 		if err := ctx.Err(); err != nil {
@@ -187,7 +209,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		var p prepared
 		t0 := time.Now()
 		select {
-		case p = <-preps:
+		case p = <-preps[c%nb]:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -357,4 +379,12 @@ func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
 		}
 	}
 	return kc, nil
+}
+
+// ScratchBytes is the host memory the chunk builders of a Run on devices
+// devices take over a graph of nodes nodes (Options.Workers unset).
+func ScratchBytes(nodes int64, devices int) int64 {
+	r := run{opts: Options{Backends: make([]backend.Backend, max(devices, 1))}}
+	n, _ := r.builders()
+	return 8 * nodes * int64(max(devices, 1)*n)
 }

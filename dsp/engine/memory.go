@@ -119,7 +119,7 @@ func evalHostBytes(tc *train.Config, s train.Shape, hostDevices bool, k int) flo
 		wmax := slices.Max(w)
 		peak += float64(k) * min(infer.DefaultBudget, (8*n*wmax+8*float64(s.Edges))/float64(k))
 	}
-	return peak
+	return peak + float64(infer.ScratchBytes(s.Nodes, k))
 }
 
 // cachesEverything reports whether the cache plan of budget bytes per

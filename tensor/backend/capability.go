@@ -209,7 +209,9 @@ type CSRBuffers interface {
 // Memory is implemented by back ends with device memory and a caching
 // allocator in front of it.
 type Memory interface {
-	// MemInfo returns the device's free and total memory.
+	// MemInfo returns the memory an allocation can still obtain (what
+	// the device has free plus what the allocator caches, which it
+	// releases when an allocation falls short) and the device's total.
 	MemInfo() (free, total uint64, err error)
 	// Stats returns the allocator's counters.
 	Stats() AllocStats

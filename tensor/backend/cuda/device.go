@@ -346,14 +346,20 @@ func (d *Device) ReleaseCache() error {
 	return d.alloc.release()
 }
 
-// MemInfo returns the device's free and total memory.
+// MemInfo returns the memory an allocation can still obtain, the
+// driver's free memory plus the blocks the caching allocator holds
+// (released to the driver when an allocation falls short), and the
+// device's total memory.
 func (d *Device) MemInfo() (free, total uint64, err error) {
 	leave, err := d.enter()
 	if err != nil {
 		return 0, 0, err
 	}
 	defer leave()
-	return cu.MemGetInfo()
+	if free, total, err = cu.MemGetInfo(); err != nil {
+		return 0, 0, err
+	}
+	return min(free+uint64(max(d.alloc.stats.CachedBytes, 0)), total), total, nil
 }
 
 // Synchronize waits for all queued work and reports index errors found on
