@@ -3,6 +3,7 @@ package infer
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -137,5 +138,49 @@ func BenchmarkBuildChunk(b *testing.B) {
 			}
 			b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
 		})
+	}
+}
+
+// TestPlanMatchesDefinition: the nodes each layer computes, found by
+// several goroutines over a bitset, are the sorted union of the next
+// layer's nodes and their in-neighbors, hop by hop, whatever the number
+// of goroutines.
+func TestPlanMatchesDefinition(t *testing.T) {
+	const n = 400_000 // enough nodes a hop for 8 goroutines
+	in := randomGraph(n, 3)
+	req := make([]int32, 0, 3000)
+	for v := int32(7); v < n; v += 29 {
+		req = append(req, v, v) // duplicates are listed once
+	}
+	want := [][]int32{nil, nil, nil}
+	cur := slices.Clone(req)
+	slices.Sort(cur)
+	want[2] = slices.Compact(cur)
+	for l := 1; l >= 0; l-- {
+		set := map[int32]bool{}
+		for _, v := range want[l+1] {
+			set[v] = true
+			for _, u := range in.Indices[in.Indptr[v]:in.Indptr[v+1]] {
+				set[u] = true
+			}
+		}
+		for v := range set {
+			want[l] = append(want[l], v)
+		}
+		slices.Sort(want[l])
+	}
+	if len(want[0]) == n || len(want[1]) == n || len(want[1]) <= len(want[2]) {
+		t.Fatalf("layers of %d, %d, %d nodes: not a test of the hops", len(want[0]), len(want[1]), len(want[2]))
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 3, 8} {
+		runtime.GOMAXPROCS(procs)
+		r := &run{in: in, n: n, last: 2}
+		r.plan(req)
+		for l := range want {
+			if !slices.Equal(r.need[l], want[l]) {
+				t.Fatalf("GOMAXPROCS %d, layer %d: %d nodes, want %d", procs, l+1, len(r.need[l]), len(want[l]))
+			}
+		}
 	}
 }

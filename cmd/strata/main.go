@@ -111,5 +111,8 @@ type usageError struct{ error }
 func (u usageError) Unwrap() error { return u.error }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	stop := startCPUProfile(os.Getenv("STRATA_CPU_PROFILE"), os.Stderr)
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
