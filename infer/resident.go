@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 
 	"github.com/strata-gnn/strata/comm"
 	"github.com/strata-gnn/strata/comm/inproc"
@@ -46,7 +45,8 @@ type resLayer struct {
 	width int
 	base  []int // per device: index in need of its first node (need != nil)
 	need  []int32
-	bytes int64 // the largest device's
+	rank  *rankIndex // positions in need (need != nil)
+	bytes int64      // the largest device's
 	// where, when set, locates a node's row (the features' shards,
 	// Options.InputShards); otherwise device owner(u) holds it, at its
 	// offset in the device's range or part of need.
@@ -86,6 +86,9 @@ func (r *run) residentPlan(ctx context.Context, l int) (*resLayer, string) {
 	}
 	w := r.layers[0].LayerWidth(l)
 	rl := &resLayer{width: w, rows: make([]int, p), base: make([]int, p), need: r.need[l]}
+	if rl.need != nil {
+		rl.rank = newRankIndex(r.n, rl.need)
+	}
 	need := make(map[backend.Backend]int64) // bytes per back end (virtual devices share one)
 	for d, b := range r.opts.Backends {
 		nodes, lo, hi, base := r.nodesOf(l, d)
@@ -232,7 +235,11 @@ func (r *run) closeExchange(failed bool) {
 // owner returns the device whose range holds node u.
 func (r *run) owner(u int32) int {
 	off := r.opts.Offsets
-	return sort.Search(len(off)-1, func(i int) bool { return off[i+1] > int64(u) })
+	o := 0 // a scan: a few devices, looked up for every source of every chunk
+	for o < len(off)-2 && off[o+1] <= int64(u) {
+		o++
+	}
+	return o
 }
 
 // route is a chunk's sources sorted by the device holding their rows of
@@ -257,7 +264,7 @@ func (r *run) locate(rl *resLayer, u int32) (int, int32, error) {
 		o = r.owner(u)
 		k = int64(u) - r.opts.Offsets[o]
 		if rl.need != nil {
-			j, ok := slices.BinarySearch(rl.need, u)
+			j, ok := rl.rank.rank(u)
 			if !ok {
 				return 0, 0, fmt.Errorf("source node %d was not computed by the layer below", u)
 			}
