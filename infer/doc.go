@@ -89,12 +89,19 @@
 // edges of its range of edges from the counts of the ranges before it,
 // so the block is the same bytes whatever the number of goroutines
 // (the destinations, then the other sources in the order of their
-// first edge). A builder goroutine per device makes the next chunks
-// (and, for a resident input, their routes to the devices holding
-// their rows) while the device computes the current one: the
-// exchange's rounds are lockstep, the building runs ahead. LayerStats.BuildSeconds and
-// BuildWaitSeconds (and the log) say how long the building took and
-// how much of it the computing waited for.
+// first edge). Up to 4 builders per device (one per 4 workers, each
+// with its own scratch; builder i makes the chunks c with c%builders
+// == i, the device takes them in order) make the next chunks (and, for
+// a resident input, their routes to the devices holding their rows,
+// a node's row found in constant time by a rank index when the layer
+// computed a list of nodes) while the device computes the current one:
+// the exchange's rounds are lockstep, the building runs ahead.
+// LayerStats.BuildSeconds and BuildWaitSeconds (and the log) say how
+// long the building took and how much of it the computing waited for.
+//
+// The nodes each layer computes (the requested ones, then hop by hop
+// their in-neighbors) are marked in a bitset by several goroutines and
+// listed in order; the log's first line gives this setup's time.
 //
 // Only what the request needs is computed: the last layer for the
 // requested nodes, each earlier layer for the nodes the next one reads
