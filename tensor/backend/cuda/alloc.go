@@ -82,6 +82,17 @@ func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 		a.stats.InUseBytes += int64(size)
 		return p, size, nil
 	}
+	if size > largeBlock {
+		if fit := a.bestFit(size); fit != 0 {
+			l := a.free[fit]
+			p := l[len(l)-1]
+			a.free[fit] = l[:len(l)-1]
+			a.stats.Hits++
+			a.stats.CachedBytes -= int64(fit)
+			a.stats.InUseBytes += int64(fit)
+			return p, fit, nil
+		}
+	}
 	a.stats.Misses++
 	p, err := cu.MemAlloc(size)
 	if cu.IsCode(err, cu.ErrOutOfMemory) {
@@ -102,6 +113,22 @@ func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 	a.stats.InUseBytes += int64(size)
 	a.stats.PeakBytes = max(a.stats.PeakBytes, a.stats.InUseBytes+a.stats.CachedBytes)
 	return p, size, nil
+}
+
+// bestFit returns the smallest cached block size above size by at most a
+// quarter, 0 if none: large blocks are rounded to largeStep only, so
+// buffers whose sizes vary a little from use to use (an inference
+// chunk's staging, gigabytes each) would otherwise never find their
+// predecessors' blocks, and the cache would fill until an allocation
+// fails and releases it all.
+func (a *allocator) bestFit(size uint64) uint64 {
+	best := uint64(0)
+	for s, l := range a.free {
+		if len(l) > 0 && s > size && s-size <= size/4 && (best == 0 || s < best) {
+			best = s
+		}
+	}
+	return best
 }
 
 func (a *allocator) put(p cu.DevPtr, size uint64) {
