@@ -768,6 +768,7 @@ func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 		rows = r.hosts[l-1].data
 	}
 	bytes := uint64(len(rows)) * 4
+	var uploads []int // devices given their own copy
 	for d, b := range r.opts.Backends {
 		if l == 0 && r.opts.Inputs != nil && r.opts.Inputs[d] != nil {
 			out[d], kept[d] = r.opts.Inputs[d], true // the caller's
@@ -801,16 +802,28 @@ func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 			r.freePlaced(out, kept)
 			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
 		}
-		if err := b.Upload(buf, rows); err != nil {
-			b.Free(buf)
-			r.freePlaced(out, kept)
-			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, b.Name()), Err: err}
-		}
 		out[d] = buf
-		if l == 0 {
-			// The features do not change between Runs: keep them when
-			// they fit.
-			_, kept[d] = r.opts.Keep.features(d, buf, int64(bytes))
+		uploads = append(uploads, d)
+	}
+	// The uploads run on every device at once: one after the other, the
+	// papers shape's 57 GB table took 30 s to reach 4 GPUs.
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	for _, d := range uploads {
+		wg.Go(func() { errs[d] = r.opts.Backends[d].Upload(out[d], rows) })
+	}
+	wg.Wait()
+	for _, d := range uploads {
+		if errs[d] != nil {
+			r.freePlaced(out, kept)
+			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, r.opts.Backends[d].Name()), Err: errs[d]}
+		}
+	}
+	if l == 0 {
+		// The features do not change between Runs: keep them when they
+		// fit.
+		for _, d := range uploads {
+			_, kept[d] = r.opts.Keep.features(d, out[d], int64(bytes))
 		}
 	}
 	return out, kept, nil
