@@ -3,6 +3,7 @@ package infer
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -101,6 +102,10 @@ func (r *run) autoShards(ctx context.Context) *resLayer {
 		return nil
 	}
 	rl := &resLayer{bufs: make([]backend.Buffer, p), rows: make([]int, p), base: make([]int, p), width: cols}
+	// Every device uploads its range at once (distinct back ends, checked
+	// above).
+	errs := make([]error, p)
+	var wg sync.WaitGroup
 	for d, b := range r.opts.Backends {
 		lo, hi := r.opts.Offsets[d], r.opts.Offsets[d+1]
 		rl.rows[d] = int(hi - lo)
@@ -108,21 +113,24 @@ func (r *run) autoShards(ctx context.Context) *resLayer {
 		if hi == lo {
 			continue // nothing to hold: no buffer
 		}
-		buf, err := allocRaw(b, backend.Float32, rl.rows[d]*cols)
-		if err == nil {
-			err = b.Upload(buf, r.x.Dense[lo*int64(cols):hi*int64(cols)])
-		}
-		if err != nil {
-			if buf != nil {
-				b.Free(buf)
+		wg.Go(func() {
+			buf, err := allocRaw(b, backend.Float32, rl.rows[d]*cols)
+			if err == nil {
+				rl.bufs[d] = buf
+				err = b.Upload(buf, r.x.Dense[lo*int64(cols):hi*int64(cols)])
 			}
+			errs[d] = err
+		})
+	}
+	wg.Wait()
+	for d, err := range errs {
+		if err != nil {
 			rl.free(r.opts.Backends)
 			if r.opts.Log != nil {
-				fmt.Fprintf(r.opts.Log, "inference layer 1: the features' ranges not uploaded (%s: %v)\n", b.Name(), err)
+				fmt.Fprintf(r.opts.Log, "inference layer 1: the features' ranges not uploaded (%s: %v)\n", r.opts.Backends[d].Name(), err)
 			}
 			return nil
 		}
-		rl.bufs[d] = buf
 	}
 	r.ownFeats = true
 	return rl
