@@ -133,6 +133,12 @@ type Options struct {
 	// Log, when set, receives one line per layer: where its input was
 	// read and its output went, with the bytes per device.
 	Log io.Writer
+	// ProfileOps times every op each device queues during each layer
+	// (back ends with backend.Profiler: CUDA) and logs the layer's
+	// largest ops per device and the host time of each phase of a
+	// chunk; the run is slower. Without Log it only fills
+	// LayerStats.Ops.
+	ProfileOps bool
 }
 
 // Shards is layer 1's input held by the devices (Options.InputShards):
@@ -198,6 +204,16 @@ type LayerStats struct {
 	// of the building not hidden behind the computing.
 	BuildSeconds     float64 `json:"build_seconds"`
 	BuildWaitSeconds float64 `json:"build_wait_seconds"`
+	// Phases is the host time the slowest device spent in each phase of
+	// its chunks: "block" (the block's upload), "input" (the source rows:
+	// the exchange, a gather or an upload), "forward" (queuing the
+	// layer) and "output" (writing the rows). Work queued on a device
+	// is counted where the host next waits for it.
+	Phases map[string]float64 `json:"phases,omitempty"`
+	// Ops, with Options.ProfileOps, is each device's device time per op
+	// over the layer, largest first (nil where the back end has no
+	// profiler).
+	Ops [][]backend.OpTime `json:"ops,omitempty"`
 }
 
 // Error reports a request or an input that cannot run, or a failure
@@ -286,6 +302,7 @@ type run struct {
 	// buildSec, buildWait: per device, the current layer's host
 	// building time and the compute goroutine's wait for it.
 	buildSec, buildWait []time.Duration
+	phases              [][numPhases]time.Duration // per device, the current layer's
 	exch                []comm.Comm // the resident layers' exchange (several devices)
 	ownExch             bool        // exch is this run's to close
 	// abandoned: the watchdog gave up on a stalled device whose
@@ -684,7 +701,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		desc := r.describe(st, rin)
 		r.bar.Describe(fmt.Sprintf("%s: %s", r.opts.Progress, desc))
 		r.buildSec, r.buildWait = make([]time.Duration, p), make([]time.Duration, p)
+		r.phases = make([][numPhases]time.Duration, p)
+		profiling := r.startProfiles()
 		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
+		if profiling {
+			st.Ops = r.stopProfiles()
+		}
 		for d, buf := range placed {
 			if buf != nil && !kept[d] && slices.Index(placed, buf) == d && !r.abandoned.Load() { // shared by virtual devices: freed once
 				r.opts.Backends[d].Free(buf)
@@ -695,10 +717,19 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		st.Seconds = time.Since(t0).Seconds()
 		st.BuildSeconds, st.BuildWaitSeconds = slices.Max(r.buildSec).Seconds(), slices.Max(r.buildWait).Seconds()
+		st.Phases = make(map[string]float64, numPhases)
+		for i, name := range phaseNames {
+			for d := range p {
+				st.Phases[name] = max(st.Phases[name], r.phases[d][i].Seconds())
+			}
+		}
 		res.Layers = append(res.Layers, st)
 		if r.opts.Log != nil {
 			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s (blocks built on the host in %.2f s a device, %.2f s of it waited for)\n",
 				desc, st.Nodes, st.Chunks, st.Seconds, st.BuildSeconds, st.BuildWaitSeconds)
+			if r.opts.ProfileOps {
+				r.logProfile(st)
+			}
 		}
 		if l == 0 && r.ownFeats && !r.abandoned.Load() {
 			r.feats.free(r.opts.Backends)

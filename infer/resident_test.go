@@ -290,3 +290,27 @@ func TestBuildersSplitWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestPhases: every layer reports the host time of each phase of its
+// chunks, and with ProfileOps the log has a line of them per layer (the
+// CPU back end has no op profiler: no op lines, no Ops).
+func TestPhases(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
+	x := inputs(t, ds, false)
+	bs := []backend.Backend{newCPU(t), newCPU(t)}
+	var log bytes.Buffer
+	res := runOn(t, bs, cfg, params, in, x, Request{}, Options{Budget: MinBudget, Resident: ResidentOn, Log: &log, ProfileOps: true})
+	for _, st := range res.Layers {
+		if len(st.Phases) != numPhases || st.Phases["input"] <= 0 || st.Phases["forward"] <= 0 || st.Ops != nil {
+			t.Errorf("layer %d: phases %v, ops %v", st.Layer, st.Phases, st.Ops)
+		}
+		if want := fmt.Sprintf("inference layer %d host time (slowest device): block ", st.Layer); !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if strings.Contains(log.String(), " ops on ") {
+		t.Errorf("op lines without a profiler:\n%s", log.String())
+	}
+}

@@ -200,7 +200,10 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 			return err
 		}
 		if c >= chunks { // an empty round: serve the others' requests
-			if _, err := w.fetch(ctx, nil, nil, nil); err != nil {
+			clk := w.clock()
+			_, err := w.fetch(ctx, nil, nil, nil)
+			clk.mark(phaseInput)
+			if err != nil {
 				return &Error{Op: fmt.Sprintf("layer %d on %s, round %d of %d (no chunk of its own)", w.l+1, w.b.Name(), c+1, w.rounds), Err: err}
 			}
 			done.Add(1)
@@ -242,6 +245,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 // are offered to it otherwise.
 func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, row0, local int, p prepared, kc *keptChunk) error {
 	r, b := w.r, w.b
+	clk := w.clock()
 	if p.err != nil {
 		if w.exch != nil { // tell the others, who wait for this round
 			_, p.err = w.fetch(ctx, nil, nil, p.err)
@@ -261,6 +265,7 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 		}
 	}
 	blk, src := kc.blk, kc.src
+	clk.mark(phaseBlock)
 	t := autograd.NewTape(b)
 	defer t.Release()
 	var x *autograd.Var
@@ -325,10 +330,13 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 			return err
 		}
 	}
+	clk.mark(phaseInput)
 	y, err := w.layer.ForwardLayer(t, w.l, x, xs, blk)
 	if err != nil {
 		return err
 	}
+	clk.mark(phaseForward)
+	defer clk.mark(phaseOutput)
 	wd := out.width
 	if y.Rows != len(dst) || y.Cols != wd {
 		return fmt.Errorf("layer produced %d x %d for %d nodes, want width %d", y.Rows, y.Cols, len(dst), wd)

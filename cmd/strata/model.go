@@ -216,7 +216,10 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log})
+	// STRATA_INFER_PROFILE=1: each layer's host phases and, on GPUs, its
+	// largest ops per device (docs/configuration.md).
+	profile := os.Getenv("STRATA_INFER_PROFILE") == "1"
+	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log, ProfileOps: profile})
 }
 
 // predictCmd is 'strata predict'.
