@@ -303,8 +303,8 @@ type run struct {
 	// building time and the compute goroutine's wait for it.
 	buildSec, buildWait []time.Duration
 	phases              [][numPhases]time.Duration // per device, the current layer's
-	exch                []comm.Comm // the resident layers' exchange (several devices)
-	ownExch             bool        // exch is this run's to close
+	exch                []comm.Comm                // the resident layers' exchange (several devices)
+	ownExch             bool                       // exch is this run's to close
 	// abandoned: the watchdog gave up on a stalled device whose
 	// goroutine may wake later; the device buffers it could touch are
 	// left unfreed rather than freed under it.
