@@ -74,23 +74,12 @@ type allocator struct {
 
 func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 	size := classSize(bytes)
-	if l := a.free[size]; len(l) > 0 {
-		p := l[len(l)-1]
-		a.free[size] = l[:len(l)-1]
-		a.stats.Hits++
-		a.stats.CachedBytes -= int64(size)
-		a.stats.InUseBytes += int64(size)
-		return p, size, nil
+	if len(a.free[size]) > 0 {
+		return a.reuse(size), size, nil
 	}
 	if size > largeBlock {
 		if fit := a.bestFit(size); fit != 0 {
-			l := a.free[fit]
-			p := l[len(l)-1]
-			a.free[fit] = l[:len(l)-1]
-			a.stats.Hits++
-			a.stats.CachedBytes -= int64(fit)
-			a.stats.InUseBytes += int64(fit)
-			return p, fit, nil
+			return a.reuse(fit), fit, nil
 		}
 	}
 	a.stats.Misses++
@@ -113,6 +102,17 @@ func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 	a.stats.InUseBytes += int64(size)
 	a.stats.PeakBytes = max(a.stats.PeakBytes, a.stats.InUseBytes+a.stats.CachedBytes)
 	return p, size, nil
+}
+
+// reuse hands out the last cached block of size.
+func (a *allocator) reuse(size uint64) cu.DevPtr {
+	l := a.free[size]
+	p := l[len(l)-1]
+	a.free[size] = l[:len(l)-1]
+	a.stats.Hits++
+	a.stats.CachedBytes -= int64(size)
+	a.stats.InUseBytes += int64(size)
+	return p
 }
 
 // bestFit returns the smallest cached block size above size by at most a
