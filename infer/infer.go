@@ -704,7 +704,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		r.phases = make([][numPhases]time.Duration, p)
 		profiling := r.startProfiles()
 		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
-		if profiling {
+		if profiling && err == nil { // a failed layer's devices may never drain
 			st.Ops = r.stopProfiles()
 		}
 		for d, buf := range placed {
