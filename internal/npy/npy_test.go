@@ -104,3 +104,54 @@ func FuzzParseInts(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteBlocks: values across several write blocks (and a partial
+// last one) come back in order, float32 and int32.
+func TestWriteBlocks(t *testing.T) {
+	const n = 2<<18 + 5
+	dir := t.TempDir()
+	f := make([]float32, n)
+	ints := make([]int32, n)
+	for i := range f {
+		f[i] = float32(i) * -0.5
+		ints[i] = int32(i*7 - n)
+	}
+	if err := WriteFloat32(filepath.Join(dir, "f.npy"), n, 1, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteInt32(filepath.Join(dir, "i.npy"), ints); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "f.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ParseHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(len(b)) - h.DataOffset; got != 4*n {
+		t.Fatalf("%d data bytes, want %d", got, 4*n)
+	}
+	for i, v := range f {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(b[h.DataOffset+int64(4*i):])); got != v {
+			t.Fatalf("float %d is %v, want %v", i, got, v)
+		}
+	}
+	b, err = os.ReadFile(filepath.Join(dir, "i.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseInts(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("%d ints, want %d", len(got), n)
+	}
+	for i, v := range ints {
+		if got[i] != int64(v) {
+			t.Fatalf("int %d is %d, want %d", i, got[i], v)
+		}
+	}
+}
