@@ -284,10 +284,15 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if err != nil {
 		return err
 	}
+	inferred := time.Now()
+	if l.log != nil && len(res.Data) >= 1<<28 { // from 1 GB; at papers100M's size it takes minutes
+		fmt.Fprintf(l.log, "writing %s (%.1f GB)\n", out, float64(4*len(res.Data))/1e9)
+	}
 	if err := npy.WriteFloat32(out, res.Rows, res.Cols, res.Data); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s) in %.1fs\n", out, res.Rows, res.Cols, describeLayer(layer, L), time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s) in %.1fs (inference %.1fs, writing %.1fs)\n", out, res.Rows, res.Cols, describeLayer(layer, L),
+		time.Since(start).Seconds(), inferred.Sub(start).Seconds(), time.Since(inferred).Seconds())
 	return nil
 }
 
