@@ -106,7 +106,12 @@ func (r *run) workers() int {
 	if r.opts.Workers > 0 {
 		return r.opts.Workers
 	}
-	return max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends))
+	return defaultWorkers(len(r.opts.Backends))
+}
+
+// defaultWorkers is a device's share of GOMAXPROCS among devices.
+func defaultWorkers(devices int) int {
+	return max(1, runtime.GOMAXPROCS(0)/max(devices, 1))
 }
 
 // maxBuilders caps the chunks a device builds at once: each builder
@@ -114,11 +119,14 @@ func (r *run) workers() int {
 const maxBuilders = 4
 
 // builders returns how many chunks a device builds at once and the
-// goroutines each build takes: a builder per minParallel workers.
-func (r *run) builders() (n, each int) {
-	w := r.workers()
-	n = max(1, min(maxBuilders, w/minParallel))
-	return n, max(1, w/n)
+// goroutines each build takes.
+func (r *run) builders() (n, each int) { return splitBuilders(r.workers()) }
+
+// splitBuilders splits a device's workers into builders: one per
+// minParallel workers, at most maxBuilders.
+func splitBuilders(workers int) (n, each int) {
+	n = max(1, min(maxBuilders, workers/minParallel))
+	return n, max(1, workers/n)
 }
 
 // chunkDst lists the destinations of the device's chunk [a, b).
@@ -392,7 +400,6 @@ func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
 // ScratchBytes is the host memory the chunk builders of a Run on devices
 // devices take over a graph of nodes nodes (Options.Workers unset).
 func ScratchBytes(nodes int64, devices int) int64 {
-	r := run{opts: Options{Backends: make([]backend.Backend, max(devices, 1))}}
-	n, _ := r.builders()
+	n, _ := splitBuilders(defaultWorkers(devices))
 	return 8 * nodes * int64(max(devices, 1)*n)
 }
