@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -251,5 +252,31 @@ func TestResumeKeepsPrecision(t *testing.T) {
 	cfg.Precision = "fp32"
 	if rep := quietRun(t, cfg, Options{CheckpointDir: dir, Resume: true}); len(rep.Epochs) != 3 {
 		t.Fatalf("resumed at fp32: %d epochs", len(rep.Epochs))
+	}
+}
+
+// TestRoundIntoParts checks the parallel rounding over several blocks,
+// into a new slice (the source kept) and in place.
+func TestRoundIntoParts(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	n := 5*scanBlock + 7
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(i)*1.000123 + 0.3
+	}
+	orig := append([]float32(nil), src...)
+	dst := make([]float32, n)
+	roundInto(dst, src, backend.BF16)
+	if !sameBits(src, orig) {
+		t.Fatal("roundInto modified its source")
+	}
+	for i, v := range dst {
+		if want := backend.RoundBF16(orig[i]); math.Float32bits(v) != math.Float32bits(want) {
+			t.Fatalf("value %d = %v, want %v", i, v, want)
+		}
+	}
+	roundInto(src, src, backend.BF16)
+	if !sameBits(src, dst) {
+		t.Fatal("in place differs from into a new slice")
 	}
 }
