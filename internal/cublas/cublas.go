@@ -41,6 +41,7 @@ type lib struct {
 	found                                        *cudalib.Found
 	create, destroy, setStream, setMath, version uintptr
 	sgemm, getProperty, gemmEx                   uintptr
+	setWorkspace                                 uintptr // optional: 0 before cuBLAS 11.2
 }
 
 var (
@@ -79,6 +80,7 @@ func open() (*lib, error) {
 		}
 		*s.dst = p
 	}
+	x.setWorkspace, _ = cudalib.Sym(f.Handle, "cublasSetWorkspace_v2")
 	return x, nil
 }
 
@@ -154,6 +156,26 @@ func (h *Handle) Destroy() error {
 // SetStream makes later calls run on stream s (a CUstream).
 func (h *Handle) SetStream(s uintptr) error {
 	return check("cublasSetStream_v2", call(l.setStream, h.h, s))
+}
+
+// WorkspaceBytes is the workspace Strata gives each handle: NVIDIA's
+// recommendation for Hopper (32 MiB; 4 MiB suffices before it).
+const WorkspaceBytes = 32 << 20
+
+// SetWorkspace makes the handle use the size bytes of device memory at ptr
+// as its workspace, so that no product allocates or frees device memory
+// itself (a cudaFree waits for all the device's work, collectives on
+// other streams included), as PyTorch gives cuBLAS its workspace. Call it
+// after every SetStream, which resets the workspace to cuBLAS's own. It
+// reports false when the library lacks cublasSetWorkspace (before 11.2).
+func (h *Handle) SetWorkspace(ptr uintptr, size int) (bool, error) {
+	if l.setWorkspace == 0 {
+		return false, nil
+	}
+	if size < 0 {
+		return false, fmt.Errorf("cublas: SetWorkspace: size %d", size)
+	}
+	return true, check("cublasSetWorkspace_v2", call(l.setWorkspace, h.h, ptr, uintptr(size)))
 }
 
 // SetTF32 selects TF32 tensor-core math (true) or full FP32 (false).

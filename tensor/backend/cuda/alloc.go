@@ -74,13 +74,13 @@ type allocator struct {
 
 func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 	size := classSize(bytes)
-	if l := a.free[size]; len(l) > 0 {
-		p := l[len(l)-1]
-		a.free[size] = l[:len(l)-1]
-		a.stats.Hits++
-		a.stats.CachedBytes -= int64(size)
-		a.stats.InUseBytes += int64(size)
-		return p, size, nil
+	if len(a.free[size]) > 0 {
+		return a.reuse(size), size, nil
+	}
+	if size > largeBlock {
+		if fit := a.bestFit(size); fit != 0 {
+			return a.reuse(fit), fit, nil
+		}
 	}
 	a.stats.Misses++
 	p, err := cu.MemAlloc(size)
@@ -102,6 +102,33 @@ func (a *allocator) get(bytes uint64) (cu.DevPtr, uint64, error) {
 	a.stats.InUseBytes += int64(size)
 	a.stats.PeakBytes = max(a.stats.PeakBytes, a.stats.InUseBytes+a.stats.CachedBytes)
 	return p, size, nil
+}
+
+// reuse hands out the last cached block of size.
+func (a *allocator) reuse(size uint64) cu.DevPtr {
+	l := a.free[size]
+	p := l[len(l)-1]
+	a.free[size] = l[:len(l)-1]
+	a.stats.Hits++
+	a.stats.CachedBytes -= int64(size)
+	a.stats.InUseBytes += int64(size)
+	return p
+}
+
+// bestFit returns the smallest cached block size above size by at most a
+// quarter, 0 if none: large blocks are rounded to largeStep only, so
+// buffers whose sizes vary a little from use to use (an inference
+// chunk's staging, gigabytes each) would otherwise never find their
+// predecessors' blocks, and the cache would fill until an allocation
+// fails and releases it all.
+func (a *allocator) bestFit(size uint64) uint64 {
+	best := uint64(0)
+	for s, l := range a.free {
+		if len(l) > 0 && s > size && s-size <= size/4 && (best == 0 || s < best) {
+			best = s
+		}
+	}
+	return best
 }
 
 func (a *allocator) put(p cu.DevPtr, size uint64) {

@@ -88,6 +88,7 @@ type Device struct {
 	ctx     cu.Context
 	stream  cu.Stream
 	blas    *cublas.Handle
+	blasWS  cu.DevPtr      // the handle's workspace (cublas.SetWorkspace), 0 if none
 	host    unsafe.Pointer // pinned scratch, hostScratchBytes
 	mods    map[string]*Module
 	fns     map[string]cu.Function
@@ -203,6 +204,19 @@ func (d *Device) init() error {
 	if err = d.blas.SetStream(uintptr(d.stream)); err != nil {
 		return err
 	}
+	if d.blasWS, err = cu.MemAlloc(cublas.WorkspaceBytes); err != nil {
+		return err
+	}
+	var set bool
+	if set, err = d.blas.SetWorkspace(uintptr(d.blasWS), cublas.WorkspaceBytes); err != nil || !set {
+		if ferr := cu.MemFree(d.blasWS); err == nil {
+			err = ferr // a library without cublasSetWorkspace keeps its own
+		}
+		d.blasWS = 0
+		if err != nil {
+			return err
+		}
+	}
 	if err = d.blas.SetTF32(d.prec == backend.TF32); err != nil {
 		return err
 	}
@@ -255,6 +269,10 @@ func (d *Device) Close() error {
 	}
 	if d.blas != nil {
 		keep(d.blas.Destroy())
+	}
+	if d.blasWS != 0 {
+		keep(cu.MemFree(d.blasWS))
+		d.blasWS = 0
 	}
 	if d.host != nil {
 		keep(cu.MemFreeHost(d.host))

@@ -57,6 +57,39 @@ extern "C" __global__ void c (int x) {}`
 	}
 }
 
+// TestAllocatorBestFit: a large request reuses the smallest cached
+// block at most a quarter larger (without a driver call: the test
+// runs without a GPU), small ones only their own class, and the
+// counters follow.
+func TestAllocatorBestFit(t *testing.T) {
+	const g = 1 << 30
+	a := &allocator{}
+	a.put(1, classSize(g+600<<20))           // 1.59 GiB
+	a.put(2, classSize(g+200<<20))           // 1.20 GiB
+	a.put(3, classSize(2*g))                 // 2 GiB
+	a.put(4, classSize(100<<10))             // small
+	a.stats.InUseBytes = a.stats.CachedBytes // as if they had been in use
+	p, size, err := a.get(g + 100<<20)       // 1.10 GiB: 1.20 fits, 1.59 too, the smaller wins
+	if err != nil || p != 2 || size != classSize(g+200<<20) {
+		t.Fatalf("get(1.10 GiB) = %d, %d, %v; want block 2 of 1.20 GiB", p, size, err)
+	}
+	if p, size, err = a.get(g + 500<<20); err != nil || p != 1 || size != classSize(g+600<<20) {
+		t.Fatalf("get(1.49 GiB) = %d, %d, %v; want block 1 of 1.59 GiB", p, size, err)
+	}
+	if fit := a.bestFit(classSize(g + 700<<20)); fit != 2*g {
+		t.Errorf("bestFit(1.68 GiB) = %d with only 2 GiB cached, want 2 GiB (within a quarter above)", fit)
+	}
+	if fit := a.bestFit(classSize(g + 500<<20)); fit != 0 {
+		t.Errorf("bestFit(1.49 GiB) = %d with 2 GiB cached, want none (over a quarter above)", fit)
+	}
+	if fit := a.bestFit(classSize(80 << 10)); fit != 0 {
+		t.Errorf("bestFit(80 KiB) = %d; small blocks only take their class", fit)
+	}
+	if a.stats.Hits != 2 || a.stats.CachedBytes != int64(2*g+classSize(100<<10)) {
+		t.Errorf("stats %+v after two hits", a.stats)
+	}
+}
+
 func TestClassSize(t *testing.T) {
 	cases := map[uint64]uint64{1: 512, 512: 512, 513: 1024, 4096: 4096, 4097: 5120, 5121: 6144, 7169: 8192, 64 << 20: 64 << 20, 64<<20 + 1: 66 << 20, 1 << 30: 1 << 30, 1<<30 + 1: 1<<30 + 2<<20, 80<<30 - 1: 80 << 30}
 	for n, want := range cases {
