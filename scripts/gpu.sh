@@ -85,6 +85,18 @@
 #   papers-1      part 3, the same on cuda:0 alone, 3 epochs (--save /tmp/papers-model-1); the
 #                 features through UVA (--cache 0) when GPU 0 has under 100 GiB (H100), all on
 #                 the GPU on an H200
+#   papers-infer  all-node inference without training first: a stand-in model of the same
+#                 architecture (PAPERS_MODEL, one epoch on the CPU of `gen --preset papers
+#                 --nodes 50000`: same features and classes; inference costs what a trained
+#                 model's does) embeds every node of $PAPERS_DATA at layer $PAPERS_INFER_LAYER
+#                 (2) on cuda:0..$PAPERS_INFER_GPUS-1 (4) with STRATA_INFER_PROFILE=1 (each
+#                 layer's host phases, each GPU's largest ops), timed; the output deleted after
+#   papers-stall  the bf16 stall at the papers shape (docs/training.md, known issue): `train
+#                 --precision bf16` on $PAPERS_STALL_GPUS (4) GPUs, one run per flag set of
+#                 $PAPERS_STALL_VARIANTS ("none": no extra flag; e.g. "none --no-pipeline");
+#                 a run with no epoch $PAPERS_STALL_WAIT (60) s after its first batch gets its
+#                 threads' native stacks (cuda-gdb, `thread apply all bt`) and nvidia-smi, then
+#                 SIGQUIT (Go's goroutines)
 #   hetero-link   issue 18's GPU figures. Link prediction: the products model (train_run's:
 #                 3-layer GraphSAGE 256, fanouts 15,10,5) on the products shape at $LINK_SCALE
 #                 (generated into /tmp/products-s$LINK_SCALE; /tmp/products at 1), one epoch of
@@ -147,6 +159,9 @@
 #             (200 s a step); a step past its limit gets SIGQUIT (Go prints every goroutine)
 #             and is reported failed. On a 600 s call the training and the inference may not
 #             both fit: PAPERS_STEPS=train, then PAPERS_STEPS="embed predict" on the next.
+#             papers-infer: PAPERS_INFER_LAYER, PAPERS_INFER_GPUS, PAPERS_INFER_TIMEOUT (300 s
+#             here); papers-stall: PAPERS_STALL_GPUS, PAPERS_STALL_VARIANTS, PAPERS_STALL_WAIT,
+#             PAPERS_STALL_TIMEOUT (200 s a run).
 #   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
 #             DSP_HARD_SEEDS ("1 2").
 #   single-gpu BENCH_EPOCH (SampleEpochDevice|TrainEpochGPU), BENCH_TIME (3x),
@@ -209,7 +224,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 quick all)
+host_sets=(ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 papers-infer papers-stall quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -286,6 +301,7 @@ min_gpus() {
     test | quick | all | papers-gen) echo 0 ;;
     comm | dp-step) echo 2 ;;
     papers-4) echo 4 ;;
+    papers-stall) echo 2 ;;
     # 2 machines x 1 GPU (WORLD_FG_MACHINES=0/1) needs only 2.
     world) if [ "${WORLD_FG_MACHINES:-}" = 0/1 ]; then echo 2; else echo 4; fi ;;
     *) echo 1 ;;
@@ -1387,6 +1403,81 @@ set_papers_1() {
   echo "   GPU 0: ${mem:-?} MiB; flags: ${flags:-none}"
   # shellcheck disable=SC2086 # flags is a list of flags
   papers_run 1 "${PAPERS_EPOCHS:-3}" $flags
+}
+
+set_papers_infer() {
+  local ds=${PAPERS_DATA:-/tmp/papers} k=${PAPERS_INFER_GPUS:-4} layer=${PAPERS_INFER_LAYER:-2} devs=cuda:0 i lim t0 rc
+  local small=/tmp/papers-standin model=/tmp/papers-model-standin out=/tmp/papers-out
+  for ((i = 1; i < k && i < ngpus; i++)); do devs+=,$i; done
+  if [ ! -f "$ds/manifest.json" ]; then
+    echo "   no dataset in $ds: run papers-gen first (the same warm machine keeps it)"
+    check 1 "dataset"
+    return 1
+  fi
+  if [ ! -f "$model/model.json" ]; then
+    rm -rf "$small" "$model"
+    # shellcheck disable=SC2086 # PAPERS_MODEL is a list of flags
+    if ! "$bin/strata" gen "$small" --preset "${PAPERS_PRESET:-papers}" --nodes 50000 --quiet >"$setlogs/standin.log" 2>&1 ||
+      ! "$bin/strata" train --dataset "$small" --device cpu --epochs 1 --save "$model" --quiet ${PAPERS_MODEL:-$papers_model} >>"$setlogs/standin.log" 2>&1; then
+      tail -5 "$setlogs/standin.log" | indent
+      check 1 "stand-in model"
+      return 1
+    fi
+  fi
+  lim=$(papers_left "${PAPERS_INFER_TIMEOUT:-300}")
+  rm -rf "$out" && mkdir -p "$out"
+  echo "   embed --layer $layer of every node on $devs with a stand-in model (limit ${lim}s), STRATA_INFER_PROFILE=1"
+  t0=$(now)
+  STRATA_INFER_PROFILE=1 papers_timed embed "$lim" "$bin/strata" embed --model "$model" --dataset "$ds" --devices "$devs" \
+    --layer "$layer" --out "$out/embed.npy"
+  rc=$?
+  echo "   embed: rc=$rc, $(since "$t0")s wall (load, inference, write)"
+  grep -hE '^(inference|wrote)' "$setlogs/embed.log" "$setlogs/embed.out" 2>/dev/null | cut -c1-700 | indent
+  rm -rf "$out"
+  [ "$rc" = 0 ] || papers_failed "$rc" embed "$lim"
+}
+
+set_papers_stall() {
+  local ds=${PAPERS_DATA:-/tmp/papers} k=${PAPERS_STALL_GPUS:-4} wait=${PAPERS_STALL_WAIT:-60} devs=cuda:0 i v name pid t0 first rc
+  for ((i = 1; i < k && i < ngpus; i++)); do devs+=,$i; done
+  if [ ! -f "$ds/manifest.json" ]; then
+    echo "   no dataset in $ds: run papers-gen first"
+    check 1 "dataset"
+    return 1
+  fi
+  for v in ${PAPERS_STALL_VARIANTS:-none}; do
+    name=stall${v//[^a-z0-9]/_}
+    [ "$v" = none ] && v=
+    echo "   bf16 train on $devs ${v:-(no extra flag)}"
+    t0=$(now)
+    # shellcheck disable=SC2086 # PAPERS_MODEL and v are lists of flags
+    "$bin/strata" train --dataset "$ds" --devices "$devs" --partition range --epochs 3 --eval sampled --precision bf16 \
+      ${PAPERS_MODEL:-$papers_model} $v >"$setlogs/$name.out" 2>"$setlogs/$name.log" &
+    pid=$!
+    first=
+    while kill -0 "$pid" 2>/dev/null && [ "$(since "$t0" | cut -d. -f1)" -lt "${PAPERS_STALL_TIMEOUT:-200}" ]; do
+      sleep 2
+      [ -z "$first" ] && grep -q '^first batch' "$setlogs/$name.log" && first=$(now)
+      if [ -n "$first" ] && ! grep -q '^epoch ' "$setlogs/$name.log" && [ "$(since "$first" | cut -d. -f1)" -ge "$wait" ]; then
+        echo "   no epoch ${wait}s after the first batch: native stacks and nvidia-smi"
+        nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader | indent
+        timeout 120 cuda-gdb -p "$pid" -batch -ex 'thread apply all bt' >"$setlogs/$name.bt" 2>&1
+        echo "   cuda-gdb: rc=$?, $(grep -c '^Thread ' "$setlogs/$name.bt") threads in $name.bt"
+        break
+      fi
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -QUIT "$pid"
+      sleep 10
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid"
+    rc=$?
+    echo "   rc=$rc, $(since "$t0")s; $(grep -c '^epoch ' "$setlogs/$name.log") epochs"
+    grep -hE '^(first batch|epoch time)' "$setlogs/$name.log" "$setlogs/$name.out" | cut -c1-300 | indent
+    [ "$rc" = 0 ] || tail -3 "$setlogs/$name.log" | cut -c1-300 | sed 's/^/   ! /'
+    check "$rc" "$name"
+  done
 }
 
 # ab: the current build against .gpu/base, alternating on the same GPUs.
