@@ -150,6 +150,8 @@ func (c *trainCmd) runLink(e *env) error {
 		return refuse("checkpoint-every", "--task link does not checkpoint yet (a run starts afresh)")
 	case c.Plot != "":
 		return refuse("plot", "--task link draws no plot yet; --report has every epoch's loss and metrics")
+	case c.Save != "" && !train.IsHetero(c.Model):
+		return refuse("save", "--task link does not export its model yet (node classification does: --task node)")
 	case c.FullGraph.Partition != "multilevel" && !fg && !dsp:
 		return refuse("partition", "applies to runs on several devices")
 	case fg && c.FullGraph.PartFile != "":
