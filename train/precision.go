@@ -3,8 +3,6 @@ package train
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -83,19 +81,14 @@ func (f *Features) Round(p backend.Precision) {
 }
 
 // roundInto writes src rounded to p into dst (len(dst) == len(src); they
-// may be the same slice), in blocks spread over GOMAXPROCS goroutines: a
-// papers-size table (14 G values) took 80 s on one core, copy included.
+// may be the same slice), in blocks spread over GOMAXPROCS goroutines
+// (scanChunks): a papers-size table (14 G values) took 80 s on one core,
+// copy included.
 func roundInto(dst, src []float32, p backend.Precision) {
-	n := len(src)
-	parts := max(min(runtime.GOMAXPROCS(0), n/scanBlock), 1)
-	var wg sync.WaitGroup
-	for q := range parts {
-		lo, hi := n*q/parts, n*(q+1)/parts
-		wg.Go(func() {
-			for i, x := range src[lo:hi] {
-				dst[lo+i] = p.Round(x)
-			}
-		})
-	}
-	wg.Wait()
+	scanChunks(len(src), func(lo, hi int) bool {
+		for i, x := range src[lo:hi] {
+			dst[lo+i] = p.Round(x)
+		}
+		return true
+	})
 }
