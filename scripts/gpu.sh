@@ -95,7 +95,7 @@
 #                 --precision bf16` on $PAPERS_STALL_GPUS (4) GPUs, one run per flag set of
 #                 $PAPERS_STALL_VARIANTS ("none": no extra flag; e.g. "none --no-pipeline");
 #                 a run with no epoch $PAPERS_STALL_WAIT (60) s after its first batch gets its
-#                 threads' native stacks (cuda-gdb, `thread apply all bt`) and nvidia-smi, then
+#                 threads' native stacks (scripts/procstacks.py: system call, wait channel and a stack scan; cuda-gdb too with PAPERS_STALL_GDB=1) and nvidia-smi, then
 #                 SIGQUIT (Go's goroutines)
 #   hetero-link   issue 18's GPU figures. Link prediction: the products model (train_run's:
 #                 3-layer GraphSAGE 256, fanouts 15,10,5) on the products shape at $LINK_SCALE
@@ -1461,8 +1461,13 @@ set_papers_stall() {
       if [ -n "$first" ] && ! grep -q '^epoch ' "$setlogs/$name.log" && [ "$(since "$first" | cut -d. -f1)" -ge "$wait" ]; then
         echo "   no epoch ${wait}s after the first batch: native stacks and nvidia-smi"
         nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader | indent
-        timeout 120 cuda-gdb -p "$pid" -batch -ex 'thread apply all bt' >"$setlogs/$name.bt" 2>&1
-        echo "   cuda-gdb: rc=$?, $(grep -c '^Thread ' "$setlogs/$name.bt") threads in $name.bt"
+        timeout 60 python3 scripts/procstacks.py "$pid" >"$setlogs/$name.stacks" 2>&1
+        echo "   procstacks: rc=$?, $(grep -c ' thread(s) in ' "$setlogs/$name.stacks") pictures in $name.stacks"
+        grep ' thread(s) in ' "$setlogs/$name.stacks" | sort -rn | head -8 | cut -c1-200 | indent
+        if [ -n "${PAPERS_STALL_GDB:-}" ]; then # cuda-gdb's attach hung for 120 s at this shape (4 busy GPUs)
+          timeout 120 cuda-gdb -p "$pid" -batch -ex 'thread apply all bt' >"$setlogs/$name.bt" 2>&1
+          echo "   cuda-gdb: rc=$?, $(grep -c '^Thread ' "$setlogs/$name.bt") threads in $name.bt"
+        fi
         break
       fi
     done
