@@ -44,6 +44,13 @@ type Options struct {
 	// (-2 - j: extra row j). They are never read from host memory.
 	Extra     []float32
 	ExtraRows []int32
+	// NoHost keeps no table in host memory: the caller asks only for
+	// hot and extra rows (DSP's partitioned cache when the devices
+	// together cache every row: the others come from peers). A gather of
+	// any other row zeroes it and reports an index error. Without it, a
+	// store that does not cache every row pins a copy of the whole table
+	// (57 GB at the papers shape, on every GPU).
+	NoHost bool
 }
 
 // uploadChunk is the most bytes of hot rows one Upload copies (each
@@ -175,7 +182,7 @@ func New(b backend.Backend, feats []float32, rows, cols int, opt Options) (*Stor
 	if avail := opt.BudgetBytes - 4*int64(rows); avail >= rowBytes {
 		s.hotRows = int(min(avail/rowBytes, int64(len(order))))
 	}
-	if s.hotRows < rows && rows > 0 {
+	if s.hotRows < rows && rows > 0 && !opt.NoHost {
 		// Some rows are read from host memory (all of them without a
 		// budget): the whole table, pinned and mapped, vbytes a value.
 		if s.host, err = dev.AllocPinned(uint64(len(feats))*uint64(s.vbytes), true); err != nil {

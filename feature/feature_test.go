@@ -549,3 +549,75 @@ func TestGatherIntoBF16(t *testing.T) {
 		d.Free(nb)
 	}
 }
+
+// TestGatherNoHost: with Options.NoHost a store that caches some rows
+// pins no table, gathers its hot rows as any store does, and reports a
+// gather of another row as an index error (the row zeroed).
+func TestGatherNoHost(t *testing.T) {
+	d := gpu(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, bf16 := range []bool{false, true} {
+		for _, cols := range []int{3, 128} {
+			rows := 3000
+			feats := make([]float32, rows*cols)
+			for i := range feats {
+				feats[i] = float32(r.NormFloat64())
+			}
+			want := append([]float32(nil), feats...)
+			if bf16 {
+				backend.BF16.RoundSlice(want)
+			}
+			perm := r.Perm(rows)
+			hot := make([]graph.NodeID, rows/2)
+			for i := range hot {
+				hot[i] = graph.NodeID(perm[i])
+			}
+			vb := int64(4)
+			if bf16 {
+				vb = 2
+			}
+			name := fmt.Sprintf("bf16=%v cols=%d", bf16, cols)
+			s, err := New(d, feats, rows, cols, Options{BudgetBytes: 4*int64(rows) + vb*int64(cols*len(hot)), Hot: hot, BFloat16: bf16, NoHost: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.host != nil || s.HotRows() != len(hot) {
+				t.Fatalf("%s: pinned table %v, %d hot rows, want none and %d", name, s.host != nil, s.HotRows(), len(hot))
+			}
+			nodes := make([]int32, 2000)
+			for i := range nodes {
+				nodes[i] = int32(hot[r.IntN(len(hot))])
+			}
+			nb, _ := d.Alloc(backend.Int32, len(nodes))
+			d.Upload(nb, nodes)
+			out, _ := d.Alloc(backend.Float32, len(nodes)*cols)
+			got := make([]float32, len(nodes)*cols)
+			if err := s.Gather(out, nb); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Download(got, out); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range nodes {
+				if !slices.Equal(got[i*cols:(i+1)*cols], want[int(v)*cols:(int(v)+1)*cols]) {
+					t.Fatalf("%s: row %d (node %d) differs", name, i, v)
+				}
+			}
+			cold := int32(perm[rows-1]) // not hot
+			bad, _ := d.Alloc(backend.Int32, 3)
+			d.Upload(bad, []int32{int32(hot[0]), cold, int32(hot[1])})
+			out3, _ := d.Alloc(backend.Float32, 3*cols)
+			if err := s.Gather(out3, bad); err != nil {
+				t.Fatal(err)
+			}
+			var ie *backend.IndexError
+			if err := d.Synchronize(); !errors.As(err, &ie) || ie.Pos != 1 {
+				t.Fatalf("%s: a row that is not hot: %v", name, err)
+			}
+			for _, b := range []backend.Buffer{nb, out, bad, out3} {
+				d.Free(b)
+			}
+			s.Close()
+		}
+	}
+}

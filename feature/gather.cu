@@ -68,6 +68,11 @@ __device__ __forceinline__ void feat_gather_body(Out* out, const int* nodes, i64
       continue;
     }
     int s = slot ? slot[v] : -1;
+    if (s < 0 && cold == nullptr) {  // no host table (Options.NoHost): only hot rows
+      if (c == 0) index_error(err, i);
+      out[k] = Out();
+      continue;
+    }
     out[k] = feat_scale(as_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]), p, keep, seed, k);
   }
 }
@@ -154,6 +159,11 @@ __device__ __forceinline__ void feat_gather_half_body(Out* out, const int* nodes
       continue;
     }
     int s = slot ? slot[v] : -1;
+    if (s < 0 && cold == nullptr) {  // no host table (Options.NoHost): only hot rows
+      if (c == 0) index_error(err, i);
+      out[k] = Out();
+      continue;
+    }
     out[k] = to_bf16(feat_scale(as_f32(s >= 0 ? hot[(i64)s * cols + c] : cold[(i64)v * cols + c]), p, keep, seed, k));
   }
 }

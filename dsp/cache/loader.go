@@ -490,9 +490,16 @@ type HostStore struct {
 	// Order, when set, lists the Hot nodes the store notionally caches,
 	// in cache order (the plan's Rows): CachedTable copies their rows.
 	Order []graph.NodeID
+	// OnlyHot: the store is asked only for Order's rows (its peers cache
+	// every other row), as a GPU store with no host table
+	// (feature.Options.NoHost) requires; a gather of any other row fails,
+	// so CPU devices check what such GPUs rely on.
+	OnlyHot bool
 
 	cachedOnce sync.Once
 	cached     []float32
+	hotOnce    sync.Once
+	hotSet     []bool // OnlyHot: whether node v is in Order
 }
 
 // RowSource gathers feature rows by node ID into out (len(ids) x Cols).
@@ -539,15 +546,36 @@ func (s *HostStore) GatherDropout(dst, nodes backend.Buffer, p float32, seed uin
 			return err
 		}
 	} else {
+		hot := s.hotRows()
 		for i, v := range ids {
 			if v < 0 || int(v) >= s.Rows {
 				return fmt.Errorf("%w: node %d not in [0, %d)", ErrInput, v, s.Rows)
+			}
+			if hot != nil && !hot[v] {
+				return fmt.Errorf("%w: node %d (position %d) is not one of the %d rows this store caches (OnlyHot)", ErrInput, v, i, len(s.Order))
 			}
 			copy(out[i*s.Cols:(i+1)*s.Cols], s.Table[int(v)*s.Cols:(int(v)+1)*s.Cols])
 		}
 	}
 	dropRows(out, 0, p, seed)
 	return uploadRows(s.B, dst, out)
+}
+
+// hotRows returns, with OnlyHot, whether each node is one of Order's
+// (built once), else nil.
+func (s *HostStore) hotRows() []bool {
+	if !s.OnlyHot {
+		return nil
+	}
+	s.hotOnce.Do(func() {
+		s.hotSet = make([]bool, s.Rows)
+		for _, v := range s.Order {
+			if v >= 0 && int(v) < s.Rows {
+				s.hotSet[v] = true
+			}
+		}
+	})
+	return s.hotSet
 }
 
 // GathersBF16 reports that the store writes bfloat16 rows too

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,5 +400,37 @@ func TestLoaderBFloat16Rows(t *testing.T) {
 				t.Fatalf("k=%d rank %d: %v", k, r, err)
 			}
 		}
+	}
+}
+
+// TestHostStoreOnlyHot: with OnlyHot the store gathers its Order's rows
+// and refuses any other, naming the node and its position.
+func TestHostStoreOnlyHot(t *testing.T) {
+	be, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := table(10, 2)
+	st := &HostStore{B: be, Rows: 10, Cols: 2, Table: x, Hot: 3, Order: []graph.NodeID{7, 2, 5}, OnlyHot: true}
+	gather := func(ids ...int32) ([]float32, error) {
+		out := make([]float32, 2*len(ids))
+		err := st.Gather(cpu.WrapF32(out), cpu.WrapI32(ids))
+		return out, err
+	}
+	got, err := gather(5, 7, 2, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []int{5, 7, 2, 7} {
+		if got[2*i] != x[2*v] || got[2*i+1] != x[2*v+1] {
+			t.Fatalf("row %d (node %d) = %v, want %v", i, v, got[2*i:2*i+2], x[2*v:2*v+2])
+		}
+	}
+	if _, err := gather(2, 3); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "node 3 (position 1)") {
+		t.Fatalf("node 3 not cached: %v", err)
+	}
+	st.OnlyHot = false
+	if _, err := gather(2, 3); err != nil {
+		t.Fatalf("without OnlyHot: %v", err)
 	}
 }

@@ -163,7 +163,10 @@ func (d *device) setup() error {
 	for w := range cfg.SamplerWorkers {
 		spec.comms = append(spec.comms, s.deviceComm(r, samplerStage(w)))
 	}
-	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, scfg, spec, s.placing.Add, s.shard(d)); err != nil {
+	// When the devices cache every row between them, the loader reads no
+	// row from host memory (peers serve the rest): no pinned table.
+	onlyHot := s.plan.CachedNodes() == int(s.in.NumRows)
+	if d.kit, err = newKit(d.lb, s.in, s.x, int(s.in.NumRows), s.dim, hot, onlyHot, scfg, spec, s.placing.Add, s.shard(d)); err != nil {
 		return d.errf("device kit", err)
 	}
 	d.ahead = d.prefetcher()

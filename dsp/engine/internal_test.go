@@ -414,7 +414,7 @@ func TestHostKit(t *testing.T) {
 	x := make([]float32, 500*cols)
 	hot := []graph.NodeID{7, 3, 11}
 	scfg := gpusample.Config{Fanouts: []int{4, 3}}
-	k, err := newKit(b, g, x, 500, cols, hot, scfg, samplerSpec{workers: 2}, nil, nil)
+	k, err := newKit(b, g, x, 500, cols, hot, false, scfg, samplerSpec{workers: 2}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

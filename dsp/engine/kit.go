@@ -193,13 +193,15 @@ type samplerSpec struct {
 // handles (or, not collective, gpusample over the whole graph on a GPU,
 // sample.NeighborSampler on the host otherwise) and the feature
 // package's store on b (a host table on a CPU back end). hot lists the
-// rows the device caches, in cache order; onUpload hears of the bytes of
+// rows the device caches, in cache order; with onlyHot the store is asked
+// for no other row (peers cache the rest: a GPU's store pins no copy of
+// the table, a CPU device's refuses other rows); onUpload hears of the bytes of
 // rows copied to a GPU. With sh (the per-machine layout) the store holds
 // the machine's shard and fetches other machines' rows (cache.ShardStore:
 // its host machine on a CPU back end, cudadsp's on a GPU), keeping in
 // device memory the rows of hot it holds and its hot rows of other
 // machines, up to sh.capacity rows (cache.NewShardCache); x is unused.
-func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), sh *shardSpec) (*kit, error) {
+func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot []graph.NodeID, onlyHot bool, scfg gpusample.Config, spec samplerSpec, onUpload func(int64), sh *shardSpec) (*kit, error) {
 	workers := max(spec.workers, 1)
 	gpu := isGPU(b)
 	if gpu {
@@ -248,11 +250,11 @@ func newKit(b backend.Backend, in *graph.CSR, x []float32, rows, cols int, hot [
 		return k, nil
 	}
 	if !gpu {
-		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot), Order: hot}
+		k.store = &cache.HostStore{B: b, Table: x, Rows: rows, Cols: cols, Hot: len(hot), Order: hot, OnlyHot: onlyHot}
 		k.features = time.Since(t0)
 		return k, nil
 	}
-	st, err := cudadsp.NewStore(b, x, rows, cols, hot, onUpload)
+	st, err := cudadsp.NewStore(b, x, rows, cols, hot, onlyHot, onUpload)
 	if err != nil {
 		k.close()
 		return nil, fmt.Errorf("feature store: %w", err)

@@ -45,8 +45,8 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEst
 	// share the in-adjacency's column indices, a GPU uploads its cached
 	// rows through a staging chunk (feature.New), and CPU virtual devices
 	// read the table in place. What a GPU does keep on the host is its
-	// patch's row offsets and, unless it caches every row, the whole
-	// table pinned for the rows it reads through UVA.
+	// patch's row offsets and, unless the devices cache every row between
+	// them, the whole table pinned for the rows it reads through UVA.
 	if !hostDevices {
 		m.Add("topology patch (host)", "--devices", 8*(n+1)+n/float64(k), k)
 		all := cachesEverything(cfg, s.Nodes, s.FeatDim, cfg.CacheBytes)
@@ -55,7 +55,7 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEst
 			// (the table as it is goes up without one).
 			m.Add("feature upload staging", "", min(float64(uploadChunk), 4*n*f), k)
 		}
-		if !all {
+		if !holdsTable(cfg, s.Nodes, s.FeatDim, cfg.CacheBytes) {
 			m.Add("pinned feature table", "--cache", vb*n*f, k)
 		}
 	}
@@ -122,15 +122,24 @@ func evalHostBytes(tc *train.Config, s train.Shape, hostDevices bool, k int) flo
 	return peak + float64(infer.ScratchBytes(s.Nodes, k))
 }
 
-// cachesEverything reports whether the cache plan of budget bytes per
-// device (negative: the whole table) has every device cache every row:
-// then no device keeps a pinned host copy of the table.
-func cachesEverything(cfg Config, nodes, cols int64, budget int64) bool {
+// holdsTable reports whether budget bytes per device (negative: the
+// whole table) hold every row: then every policy's plan caches each row
+// on some device of every group, and no GPU keeps a pinned host copy of
+// the table (the engine checks the plan itself: Plan.CachedNodes). A
+// smaller budget may still cover every row between the devices of a
+// group; the estimate counts the pinned copies then.
+func holdsTable(cfg Config, nodes, cols int64, budget int64) bool {
 	vb := cache.ValueBytes(cfg.Train.Prec())
 	if budget < 0 {
 		budget = vb * nodes * cols
 	}
-	if cols <= 0 || budget/(vb*cols) < nodes {
+	return cols > 0 && budget/(vb*cols) >= nodes
+}
+
+// cachesEverything reports whether the cache plan of budget bytes per
+// device (negative: the whole table) has every device cache every row.
+func cachesEverything(cfg Config, nodes, cols int64, budget int64) bool {
+	if !holdsTable(cfg, nodes, cols, budget) {
 		return false
 	}
 	switch cfg.CachePolicy {

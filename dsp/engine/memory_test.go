@@ -109,10 +109,15 @@ func TestEstimateMemoryPapersShape(t *testing.T) {
 		t.Error("1 GPU caching every row: a pinned table counted")
 	}
 	// --cache-policy partition with the whole table as budget: each GPU
-	// caches a quarter and pins the table for the rest.
+	// caches its quarter, its peers the rest: no pinned table; with a
+	// quarter of the table as budget the estimate counts the copies.
 	partCfg := papersConfig(t, 4, func(c *Config) { c.CachePolicy = cache.Partition })
-	if p, ok := part(EstimateMemory(partCfg, s, false), "pinned feature table"); !ok || p.Count != 4 {
-		t.Errorf("partition policy: pinned table %+v (ok %v)", p, ok)
+	if p, ok := part(EstimateMemory(partCfg, s, false), "pinned feature table"); ok {
+		t.Errorf("partition policy, whole table: pinned table %+v counted", p)
+	}
+	quarter := papersConfig(t, 4, func(c *Config) { c.CachePolicy = cache.Partition; c.CacheBytes = int64(table / 4) })
+	if p, ok := part(EstimateMemory(quarter, s, false), "pinned feature table"); !ok || p.Count != 4 {
+		t.Errorf("partition policy, a quarter: pinned table %+v (ok %v)", p, ok)
 	}
 
 	// Non-negative features (or --row-norm on): the trainer's normalized

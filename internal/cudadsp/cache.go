@@ -272,16 +272,18 @@ type Store struct {
 // the rows of hot (in order: hot[i] is cache row i) into dev's memory,
 // as bfloat16 when dev's precision is BF16 (cache.ValueBytes); when hot
 // lists every row, the table goes to the device as it is and no pinned
-// copy is made (feature.New). onUpload (may be nil) is told of every
-// chunk of rows copied to the device.
-func NewStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.NodeID, onUpload func(bytes int64)) (*Store, error) {
+// copy is made (feature.New). With onlyHot (peers cache every other
+// row) no pinned copy is made either, and only hot rows may be
+// gathered (feature.Options.NoHost). onUpload (may be nil) is told of
+// every chunk of rows copied to the device.
+func NewStore(dev backend.Backend, x []float32, rows, cols int, hot []graph.NodeID, onlyHot bool, onUpload func(bytes int64)) (*Store, error) {
 	vb := cache.ValueBytes(dev.Precision())
 	var budget int64
 	if len(hot) > 0 {
 		// The slot table (4 bytes a node) plus exactly the hot rows.
 		budget = 4*int64(rows) + vb*int64(len(hot))*int64(cols)
 	}
-	s, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot, BFloat16: vb == 2, OnUpload: onUpload})
+	s, err := feature.New(dev, x, rows, cols, feature.Options{BudgetBytes: budget, Hot: hot, BFloat16: vb == 2, NoHost: onlyHot, OnUpload: onUpload})
 	if err != nil {
 		return nil, err
 	}
