@@ -66,3 +66,29 @@ func TestFeatureScansParallel(t *testing.T) {
 		t.Error("empty features: want MostlyZero false and nonNegative true")
 	}
 }
+
+// TestGatherRowsParts checks the parallel row gather over several
+// blocks against the rows themselves, repeats and reverse order included.
+func TestGatherRowsParts(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n, c = 1000, 3
+	x := make([]float32, n*c)
+	for i := range x {
+		x[i] = float32(i) + 0.5
+	}
+	rows := make([]int32, 3*scanBlock+11)
+	for i := range rows {
+		rows[i] = int32((len(rows) - i) * 7 % n)
+	}
+	got := gatherRows(x, c, rows)
+	if len(got) != len(rows)*c {
+		t.Fatalf("%d values for %d rows of %d", len(got), len(rows), c)
+	}
+	for i, v := range rows {
+		for j := 0; j < c; j++ {
+			if want := float32(int(v)*c+j) + 0.5; got[i*c+j] != want {
+				t.Fatalf("row %d (node %d) column %d = %v, want %v", i, v, j, got[i*c+j], want)
+			}
+		}
+	}
+}
