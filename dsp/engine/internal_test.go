@@ -447,3 +447,32 @@ func TestHostKit(t *testing.T) {
 		t.Errorf("sampling with a cancelled context: %v", err)
 	}
 }
+
+// TestStallHint: the bf16 hint comes only for a stalled bf16 run on two
+// or more GPUs of the process, and names the process count to launch.
+func TestStallHint(t *testing.T) {
+	stalled := []string{"rank 0 trainer: computing for 5m0s"}
+	two := []string{"cuda:0", "cuda:1"}
+	if h := stallHint(backend.BF16, two, stalled); !strings.Contains(h, "known issue") || !strings.Contains(h, "strata launch -n 2 ") {
+		t.Fatalf("bf16 on 2 GPUs: %q", h)
+	}
+	for _, tc := range []struct {
+		name    string
+		p       backend.Precision
+		devices []string
+		stalled []string
+	}{
+		{"fp32", backend.FP32, two, stalled},
+		{"one GPU", backend.BF16, []string{"cuda:0"}, stalled},
+		{"CPU devices", backend.BF16, []string{"cpu:0", "cpu:1"}, stalled},
+		{"nothing stalled", backend.BF16, two, nil},
+	} {
+		if h := stallHint(tc.p, tc.devices, tc.stalled); h != "" {
+			t.Errorf("%s: hint %q, want none", tc.name, h)
+		}
+	}
+	e := &RunError{Op: "training", Err: errors.New("x"), Stalled: stalled, Hint: stallHint(backend.BF16, two, stalled)}
+	if !strings.HasSuffix(e.Error(), "; "+e.Hint) {
+		t.Fatalf("error %q does not end with the hint", e.Error())
+	}
+}

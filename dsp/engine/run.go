@@ -427,7 +427,11 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 		if ctx.Err() != nil { // the caller cancelled: whatever failed then was interrupted
 			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
 		}
-		return nil, &RunError{Op: "training", Err: err, Stalled: stalled, States: states}
+		names := make([]string, len(opts.Backends))
+		for i, b := range opts.Backends {
+			names[i] = b.Name()
+		}
+		return nil, &RunError{Op: "training", Err: err, Stalled: stalled, States: states, Hint: stallHint(cfg.Train.Prec(), names, stalled)}
 	}
 	rep := s.report(ds, opts.Backends[0].Name())
 	if w.Multi() {

@@ -28,6 +28,8 @@ type RunError struct {
 	Err     error
 	Stalled []string
 	States  []string
+	// Hint, when set, names a known cause and what to do instead.
+	Hint string
 }
 
 func (e *RunError) Error() string {
@@ -35,7 +37,28 @@ func (e *RunError) Error() string {
 	if len(e.Stalled) > 0 {
 		msg += "; stalled: " + strings.Join(e.Stalled, "; ")
 	}
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
 	return msg
+}
+
+// stallHint names the known bf16 stall (docs/training.md#precision) when
+// a stalled run computed in bf16 on several GPUs of this process: their
+// trainers share one cuBLAS, whose products can wait for each other's
+// collectives.
+func stallHint(p backend.Precision, devices []string, stalled []string) string {
+	gpus := 0
+	for _, d := range devices {
+		if strings.HasPrefix(d, "cuda:") {
+			gpus++
+		}
+	}
+	if p != backend.BF16 || gpus < 2 || len(stalled) == 0 {
+		return ""
+	}
+	return "bf16 on several GPUs of one process can stall inside cuBLAS (a known issue, docs/training.md#precision): " +
+		"train in fp32, or run a process per GPU (strata launch -n " + fmt.Sprint(gpus) + " -- sh -c 'exec strata train ... --devices cuda:$LOCAL_RANK')"
 }
 func (e *RunError) Unwrap() error { return e.Err }
 
