@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
