@@ -66,13 +66,20 @@ type EpochRecord struct {
 	BatchLosses []float64 `json:"batch_losses"`
 }
 
+// Selection is rec as train's selection rule (train.Better,
+// train.Keeper) reads it: the validation AUC in place of the accuracy
+// (ties to the lower validation loss), the test AUC in the test
+// accuracy's place.
+func (rec *EpochRecord) Selection() train.EpochRecord {
+	return train.EpochRecord{Epoch: rec.Epoch, Loss: rec.Loss, EvalSkipped: rec.EvalSkipped,
+		ValAccuracy: rec.Val.AUC, ValLoss: rec.Val.Loss, TestAccuracy: rec.Test.AUC}
+}
+
 // better reports whether a beats b (b earlier) for best-validation
-// selection.
+// selection: train.Better on their Selection.
 func better(a, b *EpochRecord) bool {
-	if a.Val.AUC != b.Val.AUC {
-		return a.Val.AUC > b.Val.AUC
-	}
-	return a.Val.Loss < b.Val.Loss
+	as, bs := a.Selection(), b.Selection()
+	return train.Better(&as, &bs)
 }
 
 // Summarize fills the headline from the evaluated epochs.

@@ -42,6 +42,11 @@ type Options struct {
 	// train/gputrain.NewTyped), whose batches equal the CPU sampler's;
 	// nil samples on the host. Run does not read it.
 	TypedSampler train.NewTypedSampler
+	// Keep, when set, keeps the encoder's and the decoder's parameters
+	// of the epoch the report selects (train.Keeper, offered each
+	// evaluated epoch as EpochRecord.Selection), for a saved model.
+	// RunHetero does not read it.
+	Keep *train.Keeper
 }
 
 // MakeSplit is the run's split of ds: es when given (FromEdgeSplit),
@@ -264,6 +269,10 @@ func (r *runner) loop(ctx context.Context) error {
 			rec.EvalSeconds = time.Since(t0).Seconds()
 		}
 		rec.Seconds = time.Since(start).Seconds()
+		sel := rec.Selection()
+		if err := r.opts.Keep.Offer(&sel, e == cfg.Epochs-1, r.b, r.params); err != nil {
+			return &RunError{Op: fmt.Sprintf("epoch %d", e+1), Err: err}
+		}
 		r.history = append(r.history, rec)
 		if e == barEnd {
 			bar.Finish()

@@ -14,6 +14,10 @@ import (
 // offers it each recorded epoch on device 0 (train.Run, fullgraph.Run,
 // dsp/engine.Run), which downloads the parameters only when the epoch
 // becomes the selected one. A nil Keeper keeps nothing.
+//
+// Link prediction (package link: link.Run and link/multi.RunDSP) offers
+// its epochs as link.EpochRecord.Selection gives them: the validation
+// AUC in place of the accuracy, so that the rule is the link report's.
 type Keeper struct {
 	rule   string
 	sel    *EpochRecord     // the selected epoch so far
@@ -45,7 +49,7 @@ func (k *Keeper) selects(rec *EpochRecord) bool {
 	if rec.EvalSkipped {
 		return false
 	}
-	return k.sel == nil || k.rule == SelectLast || better(rec, k.sel)
+	return k.sel == nil || k.rule == SelectLast || Better(rec, k.sel)
 }
 
 // Offer considers the epoch rec just recorded (last: the run's final

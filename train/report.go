@@ -120,9 +120,9 @@ func (rec *EpochRecord) SetEvaluation(t *Tally) {
 	rec.TrainAccuracy, rec.ValAccuracy, rec.TestAccuracy, rec.ValLoss = r.TrainAccuracy, r.ValAccuracy, r.TestAccuracy, r.ValLoss
 }
 
-// better reports whether epoch record a beats b for best-validation
+// Better reports whether epoch record a beats b for best-validation
 // selection (b earlier than a).
-func better(a, b *EpochRecord) bool {
+func Better(a, b *EpochRecord) bool {
 	if a.ValAccuracy != b.ValAccuracy {
 		return a.ValAccuracy > b.ValAccuracy
 	}
@@ -138,7 +138,7 @@ func (r *Report) Summarize() {
 		if e.EvalSkipped {
 			continue
 		}
-		if best == nil || better(e, best) {
+		if best == nil || Better(e, best) {
 			best = e
 		}
 		last = e

@@ -22,7 +22,10 @@ import (
 // RunDSP trains cfg (sampled mode) in the DSP engine with dcfg's
 // multi-device settings (its Train is replaced by cfg's) on
 // opts.Backends, and returns the link report. es, when set, is the
-// dataset's stored edge split (link.Options.EdgeSplit).
+// dataset's stored edge split (link.Options.EdgeSplit). opts.Keep, when
+// set, keeps device 0's encoder and decoder parameters of the epoch the
+// report selects (as link.Options.Keep does); the engine itself keeps
+// nothing for a task.
 func RunDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, dcfg engine.Config, opts engine.Options, es *split.EdgeSplit) (*link.Report, *engine.Report, error) {
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -47,6 +50,7 @@ func RunDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, dcfg engi
 		return nil, nil, err
 	}
 	defer task.close()
+	task.keep, opts.Keep = opts.Keep, nil
 	// BatchSize is the positives of one optimizer step, as on one
 	// device: each device takes its share of them, so a step averages
 	// the gradients of K shares and an epoch takes the steps of one
@@ -101,6 +105,7 @@ type dspTask struct {
 	eval  *link.Evaluator
 	evals map[int][2]link.Metrics
 	secs  map[int]float64
+	keep  *train.Keeper
 }
 
 // dealt is a TaskBatch's Work as Batches deals it: the positives
@@ -296,6 +301,14 @@ func (t *dspTask) Evaluate(ev engine.TaskEval, epoch int) (string, error) {
 	}
 	t.evals[epoch] = [2]link.Metrics{val, test}
 	t.secs[epoch] = time.Since(t0).Seconds()
+	// Every epoch the selection may pick is evaluated (the last one
+	// always is), so Evaluate offers them all.
+	rec := link.EpochRecord{Epoch: epoch + 1, Val: val, Test: test}
+	sel := rec.Selection()
+	params := append(append([]*nn.Param(nil), ev.Model.Params()...), r.dec.Params()...)
+	if err := t.keep.Offer(&sel, epoch == t.cfg.Epochs-1, ev.B, params); err != nil {
+		return "", err
+	}
 	return summary(val, test, t.cfg.HitsK), nil
 }
 
