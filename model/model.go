@@ -18,6 +18,7 @@ import (
 	"github.com/nlpodyssey/safetensors"
 
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/train"
 )
@@ -49,13 +50,19 @@ type Meta struct {
 	Format        string `json:"format"`
 	Version       int    `json:"version"`
 	StrataVersion string `json:"strata_version"`
+	// Task is what the model does: node classification ("" or
+	// TaskNode), or link prediction (TaskLink: format version
+	// VersionLink, with the Link section).
+	Task string `json:"task,omitempty"`
 	// Architecture is the model kind: gcn, sage or gat, or the typed
 	// rgcn and hsage.
 	Architecture string `json:"architecture"`
 	Layers       int    `json:"layers"`
 	InDim        int    `json:"in_dim"`
 	Hidden       int    `json:"hidden"` // per head for gat
-	Classes      int    `json:"classes"`
+	// Classes is the output layer's width: the class count, or for a
+	// link model the embedding width (Hidden).
+	Classes int `json:"classes"`
 	Heads        int    `json:"heads"`     // gat: heads of the hidden layers (concatenated); 1 otherwise
 	OutHeads     int    `json:"out_heads"` // gat: heads of the output layer (averaged); 1 otherwise
 	// NegativeSlope is GAT's LeakyReLU slope (0 for the others).
@@ -78,6 +85,9 @@ type Meta struct {
 	// Typed describes a typed model's graph (architecture rgcn or hsage,
 	// format version VersionTyped); absent for the others.
 	Typed *Typed `json:"typed,omitempty"`
+	// Link describes a link-prediction model's decoder and edge split;
+	// absent for the others.
+	Link *Link `json:"link,omitempty"`
 }
 
 // Features says how the features were prepared for the model: inputs
@@ -109,14 +119,20 @@ type Dataset struct {
 
 // Selected is the epoch whose parameters were saved.
 type Selected struct {
-	// Rule is best (the best validation accuracy) or last.
+	// Rule is best (the best validation accuracy; a link model's best
+	// validation AUC) or last.
 	Rule   string `json:"rule"`
 	Epoch  int    `json:"epoch"` // 1-based
 	Epochs int    `json:"epochs"`
-	// The accuracies training's evaluation gave that epoch.
+	// The accuracies training's evaluation gave that epoch (0 for a link
+	// model).
 	TrainAccuracy float64 `json:"train_accuracy"`
 	ValAccuracy   float64 `json:"val_accuracy"`
 	TestAccuracy  float64 `json:"test_accuracy"`
+	// Val and Test are a link model's metrics of that epoch (AUC, MRR,
+	// Hits@K, loss).
+	Val  *link.Metrics `json:"val,omitempty"`
+	Test *link.Metrics `json:"test,omitempty"`
 	// Note explains a selection other than the rule asked (a resumed
 	// run whose best epoch came before the resume).
 	Note string `json:"note,omitempty"`
@@ -182,8 +198,27 @@ func (m *Meta) check(path string) error {
 	switch {
 	case m.Format != Format:
 		return bad(path, "format %q, want %q", m.Format, Format)
-	case m.Version != Version && m.Version != VersionTyped:
-		return bad(path, "format version %d, this build reads versions %d and %d", m.Version, Version, VersionTyped)
+	case m.Version != Version && m.Version != VersionTyped && m.Version != VersionLink:
+		return bad(path, "format version %d, this build reads versions %d, %d and %d", m.Version, Version, VersionTyped, VersionLink)
+	}
+	switch m.Task {
+	case "", TaskNode:
+		if m.Link != nil || m.Selection.Val != nil || m.Selection.Test != nil {
+			return bad(path, "a link section or link metrics in a node-classification model (task %q)", m.Task)
+		}
+		if m.Version == VersionLink {
+			return bad(path, "format version %d is a link model's, but the task is %q", VersionLink, m.Task)
+		}
+	case TaskLink:
+		if err := m.checkLink(path); err != nil {
+			return err
+		}
+	default:
+		return bad(path, "task %q is not node or link", clip(m.Task))
+	}
+	version := Version // of a homogeneous model
+	if m.IsLink() {
+		version = VersionLink
 	}
 	typed := m.Architecture == nn.KindRGCN || m.Architecture == nn.KindHSAGE
 	switch {
@@ -194,8 +229,8 @@ func (m *Meta) check(path string) error {
 		return bad(path, "a typed section in a %s model: only rgcn and hsage are typed", clip(m.Architecture))
 	case m.Architecture != nn.KindGCN && m.Architecture != nn.KindSAGE && m.Architecture != nn.KindGAT:
 		return bad(path, "architecture %q is not gcn, sage, gat, rgcn or hsage", clip(m.Architecture))
-	case m.Version != Version:
-		return bad(path, "a %s model is format version %d, not %d", m.Architecture, Version, m.Version)
+	case m.Version != version:
+		return bad(path, "a %s model is format version %d, not %d", m.Architecture, version, m.Version)
 	}
 	inDimLo := 1
 	if typed {
@@ -326,6 +361,7 @@ func (m *Meta) specs() ([]spec, int64) {
 			in = width
 		}
 	}
+	m.decoderSpecs(add)
 	return out, total
 }
 
@@ -336,6 +372,9 @@ func (m *Meta) specs() ([]spec, int64) {
 func Save(dir string, m *Model) error {
 	meta := m.Meta
 	meta.Format, meta.Version = Format, Version
+	if meta.IsLink() {
+		meta.Version = VersionLink
+	}
 	if meta.Typed != nil {
 		ty := *meta.Typed
 		meta.Typed, meta.Version = &ty, VersionTyped

@@ -160,7 +160,7 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		{"missing meta", func(dir string) { os.Remove(filepath.Join(dir, MetaFile)) }, MetaFile, "missing"},
 		{"missing weights", func(dir string) { os.Remove(filepath.Join(dir, WeightsFile)) }, WeightsFile, "missing"},
-		{"version", editMeta(func(m map[string]any) { m["version"] = 9 }), MetaFile, "format version 9, this build reads versions 1 and 2"},
+		{"version", editMeta(func(m map[string]any) { m["version"] = 9 }), MetaFile, "format version 9, this build reads versions 1, 2 and 3"},
 		{"architecture", editMeta(func(m map[string]any) { m["architecture"] = "gin" }), MetaFile, `architecture "gin"`},
 		{"unknown field", editMeta(func(m map[string]any) { m["extra"] = 1 }), MetaFile, `unknown field "extra"`},
 		{"huge hidden", editMeta(func(m map[string]any) { m["hidden"] = 1 << 40 }), MetaFile, "hidden"},

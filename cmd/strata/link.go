@@ -19,6 +19,7 @@ import (
 	"github.com/strata-gnn/strata/fullgraph"
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/link/multi"
+	"github.com/strata-gnn/strata/model"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/train"
 )
@@ -150,8 +151,8 @@ func (c *trainCmd) runLink(e *env) error {
 		return refuse("checkpoint-every", "--task link does not checkpoint yet (a run starts afresh)")
 	case c.Plot != "":
 		return refuse("plot", "--task link draws no plot yet; --report has every epoch's loss and metrics")
-	case c.Save != "" && !train.IsHetero(c.Model):
-		return refuse("save", "--task link does not export its model yet (node classification does: --task node)")
+	case c.Save != "" && fg:
+		return refuse("save", "--task link --mode fullgraph does not export its model yet; train on one device (--mode full or sampled) or with --devices (DSP) to save it")
 	case c.FullGraph.Partition != "multilevel" && !fg && !dsp:
 		return refuse("partition", "applies to runs on several devices")
 	case fg && c.FullGraph.PartFile != "":
@@ -205,6 +206,10 @@ func (c *trainCmd) runLink(e *env) error {
 	if err := c.checkOutputs(); err != nil {
 		return err
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	var log io.Writer = e.stderr
 	if e.quiet {
 		log = nil
@@ -232,9 +237,9 @@ func (c *trainCmd) runLink(e *env) error {
 	case fg:
 		rep, err = c.linkFullGraph(ctx, ds, cfg, fcfg, es, log)
 	case dsp:
-		rep, err = c.linkDSP(ctx, ds, cfg, ecfg, set, es, log)
+		rep, err = c.linkDSP(ctx, ds, cfg, ecfg, set, es, keep, log)
 	default:
-		rep, err = c.linkOne(ctx, ds, cfg, es, log)
+		rep, err = c.linkOne(ctx, ds, cfg, es, keep, log)
 	}
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
@@ -244,11 +249,18 @@ func (c *trainCmd) runLink(e *env) error {
 		return err
 	}
 	printLinkReport(e, rep, start)
+	storage := storageOf(ds.Features) // link.Run's train.NewFeatures
+	if dsp {
+		storage = model.Dense // the engine's rows are dense
+	}
+	if err := c.saveLinkModel(e, keep, ds, rep, storage); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, nil)
 }
 
 // linkOne trains on the one device of --device (package link).
-func (c *trainCmd) linkOne(ctx context.Context, ds *dataset.Dataset, cfg link.Config, es *split.EdgeSplit, log io.Writer) (*link.Report, error) {
+func (c *trainCmd) linkOne(ctx context.Context, ds *dataset.Dataset, cfg link.Config, es *split.EdgeSplit, keep *train.Keeper, log io.Writer) (*link.Report, error) {
 	b, err := openDeviceNote(c.Device, log)
 	if err != nil {
 		return nil, err
@@ -263,12 +275,12 @@ func (c *trainCmd) linkOne(ctx context.Context, ds *dataset.Dataset, cfg link.Co
 			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, b.Name())
 		fmt.Fprintf(log, "config: %s\n", cfg.String())
 	}
-	return link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log, EdgeSplit: es})
+	return link.Run(ctx, ds, cfg, link.Options{Backend: b, Log: log, EdgeSplit: es, Keep: keep})
 }
 
 // linkDSP trains on the devices of --devices in the DSP engine
 // (link/multi.RunDSP).
-func (c *trainCmd) linkDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, ecfg engine.Config, set deviceSet, es *split.EdgeSplit, log io.Writer) (*link.Report, error) {
+func (c *trainCmd) linkDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Config, ecfg engine.Config, set deviceSet, es *split.EdgeSplit, keep *train.Keeper, log io.Writer) (*link.Report, error) {
 	bs, err := set.open(false)
 	if err != nil {
 		return nil, err
@@ -290,7 +302,7 @@ func (c *trainCmd) linkDSP(ctx context.Context, ds *dataset.Dataset, cfg link.Co
 			cfg.Model, ds.Name, ds.NumNodes(), ds.Graph.NumEdges(), ds.FeatDim, len(bs), bs[0].Name(), ecfg.Scheme)
 		fmt.Fprintf(log, "config: %s (each step's links shared by the devices)\n", cfg.String())
 	}
-	rep, _, err := multi.RunDSP(ctx, ds, cfg, ecfg, engine.Options{Backends: bs, Log: log, GPUShm: gso, Start: processStart}, es)
+	rep, _, err := multi.RunDSP(ctx, ds, cfg, ecfg, engine.Options{Backends: bs, Log: log, GPUShm: gso, Start: processStart, Keep: keep}, es)
 	var ce *engine.ConfigError
 	if errors.As(err, &ce) {
 		return nil, configFlag(err)

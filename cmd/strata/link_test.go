@@ -76,7 +76,7 @@ func TestTrainLinkUsageErrors(t *testing.T) {
 		{[]string{"--task", "link", "--checkpoint", t.TempDir()}, "--checkpoint"},
 		{[]string{"--task", "link", "--resume"}, "--resume"},
 		{[]string{"--task", "link", "--plot", "x.png"}, "--plot"},
-		{[]string{"--task", "link", "--save", t.TempDir()}, "--save: --task link does not export its model yet"},
+		{[]string{"--task", "link", "--mode", "fullgraph", "--save", t.TempDir()}, "--save: --task link --mode fullgraph does not export its model yet"},
 		{[]string{"--task", "link", "--staleness"}, "--staleness"},
 		{[]string{"--task", "link", "--split-edges", "0.9,0.1,0.1"}, "--split-edges"},
 		{[]string{"--task", "link", "--split-edges", "0.9,0.1"}, "--split-edges"},

@@ -53,15 +53,26 @@ func (c *trainCmd) saveModel(e *env, keep *train.Keeper, ds *dataset.Dataset, co
 	}
 	meta := model.NewMeta(com, ds.FeatDim, ds.NumClasses)
 	meta.Features = model.Features{RowNorm: com.RowNorm, RowNormalized: rowNormalized, Storage: storage}
-	meta.Dataset = model.Dataset{Name: ds.Name, Fingerprint: ds.Fingerprint(), Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Directed: ds.Directed}
-	return c.writeModel(e, &meta, params, rec, note, com, mode, training)
+	meta.Dataset = datasetOf(ds)
+	meta.Selection = selectedOf(com, rec, note)
+	return c.writeModel(e, &meta, params, note, mode, training, fmt.Sprintf("val %.4f, test %.4f", rec.ValAccuracy, rec.TestAccuracy))
 }
 
-// writeModel completes meta (the selected epoch, the mode and the
-// training configuration) and saves it with params into --save.
-func (c *trainCmd) writeModel(e *env, meta *model.Meta, params []nn.NamedTensor, rec train.EpochRecord, note string, com train.Common, mode string, training any) error {
-	meta.Selection = model.Selected{Rule: com.Select, Epoch: rec.Epoch, Epochs: com.Epochs,
+// datasetOf is model.json's description of ds.
+func datasetOf(ds *dataset.Dataset) model.Dataset {
+	return model.Dataset{Name: ds.Name, Fingerprint: ds.Fingerprint(), Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), Directed: ds.Directed}
+}
+
+// selectedOf is model.json's selection of the kept epoch rec.
+func selectedOf(com train.Common, rec train.EpochRecord, note string) model.Selected {
+	return model.Selected{Rule: com.Select, Epoch: rec.Epoch, Epochs: com.Epochs,
 		TrainAccuracy: rec.TrainAccuracy, ValAccuracy: rec.ValAccuracy, TestAccuracy: rec.TestAccuracy, Note: note}
+}
+
+// writeModel completes meta (the mode and the training configuration;
+// the selection is the caller's) and saves it with params into --save,
+// then prints where it went with the selected epoch's figures (scores).
+func (c *trainCmd) writeModel(e *env, meta *model.Meta, params []nn.NamedTensor, note, mode string, training any, scores string) error {
 	meta.Mode = mode
 	raw, err := json.Marshal(training)
 	if err != nil {
@@ -74,7 +85,7 @@ func (c *trainCmd) writeModel(e *env, meta *model.Meta, params []nn.NamedTensor,
 	if note != "" && !e.quiet {
 		fmt.Fprintf(e.stderr, "strata: note: %s\n", note)
 	}
-	fmt.Fprintf(e.stdout, "model               %s (epoch %d: val %.4f, test %.4f)\n", c.Save, rec.Epoch, rec.ValAccuracy, rec.TestAccuracy)
+	fmt.Fprintf(e.stdout, "model               %s (epoch %d: %s)\n", c.Save, meta.Selection.Epoch, scores)
 	return nil
 }
 
@@ -161,18 +172,12 @@ func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, err
 	}()
 	meta := &m.Meta
 	switch {
-	case ds.Features == nil || ds.FeatDim == 0:
-		return nil, usageError{fmt.Errorf("--dataset %s has no node features; the model reads %d", f.Dataset, meta.InDim)}
-	case ds.FeatDim != meta.InDim:
-		return nil, usageError{fmt.Errorf("--dataset %s has %d features per node, the model in %s reads %d", f.Dataset, ds.FeatDim, f.Model, meta.InDim)}
 	case needLabels && (ds.Labels == nil || ds.NumClasses == 0):
 		return nil, usageError{fmt.Errorf("--dataset %s has no labels to evaluate against", f.Dataset)}
-	case ds.NumClasses != 0 && ds.NumClasses != meta.Classes:
-		return nil, usageError{fmt.Errorf("--dataset %s has %d classes, the model in %s predicts %d", f.Dataset, ds.NumClasses, f.Model, meta.Classes)}
 	case len(bs) > 1 && int64(len(bs)) > ds.NumNodes():
 		return nil, usageError{fmt.Errorf("--devices: %d devices for %d nodes", len(bs), ds.NumNodes())}
 	}
-	if err := dataset.Validate(ds); err != nil {
+	if err := f.checkDataset(e, ds, meta); err != nil {
 		return nil, err
 	}
 	if needLabels {
@@ -180,25 +185,16 @@ func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, err
 			return nil, usageError{fmt.Errorf("--dataset %s: %w", f.Dataset, err)}
 		}
 	}
-	if fp := ds.Fingerprint(); fp != meta.Dataset.Fingerprint && !e.quiet {
-		fmt.Fprintf(e.stderr, "strata: warning: --dataset %s (%d nodes, fingerprint %s) is not the dataset the model was trained on (%s: %d nodes, fingerprint %s): inductive use\n",
-			f.Dataset, ds.NumNodes(), fp, meta.Dataset.Name, meta.Dataset.Nodes, meta.Dataset.Fingerprint)
-	}
-	rowNorm := train.RowNormOff
-	if meta.Features.RowNormalized {
-		rowNorm = train.RowNormOn
-	}
-	n := int(ds.NumNodes())
-	var feats *train.Features
-	if meta.Features.Storage == model.Sparse {
-		if feats, err = train.NewFeatures(ds.Features, n, ds.FeatDim, rowNorm); err != nil {
-			return nil, err
-		}
-	} else {
-		feats = train.NewDenseFeatures(ds.Features, n, ds.FeatDim, rowNorm)
+	feats, err := modelFeatures(ds, meta)
+	if err != nil {
+		return nil, err
 	}
 	l.x = &infer.Input{Rows: feats.Rows, Cols: feats.Cols, Dense: feats.Dense, Sparse: feats.Sparse}
-	models, free, err := infer.NewModels(bs, meta.Config(), m.Params)
+	params := m.Params
+	if meta.IsLink() {
+		params, _ = encoderParams(params) // the encoder's layers: the decoder is not a layer
+	}
+	models, free, err := infer.NewModels(bs, meta.Config(), params)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +202,41 @@ func (f *modelFlags) load(e *env, m *model.Model, needLabels bool) (*loaded, err
 	l.models, l.close = models, func() { free(); closeDS2() }
 	ok = true
 	return l, nil
+}
+
+// checkDataset checks that ds (--dataset) fits the model meta (--model)
+// and warns when it is not the dataset the model was trained on.
+func (f *modelFlags) checkDataset(e *env, ds *dataset.Dataset, meta *model.Meta) error {
+	switch {
+	case ds.Features == nil || ds.FeatDim == 0:
+		return usageError{fmt.Errorf("--dataset %s has no node features; the model reads %d", f.Dataset, meta.InDim)}
+	case ds.FeatDim != meta.InDim:
+		return usageError{fmt.Errorf("--dataset %s has %d features per node, the model in %s reads %d", f.Dataset, ds.FeatDim, f.Model, meta.InDim)}
+	case !meta.IsLink() && ds.NumClasses != 0 && ds.NumClasses != meta.Classes:
+		return usageError{fmt.Errorf("--dataset %s has %d classes, the model in %s predicts %d", f.Dataset, ds.NumClasses, f.Model, meta.Classes)}
+	}
+	if err := dataset.Validate(ds); err != nil {
+		return err
+	}
+	if fp := ds.Fingerprint(); fp != meta.Dataset.Fingerprint && !e.quiet {
+		fmt.Fprintf(e.stderr, "strata: warning: --dataset %s (%d nodes, fingerprint %s) is not the dataset the model was trained on (%s: %d nodes, fingerprint %s): inductive use\n",
+			f.Dataset, ds.NumNodes(), fp, meta.Dataset.Name, meta.Dataset.Nodes, meta.Dataset.Fingerprint)
+	}
+	return nil
+}
+
+// modelFeatures prepares ds's features as the model's were (model.json's
+// features: row-normalized or not, read sparse or dense).
+func modelFeatures(ds *dataset.Dataset, meta *model.Meta) (*train.Features, error) {
+	rowNorm := train.RowNormOff
+	if meta.Features.RowNormalized {
+		rowNorm = train.RowNormOn
+	}
+	n := int(ds.NumNodes())
+	if meta.Features.Storage == model.Sparse {
+		return train.NewFeatures(ds.Features, n, ds.FeatDim, rowNorm)
+	}
+	return train.NewDenseFeatures(ds.Features, n, ds.FeatDim, rowNorm), nil
 }
 
 // run runs the inference of req with a progress bar, stopping on Ctrl-C.
@@ -261,13 +292,19 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if m.Meta.Typed != nil {
 		return runTypedInference(e, f, m, nodesFile, out, layer, embed)
 	}
+	if m.Meta.IsLink() && !embed {
+		return errLinkPredict(f.Model)
+	}
 	l, err := f.load(e, m, false)
 	if err != nil {
 		return err
 	}
 	defer l.close()
 	L := l.meta.Layers
-	if embed && layer == 0 {
+	switch {
+	case embed && layer == 0 && l.meta.IsLink():
+		layer = L // the embeddings the decoder scores
+	case embed && layer == 0:
 		layer = max(L-1, 1)
 	}
 	if layer < 0 || layer > L {
@@ -291,7 +328,11 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if err := npy.WriteFloat32(out, res.Rows, res.Cols, res.Data); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s) in %.1fs (inference %.1fs, writing %.1fs)\n", out, res.Rows, res.Cols, describeLayer(layer, L),
+	what := describeLayer(layer, L)
+	if l.meta.IsLink() && layer == L {
+		what = "embeddings"
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s) in %.1fs (inference %.1fs, writing %.1fs)\n", out, res.Rows, res.Cols, what,
 		time.Since(start).Seconds(), inferred.Sub(start).Seconds(), time.Since(inferred).Seconds())
 	return nil
 }
@@ -337,6 +378,9 @@ func (c *evaluateCmd) Run(e *env) error {
 	}
 	if m.Meta.Typed != nil {
 		return c.runTyped(e, m)
+	}
+	if m.Meta.IsLink() {
+		return c.runLink(e, m)
 	}
 	l, err := c.load(e, m, true)
 	if err != nil {

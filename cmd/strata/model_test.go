@@ -365,7 +365,7 @@ func TestModelCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"evaluate", "--model", filepath.Join(dir, "none")}, "model.json: missing"},
-		{[]string{"evaluate", "--model", otherVersion}, "format version 9, this build reads versions 1 and 2"},
+		{[]string{"evaluate", "--model", otherVersion}, "format version 9, this build reads versions 1, 2 and 3"},
 		{[]string{"evaluate", "--model", otherArch}, `architecture "gin"`},
 		{[]string{"evaluate", "--model", corrupt}, "SHA-256"},
 		{[]string{"predict", "--model", noWeights, "--out", out}, "model.safetensors: missing"},

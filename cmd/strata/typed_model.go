@@ -47,7 +47,8 @@ func (c *trainCmd) saveTypedModel(e *env, keep *train.Keeper, h *dataset.Hetero,
 	}
 	meta := model.NewTypedMeta(cfg.Common, train.TypedSchema(g, nil), h.NumClasses, cfg.AddReverse)
 	meta.Dataset = model.Dataset{Name: h.Name, Fingerprint: h.Fingerprint(), Nodes: h.NumNodes(), Edges: h.NumEdges()}
-	return c.writeModel(e, &meta, params, rec, note, cfg.Common, train.Sampled, cfg)
+	meta.Selection = selectedOf(cfg.Common, rec, note)
+	return c.writeModel(e, &meta, params, note, train.Sampled, cfg, fmt.Sprintf("val %.4f, test %.4f", rec.ValAccuracy, rec.TestAccuracy))
 }
 
 // typedLoaded is a typed model and the graph it reads, on one device.
