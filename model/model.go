@@ -62,9 +62,9 @@ type Meta struct {
 	Hidden       int    `json:"hidden"` // per head for gat
 	// Classes is the output layer's width: the class count, or for a
 	// link model the embedding width (Hidden).
-	Classes int `json:"classes"`
-	Heads        int    `json:"heads"`     // gat: heads of the hidden layers (concatenated); 1 otherwise
-	OutHeads     int    `json:"out_heads"` // gat: heads of the output layer (averaged); 1 otherwise
+	Classes  int `json:"classes"`
+	Heads    int `json:"heads"`     // gat: heads of the hidden layers (concatenated); 1 otherwise
+	OutHeads int `json:"out_heads"` // gat: heads of the output layer (averaged); 1 otherwise
 	// NegativeSlope is GAT's LeakyReLU slope (0 for the others).
 	NegativeSlope float32 `json:"negative_slope"`
 	// Activation is the function between layers: relu (gcn, sage) or
