@@ -26,8 +26,8 @@ type cli struct {
 
 	Train     trainCmd          `cmd:"" help:"Train a GNN (GCN, GraphSAGE, GAT) for node classification; with no flags, GraphSAGE on the built-in Cora."`
 	Predict   predictCmd        `cmd:"" help:"Score nodes with a saved model (train --save): float32 logits as .npy."`
-	Embed     embedCmd          `cmd:"" help:"Write a saved model's hidden representations of a layer as .npy."`
-	Evaluate  evaluateCmd       `cmd:"" help:"Train, validation and test accuracy of a saved model on a dataset (on its own dataset: the training report's)."`
+	Embed     embedCmd          `cmd:"" help:"Write a saved model's hidden representations of a layer as .npy (a link model: by default its embeddings, what its decoder scores)."`
+	Evaluate  evaluateCmd       `cmd:"" help:"Train, validation and test accuracy of a saved model on a dataset (a link model: validation and test AUC, MRR, Hits@K); on its own dataset, the training report's."`
 	Import    importCmd         `cmd:"" help:"Convert a dataset in another format into a Strata dataset directory."`
 	Split     splitCmd          `cmd:"" help:"Make seeded node splits (random or stratified) and edge splits (link prediction) of a dataset."`
 	Gen       genCmd            `cmd:"" help:"Generate a synthetic dataset."`

@@ -267,7 +267,7 @@ func (c *predictCmd) Run(e *env) error {
 // embedCmd is 'strata embed'.
 type embedCmd struct {
 	modelFlags `embed:""`
-	Layer      int    `help:"Layer K (1-based) whose output to write: the hidden representation after its activation (the last layer's are the logits); default the last hidden layer." default:"0" placeholder:"K"`
+	Layer      int    `help:"Layer K (1-based) whose output to write: the hidden representation after its activation (the last layer's are the logits, a link model's the embeddings); default the last hidden layer (a link model: the last layer)." default:"0" placeholder:"K"`
 	Nodes      string `help:"Nodes to embed, in order: a .npy vector of int32 or int64 IDs, or a text file of IDs; default every node." placeholder:"FILE" type:"path"`
 	Out        string `help:"Output .npy file: float32 [nodes, width of layer K]." required:"" placeholder:"FILE.npy" type:"path"`
 }

@@ -49,7 +49,7 @@ type trainCmd struct {
 	Checkpoint      string `help:"Directory for the checkpoint (checkpoint.strata)." placeholder:"DIR" type:"path"`
 	CheckpointEvery int    `help:"Save a checkpoint every N batches, or N epochs training the whole graph (0: only at the end or on interrupt); not in sampled mode with --devices, which saves one after every epoch." default:"0" placeholder:"N"`
 	Resume          bool   `help:"Continue from the checkpoint in --checkpoint DIR if there is one."`
-	Save            string `help:"Save the trained model into DIR (model.safetensors with PyTorch Geometric's tensor names, and model.json): the epoch --select picks (best validation, or last). 'strata predict', 'embed' and 'evaluate' read it; docs/models.md. Node classification only (--task node), typed models included." placeholder:"DIR" type:"path"`
+	Save            string `help:"Save the trained model into DIR (model.safetensors with PyTorch Geometric's tensor names, and model.json): the epoch --select picks (best validation, or last). 'strata predict', 'embed' and 'evaluate' read it; docs/models.md. Node classification (typed models included) and link prediction (--task link: the encoder and decoder, by validation AUC; one device or --devices, not --mode fullgraph or typed models)." placeholder:"DIR" type:"path"`
 
 	RelFanouts []string `name:"rel-fanouts" help:"rgcn, hsage: fanouts of some relations, REL=F1,F2,REL2=F1,F2,... (REL a relation's name or src___rel___dst; 0 leaves it out at a hop; the others take --fanouts)." placeholder:"REL=F1,F2"`
 	AddReverse bool     `name:"add-reverse" help:"rgcn, hsage: add the reverse of every relation (rev_REL; relations within one type made symmetric), as PyG's ToUndirected."`
