@@ -789,3 +789,31 @@ func (e *Evaluator) score(t *autograd.Tape, dec Decoder, h *autograd.Var) ([]flo
 	}
 	return out, nil
 }
+
+// ScoreRows scores the pairs (src[i], dst[i]), rows of h (the
+// embeddings, rows x d, row-major), with dec on b, in the chunks
+// evaluation scores in: the decoder's logits ('strata predict --pairs').
+func ScoreRows(b backend.Backend, dec Decoder, h []float32, rows, d int, src, dst []int32) ([]float32, error) {
+	if rows < 1 || d <= 0 || len(h) != rows*d || len(src) != len(dst) {
+		return nil, fmt.Errorf("link: %d embedding values for %d x %d, %d sources and %d destinations", len(h), rows, d, len(src), len(dst))
+	}
+	for i := range src {
+		if src[i] < 0 || int(src[i]) >= rows || dst[i] < 0 || int(dst[i]) >= rows {
+			return nil, fmt.Errorf("link: pair %d (%d, %d) is not in the %d rows", i, src[i], dst[i], rows)
+		}
+	}
+	bufs, err := uploadAll(b, src, dst)
+	defer freeAll(b, bufs)
+	if err != nil {
+		return nil, err
+	}
+	e := &Evaluator{b: b}
+	e.ev.src, e.ev.dst = bufs[0], bufs[1]
+	t := autograd.NewTape(b)
+	defer t.Release()
+	hv, err := t.Upload(h, rows, d)
+	if err != nil {
+		return nil, err
+	}
+	return e.score(t, dec, hv)
+}

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/split"
+	"github.com/strata-gnn/strata/infer"
 	"github.com/strata-gnn/strata/internal/atomicfile"
+	"github.com/strata-gnn/strata/internal/npy"
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/model"
 	"github.com/strata-gnn/strata/nn"
@@ -230,7 +234,109 @@ func sameMetrics(a, b link.Metrics) bool {
 	return a.AUC == b.AUC && a.MRR == b.MRR && a.Hits == b.Hits && a.Constant == b.Constant && math.Abs(a.Loss-b.Loss) <= 1e-9*max(1, math.Abs(a.Loss))
 }
 
-// errLinkPredict refuses 'strata predict' on link model dir.
+// errLinkPredict refuses 'strata predict' without --pairs on link model
+// dir.
 func errLinkPredict(dir string) error {
-	return usageError{fmt.Errorf("--model %s is a link-prediction model, which has no class logits: 'strata embed --model %s' writes its node embeddings (what its decoder scores), 'strata evaluate' its AUC, MRR and Hits@K", dir, dir)}
+	return usageError{fmt.Errorf("--model %s is a link-prediction model, which has no class logits: 'strata predict --pairs FILE.npy' scores node pairs, 'strata embed' writes its node embeddings, 'strata evaluate' its AUC, MRR and Hits@K", dir)}
+}
+
+// readPairs reads a --pairs file: a .npy int32 or int64 matrix [P, 2]
+// of node IDs in [0, n).
+func readPairs(path string, n int64) (src, dst []int32, err error) {
+	bad := func(format string, args ...any) error {
+		return usageError{fmt.Errorf("--pairs %s: %s", path, fmt.Sprintf(format, args...))}
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, nil, usageError{fmt.Errorf("--pairs: %w", err)}
+	case !st.Mode().IsRegular():
+		return nil, nil, bad("not a regular file")
+	case st.Size() > MaxNodesFileBytes:
+		return nil, nil, bad("%d bytes, more than %d", st.Size(), int64(MaxNodesFileBytes))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--pairs: %w", err)}
+	}
+	if !bytes.HasPrefix(b, []byte(npy.Magic)) {
+		return nil, nil, bad("not a .npy file (np.save('pairs.npy', np.asarray(pairs, dtype=np.int64)) with shape [P, 2])")
+	}
+	v, err := npy.ParseIntMatrix(b, 2)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if len(v) == 0 {
+		return nil, nil, bad("no pairs")
+	}
+	src, dst = make([]int32, len(v)/2), make([]int32, len(v)/2)
+	for i, x := range v {
+		if x < 0 || x >= n {
+			return nil, nil, bad("node %d (pair %d) out of range [0, %d)", x, i/2, n)
+		}
+		if i%2 == 0 {
+			src[i/2] = int32(x)
+		} else {
+			dst[i/2] = int32(x)
+		}
+	}
+	return src, dst, nil
+}
+
+// runPairs is 'strata predict --pairs': the link model's embeddings of
+// the pairs' endpoints (layer-wise inference, as embed), then its
+// decoder's scores of the pairs, written as float32 [P].
+func runPairs(e *env, f *modelFlags, nodesFile, pairsFile, out string) error {
+	if err := atomicfile.Check(out); err != nil {
+		return usageError{fmt.Errorf("--out: %w", err)}
+	}
+	if nodesFile != "" {
+		return usageError{fmt.Errorf("--nodes: --pairs names the nodes; give one of them")}
+	}
+	m, err := f.readModel()
+	if err != nil {
+		return err
+	}
+	if !m.Meta.IsLink() {
+		return usageError{fmt.Errorf("--pairs: --model %s is a node-classification model; pairs are scored by a link model ('strata train --task link --save DIR')", f.Model)}
+	}
+	l, err := f.load(e, m, false)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	src, dst, err := readPairs(pairsFile, l.ds.NumNodes())
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	nodes := sortedUnique(slices.Concat(src, dst))
+	res, err := l.run(infer.Request{Nodes: nodes, Layer: l.meta.Layers})
+	if err != nil {
+		return err
+	}
+	row := func(v int32) int32 { i, _ := slices.BinarySearch(nodes, v); return int32(i) }
+	rs, rd := make([]int32, len(src)), make([]int32, len(dst))
+	for i := range src {
+		rs[i], rd[i] = row(src[i]), row(dst[i])
+	}
+	b := l.bs[0]
+	_, dp := encoderParams(m.Params)
+	dec, err := link.NewDecoder(b, m.Meta.Link.Decoder, m.Meta.Classes, 0)
+	if err != nil {
+		return err
+	}
+	defer nn.FreeParams(b, dec.Params())
+	if err := nn.LoadParams(b, dec.Params(), dp); err != nil {
+		return err
+	}
+	scores, err := link.ScoreRows(b, dec, res.Data, res.Rows, res.Cols, rs, rd)
+	if err != nil {
+		return err
+	}
+	if err := npy.WriteFloat32Vector(out, scores); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: %d float32 pair scores (logits) in %.1fs\n", out, len(scores), time.Since(start).Seconds())
+	return nil
 }

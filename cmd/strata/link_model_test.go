@@ -1,12 +1,17 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/internal/npy"
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/model"
 )
@@ -136,7 +141,7 @@ func TestLinkModelErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"predict", "--model", m, "--out", out}, "is a link-prediction model, which has no class logits: 'strata embed"},
+		{[]string{"predict", "--model", m, "--out", out}, "is a link-prediction model, which has no class logits: 'strata predict --pairs FILE.npy' scores node pairs"},
 		{[]string{"evaluate", "--model", m, "--devices", "cpu:2"}, "--devices: a link model is evaluated on one device"},
 		{[]string{"evaluate", "--model", m, "--infer-budget", "8MiB"}, "--infer-budget: a link model"},
 		{[]string{"evaluate", "--model", fake}, "a link model needs the link section"},
@@ -147,5 +152,134 @@ func TestLinkModelErrors(t *testing.T) {
 		if code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage)", tc.args, code)
 		}
+	}
+}
+
+// writePairs writes pairs as a .npy int64 matrix [P, 2].
+func writePairs(t *testing.T, path string, src, dst []int32) string {
+	t.Helper()
+	b := []byte(npy.Magic + "\x01\x00")
+	dict := fmt.Sprintf("{'descr': '<i8', 'fortran_order': False, 'shape': (%d, 2), }", len(src))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(dict)+1))
+	b = append(append(b, dict...), '\n')
+	for i := range src {
+		b = binary.LittleEndian.AppendUint64(b, uint64(src[i]))
+		b = binary.LittleEndian.AppendUint64(b, uint64(dst[i]))
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// readVector reads a float32 .npy vector written by predict --pairs.
+func readVector(t *testing.T, path string) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := npy.ParseHeader(b)
+	if err != nil || h.Descr != "<f4" || len(h.Shape) != 1 {
+		t.Fatalf("%s: header %+v (%v), want a float32 vector", path, h, err)
+	}
+	out := make([]float32, h.Shape[0])
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[h.DataOffset+int64(4*i):]))
+	}
+	return out
+}
+
+// TestLinkPredictPairs: 'predict --pairs' scores pairs with the decoder
+// from the embeddings embed writes (the whole --dataset graph): the dot
+// product, or the MLP recomputed in float64 from the saved tensors; on
+// the run's test links and negatives it ranks well. A node model with
+// --pairs, and bad pair files, are one-line errors.
+func TestLinkPredictPairs(t *testing.T) {
+	skipUnderRace(t)
+	ds := loadCora(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--model", "gcn", "--epochs", "3"},
+		{"--model", "sage", "--epochs", "1", "--decoder", "mlp", "--batch-size", "2048", "--fanouts", "5,5"},
+	} {
+		m, repPath := filepath.Join(dir, args[1]), filepath.Join(dir, args[1]+".json")
+		if code, _, errOut := strata(t, append([]string{"--quiet", "train", "--task", "link", "--hidden", "16", "--save", m, "--report", repPath}, args...)...); code != 0 {
+			t.Fatalf("train: exit %d: %s", code, errOut)
+		}
+		var rep link.Report
+		if b, err := os.ReadFile(repPath); err != nil || json.Unmarshal(b, &rep) != nil {
+			t.Fatalf("report %s: %v", repPath, err)
+		}
+		s, err := link.MakeSplit(ds, &rep.Config, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, dst := slices.Concat(s.Test.Src, s.TestNeg.Src), slices.Concat(s.Test.Dst, s.TestNeg.Dst)
+		pairs := writePairs(t, filepath.Join(dir, "pairs.npy"), src, dst)
+		out, emb := filepath.Join(dir, args[1]+"-scores.npy"), filepath.Join(dir, args[1]+"-emb.npy")
+		if code, _, errOut := strata(t, "--quiet", "predict", "--model", m, "--pairs", pairs, "--out", out); code != 0 {
+			t.Fatalf("predict --pairs: exit %d: %s", code, errOut)
+		}
+		if code, _, errOut := strata(t, "--quiet", "embed", "--model", m, "--out", emb); code != 0 {
+			t.Fatalf("embed: exit %d: %s", code, errOut)
+		}
+		scores := readVector(t, out)
+		if len(scores) != len(src) {
+			t.Fatalf("%d scores for %d pairs", len(scores), len(src))
+		}
+		_, d, h := readMatrix(t, emb)
+		saved, err := model.Load(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := map[string][]float32{}
+		for _, q := range saved.Params {
+			p[q.Name] = q.Data
+		}
+		for i := range src {
+			u, v := h[int(src[i])*d:][:d], h[int(dst[i])*d:][:d]
+			want := 0.0
+			if rep.Decoder == link.DecoderDot {
+				for j := range u {
+					want += float64(u[j]) * float64(v[j])
+				}
+			} else {
+				w0, b0, w1, b1 := p["decoder.lin0.weight"], p["decoder.lin0.bias"], p["decoder.lin1.weight"], p["decoder.lin1.bias"]
+				want = float64(b1[0])
+				for k := range d {
+					z := float64(b0[k])
+					for j := range d {
+						z += float64(u[j]) * float64(v[j]) * float64(w0[j*d+k])
+					}
+					want += max(z, 0) * float64(w1[k])
+				}
+			}
+			if math.Abs(float64(scores[i])-want) > 1e-4*max(1, math.Abs(want)) {
+				t.Fatalf("%s: pair %d (%d, %d) scores %v, the decoder on embed's rows %v", args[1], i, src[i], dst[i], scores[i], want)
+			}
+		}
+		got, err := link.Evaluate(scores[:s.Test.Len()], scores[s.Test.Len():], rep.HitsK)
+		if err != nil || got.AUC < 0.55 {
+			t.Errorf("%s: predict --pairs on the test links: %+v (%v), want AUC above 0.55", args[1], got, err)
+		}
+	}
+	node := filepath.Join(dir, "node")
+	if code, _, errOut := strata(t, "--quiet", "train", "--model", "gcn", "--mode", "full", "--epochs", "1", "--hidden", "8", "--save", node); code != 0 {
+		t.Fatalf("train node: exit %d: %s", code, errOut)
+	}
+	out := filepath.Join(dir, "x.npy")
+	good := writePairs(t, filepath.Join(dir, "good.npy"), []int32{0, 1}, []int32{2, 3})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", node, "--pairs", good}, "--pairs: --model " + node + " is a node-classification model"},
+		{[]string{"--model", filepath.Join(dir, "gcn"), "--pairs", writePairs(t, filepath.Join(dir, "far.npy"), []int32{0}, []int32{2708})}, "node 2708 (pair 0) out of range [0, 2708)"},
+		{[]string{"--model", filepath.Join(dir, "gcn"), "--pairs", writeFile(t, filepath.Join(dir, "p.txt"), "0 1\n")}, "not a .npy file"},
+		{[]string{"--model", filepath.Join(dir, "gcn"), "--pairs", good, "--nodes", writeFile(t, filepath.Join(dir, "n.txt"), "0\n")}, "--nodes: --pairs names the nodes"},
+	} {
+		code, _, errOut := strata(t, append(append([]string{"--quiet", "predict"}, tc.args...), "--out", out)...)
+		oneLineError(t, strings.Join(tc.args, " "), code, errOut, tc.want)
 	}
 }

@@ -257,10 +257,14 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 type predictCmd struct {
 	modelFlags `embed:""`
 	Nodes      string `help:"Nodes to score, in order: a .npy vector of int32 or int64 IDs, or a text file of IDs (whitespace-separated, # comments); default every node." placeholder:"FILE" type:"path"`
-	Out        string `help:"Output .npy file: float32 logits [nodes, classes], a row per node in --nodes order (or ID order)." required:"" placeholder:"FILE.npy" type:"path"`
+	Pairs      string `help:"Link models (train --task link --save): node pairs to score, a .npy int32 or int64 matrix [P, 2] of (source, destination) IDs; --out is then float32 [P], the decoder's logits (sigmoid: the probability of a link)." placeholder:"FILE.npy" type:"path"`
+	Out        string `help:"Output .npy file: float32 logits [nodes, classes], a row per node in --nodes order (or ID order); with --pairs, [P] pair scores." required:"" placeholder:"FILE.npy" type:"path"`
 }
 
 func (c *predictCmd) Run(e *env) error {
+	if c.Pairs != "" {
+		return runPairs(e, &c.modelFlags, c.Nodes, c.Pairs, c.Out)
+	}
 	return runInference(e, &c.modelFlags, c.Nodes, c.Out, 0, false)
 }
 

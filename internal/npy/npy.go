@@ -56,6 +56,17 @@ func WriteFloat32(path string, rows, cols int, data []float32) error {
 	}, atomicfile.Options{})
 }
 
+// WriteFloat32Vector writes data to path as a float32 .npy file of shape
+// (n,), replacing it atomically.
+func WriteFloat32Vector(path string, data []float32) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if _, err := w.Write(header("<f4", []int{len(data)})); err != nil {
+			return err
+		}
+		return writeWords(w, data, math.Float32bits)
+	}, atomicfile.Options{})
+}
+
 // WriteInt32 writes the vector data to path as an int32 .npy file of
 // shape (n,), replacing it atomically.
 func WriteInt32(path string, data []int32) error {
@@ -269,7 +280,14 @@ func (p *lit) tuple() ([]int64, bool) {
 
 // ParseInts returns the integer vector in b, a whole .npy file of int32
 // or int64 values (little-endian) of shape (n,) or (n, 1).
-func ParseInts(b []byte) ([]int64, error) {
+func ParseInts(b []byte) ([]int64, error) { return parseInts(b, 1) }
+
+// ParseIntMatrix returns the n x cols integer matrix in b (row-major), a
+// whole .npy file of int32 or int64 values (little-endian, C order) of
+// shape (n, cols); cols 1 takes a vector (n,) too.
+func ParseIntMatrix(b []byte, cols int) ([]int64, error) { return parseInts(b, cols) }
+
+func parseInts(b []byte, cols int) ([]int64, error) {
 	h, err := ParseHeader(b)
 	if err != nil {
 		return nil, err
@@ -285,12 +303,18 @@ func ParseInts(b []byte) ([]int64, error) {
 	}
 	var n int64
 	switch {
-	case len(h.Shape) == 1:
+	case cols == 1 && len(h.Shape) == 1:
 		n = h.Shape[0]
-	case len(h.Shape) == 2 && h.Shape[1] == 1:
+	case cols == 1 && len(h.Shape) == 2 && h.Shape[1] == 1:
 		n = h.Shape[0]
-	default:
+	case cols == 1:
 		return nil, &Error{h.DataOffset, fmt.Sprintf("shape %v, want a vector (n,) or (n, 1)", h.Shape)}
+	case len(h.Shape) != 2 || h.Shape[1] != int64(cols) || h.Shape[0] < 0 || h.Shape[0] > math.MaxInt64/int64(cols):
+		return nil, &Error{h.DataOffset, fmt.Sprintf("shape %v, want a matrix (n, %d)", h.Shape, cols)}
+	case h.FortranOrder:
+		return nil, &Error{h.DataOffset, "Fortran order: want C order (np.ascontiguousarray)"}
+	default:
+		n = h.Shape[0] * int64(cols)
 	}
 	data := int64(len(b)) - h.DataOffset
 	if n < 0 || n > data/size || n*size != data {
