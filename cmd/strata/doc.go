@@ -2,9 +2,11 @@
 //
 //	strata train [flags]          train GCN, GraphSAGE or GAT (default: sampled
 //	                              GraphSAGE on the built-in Cora)
-//	strata predict --model DIR    logits of a model saved by train --save (.npy)
+//	strata predict --model DIR    logits of a model saved by train --save (.npy);
+//	                              a link model's pair scores (--pairs)
 //	strata embed --model DIR      a layer's hidden representations (.npy)
-//	strata evaluate --model DIR   a saved model's accuracies
+//	strata evaluate --model DIR   a saved model's accuracies (a link model's
+//	                              AUC, MRR and Hits@K)
 //	strata import SRC DST         convert a dataset into Strata's format
 //	strata import --edges F DST   import CSV/Parquet edge (and --nodes) tables
 //	strata split DIR [flags]      make seeded node and edge splits
