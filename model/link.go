@@ -34,7 +34,8 @@ type Link struct {
 	Decoder string `json:"decoder"`
 	// Split is the fractions of the random edge split, SplitSource
 	// "random" (split by Seed) or "stored" (the dataset's edge_split/
-	// directory, its negatives drawn by Seed).
+	// directory, its negatives drawn by Seed; Split is then the
+	// configuration's, unused).
 	Split       link.Fractions `json:"split_edges"`
 	SplitSource string         `json:"split_source"`
 	Seed        uint64         `json:"seed"`
