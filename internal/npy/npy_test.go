@@ -105,6 +105,23 @@ func FuzzParseInts(f *testing.F) {
 	})
 }
 
+// FuzzParseIntMatrix: no input panics; an accepted one holds whole rows
+// of two values, no more than its bytes hold.
+func FuzzParseIntMatrix(f *testing.F) {
+	f.Add(vector("<i8", []int{2, 2}, []int64{1, 2, 3, 4}))
+	f.Add(vector("<i4", []int{1, 2}, []int64{5, 6}))
+	f.Add(vector("<i8", []int{3}, []int64{1, 2, 3}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := ParseIntMatrix(b, 2)
+		if err != nil {
+			return
+		}
+		if len(v)%2 != 0 || len(v) > len(b)/4 {
+			t.Fatalf("%d values from %d bytes", len(v), len(b))
+		}
+	})
+}
+
 // TestWriteBlocks: values across several write blocks (and a partial
 // last one) come back in order, float32 and int32.
 func TestWriteBlocks(t *testing.T) {
