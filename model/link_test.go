@@ -2,13 +2,8 @@ package model
 
 import (
 	"errors"
-	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/nlpodyssey/safetensors"
 
 	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/nn"
@@ -71,28 +66,8 @@ func TestLinkRoundTrip(t *testing.T) {
 			if got.Meta.Version != VersionLink || !got.Meta.IsLink() || got.Meta.Link.Decoder != dec || *got.Meta.Selection.Test != *m.Meta.Selection.Test {
 				t.Fatalf("meta back: version %d task %q link %+v selection %+v", got.Meta.Version, got.Meta.Task, got.Meta.Link, got.Meta.Selection)
 			}
-			if len(got.Params) != len(m.Params) {
-				t.Fatalf("%d params back, saved %d", len(got.Params), len(m.Params))
-			}
-			for i, p := range m.Params {
-				q := got.Params[i]
-				if q.Name != p.Name || q.Rows != p.Rows || q.Cols != p.Cols {
-					t.Fatalf("param %d is %s %dx%d, saved %s %dx%d", i, q.Name, q.Rows, q.Cols, p.Name, p.Rows, p.Cols)
-				}
-				for j := range p.Data {
-					if math.Float32bits(q.Data[j]) != math.Float32bits(p.Data[j]) {
-						t.Fatalf("%s[%d] = %v, saved %v", p.Name, j, q.Data[j], p.Data[j])
-					}
-				}
-			}
-			raw, err := os.ReadFile(filepath.Join(dir, WeightsFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := safetensors.Deserialize(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sameParams(t, got.Params, m.Params)
+			st := readWeights(t, dir)
 			want := map[string][]uint64{"convs.0.lin_l.weight": {5, 11}, "convs.2.lin_r.weight": {5, 5}}
 			if dec == link.DecoderMLP {
 				want["decoder.lins.0.weight"], want["decoder.lins.0.bias"] = []uint64{5, 5}, []uint64{5}

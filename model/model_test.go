@@ -73,28 +73,8 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Params) != len(m.Params) {
-				t.Fatalf("%d params back, saved %d", len(got.Params), len(m.Params))
-			}
-			for i, p := range m.Params {
-				q := got.Params[i]
-				if q.Name != p.Name || q.Rows != p.Rows || q.Cols != p.Cols {
-					t.Fatalf("param %d is %s %dx%d, saved %s %dx%d", i, q.Name, q.Rows, q.Cols, p.Name, p.Rows, p.Cols)
-				}
-				for j := range p.Data {
-					if math.Float32bits(q.Data[j]) != math.Float32bits(p.Data[j]) {
-						t.Fatalf("%s[%d] = %v, saved %v", p.Name, j, q.Data[j], p.Data[j])
-					}
-				}
-			}
-			raw, err := os.ReadFile(filepath.Join(dir, WeightsFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := safetensors.Deserialize(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sameParams(t, got.Params, m.Params)
+			st := readWeights(t, dir)
 			for _, name := range wantNames[kind] {
 				if _, ok := st.Tensor(name); !ok {
 					t.Errorf("no tensor %s in %v", name, st.Names())
@@ -338,4 +318,38 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sameParams fails t unless got are want's tensors, names, shapes and
+// bits.
+func sameParams(t *testing.T, got, want []nn.NamedTensor) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d params back, saved %d", len(got), len(want))
+	}
+	for i, p := range want {
+		q := got[i]
+		if q.Name != p.Name || q.Rows != p.Rows || q.Cols != p.Cols {
+			t.Fatalf("param %d is %s %dx%d, saved %s %dx%d", i, q.Name, q.Rows, q.Cols, p.Name, p.Rows, p.Cols)
+		}
+		for j := range p.Data {
+			if math.Float32bits(q.Data[j]) != math.Float32bits(p.Data[j]) {
+				t.Fatalf("%s[%d] = %v, saved %v", p.Name, j, q.Data[j], p.Data[j])
+			}
+		}
+	}
+}
+
+// readWeights parses dir's weights file as safetensors.
+func readWeights(t *testing.T, dir string) safetensors.SafeTensors {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, WeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := safetensors.Deserialize(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
