@@ -206,10 +206,21 @@ type LayerStats struct {
 	BuildWaitSeconds float64 `json:"build_wait_seconds"`
 	// Phases is the host time the slowest device spent in each phase of
 	// its chunks: "block" (the block's upload), "input" (the source rows:
-	// the exchange, a gather or an upload), "forward" (queuing the
-	// layer) and "output" (writing the rows). Work queued on a device
+	// the exchange, a gather or an upload), "lockstep" (a resident
+	// input's round header, where the devices wait for each other),
+	// "forward" (queuing the layer), "output" (writing the rows) and
+	// "free" (the chunk's device buffers freed). Work queued on a device
 	// is counted where the host next waits for it.
 	Phases map[string]float64 `json:"phases,omitempty"`
+	// SetupSeconds is the layer's time before its devices started (the
+	// output's placement, AllocSeconds of it allocating the host
+	// output; the input's placement), FinishSeconds after the last
+	// device returned (op profiles, freeing the placed input); Devices
+	// accounts for each device's part of the rest.
+	SetupSeconds  float64      `json:"setup_seconds"`
+	AllocSeconds  float64      `json:"alloc_seconds"`
+	FinishSeconds float64      `json:"finish_seconds"`
+	Devices       []DeviceTime `json:"devices,omitempty"`
 	// Ops, with Options.ProfileOps, is each device's device time per op
 	// over the layer, largest first (nil where the back end has no
 	// profiler).
@@ -303,8 +314,12 @@ type run struct {
 	// building time and the compute goroutine's wait for it.
 	buildSec, buildWait []time.Duration
 	phases              [][numPhases]time.Duration // per device, the current layer's
-	exch                []comm.Comm                // the resident layers' exchange (several devices)
-	ownExch             bool                       // exch is this run's to close
+	// spans: per device, the current layer's span; devStart, devEnd:
+	// when its devices started and the last returned.
+	spans            []span
+	devStart, devEnd time.Time
+	exch             []comm.Comm // the resident layers' exchange (several devices)
+	ownExch          bool        // exch is this run's to close
 	// abandoned: the watchdog gave up on a stalled device whose
 	// goroutine may wake later; the device buffers it could touch are
 	// left unfreed rather than freed under it.
@@ -666,9 +681,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		} else {
 			st.Why = why
 			var err error
+			ta := time.Now()
 			if out, err = r.output(l); err != nil {
 				return nil, err
 			}
+			st.AllocSeconds = time.Since(ta).Seconds()
 		}
 		var placed []backend.Buffer
 		var kept []bool
@@ -702,6 +719,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		r.bar.Describe(fmt.Sprintf("%s: %s", r.opts.Progress, desc))
 		r.buildSec, r.buildWait = make([]time.Duration, p), make([]time.Duration, p)
 		r.phases = make([][numPhases]time.Duration, p)
+		r.spans = make([]span, p)
 		profiling := r.startProfiles()
 		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
 		if profiling && err == nil { // a failed layer's devices may never drain
@@ -715,7 +733,10 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Seconds = time.Since(t0).Seconds()
+		t1 := time.Now()
+		st.Seconds = t1.Sub(t0).Seconds()
+		st.SetupSeconds, st.FinishSeconds = r.devStart.Sub(t0).Seconds(), t1.Sub(r.devEnd).Seconds()
+		st.Devices = r.deviceTimes()
 		st.BuildSeconds, st.BuildWaitSeconds = slices.Max(r.buildSec).Seconds(), slices.Max(r.buildWait).Seconds()
 		st.Phases = make(map[string]float64, numPhases)
 		for i, name := range phaseNames {
@@ -949,6 +970,7 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 	over := make([]atomic.Bool, p)
 	errs := make([]error, p)
 	var wg sync.WaitGroup
+	r.devStart = time.Now()
 	for d := range p {
 		w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l, input: placed[d], rin: rin, rounds: rounds}
 		if rout != nil {
@@ -961,6 +983,8 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 		go func() {
 			defer wg.Done()
 			defer over[d].Store(true)
+			r.spans[d].start = time.Now()
+			defer func() { r.spans[d].end = time.Now() }()
 			if err := w.run(ctx, bounds[d], out, &done[d]); err != nil {
 				errs[d] = err
 				cancel()
@@ -968,7 +992,7 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 		}()
 	}
 	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	go func() { wg.Wait(); r.devEnd = time.Now(); close(finished) }()
 	stall := r.stall()
 	if rounds > 0 {
 		// The devices waiting in the exchange for a stalled one fail

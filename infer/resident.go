@@ -422,7 +422,9 @@ func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (
 			hdr[2*q+1] = int64(send[q])
 		}
 	}
+	w.clk.mark(phaseInput)
 	got, err := w.header(ctx, hdr)
+	w.clk.mark(phaseLockstep)
 	if err != nil {
 		return nil, err
 	}

@@ -309,7 +309,22 @@ func TestPhases(t *testing.T) {
 		if want := fmt.Sprintf("inference layer %d host time (slowest device): block ", st.Layer); !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
+		if want := fmt.Sprintf("inference layer %d wall %.2f s: setup ", st.Layer, st.Seconds); !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+		// The accounting covers the wall time: setup, finish and any
+		// device's parts add up to it.
+		if len(st.Devices) != len(bs) {
+			t.Fatalf("layer %d: %d device times for %d devices", st.Layer, len(st.Devices), len(bs))
+		}
+		for d, dt := range st.Devices {
+			sum := st.SetupSeconds + st.FinishSeconds + dt.Start + dt.Phases + dt.BuildWait + dt.Other + dt.End + dt.Idle
+			if math.Abs(sum-st.Seconds) > 1e-6 || dt.Phases <= 0 || dt.Other < 0 || dt.Idle < 0 {
+				t.Errorf("layer %d device %d: %+v, setup %g, finish %g add up to %g s of %g", st.Layer, d, dt, st.SetupSeconds, st.FinishSeconds, sum, st.Seconds)
+			}
+		}
 	}
+	t.Log(log.String())
 	if strings.Contains(log.String(), " ops on ") {
 		t.Errorf("op lines without a profiler:\n%s", log.String())
 	}

@@ -36,6 +36,8 @@ type worker struct {
 	// link's rate; pin owns it then.
 	stage []float32
 	pin   backend.HostBuffer
+	// clk is the current chunk's (or empty round's) phase clock.
+	clk phaseClock
 }
 
 // staging returns n floats of the worker's staging memory, growing it by
@@ -203,6 +205,9 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		}()
 	}
 	nodes, lo, _, base := r.nodesOf(w.l, w.d)
+	sp := &r.spans[w.d]
+	sp.first = time.Now()
+	defer func() { sp.last = time.Now() }() // before the builders' stop
 	for c := 0; c < max(chunks, w.rounds); c++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -254,6 +259,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, row0, local int, p prepared, kc *keptChunk) error {
 	r, b := w.r, w.b
 	clk := w.clock()
+	defer clk.mark(phaseFree) // runs last: after the frees deferred below
 	if p.err != nil {
 		if w.exch != nil { // tell the others, who wait for this round
 			_, p.err = w.fetch(ctx, nil, nil, p.err)
