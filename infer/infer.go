@@ -671,6 +671,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		r.res[l] = rl
 		var out hostMatrix
+		stopPrep := func() {} // prepareOutput's
 		if rl != nil {
 			st.Output, st.ResidentBytes = "resident", rl.bytes
 			out = hostMatrix{width: rl.width}
@@ -685,6 +686,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			if out, err = r.output(l); err != nil {
 				return nil, err
 			}
+			// Huge pages, populated while the first chunks run: the
+			// devices' downloads fault in no 4-KiB pages.
+			stopPrep = prepareOutput(out.data, p, runtime.GOMAXPROCS(0))
 			st.AllocSeconds = time.Since(ta).Seconds()
 		}
 		var placed []backend.Buffer
@@ -698,6 +702,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		} else {
 			var err error
 			if placed, kept, err = r.place(l); err != nil {
+				stopPrep()
 				return nil, err
 			}
 			on := 0
@@ -722,6 +727,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		r.spans = make([]span, p)
 		profiling := r.startProfiles()
 		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
+		stopPrep()
 		if profiling && err == nil { // a failed layer's devices may never drain
 			st.Ops = r.stopProfiles()
 		}
