@@ -161,7 +161,8 @@
 #             both fit: PAPERS_STEPS=train, then PAPERS_STEPS="embed predict" on the next.
 #             papers-infer: PAPERS_INFER_LAYER, PAPERS_INFER_GPUS, PAPERS_INFER_TIMEOUT (300 s
 #             here); papers-stall: PAPERS_STALL_GPUS, PAPERS_STALL_VARIANTS, PAPERS_STALL_WAIT,
-#             PAPERS_STALL_TIMEOUT (200 s a run).
+#             PAPERS_STALL_TIMEOUT (200 s a run), PAPERS_STALL_LTLOG (cuBLASLt's log level, e.g. 5:
+#             the last 200 lines of each log file kept), PAPERS_STALL_GDB.
 #   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
 #             DSP_HARD_SEEDS ("1 2").
 #   single-gpu BENCH_EPOCH (SampleEpochDevice|TrainEpochGPU), BENCH_TIME (3x),
@@ -1450,8 +1451,13 @@ set_papers_stall() {
     [ "$v" = none ] && v=
     echo "   bf16 train on $devs ${v:-(no extra flag)}"
     t0=$(now)
+    # cuBLASLt's own log (PAPERS_STALL_LTLOG: its level, 5 traces every
+    # call): its last lines per thread show the call each product stalled in.
+    local ltenv=()
+    [ -n "${PAPERS_STALL_LTLOG:-}" ] && rm -f /tmp/"$name".lt.* &&
+      ltenv=(CUBLASLT_LOG_LEVEL="$PAPERS_STALL_LTLOG" CUBLASLT_LOG_FILE=/tmp/"$name".lt.%i)
     # shellcheck disable=SC2086 # PAPERS_MODEL and v are lists of flags
-    "$bin/strata" train --dataset "$ds" --devices "$devs" --partition range --epochs 3 --eval sampled --precision bf16 \
+    env "${ltenv[@]}" "$bin/strata" train --dataset "$ds" --devices "$devs" --partition range --epochs 3 --eval sampled --precision bf16 \
       ${PAPERS_MODEL:-$papers_model} $v >"$setlogs/$name.out" 2>"$setlogs/$name.log" &
     pid=$!
     first=
@@ -1464,6 +1470,12 @@ set_papers_stall() {
         timeout 60 python3 scripts/procstacks.py "$pid" >"$setlogs/$name.stacks" 2>&1
         echo "   procstacks: rc=$?, $(grep -c ' thread(s) in ' "$setlogs/$name.stacks") pictures in $name.stacks"
         grep ' thread(s) in ' "$setlogs/$name.stacks" | sort -rn | head -8 | cut -c1-200 | indent
+        if [ -n "${PAPERS_STALL_LTLOG:-}" ]; then
+          for f in /tmp/"$name".lt.*; do
+            [ -f "$f" ] && { echo "== $f ($(wc -c <"$f") bytes)"; tail -n 200 "$f"; }
+          done >"$setlogs/$name.lt" 2>&1
+          echo "   cuBLASLt log: $(grep -c '^== ' "$setlogs/$name.lt") files, their last 200 lines in $name.lt"
+        fi
         if [ -n "${PAPERS_STALL_GDB:-}" ]; then # cuda-gdb's attach hung for 120 s at this shape (4 busy GPUs)
           timeout 120 cuda-gdb -p "$pid" -batch -ex 'thread apply all bt' >"$setlogs/$name.bt" 2>&1
           echo "   cuda-gdb: rc=$?, $(grep -c '^Thread ' "$setlogs/$name.bt") threads in $name.bt"
