@@ -1,6 +1,7 @@
 package npy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"os"
@@ -120,6 +121,49 @@ func FuzzParseIntMatrix(f *testing.F) {
 			t.Fatalf("%d values from %d bytes", len(v), len(b))
 		}
 	})
+}
+
+// TestWriteRawEqualsEncoded: on this host, the raw bytes of float32 and
+// int32 values are their little-endian encoding, over several blocks
+// and a partial last one (the encoding path is the one big-endian hosts
+// take).
+func TestWriteRawEqualsEncoded(t *testing.T) {
+	if !littleEndian {
+		t.Skip("big-endian host: only the encoding path runs")
+	}
+	const n, block = 3*1000 + 7, 1000
+	f := make([]float32, n)
+	ints := make([]int32, n)
+	for i := range f {
+		f[i] = float32(i)*-0.37 + 1e-3
+		ints[i] = int32(i*7919 - n)
+	}
+	var raw, enc bytes.Buffer
+	if err := writeRaw(&raw, f, block); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeEncoded(&enc, f, math.Float32bits, block); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Len() != 4*n || !bytes.Equal(raw.Bytes(), enc.Bytes()) {
+		t.Fatalf("float32: %d raw bytes, %d encoded, equal %v", raw.Len(), enc.Len(), bytes.Equal(raw.Bytes(), enc.Bytes()))
+	}
+	for i := 0; i < n; i += 997 { // the encoding itself, against the values
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(enc.Bytes()[4*i:])); got != f[i] {
+			t.Fatalf("value %d is %v, want %v", i, got, f[i])
+		}
+	}
+	raw.Reset()
+	enc.Reset()
+	if err := writeRaw(&raw, ints, block); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeEncoded(&enc, ints, func(v int32) uint32 { return uint32(v) }, block); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Len() != 4*n || !bytes.Equal(raw.Bytes(), enc.Bytes()) {
+		t.Fatalf("int32: %d raw bytes, %d encoded, equal %v", raw.Len(), enc.Len(), bytes.Equal(raw.Bytes(), enc.Bytes()))
+	}
 }
 
 // TestWriteBlocks: values across several write blocks (and a partial
