@@ -147,7 +147,7 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg HeteroConfig, opts Op
 	if err != nil {
 		return nil, err
 	}
-	r := &heteroRunner{cfg: cfg, b: opts.Backend, tl: tl, typed: opts.TypedSampler}
+	r := &heteroRunner{cfg: cfg, b: opts.Backend, tl: tl, typed: opts.TypedSampler, keep: opts.Keep}
 	defer r.free()
 	if err := r.build(h, opts.EdgeSplit); err != nil {
 		return nil, err
@@ -217,6 +217,7 @@ type heteroRunner struct {
 	smp   sample.TypedSampler
 	typed train.NewTypedSampler // makes smp; nil for the host's
 	full  *nn.HeteroBlock
+	keep  *train.Keeper
 
 	numBatches int
 	edges      Edges // the current epoch's training links
@@ -224,6 +225,42 @@ type heteroRunner struct {
 }
 
 func (r *heteroRunner) build(h *dataset.Hetero, stored *split.EdgeSplit) error {
+	if err := r.prepare(h, stored); err != nil {
+		return err
+	}
+	cfg, tl := &r.cfg, r.tl
+	var err error
+	lc := Config{Common: cfg.Common, NegRatio: cfg.NegRatio, NegSample: cfg.NegSample, NegExclude: cfg.NegExclude}
+	if r.negs, err = heteroNegatives(r.split, tl, &lc); err != nil {
+		return &RunError{Op: "negative sampler", Err: err}
+	}
+	if r.fan, err = cfg.RelationFanouts(r.mp); err != nil {
+		return err
+	}
+	if r.model, err = train.NewTypedModel(r.b, r.mp, cfg.Common, cfg.Hidden, []int{tl.src, tl.dst}); err != nil {
+		return err
+	}
+	if r.dec, err = NewDecoder(r.b, cfg.Decoder, cfg.Hidden, rng.Derive(cfg.Seed, tagDecoder)); err != nil {
+		return &RunError{Op: "decoder", Err: err}
+	}
+	r.opt = cfg.NewOptimizer(r.b, r.params())
+	r.x = &train.TypedInputs{B: r.b, H: r.mp, Model: r.model}
+	if r.smp, err = cfg.TypedSampler(r.b, r.typed, r.mp, r.fan); err != nil {
+		return err
+	}
+	r.numBatches = (r.split.Train.Len() + cfg.BatchSize - 1) / cfg.BatchSize
+	return nil
+}
+
+// params are the encoder's parameters, then the decoder's.
+func (r *heteroRunner) params() []*nn.Param {
+	return slices.Concat(r.model.Params(), r.dec.Params())
+}
+
+// prepare makes what training and EvaluateHetero share: the relation's
+// split of the relation's links (over the union of its types' IDs) with
+// its fixed evaluation negatives, and the message-passing graph.
+func (r *heteroRunner) prepare(h *dataset.Hetero, stored *split.EdgeSplit) error {
 	cfg, tl := &r.cfg, r.tl
 	// The relation's links over the union of its types' IDs.
 	et := h.EdgeTypes[tl.rel]
@@ -248,26 +285,7 @@ func (r *heteroRunner) build(h *dataset.Hetero, stored *split.EdgeSplit) error {
 	if r.split.TestNeg, err = typedEvalNegatives(g, tl, r.split.Test.Len(), rng.Derive(cfg.Seed, tagEvalNeg, 1)); err != nil {
 		return err
 	}
-	lc := Config{Common: cfg.Common, NegRatio: cfg.NegRatio, NegSample: cfg.NegSample, NegExclude: cfg.NegExclude}
-	if r.negs, err = heteroNegatives(r.split, tl, &lc); err != nil {
-		return &RunError{Op: "negative sampler", Err: err}
-	}
 	r.mp = r.messagePassing(h)
-	if r.fan, err = cfg.RelationFanouts(r.mp); err != nil {
-		return err
-	}
-	if r.model, err = train.NewTypedModel(r.b, r.mp, cfg.Common, cfg.Hidden, []int{tl.src, tl.dst}); err != nil {
-		return err
-	}
-	if r.dec, err = NewDecoder(r.b, cfg.Decoder, cfg.Hidden, rng.Derive(cfg.Seed, tagDecoder)); err != nil {
-		return &RunError{Op: "decoder", Err: err}
-	}
-	r.opt = cfg.NewOptimizer(r.b, slices.Concat(r.model.Params(), r.dec.Params()))
-	r.x = &train.TypedInputs{B: r.b, H: r.mp, Model: r.model}
-	if r.smp, err = cfg.TypedSampler(r.b, r.typed, r.mp, r.fan); err != nil {
-		return err
-	}
-	r.numBatches = (r.split.Train.Len() + cfg.BatchSize - 1) / cfg.BatchSize
 	return nil
 }
 
@@ -513,6 +531,10 @@ func (r *heteroRunner) EndEpoch(e int, losses []float64, seconds func() float64)
 		rec.EvalSeconds = time.Since(t0).Seconds()
 	}
 	rec.Seconds = seconds()
+	sel := rec.Selection()
+	if err := r.keep.Offer(&sel, e == r.cfg.Epochs-1, r.b, r.params()); err != nil {
+		return "", &RunError{Op: fmt.Sprintf("epoch %d", e+1), Err: err}
+	}
 	r.history = append(r.history, rec)
 	return EpochLine(&rec, r.cfg.Epochs, r.cfg.HitsK), nil
 }
@@ -579,4 +601,45 @@ func (r *heteroRunner) scorePairs(t *autograd.Tape, out []*autograd.Var, src, ds
 	}
 	host := make([]float32, s.Len())
 	return host, r.b.Download(host, s.Value)
+}
+
+// EvaluateHetero scores a trained typed link model again: it rebuilds
+// the split RunHetero made of cfg.Relation on h (the dataset as given,
+// as RunHetero takes it; stored: the stored edge split the run used, nil
+// for a random one), with the same fixed validation and test negatives
+// and message-passing graph, and scores them with enc and dec as
+// RunHetero's evaluation does. enc must read the graph cfg.Graph makes
+// of h (its schema: train.TypedSchema with outputs the relation's source
+// and destination types). stats describes the split.
+func EvaluateHetero(b backend.Backend, h *dataset.Hetero, cfg HeteroConfig, stored *split.EdgeSplit, enc *nn.HeteroModel, dec Decoder) (val, test Metrics, stats Stats, err error) {
+	if err = cfg.Validate(); err != nil {
+		return val, test, stats, err
+	}
+	switch {
+	case b == nil:
+		return val, test, stats, &RunError{Op: "setup", Err: errors.New("no back end")}
+	case h == nil:
+		return val, test, stats, &DataError{Msg: "no typed dataset"}
+	case enc == nil || dec == nil:
+		return val, test, stats, &RunError{Op: "setup", Err: errors.New("no encoder or decoder")}
+	}
+	if err = dataset.ValidateHetero(h); err != nil {
+		return val, test, stats, &DataError{Msg: fmt.Sprintf("%s: %v", h.Name, err)}
+	}
+	if h, err = cfg.Graph(h); err != nil {
+		return val, test, stats, err
+	}
+	tl, err := findRelation(h, cfg.Relation)
+	if err != nil {
+		return val, test, stats, err
+	}
+	r := &heteroRunner{cfg: cfg, b: b, tl: tl}
+	if err = r.prepare(h, stored); err != nil {
+		return val, test, stats, err
+	}
+	defer r.full.Free()
+	r.model, r.dec = enc, dec
+	r.x = &train.TypedInputs{B: b, H: r.mp, Model: enc}
+	val, test, err = r.evaluate()
+	return val, test, r.split.Stats(), err
 }

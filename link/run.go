@@ -44,8 +44,8 @@ type Options struct {
 	TypedSampler train.NewTypedSampler
 	// Keep, when set, keeps the encoder's and the decoder's parameters
 	// of the epoch the report selects (train.Keeper, offered each
-	// evaluated epoch as EpochRecord.Selection), for a saved model.
-	// RunHetero does not read it.
+	// evaluated epoch as EpochRecord.Selection), for a saved model
+	// (RunHetero's: the typed encoder's, then the decoder's).
 	Keep *train.Keeper
 }
 

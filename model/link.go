@@ -1,15 +1,23 @@
 package model
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/link"
+	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/train"
 )
 
 // VersionLink is model.json's version for link-prediction models (Task
-// TaskLink): a homogeneous encoder (gcn, sage or gat) whose output, the
-// embeddings, is Classes wide, and a decoder (Link.Decoder) scoring pairs
-// of them.
+// TaskLink): an encoder whose output, the embeddings, is Classes wide,
+// and a decoder (Link.Decoder) scoring pairs of them. The encoder is
+// homogeneous (gcn, sage or gat), or typed (rgcn or hsage, with the
+// typed section; Link.Relation names the relation whose links it
+// predicts): a typed link model is VersionLink too, so that a build
+// reading typed node models but not link models refuses it by number.
 const VersionLink = 3
 
 // Tasks of Meta.Task.
@@ -43,6 +51,11 @@ type Link struct {
 	// Engine is the trainer: "" for one device, "dsp" for the DSP engine.
 	Engine  string `json:"engine,omitempty"`
 	Devices int    `json:"devices,omitempty"`
+	// Relation is a typed link model's relation (src___rel___dst, one of
+	// typed.relations): its links were split and are scored, pairs of a
+	// source-type node (typed.target) and a destination-type node.
+	// Absent for a homogeneous model.
+	Relation string `json:"relation,omitempty"`
 }
 
 // IsLink reports whether m is a link-prediction model.
@@ -56,8 +69,12 @@ func (m *Meta) checkLink(path string) error {
 		return bad(path, "a link model needs the link section (decoder, split)")
 	case m.Version != VersionLink:
 		return bad(path, "a link model is format version %d, not %d", VersionLink, m.Version)
-	case m.Typed != nil:
-		return bad(path, "a typed link model is not readable by this build")
+	case m.Typed == nil && l.Relation != "":
+		return bad(path, "link.relation %q in a homogeneous model: only a typed link model has one", clip(l.Relation))
+	case m.Typed != nil && l.Relation == "":
+		return bad(path, "a typed link model needs link.relation (src___rel___dst)")
+	case m.Typed != nil && (l.Engine != "" || l.Devices != 0):
+		return bad(path, "link.engine %q, devices %d: typed link prediction trains on one device", clip(l.Engine), l.Devices)
 	case l.Decoder != link.DecoderDot && l.Decoder != link.DecoderMLP:
 		return bad(path, "link.decoder %q is not dot or mlp", clip(l.Decoder))
 	case l.SplitSource != link.SourceRandom && l.SplitSource != link.SourceStored:
@@ -103,4 +120,34 @@ func (m *Meta) decoderSpecs(add func(name, param, layout string, rows, cols int,
 	add(DecoderPrefix+"lins.0.bias", DecoderPrefix+"lin0.bias", "reshaped", 1, d, d)
 	add(DecoderPrefix+"lins.1.weight", DecoderPrefix+"lin1.weight", "transposed", d, 1, 1, d)
 	add(DecoderPrefix+"lins.1.bias", DecoderPrefix+"lin1.bias", "reshaped", 1, 1, 1)
+}
+
+// checkTypedLink validates a typed link model's relation against its
+// typed section (whose names checkTyped has checked): a relation of
+// typed.relations whose source type is typed.target and whose two types
+// are typed.outputs.
+func (m *Meta) checkTypedLink(path string) error {
+	ty, name := m.Typed, m.Link.Relation
+	i := slices.IndexFunc(ty.Relations, func(r TypedRelation) bool { return r.Name() == name })
+	if i < 0 {
+		return bad(path, "link.relation %q is not one of typed.relations", clip(name))
+	}
+	r := ty.Relations[i]
+	want := []string{r.Src}
+	if r.Dst != r.Src {
+		want = append(want, r.Dst)
+	}
+	if ty.Target != r.Src || !slices.Equal(ty.Outputs, want) {
+		return bad(path, "typed.target %q and outputs %q: a link model of %s computes %q (target first)", clip(ty.Target), clip(fmt.Sprint(ty.Outputs)), name, want)
+	}
+	return nil
+}
+
+// LinkSchema is the schema of a typed link model's encoder for graph h
+// (after AddReverse when trained so) and relation rel of h: the target
+// is the relation's source type, the outputs its two types (as
+// link.RunHetero builds the encoder).
+func LinkSchema(h *dataset.Hetero, rel int) nn.HeteroSchema {
+	et := h.EdgeTypes[rel]
+	return train.TypedSchema(h, []int{et.Src, et.Dst})
 }

@@ -372,13 +372,13 @@ func (m *Meta) specs() ([]spec, int64) {
 func Save(dir string, m *Model) error {
 	meta := m.Meta
 	meta.Format, meta.Version = Format, Version
-	if meta.IsLink() {
-		meta.Version = VersionLink
-	}
 	if meta.Typed != nil {
 		ty := *meta.Typed
 		meta.Typed, meta.Version = &ty, VersionTyped
 		meta.fillTyped()
+	}
+	if meta.IsLink() {
+		meta.Version = VersionLink
 	}
 	if meta.StrataVersion == "" {
 		meta.StrataVersion = train.Version

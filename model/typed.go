@@ -136,9 +136,13 @@ func (ty *Typed) Schema() nn.HeteroSchema {
 // pyg fields.
 func (m *Meta) checkTyped(path string) error {
 	ty := m.Typed
+	version := VersionTyped
+	if m.IsLink() {
+		version = VersionLink
+	}
 	switch {
-	case m.Version != VersionTyped:
-		return bad(path, "a %s model is format version %d, not %d", m.Architecture, VersionTyped, m.Version)
+	case m.Version != version:
+		return bad(path, "a %s model is format version %d, not %d", m.Architecture, version, m.Version)
 	case m.InDim != 0:
 		return bad(path, "in_dim %d: a typed model's input widths are typed.node_types' (in_dim 0)", m.InDim)
 	case len(ty.NodeTypes) == 0 || len(ty.NodeTypes) > dataset.MaxNodeTypes:
@@ -194,6 +198,9 @@ func (m *Meta) checkTyped(path string) error {
 	}
 	if !sameJSON(pyg, ty.PyG) {
 		return bad(path, "typed.pyg differs from the %s model's description", m.Architecture)
+	}
+	if m.IsLink() {
+		return m.checkTypedLink(path)
 	}
 	return nil
 }
@@ -262,6 +269,10 @@ func (m *Meta) typedSpecs() ([]spec, int64) {
 		out = append(out, spec{Tensor: Tensor{Name: name, Param: s.Name, Shape: shape, Layout: layout}, rows: s.Rows, cols: s.Cols})
 		total += 4 * int64(s.Rows) * int64(s.Cols)
 	}
+	m.decoderSpecs(func(name, param, layout string, rows, cols int, shape ...int) {
+		out = append(out, spec{Tensor: Tensor{Name: name, Param: param, Shape: shape, Layout: layout}, rows: rows, cols: cols})
+		total += 4 * int64(rows) * int64(cols)
+	})
 	return out, total
 }
 
@@ -309,6 +320,23 @@ func (m *Meta) fillTyped() {
 // order, feature widths), the relations, the target type and the class
 // count.
 func (ty *Typed) SchemaDiff(h *dataset.Hetero, classes int) string {
+	if d := ty.GraphDiff(h); d != "" {
+		return d
+	}
+	if h.Labels != nil && h.NumClasses > 0 {
+		if name := h.NodeTypes[h.Target].Name; name != ty.Target {
+			return fmt.Sprintf("its target type is %q, the model's is %q", name, ty.Target)
+		}
+		if h.NumClasses != classes {
+			return fmt.Sprintf("it has %d classes, the model predicts %d", h.NumClasses, classes)
+		}
+	}
+	return ""
+}
+
+// GraphDiff is SchemaDiff without the labels (a typed link model's
+// check): the node types and the relations.
+func (ty *Typed) GraphDiff(h *dataset.Hetero) string {
 	if len(h.NodeTypes) != len(ty.NodeTypes) {
 		return fmt.Sprintf("it has %d node types %v, the model reads %d %v", len(h.NodeTypes), heteroTypeNames(h), len(ty.NodeTypes), typedTypeNames(ty))
 	}
@@ -327,14 +355,6 @@ func (ty *Typed) SchemaDiff(h *dataset.Hetero, classes int) string {
 	for r := range h.EdgeTypes {
 		if got, want := h.EdgeTypeName(r), ty.Relations[r].Name(); got != want {
 			return fmt.Sprintf("its relation %d is %s, the model's is %s", r, got, want)
-		}
-	}
-	if h.Labels != nil && h.NumClasses > 0 {
-		if name := h.NodeTypes[h.Target].Name; name != ty.Target {
-			return fmt.Sprintf("its target type is %q, the model's is %q", name, ty.Target)
-		}
-		if h.NumClasses != classes {
-			return fmt.Sprintf("it has %d classes, the model predicts %d", h.NumClasses, classes)
 		}
 	}
 	return ""

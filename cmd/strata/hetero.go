@@ -77,8 +77,6 @@ func (c *trainCmd) heteroConfigFrom(cfg train.HeteroConfig, devices bool) (train
 		return train.HeteroConfig{}, refuse("row-norm on")
 	case c.Checkpoint != "" || c.Resume || c.CheckpointEvery != 0:
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--checkpoint, --resume and --checkpoint-every are not supported for --model %s yet", c.Model)}
-	case c.Save != "" && !devices:
-		return train.HeteroConfig{}, usageError{fmt.Errorf("--save: typed link prediction (--task link --model %s) is not exported yet; typed node classification is", c.Model)}
 	case c.FullGraph.Partition != "multilevel":
 		return train.HeteroConfig{}, usageError{fmt.Errorf("--partition does not apply to --model %s: typed --devices split every node type into equal ID ranges", c.Model)}
 	}

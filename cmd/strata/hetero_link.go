@@ -107,6 +107,10 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	if err != nil {
 		return err
 	}
+	keep, err := c.checkSave()
+	if err != nil {
+		return err
+	}
 	log, b, h, closeDS, err := c.openHeteroRun(e)
 	if err != nil {
 		return err
@@ -147,7 +151,7 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	rep, err := link.RunHetero(ctx, h, cfg, link.Options{Backend: b, Log: log, TypedSampler: smp, EdgeSplit: es})
+	rep, err := link.RunHetero(ctx, h, cfg, link.Options{Backend: b, Log: log, TypedSampler: smp, EdgeSplit: es, Keep: keep})
 	var ce *train.ConfigError
 	if errors.As(err, &ce) {
 		return configFlag(err)
@@ -157,5 +161,8 @@ func (c *trainCmd) runHeteroLink(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "relation            %s\n", rep.Relation)
 	printLinkReport(e, rep.Report, start)
+	if err := c.saveTypedLinkModel(e, keep, h, cfg, rep); err != nil {
+		return err
+	}
 	return c.writeOutputs(rep.WriteJSON, nil)
 }

@@ -32,23 +32,45 @@ func (c *trainCmd) saveLinkModel(e *env, keep *train.Keeper, ds *dataset.Dataset
 	if keep == nil {
 		return nil
 	}
-	sel, params, note, ok := keep.Kept()
-	if !ok {
-		return fmt.Errorf("--save %s: this run evaluated no epoch, so it has no parameters to save", c.Save)
+	rec, params, note, err := c.keptLink(keep, rep)
+	if err != nil {
+		return err
 	}
-	if sel.Epoch < 1 || sel.Epoch > len(rep.Epochs) {
-		return fmt.Errorf("--save %s: kept epoch %d of a run of %d", c.Save, sel.Epoch, len(rep.Epochs))
-	}
-	rec := rep.Epochs[sel.Epoch-1] // the report's record of the kept epoch
 	cfg := rep.Config
 	meta := model.NewMeta(cfg.Common, ds.FeatDim, cfg.Hidden) // the encoder's output is the embedding
 	meta.Task = model.TaskLink
-	meta.Link = &model.Link{Decoder: cfg.Decoder, Split: cfg.Split, SplitSource: rep.Split.Source, Seed: cfg.Seed, HitsK: cfg.HitsK,
-		Engine: rep.Engine, Devices: rep.Devices}
+	meta.Link = linkSection(rep)
 	meta.Features = model.Features{RowNorm: cfg.RowNorm, RowNormalized: rep.RowNormalized, Storage: storage}
 	meta.Dataset = datasetOf(ds)
 	meta.Selection = model.Selected{Rule: cfg.Select, Epoch: rec.Epoch, Epochs: cfg.Epochs, Val: &rec.Val, Test: &rec.Test, Note: note}
-	return c.writeModel(e, &meta, params, note, cfg.Mode, cfg, fmt.Sprintf("val auc %.4f, test auc %.4f", rec.Val.AUC, rec.Test.AUC))
+	return c.writeModel(e, &meta, params, note, cfg.Mode, cfg, linkScores(rec))
+}
+
+// keptLink is the epoch keep kept of link run rep: the report's record
+// of it, its parameters (the encoder's and the decoder's) and the
+// keeper's note.
+func (c *trainCmd) keptLink(keep *train.Keeper, rep *link.Report) (link.EpochRecord, []nn.NamedTensor, string, error) {
+	sel, params, note, ok := keep.Kept()
+	if !ok {
+		return link.EpochRecord{}, nil, "", fmt.Errorf("--save %s: this run evaluated no epoch, so it has no parameters to save", c.Save)
+	}
+	if sel.Epoch < 1 || sel.Epoch > len(rep.Epochs) {
+		return link.EpochRecord{}, nil, "", fmt.Errorf("--save %s: kept epoch %d of a run of %d", c.Save, sel.Epoch, len(rep.Epochs))
+	}
+	return rep.Epochs[sel.Epoch-1], params, note, nil
+}
+
+// linkSection is model.json's link section of run rep (a typed run's
+// caller adds the relation).
+func linkSection(rep *link.Report) *model.Link {
+	cfg := &rep.Config
+	return &model.Link{Decoder: cfg.Decoder, Split: cfg.Split, SplitSource: rep.Split.Source, Seed: cfg.Seed, HitsK: cfg.HitsK,
+		Engine: rep.Engine, Devices: rep.Devices}
+}
+
+// linkScores is the saved epoch's figures as train --save prints them.
+func linkScores(rec link.EpochRecord) string {
+	return fmt.Sprintf("val auc %.4f, test auc %.4f", rec.Val.AUC, rec.Test.AUC)
 }
 
 // --- evaluate, embed and predict on a link model ---
@@ -199,26 +221,35 @@ func (c *evaluateCmd) runLink(e *env, m *model.Model) error {
 	if err != nil {
 		return err
 	}
-	fp := ds.Fingerprint()
-	out := LinkEvaluation{Model: f.Model, Task: model.TaskLink, Dataset: ds.Name, Fingerprint: fp, TrainedOn: fp == meta.Dataset.Fingerprint,
-		HitsK: cfg.HitsK, Val: val, Test: test, Split: s.Stats(), SelectedEpoch: meta.Selection.Epoch}
-	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", s.Train.Len(), s.Val.Len(), s.Test.Len(), splitSource(s.Stats()))
-	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(val, cfg.HitsK))
-	fmt.Fprintf(e.stdout, "test                %s\n", link.MetricsLine(test, cfg.HitsK))
+	out := LinkEvaluation{Model: f.Model, Dataset: ds.Name, Fingerprint: ds.Fingerprint(), Val: val, Test: test, Split: s.Stats()}
+	return c.finishLink(e, meta, &out, start, b.Name())
+}
+
+// finishLink completes out (the metrics, the split and the dataset
+// filled in), compares it with training's metrics on the model's
+// dataset, prints it and writes --report.
+func (c *evaluateCmd) finishLink(e *env, meta *model.Meta, out *LinkEvaluation, start time.Time, device string) error {
+	k := meta.Link.HitsK
+	out.Task, out.HitsK, out.SelectedEpoch = model.TaskLink, k, meta.Selection.Epoch
+	out.TrainedOn = out.Fingerprint == meta.Dataset.Fingerprint
+	s := out.Split
+	fmt.Fprintf(e.stdout, "links               %d train, %d validation, %d test (%s)\n", s.Train, s.Val, s.Test, splitSource(s))
+	fmt.Fprintf(e.stdout, "validation          %s\n", link.MetricsLine(out.Val, k))
+	fmt.Fprintf(e.stdout, "test                %s\n", link.MetricsLine(out.Test, k))
 	if out.TrainedOn {
 		sv, st := *meta.Selection.Val, *meta.Selection.Test
-		same := sameMetrics(sv, val) && sameMetrics(st, test)
+		same := sameMetrics(sv, out.Val) && sameMetrics(st, out.Test)
 		out.ReportMatches = &same
 		verdict := "equal to"
 		if !same {
-			verdict = fmt.Sprintf("differ from (val auc %.6f, test auc %.6f mrr %.6f hits@%d %.6f)", sv.AUC, st.AUC, st.MRR, cfg.HitsK, st.Hits)
+			verdict = fmt.Sprintf("differ from (val auc %.6f, test auc %.6f mrr %.6f hits@%d %.6f)", sv.AUC, st.AUC, st.MRR, k, st.Hits)
 		}
 		fmt.Fprintf(e.stdout, "training report     %s epoch %d's\n", verdict, meta.Selection.Epoch)
 	}
 	out.Seconds = time.Since(start).Seconds()
-	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", out.Seconds, b.Name())
+	fmt.Fprintf(e.stdout, "time                %.1fs on %s\n", out.Seconds, device)
 	if c.Report != "" {
-		if err := atomicfile.WriteJSON(c.Report, &out); err != nil {
+		if err := atomicfile.WriteJSON(c.Report, out); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}

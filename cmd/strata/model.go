@@ -380,6 +380,9 @@ func (c *evaluateCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if m.Meta.Typed != nil && m.Meta.IsLink() {
+		return c.runTypedLink(e, m)
+	}
 	if m.Meta.Typed != nil {
 		return c.runTyped(e, m)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/internal/npy"
+	"github.com/strata-gnn/strata/link"
 	"github.com/strata-gnn/strata/model"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
@@ -46,7 +47,7 @@ func (c *trainCmd) saveTypedModel(e *env, keep *train.Keeper, h *dataset.Hetero,
 		return fmt.Errorf("--save: %w", err)
 	}
 	meta := model.NewTypedMeta(cfg.Common, train.TypedSchema(g, nil), h.NumClasses, cfg.AddReverse)
-	meta.Dataset = model.Dataset{Name: h.Name, Fingerprint: h.Fingerprint(), Nodes: h.NumNodes(), Edges: h.NumEdges()}
+	meta.Dataset = typedDatasetOf(h)
 	meta.Selection = selectedOf(cfg.Common, rec, note)
 	return c.writeModel(e, &meta, params, note, train.Sampled, cfg, fmt.Sprintf("val %.4f, test %.4f", rec.ValAccuracy, rec.TestAccuracy))
 }
@@ -59,6 +60,7 @@ type typedLoaded struct {
 	fp    string          // h's fingerprint
 	b     backend.Backend
 	m     *nn.HeteroModel
+	dec   link.Decoder // a link model's decoder; nil for the others
 	close func()
 }
 
@@ -100,7 +102,13 @@ func (f *modelFlags) loadTyped(e *env, m *model.Model, needLabels bool) (*typedL
 			return nil, fmt.Errorf("--dataset %s: adding reverse relations as the model was trained: %w", f.Dataset, err)
 		}
 	}
-	if diff := meta.Typed.SchemaDiff(l.g, meta.Classes); diff != "" {
+	diff := ""
+	if meta.IsLink() {
+		diff = meta.Typed.GraphDiff(l.g) // no labels: the target is the relation's source type
+	} else {
+		diff = meta.Typed.SchemaDiff(l.g, meta.Classes)
+	}
+	if diff != "" {
 		return nil, usageError{fmt.Errorf("--dataset %s does not fit the model in %s: %s", f.Dataset, f.Model, diff)}
 	}
 	if needLabels {
@@ -113,15 +121,28 @@ func (f *modelFlags) loadTyped(e *env, m *model.Model, needLabels bool) (*typedL
 		fmt.Fprintf(e.stderr, "strata: warning: --dataset %s (%d nodes, fingerprint %s) is not the dataset the model was trained on (%s: %d nodes, fingerprint %s): inductive use\n",
 			f.Dataset, h.NumNodes(), l.fp, meta.Dataset.Name, meta.Dataset.Nodes, meta.Dataset.Fingerprint)
 	}
-	if l.m, err = nn.NewHetero(b, meta.HeteroConfig()); err != nil {
-		return nil, err
+	ep, dp := m.Params, []nn.NamedTensor(nil)
+	if meta.IsLink() {
+		ep, dp = encoderParams(m.Params)
 	}
-	if err := nn.LoadParams(b, l.m.Params(), m.Params); err != nil {
-		nn.FreeParams(b, l.m.Params())
+	if l.m, err = nn.NewHetero(b, meta.HeteroConfig()); err != nil {
 		return nil, err
 	}
 	closeDS2 := l.close
 	l.close = func() { nn.FreeParams(b, l.m.Params()); closeDS2() }
+	if err := nn.LoadParams(b, l.m.Params(), ep); err != nil {
+		return nil, err
+	}
+	if meta.IsLink() {
+		if l.dec, err = link.NewDecoder(b, meta.Link.Decoder, meta.Classes, 0); err != nil {
+			return nil, err
+		}
+		closeEnc := l.close
+		l.close = func() { nn.FreeParams(b, l.dec.Params()); closeEnc() }
+		if err := nn.LoadParams(b, l.dec.Params(), dp); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return l, nil
 }
