@@ -267,7 +267,10 @@ func sameMetrics(a, b link.Metrics) bool {
 
 // errLinkPredict refuses 'strata predict' without --pairs on link model
 // dir.
-func errLinkPredict(dir string) error {
+func errLinkPredict(dir string, typed bool) error {
+	if typed {
+		return usageError{fmt.Errorf("--model %s is a typed link-prediction model, which has no class logits: 'strata embed' writes its embeddings of the relation's source type, 'strata evaluate' its AUC, MRR and Hits@K", dir)}
+	}
 	return usageError{fmt.Errorf("--model %s is a link-prediction model, which has no class logits: 'strata predict --pairs FILE.npy' scores node pairs, 'strata embed' writes its node embeddings, 'strata evaluate' its AUC, MRR and Hits@K", dir)}
 }
 
@@ -330,6 +333,9 @@ func runPairs(e *env, f *modelFlags, nodesFile, pairsFile, out string) error {
 	}
 	if !m.Meta.IsLink() {
 		return usageError{fmt.Errorf("--pairs: --model %s is a node-classification model; pairs are scored by a link model ('strata train --task link --save DIR')", f.Model)}
+	}
+	if m.Meta.Typed != nil {
+		return usageError{fmt.Errorf("--pairs: --model %s is a typed link model (%s), whose pairs are not scored by predict yet; 'strata evaluate' gives its AUC, MRR and Hits@K, 'strata embed' its %s embeddings", f.Model, m.Meta.Link.Relation, m.Meta.Typed.Target)}
 	}
 	l, err := f.load(e, m, false)
 	if err != nil {

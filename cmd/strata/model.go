@@ -293,11 +293,11 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if err != nil {
 		return err
 	}
+	if m.Meta.IsLink() && !embed {
+		return errLinkPredict(f.Model, m.Meta.Typed != nil)
+	}
 	if m.Meta.Typed != nil {
 		return runTypedInference(e, f, m, nodesFile, out, layer, embed)
-	}
-	if m.Meta.IsLink() && !embed {
-		return errLinkPredict(f.Model)
 	}
 	l, err := f.load(e, m, false)
 	if err != nil {

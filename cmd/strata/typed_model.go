@@ -148,11 +148,16 @@ func (f *modelFlags) loadTyped(e *env, m *model.Model, needLabels bool) (*typedL
 }
 
 // runTypedInference is predict and embed of a typed model: layer's
-// outputs (0: predict's logits, embed's last hidden layer) of the nodes
-// of the model's target type, all or --nodes (IDs of that type).
+// outputs (0: predict's logits, embed's last hidden layer; a link
+// model's embeddings) of the nodes of the model's target type (a link
+// model's: its relation's source type), all or --nodes (IDs of that
+// type).
 func runTypedInference(e *env, f *modelFlags, m *model.Model, nodesFile, out string, layer int, embed bool) error {
 	L := m.Meta.Layers
-	if embed && layer == 0 {
+	switch {
+	case embed && layer == 0 && m.Meta.IsLink():
+		layer = L // the embeddings the decoder scores
+	case embed && layer == 0:
 		layer = max(L-1, 1)
 	}
 	if layer > L {
@@ -189,7 +194,11 @@ func runTypedInference(e *env, f *modelFlags, m *model.Model, nodesFile, out str
 	if err := npy.WriteFloat32(out, rows, cols, data); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s, %s nodes) in %.1fs\n", out, rows, cols, describeLayer(layer, L), target, time.Since(start).Seconds())
+	what := describeLayer(layer, L)
+	if m.Meta.IsLink() && layer == L {
+		what = "embeddings"
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: %d x %d float32 (%s, %s nodes) in %.1fs\n", out, rows, cols, what, target, time.Since(start).Seconds())
 	return nil
 }
 
