@@ -35,16 +35,7 @@ func builtLink(t testing.TB, decoder string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := nn.SaveParams(b, append(enc.Params(), dec.Params()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ps {
-		for j := range ps[i].Data {
-			ps[i].Data[j] = float32(i*1000+j) / 7
-		}
-	}
-	return &Model{Meta: meta, Params: ps}
+	return distinctModel(t, b, meta, append(enc.Params(), dec.Params()...))
 }
 
 // TestLinkRoundTrip: a link model (dot and mlp decoders) saves and loads

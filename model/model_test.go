@@ -16,6 +16,7 @@ import (
 	"github.com/nlpodyssey/safetensors"
 
 	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
 	"github.com/strata-gnn/strata/train"
 )
@@ -41,17 +42,7 @@ func built(t testing.TB, kind string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := nn.SaveParams(b, m.Params())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Distinct values everywhere, so a transposition or swap shows.
-	for i := range ps {
-		for j := range ps[i].Data {
-			ps[i].Data[j] = float32(i*1000+j) / 7
-		}
-	}
-	return &Model{Meta: meta, Params: ps}
+	return distinctModel(t, b, meta, m.Params())
 }
 
 // TestRoundTrip: Save then Load gives back every parameter bit for bit,
@@ -352,4 +343,20 @@ func readWeights(t *testing.T, dir string) safetensors.SafeTensors {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// distinctModel is meta with params' tensors (read from b), every value
+// apart from the others, so that a transposition or swap shows.
+func distinctModel(t testing.TB, b backend.Backend, meta Meta, params []*nn.Param) *Model {
+	t.Helper()
+	ps, err := nn.SaveParams(b, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ps {
+		for j := range ps[i].Data {
+			ps[i].Data[j] = float32(i*1000+j) / 7
+		}
+	}
+	return &Model{Meta: meta, Params: ps}
 }

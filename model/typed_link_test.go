@@ -41,16 +41,7 @@ func builtTypedLink(t *testing.T) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := nn.SaveParams(b, slices.Concat(enc.Params(), dec.Params()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ps {
-		for j := range ps[i].Data {
-			ps[i].Data[j] = float32(i*1000+j) / 7
-		}
-	}
-	return &Model{Meta: meta, Params: ps}
+	return distinctModel(t, b, meta, slices.Concat(enc.Params(), dec.Params()))
 }
 
 // TestTypedLinkRoundTrip: a typed link model saves as format version 3

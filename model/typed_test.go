@@ -45,16 +45,7 @@ func builtTyped(t testing.TB, kind string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := nn.SaveParams(b, m.Params())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ps {
-		for j := range ps[i].Data {
-			ps[i].Data[j] = float32(i*1000+j) / 7
-		}
-	}
-	return &Model{Meta: meta, Params: ps}
+	return distinctModel(t, b, meta, m.Params())
 }
 
 // TestTypedRoundTrip: a typed model saves under HeteroConv's names and
