@@ -3,6 +3,7 @@ package npy
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -164,6 +165,35 @@ func TestWriteRawEqualsEncoded(t *testing.T) {
 	if raw.Len() != 4*n || !bytes.Equal(raw.Bytes(), enc.Bytes()) {
 		t.Fatalf("int32: %d raw bytes, %d encoded, equal %v", raw.Len(), enc.Len(), bytes.Equal(raw.Bytes(), enc.Bytes()))
 	}
+}
+
+// BenchmarkWriteWords: 256 MiB of float32 values to io.Discard, as
+// their bytes (little-endian hosts) or encoded value by value (what
+// every host did before): the cost of writing an output, the disk aside.
+func BenchmarkWriteWords(b *testing.B) {
+	data := make([]float32, 64<<20)
+	for i := range data {
+		data[i] = float32(i)
+	}
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(data)))
+		if !littleEndian {
+			b.Skip("big-endian host")
+		}
+		for b.Loop() {
+			if err := writeRaw(io.Discard, data, rawBlock); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoded", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(data)))
+		for b.Loop() {
+			if err := writeEncoded(io.Discard, data, math.Float32bits, encodeBlock); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestWriteBlocks: values across several write blocks (and a partial
