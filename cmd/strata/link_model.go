@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -125,16 +124,27 @@ func linkModelOn(b backend.Backend, m *model.Model) (enc nn.Model, dec link.Deco
 		free()
 		return nil, nil, nil, err
 	}
-	if dec, err = link.NewDecoder(b, m.Meta.Link.Decoder, m.Meta.Classes, 0); err != nil {
+	if dec, err = decoderOn(b, &m.Meta, dp); err != nil {
 		free()
 		return nil, nil, nil, err
 	}
 	free = func() { nn.FreeParams(b, enc.Params()); nn.FreeParams(b, dec.Params()) }
-	if err = nn.LoadParams(b, dec.Params(), dp); err != nil {
-		free()
-		return nil, nil, nil, err
-	}
 	return enc, dec, free, nil
+}
+
+// decoderOn builds link model meta's decoder on b with its parameters
+// dp (encoderParams' second part); free its parameters with
+// nn.FreeParams.
+func decoderOn(b backend.Backend, meta *model.Meta, dp []nn.NamedTensor) (link.Decoder, error) {
+	dec, err := link.NewDecoder(b, meta.Link.Decoder, meta.Classes, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := nn.LoadParams(b, dec.Params(), dp); err != nil {
+		nn.FreeParams(b, dec.Params())
+		return nil, err
+	}
+	return dec, nil
 }
 
 // LinkEvaluation is the JSON of 'strata evaluate --report' on a link
@@ -280,18 +290,9 @@ func readPairs(path string, n int64) (src, dst []int32, err error) {
 	bad := func(format string, args ...any) error {
 		return usageError{fmt.Errorf("--pairs %s: %s", path, fmt.Sprintf(format, args...))}
 	}
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return nil, nil, usageError{fmt.Errorf("--pairs: %w", err)}
-	case !st.Mode().IsRegular():
-		return nil, nil, bad("not a regular file")
-	case st.Size() > MaxNodesFileBytes:
-		return nil, nil, bad("%d bytes, more than %d", st.Size(), int64(MaxNodesFileBytes))
-	}
-	b, err := os.ReadFile(path)
+	b, err := readIDFile("pairs", path)
 	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--pairs: %w", err)}
+		return nil, nil, usageError{err}
 	}
 	if !bytes.HasPrefix(b, []byte(npy.Magic)) {
 		return nil, nil, bad("not a .npy file (np.save('pairs.npy', np.asarray(pairs, dtype=np.int64)) with shape [P, 2])")
@@ -359,14 +360,11 @@ func runPairs(e *env, f *modelFlags, nodesFile, pairsFile, out string) error {
 	}
 	b := l.bs[0]
 	_, dp := encoderParams(m.Params)
-	dec, err := link.NewDecoder(b, m.Meta.Link.Decoder, m.Meta.Classes, 0)
+	dec, err := decoderOn(b, &m.Meta, dp)
 	if err != nil {
 		return err
 	}
 	defer nn.FreeParams(b, dec.Params())
-	if err := nn.LoadParams(b, dec.Params(), dp); err != nil {
-		return err
-	}
 	scores, err := link.ScoreRows(b, dec, res.Data, res.Rows, res.Cols, rs, rd)
 	if err != nil {
 		return err

@@ -444,28 +444,38 @@ func sortedUnique(v []int32) []int32 {
 	return slices.Compact(out)
 }
 
-// MaxNodesFileBytes bounds a --nodes file.
+// MaxNodesFileBytes bounds a --nodes or --pairs file.
 const MaxNodesFileBytes = 4 << 30
 
 // readNodes reads a --nodes file: a .npy vector of int32 or int64 IDs, or
 // text with one or more IDs per line (# starts a comment). Every ID must
 // be in [0, n).
 func readNodes(path string, n int64) ([]int32, error) {
+	b, err := readIDFile("nodes", path)
+	if err != nil {
+		return nil, err
+	}
+	return parseNodes(path, b, n)
+}
+
+// readIDFile reads path, the file of node IDs given to --flag (--nodes,
+// --pairs): a regular file of at most MaxNodesFileBytes.
+func readIDFile(flag, path string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("--nodes: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("--nodes %s: not a regular file", path)
+		return nil, fmt.Errorf("--%s %s: not a regular file", flag, path)
 	}
 	if st.Size() > MaxNodesFileBytes {
-		return nil, fmt.Errorf("--nodes %s: %d bytes, more than %d", path, st.Size(), int64(MaxNodesFileBytes))
+		return nil, fmt.Errorf("--%s %s: %d bytes, more than %d", flag, path, st.Size(), int64(MaxNodesFileBytes))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--nodes: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
-	return parseNodes(path, b, n)
+	return b, nil
 }
 
 // parseNodes is readNodes on the file's bytes.

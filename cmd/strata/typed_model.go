@@ -134,14 +134,11 @@ func (f *modelFlags) loadTyped(e *env, m *model.Model, needLabels bool) (*typedL
 		return nil, err
 	}
 	if meta.IsLink() {
-		if l.dec, err = link.NewDecoder(b, meta.Link.Decoder, meta.Classes, 0); err != nil {
+		if l.dec, err = decoderOn(b, meta, dp); err != nil {
 			return nil, err
 		}
 		closeEnc := l.close
 		l.close = func() { nn.FreeParams(b, l.dec.Params()); closeEnc() }
-		if err := nn.LoadParams(b, l.dec.Params(), dp); err != nil {
-			return nil, err
-		}
 	}
 	ok = true
 	return l, nil
