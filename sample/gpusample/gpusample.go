@@ -121,8 +121,11 @@ func New(b backend.Backend, g *graph.CSR, cfg Config) (*Sampler, error) {
 	if g.NumRows != g.NumCols {
 		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: fmt.Sprintf("%d x %d is not square", g.NumRows, g.NumCols), Err: sample.ErrGraph}
 	}
-	if g.NumRows >= math.MaxInt32 || g.NumEdges() >= math.MaxInt32 {
-		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: "more than 2^31-1 nodes or edges", Err: sample.ErrTooLarge}
+	// Node IDs are int32; edge positions (indptr values, offsets into
+	// the per-edge arrays) are int64 here and in the kernels, so the
+	// edge count is not bounded (papers100M stores 3.2G edges).
+	if g.NumRows >= math.MaxInt32 {
+		return nil, &sample.Error{Op: op, Field: "graph", Pos: -1, Detail: fmt.Sprintf("%d nodes: at most 2^31-2", g.NumRows), Err: sample.ErrTooLarge}
 	}
 	if len(cfg.Fanouts) == 0 {
 		return nil, &sample.Error{Op: op, Field: "Fanouts", Pos: -1, Detail: "empty: need one fanout per hop", Err: sample.ErrConfig}
@@ -152,28 +155,8 @@ func New(b backend.Backend, g *graph.CSR, cfg Config) (*Sampler, error) {
 	var cum []float64
 	var posDeg []int32
 	if cfg.Weighted {
-		if g.Weights == nil {
-			return nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: -1, Detail: "nil, but Weighted sampling needs edge weights", Err: sample.ErrGraph}
-		}
-		posDeg = make([]int32, g.NumRows)
-		if cfg.Replace {
-			cum = make([]float64, len(g.Weights))
-		}
-		for v := int64(0); v < g.NumRows; v++ {
-			var sum float64
-			for e := g.Indptr[v]; e < g.Indptr[v+1]; e++ {
-				w := g.Weights[e]
-				if !(w >= 0) || math.IsInf(float64(w), 1) {
-					return nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: int(e), Detail: fmt.Sprintf("%v: weights must be finite and >= 0", w), Err: sample.ErrGraph}
-				}
-				if w > 0 {
-					posDeg[v]++
-				}
-				sum += float64(w)
-				if cum != nil {
-					cum[e] = sum
-				}
-			}
+		if posDeg, cum, err = edgeWeights(op, g, cfg.Replace); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.load(); err != nil {
@@ -261,6 +244,46 @@ func (s *Sampler) Sibling(b backend.Backend) (*Sampler, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// maxPosDeg bounds a row's positive-weight edges: posDeg holds int32
+// counts (a variable so that tests can lower it).
+var maxPosDeg int64 = math.MaxInt32
+
+// edgeWeights checks g's weights (finite, >= 0) and returns each row's
+// count of positive-weight edges and, with replace, the running weight
+// sums of each row at its edges' positions (int64 positions: the graph
+// may hold more than 2^31 edges).
+func edgeWeights(op string, g *graph.CSR, replace bool) (posDeg []int32, cum []float64, err error) {
+	if g.Weights == nil {
+		return nil, nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: -1, Detail: "nil, but Weighted sampling needs edge weights", Err: sample.ErrGraph}
+	}
+	posDeg = make([]int32, g.NumRows)
+	if replace {
+		cum = make([]float64, len(g.Weights))
+	}
+	for v := int64(0); v < g.NumRows; v++ {
+		var sum float64
+		var pos int64
+		for e := g.Indptr[v]; e < g.Indptr[v+1]; e++ {
+			w := g.Weights[e]
+			if !(w >= 0) || math.IsInf(float64(w), 1) {
+				return nil, nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: int(e), Detail: fmt.Sprintf("%v: weights must be finite and >= 0", w), Err: sample.ErrGraph}
+			}
+			if w > 0 {
+				pos++
+			}
+			sum += float64(w)
+			if cum != nil {
+				cum[e] = sum
+			}
+		}
+		if pos > maxPosDeg {
+			return nil, nil, &sample.Error{Op: op, Field: "graph.Weights", Pos: int(v), Detail: fmt.Sprintf("row %d has %d positive-weight edges, more than %d", v, pos, maxPosDeg), Err: sample.ErrTooLarge}
+		}
+		posDeg[v] = int32(pos)
+	}
+	return posDeg, cum, nil
 }
 
 // splitRows checks rows (in range, no repeats) and lays out their

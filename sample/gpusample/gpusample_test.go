@@ -138,6 +138,58 @@ func TestSplitRows(t *testing.T) {
 	}
 }
 
+// TestEdgeWeights checks the weighted sampler's host arrays: each row's
+// positive-weight count and running sums, bad weights refused at their
+// position, and a row with more positive-weight edges than posDeg's int32
+// holds refused (the bound lowered for the test).
+func TestEdgeWeights(t *testing.T) {
+	g := randomGraph(9, 300, 6)
+	posDeg, cum, err := edgeWeights("test", g, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := int64(0)
+	for v := int64(0); v < g.NumRows; v++ {
+		var sum float64
+		var pos int64
+		for e := g.Indptr[v]; e < g.Indptr[v+1]; e++ {
+			if g.Weights[e] > 0 {
+				pos++
+			}
+			sum += float64(g.Weights[e])
+			if cum[e] != sum {
+				t.Fatalf("row %d edge %d: running sum %v, want %v", v, e, cum[e], sum)
+			}
+		}
+		if int64(posDeg[v]) != pos {
+			t.Fatalf("row %d: %d positive-weight edges, want %d", v, posDeg[v], pos)
+		}
+		most = max(most, pos)
+	}
+	if _, cum, err := edgeWeights("test", g, false); err != nil || cum != nil {
+		t.Fatalf("without replacement: running sums %d, %v", len(cum), err)
+	}
+	for _, w := range []float32{-1, float32(math.NaN()), float32(math.Inf(1))} {
+		h := *g
+		h.Weights = slices.Clone(g.Weights)
+		h.Weights[17] = w
+		var se *sample.Error
+		if _, _, err := edgeWeights("test", &h, false); !errors.As(err, &se) || !errors.Is(err, sample.ErrGraph) || se.Pos != 17 {
+			t.Fatalf("weight %v at 17: %v", w, err)
+		}
+	}
+	h := *g
+	h.Weights = nil
+	if _, _, err := edgeWeights("test", &h, false); !errors.Is(err, sample.ErrGraph) {
+		t.Fatalf("nil weights: %v", err)
+	}
+	defer func(m int64) { maxPosDeg = m }(maxPosDeg)
+	maxPosDeg = most - 1
+	if _, _, err := edgeWeights("test", g, false); !errors.Is(err, sample.ErrTooLarge) {
+		t.Fatalf("a row of %d positive-weight edges over a bound of %d: %v", most, maxPosDeg, err)
+	}
+}
+
 func compareBatches(t *testing.T, name string, got, want *sample.MiniBatch) {
 	t.Helper()
 	if !reflect.DeepEqual(got.Seeds, want.Seeds) || len(got.Blocks) != len(want.Blocks) {

@@ -3,7 +3,10 @@
 // Floyd's algorithm, same order), so uniform batches are identical to the
 // CPU sampler's. Sizes that only the device knows (frontier length, edge
 // count) are read from device memory, so a whole batch is built without a
-// host round trip.
+// host round trip. Edge positions (indptr values, offsets into indices,
+// weights, running sums and the split copy) are i64 throughout: a graph
+// may hold more than 2^31 edges. Node ids and posdeg (a row's positive-
+// weight edges) are int.
 
 #define GS_GOLDEN 0x9E3779B97F4A7C15ULL
 
