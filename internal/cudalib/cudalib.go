@@ -274,6 +274,57 @@ func (s *Searcher) preload(lib Lib, soname, dir string) {
 	}
 }
 
+// Sibling opens a library that lives next to f (one of lib's Siblings
+// patterns, e.g. "libcublasLt.so.{major}" for libcublas), {major} replaced
+// by the major version of f's soname, so the sibling matches the loaded
+// library's version: first the matching files in f's folder (glob order),
+// then, when the pattern is a plain soname, that soname through the loader
+// (which returns the copy already loaded as f's dependency). Siblings are
+// preloaded before their library (Find); Sibling returns a handle whose
+// symbols the caller can resolve with Sym.
+func (s *Searcher) Sibling(f *Found, pattern string) (*Found, error) {
+	so := strings.ReplaceAll(pattern, "{major}", sonameMajor(f.Soname))
+	name := so // the short name: "libcublasLt" for "libcublasLt.so.13"
+	if i := strings.Index(so, ".so"); i > 0 {
+		name = so[:i]
+	}
+	nf := &NotFoundError{Lib: name, Sonames: []string{so}}
+	if f.Path != "" {
+		dir := filepath.Dir(f.Path)
+		nf.Dirs = append(nf.Dirs, dir)
+		m, _ := filepath.Glob(filepath.Join(dir, so))
+		sort.Strings(m)
+		for _, p := range m {
+			h, err := s.Open(p)
+			if err != nil {
+				nf.Errs = append(nf.Errs, fmt.Sprintf("%s: %v", p, err))
+				continue
+			}
+			return &Found{Lib: name, Soname: filepath.Base(p), Path: p, Via: "folder", Handle: h}, nil
+		}
+	}
+	if strings.ContainsAny(so, "*?[") {
+		return nil, nf
+	}
+	nf.Dirs = append(nf.Dirs, "<loader>")
+	h, err := s.Open(so)
+	if err != nil {
+		nf.Errs = append(nf.Errs, fmt.Sprintf("%s: %v", so, err))
+		return nil, nf
+	}
+	out := &Found{Lib: name, Soname: so, Via: "loader", Handle: h}
+	if s.Locate != nil {
+		out.Path = s.Locate(so)
+	}
+	return out, nil
+}
+
+// OpenSibling opens a sibling of f (Searcher.Sibling) with this process's
+// dlopen.
+func OpenSibling(f *Found, pattern string) (*Found, error) {
+	return (&Searcher{Open: dlopen, Locate: locateLoaded}).Sibling(f, pattern)
+}
+
 // sonameMajor returns "13" for "libnvrtc.so.13" and "11" for
 // "libnvrtc.so.11.2"; "" when there is no version.
 func sonameMajor(so string) string {

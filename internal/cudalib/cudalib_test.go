@@ -192,3 +192,36 @@ func TestDefaultWithEmptyEnvDirFails(t *testing.T) {
 		t.Fatalf("err = %v, want not-found naming %s", err, dir)
 	}
 }
+
+// TestSibling: a sibling is opened from its library's folder with the
+// library's major version, else by soname through the loader.
+func TestSibling(t *testing.T) {
+	root := t.TempDir()
+	fakeFS(t, root, "lib/libcublas.so.13", "lib/libcublasLt.so.13", "lib/libcublasLt.so.12")
+	dir := filepath.Join(root, "lib")
+	r := &recorder{ok: map[string]bool{filepath.Join(dir, "libcublasLt.so.13"): true, "libcublasLt.so.12": true}}
+	s := &Searcher{Open: r.open, Locate: func(so string) string { return "/loaded/" + so }}
+	f := &Found{Lib: "libcublas", Soname: "libcublas.so.13", Path: filepath.Join(dir, "libcublas.so.13")}
+	sib, err := s.Sibling(f, CUBLAS.Siblings[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sib.Path != filepath.Join(dir, "libcublasLt.so.13") || sib.Via != "folder" || sib.Lib != "libcublasLt" || sib.Soname != "libcublasLt.so.13" {
+		t.Fatalf("sibling %+v, want the folder's libcublasLt.so.13", sib)
+	}
+	// Found by the loader (no path): the soname through the loader.
+	r.calls = nil
+	sib, err = s.Sibling(&Found{Lib: "libcublas", Soname: "libcublas.so.12", Via: "loader"}, CUBLAS.Siblings[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sib.Via != "loader" || sib.Path != "/loaded/libcublasLt.so.12" || !reflect.DeepEqual(r.calls, []string{"libcublasLt.so.12"}) {
+		t.Fatalf("sibling %+v after %v, want libcublasLt.so.12 via the loader", sib, r.calls)
+	}
+	// Neither: a *NotFoundError naming the folder and the loader.
+	_, err = s.Sibling(&Found{Lib: "libcublas", Soname: "libcublas.so.11", Path: filepath.Join(dir, "libcublas.so.11")}, CUBLAS.Siblings[0])
+	var nf *NotFoundError
+	if !errors.As(err, &nf) || !reflect.DeepEqual(nf.Dirs, []string{dir, "<loader>"}) || !strings.Contains(err.Error(), "libcublasLt.so.11") {
+		t.Fatalf("err %v, want not-found naming %s and the loader", err, dir)
+	}
+}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -60,17 +61,51 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 			ct = cublas.R16BF
 		}
 		return d.timed(d.gemmName("gemm bf16x", transA, transB, m, n, k), func() error {
+			if done, err := d.pinned(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr); done {
+				return err
+			}
 			return d.blas.GemmExTyped(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 		})
 	}
 	if d.prec == backend.BF16 {
 		return d.timed(d.gemmName("gemm bf16", transA, transB, m, n, k), func() error {
+			if done, err := d.pinned(cublas.Compute32FFast16BF, cublas.R32F, cublas.R32F, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr); done {
+				return err
+			}
 			return d.blas.GemmEx(cublas.Compute32FFast16BF, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 		})
 	}
+	// FP32: cublasSgemm in CUBLAS_DEFAULT_MATH is CUBLAS_COMPUTE_32F; TF32:
+	// in CUBLAS_TF32_TENSOR_OP_MATH (SetTF32) it is
+	// CUBLAS_COMPUTE_32F_FAST_TF32.
+	ct := cublas.Compute32F
+	if d.prec == backend.TF32 {
+		ct = cublas.Compute32FFastTF32
+	}
 	return d.timed(d.gemmName("sgemm", transA, transB, m, n, k), func() error {
+		if done, err := d.pinned(ct, cublas.R32F, cublas.R32F, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr); done {
+			return err
+		}
 		return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 	})
+}
+
+// pinned runs a product through the pinned cuBLASLt algorithms (d.lt) on
+// the device's stream and the cuBLAS handle's workspace. done is false
+// when the caller must call cuBLAS instead: the pinned path is off, or
+// cuBLASLt has no algorithm for the product.
+func (d *Device) pinned(ct cublas.ComputeType, ab, c cublas.DataType, transA, transB bool, m, n, k int, alpha float32, a, b cu.DevPtr, beta float32, cp cu.DevPtr) (done bool, err error) {
+	if d.lt == nil {
+		return false, nil
+	}
+	r := &d.ltReq
+	*r = cublas.GemmRequest{Compute: ct, AB: ab, C: c, TransA: transA, TransB: transB, M: m, N: n, K: k,
+		Alpha: alpha, Beta: beta, A: uintptr(a), B: uintptr(b), CPtr: uintptr(cp),
+		Stream: uintptr(d.stream), Workspace: uintptr(d.blasWS), WorkspaceBytes: cublas.WorkspaceBytes}
+	if err = d.lt.Gemm(r); errors.Is(err, cublas.ErrNoAlgorithm) {
+		return false, nil
+	}
+	return true, err
 }
 
 // gemmName names a product in the op profile by its transposes and

@@ -89,6 +89,9 @@ type Device struct {
 	stream  cu.Stream
 	blas    *cublas.Handle
 	blasWS  cu.DevPtr      // the handle's workspace (cublas.SetWorkspace), 0 if none
+	lt      *cublas.Pinned // pinned cuBLASLt products (Gemm), nil when off
+	ltMem   cu.DevPtr      // lt's scratch, cublas.PinnedScratchBytes
+	ltReq   cublas.GemmRequest
 	host    unsafe.Pointer // pinned scratch, hostScratchBytes
 	mods    map[string]*Module
 	fns     map[string]cu.Function
@@ -220,6 +223,9 @@ func (d *Device) init() error {
 	if err = d.blas.SetTF32(d.prec == backend.TF32); err != nil {
 		return err
 	}
+	if err = d.initPinned(); err != nil {
+		return err
+	}
 	if err = d.checks.init(d); err != nil {
 		return err
 	}
@@ -266,6 +272,14 @@ func (d *Device) Close() error {
 	}
 	for _, m := range d.mods {
 		keep(m.m.Unload())
+	}
+	if d.lt != nil {
+		keep(d.lt.Close())
+		d.lt = nil
+	}
+	if d.ltMem != 0 {
+		keep(cu.MemFree(d.ltMem))
+		d.ltMem = 0
 	}
 	if d.blas != nil {
 		keep(d.blas.Destroy())
@@ -519,7 +533,62 @@ func kernelNames(src string) []string {
 	}
 }
 
-// GemmImpl names the dense product in use (shown by `strata info`).
+// GemmImpl names the dense product in use (shown by `strata info`):
+// "cublasLt pinned fp32" with pinned algorithms (EnvPinned), "cublas
+// fp32" without.
 func (d *Device) GemmImpl() string {
+	if d.lt != nil {
+		return "cublasLt pinned " + d.prec.String()
+	}
 	return "cublas " + d.prec.String()
+}
+
+// EnvPinned set to 0 (or false, off) turns the pinned cuBLASLt products
+// off: Gemm then calls cublasSgemm and cublasGemmEx, which choose their
+// kernels per shape (see the package doc, # Pinned GEMM algorithms).
+const EnvPinned = "STRATA_CUBLAS_PINNED"
+
+func pinnedOn() bool {
+	v := strings.TrimSpace(os.Getenv(EnvPinned))
+	if v == "" {
+		return true
+	}
+	if b, err := strconv.ParseBool(v); err == nil {
+		return b
+	}
+	return !strings.EqualFold(v, "off")
+}
+
+// initPinned sets up the pinned cuBLASLt products, where libcublasLt
+// loads, the handle has its own workspace (which the products share) and
+// EnvPinned does not turn them off.
+func (d *Device) initPinned() error {
+	if d.blasWS == 0 || !pinnedOn() || cublas.LoadLt() != nil {
+		return nil
+	}
+	var err error
+	if d.ltMem, err = cu.MemAlloc(cublas.PinnedScratchBytes); err != nil {
+		return err
+	}
+	// Warm launches compute on it; zeros keep NaNs out of them.
+	if err = cu.MemsetD8Async(d.ltMem, 0, cublas.PinnedScratchBytes, d.stream); err != nil {
+		return err
+	}
+	d.lt, err = cublas.NewPinned(uintptr(d.ltMem), cublas.PinnedScratchBytes)
+	return err
+}
+
+// PinnedStats counts the pinned cuBLASLt products (package
+// internal/cublas): families warmed, keys, warm launches, fallbacks.
+type PinnedStats = cublas.PinnedStats
+
+// GemmStats returns the counters of the pinned products; ok is false when
+// Gemm does not use them (no cuBLASLt, or EnvPinned turns them off).
+func (d *Device) GemmStats() (s PinnedStats, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lt == nil {
+		return s, false
+	}
+	return d.lt.Stats(), true
 }

@@ -46,20 +46,43 @@
 //
 // # Precision
 //
-// Gemm calls cublasSgemm in full FP32 by default (CUBLAS_DEFAULT_MATH).
+// Gemm computes in full FP32 by default (CUBLAS_COMPUTE_32F).
 // Options.Precision (strata train --precision) switches it: TF32 runs
-// cublasSgemm in CUBLAS_TF32_TENSOR_OP_MATH (about 1e-3 relative error),
-// BF16 runs cublasGemmEx on the same float32 matrices with
-// CUBLAS_COMPUTE_32F_FAST_16BF (tensor cores read the operands as
-// bfloat16 and sum in float32, about 1e-2), with no conversion pass and
-// no bfloat16 copies. Every other primitive computes in float32; the
-// storage type backend.BFloat16 has its own kernels (Convert, GatherRows
-// from a bfloat16 table) with the rounding of package backend, bit for
-// bit (common.cuh: f32_to_bf16). Siblings keep the precision. The
+// CUBLAS_COMPUTE_32F_FAST_TF32 (TF32 tensor cores, about 1e-3 relative
+// error), BF16 CUBLAS_COMPUTE_32F_FAST_16BF on the same float32 matrices
+// (tensor cores read the operands as bfloat16 and sum in float32, about
+// 1e-2), with no conversion pass and no bfloat16 copies; bfloat16
+// operands (backend.BFloat16 buffers) multiply in CUBLAS_COMPUTE_32F.
+// Every other primitive computes in float32; the storage type
+// backend.BFloat16 has its own kernels (Convert, GatherRows from a
+// bfloat16 table) with the rounding of package backend, bit for bit
+// (common.cuh: f32_to_bf16). Siblings keep the precision. The
 // conformance suite runs at each precision's tolerances. Reductions
 // accumulate in double. The package reads no environment variable that
-// changes results but the debug switch STRATA_CUDA_POISON (EnvPoison);
-// docs/configuration.md lists them all.
+// changes results but the debug switch STRATA_CUDA_POISON (EnvPoison)
+// and STRATA_CUBLAS_PINNED (EnvPinned, below); docs/configuration.md
+// lists them all.
+//
+// # Pinned GEMM algorithms
+//
+// Where libcublasLt loads, Gemm runs every product through cuBLASLt with
+// an algorithm pinned per shape family (internal/cublas, # Pinned
+// algorithms): a product's algorithm depends only on its types,
+// transposes, the power-of-two buckets of m, n and k and the alignment of
+// its matrices, and the first product of a family chooses and launches
+// once the algorithms of all its buckets (2^0..2^24 along each
+// dimension). Later products, whatever their row counts, then never use
+// a kernel for the first time: a kernel's first use locks libcuda and
+// waits for the device, which deadlocks a process whose other GPUs wait
+// in a collective for this one (several trainers in one process). The
+// products share the cuBLAS handle's 32 MiB workspace and keep 12 MiB of
+// scratch (cublas.PinnedScratchBytes) for the warm launches. GemmStats
+// reports families, keys, warm launches and fallbacks (products whose
+// pinned algorithm cuBLASLt refused at their shape, which ran the
+// heuristic's choice instead); GemmImpl says "cublasLt pinned". With
+// STRATA_CUBLAS_PINNED=0 (EnvPinned), or without cuBLASLt, Gemm calls
+// cublasSgemm (CUBLAS_TF32_TENSOR_OP_MATH at TF32) and cublasGemmEx as
+// before. The op profile names products the same either way.
 //
 // # Determinism
 //
