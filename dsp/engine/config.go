@@ -234,6 +234,9 @@ type Options struct {
 	// repointed per parameter (Adam steps each tensor), to compare
 	// losses and count launches against.
 	unfused bool
+	// noWarm (tests only) starts the pipeline without the products'
+	// warm-up (device.warm), to check that it changes no result.
+	noWarm bool
 	// halfConvert (tests only) runs a bf16 step with bfloat16
 	// activations as before issue 19's second pass: the loader returns
 	// float32 rows that the model converts, and the tape converts each

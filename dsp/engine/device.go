@@ -867,22 +867,10 @@ func (d *device) step(ctx context.Context, it *item) error {
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()
-	if d.half {
-		// bfloat16 activations: the loader wrote bfloat16 rows (else
-		// the model converts them), and the weights' bfloat16 copies
-		// are made here in one launch, after the last step's update.
-		t.SetActivations(backend.BFloat16)
-		if d.shadow != nil {
-			if err := b.Convert(d.shadow, d.shadowOf); err != nil {
-				return err
-			}
-			for _, h := range d.halves {
-				if err := t.ShareHalf(h[0], h[1]); err != nil {
-					return err
-				}
-			}
-		}
-	} else if x.DType() != backend.Float32 {
+	if err := d.halfTape(t); err != nil {
+		return err
+	}
+	if !d.half && x.DType() != backend.Float32 {
 		return fmt.Errorf("%s feature rows for a step with float32 activations", x.DType())
 	}
 	var xv *autograd.Var
@@ -942,6 +930,29 @@ func (d *device) step(ctx context.Context, it *item) error {
 			return err
 		}
 		f(d.rank, it.epoch, it.batch, float64(l[0]))
+	}
+	return nil
+}
+
+// halfTape sets t up for bfloat16 activations when the device's steps
+// run them: the loader wrote bfloat16 rows (else the model converts
+// them), and the weights' bfloat16 copies are made here in one launch,
+// after the last step's update.
+func (d *device) halfTape(t *autograd.Tape) error {
+	if !d.half {
+		return nil
+	}
+	t.SetActivations(backend.BFloat16)
+	if d.shadow == nil {
+		return nil
+	}
+	if err := d.b.Convert(d.shadow, d.shadowOf); err != nil {
+		return err
+	}
+	for _, h := range d.halves {
+		if err := t.ShareHalf(h[0], h[1]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -384,6 +384,10 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	}
 	s.placing = clock.begin("placement", upload)
 	go func() { setupWG.Wait(); s.placing.End(); clock.setupDone(); setupOnce.Do(func() { close(setupDone) }) }()
+	warmDone := make(chan struct{})
+	var warmWG sync.WaitGroup
+	warmWG.Add(len(devs))
+	go func() { warmWG.Wait(); close(warmDone) }()
 	for i, r := range w.Ranks() {
 		d := &device{s: s, rank: r, b: opts.Backends[i], m: &s.ctrs[r], trk: &s.trk[r], prof: profs[i]}
 		devs[i] = d
@@ -402,6 +406,22 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 			// their first collective answers).
 			select {
 			case <-setupDone:
+			case <-gctx.Done():
+				warmWG.Done()
+				return gctx.Err()
+			}
+			// Then every device's products once, and start when all
+			// are done: no first use of a kernel while a collective is
+			// in flight (device.warm).
+			if !opts.noWarm {
+				err = d.warm()
+			}
+			warmWG.Done()
+			if err != nil {
+				return d.errf("warm-up", err)
+			}
+			select {
+			case <-warmDone:
 			case <-gctx.Done():
 				return gctx.Err()
 			}
