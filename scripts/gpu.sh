@@ -114,6 +114,10 @@
 #             collapses on the products shape, every pair scored the same), LINK_TIMEOUT (240 s a run, then SIGQUIT), HETERO_NODES
 #             (2000000), HETERO_DATA (/tmp/hetero-$HETERO_NODES), BENCH_BATCHES (100 a
 #             benchmark iteration), BENCH_TIME (3x), HETERO_TIMEOUT (300).
+#   pinned-ab     the pinned cuBLASLt products against STRATA_CUBLAS_PINNED=0 (cuBLAS's
+#                 per-shape choice), the same binary alternating: products sampled epochs
+#                 on $AB_GPUS (1 4) GPUs in $PINNED_PRECISIONS (fp32 bf16), $DSP_REPEAT (2)
+#                 rounds; means and unpinned/pinned ratios last
 #   ab            a speed claim: the current build against the base build (.gpu/base, see
 #                 base) in the same call: products sampled epochs on $AB_GPUS (1 2 4) GPUs,
 #                 base and new alternating, $AB_REPEAT (2) rounds, then BenchmarkProductsSAGE
@@ -225,7 +229,7 @@ gpu=$root/.gpu
 bin=$gpu/bin
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
-host_sets=(ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 papers-infer papers-stall quick all)
+host_sets=(ab pinned-ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 papers-infer papers-stall quick all)
 all_sets=(test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers)
 quick_sets=(test single-gpu fullgraph sampling comm dp-step dsp-speed)
 
@@ -282,6 +286,7 @@ needs() {
     dsp-variants) printf '%s\n' strata dsp/engine ;;
     dsp-speed | dsp-papers | dsp-run | dsp-setup | papers-* | world) printf '%s\n' strata ;;
     ab) printf '%s\n' strata fullgraph ;;
+    pinned-ab) printf '%s\n' strata ;;
     hetero-link) printf '%s\n' strata sample/gpusample ;;
     quick) for s in "${quick_sets[@]}"; do needs "$s"; done ;;
     all) for s in "${all_sets[@]}"; do needs "$s"; done ;;
@@ -977,6 +982,28 @@ set_dsp_speed() {
     "multilevel $(mean epoch d4-ml), partitioned cache $(mean epoch d4-part), pipeline off $(mean epoch d4-off)"
   echo "   speed-up 1->4 $(ratio 'd1-r*' 'd4-r*') (pairs: ${pairs[*]}), multilevel $(ratio 'd1-r*' d4-ml)," \
     "partitioned cache $(ratio 'd1-r*' d4-part); 1->2 $(ratio 'd1-r*' d2); pipeline on vs off, 4 GPUs $(ratio d4-off 'd4-r*')"
+}
+
+# pinned-ab: the pinned cuBLASLt products (docs/cuda.md) against cuBLAS's
+# per-shape choice (STRATA_CUBLAS_PINNED=0), one binary, alternating.
+set_pinned_ab() {
+  local ds=$data e=${DSP_EPOCHS:-3} i k p prec
+  gen_data products "$ds" || return
+  for i in $(seq "${DSP_REPEAT:-2}"); do
+    for k in ${AB_GPUS:-1 4}; do
+      for prec in ${PINNED_PRECISIONS:-fp32 bf16}; do
+        for p in 0 1; do
+          STRATA_CUBLAS_PINNED=$p dsp_run "p$p-$prec-d$k-r$i" "$k" "$e" --precision "$prec"
+        done
+      done
+    done
+  done
+  for k in ${AB_GPUS:-1 4}; do
+    for prec in ${PINNED_PRECISIONS:-fp32 bf16}; do
+      echo "   -- $prec, $k GPU(s): s/epoch pinned $(mean epoch "p1-$prec-d$k-r*"), unpinned $(mean epoch "p0-$prec-d$k-r*");" \
+        "unpinned/pinned $(ratio "p0-$prec-d$k-r*" "p1-$prec-d$k-r*")"
+    done
+  done
 }
 
 set_dsp_variants() {
