@@ -82,6 +82,10 @@ type device struct {
 	halves   [][2]backend.Buffer // parameter value, its view of shadow
 
 	setupSeconds float64
+	// warmed is set by warm when the back end counts product families
+	// (backend.ProductFamilies): then those warmed and its fallbacks.
+	warmed                      bool
+	warmFamilies, warmFallbacks int
 	// Rank 0's epoch bookkeeping.
 	epochStart time.Time
 	last       *train.EpochRecord // the last epoch, evaluated and recorded after the replica check

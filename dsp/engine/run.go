@@ -430,6 +430,9 @@ func runJob(ctx context.Context, ds *dataset.Dataset, cfg Config, opts Options, 
 	}
 	err = g.Wait()
 	s.run.SetupSeconds = devs[0].setupSeconds
+	if opts.Log != nil {
+		lateFamilies(opts.Log, devs)
+	}
 	for _, d := range devs {
 		if m, ok := d.b.(backend.Memory); ok {
 			s.run.PeakDeviceBytes[d.rank] = m.Stats().PeakBytes

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"fmt"
+	"io"
+
 	"github.com/strata-gnn/strata/autograd"
 	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/nn"
@@ -21,7 +24,8 @@ const warmRows = 8
 // changes no state a step reads: every step zeroes the gradients before
 // its backward pass and converts the bfloat16 weights anew, the
 // optimizer does not run, and the model's dropout is seeded per call.
-// A task's own loss (link prediction's decoder) is not warmed.
+// Then the evaluations' forward pass. A task's own loss (link
+// prediction's decoder) is not warmed.
 func (d *device) warm() error {
 	b, s := d.b, d.s
 	n := warmRows
@@ -47,6 +51,10 @@ func (d *device) warm() error {
 			return err
 		}
 		blocks = append(blocks, k)
+	}
+	if pf, ok := b.(backend.ProductFamilies); ok {
+		pf.WarmProducts(true)
+		defer pf.WarmProducts(false)
 	}
 	t := autograd.NewTape(b)
 	defer t.Release()
@@ -88,8 +96,64 @@ func (d *device) warm() error {
 	if err := t.Backward(lv); err != nil {
 		return err
 	}
-	if q, ok := b.(backend.Queue); ok {
-		return q.Sync()
+	// The evaluations' forward pass: float32 activations whatever the
+	// precision (sampled evaluation's batches, layer-wise inference).
+	if err := d.warmEval(x, blocks); err != nil {
+		return err
 	}
+	if err := b.Synchronize(); err != nil {
+		return err
+	}
+	d.warmFamilies, d.warmFallbacks, d.warmed = familiesSeen(b)
 	return nil
+}
+
+// warmEval runs the model's evaluation forward pass (float32
+// activations, no dropout) on warm's synthetic batch; x is its input
+// rows, converted to float32 when they are bfloat16.
+func (d *device) warmEval(x backend.Buffer, blocks []*nn.Block) error {
+	b, s := d.b, d.s
+	if x.DType() != backend.Float32 {
+		x32, err := b.Alloc(backend.Float32, x.Len())
+		if err != nil {
+			return err
+		}
+		defer b.Free(x32)
+		x = x32
+	}
+	t := autograd.NewTape(b)
+	defer t.Release()
+	xv, err := t.Const(x, warmRows, s.dim)
+	if err != nil {
+		return err
+	}
+	_, err = d.model.Forward(t, xv, blocks, false, 0)
+	return err
+}
+
+// familiesSeen returns the product families b has warmed and its
+// fallbacks so far (backend.ProductFamilies); ok is false when b does not
+// count them.
+func familiesSeen(b backend.Backend) (families, fallbacks int, ok bool) {
+	if pf, is := b.(backend.ProductFamilies); is {
+		return pf.ProductFamilies()
+	}
+	return 0, 0, false
+}
+
+// lateFamilies says which devices met product families (or ran
+// fallbacks) after the warm-up: each such first use could have waited
+// for the devices while a collective was in flight.
+func lateFamilies(w io.Writer, devs []*device) {
+	for _, d := range devs {
+		if d == nil || !d.warmed {
+			continue
+		}
+		f, fb, ok := familiesSeen(d.b)
+		if !ok || (f == d.warmFamilies && fb == d.warmFallbacks) {
+			continue
+		}
+		fmt.Fprintf(w, "rank %d: %d product families and %d fallbacks first seen after the warm-up (a kernel's first use while collectives run can stall several GPUs in one process: docs/cuda.md, Pinned GEMM algorithms)\n",
+			d.rank, f-d.warmFamilies, fb-d.warmFallbacks)
+	}
 }

@@ -18,6 +18,10 @@ type Pinned struct {
 	scratch uintptr // PinnedScratchBytes of device memory for warm launches
 	ops     map[opKey]*ltOp
 	keys    map[Key]*pinnedAlgo
+	// centers are the keys whose family was warmed; warming makes every
+	// product's key one (SetWarming).
+	centers map[Key]bool
+	warming bool
 	stats   PinnedStats
 
 	// Values whose addresses the Lt calls read or write, kept here (the
@@ -33,7 +37,7 @@ type Pinned struct {
 // PinnedStats counts what a Pinned did.
 type PinnedStats struct {
 	// Families is the number of family warm-ups: products whose key no
-	// earlier family covered.
+	// earlier family covered, and with SetWarming each new center.
 	Families int
 	// Keys is the number of keys warmed: one heuristic query each, at
 	// the key's representative shape.
@@ -290,7 +294,7 @@ func NewPinned(scratch uintptr, scratchBytes int) (*Pinned, error) {
 	if scratch == 0 || scratchBytes < PinnedScratchBytes {
 		return nil, fmt.Errorf("cublas: NewPinned: scratch of %d bytes at %#x, want %d", scratchBytes, scratch, PinnedScratchBytes)
 	}
-	p := &Pinned{scratch: scratch, ops: map[opKey]*ltOp{}, keys: map[Key]*pinnedAlgo{}}
+	p := &Pinned{scratch: scratch, ops: map[opKey]*ltOp{}, keys: map[Key]*pinnedAlgo{}, centers: map[Key]bool{}}
 	if err := check("cublasLtCreate", call(lt.create, uintptr(unsafe.Pointer(&p.h)))); err != nil {
 		return nil, err
 	}
@@ -334,6 +338,16 @@ func (p *Pinned) Close() error {
 	return first
 }
 
+// SetWarming turns warming on or off. While on, every product warms its
+// key's family unless that key was a family's center already: a key that
+// only lies in another family (one bucket apart from its center) gets the
+// lines through it too. A caller runs one product of each form it will
+// run (any size) with warming on, before work that must not meet a
+// kernel for the first time: then a later product that differs from one
+// of them in one dimension's bucket (a batch's row count) is covered.
+// Off (the default), only a key outside every family warms one.
+func (p *Pinned) SetWarming(on bool) { p.warming = on }
+
 // Stats returns the counters.
 func (p *Pinned) Stats() PinnedStats { return p.stats }
 
@@ -363,7 +377,7 @@ func (p *Pinned) Gemm(r *GemmRequest) error {
 		return err
 	}
 	e := p.keys[key]
-	if e == nil {
+	if e == nil || (p.warming && !p.centers[key]) {
 		if err := p.warmFamily(key, op, r); err != nil {
 			return err
 		}
@@ -396,6 +410,7 @@ func (p *Pinned) Gemm(r *GemmRequest) error {
 // center's family not seen yet.
 func (p *Pinned) warmFamily(center Key, op *ltOp, r *GemmRequest) error {
 	p.stats.Families++
+	p.centers[center] = true
 	if err := p.setPref(center, r.WorkspaceBytes); err != nil {
 		return err
 	}

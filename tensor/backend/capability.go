@@ -427,3 +427,21 @@ type Profiler interface {
 	// the device time per op name since StartProfile, largest first.
 	StopProfile() ([]OpTime, error)
 }
+
+// ProductFamilies is implemented by back ends whose dense products run
+// kernels chosen per shape family, each launched once when its family
+// is first seen (the CUDA back end's pinned cuBLASLt algorithms). A
+// kernel's first use can wait for the devices, so a caller that runs
+// collectives next to products warms the families first and can check
+// here that none appeared later.
+type ProductFamilies interface {
+	// ProductFamilies returns the families warmed so far and the
+	// products that ran a kernel outside them (fallbacks); ok is false
+	// when the products are not pinned (then first uses are cuBLAS's).
+	ProductFamilies() (families, fallbacks int, ok bool)
+	// WarmProducts turns warming on or off: while on, every product
+	// warms the family around its own shape (any size stands for its
+	// row count), so products that differ from it only in one
+	// dimension's size (a batch's row count) meet no new kernel later.
+	WarmProducts(on bool)
+}

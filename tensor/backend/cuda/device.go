@@ -582,6 +582,22 @@ func (d *Device) initPinned() error {
 // internal/cublas): families warmed, keys, warm launches, fallbacks.
 type PinnedStats = cublas.PinnedStats
 
+// WarmProducts implements backend.ProductFamilies: while on, every
+// product warms the family of its key (cublas.Pinned.SetWarming).
+func (d *Device) WarmProducts(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lt != nil {
+		d.lt.SetWarming(on)
+	}
+}
+
+// ProductFamilies implements backend.ProductFamilies from GemmStats.
+func (d *Device) ProductFamilies() (families, fallbacks int, ok bool) {
+	s, ok := d.GemmStats()
+	return s.Families, s.Fallbacks, ok
+}
+
 // GemmStats returns the counters of the pinned products; ok is false when
 // Gemm does not use them (no cuBLASLt, or EnvPinned turns them off).
 func (d *Device) GemmStats() (s PinnedStats, ok bool) {

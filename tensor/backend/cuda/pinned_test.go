@@ -264,3 +264,48 @@ func TestConformanceUnpinned(t *testing.T) {
 	}
 	backendtest.Run(t, d)
 }
+
+// TestPinnedWarming: with WarmProducts on, a product whose key lies in an
+// earlier family (the classifier's 256 x 47 after a hidden layer's
+// 256 x 256: one bucket apart at 8 rows) warms its own family too, so the
+// same products at a batch's row counts afterwards warm nothing; with it
+// off, the classifier's product at a large row count would have started a
+// family of its own.
+func TestPinnedWarming(t *testing.T) {
+	d := pinnedDevice(t, backend.FP32)
+	alloc := func(n int) backend.Buffer {
+		b, err := d.Alloc(backend.Float32, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Free(b) })
+		return b
+	}
+	const big = 100000
+	x, w, out := alloc(big*256), alloc(256*256), alloc(big*256)
+	gemm := func(m, n int) {
+		t.Helper()
+		if err := d.Gemm(false, false, m, n, 256, 1, x, w, 0, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.WarmProducts(true)
+	gemm(8, 256)
+	gemm(8, 47)
+	d.WarmProducts(false)
+	warmed, _ := d.GemmStats()
+	if warmed.Families != 2 {
+		t.Fatalf("%d families warmed, want 2 (one a product while warming): %+v", warmed.Families, warmed)
+	}
+	for _, m := range []int{big, 3000, 777} {
+		gemm(m, 256)
+		gemm(m, 47)
+	}
+	after, _ := d.GemmStats()
+	if after.Families != warmed.Families || after.Fallbacks != 0 {
+		t.Fatalf("after the warm-up: %+v, want %d families and no fallbacks", after, warmed.Families)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
