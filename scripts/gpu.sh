@@ -132,6 +132,8 @@
 #             summary.txt, one folder per set; after every set summary.txt and gpu-logs.tgz
 #             are copied to $OUT. GPU_DATA (/tmp/products; DSP_DATA is read too): the
 #             products shape, generated when absent. STRATA_KERNEL_CACHE (/tmp/strata-kcache).
+#   GPU_BIN   the folder of the binaries the sets run (.gpu/bin): another build carried beside
+#             it (e.g. .gpu/base/bin) runs the same set for an old-against-new comparison.
 #   test      GPU_TEST_PKGS, a regexp of the package directories to build and run (all);
 #             GPU_TEST_FLAGS, added to every test binary's flags (e.g. -test.run 'Sibling',
 #             -test.bench . -test.benchtime 20x); GPU_TEST_TIMEOUT, seconds per package (the
@@ -226,7 +228,7 @@ self=$(cd "$(dirname "$0")" && pwd)/${0##*/}
 cd "$(dirname "$self")/.." || exit 2
 root=$(pwd)
 gpu=$root/.gpu
-bin=$gpu/bin
+bin=${GPU_BIN:-$gpu/bin}
 data=${GPU_DATA:-${DSP_DATA:-/tmp/products}}
 
 host_sets=(ab pinned-ab world hetero-link test parity single-gpu kernels sampling fullgraph comm dp-step dsp-speed dsp-variants dsp-papers dsp-run dsp-setup papers-gen papers-4 papers-1 papers-infer papers-stall quick all)
