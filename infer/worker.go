@@ -36,27 +36,173 @@ type worker struct {
 	// link's rate; pin owns it then.
 	stage []float32
 	pin   backend.HostBuffer
+	// stageDone is reached when the last upload from stage has run
+	// (async: no chunk ends waiting for the device then).
+	stageDone backend.Fence
+	// async copies chunks' outputs to the host without waiting for them
+	// (backend.AsyncDownload, with fences and pinned memory), through
+	// outs in turn; nil: each chunk's Download waits.
+	async backend.AsyncDownload
+	outs  [2]outSlot
+	outN  int
 	// clk is the current chunk's (or empty round's) phase clock.
 	clk phaseClock
 }
 
+// outSlot is pinned host memory a chunk's output rows are copied into on
+// the device's queue; a goroutine copies them into the host output once
+// fence is reached, while the device computes the next chunks.
+type outSlot struct {
+	hb    backend.HostBuffer
+	fence backend.Fence
+	done  chan error // the last copy-out's result, nil when none is pending
+}
+
+// wait waits for the slot's pending copy-out.
+func (s *outSlot) wait() error {
+	if s.done == nil {
+		return nil
+	}
+	err := <-s.done
+	s.done = nil
+	return err
+}
+
+// startAsync turns on asynchronous outputs where the back end has them.
+func (w *worker) startAsync() {
+	ad, ok := w.b.(backend.AsyncDownload)
+	_, fences := w.b.(backend.Fences)
+	_, pinned := w.b.(backend.PinnedMemory)
+	if ok && fences && pinned {
+		w.async = ad
+	}
+}
+
+// finishAsync waits for every pending copy-out and frees the slots and
+// fences; it returns the first copy-out's error.
+func (w *worker) finishAsync() error {
+	var first error
+	for i := range w.outs {
+		s := &w.outs[i]
+		if err := s.wait(); err != nil && first == nil {
+			first = err
+		}
+		if s.hb != nil {
+			s.hb.Free()
+		}
+		if s.fence != nil {
+			s.fence.Close()
+		}
+		*s = outSlot{}
+	}
+	if w.stageDone != nil {
+		w.stageDone.Close()
+		w.stageDone = nil
+	}
+	return first
+}
+
+// downloadAsync queues the copy of y (the chunk's output rows) into the
+// next slot and returns; a goroutine writes them into out (writeRows)
+// once the copy has run. The slot's previous copy-out is waited for
+// first, so at most len(w.outs) chunks' outputs are in flight.
+func (w *worker) downloadAsync(y backend.Buffer, out hostMatrix, dst []int32, row0 int) error {
+	s := &w.outs[w.outN%len(w.outs)]
+	w.outN++
+	if err := s.wait(); err != nil {
+		return err
+	}
+	n := len(dst) * out.width
+	if s.hb == nil || len(s.hb.Float32s()) < n {
+		if s.hb != nil {
+			s.hb.Free()
+			s.hb = nil
+		}
+		size := uint64(n+n/4) * 4 // a quarter more: chunk sizes vary
+		hb, err := w.b.(backend.PinnedMemory).AllocPinned(size, false)
+		if err != nil {
+			return err
+		}
+		s.hb = hb
+	}
+	if s.fence == nil {
+		f, err := w.b.(backend.Fences).NewFence()
+		if err != nil {
+			return err
+		}
+		s.fence = f
+	}
+	if err := w.async.DownloadAsync(s.hb, 0, y, uint64(n)*4); err != nil {
+		return err
+	}
+	if err := s.fence.Record(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	s.done = done
+	host, fence := s.hb.Float32s()[:n], s.fence
+	go func() {
+		err := fence.Wait()
+		if err == nil {
+			writeRows(out, host, dst, row0)
+		}
+		done <- err
+	}()
+	return nil
+}
+
+// writeRows writes a chunk's output rows (host, in dst's order) into
+// out: rows row0.. when row0 >= 0, else rows dst[i].
+func writeRows(out hostMatrix, host []float32, dst []int32, row0 int) {
+	wd := out.width
+	if row0 >= 0 {
+		copy(out.data[row0*wd:(row0+len(dst))*wd], host)
+		return
+	}
+	for i, v := range dst {
+		copy(out.data[int(v)*wd:(int(v)+1)*wd], host[i*wd:(i+1)*wd])
+	}
+}
+
 // staging returns n floats of the worker's staging memory, growing it by
-// a quarter more than asked when short. The previous chunk's upload has
-// completed: each chunk ends with a download, which waits for the queue.
-func (w *worker) staging(n int) []float32 {
+// a quarter more than asked when short. The previous chunk's upload from
+// it has completed: each chunk ends with a download that waits for the
+// queue, or, with asynchronous outputs, stageDone is waited for here.
+func (w *worker) staging(n int) ([]float32, error) {
+	if w.stageDone != nil {
+		if err := w.stageDone.Wait(); err != nil {
+			return nil, err
+		}
+	}
 	if cap(w.stage) >= n {
-		return w.stage[:n]
+		return w.stage[:n], nil
 	}
 	w.freeStaging()
 	size := n + n/4
 	if pm, ok := w.b.(backend.PinnedMemory); ok {
 		if hb, err := pm.AllocPinned(uint64(size)*4, false); err == nil {
 			w.pin, w.stage = hb, hb.Float32s()[:size]
-			return w.stage[:n]
+			return w.stage[:n], nil
 		}
 	}
 	w.stage = make([]float32, size)
-	return w.stage[:n]
+	return w.stage[:n], nil
+}
+
+// staged marks the end of an upload from the staging memory (async: the
+// next staging waits for it).
+func (w *worker) staged() error {
+	if w.async == nil {
+		return nil
+	}
+	if w.stageDone == nil {
+		f, err := w.b.(backend.Fences).NewFence()
+		if err != nil {
+			return err
+		}
+		w.stageDone = f
+	}
+	return w.stageDone.Record()
 }
 
 func (w *worker) freeStaging() {
@@ -145,12 +291,20 @@ func (w *worker) chunkDst(a, b int) []int32 {
 	return dst
 }
 
-func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) error {
+func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *atomic.Int64) (err error) {
 	r := w.r
 	chunks := max(len(bounds)-1, 0)
 	if chunks == 0 && w.rounds == 0 {
 		return nil
 	}
+	if w.rout == nil {
+		w.startAsync()
+	}
+	defer func() { // the outputs in flight are written before the worker returns
+		if e := w.finishAsync(); err == nil && e != nil {
+			err = &Error{Op: fmt.Sprintf("layer %d on %s, writing outputs", w.l+1, w.b.Name()), Err: e}
+		}
+	}()
 	nb, each := r.builders()
 	nb = max(1, min(nb, chunks))
 	for len(r.scratch[w.d]) < nb {
@@ -330,7 +484,10 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 		} else {
 			rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
 		}
-		host := w.staging(len(src) * width)
+		host, err := w.staging(len(src) * width)
+		if err != nil {
+			return err
+		}
 		gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
 		buf, err := b.Alloc(backend.Float32, len(host))
 		if err != nil {
@@ -338,6 +495,9 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 		}
 		defer b.Free(buf)
 		if err := b.Upload(buf, host); err != nil {
+			return err
+		}
+		if err := w.staged(); err != nil {
 			return err
 		}
 		if x, err = t.Const(buf, len(src), width); err != nil {
@@ -362,6 +522,9 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 		}
 		return b.Copy(v, y.Value)
 	}
+	if w.async != nil {
+		return w.downloadAsync(y.Value, out, dst, row0)
+	}
 	if row0 >= 0 { // consecutive rows: straight into the output
 		return b.Download(out.data[row0*wd:(row0+len(dst))*wd], y.Value)
 	}
@@ -369,9 +532,7 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 	if err := b.Download(host, y.Value); err != nil {
 		return err
 	}
-	for i, v := range dst {
-		copy(out.data[int(v)*wd:(int(v)+1)*wd], host[i*wd:(i+1)*wd])
-	}
+	writeRows(out, host, dst, row0)
 	return nil
 }
 

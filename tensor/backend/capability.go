@@ -445,3 +445,14 @@ type ProductFamilies interface {
 	// dimension's size (a batch's row count) meet no new kernel later.
 	WarmProducts(on bool)
 }
+
+// AsyncDownload is implemented by back ends that can queue a copy of a
+// buffer into pinned host memory without waiting for it (the CUDA back
+// end), so the host works on while the device computes and copies: read
+// dst after a Fence recorded after the copy is reached. The CPU back end
+// copies at once.
+type AsyncDownload interface {
+	// DownloadAsync queues a copy of src's first bytes into dst at byte
+	// offset off.
+	DownloadAsync(dst HostBuffer, off uint64, src Buffer, bytes uint64) error
+}

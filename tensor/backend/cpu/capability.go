@@ -204,3 +204,20 @@ func (b *Backend) SparseFromBuffers(rows, cols int, indptr, indices backend.Buff
 	}
 	return &Sparse{rows: rows, cols: cols, indptr: p.i64, indices: c.i32}, nil
 }
+
+// DownloadAsync implements backend.AsyncDownload: the CPU copies at once.
+func (b *Backend) DownloadAsync(dst backend.HostBuffer, off uint64, src backend.Buffer, bytes uint64) error {
+	h, ok := dst.(*hostMem)
+	if !ok || off > h.bytes || bytes > h.bytes-off {
+		return fmt.Errorf("cpu: DownloadAsync: %d bytes at %d do not fit the host buffer", bytes, off)
+	}
+	raw, ok := Bytes(src)
+	if !ok {
+		return fmt.Errorf("cpu: DownloadAsync: %T is not a buffer of the CPU back end", src)
+	}
+	if bytes > uint64(len(raw)) {
+		return fmt.Errorf("cpu: DownloadAsync: %d bytes of a %d-byte buffer", bytes, len(raw))
+	}
+	copy(h.Bytes()[off:off+bytes], raw[:bytes])
+	return nil
+}

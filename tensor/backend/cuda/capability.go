@@ -172,3 +172,10 @@ func (f *fence) Close() error {
 	f.ctx, f.ev = 0, 0
 	return err
 }
+
+// DownloadAsync implements backend.AsyncDownload: a copy into pinned host
+// memory queued on the device's stream (Locked.CopyToHost), not waited
+// for.
+func (d *Device) DownloadAsync(dst backend.HostBuffer, off uint64, src backend.Buffer, bytes uint64) error {
+	return d.Do(func(l *Locked) error { return l.CopyToHost(dst, off, src, bytes) })
+}
