@@ -139,6 +139,13 @@ type Options struct {
 	// chunk; the run is slower. Without Log it only fills
 	// LayerStats.Ops.
 	ProfileOps bool
+	// AsyncOutputs copies the chunks' output rows to host memory without
+	// waiting for each (back ends with backend.AsyncDownload, Fences and
+	// PinnedMemory): each goes into one of two pinned slots on the
+	// device's queue and a goroutine writes it into the output once its
+	// fence is reached, while the device computes the next chunks. The
+	// output is the same, bit for bit.
+	AsyncOutputs bool
 }
 
 // Shards is layer 1's input held by the devices (Options.InputShards):

@@ -329,3 +329,37 @@ func TestPhases(t *testing.T) {
 		t.Errorf("op lines without a profiler:\n%s", log.String())
 	}
 }
+
+// TestAsyncOutputsMatch: outputs copied to the host asynchronously
+// (Options.AsyncOutputs) are the waited copies' bit for bit: layers on
+// the host and kept on the devices, 1, 2 and 4 CPU devices (two sharing
+// a back end), many chunks, every node, a few (scattered rows) or a
+// hidden layer, SAGE on dense and GCN on sparse features.
+func TestAsyncOutputsMatch(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	n := int64(ds.NumNodes())
+	offsets := map[int][]int64{1: nil, 2: {0, 400, n}, 4: {0, 1500, 1500, 2000, n}}
+	for _, kind := range []string{nn.KindSAGE, nn.KindGCN} {
+		cfg, params := deepModel(t, b, kind, ds)
+		x := inputs(t, ds, kind == nn.KindGCN)
+		for _, devices := range []int{1, 2, 4} {
+			bs := make([]backend.Backend, devices)
+			for i := range bs {
+				bs[i] = newCPU(t)
+			}
+			if devices == 4 {
+				bs[3] = bs[2]
+			}
+			for _, req := range []Request{{}, {Nodes: []int32{2707, 3, 3, 1000, 42}}, {Layer: 2, Nodes: []int32{9, 1}}} {
+				for _, base := range []Options{{Placement: PlaceHost}, {Resident: ResidentOn}} {
+					base.Offsets, base.Budget = offsets[devices], MinBudget
+					want := runOn(t, bs, cfg, params, in, x, req, base)
+					base.AsyncOutputs = true
+					got := runOn(t, bs, cfg, params, in, x, req, base)
+					sameBits(t, got, want)
+				}
+			}
+		}
+	}
+}

@@ -40,8 +40,8 @@ type worker struct {
 	// (async: no chunk ends waiting for the device then).
 	stageDone backend.Fence
 	// async copies chunks' outputs to the host without waiting for them
-	// (backend.AsyncDownload, with fences and pinned memory), through
-	// outs in turn; nil: each chunk's Download waits.
+	// (Options.AsyncOutputs), through outs in turn; nil: each chunk's
+	// Download waits.
 	async backend.AsyncDownload
 	outs  [2]outSlot
 	outN  int
@@ -297,7 +297,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	if chunks == 0 && w.rounds == 0 {
 		return nil
 	}
-	if w.rout == nil {
+	if w.rout == nil && r.opts.AsyncOutputs {
 		w.startAsync()
 	}
 	defer func() { // the outputs in flight are written before the worker returns
