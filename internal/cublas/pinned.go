@@ -475,18 +475,21 @@ func (p *Pinned) op(o opKey) (*ltOp, error) {
 		call(lt.descDestroy, x.desc)
 	}
 	// Lt's A is our B, its B our A (C^T = op(B)^T op(A)^T).
-	for _, tr := range [...]struct {
-		attr  int
-		trans bool
-	}{{ltDescTransA, o.transB}, {ltDescTransB, o.transA}} {
-		p.i32 = opN
-		if tr.trans {
-			p.i32 = opT
-		}
-		if err := ltSetDesc(x.desc, tr.attr, unsafe.Pointer(&p.i32), 4); err != nil {
-			destroy()
-			return nil, err
-		}
+	p.i32 = opN
+	if o.transB {
+		p.i32 = opT
+	}
+	if err := ltSetDesc(x.desc, ltDescTransA, unsafe.Pointer(&p.i32), 4); err != nil {
+		destroy()
+		return nil, err
+	}
+	p.i32 = opN
+	if o.transA {
+		p.i32 = opT
+	}
+	if err := ltSetDesc(x.desc, ltDescTransB, unsafe.Pointer(&p.i32), 4); err != nil {
+		destroy()
+		return nil, err
 	}
 	for i, t := range [3]DataType{o.ab, o.ab, o.c} {
 		if err := check("cublasLtMatrixLayoutCreate", call(lt.layoutCreate, uintptr(unsafe.Pointer(&x.lay[i])), uintptr(t), 1, 1, 1)); err != nil {
