@@ -146,7 +146,7 @@ func familiesSeen(b backend.Backend) (families, fallbacks int, ok bool) {
 // for the devices while a collective was in flight.
 func lateFamilies(w io.Writer, devs []*device) {
 	for _, d := range devs {
-		if d == nil || !d.warmed {
+		if !d.warmed {
 			continue
 		}
 		f, fb, ok := familiesSeen(d.b)

@@ -14,25 +14,19 @@ import (
 
 // cublasLtMatmulDescAttributes_t (the value's C type in parentheses).
 const (
-	ltDescComputeType = 0 // CUBLASLT_MATMUL_DESC_COMPUTE_TYPE (int32_t cublasComputeType_t)
-	ltDescScaleType   = 1 // CUBLASLT_MATMUL_DESC_SCALE_TYPE (int32_t cudaDataType_t)
-	ltDescPointerMode = 2 // CUBLASLT_MATMUL_DESC_POINTER_MODE (int32_t; default CUBLASLT_POINTER_MODE_HOST)
-	ltDescTransA      = 3 // CUBLASLT_MATMUL_DESC_TRANSA (int32_t cublasOperation_t)
-	ltDescTransB      = 4 // CUBLASLT_MATMUL_DESC_TRANSB (int32_t cublasOperation_t)
+	ltDescTransA = 3 // CUBLASLT_MATMUL_DESC_TRANSA (int32_t cublasOperation_t)
+	ltDescTransB = 4 // CUBLASLT_MATMUL_DESC_TRANSB (int32_t cublasOperation_t)
 )
 
 // cublasLtMatrixLayoutAttribute_t.
 const (
-	ltLayoutType  = 0 // CUBLASLT_MATRIX_LAYOUT_TYPE (uint32_t cudaDataType_t)
-	ltLayoutOrder = 1 // CUBLASLT_MATRIX_LAYOUT_ORDER (int32_t; default CUBLASLT_ORDER_COL)
-	ltLayoutRows  = 2 // CUBLASLT_MATRIX_LAYOUT_ROWS (uint64_t)
-	ltLayoutCols  = 3 // CUBLASLT_MATRIX_LAYOUT_COLS (uint64_t)
-	ltLayoutLD    = 4 // CUBLASLT_MATRIX_LAYOUT_LD (int64_t)
+	ltLayoutRows = 2 // CUBLASLT_MATRIX_LAYOUT_ROWS (uint64_t)
+	ltLayoutCols = 3 // CUBLASLT_MATRIX_LAYOUT_COLS (uint64_t)
+	ltLayoutLD   = 4 // CUBLASLT_MATRIX_LAYOUT_LD (int64_t)
 )
 
 // cublasLtMatmulPreferenceAttributes_t.
 const (
-	ltPrefSearchMode        = 0 // CUBLASLT_MATMUL_PREF_SEARCH_MODE (uint32_t; default CUBLASLT_SEARCH_BEST_FIT)
 	ltPrefMaxWorkspaceBytes = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64_t; default 0)
 	ltPrefMinAlignA         = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32_t; default 256)
 	ltPrefMinAlignB         = 6 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES (uint32_t)
@@ -123,15 +117,6 @@ func openLt() (*ltLib, error) {
 		*s.dst = p
 	}
 	return x, nil
-}
-
-// LtPath returns the file libcublasLt was loaded from ("" before LoadLt
-// succeeded or when the loader did not tell).
-func LtPath() string {
-	if lt == nil {
-		return ""
-	}
-	return lt.found.Path
 }
 
 // ltSetDesc sets attribute attr of a matmul descriptor to the size bytes

@@ -263,15 +263,23 @@ func (s *Searcher) Find(lib Lib) (*Found, error) {
 func (s *Searcher) preload(lib Lib, soname, dir string) {
 	major := sonameMajor(soname)
 	for _, pat := range lib.Siblings {
-		pat = strings.ReplaceAll(pat, "{major}", major)
-		m, _ := filepath.Glob(filepath.Join(dir, pat))
-		sort.Strings(m)
-		for _, p := range m {
-			if _, err := s.Open(p); err == nil {
-				break
-			}
-		}
+		s.openIn(dir, strings.ReplaceAll(pat, "{major}", major))
 	}
+}
+
+// openIn opens the first file in dir matching pattern that opens (glob
+// order); path is "" when none did, errs says why each failed.
+func (s *Searcher) openIn(dir, pattern string) (path string, h uintptr, errs []string) {
+	m, _ := filepath.Glob(filepath.Join(dir, pattern))
+	sort.Strings(m)
+	for _, p := range m {
+		h, err := s.Open(p)
+		if err == nil {
+			return p, h, errs
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", p, err))
+	}
+	return "", 0, errs
 }
 
 // Sibling opens a library that lives next to f (one of lib's Siblings
@@ -292,14 +300,9 @@ func (s *Searcher) Sibling(f *Found, pattern string) (*Found, error) {
 	if f.Path != "" {
 		dir := filepath.Dir(f.Path)
 		nf.Dirs = append(nf.Dirs, dir)
-		m, _ := filepath.Glob(filepath.Join(dir, so))
-		sort.Strings(m)
-		for _, p := range m {
-			h, err := s.Open(p)
-			if err != nil {
-				nf.Errs = append(nf.Errs, fmt.Sprintf("%s: %v", p, err))
-				continue
-			}
+		p, h, errs := s.openIn(dir, so)
+		nf.Errs = append(nf.Errs, errs...)
+		if p != "" {
 			return &Found{Lib: name, Soname: filepath.Base(p), Path: p, Via: "folder", Handle: h}, nil
 		}
 	}
