@@ -23,6 +23,9 @@ type Pinned struct {
 	centers map[Key]bool
 	warming bool
 	stats   PinnedStats
+	// OnFamily, when set, is told each family's center as it is warmed
+	// and whether warming was on (a diagnostic).
+	OnFamily func(center Key, warming bool)
 
 	// Values whose addresses the Lt calls read or write, kept here (the
 	// Pinned is on the heap) rather than in a Go value per call.
@@ -411,6 +414,9 @@ func (p *Pinned) Gemm(r *GemmRequest) error {
 func (p *Pinned) warmFamily(center Key, op *ltOp, r *GemmRequest) error {
 	p.stats.Families++
 	p.centers[center] = true
+	if p.OnFamily != nil {
+		p.OnFamily(center, p.warming)
+	}
 	if err := p.setPref(center, r.WorkspaceBytes); err != nil {
 		return err
 	}

@@ -574,9 +574,21 @@ func (d *Device) initPinned() error {
 	if err = cu.MemsetD8Async(d.ltMem, 0, cublas.PinnedScratchBytes, d.stream); err != nil {
 		return err
 	}
-	d.lt, err = cublas.NewPinned(uintptr(d.ltMem), cublas.PinnedScratchBytes)
-	return err
+	if d.lt, err = cublas.NewPinned(uintptr(d.ltMem), cublas.PinnedScratchBytes); err != nil {
+		return err
+	}
+	if on, _ := strconv.ParseBool(os.Getenv(EnvFamilyLog)); on {
+		ord := d.ordinal
+		d.lt.OnFamily = func(k cublas.Key, warming bool) {
+			fmt.Fprintf(os.Stderr, "cuda:%d: product family %s (warming %t)\n", ord, k, warming)
+		}
+	}
+	return nil
 }
+
+// EnvFamilyLog set to 1 logs each pinned product family to standard
+// error as it is warmed: which products a warm-up missed.
+const EnvFamilyLog = "STRATA_CUBLAS_FAMILY_LOG"
 
 // PinnedStats counts the pinned cuBLASLt products (package
 // internal/cublas): families warmed, keys, warm launches, fallbacks.

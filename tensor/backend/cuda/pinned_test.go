@@ -282,9 +282,10 @@ func TestPinnedWarming(t *testing.T) {
 		return b
 	}
 	const big = 100000
-	x, w, out := alloc(big*256), alloc(256*256), alloc(big*256)
+	// Gemm wants buffers of exactly the product's sizes.
 	gemm := func(m, n int) {
 		t.Helper()
+		x, w, out := alloc(m*256), alloc(256*n), alloc(m*n)
 		if err := d.Gemm(false, false, m, n, 256, 1, x, w, 0, out); err != nil {
 			t.Fatal(err)
 		}
