@@ -62,6 +62,16 @@ type TaskPreparer interface {
 	Prepare(bt TaskBatch) (TaskBatch, error)
 }
 
+// TaskWarmer is a Task whose step loss the engine's warm-up runs
+// (its products met before any collective is in flight: docs/cuda.md,
+// Pinned GEMM algorithms). WarmBatch returns a batch whose seeds are
+// engine IDs 0..n-1, in order, that the replicas' Loss accepts with the
+// model's output rows of those seeds; its numbers matter only in their
+// shapes.
+type TaskWarmer interface {
+	WarmBatch(n int) TaskBatch
+}
+
 // TaskTargets is a Task whose Exclude removes the sampled edges that
 // join the two nodes of given pairs (link prediction's target links),
 // and says which: the engine then removes them itself where the batch

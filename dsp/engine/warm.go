@@ -24,8 +24,8 @@ const warmRows = 8
 // changes no state a step reads: every step zeroes the gradients before
 // its backward pass and converts the bfloat16 weights anew, the
 // optimizer does not run, and the model's dropout is seeded per call.
-// Then the evaluations' forward pass. A task's own loss (link
-// prediction's decoder) is not warmed.
+// The loss is the step's: node classification's, or a task's own
+// (TaskWarmer). Then the evaluations' forward pass.
 func (d *device) warm() error {
 	b, s := d.b, d.s
 	n := warmRows
@@ -75,21 +75,8 @@ func (d *device) warm() error {
 	if err != nil {
 		return err
 	}
-	logp, err := t.LogSoftmax(logits)
-	if err != nil {
-		return err
-	}
-	m := min(logits.Rows, d.rows.Len())
-	labels, err := devbuf.Upload(b, make([]int32, m)) // class 0
-	if err != nil {
-		return err
-	}
-	defer b.Free(labels)
-	rows, err := devbuf.View(d.rows, 0, m)
-	if err != nil {
-		return err
-	}
-	lv, err := nn.NLLLoss(t, logp, rows, labels)
+	lv, done, err := d.warmLoss(t, logits)
+	defer done()
 	if err != nil {
 		return err
 	}
@@ -106,6 +93,38 @@ func (d *device) warm() error {
 	}
 	d.warmFamilies, d.warmFallbacks, d.warmed = familiesSeen(b)
 	return nil
+}
+
+// warmLoss is warm's loss on the model's output rows: the task's
+// (TaskWarmer: link prediction's decoder and its products) or node
+// classification's (every row labeled class 0). done, never nil, frees
+// what it uploaded, after the backward pass.
+func (d *device) warmLoss(t *autograd.Tape, logits *autograd.Var) (lv *autograd.Var, done func(), err error) {
+	done = func() {}
+	if w, ok := d.s.opts.Task.(TaskWarmer); ok && d.task != nil {
+		lv, done, err = d.task.Loss(t, logits, w.WarmBatch(logits.Rows))
+		if done == nil {
+			done = func() {}
+		}
+		return lv, done, err
+	}
+	b := d.b
+	logp, err := t.LogSoftmax(logits)
+	if err != nil {
+		return nil, done, err
+	}
+	m := min(logits.Rows, d.rows.Len())
+	labels, err := devbuf.Upload(b, make([]int32, m))
+	if err != nil {
+		return nil, done, err
+	}
+	done = func() { b.Free(labels) }
+	rows, err := devbuf.View(d.rows, 0, m)
+	if err != nil {
+		return nil, done, err
+	}
+	lv, err = nn.NLLLoss(t, logp, rows, labels)
+	return lv, done, err
 }
 
 // warmEval runs the model's evaluation forward pass (float32

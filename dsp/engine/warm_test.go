@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"math/bits"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/tensor/backend/cpu/cputest"
 	"github.com/strata-gnn/strata/train"
 )
 
@@ -58,59 +57,6 @@ func TestWarmChangesNothing(t *testing.T) {
 	}
 }
 
-// familyCounting is a CPU back end that counts product families as the
-// CUDA back end's pinned products do (internal/cublas Pinned): a key is
-// a product's transposes, types and the power-of-two bucket of m, n and
-// k; a key no family covers starts one, which covers every key that
-// differs from it in one bucket; while warming, every key not a center
-// yet starts one too.
-type familyCounting struct {
-	*cpu.Backend
-	mu       sync.Mutex
-	covered  map[[6]int]bool
-	centers  map[[6]int]bool
-	families int
-	warming  bool
-}
-
-func (f *familyCounting) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b backend.Buffer, beta float32, c backend.Buffer) error {
-	bucket := func(x int) int { return bits.Len(uint(max(x, 1) - 1)) }
-	key := [6]int{btoi(transA)*2 + btoi(transB), int(a.DType()), int(c.DType()), bucket(m), bucket(n), bucket(k)}
-	f.mu.Lock()
-	if !f.covered[key] || (f.warming && !f.centers[key]) {
-		f.families++
-		f.centers[key] = true
-		for d := 3; d < 6; d++ {
-			for e := range 25 {
-				x := key
-				x[d] = e
-				f.covered[x] = true
-			}
-		}
-	}
-	f.mu.Unlock()
-	return f.Backend.Gemm(transA, transB, m, n, k, alpha, a, b, beta, c)
-}
-
-func (f *familyCounting) WarmProducts(on bool) {
-	f.mu.Lock()
-	f.warming = on
-	f.mu.Unlock()
-}
-
-func (f *familyCounting) ProductFamilies() (families, fallbacks int, ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.families, 0, true
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // TestLateFamilies: a run whose every product family is warmed before the
 // pipeline logs nothing about late families (fp32 and bf16, training with
 // sampled and with whole-graph evaluation, two devices); a family first seen after the
@@ -126,7 +72,7 @@ func TestLateFamilies(t *testing.T) {
 		cfg.Sampler = SamplerFull
 		var devs []backend.Backend
 		for _, b := range cpusAt(t, 2, c.prec) {
-			devs = append(devs, &familyCounting{Backend: b.(*cpu.Backend), covered: map[[6]int]bool{}, centers: map[[6]int]bool{}})
+			devs = append(devs, cputest.NewFamilyCounting(b.(*cpu.Backend)))
 		}
 		var log strings.Builder
 		run(t, cfg, Options{Backends: devs, Log: &log})

@@ -127,6 +127,7 @@ type pairs struct {
 var (
 	_ engine.TaskPreparer = (*dspTask)(nil)
 	_ engine.TaskTargets  = (*dspTask)(nil)
+	_ engine.TaskWarmer   = (*dspTask)(nil)
 )
 
 func newDSPTask(s *link.Split, cfg *link.Config, k int) (*dspTask, error) {
@@ -233,6 +234,23 @@ func (t *dspTask) Prepare(bt engine.TaskBatch) (engine.TaskBatch, error) {
 		seeds[j] = t.id(v)
 	}
 	return engine.TaskBatch{Seeds: seeds, Work: w}, nil
+}
+
+// WarmBatch is the engine's warm-up batch over seeds 0..n-1
+// (engine.TaskWarmer): positives (0,1), (2,3), ... and negatives (1,2),
+// (3,4), ..., so that every seed is an endpoint and the seeds, ascending,
+// are the rows 0..n-1. Only Loss reads it.
+func (t *dspTask) WarmBatch(n int) engine.TaskBatch {
+	var pos, neg link.Edges
+	for i := 0; i+1 < n; i += 2 {
+		pos.Src, pos.Dst = append(pos.Src, int32(i)), append(pos.Dst, int32(i+1))
+		neg.Src, neg.Dst = append(neg.Src, int32(i+1)), append(neg.Dst, int32((i+2)%n))
+	}
+	if n%2 == 1 {
+		neg.Src, neg.Dst = append(neg.Src, int32(n-1)), append(neg.Dst, 0)
+	}
+	b := link.NewBatch(pos, neg)
+	return engine.TaskBatch{Seeds: b.Seeds, Work: &pairs{b: b}}
 }
 
 // Targets are the batch's positives as link.TargetKeys, which a GPU

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-gnn/strata/dataset"
@@ -14,6 +15,7 @@ import (
 	"github.com/strata-gnn/strata/partition/book"
 	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/tensor/backend/cpu"
+	"github.com/strata-gnn/strata/tensor/backend/cpu/cputest"
 )
 
 func cora(t testing.TB) *dataset.Dataset {
@@ -260,5 +262,31 @@ func TestAccuracyDSPCora(t *testing.T) {
 	t.Logf("mean test AUC: 1 device %.4f, 4 devices %.4f", one, four)
 	if four < 0.90 || math.Abs(four-one) > 0.02 {
 		t.Fatalf("mean test AUC: 1 device %.4f, 4 devices %.4f: want >= 0.90 on 4 and within 0.02", one, four)
+	}
+}
+
+// TestWarmCoversLoss: the engine's warm-up runs the link task's loss
+// (engine.TaskWarmer), so a run meets no product family after it (as the
+// CUDA back end's pinned products count them): the dot and the MLP
+// decoders, fp32 and bf16, two devices. Without WarmBatch the decoder's
+// products (one score per pair) are late.
+func TestWarmCoversLoss(t *testing.T) {
+	ds := narrow(cora(t), 64)
+	for _, dec := range []string{"dot", "mlp"} {
+		for _, prec := range []string{"fp32", "bf16"} {
+			cfg := quickSAGE(1)
+			cfg.Decoder = dec
+			var log strings.Builder
+			runDSP(t, ds, cfg, 2, func(c *engine.Config, o *engine.Options) {
+				c.Sampler, c.Train.Precision = engine.SamplerFull, prec
+				for i, b := range o.Backends {
+					o.Backends[i] = cputest.NewFamilyCounting(b.(*cpu.Backend))
+				}
+				o.Log = &log
+			})
+			if strings.Contains(log.String(), "after the warm-up") {
+				t.Errorf("%s %s: %s", dec, prec, log.String())
+			}
+		}
 	}
 }
