@@ -60,13 +60,11 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 		if cv.dt == backend.BFloat16 {
 			ct = cublas.R16BF
 		}
-		if d.padBF16 && padWorth(transA, m, k) {
-			return d.timed(d.gemmName("gemm bf16x padded", transA, transB, m, n, k), func() error {
-				return d.gemmBF16Padded(ct, cv.dt, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr)
-			})
-		}
 		return d.timed(d.gemmName("gemm bf16x", transA, transB, m, n, k), func() error {
-			return d.gemmBF16(ct, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr)
+			if done, err := d.pinned(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, av.ptr, bv.ptr, beta, cv.ptr); done {
+				return err
+			}
+			return d.blas.GemmExTyped(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 		})
 	}
 	if d.prec == backend.BF16 {
@@ -90,111 +88,6 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b back
 		}
 		return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(av.ptr), uintptr(bv.ptr), beta, uintptr(cv.ptr))
 	})
-}
-
-// gemmBF16 queues a product of bfloat16 operands into a c of type ct,
-// summed in float32.
-func (d *Device) gemmBF16(ct cublas.DataType, transA, transB bool, m, n, k int, alpha float32, a, b cu.DevPtr, beta float32, c cu.DevPtr) error {
-	if done, err := d.pinned(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, a, b, beta, c); done {
-		return err
-	}
-	return d.blas.GemmExTyped(cublas.Compute32F, cublas.R16BF, ct, transA, transB, m, n, k, alpha, uintptr(a), uintptr(b), beta, uintptr(c))
-}
-
-// bf16Align is the row alignment, in bfloat16 elements (16 bytes), that
-// cuBLASLt's fast tensor-core kernels need of their operands: rows of
-// another width (a 100-wide feature row is 200 bytes) get kernels several
-// times slower (the products of a first layer over 100-wide bfloat16
-// rows ran at a fifth of their memory bound on an H200).
-const bf16Align = 8
-
-// padMinElems is the size of A from which a misaligned product pads it:
-// below it the two extra launches cost more than they save.
-const padMinElems = 1 << 20
-
-// EnvPadBF16 set to 0 turns the padded bfloat16 products off
-// (Device.Gemm then hands misaligned operands to cuBLAS as they are).
-const EnvPadBF16 = "STRATA_CUDA_PAD_BF16"
-
-// padWorth says whether a bfloat16 product's A (m x k, or k x m
-// transposed) has misaligned rows and is large enough to pad: its rows
-// are k wide, or m wide when transposed.
-func padWorth(transA bool, m, k int) bool {
-	w := k
-	if transA {
-		w = m
-	}
-	return w%bf16Align != 0 && int64(m)*int64(k) >= padMinElems
-}
-
-func roundUp(x, to int) int { return (x + to - 1) / to * to }
-
-// gemmBF16Padded is gemmBF16 with A's rows padded with zeros to a
-// multiple of bf16Align (padWorth): the zeros add nothing to any sum, so
-// the product is the unpadded one up to the order of float32 additions.
-// Not transposed, A (m x k) pads k, and B's k rows (or, transposed, its
-// k-wide rows) get zeros to match. Transposed, A (k x m) pads m: the
-// product's extra rows go to a scratch C, whose first m rows are C's.
-func (d *Device) gemmBF16Padded(ct cublas.DataType, cdt backend.DType, transA, transB bool, m, n, k int, alpha float32, a, b cu.DevPtr, beta float32, c cu.DevPtr) error {
-	pad := func(rows, cols, dcols int) (*Buffer, error) {
-		dst, err := d.allocLocked(backend.BFloat16, rows*dcols)
-		if err != nil {
-			return nil, err
-		}
-		src := a
-		if err := d.launchN("pad_cols_bf16", int64(rows)*int64(dcols), uint64(dst.ptr), uint64(src), cu.I64(int64(rows)), cu.I32(int32(cols)), cu.I32(int32(dcols))); err != nil {
-			d.freeLocked(dst)
-			return nil, err
-		}
-		return dst, nil
-	}
-	if !transA {
-		kp := roundUp(k, bf16Align)
-		ap, err := pad(m, k, kp)
-		if err != nil {
-			return err
-		}
-		defer d.freeLocked(ap)
-		bp, err := d.allocLocked(backend.BFloat16, kp*n)
-		if err != nil {
-			return err
-		}
-		defer d.freeLocked(bp)
-		if transB { // B is n x k: pad its rows as A's
-			if err := d.launchN("pad_cols_bf16", int64(n)*int64(kp), uint64(bp.ptr), uint64(b), cu.I64(int64(n)), cu.I32(int32(k)), cu.I32(int32(kp))); err != nil {
-				return err
-			}
-		} else { // B is k x n: kp - k rows of zeros after it
-			if err := cu.MemcpyDtoDAsync(bp.ptr, b, uint64(k*n*2), d.stream); err != nil {
-				return err
-			}
-			if err := cu.MemsetD8Async(bp.ptr+cu.DevPtr(k*n*2), 0, uint64((kp-k)*n*2), d.stream); err != nil {
-				return err
-			}
-		}
-		return d.gemmBF16(ct, false, transB, m, n, kp, alpha, ap.ptr, bp.ptr, beta, c)
-	}
-	mp := roundUp(m, bf16Align)
-	ap, err := pad(k, m, mp)
-	if err != nil {
-		return err
-	}
-	defer d.freeLocked(ap)
-	cp, err := d.allocLocked(cdt, mp*n)
-	if err != nil {
-		return err
-	}
-	defer d.freeLocked(cp)
-	cbytes := uint64(m * n * cdt.Size())
-	if beta != 0 {
-		if err := cu.MemcpyDtoDAsync(cp.ptr, c, cbytes, d.stream); err != nil {
-			return err
-		}
-	}
-	if err := d.gemmBF16(ct, true, transB, mp, n, k, alpha, ap.ptr, b, beta, cp.ptr); err != nil {
-		return err
-	}
-	return cu.MemcpyDtoDAsync(c, cp.ptr, cbytes, d.stream)
 }
 
 // pinned runs a product through the pinned cuBLASLt algorithms (d.lt) on

@@ -104,9 +104,6 @@ type Device struct {
 	total   uint64
 	prec    backend.Precision
 	poison  bool // AllocRaw fills with NaN (EnvPoison)
-	// padBF16: misaligned bfloat16 products pad A (EnvPadBF16; on unless
-	// set to 0).
-	padBF16 bool
 
 	highPriority bool // Options.HighPriority
 	priority     int  // the stream's priority (0: default)
@@ -159,7 +156,6 @@ func Open(ordinal int, opt Options) (*Device, error) {
 	d.prec = opt.Precision
 	d.highPriority = opt.HighPriority
 	d.poison = envBool(EnvPoison)
-	d.padBF16 = envOn(EnvPadBF16)
 	if err := d.init(); err != nil {
 		d.Close()
 		return fail(err)
@@ -552,12 +548,8 @@ func (d *Device) GemmImpl() string {
 // kernels per shape (see the package doc, # Pinned GEMM algorithms).
 const EnvPinned = "STRATA_CUBLAS_PINNED"
 
-func pinnedOn() bool { return envOn(EnvPinned) }
-
-// envOn says whether a switch that is on by default stays on: unset,
-// or anything but a false value (0, false, off).
-func envOn(name string) bool {
-	v := strings.TrimSpace(os.Getenv(name))
+func pinnedOn() bool {
+	v := strings.TrimSpace(os.Getenv(EnvPinned))
 	if v == "" {
 		return true
 	}

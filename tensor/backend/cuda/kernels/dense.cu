@@ -418,14 +418,3 @@ extern "C" __global__ void scatter_add_bucketed(float* d, const float* src, cons
     d[k] = acc;
   }
 }
-
-// pad_cols_bf16: dst (rows x dcols) is src (rows x cols) with zero
-// columns cols..dcols-1 (a bfloat16 product's operand with rows made
-// 16-byte aligned: Gemm's padded path).
-extern "C" __global__ void pad_cols_bf16(bf16* dst, const bf16* src, i64 rows, int cols, int dcols) {
-  GRID_STRIDE(i, rows * dcols) {
-    i64 r = i / dcols;
-    int c = (int)(i - r * dcols);
-    dst[i] = c < cols ? src[r * cols + c] : (bf16)0;
-  }
-}
