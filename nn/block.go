@@ -307,8 +307,16 @@ func (k *Block) MeanWeights() (backend.Buffer, error) {
 }
 
 // deviceMean computes the mean weights on the back end: 1/max(deg,1) per
-// row, expanded to the row's edges.
+// row, expanded to the row's edges (in one pass where the back end is a
+// backend.MeanWeighter).
 func (k *Block) deviceMean() (backend.Buffer, error) {
+	if mw, ok := k.b.(backend.MeanWeighter); ok {
+		w, err := mw.MeanEdgeWeights(k.A)
+		if err != nil {
+			return nil, fmt.Errorf("nn: block mean weights: %w", err)
+		}
+		return w, nil
+	}
 	inv, err := k.b.Alloc(backend.Float32, k.NumDst)
 	if err != nil {
 		return nil, fmt.Errorf("nn: block mean weights: %w", err)

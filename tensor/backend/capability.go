@@ -97,6 +97,15 @@ func Truncate(b Buffer, n int) error {
 	return s.Truncate(n)
 }
 
+// MeanWeighter is implemented by back ends that compute a sparse
+// matrix's mean-aggregation weights in one pass, into a new buffer they
+// write whole (no zero fill): per entry, 1/max(deg, 1) of its row in
+// float32, which RowDegreeInv expanded by ExpandRowsToEdges gives too,
+// bit for bit. The caller frees it.
+type MeanWeighter interface {
+	MeanEdgeWeights(a Sparse) (Buffer, error)
+}
+
 // SiblingOptions configure a handle opened by Siblings.Sibling.
 type SiblingOptions struct {
 	// HighPriority gives the handle's queue the device's greatest

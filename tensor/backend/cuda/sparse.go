@@ -560,6 +560,36 @@ func (d *Device) ExpandRowsToEdges(out backend.Buffer, a backend.Sparse, v backe
 	})
 }
 
+// MeanEdgeWeights returns 1/max(deg, 1) of each entry's row in a new
+// buffer (backend.MeanWeighter): RowDegreeInv and ExpandRowsToEdges in
+// one launch, without a search per entry or a memset. A thread per row
+// where rows are short (sampled blocks), a warp per row where they
+// average over 32 entries.
+func (d *Device) MeanEdgeWeights(a backend.Sparse) (backend.Buffer, error) {
+	const op = "MeanEdgeWeights"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return nil, err
+	}
+	var out *Buffer
+	err = d.run(func() error {
+		if out, err = d.allocLocked(backend.Float32, s.nnz); err != nil || s.nnz == 0 {
+			return err
+		}
+		if int64(s.nnz) > 32*int64(s.rows) {
+			return d.launchWarps("mean_edge_weights_warp", int64(s.rows), uint64(out.ptr), uint64(s.ptr.ptr), cu.I64(int64(s.rows)))
+		}
+		return d.launchN("mean_edge_weights", int64(s.rows), uint64(out.ptr), uint64(s.ptr.ptr), cu.I64(int64(s.rows)))
+	})
+	if err != nil {
+		if out != nil {
+			d.Free(out)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
 // AddSelfLoops returns a new Sparse: a with the entry (i, i) appended to
 // every row i that lacks one (nn.SparseDeriver). Built on the device; the
 // new entry count is read back, which waits for queued work once.

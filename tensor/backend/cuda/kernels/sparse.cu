@@ -121,6 +121,28 @@ extern "C" __global__ void expand_rows_to_edges(float* out, const i64* ptr, cons
   GRID_STRIDE(e, nnz) out[e] = v[edge_row(ptr, rows, e)];
 }
 
+// mean_edge_weights: every entry of row r gets 1/max(deg(r), 1) (as
+// row_degree_inv then expand_rows_to_edges), a thread per row: for
+// sampled blocks' short rows. mean_edge_weights_warp: a warp per row,
+// for long rows.
+extern "C" __global__ void mean_edge_weights(float* out, const i64* ptr, i64 rows) {
+  GRID_STRIDE(r, rows) {
+    i64 p0 = ptr[r], p1 = ptr[r + 1], deg = p1 - p0;
+    float inv = 1.0f / (float)(deg > 1 ? deg : 1);
+    for (i64 p = p0; p < p1; p++) out[p] = inv;
+  }
+}
+
+extern "C" __global__ void mean_edge_weights_warp(float* out, const i64* ptr, i64 rows) {
+  GRID_STRIDE(t, rows * 32) {
+    i64 r = t >> 5;
+    int lane = (int)(t & 31);
+    i64 p0 = ptr[r], p1 = ptr[r + 1], deg = p1 - p0;
+    float inv = 1.0f / (float)(deg > 1 ? deg : 1);
+    for (i64 p = p0 + lane; p < p1; p += 32) out[p] = inv;
+  }
+}
+
 // Transpose support: key[e] = col[e] (the bucket of edge e) and row[e].
 extern "C" __global__ void csr_edge_rows(int* rows_of, const i64* ptr, i64 rows, i64 nnz) {
   GRID_STRIDE(e, nnz) rows_of[e] = (int)edge_row(ptr, rows, e);
