@@ -38,6 +38,15 @@ type Replica struct {
 	// Done, when set, is called with the trained parameters after the
 	// last epoch, before they are freed (the replica check).
 	Done func(params []*nn.Param) error
+	// Barrier, when set, is a barrier of the replicas on the host,
+	// called once: after the first step's backward pass, before its
+	// gradients' collective. That step runs with products warming
+	// (backend.ProductFamilies), so each replica meets its products'
+	// kernels for the first time while no collective is in flight: on
+	// GPUs of one process a kernel's first use can wait for the devices,
+	// and so for a collective that waits for this replica (docs/cuda.md,
+	// Pinned GEMM algorithms).
+	Barrier func() error
 	// Prepared says the dataset given to RunHetero is already
 	// HeteroConfig.Graph's of one CheckHetero accepted: the replicas
 	// share the caller's checks and reverse relations instead of each
@@ -134,11 +143,31 @@ func (r *runner) unshareGrads(params []*nn.Param) {
 	r.flat, r.lossSlot = nil, nil
 }
 
+// warming says whether the step about to run is a replica's first,
+// whose products warm their families before Replica.Barrier.
+func (r *runner) warming() bool { return r.rep != nil && r.rep.Barrier != nil && !r.warmed }
+
+// setWarming turns the back end's product warming on or off, where it
+// counts product families.
+func (r *runner) setWarming(on bool) {
+	if pf, ok := r.b.(backend.ProductFamilies); ok {
+		pf.WarmProducts(on)
+	}
+}
+
 // reduce averages the step's gradients and loss over the replicas
-// (Replica.Reduce) and returns the mean loss.
+// (Replica.Reduce) and returns the mean loss. The first step's waits at
+// Replica.Barrier first.
 func (r *runner) reduce(loss float64) (float64, error) {
 	if err := r.b.Upload(r.lossSlot, []float32{float32(loss)}); err != nil {
 		return 0, err
+	}
+	if r.warming() {
+		r.warmed = true
+		r.setWarming(false)
+		if err := r.rep.Barrier(); err != nil {
+			return 0, fmt.Errorf("after the first step: %w", err)
+		}
 	}
 	if err := r.rep.Reduce(r.flat); err != nil {
 		return 0, fmt.Errorf("gradient all-reduce: %w", err)

@@ -218,6 +218,9 @@ func (r *runner) sampledStep(epoch, bi int, seeds []int32) (float64, error) {
 		// tape stays float32).
 		t.SetActivations(backend.BFloat16)
 	}
+	if r.warming() {
+		r.setWarming(true) // off again in reduce
+	}
 	logits, err := mb.forward(t, true, r.cfg.DropoutSeed(epoch, bi))
 	if err != nil {
 		return 0, err

@@ -136,6 +136,7 @@ type runner struct {
 	flat     backend.Buffer
 	lossSlot backend.Buffer
 	oldGrads []backend.Buffer
+	warmed   bool // the first step's Replica.Barrier is behind
 
 	// Homogeneous runs.
 	ds    *dataset.Dataset

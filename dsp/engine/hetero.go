@@ -133,6 +133,10 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 	g, gctx := pipeline.NewGroup(ctx)
 	reps := make([]*train.HeteroReport, k)
 	errs := make([]error, k)
+	// The first step's products warm before any gradient collective
+	// (train.Replica.Barrier); families first met later are logged.
+	first := newHostBarrier(k)
+	warmed := make([]*device, k)
 	for r, b := range opts.Backends {
 		rp := &train.Replica{Rank: r, Size: k, Deal: deal, Batches: batches, Prepared: true}
 		var sc comm.Comm
@@ -141,6 +145,12 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 			grads, host := c.grads[r], c.host[r]
 			rp.Reduce = func(buf backend.Buffer) error { return grads.AllReduce(gctx, buf, comm.Mean) }
 			rp.Done = func(params []*nn.Param) error { return checkReplicas(gctx, b, params, host, k) }
+			rp.Barrier = func() error {
+				d := &device{rank: r, b: b}
+				d.warmFamilies, d.warmFallbacks, d.warmed = familiesSeen(b)
+				warmed[r] = d
+				return first.wait(gctx, r, timeout, "the first step")
+			}
 		}
 		to := train.Options{Backend: b, Replica: rp, TypedSampler: collectiveTyped(gctx, sc, k)}
 		if r == 0 {
@@ -163,6 +173,15 @@ func RunHetero(ctx context.Context, h *dataset.Hetero, cfg train.HeteroConfig, o
 			return nil, &RunError{Op: "training", Err: fmt.Errorf("%w: %v", train.ErrInterrupted, err)}
 		}
 		return nil, rootError(errs)
+	}
+	if opts.Log != nil {
+		var devs []*device
+		for _, d := range warmed {
+			if d != nil {
+				devs = append(devs, d)
+			}
+		}
+		lateFamilies(opts.Log, devs)
 	}
 	rep := reps[0]
 	rep.Multi = &train.MultiDevice{Devices: k, Comm: kind, CommReason: why, BatchesPerDevice: batches,
