@@ -23,6 +23,7 @@ var ErrOutOfMemory = errors.New("out of device memory")
 //	Fences        marks in the queue, waited for without the lock  yes  yes
 //	PinnedMemory  page-locked host memory, mapped for kernels      yes  yes
 //	SparseBuilder a Sparse over CSR buffers already on the device  yes  yes
+//	SparseAdopter a Sparse that keeps the host CSR arrays given it  yes  no
 //	CSRBuffers    the buffers of a Sparse (on Sparse values)       yes  yes
 //	Memory        free memory, allocator counters and cache        no   yes
 //	Kernels       kernels compiled at run time, and launched       no   yes
@@ -205,6 +206,17 @@ type SparseBuilder interface {
 	// lengths are checked; a back end may trust the contents. On error
 	// the caller keeps the buffers.
 	SparseFromBuffers(rows, cols int, indptr, indices Buffer) (Sparse, error)
+}
+
+// SparseAdopter is implemented by back ends whose Sparse can hold host
+// CSR arrays as they are (the CPU back end's), so that code done with
+// arrays it built (layer-wise inference's chunks, a block's self-loop
+// variant) hands them over rather than have NewSparse copy them.
+type SparseAdopter interface {
+	// AdoptSparse is NewSparse without the copy: indptr and indices
+	// are validated as NewSparse validates them, and on success belong
+	// to the matrix (the caller may read them, never change them).
+	AdoptSparse(rows, cols int, indptr []int64, indices []int32) (Sparse, error)
 }
 
 // CSRBuffers is implemented by the Sparse matrices of back ends that keep

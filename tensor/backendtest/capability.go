@@ -31,6 +31,7 @@ func Capabilities(t *testing.T, b backend.Backend, want ...string) {
 		{"Fences", capFences},
 		{"PinnedMemory", capPinned},
 		{"SparseBuilder", capSparse},
+		{"SparseAdopter", capAdopt},
 		{"Memory", capMemory},
 		{"Enqueuer", capQueue},
 	}
@@ -65,6 +66,7 @@ func CapabilityNames(b backend.Backend) []string {
 		{"Fences", is[backend.Fences](b)},
 		{"PinnedMemory", is[backend.PinnedMemory](b)},
 		{"SparseBuilder", is[backend.SparseBuilder](b)},
+		{"SparseAdopter", is[backend.SparseAdopter](b)},
 		{"Memory", is[backend.Memory](b)},
 		{"Kernels", is[backend.Kernels](b)},
 		{"Enqueuer", is[backend.Enqueuer](b)},
@@ -321,6 +323,59 @@ func capPinned(t *testing.T, b backend.Backend) {
 	}
 	if _, err := pm.AllocPinned(0, false); err == nil {
 		t.Error("AllocPinned(0): no error")
+	}
+}
+
+// capAdopt: a Sparse that adopted host arrays multiplies like the same
+// matrix from NewSparse, forward and transposed; the arrays NewSparse
+// rejects, AdoptSparse rejects with the same kind of error.
+func capAdopt(t *testing.T, b backend.Backend) {
+	ad := b.(backend.SparseAdopter)
+	indptr, indices := []int64{0, 2, 2, 3}, []int32{1, 0, 2}
+	ref, err := b.NewSparse(3, 3, indptr, indices)
+	must(t, "NewSparse", err)
+	defer b.FreeSparse(ref)
+	a, err := ad.AdoptSparse(3, 3, slices.Clone(indptr), slices.Clone(indices))
+	must(t, "AdoptSparse", err)
+	defer b.FreeSparse(a)
+	if a.NumRows() != 3 || a.NumCols() != 3 || a.NNZ() != 3 {
+		t.Fatalf("shape %d x %d, %d entries", a.NumRows(), a.NumCols(), a.NNZ())
+	}
+	x := upF32(t, b, []float32{1, 10, 100, 2, 20, 200})
+	defer b.Free(x)
+	wants := map[bool][]float32{false: {101, 12, 0, 0, 20, 200}, true: {1, 10, 1, 10, 20, 200}}
+	for _, tr := range []bool{false, true} {
+		var outs [2][]float32
+		for i, m := range []backend.Sparse{ref, a} {
+			out, err := b.Alloc(backend.Float32, 6)
+			must(t, "Alloc", err)
+			must(t, "SpMM", b.SpMM(out, m, tr, x, nil, 1, 2))
+			outs[i] = downF32(t, b, out)
+			b.Free(out)
+		}
+		if !slices.Equal(outs[0], wants[tr]) || !slices.Equal(outs[1], wants[tr]) {
+			t.Errorf("transpose %v: SpMM over the adopted arrays %v, over NewSparse %v, want %v", tr, outs[1], outs[0], wants[tr])
+		}
+	}
+	for _, bad := range []struct {
+		name    string
+		rows    int
+		indptr  []int64
+		indices []int32
+		index   bool // an IndexError, else a ShapeError
+	}{
+		{"indptr length", 2, []int64{0, 1}, []int32{0}, false},
+		{"indptr decreases", 2, []int64{0, 2, 1}, []int32{0}, false},
+		{"entry count", 2, []int64{0, 1, 2}, []int32{0}, false},
+		{"column out of range", 2, []int64{0, 1, 2}, []int32{0, 2}, true},
+		{"negative column", 2, []int64{0, 1, 2}, []int32{-1, 0}, true},
+	} {
+		s, err := ad.AdoptSparse(bad.rows, 2, bad.indptr, bad.indices)
+		var se *backend.ShapeError
+		var ie *backend.IndexError
+		if s != nil || (bad.index && !errors.As(err, &ie)) || (!bad.index && !errors.As(err, &se)) {
+			t.Errorf("AdoptSparse, %s: %v, %v", bad.name, s, err)
+		}
 	}
 }
 

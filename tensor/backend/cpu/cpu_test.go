@@ -48,7 +48,7 @@ func TestConformanceOpenBLAS(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	backendtest.Capabilities(t, mustNew(t, GemmGo), "Slicer", "Siblings", "Fences", "PinnedMemory", "SparseBuilder", "Fused")
+	backendtest.Capabilities(t, mustNew(t, GemmGo), "Slicer", "Siblings", "Fences", "PinnedMemory", "SparseBuilder", "SparseAdopter", "Fused")
 }
 
 // TestGemmEmulation: at TF32 and BF16 Gemm is, bit for bit, the float32

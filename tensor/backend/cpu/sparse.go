@@ -81,6 +81,17 @@ func (b *Backend) NewSparse(rows, cols int, indptr []int64, indices []int32) (ba
 	}, nil
 }
 
+// AdoptSparse validates a CSR matrix as NewSparse does and keeps the
+// slices themselves (backend.SparseAdopter): the caller hands them over.
+func (b *Backend) AdoptSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
+	if err := backend.CheckCSR("AdoptSparse", rows, cols, indptr, indices); err != nil {
+		return nil, err
+	}
+	return &Sparse{rows: rows, cols: cols, indptr: indptr, indices: indices}, nil
+}
+
+var _ backend.SparseAdopter = (*Backend)(nil)
+
 // FreeSparse drops a's storage.
 func (b *Backend) FreeSparse(a backend.Sparse) {
 	if s, ok := a.(*Sparse); ok && s != nil {
