@@ -541,7 +541,9 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 // a matrix on the device, the sources' IDs.
 func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
 	b := w.b
-	blk, err := nn.NewBlock(b, nd, len(hc.src), hc.indptr, hc.indices)
+	// The builder's arrays are this chunk's alone: the block takes them
+	// (checked once, by the back end; the CPU's keeps them uncopied).
+	blk, err := nn.NewBlockOwned(b, nd, len(hc.src), hc.indptr, hc.indices)
 	if err != nil {
 		return nil, err
 	}

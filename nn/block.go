@@ -51,14 +51,8 @@ func blockErr(format string, args ...any) error {
 // NewBlock validates a CSR structure (numDst rows, numSrc columns,
 // numDst <= numSrc) and uploads it. The slices are copied.
 func NewBlock(b backend.Backend, numDst, numSrc int, indptr []int64, indices []int32) (*Block, error) {
-	if b == nil {
-		return nil, blockErr("nil backend")
-	}
-	if numDst < 0 || numSrc < 0 || numDst > maxNodes || numSrc > maxNodes {
-		return nil, blockErr("bad dimensions %d x %d", numDst, numSrc)
-	}
-	if numDst > numSrc {
-		return nil, blockErr("%d destinations but only %d sources: destinations must be the first sources", numDst, numSrc)
+	if err := checkDims(b, numDst, numSrc); err != nil {
+		return nil, err
 	}
 	if len(indptr) != numDst+1 {
 		return nil, blockErr("indptr has %d entries, want %d", len(indptr), numDst+1)
@@ -83,6 +77,46 @@ func NewBlock(b backend.Backend, numDst, numSrc int, indptr []int64, indices []i
 		return nil, fmt.Errorf("nn: block: %w", err)
 	}
 	return &Block{A: a, NumDst: numDst, NumSrc: numSrc, b: b, nnz: len(ix), indptr: ip, indices: ix}, nil
+}
+
+func checkDims(b backend.Backend, numDst, numSrc int) error {
+	if b == nil {
+		return blockErr("nil backend")
+	}
+	if numDst < 0 || numSrc < 0 || numDst > maxNodes || numSrc > maxNodes {
+		return blockErr("bad dimensions %d x %d", numDst, numSrc)
+	}
+	if numDst > numSrc {
+		return blockErr("%d destinations but only %d sources: destinations must be the first sources", numDst, numSrc)
+	}
+	return nil
+}
+
+// NewBlockOwned is NewBlock for a structure its caller built and is
+// done with (a chunk of layer-wise inference: millions of edges each):
+// the Block takes indptr and indices as they are, and the caller must
+// not change them afterwards. NewBlock checks and copies the arrays,
+// then the back end's NewSparse checks them again and copies or uploads
+// them; here only the back end checks them, once, and a back end that
+// can hold host arrays (backend.SparseAdopter, the CPU's) keeps these
+// instead of copying them. Nothing is trusted: invalid arrays are an
+// error as from NewBlock (its back end's error, wrapped). On error the
+// caller keeps the arrays.
+func NewBlockOwned(b backend.Backend, numDst, numSrc int, indptr []int64, indices []int32) (*Block, error) {
+	if err := checkDims(b, numDst, numSrc); err != nil {
+		return nil, err
+	}
+	var a backend.Sparse
+	var err error
+	if ad, ok := b.(backend.SparseAdopter); ok {
+		a, err = ad.AdoptSparse(numDst, numSrc, indptr, indices)
+	} else {
+		a, err = b.NewSparse(numDst, numSrc, indptr, indices)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nn: block: %w", err)
+	}
+	return &Block{A: a, NumDst: numDst, NumSrc: numSrc, b: b, nnz: len(indices), indptr: indptr, indices: indices}, nil
 }
 
 // hostCSR is implemented by Sparse matrices whose structure lives in host
@@ -393,7 +427,7 @@ func (k *Block) WithSelfLoops() (*Block, error) {
 			}
 			ip[i+1] = int64(len(ix))
 		}
-		l, err := NewBlock(k.b, k.NumDst, k.NumSrc, ip, ix)
+		l, err := NewBlockOwned(k.b, k.NumDst, k.NumSrc, ip, ix) // built here, nobody else's
 		if err != nil {
 			return nil, err
 		}
