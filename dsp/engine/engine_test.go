@@ -87,11 +87,15 @@ func layerConfig(k, epochs int) Config {
 	return cfg
 }
 
+// cpus are k CPU back ends on gonum's products, whose rows do not
+// depend on the row count: runs split differently (over processes, in
+// chunks) are compared bit for bit, which OpenBLAS's size-dependent
+// blocking (where it loads) does not promise.
 func cpus(t testing.TB, k int) []backend.Backend {
 	t.Helper()
 	bs := make([]backend.Backend, k)
 	for i := range bs {
-		b, err := cpu.New(cpu.Options{})
+		b, err := cpu.New(cpu.Options{Gemm: cpu.GemmGo})
 		if err != nil {
 			t.Fatal(err)
 		}
