@@ -40,11 +40,13 @@ func narrow(ds *dataset.Dataset, cols int) *dataset.Dataset {
 	return &out
 }
 
+// cpus are k CPU back ends on gonum's products (runs split differently
+// are compared bit for bit; OpenBLAS's blocking depends on the sizes).
 func cpus(t testing.TB, k int) []backend.Backend {
 	t.Helper()
 	out := make([]backend.Backend, k)
 	for i := range out {
-		b, err := cpu.New(cpu.Options{})
+		b, err := cpu.New(cpu.Options{Gemm: cpu.GemmGo})
 		if err != nil {
 			t.Fatal(err)
 		}
