@@ -595,13 +595,18 @@ func uploadRows(b backend.Backend, dst backend.Buffer, rows []float32) error {
 
 // dropRows applies input dropout to x, whose element i has the flat
 // index base+i in the batch's rows: x[i] times its mask value, keep =
-// 1/(1-p) or 0, the product backend.Dropout computes (bit for bit).
+// 1/(1-p) or 0, the product backend.Dropout computes (bit for bit). A zero
+// element (most of a bag-of-words row) is its own product with either
+// mask value, sign included, so its mask is not drawn.
 func dropRows(x []float32, base int, p float32, seed uint64) {
 	if p == 0 {
 		return
 	}
 	keep := 1 / (1 - p)
 	for i := range x {
+		if x[i] == 0 {
+			continue
+		}
 		m := float32(0)
 		if rng.Uniform01(seed, uint64(base+i)) >= p {
 			m = keep
