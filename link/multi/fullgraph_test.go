@@ -27,9 +27,13 @@ func runFG(t testing.TB, ds *dataset.Dataset, cfg link.Config, p int, mod func(*
 
 // TestFullGraphOneDeviceEqualsLinkRun: on one device the full-graph
 // trainer's link run is link.Run's in full mode (GCN, GAE's setting),
-// loss for loss and metric for metric.
+// loss for loss and metric for metric. The race detector's runs (-short)
+// take 64 of Cora's feature columns: the same graph and comparison.
 func TestFullGraphOneDeviceEqualsLinkRun(t *testing.T) {
 	ds := cora(t)
+	if testing.Short() {
+		ds = narrow(ds, 64)
+	}
 	cfg := link.Defaults("gcn")
 	cfg.Epochs = 8
 	want, err := link.Run(context.Background(), ds, cfg, link.Options{Backend: cpus(t, 1)[0]})
@@ -63,6 +67,9 @@ func TestFullGraphDevicesEqualOneDevice(t *testing.T) {
 	}
 	cfg := link.Defaults("gcn")
 	cfg.Epochs, cfg.Decoder, cfg.NegRatio = 6, link.DecoderMLP, 3
+	if testing.Short() {
+		cfg.Epochs = 3 // the race detector's runs: the same comparison, fewer epochs
+	}
 	one, _ := runFG(t, ds, cfg, 1, nil)
 	four, frep := runFG(t, ds, cfg, 4, func(_ *fullgraph.Config, o *fullgraph.Options) { o.Offsets = off })
 	if frep.Partition.Method != "given" || len(frep.Devices) != 4 {
