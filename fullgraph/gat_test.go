@@ -310,14 +310,17 @@ func savedGrads(t *testing.T, b backend.Backend, ps []*nn.Param) []nn.NamedTenso
 // invariants and reaches the exact run's test accuracy on cora: the
 // paper's settings, 200 epochs, mean over 3 seeds within one point
 // (measured: exact 0.8310, skip-broadcast 0.8330, 67.6% of the broadcast
-// bytes avoided). -short runs one seed for 30 epochs with every staleness
+// bytes avoided). -short runs one seed for 20 epochs with every staleness
 // option on.
 func TestGATSkipBroadcast(t *testing.T) {
 	ds := cora(t)
 	seeds, epochs := 3, 200
 	pol := DefaultStaleness()
 	if testing.Short() {
-		seeds, epochs = 1, 30
+		// One seed, 20 epochs: test accuracy about 0.80 exact and
+		// skip-broadcast (30 epochs: 0.805 and 0.804; 20: 0.803 and
+		// 0.804), two thirds of the broadcast bytes avoided.
+		seeds, epochs = 1, 20
 		pol.Adaptive, pol.Gradients = true, true
 	}
 	var exact, stale, avoided float64
