@@ -345,14 +345,7 @@ func capAdopt(t *testing.T, b backend.Backend) {
 	defer b.Free(x)
 	wants := map[bool][]float32{false: {101, 12, 0, 0, 20, 200}, true: {1, 10, 1, 10, 20, 200}}
 	for _, tr := range []bool{false, true} {
-		var outs [2][]float32
-		for i, m := range []backend.Sparse{ref, a} {
-			out, err := b.Alloc(backend.Float32, 6)
-			must(t, "Alloc", err)
-			must(t, "SpMM", b.SpMM(out, m, tr, x, nil, 1, 2))
-			outs[i] = downF32(t, b, out)
-			b.Free(out)
-		}
+		outs := [2][]float32{spmm3x2(t, b, ref, tr, x), spmm3x2(t, b, a, tr, x)}
 		if !slices.Equal(outs[0], wants[tr]) || !slices.Equal(outs[1], wants[tr]) {
 			t.Errorf("transpose %v: SpMM over the adopted arrays %v, over NewSparse %v, want %v", tr, outs[1], outs[0], wants[tr])
 		}
@@ -379,6 +372,15 @@ func capAdopt(t *testing.T, b backend.Backend) {
 	}
 }
 
+// spmm3x2 is m (3 x 3), or its transpose, times x (3 x 2), downloaded.
+func spmm3x2(t *testing.T, b backend.Backend, m backend.Sparse, transpose bool, x backend.Buffer) []float32 {
+	out, err := b.Alloc(backend.Float32, 6)
+	must(t, "Alloc", err)
+	defer b.Free(out)
+	must(t, "SpMM", b.SpMM(out, m, transpose, x, nil, 1, 2))
+	return downF32(t, b, out)
+}
+
 // capSparse: a Sparse over CSR buffers multiplies like the same matrix
 // from NewSparse; wrong dtypes and lengths are shape errors.
 func capSparse(t *testing.T, b backend.Backend) {
@@ -396,14 +398,7 @@ func capSparse(t *testing.T, b backend.Backend) {
 	}
 	x := upF32(t, b, []float32{1, 10, 100, 2, 20, 200})
 	defer b.Free(x)
-	var outs [2][]float32
-	for i, m := range []backend.Sparse{ref, a} {
-		out, err := b.Alloc(backend.Float32, 6)
-		must(t, "Alloc", err)
-		must(t, "SpMM", b.SpMM(out, m, false, x, nil, 1, 2))
-		outs[i] = downF32(t, b, out)
-		b.Free(out)
-	}
+	outs := [2][]float32{spmm3x2(t, b, ref, false, x), spmm3x2(t, b, a, false, x)}
 	if !slices.Equal(outs[0], outs[1]) {
 		t.Errorf("SpMM over the buffers %v, over NewSparse %v", outs[1], outs[0])
 	}
