@@ -974,18 +974,25 @@ func (d *device) loss(t *autograd.Tape, logits *autograd.Var, it *item) (lv *aut
 		}
 		return lv, done, err
 	}
-	b := d.b
-	done = func() {}
 	labels := make([]int32, len(it.seeds))
 	for i, v := range it.seeds {
 		labels[i] = d.s.pd.ds.Labels[v]
 	}
+	return d.classLoss(t, logits, labels)
+}
+
+// classLoss is node classification's loss: the NLL of the log-softmax
+// of logits' first len(labels) rows against labels. done, never nil,
+// frees the labels' upload once the backward pass has run.
+func (d *device) classLoss(t *autograd.Tape, logits *autograd.Var, labels []int32) (lv *autograd.Var, done func(), err error) {
+	b := d.b
+	done = func() {}
 	lb, err := devbuf.Upload(b, labels)
 	if err != nil {
 		return nil, done, err
 	}
 	done = func() { b.Free(lb) }
-	rows, err := devbuf.View(d.rows, 0, len(it.seeds))
+	rows, err := devbuf.View(d.rows, 0, len(labels))
 	if err != nil {
 		return nil, done, err
 	}

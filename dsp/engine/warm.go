@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/strata-gnn/strata/autograd"
-	"github.com/strata-gnn/strata/dsp/internal/devbuf"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -100,7 +99,6 @@ func (d *device) warm() error {
 // classification's (every row labeled class 0). done, never nil, frees
 // what it uploaded, after the backward pass.
 func (d *device) warmLoss(t *autograd.Tape, logits *autograd.Var) (lv *autograd.Var, done func(), err error) {
-	done = func() {}
 	if w, ok := d.s.opts.Task.(TaskWarmer); ok && d.task != nil {
 		lv, done, err = d.task.Loss(t, logits, w.WarmBatch(logits.Rows))
 		if done == nil {
@@ -108,23 +106,7 @@ func (d *device) warmLoss(t *autograd.Tape, logits *autograd.Var) (lv *autograd.
 		}
 		return lv, done, err
 	}
-	b := d.b
-	logp, err := t.LogSoftmax(logits)
-	if err != nil {
-		return nil, done, err
-	}
-	m := min(logits.Rows, d.rows.Len())
-	labels, err := devbuf.Upload(b, make([]int32, m))
-	if err != nil {
-		return nil, done, err
-	}
-	done = func() { b.Free(labels) }
-	rows, err := devbuf.View(d.rows, 0, m)
-	if err != nil {
-		return nil, done, err
-	}
-	lv, err = nn.NLLLoss(t, logp, rows, labels)
-	return lv, done, err
+	return d.classLoss(t, logits, make([]int32, min(logits.Rows, d.rows.Len())))
 }
 
 // warmEval runs the model's evaluation forward pass (float32
