@@ -170,7 +170,8 @@
 #             PAPERS_STALL_TIMEOUT (200 s a run), PAPERS_STALL_LTLOG (cuBLASLt's log level, e.g. 5:
 #             the last 200 lines of each log file kept), PAPERS_STALL_GDB.
 #   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
-#             DSP_HARD_SEEDS ("1 2").
+#             DSP_HARD_SEEDS ("1 2"), DSP_HARD_PRECISIONS ("fp32"; e.g. "fp32 bf16": runs
+#             h4-bf16-sSEED, h1-bf16-sSEED beside h4-sSEED, h1-sSEED, a mean per precision).
 #   single-gpu BENCH_EPOCH (SampleEpochDevice|TrainEpochGPU), BENCH_TIME (3x),
 #             STRATA_BENCH_PROFILE (hostblocks-syncloss,pipelined-epochloss), BENCH_NO_GATHER,
 #             BENCH_NO_TRAIN.
@@ -714,8 +715,13 @@ set_test() {
 }
 
 set_parity() {
-  local ds=$data e=${DSP_ACC_EPOCHS:-5} he=${DSP_HARD_EPOCHS:-10} seed hard=()
-  for seed in ${DSP_HARD_SEEDS:-1 2}; do hard+=("h4-s$seed" "h1-s$seed"); done
+  local ds=$data e=${DSP_ACC_EPOCHS:-5} he=${DSP_HARD_EPOCHS:-10} seed prec sfx hard=() line=
+  for seed in ${DSP_HARD_SEEDS:-1 2}; do
+    for prec in ${DSP_HARD_PRECISIONS:-fp32}; do
+      sfx=${prec/#fp32/} sfx=${sfx:+-$sfx}
+      hard+=("h4$sfx-s$seed" "h1$sfx-s$seed")
+    done
+  done
   wants gputrain && test_pkg train/gputrain 'AccuracyParity|SampledMatchesCPU' 300
   if wants acc4 acc1; then
     gen_data products "$ds" || return
@@ -726,12 +732,19 @@ set_parity() {
   if wants "${hard[@]}"; then
     gen_data products-hard "$ds" || return
     for seed in ${DSP_HARD_SEEDS:-1 2}; do
-      dsp_run "h4-s$seed" 4 "$he" --seed "$seed"
-      dsp_run "h1-s$seed" 1 "$he" --seed "$seed"
+      for prec in ${DSP_HARD_PRECISIONS:-fp32}; do
+        sfx=${prec/#fp32/} sfx=${sfx:+-$sfx}
+        dsp_run "h4$sfx-s$seed" 4 "$he" --seed "$seed" --precision "$prec"
+        dsp_run "h1$sfx-s$seed" 1 "$he" --seed "$seed" --precision "$prec"
+      done
     done
   fi
+  for prec in ${DSP_HARD_PRECISIONS:-fp32}; do
+    sfx=${prec/#fp32/} sfx=${sfx:+-$sfx}
+    line+=" $prec: 4 GPUs $(mean acc "h4$sfx-s*"), 1 GPU $(mean acc "h1$sfx-s*");"
+  done
   echo "   -- test accuracy: products, $e epochs: 4 GPUs $(mean acc acc4), single-GPU trainer $(mean acc acc1);" \
-    "products-hard, $he epochs, seeds ${DSP_HARD_SEEDS:-1 2}: 4 GPUs $(mean acc 'h4-*'), 1 GPU $(mean acc 'h1-*')"
+    "products-hard, $he epochs, seeds ${DSP_HARD_SEEDS:-1 2}:$line"
 }
 
 set_single_gpu() {
