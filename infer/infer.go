@@ -185,6 +185,21 @@ type Result struct {
 	Data []float32
 	// Layers reports every layer run.
 	Layers []LayerStats
+
+	unmap func() // Release's
+}
+
+// Release frees Data now when Run mapped it outside Go's heap (on Linux,
+// the output of a Request without Nodes from 256 MiB: Go's allocator
+// would zero it on one core, a minute at papers100M's size); Data must
+// not be used after. Without Release such an output stays mapped until
+// the process ends; with Go memory (every other output) Release only
+// drops Data. Safe to call more than once.
+func (res *Result) Release() {
+	if res.unmap != nil {
+		res.unmap()
+	}
+	res.Data, res.unmap = nil, nil
 }
 
 // LayerStats describes one layer of a run.
@@ -337,6 +352,18 @@ type run struct {
 type hostMatrix struct {
 	data  []float32
 	width int
+	unmap func() // frees data when hostFloats mapped it; nil for Go memory
+}
+
+// release frees r.hosts[l] if hostFloats mapped it, unless a device was
+// abandoned (its goroutine may still write the rows).
+func (r *run) release(l int) {
+	if l < len(r.hosts) {
+		if h := r.hosts[l]; h.unmap != nil && !r.abandoned.Load() {
+			h.unmap()
+		}
+		r.hosts[l] = hostMatrix{}
+	}
 }
 
 func newRun(in *graph.CSR, x *Input, req Request, opts Options) (*run, error) {
@@ -571,6 +598,9 @@ func (r *run) free() {
 	if r.ownFeats && r.feats != nil && !r.abandoned.Load() {
 		r.feats.free(r.opts.Backends)
 	}
+	for l := range r.hosts {
+		r.release(l)
+	}
 	r.hosts = nil
 	r.bar.Finish()
 }
@@ -657,6 +687,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		r.bar = progress.New(int64(total), r.opts.Progress)
 	}
 	res := &Result{}
+	dense := r.x.Dense
+	if r.opts.Inputs != nil {
+		dense = nil // on the devices already
+	}
+	stopFetch := prefetch(r.in, dense, runtime.GOMAXPROCS(0))
+	defer stopFetch()
 	for l := 0; l <= r.last; l++ {
 		t0 := time.Now()
 		st := LayerStats{Layer: l + 1, Nodes: int64(r.n), Output: "host"}
@@ -769,18 +805,18 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			r.feats.free(r.opts.Backends)
 		}
 		if l > 0 { // the layer below is read no more
-			r.hosts[l-1] = hostMatrix{}
+			r.release(l - 1)
 			if rin != nil {
 				rin.free(r.opts.Backends)
 				r.res[l-1] = nil
 			}
 		}
 	}
-	final := r.hosts[r.last] // Go memory (output), handed over
-	r.hosts[r.last] = hostMatrix{}
+	final := r.hosts[r.last]
 	res.Cols = final.width
-	if r.req.Nodes == nil {
-		res.Rows, res.Data = r.n, final.data
+	if r.req.Nodes == nil { // handed over, with its unmap
+		r.hosts[r.last] = hostMatrix{}
+		res.Rows, res.Data, res.unmap = r.n, final.data, final.unmap
 		return res, nil
 	}
 	need := r.need[r.last]
@@ -791,6 +827,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		k, _ := slices.BinarySearch(need, v)
 		copy(res.Data[i*w:(i+1)*w], final.data[k*w:(k+1)*w])
 	}
+	r.release(r.last)
 	return res, nil
 }
 
@@ -947,11 +984,12 @@ func (r *run) output(l int) (hostMatrix, error) {
 	if n > math.MaxInt || n*4 > math.MaxInt64/2 {
 		return hostMatrix{}, errf(fmt.Sprintf("layer %d", l+1), "output of %d x %d values is too large", rows, w)
 	}
-	// Go memory, never pinned: the next layer gathers each chunk's rows
-	// from it into pinned staging (worker.staging), and place uploads it
-	// whole only when it fits on the devices. Pinning a matrix that does
-	// not fit (114 GB at papers100M's size) would take minutes.
-	h := hostMatrix{data: make([]float32, n), width: w}
+	// Never pinned: the next layer gathers each chunk's rows from it into
+	// pinned staging (worker.staging), and place uploads it whole only
+	// when it fits on the devices. Pinning a matrix that does not fit
+	// (114 GB at papers100M's size) would take minutes.
+	h := hostMatrix{width: w}
+	h.data, h.unmap = hostFloats(int(n))
 	for len(r.hosts) <= l {
 		r.hosts = append(r.hosts, hostMatrix{})
 	}

@@ -329,6 +329,7 @@ func runInference(e *env, f *modelFlags, nodesFile, out string, layer int, embed
 	if err != nil {
 		return err
 	}
+	defer res.Release()
 	inferred := time.Now()
 	if l.log != nil && len(res.Data) >= 1<<28 { // from 1 GB; at papers100M's size it takes minutes
 		fmt.Fprintf(l.log, "writing %s (%.1f GB)\n", out, float64(4*len(res.Data))/1e9)
