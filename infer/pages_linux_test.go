@@ -7,8 +7,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/strata-gnn/strata/tensor/backend"
 	"github.com/strata-gnn/strata/nn"
+	"github.com/strata-gnn/strata/tensor/backend"
 )
 
 // TestMappedOutputs: host outputs mapped outside Go's heap (every one,
