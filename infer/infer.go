@@ -744,7 +744,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			placed, kept = make([]backend.Buffer, p), make([]bool, p)
 		} else {
 			var err error
-			if placed, kept, err = r.place(l); err != nil {
+			if placed, kept, err = r.place(ctx, l); err != nil {
 				stopPrep()
 				return nil, err
 			}
@@ -859,7 +859,7 @@ func (r *run) describe(st LayerStats, rin *resLayer) string {
 // kept[d] says device d's is not this Run's to free: Options.Keep holds
 // it (the features, uploaded by this Run or an earlier one) or the
 // caller does (Options.Inputs).
-func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
+func (r *run) place(ctx context.Context, l int) (out []backend.Buffer, kept []bool, err error) {
 	p := len(r.opts.Backends)
 	out, kept = make([]backend.Buffer, p), make([]bool, p)
 	if r.opts.Placement == PlaceHost || (l == 0 && r.x.Sparse != nil) {
@@ -907,18 +907,27 @@ func (r *run) place(l int) (out []backend.Buffer, kept []bool, err error) {
 		out[d] = buf
 		uploads = append(uploads, d)
 	}
-	// The uploads run on every device at once: one after the other, the
-	// papers shape's 57 GB table took 30 s to reach 4 GPUs.
-	errs := make([]error, len(out))
-	var wg sync.WaitGroup
-	for _, d := range uploads {
-		wg.Go(func() { errs[d] = r.opts.Backends[d].Upload(out[d], rows) })
-	}
-	wg.Wait()
-	for _, d := range uploads {
-		if errs[d] != nil {
+	spread := false
+	if l == 0 && p > 1 && len(uploads) == p { // every device its own buffer: distinct back ends
+		if spread, err = r.spreadFeatures(ctx, out); err != nil {
 			r.freePlaced(out, kept)
-			return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, r.opts.Backends[d].Name()), Err: errs[d]}
+			return nil, nil, err
+		}
+	}
+	if !spread {
+		// The uploads run on every device at once: one after the other,
+		// the papers shape's 57 GB table took 30 s to reach 4 GPUs.
+		errs := make([]error, len(out))
+		var wg sync.WaitGroup
+		for _, d := range uploads {
+			wg.Go(func() { errs[d] = r.opts.Backends[d].Upload(out[d], rows) })
+		}
+		wg.Wait()
+		for _, d := range uploads {
+			if errs[d] != nil {
+				r.freePlaced(out, kept)
+				return nil, nil, &Error{Op: fmt.Sprintf("layer %d input on %s", l+1, r.opts.Backends[d].Name()), Err: errs[d]}
+			}
 		}
 	}
 	if l == 0 {

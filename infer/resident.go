@@ -461,7 +461,7 @@ func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (
 	} else if out, err = alloc(backend.Int32, 0); err != nil {
 		return nil, err
 	}
-	if err := w.collective(ctx, "requests", func(ctx context.Context) error {
+	if err := w.r.collective(ctx, "requests", func(ctx context.Context) error {
 		return w.exch.AllToAllV(ctx, asked, recv, out, send)
 	}); err != nil {
 		return nil, err
@@ -485,7 +485,7 @@ func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (
 	if err != nil {
 		return nil, err
 	}
-	if err := w.collective(ctx, "rows", func(ctx context.Context) error {
+	if err := w.r.collective(ctx, "rows", func(ctx context.Context) error {
 		return w.exch.AllToAllV(ctx, into, scale(send, width), served, scale(recv, width))
 	}); err != nil {
 		return nil, err
@@ -554,7 +554,7 @@ func (w *worker) header(ctx context.Context, hdr []int64) ([]int64, error) {
 	if err := b.Upload(src, hdr); err != nil {
 		return nil, err
 	}
-	if err := w.collective(ctx, "header", func(ctx context.Context) error { return w.exch.AllToAll(ctx, dst, src) }); err != nil {
+	if err := w.r.collective(ctx, "header", func(ctx context.Context) error { return w.exch.AllToAll(ctx, dst, src) }); err != nil {
 		return nil, err
 	}
 	got := make([]int64, len(hdr))
@@ -567,8 +567,8 @@ func (w *worker) header(ctx context.Context, hdr []int64) ([]int64, error) {
 // collective runs one step of the exchange within the stall timeout and
 // names, when it fails for want of peers, the devices that did not take
 // part.
-func (w *worker) collective(ctx context.Context, what string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, w.r.stall())
+func (r *run) collective(ctx context.Context, what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, r.stall())
 	defer cancel()
 	err := f(ctx)
 	if err == nil {
@@ -578,11 +578,11 @@ func (w *worker) collective(ctx context.Context, what string, f func(context.Con
 	if errors.As(err, &oe) && len(oe.Missing) > 0 {
 		var names []string
 		for _, q := range oe.Missing {
-			if q >= 0 && q < len(w.r.opts.Backends) {
-				names = append(names, fmt.Sprintf("%s (device %d)", w.r.opts.Backends[q].Name(), q))
+			if q >= 0 && q < len(r.opts.Backends) {
+				names = append(names, fmt.Sprintf("%s (device %d)", r.opts.Backends[q].Name(), q))
 			}
 		}
-		return fmt.Errorf("exchange of the %s: %v did not take part within %v: %w", what, names, w.r.stall(), err)
+		return fmt.Errorf("exchange of the %s: %v did not take part within %v: %w", what, names, r.stall(), err)
 	}
 	return fmt.Errorf("exchange of the %s: %w", what, err)
 }

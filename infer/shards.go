@@ -2,8 +2,11 @@ package infer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -134,4 +137,87 @@ func (r *run) autoShards(ctx context.Context) *resLayer {
 	}
 	r.ownFeats = true
 	return rl
+}
+
+// spreadFeatures fills out, the whole dense feature table's buffer on
+// every device (distinct back ends), by an upload of each device's range
+// (Options.Offsets) and one all-gather over the exchange: the host sends
+// the table once, not once a device. Every communicator refuses a source
+// inside its destination (comm's front checks overlap), so the ranges go
+// up to staging buffers. false, with out untouched, when the exchange
+// does not open or the staging does not fit (the caller uploads the
+// table whole); an error when an upload or the all-gather fails (out
+// then partly written).
+func (r *run) spreadFeatures(ctx context.Context, out []backend.Buffer) (bool, error) {
+	bs, off, cols := r.opts.Backends, r.opts.Offsets, r.x.Cols
+	fail := func(d int, err error) error {
+		return &Error{Op: "layer 1 input on " + bs[d].Name(), Err: err}
+	}
+	whole := func(why string) {
+		if r.opts.Log != nil {
+			fmt.Fprintf(r.opts.Log, "inference layer 1: the features go whole to each device (%s)\n", why)
+		}
+	}
+	if err := r.openExchange(ctx); err != nil {
+		whole(err.Error())
+		return false, nil
+	}
+	t0 := time.Now()
+	counts := make([]int, len(bs))
+	own := make([]backend.Buffer, len(bs))
+	defer func() {
+		for d, buf := range own {
+			if buf != nil {
+				bs[d].Free(buf)
+			}
+		}
+	}()
+	for d, b := range bs {
+		counts[d] = int(off[d+1]-off[d]) * cols
+		buf, err := allocRaw(b, backend.Float32, counts[d])
+		if errors.Is(err, backend.ErrOutOfMemory) {
+			whole(fmt.Sprintf("no room on %s to stage its range: %v", b.Name(), err))
+			return false, nil
+		}
+		if err != nil {
+			return false, fail(d, err)
+		}
+		own[d] = buf
+	}
+	// All uploads finish before any device enters the all-gather: a
+	// failed one would leave the others waiting for the stall timeout.
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for d, b := range bs {
+		if lo := int(off[d]) * cols; counts[d] > 0 {
+			wg.Go(func() { errs[d] = b.Upload(own[d], r.x.Dense[lo:lo+counts[d]]) })
+		}
+	}
+	wg.Wait()
+	for d, err := range errs {
+		if err != nil {
+			return false, fail(d, err)
+		}
+	}
+	for d := range bs {
+		wg.Go(func() {
+			errs[d] = r.collective(ctx, "features", func(ctx context.Context) error {
+				if err := r.exch[d].AllGatherV(ctx, out[d], own[d], counts); err != nil {
+					return err
+				}
+				return r.exch[d].Sync(ctx) // before own's buffer is freed
+			})
+		})
+	}
+	wg.Wait()
+	for d, err := range errs {
+		if err != nil {
+			return false, fail(d, err)
+		}
+	}
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, "inference layer 1: the features uploaded by ranges (at most %s a device) and all-gathered over the exchange in %.2f s\n",
+			gb(4*int64(slices.Max(counts))), time.Since(t0).Seconds())
+	}
+	return true, nil
 }

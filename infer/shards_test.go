@@ -13,6 +13,7 @@ import (
 	"github.com/strata-gnn/strata/comm/inproc"
 	"github.com/strata-gnn/strata/nn"
 	"github.com/strata-gnn/strata/tensor/backend"
+	"github.com/strata-gnn/strata/tensor/backend/cpu"
 )
 
 // shardTables copies the dense features' rows into one buffer per device:
@@ -237,6 +238,126 @@ func TestAutoShards(t *testing.T) {
 			sameBits(t, got, want)
 			if st := got.Layers[0]; st.Input != tc.input {
 				t.Errorf("layer 1 read its input from %q, want %q", st.Input, tc.input)
+			}
+		})
+	}
+}
+
+// TestSpreadFeatures: when every device uploads the whole feature table
+// (room for it on devices that report their memory; 3 devices with
+// uneven ranges, one empty, and without -short 2), each uploads only
+// its range and the exchange all-gathers the rest: every device then
+// holds the whole table bit for bit (kept by a Keep, read back here),
+// layer 1 reads its input on the devices, and the logits equal one
+// device's and the host path's bit for bit. Without an exchange each
+// device uploads the table whole, as before; a failed all-gather fails
+// the run with an *infer.Error and leaves no buffer of the run's behind.
+func TestSpreadFeatures(t *testing.T) {
+	ds, in := cora(t)
+	b := newCPU(t)
+	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
+	x := inputs(t, ds, false)
+	n, f := ds.NumNodes(), x.Cols
+	table := uint64(4 * len(x.Dense))
+	const budget = 64 << 20 // a chunk a layer: the features are what this tests
+	req := Request{}
+	layouts := [][]int64{{0, 1300, 1300, n}, {0, 900, n}}
+	if testing.Short() {
+		// Layer 1 over every node takes most of a second under the race
+		// detector: a node in each range reads rows of every range.
+		req, layouts = Request{Nodes: []int32{2707, 5, 1299, 1300}}, layouts[:1]
+	}
+	one := runOn(t, []backend.Backend{newCPU(t)}, cfg, params, in, x, req, Options{Budget: budget, Placement: PlaceDevice})
+	for _, off := range layouts {
+		p := len(off) - 1
+		cs := make([]*counting, p)
+		bs := make([]backend.Backend, p)
+		for d := range bs {
+			cs[d] = &counting{Backend: newCPU(t), floats: map[int]int{}, live: map[backend.Buffer]bool{}}
+			bs[d] = &memCPU{cs[d], 3 * table}
+		}
+		exchange := func(t *testing.T) []comm.Comm {
+			ex, err := inproc.New(p, comm.Options{Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				for _, c := range ex {
+					c.Close()
+				}
+			})
+			return ex
+		}
+		host := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: budget, Placement: PlaceHost})
+		sameBits(t, host, one)
+		for _, tc := range []struct {
+			name  string
+			ex    func(*testing.T) []comm.Comm
+			whole bool // each device uploads the whole table
+			log   string
+		}{
+			{"spread", exchange, false, "inference layer 1: the features uploaded by ranges"},
+			{"no exchange", func(*testing.T) []comm.Comm { return make([]comm.Comm, p) }, true, "inference layer 1: the features go whole to each device (exchange communicator 0"},
+		} {
+			t.Run(fmt.Sprintf("devices=%d/%s", p, tc.name), func(t *testing.T) {
+				for _, c := range cs {
+					c.reset()
+				}
+				var log bytes.Buffer
+				keep := &Keep{Budget: 64 << 20}
+				defer keep.Free()
+				got := runOn(t, bs, cfg, params, in, x, req, Options{Offsets: off, Budget: budget, Exchange: tc.ex(t), Log: &log, Keep: keep})
+				sameBits(t, got, one)
+				if st := got.Layers[0]; st.Input != "device" {
+					t.Errorf("layer 1 read its input from %q, want the devices", st.Input)
+				}
+				if !strings.Contains(log.String(), tc.log) {
+					t.Errorf("the log does not say %q:\n%s", tc.log, log.String())
+				}
+				for d, c := range cs {
+					rows := int(off[d+1] - off[d])
+					whole, part := c.floats[int(n)*f], 0
+					if rows > 0 {
+						part = c.floats[rows*f]
+					}
+					if tc.whole && (whole != 1 || part != 0) || !tc.whole && (whole != 0 || part != min(rows, 1)) {
+						t.Errorf("device %d: the whole table went up %d times, its %d rows %d times", d, whole, rows, part)
+					}
+					buf, _ := keep.features(d, nil, 0)
+					if buf == nil {
+						t.Fatalf("device %d: the features were not kept", d)
+					}
+					// Compared as bytes: a loop over 3.9M values takes
+					// seconds under the race detector.
+					got, _ := cpu.Bytes(buf)
+					want, _ := cpu.Bytes(cpu.WrapF32(x.Dense))
+					if !bytes.Equal(got, want) {
+						t.Fatalf("device %d does not hold the features bit for bit", d)
+					}
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("devices=%d/failed", p), func(t *testing.T) {
+			models, free, err := NewModels(bs, cfg, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer free()
+			live := make([]int, p)
+			for d, c := range cs {
+				live[d] = len(c.live)
+			}
+			ex := exchange(t)
+			ex[p-1].Close() // the group fails at its first collective
+			_, err = Run(context.Background(), in, x, req, Options{Backends: bs, Models: models, Offsets: off, Budget: budget, Exchange: ex})
+			var ie *Error
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), "layer 1 input on") || !strings.Contains(err.Error(), "exchange of the features") {
+				t.Fatalf("error %v, want an *infer.Error for layer 1's input naming the exchange", err)
+			}
+			for d, c := range cs {
+				if len(c.live) != live[d] {
+					t.Errorf("device %d: %d buffers left of the failed run", d, len(c.live)-live[d])
+				}
 			}
 		})
 	}
