@@ -60,7 +60,8 @@
 // Layer 1 reads the features: dense features are uploaded whole when
 // they fit (Options.Placement) or gathered per chunk on the host, sparse
 // ones are gathered as sparse rows on the host. When every device (each
-// its own back end) takes the whole table, each uploads only its range
+// its own back end) takes the whole table, of 1 GiB or more, each
+// uploads only its range
 // (Options.Offsets) and the devices fill in the rest by one all-gather
 // on the device communicator, within the stall timeout: the host sends
 // the table once instead of once a device (4 x 57 GB took 10.6 s to

@@ -331,7 +331,7 @@ func TestPhases(t *testing.T) {
 }
 
 // TestAsyncOutputsMatch: outputs copied to the host asynchronously
-// (Options.AsyncOutputs) are the waited copies' bit for bit: layers on
+// (the default) are the waited copies' (Options.SyncOutputs) bit for bit: layers on
 // the host and kept on the devices, 1, 2 and 4 CPU devices (two sharing
 // a back end), many chunks, every node, a few (scattered rows) or a
 // hidden layer, SAGE on dense and GCN on sparse features.
@@ -354,9 +354,9 @@ func TestAsyncOutputsMatch(t *testing.T) {
 			for _, req := range []Request{{}, {Nodes: []int32{2707, 3, 3, 1000, 42}}, {Layer: 2, Nodes: []int32{9, 1}}} {
 				for _, base := range []Options{{Placement: PlaceHost}, {Resident: ResidentOn}} {
 					base.Offsets, base.Budget = offsets[devices], MinBudget
-					want := runOn(t, bs, cfg, params, in, x, req, base)
-					base.AsyncOutputs = true
 					got := runOn(t, bs, cfg, params, in, x, req, base)
+					base.SyncOutputs = true
+					want := runOn(t, bs, cfg, params, in, x, req, base)
 					sameBits(t, got, want)
 				}
 			}

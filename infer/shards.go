@@ -139,6 +139,11 @@ func (r *run) autoShards(ctx context.Context) *resLayer {
 	return rl
 }
 
+// minSpread is the smallest feature table spreadFeatures spreads (a
+// variable for the tests): below it the uploads take little time and
+// opening NCCL for them would take more.
+var minSpread = 1 << 30
+
 // spreadFeatures fills out, the whole dense feature table's buffer on
 // every device (distinct back ends), by an upload of each device's range
 // (Options.Offsets) and one all-gather over the exchange: the host sends

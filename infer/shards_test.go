@@ -253,6 +253,9 @@ func TestAutoShards(t *testing.T) {
 // device uploads the table whole, as before; a failed all-gather fails
 // the run with an *infer.Error and leaves no buffer of the run's behind.
 func TestSpreadFeatures(t *testing.T) {
+	saved := minSpread
+	minSpread = 0 // Cora's table
+	t.Cleanup(func() { minSpread = saved })
 	ds, in := cora(t)
 	b := newCPU(t)
 	cfg, params := deepModel(t, b, nn.KindSAGE, ds)

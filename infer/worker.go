@@ -40,7 +40,7 @@ type worker struct {
 	// (async: no chunk ends waiting for the device then).
 	stageDone backend.Fence
 	// async copies chunks' outputs to the host without waiting for them
-	// (Options.AsyncOutputs), through outs in turn; nil: each chunk's
+	// (unless Options.SyncOutputs), through outs in turn; nil: each chunk's
 	// Download waits.
 	async backend.AsyncDownload
 	outs  [2]outSlot
@@ -297,7 +297,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	if chunks == 0 && w.rounds == 0 {
 		return nil
 	}
-	if w.rout == nil && r.opts.AsyncOutputs {
+	if w.rout == nil && !r.opts.SyncOutputs {
 		w.startAsync()
 	}
 	defer func() { // the outputs in flight are written before the worker returns

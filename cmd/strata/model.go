@@ -250,11 +250,12 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 	// STRATA_INFER_PROFILE=1: each layer's host phases and, on GPUs, its
 	// largest ops per device (docs/configuration.md).
 	profile := os.Getenv("STRATA_INFER_PROFILE") == "1"
-	// STRATA_INFER_ASYNC=1: outputs copied to the host asynchronously
-	// (infer.Options.AsyncOutputs), to compare against the default.
-	async := os.Getenv("STRATA_INFER_ASYNC") == "1"
+	// STRATA_INFER_SYNC=1: each chunk's outputs waited for on their way
+	// to the host (infer.Options.SyncOutputs), to compare against the
+	// default.
+	waited := os.Getenv("STRATA_INFER_SYNC") == "1"
 	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log, ProfileOps: profile,
-		AsyncOutputs: async})
+		SyncOutputs: waited})
 }
 
 // predictCmd is 'strata predict'.
