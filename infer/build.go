@@ -14,11 +14,16 @@ import (
 // (or, while a parallel build runs, the position of v's first edge).
 // One word a node, so a lookup is one random access.
 type scratch struct {
-	slot []uint64
-	cur  uint64
+	slot  []uint64
+	cur   uint64
+	unmap func() // frees slot when hostWords mapped it
 }
 
-func newScratch(n int) *scratch { return &scratch{slot: make([]uint64, n)} }
+func newScratch(n int) *scratch {
+	s := &scratch{}
+	s.slot, s.unmap = hostWords(n)
+	return s
+}
 
 func (s *scratch) next() {
 	s.cur++

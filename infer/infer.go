@@ -604,6 +604,16 @@ func (r *run) free() {
 		r.release(l)
 	}
 	r.hosts = nil
+	if !r.abandoned.Load() { // an abandoned device's builders may still run
+		for _, ss := range r.scratch {
+			for _, s := range ss {
+				if s.unmap != nil {
+					s.unmap()
+				}
+			}
+		}
+		r.scratch = nil
+	}
 	r.bar.Finish()
 }
 
