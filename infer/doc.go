@@ -31,11 +31,15 @@
 //     share fits beside twice the chunk budget (ResidentAuto), or on any
 //     back end with ResidentOn (CPU virtual devices run this path in
 //     CI); Options.ResidentBytes caps a device's share.
-//   - host: H goes to host memory (pinned, through backend.PinnedMemory,
-//     where the back end has it), and the next layer gathers each
-//     chunk's source rows on the host and uploads them, or uploads H
-//     whole to every device when it takes at most half of each one's
-//     free memory (Options.Placement).
+//   - host: H goes to host memory (from 256 MiB on Linux an anonymous
+//     mapping in huge pages, outside Go's heap, whose allocator would
+//     zero it on one core; each chunk's rows copied there through
+//     pinned slots while the device computes the next chunks, unless
+//     Options.SyncOutputs), and the next layer gathers each chunk's
+//     source rows on the host into pinned staging and uploads them, or
+//     uploads H whole to every device when it takes at most half of
+//     each one's free memory (Options.Placement). A whole-graph output
+//     is handed over mapped: Result.Release frees it.
 //
 // LayerStats, the progress bar and Options.Log say which path ran for
 // each layer, with the bytes a device held, and why a hidden layer went
