@@ -184,3 +184,57 @@ func TestPlanMatchesDefinition(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBuildChunkPapers builds chunks of the papers100M shape's
+// size (52,000 destinations of about 29 in-edges each, 1.5M edges) whose
+// sources range over 111M nodes, so each lookup in the builder's scratch
+// (a word a node, 888 MB) is a random access to main memory, as on the
+// papers shape; only the chunks' destinations have edges.
+func BenchmarkBuildChunkPapers(b *testing.B) {
+	defer func(p int) { minParallel = p }(minParallel)
+	minParallel = 2
+	const n, dsts, chunk = 111_000_000, 1_040_000, 52_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	in := &graph.CSR{NumRows: n, NumCols: n, Indptr: make([]int64, n+1)}
+	for v := range n {
+		if v < dsts {
+			for range 1 + rng.IntN(57) {
+				u := rng.IntN(n)
+				if rng.IntN(3) == 0 {
+					u = rng.IntN(n / 100) // hubs
+				}
+				in.Indices = append(in.Indices, int32(u))
+			}
+		}
+		in.Indptr[v+1] = int64(len(in.Indices))
+	}
+	for _, workers := range []int{1, 2} {
+		for _, mm := range []int{minMapped, 1 << 62} {
+			b.Run(fmt.Sprintf("workers=%d/mapped=%v", workers, mm < 1<<62), func(b *testing.B) {
+				saved := minMapped
+				minMapped = mm
+				s := newScratch(n)
+				minMapped = saved
+				if s.unmap != nil {
+					defer s.unmap()
+				}
+				edges := int64(0)
+				i := 0
+				for b.Loop() {
+					lo := (i * chunk) % (dsts - chunk)
+					i++
+					dst := make([]int32, chunk)
+					for j := range dst {
+						dst[j] = int32(lo + j)
+					}
+					hc, err := buildChunk(in, s, dst, nil, workers)
+					if err != nil {
+						b.Fatal(err)
+					}
+					edges += int64(len(hc.indices))
+				}
+				b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
+			})
+		}
+	}
+}
