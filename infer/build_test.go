@@ -122,21 +122,7 @@ func BenchmarkBuildChunk(b *testing.B) {
 	in := randomGraph(n, 2)
 	for _, workers := range []int{1, 2, 4, 8, 16} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			s := newScratch(n)
-			edges := int64(0)
-			for i := range b.N {
-				lo := (i * chunk) % (n - chunk)
-				dst := make([]int32, chunk)
-				for j := range dst {
-					dst[j] = int32(lo + j)
-				}
-				hc, err := buildChunk(in, s, dst, nil, workers)
-				if err != nil {
-					b.Fatal(err)
-				}
-				edges += int64(len(hc.indices))
-			}
-			b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
+			benchBuild(b, in, newScratch(n), n, chunk, workers)
 		})
 	}
 }
@@ -215,26 +201,31 @@ func BenchmarkBuildChunkPapers(b *testing.B) {
 				minMapped = mm
 				s := newScratch(n)
 				minMapped = saved
-				if s.unmap != nil {
-					defer s.unmap()
-				}
-				edges := int64(0)
-				i := 0
-				for b.Loop() {
-					lo := (i * chunk) % (dsts - chunk)
-					i++
-					dst := make([]int32, chunk)
-					for j := range dst {
-						dst[j] = int32(lo + j)
-					}
-					hc, err := buildChunk(in, s, dst, nil, workers)
-					if err != nil {
-						b.Fatal(err)
-					}
-					edges += int64(len(hc.indices))
-				}
-				b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
+				benchBuild(b, in, s, dsts, chunk, workers)
 			})
 		}
 	}
+}
+
+// benchBuild builds chunks of consecutive destinations below span, one
+// after the other on s, for b's iterations, reports the edges built a
+// second and frees s.
+func benchBuild(b *testing.B, in *graph.CSR, s *scratch, span, chunk, workers int) {
+	if s.unmap != nil {
+		defer s.unmap()
+	}
+	edges := int64(0)
+	for i := range b.N {
+		lo := (i * chunk) % (span - chunk)
+		dst := make([]int32, chunk)
+		for j := range dst {
+			dst[j] = int32(lo + j)
+		}
+		hc, err := buildChunk(in, s, dst, nil, workers)
+		if err != nil {
+			b.Fatal(err)
+		}
+		edges += int64(len(hc.indices))
+	}
+	b.ReportMetric(float64(edges)/b.Elapsed().Seconds()/1e6, "Medges/s")
 }
