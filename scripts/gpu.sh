@@ -166,7 +166,8 @@
 #             and is reported failed. On a 600 s call the training and the inference may not
 #             both fit: PAPERS_STEPS=train, then PAPERS_STEPS="embed predict" on the next.
 #             papers-infer: PAPERS_INFER_LAYER, PAPERS_INFER_GPUS, PAPERS_INFER_TIMEOUT (300 s
-#             here); papers-stall: PAPERS_STALL_GPUS, PAPERS_STALL_VARIANTS, PAPERS_STALL_WAIT,
+#             here), PAPERS_INFER_OUT (/tmp/papers-out; /dev/shm/... writes at memory speed),
+#             PAPERS_INFER_SAMPLE (a .npy file: every 1000th output row saved there); papers-stall: PAPERS_STALL_GPUS, PAPERS_STALL_VARIANTS, PAPERS_STALL_WAIT,
 #             PAPERS_STALL_TIMEOUT (200 s a run), PAPERS_STALL_LTLOG (cuBLASLt's log level, e.g. 5:
 #             the last 200 lines of each log file kept), PAPERS_STALL_GDB.
 #   parity    DSP_ACC_EPOCHS (5), DSP_HARD (/tmp/products-hard), DSP_HARD_EPOCHS (10),
@@ -1450,7 +1451,7 @@ set_papers_1() {
 
 set_papers_infer() {
   local ds=${PAPERS_DATA:-/tmp/papers} k=${PAPERS_INFER_GPUS:-4} layer=${PAPERS_INFER_LAYER:-2} devs=cuda:0 i lim t0 rc
-  local small=/tmp/papers-standin model=/tmp/papers-model-standin out=/tmp/papers-out
+  local small=/tmp/papers-standin model=/tmp/papers-model-standin out=${PAPERS_INFER_OUT:-/tmp/papers-out}
   for ((i = 1; i < k && i < ngpus; i++)); do devs+=,$i; done
   if [ ! -f "$ds/manifest.json" ]; then
     echo "   no dataset in $ds: run papers-gen first (the same warm machine keeps it)"
@@ -1476,6 +1477,11 @@ set_papers_infer() {
   rc=$?
   echo "   embed: rc=$rc, $(since "$t0")s wall (load, inference, write)"
   grep -hE '^(inference|wrote)' "$setlogs/embed.log" "$setlogs/embed.out" 2>/dev/null | cut -c1-700 | indent
+  if [ "$rc" = 0 ] && [ -n "${PAPERS_INFER_SAMPLE:-}" ]; then
+    # Every 1000th row kept, to compare two builds' outputs in one call.
+    python3 -c 'import sys, numpy as np; a = np.load(sys.argv[1], mmap_mode="r"); np.save(sys.argv[2], np.array(a[::1000]))' \
+      "$out/embed.npy" "$PAPERS_INFER_SAMPLE" && echo "   every 1000th row in $PAPERS_INFER_SAMPLE"
+  fi
   rm -rf "$out"
   [ "$rc" = 0 ] || papers_failed "$rc" embed "$lim"
 }
