@@ -49,14 +49,19 @@
 // device communicator (Options.Exchange, or one Run opens: in-process
 // between CPU back ends, NCCL between GPUs; Options.Keep keeps it across
 // Runs), the protocol of the DSP feature cache's loader (dsp/cache): a
-// header all-to-all (each device's request counts and status), the
+// header (each device's request counts and status, exchanged in host
+// memory: the devices' workers are goroutines of one process, and a
+// header on the device would wait for the device's queue), the
 // requested row numbers by one all-to-all-v, each holder's gather from
 // its own buffer, the rows back by a second all-to-all-v after the own
 // rows gathered locally, and one gather into the chunk's source order.
 // The routing runs on the host, where the chunk's source list is built
 // anyway: no table of N entries per device. The devices run the layer
 // in lockstep: as many rounds as the device with the most chunks,
-// padded with rounds that only serve the others. Every collective has
+// padded with rounds that only serve the others. NCCL's collectives are
+// queued asynchronously, so the host builds and queues the next rounds
+// while the devices exchange; each device waits for its exchanges at the
+// layer's end. Every collective and header has
 // the stall timeout as its deadline, and a failure names the devices
 // that did not take part; a device that fails before a round says so in
 // the header, so the others fail at once.

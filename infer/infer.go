@@ -1041,6 +1041,10 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 	done := make([]atomic.Int64, p)
 	over := make([]atomic.Bool, p)
 	errs := make([]error, p)
+	var bd *board
+	if rounds > 0 {
+		bd = newBoard(p)
+	}
 	var wg sync.WaitGroup
 	r.devStart = time.Now()
 	for d := range p {
@@ -1049,7 +1053,7 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 			w.rout = rout.bufs[d]
 		}
 		if rin != nil && p > 1 {
-			w.exch = r.exch[d]
+			w.exch, w.board = r.exch[d], bd
 		}
 		wg.Add(1)
 		go func() {

@@ -13,8 +13,8 @@ const (
 	phaseBlock = iota
 	phaseInput
 	// phaseLockstep is a resident input's round header: the device
-	// waits there for every other device to reach the round (and for
-	// its own queued work), split out of input.
+	// waits there for every other device to reach the round, split out
+	// of input.
 	phaseLockstep
 	phaseForward
 	phaseOutput

@@ -198,7 +198,9 @@ func (r *run) openExchange(ctx context.Context) error {
 		cs, err = inproc.New(p, o)
 	case gpus == p:
 		if err = nccl.Available(); err == nil {
-			cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o, Prefix: "infer"})
+			// Asynchronous: the host queues the next rounds while the
+			// devices exchange (a layer's workers Sync at its end).
+			cs, err = nccl.OpenLocal(ctx, bs, nccl.Options{Options: o, Prefix: "infer", Async: true})
 		}
 	default:
 		err = fmt.Errorf("devices of mixed kinds")
@@ -537,31 +539,14 @@ func gatherView(b backend.Backend, dst backend.Buffer, at, n int, x backend.Buff
 	return b.GatherRows(dv, x, iv, xrows, width)
 }
 
-// header all-to-alls the round's header (2 words per device) on the
-// device communicator and returns what every device sent this one.
+// header exchanges the round's header (2 words per device) with the
+// other devices through the run's board and returns what every device
+// sent this one.
 func (w *worker) header(ctx context.Context, hdr []int64) ([]int64, error) {
-	b := w.b
-	src, err := b.Alloc(backend.Int64, len(hdr))
-	if err != nil {
-		return nil, err
-	}
-	defer b.Free(src)
-	dst, err := b.Alloc(backend.Int64, len(hdr))
-	if err != nil {
-		return nil, err
-	}
-	defer b.Free(dst)
-	if err := b.Upload(src, hdr); err != nil {
-		return nil, err
-	}
-	if err := w.r.collective(ctx, "header", func(ctx context.Context) error { return w.exch.AllToAll(ctx, dst, src) }); err != nil {
-		return nil, err
-	}
-	got := make([]int64, len(hdr))
-	if err := b.Download(got, dst); err != nil {
-		return nil, err
-	}
-	return got, nil
+	r := w.r
+	got, err := w.board.exchange(ctx, w.d, w.round, hdr, r.stall(), r.deviceName)
+	w.round++
+	return got, err
 }
 
 // collective runs one step of the exchange within the stall timeout and
@@ -579,12 +564,17 @@ func (r *run) collective(ctx context.Context, what string, f func(context.Contex
 		var names []string
 		for _, q := range oe.Missing {
 			if q >= 0 && q < len(r.opts.Backends) {
-				names = append(names, fmt.Sprintf("%s (device %d)", r.opts.Backends[q].Name(), q))
+				names = append(names, r.deviceName(q))
 			}
 		}
 		return fmt.Errorf("exchange of the %s: %v did not take part within %v: %w", what, names, r.stall(), err)
 	}
 	return fmt.Errorf("exchange of the %s: %w", what, err)
+}
+
+// deviceName names device q in messages.
+func (r *run) deviceName(q int) string {
+	return fmt.Sprintf("%s (device %d)", r.opts.Backends[q].Name(), q)
 }
 
 // scale multiplies counts by k (rows to floats).

@@ -26,6 +26,8 @@ type worker struct {
 	rin   *resLayer      // the layer's input kept on the devices (overrides input)
 	rout  backend.Buffer // this device's rows of the layer's output kept on the devices
 	exch  comm.Comm      // rin's exchange with the other devices (several devices)
+	board *board         // the rounds' headers (with exch)
+	round int            // the next round's number
 	// rounds is the number of exchange rounds every device runs in
 	// lockstep (rin on several devices), 0 otherwise.
 	rounds int
@@ -400,6 +402,13 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		}
 		done.Add(1)
 		r.bar.Add(1)
+	}
+	if w.exch != nil {
+		// The exchanges may be queued asynchronously (NCCL's): a failure
+		// shows when they have run.
+		if err := r.collective(ctx, "end of the layer", w.exch.Sync); err != nil {
+			return &Error{Op: fmt.Sprintf("layer %d on %s", w.l+1, w.b.Name()), Err: err}
+		}
 	}
 	return nil
 }
