@@ -261,3 +261,111 @@ func TestProfile(t *testing.T) {
 		t.Fatalf("empty profile %+v", p2)
 	}
 }
+
+// TestSplitRows: rows longer than max are cut every max entries, the
+// pieces in edge order; no cut, nils.
+func TestSplitRows(t *testing.T) {
+	if v, s := splitRows([]int64{0, 3, 3, 7}, 4); v != nil || s != nil {
+		t.Fatalf("no row over 4: got %v, %v", v, s)
+	}
+	v, s := splitRows([]int64{0, 3, 3, 12, 13, 22}, 4)
+	wantV := []int64{0, 3, 3, 7, 11, 12, 13, 17, 21, 22}
+	wantS := []int64{0, 1, 2, 5, 6, 9}
+	if !slices.Equal(v, wantV) || !slices.Equal(s, wantS) {
+		t.Fatalf("got vptr %v sptr %v, want %v %v", v, s, wantV, wantS)
+	}
+}
+
+// TestSpMMSplitRows: with rows cut (splitLen lowered), the one-head
+// SpMM gives a row of one piece bit for bit as the generic kernel does
+// and a cut row within float32 rounding of it, the same bits on every
+// run and through AliasSparse; transposed products are not cut.
+func TestSpMMSplitRows(t *testing.T) {
+	d := gpu(t)
+	defer func(n int64) { splitLen = n }(splitLen)
+	splitLen = 64
+	r := rand.New(rand.NewPCG(11, 12))
+	rows, cols := 2000, 5000
+	ip, ix := randomBlock(r, rows, cols, 13)
+	for _, deg := range []int{65, 128, 129, 517, 5000} {
+		for k := 0; k < deg; k++ {
+			ix = append(ix, int32(r.IntN(cols)))
+		}
+		ip = append(ip, int64(len(ix)))
+	}
+	rows = len(ip) - 1
+	a, err := d.NewSparse(rows, cols, ip, ix)
+	must(t, err)
+	defer d.FreeSparse(a)
+	if a.(*Sparse).split == nil {
+		t.Fatal("rows over splitLen, no split")
+	}
+	al, err := d.AliasSparse(a)
+	must(t, err)
+	defer d.FreeSparse(al)
+	for _, width := range []int{1, 4, 47, 100, 128, 256, 300} {
+		for _, weighted := range []bool{false, true} {
+			name := fmt.Sprintf("width %d weighted %v", width, weighted)
+			xv := make([]float32, cols*width)
+			for i := range xv {
+				xv[i] = float32(r.NormFloat64())
+			}
+			x := upload(t, d, backend.Float32, xv)
+			var w *Buffer
+			var wb backend.Buffer
+			if weighted {
+				wv := make([]float32, len(ix))
+				for i := range wv {
+					wv[i] = float32(r.Float64())
+				}
+				w = upload(t, d, backend.Float32, wv)
+				wb = w
+			}
+			outs := make([]*Buffer, 3)
+			for i := range outs {
+				b, err := d.Alloc(backend.Float32, rows*width)
+				must(t, err)
+				outs[i] = b.(*Buffer)
+			}
+			must(t, d.SpMM(outs[0], a, false, x, wb, 1, width))
+			must(t, d.SpMM(outs[1], al, false, x, wb, 1, width))
+			s := a.(*Sparse)
+			must(t, d.run(func() error {
+				v, err := d.viewLocked(s, false)
+				if err != nil {
+					return err
+				}
+				return d.launchWarps("spmm", int64(v.rows), uint64(outs[2].ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w.Ptr()),
+					uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(1))
+			}))
+			g0, g1, ref := download[float32](t, d, outs[0]), download[float32](t, d, outs[1]), download[float32](t, d, outs[2])
+			for i := range ref {
+				row := i / width
+				if math.Float32bits(g0[i]) != math.Float32bits(g1[i]) {
+					t.Fatalf("%s: element %d: %v, through the alias %v", name, i, g0[i], g1[i])
+				}
+				if ip[row+1]-ip[row] <= splitLen {
+					if math.Float32bits(g0[i]) != math.Float32bits(ref[i]) {
+						t.Fatalf("%s: element %d (row %d, whole): %v, generic %v", name, i, row, g0[i], ref[i])
+					}
+					continue
+				}
+				scale := 0.0 // weights are in [0, 1)
+				for p := ip[row]; p < ip[row+1]; p++ {
+					scale += math.Abs(float64(xv[int(ix[p])*width+i%width]))
+				}
+				// Both sums round at most once an edge: n*2^-24 of the
+				// sum of the terms' sizes each.
+				n := float64(ip[row+1] - ip[row])
+				if diff := math.Abs(float64(g0[i] - ref[i])); diff > 2*n*0x1p-24*scale+1e-6 {
+					t.Fatalf("%s: element %d (row %d, cut): %v, generic %v", name, i, row, g0[i], ref[i])
+				}
+			}
+			for _, b := range outs {
+				d.Free(b)
+			}
+			d.Free(x)
+			d.Free(w)
+		}
+	}
+}

@@ -20,7 +20,26 @@ type Sparse struct {
 	ptr, col         *Buffer // int64 rows+1, int32 nnz
 	tptr, trow, teid *Buffer // transpose: int64 cols+2 (first cols+1 used), int32 nnz, int64 nnz
 	uniform          bool    // uniformRows of the CSR (false when built on the device)
+	split            *split  // the CSR's long rows cut (splitRows), nil when none
 }
+
+// split is a CSR whose rows longer than splitLen entries are cut into
+// pieces of at most splitLen, for the one-head float32 SpMM (spmm1Split):
+// one warp sums a row in edge order, so a row of 200,000 entries (a hub
+// of a power-law graph in a whole-neighborhood block) kept one warp busy
+// while the rest of the device idled. vptr delimits the pieces (nv of
+// them, in the CSR's edge order: the row pointers with the cuts added),
+// sptr the pieces of each row (rows+1), iota holds 0..nv-1 (the pieces'
+// columns in the second pass).
+type split struct {
+	vptr, sptr, iota   *Buffer
+	nv                 int
+	vuniform, suniform bool
+}
+
+// splitLen is the longest row the one-head SpMM leaves whole (a
+// variable for the tests).
+var splitLen int64 = 2048
 
 var _ backend.Sparse = (*Sparse)(nil)
 
@@ -67,7 +86,80 @@ func (d *Device) NewSparse(rows, cols int, indptr []int64, indices []int32) (bac
 		d.Free(col)
 		return nil, err
 	}
-	return &Sparse{dev: d, rows: rows, cols: cols, nnz: len(indices), ptr: ptr.(*Buffer), col: col.(*Buffer), uniform: uniformRows(indptr)}, nil
+	out := &Sparse{dev: d, rows: rows, cols: cols, nnz: len(indices), ptr: ptr.(*Buffer), col: col.(*Buffer), uniform: uniformRows(indptr)}
+	if out.split, err = d.newSplit(indptr); err != nil {
+		d.FreeSparse(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// splitRows returns the row pointers of the pieces of a CSR with these
+// row pointers whose rows are cut every max entries (vptr, nv+1 entries)
+// and each row's first piece (sptr, rows+1 entries), or nils when no row
+// is longer than max.
+func splitRows(indptr []int64, max int64) (vptr, sptr []int64) {
+	rows := len(indptr) - 1
+	extra := 0
+	for r := range rows {
+		if n := indptr[r+1] - indptr[r]; n > max {
+			extra += int((n+max-1)/max) - 1
+		}
+	}
+	if extra == 0 {
+		return nil, nil
+	}
+	vptr = make([]int64, 0, rows+extra+1)
+	sptr = make([]int64, rows+1)
+	for r := range rows {
+		sptr[r] = int64(len(vptr))
+		vptr = append(vptr, indptr[r])
+		for p := indptr[r] + max; p < indptr[r+1]; p += max {
+			vptr = append(vptr, p)
+		}
+	}
+	sptr[rows] = int64(len(vptr))
+	return append(vptr, indptr[rows]), sptr
+}
+
+// newSplit uploads the cut of a CSR with these row pointers (splitRows
+// at splitLen), nil when no row is that long.
+func (d *Device) newSplit(indptr []int64) (*split, error) {
+	vptr, sptr := splitRows(indptr, splitLen)
+	if vptr == nil {
+		return nil, nil
+	}
+	nv := len(vptr) - 1
+	iota := make([]int32, nv)
+	for i := range iota {
+		iota[i] = int32(i)
+	}
+	sp := &split{nv: nv, vuniform: uniformRows(vptr), suniform: uniformRows(sptr)}
+	for _, b := range []struct {
+		dst **Buffer
+		dt  backend.DType
+		src any
+		n   int
+	}{{&sp.vptr, backend.Int64, vptr, nv + 1}, {&sp.sptr, backend.Int64, sptr, len(sptr)}, {&sp.iota, backend.Int32, iota, nv}} {
+		buf, err := d.Alloc(b.dt, b.n)
+		if err == nil {
+			*b.dst = buf.(*Buffer)
+			err = d.Upload(buf, b.src)
+		}
+		if err != nil {
+			sp.free(d)
+			return nil, err
+		}
+	}
+	return sp, nil
+}
+
+func (sp *split) free(d *Device) {
+	for _, b := range []*Buffer{sp.vptr, sp.sptr, sp.iota} {
+		if b != nil {
+			d.Free(b)
+		}
+	}
 }
 
 // NewSparseFromDevice wraps device-built CSR buffers (int64 ptr of rows+1,
@@ -102,8 +194,11 @@ func (d *Device) FreeSparse(a backend.Sparse) {
 			d.Free(b)
 		}
 	}
+	if s.split != nil {
+		s.split.free(d)
+	}
 	s.rows, s.cols, s.nnz = 0, 0, 0
-	s.ptr, s.col, s.tptr, s.trow, s.teid = nil, nil, nil, nil, nil
+	s.ptr, s.col, s.tptr, s.trow, s.teid, s.split = nil, nil, nil, nil, nil, nil
 }
 
 func (d *Device) asSparse(op string, a backend.Sparse) (*Sparse, error) {
@@ -160,6 +255,16 @@ func (d *Device) AliasSparse(a backend.Sparse) (backend.Sparse, error) {
 			return nil, fmt.Errorf("cuda: AliasSparse: %w", err)
 		}
 		*p.dst = b.(*Buffer)
+	}
+	if sp := s.split; sp != nil {
+		out.split = &split{nv: sp.nv, vuniform: sp.vuniform, suniform: sp.suniform}
+		for _, p := range []struct{ dst, src **Buffer }{{&out.split.vptr, &sp.vptr}, {&out.split.sptr, &sp.sptr}, {&out.split.iota, &sp.iota}} {
+			b, err := d.Alias(*p.src)
+			if err != nil {
+				return nil, fmt.Errorf("cuda: AliasSparse: %w", err)
+			}
+			*p.dst = b.(*Buffer)
+		}
 	}
 	return out, nil
 }
@@ -267,6 +372,9 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 		if half {
 			return d.spmm1BF16(v, ov, xv, wp, width)
 		}
+		if heads == 1 && !transpose && s.split != nil {
+			return d.spmm1Split(v, s.split, ov, xv, wp, width)
+		}
 		if heads == 1 {
 			return d.spmm1(v, ov, xv, wp, width)
 		}
@@ -349,6 +457,27 @@ func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
 	blocks := (int64(v.rows) + perBlock - 1) / perBlock
 	return d.launchGrid(k.name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
 		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
+}
+
+// spmm1Split is spmm1 over a CSR with long rows (Sparse.split): the
+// pieces' sums first (spmm1 over the pieces, which share the CSR's
+// columns and edge positions, so the weights stay each edge's), into a
+// scratch of nv rows, then each row's pieces added in order (spmm1 of
+// the rows' pieces with no weights: an exact add each). A row of one
+// piece is copied bit for bit; a cut row's sum is its pieces' sums
+// added, the same on every run.
+func (d *Device) spmm1Split(v view, sp *split, out, x *Buffer, w cu.DevPtr, width int) error {
+	pieces, err := d.allocLocked(backend.Float32, sp.nv*width)
+	if err != nil {
+		return err
+	}
+	defer d.freeLocked(pieces)
+	vv := view{ptr: sp.vptr.ptr, col: v.col, eid: v.eid, rows: sp.nv, cols: v.cols, uniform: sp.vuniform}
+	if err := d.spmm1(vv, pieces, x, w, width); err != nil {
+		return err
+	}
+	sv := view{ptr: sp.sptr.ptr, col: sp.iota.ptr, rows: v.rows, cols: sp.nv, uniform: sp.suniform}
+	return d.spmm1(sv, out, pieces, 0, width)
 }
 
 // spmm1BF16 is spmm1 on bfloat16 x and out: the kernel spmm1 would pick
