@@ -51,32 +51,7 @@ func WriteJSON(path string, v any) error {
 // replaces path atomically. Errors name the file involved. A path that
 // is a directory or a special file (a device such as /dev/full, a pipe)
 // is refused before anything is written: the rename would replace it.
-func Write(path string, write func(io.Writer) error, opts Options) error {
-	return replace(path, opts, func(tmp *os.File) error {
-		bw := bufio.NewWriterSize(tmp, 1<<20)
-		if err := write(bw); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-}
-
-// WriteAt is Write for content of size bytes written at offsets, for
-// example by several goroutines at once (one stream of writes runs at a
-// few GB/s: a 100-GB file takes a minute). write may leave no byte
-// unwritten.
-func WriteAt(path string, size int64, write func(io.WriterAt) error, opts Options) error {
-	return replace(path, opts, func(tmp *os.File) error {
-		if err := tmp.Truncate(size); err != nil {
-			return err
-		}
-		return write(tmp)
-	})
-}
-
-// replace writes path's new content into a temporary file by fill and
-// renames it over path.
-func replace(path string, opts Options, fill func(*os.File) error) (err error) {
+func Write(path string, write func(io.Writer) error, opts Options) (err error) {
 	if err := checkTarget(path); err != nil {
 		return err
 	}
@@ -92,7 +67,11 @@ func replace(path string, opts Options, fill func(*os.File) error) (err error) {
 			os.Remove(name)
 		}
 	}()
-	if err = fill(tmp); err != nil {
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err = write(bw); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err = bw.Flush(); err != nil {
 		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	if !opts.NoSync {

@@ -88,37 +88,3 @@ func TestWriteJSON(t *testing.T) {
 		t.Fatal("a failed WriteJSON changed the file")
 	}
 }
-
-// TestWriteAt: content written at offsets (out of order) replaces the
-// target; a failing write leaves the old target and no temporary file.
-func TestWriteAt(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "a.bin")
-	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := WriteAt(path, 6, func(w io.WriterAt) error {
-		if _, err := w.WriteAt([]byte("def"), 3); err != nil {
-			return err
-		}
-		_, err := w.WriteAt([]byte("abc"), 0)
-		return err
-	}, Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(path); string(b) != "abcdef" {
-		t.Fatalf("got %q, want abcdef", b)
-	}
-	boom := errors.New("boom")
-	err = WriteAt(path, 6, func(w io.WriterAt) error { return boom }, Options{})
-	if !errors.Is(err, boom) {
-		t.Fatalf("got %v, want boom", err)
-	}
-	if b, _ := os.ReadFile(path); string(b) != "abcdef" {
-		t.Fatalf("target changed to %q", b)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Fatalf("%d entries left in the directory, want 1", len(ents))
-	}
-}

@@ -2,17 +2,13 @@ package npy
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"strconv"
 	"strings"
 	"unsafe"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/strata-gnn/strata/internal/atomicfile"
 )
@@ -53,77 +49,50 @@ func WriteFloat32(path string, rows, cols int, data []float32) error {
 	if rows < 0 || cols < 0 || int64(rows)*int64(cols) != int64(len(data)) {
 		return fmt.Errorf("npy: %d values for a %d x %d matrix", len(data), rows, cols)
 	}
-	return writeArray(path, header("<f4", []int{rows, cols}), data, math.Float32bits)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if _, err := w.Write(header("<f4", []int{rows, cols})); err != nil {
+			return err
+		}
+		return writeWords(w, data, math.Float32bits)
+	}, atomicfile.Options{})
 }
 
 // WriteFloat32Vector writes data to path as a float32 .npy file of shape
 // (n,), replacing it atomically.
 func WriteFloat32Vector(path string, data []float32) error {
-	return writeArray(path, header("<f4", []int{len(data)}), data, math.Float32bits)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if _, err := w.Write(header("<f4", []int{len(data)})); err != nil {
+			return err
+		}
+		return writeWords(w, data, math.Float32bits)
+	}, atomicfile.Options{})
 }
 
 // WriteInt32 writes the vector data to path as an int32 .npy file of
 // shape (n,), replacing it atomically.
 func WriteInt32(path string, data []int32) error {
-	return writeArray(path, header("<i4", []int{len(data)}), data, func(v int32) uint32 { return uint32(v) })
-}
-
-// writeArray writes hdr then data as little-endian 4-byte words (word(v)
-// of each value v, which must be v's bits), replacing path atomically.
-// On a little-endian host those are data's bytes as they lie in memory,
-// written as they are (113 GB of embeddings take minutes to encode value
-// by value on one core), from parallelMin bytes by several goroutines at
-// once; elsewhere they are encoded a block at a time.
-func writeArray[T float32 | int32](path string, hdr []byte, data []T, word func(T) uint32) error {
-	if littleEndian && 4*int64(len(data)) >= parallelMin {
-		size := int64(len(hdr)) + 4*int64(len(data))
-		return atomicfile.WriteAt(path, size, func(w io.WriterAt) error {
-			if _, err := w.WriteAt(hdr, 0); err != nil {
-				return err
-			}
-			return writeRawAt(w, int64(len(hdr)), data, rawBlock, writers())
-		}, atomicfile.Options{})
-	}
 	return atomicfile.Write(path, func(w io.Writer) error {
-		if _, err := w.Write(hdr); err != nil {
+		if _, err := w.Write(header("<i4", []int{len(data)})); err != nil {
 			return err
 		}
-		if littleEndian {
-			return writeRaw(w, data, rawBlock)
-		}
-		return writeEncoded(w, data, word, encodeBlock)
+		return writeWords(w, data, func(v int32) uint32 { return uint32(v) })
 	}, atomicfile.Options{})
+}
+
+// writeWords writes data as little-endian 4-byte words (word(v) of each
+// value v, which must be v's bits). On a little-endian host those are
+// data's bytes as they lie in memory, written as they are (113 GB of
+// embeddings take minutes to encode value by value on one core);
+// elsewhere they are encoded a block at a time.
+func writeWords[T float32 | int32](w io.Writer, data []T, word func(T) uint32) error {
+	if littleEndian {
+		return writeRaw(w, data, rawBlock)
+	}
+	return writeEncoded(w, data, word, encodeBlock)
 }
 
 // Values a write: rawBlock 64 MiB, encodeBlock the encoding buffer's.
 const rawBlock, encodeBlock = 1 << 24, 1 << 18
-
-// parallelMin is the size from which an array is written by several
-// goroutines (one stream of writes took 45-76 s for 114 GB of
-// embeddings, to memory-backed files too); a variable for the tests.
-var parallelMin int64 = 1 << 28
-
-// writers is how many goroutines write a large array.
-func writers() int { return min(8, max(1, runtime.GOMAXPROCS(0))) }
-
-// writeRawAt writes data's bytes as they lie in memory at offset off of
-// w, block values a write, the blocks shared by n goroutines.
-func writeRawAt[T float32 | int32](w io.WriterAt, off int64, data []T, block, n int) error {
-	blocks := (len(data) + block - 1) / block
-	g, ctx := errgroup.WithContext(context.Background())
-	g.SetLimit(n)
-	for k := range blocks {
-		g.Go(func() error {
-			if ctx.Err() != nil { // a block failed: write no more
-				return nil
-			}
-			part := data[k*block : min((k+1)*block, len(data))]
-			_, err := w.WriteAt(unsafe.Slice((*byte)(unsafe.Pointer(&part[0])), 4*len(part)), off+4*int64(k*block))
-			return err
-		})
-	}
-	return g.Wait()
-}
 
 // writeRaw writes data's bytes as they lie in memory, block values a
 // write.
