@@ -83,7 +83,9 @@ type Stream uintptr
 // it the device's queue and that queue's stream: what f queues on either
 // runs in the device's order (see backend.Enqueuer).
 func (g *GPU) Enqueue(f func(q backend.Queue, s Stream) error) error {
-	return g.dev.Do(func(l *cuda.Locked) error { return f(l, Stream(l.Stream())) })
+	return g.dev.Do(func(l *cuda.Locked) error {
+		return l.Timed("collective", func() error { return f(l, Stream(l.Stream())) })
+	})
 }
 
 // Addr returns the device address of b's first element, where b is a

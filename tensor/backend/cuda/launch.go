@@ -140,6 +140,11 @@ func (l *Locked) LaunchShape(f cu.Function, grid, block cu.Dim3, sharedBytes uin
 // Sync waits for the stream.
 func (l *Locked) Sync() error { return l.d.stream.Synchronize() }
 
+// Timed queues what fn queues as one op named name in the device's
+// profile (StartProfile): for work queued outside the Device, such as a
+// collective's kernels.
+func (l *Locked) Timed(name string, fn func() error) error { return l.d.timed(name, fn) }
+
 // ScanI64 writes the exclusive prefix sum of in[0:n] to out[0:n] (int64
 // buffers on this device) and returns nothing on the host.
 func (l *Locked) ScanI64(out, in backend.Buffer, n int) error {
