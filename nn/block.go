@@ -315,7 +315,10 @@ func (k *Block) MeanWeights() (backend.Buffer, error) {
 	if err := k.live(); err != nil {
 		return nil, err
 	}
-	if k.mean == nil && k.onDevice() {
+	// A back end that computes them (a GPU) does so for host-built blocks
+	// too: a host pass and an upload of nnz weights cost more than one
+	// launch (papers inference: 1.3M edges a chunk).
+	if _, ok := k.b.(backend.MeanWeighter); k.mean == nil && (k.onDevice() || ok) {
 		buf, err := k.deviceMean()
 		if err != nil {
 			return nil, err

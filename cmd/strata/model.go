@@ -254,8 +254,17 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 	// to the host (infer.Options.SyncOutputs), to compare against the
 	// default.
 	waited := os.Getenv("STRATA_INFER_SYNC") == "1"
+	// STRATA_INFER_WORKERS=N: a device's host goroutines (infer.Options.Workers).
+	workers := 0
+	if v := os.Getenv("STRATA_INFER_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("STRATA_INFER_WORKERS=%q: want a whole number of goroutines from 1", v)
+		}
+		workers = n
+	}
 	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log, ProfileOps: profile,
-		SyncOutputs: waited})
+		SyncOutputs: waited, Workers: workers})
 }
 
 // predictCmd is 'strata predict'.
