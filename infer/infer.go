@@ -109,9 +109,9 @@ type Options struct {
 	// needed. It takes precedence over Inputs. Dense features only.
 	InputShards *Shards
 	// Workers is the goroutines a device's host work (building the
-	// chunks' blocks, routing their sources) may take; 0 is three
-	// quarters of GOMAXPROCS / the number of devices. The output does
-	// not depend on it.
+	// chunks' blocks, routing their sources) may take; 0 is
+	// GOMAXPROCS / the number of devices. The output does not depend
+	// on it.
 	Workers int
 	// Resident says whether hidden layers' outputs stay in device
 	// memory, each device holding its range's rows, the next layer
@@ -223,15 +223,13 @@ type LayerStats struct {
 	// ResidentBytes is the largest device's share of a resident output.
 	ResidentBytes int64 `json:"resident_bytes,omitempty"`
 	// BuildSeconds is the host time the slowest device spent making
-	// its chunks' blocks (built and uploaded) and routes (ahead of the
-	// chunks it computed);
+	// its chunks' blocks and routes (ahead of the chunks it computed);
 	// BuildWaitSeconds the longest a device waited for them: the part
 	// of the building not hidden behind the computing.
 	BuildSeconds     float64 `json:"build_seconds"`
 	BuildWaitSeconds float64 `json:"build_wait_seconds"`
 	// Phases is the host time the slowest device spent in each phase of
-	// its chunks: "block" (taking the chunk's block, uploaded by the
-	// builders, and offering it to Options.Keep), "input" (the source rows:
+	// its chunks: "block" (the block's upload), "input" (the source rows:
 	// the exchange, a gather or an upload), "lockstep" (a resident
 	// input's round header, where the devices wait for each other),
 	// "forward" (queuing the layer), "output" (writing the rows) and

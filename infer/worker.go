@@ -242,12 +242,11 @@ func gatherRows(dst, rows []float32, src []int32, width, workers int) {
 	wg.Wait()
 }
 
-// prepared is a chunk made ready ahead of its turn: its block and
-// sources built on the host and uploaded (nil when Options.Keep kept
-// the chunk) and, when the layer's input is resident, its sources'
-// route to their holders.
+// prepared is a chunk made ready on the host ahead of its turn: its
+// block and sources (nil when Options.Keep kept the chunk) and, when
+// the layer's input is resident, its sources' route to their holders.
 type prepared struct {
-	kc  *keptChunk
+	hc  *hostChunk
 	rt  *route
 	err error
 }
@@ -260,12 +259,9 @@ func (r *run) workers() int {
 	return defaultWorkers(len(r.opts.Backends))
 }
 
-// defaultWorkers is a device's share of three quarters of GOMAXPROCS:
-// the builders read memory at random and run for long stretches, and
-// when they fill every core, a device's own goroutine (which queues its
-// GPU's work) waits for a core at each wake-up.
+// defaultWorkers is a device's share of GOMAXPROCS among devices.
 func defaultWorkers(devices int) int {
-	return max(1, runtime.GOMAXPROCS(0)*3/4/max(devices, 1))
+	return max(1, runtime.GOMAXPROCS(0)/max(devices, 1))
 }
 
 // maxBuilders caps the chunks a device builds at once: each builder
@@ -336,15 +332,6 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		close(stop)
 		builders.Wait() // the scratches are the next layer's after this
 		r.buildSec[w.d] = slices.Max(busy)
-		for _, ch := range preps { // chunks uploaded but never computed
-			select {
-			case p := <-ch:
-				if p.kc != nil {
-					p.kc.free()
-				}
-			default:
-			}
-		}
 	}()
 	for i := range nb {
 		preps[i] = make(chan prepared, 1)
@@ -358,31 +345,16 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 				var src []int32
 				if kc := kept[c]; kc != nil {
 					src = kc.src
-				} else {
-					// The upload too: its checks and copies are off the
-					// device goroutine's path.
-					dst := w.chunkDst(bounds[c], bounds[c+1])
-					hc, err := buildChunk(r.in, s, dst, r.gcnDeg, each)
-					if err == nil {
-						p.kc, err = w.upload(hc, len(dst))
-					}
-					if p.err = err; err == nil {
-						src = hc.src
-					}
+				} else if p.hc, p.err = buildChunk(r.in, s, w.chunkDst(bounds[c], bounds[c+1]), r.gcnDeg, each); p.err == nil {
+					src = p.hc.src
 				}
 				if p.err == nil && w.rin != nil {
-					if p.rt, p.err = r.routeOf(w.rin, w.d, src, each); p.err != nil && p.kc != nil {
-						p.kc.free()
-						p.kc = nil
-					}
+					p.rt, p.err = r.routeOf(w.rin, w.d, src, each)
 				}
 				busy[i] += time.Since(t0)
 				select {
 				case preps[i] <- p:
 				case <-stop:
-					if p.kc != nil {
-						p.kc.free()
-					}
 					return
 				}
 			}
@@ -458,7 +430,13 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 		return p.err
 	}
 	if kc == nil {
-		kc = p.kc
+		var err error
+		if kc, err = w.upload(p.hc, len(dst)); err != nil {
+			if w.exch != nil {
+				_, err = w.fetch(ctx, nil, nil, err)
+			}
+			return err
+		}
 		if !r.opts.Keep.offer(w.d, w.l, c, kc) {
 			defer kc.free()
 		}
