@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -61,6 +62,33 @@ func TestCheckCSR(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Pos != 1 || ie.Value != 3 || ie.Limit != 3 {
 		t.Fatalf("err = %v, want IndexError at 1", err)
 	}
+	// The first bad index of a longer list, whatever its position among
+	// the four running maxima and the tail: too large or negative.
+	for n := 1; n <= 11; n++ {
+		for bad := range n {
+			for _, v := range []int32{7, -1, math.MinInt32, math.MaxInt32} {
+				idx := make([]int32, n)
+				for i := range idx {
+					idx[i] = int32(i % 7)
+				}
+				idx[bad] = v
+				if bad+1 < n {
+					idx[n-1] = 9 // a later bad one is not the one named
+				}
+				err := CheckCSR("NewSparse", 1, 7, []int64{0, int64(n)}, idx)
+				if !errors.As(err, &ie) || ie.Pos != bad || ie.Value != int64(v) {
+					t.Fatalf("n %d, %d at %d: err = %v", n, v, bad, err)
+				}
+			}
+		}
+		idx := make([]int32, n)
+		for i := range idx {
+			idx[i] = int32(6 - i%7)
+		}
+		if err := CheckCSR("NewSparse", 1, 7, []int64{0, int64(n)}, idx); err != nil {
+			t.Fatalf("n %d: %v", n, err)
+		}
+	}
 }
 
 func TestGemmAndArgmaxShape(t *testing.T) {
@@ -70,4 +98,24 @@ func TestGemmAndArgmaxShape(t *testing.T) {
 	}
 	_, err = ArgmaxShape("ArgmaxRows", 2, 0)
 	wantShapeErr(t, err, "cols must be >= 1")
+}
+
+// BenchmarkCheckCSR: a whole-neighborhood block the size of a papers
+// inference chunk (44,000 rows, 1.4M indices).
+func BenchmarkCheckCSR(b *testing.B) {
+	const rows, nnz, cols = 44000, 1400000, 111000000
+	indptr := make([]int64, rows+1)
+	for r := range rows {
+		indptr[r+1] = int64((r + 1) * (nnz / rows))
+	}
+	indices := make([]int32, indptr[rows])
+	for i := range indices {
+		indices[i] = int32((i * 7919) % cols)
+	}
+	b.SetBytes(4 * int64(len(indices)))
+	for b.Loop() {
+		if err := CheckCSR("NewSparse", rows, cols, indptr, indices); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
