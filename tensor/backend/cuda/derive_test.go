@@ -102,6 +102,18 @@ func TestAddSelfLoopsAndGCNNorm(t *testing.T) {
 	d.FreeSparse(a)
 }
 
+// appendRows appends rows of the given lengths, random columns below
+// cols, to the CSR (ip, ix).
+func appendRows(r *rand.Rand, ip []int64, ix []int32, cols int, degs ...int) ([]int64, []int32) {
+	for _, deg := range degs {
+		for range deg {
+			ix = append(ix, int32(r.IntN(cols)))
+		}
+		ip = append(ip, int64(len(ix)))
+	}
+	return ip, ix
+}
+
 // TestSpMMOneHeadMatchesGeneric runs the one-head SpMM kernels (16-byte
 // and 4-byte loads, every columns-per-lane variant, several passes for
 // wide rows, rows longer than one 32-edge chunk, misaligned matrices) and
@@ -113,12 +125,7 @@ func TestSpMMOneHeadMatchesGeneric(t *testing.T) {
 	rows, cols := 3000, 7000
 	ip, ix := randomBlock(r, rows, cols, 13)
 	// A few long rows: several 32-edge chunks and partial unroll groups.
-	for _, deg := range []int{33, 64, 65, 100, 517} {
-		for k := 0; k < deg; k++ {
-			ix = append(ix, int32(r.IntN(cols)))
-		}
-		ip = append(ip, int64(len(ix)))
-	}
+	ip, ix = appendRows(r, ip, ix, cols, 33, 64, 65, 100, 517)
 	rows = len(ip) - 1
 	a, err := d.NewSparse(rows, cols, ip, ix)
 	must(t, err)
@@ -287,12 +294,7 @@ func TestSpMMSplitRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	rows, cols := 2000, 5000
 	ip, ix := randomBlock(r, rows, cols, 13)
-	for _, deg := range []int{65, 128, 129, 517, 5000} {
-		for k := 0; k < deg; k++ {
-			ix = append(ix, int32(r.IntN(cols)))
-		}
-		ip = append(ip, int64(len(ix)))
-	}
+	ip, ix = appendRows(r, ip, ix, cols, 65, 128, 129, 517, 5000)
 	rows = len(ip) - 1
 	a, err := d.NewSparse(rows, cols, ip, ix)
 	must(t, err)
