@@ -117,9 +117,8 @@ const (
 
 // copyParallel copies src into dst (of equal length) in up to
 // copyGoroutines pieces at once: one goroutine copied about 3 GB/s into
-// the ring on the GPU host (the source just written by another core),
-// a few milliseconds of every inference chunk on the goroutine that
-// feeds its GPU.
+// the ring on the GPU host (the CPU profile of papers inference), a few
+// milliseconds of every chunk on the goroutine that feeds its GPU.
 func copyParallel(dst, src []byte) {
 	k := min(copyGoroutines, len(src)/copyPiece)
 	if k <= 1 {
