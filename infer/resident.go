@@ -344,15 +344,14 @@ func (r *run) routeOf(rl *resLayer, d int, src []int32, workers int) (*route, er
 }
 
 // fetch returns a new buffer holding the rows of src (len(src) x width)
-// from the resident layer w.rin (routed by rt, routeOf's), gathered from
-// the devices that hold them: an exchange every device of the layer
-// takes part in once per round, in lockstep (src nil: a round in which
-// this device only serves). The device posted its header (post) when
-// the round began.
+// from the resident layer w.rin (routed by rt, routeOf's), gathered from the devices that hold
+// them: an exchange every device of the layer takes part in once per
+// round, in lockstep (src nil: a round in which this device only serves).
+// With bad set, the device only tells the others, in the header, that it
+// failed, and returns bad.
 //
-//  1. the headers: every device has told every other how many rows it
-//     asks of it, and whether it failed (2 words per device, through
-//     the board in host memory);
+//  1. the header: every device tells every other how many rows it asks
+//     of it, and whether it failed (all-to-all of 2 words per device);
 //  2. the requests (rows in the holders' buffers) go out (all-to-all-v);
 //  3. each holder gathers the asked rows, and they come back
 //     (all-to-all-v), after the own rows gathered locally;
