@@ -14,10 +14,8 @@ import (
 // device's whole queue: the host could not queue round r+1 while the
 // device ran round r.
 //
-// A worker posts its header when its round begins (before the block's
-// upload: the others need not wait for that) and reads the others' when
-// it needs their counts. It posts round r+1 only after it read round r,
-// which was full, so two slots suffice.
+// A worker posts round r+1 only after every worker posted round r, and
+// reads round r before posting r+1, so two slots suffice.
 type board struct {
 	p     int
 	mu    sync.Mutex
@@ -39,33 +37,26 @@ func newBoard(p int) *board {
 	return bd
 }
 
-// post puts device d's header of round (2 words per device) on the
-// board.
-func (bd *board) post(d, round int, hdr []int64) {
+// exchange posts device d's header of round (2 words per device) and
+// returns, once every device posted its own, what each sent d (2 words
+// per device). It waits at most timeout, then names the devices that did
+// not post.
+func (bd *board) exchange(ctx context.Context, d, round int, hdr []int64, timeout time.Duration, names func(int) string) ([]int64, error) {
 	bd.mu.Lock()
-	defer bd.mu.Unlock()
 	s := &bd.slots[round%2]
 	if s.round != round {
 		// The slot still holds round-2, which every device has read:
-		// each read it before posting round-1, which every device
-		// posted before this one could be.
+		// each read it before posting round-1, which completed before
+		// any device could post this one.
 		s.round, s.posted, s.full = round, 0, make(chan struct{})
 		clear(s.hdrs)
 	}
 	s.hdrs[d] = hdr
 	s.posted++
-	if s.posted == bd.p {
-		close(s.full)
-	}
-}
-
-// wait returns, once every device posted its header of round (after d
-// posted its own), what each sent d (2 words per device). It waits at
-// most timeout, then names the devices that did not post.
-func (bd *board) wait(ctx context.Context, d, round int, timeout time.Duration, names func(int) string) ([]int64, error) {
-	bd.mu.Lock()
-	s := &bd.slots[round%2]
 	full := s.full
+	if s.posted == bd.p {
+		close(full)
+	}
 	bd.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -87,7 +78,7 @@ func (bd *board) wait(ctx context.Context, d, round int, timeout time.Duration, 
 		return nil, fmt.Errorf("exchange of the header of round %d: %v did not take part within %v", round+1, missing, timeout)
 	}
 	got := make([]int64, 2*bd.p)
-	bd.mu.Lock() // the slot is not reset before this device posts round+2
+	bd.mu.Lock() // the slot is not reset before this device posts round+1
 	for q, h := range s.hdrs {
 		got[2*q], got[2*q+1] = h[2*d], h[2*d+1]
 	}

@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// TestBoardRounds: three workers at their own pace over many rounds,
-// posting then reading each, get every round exactly what every worker
-// addressed to them.
+// TestBoardRounds: three workers at their own pace over many rounds
+// each get, every round, exactly what every worker addressed to them.
 func TestBoardRounds(t *testing.T) {
 	const p, rounds = 3, 200
 	bd := newBoard(p)
@@ -30,11 +29,7 @@ func TestBoardRounds(t *testing.T) {
 				for q := range p {
 					hdr[2*q], hdr[2*q+1] = int64(r), int64(100*d+q)
 				}
-				bd.post(d, r, hdr)
-				if (r+d)%5 == 0 { // work between posting and reading
-					time.Sleep(50 * time.Microsecond)
-				}
-				got, err := bd.wait(context.Background(), d, r, time.Minute, name)
+				got, err := bd.exchange(context.Background(), d, r, hdr, time.Minute, name)
 				if err != nil {
 					errs[d] = err
 					return
@@ -61,17 +56,15 @@ func TestBoardRounds(t *testing.T) {
 func TestBoardMissing(t *testing.T) {
 	bd := newBoard(3)
 	name := func(q int) string { return fmt.Sprint("dev", q) }
-	bd.post(0, 0, make([]int64, 6))
-	bd.post(2, 0, make([]int64, 6))
-	_, err := bd.wait(context.Background(), 2, 0, 20*time.Millisecond, name)
+	go bd.exchange(context.Background(), 0, 0, make([]int64, 6), time.Minute, name)
+	_, err := bd.exchange(context.Background(), 2, 0, make([]int64, 6), 20*time.Millisecond, name)
 	if err == nil || !strings.Contains(err.Error(), "[dev1] did not take part") {
 		t.Fatalf("got %v, want dev1 named", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	bd = newBoard(2)
-	bd.post(0, 0, make([]int64, 4))
-	if _, err := bd.wait(ctx, 0, 0, time.Minute, name); err != context.Canceled {
+	if _, err := bd.exchange(ctx, 0, 0, make([]int64, 4), time.Minute, name); err != context.Canceled {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }

@@ -61,12 +61,10 @@
 // padded with rounds that only serve the others. NCCL's collectives are
 // queued asynchronously, so the host builds and queues the next rounds
 // while the devices exchange; each device waits for its exchanges at the
-// layer's end. Every collective and header has the stall timeout as its
-// deadline, and a failure names the devices that did not take part; a
-// device whose chunk failed to build says so in its header (posted as
-// its round begins, before the block's upload, so that the others need
-// not wait for that), and any later failure cancels the run, so the
-// others fail at once.
+// layer's end. Every collective and header has
+// the stall timeout as its deadline, and a failure names the devices
+// that did not take part; a device that fails before a round says so in
+// the header, so the others fail at once.
 //
 // Layer 1 reads the features: dense features are uploaded whole when
 // they fit (Options.Placement) or gathered per chunk on the host, sparse

@@ -358,14 +358,14 @@ func (r *run) routeOf(rl *resLayer, d int, src []int32, workers int) (*route, er
 //  4. the staged rows are put in source order (a gather by perm).
 //
 // With one device, or no communicators, only the local gather runs.
-func (w *worker) fetch(ctx context.Context, src []int32, rt *route) (backend.Buffer, error) {
+func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (backend.Buffer, error) {
 	r, b, d, rl := w.r, w.b, w.d, w.rin
 	p := len(r.opts.Backends)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	width := rl.width
-	if src == nil {
+	if bad != nil || src == nil {
 		rt = nil
 	}
 	var bufs []backend.Buffer
@@ -400,29 +400,38 @@ func (w *worker) fetch(ctx context.Context, src []int32, rt *route) (backend.Buf
 			err = gatherView(b, stage, 0, a, rl.bufs[d], rl.rows[d], grouped, width)
 		}
 		if err != nil {
-			// The header said the round would run: the others learn of
-			// the failure from the run's cancellation.
-			return nil, err
+			bad = err
 		}
 	}
 	if p == 1 || w.exch == nil {
+		if bad != nil {
+			return nil, bad
+		}
 		if rt == nil {
 			return nil, nil
 		}
 		return w.order(stage, rt, n, width, &bufs)
 	}
-	// 1. The headers (this device's posted when the round began).
+	// 1. The header.
+	hdr := make([]int64, 2*p)
 	send := make([]int, p)
 	for q := range p {
-		if rt != nil && q != d {
+		switch {
+		case bad != nil:
+			hdr[2*q] = 1
+		case rt != nil && q != d:
 			send[q] = rt.counts[q]
+			hdr[2*q+1] = int64(send[q])
 		}
 	}
 	w.clk.mark(phaseInput)
-	got, err := w.header(ctx)
+	got, err := w.header(ctx, hdr)
 	w.clk.mark(phaseLockstep)
 	if err != nil {
 		return nil, err
+	}
+	if bad != nil {
+		return nil, bad
 	}
 	recv := make([]int, p)
 	var failed []string
@@ -530,32 +539,12 @@ func gatherView(b backend.Backend, dst backend.Buffer, at, n int, x backend.Buff
 	return b.GatherRows(dv, x, iv, xrows, width)
 }
 
-// post puts this device's header of its next round on the board: how
-// many rows it asks of each device (rt; nil: none), or that it failed
-// (bad). Posted when the round begins, before the chunk's block is
-// uploaded, so that the others need not wait for the upload.
-func (w *worker) post(rt *route, bad error) {
-	if w.board == nil {
-		return
-	}
-	p := len(w.r.opts.Backends)
-	hdr := make([]int64, 2*p)
-	for q := range p {
-		switch {
-		case bad != nil:
-			hdr[2*q] = 1
-		case rt != nil && q != w.d:
-			hdr[2*q+1] = int64(rt.counts[q])
-		}
-	}
-	w.board.post(w.d, w.round, hdr)
-}
-
-// header waits for every device's header of this device's round (its
-// own posted by post) and returns what each sent this one.
-func (w *worker) header(ctx context.Context) ([]int64, error) {
+// header exchanges the round's header (2 words per device) with the
+// other devices through the run's board and returns what every device
+// sent this one.
+func (w *worker) header(ctx context.Context, hdr []int64) ([]int64, error) {
 	r := w.r
-	got, err := w.board.wait(ctx, w.d, w.round, r.stall(), r.deviceName)
+	got, err := w.board.exchange(ctx, w.d, w.round, hdr, r.stall(), r.deviceName)
 	w.round++
 	return got, err
 }

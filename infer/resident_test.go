@@ -190,56 +190,6 @@ func (s *stuckAt) NewSparse(rows, cols int, indptr []int64, indices []int32) (ba
 
 func (s *stuckAt) Name() string { return "stuck:1" }
 
-// failAt is a back end whose NewSparse fails from its after-th call on:
-// a device whose block upload fails after it posted its round's header.
-type failAt struct {
-	backend.Backend
-	calls atomic.Int64
-	after int64
-}
-
-var errUpload = errors.New("upload failed (test)")
-
-func (f *failAt) NewSparse(rows, cols int, indptr []int64, indices []int32) (backend.Sparse, error) {
-	if f.calls.Add(1) >= f.after {
-		return nil, errUpload
-	}
-	return f.Backend.NewSparse(rows, cols, indptr, indices)
-}
-
-// TestResidentUploadFails: a device whose block upload fails in a
-// resident layer, its header already posted, fails the run with its own
-// error, long before the stall timeout: the others stop on the run's
-// cancellation, not at the next round's deadline.
-func TestResidentUploadFails(t *testing.T) {
-	ds, in := cora(t)
-	b := newCPU(t)
-	cfg, params := deepModel(t, b, nn.KindSAGE, ds)
-	x := inputs(t, ds, false)
-	f := &failAt{Backend: newCPU(t), after: 1 << 40}
-	bs := []backend.Backend{b, f}
-	models, _, err := NewModels(bs, cfg, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := newRun(in, x, Request{}, Options{Backends: bs, Models: models, Budget: MinBudget})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.after = int64(len(r.chunks(0, 1))-1) + 2 // layer 2's second chunk on device 1
-	t0 := time.Now()
-	_, err = Run(context.Background(), in, x, Request{}, Options{Backends: bs, Models: models, Budget: MinBudget, Resident: ResidentOn, StallTimeout: time.Minute})
-	if !errors.Is(err, errUpload) || !strings.Contains(err.Error(), "layer 2 on ") {
-		t.Fatalf("error %v, want the upload's in layer 2", err)
-	}
-	if errors.Is(err, ErrPeer) || errors.Is(err, context.Canceled) {
-		t.Errorf("error %v joins the others' consequences of it", err)
-	}
-	if d := time.Since(t0); d > 20*time.Second {
-		t.Errorf("the failure took %v (stall timeout 1 min)", d)
-	}
-}
-
 // TestResidentMissingDevice: a device that stops before the exchange of
 // a resident layer fails the run within the stall timeout with an error
 // naming it, from the device waiting for it in the exchange and from the

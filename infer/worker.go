@@ -370,8 +370,7 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 		}
 		if c >= chunks { // an empty round: serve the others' requests
 			clk := w.clock()
-			w.post(nil, nil)
-			_, err := w.fetch(ctx, nil, nil)
+			_, err := w.fetch(ctx, nil, nil, nil)
 			clk.mark(phaseInput)
 			if err != nil {
 				return &Error{Op: fmt.Sprintf("layer %d on %s, round %d of %d (no chunk of its own)", w.l+1, w.b.Name(), c+1, w.rounds), Err: err}
@@ -424,16 +423,19 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 	r, b := w.r, w.b
 	clk := w.clock()
 	defer clk.mark(phaseFree) // runs last: after the frees deferred below
-	// With a resident input: this round's header, or the failure the
-	// others read there.
-	w.post(p.rt, p.err)
 	if p.err != nil {
+		if w.exch != nil { // tell the others, who wait for this round
+			_, p.err = w.fetch(ctx, nil, nil, p.err)
+		}
 		return p.err
 	}
 	if kc == nil {
 		var err error
 		if kc, err = w.upload(p.hc, len(dst)); err != nil {
-			return err // the others stop when the run is cancelled
+			if w.exch != nil {
+				_, err = w.fetch(ctx, nil, nil, err)
+			}
+			return err
 		}
 		if !r.opts.Keep.offer(w.d, w.l, c, kc) {
 			defer kc.free()
@@ -447,7 +449,7 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 	var xs *autograd.SparseInput
 	var err error
 	if w.rin != nil {
-		buf, err := w.fetch(ctx, src, p.rt)
+		buf, err := w.fetch(ctx, src, p.rt, nil)
 		if err != nil {
 			return err
 		}
