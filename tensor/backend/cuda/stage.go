@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"sync"
 	"unsafe"
 
 	cu "github.com/strata-gnn/strata/internal/cuda"
@@ -65,7 +64,7 @@ func (s *stager) upload(d *Device, dst cu.DevPtr, src unsafe.Pointer, n uint64) 
 		s.events = append(s.events, f.ev)
 		s.fifo = s.fifo[1:]
 	}
-	copyParallel(unsafe.Slice((*byte)(unsafe.Add(s.host, start)), n), unsafe.Slice((*byte)(src), n))
+	copy(unsafe.Slice((*byte)(unsafe.Add(s.host, start)), n), unsafe.Slice((*byte)(src), n))
 	if err := cu.MemcpyHtoDAsync(dst, unsafe.Add(s.host, start), n, d.stream); err != nil {
 		return err
 	}
@@ -106,31 +105,4 @@ func (s *stager) release() error {
 		s.host = nil
 	}
 	return first
-}
-
-// copyPiece is the least a goroutine of copyParallel copies, and
-// copyGoroutines the most goroutines it takes.
-const (
-	copyPiece      = 1 << 20
-	copyGoroutines = 4
-)
-
-// copyParallel copies src into dst (of equal length) in up to
-// copyGoroutines pieces at once: one goroutine copied about 3 GB/s into
-// the ring on the GPU host (the CPU profile of papers inference), a few
-// milliseconds of every chunk on the goroutine that feeds its GPU.
-func copyParallel(dst, src []byte) {
-	k := min(copyGoroutines, len(src)/copyPiece)
-	if k <= 1 {
-		copy(dst, src)
-		return
-	}
-	var wg sync.WaitGroup
-	step := (len(src) + k - 1) / k
-	for a := step; a < len(src); a += step {
-		b := min(a+step, len(src))
-		wg.Go(func() { copy(dst[a:b], src[a:b]) })
-	}
-	copy(dst[:step], src[:step])
-	wg.Wait()
 }
