@@ -438,7 +438,7 @@ func (w *worker) fetch(ctx context.Context, src []int32, rt *route, bad error) (
 	total := 0
 	for q := range p {
 		if got[2*q] != 0 {
-			failed = append(failed, r.opts.Backends[q].Name()+fmt.Sprintf(" (device %d)", q))
+			failed = append(failed, r.deviceName(q))
 		}
 		c := got[2*q+1]
 		if c < 0 || c > int64(rl.rows[d]) || (q == d && c != 0) {
