@@ -15,6 +15,10 @@ type Shape struct {
 	// EvalNodes: the nodes an evaluation scores (the train, validation
 	// and test splits); 0 when unknown (every node counted).
 	EvalNodes int64
+	// EvalEdges: the in-edges of those nodes, summed (a bound on the
+	// rows the layer below the last computes, besides them); 0 when
+	// unknown (every node counted).
+	EvalEdges int64
 	// Signed: some feature value is negative, so RowNorm auto keeps the
 	// table as it is (no normalized copy); false when unknown.
 	Signed bool

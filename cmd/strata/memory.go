@@ -17,7 +17,27 @@ var memoryBudget = sysmem.Available
 // shapeOf is what the memory estimates need of ds.
 func shapeOf(ds *dataset.Dataset) train.Shape {
 	return train.Shape{Nodes: ds.NumNodes(), Edges: ds.Graph.NumEdges(), FeatDim: int64(ds.FeatDim),
-		Classes: int64(ds.NumClasses), TrainNodes: int64(len(ds.Train)), EvalNodes: int64(len(ds.Train) + len(ds.Val) + len(ds.Test))}
+		Classes: int64(ds.NumClasses), TrainNodes: int64(len(ds.Train)), EvalNodes: int64(len(ds.Train) + len(ds.Val) + len(ds.Test)),
+		EvalEdges: evalEdges(ds)}
+}
+
+// evalEdges sums the in-degrees of the split nodes: of an undirected
+// dataset, whose stored rows are the in-adjacency's; 0 (unknown) for a
+// directed one.
+func evalEdges(ds *dataset.Dataset) int64 {
+	g := ds.Graph
+	if ds.Directed || g == nil {
+		return 0
+	}
+	var sum int64
+	for _, split := range [][]int32{ds.Train, ds.Val, ds.Test} {
+		for _, v := range split {
+			if v >= 0 && int64(v) < g.NumRows {
+				sum += g.Indptr[v+1] - g.Indptr[v]
+			}
+		}
+	}
+	return sum
 }
 
 // onHost reports whether every back end keeps its memory in host memory

@@ -5,9 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-gnn/strata/dataset"
 	"github.com/strata-gnn/strata/dataset/builtin"
 	"github.com/strata-gnn/strata/dsp/cache"
 	"github.com/strata-gnn/strata/dsp/engine"
+	"github.com/strata-gnn/strata/graph"
 	"github.com/strata-gnn/strata/internal/sysmem"
 	"github.com/strata-gnn/strata/train"
 )
@@ -115,5 +117,25 @@ func TestVirtualDeviceCost(t *testing.T) {
 		if estimated < measured/2 || estimated > 2*measured {
 			t.Errorf("%v: estimate %s per device, measured %s", extra, sysmem.Format(int64(estimated)), sysmem.Format(int64(measured)))
 		}
+	}
+}
+
+// TestEvalEdges: the split nodes' in-degrees summed on an undirected
+// dataset (its rows are the in-adjacency's), unknown (0) on a directed
+// one.
+func TestEvalEdges(t *testing.T) {
+	// 0-1, 0-2, 1-2, 2-3 both ways: degrees 2, 2, 3, 1.
+	g := &graph.CSR{NumRows: 4, NumCols: 4, Indptr: []int64{0, 2, 4, 7, 8},
+		Indices: []graph.NodeID{1, 2, 0, 2, 0, 1, 3, 2}}
+	ds := &dataset.Dataset{Graph: g, Train: []int32{0}, Val: []int32{2}, Test: []int32{3}}
+	if got := evalEdges(ds); got != 2+3+1 {
+		t.Errorf("undirected: %d in-edges, want 6", got)
+	}
+	if s := shapeOf(ds); s.EvalNodes != 3 || s.EvalEdges != 6 {
+		t.Errorf("shape: %d split nodes, %d in-edges; want 3 and 6", s.EvalNodes, s.EvalEdges)
+	}
+	ds.Directed = true
+	if got := evalEdges(ds); got != 0 {
+		t.Errorf("directed: %d, want 0 (unknown)", got)
 	}
 }

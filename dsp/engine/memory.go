@@ -90,28 +90,32 @@ func EstimateMemory(cfg Config, s train.Shape, hostDevices bool) train.MemoryEst
 
 // evalHostBytes is the host memory of a whole-graph evaluation by
 // layer-wise inference (package infer): while layer l is computed, its
-// input (layer l-1's output, every node; the features for the first) and
-// its output (every node below the last layer, the evaluated nodes at
-// it) are held; on CPU virtual devices each device's chunks too, within
-// infer's default budget.
+// input (layer l-1's output; the features for the first) and its output
+// are held. Each layer computes only the nodes the one above reads
+// (infer's plan): the evaluated nodes at the last, at most those and
+// their in-neighbors (s.EvalEdges) below it, every node further down. On
+// CPU virtual devices each device's chunks are held too, within infer's
+// default budget.
 func evalHostBytes(tc *train.Config, s train.Shape, hostDevices bool, k int) float64 {
 	w := tc.Widths(s.FeatDim, s.Classes)
 	n := float64(s.Nodes)
-	last := n
-	if s.EvalNodes > 0 {
-		last = float64(min(s.EvalNodes, s.Nodes))
+	rows := make([]float64, len(w)) // rows[l]: the nodes layer l computes
+	for l := range rows {
+		rows[l] = n
+	}
+	if L := len(w) - 1; s.EvalNodes > 0 {
+		rows[L] = float64(min(s.EvalNodes, s.Nodes))
+		if s.EvalEdges > 0 && L > 1 {
+			rows[L-1] = min(n, rows[L]+float64(s.EvalEdges))
+		}
 	}
 	peak := 0.0
 	for l := 1; l < len(w); l++ {
 		in := 0.0
 		if l > 1 {
-			in = 4 * n * w[l-1]
+			in = 4 * rows[l-1] * w[l-1]
 		}
-		rows := n
-		if l == len(w)-1 {
-			rows = last
-		}
-		peak = max(peak, in+4*rows*w[l])
+		peak = max(peak, in+4*rows[l]*w[l])
 	}
 	if hostDevices {
 		// A chunk is at most the budget and at most the device's share

@@ -155,3 +155,36 @@ func TestEstimateMemoryPapersShape(t *testing.T) {
 		t.Errorf("setup garbage on CPU devices: %s", host.String())
 	}
 }
+
+// TestEstimateEvaluationReceptiveField: with the split nodes' in-degrees
+// known, the layer below the last is counted for those nodes and their
+// in-neighbors only (infer's plan computes no more), every node further
+// down; the papers model (3 x 256) on one GPU: a third of the estimate
+// that counted every node at every hidden layer.
+func TestEstimateEvaluationReceptiveField(t *testing.T) {
+	s := papersShape(t)
+	n, ev := float64(s.Nodes), float64(s.EvalNodes)
+	cfg := papersConfig(t, 1, func(c *Config) { c.Train.Layers, c.Train.Hidden, c.Train.Fanouts = 3, 256, []int{15, 10, 5} })
+	scratch := float64(infer.ScratchBytes(s.Nodes, 1))
+	eval := func(s train.Shape) float64 {
+		p, ok := part(EstimateMemory(cfg, s, false), "evaluation")
+		if !ok {
+			t.Fatal("no evaluation part")
+		}
+		return p.Bytes - scratch
+	}
+	// Unknown degrees: layers 1 and 2 for every node.
+	if got, want := eval(s), 4*n*256+4*n*256; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("unknown degrees: %.4g bytes, want %.4g", got, want)
+	}
+	s.EvalEdges = 20 * s.EvalNodes
+	r2 := ev + float64(s.EvalEdges)
+	if got, want := eval(s), 4*n*256+4*r2*256; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("split nodes' degrees %d: %.4g bytes, want %.4g", s.EvalEdges, got, want)
+	}
+	// More in-edges than nodes: every node, never more.
+	s.EvalEdges = 2 * s.Nodes
+	if got, want := eval(s), 8*n*256; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("degrees past the node count: %.4g bytes, want %.4g", got, want)
+	}
+}
