@@ -1446,7 +1446,7 @@ set_papers_1() {
   fi
   echo "   GPU 0: ${mem:-?} MiB; flags: ${flags:-none}"
   # shellcheck disable=SC2086 # flags is a list of flags
-  papers_run 1 "${PAPERS_EPOCHS:-3}" $flags
+  papers_run 1 "${PAPERS_EPOCHS:-3}" ${flags:-}
 }
 
 set_papers_infer() {
