@@ -159,8 +159,7 @@ func TestEstimateMemoryPapersShape(t *testing.T) {
 // TestEstimateEvaluationReceptiveField: with the split nodes' in-degrees
 // known, the layer below the last is counted for those nodes and their
 // in-neighbors only (infer's plan computes no more), every node further
-// down; the papers model (3 x 256) on one GPU: a third of the estimate
-// that counted every node at every hidden layer.
+// down (the papers model, 3 x 256, on one GPU).
 func TestEstimateEvaluationReceptiveField(t *testing.T) {
 	s := papersShape(t)
 	n, ev := float64(s.Nodes), float64(s.EvalNodes)
