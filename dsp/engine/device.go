@@ -1157,6 +1157,12 @@ func (d *device) record(ctx context.Context, rec train.EpochRecord) error {
 		}
 		fmt.Fprintf(log, "epoch %*d/%d  loss %.4f  train time %.3fs%s  %s\n", len(fmt.Sprint(epochs)), epoch+1, epochs, rec.Loss, trainSec, acc, em.Summary.String()+s.remoteLine())
 	}
+	if log := s.opts.Log; log != nil && evaluated && !s.evalHinted {
+		if h := evalHint(evalSec, trainSec, cfg.Train.Eval, evaluationsAfter(&cfg.Train.Common, epoch)); h != "" {
+			s.evalHinted = true
+			fmt.Fprintln(log, h)
+		}
+	}
 	d.epochStart = time.Now()
 	return nil
 }
@@ -1187,4 +1193,30 @@ func (d *device) finish(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// evaluationsAfter counts the evaluations the run makes after epoch's
+// (0-based).
+func evaluationsAfter(c *train.Common, epoch int) int {
+	n := 0
+	for e := epoch + 1; e < c.Epochs; e++ {
+		if c.Evaluates(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// evalHint is a note for the log when an evaluation took evalSec, at
+// least 10 s and over five times an epoch's training (trainSec), and more
+// are to come: how to evaluate less often or for less; "" otherwise.
+func evalHint(evalSec, trainSec float64, mode string, ahead int) string {
+	if ahead < 1 || trainSec <= 0 || evalSec < 10 || evalSec <= 5*trainSec {
+		return ""
+	}
+	h := fmt.Sprintf("note: the evaluation took %.1f s, %.0fx the epoch's training, and %d more are to come: --eval-every N evaluates every N epochs (and after the last)", evalSec, evalSec/trainSec, ahead)
+	if mode != train.Sampled {
+		h += "; --eval sampled estimates the accuracies from sampled neighborhoods, for less"
+	}
+	return h
 }

@@ -108,6 +108,7 @@ type shared struct {
 	resumed  *resumeState    // the checkpoint this run continues from, or nil
 
 	evalLogged bool // evalInputs said where the evaluation reads its input (device 0's goroutine)
+	evalHinted bool // the log said the evaluations cost more than the training (device 0's goroutine)
 	closeOnce  sync.Once
 	mu         sync.Mutex
 	info       Info
