@@ -33,7 +33,7 @@ func evalEdges(ds *dataset.Dataset) int64 {
 	for _, split := range [][]int32{ds.Train, ds.Val, ds.Test} {
 		for _, v := range split {
 			if v >= 0 && int64(v) < g.NumRows {
-				sum += g.Indptr[v+1] - g.Indptr[v]
+				sum += g.Degree(v)
 			}
 		}
 	}
