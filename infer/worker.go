@@ -24,6 +24,7 @@ type worker struct {
 	l     int
 	input backend.Buffer // the layer's input matrix on the device, nil: gather on the host
 	rin   *resLayer      // the layer's input kept on the devices (overrides input)
+	hot   *hotRows       // with input nil: the input's most-read rows on the device
 	rout  backend.Buffer // this device's rows of the layer's output kept on the devices
 	exch  comm.Comm      // rin's exchange with the other devices (several devices)
 	board *board         // the rounds' headers (with exch)
@@ -486,29 +487,11 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 			return err
 		}
 	} else {
-		var rows []float32
-		width := r.x.Cols
-		if w.l == 0 {
-			rows = r.x.Dense
-		} else {
-			rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
-		}
-		host, err := w.staging(len(src) * width)
-		if err != nil {
-			return err
-		}
-		gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
-		buf, err := b.Alloc(backend.Float32, len(host))
+		buf, width, err := w.hostInput(src)
 		if err != nil {
 			return err
 		}
 		defer b.Free(buf)
-		if err := b.Upload(buf, host); err != nil {
-			return err
-		}
-		if err := w.staged(); err != nil {
-			return err
-		}
 		if x, err = t.Const(buf, len(src), width); err != nil {
 			return err
 		}
@@ -580,4 +563,39 @@ func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
 func ScratchBytes(nodes int64, devices int) int64 {
 	n, _ := splitBuilders(defaultWorkers(devices))
 	return 8 * nodes * int64(max(devices, 1)*n)
+}
+
+// hostInput returns a new device buffer holding the chunk's source rows
+// of the layer's input in host memory (src order) and their width: the
+// rows the device keeps a copy of gathered there (w.hot), the others
+// gathered on the host and uploaded.
+func (w *worker) hostInput(src []int32) (backend.Buffer, int, error) {
+	r, b := w.r, w.b
+	rows, width := r.x.Dense, r.x.Cols
+	if w.l > 0 {
+		rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
+	}
+	if w.hot != nil {
+		buf, ok, err := w.gatherHot(src, rows, width)
+		if err != nil || ok {
+			return buf, width, err
+		}
+	}
+	host, err := w.staging(len(src) * width)
+	if err != nil {
+		return nil, 0, err
+	}
+	gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
+	buf, err := b.Alloc(backend.Float32, len(host))
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := b.Upload(buf, host); err == nil {
+		err = w.staged()
+	}
+	if err != nil {
+		b.Free(buf)
+		return nil, 0, err
+	}
+	return buf, width, nil
 }
