@@ -231,6 +231,42 @@ func indexOfHot(hot []*hotRows, h *hotRows) int {
 	return -1
 }
 
+// split sorts a chunk's sources (on workers goroutines: at the papers
+// shape a chunk lists half a million, each a random read of slot): the
+// slots of the hot ones, the cold ones' node IDs, both in source order,
+// and perm, source i's row when the hot rows are staged first and the
+// cold ones after them.
+func (h *hotRows) split(src []int32, workers int) (slots, cold, perm []int32) {
+	const minPart = 1 << 14
+	parts := max(1, min(workers, len(src)/minPart))
+	hits := make([]int, parts+1)
+	forParts(len(src), parts, func(q, a, b int) {
+		for _, v := range src[a:b] {
+			if h.set.slot[v] >= 0 {
+				hits[q+1]++
+			}
+		}
+	})
+	for q := range parts {
+		hits[q+1] += hits[q]
+	}
+	hit := hits[parts]
+	slots, cold, perm = make([]int32, hit), make([]int32, len(src)-hit), make([]int32, len(src))
+	forParts(len(src), parts, func(q, a, b int) {
+		i, j := hits[q], a-hits[q] // this part's first hot and cold positions
+		for k, v := range src[a:b] {
+			if s := h.set.slot[v]; s >= 0 {
+				slots[i], perm[a+k] = s, int32(i)
+				i++
+			} else {
+				cold[j], perm[a+k] = v, int32(hit+j)
+				j++
+			}
+		}
+	})
+	return slots, cold, perm
+}
+
 // gatherHot returns a new device buffer holding rows[src[i]] in row i
 // (len(src) x width): the rows w.hot holds copied on the device, the
 // others gathered on the host and uploaded, then put in source order.
@@ -239,12 +275,9 @@ func indexOfHot(hot []*hotRows, h *hotRows) int {
 func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Buffer, ok bool, err error) {
 	h, b := w.hot, w.b
 	n := len(src)
-	hit := 0
-	for _, v := range src {
-		if h.set.slot[v] >= 0 {
-			hit++
-		}
-	}
+	workers := max(1, runtime.GOMAXPROCS(0)/len(w.r.opts.Backends))
+	slots, cold, perm := h.split(src, workers)
+	hit := len(slots)
 	h.reads.Add(int64(n))
 	h.hits.Add(int64(hit))
 	if hit == 0 {
@@ -266,11 +299,7 @@ func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Bu
 		}
 		return x, err
 	}
-	if hit == n { // every row on the device, in source order already
-		slots := make([]int32, n)
-		for i, v := range src {
-			slots[i] = h.set.slot[v]
-		}
+	if hit == n { // every row on the device: slots is in source order
 		idx, err := ints(slots)
 		if err != nil {
 			return nil, false, err
@@ -283,18 +312,6 @@ func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Bu
 			return nil, false, err
 		}
 		return x, true, nil
-	}
-	// The staged rows: the hot ones first (by their slots), then the
-	// others; perm[i] is source i's row among them.
-	slots, cold, perm := make([]int32, 0, hit), make([]int32, 0, n-hit), make([]int32, n)
-	for i, v := range src {
-		if s := h.set.slot[v]; s >= 0 {
-			perm[i] = int32(len(slots))
-			slots = append(slots, s)
-		} else {
-			perm[i] = int32(hit + len(cold))
-			cold = append(cold, v)
-		}
 	}
 	stage, err := allocRaw(b, backend.Float32, n*width)
 	if err != nil {
@@ -316,7 +333,7 @@ func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Bu
 	if err != nil {
 		return nil, false, err
 	}
-	gatherRows(host, rows, cold, width, max(1, runtime.GOMAXPROCS(0)/len(w.r.opts.Backends)))
+	gatherRows(host, rows, cold, width, workers)
 	coldPart, err := backend.View(stage, hit*width, len(host))
 	if err != nil {
 		return nil, false, err

@@ -3,6 +3,7 @@ package infer
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -118,5 +119,47 @@ func TestPickHot(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("candidates %v, k %d: %v, want %v", c.candidates, c.k, got, c.want)
 		}
+	}
+}
+
+// TestHotSplit: a chunk's sources sorted into hot slots and cold IDs on
+// several goroutines, each in source order, perm placing source i among
+// the staged rows (hot first), as one goroutine does.
+func TestHotSplit(t *testing.T) {
+	const n, srcs = 50_000, 100_000
+	r := rand.New(rand.NewPCG(3, 4))
+	set := &hotSet{slot: make([]int32, n), width: 1}
+	for v := range set.slot {
+		set.slot[v] = -1
+		if r.IntN(3) == 0 {
+			set.slot[v] = int32(len(set.nodes))
+			set.nodes = append(set.nodes, int32(v))
+		}
+	}
+	h := &hotRows{set: set}
+	src := make([]int32, srcs)
+	for i := range src {
+		src[i] = int32(r.IntN(n))
+	}
+	wantSlots, wantCold, wantPerm := h.split(src, 1)
+	for _, workers := range []int{2, 5, 16} {
+		slots, cold, perm := h.split(src, workers)
+		if !slices.Equal(slots, wantSlots) || !slices.Equal(cold, wantCold) || !slices.Equal(perm, wantPerm) {
+			t.Fatalf("%d workers: a different split than one goroutine's", workers)
+		}
+	}
+	// One goroutine's, checked by hand: staged rows in perm order are the sources.
+	for i, v := range src {
+		p := int(wantPerm[i])
+		if p < len(wantSlots) {
+			if set.nodes[wantSlots[p]] != v {
+				t.Fatalf("source %d (node %d): staged hot row %d is node %d", i, v, p, set.nodes[wantSlots[p]])
+			}
+		} else if wantCold[p-len(wantSlots)] != v {
+			t.Fatalf("source %d (node %d): staged cold row %d is node %d", i, v, p, wantCold[p-len(wantSlots)])
+		}
+	}
+	if len(wantSlots) == 0 || len(wantCold) == 0 {
+		t.Fatalf("%d hot and %d cold sources: want both", len(wantSlots), len(wantCold))
 	}
 }
