@@ -33,15 +33,11 @@ type worker struct {
 	// lockstep (rin on several devices), 0 otherwise.
 	rounds int
 
-	// stage holds a chunk's source rows gathered on the host, reused
-	// across the layer's chunks (no zeroing per chunk) and pinned where
-	// the back end has pinned memory, so that its upload runs at the
-	// link's rate; pin owns it then.
-	stage []float32
-	pin   backend.HostBuffer
-	// stageDone is reached when the last upload from stage has run
-	// (async: no chunk ends waiting for the device then).
-	stageDone backend.Fence
+	// stages hold chunks' source rows gathered on the host, used in
+	// turn (stageN counts the uploads) so that one chunk's rows are
+	// gathered while the previous chunk's upload runs.
+	stages [2]stageSlot
+	stageN int
 	// async copies chunks' outputs to the host without waiting for them
 	// (unless Options.SyncOutputs), through outs in turn; nil: each chunk's
 	// Download waits.
@@ -98,9 +94,11 @@ func (w *worker) finishAsync() error {
 		}
 		*s = outSlot{}
 	}
-	if w.stageDone != nil {
-		w.stageDone.Close()
-		w.stageDone = nil
+	for i := range w.stages {
+		if f := w.stages[i].done; f != nil {
+			f.Close()
+			w.stages[i].done = nil
+		}
 	}
 	return first
 }
@@ -167,52 +165,75 @@ func writeRows(out hostMatrix, host []float32, dst []int32, row0 int) {
 	}
 }
 
-// staging returns n floats of the worker's staging memory, growing it by
-// a quarter more than asked when short. The previous chunk's upload from
-// it has completed: each chunk ends with a download that waits for the
-// queue, or, with asynchronous outputs, stageDone is waited for here.
+// stageSlot is staging memory for one chunk's gathered source rows,
+// reused across the layer's chunks (no zeroing per chunk) and pinned where
+// the back end has pinned memory, so that its upload runs at the link's
+// rate; pin owns it then. done is reached when the last upload from it
+// has run (async outputs: no chunk ends waiting for the device then).
+type stageSlot struct {
+	data []float32
+	pin  backend.HostBuffer
+	done backend.Fence
+}
+
+func (s *stageSlot) free() {
+	if s.pin != nil {
+		s.pin.Free()
+	}
+	s.pin, s.data = nil, nil
+}
+
+// staging returns n floats of the next staging slot, growing it by a
+// quarter more than asked when short. That slot's last upload has
+// completed: each chunk ends with a download that waits for the queue,
+// or, with asynchronous outputs, the slot's fence is waited for here
+// (the other slot's upload, the previous chunk's, may still run).
 func (w *worker) staging(n int) ([]float32, error) {
-	if w.stageDone != nil {
-		if err := w.stageDone.Wait(); err != nil {
+	s := &w.stages[w.stageN%len(w.stages)]
+	if s.done != nil {
+		if err := s.done.Wait(); err != nil {
 			return nil, err
 		}
 	}
-	if cap(w.stage) >= n {
-		return w.stage[:n], nil
+	if cap(s.data) >= n {
+		return s.data[:n], nil
 	}
-	w.freeStaging()
+	s.free()
 	size := n + n/4
 	if pm, ok := w.b.(backend.PinnedMemory); ok {
 		if hb, err := pm.AllocPinned(uint64(size)*4, false); err == nil {
-			w.pin, w.stage = hb, hb.Float32s()[:size]
-			return w.stage[:n], nil
+			s.pin, s.data = hb, hb.Float32s()[:size]
+			return s.data[:n], nil
 		}
 	}
-	w.stage = make([]float32, size)
-	return w.stage[:n], nil
+	s.data = make([]float32, size)
+	return s.data[:n], nil
 }
 
-// staged marks the end of an upload from the staging memory (async: the
-// next staging waits for it).
+// staged marks the end of an upload from the slot staging returned (async:
+// the next use of that slot waits for it) and moves to the other slot.
 func (w *worker) staged() error {
+	s := &w.stages[w.stageN%len(w.stages)]
+	w.stageN++
 	if w.async == nil {
 		return nil
 	}
-	if w.stageDone == nil {
+	if s.done == nil {
 		f, err := w.b.(backend.Fences).NewFence()
 		if err != nil {
 			return err
 		}
-		w.stageDone = f
+		s.done = f
 	}
-	return w.stageDone.Record()
+	return s.done.Record()
 }
 
+// freeStaging frees the staging slots. Their uploads have run: the
+// layer's end waits for the device's queue.
 func (w *worker) freeStaging() {
-	if w.pin != nil {
-		w.pin.Free()
+	for i := range w.stages {
+		w.stages[i].free()
 	}
-	w.pin, w.stage = nil, nil
 }
 
 // gatherRows copies rows[src[i]] into dst's row i (width floats a row),
