@@ -121,3 +121,39 @@ func closeLogits(t *testing.T, what string, got, want, host []float32) {
 		}
 	}
 }
+
+// TestGPUHotRows: on one GPU, an input gathered on the host with a copy
+// of its most-read rows on the GPU (some rows, then every row) gives
+// the plain host path's logits bit for bit (the same rows, copied), for
+// SAGE, GCN and GAT, every node and a few. Skipped without a GPU.
+func TestGPUHotRows(t *testing.T) {
+	ds, in := cora(t)
+	g := gputest.One(t)
+	cpu := newCPU(t)
+	bs := []backend.Backend{g}
+	for _, kind := range []string{nn.KindSAGE, nn.KindGCN, nn.KindGAT} {
+		cfg, params := deepModel(t, cpu, kind, ds)
+		x := inputs(t, ds, false)
+		for _, req := range []Request{{}, {Nodes: []int32{2707, 3, 3, 1000}}} {
+			for _, rows := range []int64{300, int64(ds.NumNodes())} {
+				t.Run(fmt.Sprintf("%s/nodes=%d/rows=%d", kind, len(req.Nodes), rows), func(t *testing.T) {
+					base := Options{Budget: MinBudget, Placement: PlaceHost, Resident: ResidentOff}
+					want := runOn(t, bs, cfg, params, in, x, req, base)
+					opts := base
+					opts.HotBytes = rows * 4 * int64(ds.FeatDim)
+					got := runOn(t, bs, cfg, params, in, x, req, opts)
+					for _, st := range got.Layers {
+						if st.HotRows <= 0 || st.HotReads <= 0 {
+							t.Fatalf("layer %d: %d rows kept, %d of %d reads from them", st.Layer, st.HotRows, st.HotReads, st.Reads)
+						}
+					}
+					for i := range want.Data {
+						if math.Float32bits(got.Data[i]) != math.Float32bits(want.Data[i]) {
+							t.Fatalf("value %d: %v with the copy, %v without", i, got.Data[i], want.Data[i])
+						}
+					}
+				})
+			}
+		}
+	}
+}
