@@ -10,9 +10,9 @@ import (
 	"github.com/strata-gnn/strata/tensor/backend"
 )
 
-// A layer input gathered on the host (too large for a device) is read
-// once per edge: at the papers shape a hidden layer's chunks upload
-// about seven times the matrix. hotRows keeps on a device a copy of the
+// A layer input gathered on the host (too large for a device) is
+// uploaded once per chunk that reads a row: at the papers shape the
+// evaluation's layer 2 uploads about eight times the matrix. hotRows keeps on a device a copy of the
 // rows read most (the nodes of highest in-degree, which the most
 // destinations list), so that a chunk uploads only the rest: the same
 // rows, copied exactly, so the output does not change.
