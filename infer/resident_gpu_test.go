@@ -3,6 +3,7 @@ package infer
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/strata-gnn/strata/internal/testkit/gputest"
@@ -154,6 +155,51 @@ func TestGPUHotRows(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestGPUStagingReuse: on one GPU, layer 1 gathered on the host in chunks
+// whose uploads exceed the back end's pinned ring (so each is an
+// asynchronous copy straight from a staging slot, which a later chunk
+// gathers into again) and its output kept on the GPU, where no chunk ends
+// waiting for a download: the logits equal those of the host path
+// (outputs downloaded) to 1e-5. A slot refilled before its upload ran
+// would feed the next chunk's rows to this one. Skipped without a GPU.
+func TestGPUStagingReuse(t *testing.T) {
+	g := gputest.One(t)
+	cpu := newCPU(t)
+	const n, width = 300_000, 128
+	in := randomGraph(n, 7)
+	rng := rand.New(rand.NewPCG(5, 9))
+	x := &Input{Rows: n, Cols: width, Dense: make([]float32, n*width)}
+	for i := range x.Dense {
+		x.Dense[i] = rng.Float32() - 0.5
+	}
+	cfg := nn.Config{Kind: nn.KindSAGE, InDim: width, OutDim: 8, Hidden: 32, Layers: 2, NoDropout: true, Seed: 3}
+	m, err := nn.New(cpu, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := nn.SaveParams(cpu, m.Params())
+	nn.FreeParams(cpu, m.Params())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := []backend.Backend{g}
+	placed := maxPlaced
+	maxPlaced = func(uint64) uint64 { return 0 } // every input gathered on the host
+	t.Cleanup(func() { maxPlaced = placed })
+	opts := Options{Budget: 96 << 20, HotBytes: -1}
+	got := runOn(t, bs, cfg, params, in, x, Request{}, opts)
+	if st := got.Layers[0]; st.Input != "host" || st.Output != "resident" || st.Chunks < 4 {
+		t.Fatalf("layer 1: %d chunks, input %q, output %q (%s); want 4 or more, host, resident", st.Chunks, st.Input, st.Output, st.Why)
+	}
+	opts.Resident = ResidentOff
+	host := runOn(t, bs, cfg, params, in, x, Request{}, opts)
+	for i := range host.Data {
+		if d := math.Abs(float64(got.Data[i] - host.Data[i])); d > 1e-5*max(1, math.Abs(float64(host.Data[i]))) {
+			t.Fatalf("logit %d (node %d): %v with layer 1 resident, %v on the host path", i, i/host.Cols, got.Data[i], host.Data[i])
 		}
 	}
 }

@@ -94,12 +94,6 @@ func (w *worker) finishAsync() error {
 		}
 		*s = outSlot{}
 	}
-	for i := range w.stages {
-		if f := w.stages[i].done; f != nil {
-			f.Close()
-			w.stages[i].done = nil
-		}
-	}
 	return first
 }
 
@@ -168,26 +162,31 @@ func writeRows(out hostMatrix, host []float32, dst []int32, row0 int) {
 // stageSlot is staging memory for one chunk's gathered source rows,
 // reused across the layer's chunks (no zeroing per chunk) and pinned where
 // the back end has pinned memory, so that its upload runs at the link's
-// rate; pin owns it then. done is reached when the last upload from it
-// has run (async outputs: no chunk ends waiting for the device then).
+// rate; pin owns it then. An upload from pinned memory runs after Upload
+// returns: done is reached when the slot's last upload has run.
 type stageSlot struct {
 	data []float32
 	pin  backend.HostBuffer
 	done backend.Fence
 }
 
-func (s *stageSlot) free() {
+// free waits for the slot's last upload and frees its memory and fence.
+func (s *stageSlot) free() error {
+	var err error
+	if s.done != nil {
+		err = s.done.Wait()
+		s.done.Close()
+	}
 	if s.pin != nil {
 		s.pin.Free()
 	}
-	s.pin, s.data = nil, nil
+	*s = stageSlot{}
+	return err
 }
 
 // staging returns n floats of the next staging slot, growing it by a
-// quarter more than asked when short. That slot's last upload has
-// completed: each chunk ends with a download that waits for the queue,
-// or, with asynchronous outputs, the slot's fence is waited for here
-// (the other slot's upload, the previous chunk's, may still run).
+// quarter more than asked when short, once that slot's last upload has
+// run (the other slot's, the previous chunk's, may still run).
 func (w *worker) staging(n int) ([]float32, error) {
 	s := &w.stages[w.stageN%len(w.stages)]
 	if s.done != nil {
@@ -198,7 +197,9 @@ func (w *worker) staging(n int) ([]float32, error) {
 	if cap(s.data) >= n {
 		return s.data[:n], nil
 	}
-	s.free()
+	if err := s.free(); err != nil {
+		return nil, err
+	}
 	size := n + n/4
 	if pm, ok := w.b.(backend.PinnedMemory); ok {
 		if hb, err := pm.AllocPinned(uint64(size)*4, false); err == nil {
@@ -210,16 +211,19 @@ func (w *worker) staging(n int) ([]float32, error) {
 	return s.data[:n], nil
 }
 
-// staged marks the end of an upload from the slot staging returned (async:
-// the next use of that slot waits for it) and moves to the other slot.
+// staged marks the end of an upload from the slot staging returned (the
+// next use of a pinned slot waits for it) and moves to the other slot.
+// Pageable memory needs no fence: Upload returns once the driver has
+// copied it.
 func (w *worker) staged() error {
 	s := &w.stages[w.stageN%len(w.stages)]
 	w.stageN++
-	if w.async == nil {
+	fences, ok := w.b.(backend.Fences)
+	if s.pin == nil || !ok {
 		return nil
 	}
 	if s.done == nil {
-		f, err := w.b.(backend.Fences).NewFence()
+		f, err := fences.NewFence()
 		if err != nil {
 			return err
 		}
@@ -228,12 +232,15 @@ func (w *worker) staged() error {
 	return s.done.Record()
 }
 
-// freeStaging frees the staging slots. Their uploads have run: the
-// layer's end waits for the device's queue.
-func (w *worker) freeStaging() {
+// freeStaging frees the staging slots once their uploads have run.
+func (w *worker) freeStaging() error {
+	var first error
 	for i := range w.stages {
-		w.stages[i].free()
+		if err := w.stages[i].free(); err != nil && first == nil {
+			first = err
+		}
 	}
+	return first
 }
 
 // gatherRows copies rows[src[i]] into dst's row i (width floats a row),
@@ -334,7 +341,11 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	for len(r.scratch[w.d]) < nb {
 		r.scratch[w.d] = append(r.scratch[w.d], newScratch(r.n))
 	}
-	defer w.freeStaging()
+	defer func() {
+		if e := w.freeStaging(); err == nil && e != nil {
+			err = &Error{Op: fmt.Sprintf("layer %d on %s, staging", w.l+1, w.b.Name()), Err: e}
+		}
+	}()
 	// The chunks kept by an earlier Run, looked up before the builders
 	// start (the device's map of kept chunks is this goroutine's).
 	kept := make([]*keptChunk, chunks)
