@@ -38,8 +38,12 @@
 //     Options.SyncOutputs), and the next layer gathers each chunk's
 //     source rows on the host into pinned staging and uploads them, or
 //     uploads H whole to every device when it takes at most half of
-//     each one's free memory (Options.Placement). A whole-graph output
-//     is handed over mapped: Result.Release frees it.
+//     each one's free memory (Options.Placement). When it does not, a
+//     device keeps a copy of H's most-read rows (the nodes of highest
+//     in-degree) in the memory the chunks leave, and its chunks upload
+//     only the other rows (Options.HotBytes): a hidden layer's chunks
+//     otherwise upload several times H. A whole-graph output is handed
+//     over mapped: Result.Release frees it.
 //
 // LayerStats, the progress bar and Options.Log say which path ran for
 // each layer, with the bytes a device held, and why a hidden layer went

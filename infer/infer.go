@@ -113,6 +113,15 @@ type Options struct {
 	// GOMAXPROCS / the number of devices. The output does not depend
 	// on it.
 	Workers int
+	// HotBytes is the device memory a device that gathers a layer's
+	// input on the host may give a copy of the input's most-read rows
+	// (the nodes of highest in-degree), so that its chunks upload only
+	// the others: 0 picks what its free memory leaves beside two chunk
+	// budgets and 1 GiB, on back ends that report their memory
+	// (backend.Memory); negative keeps none. A positive value also lets
+	// back ends that do not report their memory (the CPU) keep one. The
+	// output does not depend on it.
+	HotBytes int64
 	// Resident says whether hidden layers' outputs stay in device
 	// memory, each device holding its range's rows, the next layer
 	// gathering its sources from the devices that hold them
@@ -222,6 +231,12 @@ type LayerStats struct {
 	Why    string `json:"why,omitempty"`
 	// ResidentBytes is the largest device's share of a resident output.
 	ResidentBytes int64 `json:"resident_bytes,omitempty"`
+	// HotRows is the rows of an input gathered on the host that each
+	// such device kept a copy of (its most-read rows, Options.HotBytes);
+	// HotReads of the chunks' Reads source rows were read from it.
+	HotRows  int64 `json:"hot_rows,omitempty"`
+	HotReads int64 `json:"hot_reads,omitempty"`
+	Reads    int64 `json:"reads,omitempty"`
 	// BuildSeconds is the host time the slowest device spent making
 	// its chunks' blocks and routes (ahead of the chunks it computed);
 	// BuildWaitSeconds the longest a device waited for them: the part
@@ -748,6 +763,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		var placed []backend.Buffer
 		var kept []bool
+		var hot []*hotRows // the most-read rows of an input gathered on the host
 		if rin != nil {
 			st.Input = "resident"
 			if l == 0 {
@@ -774,6 +790,16 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			default:
 				st.Input = fmt.Sprintf("device on %d of %d, host", on, p)
 			}
+			if on < p {
+				if hot, err = r.placeHot(ctx, l, placed); err != nil {
+					r.freePlaced(placed, kept)
+					stopPrep()
+					return nil, err
+				}
+				if i := slices.IndexFunc(hot, func(h *hotRows) bool { return h != nil }); i >= 0 {
+					st.HotRows = int64(len(hot[i].set.nodes))
+				}
+			}
 		}
 		desc := r.describe(st, rin)
 		r.bar.Describe(fmt.Sprintf("%s: %s", r.opts.Progress, desc))
@@ -781,8 +807,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		r.phases = make([][numPhases]time.Duration, p)
 		r.spans = make([]span, p)
 		profiling := r.startProfiles()
-		err := r.layer(ctx, l, bounds[l], out, placed, rin, rl)
+		err := r.layer(ctx, l, bounds[l], out, placed, hot, rin, rl)
 		stopPrep()
+		if hot != nil && !r.abandoned.Load() {
+			st.HotReads, st.Reads = hotCounts(hot)
+			freeHot(r.opts.Backends, hot)
+		}
 		if profiling && err == nil { // a failed layer's devices may never drain
 			st.Ops = r.stopProfiles()
 		}
@@ -807,8 +837,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		res.Layers = append(res.Layers, st)
 		if r.opts.Log != nil {
-			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s (blocks built on the host in %.2f s a device, %.2f s of it waited for)\n",
-				desc, st.Nodes, st.Chunks, st.Seconds, st.BuildSeconds, st.BuildWaitSeconds)
+			hotNote := ""
+			if st.HotRows > 0 && st.Reads > 0 {
+				hotNote = fmt.Sprintf("; %d most-read input rows copied to the devices, %.1f %% of the rows read", st.HotRows, 100*float64(st.HotReads)/float64(st.Reads))
+			}
+			fmt.Fprintf(r.opts.Log, "inference %s: %d nodes, %d chunks, %.2f s (blocks built on the host in %.2f s a device, %.2f s of it waited for%s)\n",
+				desc, st.Nodes, st.Chunks, st.Seconds, st.BuildSeconds, st.BuildWaitSeconds, hotNote)
 			if r.opts.ProfileOps {
 				r.logProfile(st)
 			}
@@ -866,6 +900,11 @@ func (r *run) describe(st LayerStats, rin *resLayer) string {
 	return fmt.Sprintf("layer %d/%d, %s, %s", st.Layer, r.last+1, in, out)
 }
 
+// maxPlaced is the largest layer input PlaceAuto puts in a device's
+// memory given its free bytes (a variable: tests make inputs gathered on
+// the host on a GPU that would hold them).
+var maxPlaced = func(free uint64) uint64 { return free / 2 }
+
 // place uploads layer l's input matrix to the devices that read it from
 // their own memory (Options.Placement); nil entries gather on the host.
 // kept[d] says device d's is not this Run's to free: Options.Keep holds
@@ -900,7 +939,7 @@ func (r *run) place(ctx context.Context, l int) (out []backend.Buffer, kept []bo
 				continue
 			}
 			free, _, err := m.MemInfo()
-			if err != nil || bytes > free/2 {
+			if err != nil || bytes > maxPlaced(free) {
 				continue
 			}
 		}
@@ -975,7 +1014,7 @@ func (r *run) fits(bytes uint64) bool {
 		if !ok {
 			return false
 		}
-		if free, _, err := m.MemInfo(); err != nil || bytes > free/2 {
+		if free, _, err := m.MemInfo(); err != nil || bytes > maxPlaced(free) {
 			return false
 		}
 	}
@@ -1024,7 +1063,7 @@ func (r *run) output(l int) (hostMatrix, error) {
 // set, receives the output instead of out. With rin on several devices
 // they proceed in lockstep: every device runs as many rounds as the
 // device with the most chunks (empty rounds serve the others' requests).
-func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, placed []backend.Buffer, rin, rout *resLayer) error {
+func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, placed []backend.Buffer, hot []*hotRows, rin, rout *resLayer) error {
 	p := len(r.opts.Backends)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -1049,6 +1088,9 @@ func (r *run) layer(ctx context.Context, l int, bounds [][]int, out hostMatrix, 
 	r.devStart = time.Now()
 	for d := range p {
 		w := &worker{r: r, d: d, b: r.opts.Backends[d], layer: r.layers[d], l: l, input: placed[d], rin: rin, rounds: rounds}
+		if hot != nil {
+			w.hot = hot[d]
+		}
 		if rout != nil {
 			w.rout = rout.bufs[d]
 		}

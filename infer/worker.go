@@ -24,6 +24,7 @@ type worker struct {
 	l     int
 	input backend.Buffer // the layer's input matrix on the device, nil: gather on the host
 	rin   *resLayer      // the layer's input kept on the devices (overrides input)
+	hot   *hotRows       // with input nil: the input's most-read rows on the device
 	rout  backend.Buffer // this device's rows of the layer's output kept on the devices
 	exch  comm.Comm      // rin's exchange with the other devices (several devices)
 	board *board         // the rounds' headers (with exch)
@@ -32,15 +33,11 @@ type worker struct {
 	// lockstep (rin on several devices), 0 otherwise.
 	rounds int
 
-	// stage holds a chunk's source rows gathered on the host, reused
-	// across the layer's chunks (no zeroing per chunk) and pinned where
-	// the back end has pinned memory, so that its upload runs at the
-	// link's rate; pin owns it then.
-	stage []float32
-	pin   backend.HostBuffer
-	// stageDone is reached when the last upload from stage has run
-	// (async: no chunk ends waiting for the device then).
-	stageDone backend.Fence
+	// stages hold chunks' source rows gathered on the host, used in
+	// turn (stageN counts the uploads) so that one chunk's rows are
+	// gathered while the previous chunk's upload runs.
+	stages [2]stageSlot
+	stageN int
 	// async copies chunks' outputs to the host without waiting for them
 	// (unless Options.SyncOutputs), through outs in turn; nil: each chunk's
 	// Download waits.
@@ -96,10 +93,6 @@ func (w *worker) finishAsync() error {
 			s.fence.Close()
 		}
 		*s = outSlot{}
-	}
-	if w.stageDone != nil {
-		w.stageDone.Close()
-		w.stageDone = nil
 	}
 	return first
 }
@@ -166,52 +159,88 @@ func writeRows(out hostMatrix, host []float32, dst []int32, row0 int) {
 	}
 }
 
-// staging returns n floats of the worker's staging memory, growing it by
-// a quarter more than asked when short. The previous chunk's upload from
-// it has completed: each chunk ends with a download that waits for the
-// queue, or, with asynchronous outputs, stageDone is waited for here.
+// stageSlot is staging memory for one chunk's gathered source rows,
+// reused across the layer's chunks (no zeroing per chunk) and pinned where
+// the back end has pinned memory, so that its upload runs at the link's
+// rate; pin owns it then. An upload from pinned memory runs after Upload
+// returns: done is reached when the slot's last upload has run.
+type stageSlot struct {
+	data []float32
+	pin  backend.HostBuffer
+	done backend.Fence
+}
+
+// free waits for the slot's last upload and frees its memory and fence.
+func (s *stageSlot) free() error {
+	var err error
+	if s.done != nil {
+		err = s.done.Wait()
+		s.done.Close()
+	}
+	if s.pin != nil {
+		s.pin.Free()
+	}
+	*s = stageSlot{}
+	return err
+}
+
+// staging returns n floats of the next staging slot, growing it by a
+// quarter more than asked when short, once that slot's last upload has
+// run (the other slot's, the previous chunk's, may still run).
 func (w *worker) staging(n int) ([]float32, error) {
-	if w.stageDone != nil {
-		if err := w.stageDone.Wait(); err != nil {
+	s := &w.stages[w.stageN%len(w.stages)]
+	if s.done != nil {
+		if err := s.done.Wait(); err != nil {
 			return nil, err
 		}
 	}
-	if cap(w.stage) >= n {
-		return w.stage[:n], nil
+	if cap(s.data) >= n {
+		return s.data[:n], nil
 	}
-	w.freeStaging()
+	if err := s.free(); err != nil {
+		return nil, err
+	}
 	size := n + n/4
 	if pm, ok := w.b.(backend.PinnedMemory); ok {
 		if hb, err := pm.AllocPinned(uint64(size)*4, false); err == nil {
-			w.pin, w.stage = hb, hb.Float32s()[:size]
-			return w.stage[:n], nil
+			s.pin, s.data = hb, hb.Float32s()[:size]
+			return s.data[:n], nil
 		}
 	}
-	w.stage = make([]float32, size)
-	return w.stage[:n], nil
+	s.data = make([]float32, size)
+	return s.data[:n], nil
 }
 
-// staged marks the end of an upload from the staging memory (async: the
-// next staging waits for it).
+// staged marks the end of an upload from the slot staging returned (the
+// next use of a pinned slot waits for it) and moves to the other slot.
+// Pageable memory needs no fence: Upload returns once the driver has
+// copied it.
 func (w *worker) staged() error {
-	if w.async == nil {
+	s := &w.stages[w.stageN%len(w.stages)]
+	w.stageN++
+	fences, ok := w.b.(backend.Fences)
+	if s.pin == nil || !ok {
 		return nil
 	}
-	if w.stageDone == nil {
-		f, err := w.b.(backend.Fences).NewFence()
+	if s.done == nil {
+		f, err := fences.NewFence()
 		if err != nil {
 			return err
 		}
-		w.stageDone = f
+		s.done = f
 	}
-	return w.stageDone.Record()
+	return s.done.Record()
 }
 
-func (w *worker) freeStaging() {
-	if w.pin != nil {
-		w.pin.Free()
+// freeStaging frees the staging slots once their uploads have run.
+func (w *worker) freeStaging() error {
+	var first error
+	for i := range w.stages {
+		if err := w.stages[i].free(); err != nil && first == nil {
+			first = err
+		}
 	}
-	w.pin, w.stage = nil, nil
+	return first
 }
 
 // gatherRows copies rows[src[i]] into dst's row i (width floats a row),
@@ -312,7 +341,11 @@ func (w *worker) run(ctx context.Context, bounds []int, out hostMatrix, done *at
 	for len(r.scratch[w.d]) < nb {
 		r.scratch[w.d] = append(r.scratch[w.d], newScratch(r.n))
 	}
-	defer w.freeStaging()
+	defer func() {
+		if e := w.freeStaging(); err == nil && e != nil {
+			err = &Error{Op: fmt.Sprintf("layer %d on %s, staging", w.l+1, w.b.Name()), Err: e}
+		}
+	}()
 	// The chunks kept by an earlier Run, looked up before the builders
 	// start (the device's map of kept chunks is this goroutine's).
 	kept := make([]*keptChunk, chunks)
@@ -486,29 +519,11 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 			return err
 		}
 	} else {
-		var rows []float32
-		width := r.x.Cols
-		if w.l == 0 {
-			rows = r.x.Dense
-		} else {
-			rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
-		}
-		host, err := w.staging(len(src) * width)
-		if err != nil {
-			return err
-		}
-		gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
-		buf, err := b.Alloc(backend.Float32, len(host))
+		buf, width, err := w.hostInput(src)
 		if err != nil {
 			return err
 		}
 		defer b.Free(buf)
-		if err := b.Upload(buf, host); err != nil {
-			return err
-		}
-		if err := w.staged(); err != nil {
-			return err
-		}
 		if x, err = t.Const(buf, len(src), width); err != nil {
 			return err
 		}
@@ -580,4 +595,39 @@ func (w *worker) upload(hc *hostChunk, nd int) (*keptChunk, error) {
 func ScratchBytes(nodes int64, devices int) int64 {
 	n, _ := splitBuilders(defaultWorkers(devices))
 	return 8 * nodes * int64(max(devices, 1)*n)
+}
+
+// hostInput returns a new device buffer holding the chunk's source rows
+// of the layer's input in host memory (src order) and their width: the
+// rows the device keeps a copy of gathered there (w.hot), the others
+// gathered on the host and uploaded.
+func (w *worker) hostInput(src []int32) (backend.Buffer, int, error) {
+	r, b := w.r, w.b
+	rows, width := r.x.Dense, r.x.Cols
+	if w.l > 0 {
+		rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
+	}
+	if w.hot != nil {
+		buf, ok, err := w.gatherHot(src, rows, width)
+		if err != nil || ok {
+			return buf, width, err
+		}
+	}
+	host, err := w.staging(len(src) * width)
+	if err != nil {
+		return nil, 0, err
+	}
+	gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
+	buf, err := b.Alloc(backend.Float32, len(host))
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := b.Upload(buf, host); err == nil {
+		err = w.staged()
+	}
+	if err != nil {
+		b.Free(buf)
+		return nil, 0, err
+	}
+	return buf, width, nil
 }

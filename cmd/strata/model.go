@@ -263,8 +263,18 @@ func (l *loaded) run(req infer.Request) (*infer.Result, error) {
 		}
 		workers = n
 	}
+	// STRATA_INFER_HOT=0: no device copy of the most-read rows of an
+	// input gathered on the host (infer.Options.HotBytes), to compare.
+	var hot int64
+	switch v := os.Getenv("STRATA_INFER_HOT"); v {
+	case "", "1":
+	case "0":
+		hot = -1
+	default:
+		return nil, fmt.Errorf("STRATA_INFER_HOT=%q: want 0 (no copy) or 1 (the default)", v)
+	}
 	return infer.Run(ctx, in, l.x, req, infer.Options{Backends: l.bs, Models: l.models, Budget: l.budget, Progress: "inference", Log: l.log, ProfileOps: profile,
-		SyncOutputs: waited, Workers: workers})
+		SyncOutputs: waited, Workers: workers, HotBytes: hot})
 }
 
 // predictCmd is 'strata predict'.
