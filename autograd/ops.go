@@ -297,6 +297,66 @@ func (t *Tape) FirstRows(x *Var, n int) (*Var, error) {
 	return out, nil
 }
 
+// StackRows returns a's rows, then b's (same width): [W_self; W_neigh]
+// for AggregateConcat's one product. value, when not nil, already holds
+// them (a view of a flat parameter buffer where a's values lie just
+// before b's): it is the output's value, with no copy, and keeps its
+// identity across steps (ShareHalf's bfloat16 copy of it applies);
+// otherwise they are copied.
+//
+// Backward: da += the first a.Rows rows of dy, db += the others.
+func (t *Tape) StackRows(a, b *Var, value backend.Buffer) (*Var, error) {
+	const op = "StackRows"
+	if err := t.check(op, a, b); err != nil {
+		return nil, err
+	}
+	if a.Cols != b.Cols || a.DType() != b.DType() {
+		return nil, errf(op, "%dx%d %s on %dx%d %s: want one width and dtype", a.Rows, a.Cols, a.DType(), b.Rows, b.Cols, b.DType())
+	}
+	rows, na := a.Rows+b.Rows, a.Len()
+	var out *Var
+	if value != nil {
+		if err := backend.CheckLen(op, "value", value, a.DType(), rows*a.Cols); err != nil {
+			return nil, err
+		}
+		out = t.register(&Var{Value: value, Rows: rows, Cols: a.Cols, RequiresGrad: anyGrad(a, b)})
+	} else {
+		var err error
+		if out, err = t.newVarT(op, a.DType(), rows, a.Cols, anyGrad(a, b)); err != nil {
+			return nil, err
+		}
+		head, err := backend.View(out.Value, 0, na)
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		tail, err := backend.View(out.Value, na, b.Len())
+		if err != nil {
+			return nil, wrap(op, err)
+		}
+		if err := t.b.Copy(head, a.Value); err != nil {
+			return nil, wrap(op, err)
+		}
+		if err := t.b.Copy(tail, b.Value); err != nil {
+			return nil, wrap(op, err)
+		}
+	}
+	t.record(op, out, func() error {
+		head, err := backend.View(out.Grad, 0, na)
+		if err != nil {
+			return wrap(op, err)
+		}
+		tail, err := backend.View(out.Grad, na, b.Len())
+		if err != nil {
+			return wrap(op, err)
+		}
+		if err := t.takeGrad(op, a, head, true); err != nil {
+			return err
+		}
+		return t.takeGrad(op, b, tail, true)
+	})
+	return out, nil
+}
+
 // LogSoftmax returns the row-wise log-softmax of x.
 //
 // Backward: dx += dy - exp(y) * rowsum(dy).

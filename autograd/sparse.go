@@ -67,6 +67,53 @@ func (t *Tape) SpMM(a backend.Sparse, x, w *Var) (*Var, error) {
 	return out, nil
 }
 
+// AggregateConcat returns [x_dst | A(w) x], a.NumRows() x 2*x.Cols: row
+// i holds x's row i (a block lists its destinations first among its
+// sources), then the sum of w[e] x[j] over its entries e = (i, j), in
+// x's dtype. Times [W_self; W_neigh] it is a GraphSAGE layer's two
+// products in one (one product of twice the depth runs faster than two,
+// and a bfloat16 row of 2*x.Cols values is aligned where one of x.Cols
+// may not be). The tape's back end must be a backend.ConcatAggregator;
+// x and w must not need gradients (a layer's input features and
+// constant weights): the op has no backward.
+func (t *Tape) AggregateConcat(a backend.Sparse, x, w *Var) (*Var, error) {
+	const op = "AggregateConcat"
+	if err := t.check(op, x); err != nil {
+		return nil, err
+	}
+	ca, ok := t.b.(backend.ConcatAggregator)
+	if !ok {
+		return nil, errf(op, "back end %s has no concatenated aggregation", t.b.Name())
+	}
+	if a == nil {
+		return nil, errf(op, "nil sparse matrix")
+	}
+	var wv backend.Buffer
+	if w != nil {
+		if err := t.check(op, w); err != nil {
+			return nil, err
+		}
+		if w.Rows != a.NNZ() || w.Cols != 1 {
+			return nil, errf(op, "edge weights are %dx%d, want %d x 1", w.Rows, w.Cols, a.NNZ())
+		}
+		wv = w.Value
+	}
+	if x.RequiresGrad || (w != nil && w.RequiresGrad) {
+		return nil, errf(op, "x or w needs a gradient: the op has no backward")
+	}
+	if x.Rows != a.NumCols() || a.NumRows() > x.Rows {
+		return nil, errf(op, "x has %d rows, sparse matrix is %dx%d (destinations first among the sources)", x.Rows, a.NumRows(), a.NumCols())
+	}
+	out, err := t.newVarT(op, x.DType(), a.NumRows(), 2*x.Cols, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := ca.SpMMConcat(out.Value, a, x.Value, wv, x.Cols); err != nil {
+		return nil, wrap(op, err)
+	}
+	return out, nil
+}
+
 // SDDMM computes per-edge values from destination features u
 // (a.NumRows() x H*D) and source features v (a.NumCols() x H*D); the result
 // is nnz x H:

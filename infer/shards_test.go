@@ -194,8 +194,13 @@ type memCPU struct {
 
 func (m *memCPU) MemInfo() (free, total uint64, err error) { return m.free, 2 * m.free, nil }
 func (m *memCPU) Stats() backend.AllocStats                { return backend.AllocStats{} }
-func (m *memCPU) ResetPeak()                               {}
-func (m *memCPU) ReleaseCache() error                      { return nil }
+
+// SpMMConcat is the wrapped back end's (see counting's).
+func (m *memCPU) SpMMConcat(out backend.Buffer, a backend.Sparse, x, w backend.Buffer, width int) error {
+	return m.Backend.(backend.ConcatAggregator).SpMMConcat(out, a, x, w, width)
+}
+func (m *memCPU) ResetPeak()          {}
+func (m *memCPU) ReleaseCache() error { return nil }
 
 // TestAutoShards: on devices that report their memory, when the whole
 // feature table does not fit (over half of a device's free memory) but

@@ -303,6 +303,9 @@ func NewSAGEConv(b backend.Backend, name string, in, out int, seed uint64) (*SAG
 	c.WSelf = s.uniform(name+".self.weight", in, out, glorot(in, out))
 	c.WNeigh = s.uniform(name+".neigh.weight", in, out, glorot(in, out))
 	c.B = s.zeros(name+".bias", 1, out)
+	if c.WSelf != nil && in <= out {
+		c.WSelf.stackNext = true // concatProduct reads [WSelf; WNeigh]
+	}
 	return c, s.err
 }
 
@@ -352,6 +355,9 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if cat, err := c.concatProduct(t, x, xs, blk, mean); cat != nil || err != nil {
+		return cat, nil, vs[2], err
+	}
 	// The self term: only the destination rows need it (a sparse input
 	// is projected whole, then its destination rows taken).
 	if xs != nil {
@@ -389,6 +395,30 @@ func (c *SAGEConv) parts(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseI
 		}
 	}
 	return self, neigh, vs[2], nil
+}
+
+// concatProduct is the layer's two products as one, [x_dst | mean] times
+// [WSelf; WNeigh], where that applies: a dense input that needs no
+// gradient (the features: no strided backward is needed), aggregation
+// before the product (In <= Out) and a back end that writes both halves
+// in one pass (backend.ConcatAggregator). nil, nil otherwise: the caller
+// takes the two products.
+func (c *SAGEConv) concatProduct(t *autograd.Tape, x *autograd.Var, xs *autograd.SparseInput, blk *Block, mean *autograd.Var) (*autograd.Var, error) {
+	if xs != nil || x.RequiresGrad || c.In > c.Out {
+		return nil, nil
+	}
+	if _, ok := t.Backend().(backend.ConcatAggregator); !ok {
+		return nil, nil
+	}
+	w, err := stackedVar(t, c.WSelf, c.WNeigh)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := t.AggregateConcat(blk.A, x, mean)
+	if err != nil {
+		return nil, err
+	}
+	return t.MatMul(cat, w)
 }
 
 // ---------------------------------------------------------------- GATConv

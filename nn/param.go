@@ -17,6 +17,11 @@ type Param struct {
 	Grad       backend.Buffer
 	Rows, Cols int
 
+	// stackNext says a layer reads this parameter and the next, of the
+	// same width, as one matrix (stackedVar): flatten keeps a view of
+	// the two together.
+	stackNext bool
+
 	// flat, on the first parameter of a model laid out by flatten: the
 	// buffers its parameters' values and gradients are views of; of, on
 	// every parameter so laid out, the same (views are not freed).
@@ -30,6 +35,9 @@ type flatParams struct {
 	value, grad backend.Buffer
 	params      []*Param
 	views       []backend.Buffer // params' Value and Grad views, in order
+	// stacked[i] is a view of params i and i+1's values together where
+	// params[i].stackNext, else nil.
+	stacked []backend.Buffer
 }
 
 // flatten moves ps into one value and one gradient buffer (values
@@ -72,6 +80,18 @@ func flatten(b backend.Backend, ps []*Param) error {
 			b.Free(v)
 			b.Free(g)
 			return fmt.Errorf("nn: flat parameters: %q: %w", p.Name, err)
+		}
+		off += p.Len()
+	}
+	f.stacked = make([]backend.Buffer, len(ps))
+	off = 0
+	for i, p := range ps {
+		if p.stackNext && i+1 < len(ps) && ps[i+1].Cols == p.Cols {
+			if f.stacked[i], err = backend.View(v, off, p.Len()+ps[i+1].Len()); err != nil {
+				b.Free(v)
+				b.Free(g)
+				return fmt.Errorf("nn: flat parameters: %q: %w", p.Name, err)
+			}
 		}
 		off += p.Len()
 	}
@@ -178,6 +198,54 @@ func HalfViews(ps []*Param, half backend.Buffer) ([]backend.Buffer, error) {
 		off += p.Len()
 	}
 	return views, nil
+}
+
+// stackedVar returns a's rows then b's as one Var of tape t (Tape.
+// StackRows): over the flat value buffer with no copy where flatten laid
+// them out side by side (a.stackNext), else copied.
+func stackedVar(t *autograd.Tape, a, b *Param) (*autograd.Var, error) {
+	va, err := a.Var(t)
+	if err != nil {
+		return nil, err
+	}
+	vb, err := b.Var(t)
+	if err != nil {
+		return nil, err
+	}
+	var value backend.Buffer
+	if f := a.of; f != nil && b.of == f {
+		if i := slices.Index(f.params, a); i >= 0 && i+1 < len(f.params) && f.params[i+1] == b && f.views[2*i] == a.Value && f.views[2*i+2] == b.Value {
+			value = f.stacked[i]
+		}
+	}
+	return t.StackRows(va, vb, value)
+}
+
+// HalfShares returns, for a trainer that converts ps' flat value buffer
+// into half once a step (see HalfViews), each buffer the tape may read
+// as a product's operand paired with its bfloat16 copy in half: every
+// parameter's value, and the stacked values of layers that read two
+// parameters as one (Tape.ShareHalf takes each pair).
+func HalfShares(ps []*Param, half backend.Buffer) ([][2]backend.Buffer, error) {
+	views, err := HalfViews(ps, half)
+	if err != nil {
+		return nil, err
+	}
+	f := ps[0].flat
+	pairs := make([][2]backend.Buffer, 0, len(ps)+1)
+	off := 0
+	for i, p := range ps {
+		pairs = append(pairs, [2]backend.Buffer{p.Value, views[i]})
+		if st := f.stacked[i]; st != nil {
+			h, err := backend.View(half, off, st.Len())
+			if err != nil {
+				return nil, fmt.Errorf("nn: half views: %q: %w", p.Name, err)
+			}
+			pairs = append(pairs, [2]backend.Buffer{st, h})
+		}
+		off += p.Len()
+	}
+	return pairs, nil
 }
 
 // Len returns Rows*Cols.

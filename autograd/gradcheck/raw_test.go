@@ -27,6 +27,11 @@ func (p *poisoned) AllocRaw(dt backend.DType, n int) (backend.Buffer, error) {
 	return b, p.Fill(b, float32(math.NaN()))
 }
 
+// SpMMConcat is the CPU's: its output, a raw buffer, must be written whole.
+func (p *poisoned) SpMMConcat(out backend.Buffer, a backend.Sparse, x, w backend.Buffer, width int) error {
+	return p.Backend.(backend.ConcatAggregator).SpMMConcat(out, a, x, w, width)
+}
+
 func TestGradCheckRawBuffers(t *testing.T) {
 	b, err := cpu.New(cpu.Options{})
 	if err != nil {

@@ -423,6 +423,71 @@ func cases() []gcase {
 				return t.SpMM(k.A, v, w)
 			}
 		}},
+		{name: "StackRows", build: func(e *env) ([]Tensor, Func) {
+			a := e.tensor("a", 2, 3, 0)
+			b := e.tensor("b", 3, 3, 0)
+			c := e.tensor("c", 5, 3, 0)
+			return []Tensor{a, b, c}, func(t *autograd.Tape) (*autograd.Var, error) {
+				va, err := leaf(t, a)
+				if err != nil {
+					return nil, err
+				}
+				vb, err := leaf(t, b)
+				if err != nil {
+					return nil, err
+				}
+				vc, err := leaf(t, c)
+				if err != nil {
+					return nil, err
+				}
+				st, err := t.StackRows(va, vb, nil)
+				if err != nil {
+					return nil, err
+				}
+				return t.Mul(st, vc)
+			}
+		}},
+		{name: "AggregateConcat_product", build: func(e *env) ([]Tensor, Func) {
+			// SAGE's two products as one: [x_dst | mean] [W_self; W_neigh].
+			if _, ok := e.b.(backend.ConcatAggregator); !ok {
+				e.t.Skip("no backend.ConcatAggregator")
+			}
+			k := e.block(5, 7)
+			x := e.tensor("x", 7, 4, 0)
+			ws := e.tensor("ws", 4, 3, 0)
+			wn := e.tensor("wn", 4, 3, 0)
+			return []Tensor{ws, wn}, func(t *autograd.Tape) (*autograd.Var, error) {
+				vx, err := t.Const(x.Value, x.Rows, x.Cols)
+				if err != nil {
+					return nil, err
+				}
+				wb, err := k.MeanWeights()
+				if err != nil {
+					return nil, err
+				}
+				mean, err := t.Const(wb, k.NNZ(), 1)
+				if err != nil {
+					return nil, err
+				}
+				cat, err := t.AggregateConcat(k.A, vx, mean)
+				if err != nil {
+					return nil, err
+				}
+				vs, err := leaf(t, ws)
+				if err != nil {
+					return nil, err
+				}
+				vn, err := leaf(t, wn)
+				if err != nil {
+					return nil, err
+				}
+				w, err := t.StackRows(vs, vn, nil)
+				if err != nil {
+					return nil, err
+				}
+				return t.MatMul(cat, w)
+			}
+		}},
 		{name: "SpMM_multihead_weights", build: func(e *env) ([]Tensor, Func) {
 			k := e.block(5, 7)
 			x := e.tensor("x", 7, 6, 0)

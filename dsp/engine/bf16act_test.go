@@ -64,9 +64,10 @@ func TestBF16StepNoConversions(t *testing.T) {
 		if nNew.Load() != steps+int64(k) {
 			t.Errorf("k=%d: %d conversions to bfloat16 in %d steps and %d warm-ups, want one a step (the weights' shadow)", k, nNew.Load(), steps, k)
 		}
-		// The old step: the batch's rows and each of SAGE's 2 layers'
-		// 2 weights (the biases are not products' operands).
-		if want := 5 * (steps + int64(k)); nOld.Load() != want {
+		// The old step: the batch's rows, layer 1's two weights read as
+		// one matrix (its one product: nn's concatProduct) and layer 2's
+		// two weights (the biases are not products' operands).
+		if want := 4 * (steps + int64(k)); nOld.Load() != want {
 			t.Errorf("k=%d: the old step converted %d times in %d steps and %d warm-ups, want %d", k, nOld.Load(), steps, k, want)
 		}
 	}

@@ -326,14 +326,10 @@ func (d *device) buildShadow() error {
 	if d.shadow, err = devbuf.AllocRaw(d.b, backend.BFloat16, value.Len()); err != nil { // each step's Convert writes it
 		return d.errf("bfloat16 weights", err)
 	}
-	views, err := nn.HalfViews(ps, d.shadow)
-	if err != nil {
+	if d.halves, err = nn.HalfShares(ps, d.shadow); err != nil {
 		return d.errf("bfloat16 weights", err)
 	}
 	d.shadowOf = value
-	for i, p := range ps {
-		d.halves = append(d.halves, [2]backend.Buffer{p.Value, views[i]})
-	}
 	return nil
 }
 

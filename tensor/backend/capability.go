@@ -107,6 +107,38 @@ type MeanWeighter interface {
 	MeanEdgeWeights(a Sparse) (Buffer, error)
 }
 
+// ConcatAggregator is implemented by back ends that write a GraphSAGE
+// layer's input for one product: SpMMConcat sets, for each row i of a
+// (whose rows are the first rows of x, as a sampled block lists its
+// destinations first among its sources),
+//
+//	out[i, 0:width]       = x[i, :]
+//	out[i, width:2*width] = sum over entries (i, j) of w[e] x[j, :]
+//
+// out is a.NumRows() x 2*width, x a.NumCols() x width, both Float32 or
+// both BFloat16; w is float32 per entry, or nil for ones. The sums are
+// SpMM's (one head, not transposed), bit for bit, and x's rows are
+// copied exactly, so [x_dst | A x] times [W_self; W_neigh] is the two
+// products of the layer in one.
+type ConcatAggregator interface {
+	SpMMConcat(out Buffer, a Sparse, x, w Buffer, width int) error
+}
+
+// SpMMConcatShape checks an SpMMConcat on a rows x cols matrix and
+// returns the lengths of out and x.
+func SpMMConcatShape(op string, rows, cols, width int) (outLen, xLen int, err error) {
+	if width < 1 || rows > cols {
+		return 0, 0, &ShapeError{Op: op, Msg: fmt.Sprintf("%d x %d matrix, width %d: want width >= 1 and rows <= cols (destinations first among the sources)", rows, cols, width)}
+	}
+	if outLen, err = Dims(op, rows, 2*width); err != nil {
+		return 0, 0, err
+	}
+	if xLen, err = Dims(op, cols, width); err != nil {
+		return 0, 0, err
+	}
+	return outLen, xLen, nil
+}
+
 // SiblingOptions configure a handle opened by Siblings.Sibling.
 type SiblingOptions struct {
 	// HighPriority gives the handle's queue the device's greatest

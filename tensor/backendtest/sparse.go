@@ -298,3 +298,71 @@ func testAdjoints(s *suite) {
 		inner("GatherRows/ScatterAddRows", s.get(g), s.get(sc), x, y)
 	}
 }
+
+// testSpMMConcat checks backend.ConcatAggregator where the back end has
+// it: [x's first rows | A x] equals x's rows and SpMM's output bit for
+// bit, in float32 and (with bfloat16 activations) bfloat16, weighted and
+// not, at widths of each vector form (47, 100, 128) and with rows long
+// enough to be cut (a hub of 3,000 entries); shape errors are typed.
+func testSpMMConcat(s *suite) {
+	ca, ok := s.b.(backend.ConcatAggregator)
+	if !ok {
+		s.t.Skip("no backend.ConcatAggregator")
+	}
+	types := []backend.DType{backend.Float32}
+	if backend.HasBF16Activations(s.b) {
+		types = append(types, backend.BFloat16)
+	}
+	shapes := [][3]int{{0, 5, 3}, {1, 1, 1}, {9, 13, 5}, {200, 300, 12}, {1800, 2500, 20}}
+	hub := s.randCSR(40, 4000, 6)
+	for i := 0; i < 3000; i++ { // row 39 a hub
+		hub.idx = append(hub.idx, int32(s.r.IntN(hub.cols)))
+	}
+	hub.ptr[40] = int64(len(hub.idx))
+	mats := []csrM{hub}
+	for _, sh := range shapes {
+		mats = append(mats, s.randCSR(sh[0], sh[1], sh[2]))
+	}
+	for _, a := range mats {
+		sp := s.sparse(a)
+		for _, dt := range types {
+			for _, width := range []int{3, 47, 100, 128} {
+				if testing.Short() && a.nnz() > 10000 && width != 100 {
+					continue
+				}
+				for _, weighted := range []bool{false, true} {
+					x, _ := s.rounded(a.cols * width)
+					xb := s.upFloat(dt, x)
+					var wb backend.Buffer
+					if weighted {
+						wb = s.f32(s.randn(a.nnz()))
+					}
+					name := fmt.Sprintf("SpMMConcat %s nnz=%d width=%d %s weighted=%v", shape(a.rows, a.cols), a.nnz(), width, dt, weighted)
+					agg := s.floatOut(dt, a.rows*width)
+					s.ok(name+" (SpMM)", func() error { return s.b.SpMM(agg, sp, false, xb, wb, 1, width) })
+					sums := s.getFloat(agg)
+					out := s.floatOut(dt, a.rows*2*width)
+					s.ok(name, func() error { return ca.SpMMConcat(out, sp, xb, wb, width) })
+					want := make([]float32, 0, a.rows*2*width)
+					xr := s.getFloat(xb)
+					for i := 0; i < a.rows; i++ {
+						want = append(want, xr[i*width:(i+1)*width]...)
+						want = append(want, sums[i*width:(i+1)*width]...)
+					}
+					s.sameBits(name, s.getFloat(out), want)
+				}
+			}
+		}
+	}
+	tall := s.sparse(s.randCSR(5, 3, 2))
+	s.expectShapeErr("SpMMConcat with more rows than columns", func() error {
+		return ca.SpMMConcat(s.out(5*2*4), tall, s.f32(s.randn(3*4)), nil, 4)
+	})
+	sq := s.sparse(s.randCSR(4, 4, 2))
+	s.expectShapeErr("SpMMConcat with a short output", func() error {
+		return ca.SpMMConcat(s.out(4*4), sq, s.f32(s.randn(4*4)), nil, 4)
+	})
+	s.expectShapeErr("SpMMConcat with width 0", func() error {
+		return ca.SpMMConcat(s.out(4), sq, s.f32(s.randn(4)), nil, 0)
+	})
+}

@@ -75,6 +75,7 @@ func RunWith(t *testing.T, b backend.Backend, opt Options) {
 		{"NLLLoss", testNLLLoss},
 		{"GatherScatter", testGatherScatter},
 		{"SpMM", testSpMM},
+		{"SpMMConcat", testSpMMConcat},
 		{"SDDMM", testSDDMM},
 		{"EdgeSum", testEdgeSum},
 		{"EdgeSoftmax", testEdgeSoftmax},

@@ -427,3 +427,49 @@ func (b *Backend) ExpandRowsToEdges(out backend.Buffer, a backend.Sparse, v back
 	})
 	return nil
 }
+
+var _ backend.ConcatAggregator = (*Backend)(nil)
+
+// SpMMConcat writes [x's first rows | A x] (backend.ConcatAggregator):
+// SpMM's sums, then each row's two halves put side by side.
+func (b *Backend) SpMMConcat(out backend.Buffer, a backend.Sparse, x, w backend.Buffer, width int) error {
+	const op = "SpMMConcat"
+	s, err := asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	on, xn, err := backend.SpMMConcatShape(op, s.rows, s.cols, width)
+	if err != nil {
+		return err
+	}
+	ob, err := float(op, "out", out, on)
+	if err != nil {
+		return err
+	}
+	xb, err := asBuf(op, "x", x, ob.dt, xn)
+	if err != nil {
+		return err
+	}
+	agg, err := b.Alloc(ob.dt, s.rows*width)
+	if err != nil {
+		return err
+	}
+	defer b.Free(agg)
+	if err := b.SpMM(agg, a, false, x, w, 1, width); err != nil {
+		return err
+	}
+	ab := agg.(*Buffer)
+	parFor(s.rows, rowGrain(2*width), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			o := i * 2 * width
+			if ob.dt == backend.BFloat16 {
+				copy(ob.u16[o:o+width], xb.u16[i*width:(i+1)*width])
+				copy(ob.u16[o+width:o+2*width], ab.u16[i*width:(i+1)*width])
+				continue
+			}
+			copy(ob.f32[o:o+width], xb.f32[i*width:(i+1)*width])
+			copy(ob.f32[o+width:o+2*width], ab.f32[i*width:(i+1)*width])
+		}
+	})
+	return nil
+}

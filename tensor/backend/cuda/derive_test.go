@@ -213,19 +213,20 @@ func spmmMatchesGeneric(t *testing.T, d *Device, r *rand.Rand, a backend.Sparse)
 }
 
 // TestSpMM1Kernel checks the kernel choice by width and row shape, and
-// uniformRows.
+// uniformRows and shortRows.
 func TestSpMM1Kernel(t *testing.T) {
 	for _, c := range []struct {
-		width   int
-		vec     bool
-		uniform bool
-		want    string
-	}{{4, true, false, "spmm1_v1"}, {100, true, false, "spmm1_v1"}, {100, true, true, "spmm1_v2g"}, {128, true, true, "spmm1_v2g"},
-		{132, true, true, "spmm1_v2"}, {256, true, false, "spmm1_v2"}, {260, true, false, "spmm1_v4"}, {1024, true, true, "spmm1_v4"},
-		{1, false, false, "spmm1_s4g"}, {32, false, true, "spmm1_s4g"}, {47, false, false, "spmm1_s6g"}, {49, false, false, "spmm1_s2"},
-		{100, false, true, "spmm1_s4"}, {129, false, false, "spmm1_s8"}, {1030, false, false, "spmm1_s8"}} {
-		if got := spmm1Kernel(c.width, c.vec, c.uniform).name; got != c.want {
-			t.Errorf("width %d vec %v uniform %v: %s, want %s", c.width, c.vec, c.uniform, got, c.want)
+		width          int
+		vec            bool
+		uniform, short bool
+		want           string
+	}{{100, true, false, true, "spmm1_v2s"}, {128, true, true, true, "spmm1_v2s"}, {132, true, false, true, "spmm1_v2"},
+		{47, false, false, true, "spmm1_s6g"}, {4, true, false, false, "spmm1_v1"}, {100, true, false, false, "spmm1_v1"}, {100, true, true, false, "spmm1_v2g"}, {128, true, true, false, "spmm1_v2g"},
+		{132, true, true, false, "spmm1_v2"}, {256, true, false, false, "spmm1_v2"}, {260, true, false, false, "spmm1_v4"}, {1024, true, true, false, "spmm1_v4"},
+		{1, false, false, false, "spmm1_s4g"}, {32, false, true, false, "spmm1_s4g"}, {47, false, false, false, "spmm1_s6g"}, {49, false, false, false, "spmm1_s2"},
+		{100, false, true, false, "spmm1_s4"}, {129, false, false, false, "spmm1_s8"}, {1030, false, false, false, "spmm1_s8"}} {
+		if got := spmm1Kernel(c.width, c.vec, c.uniform, c.short).name; got != c.want {
+			t.Errorf("width %d vec %v uniform %v short %v: %s, want %s", c.width, c.vec, c.uniform, c.short, got, c.want)
 		}
 	}
 	for _, c := range []struct {

@@ -273,20 +273,32 @@ func (d *Device) AliasSparse(a backend.Sparse) (backend.Sparse, error) {
 type view struct {
 	ptr, col, eid cu.DevPtr // eid 0: edge id is the position
 	rows, cols    int
+	nnz           int
 	uniform       bool // neighboring rows have similar lengths (uniformRows)
+	short         bool // rows of shortRow entries or fewer on average (shortRows)
 }
+
+// shortRow is the mean row length up to which the one-head SpMM takes
+// its short-row kernels: a sampled block's rows hold at most the
+// fanout's edges (5 to 15 in the usual settings), too few for a warp to
+// keep 8 rows' loads in flight (BenchmarkSpMMSampled).
+const shortRow = 16
+
+// shortRows reports whether a CSR of rows rows and nnz entries has rows
+// of shortRow entries or fewer on average.
+func shortRows(rows, nnz int) bool { return int64(nnz) <= shortRow*int64(rows) }
 
 // viewLocked returns the CSR or, building it on first use, the CSC.
 func (d *Device) viewLocked(s *Sparse, transpose bool) (view, error) {
 	if !transpose {
-		return view{ptr: s.ptr.ptr, col: s.col.ptr, rows: s.rows, cols: s.cols, uniform: s.uniform}, nil
+		return view{ptr: s.ptr.ptr, col: s.col.ptr, rows: s.rows, cols: s.cols, nnz: s.nnz, uniform: s.uniform, short: shortRows(s.rows, s.nnz)}, nil
 	}
 	if s.tptr == nil {
 		if err := d.transposeLocked(s); err != nil {
 			return view{}, err
 		}
 	}
-	return view{ptr: s.tptr.ptr, col: s.trow.ptr, eid: s.teid.ptr, rows: s.cols, cols: s.rows}, nil
+	return view{ptr: s.tptr.ptr, col: s.trow.ptr, eid: s.teid.ptr, rows: s.cols, cols: s.rows, nnz: s.nnz}, nil
 }
 
 // transposeLocked builds the CSC of s on the device.
@@ -370,13 +382,13 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 			return err
 		}
 		if half {
-			return d.spmm1BF16(v, ov, xv, wp, width)
+			return d.spmm1BF16(v, ov, xv, wp, width, nil)
 		}
 		if heads == 1 && !transpose && s.split != nil {
-			return d.spmm1Split(v, s.split, ov, xv, wp, width)
+			return d.spmm1Split(v, s.split, ov, xv, wp, width, nil)
 		}
 		if heads == 1 {
-			return d.spmm1(v, ov, xv, wp, width)
+			return d.spmm1(v, ov, xv, wp, width, nil)
 		}
 		return d.launchWarps("spmm", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
 			cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(int64(heads)))
@@ -393,14 +405,17 @@ type spmmKernel struct {
 // spmm1Kernel picks the one-head SpMM kernel for width columns: 16-byte
 // loads when vec (width % 4 == 0 and both matrices 16-byte aligned), else
 // 4-byte loads; uniform says neighboring rows have similar lengths (see
-// uniformRows). The choices are the fastest of BenchmarkSpMMVariants on
+// uniformRows), short that they are short (shortRows: two rows a warp,
+// two edges' loads in flight). The choices are the fastest of BenchmarkSpMMVariants on
 // the products graph (widths 47, 100 and 256) and their neighbors for
 // other widths: several rows per warp for narrow rows (4-byte loads up to
 // 48 columns; 16-byte loads up to 128 columns when the rows are uniform),
 // one warp per row otherwise.
-func spmm1Kernel(width int, vec, uniform bool) spmmKernel {
+func spmm1Kernel(width int, vec, uniform, short bool) spmmKernel {
 	if vec {
 		switch w4 := width / 4; {
+		case w4 <= 32 && short:
+			return spmmKernel{"spmm1_v2s", 2}
 		case w4 <= 32 && uniform:
 			return spmmKernel{"spmm1_v2g", 2}
 		case w4 <= 32:
@@ -445,18 +460,29 @@ func uniformRows(indptr []int64) bool {
 
 // spmm1 runs the one-head SpMM over view v (one block of 256 threads per
 // 8 warps' rows, no grid stride, so rows of very different degrees are
-// balanced by the block scheduler).
-func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
-	vec := width%4 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0
-	k := spmm1Kernel(width, vec, v.uniform)
+// balanced by the block scheduler). With self (SpMMConcat's x) each
+// output row is 2*width wide: self's row, then the sums.
+func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int, self *Buffer) error {
+	vec := width%4 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0 && (self == nil || self.ptr%16 == 0)
+	k := spmm1Kernel(width, vec, v.uniform, v.short)
 	n := int64(width)
 	if vec {
 		n = int64(width / 4)
 	}
+	return d.launchSpMM1(k, v, out, x, w, n, self)
+}
+
+// launchSpMM1 launches one-head SpMM kernel k over view v, rows n vectors
+// wide (self: see spmm1).
+func (d *Device) launchSpMM1(k spmmKernel, v view, out, x *Buffer, w cu.DevPtr, n int64, self *Buffer) error {
+	ldo, sp := n, cu.DevPtr(0)
+	if self != nil {
+		ldo, sp = 2*n, self.ptr
+	}
 	perBlock := int64(threads / 32 * k.rowsPerWarp)
 	blocks := (int64(v.rows) + perBlock - 1) / perBlock
 	return d.launchGrid(k.name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
-		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
+		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n), cu.I64(ldo), uint64(sp))
 }
 
 // spmm1Split is spmm1 over a CSR with long rows (Sparse.split): the
@@ -466,18 +492,18 @@ func (d *Device) spmm1(v view, out, x *Buffer, w cu.DevPtr, width int) error {
 // the rows' pieces with no weights: an exact add each). A row of one
 // piece is copied bit for bit; a cut row's sum is its pieces' sums
 // added, the same on every run.
-func (d *Device) spmm1Split(v view, sp *split, out, x *Buffer, w cu.DevPtr, width int) error {
+func (d *Device) spmm1Split(v view, sp *split, out, x *Buffer, w cu.DevPtr, width int, self *Buffer) error {
 	pieces, err := d.allocLocked(backend.Float32, sp.nv*width)
 	if err != nil {
 		return err
 	}
 	defer d.freeLocked(pieces)
-	vv := view{ptr: sp.vptr.ptr, col: v.col, eid: v.eid, rows: sp.nv, cols: v.cols, uniform: sp.vuniform}
-	if err := d.spmm1(vv, pieces, x, w, width); err != nil {
+	vv := view{ptr: sp.vptr.ptr, col: v.col, eid: v.eid, rows: sp.nv, cols: v.cols, nnz: v.nnz, uniform: sp.vuniform, short: shortRows(sp.nv, v.nnz)}
+	if err := d.spmm1(vv, pieces, x, w, width, nil); err != nil {
 		return err
 	}
-	sv := view{ptr: sp.sptr.ptr, col: sp.iota.ptr, rows: v.rows, cols: sp.nv, uniform: sp.suniform}
-	return d.spmm1(sv, out, pieces, 0, width)
+	sv := view{ptr: sp.sptr.ptr, col: sp.iota.ptr, rows: v.rows, cols: sp.nv, nnz: sp.nv, uniform: sp.suniform, short: shortRows(v.rows, sp.nv)}
+	return d.spmm1(sv, out, pieces, 0, width, self)
 }
 
 // spmm1BF16 is spmm1 on bfloat16 x and out: the kernel spmm1 would pick
@@ -486,26 +512,73 @@ func (d *Device) spmm1Split(v view, sp *split, out, x *Buffer, w cu.DevPtr, widt
 // == 0, else on single values; "_b8", "_b4" or "_b1" after its name.
 // Each sums in float32 in edge order as the float32 kernels do, and
 // rounds once on store.
-func (d *Device) spmm1BF16(v view, out, x *Buffer, w cu.DevPtr, width int) error {
+func (d *Device) spmm1BF16(v view, out, x *Buffer, w cu.DevPtr, width int, self *Buffer) error {
+	aligned := func(a uint64) bool {
+		return out.ptr%cu.DevPtr(a) == 0 && x.ptr%cu.DevPtr(a) == 0 && (self == nil || self.ptr%cu.DevPtr(a) == 0)
+	}
 	var k spmmKernel
 	n := int64(width)
 	switch {
-	case width%8 == 0 && out.ptr%16 == 0 && x.ptr%16 == 0:
+	case width%8 == 0 && aligned(16):
 		n = int64(width / 8)
-		k = spmm1Kernel(int(4*n), true, v.uniform)
+		k = spmm1Kernel(int(4*n), true, v.uniform, v.short)
 		k.name += "_b8"
-	case width%4 == 0 && out.ptr%8 == 0 && x.ptr%8 == 0:
+	case width%4 == 0 && aligned(8):
 		n = int64(width / 4)
-		k = spmm1Kernel(width, true, v.uniform)
+		k = spmm1Kernel(width, true, v.uniform, v.short)
 		k.name += "_b4"
 	default:
-		k = spmm1Kernel(width, false, v.uniform)
+		k = spmm1Kernel(width, false, v.uniform, v.short)
 		k.name += "_b1"
 	}
-	perBlock := int64(threads / 32 * k.rowsPerWarp)
-	blocks := (int64(v.rows) + perBlock - 1) / perBlock
-	return d.launchGrid(k.name, cu.D1(int(blocks)), cu.D1(threads), uint64(out.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(w),
-		uint64(x.ptr), cu.I64(int64(v.rows)), cu.I64(n))
+	return d.launchSpMM1(k, v, out, x, w, n, self)
+}
+
+// SpMMConcat writes [x's first rows | A x] (backend.ConcatAggregator):
+// the one-head SpMM kernels, each output row 2*width wide, its first
+// half copied from x by the same lanes.
+func (d *Device) SpMMConcat(out backend.Buffer, a backend.Sparse, x, w backend.Buffer, width int) error {
+	const op = "SpMMConcat"
+	s, err := d.asSparse(op, a)
+	if err != nil {
+		return err
+	}
+	on, xn, err := backend.SpMMConcatShape(op, s.rows, s.cols, width)
+	if err != nil {
+		return err
+	}
+	ov, err := d.float(op, "out", out, on)
+	if err != nil {
+		return err
+	}
+	xv, err := d.asBuf(op, "x", x, ov.dt, xn)
+	if err != nil {
+		return err
+	}
+	var wp cu.DevPtr
+	if w != nil {
+		wv, err := d.f32(op, "w", w, s.nnz)
+		if err != nil {
+			return err
+		}
+		wp = wv.ptr
+	}
+	if on == 0 {
+		return nil
+	}
+	return d.run(func() error {
+		v, err := d.viewLocked(s, false)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ov.dt == backend.BFloat16:
+			return d.spmm1BF16(v, ov, xv, wp, width, xv)
+		case s.split != nil:
+			return d.spmm1Split(v, s.split, ov, xv, wp, width, xv)
+		}
+		return d.spmm1(v, ov, xv, wp, width, xv)
+	})
 }
 
 // SDDMM computes per-edge values from destination features u and source

@@ -33,6 +33,7 @@ func spmmxSource(vs []*spmmxVariant) string {
 // spmmxVariant is one instantiation of spmm1g.
 type spmmxVariant struct {
 	vec            bool // float4
+	bf16           bool // spmm1gb: 4 (vec: 8) bfloat16 values a vector, float32 sums
 	g, nv, u       int
 	pf             bool
 	minBlocks      int // __launch_bounds__(256, minBlocks); 0: none
@@ -49,7 +50,26 @@ func (v *spmmxVariant) init() {
 	if v.pf {
 		pf = 1
 	}
-	v.name = fmt.Sprintf("x_w%d_%s_g%d_nv%d_u%d_pf%d_lb%d", v.width, map[bool]string{false: "s", true: "v"}[v.vec], v.g, v.nv, v.u, pf, v.minBlocks)
+	kind := map[bool]string{false: "s", true: "v"}[v.vec]
+	if v.bf16 {
+		v.typeName = "uint2"
+		if v.vec {
+			v.typeName = "uint4"
+		}
+		kind = map[bool]string{false: "b4", true: "b8"}[v.vec]
+	}
+	v.name = fmt.Sprintf("x_w%d_%s_g%d_nv%d_u%d_pf%d_lb%d", v.width, kind, v.g, v.nv, v.u, pf, v.minBlocks)
+}
+
+// lanes is the values a vector of the variant holds.
+func (v *spmmxVariant) lanes() int {
+	switch {
+	case v.bf16 && v.vec:
+		return 8
+	case v.bf16 || v.vec:
+		return 4
+	}
+	return 1
 }
 
 func (v *spmmxVariant) source() string {
@@ -57,10 +77,14 @@ func (v *spmmxVariant) source() string {
 	if v.minBlocks > 0 {
 		lb = fmt.Sprintf("__launch_bounds__(256, %d) ", v.minBlocks)
 	}
+	call := fmt.Sprintf("spmm1g<%s, %d, %d, %d, %v>", v.typeName, v.g, v.nv, v.u, v.pf)
+	if v.bf16 {
+		call = fmt.Sprintf("spmm1gb<%s, %s, %d, %d, %d, %v>", v.typeName, map[bool]string{false: "float4", true: "f8"}[v.vec], v.g, v.nv, v.u, v.pf)
+	}
 	return fmt.Sprintf(`extern "C" __global__ void %s%s(%s* out, const i64* ptr, const int* col, const float* w, const %s* x, i64 rows, i64 wd) {
-  spmm1g<%s, %d, %d, %d, %v>(out, ptr, col, nullptr, w, x, rows, wd);
+  %s(out, ptr, col, nullptr, w, x, rows, wd, wd, nullptr);
 }
-`, lb, v.name, v.typeName, v.typeName, v.typeName, v.g, v.nv, v.u, v.pf)
+`, lb, v.name, v.typeName, v.typeName, call)
 }
 
 func spmmxVariants() []*spmmxVariant {
@@ -197,7 +221,7 @@ func BenchmarkSpMMVariants(b *testing.B) {
 				return best
 			}
 			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, width) })
-			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0, s.uniform).name+")", 1e3*sec, gb/sec/1e3)
+			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0, s.uniform, shortRows(s.rows, s.nnz)).name+")", 1e3*sec, gb/sec/1e3)
 			want := download[float32](b, d, ref)
 			for _, v := range vs {
 				if v.width != width {

@@ -39,7 +39,7 @@ template <> struct Acc<float4> {
 template <typename T, int G, int NV, int U, bool PF>
 __device__ __forceinline__ void spmm1g(T* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
                                       const i64* __restrict__ eid, const float* __restrict__ w, const T* __restrict__ x,
-                                      i64 rows, i64 wd) {
+                                      i64 rows, i64 wd, i64 ldo, const T* __restrict__ self) {
   const unsigned full = 0xffffffffu;
   int lane = threadIdx.x & 31;
   int gl = lane % G;
@@ -121,7 +121,14 @@ __device__ __forceinline__ void spmm1g(T* __restrict__ out, const i64* __restric
           if (on[k] && okj) Acc<T>::fma(acc[k], wj, xr[G * k]);
       }
     }
-    T* o = out + r * wd + fb + gl;
+    T* o = out + r * ldo + fb + gl;
+    if (self) {
+      const T* sr = self + r * wd + fb + gl;
+#pragma unroll
+      for (int k = 0; k < NV; k++)
+        if (on[k]) o[G * k] = sr[G * k];
+      o += wd;
+    }
 #pragma unroll
     for (int k = 0; k < NV; k++)
       if (on[k]) o[G * k] = acc[k];
@@ -129,60 +136,71 @@ __device__ __forceinline__ void spmm1g(T* __restrict__ out, const i64* __restric
 }
 
 // Instances. Arguments: out, ptr, col, eid, w, x, rows, wd (width in
-// float4 or float units).
+// float4 or float units), ldo (out's row stride, in the same units: wd
+// for a matrix of its own), self (nil, or x: row r's first wd values of
+// out are self's row r, the sums follow them: a SAGE layer's input
+// [x_dst | mean of x over the in-edges] for one product).
 
 // width <= 128: one warp per row, NV=1, U=8.
 extern "C" __global__ void spmm1_v1(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float4* self) {
+  spmm1g<float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 128, rows of similar length: G=16, NV=2, U=8, indices ahead.
 extern "C" __global__ void spmm1_v2g(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float4, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float4* self) {
+  spmm1g<float4, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
+}
+
+// width <= 128, short rows (a sampled block's, at most its fanout's
+// edges, 16 or fewer on average): G=16, NV=2, U=2, indices ahead; a row of
+// 5 edges keeps its loads in flight instead of one by one in U=8's tail.
+extern "C" __global__ void spmm1_v2s(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
+                                 i64 rows, i64 wd, i64 ldo, const float4* self) {
+  spmm1g<float4, 16, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 256: G=32, NV=2, U=2, indices ahead.
 extern "C" __global__ void spmm1_v2(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float4, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float4* self) {
+  spmm1g<float4, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // wider: one warp per row, NV=4, U=2.
 extern "C" __global__ void spmm1_v4(float4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float4* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float4* self) {
+  spmm1g<float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 32: G=8, NV=4, U=4, indices ahead.
 extern "C" __global__ void spmm1_s4g(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float, 8, 4, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float* self) {
+  spmm1g<float, 8, 4, 4, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 48: G=8, NV=6, U=4, indices ahead.
 extern "C" __global__ void spmm1_s6g(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float, 8, 6, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float* self) {
+  spmm1g<float, 8, 6, 4, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 64: one warp per row, NV=2, U=8.
 extern "C" __global__ void spmm1_s2(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float* self) {
+  spmm1g<float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // width <= 128: one warp per row, NV=4, U=4.
 extern "C" __global__ void spmm1_s4(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float* self) {
+  spmm1g<float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // wider: one warp per row, NV=8, U=2.
 extern "C" __global__ void spmm1_s8(float* out, const i64* ptr, const int* col, const i64* eid, const float* w, const float* x,
-                                 i64 rows, i64 wd) {
-  spmm1g<float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+                                 i64 rows, i64 wd, i64 ldo, const float* self) {
+  spmm1g<float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 // ---- bfloat16 x and out (backend.BF16Activations): spmm1gb is spmm1g
@@ -206,7 +224,7 @@ template <> struct Acc<f8> {
 template <typename L, typename A, int G, int NV, int U, bool PF>
 __device__ __forceinline__ void spmm1gb(L* __restrict__ out, const i64* __restrict__ ptr, const int* __restrict__ col,
                                        const i64* __restrict__ eid, const float* __restrict__ w, const L* __restrict__ x,
-                                       i64 rows, i64 wd) {
+                                       i64 rows, i64 wd, i64 ldo, const L* __restrict__ self) {
   const unsigned full = 0xffffffffu;
   int lane = threadIdx.x & 31;
   int gl = lane % G;
@@ -288,7 +306,14 @@ __device__ __forceinline__ void spmm1gb(L* __restrict__ out, const i64* __restri
           if (on[k] && okj) Acc<A>::fma(acc[k], wj, as_f32(xr[G * k]));
       }
     }
-    L* o = out + r * wd + fb + gl;
+    L* o = out + r * ldo + fb + gl;
+    if (self) {
+      const L* sr = self + r * wd + fb + gl;
+#pragma unroll
+      for (int k = 0; k < NV; k++)
+        if (on[k]) o[G * k] = sr[G * k];
+      o += wd;
+    }
 #pragma unroll
     for (int k = 0; k < NV; k++)
       if (on[k]) o[G * k] = to_bf16(acc[k]);
@@ -299,66 +324,76 @@ __device__ __forceinline__ void spmm1gb(L* __restrict__ out, const i64* __restri
 // them as spmm1Kernel does for the same number of vectors a row), on 8
 // values a lane (_b8: uint4), 4 (_b4: uint2) or one (_b1).
 extern "C" __global__ void spmm1_v1_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint4, f8, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint4* self) {
+  spmm1gb<uint4, f8, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v2g_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint4, f8, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint4* self) {
+  spmm1gb<uint4, f8, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
+}
+
+extern "C" __global__ void spmm1_v2s_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
+                                  i64 rows, i64 wd, i64 ldo, const uint4* self) {
+  spmm1gb<uint4, f8, 16, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v2_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint4, f8, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint4* self) {
+  spmm1gb<uint4, f8, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v4_b8(uint4* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint4* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint4, f8, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint4* self) {
+  spmm1gb<uint4, f8, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v1_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint2, float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint2* self) {
+  spmm1gb<uint2, float4, 32, 1, 8, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v2g_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint2, float4, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint2* self) {
+  spmm1gb<uint2, float4, 16, 2, 8, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
+}
+
+extern "C" __global__ void spmm1_v2s_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
+                                  i64 rows, i64 wd, i64 ldo, const uint2* self) {
+  spmm1gb<uint2, float4, 16, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v2_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint2, float4, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint2* self) {
+  spmm1gb<uint2, float4, 32, 2, 2, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_v4_b4(uint2* out, const i64* ptr, const int* col, const i64* eid, const float* w, const uint2* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<uint2, float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const uint2* self) {
+  spmm1gb<uint2, float4, 32, 4, 2, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_s4g_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<bf16, float, 8, 4, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const bf16* self) {
+  spmm1gb<bf16, float, 8, 4, 4, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_s6g_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<bf16, float, 8, 6, 4, true>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const bf16* self) {
+  spmm1gb<bf16, float, 8, 6, 4, true>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_s2_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<bf16, float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const bf16* self) {
+  spmm1gb<bf16, float, 32, 2, 8, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_s4_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<bf16, float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const bf16* self) {
+  spmm1gb<bf16, float, 32, 4, 4, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
 
 extern "C" __global__ void spmm1_s8_b1(bf16* out, const i64* ptr, const int* col, const i64* eid, const float* w, const bf16* x,
-                                  i64 rows, i64 wd) {
-  spmm1gb<bf16, float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd);
+                                  i64 rows, i64 wd, i64 ldo, const bf16* self) {
+  spmm1gb<bf16, float, 32, 8, 2, false>(out, ptr, col, eid, w, x, rows, wd, ldo, self);
 }
