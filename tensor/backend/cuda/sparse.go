@@ -285,8 +285,13 @@ type view struct {
 const shortRow = 16
 
 // shortRows reports whether a CSR of rows rows and nnz entries has rows
-// of shortRow entries or fewer on average.
-func shortRows(rows, nnz int) bool { return int64(nnz) <= shortRow*int64(rows) }
+// of shortRow entries or fewer on average (never when shortKernels is
+// off).
+func shortRows(rows, nnz int) bool { return shortKernels && int64(nnz) <= shortRow*int64(rows) }
+
+// shortKernels turns the short-row kernels on (a variable for the
+// benchmarks' comparison).
+var shortKernels = true
 
 // viewLocked returns the CSR or, building it on first use, the CSC.
 func (d *Device) viewLocked(s *Sparse, transpose bool) (view, error) {
@@ -298,7 +303,7 @@ func (d *Device) viewLocked(s *Sparse, transpose bool) (view, error) {
 			return view{}, err
 		}
 	}
-	return view{ptr: s.tptr.ptr, col: s.trow.ptr, eid: s.teid.ptr, rows: s.cols, cols: s.rows, nnz: s.nnz}, nil
+	return view{ptr: s.tptr.ptr, col: s.trow.ptr, eid: s.teid.ptr, rows: s.cols, cols: s.rows, nnz: s.nnz, short: shortRows(s.cols, s.nnz)}, nil
 }
 
 // transposeLocked builds the CSC of s on the device.

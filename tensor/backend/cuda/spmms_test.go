@@ -160,6 +160,29 @@ func BenchmarkSpMMSampled(b *testing.B) {
 				}
 				b.Logf("%s  %-32s %7.1f us  %5.2f TB/s  %s", name, v.name, 1e6*sec, gb/sec/1e3, same)
 			}
+			// The backward pass's transposed product (dx = A^T dy: the
+			// sources' rows, about fanout/2+1 times as many, shorter):
+			// the short-row kernels against the others.
+			dy := out
+			if bf {
+				dyb, err := d.Alloc(dt, ly.rows*ly.width)
+				must(b, err)
+				must(b, d.Convert(dyb, mustConvert32(b, d, xv[:ly.rows*ly.width])))
+				dy = dyb
+			}
+			dx, err := d.Alloc(dt, srcs*ly.width)
+			must(b, err)
+			tgb := float64(len(indices)) * float64(ly.width) * float64(dt.Size()) / 1e9
+			for _, short := range []bool{true, false} {
+				shortKernels = short
+				sec := timeIt(func() error { return d.SpMM(dx, a, true, dy, w, 1, ly.width) })
+				b.Logf("%s  transposed (%6d rows) short-row kernels %-5v %7.1f us  %5.2f TB/s", name, srcs, short, 1e6*sec, tgb/sec/1e3)
+			}
+			shortKernels = true
+			d.Free(dx)
+			if bf {
+				d.Free(dy)
+			}
 			d.Free(ref)
 			d.Free(out)
 			if bf {
@@ -170,6 +193,13 @@ func BenchmarkSpMMSampled(b *testing.B) {
 		d.Free(w)
 		d.FreeSparse(a)
 	}
+}
+
+// mustConvert32 uploads v as a float32 buffer freed at the benchmark's end.
+func mustConvert32(b *testing.B, d *Device, v []float32) backend.Buffer {
+	buf := upload(b, d, backend.Float32, v)
+	b.Cleanup(func() { d.Free(buf) })
+	return buf
 }
 
 // mustConvert returns a float32 copy of the bfloat16 buffer src.
