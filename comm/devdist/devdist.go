@@ -129,6 +129,13 @@ func Probe(ctx context.Context, store rendezvous.Store, be backend.Backend, info
 	top.PeerAccess = allTrue(ctx, store, "devdist/peer", peer)
 	info.PeerDetail = detail
 	info.Topology = top
+	// Every rank has read what it needs before any goes on: a rank that
+	// then fails (no GPUs for --comm nccl) closes the store, which would
+	// cut off a slower rank still reading it, whose error ("rank 0 never
+	// said which host it is on") would then hide the real one.
+	if err := store.Barrier(ctx, "devdist/probed"); err != nil {
+		return top, err
+	}
 	return top, nil
 }
 
