@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -12,10 +13,11 @@ import (
 
 // A layer input gathered on the host (too large for a device) is
 // uploaded once per chunk that reads a row: at the papers shape the
-// evaluation's layer 2 uploads about eight times the matrix. hotRows keeps on a device a copy of the
-// rows read most (the nodes of highest in-degree, which the most
-// destinations list), so that a chunk uploads only the rest: the same
-// rows, copied exactly, so the output does not change.
+// evaluation's layer 2 uploads about eight times the matrix. hotRows
+// keeps on a device a copy of the rows read most (the nodes of highest
+// in-degree, which the most destinations list), so that a chunk uploads
+// only the rest: the same rows, copied exactly, so the output does not
+// change.
 
 // hotSet is the rows a layer keeps on the devices: slot[v] is node v's
 // row in each device's copy, or -1.
@@ -123,10 +125,7 @@ func (r *run) placeHot(ctx context.Context, l int, placed []backend.Buffer) ([]*
 	if l == 0 && r.x.Sparse != nil {
 		return nil, nil
 	}
-	rows, width := r.x.Dense, r.x.Cols
-	if l > 0 {
-		rows, width = r.hosts[l-1].data, r.hosts[l-1].width
-	}
+	rows, width := r.hostInput(l)
 	if width < 1 || len(rows) == 0 {
 		return nil, nil
 	}
@@ -216,19 +215,10 @@ func fillRows(ctx context.Context, b backend.Backend, buf backend.Buffer, rows [
 // freeHot frees the devices' copies (a shared one once).
 func freeHot(bs []backend.Backend, hot []*hotRows) {
 	for d, h := range hot {
-		if h != nil && h.buf != nil && indexOfHot(hot, h) == d {
+		if h != nil && h.buf != nil && slices.Index(hot, h) == d {
 			bs[d].Free(h.buf)
 		}
 	}
-}
-
-func indexOfHot(hot []*hotRows, h *hotRows) int {
-	for i, x := range hot {
-		if x == h {
-			return i
-		}
-	}
-	return -1
 }
 
 // split sorts a chunk's sources (on workers goroutines: at the papers
@@ -275,7 +265,7 @@ func (h *hotRows) split(src []int32, workers int) (slots, cold, perm []int32) {
 func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Buffer, ok bool, err error) {
 	h, b := w.hot, w.b
 	n := len(src)
-	workers := max(1, runtime.GOMAXPROCS(0)/len(w.r.opts.Backends))
+	workers := w.r.gatherWorkers()
 	slots, cold, perm := h.split(src, workers)
 	hit := len(slots)
 	h.reads.Add(int64(n))
@@ -361,7 +351,7 @@ func (w *worker) gatherHot(src []int32, rows []float32, width int) (x backend.Bu
 // hotCounts sums the devices' reads and hot reads (a shared copy once).
 func hotCounts(hot []*hotRows) (hits, reads int64) {
 	for d, h := range hot {
-		if h != nil && indexOfHot(hot, h) == d {
+		if h != nil && slices.Index(hot, h) == d {
 			hits += h.hits.Load()
 			reads += h.reads.Load()
 		}

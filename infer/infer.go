@@ -916,10 +916,7 @@ func (r *run) place(ctx context.Context, l int) (out []backend.Buffer, kept []bo
 	if r.opts.Placement == PlaceHost || (l == 0 && r.x.Sparse != nil) {
 		return out, kept, nil // sparse features are gathered as sparse rows
 	}
-	rows := r.x.Dense
-	if l > 0 {
-		rows = r.hosts[l-1].data
-	}
+	rows, _ := r.hostInput(l)
 	bytes := uint64(len(rows)) * 4
 	var uploads []int // devices given their own copy
 	for d, b := range r.opts.Backends {

@@ -519,7 +519,7 @@ func (w *worker) chunk(ctx context.Context, c int, dst []int32, out hostMatrix, 
 			return err
 		}
 	} else {
-		buf, width, err := w.hostInput(src)
+		buf, width, err := w.uploadInput(src)
 		if err != nil {
 			return err
 		}
@@ -597,16 +597,26 @@ func ScratchBytes(nodes int64, devices int) int64 {
 	return 8 * nodes * int64(max(devices, 1)*n)
 }
 
-// hostInput returns a new device buffer holding the chunk's source rows
+// hostInput returns layer l's input matrix in host memory and its width:
+// the dense features, or the layer below's output.
+func (r *run) hostInput(l int) ([]float32, int) {
+	if l == 0 {
+		return r.x.Dense, r.x.Cols
+	}
+	return r.hosts[l-1].data, r.hosts[l-1].width
+}
+
+// gatherWorkers is the goroutines a device's host gather of a chunk's
+// rows takes.
+func (r *run) gatherWorkers() int { return max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)) }
+
+// uploadInput returns a new device buffer holding the chunk's source rows
 // of the layer's input in host memory (src order) and their width: the
 // rows the device keeps a copy of gathered there (w.hot), the others
 // gathered on the host and uploaded.
-func (w *worker) hostInput(src []int32) (backend.Buffer, int, error) {
+func (w *worker) uploadInput(src []int32) (backend.Buffer, int, error) {
 	r, b := w.r, w.b
-	rows, width := r.x.Dense, r.x.Cols
-	if w.l > 0 {
-		rows, width = r.hosts[w.l-1].data, r.hosts[w.l-1].width
-	}
+	rows, width := r.hostInput(w.l)
 	if w.hot != nil {
 		buf, ok, err := w.gatherHot(src, rows, width)
 		if err != nil || ok {
@@ -617,7 +627,7 @@ func (w *worker) hostInput(src []int32) (backend.Buffer, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	gatherRows(host, rows, src, width, max(1, runtime.GOMAXPROCS(0)/len(r.opts.Backends)))
+	gatherRows(host, rows, src, width, r.gatherWorkers())
 	buf, err := b.Alloc(backend.Float32, len(host))
 	if err != nil {
 		return nil, 0, err

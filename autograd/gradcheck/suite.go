@@ -428,19 +428,11 @@ func cases() []gcase {
 			b := e.tensor("b", 3, 3, 0)
 			c := e.tensor("c", 5, 3, 0)
 			return []Tensor{a, b, c}, func(t *autograd.Tape) (*autograd.Var, error) {
-				va, err := leaf(t, a)
-				if err != nil {
-					return nil, err
-				}
-				vb, err := leaf(t, b)
+				st, err := binary(t, a, b, func(va, vb *autograd.Var) (*autograd.Var, error) { return t.StackRows(va, vb, nil) })
 				if err != nil {
 					return nil, err
 				}
 				vc, err := leaf(t, c)
-				if err != nil {
-					return nil, err
-				}
-				st, err := t.StackRows(va, vb, nil)
 				if err != nil {
 					return nil, err
 				}
@@ -473,15 +465,7 @@ func cases() []gcase {
 				if err != nil {
 					return nil, err
 				}
-				vs, err := leaf(t, ws)
-				if err != nil {
-					return nil, err
-				}
-				vn, err := leaf(t, wn)
-				if err != nil {
-					return nil, err
-				}
-				w, err := t.StackRows(vs, vn, nil)
+				w, err := binary(t, ws, wn, func(vs, vn *autograd.Var) (*autograd.Var, error) { return t.StackRows(vs, vn, nil) })
 				if err != nil {
 					return nil, err
 				}
