@@ -106,7 +106,7 @@ func (n *sageNet) loss64(ps [][]float64) float64 {
 	h1 := layer64(x, n.d, n.a1, n.n1, ps[0], ps[1], ps[2], n.h)
 	for i, v := range h1 {
 		keep := 0.0
-		if rng.Uniform01(n.seed, uint64(i)) >= n.p {
+		if rng.DropUniform(n.seed, uint64(i)) >= n.p {
 			keep = float64(1 / (1 - n.p))
 		}
 		h1[i] = math.Max(v, 0) * keep

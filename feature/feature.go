@@ -414,7 +414,7 @@ func (s *Store) Gather(dst, nodes backend.Buffer) error {
 
 // GatherDropout is Gather followed by input dropout, in the same pass:
 // dst is what Gather and then backend.Dropout(dst, mask, dst, p, seed)
-// would leave (element k of dst kept iff rng.Uniform01(seed, k) >= p,
+// would leave (element k of dst kept iff rng.DropUniform(seed, k) >= p,
 // then scaled by 1/(1-p)), without the mask or a second pass over dst.
 // p must be in [0, 1).
 func (s *Store) GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error {

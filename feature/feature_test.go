@@ -132,7 +132,7 @@ func testGatherSplits(t *testing.T, bf16 bool) {
 				for c := 0; c < cols; c++ {
 					k := i*cols + c
 					w := want[int(v)*cols+c] * keep
-					if rng.Uniform01(seed, uint64(k)) < p {
+					if rng.DropUniform(seed, uint64(k)) < p {
 						w, dropped = want[int(v)*cols+c]*0, dropped+1
 					}
 					if got[k] != w {
@@ -431,7 +431,7 @@ func TestGatherStagedExtra(t *testing.T) {
 						w := want[k]
 						if p > 0 {
 							w *= float32(1) / (1 - p)
-							if rng.Uniform01(seed, uint64(k)) < p {
+							if rng.DropUniform(seed, uint64(k)) < p {
 								w = want[k] * 0
 							}
 						}

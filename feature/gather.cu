@@ -9,7 +9,7 @@
 // another machine kept in device memory after the hot rows (hot row
 // nhot + j). Indices are 64-bit; a bad one zeroes its row and is reported.
 // With p > 0 the gather also applies input dropout: output element k
-// (flat index) is kept iff rng_uniform01(seed, k) >= p and then scaled by
+// (flat index) is kept iff rng.DropUniform(seed, k) >= p and then scaled by
 // keep = 1/(1-p) (float32, from the host), backend.Dropout's rule, so no
 // separate pass over the gathered rows and no mask.
 
@@ -21,13 +21,7 @@ __device__ __forceinline__ float feat_scale(float v, float p, float keep, u64 se
 }
 
 __device__ __forceinline__ float4 feat_scale(float4 v, float p, float keep, u64 seed, i64 k4) {
-  if (p == 0.0f) return v;
-  i64 e = k4 * 4;
-  v.x *= drop_factor(p, keep, seed, e);
-  v.y *= drop_factor(p, keep, seed, e + 1);
-  v.z *= drop_factor(p, keep, seed, e + 2);
-  v.w *= drop_factor(p, keep, seed, e + 3);
-  return v;
+  return drop_scale4(v, p, keep, seed, k4 * 4);
 }
 
 // feat_gather_body is the one body of the four kernels below: Out is

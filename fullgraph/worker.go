@@ -425,7 +425,7 @@ func (w *worker) dropoutAs(s *step, dst, mask, x backend.Buffer, p float32, seed
 	parallel(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			v := float32(0)
-			if rng.Uniform01(seed, uint64(off)+uint64(i)) >= p {
+			if rng.DropUniform(seed, uint64(off)+uint64(i)) >= p {
 				v = keep
 			}
 			m[i] = v

@@ -63,7 +63,7 @@ func checkHostSparse(h *autograd.HostSparse, xs *autograd.SparseInput) string {
 
 // denseMaskDropout applies inverted dropout to xs's non-zeros with the
 // mask the back end's Dropout draws for the dense h.Rows x h.Cols matrix
-// (element r*Cols+c kept iff rng.Uniform01(seed, r*Cols+c) >= p, then
+// (element r*Cols+c kept iff rng.DropUniform(seed, r*Cols+c) >= p, then
 // scaled by 1/(1-p) in float32, see backend.Backend.Dropout). The zeros
 // stay zero either way, so only the non-zeros' draws are needed. The new
 // values are owned by the tape; the structure is xs's.
@@ -78,7 +78,7 @@ func denseMaskDropout(t *autograd.Tape, xs *autograd.SparseInput, h *autograd.Ho
 		base := uint64(r) * cols
 		for e := h.Indptr[r]; e < h.Indptr[r+1]; e++ {
 			m := float32(0)
-			if rng.Uniform01(seed, base+uint64(h.Indices[e])) >= p {
+			if rng.DropUniform(seed, base+uint64(h.Indices[e])) >= p {
 				m = keep
 			}
 			vals[e] = h.Values[e] * m

@@ -27,7 +27,7 @@ type Store interface {
 	Gather(dst, nodes backend.Buffer) error
 	// GatherDropout is Gather followed by input dropout in the same
 	// pass: element k of dst (flat index) is kept iff
-	// rng.Uniform01(seed, k) >= p and then scaled by 1/(1-p) (float32),
+	// rng.DropUniform(seed, k) >= p and then scaled by 1/(1-p) (float32),
 	// backend.Dropout's rule, so dst is what Gather and then
 	// Dropout(dst, mask, dst, p, seed) leave. p is in [0, 1); 0 is Gather.
 	GatherDropout(dst, nodes backend.Buffer, p float32, seed uint64) error
@@ -211,7 +211,7 @@ func (l *Loader) Load(ctx context.Context, ids []int32) (backend.Buffer, error) 
 
 // Dropout is the input dropout a load applies to the rows it returns:
 // element k of the batch's rows (flat index, row-major) is kept iff
-// rng.Uniform01(Seed, k) >= P and then scaled by 1/(1-P) in float32
+// rng.DropUniform(Seed, k) >= P and then scaled by 1/(1-P) in float32
 // (backend.Dropout's rule), in the pass that writes the rows. P == 0 is
 // none; P must be in [0, 1).
 type Dropout struct {
@@ -608,7 +608,7 @@ func dropRows(x []float32, base int, p float32, seed uint64) {
 			continue
 		}
 		m := float32(0)
-		if rng.Uniform01(seed, uint64(base+i)) >= p {
+		if rng.DropUniform(seed, uint64(base+i)) >= p {
 			m = keep
 		}
 		x[i] *= m

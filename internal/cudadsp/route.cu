@@ -80,20 +80,15 @@ extern "C" __global__ void gc_route_scatter(int* grouped, int* pos, i64* cur, co
 
 // out[pos[j]] = in[j], rows of cols floats (every pos distinct). With
 // p > 0 each value is also dropped out as backend.Dropout does: the value
-// of output flat index e is kept iff rng_uniform01(seed, e) >= p and then
-// scaled by keep = 1/(1-p) (float32, from the host); the mask is not
-// stored.
-__device__ __forceinline__ float gc_drop(float p, float keep, u64 seed, i64 e) {
-  if (p == 0.0f) return 1.0f;
-  return rng_uniform01(seed, (u64)e) >= p ? keep : 0.0f;
-}
-
+// of output flat index e is kept iff rng.DropUniform(seed, e) >= p and
+// then scaled by keep = 1/(1-p) (float32, from the host): drop_factor
+// (common.cuh); the mask is not stored.
 extern "C" __global__ void gc_scatter_rows(float* out, const float* in, const int* pos, i64 n, i64 cols, float p, float keep,
                                            u64 seed) {
   GRID_STRIDE(t, n * cols) {
     i64 j = t / cols, c = t - j * cols;
     i64 e = (i64)pos[j] * cols + c;
-    out[e] = in[t] * gc_drop(p, keep, seed, e);
+    out[e] = in[t] * drop_factor(p, keep, seed, e);
   }
 }
 
@@ -103,15 +98,7 @@ extern "C" __global__ void gc_scatter_rows4(float4* out, const float4* in, const
   GRID_STRIDE(t, n * cols4) {
     i64 j = t / cols4, c = t - j * cols4;
     i64 e4 = (i64)pos[j] * cols4 + c;
-    float4 v = in[t];
-    if (p != 0.0f) {
-      i64 e = e4 * 4;
-      v.x *= gc_drop(p, keep, seed, e);
-      v.y *= gc_drop(p, keep, seed, e + 1);
-      v.z *= gc_drop(p, keep, seed, e + 2);
-      v.w *= gc_drop(p, keep, seed, e + 3);
-    }
-    out[e4] = v;
+    out[e4] = drop_scale4(in[t], p, keep, seed, e4 * 4);
   }
 }
 
@@ -124,7 +111,7 @@ extern "C" __global__ void gc_scatter_rows_bf16(bf16* out, const float* in, cons
   GRID_STRIDE(t, n * cols) {
     i64 j = t / cols, c = t - j * cols;
     i64 e = (i64)pos[j] * cols + c;
-    out[e] = f32_to_bf16(in[t] * gc_drop(p, keep, seed, e));
+    out[e] = f32_to_bf16(in[t] * drop_factor(p, keep, seed, e));
   }
 }
 
@@ -136,17 +123,8 @@ extern "C" __global__ void gc_scatter_rows_bf16x8(uint4* out, const f8* in, cons
     i64 j = t / cols8, c = t - j * cols8;
     i64 e8 = (i64)pos[j] * cols8 + c;
     f8 v = in[t];
-    if (p != 0.0f) {
-      i64 e = e8 * 8;
-      v.lo.x *= gc_drop(p, keep, seed, e);
-      v.lo.y *= gc_drop(p, keep, seed, e + 1);
-      v.lo.z *= gc_drop(p, keep, seed, e + 2);
-      v.lo.w *= gc_drop(p, keep, seed, e + 3);
-      v.hi.x *= gc_drop(p, keep, seed, e + 4);
-      v.hi.y *= gc_drop(p, keep, seed, e + 5);
-      v.hi.z *= gc_drop(p, keep, seed, e + 6);
-      v.hi.w *= gc_drop(p, keep, seed, e + 7);
-    }
+    v.lo = drop_scale4(v.lo, p, keep, seed, e8 * 8);
+    v.hi = drop_scale4(v.hi, p, keep, seed, e8 * 8 + 4);
     out[e8] = to_bf16(v);
   }
 }

@@ -53,3 +53,36 @@ func TestUniform01RangeAndMean(t *testing.T) {
 		t.Fatalf("different seeds give the same stream")
 	}
 }
+
+func TestDropUniform(t *testing.T) {
+	const n = 200000
+	var sum float64
+	for i := uint64(0); i < n; i++ {
+		u := DropUniform(42, i)
+		want := float32(math.Ldexp(float64((Hash(42, i/4)>>(16*(i%4)))&0xffff), -16))
+		if u != want {
+			t.Fatalf("DropUniform(42,%d) = %v, want quarter %d of Hash(42,%d) / 2^16 = %v", i, u, i%4, i/4, want)
+		}
+		if u < 0 || u >= 1 {
+			t.Fatalf("DropUniform(42,%d) = %v out of [0,1)", i, u)
+		}
+		sum += float64(u)
+	}
+	if mean := sum / n; math.Abs(mean-0.5) > 0.004 {
+		t.Fatalf("mean %v too far from 0.5", mean)
+	}
+	// The four quarters of a hash are not copies of each other.
+	if DropUniform(3, 0) == DropUniform(3, 1) && DropUniform(3, 1) == DropUniform(3, 2) {
+		t.Fatalf("quarters of one hash equal")
+	}
+	// A keep rate: p = 0.5 keeps about half.
+	kept := 0
+	for i := uint64(0); i < n; i++ {
+		if DropUniform(9, i) >= 0.5 {
+			kept++
+		}
+	}
+	if f := float64(kept) / n; math.Abs(f-0.5) > 0.01 {
+		t.Fatalf("p 0.5 kept %.4f of the elements", f)
+	}
+}

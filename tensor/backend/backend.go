@@ -182,7 +182,7 @@ type Backend interface {
 	// the seed, never on threads or devices: mask = keep/(1-p) or 0, and
 	// dst = x * mask. mask is written for the backward pass (Mul).
 	// Precisely: element i (flat index) is kept iff
-	// rng.Uniform01(seed, i) >= p (package internal/rng), and then
+	// rng.DropUniform(seed, i) >= p (package internal/rng), and then
 	// mask[i] = 1/(1-p) computed in float32. p must be in [0, 1).
 	Dropout(dst, mask, x Buffer, p float32, seed uint64) error
 

@@ -405,7 +405,7 @@ func (a Arg) Bits() uint64 { return a.bits }
 // what a sequence of Backend primitives computes, in one pass over
 // memory, and writes no dropout mask. A mask is regenerated from
 // Dropout's counter-based rule instead: element i (flat index of the
-// output) is kept iff rng.Uniform01(seed, i) >= p, and a kept element is
+// output) is kept iff rng.DropUniform(seed, i) >= p, and a kept element is
 // scaled by 1/(1-p) computed in float32. p must be in [0, 1); p == 0 is
 // no dropout. On the CPU back end every result is bit for bit that of
 // the unfused sequence (the conformance suite checks it on both).

@@ -204,7 +204,7 @@ func testBF16Activations(s *suite) {
 						v := src.vals[int(j)*cols+c]
 						if p > 0 {
 							k := i*cols + c
-							if rng.Uniform01(7, uint64(k)) >= p {
+							if rng.DropUniform(7, uint64(k)) >= p {
 								v *= 1 / (1 - p)
 							} else {
 								v *= 0
@@ -274,7 +274,7 @@ func testBF16Activations(s *suite) {
 		if p == 0 {
 			return 1
 		}
-		if rng.Uniform01(seed, uint64(i)) >= p {
+		if rng.DropUniform(seed, uint64(i)) >= p {
 			return float64(1 / (1 - p))
 		}
 		return 0

@@ -230,7 +230,7 @@ func testDropout(s *suite) {
 				wantD := make([]float64, n)
 				kept := 0
 				for i := range wantM {
-					if rng.Uniform01(seed, uint64(i)) >= p {
+					if rng.DropUniform(seed, uint64(i)) >= p {
 						wantM[i] = keep
 						kept++
 					}

@@ -36,13 +36,13 @@ func testFused(s *suite) {
 		if p == 0 {
 			return 1
 		}
-		if rng.Uniform01(seed, uint64(i)) >= p {
+		if rng.DropUniform(seed, uint64(i)) >= p {
 			return float64(1 / (1 - p))
 		}
 		return 0
 	}
 	for _, p := range []float32{0, 0.5, 0.9} {
-		for _, sh := range [][2]int{{0, 4}, {1, 3}, {37, 8}, {300, 100}, {129, 47}} {
+		for _, sh := range [][2]int{{0, 4}, {1, 3}, {37, 8}, {300, 100}, {129, 47}, {40, 256}} {
 			rows, cols := sh[0], sh[1]
 			n := rows * cols
 			seed := uint64(7 + rows)

@@ -196,7 +196,7 @@ func (b *Backend) UnaryBackward(u backend.UnaryOp, alpha float32, dx, x, y, dy b
 	return nil
 }
 
-// Dropout writes mask (keep/(1-p) or 0, from rng.Uniform01(seed, i)) and
+// Dropout writes mask (keep/(1-p) or 0, from rng.DropUniform(seed, i)) and
 // dst = x*mask.
 func (b *Backend) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) error {
 	const op = "Dropout"
@@ -219,7 +219,7 @@ func (b *Backend) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) e
 	parFor(len(d), grainElem, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			m := float32(0)
-			if rng.Uniform01(seed, uint64(i)) >= p {
+			if rng.DropUniform(seed, uint64(i)) >= p {
 				m = keep
 			}
 			mv[i] = m

@@ -16,7 +16,7 @@ func dropAt(p, scale float32, seed uint64, i int) float32 {
 	if p == 0 {
 		return 1
 	}
-	if rng.Uniform01(seed, uint64(i)) >= p {
+	if rng.DropUniform(seed, uint64(i)) >= p {
 		return scale
 	}
 	return 0

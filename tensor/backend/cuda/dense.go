@@ -145,7 +145,7 @@ func (d *Device) Axpby(dst backend.Buffer, alpha float32, x backend.Buffer, beta
 	kernel, items := "axpby_f32", int64(dv.n)
 	if dv.dt == backend.BFloat16 {
 		kernel = "axpby_bf16"
-		if wide8(true, dv.n, uint64(dv.ptr), uint64(xv.ptr), uint64(yv.ptr)) {
+		if wide8(dv.n, uint64(dv.ptr), uint64(xv.ptr), uint64(yv.ptr)) {
 			kernel, items = "axpby_bf16x8", items/8 // 8 values a thread, the same bits
 		}
 	}
@@ -265,7 +265,7 @@ func (d *Device) UnaryBackward(u backend.UnaryOp, alpha float32, dx, x, y, dy ba
 	})
 }
 
-// Dropout writes mask (1/(1-p) where rng.Uniform01(seed, i) >= p, else 0)
+// Dropout writes mask (1/(1-p) where rng.DropUniform(seed, i) >= p, else 0)
 // and dst = x*mask: the same mask as the CPU back end, bit for bit.
 func (d *Device) Dropout(dst, mask, x backend.Buffer, p float32, seed uint64) error {
 	const op = "Dropout"

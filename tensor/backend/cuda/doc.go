@@ -98,7 +98,7 @@
 //     sums each destination in increasing source order.
 //   - NLLLossBackward adds identical values with atomics, which gives the
 //     same sum in any order.
-//   - Dropout re-implements internal/rng.Hash and Uniform01 bit for bit,
+//   - Dropout re-implements internal/rng.Hash and DropUniform bit for bit,
 //     so CPU and GPU masks are identical.
 //
 // Results are not bit-identical to the CPU back end (the GPU contracts

@@ -33,13 +33,12 @@ type biasActCall struct {
 	suffix string
 }
 
-// wide8 reports whether a bfloat16 elementwise kernel may take its wide
-// form (8 values a thread, 16-byte accesses): a bfloat16 variant (half),
-// cols % 8 == 0 and every pointer (0: an absent operand)
-// 16-byte aligned. The wide kernels compute each value as the one-value
-// ones do, so either gives the same bits.
-func wide8(half bool, cols int, ptrs ...uint64) bool {
-	if !half || cols%8 != 0 {
+// wide8 reports whether an elementwise kernel may take its wide form (8
+// values a thread, 16-byte accesses): cols % 8 == 0 and every pointer (0:
+// an absent operand) 16-byte aligned. The wide kernels compute each value
+// as the one-value ones do, so either gives the same bits.
+func wide8(cols int, ptrs ...uint64) bool {
+	if cols%8 != 0 {
 		return false
 	}
 	for _, p := range ptrs {
@@ -176,7 +175,7 @@ func (d *Device) BiasActDropout(dst, a, b, bias backend.Buffer, rows, cols int, 
 		return err
 	}
 	name, items := "bias_act_drop"+c.suffix, int64(c.n)
-	if wide8(c.suffix != "", cols, c.ptrs[0], c.ptrs[1], c.ptrs[2]) {
+	if wide8(cols, c.ptrs[0], c.ptrs[1], c.ptrs[2]) {
 		name, items = name+"8", items/8
 	}
 	return d.run(func() error {
@@ -218,7 +217,7 @@ func (d *Device) BiasActDropoutBackward(dx, dbias, y, dy backend.Buffer, rows, c
 		return err
 	}
 	suffix := dtypeSuffix(yv.dt, dxv.dt)
-	wide := wide8(suffix != "", cols, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr))
+	wide := wide8(cols, uint64(dxv.ptr), uint64(yv.ptr), uint64(gv.ptr))
 	var dbv *Buffer
 	if dbias != nil {
 		if dbv, err = d.f32(op, "dbias", dbias, cols); err != nil {

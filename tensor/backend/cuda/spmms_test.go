@@ -121,6 +121,13 @@ func BenchmarkSpMMSampled(b *testing.B) {
 			name := fmt.Sprintf("rows %6d fanout %2d width %3d %s", ly.rows, ly.fanout, ly.width, dt)
 			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, ly.width) })
 			b.Logf("%s  %-32s %7.1f us  %5.2f TB/s", name, "back end", 1e6*sec, gb/sec/1e3)
+			if ly.width == 100 { // the first layer's [x_dst | mean] (SpMMConcat)
+				cat, err := d.Alloc(dt, 2*ly.rows*ly.width)
+				must(b, err)
+				sec := timeIt(func() error { return d.SpMMConcat(cat, a, x, w, ly.width) })
+				b.Logf("%s  %-32s %7.1f us", name, "SpMMConcat", 1e6*sec)
+				d.Free(cat)
+			}
 			want := make([]float32, ly.rows*ly.width)
 			if bf {
 				must(b, d.Download(want, mustConvert(b, d, ref)))

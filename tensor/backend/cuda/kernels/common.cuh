@@ -96,14 +96,37 @@ __device__ __forceinline__ float as_f32(bf16 v) { return bf16_to_f32(v); }
 __device__ __forceinline__ float4 as_f32(float4 v) { return v; }
 __device__ __forceinline__ float4 as_f32(uint2 v) { return bf16x4_to_f32x4(v); }
 
+// drop_quarter is the mask value whose draw is quarter j of the hash h:
+// keep when its 16 bits over 2^16 are >= p, else 0.
+__device__ __forceinline__ float drop_quarter(u64 h, int j, float p, float keep) {
+  return (float)((u32)(h >> (16 * j)) & 0xffffu) * (1.0f / 65536.0f) >= p ? keep : 0.0f;
+}
+
 // drop_factor is backend.Dropout's mask value of flat element i: keep
-// (1/(1-p), computed on the host in float32) when rng.Uniform01(seed, i)
-// >= p, else 0; 1 when p == 0 (no dropout). Kernels that apply dropout
-// as they write (backend.Fused, the feature gathers) regenerate the mask
-// with it instead of storing one.
+// (1/(1-p), computed on the host in float32) when rng.DropUniform(seed,
+// i) >= p (quarter i%4 of rng_hash(seed, i/4)), else 0; 1 when p == 0 (no
+// dropout). Kernels that apply dropout as they write (backend.Fused, the
+// feature gathers) regenerate the mask with it instead of storing one.
 __device__ __forceinline__ float drop_factor(float p, float keep, u64 seed, i64 i) {
   if (p == 0.0f) return 1.0f;
-  return rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
+  return drop_quarter(rng_hash(seed, (u64)i >> 2), (int)(i & 3), p, keep);
+}
+
+// drop_factors4 is drop_factor of elements i0 .. i0+3 (i0 % 4 == 0): one
+// hash for the four.
+__device__ __forceinline__ float4 drop_factors4(float p, float keep, u64 seed, i64 i0) {
+  if (p == 0.0f) return make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+  u64 h = rng_hash(seed, (u64)i0 >> 2);
+  return make_float4(drop_quarter(h, 0, p, keep), drop_quarter(h, 1, p, keep), drop_quarter(h, 2, p, keep),
+                     drop_quarter(h, 3, p, keep));
+}
+
+// drop_scale4 is v times the mask values of elements i0 .. i0+3 (i0 % 4
+// == 0); v as it is when p == 0.
+__device__ __forceinline__ float4 drop_scale4(float4 v, float p, float keep, u64 seed, i64 i0) {
+  if (p == 0.0f) return v;
+  float4 f = drop_factors4(p, keep, seed, i0);
+  return make_float4(v.x * f.x, v.y * f.y, v.z * f.z, v.w * f.w);
 }
 
 // ---- bfloat16 activations (backend.BF16Activations): kernels widen on

@@ -75,11 +75,11 @@ extern "C" __global__ void unary_backward_f32(int op, float alpha, float* dx, co
   }
 }
 
-// Dropout keeps element i iff rng.Uniform01(seed, i) >= p, exactly as the
-// CPU back end, so masks are identical on every device.
+// Dropout keeps element i iff rng.DropUniform(seed, i) >= p, exactly as
+// the CPU back end, so masks are identical on every device.
 extern "C" __global__ void dropout_f32(float* d, float* mask, const float* x, float p, float keep, u64 seed, i64 n) {
   GRID_STRIDE(i, n) {
-    float m = rng_uniform01(seed, (u64)i) >= p ? keep : 0.0f;
+    float m = drop_factor(p, keep, seed, i);
     mask[i] = m;
     d[i] = x[i] * m;
   }
@@ -258,12 +258,7 @@ __device__ __forceinline__ float drop_scale(float v, float p, float keep, u64 se
 }
 
 __device__ __forceinline__ float4 drop_scale(float4 v, float p, float keep, u64 seed, i64 k4) {
-  i64 e = k4 * 4;  // flat index of the vector's first element
-  v.x *= drop_factor(p, keep, seed, e);
-  v.y *= drop_factor(p, keep, seed, e + 1);
-  v.z *= drop_factor(p, keep, seed, e + 2);
-  v.w *= drop_factor(p, keep, seed, e + 3);
-  return v;
+  return drop_scale4(v, p, keep, seed, k4 * 4);
 }
 
 // gather_rows_body is the one body of the gather_rows kernels: d[i, :] =

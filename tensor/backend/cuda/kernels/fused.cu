@@ -239,6 +239,30 @@ extern "C" __global__ void act_drop_bwd_partial_fb(bf16* dx, const float* y, con
 // theirs bit for bit; the bias sums add each column's values in the same
 // order too.
 
+// drop_factors8 writes the mask values of elements i0 .. i0+7 (i0 % 8 ==
+// 0) to f from two hashes (drop_factors4).
+__device__ __forceinline__ void drop_factors8(float p, float keep, u64 seed, i64 i0, float* f) {
+  float4 a = drop_factors4(p, keep, seed, i0), b = drop_factors4(p, keep, seed, i0 + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+// act_drop_grads8 is act_drop_grad of the 8 values of vector k (flat
+// elements 8k ...), g holding dy on entry: the mask's hashes are drawn
+// only without relu, where the gradient needs them.
+__device__ __forceinline__ void act_drop_grads8(const float* yv, float* g, int relu, float p, float keep, u64 seed,
+                                                i64 k) {
+  float f[8];
+  if (relu) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) g[j] = yv[j] > 0.0f ? g[j] * keep : 0.0f;
+    return;
+  }
+  drop_factors8(p, keep, seed, k * 8, f);
+#pragma unroll
+  for (int j = 0; j < 8; j++) g[j] = g[j] * f[j];
+}
+
 template <typename TI8, typename TO8>
 __device__ __forceinline__ void bias_act_drop_body8(TO8* d, const TI8* a, const TI8* b, const float* bias, i64 n8,
                                                     i64 cols, int relu, float p, float keep, u64 seed) {
@@ -254,11 +278,13 @@ __device__ __forceinline__ void bias_act_drop_body8(TO8* d, const TI8* a, const 
 #pragma unroll
       for (int j = 0; j < 8; j++) v[j] = v[j] + w[j];
     }
+    float f[8];
+    if (p != 0.0f) drop_factors8(p, keep, seed, i0, f);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
       float x = v[j] + bias[c0 + j];
       if (relu) x = fmaxf(x, 0.0f);
-      if (p != 0.0f) x = x * drop_factor(p, keep, seed, i0 + j);
+      if (p != 0.0f) x = x * f[j];
       v[j] = x;
     }
     store8(d, k, f8_pack(v));
@@ -287,8 +313,7 @@ __device__ __forceinline__ void act_drop_bwd_body8(TO8* dx, const TI8* y, const 
     float yv[8], g[8];
     f8_unpack(as_f32(y[k]), yv);
     f8_unpack(as_f32(dy[k]), g);
-#pragma unroll
-    for (int j = 0; j < 8; j++) g[j] = act_drop_grad(yv[j], g[j], relu, p, keep, seed, k * 8 + j);
+    act_drop_grads8(yv, g, relu, p, keep, seed, k);
     store8(dx, k, f8_pack(g));
   }
 }
@@ -329,8 +354,7 @@ __device__ __forceinline__ void act_drop_bwd_partial_body8(TO8* dx, const TI8* y
       float yv[8], g[8];
       f8_unpack(as_f32(y[k]), yv);
       f8_unpack(as_f32(dy[k]), g);
-#pragma unroll
-      for (int j = 0; j < 8; j++) g[j] = act_drop_grad(yv[j], g[j], relu, p, keep, seed, k * 8 + j);
+      act_drop_grads8(yv, g, relu, p, keep, seed, k);
       f8_unpack(store_get8(dx, k, f8_pack(g)), g);
 #pragma unroll
       for (int j = 0; j < 8; j++) acc[j] += (double)g[j];
@@ -364,5 +388,24 @@ extern "C" __global__ void act_drop_bwd_partial_bf8(f8* dx, const uint4* y, cons
 extern "C" __global__ void act_drop_bwd_partial_fb8(uint4* dx, const f8* y, const f8* dy, i64 rows, i64 cols8,
                                                     i64 chunk, int relu, float p, float keep, u64 seed,
                                                     double* partial) {
+  act_drop_bwd_partial_body8(dx, y, dy, rows, cols8, chunk, relu, p, keep, seed, partial);
+}
+
+// The float32 wide forms (f8: 8 values, two float4, a thread), bit for
+// bit the one-value kernels bias_act_drop, act_drop_bwd and
+// act_drop_bwd_partial: 8 values a thread draw their dropout masks from
+// two hashes instead of eight (rng.DropUniform).
+extern "C" __global__ void bias_act_drop8(f8* d, const f8* a, const f8* b, const float* bias, i64 n8, i64 cols, int relu,
+                                          float p, float keep, u64 seed) {
+  bias_act_drop_body8(d, a, b, bias, n8, cols, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd8(f8* dx, const f8* y, const f8* dy, i64 n8, int relu, float p, float keep,
+                                         u64 seed) {
+  act_drop_bwd_body8(dx, y, dy, n8, relu, p, keep, seed);
+}
+
+extern "C" __global__ void act_drop_bwd_partial8(f8* dx, const f8* y, const f8* dy, i64 rows, i64 cols8, i64 chunk,
+                                                 int relu, float p, float keep, u64 seed, double* partial) {
   act_drop_bwd_partial_body8(dx, y, dy, rows, cols8, chunk, relu, p, keep, seed, partial);
 }
