@@ -416,6 +416,18 @@ func anyGrad(vs ...*Var) bool {
 	return false
 }
 
+// Scratch returns a new rows x cols constant Var owned by the tape (freed
+// by Release) whose values are undefined until the caller writes every
+// one of them on the back end: a constant computed on the device (a
+// loss's mask) with no host upload.
+func (t *Tape) Scratch(rows, cols int) (*Var, error) {
+	const op = "Scratch"
+	if err := t.check(op); err != nil {
+		return nil, err
+	}
+	return t.newVar(op, rows, cols, false)
+}
+
 // Upload copies host data into a new rows x cols constant Var owned by the
 // tape (freed by Release): per-step inputs such as a batch's features.
 func (t *Tape) Upload(data []float32, rows, cols int) (*Var, error) {

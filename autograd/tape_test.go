@@ -250,3 +250,38 @@ func TestHostSparseGather(t *testing.T) {
 		t.Fatal("out-of-range row accepted")
 	}
 }
+
+// Scratch is a constant the caller fills on the back end: it needs no
+// gradient, a gradient still flows past it through MatMul, and a
+// negative shape is refused.
+func TestScratch(t *testing.T) {
+	b := setup(t)
+	tape := autograd.NewTape(b)
+	defer tape.Release()
+	m, err := tape.Scratch(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Rows != 1 || m.Cols != 3 || m.RequiresGrad || m.Value.Len() != 3 {
+		t.Fatalf("Scratch(1, 3) = %dx%d, grad %v, %d values", m.Rows, m.Cols, m.RequiresGrad, m.Value.Len())
+	}
+	if err := b.Upload(m.Value, []float32{2, -1, 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := tape.Leaf(buf(t, b, []float32{1, 2, 3}), buf(t, b, make([]float32, 3)), 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tape.MatMul(m, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "m x", host(t, b, l.Value), []float32{2*1 - 2 + 0.5*3})
+	if err := tape.Backward(l); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "dL/dx", host(t, b, x.Grad), []float32{2, -1, 0.5})
+	if _, err := tape.Scratch(-1, 2); err == nil {
+		t.Fatal("Scratch(-1, 2) accepted")
+	}
+}

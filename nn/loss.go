@@ -31,8 +31,9 @@ func NLLLoss(t *autograd.Tape, logp *autograd.Var, rows, labels backend.Buffer) 
 		return nil, fmt.Errorf("nn: NLLLoss: rows (%d) and labels (%d) must have the same non-zero length", rows.Len(), labels.Len())
 	}
 	n := logp.Len()
-	// A tape-owned buffer for M; NLLLossBackward overwrites all of it.
-	m, err := t.Upload(make([]float32, n), 1, n)
+	// A tape-owned buffer for M, filled on the back end:
+	// NLLLossBackward overwrites all of it.
+	m, err := t.Scratch(1, n)
 	if err != nil {
 		return nil, err
 	}
