@@ -366,17 +366,9 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 	if half && heads != 1 {
 		return &backend.ShapeError{Op: op, Msg: fmt.Sprintf("bfloat16 operands with %d heads: want one", heads)}
 	}
-	var wp cu.DevPtr
-	if w != nil {
-		wn, err := backend.Dims(op, s.nnz, heads)
-		if err != nil {
-			return err
-		}
-		wv, err := d.f32(op, "w", w, wn)
-		if err != nil {
-			return err
-		}
-		wp = wv.ptr
+	wp, err := d.edgeWeights(op, w, s.nnz, heads)
+	if err != nil {
+		return err
 	}
 	if on == 0 {
 		return nil
@@ -398,6 +390,23 @@ func (d *Device) SpMM(out backend.Buffer, a backend.Sparse, transpose bool, x ba
 		return d.launchWarps("spmm", int64(v.rows), uint64(ov.ptr), uint64(v.ptr), uint64(v.col), uint64(v.eid), uint64(wp), uint64(xv.ptr),
 			cu.I64(int64(v.rows)), cu.I64(int64(width)), cu.I64(int64(heads)))
 	})
+}
+
+// edgeWeights checks w, float32 nnz x heads or nil (ones), and returns
+// its pointer (0 for nil).
+func (d *Device) edgeWeights(op string, w backend.Buffer, nnz, heads int) (cu.DevPtr, error) {
+	if w == nil {
+		return 0, nil
+	}
+	wn, err := backend.Dims(op, nnz, heads)
+	if err != nil {
+		return 0, err
+	}
+	wv, err := d.f32(op, "w", w, wn)
+	if err != nil {
+		return 0, err
+	}
+	return wv.ptr, nil
 }
 
 // spmmKernel is a one-head SpMM kernel of kernels/spmm.cu and how many
@@ -560,13 +569,9 @@ func (d *Device) SpMMConcat(out backend.Buffer, a backend.Sparse, x, w backend.B
 	if err != nil {
 		return err
 	}
-	var wp cu.DevPtr
-	if w != nil {
-		wv, err := d.f32(op, "w", w, s.nnz)
-		if err != nil {
-			return err
-		}
-		wp = wv.ptr
+	wp, err := d.edgeWeights(op, w, s.nnz, 1)
+	if err != nil {
+		return err
 	}
 	if on == 0 {
 		return nil
