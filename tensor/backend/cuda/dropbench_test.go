@@ -1,12 +1,10 @@
 package cuda
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/strata-gnn/strata/tensor/backend"
 )
@@ -36,19 +34,7 @@ func BenchmarkBiasActDropout(b *testing.B) {
 	bias := upload(b, d, backend.Float32, bv)
 	dbias, err := d.Alloc(backend.Float32, cols)
 	must(b, err)
-	timeIt := func(fn func() error) float64 {
-		best := math.Inf(1)
-		for rep := 0; rep < 20; rep++ {
-			must(b, d.Synchronize())
-			t := time.Now()
-			must(b, fn())
-			must(b, d.Synchronize())
-			if rep > 1 {
-				best = min(best, time.Since(t).Seconds())
-			}
-		}
-		return best
-	}
+	timeIt := func(fn func() error) float64 { return bestTime(b, d, 20, 2, fn) }
 	for _, dt := range []backend.DType{backend.Float32, backend.BFloat16} {
 		x := backend.Buffer(x32)
 		if dt == backend.BFloat16 {

@@ -105,19 +105,7 @@ func BenchmarkSpMMSampled(b *testing.B) {
 			out, err := d.Alloc(dt, ly.rows*ly.width)
 			must(b, err)
 			gb := float64(len(indices)) * float64(ly.width) * float64(dt.Size()) / 1e9
-			timeIt := func(fn func() error) float64 {
-				best := math.Inf(1)
-				for rep := 0; rep < 20; rep++ {
-					must(b, d.Synchronize())
-					t := time.Now()
-					must(b, fn())
-					must(b, d.Synchronize())
-					if rep > 1 {
-						best = min(best, time.Since(t).Seconds())
-					}
-				}
-				return best
-			}
+			timeIt := func(fn func() error) float64 { return bestTime(b, d, 20, 2, fn) }
 			name := fmt.Sprintf("rows %6d fanout %2d width %3d %s", ly.rows, ly.fanout, ly.width, dt)
 			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, ly.width) })
 			b.Logf("%s  %-32s %7.1f us  %5.2f TB/s", name, "back end", 1e6*sec, gb/sec/1e3)
@@ -200,6 +188,22 @@ func BenchmarkSpMMSampled(b *testing.B) {
 		d.Free(w)
 		d.FreeSparse(a)
 	}
+}
+
+// bestTime runs fn reps times, each between two device synchronizations,
+// and returns the fastest run's seconds after the first warm ones.
+func bestTime(tb testing.TB, d *Device, reps, warm int, fn func() error) float64 {
+	best := math.Inf(1)
+	for rep := 0; rep < reps; rep++ {
+		must(tb, d.Synchronize())
+		t := time.Now()
+		must(tb, fn())
+		must(tb, d.Synchronize())
+		if rep >= warm {
+			best = min(best, time.Since(t).Seconds())
+		}
+	}
+	return best
 }
 
 // mustConvert32 uploads v as a float32 buffer freed at the benchmark's end.

@@ -207,19 +207,7 @@ func BenchmarkSpMMVariants(b *testing.B) {
 			ref, _ := d.Alloc(backend.Float32, n*width)
 			out, _ := d.Alloc(backend.Float32, n*width)
 			gb := float64(nnz) * float64(width) * 4 / 1e9
-			timeIt := func(fn func() error) float64 {
-				best := math.Inf(1)
-				for rep := 0; rep < 4; rep++ {
-					must(b, d.Synchronize())
-					t := time.Now()
-					must(b, fn())
-					must(b, d.Synchronize())
-					if rep > 0 {
-						best = min(best, time.Since(t).Seconds())
-					}
-				}
-				return best
-			}
+			timeIt := func(fn func() error) float64 { return bestTime(b, d, 4, 1, fn) }
 			sec := timeIt(func() error { return d.SpMM(ref, a, false, x, w, 1, width) })
 			b.Logf("%-16s width %3d  %-34s %7.2f ms  %5.2f TB/s", o.name, width, "back end ("+spmm1Kernel(width, width%4 == 0, s.uniform, shortRows(s.rows, s.nnz)).name+")", 1e3*sec, gb/sec/1e3)
 			want := download[float32](b, d, ref)
