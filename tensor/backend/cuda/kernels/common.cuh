@@ -16,11 +16,6 @@ __device__ __forceinline__ u64 rng_hash(u64 seed, u64 counter) {
   return z ^ (z >> 31);
 }
 
-// rng_uniform01 is internal/rng.Uniform01: the top 24 bits over 2^24.
-__device__ __forceinline__ float rng_uniform01(u64 seed, u64 counter) {
-  return (float)(rng_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
-}
-
 // rng_below is internal/rng.Below: floor(h*n / 2^64).
 __device__ __forceinline__ u64 rng_below(u64 h, u64 n) { return __umul64hi(h, n); }
 
