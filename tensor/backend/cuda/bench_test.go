@@ -101,3 +101,58 @@ func BenchmarkGemmSAGEShapes(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) { backendtest.BenchGemm(b, d, s.ta, s.tb, s.m, s.n, s.k) })
 	}
 }
+
+// BenchmarkGemmHost measures the host cost of one small bfloat16 product
+// (64 x 256 x 256 and up: the device keeps up, so the host's enqueue
+// sets the pace) through the pinned cuBLASLt path, with the same shape
+// every call ("fixed") and with m changing every call as a sampled
+// step's block sizes do ("varying": the layouts reset, the algorithm
+// re-checked). Compare with BenchmarkLaunch's plain kernel launch.
+func BenchmarkGemmHost(b *testing.B) {
+	d := gpu(b)
+	const maxM, n, k = 127, 256, 256
+	bufs := make([]backend.Buffer, 3)
+	for i, size := range []int{maxM * k, k * n, maxM * n} {
+		buf, err := d.Alloc(backend.BFloat16, size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bufs[i] = buf
+	}
+	defer func() {
+		for _, x := range bufs {
+			d.Free(x)
+		}
+	}()
+	// Views of a and c for each m in 64 .. maxM (Gemm takes exact lengths).
+	var as, cs [maxM + 1]backend.Buffer
+	for m := 64; m <= maxM; m++ {
+		var err error
+		if as[m], err = backend.View(bufs[0], 0, m*k); err != nil {
+			b.Fatal(err)
+		}
+		if cs[m], err = backend.View(bufs[2], 0, m*n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, varying := range []bool{false, true} {
+		name := "fixed"
+		if varying {
+			name = "varying"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := 64
+			for i := 0; i < b.N; i++ {
+				if varying {
+					m = 64 + i%64
+				}
+				if err := d.Gemm(false, false, m, n, k, 1, as[m], bufs[1], 0, cs[m]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := d.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
