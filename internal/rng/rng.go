@@ -24,8 +24,8 @@ func Uniform01(seed, counter uint64) float32 {
 // quarter i%4 of Hash(seed, i/4) (16 bits, the lowest for i%4 == 0) over
 // 2^16 (exact in float32). Element i is kept iff DropUniform(seed, i) >=
 // p. Four consecutive elements share one hash, so a GPU kernel writing 4
-// or 8 values a thread hashes once or twice: one hash an element made a
-// bfloat16 dropout kernel bound by its integer arithmetic.
+// or 8 values a thread hashes once or twice (a hash an element bounds a
+// bfloat16 dropout kernel by its integer arithmetic).
 func DropUniform(seed, i uint64) float32 {
 	return float32(uint16(Hash(seed, i>>2)>>(16*(i&3)))) * (1.0 / (1 << 16))
 }
